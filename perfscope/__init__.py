@@ -1,0 +1,12 @@
+"""perfscope: measure which fixes make your PyTorch training faster, on your own hardware, ranked.
+
+    perfscope analyze examples/tiny_transformer.py      # a workload file -> results.json + report.html
+
+A workload file defines ``workload() -> perfscope.Workload`` (see perfscope.workload).
+"""
+
+from perfscope.workload import Workload
+
+__version__ = "0.1.0"
+
+__all__ = ["Workload", "__version__"]

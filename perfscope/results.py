@@ -1,0 +1,409 @@
+"""The results model: what one perfscope run measured, as typed dataclasses and a versioned JSON file.
+
+    >>> from perfscope.results import Results
+    >>> results = Results.load("perfscope-out/results.json")
+    >>> [t.metrics.mfu for t in results.ok_trials()]
+
+Every stage after measurement (rules, report, the CI gate) reads this model and nothing else, so a GPU
+run's results can be re-rendered or gated on any machine. Rules of the format:
+- ``schema_version`` bumps on any incompatible change; loading another version is an error, not a guess.
+- No bare NaN/Infinity: a number the machine could not give is ``null`` and its reason is recorded in the
+  owning object's ``unavailable`` map (metric name -> why).
+- Files are written atomically (temp file + rename), so an interrupted run never leaves half a file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tempfile
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from perfscope.stats import Summary
+
+SCHEMA_VERSION = 1
+
+TrialStatus = Literal["ok", "oom", "error", "crashed", "timeout", "nonfinite", "skipped"]
+FAILED_STATUSES: frozenset[str] = frozenset({"oom", "error", "crashed", "timeout", "nonfinite"})
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be used: missing, corrupt, or from another schema version."""
+
+
+# --------------------------------------------------------------------------------------------- model
+
+
+@dataclass(kw_only=True)
+class Peak:
+    """A FLOP/s denominator and where it came from (never a silent default)."""
+
+    tflops: float
+    dtype: str
+    source: str  # e.g. "datasheet: NVIDIA H100 SXM (dense) <url>", "measured matmul ceiling", "--peak-tflops"
+
+
+@dataclass(kw_only=True)
+class Environment:
+    """The machine a run measured; the CI gate refuses to compare runs from different devices."""
+
+    device_type: str  # "cpu" | "cuda"
+    device_name: str
+    device_count: int = 0
+    compute_capability: str | None = None
+    device_memory_bytes: int | None = None
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    torch_version: str = ""
+    python_version: str = ""
+    platform: str = ""
+    cpu_model: str = ""
+    cpu_cores_physical: int | None = None
+    cpu_cores_logical: int | None = None
+    host_memory_bytes: int | None = None
+    hostname: str = ""
+    datasheet_peaks_tflops: dict[str, float] = field(default_factory=dict)  # dtype -> dense TFLOP/s
+    datasheet_source: str | None = None
+    measured_ceiling_tflops: dict[str, float] = field(default_factory=dict)  # dtype -> measured matmul TFLOP/s
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class WorkloadInfo:
+    """Identity of the user's workload: path and content hash let the CI gate spot a different workload."""
+
+    path: str
+    sha256: str
+    name: str
+    declared: dict[str, Any] = field(default_factory=dict)  # batch_size, tokens_per_sample, user's loop settings
+    parameter_count: int | None = None
+
+
+@dataclass(kw_only=True)
+class MemoryBreakdown:
+    """Bytes by owner at the step's peak: weights + grads + optimizer state + the rest (activations, temporaries)."""
+
+    parameters: int
+    gradients: int
+    optimizer_state: int
+    activations_and_temporaries: int | None
+
+
+@dataclass(kw_only=True)
+class UtilizationSample:
+    t_s: float  # seconds since the measured region started
+    gpu_util_percent: float | None = None
+    gpu_memory_used_bytes: int | None = None
+    power_w: float | None = None
+    sm_clock_mhz: float | None = None
+    cpu_percent: float | None = None
+    throttle_reasons: list[str] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class Utilization:
+    """Device (NVML) and host (psutil) load during the measured steps."""
+
+    gpu_util_percent: Summary | None = None
+    power_w: Summary | None = None
+    sm_clock_mhz: Summary | None = None
+    gpu_memory_used_bytes_max: int | None = None
+    cpu_percent: Summary | None = None  # whole-host CPU utilization, 0..100
+    throttle_reasons_seen: list[str] = field(default_factory=list)
+    samples: list[UtilizationSample] = field(default_factory=list)  # bounded timeline for charts
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class TrialMetrics:
+    """What one configuration measured. Per-step samples are kept: the gate and the sweep test on them."""
+
+    steps: int
+    warmup_steps: int
+    micro_batch_size: int
+    grad_accum_steps: int
+    samples_per_step: int  # global batch on this rank: micro x accumulation
+    step_times_s: list[float]
+    data_wait_s: list[float]  # host time blocked on the data iterator, per step
+    step_time_s: Summary
+    data_wait_fraction: float
+    samples_per_s: float
+    tokens_per_s: float | None = None
+    losses: list[float] = field(default_factory=list)
+    first_grad_norm: float | None = None
+    flops_per_step: float | None = None  # model FLOPs (forward + backward), no recompute
+    hardware_flops_per_step: float | None = None  # adds activation-checkpointing recompute
+    flop_convention: str = ""
+    flop_notes: list[str] = field(default_factory=list)  # gaps detected and filled/flagged
+    achieved_tflops: float | None = None
+    mfu: float | None = None  # model FLOPs / step time / Results.peak (the fixed ranking denominator)
+    hfu: float | None = None
+    mfu_vs_measured_ceiling: float | None = None
+    peak_memory_bytes: int | None = None  # CUDA max allocated; on CPU, peak host RSS of the trial process
+    peak_reserved_bytes: int | None = None
+    device_memory_capacity_bytes: int | None = None
+    memory_breakdown: MemoryBreakdown | None = None
+    host_rss_peak_bytes: int | None = None
+    utilization: Utilization | None = None
+    compile_time_s: float | None = None  # first-step time beyond a steady step, when compiling
+    first_step_s: float | None = None
+    trace_path: str | None = None
+    trace_facts: dict[str, Any] | None = None
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class Trial:
+    """One configuration of the workload, run in its own process."""
+
+    name: str
+    config: dict[str, Any]  # a TrialConfig as a dict (kept loose so old files stay readable as knobs grow)
+    status: TrialStatus
+    knobs: list[str] = field(default_factory=list)  # ids of the knobs applied on top of the baseline
+    error: str | None = None
+    metrics: TrialMetrics | None = None
+    wall_time_s: float | None = None
+    started_at: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and self.metrics is not None
+
+
+@dataclass(kw_only=True)
+class Gain:
+    """A measured speed-up: ratio of baseline to candidate median step time (>1 is faster), with its interval."""
+
+    ratio: float
+    low: float
+    high: float
+    confidence: float
+    significant: bool
+
+
+@dataclass(kw_only=True)
+class Finding:
+    """One diagnosed bottleneck and its fix, as produced by a rule (rules never rank; the engine does)."""
+
+    rule_id: str
+    title: str
+    severity: Literal["high", "medium", "low", "info"]
+    evidence: list[str]
+    fix: str  # the code change, diff-style where it applies
+    gain: Gain | None = None  # measured
+    estimated_gain: float | None = None  # estimated speed-up ratio, when not measured
+    estimate_method: str | None = None
+    caveats: list[str] = field(default_factory=list)  # semantics changes (numerics, global batch, LR)
+    reference: str | None = None
+    trial: str | None = None  # the trial that measured the gain
+
+
+@dataclass(kw_only=True)
+class KnobOutcome:
+    """One knob tried alone on top of the baseline (or why it was not tried)."""
+
+    knob: str  # stable knob id, e.g. "amp_bf16"
+    title: str
+    status: Literal["measured", "skipped", "inapplicable", "failed", "rejected"]
+    reason: str | None = None  # why skipped / inapplicable / failed / rejected (e.g. numerics guard)
+    trial: str | None = None
+    gain: Gain | None = None
+    mfu: float | None = None
+    changes_semantics: list[str] = field(default_factory=list)  # e.g. "numerics: bf16 autocast"
+    code_change: str | None = None
+
+
+@dataclass(kw_only=True)
+class MicroBatchPoint:
+    """One point of the micro-batch search (throughput and memory vs micro-batch, OOMs included)."""
+
+    micro_batch_size: int
+    grad_accum_steps: int
+    trial: str
+    status: str
+    samples_per_s: float | None = None
+    peak_memory_bytes: int | None = None
+
+
+@dataclass(kw_only=True)
+class Sweep:
+    """The search: each knob alone, the stacked recommendation, and the micro-batch curve."""
+
+    baseline_trial: str
+    recommended_trial: str | None = None
+    recommended_knobs: list[str] = field(default_factory=list)
+    recommended_gain: Gain | None = None
+    knobs: list[KnobOutcome] = field(default_factory=list)  # ranked: best measured gain first
+    micro_batch: list[MicroBatchPoint] = field(default_factory=list)
+    budget_s: float | None = None
+    elapsed_s: float | None = None
+    stopped_early: str | None = None  # e.g. "budget exhausted", "interrupted"
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class Results:
+    """A whole run: environment, workload, trials, and (when present) the sweep and the findings."""
+
+    schema_version: int = SCHEMA_VERSION
+    perfscope_version: str = ""
+    created_at: str = ""
+    source: Literal["analyze", "hooks"] = "analyze"
+    command: list[str] = field(default_factory=list)  # argv that reproduces the run
+    environment: Environment
+    workload: WorkloadInfo
+    peak: Peak | None = None  # fixed denominator for MFU across all trials
+    trials: list[Trial] = field(default_factory=list)
+    sweep: Sweep | None = None
+    findings: list[Finding] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def trial(self, name: str) -> Trial | None:
+        return next((t for t in self.trials if t.name == name), None)
+
+    def ok_trials(self) -> list[Trial]:
+        return [t for t in self.trials if t.ok]
+
+    def upsert(self, trial: Trial) -> None:
+        """Replace the trial of the same name (a resumed or re-run trial) or append it."""
+        self.trials = [t for t in self.trials if t.name != trial.name] + [trial]
+
+    # ------------------------------------------------------------------------------------- files
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable(self)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        return write_json_atomic(path, self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Results:
+        if not isinstance(data, dict):
+            raise ResultsError("results must be a JSON object")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ResultsError(
+                f"results schema_version {version!r} is not supported (this perfscope reads {SCHEMA_VERSION})"
+            )
+        try:
+            return from_jsonable(cls, data)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise ResultsError(f"results do not match the schema: {exc}") from exc
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Results:
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ResultsError(f"{path}: no such file") from None
+        except OSError as exc:
+            raise ResultsError(f"{path}: cannot read: {exc}") from exc
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ResultsError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+        try:
+            return cls.from_dict(data)
+        except ResultsError as exc:
+            raise ResultsError(f"{path}: {exc}") from None
+
+
+# ------------------------------------------------------------------------------- (de)serialization
+
+
+def to_jsonable(value: Any) -> Any:
+    """Dataclasses -> plain JSON types; non-finite floats -> None (the reason lives in ``unavailable``)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def from_jsonable(tp: Any, data: Any) -> Any:
+    """Rebuild ``tp`` from JSON data, guided by type hints. Unknown keys are ignored (forward compatible)."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return data
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if data is None and type(None) in args:
+            return None
+        last_error: Exception | None = None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return from_jsonable(arg, data)
+            except (TypeError, ValueError, KeyError) as exc:
+                last_error = exc
+        raise TypeError(f"{data!r} matches none of {tp}: {last_error}")
+    if origin is Literal:
+        if data not in typing.get_args(tp):
+            raise ValueError(f"{data!r} is not one of {typing.get_args(tp)}")
+        return data
+    if origin is list:
+        if not isinstance(data, list):
+            raise TypeError(f"expected a list, got {type(data).__name__}")
+        (item,) = typing.get_args(tp) or (Any,)
+        return [from_jsonable(item, v) for v in data]
+    if origin is dict:
+        if not isinstance(data, dict):
+            raise TypeError(f"expected an object, got {type(data).__name__}")
+        _, value_tp = typing.get_args(tp) or (str, Any)
+        return {k: from_jsonable(value_tp, v) for k, v in data.items()}
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(data, dict):
+            raise TypeError(f"expected an object for {tp.__name__}, got {type(data).__name__}")
+        hints = typing.get_type_hints(tp)
+        kwargs = {}
+        for f in dataclasses.fields(tp):
+            if f.name in data:
+                kwargs[f.name] = from_jsonable(hints[f.name], data[f.name])
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise KeyError(f"{tp.__name__}.{f.name} is missing")
+        return tp(**kwargs)
+    if tp is float:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            raise TypeError(f"expected a number, got {data!r}")
+        return float(data)
+    if tp is int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            raise TypeError(f"expected an integer, got {data!r}")
+        return data
+    if tp in (str, bool):
+        if not isinstance(data, tp):
+            raise TypeError(f"expected {tp.__name__}, got {data!r}")
+        return data
+    return data
+
+
+def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
+    """Write JSON next to ``path`` and rename over it: readers see the old file or the new one, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(to_jsonable(data), indent=1, allow_nan=False)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,274 @@
+"""The workload contract: what a user's file gives perfscope, and how it is loaded and checked.
+
+    # my_model.py
+    import perfscope, torch, torch.nn.functional as F
+    def workload() -> perfscope.Workload:
+        return perfscope.Workload(
+            model=lambda: MyNet(),
+            dataset=lambda: MyDataset(),          # or batches=lambda batch_size: iterator of ready batches
+            loss=lambda model, batch: F.cross_entropy(model(batch[0]), batch[1]),
+            optimizer=lambda params: torch.optim.AdamW(params, lr=3e-4),
+            batch_size=8,
+        )
+
+The user gives factories, not a loop, because the harness must rebuild the workload in every trial
+process and control batch size, precision, data loading and the loop itself. Factories may be lambdas
+and closures: a trial re-imports the file by path instead of pickling them.
+
+Every contract violation raises `WorkloadError`, whose message names the file and, where it applies,
+the line — a broken file must cost the user seconds, not a sweep.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+Precision = Literal["fp32", "bf16", "fp16"]
+
+
+class UserError(Exception):
+    """A problem in the user's input (exit code 2), as opposed to a perfscope bug (exit code 1)."""
+
+
+class WorkloadError(UserError):
+    """The workload file breaks the contract. The message names the file and line where known."""
+
+
+def _default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(params, lr=1e-4)
+
+
+@dataclass(kw_only=True)
+class Workload:
+    """A trainable workload described by factories, plus the settings of the user's current loop.
+
+    The "current loop" settings (precision, num_workers, pin_memory, ...) describe what the user runs
+    today: the baseline trial uses them, and perfscope never advises turning on what is already on.
+    """
+
+    model: Callable[[], nn.Module]
+    """Returns a fresh nn.Module on the CPU; the harness moves it to the device."""
+    loss: Callable[[nn.Module, Any], torch.Tensor]
+    """loss(model, batch) -> scalar tensor. ``batch`` is already on the device."""
+    batch_size: int
+    """The user's micro-batch size (samples per forward pass)."""
+    dataset: Callable[[], Any] | None = None
+    """Returns a torch Dataset (map-style or iterable); perfscope wraps it in a DataLoader it controls."""
+    batches: Callable[[int], Iterable[Any]] | None = None
+    """batches(batch_size) -> iterable of ready batches (synthetic data). Exclusive with ``dataset``."""
+    optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] = _default_optimizer
+    """optimizer(params) -> a torch optimizer. Defaults to AdamW(lr=1e-4)."""
+    collate_fn: Callable[[list[Any]], Any] | None = None
+    tokens_per_sample: int | None = None
+    """Optional: tokens per sample, to report tokens/s."""
+    name: str | None = None
+    grad_accum_steps: int = 1
+    """The user's gradient accumulation: global batch per rank = batch_size x grad_accum_steps."""
+    precision: Precision = "fp32"
+    """What the user's loop runs today: fp32, or autocast bf16 / fp16 (+GradScaler)."""
+    num_workers: int = 0
+    pin_memory: bool = False
+    checkpoint_blocks: Callable[[nn.Module], list[nn.Module]] | None = None
+    """Optional override: the modules to activation-checkpoint (default: auto-detected repeated blocks)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Free-form notes recorded with the results (never interpreted)."""
+
+    def __post_init__(self) -> None:
+        if not callable(self.model):
+            raise WorkloadError("Workload.model must be a callable returning a fresh nn.Module (e.g. lambda: MyNet())")
+        if not callable(self.loss):
+            raise WorkloadError("Workload.loss must be a callable loss(model, batch) -> scalar tensor")
+        if (self.dataset is None) == (self.batches is None):
+            raise WorkloadError("Workload needs exactly one of dataset= (a Dataset factory) or batches= (a batch generator)")
+        for name in ("dataset", "batches", "optimizer", "collate_fn", "checkpoint_blocks"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise WorkloadError(f"Workload.{name} must be a callable (a factory), got {type(value).__name__}")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise WorkloadError(f"Workload.batch_size must be a positive int, got {self.batch_size!r}")
+        if not isinstance(self.grad_accum_steps, int) or self.grad_accum_steps < 1:
+            raise WorkloadError(f"Workload.grad_accum_steps must be a positive int, got {self.grad_accum_steps!r}")
+        if self.tokens_per_sample is not None and (not isinstance(self.tokens_per_sample, int) or self.tokens_per_sample < 1):
+            raise WorkloadError(f"Workload.tokens_per_sample must be a positive int, got {self.tokens_per_sample!r}")
+        if self.precision not in ("fp32", "bf16", "fp16"):
+            raise WorkloadError(f"Workload.precision must be 'fp32', 'bf16' or 'fp16', got {self.precision!r}")
+        if not isinstance(self.num_workers, int) or self.num_workers < 0:
+            raise WorkloadError(f"Workload.num_workers must be an int >= 0, got {self.num_workers!r}")
+
+    def declared(self) -> dict[str, Any]:
+        """The plain settings, for the results file."""
+        return {
+            "batch_size": self.batch_size,
+            "grad_accum_steps": self.grad_accum_steps,
+            "tokens_per_sample": self.tokens_per_sample,
+            "precision": self.precision,
+            "num_workers": self.num_workers,
+            "pin_memory": self.pin_memory,
+            "data": "dataset" if self.dataset is not None else "batches",
+            "extra": {k: repr(v) for k, v in self.extra.items()},
+        }
+
+
+# ------------------------------------------------------------------------------------------ loading
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _user_frame(exc: BaseException, path: Path) -> str:
+    """'file:line' of the deepest traceback frame inside the user's file, or just the file."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == path]
+    if frames:
+        return f"{path}:{frames[-1].lineno}"
+    return str(path)
+
+
+def describe_user_exception(exc: BaseException, path: Path, during: str) -> str:
+    """A one-paragraph message: where in the user's file, while doing what, and the exception itself."""
+    location = _user_frame(exc, path)
+    return f"{location}: {during} raised {type(exc).__name__}: {exc}"
+
+
+def load_workload(path: str | Path) -> Workload:
+    """Import the user's file by path and call its ``workload()``. Raises WorkloadError on any violation."""
+    path = Path(path).resolve()
+    if not path.exists():
+        raise WorkloadError(f"{path}: no such file")
+    if path.suffix != ".py":
+        raise WorkloadError(f"{path}: expected a Python file (.py)")
+    module_name = f"perfscope_user_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise WorkloadError(f"{path}: cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    # Registered so that classes defined in the file can be pickled (DataLoader workers) and the file's
+    # folder is importable, as it would be when the user runs the script directly.
+    sys.modules[module_name] = module
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise WorkloadError(f"{exc.filename or path}:{exc.lineno}: syntax error: {exc.msg}") from None
+    except Exception as exc:  # noqa: BLE001 - any error in user code is the user's to see
+        raise WorkloadError(describe_user_exception(exc, path, "importing the file")) from exc
+    factory = getattr(module, "workload", None)
+    if factory is None:
+        raise WorkloadError(f"{path}: defines no workload() function; it must return perfscope.Workload(...)")
+    if not callable(factory):
+        raise WorkloadError(f"{path}: `workload` must be a function returning perfscope.Workload(...)")
+    try:
+        result = factory()
+    except WorkloadError as exc:
+        raise WorkloadError(f"{_user_frame(exc, path)}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001
+        raise WorkloadError(describe_user_exception(exc, path, "workload()")) from exc
+    if not isinstance(result, Workload):
+        raise WorkloadError(
+            f"{path}: workload() returned {type(result).__name__}, expected perfscope.Workload(...)"
+        )
+    if result.name is None:
+        result.name = path.stem
+    return result
+
+
+# --------------------------------------------------------------------------------------- validation
+
+
+def _first_samples(workload: Workload, path: Path, count: int) -> Any:
+    """Build one batch of ``count`` samples on the CPU, naming the failing dataset index if one raises."""
+    if workload.batches is not None:
+        try:
+            iterator: Iterator[Any] = iter(workload.batches(count))
+            return next(iterator)
+        except StopIteration:
+            raise WorkloadError(f"{path}: batches({count}) yielded no batch") from None
+        except Exception as exc:  # noqa: BLE001
+            raise WorkloadError(describe_user_exception(exc, path, f"batches({count})")) from exc
+    try:
+        dataset = workload.dataset()  # type: ignore[misc]
+    except Exception as exc:  # noqa: BLE001
+        raise WorkloadError(describe_user_exception(exc, path, "dataset()")) from exc
+    collate = workload.collate_fn or torch.utils.data.default_collate
+    samples: list[Any] = []
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        try:
+            for i, sample in zip(range(count), dataset):
+                samples.append(sample)
+        except Exception as exc:  # noqa: BLE001
+            raise WorkloadError(describe_user_exception(exc, path, f"iterating the dataset (sample {len(samples)})")) from exc
+    else:
+        if not hasattr(dataset, "__getitem__"):
+            raise WorkloadError(f"{path}: dataset() returned {type(dataset).__name__}, which is not a torch Dataset")
+        try:
+            length = len(dataset)
+        except TypeError:
+            length = None
+        if length is not None and length < count:
+            raise WorkloadError(f"{path}: the dataset has {length} samples, fewer than batch_size={count}")
+        for i in range(count):
+            try:
+                samples.append(dataset[i])
+            except Exception as exc:  # noqa: BLE001
+                raise WorkloadError(describe_user_exception(exc, path, f"dataset[{i}]")) from exc
+    if not samples:
+        raise WorkloadError(f"{path}: the dataset yielded no samples")
+    try:
+        return collate(samples)
+    except Exception as exc:  # noqa: BLE001
+        raise WorkloadError(describe_user_exception(exc, path, "collating a batch")) from exc
+
+
+def validate_workload(workload: Workload, path: str | Path, *, dry_run_batch: int = 2) -> None:
+    """One training step on the CPU with a small batch: catches contract errors before any trial starts.
+
+    The dataset is also probed at its declared batch size (index by index), so a sample that raises
+    is named. Raises WorkloadError.
+    """
+    path = Path(path).resolve()
+    if workload.dataset is not None:
+        _first_samples(workload, path, workload.batch_size)
+    batch = _first_samples(workload, path, min(dry_run_batch, workload.batch_size))
+    torch.manual_seed(0)
+    try:
+        model = workload.model()
+    except Exception as exc:  # noqa: BLE001
+        raise WorkloadError(describe_user_exception(exc, path, "model()")) from exc
+    if not isinstance(model, nn.Module):
+        raise WorkloadError(f"{path}: model() returned {type(model).__name__}, expected a torch.nn.Module")
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise WorkloadError(f"{path}: the model has no trainable parameters")
+    try:
+        optimizer = workload.optimizer(params)
+    except Exception as exc:  # noqa: BLE001
+        raise WorkloadError(describe_user_exception(exc, path, "optimizer(params)")) from exc
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise WorkloadError(f"{path}: optimizer(params) returned {type(optimizer).__name__}, expected a torch.optim.Optimizer")
+    try:
+        loss = workload.loss(model, batch)
+    except Exception as exc:  # noqa: BLE001
+        raise WorkloadError(describe_user_exception(exc, path, "loss(model, batch)")) from exc
+    if not isinstance(loss, torch.Tensor):
+        raise WorkloadError(f"{path}: loss(model, batch) returned {type(loss).__name__}, expected a scalar tensor")
+    if loss.numel() != 1:
+        raise WorkloadError(f"{path}: loss(model, batch) returned a tensor of shape {tuple(loss.shape)}, expected a scalar")
+    if not loss.requires_grad:
+        raise WorkloadError(f"{path}: the loss does not require grad: it is not connected to the model's parameters")
+    try:
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    except Exception as exc:  # noqa: BLE001
+        raise WorkloadError(describe_user_exception(exc, path, "backward/optimizer step")) from exc

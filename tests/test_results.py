@@ -1,0 +1,57 @@
+import json
+import math
+
+import pytest
+
+from perfscope.results import Results, ResultsError, SCHEMA_VERSION, write_json_atomic
+from tests.factories import make_results, make_trial
+
+
+def test_round_trip_preserves_everything(tmp_path):
+    results = make_results([make_trial("baseline"), make_trial("oom", status="oom")])
+    path = results.save(tmp_path / "results.json")
+    loaded = Results.load(path)
+    assert loaded == results
+
+
+def test_non_finite_numbers_become_null(tmp_path):
+    trial = make_trial()
+    trial.metrics.mfu = math.nan
+    trial.metrics.hfu = math.inf
+    path = make_results([trial]).save(tmp_path / "r.json")
+    data = json.loads(path.read_text())  # would fail on bare NaN under strict parsers
+    assert data["trials"][0]["metrics"]["mfu"] is None
+    assert "NaN" not in path.read_text() and "Infinity" not in path.read_text()
+
+
+def test_wrong_schema_version_is_refused(tmp_path):
+    data = make_results().to_dict()
+    data["schema_version"] = SCHEMA_VERSION + 1
+    (tmp_path / "r.json").write_text(json.dumps(data))
+    with pytest.raises(ResultsError, match="schema_version"):
+        Results.load(tmp_path / "r.json")
+
+
+def test_corrupt_and_missing_files_give_clear_errors(tmp_path):
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ResultsError, match="not valid JSON"):
+        Results.load(tmp_path / "bad.json")
+    with pytest.raises(ResultsError, match="no such file"):
+        Results.load(tmp_path / "missing.json")
+
+
+def test_type_mismatch_is_a_schema_error(tmp_path):
+    data = make_results().to_dict()
+    data["trials"][0]["metrics"]["steps"] = "many"
+    (tmp_path / "r.json").write_text(json.dumps(data))
+    with pytest.raises(ResultsError, match="schema"):
+        Results.load(tmp_path / "r.json")
+
+
+def test_atomic_write_keeps_old_file_when_serialization_fails(tmp_path):
+    path = tmp_path / "r.json"
+    write_json_atomic(path, {"a": 1})
+    with pytest.raises(TypeError):
+        write_json_atomic(path, {"a": object()})
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temp file left behind
