@@ -1,0 +1,74 @@
+"""Memory: peaks from the CUDA caching allocator, and who owns the bytes.
+
+A training step's memory is weights + gradients + optimizer state + activations and temporaries;
+the first three are computed exactly from the tensors, the last is what remains of the peak. AdamW
+keeps two fp32 moments per parameter (8 B/param), which is often the largest single owner.
+On CPU there is no allocator peak: the trial process's peak RSS (getrusage) stands in, labelled so.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from perfscope.results import MemoryBreakdown
+
+
+def _tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    seen: set[int] = set()
+    total = 0
+    for t in tensors:
+        if t is None or not isinstance(t, torch.Tensor):
+            continue
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key in seen and key != 0:
+            continue
+        seen.add(key)
+        total += storage.nbytes()
+    return total
+
+
+def parameter_bytes(model: nn.Module) -> int:
+    return _tensor_bytes(model.parameters())
+
+
+def gradient_bytes(model: nn.Module) -> int:
+    return _tensor_bytes(p.grad for p in model.parameters() if p.grad is not None)
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    return _tensor_bytes(v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor))
+
+
+def breakdown(model: nn.Module, optimizer: torch.optim.Optimizer, peak_bytes: int | None, *, grads_present: bool) -> MemoryBreakdown:
+    """Owners of the peak. Gradients are sized from the parameters when they were already freed (set_to_none)."""
+    params = parameter_bytes(model)
+    grads = gradient_bytes(model) if grads_present else sum(
+        p.numel() * p.element_size() for p in model.parameters() if p.requires_grad
+    )
+    state = optimizer_state_bytes(optimizer)
+    rest = None if peak_bytes is None else max(peak_bytes - params - grads - state, 0)
+    return MemoryBreakdown(parameters=params, gradients=grads, optimizer_state=state, activations_and_temporaries=rest)
+
+
+def reset_peak(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+
+def device_peaks(device: str) -> tuple[int | None, int | None]:
+    """(peak allocated, peak reserved) since the last reset; (None, None) on CPU."""
+    if device == "cuda":
+        return int(torch.cuda.max_memory_allocated()), int(torch.cuda.max_memory_reserved())
+    return None, None
+
+
+def process_peak_rss_bytes() -> int:
+    """Peak resident set of this process (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)

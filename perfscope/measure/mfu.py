@@ -1,0 +1,52 @@
+"""MFU and HFU: achieved model (hardware) FLOP/s over one fixed peak.
+
+    peak = choose_peak(environment, override_tflops=None)
+    apply_utilization_ratios(metrics, peak, environment)
+
+MFU = model FLOPs per step / step time / peak (PaLM's definition). HFU counts the FLOPs the hardware
+really executed, including activation-checkpoint recompute, so HFU ≥ MFU. Every trial of a run uses the
+same denominator — the device's best dense matmul peak — so a precision change shows up as an MFU gain
+equal to its throughput gain instead of being hidden by a dtype-specific peak.
+"""
+
+from __future__ import annotations
+
+from perfscope.results import Environment, Peak, TrialMetrics
+
+
+def choose_peak(env: Environment, override_tflops: float | None = None) -> Peak | None:
+    """The ranking denominator: --peak-tflops, else the datasheet's best dense dtype, else the measured ceiling."""
+    if override_tflops is not None:
+        return Peak(tflops=override_tflops, dtype="user", source="--peak-tflops (user supplied)")
+    if env.datasheet_peaks_tflops:
+        candidates = {k: v for k, v in env.datasheet_peaks_tflops.items() if k in ("fp32", "tf32", "bf16", "fp16")}
+        dtype = max(candidates, key=candidates.__getitem__)
+        return Peak(tflops=candidates[dtype], dtype=dtype, source=f"datasheet, dense: {env.datasheet_source}")
+    if env.measured_ceiling_tflops:
+        dtype = max(env.measured_ceiling_tflops, key=env.measured_ceiling_tflops.__getitem__)
+        why = "CPU" if env.device_type == "cpu" else f"no datasheet entry for {env.device_name}"
+        return Peak(
+            tflops=env.measured_ceiling_tflops[dtype],
+            dtype=dtype,
+            source=f"measured matmul ceiling ({why}); MFU here is relative to what this machine's matmul reaches",
+        )
+    return None
+
+
+def apply_utilization_ratios(metrics: TrialMetrics, peak: Peak | None, env: Environment) -> None:
+    """Fill mfu, hfu and mfu_vs_measured_ceiling; a ratio that cannot be computed gets its reason."""
+    median = metrics.step_time_s.median
+    if not metrics.flops_per_step:
+        metrics.unavailable.setdefault("mfu", metrics.unavailable.get("flops_per_step", "no FLOP count"))
+        return
+    if peak is None:
+        metrics.unavailable["mfu"] = "no peak FLOP/s known for this device (pass --peak-tflops)"
+    else:
+        metrics.mfu = metrics.flops_per_step / median / (peak.tflops * 1e12)
+        if metrics.hardware_flops_per_step:
+            metrics.hfu = metrics.hardware_flops_per_step / median / (peak.tflops * 1e12)
+    if env.measured_ceiling_tflops:
+        ceiling = max(env.measured_ceiling_tflops.values())
+        metrics.mfu_vs_measured_ceiling = metrics.flops_per_step / median / (ceiling * 1e12)
+    else:
+        metrics.unavailable["mfu_vs_measured_ceiling"] = "no measured ceiling"

@@ -1,0 +1,130 @@
+"""Peak FLOP/s: datasheet dense peaks per device and dtype, and a measured matmul ceiling.
+
+    >>> datasheet_peak("NVIDIA H100 80GB HBM3")
+    DevicePeak(name='NVIDIA H100 SXM', tflops={'fp32': 66.9, 'tf32': 494.7, 'bf16': 989.4, ...}, ...)
+
+Why both: the datasheet is what MFU is conventionally quoted against, the measured ceiling is what this
+machine actually reaches (clocks, power caps, MIG slices). An unknown device gets no guessed peak —
+a hard-coded A100 peak once reported 104% MFU on an H100 (nanoGPT #464) — and MFU then falls back to
+the measured ceiling, marked as such. All figures are DENSE: datasheets print 2:4-sparse figures, twice these.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class DevicePeak:
+    name: str
+    tflops: dict[str, float]  # dtype -> dense TFLOP/s (tensor cores where the dtype uses them)
+    source: str
+
+    @property
+    def best(self) -> tuple[str, float]:
+        """The device's best dense matmul peak among training dtypes (fp8 excluded): the ranking denominator."""
+        candidates = {k: v for k, v in self.tflops.items() if k in ("fp32", "tf32", "bf16", "fp16")}
+        dtype = max(candidates, key=candidates.__getitem__)
+        return dtype, candidates[dtype]
+
+
+# Ordered: the first pattern that matches the lower-cased device name wins (more specific first).
+_DATASHEETS: list[tuple[str, DevicePeak]] = [
+    (r"h100.*(nvl)", DevicePeak(
+        "NVIDIA H100 NVL", {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5},
+        "https://www.nvidia.com/en-us/data-center/h100/ (H100 NVL column, sparse figures halved)")),
+    (r"h100.*(pcie)", DevicePeak(
+        "NVIDIA H100 PCIe", {"fp32": 51.2, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0, "fp8": 1513.0},
+        "https://www.nvidia.com/en-us/data-center/h100/ (H100 PCIe column, sparse figures halved)")),
+    (r"h100|gh200", DevicePeak(
+        "NVIDIA H100 SXM", {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
+        "https://www.nvidia.com/en-us/data-center/h100/ (H100 SXM column, sparse figures halved)")),
+    (r"h200", DevicePeak(
+        "NVIDIA H200", {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
+        "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM column, sparse figures halved)")),
+    (r"a100", DevicePeak(
+        "NVIDIA A100", {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
+        "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf")),
+    (r"l40s", DevicePeak(
+        "NVIDIA L40S", {"fp32": 91.6, "tf32": 183.0, "bf16": 362.05, "fp16": 362.05, "fp8": 733.0},
+        "https://www.nvidia.com/en-us/data-center/l40s/ (sparse figures halved)")),
+    (r"\bl4\b", DevicePeak(
+        "NVIDIA L4", {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0, "fp16": 121.0, "fp8": 242.5},
+        "https://www.nvidia.com/en-us/data-center/l4/ (sparse figures halved)")),
+    (r"\ba10\b|a10g", DevicePeak(
+        "NVIDIA A10", {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0},
+        "https://www.nvidia.com/en-us/data-center/products/a10-gpu/ (sparse figures halved)")),
+    (r"v100", DevicePeak(
+        "NVIDIA V100", {"fp32": 15.7, "fp16": 125.0},
+        "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf (SXM2)")),
+    (r"rtx 4090", DevicePeak(
+        "NVIDIA GeForce RTX 4090", {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2, "fp16": 165.2},
+        "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf (FP32 accumulate, dense)")),
+    (r"rtx 3090", DevicePeak(
+        "NVIDIA GeForce RTX 3090", {"fp32": 35.6, "tf32": 35.6, "bf16": 71.0, "fp16": 71.0},
+        "https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf (FP32 accumulate, dense)")),
+    (r"rtx a6000", DevicePeak(
+        "NVIDIA RTX A6000", {"fp32": 38.7, "tf32": 77.4, "bf16": 154.8, "fp16": 154.8},
+        "https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf (dense)")),
+]
+
+
+def datasheet_peak(device_name: str) -> DevicePeak | None:
+    """The datasheet entry for a device name as CUDA reports it, or None when the device is unknown."""
+    lowered = device_name.lower()
+    for pattern, peak in _DATASHEETS:
+        if re.search(pattern, lowered):
+            return peak
+    return None
+
+
+_TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def measure_matmul_tflops(device: str, dtype: str, *, size: int | None = None, repeats: int = 5) -> float:
+    """Median TFLOP/s of a square matmul on ``device``: the ceiling this machine really reaches.
+
+    Random inputs (never zeros: some hardware is faster on them), warm-up first, and the device is
+    synchronized before every host clock read.
+    """
+    if size is None:
+        size = 8192 if device == "cuda" else 1024
+    torch_dtype = _TORCH_DTYPES[dtype]
+    previous_tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+    try:
+        a = torch.randn(size, size, device=device, dtype=torch_dtype)
+        b = torch.randn(size, size, device=device, dtype=torch_dtype)
+        flops = 2.0 * size**3
+        _sync(device)
+        torch.mm(a, b)  # warm-up: kernel selection, allocator
+        _sync(device)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            torch.mm(a, b)
+            _sync(device)
+            times.append(time.perf_counter() - start)
+        times.sort()
+        return flops / times[len(times) // 2] / 1e12
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous_tf32
+
+
+def ceiling_dtypes(device: str) -> list[str]:
+    """Dtypes worth a measured ceiling: on CUDA those with tensor-core paths, on CPU fp32 and bf16."""
+    if device == "cuda":
+        dtypes = ["fp32", "tf32", "fp16"]
+        if torch.cuda.is_bf16_supported():
+            dtypes.append("bf16")
+        return dtypes
+    return ["fp32", "bf16"]
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()

@@ -1,0 +1,87 @@
+"""Activation checkpointing of a model's repeated blocks, switchable so FLOPs can be counted honestly.
+
+    blocks = apply_checkpointing(model)            # auto: the largest nn.ModuleList of same-type blocks
+    with counting_recompute(blocks, counter): ...  # forward FLOPs inside the blocks = recompute (HFU - MFU)
+
+Non-reentrant `torch.utils.checkpoint` (the recommended variant: works with autocast, kwargs and
+inputs that do not require grad). The wrapper keeps the block's state_dict keys unchanged in spirit
+(the block is a child named `block`), and can be switched off for the FLOP count of model FLOPs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+
+class CheckpointedBlock(nn.Module):
+    def __init__(self, block: nn.Module) -> None:
+        super().__init__()
+        self.block = block
+        self.enabled = True
+        self.flop_probe: Callable[[], float] | None = None  # set while counting recompute FLOPs
+        self.recompute_flops = 0.0
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self.flop_probe is not None:
+            before = self.flop_probe()
+            out = self.block(*args, **kwargs)
+            self.recompute_flops += self.flop_probe() - before
+            return out
+        if self.enabled and self.training:
+            return checkpoint(self.block, *args, use_reentrant=False, **kwargs)
+        return self.block(*args, **kwargs)
+
+
+def find_repeated_blocks(model: nn.Module) -> list[nn.Module]:
+    """The children of the nn.ModuleList (or Sequential) of ≥2 same-type blocks holding the most parameters."""
+    best: list[nn.Module] = []
+    best_params = 0
+    for module in model.modules():
+        if not isinstance(module, nn.ModuleList | nn.Sequential):
+            continue
+        children = list(module.children())
+        if len(children) < 2 or len({type(c) for c in children}) != 1:
+            continue
+        if not any(True for _ in children[0].parameters()):
+            continue
+        params = sum(p.numel() for c in children for p in c.parameters())
+        if params > best_params:
+            best, best_params = children, params
+    return best
+
+
+def apply_checkpointing(
+    model: nn.Module, select: Callable[[nn.Module], list[nn.Module]] | None = None
+) -> list[CheckpointedBlock]:
+    """Wrap the selected (or auto-detected) blocks in place; returns the wrappers (empty: nothing to wrap)."""
+    targets = select(model) if select is not None else find_repeated_blocks(model)
+    target_ids = {id(t) for t in targets}
+    wrappers: list[CheckpointedBlock] = []
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if id(child) in target_ids:
+                wrapper = CheckpointedBlock(child)
+                setattr(parent, name, wrapper)
+                wrappers.append(wrapper)
+    return wrappers
+
+
+@contextmanager
+def counting_recompute(wrappers: list[CheckpointedBlock], probe: Callable[[], float]) -> Iterator[None]:
+    """Run blocks un-checkpointed while measuring the forward FLOPs inside them (what recompute repeats)."""
+    for w in wrappers:
+        w.flop_probe, w.recompute_flops = probe, 0.0
+    try:
+        yield
+    finally:
+        for w in wrappers:
+            w.flop_probe = None
+
+
+def recompute_flops(wrappers: list[CheckpointedBlock]) -> float:
+    return sum(w.recompute_flops for w in wrappers)

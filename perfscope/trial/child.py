@@ -1,0 +1,74 @@
+"""Entry point of a trial process: `python -m perfscope.trial.child SPEC.json`.
+
+The parent (perfscope.trial.runner) starts this in a fresh interpreter and its own process group, so
+an OOM, a poisoned CUDA context, a segfault or a hang dies with the process. The outcome is written
+atomically to the spec's `result_path`; a missing result file means the process crashed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from perfscope.results import to_jsonable, write_json_atomic
+
+OOM_MESSAGES = ("out of memory", "can't allocate memory", "not enough memory", "cannot allocate memory")
+
+
+def classify_exception(exc: BaseException) -> str:
+    """'oom' by exception type first, by message as a fallback (CPU allocators raise RuntimeError)."""
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
+        return "oom"
+    message = str(exc).lower()
+    if any(m in message for m in OOM_MESSAGES):
+        return "oom"
+    return "error"
+
+
+def error_tail(exc: BaseException, lines: int = 12) -> str:
+    text = "".join(traceback.format_exception(exc)).rstrip().splitlines()
+    return "\n".join(text[-lines:])
+
+
+def _run_trial(spec: dict[str, Any]) -> dict[str, Any]:
+    from perfscope.trial.config import TrialConfig
+    from perfscope.trial.loop import all_finite, run_trial
+    from perfscope.workload import load_workload
+
+    workload = load_workload(spec["workload_path"])
+    config = TrialConfig.from_dict(spec["config"])
+    artifacts = Path(spec["artifacts_dir"]) if spec.get("artifacts_dir") else None
+    if artifacts is not None:
+        artifacts.mkdir(parents=True, exist_ok=True)
+    metrics = run_trial(workload, config, artifacts)
+    if not all_finite(metrics.losses):
+        bad = next(i for i, v in enumerate(metrics.losses) if v != v or v in (float("inf"), float("-inf")))
+        return {"status": "nonfinite", "error": f"loss became {metrics.losses[bad]} at measured step {bad}", "metrics": to_jsonable(metrics)}
+    return {"status": "ok", "error": None, "metrics": to_jsonable(metrics)}
+
+
+def _run_probe(spec: dict[str, Any]) -> dict[str, Any]:
+    from perfscope.measure.environment import collect_environment
+
+    env = collect_environment(spec["device"], measure_ceiling=spec.get("measure_ceiling", True))
+    return {"status": "ok", "error": None, "environment": to_jsonable(env)}
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    result_path = Path(spec["result_path"])
+    try:
+        outcome = _run_probe(spec) if spec.get("mode") == "probe" else _run_trial(spec)
+    except BaseException as exc:  # noqa: BLE001 - every failure is a recorded status
+        outcome = {"status": classify_exception(exc), "error": f"{type(exc).__name__}: {exc}", "traceback": error_tail(exc)}
+    write_json_atomic(result_path, outcome)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,65 @@
+"""The trial's data pipeline: a DataLoader perfscope controls (or the user's batch generator), endless,
+and a device copy that honours pin_memory + non_blocking.
+
+Why perfscope builds the DataLoader: num_workers, pin_memory, prefetch_factor and persistent_workers
+are knobs the sweep turns, so the user gives a Dataset, not a loader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from perfscope.trial.config import TrialConfig
+from perfscope.workload import Workload
+
+
+def endless_batches(workload: Workload, config: TrialConfig) -> Iterator[Any]:
+    """Batches forever: restarts the loader when an epoch ends (the restart cost is real, so it is timed)."""
+    if workload.batches is not None:
+        while True:
+            produced = False
+            for batch in workload.batches(config.micro_batch_size):
+                produced = True
+                yield batch
+            if not produced:
+                raise RuntimeError("batches() yielded no batch")
+    dataset = workload.dataset()  # type: ignore[misc]
+    is_iterable = isinstance(dataset, torch.utils.data.IterableDataset)
+    kwargs: dict[str, Any] = {
+        "batch_size": config.micro_batch_size,
+        "shuffle": False,  # same batches in every trial: the numerics guard compares losses
+        "num_workers": config.num_workers,
+        "pin_memory": config.pin_memory and config.device == "cuda",
+        "drop_last": not is_iterable,
+        "persistent_workers": config.persistent_workers,
+    }
+    if workload.collate_fn is not None:
+        kwargs["collate_fn"] = workload.collate_fn
+    if config.prefetch_factor is not None:
+        kwargs["prefetch_factor"] = config.prefetch_factor
+    loader = torch.utils.data.DataLoader(dataset, **kwargs)
+    while True:
+        produced = False
+        for batch in loader:
+            produced = True
+            yield batch
+        if not produced:
+            raise RuntimeError("the DataLoader yielded no batch (dataset smaller than one batch?)")
+
+
+def to_device(batch: Any, device: str, *, non_blocking: bool, channels_last: bool = False) -> Any:
+    """Move every tensor in a (nested) batch; 4-D float tensors become channels_last when asked."""
+    if isinstance(batch, torch.Tensor):
+        moved = batch.to(device, non_blocking=non_blocking)
+        if channels_last and moved.dim() == 4 and moved.is_floating_point():
+            moved = moved.contiguous(memory_format=torch.channels_last)
+        return moved
+    if isinstance(batch, dict):
+        return {k: to_device(v, device, non_blocking=non_blocking, channels_last=channels_last) for k, v in batch.items()}
+    if isinstance(batch, list | tuple):
+        moved_items = [to_device(v, device, non_blocking=non_blocking, channels_last=channels_last) for v in batch]
+        return type(batch)(*moved_items) if hasattr(batch, "_fields") else type(batch)(moved_items)
+    return batch
