@@ -135,7 +135,7 @@ class TrialMetrics:
     data_wait_fraction: float
     samples_per_s: float
     tokens_per_s: float | None = None
-    losses: list[float] = field(default_factory=list)
+    losses: list[float | None] = field(default_factory=list)  # per measured step; None = non-finite
     first_grad_norm: float | None = None
     flops_per_step: float | None = None  # model FLOPs (forward + backward), no recompute
     hardware_flops_per_step: float | None = None  # adds activation-checkpointing recompute

@@ -1,0 +1,119 @@
+"""FLOP counts against analytic formulas; MFU/HFU arithmetic; peak lookup."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from perfscope.measure.flops import linear_training_flops, transformer_training_flops_per_token
+from perfscope.measure.mfu import apply_utilization_ratios, choose_peak
+from perfscope.measure.peaks import datasheet_peak
+from perfscope.results import Environment
+from perfscope.trial.config import TrialConfig
+from perfscope.trial.loop import TrainStep
+from perfscope.workload import Workload, load_workload
+from tests.factories import make_trial
+
+ROOT = Path(__file__).parent.parent
+
+
+def _mlp_workload(batch: int) -> Workload:
+    return Workload(
+        model=lambda: nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10)),
+        batches=lambda n: iter(lambda: (torch.randn(n, 32), torch.randint(0, 10, (n,))), None),
+        loss=lambda model, b: nn.functional.cross_entropy(model(b[0]), b[1]),
+        batch_size=batch,
+    )
+
+
+def test_mlp_flops_are_exact():
+    step = TrainStep(_mlp_workload(8), TrialConfig(micro_batch_size=8))
+    model_flops, hardware_flops, _ = step.count_flops()
+    expected = linear_training_flops(8, 32, 64, input_requires_grad=False) + linear_training_flops(8, 64, 10, input_requires_grad=True)
+    assert model_flops == expected == 96256
+    assert hardware_flops == model_flops  # no recompute without checkpointing
+
+
+def test_accumulation_multiplies_flops_per_optimizer_step():
+    one = TrainStep(_mlp_workload(8), TrialConfig(micro_batch_size=8)).count_flops()[0]
+    four = TrainStep(_mlp_workload(8), TrialConfig(micro_batch_size=8, grad_accum_steps=4)).count_flops()[0]
+    assert four == 4 * one
+
+
+def _tiny_gpt():
+    wl = load_workload(ROOT / "examples" / "tiny_transformer.py")
+    module = importlib.import_module(wl.model.__module__)
+    return wl, module
+
+
+def test_transformer_flops_match_6nd_plus_attention():
+    wl, mod = _tiny_gpt()
+    step = TrainStep(wl, TrialConfig(micro_batch_size=4))
+    counted, _, notes = step.count_flops()
+    model = mod.TinyGPT()
+    matmul_params = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+    tokens = 4 * mod.SEQ
+    analytic = transformer_training_flops_per_token(
+        n_params_non_embedding=matmul_params, n_layers=mod.N_LAYERS, d_model=mod.D_MODEL, seq_len=mod.SEQ
+    ) * tokens
+    # The counter counts attention backward with its QK^T recompute (14·T·d per layer vs 12): within a few %.
+    assert counted == pytest.approx(analytic, rel=0.05)
+    assert any("CPU SDPA" in n for n in notes)  # the CPU gap was detected and filled
+
+
+def test_checkpointing_is_hfu_not_mfu():
+    wl, mod = _tiny_gpt()
+    plain = TrainStep(wl, TrialConfig(micro_batch_size=4)).count_flops()
+    ckpt = TrainStep(wl, TrialConfig(micro_batch_size=4, activation_checkpointing=True)).count_flops()
+    assert ckpt[0] == pytest.approx(plain[0])  # model FLOPs unchanged
+    # HFU adds one forward of the blocks: more than the model FLOPs, less than 4/3 of them
+    assert plain[0] < ckpt[1] < plain[0] * 4 / 3 + 1
+
+
+def test_mfu_arithmetic_uses_one_fixed_denominator():
+    env = Environment(device_type="cuda", device_name="NVIDIA H100 80GB HBM3",
+                      datasheet_peaks_tflops=dict(datasheet_peak("NVIDIA H100 80GB HBM3").tflops),
+                      datasheet_source="H100 SXM", measured_ceiling_tflops={"bf16": 800.0, "fp32": 50.0})
+    peak = choose_peak(env)
+    assert (peak.dtype, peak.tflops) == ("bf16", 989.4)  # best dense dtype, even for an fp32 trial
+    trial = make_trial(median_s=0.1, flops_per_step=4e13)
+    trial.metrics.hardware_flops_per_step = 5e13
+    apply_utilization_ratios(trial.metrics, peak, env)
+    median = trial.metrics.step_time_s.median
+    assert trial.metrics.mfu == pytest.approx(4e13 / median / 989.4e12)
+    assert trial.metrics.hfu == pytest.approx(5e13 / median / 989.4e12)
+    assert trial.metrics.hfu > trial.metrics.mfu
+    assert trial.metrics.mfu_vs_measured_ceiling == pytest.approx(4e13 / median / 800e12)
+
+
+def test_peak_override_and_unknown_device():
+    env = Environment(device_type="cuda", device_name="Mystery GPU 9000", measured_ceiling_tflops={"bf16": 123.0})
+    assert choose_peak(env, 400.0).source.startswith("--peak-tflops")
+    fallback = choose_peak(env)
+    assert fallback.tflops == 123.0 and "measured matmul ceiling" in fallback.source
+    assert choose_peak(Environment(device_type="cuda", device_name="Mystery GPU 9000")) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "expected", "bf16"),
+    [
+        ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM", 989.4),
+        ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe", 756.0),
+        ("NVIDIA H100 NVL", "NVIDIA H100 NVL", 835.5),
+        ("NVIDIA H200", "NVIDIA H200", 989.4),
+        ("NVIDIA A100-SXM4-80GB", "NVIDIA A100", 312.0),
+        ("NVIDIA L4", "NVIDIA L4", 121.0),
+        ("NVIDIA A10G", "NVIDIA A10", 125.0),
+        ("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090", 165.2),
+    ],
+)
+def test_datasheet_lookup_is_dense(name, expected, bf16):
+    peak = datasheet_peak(name)
+    assert peak.name == expected and peak.tflops["bf16"] == bf16
+
+
+def test_unknown_device_gets_no_guess():
+    assert datasheet_peak("NVIDIA Tesla K80") is None
+    assert datasheet_peak("NVIDIA L40S").name == "NVIDIA L40S"  # not mistaken for the L4

@@ -1,0 +1,94 @@
+"""Each trial status, produced by real trial processes: ok, oom, error, crashed, timeout, nonfinite."""
+
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from perfscope.measure.mfu import choose_peak
+from perfscope.results import Environment, Results, WorkloadInfo
+from perfscope.session import Progress, Session
+from perfscope.trial.config import TrialConfig
+
+WORKLOADS = Path(__file__).parent / "workloads"
+pytestmark = pytest.mark.slow
+
+
+def _session(tmp_path: Path, name: str, timeout_s: float = 120) -> Session:
+    results = Results(
+        environment=Environment(device_type="cpu", device_name="test cpu", measured_ceiling_tflops={"fp32": 0.1}),
+        workload=WorkloadInfo(path=str(WORKLOADS / name), sha256="x", name=name),
+    )
+    results.peak = choose_peak(results.environment)
+    return Session(results, out_dir=tmp_path, workload_path=WORKLOADS / name, timeout_s=timeout_s, progress=Progress())
+
+
+CONFIG = TrialConfig(micro_batch_size=4, steps=4, warmup_steps=1)
+
+
+@pytest.mark.parametrize(
+    ("mode", "status", "message"),
+    [
+        ("oom", "oom", "out of memory"),
+        ("error", "error", "shapes do not match"),
+        ("nan", "nonfinite", "loss became nan"),
+        ("segfault", "crashed", "SIGSEGV"),
+        ("exit", "crashed", "exited with code 3"),
+    ],
+)
+def test_failure_statuses(tmp_path, monkeypatch, mode, status, message):
+    monkeypatch.setenv("PERFSCOPE_TEST_FAILURE", mode)
+    session = _session(tmp_path, "misbehaving.py")
+    trial = session.measure("t", CONFIG)
+    assert trial.status == status
+    assert message in (trial.error or "")
+    # recorded at once, atomically
+    saved = Results.load(tmp_path / "results.json")
+    assert saved.trial("t").status == status
+
+
+def test_ok_trial_records_full_metrics(tmp_path, monkeypatch):
+    monkeypatch.delenv("PERFSCOPE_TEST_FAILURE", raising=False)
+    trial = _session(tmp_path, "mlp.py").measure("baseline", TrialConfig(micro_batch_size=8, steps=6, warmup_steps=2))
+    assert trial.status == "ok"
+    m = trial.metrics
+    assert len(m.step_times_s) == 6 and len(m.data_wait_s) == 6 and len(m.losses) == 6
+    assert all(t > 0 for t in m.step_times_s)
+    assert m.step_time_s.p10 <= m.step_time_s.median <= m.step_time_s.p90
+    assert m.samples_per_s == pytest.approx(8 / m.step_time_s.median)
+    assert m.flops_per_step == 96256  # exact: see test_flops.py for the arithmetic
+    assert m.mfu is not None and 0 < m.mfu
+    assert m.mfu_vs_measured_ceiling == pytest.approx(m.mfu)  # CPU: the peak is the measured ceiling
+    assert m.memory_breakdown.parameters == (32 * 64 + 64 + 64 * 10 + 10) * 4
+    assert m.memory_breakdown.optimizer_state >= 2 * m.memory_breakdown.parameters  # AdamW: two moments
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path, monkeypatch):
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    monkeypatch.setenv("PERFSCOPE_TEST_FAILURE", "hang")
+    monkeypatch.setenv("PERFSCOPE_TEST_WORKERS", "2")
+    monkeypatch.setenv("PERFSCOPE_TEST_PID_DIR", str(pid_dir))
+    start = time.monotonic()
+    trial = _session(tmp_path, "misbehaving.py", timeout_s=8).measure("t", CONFIG.replace(num_workers=2))
+    assert trial.status == "timeout"
+    assert time.monotonic() - start < 30
+    worker_pids = [int(p.stem) for p in pid_dir.glob("*.pid")]
+    assert worker_pids, "the DataLoader workers should have loaded samples"
+    time.sleep(0.5)
+    alive = [pid for pid in worker_pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert alive == [], f"DataLoader workers survived the timeout: {alive}"
+
+
+def test_resume_keeps_finished_trials(tmp_path, monkeypatch):
+    monkeypatch.delenv("PERFSCOPE_TEST_FAILURE", raising=False)
+    first = _session(tmp_path, "mlp.py").measure("baseline", CONFIG.replace(micro_batch_size=8))
+    session = _session(tmp_path, "mlp.py")
+    session.results = Results.load(tmp_path / "results.json")
+    session.resume = True
+    again = session.measure("baseline", CONFIG.replace(micro_batch_size=8))
+    assert again.started_at == first.started_at  # not re-run
+    changed = session.measure("baseline", CONFIG.replace(micro_batch_size=4))
+    assert changed.started_at != first.started_at or changed.config != first.config

@@ -1,0 +1,2 @@
+def workload():
+    return {"model": None}
