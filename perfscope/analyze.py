@@ -3,8 +3,8 @@
     perfscope analyze examples/tiny_transformer.py --device cpu --out perfscope-out
 
 Stages, each usable alone: measurement writes results.json (trial by trial) → rules add findings →
-the report renders. A broken workload file fails here in seconds (a one-step CPU dry run), before any
-trial process starts.
+the report renders. A broken workload file fails here in seconds, before any trial starts: the import
+and workload() run in this process, and a one-step dry run on the trial device in the probe process.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from perfscope.results import Environment, Results, ResultsError, WorkloadInfo, 
 from perfscope.session import Progress, Session
 from perfscope.trial.config import TrialConfig
 from perfscope.trial.runner import run_isolated
-from perfscope.workload import UserError, Workload, file_sha256, load_workload, validate_workload
+from perfscope.workload import UserError, Workload, WorkloadError, file_sha256, load_workload
 
 EXIT_OK, EXIT_FAILED, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -58,9 +58,13 @@ def resolve_device(requested: str) -> str:
     return requested
 
 
-def probe_environment(device: str, out_dir: Path, timeout_s: float) -> Environment:
-    """Environment and matmul ceilings, measured in a trial-like subprocess (the parent never touches CUDA)."""
-    outcome = run_isolated({"mode": "probe", "device": device}, out_dir / "trials" / "_probe", timeout_s=timeout_s)
+def probe_environment(device: str, out_dir: Path, timeout_s: float, workload_path: Path | None = None) -> Environment:
+    """Validate the workload on the device, then read the environment and matmul ceilings — in a trial-like
+    subprocess, so the parent never touches CUDA."""
+    spec = {"mode": "probe", "device": device, "workload_path": str(workload_path) if workload_path else None}
+    outcome = run_isolated(spec, out_dir / "trials" / "_probe", timeout_s=timeout_s)
+    if outcome.status == "invalid":
+        raise WorkloadError(outcome.error or "the workload failed validation")
     if outcome.status != "ok":
         raise UserError(f"probing the {device} device failed ({outcome.status}): {outcome.error}")
     return from_jsonable(Environment, outcome.payload["environment"])
@@ -114,15 +118,14 @@ def analyze(options: AnalyzeOptions) -> int:
     workload_path = options.workload_path.resolve()
     options.workload_path = workload_path
     workload = load_workload(workload_path)
-    print(f"perfscope: validating {workload_path.name} (one CPU step) ...", file=sys.stderr, flush=True)
-    validate_workload(workload, workload_path)
     device = resolve_device(options.device)
     options.out_dir.mkdir(parents=True, exist_ok=True)
 
     results = _load_or_create_results(options, workload, device)
+    print(f"perfscope: validating {workload_path.name} (one {device} step), probing the machine ...", file=sys.stderr, flush=True)
+    environment = probe_environment(device, options.out_dir, options.trial_timeout_s, workload_path)
     if results.environment.device_name == "(probing)":
-        print(f"perfscope: probing {device} (environment, matmul ceiling) ...", file=sys.stderr, flush=True)
-        results.environment = probe_environment(device, options.out_dir, options.trial_timeout_s)
+        results.environment = environment
     results.peak = choose_peak(results.environment, options.peak_tflops)
     if results.peak is not None:
         print(f"perfscope: MFU denominator {results.peak.tflops:g} TFLOP/s ({results.peak.dtype}; {results.peak.source})", file=sys.stderr)
@@ -136,9 +139,11 @@ def analyze(options: AnalyzeOptions) -> int:
     interrupted = False
     try:
         base = baseline_config(workload, options, device)
-        session.measure("baseline", base)
-        if options.sweep:
+        baseline = session.measure("baseline", base)
+        if options.sweep and baseline.ok:
             _run_sweep(session, workload, base, options)
+        elif options.sweep:
+            results.notes.append(f"no sweep: the baseline trial did not succeed ({baseline.status})")
     except KeyboardInterrupt:
         interrupted = True
         results.notes.append("interrupted by the user: the trials that finished are reported")

@@ -230,8 +230,8 @@ def _first_samples(workload: Workload, path: Path, count: int) -> Any:
         raise WorkloadError(describe_user_exception(exc, path, "collating a batch")) from exc
 
 
-def validate_workload(workload: Workload, path: str | Path, *, dry_run_batch: int = 2) -> None:
-    """One training step on the CPU with a small batch: catches contract errors before any trial starts.
+def validate_workload(workload: Workload, path: str | Path, *, dry_run_batch: int = 2, device: str = "cpu") -> None:
+    """One training step with a small batch on ``device``: catches contract errors before any trial starts.
 
     The dataset is also probed at its declared batch size (index by index), so a sample that raises
     is named. Raises WorkloadError.
@@ -239,7 +239,9 @@ def validate_workload(workload: Workload, path: str | Path, *, dry_run_batch: in
     path = Path(path).resolve()
     if workload.dataset is not None:
         _first_samples(workload, path, workload.batch_size)
-    batch = _first_samples(workload, path, min(dry_run_batch, workload.batch_size))
+    from perfscope.trial.data import to_device  # local: the trial package builds on this module
+
+    batch = to_device(_first_samples(workload, path, min(dry_run_batch, workload.batch_size)), device, non_blocking=False)
     torch.manual_seed(0)
     try:
         model = workload.model()
@@ -247,6 +249,7 @@ def validate_workload(workload: Workload, path: str | Path, *, dry_run_batch: in
         raise WorkloadError(describe_user_exception(exc, path, "model()")) from exc
     if not isinstance(model, nn.Module):
         raise WorkloadError(f"{path}: model() returned {type(model).__name__}, expected a torch.nn.Module")
+    model.to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise WorkloadError(f"{path}: the model has no trainable parameters")

@@ -64,3 +64,12 @@ def test_loss_not_connected_to_parameters(tmp_path):
     )
     with pytest.raises(WorkloadError, match="not connected"):
         validate_workload(wl, tmp_path / "x.py")
+
+
+@pytest.mark.slow
+def test_cli_dry_run_errors_come_back_from_the_probe(capsys, tmp_path):
+    code = main(["analyze", str(WORKLOADS / "bad_dataset.py"), "--out", str(tmp_path), "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "bad_dataset.py:13: dataset[3] raised KeyError" in err
+    assert not (tmp_path / "results.json").exists() or "baseline" not in (tmp_path / "results.json").read_text()

@@ -53,8 +53,19 @@ def _run_trial(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_probe(spec: dict[str, Any]) -> dict[str, Any]:
-    from perfscope.measure.environment import collect_environment
+    """Validate the workload with one step on the trial device, then describe the machine.
 
+    Validating here rather than in the parent keeps the parent free of CUDA and makes the dry run fast
+    on a GPU (one GPT-2 step on a CPU takes tens of seconds).
+    """
+    from perfscope.measure.environment import collect_environment
+    from perfscope.workload import WorkloadError, load_workload, validate_workload
+
+    if spec.get("workload_path"):
+        try:
+            validate_workload(load_workload(spec["workload_path"]), spec["workload_path"], device=spec["device"])
+        except WorkloadError as exc:
+            return {"status": "invalid", "error": str(exc)}
     env = collect_environment(spec["device"], measure_ceiling=spec.get("measure_ceiling", True))
     return {"status": "ok", "error": None, "environment": to_jsonable(env)}
 
