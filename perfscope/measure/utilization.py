@@ -63,12 +63,14 @@ class UtilizationSampler:
 
     def _read_gpu(self, sample: UtilizationSample) -> None:
         nv, h = self._nvml, self._handle
+        # Renamed "clocks event reasons" in newer NVML; the old name is kept as an alias there.
+        reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
         for field_name, read in (
             ("gpu_util_percent", lambda: float(nv.nvmlDeviceGetUtilizationRates(h).gpu)),
             ("gpu_memory_used_bytes", lambda: int(nv.nvmlDeviceGetMemoryInfo(h).used)),
             ("power_w", lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0),
             ("sm_clock_mhz", lambda: float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))),
-            ("throttle_reasons", lambda: _throttle_names(nv, nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))),
+            ("throttle_reasons", lambda: _throttle_names(nv, reasons(h))),
         ):
             if field_name in self._unavailable:
                 continue
