@@ -391,6 +391,12 @@ def from_jsonable(tp: Any, data: Any) -> Any:
     return data
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
     """Write JSON next to ``path`` and rename over it: readers see the old file or the new one, never half."""
     path = Path(path)
@@ -398,6 +404,7 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
     text = json.dumps(to_jsonable(data), indent=1, allow_nan=False)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_current_umask())  # mkstemp creates 0600; results are ordinary files
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()

@@ -1,0 +1,428 @@
+"""Plotly figure specs (plain dicts) for the report's charts, built from the results model.
+
+    >>> from perfscope.report.charts import build_charts
+    >>> [c.id for c in build_charts(results, baseline="baseline", recommended=None)]
+
+Why plain dicts and not plotly.graph_objects: a spec is data that the page hands to Plotly.newPlot, and
+dicts keep it small (no per-figure template) and deterministic. Tests validate them with go.Figure.
+Every user-derived string (trial, knob, kernel names) goes through ``plotly_text`` before it enters a
+figure, because plotly renders its own HTML subset in ticks, legends and hover text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfscope.report import facts
+from perfscope.report.escaping import plotly_text
+from perfscope.results import Results, Trial, UtilizationSample
+
+MAX_POINTS_PER_CHART = 2000  # keeps the page a few MB whatever the run length
+GIB = 2**30
+
+FONT = "-apple-system, BlinkMacSystemFont, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
+BLUE, ORANGE, GREEN, RED, TEAL, PURPLE, GREY = "#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#9AA5B1"
+PALETTE = [BLUE, ORANGE, GREEN, RED, TEAL, PURPLE, "#9D755D", GREY]
+
+
+@dataclass(kw_only=True, slots=True)
+class Chart:
+    """One chart: the page title and caption are ours (autoescaped by Jinja); ``figure`` goes to plotly."""
+
+    id: str
+    title: str
+    caption: str
+    figure: dict[str, Any]
+    wide: bool = False  # spans both grid columns
+
+
+@dataclass(kw_only=True, slots=True)
+class _Roles:
+    baseline: str | None
+    recommended: str | None = None
+    names: dict[str, str] = field(default_factory=dict)  # trial name -> escaped label
+
+
+def _axis(title: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "title": {"text": title, "standoff": 8},
+        "gridcolor": "#e5e7eb",
+        "zerolinecolor": "#cbd5e1",
+        "linecolor": "#cbd5e1",
+        "automargin": True,
+        **extra,
+    }
+
+
+def _layout(x_title: str, y_title: str, *, height: int = 320, **extra: Any) -> dict[str, Any]:
+    layout: dict[str, Any] = {
+        "height": height,
+        "margin": {"l": 16, "r": 16, "t": 16, "b": 16},
+        "font": {"family": FONT, "size": 12, "color": "#1f2937"},
+        "paper_bgcolor": "#ffffff",
+        "plot_bgcolor": "#ffffff",
+        "xaxis": _axis(x_title),
+        "yaxis": _axis(y_title),
+        "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "traceorder": "normal"},
+        "hoverlabel": {"font": {"family": FONT}},
+        "bargap": 0.3,
+    }
+    layout.update(extra)
+    return layout
+
+
+def _bar_height(n: int) -> int:
+    return max(180, 90 + 34 * n)
+
+
+def _trial_color(name: str, roles: _Roles) -> str:
+    if name == roles.recommended:
+        return GREEN
+    if name == roles.baseline:
+        return GREY
+    return BLUE
+
+
+def _ok(results: Results) -> list[Trial]:
+    return results.ok_trials()
+
+
+# --------------------------------------------------------------------------------------------- charts
+
+
+def mfu_chart(results: Results, roles: _Roles) -> Chart | None:
+    trials = [t for t in _ok(results) if t.metrics and t.metrics.mfu is not None]
+    if not trials:
+        return None
+    labels = [roles.names[t.name] for t in trials]
+    values = [t.metrics.mfu * 100 for t in trials]  # type: ignore[union-attr,operator]
+    peak = results.peak
+    caption = (
+        f"Model FLOPs / step time / {peak.tflops:g} TFLOP/s ({peak.dtype}) for every trial; "
+        "grey is the baseline, green the recommendation."
+        if peak
+        else "Model FLOPs utilization per trial."
+    )
+    figure = {
+        "data": [
+            {
+                "type": "bar",
+                "orientation": "h",
+                "y": labels,
+                "x": values,
+                "marker": {"color": [_trial_color(t.name, roles) for t in trials]},
+                "text": [f"{v:.1f} %" for v in values],
+                "textposition": "auto",
+                "hovertemplate": "%{y}<br>MFU %{x:.2f} %<extra></extra>",
+            }
+        ],
+        "layout": _layout("MFU (%)", "", height=_bar_height(len(trials)), yaxis=_axis("", autorange="reversed")),
+    }
+    return Chart(id="mfu", title="MFU per trial", caption=caption, figure=figure)
+
+
+def throughput_chart(results: Results, roles: _Roles) -> Chart | None:
+    trials = _ok(results)
+    if not trials:
+        return None
+    use_tokens = all(t.metrics.tokens_per_s is not None for t in trials)  # type: ignore[union-attr]
+    unit = "tokens/s" if use_tokens else "samples/s"
+    values = [(t.metrics.tokens_per_s if use_tokens else t.metrics.samples_per_s) for t in trials]  # type: ignore[union-attr]
+    figure = {
+        "data": [
+            {
+                "type": "bar",
+                "orientation": "h",
+                "y": [roles.names[t.name] for t in trials],
+                "x": values,
+                "marker": {"color": [_trial_color(t.name, roles) for t in trials]},
+                "hovertemplate": "%{y}<br>%{x:,.1f} " + unit + "<extra></extra>",
+            }
+        ],
+        "layout": _layout(f"Throughput ({unit})", "", height=_bar_height(len(trials)), yaxis=_axis("", autorange="reversed")),
+    }
+    return Chart(id="throughput", title=f"Throughput per trial ({unit})", caption="Global samples (or tokens) per second of the measured steps.", figure=figure)
+
+
+def step_breakdown_chart(results: Results, roles: _Roles) -> Chart | None:
+    trials = _ok(results)
+    if not trials:
+        return None
+    compute, wait, idle = [], [], []
+    any_trace = False
+    for t in trials:
+        m = t.metrics
+        step_ms = m.step_time_s.median * 1e3  # type: ignore[union-attr]
+        dw = min(max(m.data_wait_fraction, 0.0), 1.0)  # type: ignore[union-attr]
+        # The trace's idle time includes the data wait (the device idles while the host waits), so only
+        # the idle beyond it is shown as idle/sync: the three segments add up to the median step.
+        trace_idle = facts.idle_fraction(m.trace_facts) or facts.sync_fraction(m.trace_facts)  # type: ignore[union-attr]
+        extra = max((trace_idle or 0.0) - dw, 0.0)
+        any_trace = any_trace or trace_idle is not None
+        wait.append(step_ms * dw)
+        idle.append(step_ms * extra)
+        compute.append(step_ms * max(1.0 - dw - extra, 0.0))
+    labels = [roles.names[t.name] for t in trials]
+    series = [("compute & other", compute, BLUE), ("data wait", wait, ORANGE)]
+    if any_trace:
+        series.append(("device idle / sync (trace)", idle, RED))
+    figure = {
+        "data": [
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": name,
+                "y": labels,
+                "x": values,
+                "marker": {"color": color},
+                "hovertemplate": "%{y}<br>" + name + ": %{x:.1f} ms<extra></extra>",
+            }
+            for name, values, color in series
+        ],
+        "layout": _layout(
+            "Median step time (ms)", "", height=_bar_height(len(trials)) + 30, barmode="stack", yaxis=_axis("", autorange="reversed")
+        ),
+    }
+    caption = "Median step split into host time blocked on the data loader and the rest"
+    caption += "; idle/sync comes from the profiler trace where one was taken." if any_trace else "."
+    return Chart(id="step-breakdown", title="Where the step time goes", caption=caption, figure=figure)
+
+
+def _capacity(results: Results) -> int | None:
+    for t in _ok(results):
+        if t.metrics and t.metrics.device_memory_capacity_bytes:
+            return t.metrics.device_memory_capacity_bytes
+    return results.environment.device_memory_bytes
+
+
+def micro_batch_charts(results: Results, roles: _Roles) -> list[Chart]:
+    points = sorted(results.sweep.micro_batch if results.sweep else [], key=lambda p: p.micro_batch_size)
+    if not points:
+        return []
+    ok = [p for p in points if p.status == "ok"]
+    oom = [p for p in points if p.status == "oom"]
+    capacity = _capacity(results)
+    xaxis = _axis("Micro-batch size (samples)", type="log", tickvals=[p.micro_batch_size for p in points], ticktext=[str(p.micro_batch_size) for p in points])
+
+    def hover(p: Any) -> str:
+        return f"{plotly_text(p.trial)}<br>micro-batch {p.micro_batch_size} × {p.grad_accum_steps} accumulation<br>{plotly_text(p.status)}"
+
+    oom_marker = {"symbol": "x", "size": 13, "color": RED, "line": {"width": 2, "color": RED}}
+    tp_ok = [p for p in ok if p.samples_per_s is not None]
+    throughput = {
+        "data": [
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "name": "throughput",
+                "x": [p.micro_batch_size for p in tp_ok],
+                "y": [p.samples_per_s for p in tp_ok],
+                "text": [hover(p) for p in tp_ok],
+                "hovertemplate": "%{text}<br>%{y:,.1f} samples/s<extra></extra>",
+                "line": {"color": BLUE, "width": 2},
+                "marker": {"size": 8},
+            }
+        ],
+        "layout": _layout("", "Throughput (samples/s)", xaxis=xaxis, yaxis=_axis("Throughput (samples/s)", rangemode="tozero")),
+    }
+    if oom:
+        throughput["data"].append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "out of memory",
+                "x": [p.micro_batch_size for p in oom],
+                "y": [0 for _ in oom],
+                "text": [hover(p) for p in oom],
+                "hovertemplate": "%{text}<extra></extra>",
+                "marker": oom_marker,
+                "cliponaxis": False,  # the marker sits on the x axis, half of it would be cut
+            }
+        )
+    mem_ok = [p for p in ok if p.peak_memory_bytes is not None]
+    memory_data: list[dict[str, Any]] = [
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "name": "peak memory",
+            "x": [p.micro_batch_size for p in mem_ok],
+            "y": [p.peak_memory_bytes / GIB for p in mem_ok],  # type: ignore[operator]
+            "text": [hover(p) for p in mem_ok],
+            "hovertemplate": "%{text}<br>%{y:.2f} GiB<extra></extra>",
+            "line": {"color": PURPLE, "width": 2},
+            "marker": {"size": 8},
+        }
+    ]
+    shapes, annotations = [], []
+    if capacity:
+        cap = capacity / GIB
+        shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": cap, "y1": cap, "line": {"color": RED, "dash": "dash", "width": 1.5}})
+        annotations.append({"xref": "paper", "x": 0, "xanchor": "left", "y": cap, "yanchor": "bottom", "text": f"device capacity {cap:.1f} GiB", "showarrow": False, "font": {"color": RED, "size": 11}})
+    if oom:
+        oom_y = capacity / GIB if capacity else max((p.peak_memory_bytes or 0) / GIB for p in points)
+        memory_data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "out of memory",
+                "x": [p.micro_batch_size for p in oom],
+                "y": [oom_y for _ in oom],
+                "text": [hover(p) for p in oom],
+                "hovertemplate": "%{text}<extra></extra>",
+                "marker": oom_marker,
+            }
+        )
+    memory = {
+        "data": memory_data,
+        "layout": _layout("", "", xaxis=xaxis, yaxis=_axis("Peak memory (GiB)", rangemode="tozero"), shapes=shapes, annotations=annotations),
+    }
+    caption_oom = " Red crosses mark micro-batches that ran out of memory." if oom else ""
+    return [
+        Chart(id="mb-throughput", title="Throughput vs micro-batch", caption="Samples per second at each micro-batch size tried." + caption_oom, figure=throughput),
+        Chart(id="mb-memory", title="Peak memory vs micro-batch", caption="Peak memory at each micro-batch size; the dashed line is the device's capacity." + caption_oom, figure=memory),
+    ]
+
+
+def memory_breakdown_chart(results: Results, roles: _Roles) -> Chart | None:
+    trials = [t for t in _ok(results) if t.metrics and t.metrics.memory_breakdown]
+    if not trials:
+        return None
+    parts = [("parameters", "parameters", BLUE), ("gradients", "gradients", TEAL), ("optimizer_state", "optimizer state", PURPLE), ("activations_and_temporaries", "activations & temporaries", ORANGE)]
+    labels = [roles.names[t.name] for t in trials]
+    data = []
+    for attr, name, color in parts:
+        values = [getattr(t.metrics.memory_breakdown, attr) for t in trials]  # type: ignore[union-attr]
+        data.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": name,
+                "y": labels,
+                "x": [v / GIB if v is not None else None for v in values],
+                "marker": {"color": color},
+                "hovertemplate": "%{y}<br>" + name + ": %{x:.2f} GiB<extra></extra>",
+            }
+        )
+    figure = {"data": data, "layout": _layout("Memory at the step's peak (GiB)", "", height=_bar_height(len(trials)) + 30, barmode="stack", yaxis=_axis("", autorange="reversed"))}
+    return Chart(id="memory-breakdown", title="Memory breakdown", caption="Bytes by owner at the step's peak. Activations are the remainder and are missing where the peak was not measured.", figure=figure)
+
+
+def _downsample(samples: Sequence[UtilizationSample], limit: int) -> list[UtilizationSample]:
+    if len(samples) <= limit:
+        return list(samples)
+    stride = -(-len(samples) // limit)
+    kept = list(samples[::stride])
+    if kept[-1] is not samples[-1] and len(kept) < limit:
+        kept.append(samples[-1])
+    return kept[:limit]
+
+
+def utilization_chart(results: Results, roles: _Roles) -> Chart | None:
+    names = [n for n in (roles.baseline, roles.recommended) if n]
+    trials = [t for t in (results.trial(n) for n in names) if t and t.metrics and t.metrics.utilization and t.metrics.utilization.samples]
+    if not trials:
+        return None
+    metrics = [
+        ("gpu_util_percent", "GPU util", "Utilization (%)"),
+        ("cpu_percent", "host CPU", "Utilization (%)"),
+        ("power_w", "power", "Power (W)"),
+        ("sm_clock_mhz", "SM clock", "SM clock (MHz)"),
+    ]
+    present = [m for m in metrics if any(getattr(s, m[0]) is not None for t in trials for s in t.metrics.utilization.samples)]  # type: ignore[union-attr]
+    if not present:
+        return None
+    panels = list(dict.fromkeys(m[2] for m in present))  # one stacked panel per unit
+    per_series = max(2, MAX_POINTS_PER_CHART // (len(present) * len(trials)))
+    gap = 0.06
+    height = (1 - gap * (len(panels) - 1)) / len(panels)
+    layout = _layout("", "", height=130 + 170 * len(panels))
+    layout.pop("xaxis"), layout.pop("yaxis")
+    for i, unit in enumerate(panels):
+        suffix = "" if i == 0 else str(i + 1)
+        top = 1 - i * (height + gap)
+        # Utilization and power read best from zero; a clock's dips are invisible on a zero-based axis.
+        layout[f"yaxis{suffix}"] = _axis(unit, domain=[top - height, top], rangemode="normal" if "MHz" in unit else "tozero")
+        last = i == len(panels) - 1
+        xaxis = _axis("Time since the measured steps began (s)" if last else "", anchor=f"y{suffix}", showticklabels=last)
+        if i:
+            xaxis["matches"] = "x"  # panels zoom together
+        layout[f"xaxis{suffix}"] = xaxis
+    data = []
+    dashes = ["solid", "dot"]
+    for ti, trial in enumerate(trials):
+        samples = _downsample(trial.metrics.utilization.samples, per_series)  # type: ignore[union-attr]
+        for mi, (attr, label, unit) in enumerate(present):
+            idx = panels.index(unit)
+            suffix = "" if idx == 0 else str(idx + 1)
+            points = [(s.t_s, getattr(s, attr)) for s in samples if getattr(s, attr) is not None]
+            if not points:
+                continue
+            name = f"{label} · {roles.names[trial.name]}" if len(trials) > 1 else label
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "name": name,
+                    "x": [p[0] for p in points],
+                    "y": [p[1] for p in points],
+                    "xaxis": f"x{suffix}",
+                    "yaxis": f"y{suffix}",
+                    "line": {"color": PALETTE[mi % len(PALETTE)], "width": 1.6, "dash": dashes[ti % 2]},
+                    "hovertemplate": name + ": %{y:.1f}<br>t = %{x:.2f} s<extra></extra>",
+                }
+            )
+    caption = "NVML device counters and host CPU load sampled during the measured steps"
+    caption += " (solid: baseline, dotted: recommended)." if len(trials) > 1 else "."
+    return Chart(id="utilization", title="Utilization timeline", caption=caption, figure={"data": data, "layout": layout}, wide=True)
+
+
+def kernel_category_chart(results: Results, roles: _Roles) -> Chart | None:
+    names = [n for n in (roles.baseline, roles.recommended) if n]
+    series = []
+    for n in names:
+        t = results.trial(n)
+        by_cat = facts.kernel_time_by_category(t.metrics.trace_facts) if t and t.metrics else {}
+        if by_cat:
+            series.append((n, by_cat))
+    if not series:
+        return None
+    categories = sorted({c for _, d in series for c in d}, key=lambda c: -max(d.get(c, 0.0) for _, d in series))
+    data = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "name": roles.names[n],
+            "y": [plotly_text(c) for c in categories],
+            "x": [d.get(c, 0.0) * 1e3 for c in categories],
+            "marker": {"color": _trial_color(n, roles) if len(series) > 1 else BLUE},
+            "hovertemplate": "%{y}: %{x:.2f} ms<extra>" + roles.names[n] + "</extra>",
+        }
+        for n, d in series
+    ]
+    figure = {"data": data, "layout": _layout("Device time in the traced steps (ms)", "", height=_bar_height(len(categories)), barmode="group", yaxis=_axis("", autorange="reversed"), showlegend=len(series) > 1)}
+    return Chart(id="kernel-categories", title="Kernel time by category", caption="Device time per kernel category over the profiled steps, from the trace.", figure=figure)
+
+
+# ------------------------------------------------------------------------------------------ assembly
+
+
+def build_charts(results: Results, *, baseline: str | None, recommended: str | None) -> list[Chart]:
+    """Every chart the results have data for, in page order; charts without data are left out."""
+    roles = _Roles(baseline=baseline, recommended=recommended, names={t.name: plotly_text(t.name) for t in results.trials})
+    charts: list[Chart | None] = [
+        mfu_chart(results, roles),
+        throughput_chart(results, roles),
+        step_breakdown_chart(results, roles),
+        memory_breakdown_chart(results, roles),
+        *micro_batch_charts(results, roles),
+        kernel_category_chart(results, roles),
+        utilization_chart(results, roles),
+    ]
+    shown = [c for c in charts if c is not None]
+    narrow = [c for c in shown if not c.wide]
+    if len(narrow) % 2:  # the page lays charts out two per row: let the odd one out span the row
+        narrow[-1].wide = True
+    return shown
+

@@ -1,0 +1,80 @@
+"""Human-readable numbers for the report: one place decides units, precision and the "n/a" wording.
+
+    >>> fmt_bytes(10 * 2**30)
+    '10.0 GiB'
+    >>> fmt_seconds(0.1012)
+    '101.2 ms'
+"""
+
+from __future__ import annotations
+
+import math
+
+NA = "n/a"
+
+
+def _missing(value: float | None) -> bool:
+    return value is None or (isinstance(value, float) and not math.isfinite(value))
+
+
+def fmt_bytes(value: float | None) -> str:
+    """Binary units, since device memory is sold and reported (nvidia-smi, torch) in GiB."""
+    if _missing(value):
+        return NA
+    size = float(value)  # type: ignore[arg-type]
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(size) < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+def fmt_seconds(value: float | None) -> str:
+    if _missing(value):
+        return NA
+    v = float(value)  # type: ignore[arg-type]
+    if abs(v) < 1e-3:
+        return f"{v * 1e6:.1f} µs"
+    if abs(v) < 1:
+        return f"{v * 1e3:.1f} ms"
+    if abs(v) < 120:
+        return f"{v:.2f} s"
+    return f"{v / 60:.1f} min"
+
+
+def fmt_percent(fraction: float | None, digits: int = 1) -> str:
+    """A 0..1 fraction as a percentage."""
+    if _missing(fraction):
+        return NA
+    return f"{float(fraction) * 100:.{digits}f} %"  # type: ignore[arg-type]
+
+
+def fmt_rate(value: float | None, unit: str) -> str:
+    """Throughput with a precision that stays readable from 0.5/s to millions/s."""
+    if _missing(value):
+        return NA
+    v = float(value)  # type: ignore[arg-type]
+    text = f"{v:,.0f}" if v >= 100 else f"{v:,.2f}" if v >= 1 else f"{v:.3g}"
+    return f"{text} {unit}"
+
+
+def fmt_ratio(ratio: float | None) -> str:
+    if _missing(ratio):
+        return NA
+    return f"{float(ratio):.2f}×"  # type: ignore[arg-type]
+
+
+def fmt_interval(low: float | None, high: float | None) -> str:
+    if _missing(low) or _missing(high):
+        return ""
+    return f"[{float(low):.2f}, {float(high):.2f}]"  # type: ignore[arg-type]
+
+
+def fmt_count(value: float | None) -> str:
+    if _missing(value):
+        return NA
+    v = float(value)  # type: ignore[arg-type]
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(v) >= scale:
+            return f"{v / scale:.2f}{unit}"
+    return f"{v:.0f}"

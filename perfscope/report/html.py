@@ -1,0 +1,46 @@
+"""The self-contained HTML report: the view model laid out by Jinja2, charts drawn by an embedded plotly.js.
+
+    >>> from perfscope.report import render_html
+    >>> Path("report.html").write_text(render_html(results))
+
+Offline by construction: plotly.js is inlined once (from the plotly package), the charts travel as one
+JSON blob drawn with Plotly.newPlot, and the page references no URL it would fetch (no CDN, no fonts).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from markupsafe import Markup
+
+from perfscope.report.escaping import safe_inline_js, script_json
+from perfscope.report.templates import template_environment
+from perfscope.report.view import ReportView, build_view
+from perfscope.results import Results
+
+
+@functools.cache
+def plotly_js() -> str:
+    """plotly.js as shipped by the installed plotly package (about 4.6 MB, minified)."""
+    from plotly.offline import get_plotlyjs
+
+    return safe_inline_js(get_plotlyjs())
+
+
+def charts_json(view: ReportView) -> str:
+    return script_json([{"id": c.id, "figure": c.figure} for c in view.charts])
+
+
+def render_view_html(view: ReportView) -> str:
+    # The two Markup() values are the only unescaped inserts in the page; both were made safe above.
+    return template_environment().get_template("base.html.j2").render(
+        view=view,
+        plotly_js=Markup(plotly_js()) if view.charts else "",
+        charts_json=Markup(charts_json(view)),
+    )
+
+
+def render_html(results: Results, *, report_dir: Path | None = None) -> str:
+    """The whole page as one string. ``report_dir``: where the file will live, for relative trace links."""
+    return render_view_html(build_view(results, report_dir=report_dir))

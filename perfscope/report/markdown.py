@@ -1,0 +1,139 @@
+"""The Markdown summary: headline, ranked fixes, knobs, trials and failures, for terminals and CI logs.
+
+    perfscope report perfscope-out/results.json --format md -o summary.md
+
+Built in Python from the same view model as the HTML: Markdown is whitespace-sensitive line by line, which
+reads more plainly as code than as a template full of whitespace control. User-derived text is escaped so
+that a name like ``<script>`` or ``a|b`` stays text in a rendered view (GitHub) and cannot break a table.
+"""
+
+from __future__ import annotations
+
+import re
+
+from perfscope.report.view import FindingView, ReportView, build_view
+from perfscope.results import Results
+
+MAX_ERROR_LINES = 20
+_MD_SPECIAL = re.compile(r"([\\`*<>|])")  # brackets stay: a link needs "](" or a definition we never emit
+
+
+def md(text: object) -> str:
+    """Inline text: Markdown/HTML punctuation backslash-escaped, newlines folded (keeps tables intact)."""
+    return _MD_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+
+
+def code(text: object, *, in_table: bool = False) -> str:
+    """An inline code span that survives backticks (longer fence) and pipes inside tables."""
+    s = " ".join(str(text).split())
+    if in_table:
+        s = s.replace("|", "\\|")
+    longest = max((len(m) for m in re.findall(r"`+", s)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") or longest else ""
+    return f"{fence}{pad}{s}{pad}{fence}"
+
+
+def block(text: str, lang: str = "") -> list[str]:
+    """A fenced block whose fence is longer than any backtick run inside (so the text cannot close it)."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + lang, *text.rstrip("\n").splitlines(), fence]
+
+
+def _table(header: list[str], rows: list[list[str]], align: list[str]) -> list[str]:
+    sep = ["---:" if a == "r" else "---" for a in align]
+    return ["| " + " | ".join(header) + " |", "| " + " | ".join(sep) + " |", *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def _finding(f: FindingView) -> list[str]:
+    gain = f"{f.gain_text} ({f.gain_kind}{', ' + f.interval if f.interval else ''})" if f.gain_text else f"gain {f.gain_kind}"
+    lines = [f"### {f.rank}. {md(f.title)} — {md(gain)}", ""]
+    meta = f"rule {code(f.rule_id)} · severity {f.severity}"
+    if f.trial:
+        meta += f" · trial {code(f.trial)}"
+    if f.gain_kind == "estimated" and f.estimate_method:
+        meta += f" · estimated by {md(f.estimate_method)}"
+    lines += [meta, ""]
+    lines += [f"- {md(e)}" for e in f.evidence]
+    if f.evidence:
+        lines.append("")
+    if f.fix:
+        lines += block("\n".join(line.text for line in f.fix), "diff") + [""]
+    if f.caveats:
+        lines += ["> **Changes semantics:** " + "; ".join(md(c) for c in f.caveats), ""]
+    if f.reference_text:
+        lines += [f"Reference: {md(f.reference_text)}", ""]
+    return lines
+
+
+def render_view_markdown(view: ReportView) -> str:
+    out = [f"# perfscope report: {md(view.title)}", ""]
+    out += [f"Device: {md(view.device)} · Peak: {md(view.peak)} ({md(view.peak_source)})" + (f" · Run: {md(view.created_at)}" if view.created_at else ""), ""]
+
+    h = view.headline
+    out += ["## Summary", ""]
+    if h.message:
+        out += [md(h.message), ""]
+    else:
+        if h.gain:
+            knobs = " + ".join(code(k) for k in h.recommended_knobs)
+            note = "" if h.gain_significant else " — not significant"
+            out += [f"**Recommended: {md(h.gain)}**" + (f" with {knobs}" if knobs else "") + note, ""]
+        header = ["Metric", *(f"{md(c.text)} ({code(c.note, in_table=True)})" for c in h.columns)]
+        both = len(h.columns) > 1
+        if both:
+            header.append("Change")
+        rows = []
+        for r in h.rows:
+            cells = [md(r.label), *(md(c.text + (f" ({c.note})" if c.note else "")) for c in r.values)]
+            if both:
+                cells.append(md(r.change))
+            rows.append(cells)
+        out += _table(header, rows, ["l"] + ["r"] * (len(header) - 1)) + [""]
+    out += [md(n) for n in view.notes] + ([""] if view.notes else [])
+
+    out += ["## Ranked fixes", ""]
+    if view.findings_state == "not run":
+        out += ["Not measured: the rules did not run for these results.", ""]
+    elif not view.findings:
+        out += ["No fix with a significant or estimated gain was found.", ""]
+    for f in view.findings:
+        out += _finding(f)
+    if view.no_change:
+        out += ["### No significant change", ""]
+        out += [f"- {md(f.title)} ({code(f.rule_id)}): {md(f.gain_text)}, {md(f.interval)}" for f in view.no_change] + [""]
+
+    if view.knobs:
+        out += ["## Knobs tried one at a time", ""]
+        rows = [
+            [code(k.knob, in_table=True), md(k.status), md(k.gain + ("" if k.significant is not False else " (n.s.)")), md(k.interval), md(k.mfu),
+             md("; ".join(k.semantics) or "—"), md(k.reason)]
+            for k in view.knobs
+        ]
+        out += _table(["Knob", "Status", "Gain", "Interval", "MFU", "Semantics changes", "Reason"], rows, ["l", "l", "r", "r", "r", "l", "l"]) + [""]
+    out += [md(n) for n in view.sweep_notes] + ([""] if view.sweep_notes else [])
+
+    out += ["## Trials", ""]
+    rows = [
+        [code(t.name, in_table=True) + (f" ({t.role})" if t.role else ""), md(t.status), md(t.knobs), md(t.batch), md(t.step_time.text), md(t.throughput), md(t.mfu), md(t.peak_memory)]
+        for t in view.trials
+    ]
+    out += _table(["Trial", "Status", "Knobs", "Micro × accum", "Step (median)", "Throughput", "MFU", "Peak memory"], rows, ["l", "l", "l", "r", "r", "r", "r", "r"]) + [""]
+
+    if view.failures:
+        out += ["## Failed and skipped trials", ""]
+        for f in view.failures:
+            lines = f.error.splitlines()
+            text = "\n".join(lines[-MAX_ERROR_LINES:])  # the end of a traceback says the most
+            if len(lines) > MAX_ERROR_LINES:
+                text = f"… ({len(lines) - MAX_ERROR_LINES} earlier lines omitted)\n" + text
+            out += [f"- {code(f.name)} — **{md(f.status)}** ({md(f.knobs)})", ""] + ["  " + line for line in block(text)] + [""]
+
+    if view.command:
+        out += ["## Reproduce", ""] + block(view.command, "sh") + [""]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def render_markdown(results: Results) -> str:
+    return render_view_markdown(build_view(results))

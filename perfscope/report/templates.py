@@ -1,0 +1,54 @@
+"""Finding and loading the Jinja2 templates, from an installed wheel or a source checkout.
+
+    >>> env = template_environment()
+    >>> env.get_template("base.html.j2")
+
+Why two places: a wheel ships reports/templates/ as the package ``perfscope._templates``, but an
+editable install does not map that package, so the checkout's folder is the fallback.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+
+import jinja2
+
+TEMPLATE_PACKAGE = "perfscope._templates"
+SOURCE_TEMPLATES = Path(__file__).resolve().parents[2] / "reports" / "templates"
+
+
+def template_root() -> Traversable:
+    """The installed templates when present, else ``<repo>/reports/templates``."""
+    try:
+        root = importlib.resources.files(TEMPLATE_PACKAGE)
+        if root.joinpath("base.html.j2").is_file():
+            return root
+    except ModuleNotFoundError:
+        pass
+    if (SOURCE_TEMPLATES / "base.html.j2").is_file():
+        return SOURCE_TEMPLATES
+    raise FileNotFoundError(f"perfscope report templates not found (package {TEMPLATE_PACKAGE} or {SOURCE_TEMPLATES})")
+
+
+def _loader(root: Traversable) -> jinja2.BaseLoader:
+    # A Traversable may live inside a zip, so read through it rather than assume a directory on disk.
+    def load(name: str) -> str | None:
+        node = root.joinpath(*name.split("/"))
+        return node.read_text(encoding="utf-8") if node.is_file() else None
+
+    return jinja2.FunctionLoader(load)
+
+
+@functools.cache
+def template_environment() -> jinja2.Environment:
+    """Autoescaping on for everything: all template text is HTML (the Markdown is built in Python)."""
+    return jinja2.Environment(
+        loader=_loader(template_root()),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,  # a misspelt field is an error, not a silently empty cell
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )

@@ -1,0 +1,547 @@
+"""The report's view model: every number formatted and every choice made, so templates only lay it out.
+
+    >>> from perfscope.report.view import build_view
+    >>> view = build_view(Results.load("perfscope-out/results.json"))
+    >>> view.headline.rows[0].label, [c.text for c in view.headline.rows[0].values]
+
+Why a view model: deciding what to show (which trial is the baseline, when a gain counts, what "n/a"
+means) is logic that deserves unit tests; Jinja templates are hard to test and easy to clutter. The HTML
+and the Markdown renderers share this model, so they never disagree.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from urllib.parse import quote
+
+from perfscope.report import facts
+from perfscope.report.charts import Chart, build_charts
+from perfscope.report.format import (
+    NA,
+    fmt_bytes,
+    fmt_count,
+    fmt_interval,
+    fmt_percent,
+    fmt_rate,
+    fmt_ratio,
+    fmt_seconds,
+)
+from perfscope.results import FAILED_STATUSES, Finding, Gain, Results, Trial
+
+MAX_KERNEL_ROWS = 15
+MAX_KERNEL_NAME = 160
+PERFETTO_URL = "https://ui.perfetto.dev"
+HTA_URL = "https://github.com/facebookresearch/HolisticTraceAnalysis"
+
+
+@dataclass(kw_only=True, slots=True)
+class Cell:
+    text: str
+    note: str = ""  # a second, quieter line: the p10–p90 range, or why a value is n/a
+
+
+@dataclass(kw_only=True, slots=True)
+class HeadlineRow:
+    label: str
+    values: list[Cell]  # one per headline column
+    change: str = ""  # recommended vs baseline, e.g. "1.82× faster"
+    better: bool | None = None  # colours the change; None when neutral or unknown
+
+
+@dataclass(kw_only=True, slots=True)
+class Headline:
+    columns: list[Cell]  # text: role ("Baseline"), note: the trial's name
+    rows: list[HeadlineRow]
+    gain: str = ""  # the recommendation's measured speed-up with its interval
+    gain_significant: bool | None = None
+    recommended_knobs: list[str] = field(default_factory=list)
+    message: str = ""  # shown instead of rows when there is nothing to compare
+
+
+@dataclass(kw_only=True, slots=True)
+class DiffLine:
+    kind: str  # "add" | "del" | "hunk" | "ctx"
+    text: str
+
+
+@dataclass(kw_only=True, slots=True)
+class FindingView:
+    rank: int
+    rule_id: str
+    title: str
+    severity: str
+    gain_kind: str  # "measured" | "estimated" | "not quantified"
+    gain_text: str  # "1.42× faster" or "≈1.30× faster"
+    interval: str  # "95 % CI [1.35, 1.50]" (measured only)
+    estimate_method: str
+    evidence: list[str]
+    fix: list[DiffLine]
+    caveats: list[str]
+    reference_url: str | None  # only http(s) links become anchors
+    reference_text: str
+    trial: str
+
+
+@dataclass(kw_only=True, slots=True)
+class KnobRow:
+    knob: str
+    title: str
+    status: str
+    gain: str
+    interval: str
+    significant: bool | None
+    mfu: str
+    semantics: list[str]
+    reason: str
+    trial: str
+
+
+@dataclass(kw_only=True, slots=True)
+class TrialRow:
+    name: str
+    role: str  # "baseline" | "recommended" | ""
+    status: str
+    knobs: str
+    batch: str  # "micro × accumulation"
+    step_time: Cell
+    throughput: str
+    mfu: str
+    peak_memory: str
+    wall_time: str
+
+
+@dataclass(kw_only=True, slots=True)
+class FailureView:
+    name: str
+    status: str
+    knobs: str
+    error: str
+
+
+@dataclass(kw_only=True, slots=True)
+class KernelRow:
+    name: str
+    full_name: str
+    time: str
+    count: str
+    share: str
+
+
+@dataclass(kw_only=True, slots=True)
+class Row:
+    label: str
+    value: str
+
+
+@dataclass(kw_only=True, slots=True)
+class TraceLink:
+    trial: str
+    href: str
+    label: str
+
+
+@dataclass(kw_only=True, slots=True)
+class ReportView:
+    title: str
+    created_at: str
+    perfscope_version: str
+    source: str
+    device: str
+    peak: str  # "989.4 TFLOP/s (bf16)" or "not measured"
+    peak_source: str
+    headline: Headline
+    findings_state: str  # "not run" | "none" | "present"
+    findings: list[FindingView]
+    no_change: list[FindingView]
+    knobs: list[KnobRow]
+    sweep_notes: list[str]
+    trials: list[TrialRow]
+    failures: list[FailureView]
+    charts: list[Chart]
+    kernels: list[KernelRow]
+    kernels_trial: str
+    environment: list[Row]
+    workload: list[Row]
+    traces: list[TraceLink]
+    command: str
+    notes: list[str]
+    perfetto_url: str = PERFETTO_URL
+    hta_url: str = HTA_URL
+
+
+# ------------------------------------------------------------------------------------------ roles
+
+
+def baseline_name(results: Results) -> str | None:
+    """The sweep's baseline, else a trial called "baseline", else the first trial (hooks runs have one)."""
+    if results.sweep and results.trial(results.sweep.baseline_trial):
+        return results.sweep.baseline_trial
+    if results.trial("baseline"):
+        return "baseline"
+    return results.trials[0].name if results.trials else None
+
+
+def recommended_name(results: Results) -> str | None:
+    name = results.sweep.recommended_trial if results.sweep else None
+    if name and name != baseline_name(results) and results.trial(name):
+        return name
+    return None
+
+
+# -------------------------------------------------------------------------------------- formatting
+
+
+def gain_text(ratio: float) -> str:
+    """A step-time ratio in words; below 1 the candidate is slower."""
+    return f"{fmt_ratio(ratio)} faster" if ratio >= 1 else f"{fmt_ratio(1 / ratio)} slower"
+
+
+def gain_interval(gain: Gain) -> str:
+    return f"{gain.confidence * 100:.0f} % CI {fmt_interval(gain.low, gain.high)}"
+
+
+def _reason(trial: Trial, metric: str) -> str:
+    m = trial.metrics
+    return (m.unavailable.get(metric, "") if m else "") or "not measured"
+
+
+def _step_cell(trial: Trial) -> Cell:
+    s = trial.metrics.step_time_s  # type: ignore[union-attr]
+    return Cell(text=fmt_seconds(s.median), note=f"p10–p90 {fmt_seconds(s.p10)} – {fmt_seconds(s.p90)}")
+
+
+def _knob_list(knobs: list[str]) -> str:
+    return " + ".join(knobs) if knobs else "—"
+
+
+# -------------------------------------------------------------------------------------- headline
+
+
+def _headline(results: Results, base: Trial | None, rec: Trial | None) -> Headline:
+    if base is None:
+        return Headline(columns=[], rows=[], message="No trials were recorded.")
+    if not base.ok:
+        return Headline(
+            columns=[],
+            rows=[],
+            message=f"The baseline trial {base.name!r} did not complete (status: {base.status}); see Failed trials.",
+        )
+    shown = [(Cell(text="Baseline", note=base.name), base)]
+    if rec is not None and rec.ok:
+        shown.append((Cell(text="Recommended", note=rec.name), rec))
+    trials = [t for _, t in shown]
+    both = len(trials) == 2
+    bm = base.metrics
+    rm = trials[-1].metrics
+    assert bm is not None and rm is not None
+
+    rows: list[HeadlineRow] = []
+
+    def mfu_cell(t: Trial) -> Cell:
+        m = t.metrics
+        if m is None or m.mfu is None:
+            return Cell(text=NA, note=_reason(t, "mfu"))
+        note = f"{m.achieved_tflops:.1f} TFLOP/s achieved" if m.achieved_tflops is not None else ""
+        return Cell(text=fmt_percent(m.mfu), note=note)
+
+    mfu_row = HeadlineRow(label="MFU", values=[mfu_cell(t) for t in trials])
+    if both and bm.mfu is not None and rm.mfu is not None:
+        delta = (rm.mfu - bm.mfu) * 100
+        mfu_row.change, mfu_row.better = f"{delta:+.1f} pts", delta > 0 if delta else None
+    rows.append(mfu_row)
+
+    step_row = HeadlineRow(label="Step time (median)", values=[_step_cell(t) for t in trials])
+    gain = results.sweep.recommended_gain if results.sweep else None
+    if both:
+        ratio = gain.ratio if gain else bm.step_time_s.median / rm.step_time_s.median
+        step_row.change, step_row.better = gain_text(ratio), ratio > 1
+        if gain and not gain.significant:
+            step_row.better = None
+    rows.append(step_row)
+
+    rows.append(_rate_row("Throughput", "samples/s", [t.metrics.samples_per_s for t in trials], both))  # type: ignore[union-attr]
+    if any(t.metrics.tokens_per_s is not None for t in trials):  # type: ignore[union-attr]
+        rows.append(_rate_row("Tokens", "tokens/s", [t.metrics.tokens_per_s for t in trials], both))  # type: ignore[union-attr]
+
+    def mem_cell(t: Trial) -> Cell:
+        m = t.metrics
+        assert m is not None
+        if m.peak_memory_bytes is None:
+            return Cell(text=NA, note=_reason(t, "peak_memory_bytes"))
+        cap = m.device_memory_capacity_bytes
+        note = f"{m.peak_memory_bytes / cap * 100:.0f} % of {fmt_bytes(cap)}" if cap else ""
+        return Cell(text=fmt_bytes(m.peak_memory_bytes), note=note)
+
+    mem_row = HeadlineRow(label="Peak memory", values=[mem_cell(t) for t in trials])
+    if both and bm.peak_memory_bytes and rm.peak_memory_bytes:
+        change = rm.peak_memory_bytes / bm.peak_memory_bytes - 1
+        mem_row.change = f"{change * 100:+.0f} %"
+        mem_row.better = (change < 0) if abs(change) >= 0.005 else None
+    rows.append(mem_row)
+
+    headline = Headline(columns=[c for c, _ in shown], rows=rows)
+    if both and gain:
+        headline.gain = f"{gain_text(gain.ratio)} ({gain_interval(gain)})"
+        headline.gain_significant = gain.significant
+        headline.recommended_knobs = list(results.sweep.recommended_knobs) if results.sweep else []
+    return headline
+
+
+def _rate_row(label: str, unit: str, values: list[float | None], both: bool) -> HeadlineRow:
+    row = HeadlineRow(label=label, values=[Cell(text=fmt_rate(v, unit)) for v in values])
+    if both and values[0] and values[1]:
+        ratio = values[1] / values[0]
+        row.change, row.better = f"{(ratio - 1) * 100:+.0f} %", ratio > 1 if abs(ratio - 1) >= 0.005 else None
+    return row
+
+
+# -------------------------------------------------------------------------------------- findings
+
+
+def diff_lines(fix: str) -> list[DiffLine]:
+    """Classify a fix's lines the way a diff viewer would (the text itself is kept verbatim)."""
+    lines = []
+    for line in fix.rstrip("\n").splitlines():
+        if line.startswith(("+++", "---")):
+            kind = "ctx"
+        elif line.startswith("+"):
+            kind = "add"
+        elif line.startswith("-"):
+            kind = "del"
+        elif line.startswith("@@"):
+            kind = "hunk"
+        else:
+            kind = "ctx"
+        lines.append(DiffLine(kind=kind, text=line))
+    return lines
+
+
+def _finding_view(rank: int, f: Finding) -> FindingView:
+    if f.gain is not None:
+        kind, text, interval = "measured", gain_text(f.gain.ratio), gain_interval(f.gain)
+    elif f.estimated_gain is not None:
+        kind, text, interval = "estimated", "≈" + gain_text(f.estimated_gain), ""
+    else:
+        kind, text, interval = "not quantified", "", ""
+    ref = f.reference or ""
+    return FindingView(
+        rank=rank,
+        rule_id=f.rule_id,
+        title=f.title,
+        severity=f.severity,
+        gain_kind=kind,
+        gain_text=text,
+        interval=interval,
+        estimate_method=(f.estimate_method or "") if kind == "estimated" else "",
+        evidence=list(f.evidence),
+        fix=diff_lines(f.fix) if f.fix else [],
+        caveats=list(f.caveats),
+        reference_url=ref if ref.startswith(("https://", "http://")) else None,
+        reference_text=ref,
+        trial=f.trial or "",
+    )
+
+
+def split_findings(findings: list[Finding]) -> tuple[list[Finding], list[Finding]]:
+    """(ranked fixes, no significant change): a measured gain whose interval includes 1 is not a fix."""
+    ranked = [f for f in findings if f.gain is None or f.gain.significant]
+    flat = [f for f in findings if f.gain is not None and not f.gain.significant]
+    return ranked, flat
+
+
+# -------------------------------------------------------------------------------------- tables
+
+
+def _knob_rows(results: Results) -> list[KnobRow]:
+    rows = []
+    for k in results.sweep.knobs if results.sweep else []:
+        rows.append(
+            KnobRow(
+                knob=k.knob,
+                title=k.title,
+                status=k.status,
+                gain=gain_text(k.gain.ratio) if k.gain else "—",
+                interval=fmt_interval(k.gain.low, k.gain.high) if k.gain else "",
+                significant=k.gain.significant if k.gain else None,
+                mfu=fmt_percent(k.mfu) if k.mfu is not None else "—",
+                semantics=list(k.changes_semantics),
+                reason=k.reason or "",
+                trial=k.trial or "",
+            )
+        )
+    return rows
+
+
+def _trial_rows(results: Results, base: str | None, rec: str | None) -> list[TrialRow]:
+    rows = []
+    for t in results.trials:
+        m = t.metrics
+        role = "baseline" if t.name == base else "recommended" if t.name == rec else ""
+        if m is None:
+            batch = str(t.config.get("micro_batch_size", "—"))
+            rows.append(
+                TrialRow(name=t.name, role=role, status=t.status, knobs=_knob_list(t.knobs), batch=batch, step_time=Cell(text="—"),
+                         throughput="—", mfu="—", peak_memory="—", wall_time=fmt_seconds(t.wall_time_s) if t.wall_time_s else "—")
+            )
+            continue
+        throughput = fmt_rate(m.tokens_per_s, "tokens/s") if m.tokens_per_s is not None else fmt_rate(m.samples_per_s, "samples/s")
+        rows.append(
+            TrialRow(
+                name=t.name,
+                role=role,
+                status=t.status,
+                knobs=_knob_list(t.knobs),
+                batch=f"{m.micro_batch_size} × {m.grad_accum_steps}",
+                step_time=_step_cell(t),
+                throughput=throughput,
+                mfu=fmt_percent(m.mfu) if m.mfu is not None else NA,
+                peak_memory=fmt_bytes(m.peak_memory_bytes),
+                wall_time=fmt_seconds(t.wall_time_s) if t.wall_time_s else "—",
+            )
+        )
+    return rows
+
+
+def _failures(results: Results) -> list[FailureView]:
+    return [
+        FailureView(name=t.name, status=t.status, knobs=_knob_list(t.knobs), error=(t.error or "").strip() or "(no error text recorded)")
+        for t in results.trials
+        if t.status in FAILED_STATUSES or t.status == "skipped"
+    ]
+
+
+def _kernels(results: Results, names: list[str | None]) -> tuple[list[KernelRow], str]:
+    candidates = [results.trial(n) for n in names if n] + results.ok_trials()
+    for t in candidates:
+        if t is None or t.metrics is None:
+            continue
+        kernels = facts.top_kernels(t.metrics.trace_facts)
+        if not kernels:
+            continue
+        total = sum(facts.kernel_time_by_category(t.metrics.trace_facts).values()) or sum(k.time_s for k in kernels)
+        rows = [
+            KernelRow(
+                name=k.name if len(k.name) <= MAX_KERNEL_NAME else k.name[: MAX_KERNEL_NAME - 1] + "…",
+                full_name=k.name,
+                time=fmt_seconds(k.time_s),
+                count=str(k.count) if k.count is not None else "—",
+                share=fmt_percent(k.time_s / total) if total else "—",
+            )
+            for k in kernels[:MAX_KERNEL_ROWS]
+        ]
+        return rows, t.name
+    return [], ""
+
+
+def _cores(physical: int | None, logical: int | None) -> str:
+    if physical and logical:
+        return f" ({physical} physical / {logical} logical cores)"
+    return f" ({logical} logical cores)" if logical else ""
+
+
+def _environment(results: Results) -> list[Row]:
+    env = results.environment
+    rows = [
+        Row(label="Device", value=f"{env.device_name} ({env.device_type}" + (f" × {env.device_count})" if env.device_count > 1 else ")")),
+        Row(label="Compute capability", value=env.compute_capability or ""),
+        Row(label="Device memory", value=fmt_bytes(env.device_memory_bytes) if env.device_memory_bytes else ""),
+        Row(label="Driver / CUDA", value=" / ".join(v for v in (env.driver_version, env.cuda_version) if v)),
+        Row(label="PyTorch", value=env.torch_version),
+        Row(label="Python", value=env.python_version),
+        Row(label="Platform", value=env.platform),
+        Row(label="CPU", value=env.cpu_model + _cores(env.cpu_cores_physical, env.cpu_cores_logical)),
+        Row(label="Host memory", value=fmt_bytes(env.host_memory_bytes) if env.host_memory_bytes else ""),
+        Row(label="Host", value=env.hostname),
+        Row(label="Datasheet peaks", value=", ".join(f"{k} {v:g} TFLOP/s" for k, v in env.datasheet_peaks_tflops.items())),
+        Row(label="Datasheet", value=env.datasheet_source or ""),
+        Row(label="Measured matmul ceiling", value=", ".join(f"{k} {v:g} TFLOP/s" for k, v in env.measured_ceiling_tflops.items())),
+    ]
+    rows += [Row(label=f"{k} (unavailable)", value=v) for k, v in env.unavailable.items()]
+    return [r for r in rows if r.value.strip()]
+
+
+def _workload(results: Results) -> list[Row]:
+    w = results.workload
+    rows = [
+        Row(label="Name", value=w.name),
+        Row(label="File", value=w.path),
+        Row(label="SHA-256", value=w.sha256[:16] + "…" if len(w.sha256) > 16 else w.sha256),
+        Row(label="Parameters", value=fmt_count(w.parameter_count) if w.parameter_count else ""),
+    ]
+    rows += [Row(label=str(k), value=str(v)) for k, v in w.declared.items()]
+    return [r for r in rows if r.value.strip()]
+
+
+def trace_href(trace_path: str, report_dir: Path | None) -> str:
+    """A relative, percent-encoded link: no scheme can survive it (``javascript:`` becomes a file name)."""
+    path = Path(trace_path)
+    if path.is_absolute() and report_dir is not None:
+        try:
+            path = Path(os.path.relpath(path, report_dir))
+        except ValueError:  # another drive on Windows: keep the absolute path
+            pass
+    posix = PurePosixPath(path.as_posix())
+    if posix.is_absolute():
+        return "file://" + quote(str(posix))
+    return quote(str(posix), safe="/") if str(posix) else ""
+
+
+def _traces(results: Results, report_dir: Path | None) -> list[TraceLink]:
+    return [
+        TraceLink(trial=t.name, href=trace_href(t.metrics.trace_path, report_dir), label=Path(t.metrics.trace_path).name)
+        for t in results.trials
+        if t.metrics and t.metrics.trace_path
+    ]
+
+
+# -------------------------------------------------------------------------------------- assembly
+
+
+def build_view(results: Results, *, report_dir: Path | None = None) -> ReportView:
+    """Everything the templates show. ``report_dir`` makes absolute trace paths relative to the report."""
+    base_name, rec_name = baseline_name(results), recommended_name(results)
+    base = results.trial(base_name) if base_name else None
+    rec = results.trial(rec_name) if rec_name else None
+    if results.findings is None:
+        state, ranked, flat = "not run", [], []
+    else:
+        ranked, flat = split_findings(results.findings)
+        state = "present" if results.findings else "none"
+    sweep = results.sweep
+    sweep_notes = list(sweep.notes) if sweep else []
+    if sweep and sweep.stopped_early:
+        sweep_notes.insert(0, f"The search stopped early: {sweep.stopped_early}.")
+    if sweep and sweep.elapsed_s is not None:
+        budget = f" of a {fmt_seconds(sweep.budget_s)} budget" if sweep.budget_s else ""
+        sweep_notes.append(f"Search time {fmt_seconds(sweep.elapsed_s)}{budget}.")
+    kernels, kernels_trial = _kernels(results, [base_name, rec_name])
+    peak = results.peak
+    env = results.environment
+    return ReportView(
+        title=results.workload.name or Path(results.workload.path).stem,
+        created_at=results.created_at,
+        perfscope_version=results.perfscope_version,
+        source=results.source,
+        device=env.device_name + (f" × {env.device_count}" if env.device_count > 1 else ""),
+        peak=f"{peak.tflops:g} TFLOP/s ({peak.dtype})" if peak else "not measured",
+        peak_source=peak.source if peak else "no peak known for this device; MFU is n/a (pass --peak-tflops)",
+        headline=_headline(results, base, rec),
+        findings_state=state,
+        findings=[_finding_view(i, f) for i, f in enumerate(ranked, 1)],
+        no_change=[_finding_view(i, f) for i, f in enumerate(flat, 1)],
+        knobs=_knob_rows(results),
+        sweep_notes=sweep_notes,
+        trials=_trial_rows(results, base_name, rec_name),
+        failures=_failures(results),
+        charts=build_charts(results, baseline=base_name, recommended=rec_name),
+        kernels=kernels,
+        kernels_trial=kernels_trial,
+        environment=_environment(results),
+        workload=_workload(results),
+        traces=_traces(results, report_dir),
+        command=shlex.join(results.command) if results.command else "",
+        notes=list(results.notes),
+    )
