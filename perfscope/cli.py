@@ -22,6 +22,8 @@ EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_USER = 2
 EXIT_INTERRUPTED = 130
+EXIT_REGRESSION = 1  # `check`: a metric dropped beyond --max-drop (shares 1 with EXIT_INTERNAL; stderr tells which)
+EXIT_INCONCLUSIVE = 3  # `check`: too few or too noisy samples to decide; never a silent pass
 
 
 def _positive_int(text: str) -> int:
@@ -78,6 +80,55 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _max_drop(text: str) -> float:
+    """'5%' -> 0.05; a bare fraction ('0.05') is accepted, a bare '5' is refused as ambiguous."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage like 5%, got {text!r}") from None
+    if not raw.endswith("%") and value >= 1:
+        raise argparse.ArgumentTypeError(f"ambiguous {text!r}: write {text}% for a percentage, or a fraction < 1")
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0%, 100%), got {text}")
+    return value
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from perfscope.check import GateOptions, run_gate
+    from perfscope.check.render import render_junit, render_markdown, render_table, write_text_atomic
+    from perfscope.results import Results
+
+    options = GateOptions(
+        metrics=tuple(dict.fromkeys(args.metric or ["mfu"])),
+        max_drop=args.max_drop,
+        trial=args.trial,
+        allow_mismatch=args.allow_mismatch,
+    )
+    baseline = Results.load(args.baseline)
+    current = Results.load(args.current)
+    report = run_gate(current, baseline, options, current_source=args.current, baseline_source=args.baseline)
+    print(render_table(report), file=sys.stderr if report.outcome == "unusable" else sys.stdout)
+    if args.markdown:
+        write_text_atomic(args.markdown, render_markdown(report))
+    if args.junit:
+        write_text_atomic(args.junit, render_junit(report))
+    return {"pass": EXIT_OK, "regression": EXIT_REGRESSION, "inconclusive": EXIT_INCONCLUSIVE}.get(
+        report.outcome, EXIT_USER
+    )
+
+
+def _cmd_baseline(args: argparse.Namespace) -> int:
+    from perfscope.baseline import save_baseline
+
+    saved = save_baseline(args.results, args.to, overwrite=args.action == "update")
+    for warning in saved.warnings:
+        print(f"perfscope: warning: {warning}", file=sys.stderr)
+    verb = "replaced" if saved.replaced else "saved"
+    print(f"{verb} baseline {saved.path} (trials: {', '.join(saved.trials)})")
+    return EXIT_OK
+
+
 # ------------------------------------------------------------------------------------------ parser
 
 
@@ -106,6 +157,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default=None, help="output file (default: next to the results)")
     p.add_argument("--format", choices=["html", "md"], default="html")
     p.set_defaults(handler=_cmd_report)
+
+    p = sub.add_parser(
+        "check",
+        help="CI gate: fail when MFU dropped beyond a tolerance since the baseline",
+        description="Exit 0 no regression, 1 regression, 2 unusable input or mismatched runs, 3 inconclusive. "
+        "The decision rule is in docs/ci-gate.md.",
+    )
+    p.add_argument("current", help="results.json of the run under test")
+    p.add_argument("--baseline", default="perfscope-baseline.json", help="default: perfscope-baseline.json")
+    p.add_argument("--max-drop", type=_max_drop, default=0.05, metavar="PCT",
+                   help="tolerated worsening, e.g. 5%% (default 5%%): a fall of MFU/samples_per_s, a rise of step_time")
+    p.add_argument("--metric", action="append", choices=["mfu", "samples_per_s", "step_time"],
+                   help="metric to gate; repeat for several (default mfu)")
+    p.add_argument("--trial", default="baseline",
+                   help="trial compared in both files (default baseline); 'recommended' = each file's sweep pick")
+    p.add_argument("--allow-mismatch", action="store_true",
+                   help="compare despite a different device, dtype, peak or workload (warns instead)")
+    p.add_argument("--markdown", metavar="FILE", default=None, help="also write a Markdown summary")
+    p.add_argument("--junit", metavar="FILE", default=None, help="also write JUnit XML (one testcase per metric)")
+    p.set_defaults(handler=_cmd_check)
+
+    p = sub.add_parser("baseline", help="record the baseline results that `check` compares against")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for action, help_text in (("save", "copy a validated results.json to the baseline path (never overwrites)"),
+                              ("update", "replace the baseline with a validated results.json")):
+        a = actions.add_parser(action, help=help_text)
+        a.add_argument("results", help="path to results.json")
+        a.add_argument("--to", default="perfscope-baseline.json", help="default: perfscope-baseline.json")
+        a.set_defaults(handler=_cmd_baseline)
 
     return parser
 

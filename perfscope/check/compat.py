@@ -1,0 +1,115 @@
+"""Comparability: whether two runs may be compared at all, before any statistics.
+
+    >>> [str(d) for d in find_differences(current_side, baseline_side, metric_ids={"mfu"})]
+    ["device name: baseline 'NVIDIA A100-SXM4-80GB', current 'NVIDIA H100 80GB HBM3'"]
+
+A faster GPU, another dtype or an edited workload changes the numbers for reasons that are not a
+regression of the code under test, so such a pair is refused (exit 2) unless the user accepts it
+with --allow-mismatch. Each property is one small `Attribute`; adding one is one entry in ATTRIBUTES.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+from perfscope.check.metrics import Side
+
+
+@dataclass(frozen=True, kw_only=True)
+class Difference:
+    """One property the two runs do not share."""
+
+    what: str
+    baseline: str
+    current: str
+    blocking: bool  # False: worth a warning, never refuses the comparison (e.g. torch version)
+    hint: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.what}: baseline {self.baseline}, current {self.current}"
+        return f"{text} ({self.hint})" if self.hint else text
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attribute:
+    """A property two runs must share for their numbers to be comparable."""
+
+    what: str
+    get: Callable[[Side], object]
+    blocking: bool = True
+    only_for: frozenset[str] | None = None  # metric ids whose values depend on it; None: all metrics
+    hint: str = ""
+    needs_metrics: bool = False  # read from TrialMetrics: skipped when a trial failed and has none
+    unknown_blocks: bool = True  # False: a value missing from one file (older writer, hooks) only warns
+
+    def differs(self, current: Side, baseline: Side, metric_ids: Collection[str]) -> Difference | None:
+        if self.only_for is not None and not self.only_for & set(metric_ids):
+            return None
+        if self.needs_metrics and (current.trial.metrics is None or baseline.trial.metrics is None):
+            return None
+        cur, base = self.get(current), self.get(baseline)
+        if _same(cur, base):
+            return None
+        unknown = cur is None or base is None
+        blocking = self.blocking and (self.unknown_blocks or not unknown)
+        hint = "not recorded in one file" if unknown and not self.unknown_blocks else self.hint
+        return Difference(what=self.what, baseline=repr(base), current=repr(cur), blocking=blocking, hint=hint)
+
+
+def _same(a: object, b: object) -> bool:
+    """Equality, with floats compared to a relative 1e-9 (a JSON round trip must not create a mismatch)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9)
+    return a == b
+
+
+def _metric(side: Side, name: str) -> object:
+    return getattr(side.trial.metrics, name)
+
+
+ATTRIBUTES: list[Attribute] = [
+    Attribute(what="device type", get=lambda s: s.results.environment.device_type),
+    Attribute(what="device name", get=lambda s: s.results.environment.device_name),
+    Attribute(what="dtype (trial precision)", get=lambda s: s.trial.config.get("precision"), unknown_blocks=False),
+    Attribute(what="workload name", get=lambda s: s.results.workload.name),
+    Attribute(
+        what="workload sha256",
+        get=lambda s: s.results.workload.sha256,
+        hint="the workload file changed; gate a fixed benchmark workload, or pass --allow-mismatch",
+    ),
+    Attribute(
+        what="samples per step",
+        get=lambda s: _metric(s, "samples_per_step"),
+        hint="another batch size changes every per-step number",
+        needs_metrics=True,
+    ),
+    Attribute(
+        what="peak TFLOP/s (MFU denominator)",
+        get=lambda s: s.results.peak.tflops if s.results.peak else None,
+        only_for=frozenset({"mfu"}),
+        hint="a measured ceiling varies run to run: pass the same --peak-tflops to both analyze runs, "
+        "or gate on --metric samples_per_s",
+    ),
+    Attribute(
+        what="model FLOPs per step",
+        get=lambda s: _metric(s, "flops_per_step"),
+        only_for=frozenset({"mfu"}),
+        hint="MFU is not proportional to throughput across different FLOP counts",
+        needs_metrics=True,
+    ),
+    Attribute(
+        what="torch version",
+        get=lambda s: s.results.environment.torch_version,
+        blocking=False,
+        hint="a torch upgrade can move performance by itself",
+    ),
+    Attribute(what="applied knobs", get=lambda s: sorted(s.trial.knobs), blocking=False),
+]
+
+
+def find_differences(current: Side, baseline: Side, *, metric_ids: Collection[str]) -> list[Difference]:
+    """Every property in ATTRIBUTES that differs and matters for the metrics being gated."""
+    found = (a.differs(current, baseline, metric_ids) for a in ATTRIBUTES)
+    return [d for d in found if d is not None]

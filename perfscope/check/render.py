@@ -1,0 +1,157 @@
+"""The gate's outputs: a terminal table, a Markdown summary ($GITHUB_STEP_SUMMARY) and JUnit XML.
+
+    print(render_table(report)); write_text_atomic("gate.md", render_markdown(report))
+
+The only module of the gate that formats anything; it reads a GateReport and decides nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from perfscope.check.decision import Verdict
+from perfscope.check.gate import GateReport
+
+HEADLINE = {
+    "pass": "PASS: no regression",
+    "regression": "REGRESSION",
+    "inconclusive": "INCONCLUSIVE: too few or too noisy samples to decide (not a pass)",
+    "unusable": "NOT COMPARED: unusable input",
+}
+_ICON = {"pass": "✅", "regression": "❌", "inconclusive": "⚠️", "unusable": "⛔"}
+COLUMNS = ("metric", "baseline", "current", "change", "interval", "p-value", "verdict")
+
+
+def _cells(v: Verdict) -> tuple[str, ...]:
+    fmt = v.metric.format
+    return (
+        v.metric.title,
+        fmt(v.baseline) if v.baseline is not None else "-",
+        fmt(v.current) if v.current is not None else "-",
+        f"{v.change:+.1%}" if v.change is not None else "-",
+        f"{v.low:+.1%} .. {v.high:+.1%}" if v.low is not None and v.high is not None else "-",
+        f"{v.p_value:.2g}" if v.p_value is not None else "-",
+        v.status.upper(),
+    )
+
+
+def _title(report: GateReport) -> str:
+    cur = report.current_trial or report.options.trial
+    base = report.baseline_trial or report.options.trial
+    return (
+        f"perfscope check: {report.current_source or 'current'} (trial {cur}) vs "
+        f"{report.baseline_source or 'baseline'} (trial {base}), max drop {report.options.max_drop:.1%}"
+    )
+
+
+def _problems(report: GateReport) -> list[str]:
+    """Why nothing was compared: input errors, then the differences that refused the comparison."""
+    if report.outcome != "unusable":
+        return []
+    lines = list(report.errors)
+    if report.blocking_differences and not report.options.allow_mismatch:
+        lines.append("the runs are not comparable (pass --allow-mismatch to compare anyway):")
+        lines += [f"  {d}" for d in report.blocking_differences]
+    return lines
+
+
+def render_table(report: GateReport) -> str:
+    lines = [_title(report)]
+    lines += [f"warning: {w}" for w in report.warnings]
+    if report.verdicts:
+        rows = [COLUMNS, *(_cells(v) for v in report.verdicts)]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+        for i, row in enumerate(rows):
+            lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+            if i == 0:
+                lines.append("  ".join("-" * w for w in widths))
+        lines += [f"  {v.message}" for v in report.verdicts]
+    lines += _problems(report)
+    lines.append(HEADLINE[report.outcome])
+    return "\n".join(lines)
+
+
+def _md(text: str) -> str:
+    """A Markdown table cell: pipes escaped, newlines flattened, HTML angle brackets neutralized."""
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
+
+
+def render_markdown(report: GateReport) -> str:
+    outcome = report.outcome
+    lines = [f"## {_ICON[outcome]} perfscope check: {HEADLINE[outcome]}", "", _md(_title(report)), ""]
+    if report.verdicts:
+        lines.append("| " + " | ".join(COLUMNS) + " |")
+        lines.append("|" + "---|" * len(COLUMNS))
+        lines += ["| " + " | ".join(_md(c) for c in _cells(v)) + " |" for v in report.verdicts]
+        lines.append("")
+        lines += [f"- {_md(v.message)}" for v in report.verdicts]
+    problems = _problems(report)
+    if problems:
+        lines += ["", "**Not compared:**", ""]
+        lines += [f"  - {_md(p.strip())}" if p.startswith("  ") else f"- {_md(p)}" for p in problems]
+    if report.warnings:
+        lines += ["", "**Warnings:**", ""] + [f"- {_md(w)}" for w in report.warnings]
+    return "\n".join(lines) + "\n"
+
+
+# XML 1.0 forbids most control characters even escaped; an error message quoting a traceback can hold them.
+_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _xml(text: str) -> str:
+    return _XML_INVALID.sub("\ufffd", text)
+
+
+def render_junit(report: GateReport) -> str:
+    """One testcase per gated metric: <failure> on regression, <error> when inconclusive or not compared."""
+    suite = ET.Element("testsuite", name="perfscope check")
+    classname = _xml(f"perfscope.check.{report.current_trial or report.options.trial}")
+    failures = errors = 0
+    if report.outcome == "unusable":
+        case = ET.SubElement(suite, "testcase", classname=classname, name="comparability", time="0")
+        problems = _problems(report)
+        summary = " ".join(p.strip() for p in problems)
+        error = ET.SubElement(case, "error", type="unusable", message=_xml(summary))
+        error.text = _xml("\n".join(problems))
+        errors += 1
+    for v in report.verdicts:
+        case = ET.SubElement(suite, "testcase", classname=classname, name=v.metric.id, time="0")
+        if v.status == "regression":
+            ET.SubElement(case, "failure", type="regression", message=_xml(v.message)).text = _xml(v.message)
+            failures += 1
+        elif v.status == "inconclusive":
+            ET.SubElement(case, "error", type="inconclusive", message=_xml(v.message)).text = _xml(v.message)
+            errors += 1
+        else:
+            ET.SubElement(case, "system-out").text = _xml(v.message)
+    suite.set("tests", str(len(suite.findall("testcase"))))
+    suite.set("failures", str(failures))
+    suite.set("errors", str(errors))
+    suite.set("skipped", "0")
+    if report.warnings:
+        ET.SubElement(suite, "system-err").text = _xml("\n".join(f"warning: {w}" for w in report.warnings))
+    root = ET.Element("testsuites")
+    root.append(suite)
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    """Temp file + rename, like results.json: a CI step never reads half a summary."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
