@@ -1,0 +1,948 @@
+"""Profiling hooks for a training loop you already have: the metrics of `perfscope analyze`, no toggling.
+
+    prof = perfscope.Profiler(model, optimizer=opt, device="cuda", name="my-run")
+    for batch in prof.wrap(loader):          # measures the time blocked in next(loader)
+        loss = compute_loss(model, batch); loss.backward(); opt.step(); opt.zero_grad()
+        prof.step()                           # the end of one OPTIMIZER step (or `with prof.step_context():`)
+    prof.save("run/")                         # results.json (+ findings and report.html when installed)
+
+What is measured, and how (docs/hooks.md has the long version):
+- Step time: a boundary is marked at every `step()`. On CUDA the boundary is a CUDA event on the current
+  stream and events are read lazily — every `flush_every` steps the finished ones are collected with a
+  non-blocking `query()`, and only when more than `flush_every` are still pending does the profiler wait on
+  an old one — so the host keeps running ahead of the GPU exactly as it does without the profiler.
+  A step's time is the device-timeline distance between consecutive boundaries (idle gaps included).
+- The first `warmup_steps` optimizer steps are not timed (allocator growth, autotuning, compilation).
+- FLOPs: counted once, on the first step after warm-up, with torch's FlopCounterMode (a slow Python dispatch
+  mode, so that step is excluded from timing). The count is scaled per sample, so a short batch in the
+  counted step does not skew it.
+- Samples per step: the first dimension of the first tensor in each batch `wrap()` yields, summed over the
+  micro-batches of the step (short last batches counted as they are), unless `samples_per_step=` is given.
+  Gradient accumulation: every `wrap()` yield (or `micro_step()` call) between two `step()` calls is a
+  micro-step.
+- Bounded memory on long runs: totals (time, data wait, samples) cover every timed step; the per-step
+  samples kept for medians and the CI gate are a uniform reservoir sample (Vitter's algorithm R, seeded)
+  of at most `max_step_samples` steps, kept in step order.
+- Memory peaks (CUDA allocator, or peak host RSS on CPU), owners (params / grads / optimizer state), NVML and
+  host-CPU sampling (the first `utilization_max_s` seconds after warm-up), and an optional torch.profiler
+  window `capture_steps=(start, stop)` (excluded from timing; skipped when a profiler already runs).
+
+Safe to leave in production code: `enabled=False` or PERFSCOPE_DISABLE=1 makes `wrap()` return the loader's
+own iterator and `step()` a no-op; an internal error becomes one `warnings.warn` and the profiler disables
+itself; it never reads a loss, resets allocator statistics or draws random numbers from the user's generators.
+Heavy imports (the results model, scipy, NVML) happen only when the profiler is enabled.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from perfscope.results import Environment, Results, WorkloadInfo
+
+DISABLE_ENV = "PERFSCOPE_DISABLE"
+_TRUTHY = {"1", "true", "yes", "on"}
+
+
+def disabled_by_env() -> bool:
+    return os.environ.get(DISABLE_ENV, "").strip().lower() in _TRUTHY
+
+
+# ------------------------------------------------------------------------------------------- clocks
+
+
+class _HostClock:
+    """CPU work is synchronous: perf_counter at the boundary is exact."""
+
+    def mark(self) -> float:
+        return time.perf_counter()
+
+    def ready(self, mark: float) -> bool:
+        return True
+
+    def wait(self, mark: float) -> None:
+        pass
+
+    def elapsed_s(self, start: float, end: float) -> float:
+        return end - start
+
+
+class _CudaClock:
+    """CUDA events on the stream current at the boundary; never a device-wide synchronize."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def mark(self) -> torch.cuda.Event:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(self.device))
+        return event
+
+    def ready(self, mark: torch.cuda.Event) -> bool:
+        return bool(mark.query())  # cudaEventQuery: non-blocking
+
+    def wait(self, mark: torch.cuda.Event) -> None:
+        mark.synchronize()  # waits for this event only (an old one: usually already done)
+
+    def elapsed_s(self, start: torch.cuda.Event, end: torch.cuda.Event) -> float:
+        return start.elapsed_time(end) / 1e3
+
+
+# ------------------------------------------------------------------------------------- step records
+
+
+@dataclass(slots=True)
+class _Step:
+    """One timed optimizer step (time filled in when its end boundary is read)."""
+
+    index: int
+    data_wait_s: float
+    samples: int | None
+    micro_steps: int
+    time_s: float = 0.0
+
+
+class _Reservoir:
+    """A uniform sample of at most ``capacity`` items from a stream of unknown length (algorithm R).
+
+    Seeded, so the same run keeps the same steps. Items carry their step index, so `in_order()` restores
+    the timeline for charts.
+    """
+
+    def __init__(self, capacity: int, seed: int = 0) -> None:
+        self.capacity = capacity
+        self.seen = 0
+        self.items: list[_Step] = []
+        self._rng = random.Random(seed)  # our own generator: the user's random streams are untouched
+
+    def add(self, item: _Step) -> None:
+        self.seen += 1
+        if len(self.items) < self.capacity:
+            self.items.append(item)
+            return
+        j = self._rng.randrange(self.seen)
+        if j < self.capacity:
+            self.items[j] = item
+
+    def in_order(self) -> list[_Step]:
+        return sorted(self.items, key=lambda s: s.index)
+
+
+def leading_dim(batch: Any, _depth: int = 0) -> int | None:
+    """The first dimension of the first tensor in a (nested) batch: its sample count, or None."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else None
+    if _depth >= 4:
+        return None
+    if isinstance(batch, Mapping):
+        items: Iterable[Any] = batch.values()
+    elif isinstance(batch, list | tuple):
+        items = batch
+    else:
+        return None
+    for item in items:
+        n = leading_dim(item, _depth + 1)
+        if n is not None:
+            return n
+    return None
+
+
+def _most_common(counter: Counter[int]) -> int | None:
+    return counter.most_common(1)[0][0] if counter else None
+
+
+def _resolve_device(device: str | torch.device | None, model: torch.nn.Module | None) -> torch.device:
+    if device in (None, "auto"):
+        param = next(model.parameters(), None) if model is not None else None
+        if param is not None:
+            return param.device
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and resolved.index is None:
+        resolved = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
+    return resolved
+
+
+# ------------------------------------------------------------------------------------------ profiler
+
+
+class Profiler:
+    """Measure a training loop you already have; see the module docstring for what and how.
+
+    Args:
+        model: the module being trained (parameter count, memory owners; FLOPs need nothing from it).
+        optimizer: its optimizer (memory owners: gradients and optimizer state).
+        device: "cuda", "cuda:1", "cpu", or "auto" (the model's device, else CUDA when available).
+        samples_per_step: samples per optimizer step; default: inferred from the batches `wrap()` yields.
+        tokens_per_sample: to report tokens/s.
+        name: the workload's name in results.json and the report.
+        precision: what the loop runs ("fp32", "bf16", "fp16"), recorded for the rules; None = not stated.
+        warmup_steps: optimizer steps not timed (>= 1: the first step pays one-time costs).
+        count_flops: count model FLOPs on one step (skipped for a torch.compile'd module: the counter
+            cannot see into compiled graphs — pass flops_per_step instead).
+        flops_per_step: model FLOPs per optimizer step, when you know them (e.g. 6·N·tokens); no counting.
+        sample_utilization: sample NVML (GPU) and host CPU load in a background thread at
+            `utilization_interval_s`, for at most `utilization_max_s` seconds after warm-up.
+        capture_steps: (start, stop) optimizer-step indices (0-based, stop excluded) to record with
+            torch.profiler via perfscope.trace; those steps are not timed.
+        trace_dir: where the trace is written during the run (default: a temporary folder; save() copies it).
+        peak_tflops: the MFU denominator, overriding the datasheet / measured ceiling.
+        measure_ceiling: at results()/save() time, measure this machine's matmul ceiling (about a second;
+            uses its own random-number state, so the loop's RNG streams are untouched).
+        max_step_samples: per-step samples kept (a uniform reservoir) for medians and the CI gate.
+        flush_every: read finished CUDA events every this many steps (bounds the pending events).
+        enabled: False (or PERFSCOPE_DISABLE=1 in the environment) makes every call a near-free no-op.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+        *,
+        device: str | torch.device | None = "auto",
+        samples_per_step: int | None = None,
+        tokens_per_sample: int | None = None,
+        name: str = "hooks",
+        precision: str | None = None,
+        warmup_steps: int = 5,
+        count_flops: bool = True,
+        flops_per_step: float | None = None,
+        sample_utilization: bool = True,
+        utilization_interval_s: float = 0.1,
+        utilization_max_s: float = 600.0,
+        capture_steps: tuple[int, int] | None = None,
+        trace_dir: str | os.PathLike[str] | None = None,
+        peak_tflops: float | None = None,
+        measure_ceiling: bool = True,
+        max_step_samples: int = 2048,
+        flush_every: int = 50,
+        enabled: bool = True,
+    ) -> None:
+        self.enabled = bool(enabled) and not disabled_by_env()
+        self._on = self.enabled  # the hot-path flag: False once disabled, failed or closed
+        self._failed: str | None = None
+        if not self.enabled:
+            return
+        for arg, value, low in (
+            ("warmup_steps", warmup_steps, 1), ("max_step_samples", max_step_samples, 1), ("flush_every", flush_every, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"Profiler({arg}=...) must be an int >= {low}, got {value!r}")
+        for arg, value in (("samples_per_step", samples_per_step), ("tokens_per_sample", tokens_per_sample)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"Profiler({arg}=...) must be a positive int or None, got {value!r}")
+        if precision is not None and precision not in ("fp32", "bf16", "fp16"):
+            raise ValueError(f"Profiler(precision=...) must be 'fp32', 'bf16', 'fp16' or None, got {precision!r}")
+        if capture_steps is not None:
+            start, stop = capture_steps
+            if not (isinstance(start, int) and isinstance(stop, int) and 1 <= start < stop):
+                raise ValueError(f"Profiler(capture_steps=(start, stop)) needs 1 <= start < stop, got {capture_steps!r}")
+
+        self.model, self.optimizer = model, optimizer
+        self.device = _resolve_device(device, model)
+        self.samples_per_step, self.tokens_per_sample = samples_per_step, tokens_per_sample
+        self.name, self.precision = name, precision
+        self.warmup_steps, self.flush_every = warmup_steps, flush_every
+        self.count_flops, self.user_flops_per_step = count_flops, flops_per_step
+        self.sample_utilization = sample_utilization
+        self.utilization_interval_s, self.utilization_max_s = utilization_interval_s, utilization_max_s
+        self.capture_steps = capture_steps
+        self.trace_dir = Path(trace_dir) if trace_dir is not None else None
+        self.peak_tflops, self.measure_ceiling = peak_tflops, measure_ceiling
+
+        self._clock: _HostClock | _CudaClock = _CudaClock(self.device) if self.device.type == "cuda" else _HostClock()
+        self._started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self._t0 = time.perf_counter()
+        self._step_index = 0  # the optimizer step in progress (0-based) = steps completed so far
+        # Accumulated for the step in progress.
+        self._wait = 0.0
+        self._yields = 0
+        self._explicit_micro = 0
+        self._yield_samples = 0
+        self._explicit_samples = 0
+        self._samples_unknown = False
+        # Timing state.
+        self._prev_mark: Any = None
+        self._pending: deque[tuple[Any, Any, _Step]] = deque()
+        self._since_flush = 0
+        self._first_marks: list[Any] = []  # [start of step 0, end of step 0], when wrap() saw step 0 begin
+        # Totals over every timed step (the reservoir only samples them).
+        self._reservoir = _Reservoir(max_step_samples)
+        self._timed = 0
+        self._sum_time = 0.0
+        self._sum_wait = 0.0
+        self._sum_samples = 0
+        self._time_with_samples = 0.0
+        self._samples_per_step: Counter[int] = Counter()
+        self._micro_per_step: Counter[int] = Counter()
+        self._micro_batch: Counter[int] = Counter()
+        self._excluded: Counter[str] = Counter()
+        self._wrap_used = False
+        self._live_wraps = 0
+        self._loader_config: dict[str, Any] = {}
+        # FLOP counting.
+        self._flop_index = self._first_step_outside_capture(warmup_steps)
+        self._flop_armed = False
+        self._flop_counter: Any = None
+        self._flops: tuple[float, int | None, list[str]] | None = None  # (count, samples in that step, notes)
+        self._flop_unavailable: str | None = None
+        if flops_per_step is None and count_flops and model is not None and hasattr(model, "_orig_mod"):
+            self._flop_unavailable = (
+                "the model is torch.compile'd: the FLOP counter cannot see into compiled graphs "
+                "(pass Profiler(flops_per_step=...))"
+            )
+        # Utilization, trace capture.
+        self._sampler: Any = None
+        self._sampler_started = 0.0
+        self._utilization: Any = None  # frozen result once the sampler stopped
+        self._capture: Any = None
+        self._capture_end = -1
+        self._trace_path: Path | None = None
+        self._trace_notes: list[str] = []
+        self._active_steps: Any = None
+        self._environment: Environment | None = None
+        self._results_notes: list[str] = []
+
+    # ----------------------------------------------------------------------------- public, hot path
+
+    def wrap(self, loader: Iterable[Any]) -> Iterator[Any]:
+        """Iterate ``loader`` through the profiler: batches pass unchanged, time blocked in next() is measured."""
+        if not self._on:
+            return iter(loader)
+        try:
+            self._note_loader(loader)
+        except Exception as exc:  # noqa: BLE001 - never the host loop's problem
+            self._fail("wrap()", exc)
+            return iter(loader)
+        return self._wrapped(loader)
+
+    def step(self, samples: int | None = None) -> None:
+        """Mark the end of one optimizer step (``samples``: this step's sample count, when you know it)."""
+        if not self._on:
+            return
+        try:
+            self._end_step(samples)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("step()", exc)
+
+    def micro_step(self, samples: int | None = None) -> None:
+        """Mark one micro-batch of gradient accumulation, for loops that do not iterate through `wrap()`."""
+        if not self._on:
+            return
+        self._explicit_micro += 1
+        if samples is not None:
+            try:
+                self._explicit_samples += int(samples)
+            except Exception as exc:  # noqa: BLE001
+                self._fail("micro_step()", exc)
+
+    @contextmanager
+    def step_context(self, samples: int | None = None) -> Iterator[None]:
+        """``with prof.step_context(): ...`` = the body, then `step()` (not when the body raises)."""
+        yield
+        self.step(samples)
+
+    # ------------------------------------------------------------------------------ public, end of run
+
+    def close(self) -> None:
+        """Stop measuring: read the pending events, stop the sampler, end an open capture. Idempotent."""
+        if not self._on:
+            return
+        self._on = False
+        try:
+            self._drain(wait=True)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("close()", exc)
+        self._teardown()
+
+    def results(self) -> Results | None:
+        """The measurements as a Results (source "hooks"), or None when disabled or after an internal error.
+
+        May be called mid-run (it waits for the pending step events once); the matmul ceiling, when asked
+        for, is measured on the first call.
+        """
+        if not self.enabled or self._failed is not None:
+            return None
+        try:
+            if self._on:
+                self._drain(wait=True)
+            return self._build_results()
+        except Exception as exc:  # noqa: BLE001
+            self._fail("results()", exc)
+            return None
+
+    def save(self, out_dir: str | os.PathLike[str], *, final: bool = True) -> Path | None:
+        """Write ``out_dir/results.json`` (atomically), the findings and ``report.html`` when available.
+
+        ``final=False`` keeps measuring (a snapshot); by default the profiler closes first. Returns the
+        results.json path, or None when disabled or on failure (which is warned about, never raised).
+        """
+        if not self.enabled or self._failed is not None:
+            return None
+        if final:
+            self.close()
+        results = self.results()
+        if results is None:
+            return None
+        out = Path(out_dir)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            self._move_trace(results, out)
+            self._diagnose(results)
+            path = results.save(out / "results.json")
+        except Exception as exc:  # noqa: BLE001
+            warnings.warn(f"perfscope: could not save results to {out}: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
+            return None
+        self._write_report(results, out)
+        return path
+
+    def __enter__(self) -> Profiler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def samples_per_step_given(self) -> bool:
+        """True when samples_per_step was passed (then batches are not inspected)."""
+        return self.enabled and self.samples_per_step is not None
+
+    @property
+    def steps_completed(self) -> int:
+        """Optimizer steps seen so far (0 when disabled)."""
+        return self._step_index if self.enabled else 0
+
+    # ------------------------------------------------------------------------------------- internals
+
+    def _first_step_outside_capture(self, index: int) -> int:
+        if self.capture_steps is not None and self.capture_steps[0] <= index < self.capture_steps[1]:
+            return self.capture_steps[1]
+        return index
+
+    def _note_loader(self, loader: Iterable[Any]) -> None:
+        self._wrap_used = True
+        if isinstance(loader, torch.utils.data.DataLoader):
+            self._loader_config = {
+                "num_workers": loader.num_workers,
+                "pin_memory": loader.pin_memory,
+                "prefetch_factor": loader.prefetch_factor,
+                "persistent_workers": loader.persistent_workers,
+            }
+
+    def _wrapped(self, loader: Iterable[Any]) -> Iterator[Any]:
+        it = iter(loader)
+        self._live_wraps += 1
+        try:
+            while True:
+                if self._on and self._step_index == 0 and not self._first_marks and self._yields == 0:
+                    self._first_marks.append(self._clock.mark())
+                start = time.perf_counter()
+                try:
+                    batch = next(it)  # the user's errors propagate untouched
+                except StopIteration:
+                    return
+                if self._on:
+                    try:
+                        self._on_batch(batch, time.perf_counter() - start)
+                    except Exception as exc:  # noqa: BLE001
+                        self._fail("wrap()", exc)
+                yield batch
+        finally:
+            self._live_wraps -= 1
+
+    def _on_batch(self, batch: Any, wait_s: float) -> None:
+        self._wait += wait_s
+        self._yields += 1
+        if self.samples_per_step is None:
+            n = leading_dim(batch)
+            if n is None:
+                self._samples_unknown = True
+            else:
+                self._yield_samples += n
+                self._micro_batch[n] += 1
+        if self._flop_armed:
+            self._flop_armed = False
+            self._start_flop_count()  # after next() returned: the data loading is not under the dispatch mode
+
+    def _end_step(self, samples: int | None) -> None:
+        k = self._step_index
+        # Costly end-of-step work first, so it lands in this (untimed) step, not in the next one.
+        flop_step = self._flop_counter is not None
+        if flop_step:
+            self._stop_flop_count()
+        captured = self._capture is not None
+        if captured:
+            self._capture.step()
+            if k + 1 >= self._capture_end:
+                self._stop_capture()
+
+        micro = self._explicit_micro or self._yields or 1
+        if samples is not None:
+            samples = int(samples)
+        else:
+            if self.samples_per_step is not None:
+                samples = self.samples_per_step
+            elif self._explicit_samples:
+                samples = self._explicit_samples
+            elif self._yield_samples and not self._samples_unknown:
+                samples = self._yield_samples
+        if flop_step and self._flops is not None:
+            self._flops = (self._flops[0], samples, self._flops[2])
+        if k == self.warmup_steps - 1:
+            self._start_sampler()  # before the reference mark: thread start-up is not timed
+        if k >= self.warmup_steps - 1:
+            mark = self._clock.mark()
+            if k == 0 and self._first_marks:
+                self._first_marks.append(mark)
+            if k >= self.warmup_steps:
+                if flop_step or captured:
+                    self._excluded["FLOP counting" if flop_step else "profiler capture"] += 1
+                else:
+                    self._pending.append((self._prev_mark, mark, _Step(k, self._wait, samples, micro)))
+            self._prev_mark = mark
+        elif k == 0 and self._first_marks:
+            self._first_marks.append(self._clock.mark())
+
+        self._wait, self._yields, self._explicit_micro = 0.0, 0, 0
+        self._yield_samples, self._explicit_samples, self._samples_unknown = 0, 0, False
+        self._step_index = k = k + 1
+        # Start-of-step work for the next step (after the mark: it belongs to that untimed step).
+        if self.capture_steps is not None and k == self.capture_steps[0]:
+            self._start_capture()
+        if k == self._flop_index and self._wants_flop_count():
+            if self._live_wraps:
+                self._flop_armed = True  # entered when wrap() yields the next batch
+            else:
+                self._start_flop_count()
+        self._since_flush += 1
+        if self._since_flush >= self.flush_every:
+            self._since_flush = 0
+            self._drain(wait=False)
+            self._check_sampler()
+
+    def _drain(self, *, wait: bool) -> None:
+        """Record the steps whose end event has completed. Bounded: waits on an old event when too many pend."""
+        pending, clock = self._pending, self._clock
+        if wait and pending:
+            clock.wait(pending[-1][1])
+        elif len(pending) > 2 * self.flush_every:
+            clock.wait(pending[len(pending) - self.flush_every - 1][1])
+        while pending and clock.ready(pending[0][1]):
+            start, end, rec = pending.popleft()
+            rec.time_s = clock.elapsed_s(start, end)
+            self._record(rec)
+
+    def _record(self, rec: _Step) -> None:
+        self._timed += 1
+        self._sum_time += rec.time_s
+        self._sum_wait += rec.data_wait_s
+        self._micro_per_step[rec.micro_steps] += 1
+        if rec.samples is not None:
+            self._sum_samples += rec.samples
+            self._time_with_samples += rec.time_s
+            self._samples_per_step[rec.samples] += 1
+        self._reservoir.add(rec)
+
+    # --- FLOPs
+
+    def _wants_flop_count(self) -> bool:
+        return self.count_flops and self.user_flops_per_step is None and self._flop_unavailable is None
+
+    def _start_flop_count(self) -> None:
+        from perfscope.measure.flops import StepFlopCounter
+
+        counter = StepFlopCounter()
+        counter.__enter__()
+        self._flop_counter = counter
+
+    def _stop_flop_count(self) -> None:
+        counter, self._flop_counter = self._flop_counter, None
+        counter.__exit__(None, None, None)
+        self._flops = (counter.total, None, counter.notes)
+
+    # --- utilization
+
+    def _start_sampler(self) -> None:
+        if not self.sample_utilization:
+            return
+        from perfscope.measure.utilization import UtilizationSampler
+
+        self._sampler = UtilizationSampler(
+            device=self.device.type, device_index=self.device.index or 0, interval_s=self.utilization_interval_s
+        )
+        self._sampler.__enter__()
+        self._sampler_started = time.perf_counter()
+
+    def _check_sampler(self) -> None:
+        """Bound the sampler's memory on long runs: stop after utilization_max_s and keep its result."""
+        if self._sampler is not None and time.perf_counter() - self._sampler_started > self.utilization_max_s:
+            self._stop_sampler()
+
+    def _stop_sampler(self) -> None:
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.__exit__(None, None, None)
+            self._utilization = sampler.result()
+
+    # --- trace capture
+
+    def _start_capture(self) -> None:
+        assert self.capture_steps is not None
+        if torch.autograd._profiler_enabled():
+            self._trace_notes.append("a torch.profiler was already running on this thread: it was left alone, no capture")
+            warnings.warn(
+                "perfscope: a torch.profiler is already running; capture_steps skipped (your profiler is left alone)",
+                RuntimeWarning, stacklevel=4,
+            )
+            return
+        try:
+            from perfscope.trace.capture import TraceCapture
+        except ImportError as exc:
+            self._trace_notes.append(f"trace capture not available: {exc}")
+            warnings.warn(f"perfscope: capture_steps skipped: trace capture not available ({exc})", RuntimeWarning, stacklevel=4)
+            return
+        trace_dir = self.trace_dir or Path(tempfile.mkdtemp(prefix="perfscope-trace-"))
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        capture = TraceCapture(trace_dir / "trace.json.gz", device=self.device.type)
+        capture.__enter__()
+        self._capture = capture
+        # The capture's own schedule (e.g. a profiler warm-up) may need more steps than the window asks for.
+        window = self.capture_steps[1] - self.capture_steps[0]
+        needed = getattr(capture, "total_steps", None) or window
+        self._capture_end = self.capture_steps[0] + max(window, needed)
+        if self._flops is None and self._flop_index < self._capture_end:
+            self._flop_index = self._capture_end  # count FLOPs outside the profiled window
+
+    def _stop_capture(self) -> None:
+        capture, self._capture = self._capture, None
+        capture.__exit__(None, None, None)
+        self._trace_path = capture.path
+        self._active_steps = getattr(capture, "active_steps", None)
+        if capture.path is None:
+            self._trace_notes.append(getattr(capture, "note", None) or "trace unavailable")
+
+    # --- failure and teardown
+
+    def _fail(self, where: str, exc: BaseException) -> None:
+        """An internal error: warn once, stop measuring, release what we hold. Never raises."""
+        self._on = False
+        if self._failed is None:
+            self._failed = f"{where}: {type(exc).__name__}: {exc}"
+            warnings.warn(
+                f"perfscope: the profiler disabled itself after an internal error in {self._failed} "
+                "(your training is unaffected; no results will be saved)",
+                RuntimeWarning, stacklevel=3,
+            )
+        self._teardown()
+
+    def _teardown(self) -> None:
+        """Leave no dispatch mode, profiler or thread behind (each step on its own: one failure is not all)."""
+        self._flop_armed = False
+        if self._flop_counter is not None:
+            counter, self._flop_counter = self._flop_counter, None
+            try:
+                counter.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001
+                pass
+            self._flop_unavailable = self._flop_unavailable or "the run ended during the FLOP-counting step"
+        if self._capture is not None:
+            try:
+                self._stop_capture()
+            except Exception as exc:  # noqa: BLE001
+                self._capture = None
+                self._trace_notes.append(f"trace capture failed: {type(exc).__name__}: {exc}")
+        try:
+            self._stop_sampler()
+        except Exception:  # noqa: BLE001
+            self._sampler = None
+
+    # --- results
+
+    def _environment_once(self) -> Environment:
+        if self._environment is None:
+            from perfscope.measure.environment import collect_environment
+
+            devices = [self.device.index or 0] if self.device.type == "cuda" else []
+            # The ceiling's random matrices come from a forked RNG state: the loop's random streams stay as they were.
+            with torch.random.fork_rng(devices=devices):
+                self._environment = collect_environment(self.device.type, measure_ceiling=self.measure_ceiling)
+        return self._environment
+
+    def _build_results(self) -> Results:
+        from perfscope import __version__
+        from perfscope.measure import memory
+        from perfscope.measure.flops import FLOP_CONVENTION
+        from perfscope.measure.mfu import apply_utilization_ratios, choose_peak
+        from perfscope.results import Results, Trial, TrialMetrics
+        from perfscope.stats import summarize
+
+        env = self._environment_once()
+        peak = choose_peak(env, self.peak_tflops)
+        notes = list(self._results_notes)
+        elapsed = time.perf_counter() - self._t0
+        workload = self._workload_info()
+        if self._timed == 0:
+            why = (
+                f"no timed step: {self._step_index} optimizer step(s) seen, {self.warmup_steps} of them warm-up"
+                + (f", {sum(self._excluded.values())} excluded ({', '.join(self._excluded)})" if self._excluded else "")
+            )
+            trial = Trial(name="baseline", config=self._trial_config(None, None), status="skipped", error=why,
+                          wall_time_s=elapsed, started_at=self._started_at)
+            return Results(perfscope_version=__version__, created_at=_now(), source="hooks", command=_command(),
+                           environment=env, workload=workload, peak=peak, trials=[trial], notes=notes + [why])
+
+        steps = self._reservoir.in_order()
+        times = [s.time_s for s in steps]
+        summary = summarize(times)
+        unavailable: dict[str, str] = {}
+        typical_samples = _most_common(self._samples_per_step)
+        typical_micro = _most_common(self._micro_per_step) or 1
+        if typical_samples is None:
+            samples_per_step, samples_per_s = 0, 0.0
+            unavailable["samples_per_s"] = (
+                "samples per step unknown: iterate with prof.wrap(loader) over tensor batches, "
+                "or pass Profiler(samples_per_step=...) / prof.step(samples=...)"
+            )
+        else:
+            samples_per_step = typical_samples
+            if len(self._samples_per_step) == 1:
+                samples_per_s = typical_samples / summary.median  # as analyze computes it
+            else:
+                samples_per_s = self._sum_samples / self._time_with_samples
+                notes.append(
+                    f"samples per step varied ({min(self._samples_per_step)}..{max(self._samples_per_step)}): "
+                    "samples/s is total samples over total time of the timed steps"
+                )
+        micro_batch = _most_common(self._micro_batch) or (samples_per_step // typical_micro if samples_per_step else 0)
+        metrics = TrialMetrics(
+            steps=self._timed,
+            warmup_steps=self.warmup_steps,
+            micro_batch_size=micro_batch,
+            grad_accum_steps=typical_micro,
+            samples_per_step=samples_per_step,
+            step_times_s=times,
+            data_wait_s=[s.data_wait_s for s in steps],
+            step_time_s=summary,
+            data_wait_fraction=min(1.0, self._sum_wait / self._sum_time) if self._sum_time > 0 else 0.0,
+            samples_per_s=samples_per_s,
+            flop_convention=FLOP_CONVENTION,
+            host_rss_peak_bytes=memory.process_peak_rss_bytes(),
+            utilization=self._utilization_result(),
+            unavailable=unavailable,
+        )
+        unavailable["losses"] = "hooks never read the loss (reading it is a device sync)"
+        if self._timed > len(steps):
+            notes.append(
+                f"{self._timed} steps timed; per-step samples are a uniform reservoir of {len(steps)} of them "
+                "(totals such as the data-wait fraction cover every timed step)"
+            )
+        if self._excluded:
+            notes.append("not timed beyond warm-up: " + ", ".join(f"{n} step(s) of {why}" for why, n in self._excluded.items()))
+        if not self._wrap_used:
+            unavailable["data_wait_s"] = "not measured: iterate with prof.wrap(loader) to measure the time blocked on data"
+        if self.tokens_per_sample and samples_per_s:
+            metrics.tokens_per_s = samples_per_s * self.tokens_per_sample
+        self._fill_first_step(metrics)
+        self._fill_flops(metrics, samples_per_step or None)
+        self._fill_memory(metrics, memory)
+        self._fill_trace(metrics)
+        apply_utilization_ratios(metrics, peak, env)
+        trial = Trial(
+            name="baseline",
+            config=self._trial_config(micro_batch, typical_micro),
+            status="ok",
+            metrics=metrics,
+            wall_time_s=elapsed,
+            started_at=self._started_at,
+        )
+        return Results(
+            perfscope_version=__version__,
+            created_at=_now(),
+            source="hooks",
+            command=_command(),
+            environment=env,
+            workload=workload,
+            peak=peak,
+            trials=[trial],
+            notes=notes,
+        )
+
+    def _workload_info(self) -> WorkloadInfo:
+        from perfscope.results import WorkloadInfo
+        from perfscope.workload import file_sha256
+
+        script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+        path, sha = "<interactive>", ""
+        if script is not None and script.is_file():
+            path, sha = str(script.resolve()), file_sha256(script)
+        params = sum(p.numel() for p in self.model.parameters()) if self.model is not None else None
+        declared: dict[str, Any] = {"source": "hooks", "tokens_per_sample": self.tokens_per_sample}
+        if self.precision is not None:
+            declared["precision"] = self.precision
+        if self.samples_per_step is not None:
+            declared["samples_per_step"] = self.samples_per_step
+        declared.update(self._loader_config)
+        return WorkloadInfo(path=path, sha256=sha, name=self.name, declared=declared, parameter_count=params)
+
+    def _trial_config(self, micro_batch: int | None, accum: int | None) -> dict[str, Any]:
+        """What is known about the user's loop, under TrialConfig's field names (unknown settings are absent)."""
+        config: dict[str, Any] = {
+            "device": self.device.type,
+            "warmup_steps": self.warmup_steps,
+            "steps": self._timed,
+            "tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        }
+        if micro_batch:
+            config["micro_batch_size"] = micro_batch
+        if accum:
+            config["grad_accum_steps"] = accum
+        if self.precision is not None:
+            config["precision"] = self.precision
+        config.update({k: v for k, v in self._loader_config.items() if v is not None})
+        return config
+
+    def _utilization_result(self) -> Any:
+        if self._sampler is not None:
+            return self._sampler.result()  # a snapshot while the sampler keeps running
+        return self._utilization
+
+    def _fill_first_step(self, metrics: Any) -> None:
+        if len(self._first_marks) == 2:
+            start, end = self._first_marks
+            metrics.first_step_s = self._clock.elapsed_s(start, end)
+            if self.model is not None and hasattr(self.model, "_orig_mod"):
+                metrics.compile_time_s = max(metrics.first_step_s - metrics.step_time_s.median, 0.0)
+        else:
+            metrics.unavailable["first_step_s"] = "measured only when the first step's batch comes through prof.wrap()"
+
+    def _fill_flops(self, metrics: Any, samples_per_step: int | None) -> None:
+        if self.user_flops_per_step is not None:
+            metrics.flops_per_step = float(self.user_flops_per_step)
+            metrics.flop_convention = "user supplied (Profiler(flops_per_step=...))"
+        elif self._flops is not None:
+            total, counted_samples, flop_notes = self._flops
+            metrics.flop_notes = list(flop_notes)
+            metrics.flop_notes.append(
+                "counted on one optimizer step of the loop as it runs: if it uses activation checkpointing, the "
+                "recomputed forward is included (hardware FLOPs)"
+            )
+            if counted_samples and samples_per_step and counted_samples != samples_per_step:
+                total = total * samples_per_step / counted_samples
+                metrics.flop_notes.append(
+                    f"the counted step had {counted_samples} samples: scaled to {samples_per_step} per step"
+                )
+            metrics.flops_per_step = total
+        elif self._flop_unavailable is not None:
+            metrics.unavailable["flops_per_step"] = self._flop_unavailable
+        elif not self.count_flops:
+            metrics.unavailable["flops_per_step"] = "FLOP counting disabled (Profiler(count_flops=False))"
+        else:
+            metrics.unavailable["flops_per_step"] = f"the FLOP-counting step (step {self._flop_index}) was not reached"
+        if metrics.flops_per_step:
+            metrics.achieved_tflops = metrics.flops_per_step / metrics.step_time_s.median / 1e12
+
+    def _fill_memory(self, metrics: Any, memory: Any) -> None:
+        if self.device.type == "cuda":
+            index = self.device.index or 0
+            # Peaks since the process started: resetting them would change what the user's own code reads.
+            metrics.peak_memory_bytes = int(torch.cuda.max_memory_allocated(index))
+            metrics.peak_reserved_bytes = int(torch.cuda.max_memory_reserved(index))
+            metrics.device_memory_capacity_bytes = int(torch.cuda.get_device_properties(index).total_memory)
+            self._results_notes_once("CUDA memory peaks are since the process started (perfscope does not reset them)")
+        else:
+            metrics.peak_memory_bytes = metrics.host_rss_peak_bytes
+            metrics.unavailable["peak_memory_bytes"] = "CPU has no allocator peak: this is the process's peak host RSS"
+            metrics.unavailable["peak_reserved_bytes"] = "CPU: no caching allocator"
+        if self.model is not None and self.optimizer is not None:
+            metrics.memory_breakdown = memory.breakdown(
+                self.model, self.optimizer, metrics.peak_memory_bytes if self.device.type == "cuda" else None,
+                grads_present=False,
+            )
+            if self.device.type != "cuda":
+                metrics.unavailable["memory_breakdown.activations_and_temporaries"] = "needs the CUDA allocator peak"
+        else:
+            metrics.unavailable["memory_breakdown"] = "needs Profiler(model, optimizer=...)"
+
+    def _results_notes_once(self, note: str) -> None:
+        if note not in self._results_notes:
+            self._results_notes.append(note)
+
+    def _fill_trace(self, metrics: Any) -> None:
+        if self.capture_steps is None:
+            return
+        if self._trace_path is None:
+            metrics.unavailable["trace"] = "; ".join(self._trace_notes) or "the capture window was not reached"
+            return
+        metrics.trace_path = str(self._trace_path)
+        try:
+            from perfscope.trace.facts import trace_facts
+
+            metrics.trace_facts = trace_facts(self._trace_path, device_type=self.device.type, steps=self._active_steps)
+        except ImportError as exc:
+            metrics.unavailable["trace_facts"] = f"trace analysis not available: {exc}"
+        except Exception as exc:  # noqa: BLE001
+            metrics.unavailable["trace_facts"] = f"trace analysis failed: {type(exc).__name__}: {exc}"
+
+    # --- save helpers
+
+    def _move_trace(self, results: Results, out: Path) -> None:
+        """Copy a trace written to a temporary folder next to results.json, so the run folder is complete."""
+        trial = results.trials[0]
+        if trial.metrics is None or trial.metrics.trace_path is None:
+            return
+        source = Path(trial.metrics.trace_path)
+        target = out / source.name
+        if source.resolve() != target.resolve():
+            shutil.copy2(source, target)
+        trial.metrics.trace_path = str(target)
+
+    @staticmethod
+    def _diagnose(results: Results) -> None:
+        try:
+            from perfscope.rules import run_rules
+        except ImportError:
+            return
+        if not results.ok_trials():
+            return
+        try:
+            results.findings = run_rules(results)
+        except Exception as exc:  # noqa: BLE001 - a rule bug must not lose the measurements
+            warnings.warn(f"perfscope: the rules failed ({type(exc).__name__}: {exc}); results.json is saved without findings",
+                          RuntimeWarning, stacklevel=3)
+
+    @staticmethod
+    def _write_report(results: Results, out: Path) -> None:
+        try:
+            from perfscope.report import write_report
+        except ImportError:
+            return
+        try:
+            write_report(results, out / "report.html", fmt="html")
+        except Exception as exc:  # noqa: BLE001
+            warnings.warn(f"perfscope: the report could not be written ({type(exc).__name__}: {exc}); results.json is intact "
+                          "— retry with `perfscope report`", RuntimeWarning, stacklevel=3)
+
+
+def _command() -> list[str]:
+    """The command that reran this loop, as the report's "Reproduce" shows it."""
+    argv = list(sys.argv)
+    return ["python", *argv] if argv and argv[0].endswith(".py") else argv
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

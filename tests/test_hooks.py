@@ -1,0 +1,489 @@
+"""perfscope.Profiler in a user's own loop: metrics, disabled mode, self-disabling on errors, files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import perfscope
+from perfscope.hooks import Profiler, _Reservoir, _Step, leading_dim
+from perfscope.measure.flops import linear_training_flops
+from perfscope.results import Results
+
+IN, HIDDEN, OUT, BATCH = 32, 64, 16, 8
+
+
+def make_model() -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(IN, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, OUT))
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+
+def make_loader(n: int = 100, batch: int = BATCH) -> torch.utils.data.DataLoader:
+    g = torch.Generator().manual_seed(1)
+    ds = torch.utils.data.TensorDataset(torch.randn(n, IN, generator=g), torch.randint(0, OUT, (n,), generator=g))
+    return torch.utils.data.DataLoader(ds, batch_size=batch)
+
+
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+    x, y = batch
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def quiet(**kwargs) -> dict:
+    """Fast defaults for tests: no matmul ceiling, no sampler thread."""
+    return {"measure_ceiling": False, "sample_utilization": False, "peak_tflops": 1.0, **kwargs}
+
+
+def mlp_flops(batch: int) -> int:
+    return linear_training_flops(batch, IN, HIDDEN, input_requires_grad=False) + linear_training_flops(
+        batch, HIDDEN, OUT, input_requires_grad=True
+    )
+
+
+# ------------------------------------------------------------------------------------------ metrics
+
+
+def test_step_count_warmup_and_short_last_batches() -> None:
+    model, opt = make_model()
+    loader = make_loader(100)  # 13 batches per epoch: 12 of 8 samples, then 4
+    prof = Profiler(model, opt, device="cpu", warmup_steps=3, **quiet())
+    seen = 0
+    for _ in range(2):
+        for batch in prof.wrap(loader):
+            if seen < 3:
+                time.sleep(0.05)  # slow warm-up steps: they must not reach the timings
+            train_step(model, opt, batch)
+            prof.step()
+            seen += 1
+    results = prof.results()
+    m = results.trials[0].metrics
+    assert seen == 26
+    assert m.steps == 26 - 3 - 1  # warm-up and the FLOP-counting step (index 3) are not timed
+    assert m.warmup_steps == 3
+    assert len(m.step_times_s) == len(m.data_wait_s) == m.steps
+    assert max(m.step_times_s) < 0.05
+    assert m.samples_per_step == BATCH and m.micro_batch_size == BATCH and m.grad_accum_steps == 1
+    # Timed steps are 4..25; step i of each epoch's 13 is short (4 samples) when i % 13 == 12.
+    expected = sum(4 if i % 13 == 12 else 8 for i in range(4, 26))
+    assert m.samples_per_s * sum(m.step_times_s) == pytest.approx(expected, rel=1e-6)
+    assert any("varied" in note for note in results.notes)
+    assert results.trials[0].config["num_workers"] == 0
+    assert "data_wait_s" not in m.unavailable and all(w >= 0 for w in m.data_wait_s)
+
+
+def test_flops_match_analytic_mlp_and_scale_for_a_short_counted_batch() -> None:
+    model, opt = make_model()
+    sizes = [8, 8, 8, 4] + [8] * 6  # the FLOP-counting step (index 3) has a short batch
+    batches = [(torch.randn(n, IN), torch.randint(0, OUT, (n,))) for n in sizes]
+    prof = Profiler(model, opt, device="cpu", warmup_steps=3, **quiet())
+    for batch in prof.wrap(batches):
+        train_step(model, opt, batch)
+        prof.step()
+    m = prof.results().trials[0].metrics
+    assert m.flops_per_step == pytest.approx(mlp_flops(8))  # counted on 4 samples, scaled per sample to 8
+    assert any("scaled" in note for note in m.flop_notes)
+    assert m.mfu == pytest.approx(m.flops_per_step / m.step_time_s.median / 1e12)
+
+
+def test_gradient_accumulation_counts_micro_steps_through_wrap() -> None:
+    model, opt = make_model()
+    prof = Profiler(model, opt, device="cpu", warmup_steps=2, **quiet())
+    for i, (x, y) in enumerate(prof.wrap(make_loader(8 * 4 * 10))):
+        (F.cross_entropy(model(x), y) / 4).backward()
+        if (i + 1) % 4 == 0:
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+    m = prof.results().trials[0].metrics
+    assert prof.steps_completed == 10 and m.steps == 10 - 2 - 1
+    assert (m.grad_accum_steps, m.micro_batch_size, m.samples_per_step) == (4, BATCH, 4 * BATCH)
+    assert m.flops_per_step == pytest.approx(4 * mlp_flops(BATCH))  # the counted step holds all 4 micro-batches
+
+
+def test_explicit_micro_steps_without_wrap() -> None:
+    model, opt = make_model()
+    prof = Profiler(model, opt, device="cpu", warmup_steps=1, count_flops=False, **quiet())
+    batches = list(make_loader(8 * 3 * 6))
+    for i, batch in enumerate(batches):
+        F.cross_entropy(model(batch[0]), batch[1]).backward()
+        prof.micro_step(samples=len(batch[0]))
+        if (i + 1) % 3 == 0:
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+    m = prof.results().trials[0].metrics
+    assert (m.steps, m.grad_accum_steps, m.samples_per_step) == (5, 3, 3 * BATCH)
+    assert "data_wait_s" in m.unavailable  # not measured without wrap()
+    assert "flops_per_step" in m.unavailable and m.mfu is None
+
+
+def test_samples_per_step_argument_and_step_context() -> None:
+    model, opt = make_model()
+    prof = Profiler(model, opt, device="cpu", warmup_steps=1, samples_per_step=100, tokens_per_sample=10, **quiet())
+    for batch in prof.wrap(make_loader(64)):
+        with prof.step_context():
+            train_step(model, opt, batch)
+    m = prof.results().trials[0].metrics
+    assert m.steps == 8 - 1 - 1
+    assert m.samples_per_step == 100
+    assert m.tokens_per_s == pytest.approx(m.samples_per_s * 10)
+
+
+def test_wrap_passes_batches_through_unchanged() -> None:
+    items = [{"x": torch.ones(3, 2), "meta": ["a"]}, (torch.zeros(5), object()), "not a tensor", None, 7]
+    prof = Profiler(device="cpu", **quiet())
+    out = []
+    for item in prof.wrap(items):
+        out.append(item)
+        prof.step()
+    assert len(out) == len(items) and all(a is b for a, b in zip(out, items))
+
+
+def test_leading_dim_finds_the_first_tensor() -> None:
+    assert leading_dim({"input_ids": torch.zeros(4, 7), "labels": torch.zeros(9)}) == 4
+    assert leading_dim([("text",), [torch.zeros(6, 2)]]) == 6
+    assert leading_dim(torch.tensor(1.0)) is None and leading_dim("x") is None
+
+
+def test_reservoir_is_bounded_uniform_and_in_order() -> None:
+    res = _Reservoir(100, seed=0)
+    for i in range(10_000):
+        res.add(_Step(i, 0.0, None, 1))
+    kept = res.in_order()
+    assert res.seen == 10_000 and len(kept) == 100
+    assert [s.index for s in kept] == sorted(s.index for s in kept)
+    assert 3_000 < sum(s.index for s in kept) / 100 < 7_000  # uniform over the stream, not the first or last 100
+
+
+def test_long_run_keeps_bounded_per_step_samples() -> None:
+    prof = Profiler(device="cpu", warmup_steps=1, max_step_samples=10, count_flops=False, flush_every=7, **quiet())
+    for _ in prof.wrap([torch.zeros(2)] * 60):
+        prof.step()
+    m = prof.results().trials[0].metrics
+    assert m.steps == 59 and len(m.step_times_s) == 10
+    assert any("reservoir" in n for n in prof.results().notes)
+
+
+class FakeDeviceClock:
+    """Stands in for CUDA events: a mark completes only when the fake device has caught up with it."""
+
+    def __init__(self) -> None:
+        self.marks = 0
+        self.done = 0
+        self.waits: list[int] = []
+
+    def mark(self) -> int:
+        self.marks += 1
+        self.done = max(self.done, self.marks - 3)  # the device runs 3 steps behind the host
+        return self.marks
+
+    def ready(self, mark: int) -> bool:
+        return mark <= self.done
+
+    def wait(self, mark: int) -> None:
+        self.waits.append(mark)
+        self.done = max(self.done, mark)
+
+    def elapsed_s(self, start: int, end: int) -> float:
+        return (end - start) * 0.01
+
+
+def test_device_events_are_read_lazily_with_bounded_pending() -> None:
+    prof = Profiler(device="cpu", warmup_steps=1, count_flops=False, flush_every=10, **quiet())
+    clock = prof._clock = FakeDeviceClock()
+    max_pending = 0
+    for _ in range(200):
+        prof.step()
+        max_pending = max(max_pending, len(prof._pending))
+    assert clock.waits == []  # the device keeps up: no step ever waited on an event
+    assert max_pending <= 2 * 10 + 1
+    m = prof.results().trials[0].metrics  # results() waits once, on the newest event
+    assert clock.waits == [clock.marks]
+    assert m.steps == 199 and m.step_time_s.median == pytest.approx(0.01)
+
+
+def test_a_device_far_behind_is_waited_on_an_old_event_only() -> None:
+    prof = Profiler(device="cpu", warmup_steps=1, count_flops=False, flush_every=10, **quiet())
+    clock = prof._clock = FakeDeviceClock()
+    clock.mark = lambda: setattr(clock, "marks", clock.marks + 1) or clock.marks  # the device never catches up
+    for _ in range(100):
+        prof.step()
+    assert clock.waits and all(w <= clock.marks - 10 for w in clock.waits)
+    assert len(prof._pending) <= 2 * 10 + 1
+
+
+def test_no_timed_step_gives_a_skipped_trial(tmp_path: Path) -> None:
+    prof = Profiler(device="cpu", warmup_steps=5, **quiet())
+    for _ in prof.wrap([torch.zeros(2)] * 3):
+        prof.step()
+    path = prof.save(tmp_path)
+    trial = Results.load(path).trials[0]
+    assert trial.status == "skipped" and "no timed step" in trial.error
+
+
+# ----------------------------------------------------------------------------------- safety / no-ops
+
+
+def test_disabled_is_a_cheap_no_op(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    loader = make_loader(32)
+    for prof in (Profiler(enabled=False), _env_disabled(monkeypatch)):
+        it = prof.wrap(loader)
+        assert type(it) is type(iter(loader))  # the loader's own iterator, nothing in between
+        start = time.perf_counter()
+        for _ in range(100_000):
+            prof.step()
+        assert time.perf_counter() - start < 0.5  # an enabled step() costs ~10 µs: 1 s for these
+        assert prof.steps_completed == 0
+        assert prof.results() is None and prof.save(tmp_path) is None
+    assert not (tmp_path / "results.json").exists()
+
+
+def _env_disabled(monkeypatch: pytest.MonkeyPatch) -> Profiler:
+    monkeypatch.setenv("PERFSCOPE_DISABLE", "1")
+    prof = Profiler(nn.Linear(2, 2), device="cpu")
+    monkeypatch.delenv("PERFSCOPE_DISABLE")
+    return prof
+
+
+def test_disabled_profiler_imports_nothing_heavy() -> None:
+    code = (
+        "import sys, perfscope; p = perfscope.Profiler(enabled=False); p.step(); list(p.wrap([1, 2]));"
+        "heavy = [m for m in ('scipy', 'perfscope.results', 'perfscope.measure.utilization') if m in sys.modules]; assert not heavy, heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_internal_error_becomes_one_warning_and_disables(monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfscope.measure import flops
+
+    def broken(self):  # noqa: ANN001
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(flops.StepFlopCounter, "__enter__", broken)
+    model, opt = make_model()
+    prof = Profiler(model, opt, device="cpu", warmup_steps=2, **quiet())
+    batches = list(make_loader(80))
+    out = []
+    with pytest.warns(RuntimeWarning, match="disabled itself.*boom"):
+        for batch in prof.wrap(batches):
+            out.append(batch)
+            train_step(model, opt, batch)
+            prof.step()
+    assert len(out) == len(batches) and all(a is b for a, b in zip(out, batches))  # the loop ran to the end
+    assert prof.steps_completed == 2  # nothing counted after the failure
+    assert prof.results() is None
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    assert _get_current_dispatch_mode() is None
+
+
+def test_error_while_saving_is_a_warning_not_an_exception(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import perfscope.measure.environment as environment
+
+    monkeypatch.setattr(environment, "collect_environment", lambda *a, **k: 1 / 0)
+    prof = Profiler(device="cpu", warmup_steps=1, **quiet())
+    for _ in prof.wrap([torch.zeros(2)] * 4):
+        prof.step()
+    with pytest.warns(RuntimeWarning, match="ZeroDivisionError"):
+        assert prof.save(tmp_path) is None
+
+
+def test_user_loader_errors_propagate_unchanged() -> None:
+    def loader():
+        yield torch.zeros(2)
+        raise KeyError("user bug")
+
+    prof = Profiler(device="cpu", **quiet())
+    with pytest.raises(KeyError, match="user bug"):
+        for _ in prof.wrap(loader()):
+            prof.step()
+
+
+def test_user_profiler_is_left_alone() -> None:
+    model, opt = make_model()
+    prof = Profiler(model, opt, device="cpu", warmup_steps=1, capture_steps=(3, 5), **quiet())
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as user_prof:
+        with pytest.warns(RuntimeWarning, match="already running"):
+            for batch in prof.wrap(make_loader(80)):
+                train_step(model, opt, batch)
+                prof.step()
+    names = {e.key for e in user_prof.key_averages()}
+    assert "aten::addmm" in names  # the user's profiler recorded the whole loop
+    m = prof.results().trials[0].metrics
+    assert "already running" in m.unavailable["trace"] and m.trace_path is None
+
+
+def test_numerics_and_rng_unchanged(tmp_path: Path) -> None:
+    def run(profiled: bool) -> tuple[list[torch.Tensor], torch.Tensor]:
+        model, opt = make_model()
+        model.insert(1, nn.Dropout(0.2))  # draws from the global RNG every step
+        torch.manual_seed(123)
+        prof = Profiler(model, opt, device="cpu", warmup_steps=2, enabled=profiled, sample_utilization=False)
+        for batch in prof.wrap(make_loader(96)):
+            train_step(model, opt, batch)
+            prof.step()
+        prof.save(tmp_path / str(profiled))  # measures the matmul ceiling with random matrices
+        return [p.detach().clone() for p in model.parameters()], torch.rand(4)
+
+    plain_params, plain_next = run(False)
+    hooked_params, hooked_next = run(True)
+    assert all(torch.equal(a, b) for a, b in zip(plain_params, hooked_params))
+    assert torch.equal(plain_next, hooked_next)  # the user's RNG stream continues as if never profiled
+
+
+def test_save_writes_loadable_results(tmp_path: Path) -> None:
+    model, opt = make_model()
+    prof = Profiler(model, opt, device="cpu", warmup_steps=2, name="tiny", sample_utilization=True,
+                    utilization_interval_s=0.01, measure_ceiling=False, precision="fp32")
+    for batch in prof.wrap(make_loader(200)):
+        train_step(model, opt, batch)
+        time.sleep(0.002)
+        prof.step()
+    path = prof.save(tmp_path / "run")
+    assert path == tmp_path / "run" / "results.json"
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+    results = Results.load(path)
+    trial = results.trials[0]
+    assert results.source == "hooks" and results.workload.name == "tiny"
+    assert trial.name == "baseline" and trial.status == "ok"
+    assert trial.config["precision"] == "fp32" and trial.config["device"] == "cpu"
+    assert results.workload.parameter_count == sum(p.numel() for p in model.parameters())
+    m = trial.metrics
+    assert m.memory_breakdown is not None and m.memory_breakdown.optimizer_state > 0
+    assert m.peak_memory_bytes and m.utilization is not None and m.utilization.cpu_percent is not None
+    assert results.peak is None  # no datasheet, no measured ceiling, no override: unknown, not guessed
+    assert m.mfu is None and "mfu" in m.unavailable
+    prof.step()  # after the final save the profiler is closed: no-op, no error
+    assert prof.steps_completed == 25
+
+
+def test_invalid_arguments_are_rejected() -> None:
+    with pytest.raises(ValueError, match="warmup_steps"):
+        Profiler(warmup_steps=0)
+    with pytest.raises(ValueError, match="capture_steps"):
+        Profiler(capture_steps=(5, 5))
+    with pytest.raises(ValueError, match="precision"):
+        Profiler(precision="int8")
+
+
+def test_exported_from_the_package() -> None:
+    assert perfscope.Profiler is Profiler
+
+
+# ------------------------------------------------------------------------------------------ adapters
+
+
+def _fake_module(monkeypatch: pytest.MonkeyPatch, name: str, **attrs: object) -> None:
+    module = types.ModuleType(name)
+    for key, value in attrs.items():
+        setattr(module, key, value)
+    monkeypatch.setitem(sys.modules, name, module)
+
+
+def test_lightning_adapter_with_a_fake_framework(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_module(monkeypatch, "lightning")
+    _fake_module(monkeypatch, "lightning.pytorch", Callback=type("Callback", (), {}))
+    monkeypatch.delitem(sys.modules, "perfscope.integrations.lightning", raising=False)
+    from perfscope.integrations.lightning import PerfscopeCallback
+
+    model, opt = make_model()
+    model.device = torch.device("cpu")
+    trainer = types.SimpleNamespace(optimizers=[opt], global_step=0, global_rank=0, world_size=1)
+    cb = PerfscopeCallback(tmp_path, warmup_steps=1, **quiet())
+    cb.on_train_start(trainer, model)
+    for i, batch in enumerate(make_loader(8 * 2 * 6)):  # accumulate_grad_batches=2
+        cb.on_train_batch_start(trainer, model, batch, i)
+        (F.cross_entropy(model(batch[0]), batch[1]) / 2).backward()
+        if i % 2 == 1:
+            opt.step()
+            opt.zero_grad()
+            trainer.global_step += 1
+        cb.on_train_batch_end(trainer, model, None, batch, i)
+    cb.on_train_end(trainer, model)
+    m = Results.load(tmp_path / "results.json").trials[0].metrics
+    assert (m.steps, m.grad_accum_steps, m.samples_per_step) == (6 - 1 - 1, 2, 2 * BATCH)
+    assert m.flops_per_step == pytest.approx(2 * mlp_flops(BATCH))
+
+
+def test_huggingface_adapter_with_a_fake_framework(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_module(monkeypatch, "transformers", TrainerCallback=type("TrainerCallback", (), {}))
+    monkeypatch.delitem(sys.modules, "perfscope.integrations.huggingface", raising=False)
+    from perfscope.integrations.huggingface import PerfscopeTrainerCallback
+
+    model, opt = make_model()
+    args = types.SimpleNamespace(device=torch.device("cpu"), per_device_train_batch_size=BATCH, bf16=True, fp16=False,
+                                 gradient_accumulation_steps=3, world_size=1, process_index=0)
+    cb = PerfscopeTrainerCallback(tmp_path, warmup_steps=1, **quiet())
+    cb.on_train_begin(args, None, None, model=model, optimizer=opt)
+    batches = list(make_loader(8 * 3 * 5))
+    for i, batch in enumerate(batches):
+        F.cross_entropy(model(batch[0]), batch[1]).backward()
+        if i % 3 == 2:
+            opt.step()
+            opt.zero_grad()
+            cb.on_step_end(args, None, None)
+        else:
+            cb.on_substep_end(args, None, None)
+    cb.on_train_end(args, None, None)
+    trial = Results.load(tmp_path / "results.json").trials[0]
+    assert (trial.metrics.steps, trial.metrics.grad_accum_steps, trial.metrics.samples_per_step) == (3, 3, 3 * BATCH)
+    assert trial.config["precision"] == "bf16"
+
+
+def test_adapters_explain_a_missing_framework(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "transformers", None)  # makes `import transformers` fail
+    monkeypatch.delitem(sys.modules, "perfscope.integrations.huggingface", raising=False)
+    with pytest.raises(ImportError, match="pip install transformers"):
+        import perfscope.integrations.huggingface  # noqa: F401
+
+
+class FakeTraceCapture:
+    """The interface perfscope.trial.loop uses: a context manager with step(), total_steps, path, note."""
+
+    instances: list[FakeTraceCapture] = []
+
+    def __init__(self, path: Path, *, device: str) -> None:
+        self.target, self.device, self.steps, self.total_steps = Path(path), device, 0, 2
+        self.path: Path | None = None
+        self.note: str | None = None
+        self.active_steps = 2
+        FakeTraceCapture.instances.append(self)
+
+    def __enter__(self) -> FakeTraceCapture:
+        assert torch.autograd._profiler_enabled() is False
+        return self
+
+    def step(self) -> None:
+        self.steps += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.target.write_bytes(b"trace")
+        self.path = self.target
+
+
+def test_capture_window_is_profiled_untimed_and_saved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeTraceCapture.instances.clear()
+    _fake_module(monkeypatch, "perfscope.trace")
+    _fake_module(monkeypatch, "perfscope.trace.capture", TraceCapture=FakeTraceCapture)
+    prof = Profiler(device="cpu", warmup_steps=2, capture_steps=(2, 5), trace_dir=tmp_path / "tmp", **quiet())
+    for _ in prof.wrap([torch.zeros(4)] * 12):
+        prof.step()
+    (cap,) = FakeTraceCapture.instances
+    assert cap.steps == 3  # steps 2, 3, 4
+    path = prof.save(tmp_path / "run")
+    results = Results.load(path)
+    m = results.trials[0].metrics
+    assert m.steps == 12 - 2 - 3 - 1  # warm-up, the window, the FLOP step (moved after the window)
+    assert Path(m.trace_path) == tmp_path / "run" / "trace.json.gz" and Path(m.trace_path).read_bytes() == b"trace"
+    assert "trace_facts" in m.unavailable  # no perfscope.trace.facts in this fake
