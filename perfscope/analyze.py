@@ -20,6 +20,7 @@ from perfscope import __version__
 from perfscope.measure.mfu import choose_peak
 from perfscope.results import Environment, Results, ResultsError, WorkloadInfo, from_jsonable
 from perfscope.session import Progress, Session
+from perfscope.sweep import SweepOptions, run_sweep
 from perfscope.trial.config import TrialConfig
 from perfscope.trial.runner import run_isolated
 from perfscope.workload import UserError, Workload, WorkloadError, file_sha256, load_workload
@@ -130,6 +131,7 @@ def analyze(options: AnalyzeOptions) -> int:
     if results.peak is not None:
         print(f"perfscope: MFU denominator {results.peak.tflops:g} TFLOP/s ({results.peak.dtype}; {results.peak.source})", file=sys.stderr)
 
+    sweep_options = _sweep_options(options)  # validates --only/--skip before any trial runs
     progress = Progress(budget_s=options.budget_s)
     session = Session(
         results, out_dir=options.out_dir, workload_path=workload_path, timeout_s=options.trial_timeout_s,
@@ -140,9 +142,9 @@ def analyze(options: AnalyzeOptions) -> int:
     try:
         base = baseline_config(workload, options, device)
         baseline = session.measure("baseline", base)
-        if options.sweep and baseline.ok:
-            _run_sweep(session, workload, base, options)
-        elif options.sweep:
+        if sweep_options is not None and baseline.ok:
+            run_sweep(session, workload, base, sweep_options)
+        elif sweep_options is not None:
             results.notes.append(f"no sweep: the baseline trial did not succeed ({baseline.status})")
     except KeyboardInterrupt:
         interrupted = True
@@ -162,13 +164,10 @@ def analyze(options: AnalyzeOptions) -> int:
     return EXIT_OK
 
 
-def _run_sweep(session: Session, workload: Workload, base: TrialConfig, options: AnalyzeOptions) -> None:
-    """The optimization sweep (perfscope.sweep), when installed in this build."""
-    try:
-        from perfscope.sweep import SweepOptions, run_sweep
-    except ImportError:
-        return
-    run_sweep(session, workload, base, SweepOptions(budget_s=options.budget_s, only=options.only, skip=options.skip))
+def _sweep_options(options: AnalyzeOptions) -> SweepOptions | None:
+    if not options.sweep:
+        return None
+    return SweepOptions(budget_s=options.budget_s, only=list(options.only), skip=list(options.skip))
 
 
 def _diagnose(results: Results) -> None:

@@ -50,6 +50,11 @@ def _positive_float(text: str) -> float:
 # ------------------------------------------------------------------------------------------ commands
 
 
+def _knob_list(values: list[str] | None) -> list[str]:
+    """--only a,b --only c -> [a, b, c]."""
+    return [item.strip() for value in values or [] for item in value.split(",") if item.strip()]
+
+
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from perfscope.analyze import AnalyzeOptions, analyze
 
@@ -63,6 +68,11 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         trial_timeout_s=args.trial_timeout,
         peak_tflops=args.peak_tflops,
         resume=args.resume,
+        sweep=not args.no_sweep,
+        budget_s=args.budget,
+        only=_knob_list(args.only),
+        skip=_knob_list(args.skip),
+        capture_trace=not args.no_trace,
         command=["perfscope", *sys.argv[1:]],
     )
     return analyze(options)
@@ -150,6 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trial-timeout", type=_positive_float, default=600.0, help="seconds before a trial is killed (default 600)")
     p.add_argument("--peak-tflops", type=_positive_float, default=None, help="MFU denominator in TFLOP/s (overrides the datasheet)")
     p.add_argument("--resume", action="store_true", help="keep finished trials from OUT/results.json and run the rest")
+    p.add_argument("--no-sweep", action="store_true", help="measure the baseline only (what a CI job runs)")
+    p.add_argument("--budget", type=_positive_float, default=None, metavar="S", help="wall seconds for the whole sweep")
+    p.add_argument("--only", action="append", metavar="IDS", help="comma-separated knob ids to try (see docs/sweep.md)")
+    p.add_argument("--skip", action="append", metavar="IDS", help="comma-separated knob ids not to try")
+    p.add_argument("--no-trace", action="store_true", help="do not capture profiler traces")
     p.set_defaults(handler=_cmd_analyze)
 
     p = sub.add_parser("report", help="re-render a report from a results.json")

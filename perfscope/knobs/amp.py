@@ -1,0 +1,69 @@
+"""Automatic mixed precision: matmuls and convolutions in bf16/fp16 on tensor cores, the rest in fp32.
+
+Typical gains are large on tensor-core GPUs (ResNet-50 2.6×, BERT-large ~1.9× on an A100 vs fp32/TF32).
+bf16 keeps fp32's exponent range (no loss scaling); fp16 needs a GradScaler against gradient underflow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfscope.knobs.base import Knob, KnobContext
+from perfscope.trial.config import TrialConfig
+
+
+class AmpBf16(Knob):
+    id = "amp_bf16"
+    title = "bf16 autocast (AMP)"
+    reference = "https://pytorch.org/docs/stable/amp.html"
+    code_change = (
+        "-    loss = loss_fn(model, batch)\n"
+        "+    with torch.autocast(device_type=\"cuda\", dtype=torch.bfloat16):\n"
+        "+        loss = loss_fn(model, batch)\n"
+        "     loss.backward()"
+    )
+
+    def applies(self, ctx: KnobContext) -> str | None:
+        if ctx.base.precision != "fp32":
+            return f"the loop already runs {ctx.base.precision} autocast"
+        if ctx.cuda and (ctx.capability or (0, 0)) < (8, 0):
+            return f"bf16 tensor cores need compute capability ≥ 8.0 (this device: {ctx.environment.compute_capability})"
+        return None
+
+    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
+        return [{"precision": "bf16"}]
+
+    def semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
+        return ["numerics: matmuls/convolutions in bf16 (8-bit mantissa); compare the loss curve over a few hundred steps"]
+
+
+class AmpFp16(Knob):
+    id = "amp_fp16"
+    title = "fp16 autocast + GradScaler (AMP)"
+    reference = "https://pytorch.org/docs/stable/amp.html#gradient-scaling"
+    code_change = (
+        "+scaler = torch.amp.GradScaler(\"cuda\")\n"
+        "-    loss = loss_fn(model, batch)\n"
+        "-    loss.backward()\n"
+        "-    optimizer.step()\n"
+        "+    with torch.autocast(device_type=\"cuda\", dtype=torch.float16):\n"
+        "+        loss = loss_fn(model, batch)\n"
+        "+    scaler.scale(loss).backward()\n"
+        "+    scaler.step(optimizer)\n"
+        "+    scaler.update()"
+    )
+
+    def applies(self, ctx: KnobContext) -> str | None:
+        if ctx.base.precision != "fp32":
+            return f"the loop already runs {ctx.base.precision} autocast"
+        if not ctx.cuda:
+            return "fp16 autocast targets GPU tensor cores; on CPU use bf16"
+        if (ctx.capability or (0, 0)) < (7, 0):
+            return f"fp16 tensor cores need compute capability ≥ 7.0 (this device: {ctx.environment.compute_capability})"
+        return None
+
+    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
+        return [{"precision": "fp16"}]
+
+    def semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
+        return ["numerics: fp16 (5-bit exponent) with dynamic loss scaling; watch for overflow (inf/NaN) steps"]

@@ -1,0 +1,110 @@
+"""What a knob is: one optimization, how it applies to a TrialConfig, when it cannot, and what it costs.
+
+    class AmpBf16(Knob):
+        id = "amp_bf16"; title = "bf16 autocast"
+        def applies(self, ctx): ...            # None, or why not
+        def variants(self, ctx): return [{"precision": "bf16"}]
+
+A knob knows how to apply itself and what code change it stands for; it never knows how it is ranked
+(that is the sweep's and the rules engine's business). `variants` lets one knob try a few settings
+(e.g. num_workers 2 and 4); the sweep keeps the best.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from perfscope.results import Environment
+from perfscope.trial.checkpointing import find_repeated_blocks
+from perfscope.trial.config import TrialConfig
+from perfscope.workload import Workload
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelFacts:
+    """What the knobs need to know about the model, read once in the parent (on the meta device when possible)."""
+
+    parameter_count: int
+    has_conv2d: bool
+    repeated_blocks: int
+    optimizer_class: str
+
+    @classmethod
+    def inspect(cls, workload: Workload) -> ModelFacts:
+        try:
+            with torch.device("meta"):  # no memory, no init cost: a 7B model inspects in milliseconds
+                model = workload.model()
+        except Exception:  # noqa: BLE001 - some models cannot be built on meta; build them for real
+            model = workload.model()
+        blocks = workload.checkpoint_blocks(model) if workload.checkpoint_blocks else find_repeated_blocks(model)
+        params = [p for p in model.parameters() if p.requires_grad]
+        try:
+            optimizer_class = type(workload.optimizer([nn.Parameter(torch.zeros(1))])).__name__
+        except Exception:  # noqa: BLE001
+            optimizer_class = "unknown"
+        return cls(
+            parameter_count=sum(p.numel() for p in params),
+            has_conv2d=any(isinstance(m, nn.Conv2d) for m in model.modules()),
+            repeated_blocks=len(blocks),
+            optimizer_class=optimizer_class,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class KnobContext:
+    """Everything a knob may look at to decide whether it applies."""
+
+    workload: Workload
+    base: TrialConfig
+    environment: Environment
+    model: ModelFacts
+
+    @property
+    def cuda(self) -> bool:
+        return self.base.device == "cuda"
+
+    @property
+    def capability(self) -> tuple[int, int] | None:
+        cc = self.environment.compute_capability
+        if not cc:
+            return None
+        major, minor = cc.split(".")
+        return int(major), int(minor)
+
+    @property
+    def cores(self) -> int:
+        return self.environment.cpu_cores_logical or 1
+
+
+class Knob:
+    """Base class: subclasses set the class attributes and override `variants` (and `applies` when needed)."""
+
+    id: ClassVar[str]
+    title: ClassVar[str]
+    code_change: ClassVar[str]
+    """Diff-style change to the user's own loop, shown in the report."""
+    reference: ClassVar[str] = ""
+    search: ClassVar[bool] = False
+    """True for knobs the sweep handles with a dedicated search (micro-batch) instead of `variants`."""
+
+    def applies(self, ctx: KnobContext) -> str | None:
+        """None when the knob can be tried; otherwise the reason it cannot, in words a user understands."""
+        return None
+
+    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
+        """TrialConfig changes to try; the sweep keeps the fastest."""
+        raise NotImplementedError
+
+    def semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
+        """How adopting it changes training beyond speed (numerics, global batch); empty when it does not."""
+        return []
+
+    def apply(self, config: TrialConfig, changes: dict[str, Any]) -> TrialConfig:
+        merged = dict(changes)
+        if "env" in merged:
+            merged["env"] = {**config.env, **merged["env"]}
+        return config.replace(**merged)

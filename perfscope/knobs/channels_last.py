@@ -1,0 +1,29 @@
+"""channels_last (NHWC) memory format: the layout tensor-core convolutions want; avoids transposes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfscope.knobs.base import Knob, KnobContext
+
+
+class ChannelsLast(Knob):
+    id = "channels_last"
+    title = "channels_last memory format"
+    reference = "https://pytorch.org/tutorials/intermediate/memory_format_tutorial.html"
+    code_change = (
+        "-model = MyNet().cuda()\n"
+        "+model = MyNet().cuda().to(memory_format=torch.channels_last)\n"
+        "-x = x.cuda()\n"
+        "+x = x.cuda().contiguous(memory_format=torch.channels_last)"
+    )
+
+    def applies(self, ctx: KnobContext) -> str | None:
+        if ctx.base.channels_last:
+            return "channels_last is already on"
+        if not ctx.model.has_conv2d:
+            return "no 2-D convolutions in the model: the memory format would not matter"
+        return None
+
+    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
+        return [{"channels_last": True}]

@@ -1,0 +1,48 @@
+"""torch.compile: fuses elementwise ops and removes Python overhead (1.41× geomean training speed-up on
+an A100 over 180+ models, PyTorch 2 paper); `reduce-overhead` adds CUDA graphs for launch-bound steps.
+Compile time is reported apart from the steady-state step time."""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+from perfscope.knobs.base import Knob, KnobContext
+
+
+def _no_compiler_reason(ctx: KnobContext) -> str | None:
+    if not ctx.cuda and not (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")):
+        return "torch.compile on CPU needs a C++ compiler, and none was found"
+    return None
+
+
+class Compile(Knob):
+    id = "compile"
+    title = "torch.compile"
+    reference = "https://pytorch.org/docs/stable/generated/torch.compile.html"
+    code_change = "-model = MyNet().cuda()\n+model = torch.compile(MyNet().cuda())"
+
+    def applies(self, ctx: KnobContext) -> str | None:
+        if ctx.base.compile is not None:
+            return f"the model is already compiled (mode {ctx.base.compile})"
+        return _no_compiler_reason(ctx)
+
+    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
+        return [{"compile": "default"}]
+
+
+class CompileReduceOverhead(Knob):
+    id = "compile_reduce_overhead"
+    title = "torch.compile(mode=\"reduce-overhead\") (CUDA graphs)"
+    reference = "https://pytorch.org/docs/stable/torch.compiler_cudagraph_trees.html"
+    code_change = "-model = MyNet().cuda()\n+model = torch.compile(MyNet().cuda(), mode=\"reduce-overhead\")"
+
+    def applies(self, ctx: KnobContext) -> str | None:
+        if not ctx.cuda:
+            return "CUDA graphs need a GPU"
+        if ctx.base.compile == "reduce-overhead":
+            return "the model is already compiled with reduce-overhead"
+        return None
+
+    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
+        return [{"compile": "reduce-overhead"}]

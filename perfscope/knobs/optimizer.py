@@ -1,0 +1,26 @@
+"""Fused optimizer step: one kernel (or a few) for all parameters instead of several per parameter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfscope.knobs.base import Knob, KnobContext
+
+FUSABLE = {"Adam", "AdamW", "SGD", "Adagrad"}
+
+
+class FusedOptimizer(Knob):
+    id = "fused_optimizer"
+    title = "fused optimizer (fused=True)"
+    reference = "https://pytorch.org/docs/stable/optim.html#algorithms"
+    code_change = "-optimizer = torch.optim.AdamW(model.parameters(), lr=lr)\n+optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)"
+
+    def applies(self, ctx: KnobContext) -> str | None:
+        if ctx.base.optimizer_impl == "fused":
+            return "the optimizer is already fused"
+        if ctx.model.optimizer_class not in FUSABLE:
+            return f"{ctx.model.optimizer_class} has no fused implementation in torch (fusable: {', '.join(sorted(FUSABLE))})"
+        return None
+
+    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
+        return [{"optimizer_impl": "fused"}]

@@ -1,0 +1,33 @@
+"""TF32 matmuls: fp32 tensors, tensor-core math with a 10-bit mantissa. Off by default for matmul since
+PyTorch 1.12 (cuDNN convolutions keep it on); about 7× an A100's fp32 matmul peak."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfscope.knobs.base import Knob, KnobContext
+from perfscope.trial.config import TrialConfig
+
+
+class Tf32(Knob):
+    id = "tf32"
+    title = "TF32 matmuls"
+    reference = "https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices"
+    code_change = "+torch.backends.cuda.matmul.allow_tf32 = True\n+torch.backends.cudnn.allow_tf32 = True"
+
+    def applies(self, ctx: KnobContext) -> str | None:
+        if not ctx.cuda:
+            return "TF32 is a tensor-core mode of NVIDIA GPUs (Ampere and later)"
+        if (ctx.capability or (0, 0)) < (8, 0):
+            return f"TF32 needs compute capability ≥ 8.0 (this device: {ctx.environment.compute_capability})"
+        if ctx.base.tf32:
+            return "TF32 is already on"
+        if ctx.base.precision != "fp32":
+            return f"the loop runs {ctx.base.precision} autocast: its matmuls are not fp32"
+        return None
+
+    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
+        return [{"tf32": True}]
+
+    def semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
+        return ["numerics: fp32 matmuls with a 10-bit mantissa (TF32)"]

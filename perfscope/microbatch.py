@@ -1,0 +1,131 @@
+"""Micro-batch search: the largest micro-batch that fits with a safety margin, and throughput vs micro-batch.
+
+    result = search_micro_batch(measure, base_config, base_trial, capacity_bytes=80 * 2**30, max_factor=64)
+
+Doubling from the user's micro-batch until a trial runs out of memory, throughput stops improving, or
+memory passes the safety margin; after an OOM, one bisection step between the last fit and the OOM.
+OOM trials are expected: they are recorded as points ("does not fit") and the search goes on.
+
+Gradient accumulation keeps the user's global batch (micro × accumulation) wherever the new micro-batch
+divides it; a micro-batch beyond the global batch grows the global batch, which changes training
+semantics — such points are measured and shown, but only semantics-preserving ones are recommended.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from perfscope.gains import time_per_sample
+from perfscope.results import MicroBatchPoint, Trial
+from perfscope.trial.config import TrialConfig
+
+MEMORY_MARGIN = 0.90  # a micro-batch using more than this share of device memory is too close to OOM
+PLATEAU = 1.03  # stop doubling when throughput improves by less than 3%
+
+Measure = Callable[[str, TrialConfig, list[str]], Trial]
+
+
+@dataclass
+class MicroBatchResult:
+    points: list[MicroBatchPoint] = field(default_factory=list)
+    trials: dict[int, Trial] = field(default_factory=dict)  # micro-batch -> its trial (ok or not)
+    hit_oom: bool = False
+    stopped: str | None = None
+
+    def best(self, *, preserve_global: int | None) -> Trial | None:
+        """Fastest fitting trial (per sample) with margin; only the global batch ``preserve_global`` when given."""
+        candidates = [
+            t for t in self.trials.values()
+            if t.ok and _has_margin(t) and (preserve_global is None or t.metrics.samples_per_step == preserve_global)  # type: ignore[union-attr]
+        ]
+        if not candidates:
+            return None
+        return min(candidates, key=lambda t: statistics.median(time_per_sample(t)))
+
+    def largest_fitting(self) -> int | None:
+        fitting = [m for m, t in self.trials.items() if t.ok]
+        return max(fitting) if fitting else None
+
+
+def _has_margin(trial: Trial) -> bool:
+    m = trial.metrics
+    if m is None or not m.device_memory_capacity_bytes or m.peak_reserved_bytes is None:
+        return True  # CPU: no device capacity to respect
+    return m.peak_reserved_bytes <= MEMORY_MARGIN * m.device_memory_capacity_bytes
+
+
+def _config_for(base: TrialConfig, micro: int) -> TrialConfig:
+    """Keep the global batch when ``micro`` divides it; otherwise one micro-batch per step."""
+    global_batch = base.samples_per_step
+    if micro <= global_batch and global_batch % micro == 0:
+        return base.replace(micro_batch_size=micro, grad_accum_steps=global_batch // micro)
+    return base.replace(micro_batch_size=micro, grad_accum_steps=1)
+
+
+def _point(micro: int, trial: Trial) -> MicroBatchPoint:
+    m = trial.metrics
+    return MicroBatchPoint(
+        micro_batch_size=micro,
+        grad_accum_steps=int(trial.config.get("grad_accum_steps", 1)),
+        trial=trial.name,
+        status=trial.status,
+        samples_per_s=m.samples_per_s if m is not None and trial.ok else None,
+        peak_memory_bytes=m.peak_memory_bytes if m is not None else None,
+    )
+
+
+def _throughput(trial: Trial) -> float:
+    return trial.metrics.samples_per_s if trial.ok and trial.metrics else 0.0  # type: ignore[union-attr]
+
+
+def search_micro_batch(
+    measure: Measure,
+    base_config: TrialConfig,
+    base_trial: Trial,
+    *,
+    name_prefix: str = "mb",
+    knobs: list[str] | None = None,
+    max_factor: int = 64,
+    may_continue: Callable[[], bool] = lambda: True,
+) -> MicroBatchResult:
+    result = MicroBatchResult()
+    start = base_config.micro_batch_size
+    result.trials[start] = base_trial
+    result.points.append(_point(start, base_trial))
+    last_ok, micro = base_trial, start * 2
+    oom_at: int | None = None
+    while micro <= start * max_factor:
+        if not may_continue():
+            result.stopped = "budget exhausted"
+            break
+        trial = measure(f"{name_prefix}{micro}", _config_for(base_config, micro), list(knobs or []) + ["micro_batch"])
+        result.trials[micro] = trial
+        result.points.append(_point(micro, trial))
+        if trial.status == "oom":
+            result.hit_oom, oom_at = True, micro
+            break
+        if not trial.ok:
+            result.stopped = f"micro-batch {micro} ended {trial.status}"
+            break
+        if not _has_margin(trial):
+            result.stopped = f"micro-batch {micro} uses more than {MEMORY_MARGIN:.0%} of device memory"
+            break
+        if _throughput(trial) < PLATEAU * _throughput(last_ok):
+            result.stopped = f"throughput stopped improving at micro-batch {micro}"
+            break
+        last_ok, micro = trial, micro * 2
+    else:
+        result.stopped = f"reached the search cap ({max_factor}× the starting micro-batch)"
+    if oom_at is not None and may_continue():
+        lo = result.largest_fitting() or start
+        mid = (lo + oom_at) // 2
+        if mid >= 16:
+            mid -= mid % 8  # tile-friendly sizes
+        if lo < mid < oom_at:
+            trial = measure(f"{name_prefix}{mid}", _config_for(base_config, mid), list(knobs or []) + ["micro_batch"])
+            result.trials[mid] = trial
+            result.points.append(_point(mid, trial))
+    result.points.sort(key=lambda p: p.micro_batch_size)
+    return result
