@@ -15,6 +15,7 @@ Exceptions propagate: the trial process classifies them (OOM, error).
 from __future__ import annotations
 
 import gc
+import inspect
 import math
 import time
 from collections.abc import Iterator
@@ -45,10 +46,12 @@ def build_optimizer(workload: Workload, model: nn.Module, impl: str) -> torch.op
     optimizer = workload.optimizer(params)
     if impl == "default":
         return optimizer
-    groups = [{k: v for k, v in g.items() if k not in ("foreach", "fused")} for g in optimizer.param_groups]
-    defaults = {k: v for k, v in optimizer.defaults.items() if k not in ("foreach", "fused", "differentiable")}
-    flag = {"foreach": {"foreach": True}, "fused": {"fused": True}}[impl]
-    return type(optimizer)(groups, **{**defaults, **flag})
+    # Rebuild from the user's settings, keeping only what the constructor accepts (defaults can hold
+    # derived keys, e.g. AdamW's decoupled_weight_decay) and dropping the implementation flags.
+    accepted = set(inspect.signature(type(optimizer).__init__).parameters) - {"self", "params", "foreach", "fused"}
+    groups = [{k: v for k, v in g.items() if k == "params" or k in accepted} for g in optimizer.param_groups]
+    defaults = {k: v for k, v in optimizer.defaults.items() if k in accepted}
+    return type(optimizer)(groups, **defaults, **{impl: True})
 
 
 class TrainStep:
