@@ -242,6 +242,7 @@ def run_trial(workload: Workload, config: TrialConfig, artifacts_dir: Path | Non
 def _capture_trace(step: TrainStep, config: TrialConfig, artifacts_dir: Path, metrics: TrialMetrics) -> None:
     """A short profiled window after the timed steps, so profiling overhead never touches the timings."""
     try:
+        from perfscope.trace.alignment import benchmark_alignment
         from perfscope.trace.capture import TraceCapture
         from perfscope.trace.facts import trace_facts
     except ImportError as exc:
@@ -260,6 +261,11 @@ def _capture_trace(step: TrainStep, config: TrialConfig, artifacts_dir: Path, me
         metrics.trace_facts = trace_facts(cap.path, device_type=config.device, steps=cap.active_steps)
     except Exception as exc:  # noqa: BLE001
         metrics.unavailable["trace_facts"] = f"trace analysis failed: {type(exc).__name__}: {exc}"
+        return
+    dtype = config.precision if config.precision != "fp32" else "fp32"
+    metrics.trace_facts["gemm_alignment"] = benchmark_alignment(
+        metrics.trace_facts.get("gemm_shapes", []), device=config.device, dtype=dtype
+    )
 
 
 def all_finite(values: list[float]) -> bool:

@@ -1,0 +1,109 @@
+"""A short, bounded torch.profiler window that never breaks the training loop it observes.
+
+    with TraceCapture(out_dir / "trace.json.gz", device="cuda") as cap:
+        for _ in range(cap.total_steps):
+            train_step(); cap.step()
+    cap.path, cap.note        # the gzipped Chrome trace (Perfetto, HTA), or None and why
+
+Profiler traces grow fast (GBs for a few steps of a large model, and viewers fail above ~500 MB), so the
+window is a few steps (schedule wait/warmup/active), the file is gzipped, and a trace over the size cap is
+dropped with a note. Any profiler failure — one already running on this thread, a double stop, an empty
+trace — becomes "trace unavailable", never an exception in the user's loop.
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import tempfile
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+
+
+class TraceCapture:
+    def __init__(
+        self, out_path: str | Path, *, device: str, wait: int = 1, warmup: int = 1, active: int = 3, max_bytes: int = 50_000_000
+    ) -> None:
+        self.out_path = Path(out_path)
+        self.device = device
+        self.wait, self.warmup, self.active = wait, warmup, active
+        self.max_bytes = max_bytes
+        self.path: Path | None = None
+        self.note: str | None = None
+        self._prof: Any = None
+        self._exported = False
+
+    @property
+    def total_steps(self) -> int:
+        return self.wait + self.warmup + self.active
+
+    @property
+    def active_steps(self) -> int:
+        return self.active
+
+    def _export(self, prof: Any) -> None:
+        """on_trace_ready: Chrome trace to a temp file, then gzip next to the results."""
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                raw = Path(tmp) / "trace.json"
+                prof.export_chrome_trace(str(raw))
+                if raw.stat().st_size == 0:
+                    self.note = "the profiler produced an empty trace"
+                    return
+                self.out_path.parent.mkdir(parents=True, exist_ok=True)
+                with open(raw, "rb") as src, gzip.open(self.out_path, "wb", compresslevel=6) as dst:
+                    shutil.copyfileobj(src, dst)
+            size = self.out_path.stat().st_size
+            if size > self.max_bytes:
+                self.out_path.unlink()
+                self.note = f"trace of {size / 1e6:.0f} MB (gzipped) exceeds the {self.max_bytes / 1e6:.0f} MB cap: shorten the window"
+                return
+            self.path, self._exported = self.out_path, True
+        except Exception as exc:  # noqa: BLE001 - a failed export is a note, not a crash
+            self.note = f"trace export failed: {type(exc).__name__}: {exc}"
+
+    def __enter__(self) -> TraceCapture:
+        if torch.autograd.profiler._is_profiler_enabled:
+            self.note = "a profiler is already running on this thread: capture skipped (yours is left alone)"
+            return self
+        activities = [ProfilerActivity.CPU]
+        if self.device == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        try:
+            self._prof = profile(
+                activities=activities,
+                schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1),
+                on_trace_ready=self._export,
+                record_shapes=True,
+            )
+            self._prof.__enter__()
+        except Exception as exc:  # noqa: BLE001
+            self._prof = None
+            self.note = f"the profiler could not start: {type(exc).__name__}: {exc}"
+        return self
+
+    def step(self) -> None:
+        if self._prof is None:
+            return
+        try:
+            self._prof.step()
+        except Exception as exc:  # noqa: BLE001
+            self.note = f"profiler step failed: {type(exc).__name__}: {exc}"
+            self._stop()
+
+    def _stop(self) -> None:
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            try:
+                prof.__exit__(None, None, None)
+            except Exception as exc:  # noqa: BLE001 - e.g. a double stop
+                self.note = self.note or f"profiler stop failed: {type(exc).__name__}: {exc}"
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._stop()
+        if self.path is None and self.note is None:
+            self.note = "no trace was produced (the window did not complete)"
