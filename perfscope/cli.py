@@ -11,6 +11,7 @@ Exit codes: 0 success; 1 internal error (a perfscope bug) or, for `check`, a reg
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -139,6 +140,23 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_rules(args: argparse.Namespace) -> int:
+    from perfscope.rules import all_rules
+    from perfscope.workload import UserError
+
+    rules = all_rules()
+    if args.rule_id:
+        rule = next((r for r in rules if r.id == args.rule_id.upper()), None)
+        if rule is None:
+            raise UserError(f"no rule {args.rule_id!r}; known: {', '.join(r.id for r in rules)}")
+        print(f"{rule.id} {rule.name}  [{', '.join(rule.groups)}]\n")
+        print(inspect.cleandoc(type(rule).__doc__ or ""))
+        return EXIT_OK
+    for rule in rules:
+        print(f"{rule.id}  {rule.name:<24} {rule.summary()}")
+    return EXIT_OK
+
+
 # ------------------------------------------------------------------------------------------ parser
 
 
@@ -201,6 +219,10 @@ def build_parser() -> argparse.ArgumentParser:
         a.add_argument("results", help="path to results.json")
         a.add_argument("--to", default="perfscope-baseline.json", help="default: perfscope-baseline.json")
         a.set_defaults(handler=_cmd_baseline)
+
+    p = sub.add_parser("rules", help="list the diagnosis rules, or show one rule's documentation")
+    p.add_argument("rule_id", nargs="?", help="a rule id, e.g. PS201")
+    p.set_defaults(handler=_cmd_rules)
 
     return parser
 

@@ -1,0 +1,58 @@
+"""The rules: one diagnosis per module, registered here. Adding a rule = one module + one line + its test.
+
+    from perfscope.rules import run_rules, all_rules
+    results.findings = run_rules(results)
+"""
+
+from __future__ import annotations
+
+from perfscope.results import Finding, Results
+from perfscope.rules import engine
+from perfscope.rules.compile_fusion import CompileFusion
+from perfscope.rules.data_loader_stall import DataLoaderStall
+from perfscope.rules.engine import Rule, RuleContext, partition_findings
+from perfscope.rules.fragmentation import AllocatorFragmentation
+from perfscope.rules.gc_pauses import GcPauses
+from perfscope.rules.host_saturation import HostCpuSaturation
+from perfscope.rules.launch_bound import LaunchBound
+from perfscope.rules.measured_knob import MeasuredKnob
+from perfscope.rules.memory_headroom import MemoryHeadroom
+from perfscope.rules.misaligned_gemm import MisalignedGemm
+from perfscope.rules.mixed_precision import MixedPrecision
+from perfscope.rules.near_oom import NearOom
+from perfscope.rules.nonfinite import NonFiniteLoss
+from perfscope.rules.optimizer_state import OptimizerState
+from perfscope.rules.pageable_copies import PageableCopies
+from perfscope.rules.sync_points import SyncPoints
+from perfscope.rules.tf32 import Tf32Matmul
+from perfscope.rules.throttling import Throttling
+
+
+def all_rules() -> list[Rule]:
+    return [
+        MeasuredKnob(),
+        MixedPrecision(),
+        Tf32Matmul(),
+        DataLoaderStall(),
+        PageableCopies(),
+        LaunchBound(),
+        SyncPoints(),
+        CompileFusion(),
+        MisalignedGemm(),
+        MemoryHeadroom(),
+        NearOom(),
+        OptimizerState(),
+        AllocatorFragmentation(),
+        NonFiniteLoss(),
+        GcPauses(),
+        HostCpuSaturation(),
+        Throttling(),
+    ]
+
+
+def run_rules(results: Results) -> list[Finding]:
+    """All rules on ``results``, de-duplicated and ranked (measured, then estimated, then diagnoses)."""
+    return engine.run(results, all_rules())
+
+
+__all__ = ["Rule", "RuleContext", "all_rules", "partition_findings", "run_rules"]

@@ -1,0 +1,126 @@
+"""The rules engine: run every rule on the results, isolate failures, de-duplicate, rank.
+
+    findings = run_rules(results)                  # ranked: measured gains, then estimates, then diagnoses
+    ranked, not_significant = partition_findings(findings)
+
+A rule reads facts (results, the baseline's metrics and trace facts, the sweep) and returns `Finding`s;
+it never measures and never ranks. The engine ranks: significant measured gains first (by ratio), then
+estimated gains (labelled with their method), then diagnoses by severity; a measured gain whose interval
+includes 1.0 is "no significant change" and is kept apart, never ranked as a win.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from perfscope.results import Finding, KnobOutcome, Results, Trial, TrialMetrics
+
+SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """What a rule may read. `facts` is the baseline's trace facts ({} when no trace was captured)."""
+
+    results: Results
+    baseline: Trial
+    metrics: TrialMetrics
+    facts: dict[str, Any]
+
+    @classmethod
+    def build(cls, results: Results) -> RuleContext | None:
+        trial = results.trial("baseline")
+        if trial is None or not trial.ok:
+            trial = next(iter(results.ok_trials()), None)
+        if trial is None or trial.metrics is None:
+            return None
+        return cls(results=results, baseline=trial, metrics=trial.metrics, facts=trial.metrics.trace_facts or {})
+
+    @property
+    def cuda(self) -> bool:
+        return self.results.environment.device_type == "cuda"
+
+    def config(self, key: str, default: Any = None) -> Any:
+        return self.baseline.config.get(key, default)
+
+    def knob(self, knob_id: str) -> KnobOutcome | None:
+        sweep = self.results.sweep
+        return next((o for o in sweep.knobs if o.knob == knob_id), None) if sweep else None
+
+    def fact(self, key: str, default: Any = None) -> Any:
+        value = self.facts.get(key)
+        return default if value is None else value
+
+
+class Rule:
+    """Base class. The subclass docstring is the rule's documentation (anti-pattern, then best practice)."""
+
+    id: ClassVar[str]
+    name: ClassVar[str]
+    groups: ClassVar[tuple[str, ...]] = ()
+    knobs: ClassVar[tuple[str, ...]] = ()
+    """Sweep knobs whose measured gain this rule reports (the generic measured-knob rule leaves them alone)."""
+
+    def check(self, ctx: RuleContext) -> list[Finding]:
+        raise NotImplementedError
+
+    def check_after(self, ctx: RuleContext, findings: list[Finding]) -> list[Finding]:
+        """Optional second pass that sees the other rules' findings (e.g. to report what they left out)."""
+        return []
+
+    @classmethod
+    def summary(cls) -> str:
+        return (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else cls.name
+
+    def measured(self, ctx: RuleContext, finding: Finding, knob_id: str) -> Finding:
+        """Attach the sweep's measured gain for ``knob_id`` (and its semantics) when the knob was measured."""
+        outcome = ctx.knob(knob_id)
+        if outcome is not None and outcome.status == "measured" and outcome.gain is not None:
+            finding.gain, finding.trial = outcome.gain, outcome.trial
+            finding.caveats = list(dict.fromkeys(finding.caveats + outcome.changes_semantics))
+        return finding
+
+
+def _rank_key(finding: Finding) -> tuple[int, float, int]:
+    severity = SEVERITY_ORDER.get(finding.severity, 9)
+    if finding.gain is not None and finding.gain.significant and finding.gain.ratio > 1:
+        return (0, -finding.gain.ratio, severity)
+    if finding.gain is None and finding.estimated_gain is not None:
+        return (1, -finding.estimated_gain, severity)
+    if finding.gain is None:
+        return (2, float(severity), severity)
+    return (3, -finding.gain.ratio, severity)  # measured, not a significant win
+
+
+def rank(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=_rank_key)
+
+
+def partition_findings(findings: list[Finding]) -> tuple[list[Finding], list[Finding]]:
+    """(ranked findings, measured-but-not-significant ones)."""
+    ranked = [f for f in findings if f.gain is None or (f.gain.significant and f.gain.ratio > 1)]
+    rest = [f for f in findings if f not in ranked]
+    return rank(ranked), rank(rest)
+
+
+def run(results: Results, rules: list[Rule]) -> list[Finding]:
+    ctx = RuleContext.build(results)
+    if ctx is None:
+        return []
+    findings: list[Finding] = []
+    for second_pass in (False, True):
+        for rule in rules:
+            try:
+                findings += rule.check_after(ctx, list(findings)) if second_pass else rule.check(ctx)
+            except Exception as exc:  # noqa: BLE001 - one broken rule must not cost the user the others
+                warnings.warn(f"perfscope rule {rule.id} ({rule.name}) failed: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
+    seen: set[tuple[str, str | None]] = set()
+    unique = []
+    for f in findings:  # one finding per (rule, measured trial)
+        key = (f.rule_id, f.trial)
+        if key not in seen:
+            seen.add(key)
+            unique.append(f)
+    return rank(unique)

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfscope.results import Finding
+from perfscope.rules._text import ms
+from perfscope.rules.engine import Rule, RuleContext
+
+
+@dataclass
+class GcPauses(Rule):
+    """Step times have a long tail: Python GC pauses (or other host hiccups) hit random steps.
+
+    Anti-pattern: a full garbage collection walks every tracked object — with large Python-side state it
+    can take tens of milliseconds in a random step. Best practice: `gc.freeze()` after start-up (or
+    `gc.disable()` and collect every N steps), and avoid creating many Python objects per step.
+    """
+
+    id = "PS602"
+    name = "gc-pauses"
+    groups = ("host",)
+    knobs = ("gc_freeze",)
+    spread: float = 2.0
+    """Fire when the slowest step is at least this many times the median ..."""
+    tail: float = 1.3
+    """... or p90 / median reaches this, or the gc_freeze knob measured a significant win."""
+
+    def check(self, ctx: RuleContext) -> list[Finding]:
+        st = ctx.metrics.step_time_s
+        outcome = ctx.knob("gc_freeze")
+        won = outcome is not None and outcome.gain is not None and outcome.gain.significant and outcome.gain.ratio > 1
+        if not won and st.max < self.spread * st.median and st.p90 < self.tail * st.median:
+            return []
+        finding = Finding(
+            rule_id=self.id, title="Long-tail steps: freeze the garbage collector", severity="low",
+            evidence=[f"median step {ms(st.median)}, p90 {ms(st.p90)}, slowest {ms(st.max)}"],
+            fix="+import gc\n+gc.collect(); gc.freeze()   # after the model, optimizer and loader are built",
+            reference="https://docs.python.org/3/library/gc.html#gc.freeze",
+        )
+        return [self.measured(ctx, finding, "gc_freeze")]

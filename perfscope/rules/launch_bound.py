@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+from perfscope.results import Finding
+from perfscope.rules.engine import Rule, RuleContext
+
+
+class LaunchBound(Rule):
+    """The step is launch-bound: many tiny kernels, the GPU waits for the host to launch them.
+
+    Anti-pattern: small matmuls and elementwise ops each cost a 5–20 µs CPU launch, longer than the kernel
+    itself, so the GPU idles between kernels. Best practice: CUDA graphs (`torch.compile(mode="reduce-overhead")`),
+    kernel fusion (`torch.compile`), or a larger batch so each kernel does more work.
+    """
+
+    id = "PS301"
+    name = "launch-bound"
+    groups = ("host",)
+    knobs = ("compile_reduce_overhead",)
+
+    def check(self, ctx: RuleContext) -> list[Finding]:
+        if not ctx.fact("launch_bound", False):
+            return []
+        finding = Finding(
+            rule_id=self.id, title="Launch-bound step: use CUDA graphs (compile reduce-overhead) or a larger batch", severity="high",
+            evidence=[f"{ctx.fact('kernel_count_per_step', 0):.0f} kernels per step, median {ctx.fact('median_kernel_us', 0):.1f} µs",
+                      f"host launch time {ctx.fact('cpu_launch_time_per_step_s', 0) * 1e3:.2f} ms per step; GPU idle {ctx.fact('gpu_idle_fraction', 0):.0%}"],
+            fix='-model = MyNet().cuda()\n+model = torch.compile(MyNet().cuda(), mode="reduce-overhead")',
+            reference="https://pytorch.org/docs/stable/torch.compiler_cudagraph_trees.html",
+        )
+        return [self.measured(ctx, finding, "compile_reduce_overhead")]

@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from perfscope.results import Finding
+from perfscope.rules.engine import Rule, RuleContext
+
+
+class MeasuredKnob(Rule):
+    """A knob the sweep measured that no diagnosis explains: report its measured effect as it is.
+
+    Every measured knob appears exactly once in the findings — with the rule that explains *why* it helps
+    when one fired, otherwise here — so no measured win (or slowdown) is ever silently dropped.
+    """
+
+    id = "PS100"
+    name = "measured-knob"
+    groups = ("sweep",)
+
+    def check(self, ctx: RuleContext) -> list[Finding]:
+        return []
+
+    def check_after(self, ctx: RuleContext, findings: list[Finding]) -> list[Finding]:
+        sweep = ctx.results.sweep
+        if sweep is None:
+            return []
+        explained = {f.trial for f in findings if f.trial}
+        out = []
+        for o in sweep.knobs:
+            if o.status != "measured" or o.gain is None or o.trial in explained or o.trial == ctx.baseline.name:
+                continue
+            g = o.gain
+            verdict = "faster" if g.ratio >= 1 else "slower"
+            out.append(Finding(
+                rule_id=self.id, title=f"{o.title}: {g.ratio:.2f}× ({verdict})" if g.significant else f"{o.title}: no significant change",
+                severity="medium" if g.significant and g.ratio > 1.1 else "low" if g.significant and g.ratio > 1 else "info",
+                evidence=[f"measured {g.ratio:.3f}× per sample vs the baseline ({g.confidence:.0%} CI {g.low:.3f}–{g.high:.3f})"]
+                + ([o.reason] if o.reason else []),
+                fix=o.code_change or "", gain=g, trial=o.trial, caveats=list(o.changes_semantics),
+            ))
+        return out

@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from perfscope.results import Finding
+from perfscope.rules._text import pct
+from perfscope.rules.engine import Rule, RuleContext
+
+
+class MixedPrecision(Rule):
+    """Matmuls run in fp32: use bf16 autocast (or fp16 + GradScaler).
+
+    Anti-pattern: training in fp32 on a GPU with tensor cores leaves most of its matmul throughput unused
+    (an H100's dense bf16 peak is ~15× its fp32 peak). Best practice: `torch.autocast(dtype=torch.bfloat16)`
+    around the forward pass and loss; fp16 needs a GradScaler. Numerics change: compare the loss curve.
+    """
+
+    id = "PS101"
+    name = "mixed-precision"
+    groups = ("compute",)
+    knobs = ("amp_bf16", "amp_fp16")
+
+    def check(self, ctx: RuleContext) -> list[Finding]:
+        if ctx.config("precision", "fp32") != "fp32":
+            return []
+        measured = [ctx.knob(k) for k in self.knobs]
+        measured = [o for o in measured if o is not None and o.status == "measured" and o.gain is not None]
+        fp32_share = ctx.fact("fp32_matmul_fraction")
+        if not ctx.cuda and not measured:
+            return []
+        evidence = ["the loop runs in fp32 (no autocast)"]
+        if fp32_share is not None:
+            evidence.append(f"{pct(fp32_share)} of GEMM kernel time is in fp32 (non-tensor-core) kernels")
+        peaks = ctx.results.environment.datasheet_peaks_tflops
+        if peaks.get("bf16") and peaks.get("fp32"):
+            evidence.append(f"this device's dense bf16 peak is {peaks['bf16'] / peaks['fp32']:.0f}× its fp32 peak")
+        best = max(measured, key=lambda o: o.gain.ratio, default=None)  # type: ignore[union-attr]
+        knob = best.knob if best else "amp_bf16"
+        finding = Finding(
+            rule_id=self.id, title="Matmuls run in fp32: use bf16 autocast" if knob == "amp_bf16" else "Matmuls run in fp32: use fp16 autocast + GradScaler",
+            severity="high" if ctx.cuda else "medium", evidence=evidence,
+            fix=best.code_change if best and best.code_change else '+with torch.autocast("cuda", dtype=torch.bfloat16):\n+    loss = loss_fn(model, batch)',
+            caveats=["numerics: reduced-precision matmuls; compare the loss curve over a few hundred steps"],
+            reference="https://pytorch.org/docs/stable/amp.html",
+        )
+        return [self.measured(ctx, finding, knob)]

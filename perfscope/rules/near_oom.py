@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfscope.results import Finding
+from perfscope.rules._text import gib, pct
+from perfscope.rules.engine import Rule, RuleContext
+
+
+@dataclass
+class NearOom(Rule):
+    """Memory is nearly full: one longer sequence away from an OOM.
+
+    Anti-pattern: running at > 90% of device memory leaves the allocator retrying cudaMalloc and makes any
+    input variation an OOM. Best practice: activation checkpointing of the repeated blocks (trade ~33% more
+    compute for activation memory), gradient accumulation with a smaller micro-batch, or expandable segments.
+    """
+
+    id = "PS502"
+    name = "near-oom"
+    groups = ("memory",)
+    knobs = ("activation_checkpointing",)
+    threshold: float = 0.9
+    """Fire when reserved memory passes this share of device capacity."""
+
+    def check(self, ctx: RuleContext) -> list[Finding]:
+        m = ctx.metrics
+        used = m.peak_reserved_bytes or m.peak_memory_bytes
+        if not ctx.cuda or not used or not m.device_memory_capacity_bytes:
+            return []
+        share = used / m.device_memory_capacity_bytes
+        if share < self.threshold:
+            return []
+        finding = Finding(
+            rule_id=self.id, title="Near OOM: checkpoint activations or accumulate gradients", severity="high",
+            evidence=[f"reserved {gib(used)} of {gib(m.device_memory_capacity_bytes)} ({pct(share)})"],
+            fix="+from torch.utils.checkpoint import checkpoint\n-        x = block(x)\n+        x = checkpoint(block, x, use_reentrant=False)",
+            caveats=["checkpointing recomputes the blocks' forward: HFU rises, MFU falls unless a larger micro-batch pays it back"],
+            reference="https://pytorch.org/docs/stable/checkpoint.html",
+        )
+        return [self.measured(ctx, finding, "activation_checkpointing")]

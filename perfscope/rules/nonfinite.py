@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from perfscope.results import Finding
+from perfscope.rules.engine import Rule, RuleContext
+
+
+class NonFiniteLoss(Rule):
+    """A configuration produced inf/NaN losses or trained differently (fp16 overflow, broken compile).
+
+    Anti-pattern: fp16 without loss scaling overflows; a GradScaler with a growth interval too short keeps
+    skipping steps. Best practice: bf16 autocast (fp32's exponent range, no scaler) on devices that support
+    it, or GradScaler with default settings; keep a configuration that changes the loss out of production.
+    """
+
+    id = "PS601"
+    name = "non-finite-loss"
+    groups = ("numerics",)
+
+    def check(self, ctx: RuleContext) -> list[Finding]:
+        bad_trials = [t for t in ctx.results.trials if t.status == "nonfinite"]
+        rejected = [o for o in (ctx.results.sweep.knobs if ctx.results.sweep else []) if o.status == "rejected"]
+        if not bad_trials and not rejected:
+            return []
+        evidence = [f"trial {t.name}: {(t.error or 'non-finite loss').splitlines()[0]}" for t in bad_trials]
+        evidence += [f"{o.knob}: {o.reason}" for o in rejected]
+        return [Finding(
+            rule_id=self.id, title="Non-finite or diverging loss in some configurations", severity="high" if ctx.baseline.status == "nonfinite" else "medium",
+            evidence=evidence,
+            fix='-with torch.autocast("cuda", dtype=torch.float16):\n+with torch.autocast("cuda", dtype=torch.bfloat16):   # or keep fp16 with torch.amp.GradScaler',
+            reference="https://pytorch.org/docs/stable/amp.html#gradient-scaling",
+        )]

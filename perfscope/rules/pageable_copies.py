@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from perfscope.results import Finding
+from perfscope.rules.engine import Rule, RuleContext
+
+
+class PageableCopies(Rule):
+    """Host-to-device copies from pageable memory: pin the batches and copy with non_blocking=True.
+
+    Anti-pattern: `x.to("cuda")` from ordinary (pageable) host memory is staged through a driver buffer and
+    blocks the host. Best practice: `DataLoader(pin_memory=True)` and `x.to("cuda", non_blocking=True)`, so
+    the copy overlaps with compute.
+    """
+
+    id = "PS202"
+    name = "pageable-copies"
+    groups = ("input",)
+    knobs = ("pin_memory",)
+
+    def check(self, ctx: RuleContext) -> list[Finding]:
+        copies = ctx.fact("pageable_memcpy", {})
+        if not ctx.cuda or ctx.config("pin_memory") or not copies.get("count"):
+            return []
+        finding = Finding(
+            rule_id=self.id, title="Pageable host-to-device copies: use pin_memory + non_blocking", severity="low",
+            evidence=[f"{copies['count']:.0f} pageable HtoD copies per step ({copies.get('bytes', 0) / 2**20:.1f} MiB, "
+                      f"{copies.get('time_s', 0) * 1e3:.2f} ms)"],
+            fix='-loader = DataLoader(ds, batch_size=B)\n+loader = DataLoader(ds, batch_size=B, pin_memory=True)\n-x = x.to("cuda")\n+x = x.to("cuda", non_blocking=True)',
+            reference="https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html",
+        )
+        return [self.measured(ctx, finding, "pin_memory")]

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from perfscope.results import Finding
+from perfscope.rules.engine import Rule, RuleContext
+
+
+class Tf32Matmul(Rule):
+    """fp32 matmuls without TF32 on an Ampere-or-later GPU.
+
+    Anti-pattern: PyTorch keeps TF32 off for matmuls since 1.12, so an fp32 loop runs on the slow fp32 path
+    (an A100's TF32 matmul peak is ~8× fp32). Best practice: `torch.backends.cuda.matmul.allow_tf32 = True`
+    (or `torch.set_float32_matmul_precision("high")`) when a 10-bit mantissa in matmuls is acceptable.
+    """
+
+    id = "PS102"
+    name = "tf32"
+    groups = ("compute",)
+    knobs = ("tf32",)
+
+    def check(self, ctx: RuleContext) -> list[Finding]:
+        cc = ctx.results.environment.compute_capability
+        if not ctx.cuda or ctx.config("tf32") or ctx.config("precision", "fp32") != "fp32" or not cc or float(cc) < 8.0:
+            return []
+        finding = Finding(
+            rule_id=self.id, title="fp32 matmuls without TF32", severity="medium",
+            evidence=[f"compute capability {cc} supports TF32; the loop leaves it off"],
+            fix="+torch.backends.cuda.matmul.allow_tf32 = True\n+torch.backends.cudnn.allow_tf32 = True",
+            caveats=["numerics: fp32 matmuls with a 10-bit mantissa"],
+            reference="https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices",
+        )
+        return [self.measured(ctx, finding, "tf32")]
