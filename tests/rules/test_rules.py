@@ -1,0 +1,172 @@
+"""Each rule fires on a fixture that shows its problem and stays silent on one that does not."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Callable
+
+import pytest
+
+from perfscope.results import Gain, KnobOutcome, MemoryBreakdown, Results, Sweep, Utilization
+from perfscope.rules import all_rules, partition_findings, run_rules
+from perfscope.rules.engine import Rule, RuleContext, run
+from perfscope.stats import summarize
+from tests.factories import make_results, make_trial
+
+GiB = 2**30
+
+
+def _results(device: str = "cuda", **config) -> Results:
+    trial = make_trial(median_s=0.1)
+    trial.config.update({"precision": "fp32", "num_workers": 0, "pin_memory": False, **config})
+    results = make_results([trial], device_type=device)
+    results.environment.compute_capability = "9.0" if device == "cuda" else None
+    results.environment.datasheet_peaks_tflops = {"fp32": 66.9, "bf16": 989.4} if device == "cuda" else {}
+    trial.metrics.trace_facts = {}
+    return results
+
+
+def _gain(ratio: float, significant: bool = True) -> Gain:
+    return Gain(ratio=ratio, low=ratio * 0.97, high=ratio * 1.03, confidence=0.95, significant=significant)
+
+
+def _with_knob(results: Results, knob: str, ratio: float, significant: bool = True, status: str = "measured") -> Results:
+    results.sweep = results.sweep or Sweep(baseline_trial="baseline")
+    results.sweep.knobs.append(KnobOutcome(knob=knob, title=knob, status=status, trial=knob, gain=_gain(ratio, significant),
+                                           code_change=f"+{knob}", changes_semantics=["numerics: x"] if knob.startswith("amp") else []))
+    return results
+
+
+def _facts(results: Results, **facts) -> Results:
+    results.trials[0].metrics.trace_facts.update(facts)
+    return results
+
+
+def _metrics(results: Results, **values) -> Results:
+    for k, v in values.items():
+        setattr(results.trials[0].metrics, k, v)
+    return results
+
+
+def _util(**kw) -> Utilization:
+    return Utilization(**kw)
+
+
+CASES: dict[str, tuple[Callable[[], Results], Callable[[], Results]]] = {
+    "PS100": (lambda: _with_knob(_results(), "fused_optimizer", 1.2), lambda: _results()),
+    "PS101": (lambda: _facts(_results(), fp32_matmul_fraction=0.9), lambda: _results(precision="bf16")),
+    "PS102": (lambda: _results(), lambda: _results(tf32=True)),
+    "PS201": (lambda: _metrics(_results(), data_wait_fraction=0.4), lambda: _metrics(_results(), data_wait_fraction=0.02)),
+    "PS202": (lambda: _facts(_results(), pageable_memcpy={"count": 2, "bytes": 4 * 2**20, "time_s": 0.001}),
+              lambda: _facts(_results(pin_memory=True), pageable_memcpy={"count": 2, "bytes": 1, "time_s": 0.001})),
+    "PS301": (lambda: _facts(_results(), launch_bound=True, kernel_count_per_step=900, median_kernel_us=4.0),
+              lambda: _facts(_results(), launch_bound=False, kernel_count_per_step=90, median_kernel_us=400.0)),
+    "PS302": (lambda: _facts(_results(), sync_events_per_step={"aten::item": 3, "cudaStreamSynchronize": 3}, sync_fraction=0.08),
+              lambda: _facts(_results(), sync_events_per_step={}, sync_fraction=0.0)),
+    "PS303": (lambda: _facts(_results(), kernel_time_by_category={"gemm": 0.04, "elementwise": 0.05}),
+              lambda: _facts(_results(), kernel_time_by_category={"gemm": 0.09, "elementwise": 0.01})),
+    "PS401": (lambda: _facts(_results(), step_time_s=0.1,
+                             gemm_shapes=[{"op": "aten::mm", "shape": [8192, 768, 50257], "misaligned": ["n"], "time_s": 0.02}],
+                             gemm_alignment=[{"shape": [8192, 768, 50257], "padded": [8192, 768, 50304], "time_s": 3e-3, "padded_time_s": 2e-3, "speedup_per_flop": 1.5}]),
+              lambda: _facts(_results(), step_time_s=0.1, gemm_shapes=[{"op": "aten::mm", "shape": [8192, 768, 50304], "misaligned": [], "time_s": 0.02}])),
+    "PS501": (lambda: _metrics(_results(), peak_memory_bytes=10 * GiB), lambda: _metrics(_results(), peak_memory_bytes=60 * GiB)),
+    "PS502": (lambda: _metrics(_results(), peak_memory_bytes=74 * GiB, peak_reserved_bytes=77 * GiB),
+              lambda: _metrics(_results(), peak_memory_bytes=60 * GiB, peak_reserved_bytes=62 * GiB)),
+    "PS503": (lambda: _metrics(_results(), peak_memory_bytes=20 * GiB,
+                               memory_breakdown=MemoryBreakdown(parameters=4 * GiB, gradients=4 * GiB, optimizer_state=8 * GiB, activations_and_temporaries=4 * GiB)),
+              lambda: _metrics(_results(), peak_memory_bytes=60 * GiB,
+                               memory_breakdown=MemoryBreakdown(parameters=1 * GiB, gradients=1 * GiB, optimizer_state=2 * GiB, activations_and_temporaries=56 * GiB))),
+    "PS504": (lambda: _metrics(_results(), peak_memory_bytes=30 * GiB, peak_reserved_bytes=50 * GiB),
+              lambda: _metrics(_results(), peak_memory_bytes=30 * GiB, peak_reserved_bytes=32 * GiB)),
+    "PS601": (lambda: _with_knob(_results(), "amp_fp16", 1.9, status="rejected"), lambda: _with_knob(_results(), "amp_bf16", 1.5)),
+    "PS602": (lambda: _metrics(_results(), step_time_s=summarize([0.1] * 20 + [0.3])),
+              lambda: _metrics(_results(), step_time_s=summarize([0.1] * 21))),
+    "PS701": (lambda: _metrics(_results(), utilization=_util(cpu_percent=summarize([97.0, 99.0, 98.0]))),
+              lambda: _metrics(_results(device="cpu"), utilization=_util(cpu_percent=summarize([99.0, 99.0])))),
+    "PS702": (lambda: _metrics(_results(), utilization=_util(throttle_reasons_seen=["HW thermal slowdown"], sm_clock_mhz=summarize([1980, 1400, 1980]))),
+              lambda: _metrics(_results(), utilization=_util(throttle_reasons_seen=[], sm_clock_mhz=summarize([1980, 1975, 1980])))),
+}
+
+
+def test_every_registered_rule_has_fixtures():
+    assert sorted(CASES) == sorted(r.id for r in all_rules())
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_fires_on_the_problem(rule_id):
+    rule = next(r for r in all_rules() if r.id == rule_id)
+    findings = run(CASES[rule_id][0](), [rule])
+    assert findings and all(f.rule_id == rule_id for f in findings)
+    for f in findings:
+        assert f.title and f.evidence and f.severity in ("high", "medium", "low", "info")
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_stays_silent_without_the_problem(rule_id):
+    rule = next(r for r in all_rules() if r.id == rule_id)
+    assert [f for f in run(CASES[rule_id][1](), [rule]) if f.rule_id == rule_id] == []
+
+
+def test_measured_before_estimated_before_diagnosis_and_not_significant_apart():
+    results = _metrics(_results(), data_wait_fraction=0.3)  # estimated (PS201)
+    _with_knob(results, "amp_bf16", 1.8)  # measured, explained by PS101
+    _with_knob(results, "gc_freeze", 1.01, significant=False)  # measured, not significant
+    _facts(results, sync_events_per_step={"aten::item": 2}, sync_fraction=0.01)  # diagnosis only
+    findings = run_rules(results)
+    ranked, not_significant = partition_findings(findings)
+    assert ranked[0].rule_id == "PS101" and ranked[0].gain.ratio == 1.8
+    assert ranked[1].rule_id == "PS201" and ranked[1].estimated_gain is not None and ranked[1].estimate_method
+    assert [f.trial for f in not_significant] == ["gc_freeze"]
+    assert "numerics: x" in ranked[0].caveats  # the knob's semantics travel with the finding
+
+
+def test_each_measured_knob_is_reported_exactly_once():
+    results = _with_knob(_with_knob(_results(), "amp_bf16", 1.8), "fused_optimizer", 1.1)
+    trials = [f.trial for f in run_rules(results) if f.trial]
+    assert sorted(trials) == ["amp_bf16", "fused_optimizer"]
+
+
+def test_never_advise_what_is_already_on():
+    results = _facts(_results(precision="bf16", tf32=True, compile="default"), kernel_time_by_category={"elementwise": 1.0})
+    ids = {f.rule_id for f in run_rules(results)}
+    assert not ids & {"PS101", "PS102", "PS303"}
+
+
+def test_a_crashing_rule_is_a_warning_not_a_crash():
+    class Broken(Rule):
+        """Always fails."""
+
+        id, name = "PS999", "broken"
+
+        def check(self, ctx: RuleContext):
+            raise ZeroDivisionError("boom")
+
+    results = _metrics(_results(), data_wait_fraction=0.5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        findings = run(results, [Broken(), *all_rules()])
+    assert any("PS999" in str(w.message) for w in caught)
+    assert any(f.rule_id == "PS201" for f in findings)
+
+
+def test_no_successful_trial_means_no_findings():
+    results = make_results([make_trial(status="oom")])
+    assert run_rules(copy.deepcopy(results)) == []
+
+
+def test_rules_cli(capsys):
+    from perfscope.cli import main
+
+    assert main(["rules"]) == 0
+    out = capsys.readouterr().out
+    assert all(r.id in out for r in all_rules())
+    assert main(["rules", "PS401"]) == 0 and "Anti-pattern" in capsys.readouterr().out
+    assert main(["rules", "PS000"]) == 2
+
+
+def test_docs_list_every_rule():
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "rules.md").read_text()
+    assert all(r.id in doc for r in all_rules())
