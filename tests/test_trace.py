@@ -1,0 +1,140 @@
+"""Trace capture and trace facts: real CPU traces, and synthetic CUDA traces for the GPU-only facts."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from perfscope.trace.alignment import benchmark_alignment
+from perfscope.trace.capture import TraceCapture
+from perfscope.trace.facts import categorize, trace_facts
+
+FIXTURES = Path(__file__).parent / "data" / "traces"
+
+
+def _train_with_capture(path: Path, *, sleep_s: float = 0.01, **kw) -> TraceCapture:
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with TraceCapture(path, device="cpu", **kw) as cap:
+        for _ in range(cap.total_steps):
+            with torch.profiler.record_function("perfscope::data"):
+                time.sleep(sleep_s)
+                x = torch.randn(32, 64)
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            cap.step()
+    return cap
+
+
+def test_capture_writes_a_gzipped_chrome_trace_and_facts_see_the_data_wait(tmp_path):
+    cap = _train_with_capture(tmp_path / "trace.json.gz")
+    assert cap.path is not None and cap.note is None
+    events = json.load(gzip.open(cap.path))["traceEvents"]
+    assert any(e.get("name", "").startswith("ProfilerStep#") for e in events)
+    facts = trace_facts(cap.path, device_type="cpu", steps=cap.active_steps)
+    assert facts["steps"] == 3
+    assert facts["data_wait_fraction"] > 0.3  # 10 ms of sleep in a ~12 ms step
+    assert facts["kernel_time_by_category"].get("gemm", 0) > 0
+    misaligned = [g for g in facts["gemm_shapes"] if g["misaligned"]]
+    assert any(10 in g["shape"] for g in misaligned)  # the 128→10 layer is not a multiple of 4
+    assert "gpu_idle_fraction" not in facts
+
+
+def test_committed_cpu_fixture_still_parses():
+    facts = trace_facts(FIXTURES / "cpu_only" / "mlp_data_wait.json.gz", device_type="cpu", steps=3)
+    assert facts["steps"] == 3 and facts["data_wait_fraction"] > 0.5
+    assert facts["top_kernels"][0]["time_s"] >= facts["top_kernels"][-1]["time_s"]
+
+
+def test_a_running_profiler_is_left_alone(tmp_path):
+    with torch.profiler.profile():
+        cap = _train_with_capture(tmp_path / "t.json.gz", sleep_s=0)
+    assert cap.path is None and "already running" in cap.note
+
+
+def test_size_cap_drops_the_trace_with_a_note(tmp_path):
+    cap = _train_with_capture(tmp_path / "t.json.gz", sleep_s=0, max_bytes=100)
+    assert cap.path is None and "cap" in cap.note
+    assert not (tmp_path / "t.json.gz").exists()
+
+
+# ------------------------------------------------------------------------------ synthetic CUDA traces
+
+
+def _x(name: str, cat: str, ts: float, dur: float, **args) -> dict:
+    return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 0, "tid": 0, "args": args}
+
+
+def _write(tmp_path: Path, events: list[dict]) -> Path:
+    path = tmp_path / "cuda.json.gz"
+    with gzip.open(path, "wt") as fh:
+        json.dump({"traceEvents": events}, fh)
+    return path
+
+
+def _step(i: int, start: float, length: float) -> dict:
+    return _x(f"ProfilerStep#{i}", "user_annotation", start, length)
+
+
+def test_launch_bound_step(tmp_path):
+    events = [_step(0, 0, 10_000)]
+    for k in range(500):  # 500 kernels of 4 µs, each launched by a 15 µs host call
+        events.append(_x("cudaLaunchKernel", "cuda_runtime", k * 19, 15))
+        events.append(_x("void at::native::vectorized_elementwise_kernel<4>", "kernel", k * 19 + 15, 4))
+    events.append(_x("aten::add", "cpu_op", 0, 9_500))
+    facts = trace_facts(_write(tmp_path, events), device_type="cuda", steps=1)
+    assert facts["launch_bound"] is True
+    assert facts["kernel_count_per_step"] == 500 and facts["median_kernel_us"] == 4
+    assert facts["gpu_idle_fraction"] > 0.7
+    assert facts["idle_breakdown"]["launch_bound"] > 0
+
+
+def test_data_stall_sync_pageable_and_fp32_gemm(tmp_path):
+    events = [
+        _step(0, 0, 10_000),
+        _x("perfscope::data", "user_annotation", 0, 6_000),
+        _x("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 6_000, 500, bytes=8 * 2**20),
+        _x("ampere_sgemm_128x64_nn", "kernel", 6_500, 2_000),
+        _x("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "kernel", 8_500, 500),
+        _x("aten::item", "cpu_op", 9_000, 900),
+        _x("cudaStreamSynchronize", "cuda_runtime", 9_050, 800),
+    ]
+    facts = trace_facts(_write(tmp_path, events), device_type="cuda", steps=1)
+    assert facts["idle_breakdown"]["data_wait"] == pytest.approx(0.006)
+    assert facts["data_wait_fraction"] == pytest.approx(0.6)
+    assert facts["pageable_memcpy"]["count"] == 1 and facts["pageable_memcpy"]["bytes"] == 8 * 2**20
+    assert facts["fp32_matmul_fraction"] == pytest.approx(0.8)
+    assert facts["sync_events_per_step"] == {"aten::item": 1, "cudaStreamSynchronize": 1}
+    assert facts["launch_bound"] is False
+    assert facts["kernel_time_by_category"]["gemm"] == pytest.approx(0.0025)
+
+
+@pytest.mark.parametrize(
+    ("name", "category"),
+    [
+        ("ampere_sgemm_128x64_nn", "gemm"),
+        ("flash_fwd_kernel", "attention"),
+        ("cudnn::winograd_nonfused::fwd", "conv"),
+        ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel", "normalization"),
+        ("void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "optimizer"),
+        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "communication"),
+        ("aten::addmm", "gemm"),
+    ],
+)
+def test_kernel_categories(name, category):
+    assert categorize(name) == category
+
+
+def test_alignment_benchmark_measures_both_shapes_on_cpu():
+    rows = benchmark_alignment([{"shape": [256, 250, 250], "misaligned": ["k", "n"]}], device="cpu", repeats=5)
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["padded"] == [256, 256, 256] and row["time_s"] > 0 and row["padded_time_s"] > 0
+    assert row["speedup_per_flop"] > 0
