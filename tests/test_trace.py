@@ -133,7 +133,7 @@ def test_kernel_categories(name, category):
 
 
 def test_alignment_benchmark_measures_both_shapes_on_cpu():
-    rows = benchmark_alignment([{"shape": [256, 250, 250], "misaligned": ["k", "n"]}], device="cpu", repeats=5)
+    rows = benchmark_alignment([{"shape": [256, 250, 250], "misaligned": ["k", "n"]}, {"shape": [4, 10, 32], "misaligned": ["n"]}], device="cpu", repeats=5)
     assert len(rows) == 1
     row = rows[0]
     assert row["padded"] == [256, 256, 256] and row["time_s"] > 0 and row["padded_time_s"] > 0

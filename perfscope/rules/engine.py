@@ -75,11 +75,26 @@ class Rule:
         return (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else cls.name
 
     def measured(self, ctx: RuleContext, finding: Finding, knob_id: str) -> Finding:
-        """Attach the sweep's measured gain for ``knob_id`` (and its semantics) when the knob was measured."""
+        """Attach what the sweep measured for the fix ``knob_id``.
+
+        A significant speed-up becomes the finding's measured gain. A measurement that shows no significant
+        speed-up overrides any estimate (a number the machine contradicted is not shown as a gain) and is
+        stated in the evidence: the diagnosis stands, the fix did not pay on this machine.
+        """
         outcome = ctx.knob(knob_id)
-        if outcome is not None and outcome.status == "measured" and outcome.gain is not None:
-            finding.gain, finding.trial = outcome.gain, outcome.trial
-            finding.caveats = list(dict.fromkeys(finding.caveats + outcome.changes_semantics))
+        if outcome is None or outcome.status != "measured" or outcome.gain is None or outcome.trial == ctx.baseline.name:
+            return finding
+        g = outcome.gain
+        finding.trial = outcome.trial
+        finding.caveats = list(dict.fromkeys(finding.caveats + outcome.changes_semantics))
+        if g.significant and g.ratio > 1:
+            finding.gain = g
+        else:
+            finding.estimated_gain = finding.estimate_method = None
+            finding.evidence.append(
+                f"measured on this machine ({outcome.trial}): {g.ratio:.2f}× per sample ({g.confidence:.0%} CI {g.low:.2f}–{g.high:.2f}), "
+                "not a significant speed-up here"
+            )
         return finding
 
 

@@ -20,6 +20,14 @@ class LaunchBound(Rule):
     def check(self, ctx: RuleContext) -> list[Finding]:
         if not ctx.fact("launch_bound", False):
             return []
+        if not ctx.cuda:
+            return [self.measured(ctx, Finding(
+                rule_id=self.id, title="Dispatch-bound step: many tiny ops — compile them or raise the batch", severity="high",
+                evidence=[f"{ctx.fact('kernel_count_per_step', 0):.0f} aten ops per step, median self time {ctx.fact('median_kernel_us', 0):.1f} µs: "
+                          "framework overhead, not arithmetic, sets the step time"],
+                fix="-model = MyNet()\n+model = torch.compile(MyNet())   # or a larger batch: more work per op",
+                reference="https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html",
+            ), "compile")]
         finding = Finding(
             rule_id=self.id, title="Launch-bound step: use CUDA graphs (compile reduce-overhead) or a larger batch", severity="high",
             evidence=[f"{ctx.fact('kernel_count_per_step', 0):.0f} kernels per step, median {ctx.fact('median_kernel_us', 0):.1f} µs",

@@ -19,10 +19,12 @@ is absent or None:
     data_wait_fraction          time in "perfscope::data" record_function spans / step time
     sync_fraction               host time in synchronizing calls / step time
     sync_events_per_step        {"aten::item": n, "aten::_local_scalar_dense": n, "cudaStreamSynchronize": n, ...}
-    kernel_count_per_step       launched kernels per step                                        (cuda)
-    median_kernel_us            median kernel duration                                           (cuda)
+    kernel_count_per_step       launched kernels per step (on CPU: aten ops per step)
+    median_kernel_us            median kernel duration (on CPU: median aten op self time)
     cpu_launch_time_per_step_s  host time in cudaLaunchKernel-like runtime calls per step        (cuda)
-    launch_bound                True when many short kernels and host time ≥ device busy time  (cuda)
+    tiny_op_time_fraction       share of aten op self time in ops < 20 µs                        (cpu)
+    launch_bound                True when many short kernels and host time ≥ device busy time
+                                 (on CPU: many tiny aten ops — dispatch-bound)
     pageable_memcpy             {"count", "bytes", "time_s"} per step of Pageable HtoD copies   (cuda)
     kernel_time_by_category     {"gemm", "conv", "attention", "elementwise", "normalization", "optimizer",
                                  "memcpy", "memset", "communication", "other": seconds per step}

@@ -19,6 +19,7 @@ import torch
 PAD_TO = 64
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 CPU_MAX_ELEMENTS = 2_000_000  # keep the CPU benchmark under a couple of seconds
+MIN_FLOPS = 1e7  # below this a matmul is launch/dispatch overhead, and padding it says nothing about tiles
 
 
 def _pad(v: int) -> int:
@@ -46,9 +47,13 @@ def benchmark_alignment(gemm_shapes: list[dict[str, Any]], *, device: str, dtype
     """Measured speed-up per FLOP of padding the hottest misaligned GEMM shapes (rows per the facts contract)."""
     rows: list[dict[str, Any]] = []
     torch_dtype = _DTYPES.get(dtype, torch.float32)
-    for shape in [g for g in gemm_shapes if g.get("misaligned")][:top]:
+    for shape in [g for g in gemm_shapes if g.get("misaligned")][: top * 3]:
+        if len(rows) >= top:
+            break
         m, k, n = (int(v) for v in shape["shape"])
         padded = [_pad(m), _pad(k), _pad(n)]
+        if 2.0 * m * k * n < MIN_FLOPS:
+            continue
         if device != "cuda" and max(m * k, k * n, padded[0] * padded[1], padded[1] * padded[2]) > CPU_MAX_ELEMENTS:
             continue
         try:

@@ -7,7 +7,9 @@ Only complete events (`ph: "X"`) inside the ProfilerStep#N spans count. Kernel n
 substring heuristics (below), the way HTA and the TensorBoard plugin do; fp32 GEMMs are GEMM kernels
 without a tensor-core marker in their name (sgemm, `*_f32f32_*`), which is what "not on tensor cores"
 looks like in cuBLAS/CUTLASS kernel names. Launch-bound is declared when a step launches many short
-kernels (≥ 200 per step, median < 20 µs) and the host's runtime calls take as long as the GPU is busy.
+kernels (≥ 200 per step, median < 20 µs) and the host is busy at least as long as the GPU; on a CPU-only
+run, its equivalent is a step of ≥ 200 aten ops with a median self time < 20 µs that spends at least half
+of its op time in such tiny ops (dispatch-bound).
 """
 
 from __future__ import annotations
@@ -175,6 +177,17 @@ def trace_facts(trace_path: Path, *, device_type: str, steps: int) -> dict[str, 
             for name, (t, c) in sorted(by_op.items(), key=lambda kv: -kv[1][0])[:15]
         ]
         facts["fp32_matmul_fraction"] = None
+        # CPU equivalent of launch-bound: the step is many tiny aten ops, each paying dispatch overhead.
+        aten = [max(self_time[i], 0.0) for i, e in enumerate(cpu_ops) if e["name"].startswith("aten::")]
+        tiny = sum(t for t in aten if t < LAUNCH_BOUND_MEDIAN_US)
+        facts["kernel_count_per_step"] = len(aten) * per_step
+        facts["median_kernel_us"] = statistics.median(aten) if aten else None
+        facts["tiny_op_time_fraction"] = tiny / sum(aten) if aten and sum(aten) else None
+        facts["launch_bound"] = bool(
+            facts["kernel_count_per_step"] >= LAUNCH_BOUND_KERNELS
+            and (facts["median_kernel_us"] or 0) < LAUNCH_BOUND_MEDIAN_US
+            and (facts["tiny_op_time_fraction"] or 0) >= 0.5  # most op time in tiny ops, not in a few big matmuls
+        )
     facts["trace_bytes"] = Path(trace_path).stat().st_size
     return facts
 
