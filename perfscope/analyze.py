@@ -167,7 +167,9 @@ def analyze(options: AnalyzeOptions) -> int:
 def _sweep_options(options: AnalyzeOptions) -> SweepOptions | None:
     if not options.sweep:
         return None
-    return SweepOptions(budget_s=options.budget_s, only=list(options.only), skip=list(options.skip))
+    return SweepOptions(
+        budget_s=options.budget_s, only=list(options.only), skip=list(options.skip), trace_recommended=options.capture_trace
+    )
 
 
 def _diagnose(results: Results) -> None:

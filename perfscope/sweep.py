@@ -45,6 +45,8 @@ class SweepOptions:
     """Knob ids to try (empty: all)."""
     skip: list[str] = field(default_factory=list)
     """Knob ids not to try."""
+    trace_recommended: bool = True
+    """Capture a profiler trace for the recommended configuration (exploration trials never capture one)."""
     min_stack_gain: float = 1.02
     """A knob joins the stack only if it speeds the stack up by at least this ratio (and significantly):
     within-run intervals cannot see run-to-run drift, so tiny 'significant' gains are not worth a change."""
@@ -230,7 +232,7 @@ class Sweeper:
         """Re-run the baseline in a fresh process: the noise floor every gain must clear."""
         if not self.may_continue():
             return
-        config = TrialConfig.from_dict(self.baseline.config)
+        config = TrialConfig.from_dict(self.baseline.config).replace(capture_trace=False)
         repeat = self.measure(f"{self.baseline.name}-repeat", config, [])
         if repeat.ok:
             self.drift = process_drift(self.baseline, repeat)
@@ -283,7 +285,7 @@ class Sweeper:
         if not self.may_continue():
             self.sweep.notes.append("the budget ran out before the recommended configuration could be re-measured")
             return
-        trial = self.measure("recommended", config, accepted)
+        trial = self.measure("recommended", config.replace(capture_trace=self.options.trace_recommended), accepted)
         gain = measured_gain(self.baseline, trial, drift=self.drift) if trial.ok else None
         if trial.ok and is_win(gain) and compare_numerics(self.baseline, trial).ok:
             self.sweep.recommended_trial, self.sweep.recommended_knobs, self.sweep.recommended_gain = trial.name, accepted, gain
@@ -307,7 +309,8 @@ def _rank_key(outcome: KnobOutcome) -> tuple[int, float]:
 def run_sweep(session: Any, workload: Workload, base_config: TrialConfig, options: SweepOptions) -> Sweep:
     """Entry point from `perfscope analyze`: builds the knob context and runs the sweep through the session."""
     baseline = session.results.trial("baseline")
-    ctx = KnobContext(workload=workload, base=base_config, environment=session.results.environment, model=ModelFacts.inspect(workload))
+    # Exploration trials run without the profiler: traces are for the baseline and the recommendation.
+    ctx = KnobContext(workload=workload, base=base_config.replace(capture_trace=False), environment=session.results.environment, model=ModelFacts.inspect(workload))
     sweep = Sweep(baseline_trial=baseline.name)
     session.results.sweep = sweep  # saved with every trial, so an interrupted sweep keeps what it found
     sweeper = Sweeper(measure=lambda name, cfg, knobs: session.measure(name, cfg, knobs), ctx=ctx, baseline=baseline,

@@ -275,3 +275,16 @@ def test_wheel_ships_templates_and_renders_without_the_checkout(tmp_path):
     env = {"PYTHONPATH": f"{tmp_path / 'site'}:{REPO}", "PATH": "/usr/bin:/bin"}
     run = subprocess.run([sys.executable, "-c", script, str(tmp_path / "site")], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert run.returncode == 0, run.stderr
+
+
+def test_trace_diff_between_baseline_and_recommended_is_rendered():
+    from perfscope.report.markdown import render_markdown
+    from perfscope.report.view import build_view
+    from tests.factories import make_full_results
+
+    results = make_full_results()
+    view = build_view(results)
+    assert view.trace_diff and view.trace_diff[0].category == "gemm"
+    assert "Where the time went" in render_markdown(results)
+    results.trial(results.sweep.recommended_trial).metrics.trace_facts = None
+    assert build_view(results).trace_diff == []

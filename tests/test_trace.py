@@ -138,3 +138,16 @@ def test_alignment_benchmark_measures_both_shapes_on_cpu():
     row = rows[0]
     assert row["padded"] == [256, 256, 256] and row["time_s"] > 0 and row["padded_time_s"] > 0
     assert row["speedup_per_flop"] > 0
+
+
+def test_trace_diff_shows_where_the_time_went():
+    from perfscope.trace.diff import diff_facts, diff_markdown
+
+    base = {"kernel_time_by_category": {"gemm": 0.080, "elementwise": 0.030}, "gpu_idle_fraction": 0.30}
+    rec = {"kernel_time_by_category": {"gemm": 0.020, "elementwise": 0.010, "attention": 0.005}, "gpu_idle_fraction": 0.10}
+    diff = diff_facts(base, rec)
+    assert diff["kernel_time_by_category"]["gemm"]["delta"] == pytest.approx(-0.060)
+    assert diff["kernel_time_by_category"]["attention"] == {"baseline": 0.0, "other": 0.005, "delta": 0.005}
+    assert diff["gpu_idle_fraction"]["delta"] == pytest.approx(-0.2)
+    assert list(diff["kernel_time_by_category"])[0] == "gemm"  # biggest first
+    assert "| gemm | 80.00 | 20.00 | -60.00 |" in diff_markdown(diff)

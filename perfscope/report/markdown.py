@@ -114,6 +114,11 @@ def render_view_markdown(view: ReportView) -> str:
         out += _table(["Knob", "Status", "Gain", "Interval", "MFU", "Semantics changes", "Reason"], rows, ["l", "l", "r", "r", "r", "l", "l"]) + [""]
     out += [md(n) for n in view.sweep_notes] + ([""] if view.sweep_notes else [])
 
+    if view.trace_diff:
+        out += ["## Where the time went (baseline → recommended, from the traces)", ""]
+        rows = [[md(r.category), md(r.baseline), md(r.recommended), md(r.change)] for r in view.trace_diff]
+        out += _table(["Kernel category", "Baseline / step", "Recommended / step", "Change"], rows, ["l", "r", "r", "r"]) + [""]
+
     out += ["## Trials", ""]
     rows = [
         [code(t.name, in_table=True) + (f" ({t.role})" if t.role else ""), md(t.status), md(t.knobs), md(t.batch), md(t.step_time.text), md(t.throughput), md(t.mfu), md(t.peak_memory)]

@@ -30,6 +30,7 @@ from perfscope.report.format import (
     fmt_seconds,
 )
 from perfscope.results import FAILED_STATUSES, Finding, Gain, Results, Trial
+from perfscope.trace.diff import diff_facts
 
 MAX_KERNEL_ROWS = 15
 MAX_KERNEL_NAME = 160
@@ -144,6 +145,16 @@ class TraceLink:
 
 
 @dataclass(kw_only=True, slots=True)
+class TraceDiffRow:
+    """One kernel category's time per step in the baseline's and the recommendation's traces."""
+
+    category: str
+    baseline: str
+    recommended: str
+    change: str
+
+
+@dataclass(kw_only=True, slots=True)
 class ReportView:
     title: str
     created_at: str
@@ -163,6 +174,7 @@ class ReportView:
     charts: list[Chart]
     kernels: list[KernelRow]
     kernels_trial: str
+    trace_diff: list[TraceDiffRow]
     environment: list[Row]
     workload: list[Row]
     traces: list[TraceLink]
@@ -500,6 +512,26 @@ def _traces(results: Results, report_dir: Path | None) -> list[TraceLink]:
 # -------------------------------------------------------------------------------------- assembly
 
 
+def _trace_diff(base: Trial | None, rec: Trial | None) -> list[TraceDiffRow]:
+    """Where the time went between the baseline and the recommendation (both must have a trace)."""
+    if base is None or rec is None or base is rec or not (base.metrics and rec.metrics):
+        return []
+    if not (base.metrics.trace_facts and rec.metrics.trace_facts):
+        return []
+    diff = diff_facts(base.metrics.trace_facts, rec.metrics.trace_facts)
+    rows = [
+        TraceDiffRow(category=c, baseline=f"{d['baseline'] * 1e3:.2f} ms", recommended=f"{d['other'] * 1e3:.2f} ms", change=f"{d['delta'] * 1e3:+.2f} ms")
+        for c, d in diff["kernel_time_by_category"].items()
+    ]
+    if "gpu_idle_fraction" in diff:
+        d = diff["gpu_idle_fraction"]
+        rows.append(TraceDiffRow(category="GPU idle (share of step)", baseline=f"{d['baseline']:.1%}", recommended=f"{d['other']:.1%}", change=f"{d['delta'] * 100:+.1f} pts"))
+    if "kernel_count_per_step" in diff:
+        d = diff["kernel_count_per_step"]
+        rows.append(TraceDiffRow(category="kernels (ops) per step", baseline=f"{d['baseline']:.0f}", recommended=f"{d['other']:.0f}", change=f"{d['delta']:+.0f}"))
+    return rows
+
+
 def build_view(results: Results, *, report_dir: Path | None = None) -> ReportView:
     """Everything the templates show. ``report_dir`` makes absolute trace paths relative to the report."""
     base_name, rec_name = baseline_name(results), recommended_name(results)
@@ -539,6 +571,7 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
         charts=build_charts(results, baseline=base_name, recommended=rec_name),
         kernels=kernels,
         kernels_trial=kernels_trial,
+        trace_diff=_trace_diff(base, rec),
         environment=_environment(results),
         workload=_workload(results),
         traces=_traces(results, report_dir),
