@@ -188,6 +188,7 @@ def _write_report(results: Results, out_dir: Path) -> None:
         return
     try:
         path = write_report(results, out_dir / "report.html", fmt="html")
+        write_report(results, out_dir / "report.md", fmt="md")  # the same findings, for terminals, CI logs and tools
         print(f"report:  {path}")
     except Exception as exc:  # noqa: BLE001 - a report failure must not lose measured results
         print(f"perfscope: warning: the report could not be written ({type(exc).__name__}: {exc}); "
