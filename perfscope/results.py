@@ -18,13 +18,13 @@ import dataclasses
 import json
 import math
 import os
-import tempfile
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from perfscope.atomic import write_text_atomic
 from perfscope.stats import Summary
 
 SCHEMA_VERSION = 1
@@ -391,26 +391,6 @@ def from_jsonable(tp: Any, data: Any) -> Any:
     return data
 
 
-def _current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
-    """Write JSON next to ``path`` and rename over it: readers see the old file or the new one, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(to_jsonable(data), indent=1, allow_nan=False)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_current_umask())  # mkstemp creates 0600; results are ordinary files
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Serialize strictly (no NaN/Infinity) first, then write atomically: a failure leaves the old file intact."""
+    return write_text_atomic(path, json.dumps(to_jsonable(data), indent=1, allow_nan=False))

@@ -95,7 +95,7 @@ class MetricCheck:
         """Apply the module's decision rule. Raises MetricUnavailable when a side lacks the metric."""
         base = self.metric.values(baseline)
         cur = self.metric.values(current)
-        title, fmt = self.metric.title, self.metric.format
+        title = self.metric.title
         common = dict(metric=self.metric, max_drop=self.max_drop, n_baseline=len(base), n_current=len(cur))
         if not base or not cur:
             return Verdict(status="inconclusive", message=f"{title}: no measured steps to compare", **common)

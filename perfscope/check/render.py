@@ -7,12 +7,10 @@ The only module of the gate that formats anything; it reads a GateReport and dec
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
+from perfscope.atomic import write_text_atomic  # noqa: F401 - re-exported for the CLI
 from perfscope.check.decision import Verdict
 from perfscope.check.gate import GateReport
 
@@ -138,20 +136,3 @@ def render_junit(report: GateReport) -> str:
     root.append(suite)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
-
-
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
-    """Temp file + rename, like results.json: a CI step never reads half a summary."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path

@@ -9,11 +9,10 @@ markdown.py lay it out, escaping.py keeps user-derived names inert.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Literal
 
+from perfscope.atomic import write_text_atomic
 from perfscope.report.html import render_html
 from perfscope.report.markdown import render_markdown
 from perfscope.results import Results
@@ -30,16 +29,4 @@ def write_report(results: Results, path: Path, fmt: Literal["html", "md"] = "htm
         text = render_markdown(results)
     else:
         raise ValueError(f"unknown report format {fmt!r} (expected 'html' or 'md')")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a report is meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_text_atomic(path, text)
