@@ -288,3 +288,14 @@ def test_trace_diff_between_baseline_and_recommended_is_rendered():
     assert "Where the time went" in render_markdown(results)
     results.trial(results.sweep.recommended_trial).metrics.trace_facts = None
     assert build_view(results).trace_diff == []
+
+
+def test_headline_says_why_only_the_baseline_is_shown():
+    from perfscope.report.view import build_view
+    from perfscope.results import Sweep
+    from tests.factories import make_results
+
+    results = make_results()
+    assert "no sweep" in build_view(results).headline.lead
+    results.sweep = Sweep(baseline_trial="baseline", recommended_trial="baseline")
+    assert "no configuration significantly faster" in build_view(results).headline.lead

@@ -80,6 +80,8 @@ def render_view_markdown(view: ReportView) -> str:
             knobs = " + ".join(code(k) for k in h.recommended_knobs)
             note = "" if h.gain_significant else " — not significant"
             out += [f"**Recommended: {md(h.gain)}**" + (f" with {knobs}" if knobs else "") + note, ""]
+        elif h.lead:
+            out += [md(h.lead), ""]
         header = ["Metric", *(f"{md(c.text)} ({code(c.note, in_table=True)})" for c in h.columns)]
         both = len(h.columns) > 1
         if both:

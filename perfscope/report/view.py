@@ -60,6 +60,7 @@ class Headline:
     gain_significant: bool | None = None
     recommended_knobs: list[str] = field(default_factory=list)
     message: str = ""  # shown instead of rows when there is nothing to compare
+    lead: str = ""  # one sentence above the rows when only the baseline is shown, saying why
 
 
 @dataclass(kw_only=True, slots=True)
@@ -299,6 +300,13 @@ def _headline(results: Results, base: Trial | None, rec: Trial | None) -> Headli
         headline.gain = f"{gain_text(gain.ratio)} ({gain_interval(gain)})"
         headline.gain_significant = gain.significant
         headline.recommended_knobs = list(results.sweep.recommended_knobs) if results.sweep else []
+    if not both:
+        if results.sweep is not None and results.sweep.recommended_trial == base.name:
+            headline.lead = "The sweep found no configuration significantly faster than the baseline: the baseline is the recommendation."
+        elif results.sweep is not None:
+            headline.lead = "The sweep did not produce a recommendation (see the notes under the knobs); the numbers below are the baseline."
+        else:
+            headline.lead = "One configuration measured (no sweep): the numbers below are the baseline."
     return headline
 
 
