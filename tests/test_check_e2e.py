@@ -33,7 +33,7 @@ def loss(model, batch):
 # than that drift (70%), and the deliberate slowdown (400 ms of sleep on a ~25 ms step, a >90% MFU drop)
 # stays far past it even if a neighbour slows the baseline run 3x. One thread per trial removes most
 # of the contention between trial threads and the neighbours.
-ANALYZE = ["--device", "cpu", "--steps", "12", "--warmup", "2", "--peak-tflops", "1"]
+ANALYZE = ["--device", "cpu", "--steps", "12", "--warmup", "2", "--peak-tflops", "1", "--no-sweep", "--no-trace"]  # what a CI job runs
 GATE = ["--max-drop", "70%"]
 SLOWDOWN_S = "0.4"
 ATTEMPTS = 3
