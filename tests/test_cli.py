@@ -17,13 +17,14 @@ def test_top_level_help_lists_the_commands(capsys):
         main(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    for command in ("analyze", "report"):
+    for command in ("analyze", "report", "check", "baseline", "rules"):
         assert command in out
 
 
 def test_analyze_help_pins_the_options():
     help_text = build_parser()._subparsers._group_actions[0].choices["analyze"].format_help()
-    for option in ("--device", "--steps", "--warmup", "--batch-size", "--out", "--trial-timeout", "--peak-tflops", "--resume"):
+    for option in ("--device", "--steps", "--warmup", "--batch-size", "--out", "--trial-timeout", "--peak-tflops", "--resume",
+                   "--no-sweep", "--budget", "--only", "--skip", "--no-trace"):
         assert option in help_text
 
 
