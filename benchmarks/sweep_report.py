@@ -20,12 +20,14 @@ def print_ranking(results_path: Path) -> Results:
     if sweep is None:
         print("no sweep in these results")
         return results
-    print(f"\n{'knob':<26} {'status':<13} {'gain':>7}  {'95% interval':<16} {'MFU':>7}  note")
+    print(f"\n{'knob':<26} {'status':<13} {'gain':>7}  {'95% interval':<16} {'MFU':>7}  note  (* significant, n.s. not; ! changes training)")
     for o in sweep.knobs:
         gain = f"{o.gain.ratio:.3f}" if o.gain else "-"
         interval = f"[{o.gain.low:.3f}, {o.gain.high:.3f}]" if o.gain else ""
         sig = "" if not o.gain else (" *" if o.gain.significant else " n.s.")
         print(f"{o.knob:<26} {o.status:<13} {gain:>7}  {interval:<16} {_pct(o.mfu):>7}  {sig.strip()} {o.reason or ''}".rstrip())
+        for caveat in o.changes_semantics:
+            print(f"{'':<26}   ! {caveat}")
     rec = results.trial(sweep.recommended_trial) if sweep.recommended_trial else None
     print(f"\nrecommended: {sweep.recommended_trial} {sweep.recommended_knobs}")
     if rec is not None and rec.ok:

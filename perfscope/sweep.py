@@ -5,13 +5,16 @@
 The search an expert does by hand, with error bars:
 0. The baseline again, in a fresh process: the drift between two identical runs is the noise floor, and
    every gain's interval is widened by it (perfscope.gains).
-1. Each applicable knob alone on top of the baseline (its variants too: the best one is kept). A trial
-   that fails is recorded as such; a trial whose losses leave the numerics guard's tolerance is rejected.
-2. Micro-batch search (perfscope.microbatch); when it hits OOM and checkpointing applies, checkpointing is
-   measured paired with the larger micro-batch it allows — that pair is what checkpointing is for.
+1. Each applicable knob alone on top of the baseline (its variants too: the best one is kept); a knob that
+   refines another (`builds_on`) on top of that knob's best trial. A trial that fails is recorded as such;
+   a trial whose losses leave the numerics guard's tolerance is rejected.
+2. Micro-batch search (perfscope.microbatch): `micro_batch` = the fastest point, `grad_accum` = the fastest
+   point with the user's global batch. On a GPU, when it hits OOM, checkpointing is measured paired with the
+   larger micro-batch it allows — that pair is what checkpointing is for.
 3. Greedy stacking of the significant winners, best first: a knob joins the stack only if it makes the
-   stack significantly faster still (and keeps the numerics). A semantics-preserving micro-batch change
-   (accumulation keeps the global batch) joins last.
+   stack significantly faster still (and keeps the numerics and the global batch). The `grad_accum`
+   micro-batch joins last — re-searched on the stack when memory limited the search and the stack changed
+   memory (bf16, checkpointing).
 4. The recommended configuration is measured again in full as its own trial; if it is not significantly
    faster than the baseline, the baseline itself is recommended — the recommendation never ranks below it.
 A wall-clock budget bounds the whole sweep: no trial starts that the budget probably cannot finish.
@@ -34,6 +37,7 @@ from perfscope.workload import UserError, Workload
 
 Measure = Callable[[str, TrialConfig, list[str]], Trial]
 MICRO_BATCH = "micro_batch"
+GRAD_ACCUM = "grad_accum"
 CHECKPOINTING = "activation_checkpointing"
 
 
@@ -61,8 +65,11 @@ class SweepOptions:
 class _Candidate:
     knob: Knob
     changes: dict[str, Any]
+    """The knob's own changes (for a knob measured on top of its prerequisite, without the prerequisite's)."""
     trial: Trial
     outcome: KnobOutcome
+    requires: str | None = None
+    """Id of the knob that must be in the stack first (set when measured on top of it)."""
 
 
 class Sweeper:
@@ -82,6 +89,8 @@ class Sweeper:
         self.sweep.budget_s = options.budget_s
         self.wall_times: list[float] = [baseline.wall_time_s or 0.0]
         self.drift = 0.0
+        self.active_search: set[str] = set()
+        self.stack_trial: Trial | None = None
 
     # ----------------------------------------------------------------------------------- budget
 
@@ -117,7 +126,7 @@ class Sweeper:
 
     def _judge(self, knob: Knob, trial: Trial, config: TrialConfig, against: Trial | None = None) -> KnobOutcome:
         """A measured trial -> its outcome: failed, rejected by the numerics guard, or measured with a gain."""
-        semantics = knob.semantics(self.ctx, config)
+        semantics = knob.changes_semantics(self.ctx, config)
         if not trial.ok:
             first = (trial.error or "").splitlines()[0] if trial.error else ""
             return KnobOutcome(knob=knob.id, title=knob.title, status="failed", reason=f"{trial.status}: {first}".strip(": "),
@@ -131,48 +140,62 @@ class Sweeper:
         return KnobOutcome(knob=knob.id, title=knob.title, status="measured", trial=trial.name, gain=gain, mfu=mfu,
                            changes_semantics=semantics, code_change=knob.code_change)
 
-    def try_alone(self, knob: Knob) -> _Candidate | None:
-        """Each variant of the knob on the baseline; the fastest acceptable variant represents the knob."""
+    def try_alone(self, knob: Knob, on_top: _Candidate | None = None) -> _Candidate | None:
+        """Each variant of the knob on the baseline (or on ``on_top``, the best variant of the knob it builds
+        on, when the baseline lacks it: the gain is then the increment over that trial); the fastest
+        acceptable variant represents the knob."""
         best: _Candidate | None = None
         outcomes: list[KnobOutcome] = []
+        base = on_top.trial if on_top is not None else None
+        start = TrialConfig.from_dict(on_top.trial.config) if on_top is not None else self.ctx.base
         for i, changes in enumerate(knob.variants(self.ctx)):
             if not self.may_continue():
                 break
-            config = knob.apply(self.ctx.base, changes)
+            config = knob.apply(start, changes)
             name = knob.id if i == 0 else f"{knob.id}-{i + 1}"
-            trial = self.measure(name, config, [knob.id])
-            outcome = self._judge(knob, trial, config)
+            knobs = [on_top.knob.id, knob.id] if on_top is not None else [knob.id]
+            trial = self.measure(name, config, knobs)
+            outcome = self._judge(knob, trial, config, against=base)
             outcomes.append(outcome)
             if outcome.status == "measured" and (best is None or outcome.gain.ratio > best.outcome.gain.ratio):  # type: ignore[union-attr]
-                best = _Candidate(knob, changes, trial, outcome)
+                best = _Candidate(knob, changes, trial, outcome, requires=on_top.knob.id if on_top is not None else None)
         if not outcomes:
             self._outcome(knob, "skipped", self.sweep.stopped_early or "budget exhausted")
             return None
         chosen = best.outcome if best else outcomes[-1]
+        notes = [chosen.reason] if chosen.reason else []
+        if on_top is not None:
+            notes.append(f"measured on top of {on_top.knob.id} ({on_top.trial.name}); the gain is the increment over that trial")
         if len(outcomes) > 1:
-            chosen.reason = (chosen.reason + "; " if chosen.reason else "") + f"best of {len(outcomes)} variants"
+            notes.append(f"best of {len(outcomes)} variants")
+        chosen.reason = "; ".join(notes) or None
         self.sweep.knobs.append(chosen)
         return best
 
-    def micro_batch(self, knob: Knob) -> MicroBatchResult:
-        """Search, then report the fastest micro-batch that keeps the global batch; failing that, the fastest
-        overall (flagged: it changes the global batch)."""
+    def micro_batch(self, overall_knob: Knob | None, preserving_knob: Knob | None) -> MicroBatchResult:
+        """Search once; report the fastest point overall (``micro_batch``, flagged when it changes the global
+        batch) and the fastest point that keeps the user's global batch through accumulation (``grad_accum``)."""
         max_factor = 64 if self.ctx.cuda else 4  # CPU: no memory wall to find, so keep the search short
         result = search_micro_batch(self.measure, self.ctx.base, self.baseline, max_factor=max_factor, may_continue=self.may_continue)
         self.sweep.micro_batch = result.points
         preserving = result.best(preserve_global=self.ctx.base.samples_per_step)
         overall = result.best(preserve_global=None)
-        best = preserving if preserving is not None and preserving is not self.baseline else overall
-        if best is None or best is self.baseline:
-            self._outcome(knob, "measured", result.stopped or "the user's micro-batch is already the fastest",
-                          trial=self.baseline.name, gain=measured_gain(self.baseline, self.baseline))
-            return result
-        outcome = self._judge(knob, best, TrialConfig.from_dict(best.config))
-        notes = [result.stopped] if result.stopped else []
-        if overall is not None and overall is not best:
-            notes.append(f"micro-batch {overall.config['micro_batch_size']} is faster still but changes the global batch (see the curve)")
-        outcome.reason = "; ".join(notes) or None
-        self.sweep.knobs.append(outcome)
+        for knob, best in ((overall_knob, overall), (preserving_knob, preserving)):
+            if knob is None:
+                continue
+            if best is None or best is self.baseline:
+                self._outcome(knob, "measured", result.stopped or "the user's micro-batch is already the fastest",
+                              trial=self.baseline.name, gain=measured_gain(self.baseline, self.baseline))
+                continue
+            outcome = self._judge(knob, best, TrialConfig.from_dict(best.config))
+            notes = [outcome.reason] if outcome.reason else []
+            notes.append(f"micro-batch {best.config['micro_batch_size']} × accumulation {best.config['grad_accum_steps']}")
+            if result.stopped:
+                notes.append(result.stopped)
+            if knob is overall_knob and preserving is not None and preserving is not overall and preserving is not self.baseline:
+                notes.append(f"keeping the global batch, micro-batch {preserving.config['micro_batch_size']} is the fastest (grad_accum)")
+            outcome.reason = "; ".join(notes)
+            self.sweep.knobs.append(outcome)
         return result
 
     def checkpointing_pair(self, knob: Knob, result: MicroBatchResult) -> None:
@@ -187,7 +210,7 @@ class Sweeper:
         trial = self.measure(f"{CHECKPOINTING}-mb{micro}", config, [CHECKPOINTING, MICRO_BATCH])
         outcome = self._judge(knob, trial, config)
         outcome.reason = f"paired with micro-batch {micro} (no checkpointing: OOM above {largest})"
-        outcome.changes_semantics += self.knob_by_id(MICRO_BATCH).semantics(self.ctx, config)
+        outcome.changes_semantics += self.knob_by_id(MICRO_BATCH).changes_semantics(self.ctx, config)
         self.sweep.knobs.append(outcome)
 
     @staticmethod
@@ -195,38 +218,80 @@ class Sweeper:
         return next(k for k in REGISTRY if k.id == knob_id)
 
     def stack(self, candidates: list[_Candidate], micro: MicroBatchResult | None) -> tuple[TrialConfig, list[str], list[str]]:
-        """Greedy: the best winner first, then each next winner only if it speeds the stack up significantly."""
-        winners = sorted((c for c in candidates if is_win(c.outcome.gain)), key=lambda c: -c.outcome.gain.ratio)  # type: ignore[union-attr]
+        """Greedy: the best winner first, then each next winner only if it speeds the stack up significantly.
+
+        Candidates that change the global batch never join (the recommendation preserves semantics); a knob
+        measured on top of another joins only after it. The micro-batch (with accumulation, same global batch)
+        joins last — re-searched on the stack when the search was memory-limited and the stack changed memory.
+        """
+        winners = sorted(
+            (c for c in candidates
+             if is_win(c.outcome.gain) and c.trial.metrics is not None and c.trial.metrics.samples_per_step == self.ctx.base.samples_per_step),
+            key=lambda c: -c.outcome.gain.ratio,  # type: ignore[union-attr]
+        )
         config, current, accepted, semantics = self.ctx.base, self.baseline, [], []
         touched: set[str] = set()
-        for cand in winners:
-            fields = set(cand.changes)
-            if fields & touched:  # e.g. bf16 and fp16 both set precision: the better one is already in
-                continue
-            new_config = cand.knob.apply(config, cand.changes)
-            if not accepted:
-                trial = cand.trial
-            else:
-                if not self.may_continue():
-                    break
-                trial = self.measure(f"stack{len(accepted) + 1}-{cand.knob.id}", new_config, [*accepted, cand.knob.id])
-                if not trial.ok or not compare_numerics(self.baseline, trial).ok:
+        pending = list(winners)
+        progressed = True
+        while pending and progressed:  # a knob waiting for its prerequisite gets another pass once it is in
+            progressed = False
+            for cand in list(pending):
+                if cand.requires is not None and cand.requires not in accepted:
                     continue
-                if not is_win(measured_gain(current, trial, drift=self.drift), self.options.min_stack_gain):
+                pending.remove(cand)
+                progressed = True
+                fields = set(cand.changes)
+                if fields & touched:  # e.g. bf16 and fp16 both set precision: the better one is already in
                     continue
-            config, current = new_config, trial
-            accepted.append(cand.knob.id)
-            semantics += cand.outcome.changes_semantics
-            touched |= fields
-        if micro is not None:
-            best = micro.best(preserve_global=self.ctx.base.samples_per_step)
-            if best is not None and best is not self.baseline and self.may_continue():
-                new_config = config.replace(micro_batch_size=best.config["micro_batch_size"], grad_accum_steps=best.config["grad_accum_steps"])
-                trial = self.measure(f"stack{len(accepted) + 1}-{MICRO_BATCH}", new_config, [*accepted, MICRO_BATCH])
-                if trial.ok and compare_numerics(self.baseline, trial).ok and is_win(measured_gain(current, trial, drift=self.drift), self.options.min_stack_gain):
-                    config, current = new_config, trial
-                    accepted.append(MICRO_BATCH)
+                new_config = cand.knob.apply(config, cand.changes)
+                if not accepted and cand.requires is None:
+                    trial = cand.trial
+                else:
+                    if not self.may_continue():
+                        pending.clear()
+                        break
+                    trial = self.measure(f"stack{len(accepted) + 1}-{cand.knob.id}", new_config, [*accepted, cand.knob.id])
+                    if not trial.ok or not compare_numerics(self.baseline, trial).ok:
+                        continue
+                    if not is_win(measured_gain(current, trial, drift=self.drift), self.options.min_stack_gain):
+                        continue
+                config, current = new_config, trial
+                accepted.append(cand.knob.id)
+                semantics += cand.outcome.changes_semantics
+                touched |= fields
+        if micro is not None and GRAD_ACCUM in self.active_search:
+            config, current = self._stack_micro_batch(micro, config, current, accepted)
+        self.stack_trial = current
         return config, accepted, semantics
+
+    def _stack_micro_batch(self, micro: MicroBatchResult, config: TrialConfig, current: Trial, accepted: list[str]) -> tuple[TrialConfig, Trial]:
+        memory_limited = micro.hit_oom or (micro.stopped or "").endswith("of device memory")
+        changes_memory = config.precision != self.ctx.base.precision or config.activation_checkpointing != self.ctx.base.activation_checkpointing
+        if memory_limited and changes_memory and current is not self.baseline and self.may_continue():
+            # bf16 halves activations, checkpointing drops most of them: the micro-batch that fits has moved.
+            research = search_micro_batch(self.measure, config, current, name_prefix="stack-mb", knobs=accepted,
+                                          max_factor=64, may_continue=self.may_continue)
+            best = research.best(preserve_global=self.ctx.base.samples_per_step)
+            fits = research.largest_fitting()
+            self.sweep.notes.append(f"micro-batch re-searched on the stack ({', '.join(accepted)}): fits up to {fits}"
+                                    + (f" ({research.stopped})" if research.stopped else ""))
+            if best is not None and best is not current and best.ok and compare_numerics(self.baseline, best).ok \
+                    and is_win(measured_gain(current, best, drift=self.drift), self.options.min_stack_gain):
+                accepted.append(GRAD_ACCUM)
+                return TrialConfig.from_dict(best.config).replace(capture_trace=False), best
+            return config, current
+        best = micro.best(preserve_global=self.ctx.base.samples_per_step)
+        if best is None or best is self.baseline or not self.may_continue():
+            return config, current
+        new_config = config.replace(micro_batch_size=best.config["micro_batch_size"], grad_accum_steps=best.config["grad_accum_steps"])
+        if accepted:
+            trial = self.measure(f"stack{len(accepted) + 1}-{GRAD_ACCUM}", new_config, [*accepted, GRAD_ACCUM])
+        else:
+            trial = best
+        if trial.ok and compare_numerics(self.baseline, trial).ok and is_win(measured_gain(current, trial, drift=self.drift), self.options.min_stack_gain):
+            accepted.append(GRAD_ACCUM)
+            return new_config, trial
+        return config, current
 
     def measure_drift(self) -> None:
         """Re-run the baseline in a fresh process: the noise floor every gain must clear."""
@@ -243,8 +308,8 @@ class Sweeper:
 
     def run(self) -> Sweep:
         self.measure_drift()
-        candidates: list[_Candidate] = []
-        micro_knob: Knob | None = None
+        candidates: dict[str, _Candidate] = {}
+        search_knobs: dict[str, Knob] = {}
         deferred_checkpointing: Knob | None = None
         for knob in REGISTRY:
             inapplicable, unselected = knob.applies(self.ctx), self.selected(knob)
@@ -253,16 +318,28 @@ class Sweeper:
             elif unselected is not None:
                 self._outcome(knob, "skipped", unselected)
             elif knob.search:
-                micro_knob = knob
-            elif knob.id == CHECKPOINTING and self.ctx.cuda and MICRO_BATCH not in self.options.skip:
+                search_knobs[knob.id] = knob
+            elif knob.id == CHECKPOINTING and self.ctx.cuda and not ({MICRO_BATCH, GRAD_ACCUM} <= set(self.options.skip)):
                 deferred_checkpointing = knob  # on a GPU it pays only through memory: measured with the micro-batch search
+            elif knob.builds_on is not None and not knob.prerequisite_met(self.ctx.base):
+                prerequisite = candidates.get(knob.builds_on)
+                if prerequisite is None:
+                    self._outcome(knob, "skipped", f"needs {knob.builds_on}, which produced no acceptable trial to build on")
+                    continue
+                candidate = self.try_alone(knob, on_top=prerequisite)
+                if candidate is not None:
+                    candidates[knob.id] = candidate
             else:
                 candidate = self.try_alone(knob)
                 if candidate is not None:
-                    candidates.append(candidate)
+                    candidates[knob.id] = candidate
+        self.active_search = set(search_knobs)
         micro: MicroBatchResult | None = None
-        if micro_knob is not None and self.may_continue():
-            micro = self.micro_batch(micro_knob)
+        if search_knobs and self.may_continue():
+            micro = self.micro_batch(search_knobs.get(MICRO_BATCH), search_knobs.get(GRAD_ACCUM))
+        elif search_knobs:
+            for knob in search_knobs.values():
+                self._outcome(knob, "skipped", self.sweep.stopped_early or "budget exhausted")
         if deferred_checkpointing is not None:
             if micro is not None and micro.hit_oom:
                 self.checkpointing_pair(deferred_checkpointing, micro)
@@ -271,7 +348,7 @@ class Sweeper:
                 self._outcome(deferred_checkpointing, "skipped",
                               f"memory did not limit the micro-batch (fits up to {largest}): checkpointing would only add recompute"
                               if largest else "needs the micro-batch search, which did not run")
-        self.recommend(candidates, micro)
+        self.recommend(list(candidates.values()), micro)
         self.sweep.knobs.sort(key=_rank_key)
         self.sweep.elapsed_s = self.elapsed() - self.start
         return self.sweep
@@ -295,6 +372,16 @@ class Sweeper:
             self.sweep.recommended_trial = self.baseline.name
             why = trial.status if not trial.ok else "not significantly faster than the baseline when re-measured"
             self.sweep.notes.append(f"the stacked configuration ({', '.join(accepted)}) was {why}: the baseline is the recommendation")
+            stacked = self.stack_trial
+            if trial.ok and gain is not None and stacked is not None and stacked.ok and stacked is not self.baseline:
+                earlier = measured_gain(self.baseline, stacked, drift=self.drift)
+                # The same configuration measured twice, in two processes, disagreeing: the machine's run-to-run
+                # noise is larger than the baseline re-run showed; say so rather than pick the luckier run.
+                self.sweep.notes.append(
+                    f"the same configuration measured {earlier.ratio:.2f}× in {stacked.name} and {gain.ratio:.2f}× when "
+                    f"re-measured ({process_drift(stacked, trial):.0%} apart): this machine's run-to-run noise exceeds "
+                    f"the {self.drift:.1%} drift of the baseline re-run"
+                )
 
 
 def _rank_key(outcome: KnobOutcome) -> tuple[int, float]:

@@ -12,8 +12,14 @@ from perfscope.knobs.base import Knob, KnobContext, ModelFacts
 from perfscope.knobs.channels_last import ChannelsLast
 from perfscope.knobs.checkpointing import ActivationCheckpointing
 from perfscope.knobs.compile import Compile, CompileReduceOverhead
-from perfscope.knobs.dataloader import DataLoaderWorkers, PinMemory
+from perfscope.knobs.dataloader import (
+    DataLoaderWorkers,
+    PersistentWorkers,
+    PinMemory,
+    PrefetchFactor,
+)
 from perfscope.knobs.gc_freeze import GcFreeze
+from perfscope.knobs.grad_accum import GradAccum
 from perfscope.knobs.micro_batch import MicroBatch
 from perfscope.knobs.optimizer import FusedOptimizer
 from perfscope.knobs.tf32 import Tf32
@@ -27,11 +33,14 @@ REGISTRY: list[Knob] = [
     FusedOptimizer(),
     ChannelsLast(),
     DataLoaderWorkers(),
+    PersistentWorkers(),
+    PrefetchFactor(),
     PinMemory(),
     GcFreeze(),
     ExpandableSegments(),
     ActivationCheckpointing(),
     MicroBatch(),
+    GradAccum(),
 ]
 
 

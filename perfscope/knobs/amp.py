@@ -33,7 +33,7 @@ class AmpBf16(Knob):
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"precision": "bf16"}]
 
-    def semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
+    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
         return ["numerics: matmuls/convolutions in bf16 (8-bit mantissa); compare the loss curve over a few hundred steps"]
 
 
@@ -65,5 +65,5 @@ class AmpFp16(Knob):
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"precision": "fp16"}]
 
-    def semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
+    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
         return ["numerics: fp16 (5-bit exponent) with dynamic loss scaling; watch for overflow (inf/NaN) steps"]

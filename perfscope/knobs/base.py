@@ -90,6 +90,14 @@ class Knob:
     reference: ClassVar[str] = ""
     search: ClassVar[bool] = False
     """True for knobs the sweep handles with a dedicated search (micro-batch) instead of `variants`."""
+    builds_on: ClassVar[str | None] = None
+    """Id of a knob this one refines (persistent_workers needs dataloader_workers). When the baseline does not
+    satisfy `prerequisite_met`, the sweep measures this knob on top of that knob's best variant, and stacks it
+    only after that knob."""
+
+    def prerequisite_met(self, config: TrialConfig) -> bool:
+        """True when ``config`` already has what `builds_on` provides (only consulted when `builds_on` is set)."""
+        return True
 
     def applies(self, ctx: KnobContext) -> str | None:
         """None when the knob can be tried; otherwise the reason it cannot, in words a user understands."""
@@ -99,11 +107,13 @@ class Knob:
         """TrialConfig changes to try; the sweep keeps the fastest."""
         raise NotImplementedError
 
-    def semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
+    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
         """How adopting it changes training beyond speed (numerics, global batch); empty when it does not."""
         return []
 
     def apply(self, config: TrialConfig, changes: dict[str, Any]) -> TrialConfig:
+        """``config`` with one of `variants`' changes (a knob may try several settings, so the variant is an
+        argument); ``env`` entries are merged, not replaced."""
         merged = dict(changes)
         if "env" in merged:
             merged["env"] = {**config.env, **merged["env"]}

@@ -6,30 +6,80 @@ from __future__ import annotations
 from typing import Any
 
 from perfscope.knobs.base import Knob, KnobContext
+from perfscope.trial.config import TrialConfig
+
+
+def _dataset_reason(ctx: KnobContext) -> str | None:
+    if ctx.workload.dataset is None:
+        return "the workload yields ready batches (batches=), not a Dataset"
+    if ctx.cores < 2:
+        return "one CPU core: no room for worker processes"
+    return None
 
 
 class DataLoaderWorkers(Knob):
     id = "dataloader_workers"
-    title = "DataLoader workers (num_workers, prefetch, persistent)"
+    title = "DataLoader worker processes (num_workers)"
     reference = "https://pytorch.org/docs/stable/data.html#multi-process-data-loading"
     code_change = (
         "-loader = DataLoader(ds, batch_size=B)\n"
-        "+loader = DataLoader(ds, batch_size=B, num_workers=N, persistent_workers=True, prefetch_factor=4)"
+        "+loader = DataLoader(ds, batch_size=B, num_workers=N)"
     )
 
     def applies(self, ctx: KnobContext) -> str | None:
-        if ctx.workload.dataset is None:
-            return "the workload yields ready batches (batches=), not a Dataset"
-        if ctx.cores < 2:
-            return "one CPU core: no room for worker processes"
-        return None
+        return _dataset_reason(ctx)
 
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
+        # Half and all the cores (at most 8): the trial process itself needs a core, and past 8 workers
+        # the gain is rarely worth the host memory each worker's copy of the dataset costs.
         counts = sorted({max(1, ctx.cores // 2), min(ctx.cores, 8)} - {ctx.base.num_workers})
-        variants: list[dict[str, Any]] = [{"num_workers": n, "persistent_workers": True} for n in counts]
-        if counts:
-            variants.append({"num_workers": counts[-1], "persistent_workers": True, "prefetch_factor": 4})
-        return variants
+        return [{"num_workers": n} for n in counts]
+
+
+class _WorkerOption(Knob):
+    """An option that only exists with worker processes: measured on top of dataloader_workers' best count
+    when the user's loop has none."""
+
+    builds_on = "dataloader_workers"
+
+    def prerequisite_met(self, config: TrialConfig) -> bool:
+        return config.num_workers > 0
+
+
+class PersistentWorkers(_WorkerOption):
+    id = "persistent_workers"
+    title = "persistent DataLoader workers"
+    reference = "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader"
+    code_change = (
+        "-loader = DataLoader(ds, batch_size=B, num_workers=N)\n"
+        "+loader = DataLoader(ds, batch_size=B, num_workers=N, persistent_workers=True)   # no worker restart per epoch"
+    )
+
+    def applies(self, ctx: KnobContext) -> str | None:
+        if ctx.base.persistent_workers:
+            return "persistent_workers is already on"
+        return _dataset_reason(ctx)
+
+    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
+        return [{"persistent_workers": True}]
+
+
+class PrefetchFactor(_WorkerOption):
+    id = "prefetch_factor"
+    title = "deeper DataLoader prefetch (prefetch_factor=4)"
+    reference = "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader"
+    code_change = (
+        "-loader = DataLoader(ds, batch_size=B, num_workers=N)\n"
+        "+loader = DataLoader(ds, batch_size=B, num_workers=N, prefetch_factor=4)   # torch's default is 2"
+    )
+
+    def applies(self, ctx: KnobContext) -> str | None:
+        if ctx.base.prefetch_factor is not None and ctx.base.prefetch_factor >= 4:
+            return f"prefetch_factor is already {ctx.base.prefetch_factor}"
+        return _dataset_reason(ctx)
+
+    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
+        return [{"prefetch_factor": 4}]
 
 
 class PinMemory(Knob):

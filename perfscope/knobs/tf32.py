@@ -29,5 +29,5 @@ class Tf32(Knob):
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"tf32": True}]
 
-    def semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
+    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
         return ["numerics: fp32 matmuls with a 10-bit mantissa (TF32)"]

@@ -1,0 +1,185 @@
+"""Each knob: applies or says why not, changes the config when applied, carries its code change and semantics.
+
+One case per knob (adding a knob = one module + one registry line + a case here). Contexts are built from
+fake facts for the device-specific decisions, and from the real example/test workloads for the model facts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perfscope.knobs import REGISTRY, KnobContext, ModelFacts, knob, knob_ids
+from perfscope.results import Environment
+from perfscope.trial.config import TrialConfig
+from perfscope.workload import Workload, load_workload
+
+ROOT = Path(__file__).resolve().parent.parent
+H100 = Environment(device_type="cuda", device_name="NVIDIA H100 80GB HBM3", compute_capability="9.0", cpu_cores_logical=16)
+V100 = Environment(device_type="cuda", device_name="Tesla V100-SXM2-16GB", compute_capability="7.0", cpu_cores_logical=8)
+T4_LIKE = Environment(device_type="cuda", device_name="an old GPU", compute_capability="6.1", cpu_cores_logical=8)
+CPU2 = Environment(device_type="cpu", device_name="cpu", cpu_cores_logical=2)
+CPU1 = Environment(device_type="cpu", device_name="cpu", cpu_cores_logical=1)
+
+
+def _workload(dataset: bool = False) -> Workload:
+    if dataset:
+        return Workload(model=lambda: None, loss=lambda m, b: None, dataset=list, batch_size=8)
+    return Workload(model=lambda: None, loss=lambda m, b: None, batches=lambda n: [], batch_size=8)
+
+
+def ctx(*, machine: Environment = H100, conv: bool = False, blocks: int = 12, dataset: bool = False,
+        optimizer: str = "AdamW", **base: object) -> KnobContext:
+    return KnobContext(
+        workload=_workload(dataset),
+        base=TrialConfig(device=machine.device_type, micro_batch_size=8, **base),  # type: ignore[arg-type]
+        environment=machine,
+        model=ModelFacts(parameter_count=1000, has_conv2d=conv, repeated_blocks=blocks, optimizer_class=optimizer),
+    )
+
+
+CASES = [
+    # (knob id, context, expected: None = applies, else a phrase of the reason)
+    ("amp_bf16", ctx(), None),
+    ("amp_bf16", ctx(machine=CPU2), None),  # CPU autocast supports bf16
+    ("amp_bf16", ctx(machine=V100), "compute capability ≥ 8.0"),
+    ("amp_bf16", ctx(precision="bf16"), "already runs bf16"),
+    ("amp_fp16", ctx(), None),
+    ("amp_fp16", ctx(machine=V100), None),
+    ("amp_fp16", ctx(machine=T4_LIKE), "≥ 7.0"),
+    ("amp_fp16", ctx(machine=CPU2), "on CPU use bf16"),
+    ("amp_fp16", ctx(precision="fp16"), "already runs fp16"),
+    ("tf32", ctx(), None),
+    ("tf32", ctx(machine=CPU2), "NVIDIA GPUs"),
+    ("tf32", ctx(machine=V100), "≥ 8.0"),
+    ("tf32", ctx(tf32=True), "already on"),
+    ("tf32", ctx(precision="bf16"), "not fp32"),
+    ("compile", ctx(), None),
+    ("compile", ctx(compile="default"), "already compiled"),
+    ("compile_reduce_overhead", ctx(), None),
+    ("compile_reduce_overhead", ctx(machine=CPU2), "need a GPU"),
+    ("compile_reduce_overhead", ctx(compile="reduce-overhead"), "already compiled"),
+    ("fused_optimizer", ctx(), None),
+    ("fused_optimizer", ctx(optimizer="Lion"), "no fused implementation"),
+    ("fused_optimizer", ctx(optimizer_impl="fused"), "already fused"),
+    ("channels_last", ctx(conv=True), None),
+    ("channels_last", ctx(), "no 2-D convolutions"),
+    ("channels_last", ctx(conv=True, channels_last=True), "already on"),
+    ("dataloader_workers", ctx(dataset=True), None),
+    ("dataloader_workers", ctx(), "not a Dataset"),
+    ("dataloader_workers", ctx(machine=CPU1, dataset=True), "one CPU core"),
+    ("persistent_workers", ctx(dataset=True), None),
+    ("persistent_workers", ctx(), "not a Dataset"),
+    ("persistent_workers", ctx(dataset=True, num_workers=2, persistent_workers=True), "already on"),
+    ("prefetch_factor", ctx(dataset=True), None),
+    ("prefetch_factor", ctx(dataset=True, num_workers=2, prefetch_factor=4), "already 4"),
+    ("pin_memory", ctx(dataset=True), None),
+    ("pin_memory", ctx(machine=CPU2, dataset=True), "on the CPU"),
+    ("pin_memory", ctx(dataset=True, pin_memory=True), "already on"),
+    ("gc_freeze", ctx(), None),
+    ("gc_freeze", ctx(gc_mode="disable"), "already managed"),
+    ("expandable_segments", ctx(), None),
+    ("expandable_segments", ctx(machine=CPU2), "CUDA caching allocator"),
+    ("expandable_segments", ctx(env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}), "already on"),
+    ("activation_checkpointing", ctx(), None),
+    ("activation_checkpointing", ctx(blocks=0), "no repeated blocks"),
+    ("activation_checkpointing", ctx(activation_checkpointing=True), "already on"),
+    ("micro_batch", ctx(), None),
+    ("grad_accum", ctx(grad_accum_steps=4), None),
+    ("grad_accum", ctx(), "does not accumulate"),
+]
+
+
+def test_every_registered_knob_has_a_case_here():
+    assert {c[0] for c in CASES} == set(knob_ids())
+    assert len(knob_ids()) == len(set(knob_ids())), "knob ids must be unique"
+
+
+@pytest.mark.parametrize(("knob_id", "context", "expected"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_knob_applies_or_explains_itself(knob_id, context, expected):
+    k = knob(knob_id)
+    reason = k.applies(context)
+    if expected is None:
+        assert reason is None
+        if not k.search:
+            start = context.base
+            if k.builds_on is not None and not k.prerequisite_met(start):
+                start = start.replace(num_workers=2)  # what its prerequisite provides
+                assert k.prerequisite_met(start)
+            variants = k.variants(context)
+            assert variants, "an applicable knob has something to try"
+            for changes in variants:
+                assert k.apply(start, changes) != start  # a variant always changes something
+    else:
+        assert reason is not None and expected in reason, reason
+
+
+@pytest.mark.parametrize("k", REGISTRY, ids=lambda k: k.id)
+def test_knob_attributes(k):
+    assert k.id and k.id == k.id.lower() and " " not in k.id
+    assert k.title and k.reference.startswith("https://")
+    lines = k.code_change.splitlines()
+    assert lines and any(line.startswith("+") for line in lines), "code_change is a diff: at least one added line"
+
+
+def test_apply_merges_env():
+    base = TrialConfig(device="cuda", micro_batch_size=8, env={"OTHER": "1"})
+    changed = knob("expandable_segments").apply(base, knob("expandable_segments").variants(ctx())[0])
+    assert changed.env == {"OTHER": "1", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+
+def test_changes_semantics():
+    c = ctx()
+    assert any("numerics" in s for s in knob("amp_bf16").changes_semantics(c, c.base.replace(precision="bf16")))
+    assert any("fp16" in s for s in knob("amp_fp16").changes_semantics(c, c.base.replace(precision="fp16")))
+    assert any("TF32" in s for s in knob("tf32").changes_semantics(c, c.base.replace(tf32=True)))
+    assert knob("compile").changes_semantics(c, c.base.replace(compile="default")) == []
+    # a micro-batch change without accumulation changes the global batch: flagged, with the LR note
+    note = knob("micro_batch").changes_semantics(c, c.base.replace(micro_batch_size=32))
+    assert len(note) == 1 and "global batch 8 → 32" in note[0] and "linear ×4" in note[0] and "√ ×2.00" in note[0]
+    # with accumulation keeping the global batch: no semantics change
+    acc = ctx(grad_accum_steps=4)
+    assert knob("micro_batch").changes_semantics(acc, acc.base.replace(micro_batch_size=32, grad_accum_steps=1)) == []
+    assert knob("grad_accum").changes_semantics(acc, acc.base.replace(micro_batch_size=32, grad_accum_steps=1)) == []
+
+
+def test_dataloader_worker_counts_follow_the_cores():
+    assert [v["num_workers"] for v in knob("dataloader_workers").variants(ctx(machine=CPU2, dataset=True))] == [1, 2]
+    assert [v["num_workers"] for v in knob("dataloader_workers").variants(ctx(dataset=True))] == [8]
+    assert knob("persistent_workers").builds_on == "dataloader_workers"
+    assert not knob("persistent_workers").prerequisite_met(TrialConfig(micro_batch_size=8))
+    assert knob("prefetch_factor").prerequisite_met(TrialConfig(micro_batch_size=8, num_workers=2))
+
+
+def test_compile_on_cpu_needs_a_compiler(monkeypatch):
+    import perfscope.knobs.compile as compile_module
+
+    monkeypatch.setattr(compile_module.shutil, "which", lambda name: None)
+    assert "C++ compiler" in knob("compile").applies(ctx(machine=CPU2))
+    assert knob("compile").applies(ctx()) is None  # CUDA: inductor generates Triton, no host compiler needed
+
+
+@pytest.mark.parametrize(
+    ("path", "conv", "blocks"),
+    [
+        (ROOT / "examples" / "tiny_transformer.py", False, 2),
+        (ROOT / "examples" / "small_convnet.py", True, None),
+        (ROOT / "tests" / "workloads" / "sweep_oom.py", False, 3),
+    ],
+)
+def test_model_facts_from_real_workloads(path, conv, blocks):
+    facts = ModelFacts.inspect(load_workload(path))
+    assert facts.has_conv2d is conv
+    assert facts.parameter_count > 0 and facts.optimizer_class in ("AdamW", "Adam", "SGD")
+    if blocks is not None:
+        assert facts.repeated_blocks == blocks
+
+
+def test_real_context_decides_channels_last_and_dataloader_knobs():
+    conv = load_workload(ROOT / "examples" / "small_convnet.py")
+    data = load_workload(ROOT / "tests" / "workloads" / "sweep_dataset.py")
+    for workload, knob_id in ((conv, "channels_last"), (data, "dataloader_workers")):
+        c = KnobContext(workload=workload, base=TrialConfig(micro_batch_size=workload.batch_size), environment=CPU2,
+                        model=ModelFacts.inspect(workload))
+        assert knob(knob_id).applies(c) is None
