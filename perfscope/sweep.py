@@ -89,8 +89,6 @@ class Sweeper:
         self.sweep.budget_s = options.budget_s
         self.wall_times: list[float] = [baseline.wall_time_s or 0.0]
         self.drift = 0.0
-        self.active_search: set[str] = set()
-        self.stack_trial: Trial | None = None
 
     # ----------------------------------------------------------------------------------- budget
 
@@ -217,8 +215,11 @@ class Sweeper:
     def knob_by_id(knob_id: str) -> Knob:
         return next(k for k in REGISTRY if k.id == knob_id)
 
-    def stack(self, candidates: list[_Candidate], micro: MicroBatchResult | None) -> tuple[TrialConfig, list[str], list[str]]:
+    def stack(
+        self, candidates: list[_Candidate], grad_accum_search: MicroBatchResult | None
+    ) -> tuple[TrialConfig, Trial, list[str], list[str]]:
         """Greedy: the best winner first, then each next winner only if it speeds the stack up significantly.
+        Returns the stacked config, the trial that measured it, the accepted knob ids and their semantics.
 
         Candidates that change the global batch never join (the recommendation preserves semantics); a knob
         measured on top of another joins only after it. The micro-batch (with accumulation, same global batch)
@@ -259,10 +260,9 @@ class Sweeper:
                 accepted.append(cand.knob.id)
                 semantics += cand.outcome.changes_semantics
                 touched |= fields
-        if micro is not None and GRAD_ACCUM in self.active_search:
-            config, current = self._stack_micro_batch(micro, config, current, accepted)
-        self.stack_trial = current
-        return config, accepted, semantics
+        if grad_accum_search is not None:
+            config, current = self._stack_micro_batch(grad_accum_search, config, current, accepted)
+        return config, current, accepted, semantics
 
     def _stack_micro_batch(self, micro: MicroBatchResult, config: TrialConfig, current: Trial, accepted: list[str]) -> tuple[TrialConfig, Trial]:
         memory_limited = micro.hit_oom or (micro.stopped or "").endswith("of device memory")
@@ -333,7 +333,6 @@ class Sweeper:
                 candidate = self.try_alone(knob)
                 if candidate is not None:
                     candidates[knob.id] = candidate
-        self.active_search = set(search_knobs)
         micro: MicroBatchResult | None = None
         if search_knobs and self.may_continue():
             micro = self.micro_batch(search_knobs.get(MICRO_BATCH), search_knobs.get(GRAD_ACCUM))
@@ -348,13 +347,14 @@ class Sweeper:
                 self._outcome(deferred_checkpointing, "skipped",
                               f"memory did not limit the micro-batch (fits up to {largest}): checkpointing would only add recompute"
                               if largest else "needs the micro-batch search, which did not run")
-        self.recommend(list(candidates.values()), micro)
+        # The micro-batch joins the stack only through grad_accum (same global batch), when it was searched for.
+        self.recommend(list(candidates.values()), micro if GRAD_ACCUM in search_knobs else None)
         self.sweep.knobs.sort(key=_rank_key)
         self.sweep.elapsed_s = self.elapsed() - self.start
         return self.sweep
 
-    def recommend(self, candidates: list[_Candidate], micro: MicroBatchResult | None) -> None:
-        config, accepted, semantics = self.stack(candidates, micro)
+    def recommend(self, candidates: list[_Candidate], grad_accum_search: MicroBatchResult | None) -> None:
+        config, stacked, accepted, semantics = self.stack(candidates, grad_accum_search)
         if not accepted:
             self.sweep.recommended_trial = self.baseline.name
             self.sweep.notes.append("no knob made the baseline significantly faster: the baseline is the recommendation")
@@ -372,8 +372,7 @@ class Sweeper:
             self.sweep.recommended_trial = self.baseline.name
             why = trial.status if not trial.ok else "not significantly faster than the baseline when re-measured"
             self.sweep.notes.append(f"the stacked configuration ({', '.join(accepted)}) was {why}: the baseline is the recommendation")
-            stacked = self.stack_trial
-            if trial.ok and gain is not None and stacked is not None and stacked.ok and stacked is not self.baseline:
+            if trial.ok and gain is not None and stacked.ok and stacked is not self.baseline:
                 earlier = measured_gain(self.baseline, stacked, drift=self.drift)
                 # The same configuration measured twice, in two processes, disagreeing: the machine's run-to-run
                 # noise is larger than the baseline re-run showed; say so rather than pick the luckier run.
