@@ -1,0 +1,81 @@
+"""Capture small real CUDA traces through perfscope's own trial loop, as test fixtures for the trace facts.
+
+    python benchmarks/capture_cuda_fixtures.py --out /tmp/fixtures      # on a GPU machine
+
+Each scenario runs `perfscope.trial.loop.run_trial` with `capture_trace=True` on a tiny workload in its own
+process and keeps `trace.json.gz` plus the facts perfscope computed from it (`facts.json`) and the trial's
+config. The scenarios cover the structures the trace analysis must handle on a GPU: the duplicated
+ProfilerStep / perfscope::data annotations (CPU `user_annotation` and `gpu_user_annotation`), cuBLAS
+`nvjet_*` and CUTLASS GEMMs, cuDNN convolutions, flash attention, Triton kernels from torch.compile,
+pageable vs pinned memcpy, host syncs (`aten::item`), and a launch-bound deep narrow MLP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SCENARIOS: dict[str, tuple[str, dict]] = {
+    "mlp_fp32_pageable": ("tests/workloads/mlp.py", {"micro_batch_size": 8}),
+    "mlp_pinned": ("tests/workloads/mlp.py", {"micro_batch_size": 8, "pin_memory": True}),
+    "item_sync": ("tests/workloads/item_sync.py", {"micro_batch_size": 8}),
+    "transformer_bf16": ("examples/tiny_transformer.py", {"micro_batch_size": 8, "precision": "bf16"}),
+    "transformer_fp32": ("examples/tiny_transformer.py", {"micro_batch_size": 8}),
+    "transformer_compiled": ("examples/tiny_transformer.py", {"micro_batch_size": 8, "precision": "bf16", "compile": "default"}),
+    "convnet_bf16_channels_last": ("examples/small_convnet.py", {"micro_batch_size": 32, "precision": "bf16", "channels_last": True}),
+    "convnet_fp32": ("examples/small_convnet.py", {"micro_batch_size": 32}),
+    "misaligned_bf16": ("tests/workloads/misaligned_mlp.py", {"micro_batch_size": 256, "precision": "bf16"}),
+    "launch_bound": ("tests/workloads/deep_narrow_mlp.py", {"micro_batch_size": 4}),
+}
+
+
+def run_one(name: str, out: Path, device: str = "cuda") -> None:
+    from perfscope.trial.config import TrialConfig
+    from perfscope.trial.loop import run_trial
+    from perfscope.workload import load_workload
+
+    path, changes = SCENARIOS[name]
+    workload = load_workload(ROOT / path)
+    config = TrialConfig(device=device, steps=5, warmup_steps=3, capture_trace=True, count_flops=False, **changes)
+    target = out / name
+    target.mkdir(parents=True, exist_ok=True)
+    metrics = run_trial(workload, config, target)
+    facts = metrics.trace_facts or {}
+    (target / "facts.json").write_text(json.dumps({"config": config.to_dict(), "workload": path, "facts": facts,
+                                                   "unavailable": metrics.unavailable}, indent=1, default=str))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--device", default="cuda", help="cuda (the point); cpu to try the script")
+    parser.add_argument("--only", default=None, help="comma-separated scenario names")
+    args = parser.parse_args()
+    if args.one:
+        run_one(args.one, args.out, args.device)
+        return 0
+    names = args.only.split(",") if args.only else list(SCENARIOS)
+    for name in names:
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, __file__, "--out", str(args.out), "--device", args.device, "--one", name], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300, check=False)
+        trace = args.out / name / "trace.json.gz"
+        size = f"{trace.stat().st_size / 1e3:.0f} kB" if trace.exists() else "no trace"
+        print(f"{name}: exit {proc.returncode}, {size}, {time.monotonic() - t0:.0f}s", flush=True)
+        if proc.returncode != 0:
+            print(proc.stderr[-3000:], flush=True)
+    shutil.rmtree(args.out / "__pycache__", ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
