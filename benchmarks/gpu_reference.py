@@ -78,7 +78,6 @@ def convnet_rows() -> dict[str, float]:
             opt.zero_grad(set_to_none=True)
 
         out[label] = window_ms(step, warmup=5, steps=20)
-        del model, opt
         torch.cuda.empty_cache()
     return out
 

@@ -5,7 +5,9 @@
 A workload file defines ``workload() -> perfscope.Workload`` (see perfscope.workload).
 """
 
-from perfscope.hooks import Profiler  # light: heavy imports happen only when a Profiler is enabled
+from perfscope.hooks import (
+    Profiler,  # light: heavy imports happen only when a Profiler is enabled
+)
 from perfscope.workload import Workload
 
 __version__ = "0.1.0"

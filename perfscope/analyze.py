@@ -17,15 +17,26 @@ from pathlib import Path
 import torch
 
 from perfscope import __version__
+from perfscope.errors import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    UserError,
+    WorkloadError,
+)
 from perfscope.measure.mfu import choose_peak
-from perfscope.results import Environment, Results, ResultsError, WorkloadInfo, from_jsonable
+from perfscope.results import (
+    Environment,
+    Results,
+    ResultsError,
+    WorkloadInfo,
+    from_jsonable,
+)
+from perfscope.search.sweep import SweepOptions, run_sweep
 from perfscope.session import Progress, Session
-from perfscope.sweep import SweepOptions, run_sweep
 from perfscope.trial.config import TrialConfig
 from perfscope.trial.runner import run_isolated
-from perfscope.workload import UserError, Workload, WorkloadError, file_sha256, load_workload
-
-EXIT_OK, EXIT_FAILED, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
+from perfscope.workload import Workload, file_sha256, load_workload
 
 
 @dataclass(kw_only=True)
@@ -160,7 +171,7 @@ def analyze(options: AnalyzeOptions) -> int:
         return EXIT_INTERRUPTED
     if not results.ok_trials():
         print("perfscope: every trial failed — see the errors above and in results.json", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_INTERNAL
     return EXIT_OK
 
 

@@ -18,13 +18,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from perfscope import __version__
-
-EXIT_OK = 0
-EXIT_INTERNAL = 1
-EXIT_USER = 2
-EXIT_INTERRUPTED = 130
-EXIT_REGRESSION = 1  # `check`: a metric dropped beyond --max-drop (shares 1 with EXIT_INTERNAL; stderr tells which)
-EXIT_INCONCLUSIVE = 3  # `check`: too few or too noisy samples to decide; never a silent pass
+from perfscope.errors import (
+    EXIT_INCONCLUSIVE,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_REGRESSION,
+    EXIT_USER,
+)
 
 
 def _positive_int(text: str) -> int:
@@ -107,7 +108,12 @@ def _max_drop(text: str) -> float:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from perfscope.check import GateOptions, run_gate
-    from perfscope.check.render import render_junit, render_markdown, render_table, write_text_atomic
+    from perfscope.check.render import (
+        render_junit,
+        render_markdown,
+        render_table,
+        write_text,
+    )
     from perfscope.results import Results
 
     options = GateOptions(
@@ -121,16 +127,16 @@ def _cmd_check(args: argparse.Namespace) -> int:
     report = run_gate(current, baseline, options, current_source=args.current, baseline_source=args.baseline)
     print(render_table(report), file=sys.stderr if report.outcome == "unusable" else sys.stdout)
     if args.markdown:
-        write_text_atomic(args.markdown, render_markdown(report))
+        write_text(args.markdown, render_markdown(report))
     if args.junit:
-        write_text_atomic(args.junit, render_junit(report))
+        write_text(args.junit, render_junit(report))
     return {"pass": EXIT_OK, "regression": EXIT_REGRESSION, "inconclusive": EXIT_INCONCLUSIVE}.get(
         report.outcome, EXIT_USER
     )
 
 
 def _cmd_baseline(args: argparse.Namespace) -> int:
-    from perfscope.baseline import save_baseline
+    from perfscope.check.baseline import save_baseline
 
     saved = save_baseline(args.results, args.to, overwrite=args.action == "update")
     for warning in saved.warnings:
@@ -141,8 +147,8 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
 
 
 def _cmd_rules(args: argparse.Namespace) -> int:
+    from perfscope.errors import UserError
     from perfscope.rules import all_rules
-    from perfscope.workload import UserError
 
     rules = all_rules()
     if args.rule_id:
@@ -228,8 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from perfscope.errors import UserError
     from perfscope.results import ResultsError
-    from perfscope.workload import UserError
 
     parser = build_parser()
     args = parser.parse_args(argv)

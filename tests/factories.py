@@ -133,7 +133,14 @@ def make_full_results(
     """An analyze run with every report section populated: sweep, micro-batch curve with an OOM, findings,
     failures, utilization timelines, trace facts and a memory breakdown. Names are parameters so escaping
     tests can inject markup into them."""
-    from perfscope.results import Finding, Gain, KnobOutcome, MemoryBreakdown, MicroBatchPoint, Sweep
+    from perfscope.results import (
+        Finding,
+        Gain,
+        KnobOutcome,
+        MemoryBreakdown,
+        MicroBatchPoint,
+        Sweep,
+    )
     from perfscope.stats import ratio_of_medians
 
     p = trial_prefix

@@ -7,7 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from perfscope.measure.flops import linear_training_flops, transformer_training_flops_per_token
+from perfscope.measure.flops import (
+    linear_training_flops,
+    transformer_training_flops_per_token,
+)
 from perfscope.measure.mfu import apply_utilization_ratios, choose_peak
 from perfscope.measure.peaks import datasheet_peak
 from perfscope.results import Environment

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import perfscope
-from perfscope.hooks import Profiler, _Reservoir, _Step, leading_dim
+from perfscope.hooks.profiler import Profiler, _Reservoir, _Step, leading_dim
 from perfscope.measure.flops import linear_training_flops
 from perfscope.results import Results
 
@@ -394,8 +394,8 @@ def _fake_module(monkeypatch: pytest.MonkeyPatch, name: str, **attrs: object) ->
 def test_lightning_adapter_with_a_fake_framework(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_module(monkeypatch, "lightning")
     _fake_module(monkeypatch, "lightning.pytorch", Callback=type("Callback", (), {}))
-    monkeypatch.delitem(sys.modules, "perfscope.integrations.lightning", raising=False)
-    from perfscope.integrations.lightning import PerfscopeCallback
+    monkeypatch.delitem(sys.modules, "perfscope.hooks.integrations.lightning", raising=False)
+    from perfscope.hooks.integrations.lightning import PerfscopeCallback
 
     model, opt = make_model()
     model.device = torch.device("cpu")
@@ -418,8 +418,8 @@ def test_lightning_adapter_with_a_fake_framework(tmp_path: Path, monkeypatch: py
 
 def test_huggingface_adapter_with_a_fake_framework(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_module(monkeypatch, "transformers", TrainerCallback=type("TrainerCallback", (), {}))
-    monkeypatch.delitem(sys.modules, "perfscope.integrations.huggingface", raising=False)
-    from perfscope.integrations.huggingface import PerfscopeTrainerCallback
+    monkeypatch.delitem(sys.modules, "perfscope.hooks.integrations.huggingface", raising=False)
+    from perfscope.hooks.integrations.huggingface import PerfscopeTrainerCallback
 
     model, opt = make_model()
     args = types.SimpleNamespace(device=torch.device("cpu"), per_device_train_batch_size=BATCH, bf16=True, fp16=False,
@@ -443,9 +443,9 @@ def test_huggingface_adapter_with_a_fake_framework(tmp_path: Path, monkeypatch: 
 
 def test_adapters_explain_a_missing_framework(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "transformers", None)  # makes `import transformers` fail
-    monkeypatch.delitem(sys.modules, "perfscope.integrations.huggingface", raising=False)
+    monkeypatch.delitem(sys.modules, "perfscope.hooks.integrations.huggingface", raising=False)
     with pytest.raises(ImportError, match="pip install transformers"):
-        import perfscope.integrations.huggingface  # noqa: F401
+        import perfscope.hooks.integrations.huggingface  # noqa: F401
 
 
 class FakeTraceCapture:

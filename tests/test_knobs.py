@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from perfscope.knobs import REGISTRY, KnobContext, ModelFacts, knob, knob_ids
 from perfscope.results import Environment
+from perfscope.search.knobs import REGISTRY, KnobContext, ModelFacts, knob, knob_ids
 from perfscope.trial.config import TrialConfig
 from perfscope.workload import Workload, load_workload
 
@@ -153,7 +153,7 @@ def test_dataloader_worker_counts_follow_the_cores():
 
 
 def test_compile_on_cpu_needs_a_compiler(monkeypatch):
-    import perfscope.knobs.compile as compile_module
+    import perfscope.search.knobs.compile as compile_module
 
     monkeypatch.setattr(compile_module.shutil, "which", lambda name: None)
     assert "C++ compiler" in knob("compile").applies(ctx(machine=CPU2))

@@ -13,12 +13,29 @@ import plotly.graph_objects as go
 import pytest
 
 from perfscope.cli import main
-from perfscope.report import render_html, render_markdown, write_report
-from perfscope.report import facts, templates
+from perfscope.report import (
+    facts,
+    render_html,
+    render_markdown,
+    templates,
+    write_report,
+)
 from perfscope.report.charts import MAX_POINTS_PER_CHART, build_charts
-from perfscope.report.view import baseline_name, build_view, diff_lines, recommended_name, split_findings, trace_href
+from perfscope.report.view import (
+    baseline_name,
+    build_view,
+    diff_lines,
+    recommended_name,
+    split_findings,
+    trace_href,
+)
 from perfscope.results import Finding, Gain, Results, UtilizationSample
-from tests.factories import make_full_results, make_results, make_trial, make_utilization
+from tests.factories import (
+    make_full_results,
+    make_results,
+    make_trial,
+    make_utilization,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from perfscope.results import Results, ResultsError, SCHEMA_VERSION, write_json_atomic
+from perfscope.results import SCHEMA_VERSION, Results, ResultsError, write_json
 from tests.factories import make_results, make_trial
 
 
@@ -50,8 +50,8 @@ def test_type_mismatch_is_a_schema_error(tmp_path):
 
 def test_atomic_write_keeps_old_file_when_serialization_fails(tmp_path):
     path = tmp_path / "r.json"
-    write_json_atomic(path, {"a": 1})
+    write_json(path, {"a": 1})
     with pytest.raises(TypeError):
-        write_json_atomic(path, {"a": object()})
+        write_json(path, {"a": object()})
     assert json.loads(path.read_text()) == {"a": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temp file left behind

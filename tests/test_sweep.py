@@ -7,12 +7,13 @@ from collections.abc import Callable
 
 import pytest
 
-from perfscope.knobs import REGISTRY, Knob, KnobContext, ModelFacts
+from perfscope.errors import UserError
 from perfscope.results import Environment, Trial, TrialMetrics
+from perfscope.search.knobs import REGISTRY, Knob, KnobContext, ModelFacts
+from perfscope.search.sweep import Sweeper, SweepOptions
 from perfscope.stats import summarize
-from perfscope.sweep import Sweeper, SweepOptions
 from perfscope.trial.config import TrialConfig
-from perfscope.workload import UserError, Workload
+from perfscope.workload import Workload
 
 H100 = Environment(device_type="cuda", device_name="NVIDIA H100 80GB HBM3", compute_capability="9.0", cpu_cores_logical=16)
 
@@ -203,12 +204,12 @@ class _SlowKnob(Knob):
 
 
 def test_an_injected_slow_knob_is_a_slowdown_never_a_win(monkeypatch):
-    import perfscope.knobs
-    import perfscope.sweep
+    import perfscope.search.knobs
+    import perfscope.search.sweep
 
     registry = [*REGISTRY, _SlowKnob()]
-    monkeypatch.setattr(perfscope.sweep, "REGISTRY", registry)
-    monkeypatch.setattr(perfscope.knobs, "REGISTRY", registry)
+    monkeypatch.setattr(perfscope.search.sweep, "REGISTRY", registry)
+    monkeypatch.setattr(perfscope.search.knobs, "REGISTRY", registry)
 
     def speed(c: TrialConfig) -> float:
         return 0.1 * (1.4 if c.gc_mode == "disable" else 1.0)
@@ -297,7 +298,7 @@ def test_micro_batch_is_re_searched_when_the_stack_frees_memory():
 
 
 def test_numerics_guard_with_a_different_micro_batch():
-    from perfscope.numerics import compare_numerics
+    from perfscope.search.numerics import compare_numerics
 
     base_cfg = TrialConfig(micro_batch_size=8, grad_accum_steps=4)
     base = _trial("baseline", base_cfg, 0.1)

@@ -1,6 +1,5 @@
 """Each trial status, produced by real trial processes: ok, oom, error, crashed, timeout, nonfinite."""
 
-import os
 import time
 from pathlib import Path
 

@@ -5,7 +5,9 @@ from pathlib import Path
 import pytest
 
 from perfscope.cli import main
-from perfscope.workload import Workload, WorkloadError, load_workload, validate_workload
+from perfscope.errors import WorkloadError
+from perfscope.trial.validate import validate_workload
+from perfscope.workload import Workload, load_workload
 
 WORKLOADS = Path(__file__).parent / "workloads"
 

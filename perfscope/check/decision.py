@@ -40,7 +40,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from perfscope.check.metrics import Metric, MetricUnavailable, Side
-from perfscope.stats import mann_whitney_min_p, mann_whitney_p, ratio_of_medians, summarize
+from perfscope.stats import (
+    mann_whitney_min_p,
+    mann_whitney_p,
+    ratio_of_medians,
+    summarize,
+)
 
 Status = Literal["pass", "regression", "inconclusive"]
 

@@ -10,7 +10,6 @@ one run shows every regressed metric at once. Exit codes belong to the CLI; this
 from __future__ import annotations
 
 import dataclasses
-
 from dataclasses import dataclass, field
 from typing import Literal
 

@@ -1,6 +1,6 @@
 """The gate's outputs: a terminal table, a Markdown summary ($GITHUB_STEP_SUMMARY) and JUnit XML.
 
-    print(render_table(report)); write_text_atomic("gate.md", render_markdown(report))
+    print(render_table(report)); write_text("gate.md", render_markdown(report))
 
 The only module of the gate that formats anything; it reads a GateReport and decides nothing.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from perfscope.atomic import write_text_atomic  # noqa: F401 - re-exported for the CLI
 from perfscope.check.decision import Verdict
 from perfscope.check.gate import GateReport
+from perfscope.results.io import write_text  # noqa: F401 - re-exported for the CLI
 
 HEADLINE = {
     "pass": "PASS: no regression",

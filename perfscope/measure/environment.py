@@ -13,7 +13,11 @@ import sys
 import psutil
 import torch
 
-from perfscope.measure.peaks import ceiling_dtypes, datasheet_peak, measure_matmul_tflops
+from perfscope.measure.peaks import (
+    ceiling_dtypes,
+    datasheet_peak,
+    measure_matmul_tflops,
+)
 from perfscope.results import Environment
 
 

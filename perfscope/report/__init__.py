@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from perfscope.atomic import write_text_atomic
 from perfscope.report.html import render_html
 from perfscope.report.markdown import render_markdown
 from perfscope.results import Results
+from perfscope.results.io import write_text
 
 __all__ = ["render_html", "render_markdown", "write_report"]
 
@@ -29,4 +29,4 @@ def write_report(results: Results, path: Path, fmt: Literal["html", "md"] = "htm
         text = render_markdown(results)
     else:
         raise ValueError(f"unknown report format {fmt!r} (expected 'html' or 'md')")
-    return write_text_atomic(path, text)
+    return write_text(path, text)

@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from perfscope.results import to_jsonable, write_json_atomic
+from perfscope.results import to_jsonable, write_json
 
 OOM_MESSAGES = ("out of memory", "can't allocate memory", "not enough memory", "cannot allocate memory")
 
@@ -58,8 +58,10 @@ def _run_probe(spec: dict[str, Any]) -> dict[str, Any]:
     Validating here rather than in the parent keeps the parent free of CUDA and makes the dry run fast
     on a GPU (one GPT-2 step on a CPU takes tens of seconds).
     """
+    from perfscope.errors import WorkloadError
     from perfscope.measure.environment import collect_environment
-    from perfscope.workload import WorkloadError, load_workload, validate_workload
+    from perfscope.trial.validate import validate_workload
+    from perfscope.workload import load_workload
 
     if spec.get("workload_path"):
         try:
@@ -77,7 +79,7 @@ def main(argv: list[str]) -> int:
         outcome = _run_probe(spec) if spec.get("mode") == "probe" else _run_trial(spec)
     except BaseException as exc:  # noqa: BLE001 - every failure is a recorded status
         outcome = {"status": classify_exception(exc), "error": f"{type(exc).__name__}: {exc}", "traceback": error_tail(exc)}
-    write_json_atomic(result_path, outcome)
+    write_json(result_path, outcome)
     return 0
 
 

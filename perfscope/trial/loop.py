@@ -32,7 +32,12 @@ from perfscope.measure.timing import StepTimer, synchronize
 from perfscope.measure.utilization import UtilizationSampler
 from perfscope.results import TrialMetrics
 from perfscope.stats import summarize
-from perfscope.trial.checkpointing import CheckpointedBlock, apply_checkpointing, counting_recompute, recompute_flops
+from perfscope.trial.checkpointing import (
+    CheckpointedBlock,
+    apply_checkpointing,
+    counting_recompute,
+    recompute_flops,
+)
 from perfscope.trial.config import TrialConfig
 from perfscope.trial.data import endless_batches, to_device
 from perfscope.workload import Workload

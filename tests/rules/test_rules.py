@@ -8,7 +8,14 @@ from collections.abc import Callable
 
 import pytest
 
-from perfscope.results import Gain, KnobOutcome, MemoryBreakdown, Results, Sweep, Utilization
+from perfscope.results import (
+    Gain,
+    KnobOutcome,
+    MemoryBreakdown,
+    Results,
+    Sweep,
+    Utilization,
+)
 from perfscope.rules import all_rules, partition_findings, run_rules
 from perfscope.rules.engine import Rule, RuleContext, run
 from perfscope.stats import summarize

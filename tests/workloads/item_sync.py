@@ -13,8 +13,8 @@ def _loss(model, batch):
 
 
 def workload() -> perfscope.Workload:
-    from torch import nn
     import torch
+    from torch import nn
 
     def batches(batch_size: int):
         g = torch.Generator().manual_seed(0)

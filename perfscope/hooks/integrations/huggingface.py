@@ -1,6 +1,6 @@
 """perfscope in a Hugging Face `transformers.Trainer`: one callback, the same results.json as `perfscope analyze`.
 
-    from perfscope.integrations.huggingface import PerfscopeTrainerCallback
+    from perfscope.hooks.integrations.huggingface import PerfscopeTrainerCallback
     trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[PerfscopeTrainerCallback("perfscope-run")])
 
 A "step" is the Trainer's optimizer step; with `gradient_accumulation_steps` each micro-batch is a
@@ -18,7 +18,7 @@ from typing import Any
 try:
     from transformers import TrainerCallback
 except ImportError as exc:
-    raise ImportError("perfscope.integrations.huggingface needs transformers: pip install transformers") from exc
+    raise ImportError("perfscope.hooks.integrations.huggingface needs transformers: pip install transformers") from exc
 
 from perfscope.hooks import Profiler
 

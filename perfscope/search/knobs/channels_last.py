@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfscope.knobs.base import Knob, KnobContext
+from perfscope.search.knobs.base import Knob, KnobContext
 
 
 class ChannelsLast(Knob):

@@ -1,6 +1,6 @@
 """Micro-batch size: larger micro-batches fill the device better, until memory runs out.
 
-Searched, not toggled (perfscope.microbatch): doubling until OOM or no more gain, then bisection.
+Searched, not toggled (perfscope.search.microbatch): doubling until OOM or no more gain, then bisection.
 This knob reports the fastest micro-batch overall; when it changes the global batch (micro × accumulation)
 that is flagged with a learning-rate note and never recommended. Its semantics-preserving side — the same
 global batch through accumulation — is the `grad_accum` knob.
@@ -8,7 +8,7 @@ global batch through accumulation — is the `grad_accum` knob.
 
 from __future__ import annotations
 
-from perfscope.knobs.base import Knob, KnobContext
+from perfscope.search.knobs.base import Knob, KnobContext
 from perfscope.trial.config import TrialConfig
 
 

@@ -1,28 +1,28 @@
 """The registry of optimization knobs. Adding a knob = one module with a Knob subclass + one line here + its test.
 
-    from perfscope.knobs import REGISTRY, knob
+    from perfscope.search.knobs import REGISTRY, knob
     [k.id for k in REGISTRY]
 """
 
 from __future__ import annotations
 
-from perfscope.knobs.allocator import ExpandableSegments
-from perfscope.knobs.amp import AmpBf16, AmpFp16
-from perfscope.knobs.base import Knob, KnobContext, ModelFacts
-from perfscope.knobs.channels_last import ChannelsLast
-from perfscope.knobs.checkpointing import ActivationCheckpointing
-from perfscope.knobs.compile import Compile, CompileReduceOverhead
-from perfscope.knobs.dataloader import (
+from perfscope.search.knobs.allocator import ExpandableSegments
+from perfscope.search.knobs.amp import AmpBf16, AmpFp16
+from perfscope.search.knobs.base import Knob, KnobContext, ModelFacts
+from perfscope.search.knobs.channels_last import ChannelsLast
+from perfscope.search.knobs.checkpointing import ActivationCheckpointing
+from perfscope.search.knobs.compile import Compile, CompileReduceOverhead
+from perfscope.search.knobs.dataloader import (
     DataLoaderWorkers,
     PersistentWorkers,
     PinMemory,
     PrefetchFactor,
 )
-from perfscope.knobs.gc_freeze import GcFreeze
-from perfscope.knobs.grad_accum import GradAccum
-from perfscope.knobs.micro_batch import MicroBatch
-from perfscope.knobs.optimizer import FusedOptimizer
-from perfscope.knobs.tf32 import Tf32
+from perfscope.search.knobs.gc_freeze import GcFreeze
+from perfscope.search.knobs.grad_accum import GradAccum
+from perfscope.search.knobs.micro_batch import MicroBatch
+from perfscope.search.knobs.optimizer import FusedOptimizer
+from perfscope.search.knobs.tf32 import Tf32
 
 REGISTRY: list[Knob] = [
     AmpBf16(),

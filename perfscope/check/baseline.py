@@ -15,8 +15,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfscope.errors import UserError
 from perfscope.results import Results, ResultsError
-from perfscope.workload import UserError
 
 DEFAULT_BASELINE = Path("perfscope-baseline.json")
 MIN_STEPS = 5  # below this the gate can only answer "inconclusive" (perfscope.check.decision)

@@ -4,11 +4,11 @@
 
 The search an expert does by hand, with error bars:
 0. The baseline again, in a fresh process: the drift between two identical runs is the noise floor, and
-   every gain's interval is widened by it (perfscope.gains).
+   every gain's interval is widened by it (perfscope.search.gains).
 1. Each applicable knob alone on top of the baseline (its variants too: the best one is kept); a knob that
    refines another (`builds_on`) on top of that knob's best trial. A trial that fails is recorded as such;
    a trial whose losses leave the numerics guard's tolerance is rejected.
-2. Micro-batch search (perfscope.microbatch): `micro_batch` = the fastest point, `grad_accum` = the fastest
+2. Micro-batch search (perfscope.search.microbatch): `micro_batch` = the fastest point, `grad_accum` = the fastest
    point with the user's global batch. On a GPU, when it hits OOM, checkpointing is measured paired with the
    larger micro-batch it allows — that pair is what checkpointing is for.
 3. Greedy stacking of the significant winners, best first: a knob joins the stack only if it makes the
@@ -27,13 +27,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfscope.gains import is_win, measured_gain, process_drift
-from perfscope.knobs import REGISTRY, Knob, KnobContext, ModelFacts, knob_ids
-from perfscope.microbatch import MicroBatchResult, search_micro_batch
-from perfscope.numerics import compare_numerics
+from perfscope.errors import UserError
 from perfscope.results import KnobOutcome, Sweep, Trial
+from perfscope.search.gains import is_win, measured_gain, process_drift
+from perfscope.search.knobs import REGISTRY, Knob, KnobContext, ModelFacts, knob_ids
+from perfscope.search.microbatch import MicroBatchResult, search_micro_batch
+from perfscope.search.numerics import compare_numerics
 from perfscope.trial.config import TrialConfig
-from perfscope.workload import UserError, Workload
+from perfscope.workload import Workload
 
 Measure = Callable[[str, TrialConfig, list[str]], Trial]
 MICRO_BATCH = "micro_batch"

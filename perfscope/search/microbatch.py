@@ -17,8 +17,8 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from perfscope.gains import time_per_sample
 from perfscope.results import MicroBatchPoint, Trial
+from perfscope.search.gains import time_per_sample
 from perfscope.trial.config import TrialConfig
 
 MEMORY_MARGIN = 0.90  # a micro-batch using more than this share of device memory is too close to OOM

@@ -1,6 +1,6 @@
 """perfscope in a Lightning Trainer: one callback, the same results.json as `perfscope analyze`.
 
-    from perfscope.integrations.lightning import PerfscopeCallback
+    from perfscope.hooks.integrations.lightning import PerfscopeCallback
     trainer = lightning.Trainer(callbacks=[PerfscopeCallback("perfscope-run", precision="bf16")])
 
 A "step" is an optimizer step (Lightning's `global_step` advancing), so `accumulate_grad_batches` shows as
@@ -21,9 +21,9 @@ except ImportError:
     try:
         import pytorch_lightning as pl  # the older package name
     except ImportError as exc:
-        raise ImportError("perfscope.integrations.lightning needs Lightning: pip install lightning") from exc
+        raise ImportError("perfscope.hooks.integrations.lightning needs Lightning: pip install lightning") from exc
 
-from perfscope.hooks import Profiler, leading_dim
+from perfscope.hooks.profiler import Profiler, leading_dim
 
 
 class PerfscopeCallback(pl.Callback):

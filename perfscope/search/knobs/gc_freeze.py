@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfscope.knobs.base import Knob, KnobContext
+from perfscope.search.knobs.base import Knob, KnobContext
 
 
 class GcFreeze(Knob):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from perfscope.knobs.base import Knob, KnobContext
+from perfscope.search.knobs.base import Knob, KnobContext
 
 
 def _no_compiler_reason(ctx: KnobContext) -> str | None:

@@ -1,0 +1,18 @@
+"""The results model: what one perfscope run measured, as typed dataclasses and a versioned JSON file.
+
+    >>> from perfscope.results import Results
+    >>> results = Results.load("perfscope-out/results.json")
+    >>> [t.metrics.samples_per_s for t in results.ok_trials()]
+
+Every stage after measurement (rules, report, the CI gate) reads this model and nothing else, so a GPU
+run's results can be re-rendered or gated on any machine. model.py holds the dataclasses, serde.py the
+JSON conversion, io.py the only file writer and reader.
+"""
+
+from perfscope.errors import ResultsError
+from perfscope.results.io import read_json, write_json, write_text
+from perfscope.results.model import *  # noqa: F403 - the model is this package's API
+from perfscope.results.model import __all__ as _model_all
+from perfscope.results.serde import from_jsonable, to_jsonable
+
+__all__ = [*_model_all, "ResultsError", "from_jsonable", "read_json", "to_jsonable", "write_json", "write_text"]
