@@ -38,7 +38,7 @@ SCENARIOS: dict[str, tuple[str, dict]] = {
 
 
 def run_one(name: str, out: Path, device: str = "cuda") -> None:
-    from perfscope.trial.config import TrialConfig
+    from perfscope.results.config import TrialConfig
     from perfscope.trial.loop import run_trial
     from perfscope.workload import load_workload
 

@@ -1,10 +1,12 @@
-"""`perfscope analyze FILE`: validate the workload, probe the machine, measure, save, diagnose, report.
+"""`perfscope analyze FILE`: validate, probe, measure, sweep, then diagnose, save and report (perfscope.pipeline).
 
     perfscope analyze examples/tiny_transformer.py --device cpu --out perfscope-out
 
-Stages, each usable alone: measurement writes results.json (trial by trial) → rules add findings →
-the report renders. A broken workload file fails here in seconds, before any trial starts: the import
-and workload() run in this process, and a one-step dry run on the trial device in the probe process.
+Stages, each usable alone: measurement writes results.json (run by run) → rules add findings → the report
+renders. A broken workload file fails here in seconds, before any run starts: the import and workload()
+run in this process; the device check, a one-step dry run and the model inspection run in the probe
+process — this process never builds the model nor touches a device. The probe is also the untimed warm-up
+process that keeps the first measured run from paying the first-process penalty.
 """
 
 from __future__ import annotations
@@ -13,30 +15,23 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-
-import torch
+from typing import Any
 
 from perfscope import __version__
-from perfscope.errors import (
-    EXIT_INTERNAL,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    UserError,
-    WorkloadError,
-)
+from perfscope.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, UserError, WorkloadError
 from perfscope.measure.mfu import choose_peak
-from perfscope.results import (
-    Environment,
-    Results,
-    ResultsError,
-    WorkloadInfo,
-    from_jsonable,
-)
-from perfscope.search.sweep import SweepOptions, run_sweep
-from perfscope.session import Progress, Session
-from perfscope.trial.config import TrialConfig
-from perfscope.trial.runner import run_isolated
+from perfscope.pipeline import finish
+from perfscope.report.text import answer_lines, summary_table
+from perfscope.results import Environment, ModelFacts, Results, ResultsError, WorkloadInfo, from_jsonable
+from perfscope.results.config import TrialConfig
+from perfscope.search.sweep import BASELINE, SweepOptions, run_sweep
+from perfscope.trial.runner import TrialRunner
+from perfscope.trial.session import Progress, Session
 from perfscope.workload import Workload, file_sha256, load_workload
+
+PROBE_TIMEOUT_FLOOR_S = 120.0
+"""The probe (import, one dry-run step, machine description, matmul ceilings) gets at least this long,
+whatever --trial-timeout says: a small trial limit must not kill the probe instead of a trial."""
 
 
 @dataclass(kw_only=True)
@@ -45,8 +40,10 @@ class AnalyzeOptions:
     out_dir: Path = Path("perfscope-out")
     device: str = "auto"
     """auto | cpu | cuda."""
-    steps: int = 20
+    steps: int | None = None
+    """Timed steps per run; None calibrates each run's window to at least `min_window_s`."""
     warmup_steps: int = 5
+    min_window_s: float = 0.5
     batch_size: int | None = None
     """Override of the workload's micro-batch size."""
     trial_timeout_s: float = 600.0
@@ -54,7 +51,10 @@ class AnalyzeOptions:
     resume: bool = False
     sweep: bool = True
     """False: measure the baseline only (what a CI job runs)."""
+    repeat: int = 1
+    """Runs of the baseline (fresh processes) when there is no sweep: the CI gate's evidence."""
     budget_s: float | None = None
+    max_runs: int = 4
     only: list[str] = field(default_factory=list)
     skip: list[str] = field(default_factory=list)
     capture_trace: bool = True
@@ -62,24 +62,25 @@ class AnalyzeOptions:
     command: list[str] = field(default_factory=list)
 
 
-def resolve_device(requested: str) -> str:
-    if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda was requested but CUDA is not available (torch.cuda.is_available() is False)")
-    return requested
+@dataclass
+class Probe:
+    device: str
+    environment: Environment
+    model: ModelFacts | None
 
 
-def probe_environment(device: str, out_dir: Path, timeout_s: float, workload_path: Path | None = None) -> Environment:
-    """Validate the workload on the device, then read the environment and matmul ceilings — in a trial-like
-    subprocess, so the parent never touches CUDA."""
+def probe(runner: TrialRunner, device: str, out_dir: Path, timeout_s: float, workload_path: Path | None = None) -> Probe:
+    """Resolve the device, validate the workload on it, inspect the model and read the machine — in a
+    trial-like process, so this one never touches a device or builds the model."""
     spec = {"mode": "probe", "device": device, "workload_path": str(workload_path) if workload_path else None}
-    outcome = run_isolated(spec, out_dir / "trials" / "_probe", timeout_s=timeout_s)
+    outcome = runner.run(spec, out_dir / "trials" / "_probe", timeout_s=max(timeout_s, PROBE_TIMEOUT_FLOOR_S))
     if outcome.status == "invalid":
         raise WorkloadError(outcome.error or "the workload failed validation")
     if outcome.status != "ok":
         raise UserError(f"probing the {device} device failed ({outcome.status}): {outcome.error}")
-    return from_jsonable(Environment, outcome.payload["environment"])
+    payload: dict[str, Any] = outcome.payload
+    model = from_jsonable(ModelFacts, payload["model"]) if payload.get("model") else None
+    return Probe(payload["device"], from_jsonable(Environment, payload["environment"]), model)
 
 
 def baseline_config(workload: Workload, options: AnalyzeOptions, device: str) -> TrialConfig:
@@ -90,6 +91,7 @@ def baseline_config(workload: Workload, options: AnalyzeOptions, device: str) ->
         grad_accum_steps=workload.grad_accum_steps,
         steps=options.steps,
         warmup_steps=options.warmup_steps,
+        min_window_s=options.min_window_s,
         precision=workload.precision,
         num_workers=workload.num_workers if workload.dataset is not None else 0,
         pin_memory=workload.pin_memory,
@@ -97,7 +99,7 @@ def baseline_config(workload: Workload, options: AnalyzeOptions, device: str) ->
     )
 
 
-def _load_or_create_results(options: AnalyzeOptions, workload: Workload, device: str) -> Results:
+def _load_or_create_results(options: AnalyzeOptions, workload: Workload) -> Results:
     path = options.out_dir / "results.json"
     info = WorkloadInfo(
         path=str(options.workload_path),
@@ -112,8 +114,6 @@ def _load_or_create_results(options: AnalyzeOptions, workload: Workload, device:
             raise UserError(f"--resume: {exc}") from None
         if previous.workload.sha256 != info.sha256:
             raise UserError(f"--resume: {path} was measured with a different version of {options.workload_path}")
-        if previous.environment.device_type != device:
-            raise UserError(f"--resume: {path} was measured on {previous.environment.device_type}, not {device}")
         previous.command = options.command
         return previous
     return Results(
@@ -121,7 +121,7 @@ def _load_or_create_results(options: AnalyzeOptions, workload: Workload, device:
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         source="analyze",
         command=options.command,
-        environment=Environment(device_type=device, device_name="(probing)"),
+        environment=Environment(device_type="unknown", device_name="(probing)"),
         workload=info,
     )
 
@@ -130,106 +130,61 @@ def analyze(options: AnalyzeOptions) -> int:
     workload_path = options.workload_path.resolve()
     options.workload_path = workload_path
     workload = load_workload(workload_path)
-    device = resolve_device(options.device)
     options.out_dir.mkdir(parents=True, exist_ok=True)
+    sweep_options = _sweep_options(options)  # validates --only/--skip before any run starts
 
-    results = _load_or_create_results(options, workload, device)
-    print(f"perfscope: validating {workload_path.name} (one {device} step), probing the machine ...", file=sys.stderr, flush=True)
-    environment = probe_environment(device, options.out_dir, options.trial_timeout_s, workload_path)
-    if results.environment.device_name == "(probing)":
-        results.environment = environment
-    results.peak = choose_peak(results.environment, options.peak_tflops)
-    if results.peak is not None:
-        print(f"perfscope: MFU denominator {results.peak.tflops:g} TFLOP/s ({results.peak.dtype}; {results.peak.source})", file=sys.stderr)
-
-    sweep_options = _sweep_options(options)  # validates --only/--skip before any trial runs
-    progress = Progress(budget_s=options.budget_s)
-    session = Session(
-        results, out_dir=options.out_dir, workload_path=workload_path, timeout_s=options.trial_timeout_s,
-        resume=options.resume, progress=progress,
-    )
-    session.save()
-    interrupted = False
-    try:
-        base = baseline_config(workload, options, device)
-        baseline = session.measure("baseline", base)
-        if sweep_options is not None and baseline.ok:
-            run_sweep(session, workload, base, sweep_options)
-        elif sweep_options is not None:
-            results.notes.append(f"no sweep: the baseline trial did not succeed ({baseline.status})")
-    except KeyboardInterrupt:
-        interrupted = True
-        results.notes.append("interrupted by the user: the trials that finished are reported")
-        print("\nperfscope: interrupted — saving the finished trials", file=sys.stderr)
-    _diagnose(results)
-    session.save()
-    if options.report:
-        _write_report(results, options.out_dir)
+    results = _load_or_create_results(options, workload)
+    with TrialRunner(options.out_dir / "trials") as runner:
+        print(f"perfscope: validating {workload_path.name} (one step on the device), probing the machine ...",
+              file=sys.stderr, flush=True)
+        probed = probe(runner, options.device, options.out_dir, options.trial_timeout_s, workload_path)
+        if options.resume and results.environment.device_type not in ("unknown", probed.device):
+            raise UserError(f"--resume: the results were measured on {results.environment.device_type}, not {probed.device}")
+        if results.environment.device_name == "(probing)":
+            results.environment = probed.environment
+        results.workload.model = probed.model
+        results.workload.parameter_count = probed.model.parameter_count if probed.model else None
+        results.peak = choose_peak(results.environment, options.peak_tflops)
+        if results.peak is not None:
+            print(f"perfscope: MFU denominator {results.peak.tflops:g} TFLOP/s ({results.peak.dtype}; {results.peak.source})",
+                  file=sys.stderr)
+        interrupted = _measure(results, options, runner, workload, workload_path, probed.device, sweep_options)
+    report_path = options.out_dir / "report.html" if options.report else None
+    finish(results, options.out_dir, report=options.report)
     print(summary_table(results))
-    print(f"\nresults: {session.results_path}")
+    print(answer_lines(results, report_path))
     if interrupted:
         return EXIT_INTERRUPTED
     if not results.ok_trials():
-        print("perfscope: every trial failed — see the errors above and in results.json", file=sys.stderr)
+        print("perfscope: every run failed — see the errors above and in results.json", file=sys.stderr)
         return EXIT_INTERNAL
     return EXIT_OK
 
 
+def _measure(results: Results, options: AnalyzeOptions, runner: TrialRunner, workload: Workload, workload_path: Path,
+             device: str, sweep_options: SweepOptions | None) -> bool:
+    """Every run of the analysis; True when Ctrl-C interrupted it (the finished runs are kept)."""
+    progress = Progress(budget_s=options.budget_s)
+    session = Session(results, out_dir=options.out_dir, workload_path=workload_path, timeout_s=options.trial_timeout_s,
+                      resume=options.resume, progress=progress, runner=runner)
+    session.save()
+    try:
+        base = baseline_config(workload, options, device)
+        baseline = session.measure(BASELINE, base)
+        for _ in range(options.repeat - 1):
+            session.measure(BASELINE, base.replace(capture_trace=False))
+        if sweep_options is not None and baseline.ok:
+            run_sweep(session, workload, base, sweep_options)
+        elif sweep_options is not None:
+            results.notes.append(f"no sweep: the baseline run did not succeed ({baseline.status})")
+    except KeyboardInterrupt:
+        results.notes.append("interrupted by the user: the runs that finished are reported")
+        print("\nperfscope: interrupted — saving the finished runs", file=sys.stderr)
+        return True
+    return False
+
+
 def _sweep_options(options: AnalyzeOptions) -> SweepOptions | None:
-    if not options.sweep:
-        return None
-    return SweepOptions(
-        budget_s=options.budget_s, only=list(options.only), skip=list(options.skip), trace_recommended=options.capture_trace
-    )
-
-
-def _diagnose(results: Results) -> None:
-    try:
-        from perfscope.rules import run_rules
-    except ImportError:
-        return
-    if results.ok_trials():
-        results.findings = run_rules(results)
-
-
-def _write_report(results: Results, out_dir: Path) -> None:
-    try:
-        from perfscope.report import write_report
-    except ImportError:
-        return
-    try:
-        path = write_report(results, out_dir / "report.html", fmt="html")
-        write_report(results, out_dir / "report.md", fmt="md")  # the same findings, for terminals, CI logs and tools
-        print(f"report:  {path}")
-    except Exception as exc:  # noqa: BLE001 - a report failure must not lose measured results
-        print(f"perfscope: warning: the report could not be written ({type(exc).__name__}: {exc}); "
-              f"results.json is intact — retry with `perfscope report`", file=sys.stderr)
-
-
-def _fmt_bytes(n: int | None) -> str:
-    return "n/a" if n is None else f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
-
-
-def summary_table(results: Results) -> str:
-    """A short plain-text table of the trials, for the terminal."""
-    env = results.environment
-    lines = [f"\n{results.workload.name} on {env.device_name} ({env.device_type})"]
-    header = f"{'trial':<28} {'status':<9} {'step ms (p10-p90)':<22} {'samples/s':>10} {'MFU':>7} {'HFU':>7} {'data wait':>9} {'peak mem':>10}"
-    lines += [header, "-" * len(header)]
-    for t in results.trials:
-        m = t.metrics
-        if m is None or t.status not in ("ok", "nonfinite"):
-            reason = (t.error or "").splitlines()[0][:60] if t.error else ""
-            lines.append(f"{t.name:<28} {t.status:<9} {reason}")
-            continue
-        st = m.step_time_s
-        times = f"{st.median * 1e3:.1f} ({st.p10 * 1e3:.1f}-{st.p90 * 1e3:.1f})"
-        mfu = f"{m.mfu:.1%}" if m.mfu is not None else "n/a"
-        hfu = f"{m.hfu:.1%}" if m.hfu is not None else "n/a"
-        lines.append(
-            f"{t.name:<28} {t.status:<9} {times:<22} {m.samples_per_s:>10.1f} {mfu:>7} {hfu:>7} "
-            f"{m.data_wait_fraction:>9.1%} {_fmt_bytes(m.peak_memory_bytes):>10}"
-        )
-    if results.peak is not None:
-        lines.append(f"MFU against {results.peak.tflops:g} TFLOP/s ({results.peak.source})")
-    return "\n".join(lines)
+    checked = SweepOptions(budget_s=options.budget_s, only=list(options.only), skip=list(options.skip),
+                           trace_recommended=options.capture_trace, max_runs=options.max_runs)
+    return checked if options.sweep else None

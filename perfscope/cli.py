@@ -66,6 +66,9 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         device=args.device,
         steps=args.steps,
         warmup_steps=args.warmup,
+        min_window_s=args.min_window,
+        repeat=args.repeat,
+        max_runs=args.max_runs,
         batch_size=args.batch_size,
         trial_timeout_s=args.trial_timeout,
         peak_tflops=args.peak_tflops,
@@ -123,8 +126,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         allow_mismatch=args.allow_mismatch,
     )
     baseline = Results.load(args.baseline)
-    current = Results.load(args.current)
-    report = run_gate(current, baseline, options, current_source=args.current, baseline_source=args.baseline)
+    current = [Results.load(path) for path in args.current]
+    report = run_gate(current, baseline, options, current_source=", ".join(args.current), baseline_source=args.baseline)
     print(render_table(report), file=sys.stderr if report.outcome == "unusable" else sys.stdout)
     if args.markdown:
         write_text(args.markdown, render_markdown(report))
@@ -177,8 +180,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("analyze", help="measure a workload file and write results.json and a report")
     p.add_argument("file", help="Python file defining workload() -> perfscope.Workload")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="default: cuda if available")
-    p.add_argument("--steps", type=_positive_int, default=20, help="measured steps per trial (default 20)")
+    p.add_argument("--steps", type=_positive_int, default=None,
+                   help="timed steps per run (default: calibrated so each run's window lasts --min-window)")
+    p.add_argument("--min-window", type=_positive_float, default=0.5, metavar="S",
+                   help="calibration: each run's timed window lasts at least S seconds (default 0.5)")
     p.add_argument("--warmup", type=_non_negative_int, default=5, help="warm-up steps, not timed (default 5)")
+    p.add_argument("--repeat", type=_positive_int, default=1, metavar="N",
+                   help="runs of the baseline, each a fresh process (CI: the gate decides on run-to-run spread)")
+    p.add_argument("--max-runs", type=_positive_int, default=4, metavar="N",
+                   help="runs of one undecided candidate at most during the sweep (default 4)")
     p.add_argument("--batch-size", type=_positive_int, default=None, help="override the workload's micro-batch size")
     p.add_argument("--out", default="perfscope-out", help="output folder (default perfscope-out)")
     p.add_argument("--trial-timeout", type=_positive_float, default=600.0, help="seconds before a trial is killed (default 600)")
@@ -201,16 +211,17 @@ def build_parser() -> argparse.ArgumentParser:
         "check",
         help="CI gate: fail when MFU dropped beyond a tolerance since the baseline",
         description="Exit 0 no regression, 1 regression, 2 unusable input or mismatched runs, 3 inconclusive. "
+        "Decided on run-to-run variance: give it several runs on each side (analyze --repeat). "
         "The decision rule is in docs/ci-gate.md.",
     )
-    p.add_argument("current", help="results.json of the run under test")
+    p.add_argument("current", nargs="+", help="results.json of the run(s) under test (several: their runs are pooled)")
     p.add_argument("--baseline", default="perfscope-baseline.json", help="default: perfscope-baseline.json")
     p.add_argument("--max-drop", type=_max_drop, default=0.05, metavar="PCT",
                    help="tolerated worsening, e.g. 5%% (default 5%%): a fall of MFU/samples_per_s, a rise of step_time")
     p.add_argument("--metric", action="append", choices=["mfu", "samples_per_s", "step_time"],
                    help="metric to gate; repeat for several (default mfu)")
     p.add_argument("--trial", default="baseline",
-                   help="trial compared in both files (default baseline); 'recommended' = each file's sweep pick")
+                   help="configuration compared in both files, all its runs (default baseline); 'recommended' = each file's sweep pick")
     p.add_argument("--allow-mismatch", action="store_true",
                    help="compare despite a different device, dtype, peak or workload (warns instead)")
     p.add_argument("--markdown", metavar="FILE", default=None, help="also write a Markdown summary")
@@ -222,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     for action, help_text in (("save", "copy a validated results.json to the baseline path (never overwrites)"),
                               ("update", "replace the baseline with a validated results.json")):
         a = actions.add_parser(action, help=help_text)
-        a.add_argument("results", help="path to results.json")
+        a.add_argument("results", nargs="+", help="results.json file(s); the runs of several files are merged")
         a.add_argument("--to", default="perfscope-baseline.json", help="default: perfscope-baseline.json")
         a.set_defaults(handler=_cmd_baseline)
 

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import random
 
+from perfscope.measure.metrics import assemble_metrics
+from perfscope.measure.window import StepRecord
 from perfscope.results import (
     Environment,
     Peak,
     Results,
     Trial,
-    TrialMetrics,
     Utilization,
+    Window,
     WorkloadInfo,
 )
+from perfscope.results.config import TrialConfig
 from perfscope.stats import summarize
 
 
@@ -47,31 +50,22 @@ def make_trial(
     status: str = "ok",
     knobs: list[str] | None = None,
 ) -> Trial:
+    config = TrialConfig(micro_batch_size=batch)
     if status != "ok":
-        return Trial(name=name, config={"micro_batch_size": batch}, status=status, error=f"{status} in test", knobs=knobs or [])
+        return Trial(name=name, config=config, status=status, error=f"{status} in test", knobs=knobs or [])
     times = make_step_times(median_s, n, noise, seed)
-    summary = summarize(times)
-    metrics = TrialMetrics(
-        steps=n,
-        warmup_steps=3,
-        micro_batch_size=batch,
-        grad_accum_steps=1,
-        samples_per_step=batch,
-        step_times_s=times,
-        data_wait_s=[t * data_wait_fraction for t in times],
-        step_time_s=summary,
-        data_wait_fraction=data_wait_fraction,
-        samples_per_s=batch / summary.median,
-        flops_per_step=flops_per_step,
-        hardware_flops_per_step=flops_per_step,
-        achieved_tflops=flops_per_step / summary.median / 1e12,
-        mfu=flops_per_step / summary.median / (peak_tflops * 1e12),
-        hfu=flops_per_step / summary.median / (peak_tflops * 1e12),
-        peak_memory_bytes=10 * 2**30,
-        device_memory_capacity_bytes=80 * 2**30,
-        utilization=Utilization(),
-    )
-    return Trial(name=name, config={"micro_batch_size": batch, "precision": "fp32"}, status="ok", metrics=metrics, knobs=knobs or [])
+    wall = sum(times)
+    window = Window(steps=n, samples=n * batch, wall_s=wall, data_wait_s=wall * data_wait_fraction, host_data_wait_s=wall * data_wait_fraction)
+    records = [StepRecord(index=i, time_s=t, data_wait_s=t * data_wait_fraction, host_data_wait_s=t * data_wait_fraction, samples=batch, micro_steps=1) for i, t in enumerate(times)]
+    metrics = assemble_metrics([window], records, micro_batch_size=batch, grad_accum_steps=1, warmup_steps=3)
+    rate = flops_per_step * n / wall
+    metrics.flops_per_step = metrics.hardware_flops_per_step = flops_per_step
+    metrics.achieved_tflops = rate / 1e12
+    metrics.mfu = metrics.hfu = rate / (peak_tflops * 1e12)
+    metrics.peak_memory_bytes = 10 * 2**30
+    metrics.device_memory_capacity_bytes = 80 * 2**30
+    metrics.utilization = Utilization()
+    return Trial(name=name, config=config, status="ok", metrics=metrics, knobs=knobs or [])
 
 
 def make_results(trials: list[Trial] | None = None, *, device_type: str = "cuda") -> Results:
@@ -141,8 +135,6 @@ def make_full_results(
         MicroBatchPoint,
         Sweep,
     )
-    from perfscope.stats import ratio_of_medians
-
     p = trial_prefix
     base = make_trial(f"{p}baseline", median_s=0.120, seed=1, data_wait_fraction=0.18)
     amp = make_trial(f"{p}amp_bf16", median_s=0.085, seed=2, data_wait_fraction=0.2, knobs=["amp_bf16"])
@@ -173,8 +165,10 @@ def make_full_results(
         t.wall_time_s = wall
 
     def gain(candidate: Trial) -> Gain:
-        r = ratio_of_medians(base.metrics.step_times_s, candidate.metrics.step_times_s)
-        return Gain(ratio=r.ratio, low=r.low, high=r.high, confidence=r.confidence, significant=r.significant)
+        ratio = candidate.metrics.samples_per_s / base.metrics.samples_per_s
+        low, high = ratio * 0.97, ratio * 1.03
+        verdict = "faster" if low > 1.02 else "slower" if high < 0.98 else "same" if low > 0.98 and high < 1.02 else "undecided"
+        return Gain(ratio=ratio, low=low, high=high, confidence=0.99, verdict=verdict, runs=3, reference_runs=4, method="paired runs (test)")
 
     sweep = Sweep(
         baseline_trial=base.name,

@@ -14,7 +14,7 @@ from perfscope.measure.flops import (
 from perfscope.measure.mfu import apply_utilization_ratios, choose_peak
 from perfscope.measure.peaks import datasheet_peak
 from perfscope.results import Environment
-from perfscope.trial.config import TrialConfig
+from perfscope.results.config import TrialConfig
 from perfscope.trial.loop import TrainStep
 from perfscope.workload import Workload, load_workload
 from tests.factories import make_trial

@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import perfscope
-from perfscope.hooks.profiler import Profiler, _Reservoir, _Step, leading_dim
+from perfscope.hooks.profiler import Profiler, _Reservoir, leading_dim
+from perfscope.measure.window import StepRecord
 from perfscope.measure.flops import linear_training_flops
 from perfscope.results import Results
 
@@ -159,7 +160,7 @@ def test_leading_dim_finds_the_first_tensor() -> None:
 def test_reservoir_is_bounded_uniform_and_in_order() -> None:
     res = _Reservoir(100, seed=0)
     for i in range(10_000):
-        res.add(_Step(i, 0.0, None, 1))
+        res.add(StepRecord(i, 0.0, 0.0, 0.0, None, 1))
     kept = res.in_order()
     assert res.seen == 10_000 and len(kept) == 100
     assert [s.index for s in kept] == sorted(s.index for s in kept)

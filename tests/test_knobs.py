@@ -12,7 +12,7 @@ import pytest
 
 from perfscope.results import Environment
 from perfscope.search.knobs import REGISTRY, KnobContext, ModelFacts, knob, knob_ids
-from perfscope.trial.config import TrialConfig
+from perfscope.results.config import TrialConfig
 from perfscope.workload import Workload, load_workload
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from perfscope.measure import memory
-from perfscope.measure.timing import StepTimer
+from perfscope.measure.clock import clock_for
+from perfscope.measure.window import WindowRecorder
 from perfscope.measure.utilization import UtilizationSampler
 
 
@@ -73,19 +74,22 @@ def test_no_nvml_degrades_to_host_only(monkeypatch):
     assert util.gpu_util_percent is None and util.cpu_percent is not None
 
 
-def test_step_timer_on_cpu_measures_each_step_and_data_wait():
-    timer = StepTimer("cpu")
-    timer.start()
+def test_window_on_cpu_measures_each_step_and_data_wait():
+    recorder = WindowRecorder(clock_for("cpu"), contention=False)
+    recorder.start()
     for _ in range(3):
-        with timer.data_wait():
-            time.sleep(0.02)
+        recorder.data_begin()
+        time.sleep(0.02)
+        recorder.data_end()
         time.sleep(0.01)
-        timer.step_end()
-    times, waits = timer.finish()
-    assert len(times) == len(waits) == 3
-    for t, w in zip(times, waits):
-        assert 0.02 <= w < t
-        assert t == pytest.approx(0.03, abs=0.02)
+        recorder.step_end(samples=4)
+    window, records = recorder.finish()
+    assert len(records) == 3 and window.steps == 3 and window.samples == 12
+    for r in records:
+        assert 0.02 <= r.data_wait_s < r.time_s
+        assert r.time_s == pytest.approx(0.03, abs=0.02)
+    assert window.wall_s == pytest.approx(sum(r.time_s for r in records), rel=1e-6)
+    assert 0.06 <= window.data_wait_s == pytest.approx(window.host_data_wait_s) < window.wall_s
 
 
 def test_memory_owners_of_adamw():

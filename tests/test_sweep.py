@@ -12,7 +12,7 @@ from perfscope.results import Environment, Trial, TrialMetrics
 from perfscope.search.knobs import REGISTRY, Knob, KnobContext, ModelFacts
 from perfscope.search.sweep import Sweeper, SweepOptions
 from perfscope.stats import summarize
-from perfscope.trial.config import TrialConfig
+from perfscope.results.config import TrialConfig
 from perfscope.workload import Workload
 
 H100 = Environment(device_type="cuda", device_name="NVIDIA H100 80GB HBM3", compute_capability="9.0", cpu_cores_logical=16)

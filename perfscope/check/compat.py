@@ -72,7 +72,8 @@ def _metric(side: Side, name: str) -> object:
 ATTRIBUTES: list[Attribute] = [
     Attribute(what="device type", get=lambda s: s.results.environment.device_type),
     Attribute(what="device name", get=lambda s: s.results.environment.device_name),
-    Attribute(what="dtype (trial precision)", get=lambda s: s.trial.config.get("precision"), unknown_blocks=False),
+    Attribute(what="dtype (trial precision)", get=lambda s: None if "precision" in s.trial.unknown_settings else s.trial.config.precision,
+              unknown_blocks=False),
     Attribute(what="workload name", get=lambda s: s.results.workload.name),
     Attribute(
         what="workload sha256",
@@ -87,7 +88,7 @@ ATTRIBUTES: list[Attribute] = [
     ),
     Attribute(
         what="peak TFLOP/s (MFU denominator)",
-        get=lambda s: s.results.peak.tflops if s.results.peak else None,
+        get=lambda s: s.mfu_peak.tflops if s.mfu_peak else None,
         only_for=frozenset({"mfu"}),
         hint="a measured ceiling varies run to run: pass the same --peak-tflops to both analyze runs, "
         "or gate on --metric samples_per_s",

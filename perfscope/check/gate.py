@@ -1,4 +1,4 @@
-"""The gate: pick the trials, refuse incomparable runs, evaluate every metric check, collect the verdicts.
+"""The gate: pick the runs, refuse incomparable runs, evaluate every metric check, collect the verdicts.
 
     >>> report = run_gate(Results.load("current.json"), Results.load("baseline.json"), GateOptions())
     >>> report.outcome          # "pass" | "regression" | "inconclusive" | "unusable"
@@ -9,7 +9,6 @@ one run shows every regressed metric at once. Exit codes belong to the CLI; this
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -17,6 +16,7 @@ from perfscope.check.compat import Difference, find_differences
 from perfscope.check.decision import MetricCheck, Verdict
 from perfscope.check.metrics import METRICS, MetricUnavailable, Side
 from perfscope.results import Results, Trial
+from perfscope.results.roles import recommended_configuration
 
 Outcome = Literal["pass", "regression", "inconclusive", "unusable"]
 
@@ -31,7 +31,7 @@ class GateOptions:
     max_drop: float = 0.05
     """Tolerated worsening as a fraction: a fall for MFU and samples/s, a rise for step time."""
     trial: str = "baseline"
-    """Trial compared in both files, or "recommended" for each file's sweep recommendation."""
+    """Configuration compared in both files (its runs), or "recommended" for each file's sweep recommendation."""
     allow_mismatch: bool = False
     """Compare runs whose device, dtype, peak or workload differ (the differences become warnings)."""
 
@@ -56,6 +56,7 @@ class GateReport:
     differences: list[Difference] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # how the comparison was made, shown with the warnings
+    failed_current: Trial | None = None  # the current configuration's run failed outright
 
     @property
     def blocking_differences(self) -> list[Difference]:
@@ -64,9 +65,10 @@ class GateReport:
     @property
     def warnings(self) -> list[str]:
         """Differences that did not stop the comparison (always-soft ones, or all with --allow-mismatch)."""
+        verdict_warnings = [w for v in self.verdicts for w in v.warnings]
         if self.blocking_differences and not self.options.allow_mismatch:
-            return [str(d) for d in self.differences if not d.blocking] + self.notes
-        return [str(d) for d in self.differences] + self.notes
+            return [str(d) for d in self.differences if not d.blocking] + self.notes + verdict_warnings
+        return [str(d) for d in self.differences] + self.notes + verdict_warnings
 
     @property
     def outcome(self) -> Outcome:
@@ -80,17 +82,20 @@ class GateReport:
         return "pass"
 
 
-def _pick_trial(results: Results, name: str, role: str) -> tuple[Trial | None, str | None]:
-    """The trial to compare from one file, or why there is none."""
+def _pick_runs(results: Results, name: str, role: str) -> tuple[str | None, list[Trial], str | None]:
+    """(configuration, its runs, error) from one file: the runs the gate compares."""
     if name == RECOMMENDED:
-        if results.sweep is None or results.sweep.recommended_trial is None:
-            return None, f"the {role} results have no sweep-recommended trial (--trial {RECOMMENDED})"
-        name = results.sweep.recommended_trial
-    trial = results.trial(name)
-    if trial is None:
-        known = ", ".join(t.name for t in results.trials) or "none"
-        return None, f"the {role} results have no trial {name!r} (trials: {known})"
-    return trial, None
+        configuration = recommended_configuration(results)
+        if configuration is None:
+            return None, [], f"the {role} results have no sweep-recommended configuration (--trial {RECOMMENDED})"
+    else:
+        trial = results.trial(name)
+        configuration = trial.configuration if trial is not None else name
+    runs = [t for t in results.trials if t.configuration == configuration]
+    if not runs:
+        known = ", ".join(dict.fromkeys(t.configuration for t in results.trials)) or "none"
+        return configuration, [], f"the {role} results have no run of {configuration!r} (configurations: {known})"
+    return configuration, runs, None
 
 
 def _both_measured_ceilings(current: Results, baseline: Results) -> bool:
@@ -99,47 +104,79 @@ def _both_measured_ceilings(current: Results, baseline: Results) -> bool:
     return same_device and all(p is not None and p.source.startswith("measured matmul ceiling") for p in peaks)
 
 
+def _side(files: list[Results], options: GateOptions, role: str, source: str, report: GateReport) -> Side | None:
+    runs: list[Trial] = []
+    names: list[str] = []
+    for results in files:
+        configuration, found, error = _pick_runs(results, options.trial, role)
+        if error:
+            report.errors.append(error)
+            continue
+        names.append(configuration or "")
+        failed = [t for t in found if not t.ok]
+        if role == "baseline" and failed and not any(t.ok for t in found):
+            first = failed[0]
+            report.errors.append(
+                f"baseline run {first.name!r} did not succeed (status {first.status}: {first.error}); "
+                "record a new baseline with `perfscope baseline update`")
+            continue
+        if role == "current" and failed and not any(t.ok for t in found):
+            report.failed_current = failed[0]
+        runs += [t for t in found if t.evidence]
+        excluded = [t for t in found if t.ok and t.excluded]
+        if excluded:
+            report.notes.append(f"{role}: {len(excluded)} run(s) not used ({excluded[0].excluded})")
+    if not files or report.errors:
+        return None
+    if role == "baseline":
+        report.baseline_trial = names[0] if names else None
+    else:
+        report.current_trial = names[0] if names else None
+    return Side(results=files[0], runs=runs, source=source, files=files)
+
+
 def run_gate(
-    current: Results,
+    current: Results | list[Results],
     baseline: Results,
     options: GateOptions,
     *,
     current_source: str = "",
     baseline_source: str = "",
 ) -> GateReport:
+    """Compare the gated configuration's runs in ``current`` (one or more files) with the baseline's runs."""
+    current_files = current if isinstance(current, list) else [current]
     report = GateReport(options=options, current_source=current_source, baseline_source=baseline_source)
-    cur_trial, cur_error = _pick_trial(current, options.trial, "current")
-    base_trial, base_error = _pick_trial(baseline, options.trial, "baseline")
-    report.errors += [e for e in (cur_error, base_error) if e]
-    if cur_trial is None or base_trial is None:
+    base_side = _side([baseline], options, "baseline", baseline_source, report)
+    cur_side = _side(current_files, options, "current", current_source, report)
+    if base_side is None or cur_side is None:
         return report
-    report.current_trial, report.baseline_trial = cur_trial.name, base_trial.name
-    if not base_trial.ok:
-        report.errors.append(
-            f"baseline trial {base_trial.name!r} did not succeed (status {base_trial.status}: {base_trial.error}); "
-            "record a new baseline with `perfscope baseline update`"
-        )
+    if not base_side.runs:
+        report.errors.append("the baseline has no run usable as evidence (all excluded or failed)")
         return report
-
-    if _both_measured_ceilings(current, baseline):
+    if _both_measured_ceilings(current_files[0], baseline):
         # A measured ceiling is a noisy reading of the same machine, not a property of the run: judge MFU
         # against the baseline's, so MFU moves exactly with throughput (what a datasheet peak guarantees).
-        current = dataclasses.replace(current, peak=baseline.peak)
+        cur_side = Side(results=cur_side.results, runs=cur_side.runs, source=cur_side.source, peak=baseline.peak,
+                        files=cur_side.files)
         report.notes.append("both peaks are measured matmul ceilings: MFU uses the baseline's for both runs")
-    cur_side = Side(results=current, trial=cur_trial, source=current_source)
-    base_side = Side(results=baseline, trial=base_trial, source=baseline_source)
-    report.differences = find_differences(cur_side, base_side, metric_ids=options.metrics)
+    if cur_side.runs:
+        report.differences = find_differences(cur_side, base_side, metric_ids=options.metrics)
+        for other in current_files[1:]:
+            extra = Side(results=other, runs=[t for t in other.trials if t.evidence] or cur_side.runs)
+            report.differences += [d for d in find_differences(extra, cur_side, metric_ids=options.metrics)
+                                   if str(d) not in {str(x) for x in report.differences}]
     if report.blocking_differences and not options.allow_mismatch:
         return report
 
     for metric_id in options.metrics:
         check = MetricCheck(metric=METRICS[metric_id], max_drop=options.max_drop)
-        if not cur_trial.ok:
+        if report.failed_current is not None and not cur_side.runs:
             # The code under test broke the run (OOM, crash, non-finite loss): that is a regression, not noise.
+            failed = report.failed_current
             report.verdicts.append(Verdict(
                 metric=check.metric, status="regression", max_drop=options.max_drop,
-                message=f"{check.metric.title}: current trial {cur_trial.name!r} ended {cur_trial.status}"
-                + (f": {cur_trial.error}" if cur_trial.error else ""),
+                message=f"{check.metric.title}: current run {failed.name!r} ended {failed.status}"
+                + (f": {failed.error}" if failed.error else ""),
             ))
             continue
         try:

@@ -1,21 +1,21 @@
-"""What the CI gate can compare: per-step samples of MFU, samples/s or step time, read from a results file.
+"""What the CI gate can compare: one value per run of MFU, samples/s or step time, read from results files.
 
-    >>> MFU.values(Side(results, results.trial("baseline")))   # one MFU value per measured step
+    >>> SAMPLES_PER_S.per_run(side)        # [412.0, 398.5, 405.1]: one value per fresh-process run
 
-The gate decides on per-step samples, never on one summary number, so each metric is defined as a
-transform of ``TrialMetrics.step_times_s``: for a fixed workload MFU and samples/s are k / step time
-(k = FLOPs per step / peak, or samples per step), step time is itself. Transforming the samples, rather
-than assuming proportionality, keeps the comparison honest when a user accepts a mismatch (another
-FLOP count or peak) with ``--allow-mismatch``.
+The gate decides on runs, never on steps: steps of one process share its luck (clocks, neighbours, the
+allocator's layout), so the noise that matters between two CI runs is between processes. Every metric is
+work / wall time of a run's windows — samples/s; MFU = FLOPs per step × steps / wall / peak; step time =
+wall / steps — so the three agree on what "faster" means. Per-step values are kept for a secondary,
+informative test only.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from perfscope.results import Results, Trial, TrialMetrics
+from perfscope.results import Peak, Results, Trial, TrialMetrics
 
 
 class MetricUnavailable(ValueError):
@@ -24,74 +24,93 @@ class MetricUnavailable(ValueError):
 
 @dataclass(frozen=True, kw_only=True)
 class Side:
-    """One side of a comparison: a results file and the trial picked from it."""
+    """One side of a comparison: the runs of the gated configuration, from one or more results files."""
 
     results: Results
-    trial: Trial
-    source: str = ""  # where the results came from, for messages (a path)
+    """The first file (environment, workload, peak used for identity checks)."""
+    runs: list[Trial]
+    source: str = ""
+    peak: Peak | None = None
+    """The MFU denominator (defaults to the file's)."""
+    files: list[Results] = field(default_factory=list)
+
+    @property
+    def trial(self) -> Trial:
+        """The first run: its config stands for the side's (all runs of a configuration share it)."""
+        return self.runs[0]
+
+    @property
+    def mfu_peak(self) -> Peak | None:
+        return self.peak if self.peak is not None else self.results.peak
 
 
 @dataclass(frozen=True, kw_only=True)
 class Metric:
-    """A gateable metric: how to get its per-step values, which way is better, how to print a value."""
+    """A gateable metric: its value per run, which way is better, how to print a value."""
 
     id: str
     title: str
     higher_is_better: bool
-    per_step: Callable[[Results, TrialMetrics], list[float]]
+    value: Callable[[Side, TrialMetrics], float]
+    per_step: Callable[[Side, TrialMetrics], list[float]]
     format: Callable[[float], str]
 
-    def values(self, side: Side) -> list[float]:
-        metrics = side.trial.metrics
-        if metrics is None:
-            raise MetricUnavailable(f"trial {side.trial.name!r} has no metrics (status {side.trial.status})")
-        bad = [t for t in metrics.step_times_s if not (math.isfinite(t) and t > 0)]
-        if bad:
-            raise MetricUnavailable(f"trial {side.trial.name!r} has non-positive or non-finite step times: {bad[:3]}")
-        return self.per_step(side.results, metrics)
+    def per_run(self, side: Side) -> list[float]:
+        values = []
+        for run in side.runs:
+            m = _checked(run)
+            values.append(self.value(side, m))
+        return values
+
+    def steps(self, side: Side) -> list[float]:
+        return [v for run in side.runs for v in self.per_step(side, _checked(run))]
 
 
-def _mfu_per_step(results: Results, metrics: TrialMetrics) -> list[float]:
-    if metrics.flops_per_step is None:
-        why = metrics.unavailable.get("flops_per_step") or metrics.unavailable.get("mfu") or "no FLOP count recorded"
+def _checked(run: Trial) -> TrialMetrics:
+    m = run.metrics
+    if m is None:
+        raise MetricUnavailable(f"run {run.name!r} has no metrics (status {run.status})")
+    if not (math.isfinite(m.wall_s) and m.wall_s > 0 and m.steps > 0):
+        raise MetricUnavailable(f"run {run.name!r} has no timed window (wall {m.wall_s!r} s, {m.steps} steps)")
+    return m
+
+
+def _mfu_factor(side: Side, m: TrialMetrics) -> float:
+    if m.flops_per_step is None:
+        why = m.unavailable.get("flops_per_step") or m.unavailable.get("mfu") or "no FLOP count recorded"
         raise MetricUnavailable(f"MFU unavailable ({why}); gate on --metric samples_per_s or step_time instead")
-    if results.peak is None:
-        why = results.environment.unavailable.get("peak") or "no peak FLOP/s recorded"
-        raise MetricUnavailable(
-            f"MFU unavailable ({why}); re-run analyze with --peak-tflops, or gate on --metric samples_per_s"
-        )
-    k = metrics.flops_per_step / (results.peak.tflops * 1e12)
-    return [k / t for t in metrics.step_times_s]
-
-
-def _samples_per_s_per_step(results: Results, metrics: TrialMetrics) -> list[float]:
-    return [metrics.samples_per_step / t for t in metrics.step_times_s]
-
-
-def _step_time_per_step(results: Results, metrics: TrialMetrics) -> list[float]:
-    return list(metrics.step_times_s)
+    peak = side.mfu_peak
+    if peak is None:
+        raise MetricUnavailable("MFU unavailable (no peak FLOP/s recorded); re-run analyze with --peak-tflops, "
+                                "or gate on --metric samples_per_s")
+    return m.flops_per_step / (peak.tflops * 1e12)
 
 
 MFU = Metric(
-    id="mfu",
-    title="MFU",
-    higher_is_better=True,
-    per_step=_mfu_per_step,
+    id="mfu", title="MFU", higher_is_better=True,
+    value=lambda side, m: _mfu_factor(side, m) * m.steps / m.wall_s,
+    per_step=lambda side, m: [_mfu_factor(side, m) / t for t in m.step_times_s if t > 0],
     format=lambda v: f"{v * 100:.2f}%",
 )
 SAMPLES_PER_S = Metric(
-    id="samples_per_s",
-    title="samples/s",
-    higher_is_better=True,
-    per_step=_samples_per_s_per_step,
+    id="samples_per_s", title="samples/s", higher_is_better=True,
+    value=lambda side, m: _samples_per_s(m),
+    per_step=lambda side, m: [m.samples_per_step / t for t in m.step_times_s if t > 0],
     format=lambda v: f"{v:,.1f}",
 )
 STEP_TIME = Metric(
-    id="step_time",
-    title="step time",
-    higher_is_better=False,
-    per_step=_step_time_per_step,
+    id="step_time", title="step time", higher_is_better=False,
+    value=lambda side, m: m.wall_s / m.steps,
+    per_step=lambda side, m: [t for t in m.step_times_s if t > 0],
     format=lambda v: f"{v * 1e3:,.2f} ms",
 )
+
+
+def _samples_per_s(m: TrialMetrics) -> float:
+    if m.samples_per_s is None:
+        raise MetricUnavailable(f"samples/s unavailable ({m.unavailable.get('samples_per_s', 'not recorded')}); "
+                                "gate on --metric step_time instead")
+    return m.samples_per_s
+
 
 METRICS: dict[str, Metric] = {m.id: m for m in (MFU, SAMPLES_PER_S, STEP_TIME)}

@@ -21,7 +21,7 @@ HEADLINE = {
     "unusable": "NOT COMPARED: unusable input",
 }
 _ICON = {"pass": "✅", "regression": "❌", "inconclusive": "⚠️", "unusable": "⛔"}
-COLUMNS = ("metric", "baseline", "current", "change", "interval", "p-value", "verdict")
+COLUMNS = ("metric", "baseline", "current", "change", "interval", "runs (cur/base)", "resolves", "verdict")
 
 
 def _cells(v: Verdict) -> tuple[str, ...]:
@@ -32,7 +32,8 @@ def _cells(v: Verdict) -> tuple[str, ...]:
         fmt(v.current) if v.current is not None else "-",
         f"{v.change:+.1%}" if v.change is not None else "-",
         f"{v.low:+.1%} .. {v.high:+.1%}" if v.low is not None and v.high is not None else "-",
-        f"{v.p_value:.2g}" if v.p_value is not None else "-",
+        f"{v.n_current}/{v.n_baseline}",
+        f"±{v.mde:.0%}" if v.mde is not None else "-",
         v.status.upper(),
     )
 
@@ -68,6 +69,8 @@ def render_table(report: GateReport) -> str:
             if i == 0:
                 lines.append("  ".join("-" * w for w in widths))
         lines += [f"  {v.message}" for v in report.verdicts]
+        lines += [f"  (secondary, not deciding: per-step Mann-Whitney p = {v.step_p_value:.2g} for {v.metric.title})"
+                  for v in report.verdicts if v.step_p_value is not None]
     lines += _problems(report)
     lines.append(HEADLINE[report.outcome])
     return "\n".join(lines)

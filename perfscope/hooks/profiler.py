@@ -4,48 +4,36 @@
     for batch in prof.wrap(loader):          # measures the time blocked in next(loader)
         loss = compute_loss(model, batch); loss.backward(); opt.step(); opt.zero_grad()
         prof.step()                           # the end of one OPTIMIZER step (or `with prof.step_context():`)
-    prof.save("run/")                         # results.json (+ findings and report.html when installed)
+    prof.save("run/")                         # results.json + findings + report.html
 
-What is measured, and how (docs/hooks.md has the long version):
-- Step time: a boundary is marked at every `step()`. On CUDA the boundary is a CUDA event on the current
-  stream and events are read lazily — every `flush_every` steps the finished ones are collected with a
-  non-blocking `query()`, and only when more than `flush_every` are still pending does the profiler wait on
-  an old one — so the host keeps running ahead of the GPU exactly as it does without the profiler.
-  A step's time is the device-timeline distance between consecutive boundaries (idle gaps included).
-- The first `warmup_steps` optimizer steps are not timed (allocator growth, autotuning, compilation).
-- FLOPs: counted once, on the first step after warm-up, with torch's FlopCounterMode (a slow Python dispatch
-  mode, so that step is excluded from timing). The count is scaled per sample, so a short batch in the
-  counted step does not skew it.
+A thin façade over the measurement core that `perfscope analyze` uses (docs/hooks.md has the long version):
+- Step boundaries and data waits are recorded by perfscope.measure.window on the clock of
+  perfscope.measure.clock (CUDA events read lazily, never a device-wide synchronize), in windows of
+  contiguous timed steps; throughput is samples / wall time of the windows (perfscope.measure.metrics).
+- The first `warmup_steps` optimizer steps are not timed; neither are the step that counts FLOPs (a slow
+  Python dispatch mode, once, after warm-up), the steps of a `capture_steps` profiler window, and anything
+  between `pause()` and `resume()` (evaluation, checkpoint saving): each of them closes the window, and
+  the next timed step opens a new one. Their wall time is reported apart.
 - Samples per step: the first dimension of the first tensor in each batch `wrap()` yields, summed over the
-  micro-batches of the step (short last batches counted as they are), unless `samples_per_step=` is given.
-  Gradient accumulation: every `wrap()` yield (or `micro_step()` call) between two `step()` calls is a
-  micro-step.
-- Bounded memory on long runs: totals (time, data wait, samples) cover every timed step; the per-step
-  samples kept for medians and the CI gate are a uniform reservoir sample (Vitter's algorithm R, seeded)
-  of at most `max_step_samples` steps, kept in step order.
-- Memory peaks (CUDA allocator, or peak host RSS on CPU), owners (params / grads / optimizer state), NVML and
-  host-CPU sampling (the first `utilization_max_s` seconds after warm-up), and an optional torch.profiler
-  window `capture_steps=(start, stop)` (excluded from timing; skipped when a profiler already runs).
+  micro-batches of the step, unless `samples_per_step=` is given. Per-step times kept for the description
+  of a typical step are a uniform reservoir sample (seeded) of at most `max_step_samples` steps.
 
 Safe to leave in production code: `enabled=False` or PERFSCOPE_DISABLE=1 makes `wrap()` return the loader's
 own iterator and `step()` a no-op; an internal error becomes one `warnings.warn` and the profiler disables
-itself; it never reads a loss, resets allocator statistics or draws random numbers from the user's generators.
-Heavy imports (the results model, scipy, NVML) happen only when the profiler is enabled.
+itself; it never reads a loss, resets allocator statistics or draws from the user's random generators.
 """
 
 from __future__ import annotations
 
 import os
 import random
-import shutil
 import sys
 import tempfile
 import time
 import warnings
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,7 +41,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from perfscope.results import Environment, Results, WorkloadInfo
+    from perfscope.measure.window import StepRecord, WindowRecorder
+    from perfscope.results import Environment, Results, Window, WorkloadInfo
 
 DISABLE_ENV = "PERFSCOPE_DISABLE"
 _TRUTHY = {"1", "true", "yes", "on"}
@@ -63,74 +52,19 @@ def disabled_by_env() -> bool:
     return os.environ.get(DISABLE_ENV, "").strip().lower() in _TRUTHY
 
 
-# ------------------------------------------------------------------------------------------- clocks
-
-
-class _HostClock:
-    """CPU work is synchronous: perf_counter at the boundary is exact."""
-
-    def mark(self) -> float:
-        return time.perf_counter()
-
-    def ready(self, mark: float) -> bool:
-        return True
-
-    def wait(self, mark: float) -> None:
-        pass
-
-    def elapsed_s(self, start: float, end: float) -> float:
-        return end - start
-
-
-class _CudaClock:
-    """CUDA events on the stream current at the boundary; never a device-wide synchronize."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-
-    def mark(self) -> torch.cuda.Event:
-        event = torch.cuda.Event(enable_timing=True)
-        event.record(torch.cuda.current_stream(self.device))
-        return event
-
-    def ready(self, mark: torch.cuda.Event) -> bool:
-        return bool(mark.query())  # cudaEventQuery: non-blocking
-
-    def wait(self, mark: torch.cuda.Event) -> None:
-        mark.synchronize()  # waits for this event only (an old one: usually already done)
-
-    def elapsed_s(self, start: torch.cuda.Event, end: torch.cuda.Event) -> float:
-        return start.elapsed_time(end) / 1e3
-
-
-# ------------------------------------------------------------------------------------- step records
-
-
-@dataclass(slots=True)
-class _Step:
-    """One timed optimizer step (time filled in when its end boundary is read)."""
-
-    index: int
-    data_wait_s: float
-    samples: int | None
-    micro_steps: int
-    time_s: float = 0.0
-
-
 class _Reservoir:
-    """A uniform sample of at most ``capacity`` items from a stream of unknown length (algorithm R).
+    """A uniform sample of at most ``capacity`` step records from a stream of unknown length (algorithm R).
 
-    Seeded, so the same run keeps the same steps. Items carry their step index, so `in_order()` restores
-    the timeline for charts.
+    Seeded with our own generator (the user's random streams are untouched); `in_order()` restores the timeline.
     """
 
     def __init__(self, capacity: int, seed: int = 0) -> None:
         self.capacity = capacity
         self.seen = 0
-        self.items: list[_Step] = []
-        self._rng = random.Random(seed)  # our own generator: the user's random streams are untouched
+        self.items: list[StepRecord] = []
+        self._rng = random.Random(seed)
 
-    def add(self, item: _Step) -> None:
+    def add(self, item: StepRecord) -> None:
         self.seen += 1
         if len(self.items) < self.capacity:
             self.items.append(item)
@@ -139,7 +73,7 @@ class _Reservoir:
         if j < self.capacity:
             self.items[j] = item
 
-    def in_order(self) -> list[_Step]:
+    def in_order(self) -> list[StepRecord]:
         return sorted(self.items, key=lambda s: s.index)
 
 
@@ -178,9 +112,6 @@ def _resolve_device(device: str | torch.device | None, model: torch.nn.Module | 
     return resolved
 
 
-# ------------------------------------------------------------------------------------------ profiler
-
-
 class Profiler:
     """Measure a training loop you already have; see the module docstring for what and how.
 
@@ -202,9 +133,9 @@ class Profiler:
             torch.profiler via perfscope.trace; those steps are not timed.
         trace_dir: where the trace is written during the run (default: a temporary folder; save() copies it).
         peak_tflops: the MFU denominator, overriding the datasheet / measured ceiling.
-        measure_ceiling: at results()/save() time, measure this machine's matmul ceiling (about a second;
-            uses its own random-number state, so the loop's RNG streams are untouched).
-        max_step_samples: per-step samples kept (a uniform reservoir) for medians and the CI gate.
+        measure_ceiling: at results()/save() time, measure this machine's matmul ceiling (about a second,
+            after the memory peaks are read, on the profiler's device, with its own RNG state).
+        max_step_samples: per-step samples kept (a uniform reservoir) for the typical-step description.
         flush_every: read finished CUDA events every this many steps (bounds the pending events).
         enabled: False (or PERFSCOPE_DISABLE=1 in the environment) makes every call a near-free no-op.
     """
@@ -253,6 +184,8 @@ class Profiler:
             if not (isinstance(start, int) and isinstance(stop, int) and 1 <= start < stop):
                 raise ValueError(f"Profiler(capture_steps=(start, stop)) needs 1 <= start < stop, got {capture_steps!r}")
 
+        from perfscope.measure.clock import clock_for
+
         self.model, self.optimizer = model, optimizer
         self.device = _resolve_device(device, model)
         self.samples_per_step, self.tokens_per_sample = samples_per_step, tokens_per_sample
@@ -265,33 +198,29 @@ class Profiler:
         self.trace_dir = Path(trace_dir) if trace_dir is not None else None
         self.peak_tflops, self.measure_ceiling = peak_tflops, measure_ceiling
 
-        self._clock: _HostClock | _CudaClock = _CudaClock(self.device) if self.device.type == "cuda" else _HostClock()
+        self._clock = clock_for(self.device)
         self._started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self._t0 = time.perf_counter()
         self._step_index = 0  # the optimizer step in progress (0-based) = steps completed so far
-        # Accumulated for the step in progress.
-        self._wait = 0.0
+        # The step in progress.
         self._yields = 0
         self._explicit_micro = 0
         self._yield_samples = 0
         self._explicit_samples = 0
         self._samples_unknown = False
-        # Timing state.
-        self._prev_mark: Any = None
-        self._pending: deque[tuple[Any, Any, _Step]] = deque()
-        self._since_flush = 0
-        self._first_marks: list[Any] = []  # [start of step 0, end of step 0], when wrap() saw step 0 begin
-        # Totals over every timed step (the reservoir only samples them).
+        # Windows of timed steps.
+        self._recorder: WindowRecorder | None = None
+        self._windows: list[Window] = []
         self._reservoir = _Reservoir(max_step_samples)
-        self._timed = 0
-        self._sum_time = 0.0
-        self._sum_wait = 0.0
-        self._sum_samples = 0
-        self._time_with_samples = 0.0
         self._samples_per_step: Counter[int] = Counter()
         self._micro_per_step: Counter[int] = Counter()
         self._micro_batch: Counter[int] = Counter()
         self._excluded: Counter[str] = Counter()
+        self._excluded_s: Counter[str] = Counter()
+        self._pause_reason: str | None = None
+        self._pause_t0 = 0.0
+        self._since_flush = 0
+        self._first_marks: list[Any] = []  # [start of step 0, end of step 0], when wrap() saw step 0 begin
         self._wrap_used = False
         self._live_wraps = 0
         self._loader_config: dict[str, Any] = {}
@@ -357,37 +286,70 @@ class Profiler:
         yield
         self.step(samples)
 
+    def pause(self, reason: str = "paused") -> None:
+        """Stop timing until `resume()`: evaluation, checkpoint saving, logging — work that is not a training step.
+
+        The open window ends at the last step boundary; the paused wall time is reported apart, by reason.
+        """
+        if not self._on or self._pause_reason is not None:
+            return
+        try:
+            self._close_window()
+            self._pause_reason, self._pause_t0 = reason, time.perf_counter()
+        except Exception as exc:  # noqa: BLE001
+            self._fail("pause()", exc)
+
+    def resume(self) -> None:
+        """Timing restarts with the next step (its start is this call)."""
+        if not self._on or self._pause_reason is None:
+            return
+        try:
+            self._excluded_s[self._pause_reason] += time.perf_counter() - self._pause_t0
+            self._excluded[self._pause_reason] += 1
+            self._pause_reason = None
+            if self._step_index >= self.warmup_steps and not self._excluded_step(self._step_index):
+                self._open_window()
+        except Exception as exc:  # noqa: BLE001
+            self._fail("resume()", exc)
+
+    @contextmanager
+    def paused(self, reason: str = "paused") -> Iterator[None]:
+        """``with prof.paused("evaluation"): evaluate()``."""
+        self.pause(reason)
+        try:
+            yield
+        finally:
+            self.resume()
+
     # ------------------------------------------------------------------------------ public, end of run
 
     def close(self) -> None:
         """Stop measuring: read the pending events, stop the sampler, end an open capture. Idempotent."""
         if not self._on:
             return
-        self._on = False
         try:
-            self._drain(wait=True)
+            self.resume()
+            self._close_window()
         except Exception as exc:  # noqa: BLE001
             self._fail("close()", exc)
+        self._on = False
         self._teardown()
 
     def results(self) -> Results | None:
         """The measurements as a Results (source "hooks"), or None when disabled or after an internal error.
 
-        May be called mid-run (it waits for the pending step events once); the matmul ceiling, when asked
-        for, is measured on the first call.
+        May be called mid-run (it waits for the pending step events once).
         """
         if not self.enabled or self._failed is not None:
             return None
         try:
-            if self._on:
-                self._drain(wait=True)
             return self._build_results()
         except Exception as exc:  # noqa: BLE001
             self._fail("results()", exc)
             return None
 
     def save(self, out_dir: str | os.PathLike[str], *, final: bool = True) -> Path | None:
-        """Write ``out_dir/results.json`` (atomically), the findings and ``report.html`` when available.
+        """Write ``out_dir/results.json`` (atomically), the findings and ``report.html``.
 
         ``final=False`` keeps measuring (a snapshot); by default the profiler closes first. Returns the
         results.json path, or None when disabled or on failure (which is warned about, never raised).
@@ -399,17 +361,13 @@ class Profiler:
         results = self.results()
         if results is None:
             return None
-        out = Path(out_dir)
+        from perfscope.pipeline import finish
+
         try:
-            out.mkdir(parents=True, exist_ok=True)
-            self._move_trace(results, out)
-            self._diagnose(results)
-            path = results.save(out / "results.json")
+            return finish(results, Path(out_dir), trace_source=self._trace_path)
         except Exception as exc:  # noqa: BLE001
-            warnings.warn(f"perfscope: could not save results to {out}: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"perfscope: could not save results to {out_dir}: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
             return None
-        self._write_report(results, out)
-        return path
 
     def __enter__(self) -> Profiler:
         return self
@@ -434,6 +392,10 @@ class Profiler:
             return self.capture_steps[1]
         return index
 
+    def _excluded_step(self, index: int) -> bool:
+        in_capture = self.capture_steps is not None and self.capture_steps[0] <= index < max(self._capture_end, self.capture_steps[1])
+        return in_capture or (index == self._flop_index and self._wants_flop_count())
+
     def _note_loader(self, loader: Iterable[Any]) -> None:
         self._wrap_used = True
         if isinstance(loader, torch.utils.data.DataLoader):
@@ -449,24 +411,27 @@ class Profiler:
         self._live_wraps += 1
         try:
             while True:
+                recorder = self._recorder if self._on else None
                 if self._on and self._step_index == 0 and not self._first_marks and self._yields == 0:
                     self._first_marks.append(self._clock.mark())
-                start = time.perf_counter()
+                if recorder is not None:
+                    recorder.data_begin()
                 try:
                     batch = next(it)  # the user's errors propagate untouched
                 except StopIteration:
                     return
+                if recorder is not None:
+                    recorder.data_end()
                 if self._on:
                     try:
-                        self._on_batch(batch, time.perf_counter() - start)
+                        self._on_batch(batch)
                     except Exception as exc:  # noqa: BLE001
                         self._fail("wrap()", exc)
                 yield batch
         finally:
             self._live_wraps -= 1
 
-    def _on_batch(self, batch: Any, wait_s: float) -> None:
-        self._wait += wait_s
+    def _on_batch(self, batch: Any) -> None:
         self._yields += 1
         if self.samples_per_step is None:
             n = leading_dim(batch)
@@ -479,49 +444,53 @@ class Profiler:
             self._flop_armed = False
             self._start_flop_count()  # after next() returned: the data loading is not under the dispatch mode
 
+    def _step_samples(self, samples: int | None) -> int | None:
+        if samples is not None:
+            return int(samples)
+        if self.samples_per_step is not None:
+            return self.samples_per_step
+        if self._explicit_samples:
+            return self._explicit_samples
+        if self._yield_samples and not self._samples_unknown:
+            return self._yield_samples
+        return None
+
     def _end_step(self, samples: int | None) -> None:
         k = self._step_index
         # Costly end-of-step work first, so it lands in this (untimed) step, not in the next one.
         flop_step = self._flop_counter is not None
         if flop_step:
             self._stop_flop_count()
-        captured = self._capture is not None
-        if captured:
+        if self._capture is not None:
+            self._excluded["profiler capture"] += 1
             self._capture.step()
             if k + 1 >= self._capture_end:
                 self._stop_capture()
-
         micro = self._explicit_micro or self._yields or 1
-        if samples is not None:
-            samples = int(samples)
-        else:
-            if self.samples_per_step is not None:
-                samples = self.samples_per_step
-            elif self._explicit_samples:
-                samples = self._explicit_samples
-            elif self._yield_samples and not self._samples_unknown:
-                samples = self._yield_samples
-        if flop_step and self._flops is not None:
-            self._flops = (self._flops[0], samples, self._flops[2])
-        if k == self.warmup_steps - 1:
-            self._start_sampler()  # before the reference mark: thread start-up is not timed
-        if k >= self.warmup_steps - 1:
-            mark = self._clock.mark()
-            if k == 0 and self._first_marks:
-                self._first_marks.append(mark)
-            if k >= self.warmup_steps:
-                if flop_step or captured:
-                    self._excluded["FLOP counting" if flop_step else "profiler capture"] += 1
-                else:
-                    self._pending.append((self._prev_mark, mark, _Step(k, self._wait, samples, micro)))
-            self._prev_mark = mark
-        elif k == 0 and self._first_marks:
+        samples = self._step_samples(samples)
+        if flop_step:
+            self._excluded["FLOP counting"] += 1
+            if self._flops is not None:
+                self._flops = (self._flops[0], samples, self._flops[2])
+        if k == 0 and len(self._first_marks) == 1:
             self._first_marks.append(self._clock.mark())
-
-        self._wait, self._yields, self._explicit_micro = 0.0, 0, 0
-        self._yield_samples, self._explicit_samples, self._samples_unknown = 0, 0, False
+        if self._recorder is not None:
+            self._recorder.step_end(samples=samples, micro_steps=micro)
+            if samples is not None:
+                self._samples_per_step[samples] += 1
+            self._micro_per_step[micro] += 1
+        self._yields, self._explicit_micro, self._yield_samples, self._explicit_samples = 0, 0, 0, 0
+        self._samples_unknown = False
         self._step_index = k = k + 1
-        # Start-of-step work for the next step (after the mark: it belongs to that untimed step).
+        # The boundary just marked starts step k: open, keep or close the window for it.
+        if k == self.warmup_steps:
+            self._start_sampler()  # before the window's first mark: thread start-up is not timed
+        timed = k >= self.warmup_steps and not self._excluded_step(k) and self._pause_reason is None
+        if timed and self._recorder is None:
+            self._open_window()
+        elif not timed and self._recorder is not None:
+            self._close_window()
+        # Start-of-step work for step k (after the boundary: it belongs to that untimed step).
         if self.capture_steps is not None and k == self.capture_steps[0]:
             self._start_capture()
         if k == self._flop_index and self._wants_flop_count():
@@ -532,36 +501,29 @@ class Profiler:
         self._since_flush += 1
         if self._since_flush >= self.flush_every:
             self._since_flush = 0
-            self._drain(wait=False)
+            if self._recorder is not None:
+                self._recorder.poll()
             self._check_sampler()
 
-    def _drain(self, *, wait: bool) -> None:
-        """Record the steps whose end event has completed. Bounded: waits on an old event when too many pend."""
-        pending, clock = self._pending, self._clock
-        if wait and pending:
-            clock.wait(pending[-1][1])
-        elif len(pending) > 2 * self.flush_every:
-            clock.wait(pending[len(pending) - self.flush_every - 1][1])
-        while pending and clock.ready(pending[0][1]):
-            start, end, rec = pending.popleft()
-            rec.time_s = clock.elapsed_s(start, end)
-            self._record(rec)
+    def _open_window(self) -> None:
+        from perfscope.measure.window import WindowRecorder
 
-    def _record(self, rec: _Step) -> None:
-        self._timed += 1
-        self._sum_time += rec.time_s
-        self._sum_wait += rec.data_wait_s
-        self._micro_per_step[rec.micro_steps] += 1
-        if rec.samples is not None:
-            self._sum_samples += rec.samples
-            self._time_with_samples += rec.time_s
-            self._samples_per_step[rec.samples] += 1
-        self._reservoir.add(rec)
+        handle = getattr(self._sampler, "nvml_handle", None)
+        self._recorder = WindowRecorder(self._clock, on_step=self._reservoir.add, nvml_handle=handle,
+                                        flush_every=self.flush_every, first_index=self._step_index)
+        self._recorder.start()
+
+    def _close_window(self) -> None:
+        recorder, self._recorder = self._recorder, None
+        if recorder is not None and recorder.started:
+            window = recorder.finish()
+            if window.steps:
+                self._windows.append(window)
 
     # --- FLOPs
 
     def _wants_flop_count(self) -> bool:
-        return self.count_flops and self.user_flops_per_step is None and self._flop_unavailable is None
+        return self.count_flops and self.user_flops_per_step is None and self._flop_unavailable is None and self._flops is None
 
     def _start_flop_count(self) -> None:
         from perfscope.measure.flops import StepFlopCounter
@@ -610,12 +572,8 @@ class Profiler:
                 RuntimeWarning, stacklevel=4,
             )
             return
-        try:
-            from perfscope.trace.capture import TraceCapture
-        except ImportError as exc:
-            self._trace_notes.append(f"trace capture not available: {exc}")
-            warnings.warn(f"perfscope: capture_steps skipped: trace capture not available ({exc})", RuntimeWarning, stacklevel=4)
-            return
+        from perfscope.trace.capture import TraceCapture
+
         trace_dir = self.trace_dir or Path(tempfile.mkdtemp(prefix="perfscope-trace-"))
         trace_dir.mkdir(parents=True, exist_ok=True)
         capture = TraceCapture(trace_dir / "trace.json.gz", device=self.device.type)
@@ -674,12 +632,12 @@ class Profiler:
     # --- results
 
     def _environment_once(self) -> Environment:
+        """Read after the memory peaks (the ceiling probe allocates), on the profiler's own device."""
         if self._environment is None:
             from perfscope.measure.environment import collect_environment
 
             devices = [self.device.index or 0] if self.device.type == "cuda" else []
-            # The ceiling's random matrices come from a forked RNG state: the loop's random streams stay as they were.
-            with torch.random.fork_rng(devices=devices):
+            with torch.random.fork_rng(devices=devices), (torch.cuda.device(self.device) if devices else _nothing()):
                 self._environment = collect_environment(self.device.type, measure_ceiling=self.measure_ceiling)
         return self._environment
 
@@ -687,100 +645,67 @@ class Profiler:
         from perfscope import __version__
         from perfscope.measure import memory
         from perfscope.measure.flops import FLOP_CONVENTION
+        from perfscope.measure.metrics import assemble_metrics
         from perfscope.measure.mfu import apply_utilization_ratios, choose_peak
-        from perfscope.results import Results, Trial, TrialMetrics
-        from perfscope.stats import summarize
+        from perfscope.results import Results, Trial, TrialConfig
 
+        windows = list(self._windows)
+        if self._recorder is not None and self._recorder.started:
+            snapshot = self._recorder.finish()  # waits for the pending events once; the window stays open
+            if snapshot.steps:
+                windows.append(snapshot)
+        memory_peaks = self._memory_peaks()  # before the environment probe: its matmuls allocate
         env = self._environment_once()
         peak = choose_peak(env, self.peak_tflops)
         notes = list(self._results_notes)
         elapsed = time.perf_counter() - self._t0
         workload = self._workload_info()
-        if self._timed == 0:
+        timed = sum(w.steps for w in windows)
+        micro_batch = _most_common(self._micro_batch)
+        typical_micro = _most_common(self._micro_per_step) or 1
+        typical_samples = _most_common(self._samples_per_step)
+        config, unknown = self._trial_config(micro_batch or (typical_samples // typical_micro if typical_samples else 1), typical_micro)
+        common = dict(name="baseline", configuration="baseline", sequence=1, config=config, unknown_settings=unknown,
+                      wall_time_s=elapsed, started_at=self._started_at)
+        if timed == 0:
             why = (
                 f"no timed step: {self._step_index} optimizer step(s) seen, {self.warmup_steps} of them warm-up"
                 + (f", {sum(self._excluded.values())} excluded ({', '.join(self._excluded)})" if self._excluded else "")
             )
-            trial = Trial(name="baseline", config=self._trial_config(None, None), status="skipped", error=why,
-                          wall_time_s=elapsed, started_at=self._started_at)
+            trial = Trial(status="skipped", error=why, **common)  # type: ignore[arg-type]
             return Results(perfscope_version=__version__, created_at=_now(), source="hooks", command=_command(),
                            environment=env, workload=workload, peak=peak, trials=[trial], notes=notes + [why])
-
-        steps = self._reservoir.in_order()
-        times = [s.time_s for s in steps]
-        summary = summarize(times)
-        unavailable: dict[str, str] = {}
-        typical_samples = _most_common(self._samples_per_step)
-        typical_micro = _most_common(self._micro_per_step) or 1
-        if typical_samples is None:
-            samples_per_step, samples_per_s = 0, 0.0
-            unavailable["samples_per_s"] = (
-                "samples per step unknown: iterate with prof.wrap(loader) over tensor batches, "
-                "or pass Profiler(samples_per_step=...) / prof.step(samples=...)"
-            )
-        else:
-            samples_per_step = typical_samples
-            if len(self._samples_per_step) == 1:
-                samples_per_s = typical_samples / summary.median  # as analyze computes it
-            else:
-                samples_per_s = self._sum_samples / self._time_with_samples
-                notes.append(
-                    f"samples per step varied ({min(self._samples_per_step)}..{max(self._samples_per_step)}): "
-                    "samples/s is total samples over total time of the timed steps"
-                )
-        micro_batch = _most_common(self._micro_batch) or (samples_per_step // typical_micro if samples_per_step else 0)
-        metrics = TrialMetrics(
-            steps=self._timed,
-            warmup_steps=self.warmup_steps,
-            micro_batch_size=micro_batch,
-            grad_accum_steps=typical_micro,
-            samples_per_step=samples_per_step,
-            step_times_s=times,
-            data_wait_s=[s.data_wait_s for s in steps],
-            step_time_s=summary,
-            data_wait_fraction=min(1.0, self._sum_wait / self._sum_time) if self._sum_time > 0 else 0.0,
-            samples_per_s=samples_per_s,
-            flop_convention=FLOP_CONVENTION,
-            host_rss_peak_bytes=memory.process_peak_rss_bytes(),
-            utilization=self._utilization_result(),
-            unavailable=unavailable,
+        records = self._reservoir.in_order()
+        metrics = assemble_metrics(
+            windows, records, micro_batch_size=config.micro_batch_size, grad_accum_steps=typical_micro,
+            warmup_steps=self.warmup_steps, samples_per_step=typical_samples or 0,
+            tokens_per_sample=self.tokens_per_sample, step_times_sampled=self._reservoir.seen > len(records),
         )
-        unavailable["losses"] = "hooks never read the loss (reading it is a device sync)"
-        if self._timed > len(steps):
-            notes.append(
-                f"{self._timed} steps timed; per-step samples are a uniform reservoir of {len(steps)} of them "
-                "(totals such as the data-wait fraction cover every timed step)"
-            )
+        metrics.flop_convention = FLOP_CONVENTION
+        metrics.host_rss_peak_bytes = memory.process_peak_rss_bytes()
+        metrics.utilization = self._utilization_result()
+        if len(self._samples_per_step) > 1:
+            notes.append(f"samples per step varied ({min(self._samples_per_step)}..{max(self._samples_per_step)}): "
+                         "samples/s counts every step's own samples")
+        metrics.unavailable["losses"] = "hooks never read the loss (reading it is a device sync)"
+        if metrics.step_times_sampled:
+            notes.append(f"{timed} steps timed; the per-step times kept are a uniform sample of {len(records)} of them "
+                         "(throughput and data wait cover every timed step)")
         if self._excluded:
-            notes.append("not timed beyond warm-up: " + ", ".join(f"{n} step(s) of {why}" for why, n in self._excluded.items()))
+            spent = {why: s for why, s in self._excluded_s.items() if s}
+            notes.append("not timed beyond warm-up: " + ", ".join(
+                f"{n} × {why}" + (f" ({spent[why]:.1f} s, {spent[why] / elapsed:.0%} of wall time)" if why in spent else "")
+                for why, n in self._excluded.items()))
         if not self._wrap_used:
-            unavailable["data_wait_s"] = "not measured: iterate with prof.wrap(loader) to measure the time blocked on data"
-        if self.tokens_per_sample and samples_per_s:
-            metrics.tokens_per_s = samples_per_s * self.tokens_per_sample
+            metrics.unavailable["data_wait_share"] = "not measured: iterate with prof.wrap(loader) to measure the time blocked on data"
         self._fill_first_step(metrics)
-        self._fill_flops(metrics, samples_per_step or None)
-        self._fill_memory(metrics, memory)
+        self._fill_flops(metrics, typical_samples)
+        self._fill_memory(metrics, memory, memory_peaks)
         self._fill_trace(metrics)
         apply_utilization_ratios(metrics, peak, env)
-        trial = Trial(
-            name="baseline",
-            config=self._trial_config(micro_batch, typical_micro),
-            status="ok",
-            metrics=metrics,
-            wall_time_s=elapsed,
-            started_at=self._started_at,
-        )
-        return Results(
-            perfscope_version=__version__,
-            created_at=_now(),
-            source="hooks",
-            command=_command(),
-            environment=env,
-            workload=workload,
-            peak=peak,
-            trials=[trial],
-            notes=notes,
-        )
+        trial = Trial(status="ok", metrics=metrics, **common)  # type: ignore[arg-type]
+        return Results(perfscope_version=__version__, created_at=_now(), source="hooks", command=_command(),
+                       environment=env, workload=workload, peak=peak, trials=[trial], notes=notes)
 
     def _workload_info(self) -> WorkloadInfo:
         from perfscope.results import WorkloadInfo
@@ -799,22 +724,25 @@ class Profiler:
         declared.update(self._loader_config)
         return WorkloadInfo(path=path, sha256=sha, name=self.name, declared=declared, parameter_count=params)
 
-    def _trial_config(self, micro_batch: int | None, accum: int | None) -> dict[str, Any]:
-        """What is known about the user's loop, under TrialConfig's field names (unknown settings are absent)."""
-        config: dict[str, Any] = {
-            "device": self.device.type,
-            "warmup_steps": self.warmup_steps,
-            "steps": self._timed,
-            "tf32": bool(torch.backends.cuda.matmul.allow_tf32),
-        }
-        if micro_batch:
-            config["micro_batch_size"] = micro_batch
-        if accum:
-            config["grad_accum_steps"] = accum
+    def _trial_config(self, micro_batch: int, accum: int) -> tuple[Any, list[str]]:
+        """What is known about the user's loop as a TrialConfig, and the fields that were not observed."""
+        from perfscope.results import TrialConfig
+
+        unknown = []
+        known: dict[str, Any] = {"device": self.device.type, "warmup_steps": self.warmup_steps,
+                                 "micro_batch_size": max(1, micro_batch), "grad_accum_steps": max(1, accum)}
         if self.precision is not None:
-            config["precision"] = self.precision
-        config.update({k: v for k, v in self._loader_config.items() if v is not None})
-        return config
+            known["precision"] = self.precision
+        else:
+            unknown.append("precision")
+        if self._loader_config:
+            known.update({k: v for k, v in self._loader_config.items() if v is not None and k != "prefetch_factor"})
+            if self._loader_config.get("num_workers"):
+                known["prefetch_factor"] = self._loader_config.get("prefetch_factor")
+        else:
+            unknown += ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor"]
+        unknown += ["tf32", "compile", "optimizer_impl", "channels_last", "gc_mode", "activation_checkpointing"]
+        return TrialConfig(**known), unknown
 
     def _utilization_result(self) -> Any:
         if self._sampler is not None:
@@ -824,9 +752,10 @@ class Profiler:
     def _fill_first_step(self, metrics: Any) -> None:
         if len(self._first_marks) == 2:
             start, end = self._first_marks
+            self._clock.wait(end)
             metrics.first_step_s = self._clock.elapsed_s(start, end)
             if self.model is not None and hasattr(self.model, "_orig_mod"):
-                metrics.compile_time_s = max(metrics.first_step_s - metrics.step_time_s.median, 0.0)
+                metrics.compile_time_s = max(metrics.first_step_s - metrics.mean_step_time_s, 0.0)
         else:
             metrics.unavailable["first_step_s"] = "measured only when the first step's batch comes through prof.wrap()"
 
@@ -837,33 +766,36 @@ class Profiler:
         elif self._flops is not None:
             total, counted_samples, flop_notes = self._flops
             metrics.flop_notes = list(flop_notes)
-            metrics.flop_notes.append(
-                "counted on one optimizer step of the loop as it runs: if it uses activation checkpointing, the "
-                "recomputed forward is included (hardware FLOPs)"
-            )
             if counted_samples and samples_per_step and counted_samples != samples_per_step:
                 total = total * samples_per_step / counted_samples
-                metrics.flop_notes.append(
-                    f"the counted step had {counted_samples} samples: scaled to {samples_per_step} per step"
-                )
+                metrics.flop_notes.append(f"the counted step had {counted_samples} samples: scaled to {samples_per_step} per step")
+            metrics.hardware_flops_per_step = total
             metrics.flops_per_step = total
+            metrics.flop_notes.append(
+                "counted on one optimizer step of the loop as it ran: with activation checkpointing the recomputed "
+                "forward is included, and this MFU is then a hardware-FLOP figure (pass Profiler(flops_per_step=...))"
+            )
         elif self._flop_unavailable is not None:
             metrics.unavailable["flops_per_step"] = self._flop_unavailable
         elif not self.count_flops:
             metrics.unavailable["flops_per_step"] = "FLOP counting disabled (Profiler(count_flops=False))"
         else:
             metrics.unavailable["flops_per_step"] = f"the FLOP-counting step (step {self._flop_index}) was not reached"
-        if metrics.flops_per_step:
-            metrics.achieved_tflops = metrics.flops_per_step / metrics.step_time_s.median / 1e12
 
-    def _fill_memory(self, metrics: Any, memory: Any) -> None:
+    def _memory_peaks(self) -> tuple[int | None, int | None, int | None]:
+        if self.device.type != "cuda":
+            return None, None, None
+        index = self.device.index or 0
+        # Peaks since the process started: resetting them would change what the user's own code reads.
+        return (int(torch.cuda.max_memory_allocated(index)), int(torch.cuda.max_memory_reserved(index)),
+                int(torch.cuda.get_device_properties(index).total_memory))
+
+    def _fill_memory(self, metrics: Any, memory: Any, peaks: tuple[int | None, int | None, int | None]) -> None:
         if self.device.type == "cuda":
-            index = self.device.index or 0
-            # Peaks since the process started: resetting them would change what the user's own code reads.
-            metrics.peak_memory_bytes = int(torch.cuda.max_memory_allocated(index))
-            metrics.peak_reserved_bytes = int(torch.cuda.max_memory_reserved(index))
-            metrics.device_memory_capacity_bytes = int(torch.cuda.get_device_properties(index).total_memory)
-            self._results_notes_once("CUDA memory peaks are since the process started (perfscope does not reset them)")
+            metrics.peak_memory_bytes, metrics.peak_reserved_bytes, metrics.device_memory_capacity_bytes = peaks
+            note = "CUDA memory peaks are since the process started (perfscope does not reset them)"
+            if note not in self._results_notes:
+                self._results_notes.append(note)
         else:
             metrics.peak_memory_bytes = metrics.host_rss_peak_bytes
             metrics.unavailable["peak_memory_bytes"] = "CPU has no allocator peak: this is the process's peak host RSS"
@@ -878,10 +810,6 @@ class Profiler:
         else:
             metrics.unavailable["memory_breakdown"] = "needs Profiler(model, optimizer=...)"
 
-    def _results_notes_once(self, note: str) -> None:
-        if note not in self._results_notes:
-            self._results_notes.append(note)
-
     def _fill_trace(self, metrics: Any) -> None:
         if self.capture_steps is None:
             return
@@ -893,49 +821,13 @@ class Profiler:
             from perfscope.trace.facts import trace_facts
 
             metrics.trace_facts = trace_facts(self._trace_path, device_type=self.device.type, steps=self._active_steps)
-        except ImportError as exc:
-            metrics.unavailable["trace_facts"] = f"trace analysis not available: {exc}"
         except Exception as exc:  # noqa: BLE001
             metrics.unavailable["trace_facts"] = f"trace analysis failed: {type(exc).__name__}: {exc}"
 
-    # --- save helpers
 
-    def _move_trace(self, results: Results, out: Path) -> None:
-        """Copy a trace written to a temporary folder next to results.json, so the run folder is complete."""
-        trial = results.trials[0]
-        if trial.metrics is None or trial.metrics.trace_path is None:
-            return
-        source = Path(trial.metrics.trace_path)
-        target = out / source.name
-        if source.resolve() != target.resolve():
-            shutil.copy2(source, target)
-        trial.metrics.trace_path = str(target)
-
-    @staticmethod
-    def _diagnose(results: Results) -> None:
-        try:
-            from perfscope.rules import run_rules
-        except ImportError:
-            return
-        if not results.ok_trials():
-            return
-        try:
-            results.findings = run_rules(results)
-        except Exception as exc:  # noqa: BLE001 - a rule bug must not lose the measurements
-            warnings.warn(f"perfscope: the rules failed ({type(exc).__name__}: {exc}); results.json is saved without findings",
-                          RuntimeWarning, stacklevel=3)
-
-    @staticmethod
-    def _write_report(results: Results, out: Path) -> None:
-        try:
-            from perfscope.report import write_report
-        except ImportError:
-            return
-        try:
-            write_report(results, out / "report.html", fmt="html")
-        except Exception as exc:  # noqa: BLE001
-            warnings.warn(f"perfscope: the report could not be written ({type(exc).__name__}: {exc}); results.json is intact "
-                          "— retry with `perfscope report`", RuntimeWarning, stacklevel=3)
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
 
 def _command() -> list[str]:

@@ -3,7 +3,7 @@
     peak = choose_peak(environment, override_tflops=None)
     apply_utilization_ratios(metrics, peak, environment)
 
-MFU = model FLOPs per step / step time / peak (PaLM's definition). HFU counts the FLOPs the hardware
+MFU = model FLOPs in the windows / their wall time / peak (PaLM's definition). HFU counts the FLOPs the hardware
 really executed, including activation-checkpoint recompute, so HFU ≥ MFU. Every trial of a run uses the
 same denominator — the device's best dense matmul peak — so a precision change shows up as an MFU gain
 equal to its throughput gain instead of being hidden by a dtype-specific peak.
@@ -34,19 +34,41 @@ def choose_peak(env: Environment, override_tflops: float | None = None) -> Peak 
 
 
 def apply_utilization_ratios(metrics: TrialMetrics, peak: Peak | None, env: Environment) -> None:
-    """Fill mfu, hfu and mfu_vs_measured_ceiling; a ratio that cannot be computed gets its reason."""
-    median = metrics.step_time_s.median
+    """Fill achieved_tflops, mfu, hfu and mfu_vs_measured_ceiling from work / wall time of the windows.
+
+    A ratio above 1 cannot be true as measured (a wrong FLOP count, a wrong peak, or a ceiling measured while
+    the machine was busy): it is not reported; the reason goes to ``unavailable`` and ``flags``.
+    """
     if not metrics.flops_per_step:
         metrics.unavailable.setdefault("mfu", metrics.unavailable.get("flops_per_step", "no FLOP count"))
         return
+    if metrics.wall_s <= 0 or metrics.steps <= 0:
+        metrics.unavailable["mfu"] = "no timed step"
+        return
+    achieved = metrics.flops_per_step * metrics.steps / metrics.wall_s
+    metrics.achieved_tflops = achieved / 1e12
     if peak is None:
         metrics.unavailable["mfu"] = "no peak FLOP/s known for this device (pass --peak-tflops)"
     else:
-        metrics.mfu = metrics.flops_per_step / median / (peak.tflops * 1e12)
+        metrics.mfu = _plausible(metrics, "mfu", achieved / (peak.tflops * 1e12), f"the {peak.tflops:g} TFLOP/s peak ({peak.source})")
         if metrics.hardware_flops_per_step:
-            metrics.hfu = metrics.hardware_flops_per_step / median / (peak.tflops * 1e12)
+            hardware = metrics.hardware_flops_per_step * metrics.steps / metrics.wall_s
+            metrics.hfu = _plausible(metrics, "hfu", hardware / (peak.tflops * 1e12), f"the {peak.tflops:g} TFLOP/s peak")
     if env.measured_ceiling_tflops:
         ceiling = max(env.measured_ceiling_tflops.values())
-        metrics.mfu_vs_measured_ceiling = metrics.flops_per_step / median / (ceiling * 1e12)
+        metrics.mfu_vs_measured_ceiling = _plausible(
+            metrics, "mfu_vs_measured_ceiling", achieved / (ceiling * 1e12),
+            f"the matmul ceiling measured at {ceiling:g} TFLOP/s (a ceiling measured while the machine was busy reads low)",
+        )
     else:
         metrics.unavailable["mfu_vs_measured_ceiling"] = "no measured ceiling"
+
+
+def _plausible(metrics: TrialMetrics, name: str, value: float, against: str) -> float | None:
+    if value <= 1.0:
+        return value
+    why = (f"{name} computed as {value:.0%} of {against}: above 100% cannot be true; the FLOP count per step "
+           f"({metrics.flops_per_step:.3g}) or the denominator is wrong, so it is not reported")
+    metrics.unavailable[name] = why
+    metrics.flags.append(why)
+    return None

@@ -61,6 +61,11 @@ class UtilizationSampler:
         except Exception as exc:  # noqa: BLE001 - degrade: no NVML is a recorded reason, not a failure
             self._unavailable["gpu"] = f"NVML unavailable: {type(exc).__name__}: {exc}"
 
+    @property
+    def nvml_handle(self) -> Any:
+        """The NVML device handle (None without NVML), shared with the contention probe."""
+        return self._handle
+
     def _read_gpu(self, sample: UtilizationSample) -> None:
         nv, h = self._nvml, self._handle
         # Renamed "clocks event reasons" in newer NVML; the old name is kept as an alias there.

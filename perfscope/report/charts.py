@@ -154,8 +154,8 @@ def step_breakdown_chart(results: Results, roles: _Roles) -> Chart | None:
     any_trace = False
     for t in trials:
         m = t.metrics
-        step_ms = m.step_time_s.median * 1e3  # type: ignore[union-attr]
-        dw = min(max(m.data_wait_fraction, 0.0), 1.0)  # type: ignore[union-attr]
+        step_ms = m.mean_step_time_s * 1e3  # type: ignore[union-attr]
+        dw = min(max(m.data_wait_share, 0.0), 1.0)  # type: ignore[union-attr]
         # The trace's idle time includes the data wait (the device idles while the host waits), so only
         # the idle beyond it is shown as idle/sync: the three segments add up to the median step.
         trace_idle = facts.idle_fraction(m.trace_facts) or facts.sync_fraction(m.trace_facts)  # type: ignore[union-attr]

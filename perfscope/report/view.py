@@ -30,6 +30,7 @@ from perfscope.report.format import (
     fmt_seconds,
 )
 from perfscope.results import FAILED_STATUSES, Finding, Gain, Results, Trial
+from perfscope.results.roles import baseline_configuration, baseline_run, recommended_configuration, recommended_run
 from perfscope.trace.diff import diff_facts
 
 MAX_KERNEL_ROWS = 15
@@ -189,18 +190,17 @@ class ReportView:
 
 
 def baseline_name(results: Results) -> str | None:
-    """The sweep's baseline, else a trial called "baseline", else the first trial (hooks runs have one)."""
-    if results.sweep and results.trial(results.sweep.baseline_trial):
-        return results.sweep.baseline_trial
-    if results.trial("baseline"):
-        return "baseline"
+    """The baseline's representative run (perfscope.results.roles), else the first run."""
+    run = baseline_run(results)
+    if run is not None:
+        return run.name
     return results.trials[0].name if results.trials else None
 
 
 def recommended_name(results: Results) -> str | None:
-    name = results.sweep.recommended_trial if results.sweep else None
-    if name and name != baseline_name(results) and results.trial(name):
-        return name
+    run = recommended_run(results)
+    if run is not None and recommended_configuration(results) != baseline_configuration(results):
+        return run.name
     return None
 
 
@@ -222,8 +222,11 @@ def _reason(trial: Trial, metric: str) -> str:
 
 
 def _step_cell(trial: Trial) -> Cell:
-    s = trial.metrics.step_time_s  # type: ignore[union-attr]
-    return Cell(text=fmt_seconds(s.median), note=f"p10–p90 {fmt_seconds(s.p10)} – {fmt_seconds(s.p90)}")
+    m = trial.metrics
+    assert m is not None
+    s = m.typical_step
+    note = f"typical step {fmt_seconds(s.median)} (p10–p90 {fmt_seconds(s.p10)} – {fmt_seconds(s.p90)})" if s else ""
+    return Cell(text=fmt_seconds(m.mean_step_time_s), note=note)
 
 
 def _knob_list(knobs: list[str]) -> str:
@@ -266,10 +269,10 @@ def _headline(results: Results, base: Trial | None, rec: Trial | None) -> Headli
         mfu_row.change, mfu_row.better = f"{delta:+.1f} pts", delta > 0 if delta else None
     rows.append(mfu_row)
 
-    step_row = HeadlineRow(label="Step time (median)", values=[_step_cell(t) for t in trials])
+    step_row = HeadlineRow(label="Step time (wall / steps)", values=[_step_cell(t) for t in trials])
     gain = results.sweep.recommended_gain if results.sweep else None
     if both:
-        ratio = gain.ratio if gain else bm.step_time_s.median / rm.step_time_s.median
+        ratio = gain.ratio if gain else bm.mean_step_time_s / rm.mean_step_time_s
         step_row.change, step_row.better = gain_text(ratio), ratio > 1
         if gain and not gain.significant:
             step_row.better = None
@@ -301,7 +304,7 @@ def _headline(results: Results, base: Trial | None, rec: Trial | None) -> Headli
         headline.gain_significant = gain.significant
         headline.recommended_knobs = list(results.sweep.recommended_knobs) if results.sweep else []
     if not both:
-        if results.sweep is not None and results.sweep.recommended_trial == base.name:
+        if results.sweep is not None and results.sweep.recommended_trial == base.configuration:
             headline.lead = "The sweep found no configuration significantly faster than the baseline: the baseline is the recommendation."
         elif results.sweep is not None:
             headline.lead = "The sweep did not produce a recommendation (see the notes under the knobs); the numbers below are the baseline."
@@ -401,7 +404,7 @@ def _trial_rows(results: Results, base: str | None, rec: str | None) -> list[Tri
         m = t.metrics
         role = "baseline" if t.name == base else "recommended" if t.name == rec else ""
         if m is None:
-            batch = str(t.config.get("micro_batch_size", "—"))
+            batch = str(t.config.micro_batch_size)
             rows.append(
                 TrialRow(name=t.name, role=role, status=t.status, knobs=_knob_list(t.knobs), batch=batch, step_time=Cell(text="—"),
                          throughput="—", mfu="—", peak_memory="—", wall_time=fmt_seconds(t.wall_time_s) if t.wall_time_s else "—")

@@ -20,17 +20,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 from perfscope.errors import ResultsError
+from perfscope.results.config import TrialConfig
 from perfscope.results.io import read_json, write_json
+from perfscope.results.migrate import upgrade
 from perfscope.results.serde import from_jsonable, to_jsonable
 from perfscope.stats import Summary
 
 __all__ = [
-    "FAILED_STATUSES", "SCHEMA_VERSION", "Environment", "Finding", "Gain", "KnobOutcome", "MemoryBreakdown",
-    "MicroBatchPoint", "Peak", "Results", "Summary", "Sweep", "Trial", "TrialMetrics", "TrialStatus", "Utilization",
-    "UtilizationSample", "WorkloadInfo",
+    "FAILED_STATUSES", "SCHEMA_VERSION", "Contention", "Environment", "Finding", "Gain", "KnobOutcome",
+    "MemoryBreakdown", "MicroBatchPoint", "ModelFacts", "Peak", "Results", "RunNoise", "Summary", "Sweep", "Trial", "TrialConfig",
+    "TrialMetrics", "TrialStatus", "Utilization", "UtilizationSample", "Verdict", "Window", "WorkloadInfo",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 TrialStatus = Literal["ok", "oom", "error", "crashed", "timeout", "nonfinite", "skipped"]
 FAILED_STATUSES: frozenset[str] = frozenset({"oom", "error", "crashed", "timeout", "nonfinite"})
@@ -73,6 +75,16 @@ class Environment:
     unavailable: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, kw_only=True)
+class ModelFacts:
+    """What the knobs need to know about the model; read in the probe process (the parent never builds it)."""
+
+    parameter_count: int
+    has_conv2d: bool
+    repeated_blocks: int
+    optimizer_class: str
+
+
 @dataclass(kw_only=True)
 class WorkloadInfo:
     """Identity of the user's workload: path and content hash let the CI gate spot a different workload."""
@@ -82,6 +94,7 @@ class WorkloadInfo:
     name: str
     declared: dict[str, Any] = field(default_factory=dict)  # batch_size, tokens_per_sample, user's loop settings
     parameter_count: int | None = None
+    model: ModelFacts | None = None
 
 
 @dataclass(kw_only=True)
@@ -120,70 +133,197 @@ class Utilization:
 
 
 @dataclass(kw_only=True)
-class TrialMetrics:
-    """What one configuration measured. Per-step samples are kept: the gate and the sweep test on them."""
+class Contention:
+    """What the rest of the machine did while a window was measured (perfscope.measure.contention)."""
+
+    other_cpu_cores: float | None = None
+    """Average CPU cores used by processes other than the trial and its children (DataLoader workers)."""
+    own_cpu_cores: float | None = None
+    steal_cores: float | None = None
+    """Average cores the hypervisor took away (virtual machines)."""
+    device_other_processes: list[str] = field(default_factory=list)
+    """Other processes on the same GPU, as NVML lists them (pids)."""
+    contended: bool = False
+    reason: str | None = None
+
+
+@dataclass(kw_only=True)
+class Window:
+    """Contiguous timed optimizer steps in one process: the unit every throughput is computed from.
+
+    Throughput is work over wall time — samples / ``wall_s`` — never derived from a median step: the data
+    stalls, GC pauses and allocator hiccups a profiler exists to count live in the tail a median hides.
+    """
 
     steps: int
+    samples: int | None
+    """Samples processed in the window (None: unknown, e.g. hooks that could not see the batches)."""
+    wall_s: float
+    """First to last step boundary: device-timeline time on CUDA (idle gaps included), host clock on CPU."""
+    data_wait_s: float = 0.0
+    """Exposed data wait: time the device sat idle while the host was blocked on the data iterator (on a
+    GPU measured with CUDA events around `next()`, so waits hidden behind queued GPU work do not count; on
+    CPU, where work is synchronous, all host wait is exposed)."""
+    host_data_wait_s: float = 0.0
+    """Host time blocked on the data iterator (exposed or hidden)."""
+    contention: Contention | None = None
+
+
+@dataclass(kw_only=True)
+class TrialMetrics:
+    """What one run (one process) of a configuration measured.
+
+    ``samples_per_s``, ``achieved_tflops``, ``mfu`` and ``hfu`` are work / wall time of the windows.
+    ``step_times_s`` and ``typical_step`` describe a typical step and its tail, nothing more.
+    """
+
+    steps: int
+    """Timed optimizer steps, all windows."""
     warmup_steps: int
     micro_batch_size: int
     grad_accum_steps: int
-    samples_per_step: int  # global batch on this rank: micro x accumulation
-    step_times_s: list[float]
-    data_wait_s: list[float]  # host time blocked on the data iterator, per step
-    step_time_s: Summary
-    data_wait_fraction: float
-    samples_per_s: float
+    samples_per_step: int
+    """Global batch on this rank: micro-batch × accumulation."""
+    windows: list[Window]
+    samples_per_s: float | None
+    """Samples in the windows / their wall time: THE throughput of this run."""
+    wall_s: float
+    """Total wall time of the windows."""
+    data_wait_share: float
+    """Exposed data wait / wall time (see Window.data_wait_s)."""
+    host_data_wait_share: float
+    """Host time blocked on data / wall time (includes waits hidden behind queued GPU work)."""
+    step_times_s: list[float] = field(default_factory=list)
+    """Per-step times in step order (hooks: a uniform sample of them, see ``step_times_sampled``)."""
+    step_data_wait_s: list[float] = field(default_factory=list)
+    """Exposed data wait per step, aligned with ``step_times_s``."""
+    step_times_sampled: bool = False
+    typical_step: Summary | None = None
+    """Median and percentiles of the per-step times: a description of a typical step, never the throughput."""
     tokens_per_s: float | None = None
-    losses: list[float | None] = field(default_factory=list)  # per measured step; None = non-finite
+    losses: list[float | None] = field(default_factory=list)
+    """Loss per measured step (None = non-finite); read after the window, never inside it."""
     first_grad_norm: float | None = None
-    flops_per_step: float | None = None  # model FLOPs (forward + backward), no recompute
-    hardware_flops_per_step: float | None = None  # adds activation-checkpointing recompute
+    flops_per_step: float | None = None
+    """Model FLOPs per optimizer step (forward + backward), no recompute."""
+    hardware_flops_per_step: float | None = None
+    """Adds activation-checkpointing recompute (HFU ≥ MFU)."""
     flop_convention: str = ""
-    flop_notes: list[str] = field(default_factory=list)  # gaps detected and filled/flagged
+    flop_notes: list[str] = field(default_factory=list)
     achieved_tflops: float | None = None
-    mfu: float | None = None  # model FLOPs / step time / Results.peak (the fixed ranking denominator)
+    """Model FLOPs in the windows / their wall time / 1e12."""
+    mfu: float | None = None
+    """achieved model FLOP/s / Results.peak (one fixed denominator per run)."""
     hfu: float | None = None
     mfu_vs_measured_ceiling: float | None = None
-    peak_memory_bytes: int | None = None  # CUDA max allocated; on CPU, peak host RSS of the trial process
+    peak_memory_bytes: int | None = None
+    """CUDA: the caching allocator's max allocated. CPU: peak host RSS of the trial process (labelled so)."""
     peak_reserved_bytes: int | None = None
     device_memory_capacity_bytes: int | None = None
     memory_breakdown: MemoryBreakdown | None = None
     host_rss_peak_bytes: int | None = None
     utilization: Utilization | None = None
-    compile_time_s: float | None = None  # first-step time beyond a steady step, when compiling
+    compile_time_s: float | None = None
+    """First-step time beyond a steady step, when compiling."""
     first_step_s: float | None = None
+    calibration: str | None = None
+    """How the window's length was chosen (steps asked for, or calibrated to a minimum duration)."""
+    recompiles_in_window: int | None = None
+    """torch.compile recompilations (or CUDA-graph re-recordings) that happened inside the timed window."""
     trace_path: str | None = None
     trace_facts: dict[str, Any] | None = None
+    flags: list[str] = field(default_factory=list)
+    """Figures that cannot be true as measured (e.g. MFU above 100%), with why; the report shows them."""
     unavailable: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def mean_step_time_s(self) -> float:
+        """Wall time per timed step (wall / steps): the step time throughput corresponds to."""
+        return self.wall_s / self.steps if self.steps else float("nan")
+
+    @property
+    def contention(self) -> list[str]:
+        """Why windows of this run were contended (empty when none was)."""
+        return [w.contention.reason for w in self.windows if w.contention and w.contention.contended and w.contention.reason]
 
 
 @dataclass(kw_only=True)
 class Trial:
-    """One configuration of the workload, run in its own process."""
+    """One run: one configuration measured in one fresh process.
+
+    A configuration measured several times (the baseline through the sweep, `analyze --repeat`, several CI
+    runs) has several trials with the same ``configuration``; the run, not the step, is the unit of
+    evidence for every comparison.
+    """
 
     name: str
-    config: dict[str, Any]  # a TrialConfig as a dict (kept loose so old files stay readable as knobs grow)
+    """Unique in the results: the configuration's name, with -r2, -r3 ... for its repeats."""
+    configuration: str = ""
+    """Name of the configuration this run measures ("baseline", "amp_bf16", "recommended", ...)."""
+    repeat: int = 1
+    sequence: int | None = None
+    """Position in the run's measurement order (interleaving pairs each run with its neighbours in time)."""
+    config: TrialConfig
+    unknown_settings: list[str] = field(default_factory=list)
+    """TrialConfig fields that describe nothing observed (hooks cannot see every setting of a loop)."""
     status: TrialStatus
-    knobs: list[str] = field(default_factory=list)  # ids of the knobs applied on top of the baseline
+    knobs: list[str] = field(default_factory=list)
+    """Ids of the knobs applied on top of the baseline."""
     error: str | None = None
     metrics: TrialMetrics | None = None
+    excluded: str | None = None
+    """Why this run is not used as evidence (contended, outlier); it stays in the file for the record."""
     wall_time_s: float | None = None
     started_at: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.configuration:
+            self.configuration = self.name
 
     @property
     def ok(self) -> bool:
         return self.status == "ok" and self.metrics is not None
 
+    @property
+    def evidence(self) -> bool:
+        """A successful run that counts as evidence (not excluded)."""
+        return self.ok and self.excluded is None
+
+
+Verdict = Literal["faster", "slower", "same", "undecided"]
+
 
 @dataclass(kw_only=True)
 class Gain:
-    """A measured speed-up: ratio of baseline to candidate median step time (>1 is faster), with its interval."""
+    """A measured change in throughput of one configuration against a reference, from fresh-process runs.
+
+    ``ratio`` > 1 is faster (candidate samples/s over reference samples/s, geometric mean of paired runs);
+    [low, high] is its ``confidence`` interval. ``verdict``: faster / slower (the interval excludes 1),
+    same (the interval lies within the run's practical-equivalence margin), undecided (neither: more runs
+    were needed than the budget allowed). ``mde`` is the smallest change these runs could have detected.
+    """
 
     ratio: float
     low: float
     high: float
     confidence: float
-    significant: bool
+    verdict: Verdict = "undecided"
+    runs: int = 1
+    """Candidate runs used."""
+    reference: str = "baseline"
+    """The configuration the ratio is measured against."""
+    reference_runs: int = 1
+    mde: float | None = None
+    """Minimum detectable effect: the smallest relative change (e.g. 0.08 = 8%) these runs detect reliably."""
+    method: str = ""
+
+    @property
+    def significant(self) -> bool:
+        return self.verdict in ("faster", "slower")
+
+    @property
+    def faster(self) -> bool:
+        return self.verdict == "faster"
 
 
 @dataclass(kw_only=True)
@@ -200,7 +340,7 @@ class Finding:
     estimate_method: str | None = None
     caveats: list[str] = field(default_factory=list)  # semantics changes (numerics, global batch, LR)
     reference: str | None = None
-    trial: str | None = None  # the trial that measured the gain
+    trial: str | None = None  # the configuration that measured the gain
 
 
 @dataclass(kw_only=True)
@@ -212,6 +352,9 @@ class KnobOutcome:
     status: Literal["measured", "skipped", "inapplicable", "failed", "rejected"]
     reason: str | None = None  # why skipped / inapplicable / failed / rejected (e.g. numerics guard)
     trial: str | None = None
+    """The configuration that measured it (its runs are the trials of that configuration)."""
+    setting: str | None = None
+    """The winning value in words, e.g. "micro-batch 32 × accumulation 2", "4 workers"."""
     gain: Gain | None = None
     mfu: float | None = None
     changes_semantics: list[str] = field(default_factory=list)  # e.g. "numerics: bf16 autocast"
@@ -231,15 +374,30 @@ class MicroBatchPoint:
 
 
 @dataclass(kw_only=True)
+class RunNoise:
+    """Run-to-run noise of this machine, from the baseline's repeated fresh-process runs."""
+
+    runs: int
+    """Baseline runs used (contended or outlying runs excluded)."""
+    sigma: float | None
+    """Standard deviation of log throughput between runs (≈ relative spread), from successive differences."""
+    mde: float | None = None
+    """Smallest relative change a single paired comparison could detect at this noise."""
+
+
+@dataclass(kw_only=True)
 class Sweep:
     """The search: each knob alone, the stacked recommendation, and the micro-batch curve."""
 
     baseline_trial: str
+    """The baseline configuration's name."""
     recommended_trial: str | None = None
+    """The recommended configuration's name (the baseline's when nothing is significantly faster)."""
     recommended_knobs: list[str] = field(default_factory=list)
     recommended_gain: Gain | None = None
-    knobs: list[KnobOutcome] = field(default_factory=list)  # ranked: best measured gain first
+    knobs: list[KnobOutcome] = field(default_factory=list)
     micro_batch: list[MicroBatchPoint] = field(default_factory=list)
+    noise: RunNoise | None = None
     budget_s: float | None = None
     elapsed_s: float | None = None
     stopped_early: str | None = None  # e.g. "budget exhausted", "interrupted"
@@ -261,6 +419,8 @@ class Results:
     trials: list[Trial] = field(default_factory=list)
     sweep: Sweep | None = None
     findings: list[Finding] | None = None
+    warnings: list[str] = field(default_factory=list)
+    """Measurement problems a reader must see first (persistent contention, implausible figures)."""
     notes: list[str] = field(default_factory=list)
 
     def trial(self, name: str) -> Trial | None:
@@ -268,6 +428,11 @@ class Results:
 
     def ok_trials(self) -> list[Trial]:
         return [t for t in self.trials if t.ok]
+
+    def runs(self, configuration: str) -> list[Trial]:
+        """The evidence runs of one configuration, in measurement order."""
+        runs = [t for t in self.trials if t.configuration == configuration and t.evidence]
+        return sorted(runs, key=lambda t: (t.sequence is None, t.sequence or 0))
 
     def upsert(self, trial: Trial) -> None:
         """Replace the trial of the same name (a resumed or re-run trial) or append it."""
@@ -285,6 +450,7 @@ class Results:
     def from_dict(cls, data: Any) -> Results:
         if not isinstance(data, dict):
             raise ResultsError("results must be a JSON object")
+        data = upgrade(data)
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ResultsError(

@@ -25,10 +25,10 @@ class DataLoaderStall(Rule):
 
     def check(self, ctx: RuleContext) -> list[Finding]:
         # The timed steps' own measure first; the trace's (profiled, slower steps) when the loop could not time it.
-        wait = ctx.metrics.data_wait_fraction or ctx.fact("data_wait_fraction", 0.0)
+        wait = ctx.metrics.data_wait_share or ctx.fact("data_wait_fraction", 0.0)
         if wait < self.threshold:
             return []
-        median = ctx.metrics.step_time_s.median
+        median = ctx.metrics.typical_step.median if ctx.metrics.typical_step else ctx.metrics.mean_step_time_s
         finding = Finding(
             rule_id=self.id, title="The step waits for data: add DataLoader workers", severity="high" if wait >= 0.3 else "medium",
             evidence=[f"{pct(wait)} of each step is spent blocked on the data iterator (median step {ms(median)})",

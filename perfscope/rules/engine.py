@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from perfscope.results import Finding, KnobOutcome, Results, Trial, TrialMetrics
+from perfscope.results.roles import baseline_run
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
@@ -31,9 +32,7 @@ class RuleContext:
 
     @classmethod
     def build(cls, results: Results) -> RuleContext | None:
-        trial = results.trial("baseline")
-        if trial is None or not trial.ok:
-            trial = next(iter(results.ok_trials()), None)
+        trial = baseline_run(results)
         if trial is None or trial.metrics is None:
             return None
         return cls(results=results, baseline=trial, metrics=trial.metrics, facts=trial.metrics.trace_facts or {})
@@ -43,7 +42,10 @@ class RuleContext:
         return self.results.environment.device_type == "cuda"
 
     def config(self, key: str, default: Any = None) -> Any:
-        return self.baseline.config.get(key, default)
+        """A setting of the user's loop; ``default`` when it was not observed (hooks cannot see every setting)."""
+        if key in self.baseline.unknown_settings:
+            return default
+        return getattr(self.baseline.config, key, default)
 
     def knob(self, knob_id: str) -> KnobOutcome | None:
         sweep = self.results.sweep

@@ -24,7 +24,7 @@ class MisalignedGemm(Rule):
 
     def check(self, ctx: RuleContext) -> list[Finding]:
         shapes = [g for g in ctx.fact("gemm_shapes", []) if g.get("misaligned")]
-        step = ctx.fact("step_time_s") or ctx.metrics.step_time_s.median
+        step = ctx.fact("step_time_s") or ctx.metrics.mean_step_time_s
         share = sum(g.get("time_s", 0.0) for g in shapes) / step if step else 0.0
         if not shapes or share < self.min_share:
             return []

@@ -13,13 +13,11 @@ semantics — such points are measured and shown, but only semantics-preserving 
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from perfscope.results import MicroBatchPoint, Trial
-from perfscope.search.gains import time_per_sample
-from perfscope.trial.config import TrialConfig
+from perfscope.results.config import TrialConfig
 
 MEMORY_MARGIN = 0.90  # a micro-batch using more than this share of device memory is too close to OOM
 PLATEAU = 1.03  # stop doubling when throughput improves by less than 3%
@@ -33,16 +31,23 @@ class MicroBatchResult:
     trials: dict[int, Trial] = field(default_factory=dict)  # micro-batch -> its trial (ok or not)
     hit_oom: bool = False
     stopped: str | None = None
+    stopped_by_memory: bool = False
+    """The search stopped at the memory margin (not at an OOM, a plateau or the cap)."""
+
+    @property
+    def memory_limited(self) -> bool:
+        return self.hit_oom or self.stopped_by_memory
 
     def best(self, *, preserve_global: int | None) -> Trial | None:
-        """Fastest fitting trial (per sample) with margin; only the global batch ``preserve_global`` when given."""
+        """Fastest fitting run (samples/s of its window) with margin; only the global batch ``preserve_global``
+        when given. A selection, not a verdict: the sweep compares the chosen point's runs with the baseline's."""
         candidates = [
             t for t in self.trials.values()
             if t.ok and _has_margin(t) and (preserve_global is None or t.metrics.samples_per_step == preserve_global)  # type: ignore[union-attr]
         ]
         if not candidates:
             return None
-        return min(candidates, key=lambda t: statistics.median(time_per_sample(t)))
+        return max(candidates, key=_throughput)
 
     def largest_fitting(self) -> int | None:
         fitting = [m for m, t in self.trials.items() if t.ok]
@@ -68,7 +73,7 @@ def _point(micro: int, trial: Trial) -> MicroBatchPoint:
     m = trial.metrics
     return MicroBatchPoint(
         micro_batch_size=micro,
-        grad_accum_steps=int(trial.config.get("grad_accum_steps", 1)),
+        grad_accum_steps=trial.config.grad_accum_steps,
         trial=trial.name,
         status=trial.status,
         samples_per_s=m.samples_per_s if m is not None and trial.ok else None,
@@ -77,7 +82,7 @@ def _point(micro: int, trial: Trial) -> MicroBatchPoint:
 
 
 def _throughput(trial: Trial) -> float:
-    return trial.metrics.samples_per_s if trial.ok and trial.metrics else 0.0  # type: ignore[union-attr]
+    return (trial.metrics.samples_per_s or 0.0) if trial.ok and trial.metrics else 0.0
 
 
 def search_micro_batch(
@@ -111,6 +116,7 @@ def search_micro_batch(
             break
         if not _has_margin(trial):
             result.stopped = f"micro-batch {micro} uses more than {MEMORY_MARGIN:.0%} of device memory"
+            result.stopped_by_memory = True
             break
         if _throughput(trial) < PLATEAU * _throughput(last_ok):
             result.stopped = f"throughput stopped improving at micro-batch {micro}"

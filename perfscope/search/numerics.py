@@ -49,7 +49,7 @@ def _rel(a: float, b: float) -> float:
 
 
 def tolerance_for(trial: Trial) -> float:
-    return TOLERANCE.get(str(trial.config.get("precision", "fp32")), TOLERANCE["fp32"])
+    return TOLERANCE.get(trial.config.precision, TOLERANCE["fp32"])
 
 
 def compare_numerics(baseline: Trial, candidate: Trial) -> NumericsVerdict:

@@ -1,23 +1,26 @@
 """The optimization sweep: every applicable knob alone, micro-batch search, greedy stacking, a recommendation.
 
-    sweep = Sweeper(measure=session.measure, ctx=ctx, baseline=baseline_trial, options=SweepOptions()).run()
+    sweep = Sweeper(session=session, ctx=ctx, options=SweepOptions()).run()
 
-The search an expert does by hand, with error bars:
-0. The baseline again, in a fresh process: the drift between two identical runs is the noise floor, and
-   every gain's interval is widened by it (perfscope.search.gains).
-1. Each applicable knob alone on top of the baseline (its variants too: the best one is kept); a knob that
-   refines another (`builds_on`) on top of that knob's best trial. A trial that fails is recorded as such;
-   a trial whose losses leave the numerics guard's tolerance is rejected.
-2. Micro-batch search (perfscope.search.microbatch): `micro_batch` = the fastest point, `grad_accum` = the fastest
-   point with the user's global batch. On a GPU, when it hits OOM, checkpointing is measured paired with the
-   larger micro-batch it allows — that pair is what checkpointing is for.
-3. Greedy stacking of the significant winners, best first: a knob joins the stack only if it makes the
-   stack significantly faster still (and keeps the numerics and the global batch). The `grad_accum`
-   micro-batch joins last — re-searched on the stack when memory limited the search and the stack changed
-   memory (bf16, checkpointing).
-4. The recommended configuration is measured again in full as its own trial; if it is not significantly
-   faster than the baseline, the baseline itself is recommended — the recommendation never ranks below it.
-A wall-clock budget bounds the whole sweep: no trial starts that the budget probably cannot finish.
+The search an expert does by hand, with error bars that come from runs, not steps (perfscope.search.compare):
+1. Each applicable knob alone on top of the baseline, each variant in a fresh process, and after each
+   candidate run a fresh baseline run: the baseline is re-measured through the whole sweep (interleaved,
+   as asv does), so every candidate is compared with the baseline measured next to it in time, and the
+   baseline's own run-to-run spread is this machine's noise. A knob that refines another (`builds_on`) is
+   measured on top of that knob's best variant. A failed run is recorded as such; a run whose losses leave
+   the numerics guard's tolerance is rejected.
+2. Micro-batch search (perfscope.search.microbatch): `micro_batch` = the fastest point, `grad_accum` = the
+   fastest point that keeps the user's global batch. On a GPU, when it hits OOM, checkpointing is measured
+   paired with the larger micro-batch it allows.
+3. Adaptive repetition (pinpoint): a candidate still undecided whose interval reaches a worthwhile gain
+   gets another run (and its baseline neighbour), most promising first, until it is decided, it has
+   `max_runs` runs, or the budget is spent; a clear 2× is decided after the first.
+4. Greedy stacking of the winners, best first: a knob joins only if the stack with it is faster than the
+   stack without it (their gains against the same baseline compared with both intervals). The `grad_accum`
+   micro-batch joins last, re-searched on the stack when memory limited the search and the stack changed memory.
+5. The recommendation is the stack, with at least two runs (one of them traced); if it is not decidedly
+   faster than the baseline, the baseline itself is recommended.
+A wall-clock budget bounds the whole sweep: no run starts that the budget probably cannot finish.
 """
 
 from __future__ import annotations
@@ -25,91 +28,127 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from perfscope.errors import UserError
-from perfscope.results import KnobOutcome, Sweep, Trial
-from perfscope.search.gains import is_win, measured_gain, process_drift
-from perfscope.search.knobs import REGISTRY, Knob, KnobContext, ModelFacts, knob_ids
+from perfscope.results import Gain, KnobOutcome, Results, Sweep, Trial
+from perfscope.results.config import TrialConfig
+from perfscope.search.compare import compare, compare_gains, could_still_win, run_noise
+from perfscope.search.knobs import REGISTRY, Knob, KnobContext, knob_ids
 from perfscope.search.microbatch import MicroBatchResult, search_micro_batch
 from perfscope.search.numerics import compare_numerics
-from perfscope.trial.config import TrialConfig
 from perfscope.workload import Workload
 
-Measure = Callable[[str, TrialConfig, list[str]], Trial]
-MICRO_BATCH = "micro_batch"
-GRAD_ACCUM = "grad_accum"
-CHECKPOINTING = "activation_checkpointing"
+BASELINE = "baseline"
+
+
+class Measures(Protocol):
+    """What the sweep needs from a measurement session (perfscope.trial.session.Session)."""
+
+    results: Results
+
+    def measure(self, configuration: str, config: TrialConfig, knobs: list[str] | None = None) -> Trial: ...
 
 
 @dataclass(kw_only=True)
 class SweepOptions:
     budget_s: float | None = None
-    """Wall seconds for the whole sweep (None: unbounded)."""
+    """Wall seconds for the whole sweep (None: unbounded; each candidate still stops at max_runs)."""
     only: list[str] = field(default_factory=list)
     """Knob ids to try (empty: all)."""
     skip: list[str] = field(default_factory=list)
     """Knob ids not to try."""
     trace_recommended: bool = True
-    """Capture a profiler trace for the recommended configuration (exploration trials never capture one)."""
-    min_stack_gain: float = 1.02
-    """A knob joins the stack only if it speeds the stack up by at least this ratio (and significantly):
-    within-run intervals cannot see run-to-run drift, so tiny 'significant' gains are not worth a change."""
+    """Capture a profiler trace for the recommended configuration (exploration runs never capture one)."""
+    min_gain: float = 0.02
+    """A speed-up below this (2%) is not worth a code change: no extra runs to resolve it, no stacking for it."""
+    max_runs: int = 4
+    """Runs of one candidate at most (each with its baseline neighbour)."""
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.only + self.skip) - set(knob_ids()))
         if unknown:
             raise UserError(f"unknown knob id(s) {', '.join(unknown)}; valid ids: {', '.join(knob_ids())}")
+        if self.max_runs < 1:
+            raise UserError("max_runs must be >= 1")
 
 
 @dataclass
-class _Candidate:
+class Candidate:
+    """One measured configuration: a knob's variant (or a stack), and the runs that measured it."""
+
     knob: Knob
     changes: dict[str, Any]
-    """The knob's own changes (for a knob measured on top of its prerequisite, without the prerequisite's)."""
-    trial: Trial
-    outcome: KnobOutcome
-    requires: str | None = None
-    """Id of the knob that must be in the stack first (set when measured on top of it)."""
+    """The knob's own changes (without its prerequisite's, when measured on top of one)."""
+    name: str
+    """The configuration's name; its runs are the trials of that configuration."""
+    config: TrialConfig
+    knobs: list[str]
+    requires: Candidate | None = None
+    """The prerequisite candidate this one was measured on top of."""
+    first: Trial | None = None
+    gain: Gain | None = None
+    rejected: str | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.first is not None and self.first.ok and self.rejected is None
 
 
 class Sweeper:
     def __init__(
         self,
         *,
-        measure: Measure,
+        session: Measures,
         ctx: KnobContext,
-        baseline: Trial,
         options: SweepOptions,
         elapsed: Callable[[], float] = lambda: 0.0,
         sweep: Sweep | None = None,
     ) -> None:
-        self.measure_fn, self.ctx, self.baseline, self.options, self.elapsed = measure, ctx, baseline, options, elapsed
+        self.session, self.ctx, self.options, self.elapsed = session, ctx, options, elapsed
         self.start = elapsed()
-        self.sweep = sweep or Sweep(baseline_trial=baseline.name)
+        self.reference = ctx.base.replace(capture_trace=False)
+        self.sweep = sweep or Sweep(baseline_trial=BASELINE)
         self.sweep.budget_s = options.budget_s
-        self.wall_times: list[float] = [baseline.wall_time_s or 0.0]
-        self.drift = 0.0
+        self.candidates: list[Candidate] = []
+        self.outcomes: dict[int, KnobOutcome] = {}  # id(candidate) -> its outcome, for re-judging after more runs
 
-    # ----------------------------------------------------------------------------------- budget
+    # ----------------------------------------------------------------------------------- runs
 
-    def may_continue(self) -> bool:
-        """False when the next trial (estimated as the median trial so far) would overrun the budget."""
+    @property
+    def results(self) -> Results:
+        return self.session.results
+
+    def runs(self, name: str) -> list[Trial]:
+        return self.results.runs(name)
+
+    @property
+    def baseline(self) -> Trial:
+        runs = self.runs(BASELINE) or [t for t in self.results.trials if t.configuration == BASELINE]
+        return runs[0]
+
+    def may_continue(self, runs: int = 2) -> bool:
+        """False when ``runs`` more runs (at the median run's wall time so far) would overrun the budget."""
         if self.options.budget_s is None:
             return True
-        estimate = statistics.median(self.wall_times) if self.wall_times else 0.0
+        walls = [t.wall_time_s for t in self.results.trials if t.wall_time_s]
+        estimate = statistics.median(walls) * runs if walls else 0.0
         if self.elapsed() - self.start + estimate > self.options.budget_s:
             self.sweep.stopped_early = self.sweep.stopped_early or f"budget of {self.options.budget_s:g} s exhausted"
             return False
         return True
 
     def measure(self, name: str, config: TrialConfig, knobs: list[str]) -> Trial:
-        trial = self.measure_fn(name, config, knobs)
-        self.wall_times.append(trial.wall_time_s or 0.0)
+        """One run of ``name``, then one of the baseline: every candidate run has a baseline run beside it."""
+        trial = self.session.measure(name, config, knobs)
+        self.session.measure(BASELINE, self.reference, [])
         self.sweep.elapsed_s = self.elapsed() - self.start
         return trial
 
-    # ---------------------------------------------------------------------------------- phases
+    def gain(self, name: str) -> Gain | None:
+        return compare(self.runs(name), self.runs(BASELINE))
+
+    # --------------------------------------------------------------------------------- phases
 
     def selected(self, knob: Knob) -> str | None:
         if self.options.only and knob.id not in self.options.only:
@@ -119,197 +158,120 @@ class Sweeper:
         return None
 
     def _outcome(self, knob: Knob, status: str, reason: str | None = None, **kw: Any) -> KnobOutcome:
-        outcome = KnobOutcome(knob=knob.id, title=knob.title, status=status, reason=reason, code_change=knob.code_change, **kw)  # type: ignore[arg-type]
+        outcome = KnobOutcome(knob=knob.id, title=knob.title, status=status, reason=reason,  # type: ignore[arg-type]
+                              code_change=knob.code_change, **kw)
         self.sweep.knobs.append(outcome)
         return outcome
 
-    def _judge(self, knob: Knob, trial: Trial, config: TrialConfig, against: Trial | None = None) -> KnobOutcome:
-        """A measured trial -> its outcome: failed, rejected by the numerics guard, or measured with a gain."""
-        semantics = knob.changes_semantics(self.ctx, config)
-        if not trial.ok:
-            first = (trial.error or "").splitlines()[0] if trial.error else ""
-            return KnobOutcome(knob=knob.id, title=knob.title, status="failed", reason=f"{trial.status}: {first}".strip(": "),
-                               trial=trial.name, changes_semantics=semantics, code_change=knob.code_change)
-        verdict = compare_numerics(self.baseline, trial)
-        gain = measured_gain(against or self.baseline, trial, drift=self.drift)
-        mfu = trial.metrics.mfu if trial.metrics else None
-        if not verdict.ok:
-            return KnobOutcome(knob=knob.id, title=knob.title, status="rejected", reason=f"numerics guard: {verdict.reason}",
-                               trial=trial.name, gain=gain, mfu=mfu, changes_semantics=semantics, code_change=knob.code_change)
-        return KnobOutcome(knob=knob.id, title=knob.title, status="measured", trial=trial.name, gain=gain, mfu=mfu,
-                           changes_semantics=semantics, code_change=knob.code_change)
-
-    def try_alone(self, knob: Knob, on_top: _Candidate | None = None) -> _Candidate | None:
-        """Each variant of the knob on the baseline (or on ``on_top``, the best variant of the knob it builds
-        on, when the baseline lacks it: the gain is then the increment over that trial); the fastest
-        acceptable variant represents the knob."""
-        best: _Candidate | None = None
-        outcomes: list[KnobOutcome] = []
-        base = on_top.trial if on_top is not None else None
-        start = TrialConfig.from_dict(on_top.trial.config) if on_top is not None else self.ctx.base
+    def try_variants(self, knob: Knob, on_top: Candidate | None = None) -> list[Candidate]:
+        """Each variant of the knob on the baseline, or on ``on_top`` (the best variant of the knob it builds on)."""
+        start = on_top.config if on_top is not None else self.reference
+        out = []
         for i, changes in enumerate(knob.variants(self.ctx)):
             if not self.may_continue():
                 break
             config = knob.apply(start, changes)
             name = knob.id if i == 0 else f"{knob.id}-{i + 1}"
-            knobs = [on_top.knob.id, knob.id] if on_top is not None else [knob.id]
-            trial = self.measure(name, config, knobs)
-            outcome = self._judge(knob, trial, config, against=base)
-            outcomes.append(outcome)
-            if outcome.status == "measured" and (best is None or outcome.gain.ratio > best.outcome.gain.ratio):  # type: ignore[union-attr]
-                best = _Candidate(knob, changes, trial, outcome, requires=on_top.knob.id if on_top is not None else None)
-        if not outcomes:
-            self._outcome(knob, "skipped", self.sweep.stopped_early or "budget exhausted")
-            return None
-        chosen = best.outcome if best else outcomes[-1]
-        notes = [chosen.reason] if chosen.reason else []
-        if on_top is not None:
-            notes.append(f"measured on top of {on_top.knob.id} ({on_top.trial.name}); the gain is the increment over that trial")
-        if len(outcomes) > 1:
-            notes.append(f"best of {len(outcomes)} variants")
-        chosen.reason = "; ".join(notes) or None
-        self.sweep.knobs.append(chosen)
-        return best
+            knobs = [*(on_top.knobs if on_top is not None else []), knob.id]
+            cand = Candidate(knob, changes, name, config, knobs, requires=on_top)
+            cand.first = self.measure(name, config, knobs)
+            self._check_numerics(cand)
+            out.append(cand)
+        return out
+
+    def _check_numerics(self, cand: Candidate) -> None:
+        if cand.first is not None and cand.first.ok:
+            verdict = compare_numerics(self.baseline, cand.first)
+            if not verdict.ok:
+                cand.rejected = f"numerics guard: {verdict.reason}"
+
+    def judge(self) -> None:
+        """Every candidate's gain from all runs so far, against the whole baseline series."""
+        for cand in self.candidates:
+            cand.gain = self.gain(cand.name) if cand.usable else None
+
+    def refine(self) -> None:
+        """Adaptive repetition: more runs for undecided candidates that could still be worth it."""
+        while True:
+            self.judge()
+            open_ = [c for c in self.candidates if c.usable and could_still_win(c.gain, self.options.min_gain)
+                     and len(self.runs(c.name)) < self.options.max_runs]
+            if not open_ or not self.may_continue():
+                return
+            best = max(open_, key=lambda c: c.gain.high if c.gain else 0.0)
+            self.measure(best.name, best.config, best.knobs)
 
     def micro_batch(self, overall_knob: Knob | None, preserving_knob: Knob | None) -> MicroBatchResult:
         """Search once; report the fastest point overall (``micro_batch``, flagged when it changes the global
         batch) and the fastest point that keeps the user's global batch through accumulation (``grad_accum``)."""
         max_factor = 64 if self.ctx.cuda else 4  # CPU: no memory wall to find, so keep the search short
-        result = search_micro_batch(self.measure, self.ctx.base, self.baseline, max_factor=max_factor, may_continue=self.may_continue)
+        result = search_micro_batch(lambda n, c, k: self.measure(n, c, k), self.reference, self.baseline,
+                                    max_factor=max_factor, may_continue=self.may_continue)
         self.sweep.micro_batch = result.points
-        preserving = result.best(preserve_global=self.ctx.base.samples_per_step)
-        overall = result.best(preserve_global=None)
-        for knob, best in ((overall_knob, overall), (preserving_knob, preserving)):
+        for knob, best in ((overall_knob, result.best(preserve_global=None)),
+                           (preserving_knob, result.best(preserve_global=self.ctx.base.samples_per_step))):
             if knob is None:
                 continue
-            if best is None or best is self.baseline:
+            if best is None or best.configuration == BASELINE:
                 self._outcome(knob, "measured", result.stopped or "the user's micro-batch is already the fastest",
-                              trial=self.baseline.name, gain=measured_gain(self.baseline, self.baseline))
+                              trial=BASELINE, setting=f"micro-batch {self.ctx.base.micro_batch_size}")
                 continue
-            outcome = self._judge(knob, best, TrialConfig.from_dict(best.config))
-            notes = [outcome.reason] if outcome.reason else []
-            notes.append(f"micro-batch {best.config['micro_batch_size']} × accumulation {best.config['grad_accum_steps']}")
-            if result.stopped:
-                notes.append(result.stopped)
-            if knob is overall_knob and preserving is not None and preserving is not overall and preserving is not self.baseline:
-                notes.append(f"keeping the global batch, micro-batch {preserving.config['micro_batch_size']} is the fastest (grad_accum)")
-            outcome.reason = "; ".join(notes)
-            self.sweep.knobs.append(outcome)
+            cand = Candidate(knob, _micro_changes(best.config), best.configuration, best.config, list(best.knobs), first=best)
+            self._check_numerics(cand)
+            self.candidates.append(cand)
         return result
 
     def checkpointing_pair(self, knob: Knob, result: MicroBatchResult) -> None:
         """Checkpointing at twice the largest micro-batch that fit without it (it only pays through memory)."""
         largest = result.largest_fitting() or self.ctx.base.micro_batch_size
         micro = largest * 2
-        config = knob.apply(self.ctx.base, {"activation_checkpointing": True}).replace(micro_batch_size=micro, grad_accum_steps=1)
-        if micro <= self.ctx.base.samples_per_step and self.ctx.base.samples_per_step % micro == 0:
-            config = config.replace(grad_accum_steps=self.ctx.base.samples_per_step // micro)
+        config = knob.apply(self.reference, {"activation_checkpointing": True}).replace(micro_batch_size=micro, grad_accum_steps=1)
+        base = self.ctx.base.samples_per_step
+        if micro <= base and base % micro == 0:
+            config = config.replace(grad_accum_steps=base // micro)
         if not self.may_continue():
             return
-        trial = self.measure(f"{CHECKPOINTING}-mb{micro}", config, [CHECKPOINTING, MICRO_BATCH])
-        outcome = self._judge(knob, trial, config)
-        outcome.reason = f"paired with micro-batch {micro} (no checkpointing: OOM above {largest})"
-        outcome.changes_semantics += self.knob_by_id(MICRO_BATCH).changes_semantics(self.ctx, config)
-        self.sweep.knobs.append(outcome)
+        name = f"{knob.id}-mb{micro}"
+        cand = Candidate(knob, {"activation_checkpointing": True, "micro_batch_size": micro,
+                                "grad_accum_steps": config.grad_accum_steps}, name, config, [knob.id, "micro_batch"])
+        cand.first = self.measure(name, config, cand.knobs)
+        self._check_numerics(cand)
+        self.candidates.append(cand)
 
-    @staticmethod
-    def knob_by_id(knob_id: str) -> Knob:
-        return next(k for k in REGISTRY if k.id == knob_id)
+    # ------------------------------------------------------------------------------- outcomes
 
-    def stack(
-        self, candidates: list[_Candidate], grad_accum_search: MicroBatchResult | None
-    ) -> tuple[TrialConfig, Trial, list[str], list[str]]:
-        """Greedy: the best winner first, then each next winner only if it speeds the stack up significantly.
-        Returns the stacked config, the trial that measured it, the accepted knob ids and their semantics.
+    def outcome(self, cand: Candidate) -> KnobOutcome:
+        """What the sweep says about one candidate, from its runs (failed, rejected or measured)."""
+        knob = cand.knob
+        semantics = knob.changes_semantics(self.ctx, cand.config)
+        if knob.id == "activation_checkpointing" and "micro_batch" in cand.knobs:
+            semantics = semantics + REGISTRY_BY_ID["micro_batch"].changes_semantics(self.ctx, cand.config)
+        common = dict(knob=knob.id, title=knob.title, trial=cand.name, setting=describe_setting(cand.changes),
+                      changes_semantics=semantics, code_change=knob.code_change)
+        first = cand.first
+        if first is None or not first.ok:
+            line = (first.error or "").splitlines()[0] if first is not None and first.error else ""
+            status = first.status if first is not None else "not run"
+            return KnobOutcome(status="failed", reason=f"{status}: {line}".strip(": "), **common)
+        gain = cand.gain
+        notes = []
+        if cand.requires is not None and gain is not None and cand.requires.gain is not None:
+            increment, _ = compare_gains(gain, cand.requires.gain)
+            notes.append(f"measured on top of {cand.requires.name}: {increment:.2f}× over it "
+                         f"({gain.ratio:.2f}× over the baseline with both)")
+        if knob.id == "activation_checkpointing" and "micro_batch" in cand.knobs:
+            notes.append(f"paired with micro-batch {cand.config.micro_batch_size} (without checkpointing: OOM above it)")
+        if gain is not None and gain.verdict == "undecided":
+            notes.append(cannot_tell(gain))
+        mfu = first.metrics.mfu if first.metrics else None
+        if cand.rejected:
+            return KnobOutcome(status="rejected", reason="; ".join([cand.rejected, *notes]), gain=gain, mfu=mfu, **common)
+        return KnobOutcome(status="measured", reason="; ".join(notes) or None, gain=gain, mfu=mfu, **common)
 
-        Candidates that change the global batch never join (the recommendation preserves semantics); a knob
-        measured on top of another joins only after it. The micro-batch (with accumulation, same global batch)
-        joins last — re-searched on the stack when the search was memory-limited and the stack changed memory.
-        """
-        winners = sorted(
-            (c for c in candidates
-             if is_win(c.outcome.gain) and c.trial.metrics is not None and c.trial.metrics.samples_per_step == self.ctx.base.samples_per_step),
-            key=lambda c: -c.outcome.gain.ratio,  # type: ignore[union-attr]
-        )
-        config, current, accepted, semantics = self.ctx.base, self.baseline, [], []
-        touched: set[str] = set()
-        pending = list(winners)
-        progressed = True
-        while pending and progressed:  # a knob waiting for its prerequisite gets another pass once it is in
-            progressed = False
-            for cand in list(pending):
-                if cand.requires is not None and cand.requires not in accepted:
-                    continue
-                pending.remove(cand)
-                progressed = True
-                fields = set(cand.changes)
-                if fields & touched:  # e.g. bf16 and fp16 both set precision: the better one is already in
-                    continue
-                new_config = cand.knob.apply(config, cand.changes)
-                if not accepted and cand.requires is None:
-                    trial = cand.trial
-                else:
-                    if not self.may_continue():
-                        pending.clear()
-                        break
-                    trial = self.measure(f"stack{len(accepted) + 1}-{cand.knob.id}", new_config, [*accepted, cand.knob.id])
-                    if not trial.ok or not compare_numerics(self.baseline, trial).ok:
-                        continue
-                    if not is_win(measured_gain(current, trial, drift=self.drift), self.options.min_stack_gain):
-                        continue
-                config, current = new_config, trial
-                accepted.append(cand.knob.id)
-                semantics += cand.outcome.changes_semantics
-                touched |= fields
-        if grad_accum_search is not None:
-            config, current = self._stack_micro_batch(grad_accum_search, config, current, accepted)
-        return config, current, accepted, semantics
-
-    def _stack_micro_batch(self, micro: MicroBatchResult, config: TrialConfig, current: Trial, accepted: list[str]) -> tuple[TrialConfig, Trial]:
-        memory_limited = micro.hit_oom or (micro.stopped or "").endswith("of device memory")
-        changes_memory = config.precision != self.ctx.base.precision or config.activation_checkpointing != self.ctx.base.activation_checkpointing
-        if memory_limited and changes_memory and current is not self.baseline and self.may_continue():
-            # bf16 halves activations, checkpointing drops most of them: the micro-batch that fits has moved.
-            research = search_micro_batch(self.measure, config, current, name_prefix="stack-mb", knobs=accepted,
-                                          max_factor=64, may_continue=self.may_continue)
-            best = research.best(preserve_global=self.ctx.base.samples_per_step)
-            fits = research.largest_fitting()
-            self.sweep.notes.append(f"micro-batch re-searched on the stack ({', '.join(accepted)}): fits up to {fits}"
-                                    + (f" ({research.stopped})" if research.stopped else ""))
-            if best is not None and best is not current and best.ok and compare_numerics(self.baseline, best).ok \
-                    and is_win(measured_gain(current, best, drift=self.drift), self.options.min_stack_gain):
-                accepted.append(GRAD_ACCUM)
-                return TrialConfig.from_dict(best.config).replace(capture_trace=False), best
-            return config, current
-        best = micro.best(preserve_global=self.ctx.base.samples_per_step)
-        if best is None or best is self.baseline or not self.may_continue():
-            return config, current
-        new_config = config.replace(micro_batch_size=best.config["micro_batch_size"], grad_accum_steps=best.config["grad_accum_steps"])
-        if accepted:
-            trial = self.measure(f"stack{len(accepted) + 1}-{GRAD_ACCUM}", new_config, [*accepted, GRAD_ACCUM])
-        else:
-            trial = best
-        if trial.ok and compare_numerics(self.baseline, trial).ok and is_win(measured_gain(current, trial, drift=self.drift), self.options.min_stack_gain):
-            accepted.append(GRAD_ACCUM)
-            return new_config, trial
-        return config, current
-
-    def measure_drift(self) -> None:
-        """Re-run the baseline in a fresh process: the noise floor every gain must clear."""
-        if not self.may_continue():
-            return
-        config = TrialConfig.from_dict(self.baseline.config).replace(capture_trace=False)
-        repeat = self.measure(f"{self.baseline.name}-repeat", config, [])
-        if repeat.ok:
-            self.drift = process_drift(self.baseline, repeat)
-            self.sweep.notes.append(
-                f"process-to-process drift (baseline re-run in a fresh process): {self.drift:.1%}; "
-                "every gain's interval is widened by it"
-            )
+    # ------------------------------------------------------------------------------------ run
 
     def run(self) -> Sweep:
-        self.measure_drift()
-        candidates: dict[str, _Candidate] = {}
+        by_knob: dict[str, list[Candidate]] = {}
         search_knobs: dict[str, Knob] = {}
         deferred_checkpointing: Knob | None = None
         for knob in REGISTRY:
@@ -320,23 +282,22 @@ class Sweeper:
                 self._outcome(knob, "skipped", unselected)
             elif knob.search:
                 search_knobs[knob.id] = knob
-            elif knob.id == CHECKPOINTING and self.ctx.cuda and not ({MICRO_BATCH, GRAD_ACCUM} <= set(self.options.skip)):
+            elif knob.id == "activation_checkpointing" and self.ctx.cuda and not ({"micro_batch", "grad_accum"} <= set(self.options.skip)):
                 deferred_checkpointing = knob  # on a GPU it pays only through memory: measured with the micro-batch search
             elif knob.builds_on is not None and not knob.prerequisite_met(self.ctx.base):
-                prerequisite = candidates.get(knob.builds_on)
+                prerequisite = self._best(by_knob.get(knob.builds_on, []))
                 if prerequisite is None:
-                    self._outcome(knob, "skipped", f"needs {knob.builds_on}, which produced no acceptable trial to build on")
+                    self._outcome(knob, "skipped", f"needs {knob.builds_on}, which produced no acceptable run to build on")
                     continue
-                candidate = self.try_alone(knob, on_top=prerequisite)
-                if candidate is not None:
-                    candidates[knob.id] = candidate
+                by_knob[knob.id] = self.try_variants(knob, on_top=prerequisite)
             else:
-                candidate = self.try_alone(knob)
-                if candidate is not None:
-                    candidates[knob.id] = candidate
+                by_knob[knob.id] = self.try_variants(knob)
+            if knob.id in by_knob and not by_knob[knob.id]:
+                self._outcome(knob, "skipped", self.sweep.stopped_early or "budget exhausted")
+            self.candidates += by_knob.get(knob.id, [])
         micro: MicroBatchResult | None = None
         if search_knobs and self.may_continue():
-            micro = self.micro_batch(search_knobs.get(MICRO_BATCH), search_knobs.get(GRAD_ACCUM))
+            micro = self.micro_batch(search_knobs.get("micro_batch"), search_knobs.get("grad_accum"))
         elif search_knobs:
             for knob in search_knobs.values():
                 self._outcome(knob, "skipped", self.sweep.stopped_early or "budget exhausted")
@@ -348,58 +309,205 @@ class Sweeper:
                 self._outcome(deferred_checkpointing, "skipped",
                               f"memory did not limit the micro-batch (fits up to {largest}): checkpointing would only add recompute"
                               if largest else "needs the micro-batch search, which did not run")
-        # The micro-batch joins the stack only through grad_accum (same global batch), when it was searched for.
-        self.recommend(list(candidates.values()), micro if GRAD_ACCUM in search_knobs else None)
-        self.sweep.knobs.sort(key=_rank_key)
+        self.refine()
+        self._record_outcomes()
+        self.recommend(micro if "grad_accum" in search_knobs else None)
+        self.sweep.noise = run_noise(self.runs(BASELINE))
         self.sweep.elapsed_s = self.elapsed() - self.start
         return self.sweep
 
-    def recommend(self, candidates: list[_Candidate], grad_accum_search: MicroBatchResult | None) -> None:
-        config, stacked, accepted, semantics = self.stack(candidates, grad_accum_search)
-        if not accepted:
-            self.sweep.recommended_trial = self.baseline.name
-            self.sweep.notes.append("no knob made the baseline significantly faster: the baseline is the recommendation")
-            return
+    def _best(self, cands: list[Candidate]) -> Candidate | None:
+        """The fastest usable variant of a knob (by its gain's point estimate)."""
+        self.judge()
+        usable = [c for c in cands if c.usable and c.gain is not None]
+        return max(usable, key=lambda c: c.gain.ratio, default=None)  # type: ignore[union-attr]
+
+    def _record_outcomes(self) -> None:
+        """One outcome per knob: its best variant (all variants' names in the reason)."""
+        self.judge()
+        by_id: dict[str, list[Candidate]] = {}
+        for cand in self.candidates:
+            by_id.setdefault(cand.knob.id, []).append(cand)
+        for knob_id, cands in by_id.items():
+            best = self._best(cands) or cands[-1]
+            outcome = self.outcome(best)
+            if len(cands) > 1:
+                tried = ", ".join(describe_setting(c.changes) or c.name for c in cands)
+                outcome.reason = "; ".join(filter(None, [outcome.reason, f"best of {len(cands)} variants ({tried})"]))
+            self.outcomes[id(best)] = outcome
+            self.sweep.knobs.append(outcome)
+
+    # ------------------------------------------------------------------------------ stacking
+
+    def _winners(self) -> list[Candidate]:
+        base = self.ctx.base.samples_per_step
+        best_per_knob: dict[str, Candidate] = {}
+        for cand in self.candidates:
+            if not (cand.usable and cand.gain is not None and cand.gain.faster and cand.config.samples_per_step == base):
+                continue
+            if cand.knob.id in ("grad_accum", "micro_batch"):
+                continue  # the micro-batch joins last, through grad_accum (the global batch kept)
+            current = best_per_knob.get(cand.knob.id)
+            if current is None or cand.gain.ratio > current.gain.ratio:  # type: ignore[union-attr]
+                best_per_knob[cand.knob.id] = cand
+        return sorted(best_per_knob.values(), key=lambda c: -c.gain.ratio)  # type: ignore[union-attr]
+
+    def stack(self, grad_accum_search: MicroBatchResult | None) -> Candidate | None:
+        """Greedy: the best winner first, then each next one only if the stack with it is faster still.
+
+        Candidates that change the global batch never join (the recommendation preserves semantics); a knob
+        measured on top of another joins only after it. The micro-batch (same global batch) joins last.
+        """
+        current: Candidate | None = None
+        touched: set[str] = set()
+        pending = self._winners()
+        progressed = True
+        while pending and progressed:
+            progressed = False
+            for cand in list(pending):
+                accepted = set(current.knobs) if current else set()
+                if cand.requires is not None and cand.requires.knob.id not in accepted:
+                    continue
+                pending.remove(cand)
+                progressed = True
+                fields = set(cand.changes)
+                if fields & touched:  # e.g. bf16 and fp16 both set precision: the better one is already in
+                    continue
+                if current is None and cand.requires is None:
+                    current, touched = cand, fields
+                    continue
+                if current is None or not self.may_continue():
+                    continue
+                joined = self._joined(current, cand.knob, cand.changes)
+                if joined is not None:
+                    current, touched = joined, touched | fields
+        if grad_accum_search is not None:
+            current = self._stack_micro_batch(grad_accum_search, current)
+        return current
+
+    def _joined(self, current: Candidate, knob: Knob, changes: dict[str, Any]) -> Candidate | None:
+        """Measure the stack with ``knob``; keep it only if it is faster than the stack without it."""
+        config = knob.apply(current.config, changes)
+        knobs = [*current.knobs, knob.id]
+        name = f"stack{len(knobs)}-{knob.id}"
+        stacked = Candidate(knob, changes, name, config, knobs)
+        stacked.first = self.measure(name, config, knobs)
+        self._check_numerics(stacked)
+        if not stacked.usable:
+            return None
+        for _ in range(self.options.max_runs):
+            stacked.gain, current.gain = self.gain(name), self.gain(current.name)
+            if stacked.gain is None or current.gain is None:
+                return None
+            ratio, decided = compare_gains(stacked.gain, current.gain)
+            if decided and ratio >= 1 + self.options.min_gain:
+                return stacked
+            if stacked.gain.high < current.gain.low or len(self.runs(name)) >= self.options.max_runs or not self.may_continue():
+                return None
+            self.measure(name, config, knobs)
+        return None
+
+    def _stack_micro_batch(self, micro: MicroBatchResult, current: Candidate | None) -> Candidate | None:
+        """The fastest micro-batch with the user's global batch, joined to the stack last.
+
+        When memory limited the search and the stack changes memory (bf16 halves activations, checkpointing
+        drops most of them), the micro-batch that fits has moved: it is searched again on top of the stack.
+        """
+        knob = REGISTRY_BY_ID["grad_accum"]
+        global_batch = self.ctx.base.samples_per_step
+        changes_memory = current is not None and (
+            current.config.precision != self.ctx.base.precision
+            or current.config.activation_checkpointing != self.ctx.base.activation_checkpointing)
+        if current is not None and current.first is not None and micro.memory_limited and changes_memory and self.may_continue():
+            research = search_micro_batch(lambda n, c, k: self.measure(n, c, k), current.config, current.first,
+                                          name_prefix="stack-mb", knobs=list(current.knobs), max_factor=64,
+                                          may_continue=self.may_continue)
+            self.sweep.notes.append(f"micro-batch re-searched on the stack ({', '.join(current.knobs)}): fits up to "
+                                    f"{research.largest_fitting()}" + (f" ({research.stopped})" if research.stopped else ""))
+            point = research.best(preserve_global=global_batch)
+            if point is None or point.configuration == current.name:
+                return current
+            cand = Candidate(knob, _micro_changes(point.config), point.configuration, point.config, list(point.knobs), first=point)
+            self._check_numerics(cand)
+            cand.gain = self.gain(cand.name)
+            if not cand.usable or cand.gain is None or current.gain is None:
+                return current
+            ratio, decided = compare_gains(cand.gain, current.gain)
+            return cand if decided and ratio >= 1 + self.options.min_gain else current
+        point = micro.best(preserve_global=global_batch)
+        if point is None or point.configuration == BASELINE:
+            return current
+        if current is None:  # the micro-batch alone: its runs are the search's
+            cand = next((c for c in self.candidates if c.name == point.configuration), None)
+            return cand if cand is not None and cand.usable and cand.gain is not None and cand.gain.faster else None
         if not self.may_continue():
-            self.sweep.notes.append("the budget ran out before the recommended configuration could be re-measured")
+            return current
+        return self._joined(current, knob, _micro_changes(point.config)) or current
+
+    def recommend(self, grad_accum_search: MicroBatchResult | None) -> None:
+        stacked = self.stack(grad_accum_search)
+        if stacked is None:
+            self.sweep.recommended_trial = BASELINE
+            self.sweep.notes.append("no knob made the baseline decidedly faster: the baseline is the recommendation")
             return
-        trial = self.measure("recommended", config.replace(capture_trace=self.options.trace_recommended), accepted)
-        gain = measured_gain(self.baseline, trial, drift=self.drift) if trial.ok else None
-        if trial.ok and is_win(gain) and compare_numerics(self.baseline, trial).ok:
-            self.sweep.recommended_trial, self.sweep.recommended_knobs, self.sweep.recommended_gain = trial.name, accepted, gain
+        # At least two runs of the recommendation, one of them traced (the trace comes after its timed window).
+        if self.may_continue():
+            self.measure(stacked.name, stacked.config.replace(capture_trace=self.options.trace_recommended), stacked.knobs)
+        gain = self.gain(stacked.name)
+        semantics = [s for c in self._chain(stacked) for s in c.knob.changes_semantics(self.ctx, c.config)]
+        if gain is not None and gain.faster:
+            self.sweep.recommended_trial, self.sweep.recommended_knobs, self.sweep.recommended_gain = stacked.name, stacked.knobs, gain
             if semantics:
                 self.sweep.notes.append("the recommended configuration changes training semantics: " + "; ".join(dict.fromkeys(semantics)))
         else:
-            self.sweep.recommended_trial = self.baseline.name
-            why = trial.status if not trial.ok else "not significantly faster than the baseline when re-measured"
-            self.sweep.notes.append(f"the stacked configuration ({', '.join(accepted)}) was {why}: the baseline is the recommendation")
-            if trial.ok and gain is not None and stacked.ok and stacked is not self.baseline:
-                earlier = measured_gain(self.baseline, stacked, drift=self.drift)
-                # The same configuration measured twice, in two processes, disagreeing: the machine's run-to-run
-                # noise is larger than the baseline re-run showed; say so rather than pick the luckier run.
-                self.sweep.notes.append(
-                    f"the same configuration measured {earlier.ratio:.2f}× in {stacked.name} and {gain.ratio:.2f}× when "
-                    f"re-measured ({process_drift(stacked, trial):.0%} apart): this machine's run-to-run noise exceeds "
-                    f"the {self.drift:.1%} drift of the baseline re-run"
-                )
+            self.sweep.recommended_trial = BASELINE
+            why = f"{gain.ratio:.2f}× [{gain.low:.2f}, {gain.high:.2f}], {gain.verdict}" if gain else "no usable run"
+            self.sweep.notes.append(f"the stacked configuration ({', '.join(stacked.knobs)}) was not decidedly faster "
+                                    f"than the baseline over all its runs ({why}): the baseline is the recommendation")
+
+    def _chain(self, cand: Candidate) -> list[Candidate]:
+        by_knob = {c.knob.id: c for c in self.candidates}
+        return [by_knob[k] for k in cand.knobs if k in by_knob] or [cand]
 
 
-def _rank_key(outcome: KnobOutcome) -> tuple[int, float]:
-    order = {"measured": 0, "rejected": 2, "failed": 3, "skipped": 4, "inapplicable": 5}
-    if outcome.status == "measured" and is_win(outcome.gain):
-        return (0, -outcome.gain.ratio)  # type: ignore[union-attr]
-    if outcome.status == "measured":
-        return (1, -(outcome.gain.ratio if outcome.gain else 0.0))
-    return (order[outcome.status], 0.0)
+REGISTRY_BY_ID = {k.id: k for k in REGISTRY}
+
+
+def _micro_changes(config: TrialConfig) -> dict[str, Any]:
+    return {"micro_batch_size": config.micro_batch_size, "grad_accum_steps": config.grad_accum_steps}
+
+
+def describe_setting(changes: dict[str, Any]) -> str:
+    """A knob's winning value in words, for the report ("micro-batch 32 × accumulation 2", "4 workers")."""
+    words = []
+    for key, value in changes.items():
+        if key == "micro_batch_size":
+            words.append(f"micro-batch {value}")
+        elif key == "grad_accum_steps":
+            words.append(f"accumulation {value}")
+        elif key == "num_workers":
+            words.append(f"{value} worker{'s' if value != 1 else ''}")
+        elif key == "env":
+            words += [f"{k}={v}" for k, v in value.items()]
+        elif value is True:
+            words.append(key.replace("_", " "))
+        else:
+            words.append(f"{key.replace('_', ' ')} {value}")
+    return " × ".join(words)
+
+
+def cannot_tell(gain: Gain) -> str:
+    mde = f"; these {gain.runs} run(s) detect changes of about {gain.mde:.0%} or more" if gain.mde is not None else ""
+    return f"cannot tell at this machine's noise level ({gain.confidence:.0%} interval {gain.low:.2f}–{gain.high:.2f}{mde})"
 
 
 def run_sweep(session: Any, workload: Workload, base_config: TrialConfig, options: SweepOptions) -> Sweep:
     """Entry point from `perfscope analyze`: builds the knob context and runs the sweep through the session."""
-    baseline = session.results.trial("baseline")
-    # Exploration trials run without the profiler: traces are for the baseline and the recommendation.
-    ctx = KnobContext(workload=workload, base=base_config.replace(capture_trace=False), environment=session.results.environment, model=ModelFacts.inspect(workload))
-    sweep = Sweep(baseline_trial=baseline.name)
-    session.results.sweep = sweep  # saved with every trial, so an interrupted sweep keeps what it found
-    sweeper = Sweeper(measure=lambda name, cfg, knobs: session.measure(name, cfg, knobs), ctx=ctx, baseline=baseline,
-                      options=options, elapsed=session.progress.elapsed, sweep=sweep)
-    return sweeper.run()
+    results = session.results
+    model = results.workload.model
+    if model is None:
+        raise RuntimeError("the probe did not describe the model (results.workload.model is None)")
+    ctx = KnobContext(workload=workload, base=base_config.replace(capture_trace=False), environment=results.environment, model=model)
+    sweep = Sweep(baseline_trial=BASELINE)
+    results.sweep = sweep  # saved with every run, so an interrupted sweep keeps what it found
+    return Sweeper(session=session, ctx=ctx, options=options, elapsed=session.progress.elapsed, sweep=sweep).run()

@@ -1,8 +1,9 @@
-"""Entry point of a trial process: `python -m perfscope.trial.child SPEC.json`.
+"""Entry point of a trial process: `main(["child", SPEC.json])`, forked by the zygote or run as
+`python -m perfscope.trial.child SPEC.json` in a fresh interpreter.
 
-The parent (perfscope.trial.runner) starts this in a fresh interpreter and its own process group, so
-an OOM, a poisoned CUDA context, a segfault or a hang dies with the process. The outcome is written
-atomically to the spec's `result_path`; a missing result file means the process crashed.
+The runner (perfscope.trial.runner) starts it in its own session and process group, so an OOM, a poisoned
+CUDA context, a segfault or a hang dies with the process. The outcome is written atomically to the spec's
+`result_path`; a missing result file means the process crashed.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ def classify_exception(exc: BaseException) -> str:
     """'oom' by exception type first, by message as a fallback (CPU allocators raise RuntimeError)."""
     import torch
 
+    from perfscope.trial.loop import CompileNotApplied
+
+    if isinstance(exc, CompileNotApplied):
+        return "error"
     if isinstance(exc, torch.OutOfMemoryError | MemoryError):
         return "oom"
     message = str(exc).lower()
@@ -35,48 +40,74 @@ def error_tail(exc: BaseException, lines: int = 12) -> str:
     return "\n".join(text[-lines:])
 
 
-def _run_trial(spec: dict[str, Any]) -> dict[str, Any]:
-    from perfscope.trial.config import TrialConfig
-    from perfscope.trial.loop import all_finite, run_trial
+def _run_trial(spec: dict[str, Any], result_path: Path) -> dict[str, Any]:
+    """Measure, write the timed result, then (optionally) capture a trace and write the result again.
+
+    The first write makes the measurement safe: if the trace capture kills the process (a segfault in a
+    profiler, an OOM), the runner still finds the timed result and records the run as measured.
+    """
+    from perfscope.results.config import TrialConfig
+    from perfscope.trial.loop import all_finite, capture_trace, run_trial
     from perfscope.workload import load_workload
 
     workload = load_workload(spec["workload_path"])
     config = TrialConfig.from_dict(spec["config"])
-    artifacts = Path(spec["artifacts_dir"]) if spec.get("artifacts_dir") else None
-    if artifacts is not None:
-        artifacts.mkdir(parents=True, exist_ok=True)
-    metrics = run_trial(workload, config, artifacts)
+    run = run_trial(workload, config)
+    metrics = run.metrics
     if not all_finite(metrics.losses):
         bad = next(i for i, v in enumerate(metrics.losses) if v != v or v in (float("inf"), float("-inf")))
         return {"status": "nonfinite", "error": f"loss became {metrics.losses[bad]} at measured step {bad}", "metrics": to_jsonable(metrics)}
-    return {"status": "ok", "error": None, "metrics": to_jsonable(metrics)}
+    outcome = {"status": "ok", "error": None, "metrics": to_jsonable(metrics), "phase": "timed"}
+    if config.capture_trace and spec.get("artifacts_dir"):
+        write_json(result_path, outcome)
+        artifacts = Path(spec["artifacts_dir"])
+        artifacts.mkdir(parents=True, exist_ok=True)
+        try:
+            capture_trace(run, config, artifacts)
+        except Exception as exc:  # noqa: BLE001 - the trace is optional, the measurement is not
+            metrics.unavailable["trace"] = f"trace capture failed: {type(exc).__name__}: {exc}"
+        outcome = {"status": "ok", "error": None, "metrics": to_jsonable(metrics), "phase": "done"}
+    return outcome
 
 
 def _run_probe(spec: dict[str, Any]) -> dict[str, Any]:
-    """Validate the workload with one step on the trial device, then describe the machine.
+    """Resolve the device, validate the workload with one step on it, inspect the model, describe the machine.
 
-    Validating here rather than in the parent keeps the parent free of CUDA and makes the dry run fast
-    on a GPU (one GPT-2 step on a CPU takes tens of seconds).
+    Here rather than in the analyze parent: the parent never builds the user's model nor touches a device,
+    and the dry run is fast on a GPU (one GPT-2 step on a CPU takes tens of seconds). Being the first process
+    to run the workload, the probe is also the warm-up process that keeps the first measured run honest.
     """
+    import torch
+
     from perfscope.errors import WorkloadError
     from perfscope.measure.environment import collect_environment
+    from perfscope.results import to_jsonable
+    from perfscope.trial.inspect import inspect_model
     from perfscope.trial.validate import validate_workload
     from perfscope.workload import load_workload
 
+    device = spec["device"]
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif device == "cuda" and not torch.cuda.is_available():
+        return {"status": "invalid", "error": "--device cuda was requested but CUDA is not available (torch.cuda.is_available() is False)"}
+    facts = None
     if spec.get("workload_path"):
         try:
-            validate_workload(load_workload(spec["workload_path"]), spec["workload_path"], device=spec["device"])
+            workload = load_workload(spec["workload_path"])
+            validate_workload(workload, spec["workload_path"], device=device)
+            facts = inspect_model(workload)
         except WorkloadError as exc:
             return {"status": "invalid", "error": str(exc)}
-    env = collect_environment(spec["device"], measure_ceiling=spec.get("measure_ceiling", True))
-    return {"status": "ok", "error": None, "environment": to_jsonable(env)}
+    env = collect_environment(device, measure_ceiling=spec.get("measure_ceiling", True))
+    return {"status": "ok", "error": None, "device": device, "environment": to_jsonable(env), "model": to_jsonable(facts)}
 
 
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
     result_path = Path(spec["result_path"])
     try:
-        outcome = _run_probe(spec) if spec.get("mode") == "probe" else _run_trial(spec)
+        outcome = _run_probe(spec) if spec.get("mode") == "probe" else _run_trial(spec, result_path)
     except BaseException as exc:  # noqa: BLE001 - every failure is a recorded status
         outcome = {"status": classify_exception(exc), "error": f"{type(exc).__name__}: {exc}", "traceback": error_tail(exc)}
     write_json(result_path, outcome)

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from perfscope.trial.config import TrialConfig
+from perfscope.results.config import TrialConfig
 from perfscope.workload import Workload
 
 

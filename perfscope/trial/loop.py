@@ -1,14 +1,19 @@
 """The measured training loop of one trial (runs inside the trial process).
 
-    metrics = run_trial(workload, TrialConfig(device="cuda", micro_batch_size=8), artifacts_dir)
+    run = run_trial(workload, TrialConfig(device="cuda", micro_batch_size=8))
+    run.metrics.samples_per_s                      # samples in the window / its wall time
+    capture_trace(run, config, artifacts_dir)      # afterwards, once the timing is safely recorded
 
 Order of work, and why:
 1. Build everything from the same seed, so every trial starts from the same weights and batches.
-2. Warm-up steps (untimed): allocator growth, cuDNN autotuning, torch.compile. The first step is timed
-   on its own (synchronized) to report compile time apart from the steady state.
-3. Timed steps: step boundaries as CUDA events (no per-step sync; see measure.timing), data-iterator
-   waits on the host clock, NVML/psutil sampled in a thread, losses kept on the device and read after.
-4. Outside the timed region: FLOPs of one micro-step on the eager model, memory owners, optional trace.
+2. Warm-up steps (untimed, each synchronized): allocator growth, cuDNN autotuning, torch.compile (≥ 1
+   step) and CUDA-graph recording (≥ 3). The first step's time is the compile time; the others calibrate
+   how many steps make a window of at least `min_window_s` (pyperf-style).
+3. One timed window (perfscope.measure.window): step boundaries and data waits as clock marks — CUDA
+   events, no per-step synchronization —, other processes' load recorded, NVML/psutil sampled in a
+   thread, losses kept on the device and read after. Recompilations inside the window are counted.
+4. Outside the window: memory owners, FLOPs of one step on the eager model. The profiler trace is a
+   separate, later window (`capture_trace`), so nothing it does can cost the measurement.
 Exceptions propagate: the trial process classifies them (OOM, error).
 """
 
@@ -17,9 +22,12 @@ from __future__ import annotations
 import gc
 import inspect
 import math
+import statistics
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,18 +35,19 @@ import torch
 from torch import nn
 
 from perfscope.measure import memory
+from perfscope.measure.clock import clock_for, synchronize
 from perfscope.measure.flops import FLOP_CONVENTION, StepFlopCounter
-from perfscope.measure.timing import StepTimer, synchronize
+from perfscope.measure.metrics import assemble_metrics
 from perfscope.measure.utilization import UtilizationSampler
+from perfscope.measure.window import WindowRecorder
 from perfscope.results import TrialMetrics
-from perfscope.stats import summarize
 from perfscope.trial.checkpointing import (
     CheckpointedBlock,
     apply_checkpointing,
     counting_recompute,
     recompute_flops,
 )
-from perfscope.trial.config import TrialConfig
+from perfscope.results.config import TrialConfig
 from perfscope.trial.data import endless_batches, to_device
 from perfscope.workload import Workload
 
@@ -89,22 +98,27 @@ class TrainStep:
             return nullcontext()
         return torch.autocast(device_type=self.device, dtype=_AMP_DTYPES[self.config.precision])
 
-    def next_batch(self, timer: StepTimer | None) -> Any:
-        with timer.data_wait() if timer is not None else nullcontext():
+    def next_batch(self, recorder: WindowRecorder | None) -> Any:
+        # The data span covers next() only: the host-to-device copy below is not data loading.
+        with torch.profiler.record_function("perfscope::data"):
+            if recorder is not None:
+                recorder.data_begin()
             batch = next(self.batches)
-        return to_device(batch, self.device, non_blocking=self.non_blocking, channels_last=self.config.channels_last)
+            if recorder is not None:
+                recorder.data_end()
+        with torch.profiler.record_function("perfscope::h2d"):
+            return to_device(batch, self.device, non_blocking=self.non_blocking, channels_last=self.config.channels_last)
 
     def micro_loss(self, model: Any, batch: Any) -> torch.Tensor:
         with self.autocast():
             return self.workload.loss(model, batch)
 
-    def __call__(self, timer: StepTimer | None = None, *, grad_norm: bool = False) -> tuple[torch.Tensor, float | None]:
+    def __call__(self, recorder: WindowRecorder | None = None, *, grad_norm: bool = False) -> tuple[torch.Tensor, float | None]:
         """Returns (mean loss as a device tensor, first-step grad norm when asked)."""
         accum = self.config.grad_accum_steps
         total = torch.zeros((), device=self.device)
         for _ in range(accum):
-            with torch.profiler.record_function("perfscope::data"):
-                batch = self.next_batch(timer)
+            batch = self.next_batch(recorder)
             loss = self.micro_loss(self.step_model, batch)
             scaled = loss / accum
             (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
@@ -157,68 +171,105 @@ def _gc_mode(mode: str) -> Iterator[None]:
         yield
 
 
-def run_trial(workload: Workload, config: TrialConfig, artifacts_dir: Path | None = None) -> TrialMetrics:
+def calibrate_steps(config: TrialConfig, warmup_times: list[float]) -> tuple[int, str]:
+    """Timed steps so the window lasts at least ``min_window_s`` (pyperf-style), and why that many.
+
+    The estimate is the median of the warm-up steps after the first (which pays one-time costs). With
+    DataLoader workers the window also spans several fill-and-drain cycles of the prefetch queue.
+    """
+    if config.steps is not None:
+        return config.steps, f"{config.steps} steps as asked (--steps)"
+    steady = warmup_times[1:] or warmup_times
+    estimate = statistics.median(steady) if steady else 0.0
+    wanted = math.ceil(config.min_window_s / estimate) if estimate > 0 else config.min_steps
+    pipeline = 0
+    if config.num_workers:
+        depth = config.num_workers * (config.prefetch_factor or 2)
+        pipeline = 3 * math.ceil(depth / config.grad_accum_steps)
+    steps = min(max(wanted, config.min_steps, pipeline), config.max_steps)
+    return steps, f"{steps} steps: ≥ {config.min_window_s:g} s at ~{estimate * 1e3:.3g} ms/step (min {config.min_steps}, max {config.max_steps})"
+
+
+def _compiled_frames() -> int | None:
+    """Frames torch.compile has compiled so far in this process (grows on every recompilation)."""
+    if "torch._dynamo" not in sys.modules:
+        return None
+    from torch._dynamo.utils import counters
+
+    return int(counters["frames"]["total"])
+
+
+@dataclass
+class MeasuredRun:
+    """A finished timed window, and the live training step a trace can still be captured from."""
+
+    metrics: TrialMetrics
+    step: TrainStep
+
+
+def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     """Measure one configuration; see the module docstring for the order of work."""
     torch.backends.cuda.matmul.allow_tf32 = config.tf32
     torch.backends.cudnn.allow_tf32 = config.tf32
     device = config.device
     step = TrainStep(workload, config)
-    unavailable: dict[str, str] = {}
 
-    first_step_s = None
+    warmup_times: list[float] = []
     first_grad_norm = None
-    for i in range(config.warmup_steps):
+    for i in range(config.effective_warmup_steps):
         synchronize(device)
         start = time.perf_counter()
         _, norm = step(grad_norm=i == 0)
         synchronize(device)
+        warmup_times.append(time.perf_counter() - start)
         if i == 0:
-            first_step_s, first_grad_norm = time.perf_counter() - start, norm
+            first_grad_norm = norm
+    steps, calibration = calibrate_steps(config, warmup_times)
+    if config.compile is not None and _compiled_frames() == 0:
+        raise CompileNotApplied("torch.compile compiled no graph during warm-up (dynamo fell back to eager)")
 
     memory.reset_peak(device)
-    timer = StepTimer(device)
+    frames_before = _compiled_frames()
     losses: list[torch.Tensor] = []
     sampler = UtilizationSampler(device=device) if config.sample_utilization else None
+    recorder = WindowRecorder(clock_for(device), nvml_handle=sampler.nvml_handle if sampler is not None else None)
     with _gc_mode(config.gc_mode), sampler if sampler is not None else nullcontext():
-        timer.start()
-        for i in range(config.steps):
-            loss, norm = step(timer, grad_norm=first_grad_norm is None and i == 0)
+        synchronize(device)  # the window starts from an idle device; no synchronization inside it
+        recorder.start()
+        for i in range(steps):
+            loss, norm = step(recorder, grad_norm=first_grad_norm is None and i == 0)
             if norm is not None:
                 first_grad_norm = norm
             losses.append(loss)
-            timer.step_end()
-        step_times, data_waits = timer.finish()
+            recorder.step_end(samples=config.samples_per_step, micro_steps=config.grad_accum_steps)
+        window = recorder.finish()
+    frames_after = _compiled_frames()
     peak_allocated, peak_reserved = memory.device_peaks(device)
-    loss_values = [float(v) for v in torch.stack(losses).cpu()]
-
-    summary = summarize(step_times)
-    samples_per_step = config.samples_per_step
-    metrics = TrialMetrics(
-        steps=config.steps,
-        warmup_steps=config.warmup_steps,
-        micro_batch_size=config.micro_batch_size,
-        grad_accum_steps=config.grad_accum_steps,
-        samples_per_step=samples_per_step,
-        step_times_s=step_times,
-        data_wait_s=data_waits,
-        step_time_s=summary,
-        data_wait_fraction=min(1.0, sum(data_waits) / sum(step_times)) if sum(step_times) > 0 else 0.0,
-        samples_per_s=samples_per_step / summary.median,
-        losses=loss_values,
-        first_grad_norm=first_grad_norm,
-        first_step_s=first_step_s,
-        flop_convention=FLOP_CONVENTION,
-        host_rss_peak_bytes=memory.process_peak_rss_bytes(),
-        utilization=sampler.result() if sampler is not None else None,
-        unavailable=unavailable,
+    metrics = assemble_metrics(
+        [window], recorder.records, micro_batch_size=config.micro_batch_size, grad_accum_steps=config.grad_accum_steps,
+        warmup_steps=config.effective_warmup_steps, tokens_per_sample=workload.tokens_per_sample,
     )
-    if workload.tokens_per_sample:
-        metrics.tokens_per_s = metrics.samples_per_s * workload.tokens_per_sample
-    if config.compile is not None and first_step_s is not None:
-        metrics.compile_time_s = max(first_step_s - summary.median, 0.0)
+    metrics.losses = [float(v) for v in torch.stack(losses).cpu()]
+    metrics.first_grad_norm = first_grad_norm
+    metrics.flop_convention = FLOP_CONVENTION
+    metrics.host_rss_peak_bytes = memory.process_peak_rss_bytes()
+    metrics.utilization = sampler.result() if sampler is not None else None
+    metrics.calibration = calibration
+    unavailable = metrics.unavailable
+    if warmup_times:
+        metrics.first_step_s = warmup_times[0]
+    if config.compile is not None and warmup_times:
+        metrics.compile_time_s = max(warmup_times[0] - metrics.mean_step_time_s, 0.0)
+    if frames_before is not None and frames_after is not None:
+        metrics.recompiles_in_window = frames_after - frames_before
+        if metrics.recompiles_in_window:
+            metrics.flags.append(
+                f"torch.compile recompiled {metrics.recompiles_in_window} time(s) inside the timed window "
+                "(a new input shape or a guard failure): compile time is in the measured time"
+            )
     if device == "cuda":
         metrics.peak_memory_bytes, metrics.peak_reserved_bytes = peak_allocated, peak_reserved
-        metrics.device_memory_capacity_bytes = int(torch.cuda.get_device_properties(0).total_memory)
+        metrics.device_memory_capacity_bytes = int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
     else:
         metrics.peak_memory_bytes = metrics.host_rss_peak_bytes
         unavailable["peak_memory_bytes"] = "CPU has no allocator peak: this is the trial process's peak host RSS"
@@ -232,20 +283,24 @@ def run_trial(workload: Workload, config: TrialConfig, artifacts_dir: Path | Non
     if config.count_flops:
         try:
             metrics.flops_per_step, metrics.hardware_flops_per_step, metrics.flop_notes = step.count_flops()
-        except Exception as exc:  # noqa: BLE001 - a FLOP-count failure must not lose the timing
+        except Exception as exc:  # noqa: BLE001 - a FLOP-count failure (an OOM too) must not lose the timing
             unavailable["flops_per_step"] = f"FLOP counting failed: {type(exc).__name__}: {exc}"
     else:
         unavailable["flops_per_step"] = "FLOP counting disabled for this trial"
-    if metrics.flops_per_step:
-        metrics.achieved_tflops = metrics.flops_per_step / summary.median / 1e12
-
-    if config.capture_trace and artifacts_dir is not None:
-        _capture_trace(step, config, artifacts_dir, metrics)
-    return metrics
+    return MeasuredRun(metrics=metrics, step=step)
 
 
-def _capture_trace(step: TrainStep, config: TrialConfig, artifacts_dir: Path, metrics: TrialMetrics) -> None:
-    """A short profiled window after the timed steps, so profiling overhead never touches the timings."""
+class CompileNotApplied(RuntimeError):
+    """torch.compile fell back to eager: the trial did not measure what it says (recorded as an error)."""
+
+
+def capture_trace(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) -> None:
+    """A short profiled window after the timed one, so profiling never touches the timings.
+
+    Called after the timed result is safely written: whatever happens here (a profiler already running in
+    the user's code, an over-cap trace, an OOM, an exception in export) costs the trace, never the run.
+    """
+    metrics = run.metrics
     try:
         from perfscope.trace.alignment import benchmark_alignment
         from perfscope.trace.capture import TraceCapture
@@ -253,24 +308,27 @@ def _capture_trace(step: TrainStep, config: TrialConfig, artifacts_dir: Path, me
     except ImportError as exc:
         metrics.unavailable["trace"] = f"trace capture not available: {exc}"
         return
-    path = artifacts_dir / "trace.json.gz"
-    with TraceCapture(path, device=config.device) as cap:
-        for _ in range(cap.total_steps):
-            step()
-            cap.step()
+    try:
+        path = artifacts_dir / "trace" / "rank0.json.gz"  # a folder of its own: HTA loads every trace in a folder
+        with TraceCapture(path, device=config.device) as cap:
+            for _ in range(cap.total_steps):
+                run.step()
+                cap.step()
+    except Exception as exc:  # noqa: BLE001
+        metrics.unavailable["trace"] = f"trace capture failed: {type(exc).__name__}: {exc}"
+        return
     if cap.path is None:
         metrics.unavailable["trace"] = cap.note or "trace unavailable"
         return
     metrics.trace_path = str(cap.path)
     try:
         metrics.trace_facts = trace_facts(cap.path, device_type=config.device, steps=cap.active_steps)
+        dtype = config.precision if config.precision != "fp32" else "fp32"
+        metrics.trace_facts["gemm_alignment"] = benchmark_alignment(
+            metrics.trace_facts.get("gemm_shapes", []), device=config.device, dtype=dtype
+        )
     except Exception as exc:  # noqa: BLE001
         metrics.unavailable["trace_facts"] = f"trace analysis failed: {type(exc).__name__}: {exc}"
-        return
-    dtype = config.precision if config.precision != "fp32" else "fp32"
-    metrics.trace_facts["gemm_alignment"] = benchmark_alignment(
-        metrics.trace_facts.get("gemm_shapes", []), device=config.device, dtype=dtype
-    )
 
 
 def all_finite(values: list[float]) -> bool:

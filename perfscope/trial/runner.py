@@ -1,27 +1,42 @@
-"""Run one trial in a fresh process, in its own process group, with a timeout that kills the whole group.
+"""Run one trial in a fresh process, in its own process group, with a timeout that kills all it started.
 
-    outcome = run_isolated({"workload_path": ..., "config": {...}}, work_dir, timeout_s=600)
-    outcome.status  # ok | oom | error | crashed | timeout | nonfinite
+    with TrialRunner() as runner:
+        outcome = runner.run(spec, work_dir, timeout_s=600)
+    outcome.status  # ok | oom | error | crashed | timeout | nonfinite | invalid
 
-Why a fresh interpreter per trial (and not multiprocessing.fork): an OOM may leave memory unreleased
-(Lightning #7335), a CUDA illegal-address error poisons the context for the rest of the process, and a
-hang must be killable — asv kills the process group, DeepSpeed autotuning has no timeout and hangs
-(DeepSpeed #4100). The process group includes DataLoader workers, so a timeout leaves no zombies.
+Why a fresh process per trial: an OOM may leave memory unreleased (Lightning #7335), a CUDA
+illegal-address error poisons the context for the rest of the process, a hang must be killable — asv
+kills the process group, DeepSpeed autotuning has no timeout and hangs (DeepSpeed #4100) —, and the run,
+not the step, is the unit of evidence: two configurations are compared across processes.
+
+How: trials are forked from a zygote that has imported torch once (perfscope.trial.zygote: ~2.5 s saved
+per trial). A trial whose environment must be set before Python starts (anything but the allocator
+settings torch reads at first use) runs in a fresh interpreter instead, as does every trial when
+PERFSCOPE_ISOLATION=spawn or the platform cannot fork. Either way the trial leads its own session and
+process group: a timeout sends SIGTERM, waits a grace period for the trial itself (not for zombies), then
+SIGKILLs the group, DataLoader workers included; the zygote, a child subreaper on Linux, also kills
+descendants that left the group. docs/reliability.md says what is and is not cleaned up.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 KILL_GRACE_S = 5.0
+ZYGOTE_START_TIMEOUT_S = 120.0
+ISOLATION_ENV = "PERFSCOPE_ISOLATION"
+LATE_READ_ENV = frozenset({"PYTORCH_CUDA_ALLOC_CONF"})
+"""Environment variables torch reads when first used, not at import: safe to set in a forked child."""
 
 
 @dataclass
@@ -32,6 +47,13 @@ class Outcome:
     wall_time_s: float
 
 
+def needs_fresh_interpreter(env: dict[str, str] | None) -> bool:
+    """A trial whose environment differs in what Python or torch read at import time."""
+    if os.environ.get(ISOLATION_ENV, "").lower() == "spawn" or not hasattr(os, "fork"):
+        return True
+    return bool(set(env or {}) - LATE_READ_ENV)
+
+
 def _tail(path: Path, lines: int = 15) -> str:
     try:
         text = path.read_text(encoding="utf-8", errors="replace").rstrip().splitlines()
@@ -40,64 +62,203 @@ def _tail(path: Path, lines: int = 15) -> str:
     return "\n".join(text[-lines:])
 
 
-def _kill_group(pgid: int) -> None:
-    """SIGTERM the group, then SIGKILL what is left after a grace period."""
-    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 0.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
+def _killpg(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class _Zygote:
+    """The fork server process and a reader thread that sorts its replies."""
+
+    def __init__(self, log_path: Path) -> None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log_path, "wb")  # noqa: SIM115 - lives as long as the zygote
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "perfscope.trial.zygote"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,  # deaf to the terminal's Ctrl-C: the runner decides what dies
+        )
+        self._pids: queue.Queue[int] = queue.Queue()
+        self._exits: dict[int, int] = {}
+        self._cond = threading.Condition()
+        self._ready = threading.Event()
+        self._reader = threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True)
+        self._reader.start()
+        if not self._ready.wait(ZYGOTE_START_TIMEOUT_S) or self.proc.poll() is not None:
+            self.close()
+            raise RuntimeError(f"the trial zygote did not start (see {log_path})")
+
+    def _read(self, stream: IO[bytes]) -> None:
+        for line in stream:
             try:
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.05)
+                message = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "ready" in message:
+                self._ready.set()
+            elif "pid" in message:
+                self._pids.put(int(message["pid"]))
+            elif "exit" in message:
+                with self._cond:
+                    self._exits[int(message["exit"])] = int(message["returncode"])
+                    self._cond.notify_all()
+        with self._cond:  # the zygote is gone: wake every waiter
+            self._cond.notify_all()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def start(self, spec_path: Path, log_path: Path, env: dict[str, str]) -> int:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps({"spec": str(spec_path), "log": str(log_path), "env": env}) + "\n").encode())
+        self.proc.stdin.flush()
+        return self._pids.get(timeout=60)
+
+    def wait(self, pid: int, timeout: float | None) -> int | None:
+        """The trial's return code, or None when ``timeout`` passed first (or the zygote died)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while pid not in self._exits:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if (remaining is not None and remaining <= 0) or not self.alive:
+                    return None
+                self._cond.wait(remaining if remaining is None else min(remaining, 0.5))
+            return self._exits.pop(pid)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()  # the zygote ends its trials and exits on EOF
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                _killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._log.close()
+
+
+class TrialRunner:
+    """Starts trials (forked from a zygote when possible), times them out, classifies how they ended."""
+
+    def __init__(self, work_dir: Path | None = None, *, use_zygote: bool = True) -> None:
+        self.work_dir = work_dir
+        self.use_zygote = use_zygote
+        self._zygote: _Zygote | None = None
+        self._zygote_failed: str | None = None
+
+    def __enter__(self) -> TrialRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
+
+    def _zygote_for(self, work_dir: Path) -> _Zygote | None:
+        if not self.use_zygote or self._zygote_failed is not None:
+            return None
+        if self._zygote is None or not self._zygote.alive:
+            try:
+                self._zygote = _Zygote((self.work_dir or work_dir.parent) / "zygote.log")
+            except Exception as exc:  # noqa: BLE001 - fall back to fresh interpreters, and say why once
+                self._zygote_failed = f"{type(exc).__name__}: {exc}"
+                self._zygote = None
+        return self._zygote
+
+    def run(self, spec: dict[str, Any], work_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None) -> Outcome:
+        """Run ``spec`` (see perfscope.trial.child) in a fresh process; classify how it ended."""
+        work_dir.mkdir(parents=True, exist_ok=True)
+        spec_path, result_path, log_path = work_dir / "spec.json", work_dir / "result.json", work_dir / "trial.log"
+        result_path.unlink(missing_ok=True)
+        spec_path.write_text(json.dumps({**spec, "result_path": str(result_path)}), encoding="utf-8")
+        env = dict(env or {})
+        zygote = None if needs_fresh_interpreter(env) else self._zygote_for(work_dir)
+        start = time.perf_counter()
+        if zygote is not None:
+            pid = zygote.start(spec_path, log_path, env)
+            try:
+                returncode = zygote.wait(pid, timeout_s)
+                if returncode is None and zygote.alive:
+                    _killpg(pid, signal.SIGTERM)
+                    zygote.wait(pid, KILL_GRACE_S)
+                    _killpg(pid, signal.SIGKILL)
+                    return self._timeout(timeout_s, log_path, start)
+                if returncode is None:
+                    returncode = -int(signal.SIGKILL)  # the zygote died under the trial
+            except BaseException:  # Ctrl-C in the parent: take the trial down with us, then re-raise
+                _killpg(pid, signal.SIGKILL)
+                raise
+        else:
+            returncode = self._run_fresh(spec_path, log_path, env, timeout_s)
+            if returncode is None:
+                return self._timeout(timeout_s, log_path, start)
+        return self._classify(returncode, result_path, log_path, time.perf_counter() - start)
+
+    @staticmethod
+    def _run_fresh(spec_path: Path, log_path: Path, env: dict[str, str], timeout_s: float) -> int | None:
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "perfscope.trial.child", str(spec_path)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,
+            )
+            try:
+                return proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                _killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=KILL_GRACE_S)  # the trial itself, reaped: no waiting on zombies
+                except subprocess.TimeoutExpired:
+                    pass
+                _killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return None
+            except BaseException:
+                _killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                raise
+            finally:
+                _killpg(proc.pid, signal.SIGKILL)  # leftover DataLoader workers of a finished trial
+
+    @staticmethod
+    def _timeout(timeout_s: float, log_path: Path, start: float) -> Outcome:
+        return Outcome("timeout", f"trial exceeded {timeout_s:g} s and was killed\n{_tail(log_path)}", {}, time.perf_counter() - start)
+
+    @staticmethod
+    def _classify(returncode: int, result_path: Path, log_path: Path, wall: float) -> Outcome:
+        if result_path.exists():
+            try:
+                payload = json.loads(result_path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as exc:
+                return Outcome("crashed", f"unreadable trial result: {exc}", {}, wall)
+            error = payload.get("error")
+            if payload.get("traceback"):
+                error = f"{error}\n{payload['traceback']}"
+            if payload.get("phase") == "timed" and "metrics" in payload:
+                # Died after the timing was written: the measurement stands, the trace is what was lost.
+                died = _describe(returncode) if returncode != 0 else "ended"
+                payload["metrics"].setdefault("unavailable", {})["trace"] = f"the trial process {died} during trace capture"
+            return Outcome(payload.get("status", "error"), error, payload, wall)
+        return Outcome("crashed", f"{_describe(returncode)} without a result\n{_tail(log_path)}", {}, wall)
+
+
+def _describe(returncode: int) -> str:
+    if returncode < 0:
+        sig = -returncode
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        return f"trial process killed by signal {name}"
+    return f"trial process exited with code {returncode}"
 
 
 def run_isolated(spec: dict[str, Any], work_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None) -> Outcome:
-    """Start `python -m perfscope.trial.child` on ``spec``; classify how it ended."""
-    work_dir.mkdir(parents=True, exist_ok=True)
-    spec_path, result_path, log_path = work_dir / "spec.json", work_dir / "result.json", work_dir / "trial.log"
-    result_path.unlink(missing_ok=True)
-    spec_path.write_text(json.dumps({**spec, "result_path": str(result_path)}), encoding="utf-8")
-    child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
-    start = time.perf_counter()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "perfscope.trial.child", str(spec_path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=child_env,
-            start_new_session=True,  # own session and process group: killable as a whole, deaf to the terminal's Ctrl-C
-        )
-        try:
-            returncode = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc.pid)
-            proc.wait()
-            return Outcome("timeout", f"trial exceeded {timeout_s:g} s and was killed\n{_tail(log_path)}", {}, time.perf_counter() - start)
-        except BaseException:  # Ctrl-C in the parent: take the trial down with us, then re-raise
-            _kill_group(proc.pid)
-            proc.wait()
-            raise
-        finally:
-            _kill_group(proc.pid)  # leftover DataLoader workers or grandchildren of a finished trial
-    wall = time.perf_counter() - start
-    if result_path.exists():
-        try:
-            payload = json.loads(result_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            return Outcome("crashed", f"unreadable trial result: {exc}", {}, wall)
-        error = payload.get("error")
-        if payload.get("traceback"):
-            error = f"{error}\n{payload['traceback']}"
-        return Outcome(payload.get("status", "error"), error, payload, wall)
-    if returncode < 0:
-        name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
-        reason = f"trial process killed by signal {name}"
-    else:
-        reason = f"trial process exited with code {returncode} without a result"
-    return Outcome("crashed", f"{reason}\n{_tail(log_path)}", {}, wall)
+    """One trial with a runner of its own (a fresh interpreter: no zygote to start for a single trial)."""
+    with TrialRunner(use_zygote=False) as runner:
+        return runner.run(spec, work_dir, timeout_s=timeout_s, env=env)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import warnings
 from collections.abc import Callable
 
@@ -26,7 +27,7 @@ GiB = 2**30
 
 def _results(device: str = "cuda", **config) -> Results:
     trial = make_trial(median_s=0.1)
-    trial.config.update({"precision": "fp32", "num_workers": 0, "pin_memory": False, **config})
+    trial.config = dataclasses.replace(trial.config, **{"precision": "fp32", "num_workers": 0, "pin_memory": False, **config})
     results = make_results([trial], device_type=device)
     results.environment.compute_capability = "9.0" if device == "cuda" else None
     results.environment.datasheet_peaks_tflops = {"fp32": 66.9, "bf16": 989.4} if device == "cuda" else {}
@@ -35,7 +36,8 @@ def _results(device: str = "cuda", **config) -> Results:
 
 
 def _gain(ratio: float, significant: bool = True) -> Gain:
-    return Gain(ratio=ratio, low=ratio * 0.97, high=ratio * 1.03, confidence=0.95, significant=significant)
+    verdict = ("faster" if ratio > 1 else "slower") if significant else "undecided"
+    return Gain(ratio=ratio, low=ratio * 0.97, high=ratio * 1.03, confidence=0.99, verdict=verdict)
 
 
 def _with_knob(results: Results, knob: str, ratio: float, significant: bool = True, status: str = "measured") -> Results:
@@ -64,7 +66,7 @@ CASES: dict[str, tuple[Callable[[], Results], Callable[[], Results]]] = {
     "PS100": (lambda: _with_knob(_results(), "fused_optimizer", 1.2), lambda: _results()),
     "PS101": (lambda: _facts(_results(), fp32_matmul_fraction=0.9), lambda: _results(precision="bf16")),
     "PS102": (lambda: _results(), lambda: _results(tf32=True)),
-    "PS201": (lambda: _metrics(_results(), data_wait_fraction=0.4), lambda: _metrics(_results(), data_wait_fraction=0.02)),
+    "PS201": (lambda: _metrics(_results(), data_wait_share=0.4), lambda: _metrics(_results(), data_wait_share=0.02)),
     "PS202": (lambda: _facts(_results(), pageable_memcpy={"count": 2, "bytes": 4 * 2**20, "time_s": 0.001}),
               lambda: _facts(_results(pin_memory=True), pageable_memcpy={"count": 2, "bytes": 1, "time_s": 0.001})),
     "PS301": (lambda: _facts(_results(), launch_bound=True, kernel_count_per_step=900, median_kernel_us=4.0),
@@ -87,8 +89,8 @@ CASES: dict[str, tuple[Callable[[], Results], Callable[[], Results]]] = {
     "PS504": (lambda: _metrics(_results(), peak_memory_bytes=30 * GiB, peak_reserved_bytes=50 * GiB),
               lambda: _metrics(_results(), peak_memory_bytes=30 * GiB, peak_reserved_bytes=32 * GiB)),
     "PS601": (lambda: _with_knob(_results(), "amp_fp16", 1.9, status="rejected"), lambda: _with_knob(_results(), "amp_bf16", 1.5)),
-    "PS602": (lambda: _metrics(_results(), step_time_s=summarize([0.1] * 20 + [0.3])),
-              lambda: _metrics(_results(), step_time_s=summarize([0.1] * 21))),
+    "PS602": (lambda: _metrics(_results(), typical_step=summarize([0.1] * 20 + [0.3])),
+              lambda: _metrics(_results(), typical_step=summarize([0.1] * 21))),
     "PS701": (lambda: _metrics(_results(), utilization=_util(cpu_percent=summarize([97.0, 99.0, 98.0]))),
               lambda: _metrics(_results(device="cpu"), utilization=_util(cpu_percent=summarize([99.0, 99.0])))),
     "PS702": (lambda: _metrics(_results(), utilization=_util(throttle_reasons_seen=["HW thermal slowdown"], sm_clock_mhz=summarize([1980, 1400, 1980]))),

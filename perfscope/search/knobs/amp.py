@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from perfscope.search.knobs.base import Knob, KnobContext
-from perfscope.trial.config import TrialConfig
+from perfscope.results.config import TrialConfig
 
 
 class AmpBf16(Knob):

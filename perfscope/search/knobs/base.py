@@ -18,40 +18,9 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from perfscope.results import Environment
-from perfscope.trial.checkpointing import find_repeated_blocks
-from perfscope.trial.config import TrialConfig
+from perfscope.results import Environment, ModelFacts
+from perfscope.results.config import TrialConfig
 from perfscope.workload import Workload
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelFacts:
-    """What the knobs need to know about the model, read once in the parent (on the meta device when possible)."""
-
-    parameter_count: int
-    has_conv2d: bool
-    repeated_blocks: int
-    optimizer_class: str
-
-    @classmethod
-    def inspect(cls, workload: Workload) -> ModelFacts:
-        try:
-            with torch.device("meta"):  # no memory, no init cost: a 7B model inspects in milliseconds
-                model = workload.model()
-        except Exception:  # noqa: BLE001 - some models cannot be built on meta; build them for real
-            model = workload.model()
-        blocks = workload.checkpoint_blocks(model) if workload.checkpoint_blocks else find_repeated_blocks(model)
-        params = [p for p in model.parameters() if p.requires_grad]
-        try:
-            optimizer_class = type(workload.optimizer([nn.Parameter(torch.zeros(1))])).__name__
-        except Exception:  # noqa: BLE001
-            optimizer_class = "unknown"
-        return cls(
-            parameter_count=sum(p.numel() for p in params),
-            has_conv2d=any(isinstance(m, nn.Conv2d) for m in model.modules()),
-            repeated_blocks=len(blocks),
-            optimizer_class=optimizer_class,
-        )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from perfscope.search.knobs.base import Knob, KnobContext
-from perfscope.trial.config import TrialConfig
+from perfscope.results.config import TrialConfig
 
 
 def _dataset_reason(ctx: KnobContext) -> str | None:

@@ -9,7 +9,7 @@ global batch through accumulation — is the `grad_accum` knob.
 from __future__ import annotations
 
 from perfscope.search.knobs.base import Knob, KnobContext
-from perfscope.trial.config import TrialConfig
+from perfscope.results.config import TrialConfig
 
 
 class MicroBatch(Knob):

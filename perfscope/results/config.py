@@ -27,10 +27,18 @@ class TrialConfig:
     """Samples per forward pass."""
     grad_accum_steps: int = 1
     """Micro-batches per optimizer step; a "step" below is one optimizer step."""
-    steps: int = 20
-    """Timed optimizer steps."""
+    steps: int | None = None
+    """Timed optimizer steps; None calibrates them so the window lasts at least ``min_window_s``."""
     warmup_steps: int = 5
-    """Untimed optimizer steps before timing (allocator, cuDNN autotune, compile)."""
+    """Untimed optimizer steps before timing (allocator, cuDNN autotune, compile). At least 1 is run under
+    torch.compile and 3 under CUDA graphs (reduce-overhead), whatever is asked: see `effective_warmup_steps`."""
+    min_window_s: float = 0.5
+    """Calibration: the timed window lasts at least this long (pyperf-style), so the timer's resolution,
+    GC pauses and the data pipeline's fill-and-drain cycles are inside it."""
+    min_steps: int = 10
+    """Calibration: at least this many timed steps."""
+    max_steps: int = 2000
+    """Calibration: at most this many timed steps (a very fast step)."""
     precision: Precision = "fp32"
     """fp32, or autocast bf16 / fp16 (fp16 adds a GradScaler)."""
     tf32: bool = False
@@ -62,9 +70,11 @@ class TrialConfig:
     sample_utilization: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("micro_batch_size", "grad_accum_steps", "steps"):
+        for name in ("micro_batch_size", "grad_accum_steps", "min_steps", "max_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"TrialConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"TrialConfig.steps must be >= 1 or None (calibrate), got {self.steps}")
         if self.warmup_steps < 0 or self.num_workers < 0:
             raise ValueError("TrialConfig.warmup_steps and num_workers must be >= 0")
         if self.prefetch_factor is not None and self.num_workers == 0:
@@ -85,6 +95,12 @@ class TrialConfig:
         if unknown:
             raise ValueError(f"unknown TrialConfig fields: {sorted(unknown)}")
         return cls(**data)
+
+    @property
+    def effective_warmup_steps(self) -> int:
+        """Compile needs one untimed step to compile; CUDA graphs need a few more to record before replaying."""
+        floor = {"reduce-overhead": 3, "max-autotune": 3, "default": 1}.get(self.compile or "", 0)
+        return max(self.warmup_steps, floor)
 
     @property
     def samples_per_step(self) -> int:

@@ -1,0 +1,84 @@
+"""Step-boundary clocks: the only place perfscope reads a time around device work.
+
+    clock = clock_for(torch.device("cuda", 0))      # or "cpu"
+    a = clock.mark(); ...work...; b = clock.mark()
+    if clock.ready(b): seconds = clock.elapsed_s(a, b)
+
+On CUDA a mark is an event recorded on the current stream: recording adds no synchronization (the host
+keeps running ahead of the GPU exactly as it does without perfscope), and the elapsed time between two
+marks is the *device-timeline* distance — which includes any time the GPU sat idle waiting for the host
+or for data. Marks are read lazily (`ready` is a non-blocking cudaEventQuery; `wait` blocks on one event,
+never on the whole device). On CPU work is synchronous and `time.perf_counter` at the boundary is exact.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+import torch
+
+
+class Clock(Protocol):
+    device_type: str
+
+    def mark(self) -> Any: ...
+
+    def ready(self, mark: Any) -> bool: ...
+
+    def wait(self, mark: Any) -> None: ...
+
+    def elapsed_s(self, start: Any, end: Any) -> float: ...
+
+
+class HostClock:
+    """CPU work is synchronous: perf_counter at the boundary is exact."""
+
+    device_type = "cpu"
+
+    def mark(self) -> float:
+        return time.perf_counter()
+
+    def ready(self, mark: float) -> bool:
+        return True
+
+    def wait(self, mark: float) -> None:
+        pass
+
+    def elapsed_s(self, start: float, end: float) -> float:
+        return end - start
+
+
+class CudaClock:
+    """CUDA events on the stream current at the boundary; never a device-wide synchronize."""
+
+    device_type = "cuda"
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def mark(self) -> torch.cuda.Event:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(self.device))
+        return event
+
+    def ready(self, mark: torch.cuda.Event) -> bool:
+        return bool(mark.query())  # cudaEventQuery: non-blocking
+
+    def wait(self, mark: torch.cuda.Event) -> None:
+        mark.synchronize()  # this event only
+
+    def elapsed_s(self, start: torch.cuda.Event, end: torch.cuda.Event) -> float:
+        return start.elapsed_time(end) / 1e3
+
+
+def clock_for(device: torch.device | str) -> HostClock | CudaClock:
+    device = torch.device(device)
+    return CudaClock(device) if device.type == "cuda" else HostClock()
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Wait for all queued work on ``device``: only outside timed windows (warm-up, FLOP counting, probes)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

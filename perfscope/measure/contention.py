@@ -1,0 +1,96 @@
+"""Noisy neighbours: how much of the machine *other* processes used while a window was measured.
+
+    probe = ContentionProbe(device)       # at the window's start
+    ...timed steps...
+    reading = probe.finish()              # Contention(other_cpu_cores=1.4, steal_cores=0.0, ...)
+    reading.contended, reading.reason
+
+A window measured while another job used the cores (or the hypervisor stole them, or another process
+ran kernels on the same GPU) measures the neighbour as much as the workload: on a 2-core CI runner a
+busy neighbour once turned into a "53× faster" recommendation. perfscope therefore records, per window,
+the CPU time the rest of the machine used (system busy time from psutil minus this process and its
+children — DataLoader workers included, alive or already reaped) and, on a GPU, the other processes NVML
+sees on the device. Contended windows are re-measured by the sweep and named in the report and the gate.
+
+A window is contended when other processes used at least `MIN_OTHER_CORES` cores on average *and* the
+machine was close to saturated (this process plus the others ≥ `SATURATION` of the logical cores): on a
+64-core host a neighbour on three idle cores does not slow a loop that uses two. Hypervisor steal of at
+least `MIN_STEAL_CORES` and any other compute process on the device are contention on their own.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import psutil
+
+from perfscope.results.model import Contention
+
+MIN_OTHER_CORES = 0.25
+SATURATION = 0.8
+MIN_STEAL_CORES = 0.1
+
+
+def _system_busy() -> tuple[float, float]:
+    """(busy CPU seconds of the whole machine, steal seconds) since boot."""
+    t = psutil.cpu_times()
+    busy = t.user + t.system + getattr(t, "nice", 0.0) + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+    return busy, getattr(t, "steal", 0.0)
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds of this process, its reaped children, and its live descendants (DataLoader workers)."""
+    t = os.times()
+    total = t.user + t.system + t.children_user + t.children_system
+    try:
+        children = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        children = []
+    for child in children:
+        try:
+            ct = child.cpu_times()
+            total += ct.user + ct.system
+        except psutil.Error:  # exited between listing and reading: its time lands in children_* once reaped
+            pass
+    return total
+
+
+class ContentionProbe:
+    def __init__(self, device_type: str = "cpu", *, nvml_handle: object | None = None) -> None:
+        self.device_type = device_type
+        self._nvml_handle = nvml_handle
+        self._cores = psutil.cpu_count(logical=True) or 1
+        self._wall0 = time.perf_counter()
+        self._busy0, self._steal0 = _system_busy()
+        self._own0 = own_cpu_seconds()
+
+    def finish(self) -> Contention:
+        wall = max(time.perf_counter() - self._wall0, 1e-9)
+        busy, steal = _system_busy()
+        own = own_cpu_seconds() - self._own0
+        other = max((busy - self._busy0) - own, 0.0) / wall
+        reading = Contention(other_cpu_cores=other, own_cpu_cores=own / wall, steal_cores=(steal - self._steal0) / wall)
+        reading.device_other_processes = self._device_others()
+        reasons = []
+        if other >= MIN_OTHER_CORES and (own / wall + other) >= SATURATION * self._cores:
+            reasons.append(f"other processes used {other:.2f} of {self._cores} CPU cores")
+        if reading.steal_cores is not None and reading.steal_cores >= MIN_STEAL_CORES:
+            reasons.append(f"the hypervisor stole {reading.steal_cores:.2f} cores")
+        if reading.device_other_processes:
+            reasons.append(f"{len(reading.device_other_processes)} other process(es) on the GPU")
+        reading.contended = bool(reasons)
+        reading.reason = "; ".join(reasons) or None
+        return reading
+
+    def _device_others(self) -> list[str]:
+        if self._nvml_handle is None:
+            return []
+        try:
+            import pynvml
+
+            procs = pynvml.nvmlDeviceGetComputeRunningProcesses(self._nvml_handle)
+        except Exception:  # noqa: BLE001 - NVML absent or unsupported (MIG, containers): nothing to report
+            return []
+        mine = {os.getpid(), *(c.pid for c in psutil.Process().children(recursive=True))}
+        # In a container NVML may list host PIDs, ours among them: only processes visible here are counted.
+        return [str(p.pid) for p in procs if p.pid not in mine and psutil.pid_exists(p.pid)]

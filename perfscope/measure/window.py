@@ -1,0 +1,159 @@
+"""A measured window: step boundaries, data waits and samples, recorded without per-step synchronization.
+
+    recorder = WindowRecorder(clock_for(device))
+    recorder.start()
+    for _ in range(steps):
+        recorder.data_begin(); batch = next(it); recorder.data_end()
+        train_step(batch)
+        recorder.step_end(samples=len(batch))
+    window, steps = recorder.finish()           # Window (the measurement) + StepRecords (the description)
+
+Shared by the trial loop and the hooks, so `perfscope analyze` and `perfscope.Profiler` measure a loop the
+same way. Boundaries and the data-wait pair are clock marks (CUDA events on a GPU): nothing here waits for
+the device except `finish()` (once) and `poll()` when too many marks are pending (then on an old one).
+
+Exposed data wait, on a GPU: an event right before `next()` reaches the device when the work queued
+before it is done; one right after `next()` reaches it when the host returned *or* that work is done,
+whichever is later. The device-timeline distance between the two is exactly the time the GPU sat idle
+because the host was waiting for data — a wait hidden behind queued GPU work counts zero. On CPU, work is
+synchronous, so every host wait is exposed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from perfscope.measure.clock import Clock
+from perfscope.measure.contention import ContentionProbe
+from perfscope.results.model import Window
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """One timed optimizer step, once its end boundary has been read."""
+
+    index: int
+    time_s: float
+    data_wait_s: float
+    """Exposed data wait (see the module docstring)."""
+    host_data_wait_s: float
+    samples: int | None
+    micro_steps: int
+
+
+@dataclass(slots=True)
+class _Pending:
+    index: int
+    start: Any
+    end: Any
+    data_marks: list[tuple[Any, Any]]
+    host_wait: float
+    samples: int | None
+    micro_steps: int
+
+
+class WindowRecorder:
+    """Records one window of contiguous timed steps; see the module docstring.
+
+    Args:
+        clock: HostClock or CudaClock (perfscope.measure.clock).
+        on_step: called with each StepRecord as its boundary is read (default: kept in a list).
+        contention: measure what other processes did during the window (psutil; NVML with nvml_handle).
+        flush_every: with many pending CUDA marks, wait on an old one so at most ~2× this many pend.
+    """
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        on_step: Callable[[StepRecord], None] | None = None,
+        contention: bool = True,
+        nvml_handle: object | None = None,
+        flush_every: int = 50,
+        first_index: int = 0,
+    ) -> None:
+        self.clock = clock
+        self.records: list[StepRecord] = []
+        self._on_step = on_step or self.records.append
+        self._contention = contention
+        self._nvml_handle = nvml_handle
+        self._flush_every = flush_every
+        self._pending: deque[_Pending] = deque()
+        self._probe: ContentionProbe | None = None
+        self._first: Any = None
+        self._prev: Any = None
+        self._last: Any = None
+        self._index = first_index
+        self._data_marks: list[tuple[Any, Any]] = []
+        self._data_open: Any = None
+        self._host_t0 = 0.0
+        self._host_wait = 0.0
+        self.steps = 0
+        self.samples: int | None = 0
+        self.data_wait_s = 0.0
+        self.host_data_wait_s = 0.0
+
+    @property
+    def started(self) -> bool:
+        return self._first is not None
+
+    def start(self) -> None:
+        """The window's first boundary (call after any synchronization the caller needs)."""
+        if self._contention:
+            self._probe = ContentionProbe(self.clock.device_type, nvml_handle=self._nvml_handle)
+        self._first = self._prev = self.clock.mark()
+
+    def data_begin(self) -> None:
+        self._host_t0 = time.perf_counter()
+        self._data_open = self.clock.mark() if self.clock.device_type == "cuda" else None
+
+    def data_end(self) -> None:
+        self._host_wait += time.perf_counter() - self._host_t0
+        if self._data_open is not None:
+            self._data_marks.append((self._data_open, self.clock.mark()))
+            self._data_open = None
+
+    def step_end(self, samples: int | None = None, micro_steps: int = 1) -> None:
+        """The boundary that ends one optimizer step (``samples`` processed in it, None when unknown)."""
+        mark = self.clock.mark()
+        self._pending.append(_Pending(self._index, self._prev, mark, self._data_marks, self._host_wait, samples, micro_steps))
+        self._prev = self._last = mark
+        self._index += 1
+        self._data_marks, self._host_wait = [], 0.0
+        if len(self._pending) > 2 * self._flush_every:
+            self.poll()
+
+    def poll(self, *, wait: bool = False) -> None:
+        """Read the steps whose end boundary is done; ``wait`` for all of them (bounded otherwise)."""
+        pending, clock = self._pending, self.clock
+        if wait and pending:
+            clock.wait(pending[-1].end)
+        elif len(pending) > 2 * self._flush_every:
+            clock.wait(pending[len(pending) - self._flush_every - 1].end)
+        while pending and clock.ready(pending[0].end):
+            p = pending.popleft()
+            exposed = sum(clock.elapsed_s(a, b) for a, b in p.data_marks) if p.data_marks else p.host_wait
+            record = StepRecord(p.index, clock.elapsed_s(p.start, p.end), exposed, p.host_wait, p.samples, p.micro_steps)
+            self.steps += 1
+            self.data_wait_s += record.data_wait_s
+            self.host_data_wait_s += record.host_data_wait_s
+            self.samples = None if self.samples is None or record.samples is None else self.samples + record.samples
+            self._on_step(record)
+
+    def finish(self) -> Window:
+        """Read every pending boundary (one wait, on the last) and return the window."""
+        contention = self._probe.finish() if self._probe is not None else None
+        self.poll(wait=True)
+        wall = self.clock.elapsed_s(self._first, self._last) if self._last is not None else 0.0
+        return Window(
+            steps=self.steps,
+            samples=self.samples if self.steps else 0,
+            wall_s=wall,
+            data_wait_s=self.data_wait_s,
+            host_data_wait_s=self.host_data_wait_s,
+            contention=contention,
+        )

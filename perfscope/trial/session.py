@@ -1,0 +1,168 @@
+"""A measurement session: runs trials through one runner, records each at once, resumes, reports progress.
+
+    with Session(results, out_dir=..., workload_path=..., timeout_s=600) as session:
+        run = session.measure("baseline", config)         # a new run of the configuration "baseline"
+        run = session.measure("baseline", config)         # ... and another: trial "baseline-r2"
+
+Every run — baseline, knob, micro-batch probe, repeat — goes through `measure`, so each gets the same
+isolation, the same MFU denominator, the same bookkeeping and the same noisy-neighbour guard: a run whose
+window was contended (other processes used the cores, or the GPU) is kept for the record, excluded from
+the evidence, and measured again; if the contention persists, the last run is used and the results say so
+at the top of the report. results.json is rewritten atomically after every run: an interrupted analysis
+loses at most the run in flight.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TextIO
+
+from perfscope.measure.mfu import apply_utilization_ratios
+from perfscope.results import Results, Trial, TrialMetrics, from_jsonable
+from perfscope.results.config import TrialConfig
+from perfscope.trial.runner import TrialRunner
+
+CONTENTION_RETRIES = 2
+"""Extra runs of a configuration whose run was contended, before perfscope gives up and says so."""
+
+
+@dataclass
+class Progress:
+    """One line per run on stderr: which run, how many so far, time spent (and budget when set)."""
+
+    stream: TextIO = field(default_factory=lambda: sys.stderr)
+    budget_s: float | None = None
+    started: float = field(default_factory=time.monotonic)
+    count: int = 0
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def _clock(self) -> str:
+        spent = f"{self.elapsed():.0f}s"
+        return f"{spent}/{self.budget_s:.0f}s" if self.budget_s else spent
+
+    def begin(self, name: str) -> None:
+        self.count += 1
+        print(f"[{self.count} | {self._clock()}] {name}: running ...", file=self.stream, flush=True)
+
+    def end(self, trial: Trial) -> None:
+        if trial.ok:
+            m = trial.metrics
+            assert m is not None
+            rate = f"{m.samples_per_s:.1f} samples/s" if m.samples_per_s is not None else "samples/s n/a"
+            mfu = f", MFU {m.mfu:.1%}" if m.mfu is not None else ""
+            line = f"ok  {rate}{mfu} ({m.steps} steps in {m.wall_s:.2f} s)"
+            if trial.excluded:
+                line += f"  [not used: {trial.excluded}]"
+        else:
+            first = (trial.error or "").splitlines()[0] if trial.error else ""
+            line = f"{trial.status.upper()}  {first}"
+        print(f"    {trial.name}: {line}  ({trial.wall_time_s or 0:.1f}s)", file=self.stream, flush=True)
+
+    def note(self, text: str) -> None:
+        print(f"    {text}", file=self.stream, flush=True)
+
+
+class Session:
+    def __init__(
+        self,
+        results: Results,
+        *,
+        out_dir: Path,
+        workload_path: Path,
+        timeout_s: float,
+        resume: bool = False,
+        progress: Progress | None = None,
+        runner: TrialRunner | None = None,
+    ) -> None:
+        self.results = results
+        self.out_dir = out_dir
+        self.workload_path = workload_path
+        self.timeout_s = timeout_s
+        self.resume = resume
+        self.progress = progress or Progress()
+        self.runner = runner or TrialRunner(out_dir / "trials")
+        self.results_path = out_dir / "results.json"
+        self._previous = {t.name: t for t in results.trials} if resume else {}
+        if not resume:
+            results.trials = []
+        self._sequence = 0
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.runner.close()
+
+    def save(self) -> None:
+        self.results.save(self.results_path)
+
+    def _next_name(self, configuration: str) -> tuple[str, int]:
+        repeat = 1 + sum(1 for t in self.results.trials if t.configuration == configuration)
+        return (configuration if repeat == 1 else f"{configuration}-r{repeat}"), repeat
+
+    def measure(self, configuration: str, config: TrialConfig, knobs: list[str] | None = None) -> Trial:
+        """A new run of ``configuration``; re-measured while its window is contended (see the module docstring)."""
+        trial = self._measure_once(configuration, config, knobs)
+        for _ in range(CONTENTION_RETRIES):
+            if not (trial.ok and trial.metrics and trial.metrics.contention):
+                return trial
+            trial.excluded = "contended: " + "; ".join(dict.fromkeys(trial.metrics.contention))
+            self.progress.note(f"{trial.name} was measured under load ({trial.excluded}): measuring again")
+            self.save()
+            trial = self._measure_once(configuration, config, knobs)
+        if trial.ok and trial.metrics and trial.metrics.contention:
+            why = "; ".join(dict.fromkeys(trial.metrics.contention))
+            warning = (f"other load on this machine persisted through {CONTENTION_RETRIES + 1} runs of "
+                       f"{configuration} ({why}): its figures include a neighbour's interference")
+            if warning not in self.results.warnings:
+                self.results.warnings.append(warning)
+                self.save()
+        return trial
+
+    def _measure_once(self, configuration: str, config: TrialConfig, knobs: list[str] | None) -> Trial:
+        name, repeat = self._next_name(configuration)
+        self._sequence += 1
+        previous = self._previous.get(name)
+        if previous is not None and previous.config == config and previous.status != "skipped":
+            self.progress.note(f"{name}: kept from the previous run ({previous.status})")
+            previous.sequence = self._sequence
+            self.results.upsert(previous)
+            return previous
+        self.progress.begin(name)
+        started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        spec = {
+            "mode": "trial",
+            "workload_path": str(self.workload_path),
+            "config": config.to_dict(),
+            "artifacts_dir": str(self.out_dir / "trials" / name),
+        }
+        outcome = self.runner.run(spec, self.out_dir / "trials" / name, timeout_s=self.timeout_s, env=config.env)
+        metrics = None
+        if "metrics" in outcome.payload:
+            metrics = from_jsonable(TrialMetrics, outcome.payload["metrics"])
+            apply_utilization_ratios(metrics, self.results.peak, self.results.environment)
+            if metrics.trace_path:  # relative to results.json, so the output folder can be moved
+                metrics.trace_path = str(Path(metrics.trace_path).resolve().relative_to(self.out_dir.resolve()))
+        trial = Trial(
+            name=name,
+            configuration=configuration,
+            repeat=repeat,
+            sequence=self._sequence,
+            config=config,
+            status=outcome.status,  # type: ignore[arg-type]
+            knobs=list(knobs or []),
+            error=outcome.error,
+            metrics=metrics,
+            wall_time_s=outcome.wall_time_s,
+            started_at=started_at,
+        )
+        self.results.upsert(trial)
+        self.save()
+        self.progress.end(trial)
+        return trial

@@ -1,0 +1,155 @@
+"""A fork server for trial processes: torch imported once, every trial a fresh forked process.
+
+    python -m perfscope.trial.zygote        # started by perfscope.trial.runner; speaks JSON lines
+
+Why: a trial process spends ~2.5 s importing Python, torch and perfscope before it measures anything;
+analyze runs dozens of them (the run, not the step, is the unit of evidence). The zygote imports them
+once and forks a child per trial. The child is a new process in its own session and process group, with
+its own address space, CUDA context (CUDA is never initialized in the zygote, so forking is safe), caching
+allocator and compile caches — as isolated as a fresh interpreter for everything perfscope measures.
+What it shares is the imported modules' code, which is what we wanted to skip re-reading. Settings read
+only at import time cannot differ between trials forked from one zygote: the runner starts such trials
+with a fresh interpreter instead (perfscope.trial.runner.needs_fresh_interpreter).
+
+Protocol (one JSON object per line): the runner writes {"spec": PATH, "log": PATH, "env": {...}}; the
+zygote answers {"pid": N} once forked and {"exit": N, "returncode": RC} when that child is reaped (RC < 0:
+killed by signal -RC, as subprocess reports it). On Linux the zygote is a child subreaper: descendants a
+trial detaches (a grandchild in a new session) are re-parented to it instead of init, and are killed when
+the trial they belong to has ended, so no trial leaves a process behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import signal
+import sys
+from typing import Any
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _preload() -> None:
+    import torch  # noqa: F401
+
+    import perfscope.measure.environment  # noqa: F401
+    import perfscope.trial.child  # noqa: F401
+    import perfscope.trial.loop  # noqa: F401
+    import perfscope.trial.validate  # noqa: F401
+
+
+def _become_subreaper() -> None:
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+
+def _send(message: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def _run_child(job: dict[str, Any]) -> int:
+    """In the forked child: a new session, the trial's own stdio and environment, then the trial."""
+    os.setsid()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(devnull, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.environ.update(job.get("env") or {})
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the child's own descriptors
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    from perfscope.trial import child
+
+    return child.main(["perfscope.trial.child", job["spec"]])
+
+
+def _reap(trials: set[int]) -> None:
+    """Report finished trials; kill what they left behind (re-parented to us as the subreaper)."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        if pid not in trials:
+            continue  # an orphan we adopted and killed, now reaped
+        trials.discard(pid)
+        code = os.waitstatus_to_exitcode(status)
+        try:
+            os.killpg(pid, signal.SIGKILL)  # the trial's DataLoader workers and other group members
+        except (ProcessLookupError, PermissionError):
+            pass
+        if not trials:
+            _kill_adopted()
+        _send({"exit": pid, "returncode": code})
+
+
+def _kill_adopted() -> None:
+    """With no trial running, any child of ours is a detached leftover of an ended trial."""
+    try:
+        import psutil
+
+        for proc in psutil.Process().children():
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+    except ImportError:
+        pass
+
+
+def main() -> int:
+    _become_subreaper()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner owns Ctrl-C; it kills us when done
+    _preload()
+    _send({"ready": os.getpid()})
+    trials: set[int] = set()
+    stdin = sys.stdin.buffer
+    buffer = b""
+    while True:
+        readable, _, _ = select.select([stdin], [], [], 0.05)
+        _reap(trials)
+        if not readable:
+            continue
+        chunk = os.read(stdin.fileno(), 65536)
+        if not chunk:  # the runner went away: end our trials too
+            for pid in trials:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            return 0
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            if not line.strip():
+                continue
+            job = json.loads(line)
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    code = _run_child(job)
+                finally:
+                    for stream in (sys.stdout, sys.stderr):
+                        try:
+                            stream.flush()
+                        except Exception:  # noqa: BLE001 - exiting anyway
+                            pass
+                    os._exit(code)
+            trials.add(pid)
+            _send({"pid": pid})
+
+
+if __name__ == "__main__":
+    sys.exit(main())
