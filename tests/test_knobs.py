@@ -30,12 +30,13 @@ def _workload(dataset: bool = False) -> Workload:
 
 
 def ctx(*, machine: Environment = H100, conv: bool = False, blocks: int = 12, dataset: bool = False,
-        optimizer: str = "AdamW", **base: object) -> KnobContext:
+        optimizer: str = "AdamW", user_tf32: bool | None = None, **base: object) -> KnobContext:
     return KnobContext(
         workload=_workload(dataset),
         base=TrialConfig(device=machine.device_type, micro_batch_size=8, **base),  # type: ignore[arg-type]
         environment=machine,
-        model=ModelFacts(parameter_count=1000, has_conv2d=conv, repeated_blocks=blocks, optimizer_class=optimizer),
+        model=ModelFacts(parameter_count=1000, has_conv2d=conv, repeated_blocks=blocks, optimizer_class=optimizer,
+                         matmul_tf32=user_tf32),
     )
 
 
@@ -54,6 +55,8 @@ CASES = [
     ("tf32", ctx(machine=CPU2), "NVIDIA GPUs"),
     ("tf32", ctx(machine=V100), "≥ 8.0"),
     ("tf32", ctx(tf32=True), "already on"),
+    ("tf32", ctx(user_tf32=True), "set by the workload file"),  # the baseline (tf32=None) runs with the user's TF32
+    ("tf32", ctx(user_tf32=False), None),
     ("tf32", ctx(precision="bf16"), "not fp32"),
     ("compile", ctx(), None),
     ("compile", ctx(compile="default"), "already compiled"),

@@ -801,11 +801,13 @@ class Profiler:
 
     def _trial_config(self, micro_batch: int | None, accum: int | None) -> dict[str, Any]:
         """What is known about the user's loop, under TrialConfig's field names (unknown settings are absent)."""
+        from perfscope.measure.tf32 import matmul_tf32_enabled
+
         config: dict[str, Any] = {
             "device": self.device.type,
             "warmup_steps": self.warmup_steps,
             "steps": self._timed,
-            "tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+            "tf32": matmul_tf32_enabled(),  # never raises, whichever TF32 API the user's loop used
         }
         if micro_batch:
             config["micro_batch_size"] = micro_batch

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from perfscope.measure.tf32 import restore_matmul_tf32, set_matmul_tf32, snapshot_matmul_tf32
+
 
 @dataclass(frozen=True)
 class DevicePeak:
@@ -94,8 +96,8 @@ def measure_matmul_tflops(device: str, dtype: str, *, size: int | None = None, r
     if size is None:
         size = 8192 if device == "cuda" else 1024
     torch_dtype = _TORCH_DTYPES[dtype]
-    previous_tf32 = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+    previous_tf32 = snapshot_matmul_tf32()
+    set_matmul_tf32(dtype == "tf32")
     try:
         a = torch.randn(size, size, device=device, dtype=torch_dtype)
         b = torch.randn(size, size, device=device, dtype=torch_dtype)
@@ -112,7 +114,7 @@ def measure_matmul_tflops(device: str, dtype: str, *, size: int | None = None, r
         times.sort()
         return flops / times[len(times) // 2] / 1e12
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous_tf32
+        restore_matmul_tf32(previous_tf32)
 
 
 def ceiling_dtypes(device: str) -> list[str]:

@@ -152,6 +152,7 @@ class TrialMetrics:
     utilization: Utilization | None = None
     compile_time_s: float | None = None  # first-step time beyond a steady step, when compiling
     first_step_s: float | None = None
+    matmul_tf32: bool | None = None  # TF32 for fp32 matmuls during the trial: the config's, else the user's own setting
     trace_path: str | None = None
     trace_facts: dict[str, Any] | None = None
     unavailable: dict[str, str] = field(default_factory=dict)

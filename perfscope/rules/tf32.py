@@ -19,11 +19,16 @@ class Tf32Matmul(Rule):
 
     def check(self, ctx: RuleContext) -> list[Finding]:
         cc = ctx.results.environment.compute_capability
-        if not ctx.cuda or ctx.config("tf32") or ctx.config("precision", "fp32") != "fp32" or not cc or float(cc) < 8.0:
+        # The config's explicit setting, else what the baseline recorded of the user's own (config tf32=None).
+        configured = ctx.config("tf32")
+        tf32_on = configured if configured is not None else ctx.metrics.matmul_tf32
+        if not ctx.cuda or tf32_on or ctx.config("precision", "fp32") != "fp32" or not cc or float(cc) < 8.0:
             return []
         finding = Finding(
             rule_id=self.id, title="fp32 matmuls without TF32", severity="medium",
-            evidence=[f"compute capability {cc} supports TF32; the loop leaves it off"],
+            evidence=[f"compute capability {cc} supports TF32; " + (
+                "the loop leaves it off" if tf32_on is False else
+                f"the loop's TF32 setting could not be read ({ctx.metrics.unavailable.get('matmul_tf32', 'unknown')})")],
             fix="+torch.backends.cuda.matmul.allow_tf32 = True\n+torch.backends.cudnn.allow_tf32 = True",
             caveats=["numerics: fp32 matmuls with a 10-bit mantissa"],
             reference="https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices",

@@ -28,6 +28,8 @@ from torch import nn
 
 from perfscope.measure import memory
 from perfscope.measure.flops import FLOP_CONVENTION, StepFlopCounter
+from perfscope.measure.tf32 import apply_matmul_tf32
+from perfscope.measure.tf32 import matmul_tf32 as matmul_tf32_state
 from perfscope.measure.timing import StepTimer, synchronize
 from perfscope.measure.utilization import UtilizationSampler
 from perfscope.results import TrialMetrics
@@ -159,10 +161,10 @@ def _gc_mode(mode: str) -> Iterator[None]:
 
 def run_trial(workload: Workload, config: TrialConfig, artifacts_dir: Path | None = None) -> TrialMetrics:
     """Measure one configuration; see the module docstring for the order of work."""
-    torch.backends.cuda.matmul.allow_tf32 = config.tf32
-    torch.backends.cudnn.allow_tf32 = config.tf32
     device = config.device
     step = TrainStep(workload, config)
+    # After the user's file, workload() and model() ran, so tf32=None keeps (and records) their own setting.
+    matmul_tf32 = apply_matmul_tf32(config.tf32)
     unavailable: dict[str, str] = {}
 
     first_step_s = None
@@ -212,6 +214,9 @@ def run_trial(workload: Workload, config: TrialConfig, artifacts_dir: Path | Non
         utilization=sampler.result() if sampler is not None else None,
         unavailable=unavailable,
     )
+    metrics.matmul_tf32 = matmul_tf32
+    if matmul_tf32 is None:
+        unavailable["matmul_tf32"] = matmul_tf32_state().reason or "unknown"
     if workload.tokens_per_sample:
         metrics.tokens_per_s = metrics.samples_per_s * workload.tokens_per_sample
     if config.compile is not None and first_step_s is not None:

@@ -140,6 +140,13 @@ def test_never_advise_what_is_already_on():
     assert not ids & {"PS101", "PS102", "PS303"}
 
 
+def test_tf32_the_user_set_in_their_file_is_not_advised():
+    # The baseline config leaves TF32 alone (tf32=None); the trial recorded the user's own setting.
+    results = _metrics(_results(tf32=None), matmul_tf32=True)
+    assert "PS102" not in {f.rule_id for f in run_rules(results)}
+    assert "PS102" in {f.rule_id for f in run_rules(_metrics(_results(tf32=None), matmul_tf32=False))}
+
+
 def test_a_crashing_rule_is_a_warning_not_a_crash():
     class Broken(Rule):
         """Always fails."""

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from perfscope.measure.tf32 import matmul_tf32_enabled
 from perfscope.results import Environment
 from perfscope.trial.checkpointing import find_repeated_blocks
 from perfscope.trial.config import TrialConfig
@@ -32,6 +33,9 @@ class ModelFacts:
     has_conv2d: bool
     repeated_blocks: int
     optimizer_class: str
+    matmul_tf32: bool | None = None
+    """The user's matmul TF32 setting once their file was imported and workload()/model() ran (None: unknown).
+    The baseline leaves TF32 as the user set it (TrialConfig.tf32=None), so this is what it runs with."""
 
     @classmethod
     def inspect(cls, workload: Workload) -> ModelFacts:
@@ -51,6 +55,7 @@ class ModelFacts:
             has_conv2d=any(isinstance(m, nn.Conv2d) for m in model.modules()),
             repeated_blocks=len(blocks),
             optimizer_class=optimizer_class,
+            matmul_tf32=matmul_tf32_enabled(),
         )
 
 

@@ -1,5 +1,6 @@
 """TF32 matmuls: fp32 tensors, tensor-core math with a 10-bit mantissa. Off by default for matmul since
-PyTorch 1.12 (cuDNN convolutions keep it on); about 7× an A100's fp32 matmul peak."""
+PyTorch 1.12 (cuDNN convolutions keep it on, and perfscope leaves cuDNN alone); about 7× an A100's fp32 matmul
+peak. Set through perfscope.measure.tf32: the new `fp32_precision` API on torch >= 2.9, `allow_tf32` before."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ class Tf32(Knob):
             return f"TF32 needs compute capability ≥ 8.0 (this device: {ctx.environment.compute_capability})"
         if ctx.base.tf32:
             return "TF32 is already on"
+        if ctx.base.tf32 is None and ctx.model.matmul_tf32:
+            return "TF32 is already on (set by the workload file)"
         if ctx.base.precision != "fp32":
             return f"the loop runs {ctx.base.precision} autocast: its matmuls are not fp32"
         return None
