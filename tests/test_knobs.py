@@ -6,6 +6,7 @@ fake facts for the device-specific decisions, and from the real example/test wor
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -122,8 +123,28 @@ def test_knob_applies_or_explains_itself(knob_id, context, expected):
 def test_knob_attributes(k):
     assert k.id and k.id == k.id.lower() and " " not in k.id
     assert k.title and k.reference.startswith("https://")
-    lines = k.code_change.splitlines()
+    lines = k.code_change(ctx()).splitlines()
     assert lines and any(line.startswith("+") for line in lines), "code_change is a diff: at least one added line"
+
+
+@pytest.mark.parametrize("k", REGISTRY, ids=lambda k: k.id)
+def test_code_change_is_written_for_the_runs_device(k):
+    """A CPU run's advice never mentions CUDA (None where the knob means nothing on a CPU); a GPU run's never
+    builds the model or autocasts without the GPU."""
+    cpu = k.code_change(ctx(machine=CPU2))
+    assert cpu is None or ("cuda" not in cpu.lower() and any(line.startswith("+") for line in cpu.splitlines())), cpu
+    gpu = k.code_change(ctx())
+    assert gpu is not None and '"cpu"' not in gpu
+    assert not re.search(r"MyNet\(\)(?!\.cuda\(\))", gpu), gpu  # the model is placed on the GPU
+    if "autocast" in gpu or "GradScaler" in gpu:
+        assert 'device_type="cuda"' in gpu or 'GradScaler("cuda")' in gpu
+
+
+def test_tf32_code_change_follows_the_runs_torch_version():
+    new = Environment(device_type="cuda", device_name="NVIDIA H100 80GB HBM3", compute_capability="9.0", torch_version="2.13.0+cu128")
+    old = Environment(device_type="cuda", device_name="NVIDIA H100 80GB HBM3", compute_capability="9.0", torch_version="2.4.1+cu121")
+    assert knob("tf32").code_change(ctx(machine=new)) == '+torch.backends.cuda.matmul.fp32_precision = "tf32"'
+    assert knob("tf32").code_change(ctx(machine=old)) == "+torch.backends.cuda.matmul.allow_tf32 = True"
 
 
 def test_apply_merges_env():

@@ -197,7 +197,9 @@ class _SlowKnob(Knob):
     id = "fake_slow"
     title = "a knob that slows the step down"
     reference = "https://example.invalid/fake"
-    code_change = "+slow_down()"
+
+    def code_change(self, ctx):
+        return "+slow_down()"
 
     def variants(self, ctx):
         return [{"gc_mode": "disable"}]

@@ -119,7 +119,7 @@ class Sweeper:
         return None
 
     def _outcome(self, knob: Knob, status: str, reason: str | None = None, **kw: Any) -> KnobOutcome:
-        outcome = KnobOutcome(knob=knob.id, title=knob.title, status=status, reason=reason, code_change=knob.code_change, **kw)  # type: ignore[arg-type]
+        outcome = KnobOutcome(knob=knob.id, title=knob.title, status=status, reason=reason, code_change=knob.code_change(self.ctx), **kw)  # type: ignore[arg-type]
         self.sweep.knobs.append(outcome)
         return outcome
 
@@ -129,15 +129,15 @@ class Sweeper:
         if not trial.ok:
             first = (trial.error or "").splitlines()[0] if trial.error else ""
             return KnobOutcome(knob=knob.id, title=knob.title, status="failed", reason=f"{trial.status}: {first}".strip(": "),
-                               trial=trial.name, changes_semantics=semantics, code_change=knob.code_change)
+                               trial=trial.name, changes_semantics=semantics, code_change=knob.code_change(self.ctx))
         verdict = compare_numerics(self.baseline, trial)
         gain = measured_gain(against or self.baseline, trial, drift=self.drift)
         mfu = trial.metrics.mfu if trial.metrics else None
         if not verdict.ok:
             return KnobOutcome(knob=knob.id, title=knob.title, status="rejected", reason=f"numerics guard: {verdict.reason}",
-                               trial=trial.name, gain=gain, mfu=mfu, changes_semantics=semantics, code_change=knob.code_change)
+                               trial=trial.name, gain=gain, mfu=mfu, changes_semantics=semantics, code_change=knob.code_change(self.ctx))
         return KnobOutcome(knob=knob.id, title=knob.title, status="measured", trial=trial.name, gain=gain, mfu=mfu,
-                           changes_semantics=semantics, code_change=knob.code_change)
+                           changes_semantics=semantics, code_change=knob.code_change(self.ctx))
 
     def try_alone(self, knob: Knob, on_top: _Candidate | None = None) -> _Candidate | None:
         """Each variant of the knob on the baseline (or on ``on_top``, the best variant of the knob it builds

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import warnings
 from collections.abc import Callable
 
@@ -145,6 +146,32 @@ def test_tf32_the_user_set_in_their_file_is_not_advised():
     results = _metrics(_results(tf32=None), matmul_tf32=True)
     assert "PS102" not in {f.rule_id for f in run_rules(results)}
     assert "PS102" in {f.rule_id for f in run_rules(_metrics(_results(tf32=None), matmul_tf32=False))}
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_fix_texts_are_written_for_the_runs_device(rule_id, device):
+    """No `.cuda()` / autocast("cuda") in a CPU run's advice, no CPU-only code in a GPU run's."""
+    rule = next(r for r in all_rules() if r.id == rule_id)
+    results = CASES[rule_id][0]()
+    results.environment.device_type = device
+    for f in run(results, [rule]):
+        if device == "cpu":
+            assert "cuda" not in f.fix.lower(), f.fix
+        else:
+            assert '"cpu"' not in f.fix and not re.search(r"MyNet\(\)(?!\.cuda\(\))", f.fix), f.fix
+            if "autocast" in f.fix:
+                assert 'device_type="cuda"' in f.fix
+
+
+def test_tf32_fix_uses_the_api_of_the_runs_torch():
+    results = _results()
+    results.environment.torch_version = "2.13.0+cu128"
+    (finding,) = [f for f in run_rules(results) if f.rule_id == "PS102"]
+    assert finding.fix == '+torch.backends.cuda.matmul.fp32_precision = "tf32"'
+    results.environment.torch_version = "2.4.1+cu121"
+    (finding,) = [f for f in run_rules(results) if f.rule_id == "PS102"]
+    assert finding.fix == "+torch.backends.cuda.matmul.allow_tf32 = True"
 
 
 def test_a_crashing_rule_is_a_warning_not_a_crash():

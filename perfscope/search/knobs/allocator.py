@@ -14,7 +14,11 @@ class ExpandableSegments(Knob):
     id = "expandable_segments"
     title = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
     reference = "https://pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf"
-    code_change = "+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True   # before the process starts"
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        if not ctx.cuda:
+            return None
+        return "+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True   # before the process starts"
 
     def applies(self, ctx: KnobContext) -> str | None:
         if not ctx.cuda:

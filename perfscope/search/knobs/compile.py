@@ -8,6 +8,7 @@ import shutil
 from typing import Any
 
 from perfscope.search.knobs.base import Knob, KnobContext
+from perfscope.snippets import compile_change
 
 
 def _no_compiler_reason(ctx: KnobContext) -> str | None:
@@ -20,7 +21,9 @@ class Compile(Knob):
     id = "compile"
     title = "torch.compile"
     reference = "https://pytorch.org/docs/stable/generated/torch.compile.html"
-    code_change = "-model = MyNet().cuda()\n+model = torch.compile(MyNet().cuda())"
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        return compile_change(ctx.device)
 
     def applies(self, ctx: KnobContext) -> str | None:
         if ctx.base.compile is not None:
@@ -35,7 +38,9 @@ class CompileReduceOverhead(Knob):
     id = "compile_reduce_overhead"
     title = "torch.compile(mode=\"reduce-overhead\") (CUDA graphs)"
     reference = "https://pytorch.org/docs/stable/torch.compiler_cudagraph_trees.html"
-    code_change = "-model = MyNet().cuda()\n+model = torch.compile(MyNet().cuda(), mode=\"reduce-overhead\")"
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        return compile_change(ctx.device, "reduce-overhead") if ctx.cuda else None
 
     def applies(self, ctx: KnobContext) -> str | None:
         if not ctx.cuda:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfscope.measure.tf32 import enable_tf32_code
 from perfscope.search.knobs.base import Knob, KnobContext
 from perfscope.trial.config import TrialConfig
 
@@ -14,7 +15,10 @@ class Tf32(Knob):
     id = "tf32"
     title = "TF32 matmuls"
     reference = "https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices"
-    code_change = "+torch.backends.cuda.matmul.allow_tf32 = True\n+torch.backends.cudnn.allow_tf32 = True"
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        # The API of the torch that measured the run: fp32_precision on >= 2.9 (reading allow_tf32 then raises).
+        return enable_tf32_code(ctx.environment.torch_version or None) if ctx.cuda else None
 
     def applies(self, ctx: KnobContext) -> str | None:
         if not ctx.cuda:
