@@ -64,6 +64,7 @@ CASES = [
     ("compile_reduce_overhead", ctx(), None),
     ("compile_reduce_overhead", ctx(machine=CPU2), "need a GPU"),
     ("compile_reduce_overhead", ctx(compile="reduce-overhead"), "already compiled"),
+    ("compile_reduce_overhead", ctx(grad_accum_steps=4), "pytorch/pytorch#169545"),  # .grad overwritten by replays
     ("fused_optimizer", ctx(), None),
     ("fused_optimizer", ctx(optimizer="Lion"), "no fused implementation"),
     ("fused_optimizer", ctx(optimizer_impl="fused"), "already fused"),

@@ -47,6 +47,11 @@ class CompileReduceOverhead(Knob):
             return "CUDA graphs need a GPU"
         if ctx.base.compile == "reduce-overhead":
             return "the model is already compiled with reduce-overhead"
+        if ctx.base.grad_accum_steps > 1:
+            # CUDA-graph outputs live in the graph's static memory pool: the gradients kept in .grad between
+            # accumulation micro-steps are overwritten by the next replay (wrong gradients or a RuntimeError).
+            return (f"the loop accumulates gradients ({ctx.base.grad_accum_steps} micro-steps): CUDA graphs overwrite the "
+                    "outputs kept in .grad by the next replay (pytorch/pytorch#169545, open)")
         return None
 
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
