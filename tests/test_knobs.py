@@ -177,12 +177,18 @@ def test_dataloader_worker_counts_follow_the_cores():
     assert knob("prefetch_factor").prerequisite_met(TrialConfig(micro_batch_size=8, num_workers=2))
 
 
-def test_compile_on_cpu_needs_a_compiler(monkeypatch):
+def test_compile_needs_a_host_compiler_on_cpu_and_cuda(monkeypatch):
     import perfscope.search.knobs.compile as compile_module
 
     monkeypatch.setattr(compile_module.shutil, "which", lambda name: None)
+    monkeypatch.delenv("CC", raising=False)
     assert "C++ compiler" in knob("compile").applies(ctx(machine=CPU2))
-    assert knob("compile").applies(ctx()) is None  # CUDA: inductor generates Triton, no host compiler needed
+    # CUDA too: Triton compiles its kernel launcher with the host C compiler at run time.
+    assert "Triton" in knob("compile").applies(ctx())
+    assert "Triton" in knob("compile_reduce_overhead").applies(ctx())
+    monkeypatch.setattr(compile_module.shutil, "which", lambda name: "/opt/cc/bin/mycc" if name == "mycc" else None)
+    monkeypatch.setenv("CC", "mycc")
+    assert knob("compile").applies(ctx()) is None
 
 
 @pytest.mark.parametrize(
