@@ -86,7 +86,11 @@ CASES = [
     ("gc_freeze", ctx(gc_mode="disable"), "already managed"),
     ("expandable_segments", ctx(), None),
     ("expandable_segments", ctx(machine=CPU2), "CUDA caching allocator"),
-    ("expandable_segments", ctx(env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}), "already on"),
+    ("expandable_segments", ctx(env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}), "already sets expandable_segments"),
+    ("expandable_segments", ctx(env={"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512,expandable_segments:False"}),
+     "already sets expandable_segments:False"),
+    ("expandable_segments", ctx(env={"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}), "cudaMallocAsync"),
+    ("expandable_segments", ctx(env={"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}), None),
     ("activation_checkpointing", ctx(), None),
     ("activation_checkpointing", ctx(blocks=0), "no repeated blocks"),
     ("activation_checkpointing", ctx(activation_checkpointing=True), "already on"),
@@ -152,6 +156,20 @@ def test_apply_merges_env():
     base = TrialConfig(device="cuda", micro_batch_size=8, env={"OTHER": "1"})
     changed = knob("expandable_segments").apply(base, knob("expandable_segments").variants(ctx())[0])
     assert changed.env == {"OTHER": "1", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+
+def test_expandable_segments_keeps_the_users_allocator_options(monkeypatch):
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    k = knob("expandable_segments")
+    c = ctx(env={"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512,roundup_power2_divisions:[256:1,512:2]"})
+    merged = "max_split_size_mb:512,roundup_power2_divisions:[256:1,512:2],expandable_segments:True"
+    assert k.variants(c) == [{"env": {"PYTORCH_CUDA_ALLOC_CONF": merged}}]
+    assert f"+export PYTORCH_CUDA_ALLOC_CONF={merged}" in k.code_change(c)
+    # Set in the shell perfscope runs from (the trial processes inherit it), not in the config:
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "garbage_collection_threshold:0.6")
+    assert k.variants(ctx())[0]["env"]["PYTORCH_CUDA_ALLOC_CONF"] == "garbage_collection_threshold:0.6,expandable_segments:True"
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    assert "already sets" in k.applies(ctx())
 
 
 def test_changes_semantics():
