@@ -38,6 +38,7 @@ def _fake_pynvml(*, fail_power: bool = False, fail_init: bool = False) -> types.
     nv.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=40 * 2**30)
     nv.nvmlDeviceGetPowerUsage = power
     nv.nvmlDeviceGetClockInfo = lambda h, kind: 1755
+    nv.nvmlDeviceGetMaxClockInfo = lambda h, kind: 1980
     nv.nvmlDeviceGetCurrentClocksThrottleReasons = lambda h: 0x4 | 0x40
     return nv
 
@@ -53,7 +54,7 @@ def test_nvml_sampler_summarizes_device_and_host(monkeypatch):
     util = _sample(monkeypatch)
     assert util.gpu_util_percent.median == 87
     assert util.power_w.median == pytest.approx(350.0)
-    assert util.sm_clock_mhz.median == 1755
+    assert util.sm_clock_mhz.median == 1755 and util.sm_clock_max_mhz == 1980
     assert util.gpu_memory_used_bytes_max == 40 * 2**30
     assert util.throttle_reasons_seen == ["HW thermal slowdown", "SW power cap"]
     assert util.cpu_percent is not None

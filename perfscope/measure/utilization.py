@@ -46,6 +46,7 @@ class UtilizationSampler:
         self._unavailable: dict[str, str] = {}
         self._nvml: Any = None
         self._handle: Any = None
+        self._sm_clock_max: float | None = None
         if device == "cuda":
             self._open_nvml(device_index)
         else:
@@ -60,6 +61,11 @@ class UtilizationSampler:
             self._nvml = pynvml
         except Exception as exc:  # noqa: BLE001 - degrade: no NVML is a recorded reason, not a failure
             self._unavailable["gpu"] = f"NVML unavailable: {type(exc).__name__}: {exc}"
+            return
+        try:  # read once: the reference the throttling rule compares the sampled clocks with
+            self._sm_clock_max = float(pynvml.nvmlDeviceGetMaxClockInfo(self._handle, pynvml.NVML_CLOCK_SM))
+        except Exception as exc:  # noqa: BLE001
+            self._unavailable["sm_clock_max_mhz"] = f"NVML: {type(exc).__name__}: {exc}"
 
     def _read_gpu(self, sample: UtilizationSample) -> None:
         nv, h = self._nvml, self._handle
@@ -117,6 +123,7 @@ class UtilizationSampler:
         util.gpu_util_percent = summary("gpu_util_percent")
         util.power_w = summary("power_w")
         util.sm_clock_mhz = summary("sm_clock_mhz")
+        util.sm_clock_max_mhz = self._sm_clock_max
         util.cpu_percent = summary("cpu_percent")
         memory = [s.gpu_memory_used_bytes for s in samples if s.gpu_memory_used_bytes is not None]
         util.gpu_memory_used_bytes_max = max(memory) if memory else None

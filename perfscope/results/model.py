@@ -112,6 +112,7 @@ class Utilization:
     gpu_util_percent: Summary | None = None
     power_w: Summary | None = None
     sm_clock_mhz: Summary | None = None
+    sm_clock_max_mhz: float | None = None  # the device's maximum SM clock (NVML), to judge how far clocks dropped
     gpu_memory_used_bytes_max: int | None = None
     cpu_percent: Summary | None = None  # whole-host CPU utilization, 0..100
     throttle_reasons_seen: list[str] = field(default_factory=list)

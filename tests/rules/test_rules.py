@@ -141,6 +141,23 @@ def test_never_advise_what_is_already_on():
     assert not ids & {"PS101", "PS102", "PS303"}
 
 
+def _clocks(reasons: list[str], clocks: list[float], max_mhz: float | None = 1980.0) -> Results:
+    return _metrics(_results(), utilization=_util(throttle_reasons_seen=reasons, sm_clock_mhz=summarize(clocks), sm_clock_max_mhz=max_mhz))
+
+
+def test_sw_power_cap_is_information_unless_clocks_fall_far_below_the_maximum():
+    # A loaded H100 at its power limit: the driver trims clocks a little (and they vary): not throttling.
+    routine = [f for f in run_rules(_clocks(["SW power cap"], [1980, 1650, 1755, 1980, 1700])) if f.rule_id == "PS702"]
+    assert [f.severity for f in routine] == ["info"] and "throttled" not in routine[0].title
+    # Power-capped far below the maximum clock: a real slowdown.
+    far = [f for f in run_rules(_clocks(["SW power cap"], [1100, 1150, 1200])) if f.rule_id == "PS702"]
+    assert [f.severity for f in far] == ["medium"] and far[0].title == "GPU clocks throttled"
+    # Thermal slowdown and the power brake are problems whatever the clocks say.
+    for reason in ("HW thermal slowdown", "HW power brake", "HW slowdown"):
+        (f,) = [f for f in run_rules(_clocks([reason, "SW power cap"], [1980, 1975, 1980])) if f.rule_id == "PS702"]
+        assert f.severity == "medium"
+
+
 def test_tf32_the_user_set_in_their_file_is_not_advised():
     # The baseline config leaves TF32 alone (tf32=None); the trial recorded the user's own setting.
     results = _metrics(_results(tf32=None), matmul_tf32=True)
