@@ -120,3 +120,21 @@ def test_datasheet_lookup_is_dense(name, expected, bf16):
 def test_unknown_device_gets_no_guess():
     assert datasheet_peak("NVIDIA Tesla K80") is None
     assert datasheet_peak("NVIDIA L40S").name == "NVIDIA L40S"  # not mistaken for the L4
+
+
+def test_cpu_sdpa_note_only_when_the_cpu_formula_was_used():
+    """A CUDA run's attention (flash/efficient kernels, torch's own formulas) must not carry the CPU-SDPA note."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from perfscope.measure.flops import StepFlopCounter
+
+    with FakeTensorMode():  # CUDA tensors without a GPU: shapes only
+        q = torch.empty(2, 4, 16, 8, device="cuda")
+        with StepFlopCounter() as counter:
+            torch.ops.aten._scaled_dot_product_efficient_attention(q, q, q, None, False)
+    assert counter.total > 0
+    assert not any("CPU SDPA" in n for n in counter.notes)
+    q = torch.randn(2, 4, 16, 8)
+    with StepFlopCounter() as counter:
+        torch.nn.functional.scaled_dot_product_attention(q, q, q)
+    assert any("CPU SDPA" in n for n in counter.notes)  # the CPU kernel, counted with the formula we register

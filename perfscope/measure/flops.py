@@ -41,18 +41,21 @@ def _cpu_sdpa_backward(
     return flop_counter.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
 
 
-def _gap_fillers() -> tuple[dict[Any, Any], list[str]]:
-    """Formulas for ops torch's registry lacks, and a note for each one we fill."""
+def _gap_fillers() -> tuple[dict[Any, Any], dict[str, str]]:
+    """Formulas for ops torch's registry lacks, and the note each one earns when it was actually used
+    (keyed by op name: a CUDA run counts flash/efficient attention with torch's own formulas, no note)."""
     aten = torch.ops.aten
     mapping: dict[Any, Any] = {}
-    notes: list[str] = []
+    notes: dict[str, str] = {}
     fwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
     bwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
     if fwd is not None and fwd not in flop_counter.flop_registry:
         mapping[fwd] = _cpu_sdpa_forward
+        note = "CPU SDPA has no torch FLOP formula: counted with torch's SDPA formulas by perfscope"
+        notes[str(fwd)] = note
         if bwd is not None:
             mapping[bwd] = _cpu_sdpa_backward
-        notes.append("CPU SDPA has no torch FLOP formula: counted with torch's SDPA formulas by perfscope")
+            notes[str(bwd)] = note
     return mapping, notes
 
 
@@ -64,7 +67,7 @@ class StepFlopCounter:
         self._mode = FlopCounterMode(display=False, custom_mapping=mapping)
         self.forward: float = 0.0
         self.total: float = 0.0
-        self._seen_attention = False
+        self._used_fillers: set[str] = set()
 
     def running_total(self) -> float:
         return float(self._mode.get_total_flops())
@@ -80,13 +83,11 @@ class StepFlopCounter:
         self._mode.__exit__(*exc)
         self.total = self.running_total()
         counts = self._mode.get_flop_counts().get("Global", {})
-        self._seen_attention = any("attention" in str(op) for op in counts)
+        self._used_fillers = {str(op) for op, flops in counts.items() if flops and str(op) in self._fill_notes}
 
     @property
     def notes(self) -> list[str]:
-        notes = []
-        if self._seen_attention:
-            notes.extend(self._fill_notes)
+        notes = list(dict.fromkeys(self._fill_notes[op] for op in sorted(self._used_fillers)))
         if self.total == 0:
             notes.append("the FLOP counter saw no matmul/conv/attention: MFU is not meaningful for this model")
         return notes
