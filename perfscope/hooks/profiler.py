@@ -680,7 +680,9 @@ class Profiler:
             devices = [self.device.index or 0] if self.device.type == "cuda" else []
             # The ceiling's random matrices come from a forked RNG state: the loop's random streams stay as they were.
             with torch.random.fork_rng(devices=devices):
-                self._environment = collect_environment(self.device.type, measure_ceiling=self.measure_ceiling)
+                self._environment = collect_environment(
+                    self.device.type, device_index=self.device.index or 0, measure_ceiling=self.measure_ceiling
+                )
         return self._environment
 
     def _build_results(self) -> Results:

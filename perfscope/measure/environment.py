@@ -9,10 +9,12 @@ from __future__ import annotations
 import platform
 import socket
 import sys
+from contextlib import nullcontext
 
 import psutil
 import torch
 
+from perfscope.measure.nvml import cuda_uuid
 from perfscope.measure.peaks import (
     ceiling_dtypes,
     datasheet_peak,
@@ -47,11 +49,19 @@ def _nvml_driver_version() -> tuple[str | None, str | None]:
         return None, f"NVML unavailable: {type(exc).__name__}: {exc}"
 
 
-def collect_environment(device: str, *, measure_ceiling: bool = True) -> Environment:
-    """Describe this machine for ``device`` ('cpu' or 'cuda'); optionally measure matmul ceilings."""
+def _uuid(index: int) -> str | None:
+    try:
+        return "GPU-" + cuda_uuid(index)
+    except Exception:  # noqa: BLE001 - an old torch without props.uuid
+        return None
+
+
+def collect_environment(device: str, *, device_index: int = 0, measure_ceiling: bool = True) -> Environment:
+    """Describe this machine for ``device`` ('cpu' or 'cuda'); on CUDA the device the run uses (``device_index``,
+    a CUDA index) and the list of all visible devices; optionally measure matmul ceilings (on that device)."""
     env = Environment(
         device_type=device,
-        device_name=_cpu_model() if device == "cpu" else torch.cuda.get_device_name(0),
+        device_name=_cpu_model() if device == "cpu" else torch.cuda.get_device_name(device_index),
         torch_version=torch.__version__,
         python_version=sys.version.split()[0],
         platform=platform.platform(),
@@ -62,8 +72,11 @@ def collect_environment(device: str, *, measure_ceiling: bool = True) -> Environ
         hostname=socket.gethostname(),
     )
     if device == "cuda":
-        props = torch.cuda.get_device_properties(0)
+        props = torch.cuda.get_device_properties(device_index)
         env.device_count = torch.cuda.device_count()
+        env.device_index = device_index
+        env.device_uuid = _uuid(device_index)
+        env.visible_devices = [f"{torch.cuda.get_device_name(i)} ({_uuid(i) or 'uuid unknown'})" for i in range(env.device_count)]
         env.compute_capability = f"{props.major}.{props.minor}"
         env.device_memory_bytes = int(props.total_memory)
         env.cuda_version = torch.version.cuda
@@ -82,9 +95,11 @@ def collect_environment(device: str, *, measure_ceiling: bool = True) -> Environ
         env.unavailable["datasheet_peaks_tflops"] = "CPUs have no comparable datasheet peak; MFU uses the measured matmul ceiling"
         env.unavailable["device_memory_bytes"] = "CPU: host memory is the device memory"
     if measure_ceiling:
-        for dtype in ceiling_dtypes(device):
-            try:
-                env.measured_ceiling_tflops[dtype] = round(measure_matmul_tflops(device, dtype), 4)
-            except Exception as exc:  # noqa: BLE001 - a dtype the device cannot run is not an error
-                env.unavailable[f"measured_ceiling_tflops.{dtype}"] = f"{type(exc).__name__}: {exc}"
+        # On the run's device: torch.cuda.device makes it current for the ceiling's matmuls.
+        with torch.cuda.device(device_index) if device == "cuda" else nullcontext():
+            for dtype in ceiling_dtypes(device):
+                try:
+                    env.measured_ceiling_tflops[dtype] = round(measure_matmul_tflops(device, dtype), 4)
+                except Exception as exc:  # noqa: BLE001 - a dtype the device cannot run is not an error
+                    env.unavailable[f"measured_ceiling_tflops.{dtype}"] = f"{type(exc).__name__}: {exc}"
     return env

@@ -53,8 +53,11 @@ class Environment:
     """The machine a run measured; the CI gate refuses to compare runs from different devices."""
 
     device_type: str  # "cpu" | "cuda"
-    device_name: str
+    device_name: str  # the device the run used (device_index), not necessarily CUDA device 0
     device_count: int = 0
+    device_index: int | None = None  # CUDA index of the device the run used
+    device_uuid: str | None = None  # its UUID as NVML spells it ("GPU-..." / "MIG-..."): stable across CUDA_VISIBLE_DEVICES
+    visible_devices: list[str] = field(default_factory=list)  # every CUDA-visible device, in CUDA order: "name (uuid)"
     compute_capability: str | None = None
     device_memory_bytes: int | None = None
     driver_version: str | None = None
