@@ -106,6 +106,7 @@ def test_peak_override_and_unknown_device():
         ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe", 756.0),
         ("NVIDIA H100 NVL", "NVIDIA H100 NVL", 835.5),
         ("NVIDIA H200", "NVIDIA H200", 989.4),
+        ("NVIDIA H200 NVL", "NVIDIA H200 NVL", 835.5),  # the PCIe card: lower clocks than the SXM part
         ("NVIDIA A100-SXM4-80GB", "NVIDIA A100", 312.0),
         ("NVIDIA L4", "NVIDIA L4", 121.0),
         ("NVIDIA A10G", "NVIDIA A10", 125.0),

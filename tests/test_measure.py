@@ -167,3 +167,46 @@ def test_environment_describes_the_device_the_run_uses_and_lists_all(monkeypatch
     assert env.device_uuid == "GPU-11111111-bbbb" and env.driver_version == "575.51"
     assert env.device_count == 2 and len(env.visible_devices) == 2
     assert env.visible_devices[0].startswith("NVIDIA A100-SXM4-80GB") and "GPU-00000000-aaaa" in env.visible_devices[0]
+
+
+def _cuda_env(monkeypatch, name: str, sms: int | None, uuid: str = "22222222-cccc", gpus=NVML_GPUS, measured=None):
+    from perfscope.measure.environment import collect_environment
+
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(gpus=gpus))
+    _fake_cuda(monkeypatch, [{"name": name, "uuid": uuid, "sms": sms}])
+    env = collect_environment("cuda", measure_ceiling=False)
+    env.measured_ceiling_tflops = measured or {}
+    return env
+
+
+def test_a_mig_slice_gets_its_sm_share_of_the_datasheet_peak(monkeypatch):
+    """An A100 1g.5gb slice has 14 of the GPU's 108 SMs: the full GPU's 312 TFLOP/s would understate its MFU 7.7×."""
+    from perfscope.measure.mfu import choose_peak
+
+    env = _cuda_env(monkeypatch, "NVIDIA A100-SXM4-40GB MIG 1g.5gb", 14)
+    assert env.mig and env.multiprocessor_count == 14
+    assert env.datasheet_peaks_tflops["bf16"] == pytest.approx(312.0 * 14 / 108, abs=0.01)
+    assert "14/108" in env.datasheet_source and "whitepaper" in env.datasheet_source  # the SM counts carry their source
+    assert choose_peak(env).tflops == pytest.approx(40.44, abs=0.01)
+
+
+def test_mig_detected_by_nvml_uuid_or_sm_count(monkeypatch):
+    # The name does not say MIG, but NVML knows the device only by a MIG UUID:
+    env = _cuda_env(monkeypatch, "NVIDIA H100 80GB HBM3", 16, gpus=[("MIG-22222222-cccc", 50)])
+    assert env.mig and env.device_uuid == "MIG-22222222-cccc"
+    assert env.datasheet_peaks_tflops["bf16"] == pytest.approx(989.4 * 16 / 132, abs=0.01)
+    # No NVML answer, but fewer SMs than the datasheet GPU: scaled all the same.
+    env = _cuda_env(monkeypatch, "NVIDIA H100 80GB HBM3", 32, gpus=[])
+    assert env.datasheet_peaks_tflops["bf16"] == pytest.approx(989.4 * 32 / 132, abs=0.01)
+    # The full GPUs are not scaled (the PCIe H100 has 114 SMs by design).
+    assert _cuda_env(monkeypatch, "NVIDIA H100 PCIe", 114, gpus=[]).datasheet_peaks_tflops["bf16"] == 756.0
+    assert not _cuda_env(monkeypatch, "NVIDIA H100 80GB HBM3", 132, gpus=[("GPU-22222222-cccc", 50)]).mig
+
+
+def test_a_mig_slice_of_unknown_size_falls_back_to_the_measured_ceiling_with_the_reason(monkeypatch):
+    from perfscope.measure.mfu import choose_peak
+
+    env = _cuda_env(monkeypatch, "NVIDIA A100-SXM4-40GB MIG 3g.20gb", None, measured={"bf16": 120.0})
+    assert env.datasheet_peaks_tflops == {} and "MIG slice" in env.unavailable["datasheet_peaks_tflops"]
+    peak = choose_peak(env)
+    assert peak.tflops == 120.0 and "MIG slice" in peak.source and "measured matmul ceiling" in peak.source

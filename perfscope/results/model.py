@@ -58,6 +58,8 @@ class Environment:
     device_index: int | None = None  # CUDA index of the device the run used
     device_uuid: str | None = None  # its UUID as NVML spells it ("GPU-..." / "MIG-..."): stable across CUDA_VISIBLE_DEVICES
     visible_devices: list[str] = field(default_factory=list)  # every CUDA-visible device, in CUDA order: "name (uuid)"
+    multiprocessor_count: int | None = None  # SMs this process can use (a MIG slice has a fraction of the GPU's)
+    mig: bool = False  # the device is a MIG slice: its datasheet peak is the full GPU's × its SM share
     compute_capability: str | None = None
     device_memory_bytes: int | None = None
     driver_version: str | None = None
