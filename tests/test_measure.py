@@ -12,7 +12,6 @@ from perfscope.measure import memory
 from perfscope.measure.timing import StepTimer
 from perfscope.measure.utilization import UtilizationSampler
 
-
 # NVML's view of the machine, in NVML (PCI) order: the UUID and what each GPU reports.
 NVML_GPUS = [("GPU-00000000-aaaa", 12), ("GPU-11111111-bbbb", 87)]
 

@@ -10,7 +10,12 @@ import torch
 from torch import nn
 
 from perfscope.measure.peaks import measure_matmul_tflops
-from perfscope.measure.tf32 import enable_tf32_code, matmul_tf32, matmul_tf32_as, set_matmul_tf32
+from perfscope.measure.tf32 import (
+    enable_tf32_code,
+    matmul_tf32,
+    matmul_tf32_as,
+    set_matmul_tf32,
+)
 from perfscope.trial.config import TrialConfig
 from perfscope.trial.loop import run_trial
 from perfscope.workload import Workload

@@ -19,8 +19,11 @@ from dataclasses import dataclass
 
 import torch
 
-from perfscope.measure.tf32 import restore_matmul_tf32, set_matmul_tf32, snapshot_matmul_tf32
-
+from perfscope.measure.tf32 import (
+    restore_matmul_tf32,
+    set_matmul_tf32,
+    snapshot_matmul_tf32,
+)
 
 HOPPER_SMS = ("NVIDIA H100 Tensor Core GPU Architecture whitepaper (https://resources.nvidia.com/en-us-tensor-core/"
               "gtc22-whitepaper-hopper): H100 SXM5 132 SMs, H100 PCIe 114 SMs; H100 NVL and H200 are the same GH100 "

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from perfscope.results import Finding
 from perfscope.measure.tf32 import enable_tf32_code
+from perfscope.results import Finding
 from perfscope.rules.engine import Rule, RuleContext
 
 
