@@ -184,6 +184,7 @@ def test_a_mig_slice_gets_its_sm_share_of_the_datasheet_peak(monkeypatch):
 
     env = _cuda_env(monkeypatch, "NVIDIA A100-SXM4-40GB MIG 1g.5gb", 14)
     assert env.mig and env.multiprocessor_count == 14
+    assert "MIG-22222222-cccc" in env.visible_devices[0]
     assert env.datasheet_peaks_tflops["bf16"] == pytest.approx(312.0 * 14 / 108, abs=0.01)
     assert "14/108" in env.datasheet_source and "whitepaper" in env.datasheet_source  # the SM counts carry their source
     assert choose_peak(env).tflops == pytest.approx(40.44, abs=0.01)

@@ -75,8 +75,10 @@ def _nvml_facts(index: int) -> _NvmlFacts:
 
 
 def _uuid(index: int) -> str | None:
+    """CUDA's UUID in NVML's spelling, without asking NVML (a MIG instance's CUDA UUID is its MIG UUID)."""
     try:
-        return "GPU-" + cuda_uuid(index)
+        prefix = "MIG-" if is_mig_name(torch.cuda.get_device_name(index)) else "GPU-"
+        return prefix + cuda_uuid(index)
     except Exception:  # noqa: BLE001 - an old torch without props.uuid
         return None
 
