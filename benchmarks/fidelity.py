@@ -59,8 +59,8 @@ def plain_loop(example: Path, device: str, steps: int, warmup: int) -> list[floa
 
 def perfscope_loop(example: Path, device: str, steps: int, warmup: int, out_dir: Path) -> list[float]:
     from perfscope.results import Environment, Results, WorkloadInfo
-    from perfscope.trial.session import Progress, Session
     from perfscope.results.config import TrialConfig
+    from perfscope.trial.session import Progress, Session
     from perfscope.workload import load_workload
 
     wl = load_workload(example)

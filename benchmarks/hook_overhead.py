@@ -32,8 +32,8 @@ import torch
 
 from perfscope.analyze import AnalyzeOptions, baseline_config, resolve_device
 from perfscope.hooks import Profiler
+from perfscope.measure.clock import synchronize
 from perfscope.measure.environment import collect_environment
-from perfscope.measure.timing import synchronize
 from perfscope.stats import ratio_of_medians, summarize
 from perfscope.trial.loop import TrainStep
 from perfscope.workload import load_workload

@@ -18,11 +18,24 @@ from pathlib import Path
 from typing import Any
 
 from perfscope import __version__
-from perfscope.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, UserError, WorkloadError
+from perfscope.errors import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    UserError,
+    WorkloadError,
+)
 from perfscope.measure.mfu import choose_peak
 from perfscope.pipeline import finish
 from perfscope.report.text import answer_lines, summary_table
-from perfscope.results import Environment, ModelFacts, Results, ResultsError, WorkloadInfo, from_jsonable
+from perfscope.results import (
+    Environment,
+    ModelFacts,
+    Results,
+    ResultsError,
+    WorkloadInfo,
+    from_jsonable,
+)
 from perfscope.results.config import TrialConfig
 from perfscope.search.sweep import BASELINE, SweepOptions, run_sweep
 from perfscope.trial.runner import TrialRunner

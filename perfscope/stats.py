@@ -112,7 +112,9 @@ def ratio_of_medians(
 
 def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
     """Two-sided Mann-Whitney U p-value (scipy: exact for small samples, tie-corrected otherwise)."""
-    from scipy.stats import mannwhitneyu  # imported here: scipy costs ~0.8 s, and trial processes never test
+    from scipy.stats import (
+        mannwhitneyu,  # imported here: scipy costs ~0.8 s, and trial processes never test
+    )
 
     return float(mannwhitneyu(list(a), list(b), alternative="two-sided").pvalue)
 

@@ -106,6 +106,7 @@ def test_peak_override_and_unknown_device():
         ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe", 756.0),
         ("NVIDIA H100 NVL", "NVIDIA H100 NVL", 835.5),
         ("NVIDIA H200", "NVIDIA H200", 989.4),
+        ("NVIDIA H200 NVL", "NVIDIA H200 NVL", 835.5),  # the PCIe card: lower clocks than the SXM part
         ("NVIDIA A100-SXM4-80GB", "NVIDIA A100", 312.0),
         ("NVIDIA L4", "NVIDIA L4", 121.0),
         ("NVIDIA A10G", "NVIDIA A10", 125.0),
@@ -120,3 +121,119 @@ def test_datasheet_lookup_is_dense(name, expected, bf16):
 def test_unknown_device_gets_no_guess():
     assert datasheet_peak("NVIDIA Tesla K80") is None
     assert datasheet_peak("NVIDIA L40S").name == "NVIDIA L40S"  # not mistaken for the L4
+
+
+def test_cpu_sdpa_note_only_when_the_cpu_formula_was_used():
+    """A CUDA run's attention (flash/efficient kernels, torch's own formulas) must not carry the CPU-SDPA note."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from perfscope.measure.flops import StepFlopCounter
+
+    with FakeTensorMode():  # CUDA tensors without a GPU: shapes only
+        q = torch.empty(2, 4, 16, 8, device="cuda")
+        with StepFlopCounter() as counter:
+            torch.ops.aten._scaled_dot_product_efficient_attention(q, q, q, None, False)
+    assert counter.total > 0
+    assert not any("CPU SDPA" in n for n in counter.notes)
+    q = torch.randn(2, 4, 16, 8)
+    with StepFlopCounter() as counter:
+        torch.nn.functional.scaled_dot_product_attention(q, q, q)
+    assert any("CPU SDPA" in n for n in counter.notes)  # the CPU kernel, counted with the formula we register
+
+
+# ------------------------------------------------------------------ counting without the memory of a real step
+
+
+class _Capacity(nn.Module):
+    """Stands in for a GPU's memory: a real step with more than ``fits`` samples raises the OOM it would raise
+    there; fake tensors (shapes only) pass. Adds no FLOPs."""
+
+    def __init__(self, fits: int) -> None:
+        super().__init__()
+        self.fits = fits
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        if not isinstance(x, FakeTensor) and x.shape[0] > self.fits:
+            raise torch.OutOfMemoryError(f"CUDA out of memory (simulated: {x.shape[0]} samples, {self.fits} fit)")
+        return x
+
+
+def _capped_mlp(fits: int, data_dependent_loss: bool = False) -> Workload:
+    def loss(model, b):
+        out = model(b[0])
+        value = nn.functional.cross_entropy(out, b[1])
+        if data_dependent_loss:  # boolean-mask indexing: an output shape fake tensors cannot know
+            value = value + out[out > 1e9].sum()
+        return value
+
+    return Workload(
+        model=lambda: nn.Sequential(_Capacity(fits), nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10)),
+        batches=lambda n: iter(lambda: (torch.randn(n, 32), torch.randint(0, 10, (n,))), None),
+        loss=loss,
+        batch_size=8,
+    )
+
+
+def _mlp_flops(batch: int) -> int:
+    return linear_training_flops(batch, 32, 64, input_requires_grad=False) + linear_training_flops(batch, 64, 10, input_requires_grad=True)
+
+
+def test_flops_are_counted_without_the_memory_of_the_micro_batch():
+    """The count runs on fake tensors: a micro-batch the device could not hold for an eager step still counts, exactly."""
+    step = TrainStep(_capped_mlp(fits=4), TrialConfig(micro_batch_size=64))
+    model_flops, hardware_flops, notes = step.count_flops()  # before: torch.OutOfMemoryError at 64 samples
+    assert model_flops == hardware_flops == _mlp_flops(64)
+    assert any("fake tensors" in n for n in notes)
+    assert all(p.grad is None for p in step.model.parameters())  # the real model was not touched
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.fc(x))
+
+
+class _Stack(nn.Module):
+    def __init__(self, fits: int) -> None:
+        super().__init__()
+        self.cap = _Capacity(fits)
+        self.blocks = nn.ModuleList(_Block() for _ in range(3))
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.cap(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def test_checkpointing_pair_counts_mfu_and_hfu_at_twice_the_micro_batch_that_fit():
+    """The sweep's pair: checkpointing at twice the largest micro-batch that fit without it. The count runs the blocks
+    un-checkpointed (to measure their recompute), which a real step could not hold; on fake tensors it can."""
+    workload = Workload(
+        model=lambda: _Stack(fits=8),
+        batches=lambda n: iter(lambda: (torch.randn(n, 16), torch.randint(0, 4, (n,))), None),
+        loss=lambda model, b: nn.functional.cross_entropy(model(b[0]), b[1]),
+        batch_size=8,
+    )
+    model_flops, hardware_flops, _ = TrainStep(workload, TrialConfig(micro_batch_size=16, activation_checkpointing=True)).count_flops()
+    b = 16
+    blocks_forward = 3 * 2 * b * 16 * 16
+    expected = (linear_training_flops(b, 16, 16, input_requires_grad=False)  # first block: no input grad
+                + 2 * linear_training_flops(b, 16, 16, input_requires_grad=True)
+                + linear_training_flops(b, 16, 4, input_requires_grad=True))
+    assert model_flops == expected
+    assert hardware_flops == expected + blocks_forward  # HFU: the blocks' forward once more
+
+
+def test_where_fake_tensors_fail_a_small_real_step_is_counted_and_scaled():
+    step = TrainStep(_capped_mlp(fits=4, data_dependent_loss=True), TrialConfig(micro_batch_size=64))
+    model_flops, _, notes = step.count_flops()
+    assert model_flops == _mlp_flops(64)  # exact: these FLOPs are linear in the batch
+    assert any("fake-tensor FLOP counting failed" in n and "micro-batch 2" in n and "×32" in n for n in notes), notes
+    assert all(p.grad is None for p in step.model.parameters())

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 import types
+import warnings
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,8 @@ from torch import nn
 
 import perfscope
 from perfscope.hooks.profiler import Profiler, _Reservoir, leading_dim
-from perfscope.measure.window import StepRecord
 from perfscope.measure.flops import linear_training_flops
+from perfscope.measure.window import StepRecord
 from perfscope.results import Results
 
 IN, HIDDEN, OUT, BATCH = 32, 64, 16, 8
@@ -367,6 +368,27 @@ def test_save_writes_loadable_results(tmp_path: Path) -> None:
     assert m.mfu is None and "mfu" in m.unavailable
     prof.step()  # after the final save the profiler is closed: no-op, no error
     assert prof.steps_completed == 25
+
+
+def test_results_survive_the_new_tf32_api(tmp_path: Path) -> None:
+    """torch >= 2.9: after `fp32_precision = "tf32"`, reading the legacy allow_tf32 raises; the profiler must still
+    save its results and record the user's TF32 setting."""
+    matmul = torch.backends.cuda.matmul
+    saved_new, saved_legacy = matmul.fp32_precision, bool(matmul.allow_tf32)
+    matmul.fp32_precision = "tf32"
+    try:
+        model, opt = make_model()
+        prof = Profiler(model, opt, device="cpu", warmup_steps=1, **quiet())
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # the profiler disables itself with a RuntimeWarning
+            for batch in prof.wrap(make_loader(40)):
+                train_step(model, opt, batch)
+                prof.step()
+            path = prof.save(tmp_path / "run")
+        assert Results.load(path).trials[0].config["tf32"] is True
+    finally:
+        matmul.allow_tf32 = saved_legacy
+        matmul.fp32_precision = saved_new
 
 
 def test_invalid_arguments_are_rejected() -> None:

@@ -6,13 +6,15 @@ fake facts for the device-specific decisions, and from the real example/test wor
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from perfscope.results import Environment
-from perfscope.search.knobs import REGISTRY, KnobContext, ModelFacts, knob, knob_ids
+from perfscope.results import Environment, ModelFacts
 from perfscope.results.config import TrialConfig
+from perfscope.search.knobs import REGISTRY, KnobContext, knob, knob_ids
+from perfscope.trial.inspect import inspect_model
 from perfscope.workload import Workload, load_workload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,12 +32,13 @@ def _workload(dataset: bool = False) -> Workload:
 
 
 def ctx(*, machine: Environment = H100, conv: bool = False, blocks: int = 12, dataset: bool = False,
-        optimizer: str = "AdamW", **base: object) -> KnobContext:
+        optimizer: str = "AdamW", user_tf32: bool | None = None, **base: object) -> KnobContext:
     return KnobContext(
         workload=_workload(dataset),
         base=TrialConfig(device=machine.device_type, micro_batch_size=8, **base),  # type: ignore[arg-type]
         environment=machine,
-        model=ModelFacts(parameter_count=1000, has_conv2d=conv, repeated_blocks=blocks, optimizer_class=optimizer),
+        model=ModelFacts(parameter_count=1000, has_conv2d=conv, repeated_blocks=blocks, optimizer_class=optimizer,
+                         matmul_tf32=user_tf32),
     )
 
 
@@ -54,12 +57,15 @@ CASES = [
     ("tf32", ctx(machine=CPU2), "NVIDIA GPUs"),
     ("tf32", ctx(machine=V100), "≥ 8.0"),
     ("tf32", ctx(tf32=True), "already on"),
+    ("tf32", ctx(user_tf32=True), "set by the workload file"),  # the baseline (tf32=None) runs with the user's TF32
+    ("tf32", ctx(user_tf32=False), None),
     ("tf32", ctx(precision="bf16"), "not fp32"),
     ("compile", ctx(), None),
     ("compile", ctx(compile="default"), "already compiled"),
     ("compile_reduce_overhead", ctx(), None),
     ("compile_reduce_overhead", ctx(machine=CPU2), "need a GPU"),
     ("compile_reduce_overhead", ctx(compile="reduce-overhead"), "already compiled"),
+    ("compile_reduce_overhead", ctx(grad_accum_steps=4), "pytorch/pytorch#169545"),  # .grad overwritten by replays
     ("fused_optimizer", ctx(), None),
     ("fused_optimizer", ctx(optimizer="Lion"), "no fused implementation"),
     ("fused_optimizer", ctx(optimizer_impl="fused"), "already fused"),
@@ -81,7 +87,11 @@ CASES = [
     ("gc_freeze", ctx(gc_mode="disable"), "already managed"),
     ("expandable_segments", ctx(), None),
     ("expandable_segments", ctx(machine=CPU2), "CUDA caching allocator"),
-    ("expandable_segments", ctx(env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}), "already on"),
+    ("expandable_segments", ctx(env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}), "already sets expandable_segments"),
+    ("expandable_segments", ctx(env={"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512,expandable_segments:False"}),
+     "already sets expandable_segments:False"),
+    ("expandable_segments", ctx(env={"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}), "cudaMallocAsync"),
+    ("expandable_segments", ctx(env={"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}), None),
     ("activation_checkpointing", ctx(), None),
     ("activation_checkpointing", ctx(blocks=0), "no repeated blocks"),
     ("activation_checkpointing", ctx(activation_checkpointing=True), "already on"),
@@ -119,14 +129,48 @@ def test_knob_applies_or_explains_itself(knob_id, context, expected):
 def test_knob_attributes(k):
     assert k.id and k.id == k.id.lower() and " " not in k.id
     assert k.title and k.reference.startswith("https://")
-    lines = k.code_change.splitlines()
+    lines = k.code_change(ctx()).splitlines()
     assert lines and any(line.startswith("+") for line in lines), "code_change is a diff: at least one added line"
+
+
+@pytest.mark.parametrize("k", REGISTRY, ids=lambda k: k.id)
+def test_code_change_is_written_for_the_runs_device(k):
+    """A CPU run's advice never mentions CUDA (None where the knob means nothing on a CPU); a GPU run's never
+    builds the model or autocasts without the GPU."""
+    cpu = k.code_change(ctx(machine=CPU2))
+    assert cpu is None or ("cuda" not in cpu.lower() and any(line.startswith("+") for line in cpu.splitlines())), cpu
+    gpu = k.code_change(ctx())
+    assert gpu is not None and '"cpu"' not in gpu
+    assert not re.search(r"MyNet\(\)(?!\.cuda\(\))", gpu), gpu  # the model is placed on the GPU
+    if "autocast" in gpu or "GradScaler" in gpu:
+        assert 'device_type="cuda"' in gpu or 'GradScaler("cuda")' in gpu
+
+
+def test_tf32_code_change_follows_the_runs_torch_version():
+    new = Environment(device_type="cuda", device_name="NVIDIA H100 80GB HBM3", compute_capability="9.0", torch_version="2.13.0+cu128")
+    old = Environment(device_type="cuda", device_name="NVIDIA H100 80GB HBM3", compute_capability="9.0", torch_version="2.4.1+cu121")
+    assert knob("tf32").code_change(ctx(machine=new)) == '+torch.backends.cuda.matmul.fp32_precision = "tf32"'
+    assert knob("tf32").code_change(ctx(machine=old)) == "+torch.backends.cuda.matmul.allow_tf32 = True"
 
 
 def test_apply_merges_env():
     base = TrialConfig(device="cuda", micro_batch_size=8, env={"OTHER": "1"})
     changed = knob("expandable_segments").apply(base, knob("expandable_segments").variants(ctx())[0])
     assert changed.env == {"OTHER": "1", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+
+def test_expandable_segments_keeps_the_users_allocator_options(monkeypatch):
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    k = knob("expandable_segments")
+    c = ctx(env={"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512,roundup_power2_divisions:[256:1,512:2]"})
+    merged = "max_split_size_mb:512,roundup_power2_divisions:[256:1,512:2],expandable_segments:True"
+    assert k.variants(c) == [{"env": {"PYTORCH_CUDA_ALLOC_CONF": merged}}]
+    assert f"+export PYTORCH_CUDA_ALLOC_CONF={merged}" in k.code_change(c)
+    # Set in the shell perfscope runs from (the trial processes inherit it), not in the config:
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "garbage_collection_threshold:0.6")
+    assert k.variants(ctx())[0]["env"]["PYTORCH_CUDA_ALLOC_CONF"] == "garbage_collection_threshold:0.6,expandable_segments:True"
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    assert "already sets" in k.applies(ctx())
 
 
 def test_changes_semantics():
@@ -152,12 +196,18 @@ def test_dataloader_worker_counts_follow_the_cores():
     assert knob("prefetch_factor").prerequisite_met(TrialConfig(micro_batch_size=8, num_workers=2))
 
 
-def test_compile_on_cpu_needs_a_compiler(monkeypatch):
+def test_compile_needs_a_host_compiler_on_cpu_and_cuda(monkeypatch):
     import perfscope.search.knobs.compile as compile_module
 
     monkeypatch.setattr(compile_module.shutil, "which", lambda name: None)
+    monkeypatch.delenv("CC", raising=False)
     assert "C++ compiler" in knob("compile").applies(ctx(machine=CPU2))
-    assert knob("compile").applies(ctx()) is None  # CUDA: inductor generates Triton, no host compiler needed
+    # CUDA too: Triton compiles its kernel launcher with the host C compiler at run time.
+    assert "Triton" in knob("compile").applies(ctx())
+    assert "Triton" in knob("compile_reduce_overhead").applies(ctx())
+    monkeypatch.setattr(compile_module.shutil, "which", lambda name: "/opt/cc/bin/mycc" if name == "mycc" else None)
+    monkeypatch.setenv("CC", "mycc")
+    assert knob("compile").applies(ctx()) is None
 
 
 @pytest.mark.parametrize(
@@ -169,7 +219,7 @@ def test_compile_on_cpu_needs_a_compiler(monkeypatch):
     ],
 )
 def test_model_facts_from_real_workloads(path, conv, blocks):
-    facts = ModelFacts.inspect(load_workload(path))
+    facts = inspect_model(load_workload(path))
     assert facts.has_conv2d is conv
     assert facts.parameter_count > 0 and facts.optimizer_class in ("AdamW", "Adam", "SGD")
     if blocks is not None:
@@ -181,5 +231,5 @@ def test_real_context_decides_channels_last_and_dataloader_knobs():
     data = load_workload(ROOT / "tests" / "workloads" / "sweep_dataset.py")
     for workload, knob_id in ((conv, "channels_last"), (data, "dataloader_workers")):
         c = KnobContext(workload=workload, base=TrialConfig(micro_batch_size=workload.batch_size), environment=CPU2,
-                        model=ModelFacts.inspect(workload))
+                        model=inspect_model(workload))
         assert knob(knob_id).applies(c) is None

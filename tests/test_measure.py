@@ -10,11 +10,18 @@ from torch import nn
 
 from perfscope.measure import memory
 from perfscope.measure.clock import clock_for
-from perfscope.measure.window import WindowRecorder
 from perfscope.measure.utilization import UtilizationSampler
+from perfscope.measure.window import WindowRecorder
+
+# NVML's view of the machine, in NVML (PCI) order: the UUID and what each GPU reports.
+NVML_GPUS = [("GPU-00000000-aaaa", 12), ("GPU-11111111-bbbb", 87)]
 
 
-def _fake_pynvml(*, fail_power: bool = False, fail_init: bool = False) -> types.ModuleType:
+class NVMLNotFound(Exception):
+    pass
+
+
+def _fake_pynvml(*, fail_power: bool = False, fail_init: bool = False, gpus=NVML_GPUS) -> types.ModuleType:
     nv = types.ModuleType("pynvml")
     nv.NVML_CLOCK_SM = 1
     nv.nvmlClocksThrottleReasonSwPowerCap = 0x4
@@ -34,18 +41,34 @@ def _fake_pynvml(*, fail_power: bool = False, fail_init: bool = False) -> types.
 
     nv.nvmlInit = init
     nv.nvmlShutdown = lambda: None
-    nv.nvmlDeviceGetHandleByIndex = lambda i: object()
-    nv.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=87)
+    def by_uuid(uuid):
+        for nvml_uuid, util in gpus:
+            if nvml_uuid == uuid:
+                return types.SimpleNamespace(uuid=nvml_uuid, util=util)
+        raise NVMLNotFound(f"Not Found: {uuid}")
+
+    nv.nvmlDeviceGetHandleByIndex = lambda i: types.SimpleNamespace(uuid=gpus[i][0], util=gpus[i][1])
+    nv.nvmlDeviceGetHandleByUUID = by_uuid
+    nv.nvmlSystemGetDriverVersion = lambda: "575.51"
+    nv.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=h.util)
     nv.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=40 * 2**30)
     nv.nvmlDeviceGetPowerUsage = power
     nv.nvmlDeviceGetClockInfo = lambda h, kind: 1755
+    nv.nvmlDeviceGetMaxClockInfo = lambda h, kind: 1980
     nv.nvmlDeviceGetCurrentClocksThrottleReasons = lambda h: 0x4 | 0x40
     return nv
 
 
-def _sample(monkeypatch, **fake) -> object:
+def _cuda_sees(monkeypatch, *uuids: str) -> None:
+    """CUDA's view: the visible devices in CUDA order (torch reports UUIDs without NVML's prefix)."""
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(uuid=uuids[i]))
+
+
+def _sample(monkeypatch, index: int = 0, cuda: tuple[str, ...] = ("11111111-bbbb",), **fake) -> object:
+    """Sample with a fake NVML; by default CUDA_VISIBLE_DEVICES=1: CUDA device 0 is NVML's GPU 1."""
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(**fake))
-    with UtilizationSampler(device="cuda", interval_s=0.01) as sampler:
+    _cuda_sees(monkeypatch, *cuda)
+    with UtilizationSampler(device="cuda", device_index=index, interval_s=0.01) as sampler:
         time.sleep(0.15)
     return sampler.result()
 
@@ -54,7 +77,7 @@ def test_nvml_sampler_summarizes_device_and_host(monkeypatch):
     util = _sample(monkeypatch)
     assert util.gpu_util_percent.median == 87
     assert util.power_w.median == pytest.approx(350.0)
-    assert util.sm_clock_mhz.median == 1755
+    assert util.sm_clock_mhz.median == 1755 and util.sm_clock_max_mhz == 1980
     assert util.gpu_memory_used_bytes_max == 40 * 2**30
     assert util.throttle_reasons_seen == ["HW thermal slowdown", "SW power cap"]
     assert util.cpu_percent is not None
@@ -66,6 +89,25 @@ def test_unsupported_nvml_field_is_null_with_reason(monkeypatch):
     assert util.power_w is None
     assert "Not Supported" in util.unavailable["power_w"]
     assert util.gpu_util_percent.median == 87  # the other fields still sampled
+
+
+def test_nvml_samples_the_cuda_device_by_uuid_not_by_index(monkeypatch):
+    """CUDA_VISIBLE_DEVICES=1 (or CUDA's fastest-first order): CUDA device 0 is NVML's device 1. By index the
+    sampler read GPU 0 (12%); by UUID it reads the GPU the trial runs on (87%)."""
+    util = _sample(monkeypatch)
+    assert util.gpu_util_percent.median == 87
+    assert _sample(monkeypatch, index=1, cuda=("11111111-bbbb", "00000000-aaaa")).gpu_util_percent.median == 12
+
+
+def test_nvml_finds_a_mig_instance_by_its_mig_uuid(monkeypatch):
+    util = _sample(monkeypatch, cuda=("22222222-cccc",), gpus=[("GPU-00000000-aaaa", 12), ("MIG-22222222-cccc", 55)])
+    assert util.gpu_util_percent.median == 55
+
+
+def test_unknown_uuid_is_no_gpu_sample_never_another_gpu(monkeypatch):
+    util = _sample(monkeypatch, cuda=("99999999-ffff",))
+    assert util.gpu_util_percent is None and "not found" in util.unavailable["gpu"]
+    assert util.cpu_percent is not None
 
 
 def test_no_nvml_degrades_to_host_only(monkeypatch):
@@ -102,3 +144,73 @@ def test_memory_owners_of_adamw():
     assert parts.parameters == params and parts.gradients == params
     assert parts.optimizer_state >= 2 * params  # exp_avg + exp_avg_sq: 8 B/param
     assert parts.activations_and_temporaries == 10**6 - parts.parameters - parts.gradients - parts.optimizer_state
+
+
+# ------------------------------------------------------------------------------------------ environment
+
+
+def _fake_cuda(monkeypatch, devices: list[dict]) -> None:
+    """torch.cuda as a CUDA build on a machine with ``devices`` visible (CPU torch cannot describe a GPU)."""
+    props = [types.SimpleNamespace(name=d["name"], major=9, minor=0, total_memory=d.get("memory", 80 * 2**30),
+                                   multi_processor_count=d.get("sms", 132), uuid=d["uuid"]) for d in devices]
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(devices))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: props[i].name)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i=0: props[i])
+
+
+def test_environment_describes_the_device_the_run_uses_and_lists_all(monkeypatch):
+    from perfscope.measure.environment import collect_environment
+
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml())
+    _fake_cuda(monkeypatch, [{"name": "NVIDIA A100-SXM4-80GB", "uuid": "00000000-aaaa", "sms": 108},
+                             {"name": "NVIDIA H100 80GB HBM3", "uuid": "11111111-bbbb", "memory": 79 * 2**30}])
+    env = collect_environment("cuda", device_index=1, measure_ceiling=False)
+    assert env.device_name == "NVIDIA H100 80GB HBM3" and env.device_index == 1
+    assert env.device_memory_bytes == 79 * 2**30 and env.datasheet_peaks_tflops["bf16"] == 989.4
+    assert env.device_uuid == "GPU-11111111-bbbb" and env.driver_version == "575.51"
+    assert env.device_count == 2 and len(env.visible_devices) == 2
+    assert env.visible_devices[0].startswith("NVIDIA A100-SXM4-80GB") and "GPU-00000000-aaaa" in env.visible_devices[0]
+
+
+def _cuda_env(monkeypatch, name: str, sms: int | None, uuid: str = "22222222-cccc", gpus=NVML_GPUS, measured=None):
+    from perfscope.measure.environment import collect_environment
+
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(gpus=gpus))
+    _fake_cuda(monkeypatch, [{"name": name, "uuid": uuid, "sms": sms}])
+    env = collect_environment("cuda", measure_ceiling=False)
+    env.measured_ceiling_tflops = measured or {}
+    return env
+
+
+def test_a_mig_slice_gets_its_sm_share_of_the_datasheet_peak(monkeypatch):
+    """An A100 1g.5gb slice has 14 of the GPU's 108 SMs: the full GPU's 312 TFLOP/s would understate its MFU 7.7×."""
+    from perfscope.measure.mfu import choose_peak
+
+    env = _cuda_env(monkeypatch, "NVIDIA A100-SXM4-40GB MIG 1g.5gb", 14)
+    assert env.mig and env.multiprocessor_count == 14
+    assert "MIG-22222222-cccc" in env.visible_devices[0]
+    assert env.datasheet_peaks_tflops["bf16"] == pytest.approx(312.0 * 14 / 108, abs=0.01)
+    assert "14/108" in env.datasheet_source and "whitepaper" in env.datasheet_source  # the SM counts carry their source
+    assert choose_peak(env).tflops == pytest.approx(40.44, abs=0.01)
+
+
+def test_mig_detected_by_nvml_uuid_or_sm_count(monkeypatch):
+    # The name does not say MIG, but NVML knows the device only by a MIG UUID:
+    env = _cuda_env(monkeypatch, "NVIDIA H100 80GB HBM3", 16, gpus=[("MIG-22222222-cccc", 50)])
+    assert env.mig and env.device_uuid == "MIG-22222222-cccc"
+    assert env.datasheet_peaks_tflops["bf16"] == pytest.approx(989.4 * 16 / 132, abs=0.01)
+    # No NVML answer, but fewer SMs than the datasheet GPU: scaled all the same.
+    env = _cuda_env(monkeypatch, "NVIDIA H100 80GB HBM3", 32, gpus=[])
+    assert env.datasheet_peaks_tflops["bf16"] == pytest.approx(989.4 * 32 / 132, abs=0.01)
+    # The full GPUs are not scaled (the PCIe H100 has 114 SMs by design).
+    assert _cuda_env(monkeypatch, "NVIDIA H100 PCIe", 114, gpus=[]).datasheet_peaks_tflops["bf16"] == 756.0
+    assert not _cuda_env(monkeypatch, "NVIDIA H100 80GB HBM3", 132, gpus=[("GPU-22222222-cccc", 50)]).mig
+
+
+def test_a_mig_slice_of_unknown_size_falls_back_to_the_measured_ceiling_with_the_reason(monkeypatch):
+    from perfscope.measure.mfu import choose_peak
+
+    env = _cuda_env(monkeypatch, "NVIDIA A100-SXM4-40GB MIG 3g.20gb", None, measured={"bf16": 120.0})
+    assert env.datasheet_peaks_tflops == {} and "MIG slice" in env.unavailable["datasheet_peaks_tflops"]
+    peak = choose_peak(env)
+    assert peak.tflops == 120.0 and "MIG slice" in peak.source and "measured matmul ceiling" in peak.source

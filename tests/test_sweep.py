@@ -9,10 +9,10 @@ import pytest
 
 from perfscope.errors import UserError
 from perfscope.results import Environment, Trial, TrialMetrics
+from perfscope.results.config import TrialConfig
 from perfscope.search.knobs import REGISTRY, Knob, KnobContext, ModelFacts
 from perfscope.search.sweep import Sweeper, SweepOptions
 from perfscope.stats import summarize
-from perfscope.results.config import TrialConfig
 from perfscope.workload import Workload
 
 H100 = Environment(device_type="cuda", device_name="NVIDIA H100 80GB HBM3", compute_capability="9.0", cpu_cores_logical=16)
@@ -197,7 +197,9 @@ class _SlowKnob(Knob):
     id = "fake_slow"
     title = "a knob that slows the step down"
     reference = "https://example.invalid/fake"
-    code_change = "+slow_down()"
+
+    def code_change(self, ctx):
+        return "+slow_down()"
 
     def variants(self, ctx):
         return [{"gc_mode": "disable"}]

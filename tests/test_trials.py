@@ -8,8 +8,8 @@ import pytest
 
 from perfscope.measure.mfu import choose_peak
 from perfscope.results import Environment, Results, WorkloadInfo
-from perfscope.trial.session import Progress, Session
 from perfscope.results.config import TrialConfig
+from perfscope.trial.session import Progress, Session
 
 WORKLOADS = Path(__file__).parent / "workloads"
 pytestmark = pytest.mark.slow

@@ -638,7 +638,9 @@ class Profiler:
 
             devices = [self.device.index or 0] if self.device.type == "cuda" else []
             with torch.random.fork_rng(devices=devices), (torch.cuda.device(self.device) if devices else _nothing()):
-                self._environment = collect_environment(self.device.type, measure_ceiling=self.measure_ceiling)
+                self._environment = collect_environment(
+                    self.device.type, device_index=self.device.index or 0, measure_ceiling=self.measure_ceiling
+                )
         return self._environment
 
     def _build_results(self) -> Results:
@@ -647,7 +649,7 @@ class Profiler:
         from perfscope.measure.flops import FLOP_CONVENTION
         from perfscope.measure.metrics import assemble_metrics
         from perfscope.measure.mfu import apply_utilization_ratios, choose_peak
-        from perfscope.results import Results, Trial, TrialConfig
+        from perfscope.results import Results, Trial
 
         windows = list(self._windows)
         if self._recorder is not None and self._recorder.started:
@@ -726,11 +728,13 @@ class Profiler:
 
     def _trial_config(self, micro_batch: int, accum: int) -> tuple[Any, list[str]]:
         """What is known about the user's loop as a TrialConfig, and the fields that were not observed."""
+        from perfscope.measure.tf32 import matmul_tf32_enabled
         from perfscope.results import TrialConfig
 
         unknown = []
         known: dict[str, Any] = {"device": self.device.type, "warmup_steps": self.warmup_steps,
-                                 "micro_batch_size": max(1, micro_batch), "grad_accum_steps": max(1, accum)}
+                                 "micro_batch_size": max(1, micro_batch), "grad_accum_steps": max(1, accum),
+                                 "tf32": matmul_tf32_enabled()}  # never raises, whichever TF32 API the loop used
         if self.precision is not None:
             known["precision"] = self.precision
         else:
@@ -741,7 +745,7 @@ class Profiler:
                 known["prefetch_factor"] = self._loader_config.get("prefetch_factor")
         else:
             unknown += ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor"]
-        unknown += ["tf32", "compile", "optimizer_impl", "channels_last", "gc_mode", "activation_checkpointing"]
+        unknown += ["compile", "optimizer_impl", "channels_last", "gc_mode", "activation_checkpointing"]
         return TrialConfig(**known), unknown
 
     def _utilization_result(self) -> Any:

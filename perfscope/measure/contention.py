@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import time
+
 import psutil
 
 from perfscope.results.model import Contention

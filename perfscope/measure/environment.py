@@ -9,14 +9,19 @@ from __future__ import annotations
 import platform
 import socket
 import sys
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 
 import psutil
 import torch
 
+from perfscope.measure.nvml import cuda_uuid, is_mig_uuid, nvml_handle
 from perfscope.measure.peaks import (
     ceiling_dtypes,
     datasheet_peak,
+    is_mig_name,
     measure_matmul_tflops,
+    slice_peak,
 )
 from perfscope.results import Environment
 
@@ -32,26 +37,74 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _nvml_driver_version() -> tuple[str | None, str | None]:
-    """(driver version, reason if unavailable)."""
+@dataclass
+class _NvmlFacts:
+    driver_version: str | None = None
+    device_uuid: str | None = None  # NVML's spelling: "GPU-..." or "MIG-..."
+    mig_mode: bool | None = None  # MIG enabled on the (parent) GPU
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+
+def _nvml_facts(index: int) -> _NvmlFacts:
+    """Driver version, and the run's device as NVML sees it (found by UUID: see perfscope.measure.nvml)."""
+    facts = _NvmlFacts()
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        try:
-            version = pynvml.nvmlSystemGetDriverVersion()
-            return (version.decode() if isinstance(version, bytes) else str(version)), None
-        finally:
-            pynvml.nvmlShutdown()
     except Exception as exc:  # noqa: BLE001 - NVML absent (CPU box, WSL, container without driver)
-        return None, f"NVML unavailable: {type(exc).__name__}: {exc}"
+        facts.unavailable["driver_version"] = f"NVML unavailable: {type(exc).__name__}: {exc}"
+        return facts
+    try:
+        version = pynvml.nvmlSystemGetDriverVersion()
+        facts.driver_version = version.decode() if isinstance(version, bytes) else str(version)
+    except Exception as exc:  # noqa: BLE001
+        facts.unavailable["driver_version"] = f"NVML: {type(exc).__name__}: {exc}"
+    try:
+        handle, facts.device_uuid = nvml_handle(pynvml, index)
+        if not is_mig_uuid(facts.device_uuid):
+            facts.mig_mode = int(pynvml.nvmlDeviceGetMigMode(handle)[0]) == int(getattr(pynvml, "NVML_DEVICE_MIG_ENABLE", 1))
+    except Exception as exc:  # noqa: BLE001 - NOT_SUPPORTED on GPUs without MIG, an old torch without uuid, ...
+        facts.unavailable["mig"] = f"NVML: {type(exc).__name__}: {exc}"
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+    return facts
 
 
-def collect_environment(device: str, *, measure_ceiling: bool = True) -> Environment:
-    """Describe this machine for ``device`` ('cpu' or 'cuda'); optionally measure matmul ceilings."""
+def _uuid(index: int) -> str | None:
+    """CUDA's UUID in NVML's spelling, without asking NVML (a MIG instance's CUDA UUID is its MIG UUID)."""
+    try:
+        prefix = "MIG-" if is_mig_name(torch.cuda.get_device_name(index)) else "GPU-"
+        return prefix + cuda_uuid(index)
+    except Exception:  # noqa: BLE001 - an old torch without props.uuid
+        return None
+
+
+def _datasheet(env: Environment, sm_count: int | None, mig: bool) -> None:
+    """The datasheet peak of what this process can use: the whole GPU, or its MIG slice's SM share of it."""
+    peak = datasheet_peak(env.device_name)
+    if peak is None:
+        env.unavailable["datasheet_peaks_tflops"] = (
+            f"no datasheet entry for {env.device_name!r}; MFU uses the measured matmul ceiling (or --peak-tflops)"
+        )
+        return
+    scaled, reason = slice_peak(peak, sm_count, mig=mig)
+    if scaled is None:
+        env.unavailable["datasheet_peaks_tflops"] = reason or "no datasheet peak"
+        return
+    env.datasheet_peaks_tflops = dict(scaled.tflops)
+    env.datasheet_source = f"{scaled.name}: {scaled.source}"
+
+
+def collect_environment(device: str, *, device_index: int = 0, measure_ceiling: bool = True) -> Environment:
+    """Describe this machine for ``device`` ('cpu' or 'cuda'); on CUDA the device the run uses (``device_index``,
+    a CUDA index) and the list of all visible devices; optionally measure matmul ceilings (on that device)."""
     env = Environment(
         device_type=device,
-        device_name=_cpu_model() if device == "cpu" else torch.cuda.get_device_name(0),
+        device_name=_cpu_model() if device == "cpu" else torch.cuda.get_device_name(device_index),
         torch_version=torch.__version__,
         python_version=sys.version.split()[0],
         platform=platform.platform(),
@@ -62,29 +115,30 @@ def collect_environment(device: str, *, measure_ceiling: bool = True) -> Environ
         hostname=socket.gethostname(),
     )
     if device == "cuda":
-        props = torch.cuda.get_device_properties(0)
+        props = torch.cuda.get_device_properties(device_index)
         env.device_count = torch.cuda.device_count()
+        env.device_index = device_index
+        env.visible_devices = [f"{torch.cuda.get_device_name(i)} ({_uuid(i) or 'uuid unknown'})" for i in range(env.device_count)]
         env.compute_capability = f"{props.major}.{props.minor}"
         env.device_memory_bytes = int(props.total_memory)
+        env.multiprocessor_count = getattr(props, "multi_processor_count", None)
         env.cuda_version = torch.version.cuda
-        env.driver_version, reason = _nvml_driver_version()
-        if reason:
-            env.unavailable["driver_version"] = reason
-        peak = datasheet_peak(env.device_name)
-        if peak is None:
-            env.unavailable["datasheet_peaks_tflops"] = (
-                f"no datasheet entry for {env.device_name!r}; MFU uses the measured matmul ceiling (or --peak-tflops)"
-            )
-        else:
-            env.datasheet_peaks_tflops = dict(peak.tflops)
-            env.datasheet_source = f"{peak.name}: {peak.source}"
+        nvml = _nvml_facts(device_index)
+        env.driver_version = nvml.driver_version
+        env.device_uuid = nvml.device_uuid or _uuid(device_index)
+        env.unavailable.update({k: v for k, v in nvml.unavailable.items() if k == "driver_version"})
+        # A MIG slice: CUDA names it after its profile, NVML gives it a MIG UUID, or its GPU has MIG mode on.
+        env.mig = is_mig_name(env.device_name) or is_mig_uuid(nvml.device_uuid) or bool(nvml.mig_mode)
+        _datasheet(env, env.multiprocessor_count, env.mig)
     else:
         env.unavailable["datasheet_peaks_tflops"] = "CPUs have no comparable datasheet peak; MFU uses the measured matmul ceiling"
         env.unavailable["device_memory_bytes"] = "CPU: host memory is the device memory"
     if measure_ceiling:
-        for dtype in ceiling_dtypes(device):
-            try:
-                env.measured_ceiling_tflops[dtype] = round(measure_matmul_tflops(device, dtype), 4)
-            except Exception as exc:  # noqa: BLE001 - a dtype the device cannot run is not an error
-                env.unavailable[f"measured_ceiling_tflops.{dtype}"] = f"{type(exc).__name__}: {exc}"
+        # On the run's device: torch.cuda.device makes it current for the ceiling's matmuls.
+        with torch.cuda.device(device_index) if device == "cuda" else nullcontext():
+            for dtype in ceiling_dtypes(device):
+                try:
+                    env.measured_ceiling_tflops[dtype] = round(measure_matmul_tflops(device, dtype), 4)
+                except Exception as exc:  # noqa: BLE001 - a dtype the device cannot run is not an error
+                    env.unavailable[f"measured_ceiling_tflops.{dtype}"] = f"{type(exc).__name__}: {exc}"
     return env

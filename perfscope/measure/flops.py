@@ -14,13 +14,22 @@ and without causal halving. Known gaps are filled or flagged in `notes`:
   with torch's own SDPA formulas, so CPU and CUDA count attention alike.
 - Compiled graphs are opaque to the counter: perfscope always counts on the eager module.
 The counter is a Python dispatch mode on every op (slow): count one step, outside the timed region.
+
+Counting must not need the memory of a real step: the trials that matter most run near capacity (the
+checkpointing pair runs twice the micro-batch that fit without checkpointing, and counting runs its blocks
+un-checkpointed). `count_step_on_fake_tensors` runs the step on fake copies of the parameters, buffers and
+batch (FakeTensorMode: shapes and dtypes only, no memory, no compute); where an op has no fake kernel or the
+step is data-dependent, `count_step` counts one real step at a small micro-batch, which the caller scales.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
+from torch import nn
 from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -41,18 +50,21 @@ def _cpu_sdpa_backward(
     return flop_counter.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
 
 
-def _gap_fillers() -> tuple[dict[Any, Any], list[str]]:
-    """Formulas for ops torch's registry lacks, and a note for each one we fill."""
+def _gap_fillers() -> tuple[dict[Any, Any], dict[str, str]]:
+    """Formulas for ops torch's registry lacks, and the note each one earns when it was actually used
+    (keyed by op name: a CUDA run counts flash/efficient attention with torch's own formulas, no note)."""
     aten = torch.ops.aten
     mapping: dict[Any, Any] = {}
-    notes: list[str] = []
+    notes: dict[str, str] = {}
     fwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
     bwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
     if fwd is not None and fwd not in flop_counter.flop_registry:
         mapping[fwd] = _cpu_sdpa_forward
+        note = "CPU SDPA has no torch FLOP formula: counted with torch's SDPA formulas by perfscope"
+        notes[str(fwd)] = note
         if bwd is not None:
             mapping[bwd] = _cpu_sdpa_backward
-        notes.append("CPU SDPA has no torch FLOP formula: counted with torch's SDPA formulas by perfscope")
+            notes[str(bwd)] = note
     return mapping, notes
 
 
@@ -64,7 +76,7 @@ class StepFlopCounter:
         self._mode = FlopCounterMode(display=False, custom_mapping=mapping)
         self.forward: float = 0.0
         self.total: float = 0.0
-        self._seen_attention = False
+        self._used_fillers: set[str] = set()
 
     def running_total(self) -> float:
         return float(self._mode.get_total_flops())
@@ -80,16 +92,79 @@ class StepFlopCounter:
         self._mode.__exit__(*exc)
         self.total = self.running_total()
         counts = self._mode.get_flop_counts().get("Global", {})
-        self._seen_attention = any("attention" in str(op) for op in counts)
+        self._used_fillers = {str(op) for op, flops in counts.items() if flops and str(op) in self._fill_notes}
 
     @property
     def notes(self) -> list[str]:
-        notes = []
-        if self._seen_attention:
-            notes.extend(self._fill_notes)
+        notes = list(dict.fromkeys(self._fill_notes[op] for op in sorted(self._used_fillers)))
         if self.total == 0:
             notes.append("the FLOP counter saw no matmul/conv/attention: MFU is not meaningful for this model")
         return notes
+
+
+FALLBACK_COUNT_MICRO_BATCH = 2
+"""Micro-batch of the real count when fake tensors fail (2, not 1: BatchNorm rejects one value per channel)."""
+
+LossFn = Callable[[nn.Module, Any], torch.Tensor]
+Around = Callable[[StepFlopCounter], AbstractContextManager[Any]]
+
+
+def _no_context(counter: StepFlopCounter) -> AbstractContextManager[Any]:
+    return nullcontext()
+
+
+def count_step(model: nn.Module, batch: Any, loss_fn: LossFn, *, around: Around = _no_context) -> StepFlopCounter:
+    """One real forward + backward of loss_fn(model, batch) under a StepFlopCounter. ``around(counter)`` wraps the
+    step (e.g. to measure the checkpointed blocks' forward). Leaves gradients on the model: zero them after."""
+    counter = StepFlopCounter()
+    with counter, around(counter):
+        loss = loss_fn(model, batch)
+        counter.mark_forward()
+        loss.backward()
+    return counter
+
+
+class _LossOf(nn.Module):
+    """loss_fn(model, batch) as a module, so torch.func.functional_call can swap the model's tensors for fakes
+    even though the user's loss function, not perfscope, calls the model."""
+
+    def __init__(self, model: nn.Module, loss_fn: LossFn, batch: Any) -> None:
+        super().__init__()
+        self.model, self.loss_fn, self.batch = model, loss_fn, batch
+
+    def forward(self) -> torch.Tensor:
+        return self.loss_fn(self.model, self.batch)
+
+
+def count_step_on_fake_tensors(
+    model: nn.Module,
+    batch: Any,
+    loss_fn: LossFn,
+    *,
+    around: Around = _no_context,
+    prepare: Callable[[Any], Any] = lambda batch: batch,
+) -> StepFlopCounter:
+    """`count_step` on fake tensors: the model's parameters and buffers and the batch become FakeTensors, so the
+    step allocates no device memory and runs no kernel, at any micro-batch. ``prepare`` runs on the fake batch
+    inside the fake mode (e.g. the copy to the device, which then copies nothing). The model itself is not
+    modified (functional_call swaps its tensors for the duration). Raises whatever fake tensors cannot do
+    (an op without a fake kernel, a data-dependent shape): the caller falls back to a real count."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.func import functional_call
+    from torch.utils._pytree import tree_map
+
+    # allow_non_fake_inputs: real tensors kept as plain attributes (a causal mask, a constant) become fakes too.
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    state = {f"model.{name}": mode.from_tensor(t) for name, t in (*model.named_parameters(), *model.named_buffers())}
+    fake_batch = tree_map(lambda x: mode.from_tensor(x) if isinstance(x, torch.Tensor) else x, batch)
+    counter = StepFlopCounter()
+    with mode:
+        step = _LossOf(model, loss_fn, prepare(fake_batch))
+        with counter, around(counter):
+            loss = functional_call(step, state, ())
+            counter.mark_forward()
+            loss.backward()
+    return counter
 
 
 # ------------------------------------------------------------------------------- analytic formulas

@@ -24,7 +24,8 @@ def choose_peak(env: Environment, override_tflops: float | None = None) -> Peak 
         return Peak(tflops=candidates[dtype], dtype=dtype, source=f"datasheet, dense: {env.datasheet_source}")
     if env.measured_ceiling_tflops:
         dtype = max(env.measured_ceiling_tflops, key=env.measured_ceiling_tflops.__getitem__)
-        why = "CPU" if env.device_type == "cpu" else f"no datasheet entry for {env.device_name}"
+        # Why there is no datasheet peak: unknown device, or a MIG slice whose SM share is unknown.
+        why = "CPU" if env.device_type == "cpu" else env.unavailable.get("datasheet_peaks_tflops", f"no datasheet entry for {env.device_name}")
         return Peak(
             tflops=env.measured_ceiling_tflops[dtype],
             dtype=dtype,

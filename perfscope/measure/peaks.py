@@ -7,6 +7,8 @@ Why both: the datasheet is what MFU is conventionally quoted against, the measur
 machine actually reaches (clocks, power caps, MIG slices). An unknown device gets no guessed peak —
 a hard-coded A100 peak once reported 104% MFU on an H100 (nanoGPT #464) — and MFU then falls back to
 the measured ceiling, marked as such. All figures are DENSE: datasheets print 2:4-sparse figures, twice these.
+A MIG slice gets the full GPU's figures × its share of the GPU's SMs (`slice_peak`; the full SM counts are in
+the table with their source), or no datasheet peak when that share is unknown.
 """
 
 from __future__ import annotations
@@ -17,12 +19,27 @@ from dataclasses import dataclass
 
 import torch
 
+from perfscope.measure.tf32 import (
+    restore_matmul_tf32,
+    set_matmul_tf32,
+    snapshot_matmul_tf32,
+)
+
+HOPPER_SMS = ("NVIDIA H100 Tensor Core GPU Architecture whitepaper (https://resources.nvidia.com/en-us-tensor-core/"
+              "gtc22-whitepaper-hopper): H100 SXM5 132 SMs, H100 PCIe 114 SMs; H100 NVL and H200 are the same GH100 "
+              "configuration as the SXM5 (16,896 FP32 cores = 132 SMs)")
+AMPERE_SMS = ("NVIDIA A100 Tensor Core GPU Architecture whitepaper (https://images.nvidia.com/aem-dam/en-zz/Solutions/"
+              "data-center/nvidia-ampere-architecture-whitepaper.pdf): A100 108 SMs")
+
 
 @dataclass(frozen=True)
 class DevicePeak:
     name: str
     tflops: dict[str, float]  # dtype -> dense TFLOP/s (tensor cores where the dtype uses them)
     source: str
+    sm_count: int | None = None
+    """SMs of the full GPU the datasheet describes: a MIG slice's peak is scaled by its share of them."""
+    sm_source: str = ""
 
     @property
     def best(self) -> tuple[str, float]:
@@ -36,19 +53,25 @@ class DevicePeak:
 _DATASHEETS: list[tuple[str, DevicePeak]] = [
     (r"h100.*(nvl)", DevicePeak(
         "NVIDIA H100 NVL", {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5},
-        "https://www.nvidia.com/en-us/data-center/h100/ (H100 NVL column, sparse figures halved)")),
+        "https://www.nvidia.com/en-us/data-center/h100/ (H100 NVL column, sparse figures halved)", 132, HOPPER_SMS)),
     (r"h100.*(pcie)", DevicePeak(
         "NVIDIA H100 PCIe", {"fp32": 51.2, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0, "fp8": 1513.0},
-        "https://www.nvidia.com/en-us/data-center/h100/ (H100 PCIe column, sparse figures halved)")),
+        "https://www.nvidia.com/en-us/data-center/h100/ (H100 PCIe column, sparse figures halved)", 114, HOPPER_SMS)),
     (r"h100|gh200", DevicePeak(
         "NVIDIA H100 SXM", {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
-        "https://www.nvidia.com/en-us/data-center/h100/ (H100 SXM column, sparse figures halved)")),
+        "https://www.nvidia.com/en-us/data-center/h100/ (H100 SXM column, sparse figures halved)", 132, HOPPER_SMS)),
+    # The PCIe H200 NVL runs lower clocks/power (600 W) than the SXM part: FP32 60, TF32 835, BF16/FP16 1,671,
+    # FP8 3,341 TFLOPS with sparsity on the datasheet — the same figures as the H100 NVL.
+    (r"h200.*nvl", DevicePeak(
+        "NVIDIA H200 NVL", {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5},
+        "https://www.nvidia.com/en-us/data-center/h200/ (H200 NVL column, sparse figures halved)", 132, HOPPER_SMS)),
     (r"h200", DevicePeak(
         "NVIDIA H200", {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
-        "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM column, sparse figures halved)")),
+        "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM column, sparse figures halved)", 132, HOPPER_SMS)),
     (r"a100", DevicePeak(
         "NVIDIA A100", {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
-        "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf")),
+        "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf",
+        108, AMPERE_SMS)),
     (r"l40s", DevicePeak(
         "NVIDIA L40S", {"fp32": 91.6, "tf32": 183.0, "bf16": 362.05, "fp16": 362.05, "fp8": 733.0},
         "https://www.nvidia.com/en-us/data-center/l40s/ (sparse figures halved)")),
@@ -82,6 +105,36 @@ def datasheet_peak(device_name: str) -> DevicePeak | None:
     return None
 
 
+def is_mig_name(device_name: str) -> bool:
+    """CUDA names a MIG compute instance after its profile, e.g. "NVIDIA A100-SXM4-40GB MIG 3g.20gb"."""
+    return re.search(r"\bMIG\b", device_name) is not None
+
+
+def slice_peak(peak: DevicePeak, device_sms: int | None, *, mig: bool) -> tuple[DevicePeak | None, str | None]:
+    """The datasheet peak of the part of the GPU this process can use: (peak, None), or (None, why not).
+
+    A MIG slice runs on a fraction of the GPU's SMs (an A100 1g.5gb: 14 of 108), so the full GPU's peak would
+    understate its MFU up to 7×. Tensor-core throughput is per SM at the same clocks, so the slice's peak is the
+    datasheet's × (its SMs / the full GPU's SMs). Also applied when CUDA reports fewer SMs than the datasheet GPU
+    has (a slice we could not name, or a cut-down variant). Without both SM counts, no datasheet peak: MFU then
+    uses the measured ceiling, which a slice measures for itself."""
+    fewer_sms = device_sms is not None and peak.sm_count is not None and device_sms < peak.sm_count
+    if not (mig or fewer_sms):
+        return peak, None
+    what = "a MIG slice" if mig else f"{device_sms} SMs"
+    if not device_sms or not peak.sm_count:
+        return None, (f"{what} of an {peak.name}: the slice's SM share is unknown, so the full GPU's datasheet peak "
+                      "would overstate it; MFU uses the measured matmul ceiling")
+    share = device_sms / peak.sm_count
+    return DevicePeak(
+        name=f"{peak.name}, {what} ({device_sms}/{peak.sm_count} SMs)",
+        tflops={k: round(v * share, 2) for k, v in peak.tflops.items()},
+        source=f"{peak.source}; scaled by the SM share {device_sms}/{peak.sm_count} (full-GPU SMs: {peak.sm_source})",
+        sm_count=device_sms,
+        sm_source=f"CUDA multi_processor_count of this device; full GPU: {peak.sm_source}",
+    ), None
+
+
 _TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -94,8 +147,8 @@ def measure_matmul_tflops(device: str, dtype: str, *, size: int | None = None, r
     if size is None:
         size = 8192 if device == "cuda" else 1024
     torch_dtype = _TORCH_DTYPES[dtype]
-    previous_tf32 = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+    previous_tf32 = snapshot_matmul_tf32()
+    set_matmul_tf32(dtype == "tf32")
     try:
         a = torch.randn(size, size, device=device, dtype=torch_dtype)
         b = torch.randn(size, size, device=device, dtype=torch_dtype)
@@ -112,7 +165,7 @@ def measure_matmul_tflops(device: str, dtype: str, *, size: int | None = None, r
         times.sort()
         return flops / times[len(times) // 2] / 1e12
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous_tf32
+        restore_matmul_tf32(previous_tf32)
 
 
 def ceiling_dtypes(device: str) -> list[str]:

@@ -5,7 +5,8 @@
     utilization = sampler.result()
 
 NVML calls take a driver lock (utilization ~2.5 µs, memory ~12 µs), so one thread samples at ≤ 10 Hz;
-shelling out to nvidia-smi (10–20 ms a call) is never used. No NVML (CPU box, WSL, MIG slice, no
+shelling out to nvidia-smi (10–20 ms a call) is never used. The NVML device is found by the CUDA device's
+UUID, so CUDA_VISIBLE_DEVICES and CUDA's device order are honoured. No NVML (CPU box, WSL, MIG slice, no
 driver) is not an error: the GPU fields are null with the reason, host CPU load is still sampled.
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 
 import psutil
 
+from perfscope.measure.nvml import nvml_handle
 from perfscope.results import Utilization, UtilizationSample
 from perfscope.stats import summarize
 
@@ -46,20 +48,38 @@ class UtilizationSampler:
         self._unavailable: dict[str, str] = {}
         self._nvml: Any = None
         self._handle: Any = None
+        self._sm_clock_max: float | None = None
+        self.nvml_uuid: str | None = None
+        """The NVML device sampled ("GPU-..." or "MIG-..."), once found."""
         if device == "cuda":
             self._open_nvml(device_index)
         else:
             self._unavailable["gpu"] = "CPU trial: no GPU to sample"
 
     def _open_nvml(self, index: int) -> None:
+        """NVML handle of CUDA device ``index``, found by UUID (NVML's indices ignore CUDA_VISIBLE_DEVICES and
+        CUDA's device order: by index we would sample another GPU; see perfscope.measure.nvml)."""
         try:
             import pynvml
 
             pynvml.nvmlInit()
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            self._nvml = pynvml
         except Exception as exc:  # noqa: BLE001 - degrade: no NVML is a recorded reason, not a failure
             self._unavailable["gpu"] = f"NVML unavailable: {type(exc).__name__}: {exc}"
+            return
+        try:
+            self._handle, self.nvml_uuid = nvml_handle(pynvml, index)
+            self._nvml = pynvml
+        except Exception as exc:  # noqa: BLE001 - never fall back to an index: that samples the wrong GPU
+            self._unavailable["gpu"] = f"NVML device of CUDA device {index} not found: {type(exc).__name__}: {exc}"
+            try:
+                pynvml.nvmlShutdown()
+            except Exception:  # noqa: BLE001
+                pass
+            return
+        try:  # read once: the reference the throttling rule compares the sampled clocks with
+            self._sm_clock_max = float(pynvml.nvmlDeviceGetMaxClockInfo(self._handle, pynvml.NVML_CLOCK_SM))
+        except Exception as exc:  # noqa: BLE001
+            self._unavailable["sm_clock_max_mhz"] = f"NVML: {type(exc).__name__}: {exc}"
 
     @property
     def nvml_handle(self) -> Any:
@@ -122,6 +142,7 @@ class UtilizationSampler:
         util.gpu_util_percent = summary("gpu_util_percent")
         util.power_w = summary("power_w")
         util.sm_clock_mhz = summary("sm_clock_mhz")
+        util.sm_clock_max_mhz = self._sm_clock_max
         util.cpu_percent = summary("cpu_percent")
         memory = [s.gpu_memory_used_bytes for s in samples if s.gpu_memory_used_bytes is not None]
         util.gpu_memory_used_bytes_max = max(memory) if memory else None

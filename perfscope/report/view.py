@@ -30,7 +30,12 @@ from perfscope.report.format import (
     fmt_seconds,
 )
 from perfscope.results import FAILED_STATUSES, Finding, Gain, Results, Trial
-from perfscope.results.roles import baseline_configuration, baseline_run, recommended_configuration, recommended_run
+from perfscope.results.roles import (
+    baseline_configuration,
+    baseline_run,
+    recommended_configuration,
+    recommended_run,
+)
 from perfscope.trace.diff import diff_facts
 
 MAX_KERNEL_ROWS = 15

@@ -55,8 +55,13 @@ class Environment:
     """The machine a run measured; the CI gate refuses to compare runs from different devices."""
 
     device_type: str  # "cpu" | "cuda"
-    device_name: str
+    device_name: str  # the device the run used (device_index), not necessarily CUDA device 0
     device_count: int = 0
+    device_index: int | None = None  # CUDA index of the device the run used
+    device_uuid: str | None = None  # its UUID as NVML spells it ("GPU-..." / "MIG-..."): stable across CUDA_VISIBLE_DEVICES
+    visible_devices: list[str] = field(default_factory=list)  # every CUDA-visible device, in CUDA order: "name (uuid)"
+    multiprocessor_count: int | None = None  # SMs this process can use (a MIG slice has a fraction of the GPU's)
+    mig: bool = False  # the device is a MIG slice: its datasheet peak is the full GPU's × its SM share
     compute_capability: str | None = None
     device_memory_bytes: int | None = None
     driver_version: str | None = None
@@ -83,6 +88,9 @@ class ModelFacts:
     has_conv2d: bool
     repeated_blocks: int
     optimizer_class: str
+    matmul_tf32: bool | None = None
+    """The user's matmul TF32 setting once their file was imported and workload()/model() ran (None: unknown).
+    The baseline leaves TF32 as the user set it (TrialConfig.tf32=None), so this is what it runs with."""
 
 
 @dataclass(kw_only=True)
@@ -125,6 +133,7 @@ class Utilization:
     gpu_util_percent: Summary | None = None
     power_w: Summary | None = None
     sm_clock_mhz: Summary | None = None
+    sm_clock_max_mhz: float | None = None  # the device's maximum SM clock (NVML), to judge how far clocks dropped
     gpu_memory_used_bytes_max: int | None = None
     cpu_percent: Summary | None = None  # whole-host CPU utilization, 0..100
     throttle_reasons_seen: list[str] = field(default_factory=list)
@@ -230,6 +239,8 @@ class TrialMetrics:
     """How the window's length was chosen (steps asked for, or calibrated to a minimum duration)."""
     recompiles_in_window: int | None = None
     """torch.compile recompilations (or CUDA-graph re-recordings) that happened inside the timed window."""
+    matmul_tf32: bool | None = None
+    """TF32 for fp32 matmuls during the trial: the config's, else the user's own setting."""
     trace_path: str | None = None
     trace_facts: dict[str, Any] | None = None
     flags: list[str] = field(default_factory=list)

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from perfscope.results import Finding
 from perfscope.rules._text import pct
 from perfscope.rules.engine import Rule, RuleContext
+from perfscope.snippets import compile_change
 
 
 @dataclass
@@ -39,7 +40,7 @@ class CompileFusion(Rule):
                 evidence.append(f"compilation took {trial.metrics.compile_time_s:.1f} s once (not in the step time)")
         finding = Finding(
             rule_id=self.id, title="Fuse elementwise work with torch.compile", severity="medium", evidence=evidence or ["torch.compile was measured"],
-            fix="-model = MyNet().cuda()\n+model = torch.compile(MyNet().cuda())",
+            fix=compile_change(ctx.device),
             reference="https://pytorch.org/docs/stable/generated/torch.compile.html",
         )
         return [self.measured(ctx, finding, "compile")]

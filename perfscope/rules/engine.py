@@ -41,6 +41,11 @@ class RuleContext:
     def cuda(self) -> bool:
         return self.results.environment.device_type == "cuda"
 
+    @property
+    def device(self) -> str:
+        """The run's device type: every `fix` text is written for it (no `.cuda()` in a CPU run's advice)."""
+        return self.results.environment.device_type
+
     def config(self, key: str, default: Any = None) -> Any:
         """A setting of the user's loop; ``default`` when it was not observed (hooks cannot see every setting)."""
         if key in self.baseline.unknown_settings:

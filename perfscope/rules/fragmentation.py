@@ -31,10 +31,11 @@ class AllocatorFragmentation(Rule):
             return []
         if m.peak_reserved_bytes < self.ratio * m.peak_memory_bytes or m.peak_reserved_bytes - m.peak_memory_bytes < self.min_waste_bytes:
             return []
+        knob = ctx.knob("expandable_segments")  # its code change keeps the user's other allocator options
         finding = Finding(
             rule_id=self.id, title="Allocator fragmentation: enable expandable segments", severity="low",
             evidence=[f"peak reserved {gib(m.peak_reserved_bytes)} vs peak allocated {gib(m.peak_memory_bytes)}"],
-            fix="+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+            fix=knob.code_change if knob is not None and knob.code_change else "+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True   # merged with your other options",
             reference="https://pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf",
         )
         return [self.measured(ctx, finding, "expandable_segments")]

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from perfscope.results import Finding
 from perfscope.rules.engine import Rule, RuleContext
+from perfscope.snippets import compile_change
 
 
 class LaunchBound(Rule):
@@ -25,14 +26,14 @@ class LaunchBound(Rule):
                 rule_id=self.id, title="Dispatch-bound step: many tiny ops — compile them or raise the batch", severity="high",
                 evidence=[f"{ctx.fact('kernel_count_per_step', 0):.0f} aten ops per step, median self time {ctx.fact('median_kernel_us', 0):.1f} µs: "
                           "framework overhead, not arithmetic, sets the step time"],
-                fix="-model = MyNet()\n+model = torch.compile(MyNet())   # or a larger batch: more work per op",
+                fix=compile_change(ctx.device) + "   # or a larger batch: more work per op",
                 reference="https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html",
             ), "compile")]
         finding = Finding(
             rule_id=self.id, title="Launch-bound step: use CUDA graphs (compile reduce-overhead) or a larger batch", severity="high",
             evidence=[f"{ctx.fact('kernel_count_per_step', 0):.0f} kernels per step, median {ctx.fact('median_kernel_us', 0):.1f} µs",
                       f"host launch time {ctx.fact('cpu_launch_time_per_step_s', 0) * 1e3:.2f} ms per step; GPU idle {ctx.fact('gpu_idle_fraction', 0):.0%}"],
-            fix='-model = MyNet().cuda()\n+model = torch.compile(MyNet().cuda(), mode="reduce-overhead")',
+            fix=compile_change(ctx.device, "reduce-overhead"),
             reference="https://pytorch.org/docs/stable/torch.compiler_cudagraph_trees.html",
         )
         return [self.measured(ctx, finding, "compile_reduce_overhead")]

@@ -3,6 +3,7 @@ from __future__ import annotations
 from perfscope.results import Finding
 from perfscope.rules._text import pct
 from perfscope.rules.engine import Rule, RuleContext
+from perfscope.snippets import autocast_change
 
 
 class MixedPrecision(Rule):
@@ -37,7 +38,7 @@ class MixedPrecision(Rule):
         finding = Finding(
             rule_id=self.id, title="Matmuls run in fp32: use bf16 autocast" if knob == "amp_bf16" else "Matmuls run in fp32: use fp16 autocast + GradScaler",
             severity="high" if ctx.cuda else "medium", evidence=evidence,
-            fix=best.code_change if best and best.code_change else '+with torch.autocast("cuda", dtype=torch.bfloat16):\n+    loss = loss_fn(model, batch)',
+            fix=best.code_change if best and best.code_change else autocast_change(ctx.device, "bfloat16"),
             caveats=["numerics: reduced-precision matmuls; compare the loss curve over a few hundred steps"],
             reference="https://pytorch.org/docs/stable/amp.html",
         )

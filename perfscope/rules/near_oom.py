@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from perfscope.results import Finding
 from perfscope.rules._text import gib, pct
 from perfscope.rules.engine import Rule, RuleContext
+from perfscope.snippets import checkpoint_change
 
 
 @dataclass
@@ -34,7 +35,7 @@ class NearOom(Rule):
         finding = Finding(
             rule_id=self.id, title="Near OOM: checkpoint activations or accumulate gradients", severity="high",
             evidence=[f"reserved {gib(used)} of {gib(m.device_memory_capacity_bytes)} ({pct(share)})"],
-            fix="+from torch.utils.checkpoint import checkpoint\n-        x = block(x)\n+        x = checkpoint(block, x, use_reentrant=False)",
+            fix=checkpoint_change(),
             caveats=["checkpointing recomputes the blocks' forward: HFU rises, MFU falls unless a larger micro-batch pays it back"],
             reference="https://pytorch.org/docs/stable/checkpoint.html",
         )

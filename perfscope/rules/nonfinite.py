@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from perfscope.results import Finding
 from perfscope.rules.engine import Rule, RuleContext
+from perfscope.snippets import fp16_to_bf16_change
 
 
 class NonFiniteLoss(Rule):
@@ -26,6 +27,6 @@ class NonFiniteLoss(Rule):
         return [Finding(
             rule_id=self.id, title="Non-finite or diverging loss in some configurations", severity="high" if ctx.baseline.status == "nonfinite" else "medium",
             evidence=evidence,
-            fix='-with torch.autocast("cuda", dtype=torch.float16):\n+with torch.autocast("cuda", dtype=torch.bfloat16):   # or keep fp16 with torch.amp.GradScaler',
+            fix=fp16_to_bf16_change(ctx.device),
             reference="https://pytorch.org/docs/stable/amp.html#gradient-scaling",
         )]

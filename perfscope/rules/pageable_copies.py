@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from perfscope.results import Finding
 from perfscope.rules.engine import Rule, RuleContext
+from perfscope.snippets import pin_memory_change
 
 
 class PageableCopies(Rule):
@@ -25,7 +26,7 @@ class PageableCopies(Rule):
             rule_id=self.id, title="Pageable host-to-device copies: use pin_memory + non_blocking", severity="low",
             evidence=[f"{copies['count']:.0f} pageable HtoD copies per step ({copies.get('bytes', 0) / 2**20:.1f} MiB, "
                       f"{copies.get('time_s', 0) * 1e3:.2f} ms)"],
-            fix='-loader = DataLoader(ds, batch_size=B)\n+loader = DataLoader(ds, batch_size=B, pin_memory=True)\n-x = x.to("cuda")\n+x = x.to("cuda", non_blocking=True)',
+            fix=pin_memory_change(ctx.device),
             reference="https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html",
         )
         return [self.measured(ctx, finding, "pin_memory")]

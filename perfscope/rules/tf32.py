@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from perfscope.measure.tf32 import enable_tf32_code
 from perfscope.results import Finding
 from perfscope.rules.engine import Rule, RuleContext
 
@@ -8,8 +9,9 @@ class Tf32Matmul(Rule):
     """fp32 matmuls without TF32 on an Ampere-or-later GPU.
 
     Anti-pattern: PyTorch keeps TF32 off for matmuls since 1.12, so an fp32 loop runs on the slow fp32 path
-    (an A100's TF32 matmul peak is ~8× fp32). Best practice: `torch.backends.cuda.matmul.allow_tf32 = True`
-    (or `torch.set_float32_matmul_precision("high")`) when a 10-bit mantissa in matmuls is acceptable.
+    (an A100's TF32 matmul peak is ~8× fp32). Best practice, when a 10-bit mantissa in matmuls is acceptable:
+    `torch.backends.cuda.matmul.fp32_precision = "tf32"` on torch ≥ 2.9 (`torch.backends.cuda.matmul.allow_tf32
+    = True` before; do not mix the two: torch then raises on reads). cuDNN convolutions use TF32 by default.
     """
 
     id = "PS102"
@@ -19,12 +21,18 @@ class Tf32Matmul(Rule):
 
     def check(self, ctx: RuleContext) -> list[Finding]:
         cc = ctx.results.environment.compute_capability
-        if not ctx.cuda or ctx.config("tf32") or ctx.config("precision", "fp32") != "fp32" or not cc or float(cc) < 8.0:
+        # The config's explicit setting, else what the baseline recorded of the user's own (config tf32=None).
+        configured = ctx.config("tf32")
+        tf32_on = configured if configured is not None else ctx.metrics.matmul_tf32
+        if not ctx.cuda or tf32_on or ctx.config("precision", "fp32") != "fp32" or not cc or float(cc) < 8.0:
             return []
         finding = Finding(
             rule_id=self.id, title="fp32 matmuls without TF32", severity="medium",
-            evidence=[f"compute capability {cc} supports TF32; the loop leaves it off"],
-            fix="+torch.backends.cuda.matmul.allow_tf32 = True\n+torch.backends.cudnn.allow_tf32 = True",
+            evidence=[f"compute capability {cc} supports TF32; " + (
+                "the loop leaves it off" if tf32_on is False else
+                f"the loop's TF32 setting could not be read ({ctx.metrics.unavailable.get('matmul_tf32', 'unknown')})")],
+            # In the API of the torch that measured the run (reading allow_tf32 raises after the new API is used).
+            fix=enable_tf32_code(ctx.results.environment.torch_version or None),
             caveats=["numerics: fp32 matmuls with a 10-bit mantissa"],
             reference="https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices",
         )

@@ -52,7 +52,9 @@ def _usable(runs: Sequence[Trial]) -> list[Trial]:
 
 
 def _t(q: float, df: float) -> float:
-    from scipy.stats import t  # imported here: scipy costs ~0.8 s and only the analyze parent compares
+    from scipy.stats import (
+        t,  # imported here: scipy costs ~0.8 s and only the analyze parent compares
+    )
 
     return float(t.ppf(q, df))
 

@@ -159,7 +159,7 @@ class Sweeper:
 
     def _outcome(self, knob: Knob, status: str, reason: str | None = None, **kw: Any) -> KnobOutcome:
         outcome = KnobOutcome(knob=knob.id, title=knob.title, status=status, reason=reason,  # type: ignore[arg-type]
-                              code_change=knob.code_change, **kw)
+                              code_change=knob.code_change(self.ctx), **kw)
         self.sweep.knobs.append(outcome)
         return outcome
 
@@ -247,7 +247,7 @@ class Sweeper:
         if knob.id == "activation_checkpointing" and "micro_batch" in cand.knobs:
             semantics = semantics + REGISTRY_BY_ID["micro_batch"].changes_semantics(self.ctx, cand.config)
         common = dict(knob=knob.id, title=knob.title, trial=cand.name, setting=describe_setting(cand.changes),
-                      changes_semantics=semantics, code_change=knob.code_change)
+                      changes_semantics=semantics, code_change=knob.code_change(self.ctx))
         first = cand.first
         if first is None or not first.ok:
             line = (first.error or "").splitlines()[0] if first is not None and first.error else ""

@@ -17,21 +17,33 @@ from typing import Any
 from perfscope.results import to_jsonable, write_json
 
 OOM_MESSAGES = ("out of memory", "can't allocate memory", "not enough memory", "cannot allocate memory")
+# Allocator failures that CUDA libraries report with their own status codes instead of torch.OutOfMemoryError:
+# cuBLAS/cuDNN/cuFFT/cuSOLVER/cuSPARSE handles and workspaces are allocated lazily, often in the first step of a
+# larger micro-batch, and fail as e.g. "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`".
+# They mean "does not fit" just as an OOM does, so the micro-batch search must bisect instead of stopping.
+ALLOC_FAILURE_MARKERS = ("_status_alloc_failed", "cufft_alloc_failed", "cudaerrormemoryallocation", "cuda_error_out_of_memory")
 
 
 def classify_exception(exc: BaseException) -> str:
-    """'oom' by exception type first, by message as a fallback (CPU allocators raise RuntimeError)."""
+    """'oom' by exception type first, by message as a fallback (CPU allocators raise RuntimeError; CUDA
+    libraries report allocation failures as their own status codes), following the exception's cause chain
+    (user code may wrap the OOM in its own exception)."""
     import torch
 
     from perfscope.trial.loop import CompileNotApplied
 
     if isinstance(exc, CompileNotApplied):
         return "error"
-    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
-        return "oom"
-    message = str(exc).lower()
-    if any(m in message for m in OOM_MESSAGES):
-        return "oom"
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, torch.OutOfMemoryError | MemoryError):
+            return "oom"
+        message = str(current).lower()
+        if any(m in message for m in OOM_MESSAGES) or any(m in message for m in ALLOC_FAILURE_MARKERS):
+            return "oom"
+        current = current.__cause__ or current.__context__
     return "error"
 
 

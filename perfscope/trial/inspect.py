@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from perfscope.measure.tf32 import matmul_tf32_enabled
 from perfscope.results.model import ModelFacts
 from perfscope.trial.checkpointing import find_repeated_blocks
 from perfscope.workload import Workload
@@ -33,4 +34,5 @@ def inspect_model(workload: Workload) -> ModelFacts:
         has_conv2d=any(isinstance(m, nn.Conv2d) for m in model.modules()),
         repeated_blocks=len(blocks),
         optimizer_class=optimizer_class,
+        matmul_tf32=matmul_tf32_enabled(),
     )

@@ -36,18 +36,26 @@ from torch import nn
 
 from perfscope.measure import memory
 from perfscope.measure.clock import clock_for, synchronize
-from perfscope.measure.flops import FLOP_CONVENTION, StepFlopCounter
+from perfscope.measure.flops import (
+    FALLBACK_COUNT_MICRO_BATCH,
+    FLOP_CONVENTION,
+    StepFlopCounter,
+    count_step,
+    count_step_on_fake_tensors,
+)
 from perfscope.measure.metrics import assemble_metrics
+from perfscope.measure.tf32 import apply_matmul_tf32
+from perfscope.measure.tf32 import matmul_tf32 as matmul_tf32_state
 from perfscope.measure.utilization import UtilizationSampler
 from perfscope.measure.window import WindowRecorder
 from perfscope.results import TrialMetrics
+from perfscope.results.config import TrialConfig
 from perfscope.trial.checkpointing import (
     CheckpointedBlock,
     apply_checkpointing,
     counting_recompute,
     recompute_flops,
 )
-from perfscope.results.config import TrialConfig
 from perfscope.trial.data import endless_batches, to_device
 from perfscope.workload import Workload
 
@@ -138,18 +146,40 @@ class TrainStep:
         return total / accum, norm
 
     def count_flops(self) -> tuple[float, float, list[str]]:
-        """(model FLOPs, hardware FLOPs, notes) per optimizer step, on the eager model, one micro-batch × accum."""
-        batch = self.next_batch(None)
-        counter = StepFlopCounter()
-        with counter, counting_recompute(self.checkpointed, counter.running_total):
-            loss = self.micro_loss(self.model, batch)
-            counter.mark_forward()
-            loss.backward()
-        self.optimizer.zero_grad(set_to_none=True)
-        accum = self.config.grad_accum_steps
-        model_flops = counter.total * accum
-        hardware_flops = (counter.total + recompute_flops(self.checkpointed)) * accum
-        notes = counter.notes
+        """(model FLOPs, hardware FLOPs, notes) per optimizer step, on the eager model: one micro-batch × accum.
+
+        Counted on fake tensors (no device memory, no compute), so the count cannot OOM where the trial fit: the
+        checkpointing pair runs twice the micro-batch that fit without checkpointing, and the count runs its
+        blocks un-checkpointed (to measure the recompute for HFU). Where fake tensors fail, one real step at a
+        small micro-batch, scaled linearly: matmul, conv and attention FLOPs are proportional to the batch.
+        """
+        micro, accum = self.config.micro_batch_size, self.config.grad_accum_steps
+
+        def around(counter: StepFlopCounter) -> AbstractContextManager[None]:
+            return counting_recompute(self.checkpointed, counter.running_total)
+
+        def on_device(batch: Any) -> Any:
+            return to_device(batch, self.device, non_blocking=False, channels_last=self.config.channels_last)
+
+        try:
+            counter = count_step_on_fake_tensors(self.model, next(self.batches), self.micro_loss, around=around, prepare=on_device)
+            scale = 1.0
+            method = f"FLOPs counted on fake tensors (FakeTensorMode: shapes only, no memory or compute) at micro-batch {micro}"
+        except Exception as exc:  # noqa: BLE001 - an op without a fake kernel, a data-dependent shape, ...
+            small = min(micro, FALLBACK_COUNT_MICRO_BATCH)
+            loader_config = self.config.replace(micro_batch_size=small, num_workers=0, persistent_workers=False,
+                                                prefetch_factor=None, pin_memory=False)
+            batch = on_device(next(endless_batches(self.workload, loader_config)))
+            counter = count_step(self.model, batch, self.micro_loss, around=around)
+            self.optimizer.zero_grad(set_to_none=True)
+            scale = micro / small
+            first_line = str(exc).splitlines()[0][:160] if str(exc) else ""
+            why = f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
+            method = (f"fake-tensor FLOP counting failed ({why}): counted one real micro-step at micro-batch {small} "
+                      f"and scaled ×{scale:g} to micro-batch {micro} (matmul/conv/attention FLOPs are linear in the batch)")
+        model_flops = counter.total * scale * accum
+        hardware_flops = (counter.total + recompute_flops(self.checkpointed)) * scale * accum
+        notes = [method, *counter.notes]
         if self.checkpointed:
             notes.append(f"activation checkpointing of {len(self.checkpointed)} blocks: their forward is recomputed (HFU > MFU)")
         return model_flops, hardware_flops, notes
@@ -209,10 +239,10 @@ class MeasuredRun:
 
 def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     """Measure one configuration; see the module docstring for the order of work."""
-    torch.backends.cuda.matmul.allow_tf32 = config.tf32
-    torch.backends.cudnn.allow_tf32 = config.tf32
     device = config.device
     step = TrainStep(workload, config)
+    # After the user's file, workload() and model() ran, so tf32=None keeps (and records) their own setting.
+    matmul_tf32 = apply_matmul_tf32(config.tf32)
 
     warmup_times: list[float] = []
     first_grad_norm = None
@@ -267,6 +297,9 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
                 f"torch.compile recompiled {metrics.recompiles_in_window} time(s) inside the timed window "
                 "(a new input shape or a guard failure): compile time is in the measured time"
             )
+    metrics.matmul_tf32 = matmul_tf32
+    if matmul_tf32 is None:
+        unavailable["matmul_tf32"] = matmul_tf32_state().reason or "unknown"
     if device == "cuda":
         metrics.peak_memory_bytes, metrics.peak_reserved_bytes = peak_allocated, peak_reserved
         metrics.device_memory_capacity_bytes = int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)

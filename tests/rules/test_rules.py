@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 import warnings
 from collections.abc import Callable
 
@@ -140,6 +141,56 @@ def test_never_advise_what_is_already_on():
     results = _facts(_results(precision="bf16", tf32=True, compile="default"), kernel_time_by_category={"elementwise": 1.0})
     ids = {f.rule_id for f in run_rules(results)}
     assert not ids & {"PS101", "PS102", "PS303"}
+
+
+def _clocks(reasons: list[str], clocks: list[float], max_mhz: float | None = 1980.0) -> Results:
+    return _metrics(_results(), utilization=_util(throttle_reasons_seen=reasons, sm_clock_mhz=summarize(clocks), sm_clock_max_mhz=max_mhz))
+
+
+def test_sw_power_cap_is_information_unless_clocks_fall_far_below_the_maximum():
+    # A loaded H100 at its power limit: the driver trims clocks a little (and they vary): not throttling.
+    routine = [f for f in run_rules(_clocks(["SW power cap"], [1980, 1650, 1755, 1980, 1700])) if f.rule_id == "PS702"]
+    assert [f.severity for f in routine] == ["info"] and "throttled" not in routine[0].title
+    # Power-capped far below the maximum clock: a real slowdown.
+    far = [f for f in run_rules(_clocks(["SW power cap"], [1100, 1150, 1200])) if f.rule_id == "PS702"]
+    assert [f.severity for f in far] == ["medium"] and far[0].title == "GPU clocks throttled"
+    # Thermal slowdown and the power brake are problems whatever the clocks say.
+    for reason in ("HW thermal slowdown", "HW power brake", "HW slowdown"):
+        (f,) = [f for f in run_rules(_clocks([reason, "SW power cap"], [1980, 1975, 1980])) if f.rule_id == "PS702"]
+        assert f.severity == "medium"
+
+
+def test_tf32_the_user_set_in_their_file_is_not_advised():
+    # The baseline config leaves TF32 alone (tf32=None); the trial recorded the user's own setting.
+    results = _metrics(_results(tf32=None), matmul_tf32=True)
+    assert "PS102" not in {f.rule_id for f in run_rules(results)}
+    assert "PS102" in {f.rule_id for f in run_rules(_metrics(_results(tf32=None), matmul_tf32=False))}
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_fix_texts_are_written_for_the_runs_device(rule_id, device):
+    """No `.cuda()` / autocast("cuda") in a CPU run's advice, no CPU-only code in a GPU run's."""
+    rule = next(r for r in all_rules() if r.id == rule_id)
+    results = CASES[rule_id][0]()
+    results.environment.device_type = device
+    for f in run(results, [rule]):
+        if device == "cpu":
+            assert "cuda" not in f.fix.lower(), f.fix
+        else:
+            assert '"cpu"' not in f.fix and not re.search(r"MyNet\(\)(?!\.cuda\(\))", f.fix), f.fix
+            if "autocast" in f.fix:
+                assert 'device_type="cuda"' in f.fix
+
+
+def test_tf32_fix_uses_the_api_of_the_runs_torch():
+    results = _results()
+    results.environment.torch_version = "2.13.0+cu128"
+    (finding,) = [f for f in run_rules(results) if f.rule_id == "PS102"]
+    assert finding.fix == '+torch.backends.cuda.matmul.fp32_precision = "tf32"'
+    results.environment.torch_version = "2.4.1+cu121"
+    (finding,) = [f for f in run_rules(results) if f.rule_id == "PS102"]
+    assert finding.fix == "+torch.backends.cuda.matmul.allow_tf32 = True"
 
 
 def test_a_crashing_rule_is_a_warning_not_a_crash():

@@ -8,20 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfscope.search.knobs.base import Knob, KnobContext
 from perfscope.results.config import TrialConfig
+from perfscope.search.knobs.base import Knob, KnobContext
+from perfscope.snippets import autocast_change, fp16_scaler_change
 
 
 class AmpBf16(Knob):
     id = "amp_bf16"
     title = "bf16 autocast (AMP)"
     reference = "https://pytorch.org/docs/stable/amp.html"
-    code_change = (
-        "-    loss = loss_fn(model, batch)\n"
-        "+    with torch.autocast(device_type=\"cuda\", dtype=torch.bfloat16):\n"
-        "+        loss = loss_fn(model, batch)\n"
-        "     loss.backward()"
-    )
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        return autocast_change(ctx.device, "bfloat16")
 
     def applies(self, ctx: KnobContext) -> str | None:
         if ctx.base.precision != "fp32":
@@ -41,17 +39,9 @@ class AmpFp16(Knob):
     id = "amp_fp16"
     title = "fp16 autocast + GradScaler (AMP)"
     reference = "https://pytorch.org/docs/stable/amp.html#gradient-scaling"
-    code_change = (
-        "+scaler = torch.amp.GradScaler(\"cuda\")\n"
-        "-    loss = loss_fn(model, batch)\n"
-        "-    loss.backward()\n"
-        "-    optimizer.step()\n"
-        "+    with torch.autocast(device_type=\"cuda\", dtype=torch.float16):\n"
-        "+        loss = loss_fn(model, batch)\n"
-        "+    scaler.scale(loss).backward()\n"
-        "+    scaler.step(optimizer)\n"
-        "+    scaler.update()"
-    )
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        return fp16_scaler_change(ctx.device) if ctx.cuda else None  # CPU runs are advised bf16
 
     def applies(self, ctx: KnobContext) -> str | None:
         if ctx.base.precision != "fp32":

@@ -15,9 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import torch
-from torch import nn
-
 from perfscope.results import Environment, ModelFacts
 from perfscope.results.config import TrialConfig
 from perfscope.workload import Workload
@@ -37,6 +34,11 @@ class KnobContext:
         return self.base.device == "cuda"
 
     @property
+    def device(self) -> str:
+        """The run's device type ("cpu" | "cuda"): the code changes shown to the user are written for it."""
+        return self.base.device
+
+    @property
     def capability(self) -> tuple[int, int] | None:
         cc = self.environment.compute_capability
         if not cc:
@@ -54,8 +56,6 @@ class Knob:
 
     id: ClassVar[str]
     title: ClassVar[str]
-    code_change: ClassVar[str]
-    """Diff-style change to the user's own loop, shown in the report."""
     reference: ClassVar[str] = ""
     search: ClassVar[bool] = False
     """True for knobs the sweep handles with a dedicated search (micro-batch) instead of `variants`."""
@@ -67,6 +67,11 @@ class Knob:
     def prerequisite_met(self, config: TrialConfig) -> bool:
         """True when ``config`` already has what `builds_on` provides (only consulted when `builds_on` is set)."""
         return True
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        """Diff-style change to the user's own loop, shown in the report, written for the run's device (and torch
+        version): a CPU run never reads `.cuda()`. None where the knob means nothing on this device."""
+        raise NotImplementedError
 
     def applies(self, ctx: KnobContext) -> str | None:
         """None when the knob can be tried; otherwise the reason it cannot, in words a user understands."""

@@ -5,18 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from perfscope.search.knobs.base import Knob, KnobContext
+from perfscope.snippets import channels_last_change
 
 
 class ChannelsLast(Knob):
     id = "channels_last"
     title = "channels_last memory format"
     reference = "https://pytorch.org/tutorials/intermediate/memory_format_tutorial.html"
-    code_change = (
-        "-model = MyNet().cuda()\n"
-        "+model = MyNet().cuda().to(memory_format=torch.channels_last)\n"
-        "-x = x.cuda()\n"
-        "+x = x.cuda().contiguous(memory_format=torch.channels_last)"
-    )
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        return channels_last_change(ctx.device)
 
     def applies(self, ctx: KnobContext) -> str | None:
         if ctx.base.channels_last:

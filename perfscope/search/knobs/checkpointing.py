@@ -9,18 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from perfscope.search.knobs.base import Knob, KnobContext
+from perfscope.snippets import checkpoint_change
 
 
 class ActivationCheckpointing(Knob):
     id = "activation_checkpointing"
     title = "activation checkpointing of repeated blocks"
     reference = "https://pytorch.org/docs/stable/checkpoint.html"
-    code_change = (
-        "+from torch.utils.checkpoint import checkpoint\n"
-        "     for block in self.blocks:\n"
-        "-        x = block(x)\n"
-        "+        x = checkpoint(block, x, use_reentrant=False)"
-    )
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        return checkpoint_change()
 
     def applies(self, ctx: KnobContext) -> str | None:
         if ctx.base.activation_checkpointing:

@@ -4,23 +4,32 @@ Compile time is reported apart from the steady-state step time."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from typing import Any
 
 from perfscope.search.knobs.base import Knob, KnobContext
+from perfscope.snippets import compile_change
 
 
 def _no_compiler_reason(ctx: KnobContext) -> str | None:
-    if not ctx.cuda and not (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")):
-        return "torch.compile on CPU needs a C++ compiler, and none was found"
-    return None
+    """torch.compile needs a host compiler on both devices: on CPU inductor emits C++; on CUDA, Triton builds its
+    kernel launcher (a small C extension) with $CC, else gcc or clang, the first time a kernel runs."""
+    cc = os.environ.get("CC")
+    if (cc and shutil.which(cc)) or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang"):
+        return None
+    if ctx.cuda:
+        return "torch.compile on CUDA needs a C compiler (Triton builds its kernel launcher with $CC, gcc or clang), and none was found"
+    return "torch.compile on CPU needs a C++ compiler, and none was found"
 
 
 class Compile(Knob):
     id = "compile"
     title = "torch.compile"
     reference = "https://pytorch.org/docs/stable/generated/torch.compile.html"
-    code_change = "-model = MyNet().cuda()\n+model = torch.compile(MyNet().cuda())"
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        return compile_change(ctx.device)
 
     def applies(self, ctx: KnobContext) -> str | None:
         if ctx.base.compile is not None:
@@ -35,13 +44,22 @@ class CompileReduceOverhead(Knob):
     id = "compile_reduce_overhead"
     title = "torch.compile(mode=\"reduce-overhead\") (CUDA graphs)"
     reference = "https://pytorch.org/docs/stable/torch.compiler_cudagraph_trees.html"
-    code_change = "-model = MyNet().cuda()\n+model = torch.compile(MyNet().cuda(), mode=\"reduce-overhead\")"
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        return compile_change(ctx.device, "reduce-overhead") if ctx.cuda else None
 
     def applies(self, ctx: KnobContext) -> str | None:
         if not ctx.cuda:
             return "CUDA graphs need a GPU"
         if ctx.base.compile == "reduce-overhead":
             return "the model is already compiled with reduce-overhead"
+        if (reason := _no_compiler_reason(ctx)) is not None:
+            return reason
+        if ctx.base.grad_accum_steps > 1:
+            # CUDA-graph outputs live in the graph's static memory pool: the gradients kept in .grad between
+            # accumulation micro-steps are overwritten by the next replay (wrong gradients or a RuntimeError).
+            return (f"the loop accumulates gradients ({ctx.base.grad_accum_steps} micro-steps): CUDA graphs overwrite the "
+                    "outputs kept in .grad by the next replay (pytorch/pytorch#169545, open)")
         return None
 
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:

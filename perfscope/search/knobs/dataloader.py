@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfscope.search.knobs.base import Knob, KnobContext
 from perfscope.results.config import TrialConfig
+from perfscope.search.knobs.base import Knob, KnobContext
+from perfscope.snippets import pin_memory_change
 
 
 def _dataset_reason(ctx: KnobContext) -> str | None:
@@ -21,10 +22,9 @@ class DataLoaderWorkers(Knob):
     id = "dataloader_workers"
     title = "DataLoader worker processes (num_workers)"
     reference = "https://pytorch.org/docs/stable/data.html#multi-process-data-loading"
-    code_change = (
-        "-loader = DataLoader(ds, batch_size=B)\n"
-        "+loader = DataLoader(ds, batch_size=B, num_workers=N)"
-    )
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        return "-loader = DataLoader(ds, batch_size=B)\n+loader = DataLoader(ds, batch_size=B, num_workers=N)"
 
     def applies(self, ctx: KnobContext) -> str | None:
         return _dataset_reason(ctx)
@@ -50,10 +50,10 @@ class PersistentWorkers(_WorkerOption):
     id = "persistent_workers"
     title = "persistent DataLoader workers"
     reference = "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader"
-    code_change = (
-        "-loader = DataLoader(ds, batch_size=B, num_workers=N)\n"
-        "+loader = DataLoader(ds, batch_size=B, num_workers=N, persistent_workers=True)   # no worker restart per epoch"
-    )
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        return ("-loader = DataLoader(ds, batch_size=B, num_workers=N)\n"
+                "+loader = DataLoader(ds, batch_size=B, num_workers=N, persistent_workers=True)   # no worker restart per epoch")
 
     def applies(self, ctx: KnobContext) -> str | None:
         if ctx.base.persistent_workers:
@@ -68,10 +68,10 @@ class PrefetchFactor(_WorkerOption):
     id = "prefetch_factor"
     title = "deeper DataLoader prefetch (prefetch_factor=4)"
     reference = "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader"
-    code_change = (
-        "-loader = DataLoader(ds, batch_size=B, num_workers=N)\n"
-        "+loader = DataLoader(ds, batch_size=B, num_workers=N, prefetch_factor=4)   # torch's default is 2"
-    )
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        return ("-loader = DataLoader(ds, batch_size=B, num_workers=N)\n"
+                "+loader = DataLoader(ds, batch_size=B, num_workers=N, prefetch_factor=4)   # torch's default is 2")
 
     def applies(self, ctx: KnobContext) -> str | None:
         if ctx.base.prefetch_factor is not None and ctx.base.prefetch_factor >= 4:
@@ -86,12 +86,9 @@ class PinMemory(Knob):
     id = "pin_memory"
     title = "pinned host memory + non_blocking copies"
     reference = "https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html"
-    code_change = (
-        "-loader = DataLoader(ds, batch_size=B)\n"
-        "+loader = DataLoader(ds, batch_size=B, pin_memory=True)\n"
-        "-x = x.to(\"cuda\")\n"
-        "+x = x.to(\"cuda\", non_blocking=True)"
-    )
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        return pin_memory_change(ctx.device) if ctx.cuda else None  # pinning only speeds copies to a GPU
 
     def applies(self, ctx: KnobContext) -> str | None:
         if not ctx.cuda:

@@ -12,7 +12,9 @@ class GcFreeze(Knob):
     id = "gc_freeze"
     title = "gc.freeze() after warm-up"
     reference = "https://docs.python.org/3/library/gc.html#gc.freeze"
-    code_change = "+import gc\n+gc.collect(); gc.freeze()   # after model/optimizer/loader are built\n for step, batch in enumerate(loader):"
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        return "+import gc\n+gc.collect(); gc.freeze()   # after model/optimizer/loader are built\n for step, batch in enumerate(loader):"
 
     def applies(self, ctx: KnobContext) -> str | None:
         if ctx.base.gc_mode != "default":

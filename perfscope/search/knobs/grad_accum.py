@@ -16,13 +16,15 @@ class GradAccum(Knob):
     title = "larger micro-batch, fewer accumulation steps (same global batch)"
     search = True
     reference = "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"
-    code_change = (
-        "-loader = DataLoader(ds, batch_size=MICRO)       # e.g. 8, accumulated ACCUM=4 times\n"
-        "+loader = DataLoader(ds, batch_size=2 * MICRO)   # 16 ...\n"
-        "-ACCUM = 4\n"
-        "+ACCUM = 2                                       # ... accumulated 2 times: the same 32 samples per step\n"
-        " loss = loss_fn(model, batch) / ACCUM            # the loss is still divided by ACCUM"
-    )
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        return (
+            "-loader = DataLoader(ds, batch_size=MICRO)       # e.g. 8, accumulated ACCUM=4 times\n"
+            "+loader = DataLoader(ds, batch_size=2 * MICRO)   # 16 ...\n"
+            "-ACCUM = 4\n"
+            "+ACCUM = 2                                       # ... accumulated 2 times: the same 32 samples per step\n"
+            " loss = loss_fn(model, batch) / ACCUM            # the loss is still divided by ACCUM"
+        )
 
     def applies(self, ctx: KnobContext) -> str | None:
         if ctx.base.grad_accum_steps < 2:

@@ -8,8 +8,8 @@ global batch through accumulation — is the `grad_accum` knob.
 
 from __future__ import annotations
 
-from perfscope.search.knobs.base import Knob, KnobContext
 from perfscope.results.config import TrialConfig
+from perfscope.search.knobs.base import Knob, KnobContext
 
 
 class MicroBatch(Knob):
@@ -17,10 +17,10 @@ class MicroBatch(Knob):
     title = "micro-batch size (throughput vs micro-batch)"
     search = True
     reference = "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"
-    code_change = (
-        "-loader = DataLoader(ds, batch_size=B)\n"
-        "+loader = DataLoader(ds, batch_size=MICRO)   # a different global batch: scale the learning rate (see caveats)"
-    )
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        return ("-loader = DataLoader(ds, batch_size=B)\n"
+                "+loader = DataLoader(ds, batch_size=MICRO)   # a different global batch: scale the learning rate (see caveats)")
 
     def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
         before, after = ctx.base.samples_per_step, config.samples_per_step

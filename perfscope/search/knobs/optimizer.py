@@ -13,7 +13,9 @@ class FusedOptimizer(Knob):
     id = "fused_optimizer"
     title = "fused optimizer (fused=True)"
     reference = "https://pytorch.org/docs/stable/optim.html#algorithms"
-    code_change = "-optimizer = torch.optim.AdamW(model.parameters(), lr=lr)\n+optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)"
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        return "-optimizer = torch.optim.AdamW(model.parameters(), lr=lr)\n+optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)"
 
     def applies(self, ctx: KnobContext) -> str | None:
         if ctx.base.optimizer_impl == "fused":

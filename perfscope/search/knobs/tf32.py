@@ -1,19 +1,24 @@
 """TF32 matmuls: fp32 tensors, tensor-core math with a 10-bit mantissa. Off by default for matmul since
-PyTorch 1.12 (cuDNN convolutions keep it on); about 7× an A100's fp32 matmul peak."""
+PyTorch 1.12 (cuDNN convolutions keep it on, and perfscope leaves cuDNN alone); about 7× an A100's fp32 matmul
+peak. Set through perfscope.measure.tf32: the new `fp32_precision` API on torch >= 2.9, `allow_tf32` before."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from perfscope.search.knobs.base import Knob, KnobContext
+from perfscope.measure.tf32 import enable_tf32_code
 from perfscope.results.config import TrialConfig
+from perfscope.search.knobs.base import Knob, KnobContext
 
 
 class Tf32(Knob):
     id = "tf32"
     title = "TF32 matmuls"
     reference = "https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices"
-    code_change = "+torch.backends.cuda.matmul.allow_tf32 = True\n+torch.backends.cudnn.allow_tf32 = True"
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        # The API of the torch that measured the run: fp32_precision on >= 2.9 (reading allow_tf32 then raises).
+        return enable_tf32_code(ctx.environment.torch_version or None) if ctx.cuda else None
 
     def applies(self, ctx: KnobContext) -> str | None:
         if not ctx.cuda:
@@ -22,6 +27,8 @@ class Tf32(Knob):
             return f"TF32 needs compute capability ≥ 8.0 (this device: {ctx.environment.compute_capability})"
         if ctx.base.tf32:
             return "TF32 is already on"
+        if ctx.base.tf32 is None and ctx.model.matmul_tf32:
+            return "TF32 is already on (set by the workload file)"
         if ctx.base.precision != "fp32":
             return f"the loop runs {ctx.base.precision} autocast: its matmuls are not fp32"
         return None

@@ -1,0 +1,50 @@
+"""Which NVML device is CUDA device i? Found by UUID, never by index.
+
+    handle, nvml_uuid = nvml_handle(pynvml, cuda_index)   # after pynvml.nvmlInit()
+
+NVML numbers every GPU of the machine in PCI bus order and ignores CUDA_VISIBLE_DEVICES; CUDA numbers only
+the visible devices, fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID. `nvmlDeviceGetHandleByIndex(i)` with a
+CUDA index therefore samples another GPU whenever the orders differ — a job given GPU 3 would report GPU 0's
+utilization, power and clocks. The UUID is the same on both sides: torch reports it without a prefix
+(`torch.cuda.get_device_properties(i).uuid`), NVML as "GPU-<uuid>" for a whole GPU and "MIG-<uuid>" for a MIG
+compute instance (a MIG slice's CUDA UUID is the instance's own, so the "MIG-" form is tried as well).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+NVML_UUID_PREFIXES = ("GPU-", "MIG-")
+
+
+def cuda_uuid(index: int) -> str:
+    """The UUID CUDA reports for device ``index``, without NVML's prefix."""
+    raw = str(torch.cuda.get_device_properties(index).uuid)
+    for prefix in NVML_UUID_PREFIXES:
+        raw = raw.removeprefix(prefix)
+    return raw
+
+
+def nvml_uuid_candidates(uuid: str) -> list[str]:
+    """NVML spellings of a CUDA UUID: the whole GPU first, then a MIG compute instance."""
+    if uuid.startswith(NVML_UUID_PREFIXES):
+        return [uuid]
+    return [f"{prefix}{uuid}" for prefix in NVML_UUID_PREFIXES]
+
+
+def nvml_handle(pynvml: Any, index: int) -> tuple[Any, str]:
+    """(NVML handle, NVML UUID) of CUDA device ``index``; LookupError (with the UUID tried) when NVML has none."""
+    uuid = cuda_uuid(index)
+    errors = []
+    for candidate in nvml_uuid_candidates(uuid):
+        try:
+            return pynvml.nvmlDeviceGetHandleByUUID(candidate), candidate
+        except Exception as exc:  # noqa: BLE001 - NVMLError_NotFound and friends: try the next spelling
+            errors.append(f"{candidate}: {type(exc).__name__}: {exc}")
+    raise LookupError(f"NVML knows no device with the UUID of CUDA device {index} ({'; '.join(errors)})")
+
+
+def is_mig_uuid(nvml_uuid: str | None) -> bool:
+    return bool(nvml_uuid) and nvml_uuid.startswith("MIG-")  # type: ignore[union-attr]

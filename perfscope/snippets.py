@@ -1,0 +1,85 @@
+"""The code changes perfscope shows (knobs' `code_change`, rules' `fix`), written for the run's device.
+
+    compile_change("cpu")          # '-model = MyNet()\\n+model = torch.compile(MyNet())'
+    autocast_change("cuda")        # '... torch.autocast(device_type="cuda", dtype=torch.bfloat16) ...'
+
+One source for knobs and rules, so the same advice reads the same in the sweep table and in a finding, and
+so a CPU run is never told to call `.cuda()` or to autocast on "cuda" (nor a GPU run given CPU-only code).
+Diff-style: lines starting with "-" go, lines starting with "+" come, others are context.
+"""
+
+from __future__ import annotations
+
+
+def model_expr(device: str) -> str:
+    """How the example model is built and placed on ``device`` in the snippets."""
+    if device == "cpu":
+        return "MyNet()"
+    if device == "cuda":
+        return "MyNet().cuda()"
+    return f'MyNet().to("{device}")'
+
+
+def compile_change(device: str, mode: str | None = None) -> str:
+    model = model_expr(device)
+    extra = f', mode="{mode}"' if mode else ""
+    return f"-model = {model}\n+model = torch.compile({model}{extra})"
+
+
+def autocast_change(device: str, dtype: str = "bfloat16") -> str:
+    return (
+        "-    loss = loss_fn(model, batch)\n"
+        f'+    with torch.autocast(device_type="{device}", dtype=torch.{dtype}):\n'
+        "+        loss = loss_fn(model, batch)\n"
+        "     loss.backward()"
+    )
+
+
+def fp16_scaler_change(device: str) -> str:
+    return (
+        f'+scaler = torch.amp.GradScaler("{device}")\n'
+        "-    loss = loss_fn(model, batch)\n"
+        "-    loss.backward()\n"
+        "-    optimizer.step()\n"
+        f'+    with torch.autocast(device_type="{device}", dtype=torch.float16):\n'
+        "+        loss = loss_fn(model, batch)\n"
+        "+    scaler.scale(loss).backward()\n"
+        "+    scaler.step(optimizer)\n"
+        "+    scaler.update()"
+    )
+
+
+def fp16_to_bf16_change(device: str) -> str:
+    return (
+        f'-with torch.autocast(device_type="{device}", dtype=torch.float16):\n'
+        f'+with torch.autocast(device_type="{device}", dtype=torch.bfloat16):   # or keep fp16 with torch.amp.GradScaler'
+    )
+
+
+def channels_last_change(device: str) -> str:
+    model = model_expr(device)
+    move = "" if device == "cpu" else (".cuda()" if device == "cuda" else f'.to("{device}")')
+    return (
+        f"-model = {model}\n"
+        f"+model = {model}.to(memory_format=torch.channels_last)\n"
+        f"-x = x{move}\n"
+        f"+x = x{move}.contiguous(memory_format=torch.channels_last)"
+    )
+
+
+def pin_memory_change(device: str) -> str:
+    return (
+        "-loader = DataLoader(ds, batch_size=B)\n"
+        "+loader = DataLoader(ds, batch_size=B, pin_memory=True)\n"
+        f'-x = x.to("{device}")\n'
+        f'+x = x.to("{device}", non_blocking=True)'
+    )
+
+
+def checkpoint_change() -> str:
+    return (
+        "+from torch.utils.checkpoint import checkpoint\n"
+        "     for block in self.blocks:\n"
+        "-        x = block(x)\n"
+        "+        x = checkpoint(block, x, use_reentrant=False)"
+    )
