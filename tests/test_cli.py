@@ -1,6 +1,7 @@
 """The CLI's surface: --help text and exit codes are pinned (CI scripts depend on them)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -53,7 +54,20 @@ def test_every_trial_failing_exits_1_and_keeps_the_record(capsys, tmp_path, monk
     code = main(["analyze", str(WORKLOADS / "misbehaving.py"), "--device", "cpu", "--out", str(tmp_path), "--steps", "3", "--warmup", "1"])
     captured = capsys.readouterr()
     assert code == 1
-    assert "every trial failed" in captured.err
+    assert "every run failed" in captured.err
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["trials"][0]["status"] == "error"
     assert "shapes do not match" in data["trials"][0]["error"]
+
+
+@pytest.mark.slow
+def test_the_analyze_process_never_builds_the_model(tmp_path, monkeypatch):
+    """A 70B model built in the parent would cost its memory for the whole sweep: only trial processes build it."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    monkeypatch.setenv("PERFSCOPE_TEST_PID_DIR", str(pids))
+    code = main(["analyze", str(WORKLOADS / "pid_recorder.py"), "--device", "cpu", "--out", str(tmp_path / "out"),
+                 "--no-sweep", "--steps", "3", "--warmup", "1"])
+    assert code == 0
+    builders = {int(p.stem) for p in pids.glob("*.pid")}
+    assert builders and os.getpid() not in builders

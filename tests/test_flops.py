@@ -84,11 +84,12 @@ def test_mfu_arithmetic_uses_one_fixed_denominator():
     trial = make_trial(median_s=0.1, flops_per_step=4e13)
     trial.metrics.hardware_flops_per_step = 5e13
     apply_utilization_ratios(trial.metrics, peak, env)
-    median = trial.metrics.step_time_s.median
-    assert trial.metrics.mfu == pytest.approx(4e13 / median / 989.4e12)
-    assert trial.metrics.hfu == pytest.approx(5e13 / median / 989.4e12)
+    per_step = trial.metrics.mean_step_time_s  # wall / steps: work over the window's wall time, not a median
+    assert per_step != pytest.approx(trial.metrics.typical_step.median, rel=1e-9)
+    assert trial.metrics.mfu == pytest.approx(4e13 / per_step / 989.4e12)
+    assert trial.metrics.hfu == pytest.approx(5e13 / per_step / 989.4e12)
     assert trial.metrics.hfu > trial.metrics.mfu
-    assert trial.metrics.mfu_vs_measured_ceiling == pytest.approx(4e13 / median / 800e12)
+    assert trial.metrics.mfu_vs_measured_ceiling == pytest.approx(4e13 / per_step / 800e12)
 
 
 def test_peak_override_and_unknown_device():

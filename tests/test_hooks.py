@@ -17,7 +17,7 @@ from torch import nn
 import perfscope
 from perfscope.hooks.profiler import Profiler, _Reservoir, leading_dim
 from perfscope.measure.flops import linear_training_flops
-from perfscope.measure.window import StepRecord
+from perfscope.measure.window import StepRecord, WindowRecorder
 from perfscope.results import Results
 
 IN, HIDDEN, OUT, BATCH = 32, 64, 16, 8
@@ -73,15 +73,16 @@ def test_step_count_warmup_and_short_last_batches() -> None:
     assert seen == 26
     assert m.steps == 26 - 3 - 1  # warm-up and the FLOP-counting step (index 3) are not timed
     assert m.warmup_steps == 3
-    assert len(m.step_times_s) == len(m.data_wait_s) == m.steps
+    assert len(m.step_times_s) == len(m.step_data_wait_s) == m.steps
     assert max(m.step_times_s) < 0.05
     assert m.samples_per_step == BATCH and m.micro_batch_size == BATCH and m.grad_accum_steps == 1
     # Timed steps are 4..25; step i of each epoch's 13 is short (4 samples) when i % 13 == 12.
     expected = sum(4 if i % 13 == 12 else 8 for i in range(4, 26))
-    assert m.samples_per_s * sum(m.step_times_s) == pytest.approx(expected, rel=1e-6)
+    assert m.samples_per_s * m.wall_s == pytest.approx(expected, rel=1e-6)  # samples in the window / its wall time
+    assert m.wall_s == pytest.approx(sum(m.step_times_s), rel=1e-6)
     assert any("varied" in note for note in results.notes)
-    assert results.trials[0].config["num_workers"] == 0
-    assert "data_wait_s" not in m.unavailable and all(w >= 0 for w in m.data_wait_s)
+    assert results.trials[0].config.num_workers == 0
+    assert "data_wait_share" not in m.unavailable and all(w >= 0 for w in m.step_data_wait_s)
 
 
 def test_flops_match_analytic_mlp_and_scale_for_a_short_counted_batch() -> None:
@@ -95,7 +96,7 @@ def test_flops_match_analytic_mlp_and_scale_for_a_short_counted_batch() -> None:
     m = prof.results().trials[0].metrics
     assert m.flops_per_step == pytest.approx(mlp_flops(8))  # counted on 4 samples, scaled per sample to 8
     assert any("scaled" in note for note in m.flop_notes)
-    assert m.mfu == pytest.approx(m.flops_per_step / m.step_time_s.median / 1e12)
+    assert m.mfu == pytest.approx(m.flops_per_step * m.steps / m.wall_s / 1e12)  # work / wall time
 
 
 def test_gradient_accumulation_counts_micro_steps_through_wrap() -> None:
@@ -126,7 +127,7 @@ def test_explicit_micro_steps_without_wrap() -> None:
             prof.step()
     m = prof.results().trials[0].metrics
     assert (m.steps, m.grad_accum_steps, m.samples_per_step) == (5, 3, 3 * BATCH)
-    assert "data_wait_s" in m.unavailable  # not measured without wrap()
+    assert "data_wait_share" in m.unavailable  # not measured without wrap()
     assert "flops_per_step" in m.unavailable and m.mfu is None
 
 
@@ -174,11 +175,13 @@ def test_long_run_keeps_bounded_per_step_samples() -> None:
         prof.step()
     m = prof.results().trials[0].metrics
     assert m.steps == 59 and len(m.step_times_s) == 10
-    assert any("reservoir" in n for n in prof.results().notes)
+    assert m.step_times_sampled and any("uniform sample" in n for n in prof.results().notes)
 
 
 class FakeDeviceClock:
     """Stands in for CUDA events: a mark completes only when the fake device has caught up with it."""
+
+    device_type = "cpu"  # no data-wait event pairs: only the step boundaries are marks
 
     def __init__(self) -> None:
         self.marks = 0
@@ -202,27 +205,29 @@ class FakeDeviceClock:
 
 
 def test_device_events_are_read_lazily_with_bounded_pending() -> None:
-    prof = Profiler(device="cpu", warmup_steps=1, count_flops=False, flush_every=10, **quiet())
-    clock = prof._clock = FakeDeviceClock()
+    clock = FakeDeviceClock()
+    recorder = WindowRecorder(clock, contention=False, flush_every=10)  # type: ignore[arg-type]
+    recorder.start()
     max_pending = 0
     for _ in range(200):
-        prof.step()
-        max_pending = max(max_pending, len(prof._pending))
+        recorder.step_end(samples=1)
+        max_pending = max(max_pending, len(recorder._pending))
     assert clock.waits == []  # the device keeps up: no step ever waited on an event
     assert max_pending <= 2 * 10 + 1
-    m = prof.results().trials[0].metrics  # results() waits once, on the newest event
+    window = recorder.finish()  # waits once, on the newest event
     assert clock.waits == [clock.marks]
-    assert m.steps == 199 and m.step_time_s.median == pytest.approx(0.01)
+    assert window.steps == 200 and window.wall_s == pytest.approx(2.0)
 
 
 def test_a_device_far_behind_is_waited_on_an_old_event_only() -> None:
-    prof = Profiler(device="cpu", warmup_steps=1, count_flops=False, flush_every=10, **quiet())
-    clock = prof._clock = FakeDeviceClock()
+    clock = FakeDeviceClock()
     clock.mark = lambda: setattr(clock, "marks", clock.marks + 1) or clock.marks  # the device never catches up
+    recorder = WindowRecorder(clock, contention=False, flush_every=10)  # type: ignore[arg-type]
+    recorder.start()
     for _ in range(100):
-        prof.step()
+        recorder.step_end(samples=1)
     assert clock.waits and all(w <= clock.marks - 10 for w in clock.waits)
-    assert len(prof._pending) <= 2 * 10 + 1
+    assert len(recorder._pending) <= 2 * 10 + 1
 
 
 def test_no_timed_step_gives_a_skipped_trial(tmp_path: Path) -> None:
@@ -359,7 +364,7 @@ def test_save_writes_loadable_results(tmp_path: Path) -> None:
     trial = results.trials[0]
     assert results.source == "hooks" and results.workload.name == "tiny"
     assert trial.name == "baseline" and trial.status == "ok"
-    assert trial.config["precision"] == "fp32" and trial.config["device"] == "cpu"
+    assert trial.config.precision == "fp32" and trial.config.device == "cpu"
     assert results.workload.parameter_count == sum(p.numel() for p in model.parameters())
     m = trial.metrics
     assert m.memory_breakdown is not None and m.memory_breakdown.optimizer_state > 0
@@ -385,7 +390,7 @@ def test_results_survive_the_new_tf32_api(tmp_path: Path) -> None:
                 train_step(model, opt, batch)
                 prof.step()
             path = prof.save(tmp_path / "run")
-        assert Results.load(path).trials[0].config["tf32"] is True
+        assert Results.load(path).trials[0].config.tf32 is True
     finally:
         matmul.allow_tf32 = saved_legacy
         matmul.fp32_precision = saved_new
@@ -461,7 +466,7 @@ def test_huggingface_adapter_with_a_fake_framework(tmp_path: Path, monkeypatch: 
     cb.on_train_end(args, None, None)
     trial = Results.load(tmp_path / "results.json").trials[0]
     assert (trial.metrics.steps, trial.metrics.grad_accum_steps, trial.metrics.samples_per_step) == (3, 3, 3 * BATCH)
-    assert trial.config["precision"] == "bf16"
+    assert trial.config.precision == "bf16"
 
 
 def test_adapters_explain_a_missing_framework(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -508,5 +513,6 @@ def test_capture_window_is_profiled_untimed_and_saved(tmp_path: Path, monkeypatc
     results = Results.load(path)
     m = results.trials[0].metrics
     assert m.steps == 12 - 2 - 3 - 1  # warm-up, the window, the FLOP step (moved after the window)
-    assert Path(m.trace_path) == tmp_path / "run" / "trace.json.gz" and Path(m.trace_path).read_bytes() == b"trace"
+    trace = tmp_path / "run" / m.trace_path  # stored relative to the results file: the folder can move
+    assert not Path(m.trace_path).is_absolute() and trace.read_bytes() == b"trace"
     assert "trace_facts" in m.unavailable  # no perfscope.trace.facts in this fake

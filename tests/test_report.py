@@ -48,7 +48,7 @@ def test_single_baseline_without_sweep_or_findings_renders_baseline_only():
     assert [c.text for c in view.headline.columns] == ["Baseline"]
     assert view.headline.gain == "" and view.knobs == [] and view.findings_state == "not run"
     labels = [r.label for r in view.headline.rows]
-    assert labels == ["MFU", "Step time (median)", "Throughput", "Peak memory"]
+    assert labels == ["MFU", "Step time (wall / steps)", "Throughput", "Peak memory"]
     assert all(len(r.values) == 1 and r.change == "" for r in view.headline.rows)
     html = render_html(make_results())
     assert "Not measured: the rules did not run" in html
@@ -84,7 +84,7 @@ def test_baseline_and_recommended_roles():
     step = next(r for r in view.headline.rows if r.label.startswith("Step time"))
     assert step.change.endswith("faster") and step.better is True
     assert "p10–p90" in step.values[0].note
-    assert view.headline.gain.startswith("1.8") and "95 % CI" in view.headline.gain
+    assert view.headline.gain.startswith("1.8") and "99 % CI" in view.headline.gain
     assert view.headline.recommended_knobs == ["amp_bf16", "dataloader_workers"]
     assert any(r.label == "Tokens" for r in view.headline.rows)  # tokens/s present in the factory
     roles = {t.name: t.role for t in view.trials}
@@ -104,13 +104,13 @@ def test_findings_split_measured_estimated_and_not_significant():
     assert [f.rank for f in view.findings] == [1, 2, 3]
     estimated = view.findings[2]
     assert estimated.gain_text.startswith("≈") and "micro-benchmark" in estimated.estimate_method
-    assert view.findings[0].interval.startswith("95 % CI [")
+    assert view.findings[0].interval.startswith("99 % CI [")
     assert [f.rule_id for f in view.no_change] == ["PS140"]
     assert view.findings[0].reference_url == "https://pytorch.org/docs/stable/amp.html"
 
 
 def test_split_findings_keeps_unquantified_findings_ranked():
-    flat = Finding(rule_id="a", title="a", severity="low", evidence=[], fix="", gain=Gain(ratio=1.0, low=0.9, high=1.1, confidence=0.95, significant=False))
+    flat = Finding(rule_id="a", title="a", severity="low", evidence=[], fix="", gain=Gain(ratio=1.0, low=0.9, high=1.1, confidence=0.99, verdict="undecided"))
     info = Finding(rule_id="b", title="b", severity="info", evidence=[], fix="")
     assert split_findings([flat, info]) == ([info], [flat])
 
@@ -174,12 +174,12 @@ def test_micro_batch_chart_marks_oom_and_capacity():
     assert "device capacity" in memory["layout"]["annotations"][0]["text"]
 
 
-def test_step_breakdown_adds_up_to_the_median_step():
+def test_step_breakdown_adds_up_to_the_mean_step():
     results = make_full_results()
     chart = next(c for c in _all_charts(results) if c.id == "step-breakdown").figure
     base = results.trial("baseline").metrics
     total = sum(series["x"][0] for series in chart["data"])
-    assert total == pytest.approx(base.step_time_s.median * 1e3)
+    assert total == pytest.approx(base.mean_step_time_s * 1e3)  # the step throughput corresponds to
     assert {s["name"] for s in chart["data"]} == {"compute & other", "data wait", "device idle / sync (trace)"}
 
 
@@ -240,7 +240,7 @@ def test_markdown_has_headline_fixes_trials_failures():
         assert heading in text
     assert "```diff\n@@ train.py @@\n-    loss = model(batch)" in text
     assert "| MFU | 33.6 %" in text
-    assert "(estimated)" in text and "(measured, 95 % CI [" in text
+    assert "(estimated)" in text and "(measured, 99 % CI [" in text
     table = [line for line in text.splitlines() if line.startswith("| `baseline`")]
     assert len(table) == 1 and table[0].count("|") == 9  # 8 columns, no stray pipes
 

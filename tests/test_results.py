@@ -1,5 +1,6 @@
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +56,29 @@ def test_atomic_write_keeps_old_file_when_serialization_fails(tmp_path):
         write_json(path, {"a": object()})
     assert json.loads(path.read_text()) == {"a": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temp file left behind
+
+
+# ------------------------------------------------------------------------------ schema 1 files
+
+SCHEMA1 = Path(__file__).parent / "data" / "schema1" / "results.json"
+
+
+def test_a_schema1_file_is_read_with_throughput_recomputed_from_wall_time():
+    """A file written by perfscope 0.1 (median-step throughput) loads as schema 2: work / wall time."""
+    old = json.loads(SCHEMA1.read_text())
+    assert old["schema_version"] == 1
+    results = Results.load(SCHEMA1)
+    assert results.schema_version == SCHEMA_VERSION
+    for raw, trial in zip(old["trials"], results.trials):
+        assert trial.configuration == raw["name"]
+        if raw["status"] != "ok":
+            assert trial.metrics is None
+            continue
+        m, steps = trial.metrics, raw["metrics"]["step_times_s"]
+        assert m.wall_s == pytest.approx(sum(steps))
+        assert m.samples_per_s == pytest.approx(raw["metrics"]["samples_per_step"] * len(steps) / sum(steps))
+        assert m.samples_per_s != pytest.approx(raw["metrics"]["samples_per_s"], rel=1e-9)  # not the median's
+        assert m.typical_step.median == pytest.approx(raw["metrics"]["step_time_s"]["median"])
+    assert any("schema-1" in note for note in results.notes)
+    round_trip = Results.from_dict(json.loads(json.dumps(results.to_dict())))
+    assert round_trip.trials[0].metrics.samples_per_s == results.trials[0].metrics.samples_per_s

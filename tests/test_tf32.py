@@ -80,16 +80,16 @@ FAST = {"micro_batch_size": 4, "steps": 2, "warmup_steps": 0, "count_flops": Fal
 def test_baseline_keeps_and_records_the_users_tf32_and_leaves_cudnn_alone():
     matmul.fp32_precision = "tf32"  # what the user's file set
     assert TrialConfig(micro_batch_size=4).tf32 is None  # the baseline's default: leave it as the user set it
-    metrics = run_trial(_workload(), TrialConfig(**FAST))
+    metrics = run_trial(_workload(), TrialConfig(**FAST)).metrics
     assert metrics.matmul_tf32 is True
     assert matmul.fp32_precision == "tf32"  # not overwritten
     assert conv.fp32_precision == "tf32"  # cuDNN's default (TF32 on) untouched
 
 
 def test_an_explicit_setting_is_applied_with_the_new_api():
-    metrics = run_trial(_workload(), TrialConfig(**FAST, tf32=True))
+    metrics = run_trial(_workload(), TrialConfig(**FAST, tf32=True)).metrics
     assert metrics.matmul_tf32 is True and matmul.fp32_precision == "tf32"
-    metrics = run_trial(_workload(), TrialConfig(**FAST, tf32=False))
+    metrics = run_trial(_workload(), TrialConfig(**FAST, tf32=False)).metrics
     assert metrics.matmul_tf32 is False and matmul.fp32_precision == "ieee"
     assert conv.fp32_precision == "tf32"
 

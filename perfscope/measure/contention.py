@@ -56,6 +56,21 @@ def own_cpu_seconds() -> float:
     return total
 
 
+def judge(reading: Contention, *, cores: int) -> Contention:
+    """Fill ``contended`` and ``reason`` from the averages (see the module docstring for the thresholds)."""
+    other, own, steal = reading.other_cpu_cores or 0.0, reading.own_cpu_cores or 0.0, reading.steal_cores or 0.0
+    reasons = []
+    if other >= MIN_OTHER_CORES and own + other >= SATURATION * cores:
+        reasons.append(f"other processes used {other:.2f} of {cores} CPU cores")
+    if steal >= MIN_STEAL_CORES:
+        reasons.append(f"the hypervisor stole {steal:.2f} cores")
+    if reading.device_other_processes:
+        reasons.append(f"{len(reading.device_other_processes)} other process(es) on the GPU")
+    reading.contended = bool(reasons)
+    reading.reason = "; ".join(reasons) or None
+    return reading
+
+
 class ContentionProbe:
     def __init__(self, device_type: str = "cpu", *, nvml_handle: object | None = None) -> None:
         self.device_type = device_type
@@ -70,18 +85,8 @@ class ContentionProbe:
         busy, steal = _system_busy()
         own = own_cpu_seconds() - self._own0
         other = max((busy - self._busy0) - own, 0.0) / wall
-        reading = Contention(other_cpu_cores=other, own_cpu_cores=own / wall, steal_cores=(steal - self._steal0) / wall)
-        reading.device_other_processes = self._device_others()
-        reasons = []
-        if other >= MIN_OTHER_CORES and (own / wall + other) >= SATURATION * self._cores:
-            reasons.append(f"other processes used {other:.2f} of {self._cores} CPU cores")
-        if reading.steal_cores is not None and reading.steal_cores >= MIN_STEAL_CORES:
-            reasons.append(f"the hypervisor stole {reading.steal_cores:.2f} cores")
-        if reading.device_other_processes:
-            reasons.append(f"{len(reading.device_other_processes)} other process(es) on the GPU")
-        reading.contended = bool(reasons)
-        reading.reason = "; ".join(reasons) or None
-        return reading
+        return judge(Contention(other_cpu_cores=other, own_cpu_cores=own / wall, steal_cores=(steal - self._steal0) / wall,
+                                device_other_processes=self._device_others()), cores=self._cores)
 
     def _device_others(self) -> list[str]:
         if self._nvml_handle is None:

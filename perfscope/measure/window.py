@@ -124,16 +124,25 @@ class WindowRecorder:
         self._prev = self._last = mark
         self._index += 1
         self._data_marks, self._host_wait = [], 0.0
-        if len(self._pending) > 2 * self._flush_every:
+        if len(self._pending) > self._flush_every:
             self.poll()
 
     def poll(self, *, wait: bool = False) -> None:
-        """Read the steps whose end boundary is done; ``wait`` for all of them (bounded otherwise)."""
+        """Read the steps whose end boundary is done; ``wait`` for all of them. Without ``wait`` this blocks
+        only when more than 2 × flush_every boundaries are still pending (a device far behind the host),
+        and then on an old boundary, so the host stays ahead of the device."""
         pending, clock = self._pending, self.clock
+        self._drain()
         if wait and pending:
             clock.wait(pending[-1].end)
         elif len(pending) > 2 * self._flush_every:
             clock.wait(pending[len(pending) - self._flush_every - 1].end)
+        else:
+            return
+        self._drain()
+
+    def _drain(self) -> None:
+        pending, clock = self._pending, self.clock
         while pending and clock.ready(pending[0].end):
             p = pending.popleft()
             exposed = sum(clock.elapsed_s(a, b) for a, b in p.data_marks) if p.data_marks else p.host_wait

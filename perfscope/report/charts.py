@@ -157,7 +157,7 @@ def step_breakdown_chart(results: Results, roles: _Roles) -> Chart | None:
         step_ms = m.mean_step_time_s * 1e3  # type: ignore[union-attr]
         dw = min(max(m.data_wait_share, 0.0), 1.0)  # type: ignore[union-attr]
         # The trace's idle time includes the data wait (the device idles while the host waits), so only
-        # the idle beyond it is shown as idle/sync: the three segments add up to the median step.
+        # the idle beyond it is shown as idle/sync: the three segments add up to the mean step (wall / steps).
         trace_idle = facts.idle_fraction(m.trace_facts) or facts.sync_fraction(m.trace_facts)  # type: ignore[union-attr]
         extra = max((trace_idle or 0.0) - dw, 0.0)
         any_trace = any_trace or trace_idle is not None
@@ -182,10 +182,10 @@ def step_breakdown_chart(results: Results, roles: _Roles) -> Chart | None:
             for name, values, color in series
         ],
         "layout": _layout(
-            "Median step time (ms)", "", height=_bar_height(len(trials)) + 30, barmode="stack", yaxis=_axis("", autorange="reversed")
+            "Step time, wall / steps (ms)", "", height=_bar_height(len(trials)) + 30, barmode="stack", yaxis=_axis("", autorange="reversed")
         ),
     }
-    caption = "Median step split into host time blocked on the data loader and the rest"
+    caption = "The measured window's time per step (wall / steps) split into exposed data wait and the rest"
     caption += "; idle/sync comes from the profiler trace where one was taken." if any_trace else "."
     return Chart(id="step-breakdown", title="Where the step time goes", caption=caption, figure=figure)
 

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -141,14 +142,30 @@ class _Zygote:
         self._log.close()
 
 
+def _close_all(holder: list[_Zygote]) -> None:
+    while holder:
+        holder.pop().close()
+
+
 class TrialRunner:
     """Starts trials (forked from a zygote when possible), times them out, classifies how they ended."""
 
     def __init__(self, work_dir: Path | None = None, *, use_zygote: bool = True) -> None:
         self.work_dir = work_dir
         self.use_zygote = use_zygote
-        self._zygote: _Zygote | None = None
+        self._holder: list[_Zygote] = []
         self._zygote_failed: str | None = None
+        # A runner dropped without close() (a library caller, a test) must not leave its zygote behind for the
+        # life of the calling process: the finalizer closes it when the runner is collected.
+        self._finalizer = weakref.finalize(self, _close_all, self._holder)
+
+    @property
+    def _zygote(self) -> _Zygote | None:
+        return self._holder[0] if self._holder else None
+
+    @_zygote.setter
+    def _zygote(self, zygote: _Zygote | None) -> None:
+        self._holder[:] = [zygote] if zygote is not None else []
 
     def __enter__(self) -> TrialRunner:
         return self
@@ -157,9 +174,7 @@ class TrialRunner:
         self.close()
 
     def close(self) -> None:
-        if self._zygote is not None:
-            self._zygote.close()
-            self._zygote = None
+        _close_all(self._holder)
 
     def _zygote_for(self, work_dir: Path) -> _Zygote | None:
         if not self.use_zygote or self._zygote_failed is not None:

@@ -7,8 +7,9 @@
 Every run — baseline, knob, micro-batch probe, repeat — goes through `measure`, so each gets the same
 isolation, the same MFU denominator, the same bookkeeping and the same noisy-neighbour guard: a run whose
 window was contended (other processes used the cores, or the GPU) is kept for the record, excluded from
-the evidence, and measured again; if the contention persists, the last run is used and the results say so
-at the top of the report. results.json is rewritten atomically after every run: an interrupted analysis
+the evidence, and measured again; if the contention persists, the last run is excluded too and the results
+say so at the top of the report (one run slowed 10× by a neighbour would otherwise be the reference its
+neighbours in time are compared with, and its noise would swamp every interval of the sweep). results.json is rewritten atomically after every run: an interrupted analysis
 loses at most the run in flight.
 """
 
@@ -79,6 +80,7 @@ class Session:
         resume: bool = False,
         progress: Progress | None = None,
         runner: TrialRunner | None = None,
+        contention_retries: int = CONTENTION_RETRIES,
     ) -> None:
         self.results = results
         self.out_dir = out_dir
@@ -88,10 +90,12 @@ class Session:
         self.progress = progress or Progress()
         self.runner = runner or TrialRunner(out_dir / "trials")
         self.results_path = out_dir / "results.json"
+        # Resuming replays the run order: the k-th run of a configuration is kept from the previous results when
+        # that run finished with the same config; runs the replay does not reach are dropped, not left stale.
         self._previous = {t.name: t for t in results.trials} if resume else {}
-        if not resume:
-            results.trials = []
+        results.trials = []
         self._sequence = 0
+        self.contention_retries = contention_retries
 
     def __enter__(self) -> Session:
         return self
@@ -109,7 +113,7 @@ class Session:
     def measure(self, configuration: str, config: TrialConfig, knobs: list[str] | None = None) -> Trial:
         """A new run of ``configuration``; re-measured while its window is contended (see the module docstring)."""
         trial = self._measure_once(configuration, config, knobs)
-        for _ in range(CONTENTION_RETRIES):
+        for _ in range(self.contention_retries):
             if not (trial.ok and trial.metrics and trial.metrics.contention):
                 return trial
             trial.excluded = "contended: " + "; ".join(dict.fromkeys(trial.metrics.contention))
@@ -118,8 +122,10 @@ class Session:
             trial = self._measure_once(configuration, config, knobs)
         if trial.ok and trial.metrics and trial.metrics.contention:
             why = "; ".join(dict.fromkeys(trial.metrics.contention))
-            warning = (f"other load on this machine persisted through {CONTENTION_RETRIES + 1} runs of "
-                       f"{configuration} ({why}): its figures include a neighbour's interference")
+            runs = self.contention_retries + 1
+            trial.excluded = f"contended: {why}" + (f" (persisted through {runs} runs)" if runs > 1 else "")
+            warning = (f"other load on this machine persisted through {runs} run(s) of "
+                       f"{configuration} ({why}): those runs are not used as evidence; measure on a quiet machine")
             if warning not in self.results.warnings:
                 self.results.warnings.append(warning)
                 self.save()

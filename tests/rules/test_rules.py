@@ -119,7 +119,7 @@ def test_rule_stays_silent_without_the_problem(rule_id):
 
 
 def test_measured_before_estimated_before_diagnosis_and_not_significant_apart():
-    results = _metrics(_results(), data_wait_fraction=0.3)  # estimated (PS201)
+    results = _metrics(_results(tf32=True), data_wait_share=0.3)  # estimated (PS201)
     _with_knob(results, "amp_bf16", 1.8)  # measured, explained by PS101
     _with_knob(results, "gc_freeze", 1.01, significant=False)  # measured, not significant
     _facts(results, sync_events_per_step={"aten::item": 2}, sync_fraction=0.01)  # diagnosis only
@@ -202,7 +202,7 @@ def test_a_crashing_rule_is_a_warning_not_a_crash():
         def check(self, ctx: RuleContext):
             raise ZeroDivisionError("boom")
 
-    results = _metrics(_results(), data_wait_fraction=0.5)
+    results = _metrics(_results(), data_wait_share=0.5)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         findings = run(results, [Broken(), *all_rules()])

@@ -1,0 +1,134 @@
+"""The measurement session's bookkeeping, with a fake runner: names, sequence, noisy-neighbour re-runs."""
+
+from __future__ import annotations
+
+import io
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from perfscope.measure.contention import ContentionProbe, judge
+from perfscope.results import (
+    Contention,
+    Environment,
+    Results,
+    WorkloadInfo,
+    to_jsonable,
+)
+from perfscope.results.config import TrialConfig
+from perfscope.trial.runner import Outcome
+from perfscope.trial.session import CONTENTION_RETRIES, Progress, Session
+from tests.factories import make_trial
+
+
+class FakeRunner:
+    """Returns one scripted run per call: a samples/s value, contended or not."""
+
+    def __init__(self, script: list[tuple[float, bool]]) -> None:
+        self.script = list(script)
+        self.specs: list[dict[str, Any]] = []
+
+    def run(self, spec: dict[str, Any], work_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None) -> Outcome:
+        self.specs.append(spec)
+        rate, contended = self.script.pop(0)
+        metrics = make_trial(median_s=8 / rate, n=10, noise=0.0, batch=8).metrics
+        assert metrics is not None
+        reason = "other processes used 1.00 of 2 CPU cores" if contended else None
+        metrics.windows[0].contention = Contention(other_cpu_cores=1.0 if contended else 0.0, contended=contended, reason=reason)
+        return Outcome(status="ok", error=None, payload={"metrics": to_jsonable(metrics)}, wall_time_s=1.0)
+
+    def close(self) -> None:
+        pass
+
+
+def _session(tmp_path: Path, runner: FakeRunner) -> Session:
+    results = Results(environment=Environment(device_type="cpu", device_name="cpu"), workload=WorkloadInfo(path="w.py", sha256="", name="w"))
+    return Session(results, out_dir=tmp_path, workload_path=tmp_path / "w.py", timeout_s=60,
+                   progress=Progress(stream=io.StringIO()), runner=runner)  # type: ignore[arg-type]
+
+
+CONFIG = TrialConfig(micro_batch_size=8)
+
+
+def test_runs_of_a_configuration_are_named_and_sequenced(tmp_path: Path) -> None:
+    session = _session(tmp_path, FakeRunner([(100.0, False)] * 3))
+    a, b, c = session.measure("baseline", CONFIG), session.measure("amp", CONFIG), session.measure("baseline", CONFIG)
+    assert [t.name for t in (a, b, c)] == ["baseline", "amp", "baseline-r2"]
+    assert [t.sequence for t in (a, b, c)] == [1, 2, 3] and c.repeat == 2
+    assert [t.name for t in session.results.runs("baseline")] == ["baseline", "baseline-r2"]
+    assert Results.load(tmp_path / "results.json").trial("baseline-r2") is not None  # saved after every run
+
+
+def test_a_contended_run_is_excluded_and_measured_again(tmp_path: Path) -> None:
+    session = _session(tmp_path, FakeRunner([(10.0, True), (100.0, False)]))
+    trial = session.measure("baseline", CONFIG)
+    first = session.results.trial("baseline")
+    assert first is not None and first.excluded and "contended" in first.excluded and not first.evidence
+    assert trial.name == "baseline-r2" and trial.evidence
+    assert session.results.warnings == []
+
+
+def test_persistent_contention_excludes_every_run_and_warns(tmp_path: Path) -> None:
+    session = _session(tmp_path, FakeRunner([(10.0, True)] * (CONTENTION_RETRIES + 1)))
+    trial = session.measure("baseline", CONFIG)
+    runs = [t for t in session.results.trials if t.configuration == "baseline"]
+    assert len(runs) == CONTENTION_RETRIES + 1 and not any(r.evidence for r in runs) and not trial.evidence
+    assert session.results.runs("baseline") == []  # runs() lists evidence only
+    assert "persisted through" in (trial.excluded or "")
+    (warning,) = session.results.warnings
+    assert "not used as evidence" in warning
+
+
+def test_contention_needs_other_load_and_a_saturated_machine() -> None:
+    assert judge(Contention(other_cpu_cores=1.0, own_cpu_cores=1.0), cores=2).contended
+    assert not judge(Contention(other_cpu_cores=1.0, own_cpu_cores=1.0), cores=64).contended  # idle cores to spare
+    assert not judge(Contention(other_cpu_cores=0.1, own_cpu_cores=1.9), cores=2).contended  # background noise
+    assert "stole" in (judge(Contention(steal_cores=0.3), cores=8).reason or "")
+    assert judge(Contention(device_other_processes=["4242"]), cores=8).contended
+
+
+def test_the_probe_sees_a_busy_neighbour() -> None:
+    """Neighbour processes spinning on every core (orphaned, so not our descendants), while this one spins."""
+    cores = os.cpu_count() or 1
+    spin = f"{shlex.quote(sys.executable)} -c 'import time\nend = time.time() + 1.5\nwhile time.time() < end: pass'"
+    subprocess.run(["sh", "-c", " ".join([f"{spin} &"] * cores)], check=True)  # the shell exits; they live on
+    time.sleep(0.2)
+    probe = ContentionProbe("cpu")
+    end = time.perf_counter() + 0.8
+    while time.perf_counter() < end:
+        pass
+    reading = probe.finish()
+    time.sleep(0.6)  # let them finish before the next test
+    assert reading.other_cpu_cores is not None and reading.other_cpu_cores >= 0.5 * cores
+    assert reading.contended, reading
+
+
+def test_the_probe_is_quiet_on_its_own() -> None:
+    probe = ContentionProbe("cpu")
+    time.sleep(0.3)
+    reading = probe.finish()
+    assert reading.own_cpu_cores is not None and reading.own_cpu_cores < 0.5
+
+
+def test_a_dropped_runner_does_not_leave_its_zygote_behind(tmp_path: Path) -> None:
+    import gc
+
+    import psutil
+
+    from perfscope.trial.runner import TrialRunner
+
+    runner = TrialRunner(tmp_path)
+    zygote = runner._zygote_for(tmp_path / "t")
+    assert zygote is not None and zygote.alive
+    pid = zygote.proc.pid
+    del runner, zygote
+    gc.collect()
+    try:
+        psutil.Process(pid).wait(timeout=10)
+    except psutil.NoSuchProcess:
+        pass
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

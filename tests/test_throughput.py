@@ -1,0 +1,55 @@
+"""Throughput is work over wall time, in analyze and in the hooks alike — never the batch over a median step.
+
+The workload's step times are bimodal (three fast steps, then one that waits 120 ms for data): the median
+step is a fast one, so batch / median would overstate the throughput several times.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+import torch
+
+from perfscope.hooks import Profiler
+from perfscope.results.config import TrialConfig
+from perfscope.trial.loop import run_trial
+from perfscope.workload import load_workload
+
+WORKLOAD = Path(__file__).parent / "workloads" / "bimodal_loader.py"
+
+
+def _check_bimodal(steps: list[float], samples: int, wall_s: float, samples_per_s: float, data_wait_share: float) -> None:
+    median, mean = statistics.median(steps), statistics.fmean(steps)
+    assert mean > 2 * median, "the fixture should be bimodal"  # guards the test itself
+    assert samples_per_s == pytest.approx(samples / wall_s, rel=1e-9)
+    assert samples_per_s < 0.6 * (samples / len(steps)) / median  # far below the median-based figure
+    assert data_wait_share > 0.5
+
+
+@pytest.mark.slow
+def test_analyze_trial_throughput_counts_the_slow_steps() -> None:
+    run = run_trial(load_workload(WORKLOAD), TrialConfig(micro_batch_size=8, steps=16, warmup_steps=2, device="cpu"))
+    m = run.metrics
+    (window,) = m.windows
+    assert window.samples == 16 * 8 and m.samples_per_s is not None
+    _check_bimodal(m.step_times_s, window.samples, window.wall_s, m.samples_per_s, m.data_wait_share)
+
+
+def test_hooks_throughput_counts_the_slow_steps() -> None:
+    workload = load_workload(WORKLOAD)
+    model, loader = workload.model(), torch.utils.data.DataLoader(workload.dataset(), batch_size=8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    prof = Profiler(model, optimizer, device="cpu", warmup_steps=2, count_flops=False, measure_ceiling=False,
+                    sample_utilization=False, peak_tflops=1.0)
+    for i, batch in enumerate(prof.wrap(loader)):
+        workload.loss(model, batch).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        prof.step()
+        if i == 21:
+            break
+    m = prof.results().trials[0].metrics
+    assert m.steps == 20 and m.samples_per_s is not None
+    _check_bimodal(m.step_times_s, 20 * 8, m.wall_s, m.samples_per_s, m.data_wait_share)
