@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import torch
@@ -63,18 +64,19 @@ def main() -> None:
         prof = Profiler(model, opt, sample_utilization=args.mode == "hooks", count_flops=args.mode != "hooks-noflops")
         batches = prof.wrap(batches)
 
-    start = end = 0.0
+    start = cpu0 = thread0 = sys0 = 0.0
     for i, (x, y) in enumerate(batches):
         if i == args.skip:
-            start = time.perf_counter()
+            start, cpu0, thread0, sys0 = time.perf_counter(), time.process_time(), time.thread_time(), os.times().system
         F.cross_entropy(model(x), y).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         if prof is not None:
             prof.step()
-    end = time.perf_counter()
+    end, cpu1, thread1, sys1 = time.perf_counter(), time.process_time(), time.thread_time(), os.times().system
     print(json.dumps({"loop": args.loop, "mode": args.mode, "steps": args.steps, "wall_s": end - start,
-                      "steps_per_s": args.steps / (end - start)}))
+                      "steps_per_s": args.steps / (end - start), "process_cpu_s": cpu1 - cpu0, "main_thread_cpu_s": thread1 - thread0,
+                      "kernel_cpu_s": sys1 - sys0}))
 
 
 if __name__ == "__main__":
