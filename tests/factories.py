@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 from perfscope.measure.metrics import assemble_metrics
@@ -66,6 +67,64 @@ def make_trial(
     metrics.device_memory_capacity_bytes = 80 * 2**30
     metrics.utilization = Utilization()
     return Trial(name=name, config=config, status="ok", metrics=metrics, knobs=knobs or [])
+
+
+def make_trial_from_step_times(
+    name: str,
+    times: list[float],
+    *,
+    flops_per_step: float = 4e13,
+    peak_tflops: float = 989.4,
+    batch: int = 8,
+    knobs: list[str] | None = None,
+) -> Trial:
+    """A successful run whose timed window is exactly these step times (e.g. a bimodal, stalling loop)."""
+    config = TrialConfig(micro_batch_size=batch)
+    n, wall = len(times), sum(times)
+    window = Window(steps=n, samples=n * batch, wall_s=wall)
+    records = [StepRecord(index=i, time_s=t, data_wait_s=0.0, host_data_wait_s=0.0, samples=batch, micro_steps=1) for i, t in enumerate(times)]
+    metrics = assemble_metrics([window], records, micro_batch_size=batch, grad_accum_steps=1, warmup_steps=3)
+    rate = flops_per_step * n / wall
+    metrics.flops_per_step = metrics.hardware_flops_per_step = flops_per_step
+    metrics.achieved_tflops = rate / 1e12
+    metrics.mfu = metrics.hfu = rate / (peak_tflops * 1e12)
+    metrics.utilization = Utilization()
+    return Trial(name=name, config=config, status="ok", metrics=metrics, knobs=knobs or [])
+
+
+def make_runs(
+    configuration: str = "baseline",
+    *,
+    runs: int = 5,
+    median_s: float = 0.1,
+    run_cv: float = 0.03,
+    run_factors: list[float] | None = None,
+    n: int = 30,
+    noise: float = 0.02,
+    seed: int = 0,
+    first_sequence: int = 1,
+    stall_every: int = 0,
+    stall_s: float = 0.0,
+    **trial_kwargs,
+) -> list[Trial]:
+    """Several runs (fresh processes) of one configuration, named cfg, cfg-r2, ... as analyze --repeat names them.
+
+    Runs of the same code differ by more than their steps do (clocks, neighbours, memory layout): each run's
+    step times are scaled by a run factor, log-normal with spread ``run_cv`` (or exactly ``run_factors``), on
+    top of the per-step ``noise``. ``stall_every`` adds ``stall_s`` to every k-th step (a periodic stall: the
+    median step is unchanged, throughput drops).
+    """
+    rng = random.Random(seed)
+    factors = run_factors if run_factors is not None else [math.exp(rng.gauss(0, run_cv)) for _ in range(runs)]
+    trials = []
+    for i, factor in enumerate(factors):
+        times = make_step_times(median_s * factor, n, noise, seed=seed * 1000 + i)
+        if stall_every:
+            times = [t + stall_s if (k + 1) % stall_every == 0 else t for k, t in enumerate(times)]
+        trial = make_trial_from_step_times(configuration if i == 0 else f"{configuration}-r{i + 1}", times, **trial_kwargs)
+        trial.configuration, trial.repeat, trial.sequence = configuration, i + 1, first_sequence + i
+        trials.append(trial)
+    return trials
 
 
 def make_results(trials: list[Trial] | None = None, *, device_type: str = "cuda") -> Results:

@@ -162,7 +162,11 @@ def run_gate(
     if cur_side.runs:
         report.differences = find_differences(cur_side, base_side, metric_ids=options.metrics)
         for other in current_files[1:]:
-            extra = Side(results=other, runs=[t for t in other.trials if t.evidence] or cur_side.runs)
+            # The gated configuration's runs of each further file, not its first run of any configuration:
+            # with --trial recommended the first run is usually the baseline, whose dtype or batch differs
+            # from the recommendation's and would refuse files that agree. No such run: compare the file only.
+            _, found, _ = _pick_runs(other, options.trial, "current")
+            extra = Side(results=other, runs=[t for t in found if t.evidence] or cur_side.runs)
             report.differences += [d for d in find_differences(extra, cur_side, metric_ids=options.metrics)
                                    if str(d) not in {str(x) for x in report.differences}]
     if report.blocking_differences and not options.allow_mismatch:

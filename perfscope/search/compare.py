@@ -18,8 +18,10 @@ single outlying baseline run is the reference for every gain. The estimate is me
 pools two sources, weighted by their degrees of freedom: the reference's own run-to-run variance, from
 successive differences of its series (von Neumann's estimator, robust to slow drift), scaled to a pair
 (candidate noise assumed alike, plus the averaged reference's), and the spread of the r_i themselves once
-there are two or more. The interval is a t-interval on that pooled variance, exponentiated: a ratio of
-throughputs (> 1 is faster), at 99% because undecided comparisons are looked at again after more runs.
+there are two or more — or the r_i's own variance alone when it is the larger (one lucky process among the
+candidate's runs must not hide behind a long, quiet reference series). The interval is a t-interval on that
+variance, exponentiated: a ratio of throughputs (> 1 is faster), at 99% because undecided comparisons are
+looked at again after more runs.
 The minimum detectable effect is the smallest true change these runs would find with 80% power.
 """
 
@@ -108,14 +110,18 @@ def compare(candidate_runs: Sequence[Trial], reference_runs: Sequence[Trial], *,
         pair_var_prior = ref_var * (1 + statistics.fmean(1 / m for _, (_, m) in pairs))
         weight_sum += ref_df * pair_var_prior
         df += ref_df
+    own = statistics.variance(diffs) if k >= 2 else 0.0
     if k >= 2:
-        weight_sum += (k - 1) * statistics.variance(diffs)
+        weight_sum += (k - 1) * own
         df += k - 1
     common = dict(runs=k, reference=reference, reference_runs=len(references), method=METHOD, confidence=CONFIDENCE)
     if df == 0:  # one run each side and no reference spread: nothing says how noisy this machine is
         ratio = math.exp(mean)
         return Gain(ratio=ratio, low=0.0, high=math.inf, verdict="undecided", mde=None, **common)
-    se = math.sqrt(weight_sum / df / k)
+    # Pooling assumes the candidate's runs vary like the reference's. When its own spread is larger (one lucky
+    # or unlucky process among its runs, or a configuration that varies more, e.g. autotuned kernels), the long
+    # reference series would dilute it and one outlying run could carry the verdict: its own spread is used.
+    se = math.sqrt(max(weight_sum / df, own) / k)
     half = _t(1 - (1 - CONFIDENCE) / 2, df) * se
     low, high = math.exp(mean - half), math.exp(mean + half)
     return Gain(ratio=math.exp(mean), low=low, high=high, verdict=verdict(low, high), mde=_mde(se, df), **common)
@@ -144,6 +150,35 @@ def compare_gains(better: Gain, worse: Gain) -> tuple[float, bool]:
     return math.exp(diff), diff - math.hypot(half_b, half_w) > 0
 
 
+def relative_gain(better: Gain, worse: Gain, *, reference: str) -> Gain:
+    """``better`` over ``worse`` (two gains against the same reference) as a Gain whose reference is ``worse``'s
+    configuration: what a knob measured on top of another adds to it. The interval is `compare_gains`' (the two
+    log-intervals combined as independent), so its verdict is "faster" exactly when `compare_gains` decides."""
+    ratio = better.ratio / worse.ratio
+    common = dict(confidence=better.confidence, runs=better.runs, reference=reference, reference_runs=worse.runs,
+                  method="ratio of two gains against the same baseline; their intervals combined as independent")
+    if not all(math.isfinite(v) and v > 0 for v in (better.low, better.high, worse.low, worse.high)):
+        return Gain(ratio=ratio, low=0.0, high=math.inf, verdict="undecided", **common)
+    half = math.hypot(math.log(better.high / better.low) / 2, math.log(worse.high / worse.low) / 2)
+    low, high = ratio * math.exp(-half), ratio * math.exp(half)
+    return Gain(ratio=ratio, low=low, high=high, verdict=verdict(low, high), **common)  # type: ignore[arg-type]
+
+
 def could_still_win(gain: Gain | None, min_gain: float) -> bool:
     """Undecided, and the interval still reaches a worthwhile speed-up: worth another run."""
     return gain is not None and gain.verdict == "undecided" and gain.high >= 1 + min_gain
+
+
+CLEAR_WIN = 1.5
+"""A "faster" verdict whose interval starts at 1.5× or more needs no second run (see `unconfirmed`)."""
+
+
+def unconfirmed(gain: Gain | None) -> bool:
+    """A "faster" verdict that rests on a single candidate run and is not a clear win: worth one more run.
+
+    With one run, the candidate's own run-to-run spread is unknown and the interval assumes it is the
+    reference's; one lucky process (a clock boost, a quiet neighbour, an autotuner's lucky pick) 5% fast on a
+    machine with 1% noise would be declared a win and never looked at again. A second run brings the
+    candidate's own spread into the interval. A clear win (low end at `CLEAR_WIN` or more) needs no second run.
+    """
+    return gain is not None and gain.faster and gain.runs < 2 and gain.low < CLEAR_WIN

@@ -7,14 +7,15 @@ The search an expert does by hand, with error bars that come from runs, not step
    candidate run a fresh baseline run: the baseline is re-measured through the whole sweep (interleaved,
    as asv does), so every candidate is compared with the baseline measured next to it in time, and the
    baseline's own run-to-run spread is this machine's noise. A knob that refines another (`builds_on`) is
-   measured on top of that knob's best variant. A failed run is recorded as such; a run whose losses leave
-   the numerics guard's tolerance is rejected.
+   measured on top of that knob's best variant, and its outcome's gain is the increment over it. A failed
+   run is recorded as such; a run whose losses leave the numerics guard's tolerance is rejected.
 2. Micro-batch search (perfscope.search.microbatch): `micro_batch` = the fastest point, `grad_accum` = the
    fastest point that keeps the user's global batch. On a GPU, when it hits OOM, checkpointing is measured
    paired with the larger micro-batch it allows.
 3. Adaptive repetition (pinpoint): a candidate still undecided whose interval reaches a worthwhile gain
    gets another run (and its baseline neighbour), most promising first, until it is decided, it has
-   `max_runs` runs, or the budget is spent; a clear 2× is decided after the first.
+   `max_runs` runs, or the budget is spent. A win from a single run gets a second one (one lucky process
+   must not make a knob a win) unless it is clear: its interval starts at 1.5× or more.
 4. Greedy stacking of the winners, best first: a knob joins only if the stack with it is faster than the
    stack without it (their gains against the same baseline compared with both intervals). The `grad_accum`
    micro-batch joins last, re-searched on the stack when memory limited the search and the stack changed memory.
@@ -33,7 +34,14 @@ from typing import Any, Protocol
 from perfscope.errors import UserError
 from perfscope.results import Gain, KnobOutcome, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
-from perfscope.search.compare import compare, compare_gains, could_still_win, run_noise
+from perfscope.search.compare import (
+    compare,
+    compare_gains,
+    could_still_win,
+    relative_gain,
+    run_noise,
+    unconfirmed,
+)
 from perfscope.search.knobs import REGISTRY, Knob, KnobContext, knob_ids
 from perfscope.search.microbatch import MicroBatchResult, search_micro_batch
 from perfscope.search.numerics import compare_numerics
@@ -186,16 +194,19 @@ class Sweeper:
                 cand.rejected = f"numerics guard: {verdict.reason}"
 
     def judge(self) -> None:
-        """Every candidate's gain from all runs so far, against the whole baseline series."""
+        """Every candidate's gain from all runs so far, against the whole baseline series. A candidate the
+        numerics guard rejected keeps its gain (the report shows how fast the wrong configuration was); only
+        usable ones are refined or stacked."""
         for cand in self.candidates:
-            cand.gain = self.gain(cand.name) if cand.usable else None
+            cand.gain = self.gain(cand.name) if cand.first is not None and cand.first.ok else None
 
     def refine(self) -> None:
-        """Adaptive repetition: more runs for undecided candidates that could still be worth it."""
+        """Adaptive repetition: more runs for undecided candidates that could still be worth it, and a second
+        run for a win that rests on one run and is not clear (compare.unconfirmed: one lucky process)."""
         while True:
             self.judge()
-            open_ = [c for c in self.candidates if c.usable and could_still_win(c.gain, self.options.min_gain)
-                     and len(self.runs(c.name)) < self.options.max_runs]
+            open_ = [c for c in self.candidates if c.usable and len(self.runs(c.name)) < self.options.max_runs
+                     and (could_still_win(c.gain, self.options.min_gain) or unconfirmed(c.gain))]
             if not open_ or not self.may_continue():
                 return
             best = max(open_, key=lambda c: c.gain.high if c.gain else 0.0)
@@ -216,7 +227,8 @@ class Sweeper:
                 self._outcome(knob, "measured", result.stopped or "the user's micro-batch is already the fastest",
                               trial=BASELINE, setting=f"micro-batch {self.ctx.base.micro_batch_size}")
                 continue
-            cand = Candidate(knob, _micro_changes(best.config), best.configuration, best.config, list(best.knobs), first=best)
+            cand = Candidate(knob, _micro_changes(best.config), best.configuration, best.config,
+                             _knobs_as(best.knobs, knob.id), first=best)
             self._check_numerics(cand)
             self.candidates.append(cand)
         return result
@@ -256,9 +268,13 @@ class Sweeper:
         gain = cand.gain
         notes = []
         if cand.requires is not None and gain is not None and cand.requires.gain is not None:
-            increment, _ = compare_gains(gain, cand.requires.gain)
-            notes.append(f"measured on top of {cand.requires.name}: {increment:.2f}× over it "
-                         f"({gain.ratio:.2f}× over the baseline with both)")
+            # A knob measured on top of another is judged by what it adds: against the baseline, prefetching
+            # on top of 8 workers would show the workers' whole gain as its own (a finding "1.6× faster" for
+            # a knob that adds nothing). The outcome's gain is the increment, its reference the prerequisite.
+            both = gain
+            gain = relative_gain(both, cand.requires.gain, reference=cand.requires.name)
+            notes.append(f"measured on top of {cand.requires.name}: {gain.ratio:.2f}× over it "
+                         f"({both.ratio:.2f}× over the baseline with both)")
         if knob.id == "activation_checkpointing" and "micro_batch" in cand.knobs:
             notes.append(f"paired with micro-batch {cand.config.micro_batch_size} (without checkpointing: OOM above it)")
         if gain is not None and gain.verdict == "undecided":
@@ -313,6 +329,7 @@ class Sweeper:
         self._record_outcomes()
         self.recommend(micro if "grad_accum" in search_knobs else None)
         self.sweep.noise = run_noise(self.runs(BASELINE))
+        self.sweep.knobs.sort(key=_rank_key)
         self.sweep.elapsed_s = self.elapsed() - self.start
         return self.sweep
 
@@ -339,11 +356,17 @@ class Sweeper:
 
     # ------------------------------------------------------------------------------ stacking
 
+    def worthwhile(self, gain: Gain | None) -> bool:
+        """Decidedly faster, and by at least ``min_gain``: worth a code change. A 1.5% gain that many runs made
+        "decided" (or that one of many multiple looks let through) must not become the recommendation alone,
+        when it could not join a stack (`_joined` asks the same of every knob after the first)."""
+        return gain is not None and gain.faster and gain.ratio >= 1 + self.options.min_gain
+
     def _winners(self) -> list[Candidate]:
         base = self.ctx.base.samples_per_step
         best_per_knob: dict[str, Candidate] = {}
         for cand in self.candidates:
-            if not (cand.usable and cand.gain is not None and cand.gain.faster and cand.config.samples_per_step == base):
+            if not (cand.usable and self.worthwhile(cand.gain) and cand.config.samples_per_step == base):
                 continue
             if cand.knob.id in ("grad_accum", "micro_batch"):
                 continue  # the micro-batch joins last, through grad_accum (the global batch kept)
@@ -427,7 +450,8 @@ class Sweeper:
             point = research.best(preserve_global=global_batch)
             if point is None or point.configuration == current.name:
                 return current
-            cand = Candidate(knob, _micro_changes(point.config), point.configuration, point.config, list(point.knobs), first=point)
+            cand = Candidate(knob, _micro_changes(point.config), point.configuration, point.config,
+                             _knobs_as(point.knobs, knob.id), first=point)
             self._check_numerics(cand)
             cand.gain = self.gain(cand.name)
             if not cand.usable or cand.gain is None or current.gain is None:
@@ -439,7 +463,7 @@ class Sweeper:
             return current
         if current is None:  # the micro-batch alone: its runs are the search's
             cand = next((c for c in self.candidates if c.name == point.configuration), None)
-            return cand if cand is not None and cand.usable and cand.gain is not None and cand.gain.faster else None
+            return cand if cand is not None and cand.usable and self.worthwhile(cand.gain) else None
         if not self.may_continue():
             return current
         return self._joined(current, knob, _micro_changes(point.config)) or current
@@ -448,14 +472,16 @@ class Sweeper:
         stacked = self.stack(grad_accum_search)
         if stacked is None:
             self.sweep.recommended_trial = BASELINE
-            self.sweep.notes.append("no knob made the baseline decidedly faster: the baseline is the recommendation")
+            self.sweep.notes.append(f"no knob made the baseline decidedly faster, by {self.options.min_gain:.0%} or more: "
+                                    "the baseline is the recommendation")
             return
         # At least two runs of the recommendation, one of them traced (the trace comes after its timed window).
+        before = self.gain(stacked.name)
         if self.may_continue():
             self.measure(stacked.name, stacked.config.replace(capture_trace=self.options.trace_recommended), stacked.knobs)
         gain = self.gain(stacked.name)
         semantics = [s for c in self._chain(stacked) for s in c.knob.changes_semantics(self.ctx, c.config)]
-        if gain is not None and gain.faster:
+        if self.worthwhile(gain):
             self.sweep.recommended_trial, self.sweep.recommended_knobs, self.sweep.recommended_gain = stacked.name, stacked.knobs, gain
             if semantics:
                 self.sweep.notes.append("the recommended configuration changes training semantics: " + "; ".join(dict.fromkeys(semantics)))
@@ -463,7 +489,15 @@ class Sweeper:
             self.sweep.recommended_trial = BASELINE
             why = f"{gain.ratio:.2f}× [{gain.low:.2f}, {gain.high:.2f}], {gain.verdict}" if gain else "no usable run"
             self.sweep.notes.append(f"the stacked configuration ({', '.join(stacked.knobs)}) was not decidedly faster "
-                                    f"than the baseline over all its runs ({why}): the baseline is the recommendation")
+                                    f"than the baseline, by {self.options.min_gain:.0%} or more, over all its runs ({why}): "
+                                    "the baseline is the recommendation")
+            if before is not None and before.faster and gain is not None:
+                # Runs of one configuration that disagree: say so, rather than leave a reader wondering why a
+                # stack judged faster is not recommended (or quietly trust the luckier runs).
+                self.sweep.notes.append(
+                    f"re-measured, {stacked.name} did not confirm its earlier {before.ratio:.2f}× ({before.runs} run(s)): "
+                    f"{gain.ratio:.2f}× over all {gain.runs} runs; this machine's run-to-run noise, not the knobs, "
+                    "may explain the earlier figure")
 
     def _chain(self, cand: Candidate) -> list[Candidate]:
         by_knob = {c.knob.id: c for c in self.candidates}
@@ -471,6 +505,23 @@ class Sweeper:
 
 
 REGISTRY_BY_ID = {k.id: k for k in REGISTRY}
+
+
+def _rank_key(outcome: KnobOutcome) -> tuple[int, float]:
+    """Best first: the report and the findings list the knobs in this order. Measured wins by gain, then the
+    other measured knobs (undecided, same, slower) by gain, then rejected, failed, skipped, inapplicable."""
+    order = {"measured": 1, "rejected": 2, "failed": 3, "skipped": 4, "inapplicable": 5}
+    ratio = outcome.gain.ratio if outcome.gain is not None else 0.0
+    if outcome.status == "measured" and outcome.gain is not None and outcome.gain.faster:
+        return (0, -ratio)
+    return (order[outcome.status], -ratio if outcome.status == "measured" else 0.0)
+
+
+def _knobs_as(knobs: list[str], knob_id: str) -> list[str]:
+    """A micro-batch search point's knobs, naming the knob that chose it: the search tags its runs "micro_batch",
+    but a point chosen for ``grad_accum`` keeps the global batch, and the recommendation must say so (the
+    "micro_batch" knob is the one that changes the global batch)."""
+    return [k for k in knobs if k not in ("micro_batch", "grad_accum")] + [knob_id]
 
 
 def _micro_changes(config: TrialConfig) -> dict[str, Any]:
