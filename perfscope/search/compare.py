@@ -164,9 +164,26 @@ def relative_gain(better: Gain, worse: Gain, *, reference: str) -> Gain:
     return Gain(ratio=ratio, low=low, high=high, verdict=verdict(low, high), **common)  # type: ignore[arg-type]
 
 
-def could_still_win(gain: Gain | None, min_gain: float) -> bool:
-    """Undecided, and the interval still reaches a worthwhile speed-up: worth another run."""
-    return gain is not None and gain.verdict == "undecided" and gain.high >= 1 + min_gain
+FUTILITY_MIN_RUNS = 3
+"""Below this many candidate runs the interval is dominated by a large t quantile (few degrees of freedom) or
+borrows the reference's spread, so projecting it forward would call hopeless what two more runs decide."""
+
+
+def could_still_win(gain: Gain | None, min_gain: float, max_runs: int | None = None) -> bool:
+    """Undecided, the interval still reaches a worthwhile speed-up, and — with ``max_runs`` — more runs could
+    plausibly decide it: worth another run.
+
+    Futility stop (as in sequential trials): with k runs the interval's half-width shrinks about as
+    sqrt(k / max_runs) by ``max_runs``; if the point estimate, held where it is, would still sit inside that
+    projected interval, the remaining runs would most likely end "cannot tell" too, and they cost the same
+    as the runs that found nothing. The sweep spends them on candidates that can still be decided.
+    """
+    if gain is None or gain.verdict != "undecided" or gain.high < 1 + min_gain:
+        return False
+    if max_runs is None or gain.runs < FUTILITY_MIN_RUNS or not (0 < gain.low <= gain.high < math.inf) or gain.runs >= max_runs:
+        return max_runs is None or gain.runs < max_runs  # one run's interval borrows the reference's spread: look again
+    projected_half = math.log(gain.high / gain.low) / 2 * math.sqrt(gain.runs / max_runs)
+    return math.log(gain.ratio) >= projected_half
 
 
 CLEAR_WIN = 1.5

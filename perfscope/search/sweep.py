@@ -206,7 +206,7 @@ class Sweeper:
         while True:
             self.judge()
             open_ = [c for c in self.candidates if c.usable and len(self.runs(c.name)) < self.options.max_runs
-                     and (could_still_win(c.gain, self.options.min_gain) or unconfirmed(c.gain))]
+                     and (could_still_win(c.gain, self.options.min_gain, self.options.max_runs) or unconfirmed(c.gain))]
             if not open_ or not self.may_continue():
                 return
             best = max(open_, key=lambda c: c.gain.high if c.gain else 0.0)
