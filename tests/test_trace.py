@@ -13,7 +13,7 @@ from torch import nn
 
 from perfscope.trace.alignment import benchmark_alignment
 from perfscope.trace.capture import TraceCapture
-from perfscope.trace.facts import categorize, trace_facts
+from perfscope.trace.facts import trace_facts
 
 FIXTURES = Path(__file__).parent / "data" / "traces"
 
@@ -116,20 +116,17 @@ def test_data_stall_sync_pageable_and_fp32_gemm(tmp_path):
     assert facts["kernel_time_by_category"]["gemm"] == pytest.approx(0.0025)
 
 
-@pytest.mark.parametrize(
-    ("name", "category"),
-    [
-        ("ampere_sgemm_128x64_nn", "gemm"),
-        ("flash_fwd_kernel", "attention"),
-        ("cudnn::winograd_nonfused::fwd", "conv"),
-        ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel", "normalization"),
-        ("void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "optimizer"),
-        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "communication"),
-        ("aten::addmm", "gemm"),
-    ],
-)
-def test_kernel_categories(name, category):
-    assert categorize(name) == category
+def test_hopper_gemm_kernels_count_as_gemm_and_fp32_by_name(tmp_path):
+    events = [
+        _step(0, 0, 10_000),
+        _x("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT", "kernel", 1_000, 3_000),  # bf16 on tensor cores
+        _x("sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_batched_kernel__5x_cublas",
+           "kernel", 4_000, 1_000),  # fp32, though its name holds an "h"
+        _x("triton_tem_fused_mm_0", "kernel", 5_000, 1_000),  # dtype not in the name: not counted as fp32
+    ]
+    facts = trace_facts(_write(tmp_path, events), device_type="cuda", steps=1)
+    assert facts["kernel_time_by_category"] == {"gemm": pytest.approx(0.005)}
+    assert facts["fp32_matmul_fraction"] == pytest.approx(0.2)
 
 
 def test_alignment_benchmark_measures_both_shapes_on_cpu():

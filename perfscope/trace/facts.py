@@ -4,9 +4,8 @@
     facts["gpu_idle_fraction"], facts["kernel_time_by_category"], facts["launch_bound"]
 
 Only complete events (`ph: "X"`) inside the ProfilerStep#N spans count. Kernel names are classified by
-substring heuristics (below), the way HTA and the TensorBoard plugin do; fp32 GEMMs are GEMM kernels
-without a tensor-core marker in their name (sgemm, `*_f32f32_*`), which is what "not on tensor cores"
-looks like in cuBLAS/CUTLASS kernel names. Launch-bound is declared when a step launches many short
+perfscope.trace.categories; fp32 GEMMs are GEMM kernels whose name says they run on CUDA cores (sgemm,
+`*_f32f32_f32f32_*`, `nvjet_sss_*`); a name that does not say (Triton templates) is not counted as fp32. Launch-bound is declared when a step launches many short
 kernels (≥ 200 per step, median < 20 µs) and the host is busy at least as long as the GPU; on a CPU-only
 run, its equivalent is a step of ≥ 200 aten ops with a median self time < 20 µs that spends at least half
 of its op time in such tiny ops (dispatch-bound).
@@ -22,31 +21,13 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-# Category of a kernel (CUDA) or aten op (CPU), first match wins.
-CATEGORIES: list[tuple[str, re.Pattern[str]]] = [
-    ("communication", re.compile(r"nccl|all_?reduce|all_?gather|reduce_scatter|c10d", re.I)),
-    ("attention", re.compile(r"flash|fmha|attention|sdpa|softmax_.*attn", re.I)),
-    ("conv", re.compile(r"conv|implicit_gemm|winograd|cudnn|im2col", re.I)),
-    ("gemm", re.compile(r"gemm|matmul|\bmm\b|aten::mm|aten::addmm|aten::bmm|aten::baddbmm|cutlass|xmma|cublas|s16816|h16816|hmma|wgmma|aten::linear", re.I)),
-    ("optimizer", re.compile(r"adam|sgd|multi_tensor_apply|foreach|fused_adam|lamb|optimizer", re.I)),
-    ("normalization", re.compile(r"norm|rms", re.I)),
-    ("memset", re.compile(r"memset|aten::zero_|aten::fill_", re.I)),
-    ("memcpy", re.compile(r"memcpy|aten::copy_|aten::to\b|aten::_to_copy", re.I)),
-    ("elementwise", re.compile(r"elementwise|vectorized|unrolled|reduce|softmax|gelu|relu|silu|dropout|add|mul|div|sub|exp|tanh|sigmoid|cat|where|index|embedding", re.I)),
-]
-TENSOR_CORE = re.compile(r"tf32|bf16|f16|fp16|h16816|s16816|hmma|wgmma|16816|1688|tensorop|xmma_.*(h|bf)|gemm_.*_(h|bf)", re.I)
+from perfscope.trace.categories import categorize, gemm_on_tensor_cores
+
 SYNC_NAMES = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "aten::item", "aten::_local_scalar_dense")
 RUNTIME_LAUNCH = re.compile(r"cudaLaunchKernel|cuLaunchKernel|cudaLaunchCooperativeKernel|cudaGraphLaunch", re.I)
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")  # leaves: linear/matmul decompose into these
 DATA_LABEL = "perfscope::data"
 LAUNCH_BOUND_KERNELS, LAUNCH_BOUND_MEDIAN_US = 200, 20.0
-
-
-def categorize(name: str) -> str:
-    for category, pattern in CATEGORIES:
-        if pattern.search(name):
-            return category
-    return "other"
 
 
 def _load(path: Path) -> list[dict[str, Any]]:
@@ -252,5 +233,5 @@ def _gpu_facts(
     ]
     gemm = [e for e in compute if categorize(e.get("name", "")) == "gemm"]
     gemm_us = sum(e["dur"] for e in gemm)
-    fp32_us = sum(e["dur"] for e in gemm if not TENSOR_CORE.search(e.get("name", "")))
+    fp32_us = sum(e["dur"] for e in gemm if gemm_on_tensor_cores(e.get("name", "")) is False)
     facts["fp32_matmul_fraction"] = fp32_us / gemm_us if gemm_us else None
