@@ -14,6 +14,7 @@ from torch import nn
 from perfscope.trace.alignment import benchmark_alignment
 from perfscope.trace.capture import TraceCapture
 from perfscope.trace.facts import trace_facts
+from tests.kineto import ADD_BF16, KinetoTrace
 
 FIXTURES = Path(__file__).parent / "data" / "traces"
 
@@ -84,34 +85,37 @@ def _step(i: int, start: float, length: float) -> dict:
 
 
 def test_launch_bound_step(tmp_path):
-    events = [_step(0, 0, 10_000)]
-    for k in range(500):  # 500 kernels of 4 µs, each launched by a 15 µs host call
-        events.append(_x("cudaLaunchKernel", "cuda_runtime", k * 19, 15))
-        events.append(_x("void at::native::vectorized_elementwise_kernel<4>", "kernel", k * 19 + 15, 4))
-    events.append(_x("aten::add", "cpu_op", 0, 9_500))
-    facts = trace_facts(_write(tmp_path, events), device_type="cuda", steps=1)
+    t = KinetoTrace()
+    with t.step(0):
+        for _ in range(500):  # 500 kernels of 4 µs, each costing the host ~16 µs to dispatch and launch
+            with t.op("aten::add", dispatch_us=10):
+                t.launch(ADD_BF16, 4, call_us=5)
+    facts = trace_facts(t.write(tmp_path / "t.json.gz"), device_type="cuda", steps=1)
     assert facts["launch_bound"] is True
     assert facts["kernel_count_per_step"] == 500 and facts["median_kernel_us"] == 4
     assert facts["gpu_idle_fraction"] > 0.7
-    assert facts["idle_breakdown"]["launch_bound"] > 0
+    assert facts["idle_breakdown"]["host"] > 0.7 * facts["step_time_s"]
 
 
 def test_data_stall_sync_pageable_and_fp32_gemm(tmp_path):
-    events = [
-        _step(0, 0, 10_000),
-        _x("perfscope::data", "user_annotation", 0, 6_000),
-        _x("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 6_000, 500, bytes=8 * 2**20),
-        _x("ampere_sgemm_128x64_nn", "kernel", 6_500, 2_000),
-        _x("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "kernel", 8_500, 500),
-        _x("aten::item", "cpu_op", 9_000, 900),
-        _x("cudaStreamSynchronize", "cuda_runtime", 9_050, 800),
-    ]
-    facts = trace_facts(_write(tmp_path, events), device_type="cuda", steps=1)
+    t = KinetoTrace()
+    with t.step(0):
+        with t.annotation("perfscope::data"):
+            t.work(6_000)
+        with t.op("aten::copy_"):
+            t.memcpy("Memcpy HtoD (Pageable -> Device)", 8 * 2**20, 500, blocking=True)
+        with t.op("aten::mm"):
+            t.launch("ampere_sgemm_128x64_nn", 2_000)
+        with t.op("aten::mm"):
+            t.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", 500)
+        with t.op("aten::item"), t.op("aten::_local_scalar_dense"):
+            t.synchronize()
+    facts = trace_facts(t.write(tmp_path / "t.json.gz"), device_type="cuda", steps=1)
     assert facts["idle_breakdown"]["data_wait"] == pytest.approx(0.006)
-    assert facts["data_wait_fraction"] == pytest.approx(0.6)
+    assert facts["data_wait_fraction"] == pytest.approx(0.006 / facts["step_time_s"])
     assert facts["pageable_memcpy"]["count"] == 1 and facts["pageable_memcpy"]["bytes"] == 8 * 2**20
     assert facts["fp32_matmul_fraction"] == pytest.approx(0.8)
-    assert facts["sync_events_per_step"] == {"aten::item": 1, "cudaStreamSynchronize": 1}
+    assert facts["sync_events_per_step"] == {"aten::item": 1, "aten::_local_scalar_dense": 1, "cudaStreamSynchronize": 1}
     assert facts["launch_bound"] is False
     assert facts["kernel_time_by_category"]["gemm"] == pytest.approx(0.0025)
 
