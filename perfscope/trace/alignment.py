@@ -5,16 +5,17 @@
 Tensor-core kernels want dimensions that are multiples of 8 (16-bit) — better 64 — and fall back to
 slower tiles otherwise (GPT-2's vocab 50257 → 50304 made a whole step 1.47× faster on an H100). The gain
 is measured, not assumed: the matmul at its shape vs padded to multiples of 64, random inputs, warm-up,
-synchronized timing, median of repeats; compared per FLOP because the padded one does more work.
+each repeat timed with CUDA events on a GPU (perfscope.measure.microbench), median of repeats; compared per
+FLOP because the padded one does more work.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
 from typing import Any
 
 import torch
+
+from perfscope.measure.microbench import median_seconds
 
 PAD_TO = 64
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -29,18 +30,7 @@ def _pad(v: int) -> int:
 def _time_mm(m: int, k: int, n: int, device: str, dtype: torch.dtype, repeats: int) -> float:
     a = torch.randn(m, k, device=device, dtype=dtype)
     b = torch.randn(k, n, device=device, dtype=dtype)
-    for _ in range(3):
-        torch.mm(a, b)
-    times = []
-    for _ in range(repeats):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        torch.mm(a, b)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return median_seconds(lambda: torch.mm(a, b), device, warmup=3, repeats=repeats)
 
 
 def benchmark_alignment(gemm_shapes: list[dict[str, Any]], *, device: str, dtype: str = "fp32", top: int = 3, repeats: int = 20) -> list[dict[str, Any]]:
