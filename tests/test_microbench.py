@@ -12,6 +12,7 @@ import pytest
 import perfscope.measure.microbench as microbench
 from perfscope.measure.microbench import median_seconds
 from perfscope.measure.peaks import measure_matmul_tflops
+from perfscope.results import GemmShape
 from perfscope.trace.alignment import benchmark_alignment
 
 
@@ -74,9 +75,10 @@ def test_matmul_ceiling_is_timed_by_the_device_clock(fake_clock: FakeEventClock)
 
 
 def test_alignment_benchmark_is_timed_by_the_device_clock(fake_clock: FakeEventClock) -> None:
-    (row,) = benchmark_alignment([{"shape": [256, 250, 250], "misaligned": ["k", "n"]}], device="cpu", repeats=10)
-    assert row["time_s"] == row["padded_time_s"] == 1e-3
-    assert row["speedup_per_flop"] == pytest.approx((256 * 256 * 256) / (256 * 250 * 250))
+    shape = GemmShape(op="aten::mm", shape=[256, 250, 250], dtype="float", count=1, time_s=1e-3, time_source="cpu op", misaligned=["k", "n"])
+    (row,) = benchmark_alignment([shape], device="cpu", repeats=10)
+    assert row.time_s == row.padded_time_s == 1e-3
+    assert row.speedup_per_flop == pytest.approx((256 * 256 * 256) / (256 * 250 * 250))
 
 
 def test_a_real_cpu_timing_is_positive() -> None:

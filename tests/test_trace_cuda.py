@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from perfscope.results import TraceFacts
 from perfscope.trace.facts import trace_facts
 from tests.kineto import FIXTURES, KinetoTrace, bf16_gpu_bound_with_item
 
@@ -20,7 +21,7 @@ LAUNCH_BOUND = FIXTURES / "h100_fp32_launch_bound.json.gz"
 COMPILED = FIXTURES / "h100_compiled_bf16.json.gz"
 
 
-def _facts(path: Path) -> dict:
+def _facts(path: Path) -> TraceFacts:
     return trace_facts(path, device_type="cuda", steps=3)
 
 
@@ -48,13 +49,13 @@ def test_the_fixture_has_the_gpu_copies_of_each_annotation():
 
 def test_steps_are_counted_once_and_per_step_figures_are_not_halved():
     facts = _facts(GPU_BOUND)
-    assert facts["steps"] == 3
-    assert facts["step_time_s"] == pytest.approx(0.0242, rel=0.01)
-    assert facts["kernel_count_per_step"] == 261  # 4×(1+1+30) + 1 + 1 forward, 2 + 4×(2+30) backward, 1 optimizer
-    assert facts["pageable_memcpy"]["count"] == 1
-    assert facts["idle_breakdown"]["data_wait"] == pytest.approx(0.0025, rel=0.01)
-    assert facts["kernel_time_by_category"]["gemm"] == pytest.approx(0.0198)
-    assert facts["data_wait_fraction"] == pytest.approx(0.0025 / facts["step_time_s"], rel=0.01)
+    assert facts.steps == 3
+    assert facts.step_time_s == pytest.approx(0.0242, rel=0.01)
+    assert facts.launch.kernels_per_step == 261  # 4×(1+1+30) + 1 + 1 forward, 2 + 4×(2+30) backward, 1 optimizer
+    assert facts.pageable_memcpy.count == 1
+    assert facts.gpu.idle.data_wait_s == pytest.approx(0.0025, rel=0.01)
+    assert facts.kernels.time_by_category["gemm"] == pytest.approx(0.0198)
+    assert facts.data_wait_fraction == pytest.approx(0.0025 / facts.step_time_s, rel=0.01)
 
 
 def test_a_data_annotation_that_launched_work_is_counted_once(tmp_path):
@@ -68,24 +69,24 @@ def test_a_data_annotation_that_launched_work_is_counted_once(tmp_path):
     path = t.write(tmp_path / "t.json.gz")
     assert sum(e.get("name") == "perfscope::data" for e in json.load(gzip.open(path))["traceEvents"]) == 2
     facts = trace_facts(path, device_type="cuda", steps=1)
-    assert facts["data_wait_fraction"] == pytest.approx(0.5, abs=0.01)
+    assert facts.data_wait_fraction == pytest.approx(0.5, abs=0.01)
 
 
 def test_profiler_steps_recorded_as_cpu_ops_by_older_torch(tmp_path):
     facts = trace_facts(_older_torch(tmp_path, step_cat="cpu_op"), device_type="cuda", steps=3)
-    assert facts["steps"] == 3 and facts["kernel_count_per_step"] == 261
+    assert facts.steps == 3 and facts.launch.kernels_per_step == 261
 
 
 # ------------------------------------------------------------------------------ 3. GEMM time from kernels
 
 
 def test_gemm_shape_time_is_the_device_time_of_the_kernels_the_op_launched():
-    shapes = {tuple(g["shape"]): g for g in _facts(GPU_BOUND)["gemm_shapes"]}
+    shapes = {tuple(g.shape): g for g in _facts(GPU_BOUND).gemm_shapes}
     head = shapes[(4096, 1024, 50257)]  # aten::addmm of the vocabulary head: one 3 ms nvjet kernel a step
-    assert head["misaligned"] == ["n"] and head["time_source"] == "kernels"
-    assert head["time_s"] == pytest.approx(0.003)
-    assert shapes[(4096, 50257, 1024)]["time_s"] == pytest.approx(0.003)  # backward mm on the autograd thread
-    assert shapes[(4096, 1024, 1024)]["count"] == 4 and shapes[(4096, 1024, 1024)]["time_s"] == pytest.approx(0.0036)
+    assert head.misaligned == ["n"] and head.time_source == "kernels"
+    assert head.time_s == pytest.approx(0.003)
+    assert shapes[(4096, 50257, 1024)].time_s == pytest.approx(0.003)  # backward mm on the autograd thread
+    assert shapes[(4096, 1024, 1024)].count == 4 and shapes[(4096, 1024, 1024)].time_s == pytest.approx(0.0036)
 
 
 def test_kernels_link_through_flow_events_when_the_correlation_arg_is_missing(tmp_path):
@@ -96,8 +97,8 @@ def test_kernels_link_through_flow_events_when_the_correlation_arg_is_missing(tm
     path = tmp_path / "flows.json.gz"
     with gzip.open(path, "wt") as fh:
         json.dump(data, fh)
-    shapes = {tuple(g["shape"]): g for g in _facts(path)["gemm_shapes"]}
-    assert shapes[(4096, 1024, 50257)]["time_s"] == pytest.approx(0.003)
+    shapes = {tuple(g.shape): g for g in _facts(path).gemm_shapes}
+    assert shapes[(4096, 1024, 50257)].time_s == pytest.approx(0.003)
 
 
 def test_kernels_without_a_launch_link_join_their_op_by_external_id(tmp_path):
@@ -106,7 +107,7 @@ def test_kernels_without_a_launch_link_join_their_op_by_external_id(tmp_path):
         t.launch("ampere_sgemm_32x32_sliced1x4_tn", 700)
     t.events = [e for e in t.events if e.get("cat") != "cuda_runtime" and e.get("ph") == "X"]  # launch call lost
     facts = trace_facts(t.write(tmp_path / "t.json.gz"), device_type="cuda", steps=1)
-    assert facts["gemm_shapes"][0]["time_s"] == pytest.approx(700e-6)
+    assert facts.gemm_shapes[0].time_s == pytest.approx(700e-6)
 
 
 def test_misaligned_gemm_rule_fires_on_the_gpu_trace():
@@ -127,16 +128,16 @@ def test_a_gpu_bound_step_with_an_item_is_not_launch_bound(tmp_path):
     # counting that as host busy time called this step launch-bound.
     for path in (GPU_BOUND, _older_torch(tmp_path)):
         facts = _facts(path)
-        assert facts["kernel_count_per_step"] >= 200 and facts["median_kernel_us"] < 20
-        assert facts["launch_bound"] is False
-        assert facts["idle_breakdown"]["host"] == pytest.approx(0.0, abs=1e-5)
-        assert facts["host_active_per_step_s"] < facts["gpu_busy_per_step_s"]
+        assert facts.launch.kernels_per_step >= 200 and facts.launch.median_kernel_us < 20
+        assert facts.launch.launch_bound is False
+        assert facts.gpu.idle.host_s == pytest.approx(0.0, abs=1e-5)
+        assert facts.launch.host_active_s < facts.gpu.busy_s
 
 
 def test_one_item_is_one_sync_point():
     facts = _facts(GPU_BOUND)
-    assert facts["sync_points_per_step"] == 1
-    assert facts["sync_events_per_step"] == {"aten::item": 1, "aten::_local_scalar_dense": 1, "cudaStreamSynchronize": 1}
+    assert facts.sync.points_per_step == 1
+    assert facts.sync.events_per_step == {"aten::item": 1, "aten::_local_scalar_dense": 1, "cudaStreamSynchronize": 1}
 
 
 def test_idle_is_attributed_once_and_adds_up(tmp_path):
@@ -151,16 +152,16 @@ def test_idle_is_attributed_once_and_adds_up(tmp_path):
         with t.op("aten::mm"):
             t.launch("ampere_sgemm_128x64_nn", 1_000)
     facts = trace_facts(t.write(tmp_path / "t.json.gz"), device_type="cuda", steps=1)
-    idle = facts["idle_breakdown"]
-    assert sum(idle.values()) == pytest.approx(facts["gpu_idle_fraction"] * facts["step_time_s"])
-    assert idle["sync"] == pytest.approx(0.005, rel=0.01)  # once, not three times
+    idle = facts.gpu.idle
+    assert idle.total_s == pytest.approx(facts.gpu.idle_fraction * facts.step_time_s)
+    assert idle.sync_s == pytest.approx(0.005, rel=0.01)  # once, not three times
 
 
 def test_a_launch_bound_step_is_launch_bound():
     facts = _facts(LAUNCH_BOUND)
-    assert facts["launch_bound"] is True
-    assert facts["idle_breakdown"]["host"] > 0.7 * facts["step_time_s"]
-    assert facts["gpu_idle_fraction"] > 0.7
+    assert facts.launch.launch_bound is True
+    assert facts.gpu.idle.host_s > 0.7 * facts.step_time_s
+    assert facts.gpu.idle_fraction > 0.7
 
 
 def test_queued_work_waiting_on_something_else_is_not_the_hosts_fault(tmp_path):
@@ -172,8 +173,8 @@ def test_queued_work_waiting_on_something_else_is_not_the_hosts_fault(tmp_path):
         with t.op("aten::mm"):
             t.launch("ampere_sgemm_128x64_nn", 1_000)
         t.work(3_500)
-    idle = trace_facts(t.write(tmp_path / "t.json.gz"), device_type="cuda", steps=1)["idle_breakdown"]
-    assert idle["other"] == pytest.approx(0.002, rel=0.01)
+    idle = trace_facts(t.write(tmp_path / "t.json.gz"), device_type="cuda", steps=1).gpu.idle
+    assert idle.other_s == pytest.approx(0.002, rel=0.01)
 
 
 # ------------------------------------------------------------------------------ 2. categories, compiled
@@ -181,6 +182,6 @@ def test_queued_work_waiting_on_something_else_is_not_the_hosts_fault(tmp_path):
 
 def test_compiled_step_counts_triton_templates_as_gemm():
     facts = _facts(COMPILED)
-    assert facts["kernel_time_by_category"]["gemm"] == pytest.approx(0.0032)
-    assert facts["kernel_time_by_category"]["elementwise"] == pytest.approx(0.00028)
-    assert facts["cpu_launch_time_per_step_s"] > 0  # cuLaunchKernel (driver API) counts as a launch
+    assert facts.kernels.time_by_category["gemm"] == pytest.approx(0.0032)
+    assert facts.kernels.time_by_category["elementwise"] == pytest.approx(0.00028)
+    assert facts.launch.host_launch_s > 0  # cuLaunchKernel (driver API) counts as a launch

@@ -1,7 +1,7 @@
-"""Chrome/Kineto trace → per-step facts (the contract is in perfscope/trace/__init__.py).
+"""Chrome/Kineto trace → typed per-step facts (perfscope.results.trace_facts.TraceFacts).
 
     facts = trace_facts(Path("trials/baseline/trace/rank0.json.gz"), device_type="cuda", steps=3)
-    facts["gpu_idle_fraction"], facts["idle_breakdown"], facts["kernel_time_by_category"], facts["launch_bound"]
+    facts.gpu.idle_fraction, facts.gpu.idle.sync_s, facts.kernels.time_by_category, facts.launch.launch_bound
 
 One analyzer per fact family, each a function of the parsed trace (perfscope.trace.events) and the profiled
 window: data wait, host synchronization, kernels by category, the GPU timeline and what its idle time waited
@@ -36,6 +36,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfscope.results.trace_facts import (
+    GemmShape,
+    GpuTimeline,
+    IdleBreakdown,
+    KernelFacts,
+    KernelStat,
+    LaunchFacts,
+    PageableCopies,
+    SyncFacts,
+    TraceFacts,
+)
 from perfscope.trace.categories import categorize, gemm_on_tensor_cores
 from perfscope.trace.events import DeviceWork, Event, Trace, read_trace
 from perfscope.trace.intervals import Span, clip, gaps, length, merge, overlap, subtract
@@ -76,34 +87,38 @@ class Window:
 def window(trace: Trace, steps: int) -> Window:
     """The ProfilerStep#N spans; without them, the whole host timeline split into ``steps`` steps."""
     if trace.steps:
-        return Window(spans=merge(trace.steps), steps=len(trace.steps))
-    host = [e.span for e in trace.cpu_ops + trace.runtime + trace.annotations] or [w.event.span for w in trace.device]
-    if not host:
-        raise ValueError("the trace has no complete events")
-    return Window(spans=[(min(s for s, _ in host), max(e for _, e in host))], steps=max(steps, 1))
+        w = Window(spans=merge(trace.steps), steps=len(trace.steps))
+    else:
+        host = [e.span for e in trace.cpu_ops + trace.runtime + trace.annotations] or [x.event.span for x in trace.device]
+        if not host:
+            raise ValueError("the trace has no complete events")
+        w = Window(spans=[(min(s for s, _ in host), max(e for _, e in host))], steps=max(steps, 1))
+    if w.total_us <= 0:
+        raise ValueError("the profiled window has no duration")
+    return w
 
 
 # ------------------------------------------------------------------------------------------- analyzers
 
 
-def data_wait(trace: Trace, w: Window) -> dict[str, Any]:
+def data_wait_fraction(trace: Trace, w: Window) -> float:
     """Host time inside perfscope::data spans (the loop's `next()` on the data iterator) / step time."""
     spans = merge(clip(trace.labelled(DATA_LABEL), w.bounds))
-    return {"data_wait_fraction": min(1.0, length(spans) / w.total_us) if w.total_us else 0.0}
+    return min(1.0, length(spans) / w.total_us) if w.total_us else 0.0
 
 
-def sync_facts(trace: Trace, w: Window) -> dict[str, Any]:
+def sync_facts(trace: Trace, w: Window) -> SyncFacts:
     """Synchronizing calls: one `.item()` is item → _local_scalar_dense → cudaStreamSynchronize, one sync point."""
     calls = [e for e in trace.cpu_ops + trace.runtime if e.name in SYNC_NAMES and w.contains(e.ts)]
     merged = merge([e.span for e in calls])
-    return {
-        "sync_events_per_step": {k: v / w.steps for k, v in Counter(e.name for e in calls).items()},
-        "sync_points_per_step": len(merged) / w.steps,
-        "sync_fraction": min(1.0, length(merged) / w.total_us) if w.total_us else 0.0,
-    }
+    return SyncFacts(
+        points_per_step=len(merged) / w.steps,
+        events_per_step={k: v / w.steps for k, v in Counter(e.name for e in calls).items()},
+        blocked_fraction=min(1.0, length(merged) / w.total_us) if w.total_us else 0.0,
+    )
 
 
-def kernel_facts(work: list[DeviceWork], w: Window) -> dict[str, Any]:
+def kernel_facts(work: list[DeviceWork], w: Window) -> KernelFacts:
     """Device time by category and by kernel name; the share of GEMM time in fp32 (non-tensor-core) kernels."""
     by_cat: dict[str, float] = defaultdict(float)
     by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
@@ -117,14 +132,8 @@ def kernel_facts(work: list[DeviceWork], w: Window) -> dict[str, Any]:
         if category == "gemm" and e.cat == "kernel":
             gemm_us += e.dur
             fp32_us += e.dur if gemm_on_tensor_cores(e.name) is False else 0.0
-    return {
-        "kernel_time_by_category": {k: v / w.steps / 1e6 for k, v in sorted(by_cat.items(), key=lambda kv: -kv[1])},
-        "top_kernels": [
-            {"name": name, "time_s": t / w.steps / 1e6, "count": c / w.steps, "category": categorize(name)}
-            for name, (t, c) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:15]
-        ],
-        "fp32_matmul_fraction": fp32_us / gemm_us if gemm_us else None,
-    }
+    return KernelFacts(source="kernels", time_by_category=_per_step(by_cat, w), top=_top(by_name, w),
+                       fp32_gemm_fraction=fp32_us / gemm_us if gemm_us else None)
 
 
 def blocked_spans(trace: Trace, w: Window) -> list[Span]:
@@ -135,8 +144,8 @@ def blocked_spans(trace: Trace, w: Window) -> list[Span]:
     return merge(clip(spans, w.bounds))
 
 
-def gpu_timeline(trace: Trace, w: Window, *, data: list[Span], blocked: list[Span]) -> dict[str, Any]:
-    """GPU busy/idle share of the step and what each idle gap waited for (seconds per step)."""
+def gpu_timeline(trace: Trace, w: Window, *, data: list[Span], blocked: list[Span]) -> GpuTimeline:
+    """GPU busy/idle share of the step and what each idle gap waited for."""
     busy = merge([x.event.span for x in trace.device])
     busy_us = length(clip(busy, w.bounds))
     starts = [x.event.ts for x in trace.device]
@@ -148,54 +157,50 @@ def gpu_timeline(trace: Trace, w: Window, *, data: list[Span], blocked: list[Spa
             idle["other"] += g1 - g0  # the work was queued (or we cannot tell): not the host's doing
             continue
         waited_data = overlap((g0, g1), data)
-        rest = g1 - g0 - waited_data
         idle["data_wait"] += waited_data
-        idle["sync" if overlap((g0 - TOUCH_US, g1), blocked) > 0 else "host"] += rest
+        idle["sync" if overlap((g0 - TOUCH_US, g1), blocked) > 0 else "host"] += g1 - g0 - waited_data
     total = w.total_us
-    return {
-        "gpu_busy_fraction": min(1.0, busy_us / total) if total else None,
-        "gpu_idle_fraction": max(0.0, 1.0 - busy_us / total) if total else None,
-        "gpu_busy_per_step_s": busy_us / w.steps / 1e6,
-        "idle_breakdown": {k: v / w.steps / 1e6 for k, v in idle.items()},
-    }
+    per_step = {k: v / w.steps / 1e6 for k, v in idle.items()}
+    return GpuTimeline(
+        busy_fraction=min(1.0, busy_us / total), idle_fraction=max(0.0, 1.0 - busy_us / total), busy_s=busy_us / w.steps / 1e6,
+        idle=IdleBreakdown(data_wait_s=per_step["data_wait"], sync_s=per_step["sync"], host_s=per_step["host"], other_s=per_step["other"]),
+    )
 
 
-def launch_facts(trace: Trace, work: list[DeviceWork], w: Window, timeline: dict[str, Any], *,
-                 data: list[Span], blocked: list[Span]) -> dict[str, Any]:
-    """Is the GPU waiting for the host's launches? Counted only when it idles while the host is launching."""
+def launch_facts(trace: Trace, work: list[DeviceWork], w: Window, timeline: GpuTimeline, *,
+                 data: list[Span], blocked: list[Span]) -> LaunchFacts:
+    """Is the GPU waiting for the host's launches? Only when it idles while the (unblocked) host is launching."""
     durations = [x.event.dur for x in work if x.event.cat == "kernel"]
     calls = [e for e in trace.runtime if RUNTIME_LAUNCH.search(e.name) and w.contains(e.ts)]
     host_ops = clip([e.span for e in trace.cpu_ops], w.bounds)
-    host_active_us = length(subtract(host_ops, blocked + data))
-    busy_s = timeline["gpu_busy_per_step_s"]
-    starved_s = timeline["idle_breakdown"]["host"]
-    facts: dict[str, Any] = {
-        "kernel_count_per_step": len(durations) / w.steps,
-        "median_kernel_us": statistics.median(durations) if durations else None,
-        "cpu_launch_time_per_step_s": sum(e.dur for e in calls) / w.steps / 1e6,
-        "host_active_per_step_s": host_active_us / w.steps / 1e6,
-        "starved_fraction": starved_s * 1e6 / w.step_us if w.step_us else 0.0,
-    }
-    facts["launch_bound"] = bool(
-        facts["kernel_count_per_step"] >= LAUNCH_BOUND_KERNELS
-        and (facts["median_kernel_us"] or 0) < LAUNCH_BOUND_MEDIAN_US
-        and facts["starved_fraction"] >= STARVED_MIN_FRACTION
-        and facts["host_active_per_step_s"] >= busy_s
+    facts = LaunchFacts(
+        launch_bound=False,
+        kernels_per_step=len(durations) / w.steps,
+        median_kernel_us=statistics.median(durations) if durations else None,
+        host_launch_s=sum(e.dur for e in calls) / w.steps / 1e6,
+        host_active_s=length(subtract(host_ops, blocked + data)) / w.steps / 1e6,
+        starved_fraction=timeline.idle.host_s * 1e6 / w.step_us,
+    )
+    facts.launch_bound = bool(
+        facts.kernels_per_step >= LAUNCH_BOUND_KERNELS
+        and (facts.median_kernel_us or 0) < LAUNCH_BOUND_MEDIAN_US
+        and facts.starved_fraction >= STARVED_MIN_FRACTION
+        and facts.host_active_s >= timeline.busy_s
     )
     return facts
 
 
-def pageable_memcpy(work: list[DeviceWork], w: Window) -> dict[str, float]:
+def pageable_memcpy(work: list[DeviceWork], w: Window) -> PageableCopies:
     """Host-to-device copies from pageable memory: staged by the driver, blocking the host."""
     pageable = [x.event for x in work if x.event.cat == "gpu_memcpy" and "Pageable" in x.event.name and "HtoD" in x.event.name]
-    return {
-        "count": len(pageable) / w.steps,
-        "bytes": sum(float(e.args.get("bytes", 0)) for e in pageable) / w.steps,
-        "time_s": sum(e.dur for e in pageable) / w.steps / 1e6,
-    }
+    return PageableCopies(
+        count=len(pageable) / w.steps,
+        bytes=sum(float(e.args.get("bytes", 0)) for e in pageable) / w.steps,
+        time_s=sum(e.dur for e in pageable) / w.steps / 1e6,
+    )
 
 
-def cpu_op_facts(trace: Trace, w: Window) -> dict[str, Any]:
+def cpu_op_facts(trace: Trace, w: Window) -> tuple[KernelFacts, LaunchFacts]:
     """A CPU-only run: op self times by category, and the dispatch-bound equivalent of launch-bound."""
     ops = [e for e in trace.cpu_ops if w.contains(e.ts)]
     self_time = _self_times(ops)
@@ -208,76 +213,69 @@ def cpu_op_facts(trace: Trace, w: Window) -> dict[str, Any]:
         by_op[e.name][1] += 1
     aten = [max(self_time[i], 0.0) for i, e in enumerate(ops) if e.name.startswith("aten::")]
     tiny = sum(t for t in aten if t < LAUNCH_BOUND_MEDIAN_US)
-    facts: dict[str, Any] = {
-        "kernel_time_by_category": {k: v / w.steps / 1e6 for k, v in sorted(by_cat.items(), key=lambda kv: -kv[1])},
-        "top_kernels": [
-            {"name": name, "time_s": t / w.steps / 1e6, "count": c / w.steps, "category": categorize(name)}
-            for name, (t, c) in sorted(by_op.items(), key=lambda kv: -kv[1][0])[:15]
-        ],
-        "fp32_matmul_fraction": None,
-        "kernel_count_per_step": len(aten) / w.steps,
-        "median_kernel_us": statistics.median(aten) if aten else None,
-        "tiny_op_time_fraction": tiny / sum(aten) if aten and sum(aten) else None,
-    }
-    facts["launch_bound"] = bool(
-        facts["kernel_count_per_step"] >= LAUNCH_BOUND_KERNELS
-        and (facts["median_kernel_us"] or 0) < LAUNCH_BOUND_MEDIAN_US
-        and (facts["tiny_op_time_fraction"] or 0) >= 0.5  # most op time in tiny ops, not in a few big matmuls
+    launch = LaunchFacts(
+        launch_bound=False,
+        kernels_per_step=len(aten) / w.steps,
+        median_kernel_us=statistics.median(aten) if aten else None,
+        tiny_op_time_fraction=tiny / sum(aten) if aten and sum(aten) else None,
     )
-    return facts
+    launch.launch_bound = bool(
+        launch.kernels_per_step >= LAUNCH_BOUND_KERNELS
+        and (launch.median_kernel_us or 0) < LAUNCH_BOUND_MEDIAN_US
+        and (launch.tiny_op_time_fraction or 0) >= 0.5  # most op time in tiny ops, not in a few big matmuls
+    )
+    return KernelFacts(source="cpu ops", time_by_category=_per_step(by_cat, w), top=_top(by_op, w)), launch
 
 
-def gemm_shapes(trace: Trace, w: Window, *, on_device: bool) -> list[dict[str, Any]]:
+def gemm_shapes(trace: Trace, w: Window, *, on_device: bool) -> list[GemmShape]:
     """Hot matmuls by (op, m×k×n, dtype) from recorded shapes, with their time per step: on a GPU the device
     time of the kernels they launched, on CPU the op's own duration."""
     ops = [e for e in trace.cpu_ops if e.name in GEMM_OPS and w.contains(e.ts)]
     times = _device_time_by_op(trace, ops) if on_device else {i: e.dur for i, e in enumerate(ops)}
-    groups: dict[tuple[str, tuple[int, int, int], str], dict[str, Any]] = {}
+    groups: dict[tuple[str, tuple[int, int, int], str], GemmShape] = {}
     for i, e in enumerate(ops):
         mkn = _mkn(e)
         if mkn is None:
             continue
         shape, dtype = mkn
-        g = groups.setdefault((e.name, shape, dtype), {
-            "op": e.name, "shape": list(shape), "dtype": dtype, "count": 0.0, "time_s": 0.0,
-            "time_source": "kernels" if on_device else "cpu op",
-        })
-        g["count"] += 1
-        g["time_s"] += times.get(i, 0.0) / 1e6
-    rows = []
+        g = groups.setdefault((e.name, shape, dtype), GemmShape(
+            op=e.name, shape=list(shape), dtype=dtype, count=0.0, time_s=0.0, time_source="kernels" if on_device else "cpu op"))
+        g.count += 1
+        g.time_s += times.get(i, 0.0) / 1e6
     for g in groups.values():
-        multiple = 8 if any(t in g["dtype"].lower() for t in ("half", "bfloat16", "bf16", "fp16")) else 4
-        g["misaligned"] = [name for name, v in zip("mkn", g["shape"]) if v % multiple]
-        g["count"] /= w.steps
-        g["time_s"] /= w.steps
-        rows.append(g)
-    return sorted(rows, key=lambda r: -r["time_s"])[:20]
+        multiple = 8 if any(t in g.dtype.lower() for t in ("half", "bfloat16", "bf16", "fp16")) else 4
+        g.misaligned = [name for name, v in zip("mkn", g.shape) if v % multiple]
+        g.count /= w.steps
+        g.time_s /= w.steps
+    return sorted(groups.values(), key=lambda g: -g.time_s)[:20]
 
 
 # --------------------------------------------------------------------------------------------- entry
 
 
-def trace_facts(trace_path: Path, *, device_type: str, steps: int) -> dict[str, Any]:
+def trace_facts(trace_path: Path, *, device_type: str, steps: int) -> TraceFacts:
+    """Every fact family of one trace; ``steps`` is used only when the trace has no ProfilerStep#N spans."""
     trace = read_trace(Path(trace_path))
     w = window(trace, steps)
     work = [x for x in trace.device if w.contains(x.issued)]
     on_device = device_type == "cuda" and bool(work)
-    facts: dict[str, Any] = {"device_type": device_type, "steps": w.steps, "step_time_s": w.step_us / 1e6}
-    facts |= data_wait(trace, w)
-    facts |= sync_facts(trace, w)
-    facts["gemm_shapes"] = gemm_shapes(trace, w, on_device=on_device)
+    notes = [] if trace.steps else [f"no ProfilerStep#N spans in the trace: its whole span was taken as {w.steps} steps"]
     if on_device:
         data = merge(clip(trace.labelled(DATA_LABEL), w.bounds))
         blocked = blocked_spans(trace, w)
-        facts |= kernel_facts(work, w)
         timeline = gpu_timeline(trace, w, data=data, blocked=blocked)
-        facts |= timeline
-        facts |= launch_facts(trace, work, w, timeline, data=data, blocked=blocked)
-        facts["pageable_memcpy"] = pageable_memcpy(work, w)
+        kernels, launch = kernel_facts(work, w), launch_facts(trace, work, w, timeline, data=data, blocked=blocked)
+        copies: PageableCopies | None = pageable_memcpy(work, w)
     else:
-        facts |= cpu_op_facts(trace, w)
-    facts["trace_bytes"] = Path(trace_path).stat().st_size
-    return facts
+        if device_type == "cuda":
+            notes.append("no device activity in the CUDA trace (CUPTI off?): facts from host ops")
+        (kernels, launch), timeline, copies = cpu_op_facts(trace, w), None, None
+    return TraceFacts(
+        device_type=device_type, steps=w.steps, step_time_s=w.step_us / 1e6,
+        data_wait_fraction=data_wait_fraction(trace, w), kernels=kernels, launch=launch, sync=sync_facts(trace, w),
+        gpu=timeline, pageable_memcpy=copies, gemm_shapes=gemm_shapes(trace, w, on_device=on_device),
+        trace_bytes=Path(trace_path).stat().st_size, notes=notes,
+    )
 
 
 # ------------------------------------------------------------------------------------------- helpers
@@ -321,6 +319,17 @@ def _device_time_by_op(trace: Trace, ops: list[Event]) -> dict[int, float]:
         elif (i := by_ext.get(x.event.args.get("External id"))) is not None:
             out[i] += x.event.dur
     return out
+
+
+def _per_step(us_by_key: dict[str, float], w: Window) -> dict[str, float]:
+    return {k: v / w.steps / 1e6 for k, v in sorted(us_by_key.items(), key=lambda kv: -kv[1])}
+
+
+def _top(by_name: dict[str, list[float]], w: Window, n: int = 15) -> list[KernelStat]:
+    return [
+        KernelStat(name=name, time_s=t / w.steps / 1e6, count=c / w.steps, category=categorize(name))
+        for name, (t, c) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:n]
+    ]
 
 
 def _mkn(e: Event) -> tuple[tuple[int, int, int], str] | None:
