@@ -269,7 +269,7 @@ def bf16_gpu_bound_with_item(steps: int = 3) -> KinetoTrace:
     return t
 
 
-def fp32_launch_bound(steps: int = 3) -> KinetoTrace:
+def fp32_launch_bound(steps: int = 2) -> KinetoTrace:
     """A deep, narrow fp32 MLP at a small batch: 300 kernels of 3 µs a step, each costing the host ~15 µs to
     dispatch and launch, so the GPU idles most of the step waiting for launches."""
     t = KinetoTrace()

@@ -13,6 +13,7 @@ call it an optimizer kernel), dtype conversions contain "conv", and H100 cuBLAS 
 
 from __future__ import annotations
 
+import functools
 import re
 
 # First match wins. Attention and conv come before gemm (flash kernels and implicit-GEMM convolutions
@@ -46,6 +47,7 @@ _FP32 = re.compile(r"sgemm|f32f32_f32f32|simt|ffma", re.I)
 _NVJET = re.compile(r"nvjet_(?:sm\d+_)?([a-z]{3})(?:_|$)", re.I)
 
 
+@functools.lru_cache(maxsize=8192)  # a trace repeats a few hundred names thousands of times; names run to 1 kB
 def categorize(name: str) -> str:
     """The category of a kernel (CUDA) or aten op (CPU); "other" when no pattern matches."""
     for category, pattern in CATEGORIES:
@@ -54,6 +56,7 @@ def categorize(name: str) -> str:
     return "other"
 
 
+@functools.lru_cache(maxsize=8192)
 def gemm_on_tensor_cores(name: str) -> bool | None:
     """True / False when a GEMM kernel's name says whether it runs on tensor cores; None when it does not say.
 

@@ -10,6 +10,8 @@ raw durations counts the same microsecond several times.
 
 from __future__ import annotations
 
+import bisect
+
 Span = tuple[float, float]
 
 
@@ -49,14 +51,31 @@ def gaps(busy: list[Span], window: Span) -> list[Span]:
 
 
 def overlap(span: Span, merged: list[Span]) -> float:
-    """Time of ``span`` covered by ``merged`` (which must already be merged)."""
-    return sum(e - s for s, e in clip(merged, span))
+    """Time of ``span`` covered by ``merged`` (sorted and non-overlapping, as merge() returns)."""
+    lo, hi = span
+    i = bisect.bisect_right(merged, (lo, float("inf"))) - 1  # the last span starting at or before lo
+    total = 0.0
+    for start, end in merged[max(i, 0):]:
+        if start >= hi:
+            break
+        total += max(0.0, min(end, hi) - max(start, lo))
+    return total
 
 
 def subtract(spans: list[Span], remove: list[Span]) -> list[Span]:
-    """The union of ``spans`` minus the union of ``remove``."""
+    """The union of ``spans`` minus the union of ``remove`` (one sweep over both)."""
     out: list[Span] = []
     removed = merge(remove)
+    j = 0
     for start, end in merge(spans):
-        out += gaps(removed, (start, end))
+        while j < len(removed) and removed[j][1] <= start:
+            j += 1
+        cursor, k = start, j
+        while k < len(removed) and removed[k][0] < end:
+            if removed[k][0] > cursor:
+                out.append((cursor, removed[k][0]))
+            cursor = max(cursor, removed[k][1])
+            k += 1
+        if cursor < end:
+            out.append((cursor, end))
     return out
