@@ -225,6 +225,13 @@ def _mm(t: KinetoTrace, m: int, k: int, n: int, kernel_us: float) -> None:
         t.launch(NVJET_BF16_NN, kernel_us)
 
 
+def _loss_item(t: KinetoTrace) -> None:
+    """`loss.item()`: a 4-byte copy to pageable memory, which waits for the stream, then a stream synchronize."""
+    with t.op("aten::item"), t.op("aten::_local_scalar_dense"):
+        t.memcpy("Memcpy DtoH (Device -> Pageable)", 4, 2, blocking=True)
+        t.synchronize()
+
+
 def _tiny(t: KinetoTrace, name: str, kernel: str, count: int, kernel_us: float, host_us: float) -> None:
     for _ in range(count):
         with t.op(name, dispatch_us=host_us):
@@ -262,9 +269,7 @@ def bf16_gpu_bound_with_item(steps: int = 3) -> KinetoTrace:
                     _tiny(t, "aten::mul", MUL_FLOAT, 30, 4, 12)
             with t.op("aten::_fused_adamw_"):
                 t.launch(FUSED_ADAMW, 300)
-            with t.op("aten::item"), t.op("aten::_local_scalar_dense"):
-                t.memcpy("Memcpy DtoH (Device -> Pageable)", 4, 2, blocking=True)
-                t.synchronize()
+            _loss_item(t)
             t.work(40)
     return t
 
@@ -287,9 +292,7 @@ def fp32_launch_bound(steps: int = 2) -> KinetoTrace:
                     _tiny(t, "aten::threshold_backward", MUL_FLOAT, 1, 2, 9)
             with t.op("aten::_fused_adamw_"):
                 t.launch(FUSED_ADAMW, 20)
-            with t.op("aten::item"), t.op("aten::_local_scalar_dense"):
-                t.memcpy("Memcpy DtoH (Device -> Pageable)", 4, 2, blocking=True)
-                t.synchronize()
+            _loss_item(t)
     return t
 
 
@@ -311,9 +314,7 @@ def compiled_bf16(steps: int = 3) -> KinetoTrace:
                     t.launch("triton_red_fused_sum_4", 40, api="cuLaunchKernel")
             with t.op("aten::_fused_adamw_"):
                 t.launch(FUSED_ADAMW, 200)
-            with t.op("aten::item"), t.op("aten::_local_scalar_dense"):
-                t.memcpy("Memcpy DtoH (Device -> Pageable)", 4, 2, blocking=True)
-                t.synchronize()
+            _loss_item(t)
     return t
 
 
