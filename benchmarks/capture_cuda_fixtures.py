@@ -38,6 +38,7 @@ SCENARIOS: dict[str, tuple[str, dict]] = {
 
 
 def run_one(name: str, out: Path, device: str = "cuda") -> None:
+    from perfscope.results import to_jsonable
     from perfscope.results.config import TrialConfig
     from perfscope.trial.loop import run_trial
     from perfscope.workload import load_workload
@@ -48,7 +49,7 @@ def run_one(name: str, out: Path, device: str = "cuda") -> None:
     target = out / name
     target.mkdir(parents=True, exist_ok=True)
     metrics = run_trial(workload, config, target)
-    facts = metrics.trace_facts or {}
+    facts = to_jsonable(metrics.trace_facts)  # None when no trace was captured (the reason is in unavailable)
     (target / "facts.json").write_text(json.dumps({"config": config.to_dict(), "workload": path, "facts": facts,
                                                    "unavailable": metrics.unavailable}, indent=1, default=str))
 

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
+from typing import Any
 
 from perfscope.measure.metrics import assemble_metrics
 from perfscope.measure.window import StepRecord
 from perfscope.results import (
     Environment,
+    GpuTimeline,
+    IdleBreakdown,
+    KernelFacts,
+    KernelStat,
+    LaunchFacts,
+    PageableCopies,
     Peak,
     Results,
+    SyncFacts,
+    TraceFacts,
     Trial,
     Utilization,
     Window,
@@ -162,19 +172,40 @@ def make_utilization(seconds: float = 30.0, n: int = 300, *, gpu_util: float = 6
     return Utilization(gpu_util_percent=summarize(gpu), cpu_percent=summarize([s.cpu_percent for s in samples]), samples=samples)
 
 
-def make_trace_facts(kernel_name: str = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1", scale: float = 1.0) -> dict:
-    """Trace facts in the shape perfscope.trace writes (free-form keys; the report reads them defensively)."""
-    return {
-        "gpu_idle_fraction": 0.22 / scale,
-        "kernel_time_by_category": {"gemm": 0.61 * scale, "attention": 0.21 * scale, "elementwise": 0.17, "reduction": 0.06, "memcpy": 0.03},
-        "top_kernels": [
-            {"name": kernel_name, "time_s": 0.41 * scale, "count": 240},
-            {"name": "flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>", "time_s": 0.13 * scale, "count": 120},
-            {"name": "at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>", "time_s": 0.07, "count": 480},
-            {"name": "cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x2_tn_align8>", "time_s": 0.05, "count": 96},
-            {"name": "at::native::reduce_kernel<512, 1, ReduceOp<float, NormTwoOps>>", "time_s": 0.04, "count": 60},
-        ],
-    }
+def make_trace_facts(
+    kernel_name: str = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1", scale: float = 1.0, **changes: Any
+) -> TraceFacts:
+    """Trace facts of a GPU-bound bf16 transformer step, as perfscope.trace writes them; ``changes`` replace
+    top-level fields (``gpu=None``, ``gemm_shapes=[...]``)."""
+    step = 0.12 * scale
+    idle = 0.22 / scale
+    facts = TraceFacts(
+        device_type="cuda",
+        steps=3,
+        step_time_s=step,
+        data_wait_fraction=0.02,
+        kernels=KernelFacts(
+            source="kernels",
+            time_by_category={"gemm": 0.061 * scale, "attention": 0.021 * scale, "elementwise": 0.017, "normalization": 0.006, "memcpy": 0.003},
+            top=[
+                KernelStat(name=kernel_name, time_s=0.041 * scale, count=240, category="gemm"),
+                KernelStat(name="flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>", time_s=0.013 * scale, count=120, category="attention"),
+                KernelStat(name="at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>", time_s=0.007, count=480, category="elementwise"),
+                KernelStat(name="cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x2_tn_align8>", time_s=0.005, count=96,
+                           category="gemm"),
+                KernelStat(name="at::native::reduce_kernel<512, 1, ReduceOp<float, NormTwoOps>>", time_s=0.004, count=60, category="elementwise"),
+            ],
+            fp32_gemm_fraction=0.0,
+        ),
+        launch=LaunchFacts(launch_bound=False, kernels_per_step=1200, median_kernel_us=18.0, host_launch_s=0.006, host_active_s=0.03,
+                           starved_fraction=0.01),
+        sync=SyncFacts(points_per_step=1, events_per_step={"aten::item": 1, "aten::_local_scalar_dense": 1, "cudaStreamSynchronize": 1},
+                       blocked_fraction=0.05),
+        gpu=GpuTimeline(busy_fraction=1 - idle, idle_fraction=idle, busy_s=step * (1 - idle),
+                        idle=IdleBreakdown(data_wait_s=step * 0.02, sync_s=step * (idle - 0.03), host_s=step * 0.01, other_s=0.0)),
+        pageable_memcpy=PageableCopies(count=0, bytes=0, time_s=0),
+    )
+    return dataclasses.replace(facts, **changes)
 
 
 def make_full_results(

@@ -39,5 +39,5 @@ def test_misaligned_hidden_size_gets_a_measured_alignment_estimate(tmp_path):
     finding = next(f for f in results.findings if f.rule_id == "PS401")
     assert "1365" in finding.evidence[0]
     assert finding.estimated_gain is not None and "micro-benchmark" in finding.estimate_method
-    assert results.trial("baseline").metrics.trace_facts["gemm_alignment"]
+    assert results.trial("baseline").metrics.trace_facts.gemm_alignment
     assert (tmp_path / results.trial("baseline").metrics.trace_path).exists()

@@ -29,10 +29,11 @@ from perfscope.report.view import (
     split_findings,
     trace_href,
 )
-from perfscope.results import Finding, Gain, Results, UtilizationSample
+from perfscope.results import Finding, Gain, KernelStat, Results, UtilizationSample
 from tests.factories import (
     make_full_results,
     make_results,
+    make_trace_facts,
     make_trial,
     make_utilization,
 )
@@ -138,14 +139,23 @@ def test_trace_links_are_relative_and_inert(tmp_path):
     assert [t.href for t in view.traces] == ["traces/baseline.pt.trace.json.gz", "traces/recommended.pt.trace.json.gz"]
 
 
-def test_trace_facts_are_read_defensively():
-    garbage = {"kernel_time_by_category": {"gemm": "fast", "x": float("nan"), "ok": 1}, "top_kernels": [1, {"name": "k"}, {"name": "k2", "time_s": 0.1, "count": True}], "idle_fraction": "lots"}
-    assert facts.kernel_time_by_category(garbage) == {"ok": 1.0}
-    assert [(k.name, k.count) for k in facts.top_kernels(garbage)] == [("k2", None)]
-    assert facts.idle_fraction(garbage) is None and facts.top_kernels(None) == []
-    trial = make_trial()
-    trial.metrics.trace_facts = {"top_kernels": "oops", "kernel_time_by_category": [1, 2]}
-    render_html(make_results([trial]))  # must not raise
+def test_trace_facts_of_an_older_untyped_file_are_read_defensively():
+    """Older perfscope wrote a free-form dict; malformed parts of it drop out, the rest loads and renders."""
+    data = make_results([make_trial()]).to_dict()
+    data["trials"][0]["metrics"]["trace_facts"] = {
+        "kernel_time_by_category": {"gemm": "fast", "x": None, "ok": 1}, "top_kernels": [1, {"name": "k"}, {"name": "k2", "time_s": 0.1, "count": True}],
+        "idle_fraction": "lots", "gpu_idle_fraction": 0.3,
+    }
+    results = Results.from_dict(data)
+    loaded = results.trials[0].metrics.trace_facts
+    assert facts.kernel_time_by_category(loaded) == {"ok": 1.0}
+    assert [(k.name, k.count) for k in facts.top_kernels(loaded)] == [("k2", 0.0)]
+    assert facts.idle_fraction(loaded) == 0.3 and facts.top_kernels(None) == []
+    render_html(results)  # must not raise
+    bad = make_trace_facts()
+    bad.kernels.top.append(KernelStat(name="nan", time_s=float("nan"), count=1, category="other"))
+    bad.kernels.time_by_category["inf"] = float("inf")
+    assert "nan" not in [k.name for k in facts.top_kernels(bad)] and "inf" not in facts.kernel_time_by_category(bad)
 
 
 # ------------------------------------------------------------------------------------------- charts

@@ -11,9 +11,12 @@ import pytest
 import torch
 from torch import nn
 
+from perfscope.results import GemmShape
 from perfscope.trace.alignment import benchmark_alignment
 from perfscope.trace.capture import TraceCapture
-from perfscope.trace.facts import categorize, trace_facts
+from perfscope.trace.facts import trace_facts
+from tests.factories import make_trace_facts
+from tests.kineto import ADD_BF16, KinetoTrace
 
 FIXTURES = Path(__file__).parent / "data" / "traces"
 
@@ -34,23 +37,23 @@ def _train_with_capture(path: Path, *, sleep_s: float = 0.01, **kw) -> TraceCapt
 
 
 def test_capture_writes_a_gzipped_chrome_trace_and_facts_see_the_data_wait(tmp_path):
-    cap = _train_with_capture(tmp_path / "trace.json.gz")
+    cap = _train_with_capture(tmp_path / "trace.json.gz", sleep_s=0.04)  # data wait dominates even on a loaded machine
     assert cap.path is not None and cap.note is None
     events = json.load(gzip.open(cap.path))["traceEvents"]
     assert any(e.get("name", "").startswith("ProfilerStep#") for e in events)
     facts = trace_facts(cap.path, device_type="cpu", steps=cap.active_steps)
-    assert facts["steps"] == 3
-    assert facts["data_wait_fraction"] > 0.3  # 10 ms of sleep in a ~12 ms step
-    assert facts["kernel_time_by_category"].get("gemm", 0) > 0
-    misaligned = [g for g in facts["gemm_shapes"] if g["misaligned"]]
-    assert any(10 in g["shape"] for g in misaligned)  # the 128→10 layer is not a multiple of 4
-    assert "gpu_idle_fraction" not in facts
+    assert facts.steps == 3
+    assert facts.data_wait_fraction > 0.3  # 40 ms of sleep in a ~42 ms step
+    assert facts.kernels.time_by_category.get("gemm", 0) > 0
+    misaligned = [g for g in facts.gemm_shapes if g.misaligned]
+    assert any(10 in g.shape for g in misaligned)  # the 128→10 layer is not a multiple of 4
+    assert facts.gpu is None
 
 
 def test_committed_cpu_fixture_still_parses():
     facts = trace_facts(FIXTURES / "cpu_only" / "mlp_data_wait.json.gz", device_type="cpu", steps=3)
-    assert facts["steps"] == 3 and facts["data_wait_fraction"] > 0.5
-    assert facts["top_kernels"][0]["time_s"] >= facts["top_kernels"][-1]["time_s"]
+    assert facts.steps == 3 and facts.data_wait_fraction > 0.5
+    assert facts.kernels.top[0].time_s >= facts.kernels.top[-1].time_s
 
 
 def test_a_running_profiler_is_left_alone(tmp_path):
@@ -84,67 +87,73 @@ def _step(i: int, start: float, length: float) -> dict:
 
 
 def test_launch_bound_step(tmp_path):
-    events = [_step(0, 0, 10_000)]
-    for k in range(500):  # 500 kernels of 4 µs, each launched by a 15 µs host call
-        events.append(_x("cudaLaunchKernel", "cuda_runtime", k * 19, 15))
-        events.append(_x("void at::native::vectorized_elementwise_kernel<4>", "kernel", k * 19 + 15, 4))
-    events.append(_x("aten::add", "cpu_op", 0, 9_500))
-    facts = trace_facts(_write(tmp_path, events), device_type="cuda", steps=1)
-    assert facts["launch_bound"] is True
-    assert facts["kernel_count_per_step"] == 500 and facts["median_kernel_us"] == 4
-    assert facts["gpu_idle_fraction"] > 0.7
-    assert facts["idle_breakdown"]["launch_bound"] > 0
+    t = KinetoTrace()
+    with t.step(0):
+        for _ in range(500):  # 500 kernels of 4 µs, each costing the host ~16 µs to dispatch and launch
+            with t.op("aten::add", dispatch_us=10):
+                t.launch(ADD_BF16, 4, call_us=5)
+    facts = trace_facts(t.write(tmp_path / "t.json.gz"), device_type="cuda", steps=1)
+    assert facts.launch.launch_bound is True
+    assert facts.launch.kernels_per_step == 500 and facts.launch.median_kernel_us == 4
+    assert facts.gpu.idle_fraction > 0.7
+    assert facts.gpu.idle.host_s > 0.7 * facts.step_time_s
 
 
 def test_data_stall_sync_pageable_and_fp32_gemm(tmp_path):
+    t = KinetoTrace()
+    with t.step(0):
+        with t.annotation("perfscope::data"):
+            t.work(6_000)
+        with t.op("aten::copy_"):
+            t.memcpy("Memcpy HtoD (Pageable -> Device)", 8 * 2**20, 500, blocking=True)
+        with t.op("aten::mm"):
+            t.launch("ampere_sgemm_128x64_nn", 2_000)
+        with t.op("aten::mm"):
+            t.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", 500)
+        with t.op("aten::item"), t.op("aten::_local_scalar_dense"):
+            t.synchronize()
+    facts = trace_facts(t.write(tmp_path / "t.json.gz"), device_type="cuda", steps=1)
+    assert facts.gpu.idle.data_wait_s == pytest.approx(0.006)
+    assert facts.data_wait_fraction == pytest.approx(0.006 / facts.step_time_s)
+    assert facts.pageable_memcpy.count == 1 and facts.pageable_memcpy.bytes == 8 * 2**20
+    assert facts.kernels.fp32_gemm_fraction == pytest.approx(0.8)
+    assert facts.sync.events_per_step == {"aten::item": 1, "aten::_local_scalar_dense": 1, "cudaStreamSynchronize": 1}
+    assert facts.launch.launch_bound is False
+    assert facts.kernels.time_by_category["gemm"] == pytest.approx(0.0025)
+
+
+def test_hopper_gemm_kernels_count_as_gemm_and_fp32_by_name(tmp_path):
     events = [
         _step(0, 0, 10_000),
-        _x("perfscope::data", "user_annotation", 0, 6_000),
-        _x("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 6_000, 500, bytes=8 * 2**20),
-        _x("ampere_sgemm_128x64_nn", "kernel", 6_500, 2_000),
-        _x("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "kernel", 8_500, 500),
-        _x("aten::item", "cpu_op", 9_000, 900),
-        _x("cudaStreamSynchronize", "cuda_runtime", 9_050, 800),
+        _x("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT", "kernel", 1_000, 3_000),  # bf16 on tensor cores
+        _x("sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_batched_kernel__5x_cublas",
+           "kernel", 4_000, 1_000),  # fp32, though its name holds an "h"
+        _x("triton_tem_fused_mm_0", "kernel", 5_000, 1_000),  # dtype not in the name: not counted as fp32
     ]
     facts = trace_facts(_write(tmp_path, events), device_type="cuda", steps=1)
-    assert facts["idle_breakdown"]["data_wait"] == pytest.approx(0.006)
-    assert facts["data_wait_fraction"] == pytest.approx(0.6)
-    assert facts["pageable_memcpy"]["count"] == 1 and facts["pageable_memcpy"]["bytes"] == 8 * 2**20
-    assert facts["fp32_matmul_fraction"] == pytest.approx(0.8)
-    assert facts["sync_events_per_step"] == {"aten::item": 1, "cudaStreamSynchronize": 1}
-    assert facts["launch_bound"] is False
-    assert facts["kernel_time_by_category"]["gemm"] == pytest.approx(0.0025)
-
-
-@pytest.mark.parametrize(
-    ("name", "category"),
-    [
-        ("ampere_sgemm_128x64_nn", "gemm"),
-        ("flash_fwd_kernel", "attention"),
-        ("cudnn::winograd_nonfused::fwd", "conv"),
-        ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel", "normalization"),
-        ("void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "optimizer"),
-        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "communication"),
-        ("aten::addmm", "gemm"),
-    ],
-)
-def test_kernel_categories(name, category):
-    assert categorize(name) == category
+    assert facts.kernels.time_by_category == {"gemm": pytest.approx(0.005)}
+    assert facts.kernels.fp32_gemm_fraction == pytest.approx(0.2)
 
 
 def test_alignment_benchmark_measures_both_shapes_on_cpu():
-    rows = benchmark_alignment([{"shape": [256, 250, 250], "misaligned": ["k", "n"]}, {"shape": [4, 10, 32], "misaligned": ["n"]}], device="cpu", repeats=5)
+    shapes = [GemmShape(op="aten::mm", shape=[256, 250, 250], dtype="float", count=1, time_s=1e-3, time_source="cpu op", misaligned=["k", "n"]),
+              GemmShape(op="aten::mm", shape=[4, 10, 32], dtype="float", count=1, time_s=1e-6, time_source="cpu op", misaligned=["n"])]
+    rows = benchmark_alignment(shapes, device="cpu", repeats=5)
     assert len(rows) == 1
     row = rows[0]
-    assert row["padded"] == [256, 256, 256] and row["time_s"] > 0 and row["padded_time_s"] > 0
-    assert row["speedup_per_flop"] > 0
+    assert row.padded == [256, 256, 256] and row.time_s > 0 and row.padded_time_s > 0
+    assert row.speedup_per_flop > 0
 
 
 def test_trace_diff_shows_where_the_time_went():
     from perfscope.trace.diff import diff_facts, diff_markdown
 
-    base = {"kernel_time_by_category": {"gemm": 0.080, "elementwise": 0.030}, "gpu_idle_fraction": 0.30}
-    rec = {"kernel_time_by_category": {"gemm": 0.020, "elementwise": 0.010, "attention": 0.005}, "gpu_idle_fraction": 0.10}
+    base = make_trace_facts()
+    base.kernels.time_by_category = {"gemm": 0.080, "elementwise": 0.030}
+    base.gpu.idle_fraction = 0.30
+    rec = make_trace_facts()
+    rec.kernels.time_by_category = {"gemm": 0.020, "elementwise": 0.010, "attention": 0.005}
+    rec.gpu.idle_fraction = 0.10
     diff = diff_facts(base, rec)
     assert diff["kernel_time_by_category"]["gemm"]["delta"] == pytest.approx(-0.060)
     assert diff["kernel_time_by_category"]["attention"] == {"baseline": 0.0, "other": 0.005, "delta": 0.005}

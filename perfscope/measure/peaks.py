@@ -14,11 +14,11 @@ the table with their source), or no datasheet peak when that share is unknown.
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 
 import torch
 
+from perfscope.measure.microbench import MIN_REPEATS, median_seconds
 from perfscope.measure.tf32 import (
     restore_matmul_tf32,
     set_matmul_tf32,
@@ -138,11 +138,11 @@ def slice_peak(peak: DevicePeak, device_sms: int | None, *, mig: bool) -> tuple[
 _TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def measure_matmul_tflops(device: str, dtype: str, *, size: int | None = None, repeats: int = 5) -> float:
-    """Median TFLOP/s of a square matmul on ``device``: the ceiling this machine really reaches.
+def measure_matmul_tflops(device: str, dtype: str, *, size: int | None = None, repeats: int = MIN_REPEATS) -> float:
+    """TFLOP/s of a square matmul on ``device`` at its median time: the ceiling this machine really reaches.
 
-    Random inputs (never zeros: some hardware is faster on them), warm-up first, and the device is
-    synchronized before every host clock read.
+    Random inputs (never zeros: some hardware is faster on them), warm-up first, and each repeat timed by
+    perfscope.measure.microbench (CUDA events on a GPU, so the host clock and launch latency stay out).
     """
     if size is None:
         size = 8192 if device == "cuda" else 1024
@@ -152,18 +152,8 @@ def measure_matmul_tflops(device: str, dtype: str, *, size: int | None = None, r
     try:
         a = torch.randn(size, size, device=device, dtype=torch_dtype)
         b = torch.randn(size, size, device=device, dtype=torch_dtype)
-        flops = 2.0 * size**3
-        _sync(device)
-        torch.mm(a, b)  # warm-up: kernel selection, allocator
-        _sync(device)
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            torch.mm(a, b)
-            _sync(device)
-            times.append(time.perf_counter() - start)
-        times.sort()
-        return flops / times[len(times) // 2] / 1e12
+        seconds = median_seconds(lambda: torch.mm(a, b), device, warmup=3, repeats=repeats)
+        return 2.0 * size**3 / seconds / 1e12
     finally:
         restore_matmul_tf32(previous_tf32)
 
@@ -176,8 +166,3 @@ def ceiling_dtypes(device: str) -> list[str]:
             dtypes.append("bf16")
         return dtypes
     return ["fp32", "bf16"]
-
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()

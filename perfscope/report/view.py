@@ -455,7 +455,7 @@ def _kernels(results: Results, names: list[str | None]) -> tuple[list[KernelRow]
                 name=k.name if len(k.name) <= MAX_KERNEL_NAME else k.name[: MAX_KERNEL_NAME - 1] + "…",
                 full_name=k.name,
                 time=fmt_seconds(k.time_s),
-                count=str(k.count) if k.count is not None else "—",
+                count=(f"{k.count:.0f}" if k.count >= 10 or k.count == int(k.count) else f"{k.count:.1f}") if k.count is not None else "—",
                 share=fmt_percent(k.time_s / total) if total else "—",
             )
             for k in kernels[:MAX_KERNEL_ROWS]

@@ -6,7 +6,7 @@
 
 Every stage after measurement (rules, report, the CI gate) reads this model and nothing else, so a GPU
 run's results can be re-rendered or gated on any machine. model.py holds the dataclasses, serde.py the
-JSON conversion, io.py the only file writer and reader.
+JSON conversion, io.py the only file writer and reader, trace_facts.py the typed facts of a profiled window.
 """
 
 from perfscope.errors import ResultsError
@@ -14,5 +14,7 @@ from perfscope.results.io import read_json, write_json, write_text
 from perfscope.results.model import *  # noqa: F403 - the model is this package's API
 from perfscope.results.model import __all__ as _model_all
 from perfscope.results.serde import from_jsonable, to_jsonable
+from perfscope.results.trace_facts import *  # noqa: F403 - typed trace facts are part of the model
+from perfscope.results.trace_facts import __all__ as _trace_facts_all
 
-__all__ = [*_model_all, "ResultsError", "from_jsonable", "read_json", "to_jsonable", "write_json", "write_text"]
+__all__ = [*_model_all, *_trace_facts_all, "ResultsError", "from_jsonable", "read_json", "to_jsonable", "write_json", "write_text"]

@@ -2,6 +2,10 @@
 
     data = upgrade(json.loads(text))       # a schema-2 document, with a note saying what was recomputed
 
+Trace facts were a free-form dict before they were typed (perfscope.results.trace_facts); a dict in the old
+shape is rewritten into the typed one, keeping every figure it has, malformed parts dropped, and a note on
+the facts saying where they came from (their GEMM times were host launch times on CUDA).
+
 Schema 1 computed throughput, MFU and every gain from the *median* step, and treated the steps of one
 process as independent evidence. Its per-step times were contiguous boundary-to-boundary intervals, so
 their sum is the window's wall time: throughput and MFU are recomputed exactly as work / wall time. Its
@@ -13,6 +17,7 @@ run per side and says it cannot separate a regression from run-to-run noise.
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 NOTE_V1 = (
@@ -23,8 +28,12 @@ NOTE_V1 = (
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     """A schema-2 document from a schema-1 or schema-2 one (others are returned untouched for the caller to refuse)."""
-    if data.get("schema_version") != 1:
-        return data
+    if data.get("schema_version") == 1:
+        data = _v1(data)
+    return _typed_trace_facts(data)
+
+
+def _v1(data: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(data)
     out["schema_version"] = 2
     peak = (out.get("peak") or {}).get("tflops")
@@ -109,3 +118,113 @@ def _gain_v1(g: dict[str, Any]) -> dict[str, Any]:
         "method": "schema 1: bootstrap of median step times within one run (not run-based)",
     }
 
+
+
+# ------------------------------------------------------------------------------ untyped trace facts
+
+NOTE_TRACE_FACTS = (
+    "read from the untyped trace facts of an older perfscope: idle attribution and launch-bound were decided "
+    "by its rules, and on CUDA its GEMM shape times are host launch times"
+)
+
+
+def _typed_trace_facts(data: dict[str, Any]) -> dict[str, Any]:
+    trials = [t for t in data.get("trials") or [] if isinstance(t, dict) and isinstance(t.get("metrics"), dict)]
+    legacy = [i for i, t in enumerate(trials) if _is_legacy(t["metrics"].get("trace_facts"))]
+    if not legacy:
+        return data
+    out = copy.deepcopy(data)
+    trials = [t for t in out.get("trials") or [] if isinstance(t, dict) and isinstance(t.get("metrics"), dict)]
+    for i in legacy:
+        trials[i]["metrics"]["trace_facts"] = trace_facts_from_dict(trials[i]["metrics"]["trace_facts"])
+    return out
+
+
+def _is_legacy(facts: Any) -> bool:
+    return isinstance(facts, dict) and not isinstance(facts.get("kernels"), dict)
+
+
+def trace_facts_from_dict(old: dict[str, Any]) -> dict[str, Any]:
+    """The typed shape (as JSON) of a free-form trace-facts dict; what it lacks gets the typed defaults."""
+    def num(key: str) -> float | None:
+        return _float(old.get(key))
+
+    cuda = old.get("device_type") == "cuda" or num("gpu_idle_fraction") is not None
+    out: dict[str, Any] = {
+        "device_type": old.get("device_type") if isinstance(old.get("device_type"), str) else ("cuda" if cuda else "cpu"),
+        "steps": int(num("steps") or 1),
+        "step_time_s": num("step_time_s") or 0.0,
+        "data_wait_fraction": num("data_wait_fraction") or 0.0,
+        "kernels": {
+            "source": "kernels" if cuda else "cpu ops",
+            "time_by_category": _number_map(old.get("kernel_time_by_category")),
+            "top": [
+                {"name": str(k["name"]), "time_s": float(k["time_s"]), "count": _float(k.get("count")) or 0.0,
+                 "category": str(k.get("category") or "other")}
+                for k in _rows(old.get("top_kernels")) if "name" in k and _float(k.get("time_s")) is not None
+            ],
+            "fp32_gemm_fraction": num("fp32_matmul_fraction"),
+        },
+        "launch": {
+            "launch_bound": old.get("launch_bound") is True,
+            "kernels_per_step": num("kernel_count_per_step") or 0.0,
+            "median_kernel_us": num("median_kernel_us"),
+            "host_launch_s": num("cpu_launch_time_per_step_s"),
+            "tiny_op_time_fraction": num("tiny_op_time_fraction"),
+        },
+        "sync": {
+            # nested calls were listed apiece; the largest count is the closest to the number of sync points
+            "points_per_step": max(_number_map(old.get("sync_events_per_step")).values(), default=0.0),
+            "events_per_step": _number_map(old.get("sync_events_per_step")),
+            "blocked_fraction": num("sync_fraction") or 0.0,
+        },
+        "gemm_shapes": [
+            {"op": str(g.get("op", "")), "shape": [int(v) for v in g["shape"]], "dtype": str(g.get("dtype", "")),
+             "count": _float(g.get("count")) or 0.0, "time_s": _float(g.get("time_s")) or 0.0, "time_source": "cpu op",
+             "misaligned": [str(d) for d in g.get("misaligned") or []]}
+            for g in _rows(old.get("gemm_shapes")) if _int_list(g.get("shape"))
+        ],
+        "gemm_alignment": [
+            {"shape": [int(v) for v in r["shape"]], "padded": [int(v) for v in r["padded"]], "dtype": str(r.get("dtype", "")),
+             "time_s": float(r["time_s"]), "padded_time_s": float(r["padded_time_s"]), "speedup_per_flop": float(r["speedup_per_flop"])}
+            for r in _rows(old.get("gemm_alignment"))
+            if _int_list(r.get("shape")) and _int_list(r.get("padded"))
+            and all(_float(r.get(k)) is not None for k in ("time_s", "padded_time_s", "speedup_per_flop"))
+        ],
+        "trace_bytes": int(num("trace_bytes")) if num("trace_bytes") is not None else None,
+        "notes": [NOTE_TRACE_FACTS],
+    }
+    busy, idle = num("gpu_busy_fraction"), num("gpu_idle_fraction")
+    if busy is not None or idle is not None:
+        busy = busy if busy is not None else 1.0 - (idle or 0.0)
+        breakdown = _number_map(old.get("idle_breakdown"))
+        out["gpu"] = {
+            "busy_fraction": busy, "idle_fraction": idle if idle is not None else 1.0 - busy,
+            "busy_s": busy * out["step_time_s"],
+            "idle": {"data_wait_s": breakdown.get("data_wait", 0.0), "sync_s": breakdown.get("sync", 0.0),
+                     "host_s": breakdown.get("launch_bound", 0.0), "other_s": breakdown.get("other", 0.0)},
+        }
+    copies = _number_map(old.get("pageable_memcpy"))
+    if copies:
+        out["pageable_memcpy"] = {"count": copies.get("count", 0.0), "bytes": copies.get("bytes", 0.0), "time_s": copies.get("time_s", 0.0)}
+    return out
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _number_map(value: Any) -> dict[str, float]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): f for k, v in value.items() if (f := _float(v)) is not None and f >= 0}
+
+
+def _rows(value: Any) -> list[dict[str, Any]]:
+    return [r for r in value if isinstance(r, dict)] if isinstance(value, list) else []
+
+
+def _int_list(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)

@@ -24,6 +24,7 @@ from perfscope.results.config import TrialConfig
 from perfscope.results.io import read_json, write_json
 from perfscope.results.migrate import upgrade
 from perfscope.results.serde import from_jsonable, to_jsonable
+from perfscope.results.trace_facts import TraceFacts
 from perfscope.stats import Summary
 
 __all__ = [
@@ -242,7 +243,8 @@ class TrialMetrics:
     matmul_tf32: bool | None = None
     """TF32 for fp32 matmuls during the trial: the config's, else the user's own setting."""
     trace_path: str | None = None
-    trace_facts: dict[str, Any] | None = None
+    trace_facts: TraceFacts | None = None
+    """What the profiled window showed (perfscope.results.trace_facts); None when no trace was captured."""
     flags: list[str] = field(default_factory=list)
     """Figures that cannot be true as measured (e.g. MFU above 100%), with why; the report shows them."""
     unavailable: dict[str, str] = field(default_factory=dict)

@@ -27,7 +27,7 @@ class CompileFusion(Rule):
     def check(self, ctx: RuleContext) -> list[Finding]:
         if ctx.config("compile") is not None:
             return []
-        times = ctx.fact("kernel_time_by_category", {})
+        times = ctx.facts.kernels.time_by_category if ctx.facts else {}
         total = sum(times.values())
         share = (times.get("elementwise", 0.0) + times.get("normalization", 0.0)) / total if total else 0.0
         outcome = ctx.knob("compile")

@@ -25,7 +25,7 @@ class DataLoaderStall(Rule):
 
     def check(self, ctx: RuleContext) -> list[Finding]:
         # The timed steps' own measure first; the trace's (profiled, slower steps) when the loop could not time it.
-        wait = ctx.metrics.data_wait_share or ctx.fact("data_wait_fraction", 0.0)
+        wait = ctx.metrics.data_wait_share or (ctx.facts.data_wait_fraction if ctx.facts else 0.0)
         if wait < self.threshold:
             return []
         median = ctx.metrics.typical_step.median if ctx.metrics.typical_step else ctx.metrics.mean_step_time_s

@@ -15,7 +15,14 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from perfscope.results import Finding, KnobOutcome, Results, Trial, TrialMetrics
+from perfscope.results import (
+    Finding,
+    KnobOutcome,
+    Results,
+    TraceFacts,
+    Trial,
+    TrialMetrics,
+)
 from perfscope.results.roles import baseline_run
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
@@ -23,19 +30,19 @@ SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
 @dataclass(frozen=True)
 class RuleContext:
-    """What a rule may read. `facts` is the baseline's trace facts ({} when no trace was captured)."""
+    """What a rule may read. `facts` is the baseline's trace facts (None when no trace was captured)."""
 
     results: Results
     baseline: Trial
     metrics: TrialMetrics
-    facts: dict[str, Any]
+    facts: TraceFacts | None
 
     @classmethod
     def build(cls, results: Results) -> RuleContext | None:
         trial = baseline_run(results)
         if trial is None or trial.metrics is None:
             return None
-        return cls(results=results, baseline=trial, metrics=trial.metrics, facts=trial.metrics.trace_facts or {})
+        return cls(results=results, baseline=trial, metrics=trial.metrics, facts=trial.metrics.trace_facts)
 
     @property
     def cuda(self) -> bool:
@@ -55,10 +62,6 @@ class RuleContext:
     def knob(self, knob_id: str) -> KnobOutcome | None:
         sweep = self.results.sweep
         return next((o for o in sweep.knobs if o.knob == knob_id), None) if sweep else None
-
-    def fact(self, key: str, default: Any = None) -> Any:
-        value = self.facts.get(key)
-        return default if value is None else value
 
 
 class Rule:

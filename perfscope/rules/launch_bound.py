@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from perfscope.results import Finding
+from perfscope.rules._text import pct
 from perfscope.rules.engine import Rule, RuleContext
 from perfscope.snippets import compile_change
 
@@ -19,20 +20,24 @@ class LaunchBound(Rule):
     knobs = ("compile_reduce_overhead",)
 
     def check(self, ctx: RuleContext) -> list[Finding]:
-        if not ctx.fact("launch_bound", False):
+        facts = ctx.facts
+        if facts is None or not facts.launch.launch_bound:
             return []
+        launch = facts.launch
         if not ctx.cuda:
             return [self.measured(ctx, Finding(
                 rule_id=self.id, title="Dispatch-bound step: many tiny ops — compile them or raise the batch", severity="high",
-                evidence=[f"{ctx.fact('kernel_count_per_step', 0):.0f} aten ops per step, median self time {ctx.fact('median_kernel_us', 0):.1f} µs: "
+                evidence=[f"{launch.kernels_per_step:.0f} aten ops per step, median self time {launch.median_kernel_us or 0:.1f} µs: "
                           "framework overhead, not arithmetic, sets the step time"],
                 fix=compile_change(ctx.device) + "   # or a larger batch: more work per op",
                 reference="https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html",
             ), "compile")]
         finding = Finding(
             rule_id=self.id, title="Launch-bound step: use CUDA graphs (compile reduce-overhead) or a larger batch", severity="high",
-            evidence=[f"{ctx.fact('kernel_count_per_step', 0):.0f} kernels per step, median {ctx.fact('median_kernel_us', 0):.1f} µs",
-                      f"host launch time {ctx.fact('cpu_launch_time_per_step_s', 0) * 1e3:.2f} ms per step; GPU idle {ctx.fact('gpu_idle_fraction', 0):.0%}"],
+            evidence=[f"{launch.kernels_per_step:.0f} kernels per step, median {launch.median_kernel_us or 0:.1f} µs",
+                      f"the GPU sits idle waiting for the host's launches {pct(launch.starved_fraction or 0.0)} of the step "
+                      f"(GPU idle {pct(facts.gpu.idle_fraction if facts.gpu else 0.0)} in all); "
+                      f"host launch calls {(launch.host_launch_s or 0.0) * 1e3:.2f} ms per step"],
             fix=compile_change(ctx.device, "reduce-overhead"),
             reference="https://pytorch.org/docs/stable/torch.compiler_cudagraph_trees.html",
         )

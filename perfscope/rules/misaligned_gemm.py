@@ -23,28 +23,31 @@ class MisalignedGemm(Rule):
     """Fire when the misaligned matmuls take at least this share of the step."""
 
     def check(self, ctx: RuleContext) -> list[Finding]:
-        shapes = [g for g in ctx.fact("gemm_shapes", []) if g.get("misaligned")]
-        step = ctx.fact("step_time_s") or ctx.metrics.mean_step_time_s
-        share = sum(g.get("time_s", 0.0) for g in shapes) / step if step else 0.0
+        if ctx.facts is None:
+            return []
+        shapes = [g for g in ctx.facts.gemm_shapes if g.misaligned]
+        step = ctx.facts.step_time_s or ctx.metrics.mean_step_time_s
+        share = sum(g.time_s for g in shapes) / step if step else 0.0
         if not shapes or share < self.min_share:
             return []
         top = shapes[0]
-        evidence = [f"{len(shapes)} matmul shapes with misaligned dims take {pct(share)} of the step; hottest "
-                    f"{top['op']} m×k×n = {'×'.join(map(str, top['shape']))} (misaligned: {', '.join(top['misaligned'])})"]
+        source = "device time of their kernels" if top.time_source == "kernels" else "CPU time"
+        evidence = [f"{len(shapes)} matmul shapes with misaligned dims take {pct(share)} of the step ({source}); hottest "
+                    f"{top.op} m×k×n = {'×'.join(map(str, top.shape))} (misaligned: {', '.join(top.misaligned)})"]
         finding = Finding(
             rule_id=self.id, title="GEMM shapes not multiples of 64: pad the dimension", severity="medium", evidence=evidence,
             fix="-vocab_size = 50257\n+vocab_size = 50304   # next multiple of 64; mask the padded logits",
             caveats=["padded vocabulary rows must be masked or ignored by the loss"],
             reference="https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/index.html",
         )
-        rows = [r for r in ctx.fact("gemm_alignment", []) if r.get("speedup_per_flop")]
+        rows = [r for r in ctx.facts.gemm_alignment if r.speedup_per_flop]
         if rows:
-            best = max(rows, key=lambda r: r["speedup_per_flop"])
+            best = max(rows, key=lambda r: r.speedup_per_flop)
             finding.evidence.append(
-                f"micro-benchmark on this device: {'×'.join(map(str, best['shape']))} takes {best['time_s'] * 1e6:.0f} µs, "
-                f"padded {'×'.join(map(str, best['padded']))} {best['padded_time_s'] * 1e6:.0f} µs ({best['speedup_per_flop']:.2f}× per FLOP)"
+                f"micro-benchmark on this device: {'×'.join(map(str, best.shape))} takes {best.time_s * 1e6:.0f} µs, "
+                f"padded {'×'.join(map(str, best.padded))} {best.padded_time_s * 1e6:.0f} µs ({best.speedup_per_flop:.2f}× per FLOP)"
             )
-            speedup = best["speedup_per_flop"]
+            speedup = best.speedup_per_flop
             finding.estimated_gain = 1.0 / (1.0 - share + share / speedup) if speedup > 0 else None
             finding.estimate_method = "GEMM alignment micro-benchmark, scaled by the misaligned matmuls' share of the step (Amdahl)"
         return [finding]

@@ -24,7 +24,7 @@ class MixedPrecision(Rule):
             return []
         measured = [ctx.knob(k) for k in self.knobs]
         measured = [o for o in measured if o is not None and o.status == "measured" and o.gain is not None]
-        fp32_share = ctx.fact("fp32_matmul_fraction")
+        fp32_share = ctx.facts.kernels.fp32_gemm_fraction if ctx.facts else None
         if not ctx.cuda and not measured:
             return []
         evidence = ["the loop runs in fp32 (no autocast)"]

@@ -19,13 +19,13 @@ class PageableCopies(Rule):
     knobs = ("pin_memory",)
 
     def check(self, ctx: RuleContext) -> list[Finding]:
-        copies = ctx.fact("pageable_memcpy", {})
-        if not ctx.cuda or ctx.config("pin_memory") or not copies.get("count"):
+        copies = ctx.facts.pageable_memcpy if ctx.facts else None
+        if not ctx.cuda or ctx.config("pin_memory") or copies is None or not copies.count:
             return []
         finding = Finding(
             rule_id=self.id, title="Pageable host-to-device copies: use pin_memory + non_blocking", severity="low",
-            evidence=[f"{copies['count']:.0f} pageable HtoD copies per step ({copies.get('bytes', 0) / 2**20:.1f} MiB, "
-                      f"{copies.get('time_s', 0) * 1e3:.2f} ms)"],
+            evidence=[f"{copies.count:.0f} pageable HtoD copies per step ({copies.bytes / 2**20:.1f} MiB, "
+                      f"{copies.time_s * 1e3:.2f} ms)"],
             fix=pin_memory_change(ctx.device),
             reference="https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html",
         )

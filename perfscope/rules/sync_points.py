@@ -19,18 +19,23 @@ class SyncPoints(Rule):
     name = "sync-points"
     groups = ("host",)
     min_syncs: float = 1.0
-    """Fire at this many synchronizing calls per step."""
+    """Fire at this many sync points (merged nests of synchronizing calls) per step."""
 
     def check(self, ctx: RuleContext) -> list[Finding]:
-        events = ctx.fact("sync_events_per_step", {})
-        count = sum(v for k, v in events.items() if k in ("aten::item", "aten::_local_scalar_dense", "cudaStreamSynchronize", "cudaDeviceSynchronize"))
-        if not ctx.cuda or count < self.min_syncs:
+        sync = ctx.facts.sync if ctx.facts else None
+        if not ctx.cuda or sync is None or sync.points_per_step < self.min_syncs:
             return []
-        share = ctx.fact("sync_fraction", 0.0)
+        share = sync.blocked_fraction
+        points = sync.points_per_step
+        evidence = [f"{points:.0f} sync point{'' if round(points) == 1 else 's'} per step ({', '.join(f'{k}×{v:.0f}' for k, v in sync.events_per_step.items())}; "
+                    "nested calls are one point)",
+                    f"{share:.1%} of the step is spent blocked in them"]
+        gpu = ctx.facts.gpu if ctx.facts else None
+        if gpu is not None and gpu.idle.sync_s > 0:
+            evidence.append(f"the GPU then idles {gpu.idle.sync_s * 1e3:.2f} ms per step with an empty queue")
         return [Finding(
             rule_id=self.id, title="Synchronizing calls inside the step", severity="medium" if share >= 0.05 else "low",
-            evidence=[f"{count:.0f} synchronizing calls per step ({', '.join(f'{k}×{v:.0f}' for k, v in events.items())})",
-                      f"{share:.1%} of the step is spent blocked in them"],
+            evidence=evidence,
             fix="-    print(loss.item())\n+    if step % 100 == 0:\n+        print(loss.item())   # read device values rarely",
             reference="https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#avoid-unnecessary-cpu-gpu-synchronization",
         )]

@@ -1,20 +1,20 @@
 """GEMM alignment micro-benchmark: how much faster would a hot matmul be at tile-friendly dimensions?
 
-    rows = benchmark_alignment(facts["gemm_shapes"], device="cuda", dtype="bf16")
+    facts.gemm_alignment = benchmark_alignment(facts.gemm_shapes, device="cuda", dtype="bf16")
 
 Tensor-core kernels want dimensions that are multiples of 8 (16-bit) — better 64 — and fall back to
 slower tiles otherwise (GPT-2's vocab 50257 → 50304 made a whole step 1.47× faster on an H100). The gain
 is measured, not assumed: the matmul at its shape vs padded to multiples of 64, random inputs, warm-up,
-synchronized timing, median of repeats; compared per FLOP because the padded one does more work.
+each repeat timed with CUDA events on a GPU (perfscope.measure.microbench), median of repeats; compared per
+FLOP because the padded one does more work.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
-from typing import Any
-
 import torch
+
+from perfscope.measure.microbench import median_seconds
+from perfscope.results.trace_facts import GemmAlignment, GemmShape
 
 PAD_TO = 64
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -29,28 +29,17 @@ def _pad(v: int) -> int:
 def _time_mm(m: int, k: int, n: int, device: str, dtype: torch.dtype, repeats: int) -> float:
     a = torch.randn(m, k, device=device, dtype=dtype)
     b = torch.randn(k, n, device=device, dtype=dtype)
-    for _ in range(3):
-        torch.mm(a, b)
-    times = []
-    for _ in range(repeats):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        torch.mm(a, b)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return median_seconds(lambda: torch.mm(a, b), device, warmup=3, repeats=repeats)
 
 
-def benchmark_alignment(gemm_shapes: list[dict[str, Any]], *, device: str, dtype: str = "fp32", top: int = 3, repeats: int = 20) -> list[dict[str, Any]]:
-    """Measured speed-up per FLOP of padding the hottest misaligned GEMM shapes (rows per the facts contract)."""
-    rows: list[dict[str, Any]] = []
+def benchmark_alignment(gemm_shapes: list[GemmShape], *, device: str, dtype: str = "fp32", top: int = 3, repeats: int = 20) -> list[GemmAlignment]:
+    """Measured speed-up per FLOP of padding the hottest misaligned GEMM shapes."""
+    rows: list[GemmAlignment] = []
     torch_dtype = _DTYPES.get(dtype, torch.float32)
-    for shape in [g for g in gemm_shapes if g.get("misaligned")][: top * 3]:
+    for shape in [g for g in gemm_shapes if g.misaligned][: top * 3]:
         if len(rows) >= top:
             break
-        m, k, n = (int(v) for v in shape["shape"])
+        m, k, n = (int(v) for v in shape.shape)
         padded = [_pad(m), _pad(k), _pad(n)]
         if 2.0 * m * k * n < MIN_FLOPS:
             continue
@@ -62,8 +51,6 @@ def benchmark_alignment(gemm_shapes: list[dict[str, Any]], *, device: str, dtype
         except Exception:  # noqa: BLE001 - a shape the device cannot run is simply not reported
             continue
         flops, padded_flops = 2.0 * m * k * n, 2.0 * padded[0] * padded[1] * padded[2]
-        rows.append({
-            "shape": [m, k, n], "padded": padded, "dtype": dtype, "time_s": t, "padded_time_s": tp,
-            "speedup_per_flop": (t / flops) / (tp / padded_flops),
-        })
+        rows.append(GemmAlignment(shape=[m, k, n], padded=padded, dtype=dtype, time_s=t, padded_time_s=tp,
+                                  speedup_per_flop=(t / flops) / (tp / padded_flops)))
     return rows

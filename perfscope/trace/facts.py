@@ -1,256 +1,347 @@
-"""Chrome/Kineto trace → per-step facts (the contract is in perfscope/trace/__init__.py).
+"""Chrome/Kineto trace → typed per-step facts (perfscope.results.trace_facts.TraceFacts).
 
-    facts = trace_facts(Path("trials/baseline/trace.json.gz"), device_type="cuda", steps=3)
-    facts["gpu_idle_fraction"], facts["kernel_time_by_category"], facts["launch_bound"]
+    facts = trace_facts(Path("trials/baseline/trace/rank0.json.gz"), device_type="cuda", steps=3)
+    facts.gpu.idle_fraction, facts.gpu.idle.sync_s, facts.kernels.time_by_category, facts.launch.launch_bound
 
-Only complete events (`ph: "X"`) inside the ProfilerStep#N spans count. Kernel names are classified by
-substring heuristics (below), the way HTA and the TensorBoard plugin do; fp32 GEMMs are GEMM kernels
-without a tensor-core marker in their name (sgemm, `*_f32f32_*`), which is what "not on tensor cores"
-looks like in cuBLAS/CUTLASS kernel names. Launch-bound is declared when a step launches many short
-kernels (≥ 200 per step, median < 20 µs) and the host is busy at least as long as the GPU; on a CPU-only
-run, its equivalent is a step of ≥ 200 aten ops with a median self time < 20 µs that spends at least half
-of its op time in such tiny ops (dispatch-bound).
+One analyzer per fact family, each a function of the parsed trace (perfscope.trace.events) and the profiled
+window: data wait, host synchronization, kernels by category, the GPU timeline and what its idle time waited
+for, launch-boundness, pageable copies, GEMM shapes. Everything is per profiled step.
+
+How the GPU facts are decided, and why:
+- Device work belongs to the step whose host span LAUNCHED it (a GPU-bound step's kernels run after its host
+  span ends); GPU busy time is the union of kernel/memcpy/memset intervals on every stream, clipped to the
+  window, so overlapping streams are not counted twice.
+- An idle gap on the GPU is caused by the host when the work that ends it was launched after the gap began.
+  That time goes to the data wait where the host was inside a `perfscope::data` span, to sync where the host
+  was blocked on the device (synchronizing calls, pageable copies: after one, the queue is empty), and the
+  rest to the host itself (launch overhead and host work). A gap whose next work was already queued waited
+  for something else (a cross-stream dependency): "other".
+- Launch-bound needs all of: many short kernels (≥ 200 a step, median < 20 µs), the GPU starved by the host
+  for ≥ 10% of the step, and the host's unblocked op time (syncs and data waits subtracted) at least the
+  GPU's busy time. Many small kernels alone are common in GPU-bound steps.
+- GEMM shape times are the device time of the kernels each matmul op launched, found through the launch's
+  correlation id and the op that encloses the launch on its thread (host op durations are microseconds of
+  launch overhead on CUDA).
+On a CPU-only run the op times are self CPU times, and the launch-bound equivalent is a step of ≥ 200 aten
+ops with a median self time < 20 µs spending at least half of its op time in such tiny ops (dispatch-bound).
 """
 
 from __future__ import annotations
 
-import gzip
-import json
+import bisect
 import re
 import statistics
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# Category of a kernel (CUDA) or aten op (CPU), first match wins.
-CATEGORIES: list[tuple[str, re.Pattern[str]]] = [
-    ("communication", re.compile(r"nccl|all_?reduce|all_?gather|reduce_scatter|c10d", re.I)),
-    ("attention", re.compile(r"flash|fmha|attention|sdpa|softmax_.*attn", re.I)),
-    ("conv", re.compile(r"conv|implicit_gemm|winograd|cudnn|im2col", re.I)),
-    ("gemm", re.compile(r"gemm|matmul|\bmm\b|aten::mm|aten::addmm|aten::bmm|aten::baddbmm|cutlass|xmma|cublas|s16816|h16816|hmma|wgmma|aten::linear", re.I)),
-    ("optimizer", re.compile(r"adam|sgd|multi_tensor_apply|foreach|fused_adam|lamb|optimizer", re.I)),
-    ("normalization", re.compile(r"norm|rms", re.I)),
-    ("memset", re.compile(r"memset|aten::zero_|aten::fill_", re.I)),
-    ("memcpy", re.compile(r"memcpy|aten::copy_|aten::to\b|aten::_to_copy", re.I)),
-    ("elementwise", re.compile(r"elementwise|vectorized|unrolled|reduce|softmax|gelu|relu|silu|dropout|add|mul|div|sub|exp|tanh|sigmoid|cat|where|index|embedding", re.I)),
-]
-TENSOR_CORE = re.compile(r"tf32|bf16|f16|fp16|h16816|s16816|hmma|wgmma|16816|1688|tensorop|xmma_.*(h|bf)|gemm_.*_(h|bf)", re.I)
+from perfscope.results.trace_facts import (
+    GemmShape,
+    GpuTimeline,
+    IdleBreakdown,
+    KernelFacts,
+    KernelStat,
+    LaunchFacts,
+    PageableCopies,
+    SyncFacts,
+    TraceFacts,
+)
+from perfscope.trace.categories import categorize, gemm_on_tensor_cores
+from perfscope.trace.events import DeviceWork, Event, Trace, read_trace
+from perfscope.trace.intervals import Span, clip, gaps, length, merge, overlap, subtract
+
 SYNC_NAMES = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "aten::item", "aten::_local_scalar_dense")
 RUNTIME_LAUNCH = re.compile(r"cudaLaunchKernel|cuLaunchKernel|cudaLaunchCooperativeKernel|cudaGraphLaunch", re.I)
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")  # leaves: linear/matmul decompose into these
 DATA_LABEL = "perfscope::data"
 LAUNCH_BOUND_KERNELS, LAUNCH_BOUND_MEDIAN_US = 200, 20.0
+STARVED_MIN_FRACTION = 0.10
+"""Launch-bound needs the GPU idle, waiting for the host's launches, at least this share of the step."""
+TOUCH_US = 2.0  # timestamps are µs with jitter: a blocking call ending this close to a gap touches it
 
 
-def categorize(name: str) -> str:
-    for category, pattern in CATEGORIES:
-        if pattern.search(name):
-            return category
-    return "other"
+@dataclass(frozen=True)
+class Window:
+    """The profiled steps: where facts are read and what every per-step figure is divided by."""
+
+    spans: list[Span]
+    steps: int
+
+    @property
+    def bounds(self) -> Span:
+        return (self.spans[0][0], self.spans[-1][1])
+
+    @property
+    def total_us(self) -> float:
+        return sum(e - s for s, e in self.spans)
+
+    @property
+    def step_us(self) -> float:
+        return self.total_us / self.steps
+
+    def contains(self, t: float) -> bool:
+        return self.bounds[0] <= t <= self.bounds[1]
 
 
-def _load(path: Path) -> list[dict[str, Any]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:  # type: ignore[operator]
-        data = json.load(fh)
-    events = data["traceEvents"] if isinstance(data, dict) else data
-    return [e for e in events if e.get("ph") == "X" and "dur" in e and "ts" in e]
+def window(trace: Trace, steps: int) -> Window:
+    """The ProfilerStep#N spans; without them, the whole host timeline split into ``steps`` steps."""
+    if trace.steps:
+        w = Window(spans=merge(trace.steps), steps=len(trace.steps))
+    else:
+        host = [e.span for e in trace.cpu_ops + trace.runtime + trace.annotations] or [x.event.span for x in trace.device]
+        if not host:
+            raise ValueError("the trace has no complete events")
+        w = Window(spans=[(min(s for s, _ in host), max(e for _, e in host))], steps=max(steps, 1))
+    if w.total_us <= 0:
+        raise ValueError("the profiled window has no duration")
+    return w
 
 
-def _union_length(intervals: list[tuple[float, float]]) -> float:
-    total, end = 0.0, float("-inf")
-    for s, e in sorted(intervals):
-        if e <= end:
+# ------------------------------------------------------------------------------------------- analyzers
+
+
+def data_wait_fraction(trace: Trace, w: Window) -> float:
+    """Host time inside perfscope::data spans (the loop's `next()` on the data iterator) / step time."""
+    spans = merge(clip(trace.labelled(DATA_LABEL), w.bounds))
+    return min(1.0, length(spans) / w.total_us) if w.total_us else 0.0
+
+
+def sync_facts(trace: Trace, w: Window) -> SyncFacts:
+    """Synchronizing calls: one `.item()` is item → _local_scalar_dense → cudaStreamSynchronize, one sync point."""
+    calls = [e for e in trace.cpu_ops + trace.runtime if e.name in SYNC_NAMES and w.contains(e.ts)]
+    merged = merge([e.span for e in calls])
+    return SyncFacts(
+        points_per_step=len(merged) / w.steps,
+        events_per_step={k: v / w.steps for k, v in Counter(e.name for e in calls).items()},
+        blocked_fraction=min(1.0, length(merged) / w.total_us) if w.total_us else 0.0,
+    )
+
+
+def kernel_facts(work: list[DeviceWork], w: Window) -> KernelFacts:
+    """Device time by category and by kernel name; the share of GEMM time in fp32 (non-tensor-core) kernels."""
+    by_cat: dict[str, float] = defaultdict(float)
+    by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    gemm_us = fp32_us = 0.0
+    for item in work:
+        e = item.event
+        category = {"gpu_memcpy": "memcpy", "gpu_memset": "memset"}.get(e.cat) or categorize(e.name)
+        by_cat[category] += e.dur
+        by_name[e.name][0] += e.dur
+        by_name[e.name][1] += 1
+        if category == "gemm" and e.cat == "kernel":
+            gemm_us += e.dur
+            fp32_us += e.dur if gemm_on_tensor_cores(e.name) is False else 0.0
+    return KernelFacts(source="kernels", time_by_category=_per_step(by_cat, w), top=_top(by_name, w),
+                       fp32_gemm_fraction=fp32_us / gemm_us if gemm_us else None)
+
+
+def blocked_spans(trace: Trace, w: Window) -> list[Span]:
+    """Host time blocked on the device: synchronizing calls, and copies from or to pageable memory (the
+    runtime stages them synchronously)."""
+    spans = [e.span for e in trace.cpu_ops + trace.runtime if e.name in SYNC_NAMES]
+    spans += [x.launch.span for x in trace.device if x.launch is not None and x.event.cat == "gpu_memcpy" and "Pageable" in x.event.name]
+    return merge(clip(spans, w.bounds))
+
+
+def gpu_timeline(trace: Trace, w: Window, *, data: list[Span], blocked: list[Span]) -> GpuTimeline:
+    """GPU busy/idle share of the step and what each idle gap waited for."""
+    busy = merge([x.event.span for x in trace.device])
+    busy_us = length(clip(busy, w.bounds))
+    starts = [x.event.ts for x in trace.device]
+    idle = {"data_wait": 0.0, "sync": 0.0, "host": 0.0, "other": 0.0}
+    for g0, g1 in gaps(busy, w.bounds):
+        i = bisect.bisect_left(starts, g1 - 1e-6)
+        following = trace.device[i] if i < len(trace.device) else None
+        if following is not None and (following.launch is None or following.launch.ts < g0):
+            idle["other"] += g1 - g0  # the work was queued (or we cannot tell): not the host's doing
             continue
-        total += e - max(s, end)
-        end = e
-    return total
+        waited_data = overlap((g0, g1), data)
+        idle["data_wait"] += waited_data
+        idle["sync" if overlap((g0 - TOUCH_US, g1), blocked) > 0 else "host"] += g1 - g0 - waited_data
+    total = w.total_us
+    per_step = {k: v / w.steps / 1e6 for k, v in idle.items()}
+    return GpuTimeline(
+        busy_fraction=min(1.0, busy_us / total), idle_fraction=max(0.0, 1.0 - busy_us / total), busy_s=busy_us / w.steps / 1e6,
+        idle=IdleBreakdown(data_wait_s=per_step["data_wait"], sync_s=per_step["sync"], host_s=per_step["host"], other_s=per_step["other"]),
+    )
 
 
-def _overlap(intervals: list[tuple[float, float]], spans: list[tuple[float, float]]) -> float:
-    return sum(max(0.0, min(e, se) - max(s, ss)) for s, e in intervals for ss, se in spans)
+def launch_facts(trace: Trace, work: list[DeviceWork], w: Window, timeline: GpuTimeline, *,
+                 data: list[Span], blocked: list[Span]) -> LaunchFacts:
+    """Is the GPU waiting for the host's launches? Only when it idles while the (unblocked) host is launching."""
+    durations = [x.event.dur for x in work if x.event.cat == "kernel"]
+    calls = [e for e in trace.runtime if RUNTIME_LAUNCH.search(e.name) and w.contains(e.ts)]
+    host_ops = clip([e.span for e in trace.cpu_ops], w.bounds)
+    facts = LaunchFacts(
+        launch_bound=False,
+        kernels_per_step=len(durations) / w.steps,
+        median_kernel_us=statistics.median(durations) if durations else None,
+        host_launch_s=sum(e.dur for e in calls) / w.steps / 1e6,
+        host_active_s=length(subtract(host_ops, blocked + data)) / w.steps / 1e6,
+        starved_fraction=timeline.idle.host_s * 1e6 / w.step_us,
+    )
+    facts.launch_bound = bool(
+        facts.kernels_per_step >= LAUNCH_BOUND_KERNELS
+        and (facts.median_kernel_us or 0) < LAUNCH_BOUND_MEDIAN_US
+        and facts.starved_fraction >= STARVED_MIN_FRACTION
+        and facts.host_active_s >= timeline.busy_s
+    )
+    return facts
 
 
-def _gaps(busy: list[tuple[float, float]], start: float, end: float) -> list[tuple[float, float]]:
-    gaps, cursor = [], start
-    for s, e in sorted(busy):
-        if s > cursor:
-            gaps.append((cursor, min(s, end)))
-        cursor = max(cursor, e)
-    if cursor < end:
-        gaps.append((cursor, end))
-    return [(s, e) for s, e in gaps if e > s]
+def pageable_memcpy(work: list[DeviceWork], w: Window) -> PageableCopies:
+    """Host-to-device copies from pageable memory: staged by the driver, blocking the host."""
+    pageable = [x.event for x in work if x.event.cat == "gpu_memcpy" and "Pageable" in x.event.name and "HtoD" in x.event.name]
+    return PageableCopies(
+        count=len(pageable) / w.steps,
+        bytes=sum(float(e.args.get("bytes", 0)) for e in pageable) / w.steps,
+        time_s=sum(e.dur for e in pageable) / w.steps / 1e6,
+    )
 
 
-def _self_times(ops: list[dict[str, Any]]) -> dict[int, float]:
+def cpu_op_facts(trace: Trace, w: Window) -> tuple[KernelFacts, LaunchFacts]:
+    """A CPU-only run: op self times by category, and the dispatch-bound equivalent of launch-bound."""
+    ops = [e for e in trace.cpu_ops if w.contains(e.ts)]
+    self_time = _self_times(ops)
+    by_cat: dict[str, float] = defaultdict(float)
+    by_op: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for i, e in enumerate(ops):
+        t = max(self_time[i], 0.0)
+        by_cat[categorize(e.name)] += t
+        by_op[e.name][0] += t
+        by_op[e.name][1] += 1
+    aten = [max(self_time[i], 0.0) for i, e in enumerate(ops) if e.name.startswith("aten::")]
+    tiny = sum(t for t in aten if t < LAUNCH_BOUND_MEDIAN_US)
+    launch = LaunchFacts(
+        launch_bound=False,
+        kernels_per_step=len(aten) / w.steps,
+        median_kernel_us=statistics.median(aten) if aten else None,
+        tiny_op_time_fraction=tiny / sum(aten) if aten and sum(aten) else None,
+    )
+    launch.launch_bound = bool(
+        launch.kernels_per_step >= LAUNCH_BOUND_KERNELS
+        and (launch.median_kernel_us or 0) < LAUNCH_BOUND_MEDIAN_US
+        and (launch.tiny_op_time_fraction or 0) >= 0.5  # most op time in tiny ops, not in a few big matmuls
+    )
+    return KernelFacts(source="cpu ops", time_by_category=_per_step(by_cat, w), top=_top(by_op, w)), launch
+
+
+def gemm_shapes(trace: Trace, w: Window, *, on_device: bool) -> list[GemmShape]:
+    """Hot matmuls by (op, m×k×n, dtype) from recorded shapes, with their time per step: on a GPU the device
+    time of the kernels they launched, on CPU the op's own duration."""
+    ops = [e for e in trace.cpu_ops if e.name in GEMM_OPS and w.contains(e.ts)]
+    times = _device_time_by_op(trace, ops) if on_device else {i: e.dur for i, e in enumerate(ops)}
+    groups: dict[tuple[str, tuple[int, int, int], str], GemmShape] = {}
+    for i, e in enumerate(ops):
+        mkn = _mkn(e)
+        if mkn is None:
+            continue
+        shape, dtype = mkn
+        g = groups.setdefault((e.name, shape, dtype), GemmShape(
+            op=e.name, shape=list(shape), dtype=dtype, count=0.0, time_s=0.0, time_source="kernels" if on_device else "cpu op"))
+        g.count += 1
+        g.time_s += times.get(i, 0.0) / 1e6
+    for g in groups.values():
+        multiple = 8 if any(t in g.dtype.lower() for t in ("half", "bfloat16", "bf16", "fp16")) else 4
+        g.misaligned = [name for name, v in zip("mkn", g.shape) if v % multiple]
+        g.count /= w.steps
+        g.time_s /= w.steps
+    return sorted(groups.values(), key=lambda g: -g.time_s)[:20]
+
+
+# --------------------------------------------------------------------------------------------- entry
+
+
+def trace_facts(trace_path: Path, *, device_type: str, steps: int) -> TraceFacts:
+    """Every fact family of one trace; ``steps`` is used only when the trace has no ProfilerStep#N spans."""
+    trace = read_trace(Path(trace_path))
+    w = window(trace, steps)
+    work = [x for x in trace.device if w.contains(x.issued)]
+    on_device = device_type == "cuda" and bool(work)
+    notes = [] if trace.steps else [f"no ProfilerStep#N spans in the trace: its whole span was taken as {w.steps} steps"]
+    if on_device:
+        data = merge(clip(trace.labelled(DATA_LABEL), w.bounds))
+        blocked = blocked_spans(trace, w)
+        timeline = gpu_timeline(trace, w, data=data, blocked=blocked)
+        kernels, launch = kernel_facts(work, w), launch_facts(trace, work, w, timeline, data=data, blocked=blocked)
+        copies: PageableCopies | None = pageable_memcpy(work, w)
+    else:
+        if device_type == "cuda":
+            notes.append("no device activity in the CUDA trace (CUPTI off?): facts from host ops")
+        (kernels, launch), timeline, copies = cpu_op_facts(trace, w), None, None
+    return TraceFacts(
+        device_type=device_type, steps=w.steps, step_time_s=w.step_us / 1e6,
+        data_wait_fraction=data_wait_fraction(trace, w), kernels=kernels, launch=launch, sync=sync_facts(trace, w),
+        gpu=timeline, pageable_memcpy=copies, gemm_shapes=gemm_shapes(trace, w, on_device=on_device),
+        trace_bytes=Path(trace_path).stat().st_size, notes=notes,
+    )
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+
+def _self_times(ops: list[Event]) -> dict[int, float]:
     """Self time of each cpu_op (duration minus direct children on the same thread), by index in ``ops``."""
-    self_time = {i: float(e["dur"]) for i, e in enumerate(ops)}
+    self_time = {i: e.dur for i, e in enumerate(ops)}
     by_thread: dict[Any, list[int]] = defaultdict(list)
     for i, e in enumerate(ops):
-        by_thread[e.get("tid")].append(i)
+        by_thread[(e.pid, e.tid)].append(i)
     for indices in by_thread.values():
-        indices.sort(key=lambda i: (ops[i]["ts"], -ops[i]["dur"]))
+        indices.sort(key=lambda i: (ops[i].ts, -ops[i].dur))
         stack: list[int] = []
         for i in indices:
-            start = ops[i]["ts"]
-            while stack and ops[stack[-1]]["ts"] + ops[stack[-1]]["dur"] <= start:
+            while stack and ops[stack[-1]].end <= ops[i].ts:
                 stack.pop()
             if stack:
-                self_time[stack[-1]] -= ops[i]["dur"]
+                self_time[stack[-1]] -= ops[i].dur
             stack.append(i)
     return self_time
 
 
-def _gemm_shapes(ops: list[dict[str, Any]], steps: int, self_time: dict[int, float]) -> list[dict[str, Any]]:
-    groups: dict[tuple[str, tuple[int, int, int], str], dict[str, Any]] = {}
+def _device_time_by_op(trace: Trace, ops: list[Event]) -> dict[int, float]:
+    """Device µs of the work each op launched (by index in ``ops``): the op enclosing the launch call on its
+    thread; for work with no linked launch, the op with the same "External id" (torch ≥ 2.4 writes it)."""
+    by_thread: dict[Any, list[tuple[float, float, int]]] = defaultdict(list)
     for i, e in enumerate(ops):
-        if e["name"] not in GEMM_OPS:
-            continue
-        dims = (e.get("args") or {}).get("Input Dims") or []
-        types = (e.get("args") or {}).get("Input type") or []
-        mats = [(d, t) for d, t in zip(dims, types + [""] * len(dims)) if isinstance(d, list) and len(d) >= 2]
-        if len(mats) < 2:
-            continue
-        (a, dtype), (b, _) = mats[0], mats[1]
-        if e["name"] in ("aten::addmm", "aten::baddbmm") and len(mats) >= 3:  # (bias, mat1, mat2)
-            (a, dtype), (b, _) = mats[1], mats[2]
-        m, k, n = int(_prod(a[:-1])), int(a[-1]), int(b[-1])
-        key = (e["name"], (m, k, n), str(dtype))
-        g = groups.setdefault(key, {"op": e["name"], "shape": [m, k, n], "dtype": str(dtype), "count": 0, "time_s": 0.0})
-        g["count"] += 1
-        g["time_s"] += max(self_time.get(i, e["dur"]), e["dur"]) / 1e6
-    rows = []
-    for g in groups.values():
-        multiple = 8 if any(t in g["dtype"].lower() for t in ("half", "bfloat16", "bf16", "fp16")) else 4
-        g["misaligned"] = [name for name, v in zip("mkn", g["shape"]) if v % multiple]
-        g["count"] = g["count"] / max(steps, 1)
-        g["time_s"] = g["time_s"] / max(steps, 1)
-        rows.append(g)
-    return sorted(rows, key=lambda r: -r["time_s"])[:20]
-
-
-def _prod(values: list[int]) -> int:
-    out = 1
-    for v in values:
-        out *= int(v)
+        by_thread[(e.pid, e.tid)].append((e.ts, e.end, i))
+    for spans in by_thread.values():
+        spans.sort()
+    starts = {k: [s for s, _, _ in v] for k, v in by_thread.items()}
+    by_ext = {e.args.get("External id"): i for i, e in enumerate(ops) if e.args.get("External id") is not None}
+    out: dict[int, float] = defaultdict(float)
+    for x in trace.device:
+        if x.launch is not None:
+            key = (x.launch.pid, x.launch.tid)
+            j = bisect.bisect_right(starts.get(key, []), x.launch.ts) - 1
+            if j >= 0 and by_thread[key][j][1] >= x.launch.ts:
+                out[by_thread[key][j][2]] += x.event.dur
+        elif (i := by_ext.get(x.event.args.get("External id"))) is not None:
+            out[i] += x.event.dur
     return out
 
 
-def trace_facts(trace_path: Path, *, device_type: str, steps: int) -> dict[str, Any]:
-    events = _load(Path(trace_path))
-    step_spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
-    if step_spans:
-        window = (step_spans[0][0], step_spans[-1][1])
-        n_steps = len(step_spans)
-    else:
-        window = (min(e["ts"] for e in events), max(e["ts"] + e["dur"] for e in events))
-        n_steps = max(steps, 1)
-    inside = [e for e in events if window[0] <= e["ts"] <= window[1]]
-    step_us = sum(e - s for s, e in step_spans) / n_steps if step_spans else (window[1] - window[0]) / n_steps
-    per_step = 1.0 / n_steps
-    facts: dict[str, Any] = {"device_type": device_type, "steps": n_steps, "step_time_s": step_us / 1e6}
-
-    data_spans = [(e["ts"], e["ts"] + e["dur"]) for e in inside if e.get("name") == DATA_LABEL]
-    facts["data_wait_fraction"] = min(1.0, _union_length(data_spans) * per_step / step_us) if step_us else 0.0
-    sync_events = [e for e in inside if e.get("name") in SYNC_NAMES]
-    facts["sync_events_per_step"] = {k: v * per_step for k, v in Counter(e["name"] for e in sync_events).items()}
-    facts["sync_fraction"] = min(1.0, _union_length([(e["ts"], e["ts"] + e["dur"]) for e in sync_events]) * per_step / step_us) if step_us else 0.0
-
-    cpu_ops = [e for e in inside if e.get("cat") == "cpu_op"]
-    self_time = _self_times(cpu_ops)
-    facts["gemm_shapes"] = _gemm_shapes(cpu_ops, n_steps, self_time)
-
-    kernels = [e for e in inside if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-    if device_type == "cuda" and kernels:
-        _gpu_facts(facts, inside, kernels, data_spans, sync_events, step_spans or [window], step_us, per_step)
-    else:
-        by_cat: dict[str, float] = defaultdict(float)
-        by_op: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
-        for i, e in enumerate(cpu_ops):
-            t = max(self_time[i], 0.0)
-            by_cat[categorize(e["name"])] += t
-            by_op[e["name"]][0] += t
-            by_op[e["name"]][1] += 1
-        facts["kernel_time_by_category"] = {k: v * per_step / 1e6 for k, v in sorted(by_cat.items(), key=lambda kv: -kv[1])}
-        facts["top_kernels"] = [
-            {"name": name, "time_s": t * per_step / 1e6, "count": c * per_step, "category": categorize(name)}
-            for name, (t, c) in sorted(by_op.items(), key=lambda kv: -kv[1][0])[:15]
-        ]
-        facts["fp32_matmul_fraction"] = None
-        # CPU equivalent of launch-bound: the step is many tiny aten ops, each paying dispatch overhead.
-        aten = [max(self_time[i], 0.0) for i, e in enumerate(cpu_ops) if e["name"].startswith("aten::")]
-        tiny = sum(t for t in aten if t < LAUNCH_BOUND_MEDIAN_US)
-        facts["kernel_count_per_step"] = len(aten) * per_step
-        facts["median_kernel_us"] = statistics.median(aten) if aten else None
-        facts["tiny_op_time_fraction"] = tiny / sum(aten) if aten and sum(aten) else None
-        facts["launch_bound"] = bool(
-            facts["kernel_count_per_step"] >= LAUNCH_BOUND_KERNELS
-            and (facts["median_kernel_us"] or 0) < LAUNCH_BOUND_MEDIAN_US
-            and (facts["tiny_op_time_fraction"] or 0) >= 0.5  # most op time in tiny ops, not in a few big matmuls
-        )
-    facts["trace_bytes"] = Path(trace_path).stat().st_size
-    return facts
+def _per_step(us_by_key: dict[str, float], w: Window) -> dict[str, float]:
+    return {k: v / w.steps / 1e6 for k, v in sorted(us_by_key.items(), key=lambda kv: -kv[1])}
 
 
-def _gpu_facts(
-    facts: dict[str, Any],
-    inside: list[dict[str, Any]],
-    kernels: list[dict[str, Any]],
-    data_spans: list[tuple[float, float]],
-    sync_events: list[dict[str, Any]],
-    step_spans: list[tuple[float, float]],
-    step_us: float,
-    per_step: float,
-) -> None:
-    busy = [(e["ts"], e["ts"] + e["dur"]) for e in kernels]
-    busy_us = _union_length(busy) * per_step
-    facts["gpu_busy_fraction"] = min(1.0, busy_us / step_us) if step_us else None
-    facts["gpu_idle_fraction"] = 1.0 - facts["gpu_busy_fraction"] if facts["gpu_busy_fraction"] is not None else None
-    compute = [e for e in kernels if e.get("cat") == "kernel"]
-    durations = [e["dur"] for e in compute]
-    facts["kernel_count_per_step"] = len(compute) * per_step
-    facts["median_kernel_us"] = statistics.median(durations) if durations else None
-    runtime = [e for e in inside if e.get("cat") in ("cuda_runtime", "cuda_driver") and RUNTIME_LAUNCH.search(e.get("name", ""))]
-    launch_us = sum(e["dur"] for e in runtime) * per_step
-    facts["cpu_launch_time_per_step_s"] = launch_us / 1e6
-    cpu_busy_us = _union_length([(e["ts"], e["ts"] + e["dur"]) for e in inside if e.get("cat") == "cpu_op"]) * per_step
-    facts["launch_bound"] = bool(
-        facts["kernel_count_per_step"] >= LAUNCH_BOUND_KERNELS
-        and (facts["median_kernel_us"] or 0) < LAUNCH_BOUND_MEDIAN_US
-        and cpu_busy_us >= busy_us
-    )
-    gaps = [g for s, e in step_spans for g in _gaps(busy, s, e)]
-    sync_spans = [(e["ts"], e["ts"] + e["dur"]) for e in sync_events]
-    data_idle = _overlap(gaps, data_spans) * per_step
-    sync_idle = _overlap(gaps, sync_spans) * per_step
-    idle_total = sum(e - s for s, e in gaps) * per_step
-    rest = max(idle_total - data_idle - sync_idle, 0.0)
-    facts["idle_breakdown"] = {
-        "data_wait": data_idle / 1e6,
-        "sync": sync_idle / 1e6,
-        "launch_bound": rest / 1e6 if facts["launch_bound"] else 0.0,
-        "other": 0.0 if facts["launch_bound"] else rest / 1e6,
-    }
-    pageable = [e for e in kernels if "Pageable" in e.get("name", "") and "HtoD" in e.get("name", "")]
-    facts["pageable_memcpy"] = {
-        "count": len(pageable) * per_step,
-        "bytes": sum(float((e.get("args") or {}).get("bytes", 0)) for e in pageable) * per_step,
-        "time_s": sum(e["dur"] for e in pageable) * per_step / 1e6,
-    }
-    by_cat: dict[str, float] = defaultdict(float)
-    by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
-    for e in kernels:
-        name = e.get("name", "")
-        category = "memcpy" if e.get("cat") == "gpu_memcpy" else "memset" if e.get("cat") == "gpu_memset" else categorize(name)
-        by_cat[category] += e["dur"]
-        by_name[name][0] += e["dur"]
-        by_name[name][1] += 1
-    facts["kernel_time_by_category"] = {k: v * per_step / 1e6 for k, v in sorted(by_cat.items(), key=lambda kv: -kv[1])}
-    facts["top_kernels"] = [
-        {"name": name, "time_s": t * per_step / 1e6, "count": c * per_step, "category": categorize(name)}
-        for name, (t, c) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:15]
+def _top(by_name: dict[str, list[float]], w: Window, n: int = 15) -> list[KernelStat]:
+    return [
+        KernelStat(name=name, time_s=t / w.steps / 1e6, count=c / w.steps, category=categorize(name))
+        for name, (t, c) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:n]
     ]
-    gemm = [e for e in compute if categorize(e.get("name", "")) == "gemm"]
-    gemm_us = sum(e["dur"] for e in gemm)
-    fp32_us = sum(e["dur"] for e in gemm if not TENSOR_CORE.search(e.get("name", "")))
-    facts["fp32_matmul_fraction"] = fp32_us / gemm_us if gemm_us else None
+
+
+def _mkn(e: Event) -> tuple[tuple[int, int, int], str] | None:
+    dims = e.args.get("Input Dims") or []
+    types = e.args.get("Input type") or []
+    mats = [(d, t) for d, t in zip(dims, list(types) + [""] * len(dims)) if isinstance(d, list) and len(d) >= 2]
+    if len(mats) < 2:
+        return None
+    (a, dtype), (b, _) = mats[0], mats[1]
+    if e.name in ("aten::addmm", "aten::baddbmm") and len(mats) >= 3:  # (bias, mat1, mat2) with a 2-D bias
+        (a, dtype), (b, _) = mats[1], mats[2]
+    m = 1
+    for v in a[:-1]:
+        m *= int(v)
+    return (m, int(a[-1]), int(b[-1])), str(dtype)

@@ -355,11 +355,10 @@ def capture_trace(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) ->
         return
     metrics.trace_path = str(cap.path)
     try:
-        metrics.trace_facts = trace_facts(cap.path, device_type=config.device, steps=cap.active_steps)
+        facts = trace_facts(cap.path, device_type=config.device, steps=cap.active_steps)
         dtype = config.precision if config.precision != "fp32" else "fp32"
-        metrics.trace_facts["gemm_alignment"] = benchmark_alignment(
-            metrics.trace_facts.get("gemm_shapes", []), device=config.device, dtype=dtype
-        )
+        facts.gemm_alignment = benchmark_alignment(facts.gemm_shapes, device=config.device, dtype=dtype)
+        metrics.trace_facts = facts
     except Exception as exc:  # noqa: BLE001
         metrics.unavailable["trace_facts"] = f"trace analysis failed: {type(exc).__name__}: {exc}"
 

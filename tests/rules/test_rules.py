@@ -12,16 +12,21 @@ import pytest
 
 from perfscope.results import (
     Gain,
+    GemmAlignment,
+    GemmShape,
     KnobOutcome,
     MemoryBreakdown,
+    PageableCopies,
     Results,
     Sweep,
+    SyncFacts,
+    TraceFacts,
     Utilization,
 )
 from perfscope.rules import all_rules, partition_findings, run_rules
 from perfscope.rules.engine import Rule, RuleContext, run
 from perfscope.stats import summarize
-from tests.factories import make_results, make_trial
+from tests.factories import make_results, make_trace_facts, make_trial
 
 GiB = 2**30
 
@@ -32,7 +37,7 @@ def _results(device: str = "cuda", **config) -> Results:
     results = make_results([trial], device_type=device)
     results.environment.compute_capability = "9.0" if device == "cuda" else None
     results.environment.datasheet_peaks_tflops = {"fp32": 66.9, "bf16": 989.4} if device == "cuda" else {}
-    trial.metrics.trace_facts = {}
+    trial.metrics.trace_facts = None  # no trace unless a case gives one
     return results
 
 
@@ -48,8 +53,20 @@ def _with_knob(results: Results, knob: str, ratio: float, significant: bool = Tr
     return results
 
 
-def _facts(results: Results, **facts) -> Results:
-    results.trials[0].metrics.trace_facts.update(facts)
+def _quiet_facts() -> TraceFacts:
+    """A GPU-bound step's trace in which no trace-based rule finds anything."""
+    return make_trace_facts(sync=SyncFacts(points_per_step=0, blocked_fraction=0.0), pageable_memcpy=None)
+
+
+def _facts(results: Results, *, kernels: dict | None = None, launch: dict | None = None, sync: dict | None = None, **fields) -> Results:
+    """Give the baseline a trace: the quiet one, with these families' fields and these top-level fields changed."""
+    facts = results.trials[0].metrics.trace_facts or _quiet_facts()
+    facts.kernels = dataclasses.replace(facts.kernels, **(kernels or {}))
+    facts.launch = dataclasses.replace(facts.launch, **(launch or {}))
+    facts.sync = dataclasses.replace(facts.sync, **(sync or {}))
+    for key, value in fields.items():
+        setattr(facts, key, value)
+    results.trials[0].metrics.trace_facts = facts
     return results
 
 
@@ -63,23 +80,28 @@ def _util(**kw) -> Utilization:
     return Utilization(**kw)
 
 
+def _gemm(shape: list[int], misaligned: list[str], time_s: float) -> GemmShape:
+    return GemmShape(op="aten::mm", shape=shape, dtype="c10::BFloat16", count=1, time_s=time_s, time_source="kernels", misaligned=misaligned)
+
+
 CASES: dict[str, tuple[Callable[[], Results], Callable[[], Results]]] = {
     "PS100": (lambda: _with_knob(_results(), "fused_optimizer", 1.2), lambda: _results()),
-    "PS101": (lambda: _facts(_results(), fp32_matmul_fraction=0.9), lambda: _results(precision="bf16")),
+    "PS101": (lambda: _facts(_results(), kernels={"fp32_gemm_fraction": 0.9}), lambda: _results(precision="bf16")),
     "PS102": (lambda: _results(), lambda: _results(tf32=True)),
     "PS201": (lambda: _metrics(_results(), data_wait_share=0.4), lambda: _metrics(_results(), data_wait_share=0.02)),
-    "PS202": (lambda: _facts(_results(), pageable_memcpy={"count": 2, "bytes": 4 * 2**20, "time_s": 0.001}),
-              lambda: _facts(_results(pin_memory=True), pageable_memcpy={"count": 2, "bytes": 1, "time_s": 0.001})),
-    "PS301": (lambda: _facts(_results(), launch_bound=True, kernel_count_per_step=900, median_kernel_us=4.0),
-              lambda: _facts(_results(), launch_bound=False, kernel_count_per_step=90, median_kernel_us=400.0)),
-    "PS302": (lambda: _facts(_results(), sync_events_per_step={"aten::item": 3, "cudaStreamSynchronize": 3}, sync_fraction=0.08),
-              lambda: _facts(_results(), sync_events_per_step={}, sync_fraction=0.0)),
-    "PS303": (lambda: _facts(_results(), kernel_time_by_category={"gemm": 0.04, "elementwise": 0.05}),
-              lambda: _facts(_results(), kernel_time_by_category={"gemm": 0.09, "elementwise": 0.01})),
-    "PS401": (lambda: _facts(_results(), step_time_s=0.1,
-                             gemm_shapes=[{"op": "aten::mm", "shape": [8192, 768, 50257], "misaligned": ["n"], "time_s": 0.02}],
-                             gemm_alignment=[{"shape": [8192, 768, 50257], "padded": [8192, 768, 50304], "time_s": 3e-3, "padded_time_s": 2e-3, "speedup_per_flop": 1.5}]),
-              lambda: _facts(_results(), step_time_s=0.1, gemm_shapes=[{"op": "aten::mm", "shape": [8192, 768, 50304], "misaligned": [], "time_s": 0.02}])),
+    "PS202": (lambda: _facts(_results(), pageable_memcpy=PageableCopies(count=2, bytes=4 * 2**20, time_s=0.001)),
+              lambda: _facts(_results(pin_memory=True), pageable_memcpy=PageableCopies(count=2, bytes=1, time_s=0.001))),
+    "PS301": (lambda: _facts(_results(), launch={"launch_bound": True, "kernels_per_step": 900, "median_kernel_us": 4.0, "starved_fraction": 0.6}),
+              lambda: _facts(_results(), launch={"launch_bound": False, "kernels_per_step": 90, "median_kernel_us": 400.0})),
+    "PS302": (lambda: _facts(_results(), sync={"points_per_step": 3, "events_per_step": {"aten::item": 3, "cudaStreamSynchronize": 3},
+                                                "blocked_fraction": 0.08}),
+              lambda: _facts(_results(), sync={"points_per_step": 0, "events_per_step": {}, "blocked_fraction": 0.0})),
+    "PS303": (lambda: _facts(_results(), kernels={"time_by_category": {"gemm": 0.04, "elementwise": 0.05}}),
+              lambda: _facts(_results(), kernels={"time_by_category": {"gemm": 0.09, "elementwise": 0.01}})),
+    "PS401": (lambda: _facts(_results(), step_time_s=0.1, gemm_shapes=[_gemm([8192, 768, 50257], ["n"], 0.02)],
+                             gemm_alignment=[GemmAlignment(shape=[8192, 768, 50257], padded=[8192, 768, 50304], dtype="bf16", time_s=3e-3,
+                                                           padded_time_s=2e-3, speedup_per_flop=1.5)]),
+              lambda: _facts(_results(), step_time_s=0.1, gemm_shapes=[_gemm([8192, 768, 50304], [], 0.02)])),
     "PS501": (lambda: _metrics(_results(), peak_memory_bytes=10 * GiB), lambda: _metrics(_results(), peak_memory_bytes=60 * GiB)),
     "PS502": (lambda: _metrics(_results(), peak_memory_bytes=74 * GiB, peak_reserved_bytes=77 * GiB),
               lambda: _metrics(_results(), peak_memory_bytes=60 * GiB, peak_reserved_bytes=62 * GiB)),
@@ -122,7 +144,7 @@ def test_measured_before_estimated_before_diagnosis_and_not_significant_apart():
     results = _metrics(_results(tf32=True), data_wait_share=0.3)  # estimated (PS201)
     _with_knob(results, "amp_bf16", 1.8)  # measured, explained by PS101
     _with_knob(results, "gc_freeze", 1.01, significant=False)  # measured, not significant
-    _facts(results, sync_events_per_step={"aten::item": 2}, sync_fraction=0.01)  # diagnosis only
+    _facts(results, sync={"points_per_step": 2, "events_per_step": {"aten::item": 2}, "blocked_fraction": 0.01})  # diagnosis only
     findings = run_rules(results)
     ranked, not_significant = partition_findings(findings)
     assert ranked[0].rule_id == "PS101" and ranked[0].gain.ratio == 1.8
@@ -138,9 +160,17 @@ def test_each_measured_knob_is_reported_exactly_once():
 
 
 def test_never_advise_what_is_already_on():
-    results = _facts(_results(precision="bf16", tf32=True, compile="default"), kernel_time_by_category={"elementwise": 1.0})
+    results = _facts(_results(precision="bf16", tf32=True, compile="default"), kernels={"time_by_category": {"elementwise": 1.0}})
     ids = {f.rule_id for f in run_rules(results)}
     assert not ids & {"PS101", "PS102", "PS303"}
+
+
+def test_one_item_is_one_sync_point_not_three():
+    # .item() records aten::item > aten::_local_scalar_dense > cudaStreamSynchronize: one point, nested calls
+    nested = {"aten::item": 1, "aten::_local_scalar_dense": 1, "cudaStreamSynchronize": 1}
+    results = _facts(_results(), sync={"points_per_step": 1, "events_per_step": nested, "blocked_fraction": 0.3})
+    (finding,) = [f for f in run_rules(results) if f.rule_id == "PS302"]
+    assert finding.evidence[0].startswith("1 sync point per step")
 
 
 def _clocks(reasons: list[str], clocks: list[float], max_mhz: float | None = 1980.0) -> Results:

@@ -1,0 +1,40 @@
+"""Median time of one small device operation: the loop the matmul ceiling and the GEMM alignment benchmark share.
+
+    seconds = median_seconds(lambda: torch.mm(a, b), "cuda", warmup=3, repeats=10)
+
+Why this shape: a single host-timed call after one warm-up measures launch latency, clock ramp-up and
+whatever the host did in between as much as the kernel. So: warm-up calls first (cuBLAS heuristics and
+workspace, the allocator, autotuning), one synchronize so earlier work cannot leak into the first timing,
+then each of ``repeats`` calls between two marks of perfscope.measure.clock — CUDA events on the current
+stream (device time; no synchronize between calls, so the host queues the next call while the GPU runs
+this one), perf_counter on CPU (synchronous work) — and the median, which ignores the odd preempted call.
+The last mark is waited on (that event only) before any is read.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+
+import torch
+
+from perfscope.measure.clock import clock_for, synchronize
+
+MIN_REPEATS = 10
+
+
+def median_seconds(fn: Callable[[], object], device: str | torch.device, *, warmup: int = 3, repeats: int = MIN_REPEATS) -> float:
+    """Median seconds of ``fn()`` on ``device`` (CUDA: device time between events; CPU: host clock)."""
+    if repeats < 1:
+        raise ValueError("repeats must be at least 1")
+    clock = clock_for(device)
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    marks = []
+    for _ in range(repeats):
+        start = clock.mark()
+        fn()
+        marks.append((start, clock.mark()))
+    clock.wait(marks[-1][1])
+    return statistics.median(clock.elapsed_s(start, end) for start, end in marks)

@@ -1,0 +1,175 @@
+"""Typed trace facts: what one profiled window says about a trial, per profiled step.
+
+    facts = trial.metrics.trace_facts             # TraceFacts, or None when no trace was captured
+    facts.kernels.time_by_category.get("gemm")    # seconds per step
+    facts.gpu.idle.data_wait_s if facts.gpu else None
+    facts.launch.launch_bound, facts.sync.points_per_step, facts.gemm_shapes[0].time_s
+
+Written by perfscope.trace.facts (one analyzer per family below), stored in results.json, read by the rules,
+the report and the trace diff. Typed because those readers used to look keys up by string in a free-form
+dict, where a renamed key silently emptied a report section or muted a rule. Conventions: seconds are PER
+PROFILED STEP unless named otherwise; fractions are of the mean profiled step time; a family the trace
+cannot give is None (the GPU timeline of a CPU run). Results files written before these types existed
+hold a plain dict; perfscope.results.migrate rewrites it into this shape on load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = [
+    "GemmAlignment", "GemmShape", "GpuTimeline", "IdleBreakdown", "KernelFacts", "KernelStat", "LaunchFacts",
+    "PageableCopies", "SyncFacts", "TraceFacts",
+]
+
+
+@dataclass(kw_only=True)
+class KernelStat:
+    """One kernel name (CUDA) or aten op (CPU), summed over its launches."""
+
+    name: str
+    time_s: float
+    count: float
+    """Launches per step (a mean over the profiled steps, so possibly fractional)."""
+    category: str
+
+
+@dataclass(kw_only=True)
+class KernelFacts:
+    """Where the device time goes, by category and by kernel (perfscope.trace.categories)."""
+
+    source: Literal["kernels", "cpu ops"]
+    """"kernels": device time of kernels, memcpys and memsets (CUDA); "cpu ops": aten op self time (CPU)."""
+    time_by_category: dict[str, float] = field(default_factory=dict)
+    """{"gemm", "conv", "attention", "elementwise", "normalization", "optimizer", "memcpy", "memset",
+    "communication", "other": seconds per step}, largest first."""
+    top: list[KernelStat] = field(default_factory=list)
+    """At most 15, longest first."""
+    fp32_gemm_fraction: float | None = None
+    """Share of GEMM kernel time in kernels whose names say fp32 on CUDA cores (sgemm, f32 xmma, nvjet_sss);
+    kernels whose names do not say (Triton templates) count as not fp32. None on CPU or without GEMMs."""
+
+
+@dataclass(kw_only=True)
+class IdleBreakdown:
+    """What the GPU waited for while idle, seconds per step; the four add up to the idle time."""
+
+    data_wait_s: float = 0.0
+    """The host was inside a perfscope::data span (waiting on the data iterator)."""
+    sync_s: float = 0.0
+    """The host was blocked on the device (synchronize, .item(), a pageable copy) and the queue ran dry."""
+    host_s: float = 0.0
+    """The host was busy otherwise — dispatching and launching, Python: the launch-bound signature."""
+    other_s: float = 0.0
+    """The next work was already queued (a cross-stream dependency), or the trace does not link it."""
+
+    @property
+    def total_s(self) -> float:
+        return self.data_wait_s + self.sync_s + self.host_s + self.other_s
+
+
+@dataclass(kw_only=True)
+class GpuTimeline:
+    """The union of kernel, memcpy and memset intervals on every stream, within the profiled steps."""
+
+    busy_fraction: float
+    idle_fraction: float
+    busy_s: float
+    idle: IdleBreakdown
+
+
+@dataclass(kw_only=True)
+class SyncFacts:
+    """Host calls that wait for the device: aten::item, _local_scalar_dense, cuda*Synchronize."""
+
+    points_per_step: float
+    """Merged nests of synchronizing calls: one `.item()` (item → _local_scalar_dense → cudaStreamSynchronize) is one."""
+    events_per_step: dict[str, float] = field(default_factory=dict)
+    """Calls by name, nested ones included (evidence, not a count of sync points)."""
+    blocked_fraction: float = 0.0
+    """Host time inside them (union of the spans) / step time."""
+
+
+@dataclass(kw_only=True)
+class LaunchFacts:
+    """Is the step bound by the host's kernel launches (CUDA) or op dispatch (CPU)?"""
+
+    launch_bound: bool
+    kernels_per_step: float
+    """CUDA: compute kernels launched per step. CPU: aten ops per step."""
+    median_kernel_us: float | None = None
+    """CUDA: median kernel duration. CPU: median aten op self time."""
+    host_launch_s: float | None = None
+    """CUDA: host time in cudaLaunchKernel-like runtime/driver calls per step."""
+    host_active_s: float | None = None
+    """CUDA: host op time per step with the time blocked in syncs and data waits taken out."""
+    starved_fraction: float | None = None
+    """CUDA: GPU idle while the host was launching (IdleBreakdown.host_s) / step time."""
+    tiny_op_time_fraction: float | None = None
+    """CPU: share of aten op self time in ops under 20 µs."""
+
+
+@dataclass(kw_only=True)
+class PageableCopies:
+    """Host-to-device copies from pageable memory (staged by the driver, blocking the host), per step."""
+
+    count: float
+    bytes: float
+    time_s: float
+
+
+@dataclass(kw_only=True)
+class GemmShape:
+    """A hot matmul from the recorded op shapes (aten::mm/addmm/bmm/baddbmm)."""
+
+    op: str
+    shape: list[int]
+    """[m, k, n]."""
+    dtype: str
+    count: float
+    """Calls per step."""
+    time_s: float
+    """Seconds per step, from ``time_source``."""
+    time_source: str
+    """"kernels": device time of the kernels the op launched (CUDA); "cpu op": the op's CPU time."""
+    misaligned: list[str] = field(default_factory=list)
+    """Dimensions ("m", "k", "n") not a multiple of 8 (16-bit dtypes) or 4 (fp32); 64 is better still."""
+
+
+@dataclass(kw_only=True)
+class GemmAlignment:
+    """A misaligned GEMM timed on the device at its shape and padded to multiples of 64 (trace/alignment.py)."""
+
+    shape: list[int]
+    padded: list[int]
+    dtype: str
+    time_s: float
+    padded_time_s: float
+    speedup_per_flop: float
+
+
+@dataclass(kw_only=True)
+class TraceFacts:
+    """One profiled window of a trial (perfscope.trace.facts.trace_facts)."""
+
+    device_type: str
+    steps: int
+    """Profiled steps (ProfilerStep#N spans on the host)."""
+    step_time_s: float
+    """Mean wall time of a profiled step (profiling slows it a little: compare with the timed steps)."""
+    kernels: KernelFacts
+    launch: LaunchFacts
+    sync: SyncFacts
+    data_wait_fraction: float = 0.0
+    """Host time inside perfscope::data spans / step time (on a GPU not all of it idles the device:
+    see ``gpu.idle.data_wait_s``)."""
+    gpu: GpuTimeline | None = None
+    """None on CPU, or when a CUDA trace holds no device activity."""
+    pageable_memcpy: PageableCopies | None = None
+    gemm_shapes: list[GemmShape] = field(default_factory=list)
+    """At most 20, longest first."""
+    gemm_alignment: list[GemmAlignment] = field(default_factory=list)
+    trace_bytes: int | None = None
+    notes: list[str] = field(default_factory=list)
+    """What the reader should know about how these were derived (e.g. read from an older results file)."""

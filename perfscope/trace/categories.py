@@ -1,0 +1,73 @@
+"""Kernel and aten-op names → what kind of work they are, and whether a GEMM ran on tensor cores.
+
+    categorize("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT")              # "gemm"
+    categorize("void at::native::vectorized_elementwise_kernel<4, ...{lambda(float)#1}...>")  # "elementwise"
+    gemm_on_tensor_cores("ampere_sgemm_128x64_nn")                         # False (fp32 SIMT)
+
+Names are matched by ordered patterns, first match wins, the way HTA and the TensorBoard plugin classify
+kernels. The order and the word boundaries matter because ATen kernel names are long template
+instantiations: nearly every elementwise/reduce kernel contains `{lambda(...)#1}` (so a bare `lamb` would
+call it an optimizer kernel), dtype conversions contain "conv", and H100 cuBLAS (CUDA ≥ 12.8) launches
+`nvjet_*` GEMMs whose names contain neither "gemm" nor a dtype spelled out.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+# First match wins. Attention and conv come before gemm (flash kernels and implicit-GEMM convolutions
+# contain "gemm"/"cutlass"); normalization before conv (cuDNN batch-norm kernels contain "cudnn");
+# optimizer before elementwise (multi_tensor_apply kernels are elementwise in form).
+CATEGORIES: list[tuple[str, re.Pattern[str]]] = [
+    ("communication", re.compile(r"nccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|c10d", re.I)),
+    ("attention", re.compile(r"flash|fmha|attention|sdpa|softmax_.*attn|mem_eff", re.I)),
+    ("normalization", re.compile(r"(?:layer|group|batch|instance|rms|weight)_?norm|welford|\bbn_|cudnn::bn", re.I)),
+    ("conv", re.compile(r"conv(?!ert)|implicit_gemm|winograd|cudnn|im2col|fft2d", re.I)),
+    ("gemm", re.compile(
+        r"gemm|gemv|matmul|\bmm\b|aten::(?:mm|addmm|bmm|baddbmm|linear)\b|cutlass|xmma|cublas|nvjet|"
+        r"s16816|h16816|hmma|wgmma|triton_tem_", re.I)),
+    ("optimizer", re.compile(r"multi_tensor_apply|adam|sgd|lamb(?!da)|adagrad|rmsprop|_foreach_|optimizer", re.I)),
+    ("memset", re.compile(r"memset|aten::zero_|aten::fill_", re.I)),
+    ("memcpy", re.compile(r"memcpy|aten::copy_|aten::to\b|aten::_to_copy", re.I)),
+    ("elementwise", re.compile(
+        r"elementwise|vectorized|unrolled|reduce|softmax|gelu|relu|silu|dropout|add|mul|div|sub|exp|tanh|sigmoid|cat|where|"
+        r"index|embedding|triton_(?:poi|red|per)_", re.I)),
+]
+
+# A GEMM kernel's name says it uses tensor cores when it names a reduced-precision dtype, an MMA
+# instruction, or a tensor-op tile. Dtype tokens only count at the start of a name component
+# (after "_", or at the start): a bare "h" or "bf" anywhere in the name says nothing.
+_TENSOR_CORE = re.compile(
+    r"(?:^|[_:<\s])(?:tf32|bf16|f16|fp16|fp8|e4m3|e5m2)|hmma|wgmma|gmma|imma|tensorop|[hs]16816|[hs]1688|16816", re.I
+)
+# fp32 on CUDA cores: SIMT sgemm, xmma with f32 inputs and outputs (no tf32), nvjet with single-only type codes.
+_FP32 = re.compile(r"sgemm|f32f32_f32f32|simt|ffma", re.I)
+# cuBLAS "nvjet" kernels: nvjet[_smXX]_<A/B type><compute type><C/D type>_...: h = fp16, t = bf16, s = fp32.
+_NVJET = re.compile(r"nvjet_(?:sm\d+_)?([a-z]{3})(?:_|$)", re.I)
+
+
+@functools.lru_cache(maxsize=8192)  # a trace repeats a few hundred names thousands of times; names run to 1 kB
+def categorize(name: str) -> str:
+    """The category of a kernel (CUDA) or aten op (CPU); "other" when no pattern matches."""
+    for category, pattern in CATEGORIES:
+        if pattern.search(name):
+            return category
+    return "other"
+
+
+@functools.lru_cache(maxsize=8192)
+def gemm_on_tensor_cores(name: str) -> bool | None:
+    """True / False when a GEMM kernel's name says whether it runs on tensor cores; None when it does not say.
+
+    None covers Triton templates (`triton_tem_fused_mm_0`) and generic names: their dtype is in the
+    launching op's inputs, not in the name.
+    """
+    if _TENSOR_CORE.search(name):
+        return True
+    nvjet = _NVJET.search(name)
+    if nvjet:
+        return set(nvjet.group(1).lower()) != {"s"}
+    if _FP32.search(name):
+        return False
+    return None
