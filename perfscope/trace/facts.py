@@ -101,10 +101,9 @@ def window(trace: Trace, steps: int) -> Window:
 # ------------------------------------------------------------------------------------------- analyzers
 
 
-def data_wait_fraction(trace: Trace, w: Window) -> float:
-    """Host time inside perfscope::data spans (the loop's `next()` on the data iterator) / step time."""
-    spans = merge(clip(trace.labelled(DATA_LABEL), w.bounds))
-    return min(1.0, length(spans) / w.total_us) if w.total_us else 0.0
+def data_spans(trace: Trace, w: Window) -> list[Span]:
+    """Host time inside perfscope::data spans: the loop's `next()` on the data iterator."""
+    return merge(clip(trace.labelled(DATA_LABEL), w.bounds))
 
 
 def sync_facts(trace: Trace, w: Window) -> SyncFacts:
@@ -114,7 +113,7 @@ def sync_facts(trace: Trace, w: Window) -> SyncFacts:
     return SyncFacts(
         points_per_step=len(merged) / w.steps,
         events_per_step={k: v / w.steps for k, v in Counter(e.name for e in calls).items()},
-        blocked_fraction=min(1.0, length(merged) / w.total_us) if w.total_us else 0.0,
+        blocked_fraction=min(1.0, length(merged) / w.total_us),
     )
 
 
@@ -260,8 +259,8 @@ def trace_facts(trace_path: Path, *, device_type: str, steps: int) -> TraceFacts
     work = [x for x in trace.device if w.contains(x.issued)]
     on_device = device_type == "cuda" and bool(work)
     notes = [] if trace.steps else [f"no ProfilerStep#N spans in the trace: its whole span was taken as {w.steps} steps"]
+    data = data_spans(trace, w)
     if on_device:
-        data = merge(clip(trace.labelled(DATA_LABEL), w.bounds))
         blocked = blocked_spans(trace, w)
         timeline = gpu_timeline(trace, w, data=data, blocked=blocked)
         kernels, launch = kernel_facts(work, w), launch_facts(trace, work, w, timeline, data=data, blocked=blocked)
@@ -272,7 +271,7 @@ def trace_facts(trace_path: Path, *, device_type: str, steps: int) -> TraceFacts
         (kernels, launch), timeline, copies = cpu_op_facts(trace, w), None, None
     return TraceFacts(
         device_type=device_type, steps=w.steps, step_time_s=w.step_us / 1e6,
-        data_wait_fraction=data_wait_fraction(trace, w), kernels=kernels, launch=launch, sync=sync_facts(trace, w),
+        data_wait_fraction=min(1.0, length(data) / w.total_us), kernels=kernels, launch=launch, sync=sync_facts(trace, w),
         gpu=timeline, pageable_memcpy=copies, gemm_shapes=gemm_shapes(trace, w, on_device=on_device),
         trace_bytes=Path(trace_path).stat().st_size, notes=notes,
     )
