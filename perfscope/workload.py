@@ -28,14 +28,13 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
 
 from perfscope.errors import WorkloadError
-
-Precision = Literal["fp32", "bf16", "fp16"]
+from perfscope.results.config import Precision
 
 
 def _default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:

@@ -53,3 +53,29 @@ def test_hooks_throughput_counts_the_slow_steps() -> None:
     m = prof.results().trials[0].metrics
     assert m.steps == 20 and m.samples_per_s is not None
     _check_bimodal(m.step_times_s, 20 * 8, m.wall_s, m.samples_per_s, m.data_wait_share)
+
+
+@pytest.mark.slow
+def test_analyze_and_hooks_measure_a_workload_alike() -> None:
+    """One measurement core: the same workload through run_trial and through Profiler gives the same FLOPs per
+    step, samples per step and window bookkeeping, and throughput defined alike (their timings differ by run)."""
+    path = Path(__file__).parent / "workloads" / "mlp.py"
+    run = run_trial(load_workload(path), TrialConfig(micro_batch_size=8, steps=30, warmup_steps=3, device="cpu"))
+    workload = load_workload(path)
+    torch.manual_seed(0)
+    model = workload.model()
+    optimizer = workload.optimizer(model.parameters())
+    prof = Profiler(model, optimizer, device="cpu", warmup_steps=3, measure_ceiling=False, sample_utilization=False, peak_tflops=1.0)
+    for i, batch in enumerate(prof.wrap(workload.batches(8))):
+        workload.loss(model, batch).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        prof.step()
+        if i == 3 + 1 + 30 - 1:  # warm-up, the FLOP-counting step, 30 timed steps
+            break
+    hooked = prof.results().trials[0].metrics
+    a, h = run.metrics, hooked
+    assert a.flops_per_step == h.flops_per_step == 96256  # exact: see test_flops.py
+    assert a.samples_per_step == h.samples_per_step == 8 and a.steps == h.steps == 30
+    for m in (a, h):
+        assert m.samples_per_s == pytest.approx(m.windows[0].samples / m.wall_s)

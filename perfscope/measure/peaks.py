@@ -41,13 +41,6 @@ class DevicePeak:
     """SMs of the full GPU the datasheet describes: a MIG slice's peak is scaled by its share of them."""
     sm_source: str = ""
 
-    @property
-    def best(self) -> tuple[str, float]:
-        """The device's best dense matmul peak among training dtypes (fp8 excluded): the ranking denominator."""
-        candidates = {k: v for k, v in self.tflops.items() if k in ("fp32", "tf32", "bf16", "fp16")}
-        dtype = max(candidates, key=candidates.__getitem__)
-        return dtype, candidates[dtype]
-
 
 # Ordered: the first pattern that matches the lower-cased device name wins (more specific first).
 _DATASHEETS: list[tuple[str, DevicePeak]] = [

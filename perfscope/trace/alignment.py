@@ -3,7 +3,8 @@
     facts.gemm_alignment = benchmark_alignment(facts.gemm_shapes, device="cuda", dtype="bf16")
 
 Tensor-core kernels want dimensions that are multiples of 8 (16-bit) — better 64 — and fall back to
-slower tiles otherwise (GPT-2's vocab 50257 → 50304 made a whole step 1.47× faster on an H100). The gain
+slower tiles otherwise (GPT-2's vocab 50257 → 50304 made a whole bf16 step 1.47× faster on an H100 80GB HBM3,
+measured by this project: torch 2.11, GPT-2 124M, seq 1024, batch 8). The gain
 is measured, not assumed: the matmul at its shape vs padded to multiples of 64, random inputs, warm-up,
 each repeat timed with CUDA events on a GPU (perfscope.measure.microbench), median of repeats; compared per
 FLOP because the padded one does more work.
