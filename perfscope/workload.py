@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from perfscope.errors import WorkloadError
-from perfscope.results.config import Precision
+from perfscope.precision import Precision
 
 
 def _default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:

@@ -229,3 +229,22 @@ def test_calibration_makes_the_window_last_long_enough():
     assert calibrate_steps(config.replace(steps=7), [0.01] * 4) == (7, "7 steps as asked (--steps)")
     with_workers = config.replace(num_workers=4, prefetch_factor=8)  # 32 batches in flight: span 3 queue cycles
     assert calibrate_steps(with_workers, [1.0, 0.2, 0.2])[0] == 96
+
+
+def test_trials_drop_a_short_batch_at_the_end_of_an_epoch():
+    """An IterableDataset keeps its short last batch (no drop_last): a new shape would recompile inside the window."""
+    from perfscope.results.config import TrialConfig
+    from perfscope.trial.data import endless_batches
+    from perfscope.workload import Workload
+
+    class Ten(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter([(torch.zeros(2), 0)] * 10)
+
+    workload = Workload(model=lambda: nn.Linear(2, 1), dataset=Ten, loss=lambda m, b: m(b[0]).sum(), batch_size=4)
+    batches = endless_batches(workload, TrialConfig(micro_batch_size=4))
+    sizes = [next(batches)[0].shape[0] for _ in range(6)]  # epochs of 4, 4, (2 dropped)
+    assert sizes == [4] * 6
+    short = Workload(model=lambda: nn.Linear(2, 1), batches=lambda n: iter([torch.zeros(n, 2), torch.zeros(1, 2)]),
+                     loss=lambda m, b: m(b).sum(), batch_size=4)
+    assert [b.shape[0] for _, b in zip(range(3), endless_batches(short, TrialConfig(micro_batch_size=4)))] == [4, 4, 4]

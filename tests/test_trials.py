@@ -100,3 +100,10 @@ def test_resume_keeps_finished_trials(tmp_path, monkeypatch):
                       progress=Progress(), contention_retries=0)
     changed = session.measure("baseline", CONFIG.replace(micro_batch_size=4))
     assert changed.config.micro_batch_size == 4 and changed.metrics.wall_s != first.metrics.wall_s
+
+
+def test_a_crash_during_trace_capture_keeps_the_timed_measurement(tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFSCOPE_TEST_FAILURE", "segfault_in_trace")
+    trial = _session(tmp_path, "misbehaving.py").measure("t", CONFIG.replace(capture_trace=True))
+    assert trial.status == "ok" and trial.metrics is not None and trial.metrics.samples_per_s
+    assert "SIGSEGV" in trial.metrics.unavailable["trace"] and "trace capture" in trial.metrics.unavailable["trace"]

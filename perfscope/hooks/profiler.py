@@ -32,13 +32,17 @@ import tempfile
 import time
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from perfscope.measure.samples import (
+    leading_dim,  # re-exported: the integrations count samples the same way
+)
 
 if TYPE_CHECKING:
     from perfscope.measure.window import StepRecord, WindowRecorder
@@ -75,25 +79,6 @@ class _Reservoir:
 
     def in_order(self) -> list[StepRecord]:
         return sorted(self.items, key=lambda s: s.index)
-
-
-def leading_dim(batch: Any, _depth: int = 0) -> int | None:
-    """The first dimension of the first tensor in a (nested) batch: its sample count, or None."""
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() > 0 else None
-    if _depth >= 4:
-        return None
-    if isinstance(batch, Mapping):
-        items: Iterable[Any] = batch.values()
-    elif isinstance(batch, list | tuple):
-        items = batch
-    else:
-        return None
-    for item in items:
-        n = leading_dim(item, _depth + 1)
-        if n is not None:
-            return n
-    return None
 
 
 def _most_common(counter: Counter[int]) -> int | None:

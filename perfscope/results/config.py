@@ -13,7 +13,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Precision = Literal["fp32", "bf16", "fp16"]
+from perfscope.precision import Precision
+
 CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
 OptimizerImpl = Literal["default", "foreach", "fused"]
 GcMode = Literal["default", "freeze", "disable"]

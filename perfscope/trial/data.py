@@ -7,11 +7,12 @@ are knobs the sweep turns, so the user gives a Dataset, not a loader.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 
+from perfscope.measure.samples import leading_dim
 from perfscope.results.config import TrialConfig
 from perfscope.workload import Workload
 
@@ -21,11 +22,11 @@ def endless_batches(workload: Workload, config: TrialConfig) -> Iterator[Any]:
     if workload.batches is not None:
         while True:
             produced = False
-            for batch in workload.batches(config.micro_batch_size):
+            for batch in full_batches(workload.batches(config.micro_batch_size), config.micro_batch_size):
                 produced = True
                 yield batch
             if not produced:
-                raise RuntimeError("batches() yielded no batch")
+                raise RuntimeError(f"batches() yielded no batch of {config.micro_batch_size} samples")
     dataset = workload.dataset()  # type: ignore[misc]
     is_iterable = isinstance(dataset, torch.utils.data.IterableDataset)
     kwargs: dict[str, Any] = {
@@ -43,11 +44,23 @@ def endless_batches(workload: Workload, config: TrialConfig) -> Iterator[Any]:
     loader = torch.utils.data.DataLoader(dataset, **kwargs)
     while True:
         produced = False
-        for batch in loader:
+        for batch in full_batches(loader, config.micro_batch_size):
             produced = True
             yield batch
         if not produced:
-            raise RuntimeError("the DataLoader yielded no batch (dataset smaller than one batch?)")
+            raise RuntimeError("the DataLoader yielded no full batch (dataset smaller than one batch?)")
+
+
+def full_batches(batches: Iterable[Any], size: int) -> Iterator[Any]:
+    """The batches of ``size`` samples (or of unknown size): a short batch at the end of an epoch is dropped.
+
+    An IterableDataset cannot use drop_last, and a user's batches() may end an epoch short: a new input shape
+    would recompile a compiled model (and re-record CUDA graphs) inside the timed window, and its step would
+    not be a typical one. Map-style datasets already drop it (drop_last=True)."""
+    for batch in batches:
+        n = leading_dim(batch)
+        if n is None or n == size:
+            yield batch
 
 
 def to_device(batch: Any, device: str, *, non_blocking: bool, channels_last: bool = False) -> Any:

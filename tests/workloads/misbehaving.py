@@ -45,6 +45,8 @@ def loss(model, batch):
             os.kill(os.getpid(), signal.SIGSEGV)
         if mode == "exit":
             os._exit(3)
+    if mode == "segfault_in_trace" and torch.autograd._profiler_enabled():
+        os.kill(os.getpid(), signal.SIGSEGV)  # only while the profiler traces: after the timed window
     x, y = batch
     out = F.cross_entropy(model(x), y)
     if mode == "nan" and _calls >= 2:
