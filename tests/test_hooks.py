@@ -516,3 +516,21 @@ def test_capture_window_is_profiled_untimed_and_saved(tmp_path: Path, monkeypatc
     trace = tmp_path / "run" / m.trace_path  # stored relative to the results file: the folder can move
     assert not Path(m.trace_path).is_absolute() and trace.read_bytes() == b"trace"
     assert "trace_facts" in m.unavailable  # no perfscope.trace.facts in this fake
+
+
+def test_memory_peaks_are_read_before_the_ceiling_probe_allocates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The matmul-ceiling probe allocates ~768 MiB on a GPU: read in the user's process before the peaks, it
+    would become the reported peak (issue 11 #7)."""
+    from perfscope.measure import environment
+
+    order: list[str] = []
+    real_collect = environment.collect_environment
+    monkeypatch.setattr(Profiler, "_memory_peaks", lambda self: order.append("peaks") or (None, None, None))
+    monkeypatch.setattr(environment, "collect_environment", lambda *a, **k: order.append("probe") or real_collect(*a, **{**k, "measure_ceiling": False}))
+    model, opt = make_model()
+    prof = Profiler(model, opt, device="cpu", warmup_steps=1, count_flops=False, measure_ceiling=True, sample_utilization=False)
+    for batch in prof.wrap(make_loader(40)):
+        train_step(model, opt, batch)
+        prof.step()
+    prof.results()
+    assert order[:2] == ["peaks", "probe"]
