@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import torch
 
 import perfscope.measure.microbench as microbench
 from perfscope.measure.microbench import median_seconds
@@ -83,3 +84,23 @@ def test_alignment_benchmark_is_timed_by_the_device_clock(fake_clock: FakeEventC
 
 def test_a_real_cpu_timing_is_positive() -> None:
     assert median_seconds(lambda: sum(range(1000)), "cpu", warmup=1, repeats=10) > 0
+
+
+def test_a_slow_dtype_gets_a_smaller_matmul(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bf16 on a CPU without bf16 units took 2.4 s per 1024³ matmul: 13 of them made every probe 30 s long."""
+    from perfscope.measure import peaks
+
+    sizes: list[int] = []
+
+    def fake_median(fn, device, *, warmup, repeats):  # noqa: ANN001
+        n = sizes[-1]
+        return 2 * n**3 / 5e9  # a slow path: 5 GFLOP/s
+
+    real_randn = torch.randn
+    monkeypatch.setattr(peaks.torch, "randn", lambda n, *a, **k: sizes.append(n) or real_randn(2, 2))
+    monkeypatch.setattr(peaks, "median_seconds", fake_median)
+    monkeypatch.setattr(peaks.torch, "mm", lambda a, b: a)
+    tflops = peaks.measure_matmul_tflops("cpu", "bf16", size=1024)
+    assert tflops == pytest.approx(5e9 / 1e12)
+    timed = sizes[-1]
+    assert 256 <= timed < 1024 and 2 * timed**3 / 5e9 <= peaks.CALL_BUDGET_S

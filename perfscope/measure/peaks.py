@@ -131,6 +131,13 @@ def slice_peak(peak: DevicePeak, device_sms: int | None, *, mig: bool) -> tuple[
 _TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+CALL_BUDGET_S = 0.05
+"""Longest one timed matmul of the ceiling probe may take (the probe runs before every analysis)."""
+MIN_SIZE = 256
+SLOW_SMALL_CALL_S = 1e-3
+"""A 256³ matmul slower than this (< 0.034 TFLOP/s) marks a slow path whose full-size matmul is shrunk."""
+
+
 def measure_matmul_tflops(device: str, dtype: str, *, size: int | None = None, repeats: int = MIN_REPEATS) -> float:
     """TFLOP/s of a square matmul on ``device`` at its median time: the ceiling this machine really reaches.
 
@@ -143,9 +150,20 @@ def measure_matmul_tflops(device: str, dtype: str, *, size: int | None = None, r
     previous_tf32 = snapshot_matmul_tf32()
     set_matmul_tf32(dtype == "tf32")
     try:
+        # Size the matmul from a small one first: a dtype this device computes slowly (bf16 on a CPU without
+        # bf16 units: 2.4 s per 1024³ matmul) would otherwise make the probe, run before every analysis, take
+        # half a minute. Large enough to reach the ceiling, small enough that one call stays within budget.
+        small = 0.0
+        if size > MIN_SIZE:
+            a = torch.randn(MIN_SIZE, MIN_SIZE, device=device, dtype=torch_dtype)
+            b = torch.randn(MIN_SIZE, MIN_SIZE, device=device, dtype=torch_dtype)
+            small = median_seconds(lambda: torch.mm(a, b), device, warmup=1, repeats=1)
+        if small > SLOW_SMALL_CALL_S:  # compute-bound even at 256³ (a fast GPU's small call is launch latency)
+            fits = int(MIN_SIZE * (CALL_BUDGET_S / small) ** (1 / 3)) // 64 * 64
+            size = max(MIN_SIZE, min(size, fits))
         a = torch.randn(size, size, device=device, dtype=torch_dtype)
         b = torch.randn(size, size, device=device, dtype=torch_dtype)
-        seconds = median_seconds(lambda: torch.mm(a, b), device, warmup=3, repeats=repeats)
+        seconds = median_seconds(lambda: torch.mm(a, b), device, warmup=2, repeats=repeats)
         return 2.0 * size**3 / seconds / 1e12
     finally:
         restore_matmul_tf32(previous_tf32)

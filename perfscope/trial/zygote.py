@@ -33,6 +33,10 @@ PR_SET_CHILD_SUBREAPER = 36
 
 def _preload() -> None:
     import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401 - ~1 s: FLOP counting on fake tensors and compile trials import it
+    import torch._subclasses.fake_tensor  # noqa: F401
+    import torch.profiler  # noqa: F401
+    import torch.utils.flop_counter  # noqa: F401
 
     import perfscope.measure.environment  # noqa: F401
     import perfscope.trial.child  # noqa: F401
