@@ -374,10 +374,8 @@ def _finding_view(rank: int, f: Finding) -> FindingView:
 
 
 def split_findings(findings: list[Finding]) -> tuple[list[Finding], list[Finding]]:
-    """(ranked fixes, no significant change): a measured gain whose interval includes 1 is not a fix."""
-    ranked = [f for f in findings if f.gain is None or f.gain.significant]
-    flat = [f for f in findings if f.gain is not None and not f.gain.significant]
-    return ranked, flat
+    """(ranked fixes, measured but did not help here): measured beats believed, as in the rules engine."""
+    return [f for f in findings if not f.measured_no_help], [f for f in findings if f.measured_no_help]
 
 
 # -------------------------------------------------------------------------------------- tables
