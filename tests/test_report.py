@@ -218,7 +218,17 @@ def test_html_is_self_contained_and_offline():
     assert html.count("Plotly.newPlot") == 1
     assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=", html)  # nothing fetched
     assert "@import" not in html and "url(" not in html.split("<script>")[0]
-    assert len(html.encode()) < 6 * 2**20
+    assert len(html.encode()) <= 1.5e6  # the basic plotly.js bundle (1.2 MB), not the full 4.6 MB one
+    assert "plotly.js (basic - minified)" in html
+
+
+def test_charts_use_only_the_basic_bundles_trace_types():
+    from perfscope.report.html import PLOTLY_TRACE_TYPES
+
+    charts = _all_charts(make_full_results())
+    assert charts
+    for chart in charts:
+        assert {t.get("type", "scatter") for t in chart.figure["data"]} <= PLOTLY_TRACE_TYPES, chart.id
 
 
 def test_html_stays_small_with_many_trials():
@@ -258,7 +268,7 @@ def test_markdown_has_headline_fixes_trials_failures():
 def test_cli_report_writes_html_and_md(tmp_path, capsys):
     path = make_full_results().save(tmp_path / "results.json")
     assert main(["report", str(path)]) == 0
-    assert (tmp_path / "report.html").stat().st_size > 1_000_000
+    assert 1_000_000 < (tmp_path / "report.html").stat().st_size <= 1_500_000
     assert main(["report", str(path), "--format", "md", "-o", str(tmp_path / "s.md")]) == 0
     assert "## Ranked fixes" in (tmp_path / "s.md").read_text()
 
@@ -294,6 +304,7 @@ def test_wheel_ships_templates_and_renders_without_the_checkout(tmp_path):
         zf.extractall(tmp_path / "site")
     shipped = {Path(n).name for n in names if n.startswith("perfscope/_templates/")}
     assert {p.name for p in (REPO / "reports" / "templates").glob("*.j2")} <= shipped
+    assert "perfscope/report/vendor/plotly-basic.min.js" in names  # the report stays ≤ 1.5 MB when installed
     script = (
         "import sys; from perfscope.report import templates, render_html; from tests.factories import make_results;"
         "root = str(templates.template_root()); assert root.startswith(sys.argv[1]), root;"
