@@ -445,8 +445,12 @@ def gain_chart(results: Results) -> Chart | None:
 
     def verdict(g: Any, rejected: bool) -> str:
         if rejected:
-            return "rejected (numerics)"
-        return {"faster": "faster", "slower": "slower", "same": "n.s. (same)"}.get(g.verdict, "n.s.")
+            return " · rejected (numerics)"
+        return {"faster": "", "slower": "", "same": " · n.s. (same)"}.get(g.verdict, " · n.s.")
+
+    lo = min(min(g.low for _, g, _ in rows), 0.9)
+    hi = max(max(g.high for _, g, _ in rows), 1.1)
+    ticks = [t for t in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 0.75, 1, 1.25, 1.5, 2, 3, 5, 10, 20, 50) if lo / 1.2 <= t <= hi * 1.2]
 
     colors = [GREEN if g.faster and not rej else RED if g.verdict == "slower" else GREY for _, g, rej in rows]
     figure = {
@@ -459,7 +463,7 @@ def gain_chart(results: Results) -> Chart | None:
                 "error_x": {"type": "data", "symmetric": False, "array": [g.high - g.ratio for _, g, _ in rows],
                             "arrayminus": [g.ratio - g.low for _, g, _ in rows], "color": "#6b7280", "thickness": 1.5},
                 "marker": {"color": colors, "size": 10},
-                "text": [f"{gain_words(g)} · {verdict(g, rej)}" for _, g, rej in rows],
+                "text": [f"{gain_words(g)}{verdict(g, rej)}" for _, g, rej in rows],
                 "textposition": "top center",
                 "hovertemplate": "%{y}<br>%{x:.2f}× the baseline's samples/s<extra></extra>",
                 "cliponaxis": False,
@@ -467,7 +471,8 @@ def gain_chart(results: Results) -> Chart | None:
         ],
         "layout": _layout(
             "Throughput vs the baseline (×, log scale; bars: confidence interval)", "", height=_bar_height(len(rows)) + 20,
-            xaxis=_axis("Throughput vs the baseline (×, log scale; bars: confidence interval)", type="log"),
+            xaxis=_axis("Throughput vs the baseline (×, log scale; bars: confidence interval)", type="log",
+                        tickvals=ticks, ticktext=[f"{t:g}×" for t in ticks]),
             yaxis=_axis("", autorange="reversed"),
             shapes=[{"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": 1, "x1": 1, "line": {"color": "#111827", "width": 1.5}}],
             showlegend=False,
