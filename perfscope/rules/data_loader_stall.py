@@ -108,7 +108,24 @@ class DataLoaderStall(Rule):
             estimate_method=method if est.gain > 1.0 else None,
             reference="https://pytorch.org/docs/stable/data.html#multi-process-data-loading",
         )
-        return [self.measured(ctx, finding, "dataloader_workers")]
+        measured = self.measured(ctx, finding, "dataloader_workers")
+        if not measured.measured_no_help:
+            return [measured]
+        # Workers measured as no help: that fix goes to "did not help here", but the diagnosis stands — the
+        # step still waits for data, and what is left to change is the Dataset's own cost.
+        g = measured.gain
+        assert g is not None
+        diagnosis = Finding(
+            rule_id=self.id, title="The step waits for data: the Dataset is too slow for this machine's free cores",
+            severity=finding.severity,
+            evidence=evidence + [f"DataLoader workers measured here: {g.ratio:.2f}× ({g.confidence:.0%} CI {g.low:.2f}–{g.high:.2f}), "
+                                 "not a speed-up; cut the Dataset's own cost (__getitem__, transforms, collate)"],
+            fix=("+import cProfile, pstats\n"
+                 "+cProfile.run('[ds[i] for i in range(256)]', 'getitem.prof')   # where __getitem__ spends its time\n"
+                 "+pstats.Stats('getitem.prof').sort_stats('cumtime').print_stats(15)"),
+            reference="https://pytorch.org/docs/stable/data.html#multi-process-data-loading",
+        )
+        return [diagnosis, measured]
 
     def fix_text(self, ctx: RuleContext, batch: int, workers: int) -> str:
         """The loader line with this run's batch and worker count; options the sweep measured as no better are left out."""

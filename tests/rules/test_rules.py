@@ -290,9 +290,11 @@ def test_a_fix_measured_as_slower_or_undecided_is_never_ranked():
 def test_a_measured_fix_shows_no_estimate():
     results = _metrics(_results(), data_wait_share=0.5)
     _with_knob(results, "dataloader_workers", 1.0, significant=False)
-    (finding,) = [f for f in run_rules(results) if f.rule_id == "PS201"]
+    diagnosis, finding = [f for f in run_rules(results) if f.rule_id == "PS201"]
     assert finding.gain is not None and finding.estimated_gain is None and finding.estimate_method is None
     assert finding.measured_no_help and finding.why_not_here
+    # The diagnosis stands, with the Dataset's own cost as what is left to change.
+    assert diagnosis.gain is None and "Dataset" in diagnosis.title and "__getitem__" in diagnosis.fix
 
 
 # ------------------------------------------------------------------------- data loader, machine-aware
