@@ -9,5 +9,8 @@ from setuptools import find_packages, setup
 setup(
     packages=find_packages(include=["perfscope", "perfscope.*"]) + ["perfscope._templates"],
     package_dir={"perfscope._templates": "reports/templates"},
-    package_data={"perfscope._templates": ["*.j2", "*.html", "**/*.j2", "**/*.html", "*.css", "*.js"]},
+    package_data={
+        "perfscope._templates": ["*.j2", "*.html", "**/*.j2", "**/*.html", "*.css", "*.js"],
+        "perfscope.report": ["vendor/*.js", "vendor/*.LICENSE", "vendor/*.md"],
+    },
 )

@@ -22,10 +22,14 @@ def _analyze(tmp_path: Path, workload: Path, *extra: str) -> Results:
 
 def test_heavy_dataset_gets_the_data_loader_finding_first(tmp_path):
     results = _analyze(tmp_path, ROOT / "examples" / "cpu_heavy_dataset.py", "--only", "dataloader_workers")
-    ranked, _ = partition_findings(results.findings)
+    ranked, did_not_help = partition_findings(results.findings)
     assert ranked[0].rule_id == "PS201"
-    assert ranked[0].trial is not None and ranked[0].trial.startswith("dataloader_workers")  # the fix was measured
     assert "of each step is spent blocked on the data iterator" in ranked[0].evidence[0]
+    if ranked[0].gain is not None:  # workers measured as a win
+        assert ranked[0].trial is not None and ranked[0].trial.startswith("dataloader_workers")
+    else:  # on a machine with few free cores: the workers' measurement is apart, the Dataset's cost is the advice
+        assert any(f.rule_id == "PS201" and f.trial.startswith("dataloader_workers") for f in did_not_help)
+        assert "Dataset" in ranked[0].title and "__getitem__" in ranked[0].fix
 
 
 def test_deep_narrow_mlp_is_dispatch_bound(tmp_path):

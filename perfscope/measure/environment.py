@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import psutil
 import torch
 
+from perfscope.measure.cores import usable_cores
 from perfscope.measure.nvml import cuda_uuid, is_mig_uuid, nvml_handle
 from perfscope.measure.peaks import (
     ceiling_dtypes,
@@ -114,6 +115,7 @@ def collect_environment(device: str, *, device_index: int = 0, measure_ceiling: 
         host_memory_bytes=psutil.virtual_memory().total,
         hostname=socket.gethostname(),
     )
+    env.cpu_cores_usable, env.cpu_cores_usable_how = usable_cores()
     if device == "cuda":
         props = torch.cuda.get_device_properties(device_index)
         env.device_count = torch.cuda.device_count()

@@ -1,7 +1,7 @@
 """Plotly figure specs (plain dicts) for the report's charts, built from the results model.
 
     >>> from perfscope.report.charts import build_charts
-    >>> [c.id for c in build_charts(results, baseline="baseline", recommended=None)]
+    >>> charts, absent = build_charts(results, baseline="baseline", recommended=None)
 
 Why plain dicts and not plotly.graph_objects: a spec is data that the page hands to Plotly.newPlot, and
 dicts keep it small (no per-figure template) and deterministic. Tests validate them with go.Figure.
@@ -17,10 +17,12 @@ from typing import Any
 
 from perfscope.report import facts
 from perfscope.report.escaping import plotly_text
+from perfscope.report.story import gain_of, gain_words
 from perfscope.results import Results, Trial, UtilizationSample
 
-MAX_POINTS_PER_CHART = 2000  # keeps the page a few MB whatever the run length
+MAX_POINTS_PER_CHART = 2000  # keeps the page small whatever the run length
 GIB = 2**30
+MIB = 2**20
 
 FONT = "-apple-system, BlinkMacSystemFont, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
 BLUE, ORANGE, GREEN, RED, TEAL, PURPLE, GREY = "#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#9AA5B1"
@@ -191,9 +193,12 @@ def step_breakdown_chart(results: Results, roles: _Roles) -> Chart | None:
 
 
 def _capacity(results: Results) -> int | None:
+    """The line memory is drawn against: the device's memory on a GPU, the host's on a CPU."""
     for t in _ok(results):
         if t.metrics and t.metrics.device_memory_capacity_bytes:
             return t.metrics.device_memory_capacity_bytes
+    if results.environment.device_type != "cuda":
+        return results.environment.host_memory_bytes
     return results.environment.device_memory_bytes
 
 
@@ -204,6 +209,9 @@ def micro_batch_charts(results: Results, roles: _Roles) -> list[Chart]:
     ok = [p for p in points if p.status == "ok"]
     oom = [p for p in points if p.status == "oom"]
     capacity = _capacity(results)
+    cuda = results.environment.device_type == "cuda"
+    what = "allocator peak" if cuda else "host RSS"
+    cap_what = "device capacity" if cuda else "host memory"
     xaxis = _axis("Micro-batch size (samples)", type="log", tickvals=[p.micro_batch_size for p in points], ticktext=[str(p.micro_batch_size) for p in points])
 
     def hover(p: Any) -> str:
@@ -242,26 +250,28 @@ def micro_batch_charts(results: Results, roles: _Roles) -> list[Chart]:
             }
         )
     mem_ok = [p for p in ok if p.peak_memory_bytes is not None]
+    # MiB below a GiB: an axis in GiB with SI ticks reads "µGiB"/"mGiB" for small models.
+    unit, scale = ("GiB", GIB) if max((p.peak_memory_bytes or 0) for p in points) >= GIB or (capacity or 0) >= GIB * 4 else ("MiB", MIB)
     memory_data: list[dict[str, Any]] = [
         {
             "type": "scatter",
             "mode": "lines+markers",
-            "name": "peak memory",
+            "name": f"peak memory ({what})",
             "x": [p.micro_batch_size for p in mem_ok],
-            "y": [p.peak_memory_bytes / GIB for p in mem_ok],  # type: ignore[operator]
+            "y": [p.peak_memory_bytes / scale for p in mem_ok],  # type: ignore[operator]
             "text": [hover(p) for p in mem_ok],
-            "hovertemplate": "%{text}<br>%{y:.2f} GiB<extra></extra>",
+            "hovertemplate": "%{text}<br>%{y:,.1f} " + unit + "<extra></extra>",
             "line": {"color": PURPLE, "width": 2},
             "marker": {"size": 8},
         }
     ]
     shapes, annotations = [], []
     if capacity:
-        cap = capacity / GIB
+        cap = capacity / scale
         shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": cap, "y1": cap, "line": {"color": RED, "dash": "dash", "width": 1.5}})
-        annotations.append({"xref": "paper", "x": 0, "xanchor": "left", "y": cap, "yanchor": "bottom", "text": f"device capacity {cap:.1f} GiB", "showarrow": False, "font": {"color": RED, "size": 11}})
+        annotations.append({"xref": "paper", "x": 0, "xanchor": "left", "y": cap, "yanchor": "bottom", "text": f"{cap_what} {capacity / GIB:.1f} GiB", "showarrow": False, "font": {"color": RED, "size": 11}})
     if oom:
-        oom_y = capacity / GIB if capacity else max((p.peak_memory_bytes or 0) / GIB for p in points)
+        oom_y = capacity / scale if capacity else max((p.peak_memory_bytes or 0) / scale for p in points)
         memory_data.append(
             {
                 "type": "scatter",
@@ -276,12 +286,15 @@ def micro_batch_charts(results: Results, roles: _Roles) -> list[Chart]:
         )
     memory = {
         "data": memory_data,
-        "layout": _layout("", "", xaxis=xaxis, yaxis=_axis("Peak memory (GiB)", rangemode="tozero"), shapes=shapes, annotations=annotations),
+        "layout": _layout("", "", xaxis=xaxis, yaxis=_axis(f"Peak memory, {what} ({unit})", rangemode="tozero", tickformat=",.0f" if unit == "MiB" else ",.1f"),
+                          shapes=shapes, annotations=annotations),
     }
     caption_oom = " Red crosses mark micro-batches that ran out of memory." if oom else ""
     return [
         Chart(id="mb-throughput", title="Throughput vs micro-batch", caption="Samples per second at each micro-batch size tried." + caption_oom, figure=throughput),
-        Chart(id="mb-memory", title="Peak memory vs micro-batch", caption="Peak memory at each micro-batch size; the dashed line is the device's capacity." + caption_oom, figure=memory),
+        Chart(id="mb-memory", title=f"Peak memory ({what}) vs micro-batch",
+              caption=f"Peak memory ({'the caching allocator' + chr(39) + 's max allocated' if cuda else 'resident set size of the trial process'}) "
+                      f"at each micro-batch size; the dashed line is the {cap_what}." + caption_oom, figure=memory),
     ]
 
 
@@ -408,21 +421,103 @@ def kernel_category_chart(results: Results, roles: _Roles) -> Chart | None:
 # ------------------------------------------------------------------------------------------ assembly
 
 
-def build_charts(results: Results, *, baseline: str | None, recommended: str | None) -> list[Chart]:
-    """Every chart the results have data for, in page order; charts without data are left out."""
+def gain_chart(results: Results) -> Chart | None:
+    """The answer as a chart: every measured configuration's throughput ratio and interval against a 1.0 line.
+
+    Ranked best first; slower and undecided configurations stay visible (red, grey, "n.s."). The gains are the
+    ones the headline and the ranked fixes show (perfscope.report.story.gain_of).
+    """
+    sweep = results.sweep
+    if sweep is None:
+        return None
+    rows = []
+    for o in sweep.knobs:
+        g = gain_of(results, o)
+        if o.status not in ("measured", "rejected") or g is None:
+            continue
+        label = o.title + (f" · {o.setting}" if o.setting and o.setting not in o.title else "")
+        rows.append((plotly_text(label), g, o.status == "rejected"))
+    if sweep.recommended_gain is not None and len(sweep.recommended_knobs) > 1:
+        rows.append((plotly_text("recommended: " + " + ".join(sweep.recommended_knobs)), sweep.recommended_gain, False))
+    if not rows:
+        return None
+    rows.sort(key=lambda r: -r[1].ratio)
+
+    def verdict(g: Any, rejected: bool) -> str:
+        if rejected:
+            return " · rejected (numerics)"
+        return {"faster": "", "slower": "", "same": " · n.s. (same)"}.get(g.verdict, " · n.s.")
+
+    lo = min(min(g.low for _, g, _ in rows), 0.9)
+    hi = max(max(g.high for _, g, _ in rows), 1.1)
+    ticks = [t for t in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 0.75, 1, 1.25, 1.5, 2, 3, 5, 10, 20, 50) if lo / 1.2 <= t <= hi * 1.2]
+
+    colors = [GREEN if g.faster and not rej else RED if g.verdict == "slower" else GREY for _, g, rej in rows]
+    figure = {
+        "data": [
+            {
+                "type": "scatter",
+                "mode": "markers+text",
+                "x": [g.ratio for _, g, _ in rows],
+                "y": [label for label, _, _ in rows],
+                "error_x": {"type": "data", "symmetric": False, "array": [g.high - g.ratio for _, g, _ in rows],
+                            "arrayminus": [g.ratio - g.low for _, g, _ in rows], "color": "#6b7280", "thickness": 1.5},
+                "marker": {"color": colors, "size": 10},
+                "text": [f"{gain_words(g)}{verdict(g, rej)}" for _, g, rej in rows],
+                "textposition": "top center",
+                "hovertemplate": "%{y}<br>%{x:.2f}× the baseline's samples/s<extra></extra>",
+                "cliponaxis": False,
+            }
+        ],
+        "layout": _layout(
+            "Throughput vs the baseline (×, log scale; bars: confidence interval)", "", height=_bar_height(len(rows)) + 20,
+            xaxis=_axis("Throughput vs the baseline (×, log scale; bars: confidence interval)", type="log",
+                        tickvals=ticks, ticktext=[f"{t:g}×" for t in ticks]),
+            yaxis=_axis("", autorange="reversed"),
+            shapes=[{"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": 1, "x1": 1, "line": {"color": "#111827", "width": 1.5}}],
+            showlegend=False,
+        ),
+    }
+    return Chart(id="gains", title="Measured gains, best first",
+                 caption="Each configuration measured in this run, as its throughput over the baseline's, with its confidence "
+                         "interval; right of the 1.0 line is faster. Green: decidedly faster; red: slower; grey: no "
+                         "significant change (n.s.).",
+                 figure=figure, wide=True)
+
+
+def _empty(chart: Chart) -> bool:
+    """No trace has a single value to draw."""
+    return not any(v is not None for t in chart.figure.get("data", []) for v in (t.get("x") or []) + (t.get("y") or []))
+
+
+def build_charts(results: Results, *, baseline: str | None, recommended: str | None) -> tuple[list[Chart], list[str]]:
+    """(every chart the results have data for, in page order; one line per chart left out, saying why).
+
+    No chart is drawn empty: a chart without data, and the GPU's charts on a CPU run, become a line of text.
+    """
     roles = _Roles(baseline=baseline, recommended=recommended, names={t.name: plotly_text(t.name) for t in results.trials})
     charts: list[Chart | None] = [
+        step_breakdown_chart(results, roles),
         mfu_chart(results, roles),
         throughput_chart(results, roles),
-        step_breakdown_chart(results, roles),
         memory_breakdown_chart(results, roles),
         *micro_batch_charts(results, roles),
         kernel_category_chart(results, roles),
         utilization_chart(results, roles),
     ]
-    shown = [c for c in charts if c is not None]
+    absent: list[str] = []
+    if results.environment.device_type != "cuda":
+        absent.append("GPU utilization, power and clock charts: not drawn, this run used no GPU"
+                      + (" (the host CPU load is in the utilization timeline)." if any(c and c.id == "utilization" for c in charts) else "."))
+    shown = []
+    for c in charts:
+        if c is None:
+            continue
+        if _empty(c):
+            absent.append(f"{c.title}: not drawn, this run recorded no data for it.")
+            continue
+        shown.append(c)
     narrow = [c for c in shown if not c.wide]
     if len(narrow) % 2:  # the page lays charts out two per row: let the odd one out span the row
         narrow[-1].wide = True
-    return shown
-
+    return shown, absent

@@ -3,7 +3,7 @@
     >>> from perfscope.report import render_html
     >>> Path("report.html").write_text(render_html(results))
 
-Offline by construction: plotly.js is inlined once (from the plotly package), the charts travel as one
+Offline by construction: plotly.js's basic partial bundle is inlined once (vendored, 1.2 MB), the charts travel as one
 JSON blob drawn with Plotly.newPlot, and the page references no URL it would fetch (no CDN, no fonts).
 """
 
@@ -19,24 +19,35 @@ from perfscope.report.templates import template_environment
 from perfscope.report.view import ReportView, build_view
 from perfscope.results import Results
 
+VENDORED_PLOTLY = Path(__file__).parent / "vendor" / "plotly-basic.min.js"
+PLOTLY_TRACE_TYPES = frozenset({"scatter", "bar", "pie"})
+"""Trace types the basic bundle draws; charts.py uses no other (a test checks every chart's traces)."""
+
 
 @functools.cache
 def plotly_js() -> str:
-    """plotly.js as shipped by the installed plotly package (about 4.6 MB, minified)."""
+    """plotly.js's "basic" partial bundle (scatter, bar, pie; 1.2 MB), vendored in report/vendor/.
+
+    The full plotly.min.js of the plotly package (4.6 MB) is the fallback when the vendored file is missing
+    (a stripped install): the page still draws, only larger.
+    """
+    if VENDORED_PLOTLY.is_file():
+        return safe_inline_js(VENDORED_PLOTLY.read_text(encoding="utf-8"))
     from plotly.offline import get_plotlyjs
 
     return safe_inline_js(get_plotlyjs())
 
 
 def charts_json(view: ReportView) -> str:
-    return script_json([{"id": c.id, "figure": c.figure} for c in view.charts])
+    charts = ([view.gain_chart] if view.gain_chart else []) + view.charts
+    return script_json([{"id": c.id, "figure": c.figure} for c in charts])
 
 
 def render_view_html(view: ReportView) -> str:
     # The two Markup() values are the only unescaped inserts in the page; both were made safe above.
     return template_environment().get_template("base.html.j2").render(
         view=view,
-        plotly_js=Markup(plotly_js()) if view.charts else "",
+        plotly_js=Markup(plotly_js()) if view.charts or view.gain_chart else "",
         charts_json=Markup(charts_json(view)),
     )
 

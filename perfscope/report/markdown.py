@@ -76,7 +76,14 @@ def render_view_markdown(view: ReportView) -> str:
     if h.message:
         out += [md(h.message), ""]
     else:
-        if h.gain:
+        if h.recommendation:
+            out += [f"**Recommendation: {md(h.recommendation)}**" + (f" — {md(h.gain)}" if h.gain else ""), ""]
+            facts = [("Settings", " + ".join(code(x) for x in h.settings)), ("Measured against", md(h.reference)),
+                     ("Noise", md(h.noise)), ("Changes", md("; ".join(h.caveats)))]
+            out += [f"- {label}: {value}" for label, value in facts if value] + [""]
+            if h.alternative:
+                out += [f"> {md(h.alternative)}", ""]
+        elif h.gain:
             knobs = " + ".join(code(k) for k in h.recommended_knobs)
             note = "" if h.gain_significant else " — not significant"
             out += [f"**Recommended: {md(h.gain)}**" + (f" with {knobs}" if knobs else "") + note, ""]
@@ -103,17 +110,22 @@ def render_view_markdown(view: ReportView) -> str:
     for f in view.findings:
         out += _finding(f)
     if view.no_change:
-        out += ["### No significant change", ""]
-        out += [f"- {md(f.title)} ({code(f.rule_id)}): {md(f.gain_text)}, {md(f.interval)}" for f in view.no_change] + [""]
+        out += ["### Measured, did not help here", ""]
+        out += [f"- {md(f.title)} ({code(f.rule_id)}): {md(f.gain_text)}, {md(f.interval)}" + (f" — {md(f.why_not_here)}" if f.why_not_here else "")
+                for f in view.no_change] + [""]
 
-    if view.knobs:
+    if view.knobs or view.inapplicable:
         out += ["## Knobs tried one at a time", ""]
         rows = [
-            [code(k.knob, in_table=True), md(k.status), md(k.gain + ("" if k.significant is not False else " (n.s.)")), md(k.interval), md(k.mfu),
-             md("; ".join(k.semantics) or "—"), md(k.reason)]
+            [code(k.knob, in_table=True), md(k.status), md(k.setting), md(k.gain + ("" if k.significant is not False else " (n.s.)")), md(k.interval),
+             md(k.reference), md(k.mfu), md("; ".join(k.semantics) or "—"), md(k.reason)]
             for k in view.knobs
         ]
-        out += _table(["Knob", "Status", "Gain", "Interval", "MFU", "Semantics changes", "Reason"], rows, ["l", "l", "r", "r", "r", "l", "l"]) + [""]
+        out += _table(["Knob", "Status", "Setting", "Gain", "Interval", "Reference", "MFU", "Semantics changes", "Reason"], rows,
+                      ["l", "l", "l", "r", "r", "l", "r", "l", "l"]) + [""]
+    if view.inapplicable:
+        # One line, not a table: these knobs mean nothing on this run (Markdown has no folding without raw HTML).
+        out += [f"Did not apply to this run ({len(view.inapplicable)}): " + "; ".join(f"{code(k.knob)} ({md(k.reason)})" for k in view.inapplicable), ""]
     out += [md(n) for n in view.sweep_notes] + ([""] if view.sweep_notes else [])
 
     if view.trace_diff:

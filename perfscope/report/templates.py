@@ -3,8 +3,8 @@
     >>> env = template_environment()
     >>> env.get_template("base.html.j2")
 
-Why two places: a wheel ships reports/templates/ as the package ``perfscope._templates``, but an
-editable install does not map that package, so the checkout's folder is the fallback.
+Why two places: a wheel ships reports/templates/ as the package ``perfscope._templates``; a source
+checkout uses its own reports/templates/ (an editable install may map the package to another checkout).
 """
 
 from __future__ import annotations
@@ -21,15 +21,19 @@ SOURCE_TEMPLATES = Path(__file__).resolve().parents[2] / "reports" / "templates"
 
 
 def template_root() -> Traversable:
-    """The installed templates when present, else ``<repo>/reports/templates``."""
+    """``<repo>/reports/templates`` beside this source tree when there is one, else the installed package.
+
+    The checkout's own folder first: a package ``perfscope._templates`` mapped by an editable install of
+    another checkout (a git worktree beside the main one) must not render this tree's views.
+    """
+    if (SOURCE_TEMPLATES / "base.html.j2").is_file():
+        return SOURCE_TEMPLATES
     try:
         root = importlib.resources.files(TEMPLATE_PACKAGE)
         if root.joinpath("base.html.j2").is_file():
             return root
     except ModuleNotFoundError:
         pass
-    if (SOURCE_TEMPLATES / "base.html.j2").is_file():
-        return SOURCE_TEMPLATES
     raise FileNotFoundError(f"perfscope report templates not found (package {TEMPLATE_PACKAGE} or {SOURCE_TEMPLATES})")
 
 

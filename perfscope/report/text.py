@@ -8,8 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfscope.report.format import fmt_bytes
+from perfscope.report.story import (
+    alternative_line,
+    build_story,
+    interval_words,
+    noise_words,
+    recommendation_line,
+    reference_words,
+)
 from perfscope.results import Results
-from perfscope.results.roles import baseline_configuration, recommended_configuration
 
 
 def summary_table(results: Results) -> str:
@@ -38,20 +45,20 @@ def summary_table(results: Results) -> str:
 
 
 def answer_lines(results: Results, report_path: Path | None) -> str:
-    """What to do, in two or three lines: the recommendation and its measured gain, then where to read more."""
+    """What to do, in the headline's words and numbers (perfscope.report.story), then where to read more."""
     lines = [""]
     lines += [f"warning: {w}" for w in results.warnings]
-    sweep = results.sweep
-    recommended = recommended_configuration(results)
-    if sweep is not None and recommended is not None:
-        gain = sweep.recommended_gain
-        if recommended == baseline_configuration(results) or gain is None:
-            mde = f" (this machine resolves changes of about {sweep.noise.mde:.0%})" if sweep.noise and sweep.noise.mde else ""
-            lines.append(f"recommendation: keep your configuration — nothing measured decidedly faster{mde}")
-        else:
-            knobs = ", ".join(sweep.recommended_knobs)
-            lines.append(f"recommendation: {knobs} — {gain.ratio:.2f}× samples/s "
-                         f"({gain.confidence:.0%} interval {gain.low:.2f}–{gain.high:.2f}, {gain.runs} runs vs {gain.reference_runs} baseline runs)")
+    story = build_story(results)
+    if story is not None:
+        r = story.recommended
+        lines.append(f"recommendation: {recommendation_line(story)}"
+                     + (f" ({interval_words(r.gain)}; {reference_words(r.gain)})" if r else ""))
+        if r is not None and r.caveats:
+            lines.append(f"  changes: {'; '.join(r.caveats)}")
+        if noise := noise_words(story.noise):
+            lines.append(f"  {noise}")
+        if story.alternative is not None:
+            lines.append(alternative_line(story))
     lines.append(f"results: {report_path.parent / 'results.json' if report_path else ''}".rstrip())
     if report_path is not None:
         lines.append(f"report:  {report_path}")

@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import quote
 
 from perfscope.report import facts
-from perfscope.report.charts import Chart, build_charts
+from perfscope.report.charts import Chart, build_charts, gain_chart
 from perfscope.report.format import (
     NA,
     fmt_bytes,
@@ -29,7 +29,25 @@ from perfscope.report.format import (
     fmt_ratio,
     fmt_seconds,
 )
-from perfscope.results import FAILED_STATUSES, Finding, Gain, Results, Trial
+from perfscope.report.story import (
+    Story,
+    alternative_line,
+    build_story,
+    gain_of,
+    gain_words,
+    interval_words,
+    noise_words,
+    recommendation_line,
+    reference_words,
+)
+from perfscope.results import (
+    FAILED_STATUSES,
+    Finding,
+    Gain,
+    KnobOutcome,
+    Results,
+    Trial,
+)
 from perfscope.results.roles import (
     baseline_configuration,
     baseline_run,
@@ -67,6 +85,12 @@ class Headline:
     recommended_knobs: list[str] = field(default_factory=list)
     message: str = ""  # shown instead of rows when there is nothing to compare
     lead: str = ""  # one sentence above the rows when only the baseline is shown, saying why
+    recommendation: str = ""  # what to do, in one line (perfscope.report.story)
+    settings: list[str] = field(default_factory=list)  # every recommended knob with its winning value
+    reference: str = ""  # which runs the gain is measured against
+    noise: str = ""  # this machine's run-to-run noise
+    alternative: str = ""  # the fastest option that changes semantics, with its gain and caveat
+    caveats: list[str] = field(default_factory=list)  # semantics the recommendation itself changes (numerics)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -91,6 +115,8 @@ class FindingView:
     reference_url: str | None  # only http(s) links become anchors
     reference_text: str
     trial: str
+    why_not_here: str = ""  # measured and did not help: the rule's account of why
+    recommended: bool = False  # this item is what the headline recommends
 
 
 @dataclass(kw_only=True, slots=True)
@@ -101,6 +127,8 @@ class KnobRow:
     gain: str
     interval: str
     significant: bool | None
+    setting: str  # the winning value, shown next to the gain
+    reference: str  # what the gain is measured against (runs)
     mfu: str
     semantics: list[str]
     reason: str
@@ -175,10 +203,13 @@ class ReportView:
     findings: list[FindingView]
     no_change: list[FindingView]
     knobs: list[KnobRow]
+    inapplicable: list[KnobRow]  # folded: knobs that mean nothing on this run, with their reasons
     sweep_notes: list[str]
     trials: list[TrialRow]
     failures: list[FailureView]
     charts: list[Chart]
+    gain_chart: Chart | None  # the answer's chart, on the first screen
+    absent_charts: list[str]  # one line per chart this run has no data for, saying why
     kernels: list[KernelRow]
     kernels_trial: str
     trace_diff: list[TraceDiffRow]
@@ -213,12 +244,12 @@ def recommended_name(results: Results) -> str | None:
 
 
 def gain_text(ratio: float) -> str:
-    """A step-time ratio in words; below 1 the candidate is slower."""
+    """A throughput ratio in words; below 1 the candidate is slower (perfscope.report.story.gain_words)."""
     return f"{fmt_ratio(ratio)} faster" if ratio >= 1 else f"{fmt_ratio(1 / ratio)} slower"
 
 
 def gain_interval(gain: Gain) -> str:
-    return f"{gain.confidence * 100:.0f} % CI {fmt_interval(gain.low, gain.high)}"
+    return interval_words(gain)
 
 
 def _reason(trial: Trial, metric: str) -> str:
@@ -239,6 +270,33 @@ def _knob_list(knobs: list[str]) -> str:
 
 
 # -------------------------------------------------------------------------------------- headline
+
+
+def memory_label(results: Results) -> str:
+    """What "peak memory" is on this run: the caching allocator's peak on a GPU, the process's host RSS on a CPU."""
+    return "Peak memory (allocator peak)" if results.environment.device_type == "cuda" else "Peak memory (host RSS)"
+
+
+def _tell(headline: Headline, story: Story | None) -> Headline:
+    """The story's lines on the headline: what to do, its gain, settings, reference, noise, the alternative."""
+    if story is None:
+        return headline
+    headline.recommendation = recommendation_line(story)
+    r = story.recommended
+    if r is not None:
+        headline.settings = list(r.settings)
+        headline.reference = reference_words(r.gain)
+        headline.caveats = list(r.caveats)
+        headline.gain = f"{gain_words(r.gain)} ({interval_words(r.gain)})"
+        headline.gain_significant = r.gain.significant
+        headline.recommended_knobs = list(r.knobs)
+        headline.lead = ""
+    else:
+        headline.reference = f"your configuration ({story.baseline}), measured in {story.baseline_runs} runs"
+        headline.lead = ""
+    headline.noise = noise_words(story.noise)
+    headline.alternative = alternative_line(story)
+    return headline
 
 
 def _headline(results: Results, base: Trial | None, rec: Trial | None) -> Headline:
@@ -283,20 +341,21 @@ def _headline(results: Results, base: Trial | None, rec: Trial | None) -> Headli
             step_row.better = None
     rows.append(step_row)
 
-    rows.append(_rate_row("Throughput", "samples/s", [t.metrics.samples_per_s for t in trials], both))  # type: ignore[union-attr]
+    rows.append(_rate_row("Throughput", "samples/s", [t.metrics.samples_per_s for t in trials], both, gain))  # type: ignore[union-attr]
     if any(t.metrics.tokens_per_s is not None for t in trials):  # type: ignore[union-attr]
-        rows.append(_rate_row("Tokens", "tokens/s", [t.metrics.tokens_per_s for t in trials], both))  # type: ignore[union-attr]
+        rows.append(_rate_row("Tokens", "tokens/s", [t.metrics.tokens_per_s for t in trials], both, gain))  # type: ignore[union-attr]
 
     def mem_cell(t: Trial) -> Cell:
         m = t.metrics
         assert m is not None
         if m.peak_memory_bytes is None:
             return Cell(text=NA, note=_reason(t, "peak_memory_bytes"))
-        cap = m.device_memory_capacity_bytes
-        note = f"{m.peak_memory_bytes / cap * 100:.0f} % of {fmt_bytes(cap)}" if cap else ""
+        cap = m.device_memory_capacity_bytes or (results.environment.host_memory_bytes if not results.environment.device_type == "cuda" else None)
+        what = "device memory" if results.environment.device_type == "cuda" else "host memory"
+        note = f"{m.peak_memory_bytes / cap * 100:.0f} % of {fmt_bytes(cap)} {what}" if cap else ""
         return Cell(text=fmt_bytes(m.peak_memory_bytes), note=note)
 
-    mem_row = HeadlineRow(label="Peak memory", values=[mem_cell(t) for t in trials])
+    mem_row = HeadlineRow(label=memory_label(results), values=[mem_cell(t) for t in trials])
     if both and bm.peak_memory_bytes and rm.peak_memory_bytes:
         change = rm.peak_memory_bytes / bm.peak_memory_bytes - 1
         mem_row.change = f"{change * 100:+.0f} %"
@@ -318,11 +377,14 @@ def _headline(results: Results, base: Trial | None, rec: Trial | None) -> Headli
     return headline
 
 
-def _rate_row(label: str, unit: str, values: list[float | None], both: bool) -> HeadlineRow:
+def _rate_row(label: str, unit: str, values: list[float | None], both: bool, gain: Gain | None = None) -> HeadlineRow:
+    """A throughput row; its change is the measured gain (all runs, paired), the same number as the headline's."""
     row = HeadlineRow(label=label, values=[Cell(text=fmt_rate(v, unit)) for v in values])
-    if both and values[0] and values[1]:
+    if both and gain is not None:
+        row.change, row.better = gain_words(gain), (gain.ratio > 1) if gain.significant else None
+    elif both and values[0] and values[1]:
         ratio = values[1] / values[0]
-        row.change, row.better = f"{(ratio - 1) * 100:+.0f} %", ratio > 1 if abs(ratio - 1) >= 0.005 else None
+        row.change, row.better = gain_text(ratio), ratio > 1 if abs(ratio - 1) >= 0.005 else None
     return row
 
 
@@ -370,30 +432,79 @@ def _finding_view(rank: int, f: Finding) -> FindingView:
         reference_url=ref if ref.startswith(("https://", "http://")) else None,
         reference_text=ref,
         trial=f.trial or "",
+        why_not_here=f.why_not_here or "",
     )
 
 
+def _knob_of(results: Results, finding: Finding) -> KnobOutcome | None:
+    sweep = results.sweep
+    return next((o for o in sweep.knobs if o.trial and o.trial == finding.trial), None) if sweep and finding.trial else None
+
+
+def ranked_views(results: Results, story: Story | None, ranked: list[Finding]) -> list[FindingView]:
+    """The ranked fixes, starting with exactly what the headline recommends, with the headline's numbers.
+
+    A recommendation of one knob is that knob's finding with the recommendation's gain (all its runs); a
+    stack is one item "apply together" with the stack's gain, each knob's fix and its gain alone, and the
+    knobs' own findings are folded into it. Then the engine's order.
+    """
+    rest = list(ranked)
+    first: list[FindingView] = []
+    r = story.recommended if story else None
+    if r is not None:
+        mine = [f for f in rest if (o := _knob_of(results, f)) is not None and o.knob in r.knobs]
+        rest = [f for f in rest if f not in mine]
+        if len(r.knobs) == 1 and mine:
+            view = _finding_view(1, mine[0])
+            view.gain_kind, view.gain_text, view.interval = "measured", gain_words(r.gain), interval_words(r.gain)
+            view.trial = r.configuration
+        else:
+            fixes = "\n".join(f.fix for f in mine if f.fix)
+            evidence = [line for f in mine for line in
+                        ([f"{f.title}: alone {gain_words(f.gain)} ({interval_words(f.gain)})"] if f.gain else [f.title]) + f.evidence]
+            view = FindingView(rank=1, rule_id=", ".join(dict.fromkeys(f.rule_id for f in mine)) or "sweep",
+                               title=("Apply together: " if len(r.knobs) > 1 else "") + r.label, severity="high", gain_kind="measured",
+                               gain_text=gain_words(r.gain), interval=interval_words(r.gain), estimate_method="",
+                               evidence=evidence, fix=diff_lines(fixes) if fixes else [],
+                               caveats=list(dict.fromkeys(r.caveats + [c for f in mine for c in f.caveats])),
+                               reference_url=None, reference_text="", trial=r.configuration)
+            refs = [f.reference for f in mine if f.reference and f.reference.startswith(("https://", "http://"))]
+            view.reference_url = view.reference_text = refs[0] if refs else None
+            view.reference_text = view.reference_text or ""
+        view.recommended = True
+        first.append(view)
+    for f in rest:
+        view = _finding_view(len(first) + 1, f)
+        o = _knob_of(results, f)
+        if o is not None and f.gain is not None and (g := gain_of(results, o)) is not None:
+            view.gain_text, view.interval = gain_words(g), interval_words(g)
+        first.append(view)
+    return first
+
+
 def split_findings(findings: list[Finding]) -> tuple[list[Finding], list[Finding]]:
-    """(ranked fixes, no significant change): a measured gain whose interval includes 1 is not a fix."""
-    ranked = [f for f in findings if f.gain is None or f.gain.significant]
-    flat = [f for f in findings if f.gain is not None and not f.gain.significant]
-    return ranked, flat
+    """(ranked fixes, measured but did not help here): measured beats believed, as in the rules engine."""
+    return [f for f in findings if not f.measured_no_help], [f for f in findings if f.measured_no_help]
 
 
 # -------------------------------------------------------------------------------------- tables
 
 
 def _knob_rows(results: Results) -> list[KnobRow]:
+    """Every knob of the sweep, with the gain the headline and the ranked fixes show for it (story.gain_of)."""
     rows = []
     for k in results.sweep.knobs if results.sweep else []:
+        g = gain_of(results, k)
         rows.append(
             KnobRow(
                 knob=k.knob,
                 title=k.title,
                 status=k.status,
-                gain=gain_text(k.gain.ratio) if k.gain else "—",
-                interval=fmt_interval(k.gain.low, k.gain.high) if k.gain else "",
-                significant=k.gain.significant if k.gain else None,
+                gain=gain_words(g) if g else "—",
+                interval=fmt_interval(g.low, g.high) if g else "",
+                significant=g.significant if g else None,
+                setting=k.setting or "",
+                reference=f"vs {g.reference} ({g.runs} : {g.reference_runs} runs)" if g else "",
                 mfu=fmt_percent(k.mfu) if k.mfu is not None else "—",
                 semantics=list(k.changes_semantics),
                 reason=k.reason or "",
@@ -553,11 +664,14 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
     base_name, rec_name = baseline_name(results), recommended_name(results)
     base = results.trial(base_name) if base_name else None
     rec = results.trial(rec_name) if rec_name else None
+    story = build_story(results)
     if results.findings is None:
         state, ranked, flat = "not run", [], []
     else:
         ranked, flat = split_findings(results.findings)
         state = "present" if results.findings else "none"
+    knobs = _knob_rows(results)
+    charts, absent = build_charts(results, baseline=base_name, recommended=rec_name)
     sweep = results.sweep
     sweep_notes = list(sweep.notes) if sweep else []
     if sweep and sweep.stopped_early:
@@ -576,15 +690,18 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
         device=env.device_name + (f" × {env.device_count}" if env.device_count > 1 else ""),
         peak=f"{peak.tflops:g} TFLOP/s ({peak.dtype})" if peak else "not measured",
         peak_source=peak.source if peak else "no peak known for this device; MFU is n/a (pass --peak-tflops)",
-        headline=_headline(results, base, rec),
+        headline=_tell(_headline(results, base, rec), story),
         findings_state=state,
-        findings=[_finding_view(i, f) for i, f in enumerate(ranked, 1)],
+        findings=ranked_views(results, story, ranked),
         no_change=[_finding_view(i, f) for i, f in enumerate(flat, 1)],
-        knobs=_knob_rows(results),
+        knobs=[k for k in knobs if k.status != "inapplicable"],
+        inapplicable=[k for k in knobs if k.status == "inapplicable"],
         sweep_notes=sweep_notes,
         trials=_trial_rows(results, base_name, rec_name),
         failures=_failures(results),
-        charts=build_charts(results, baseline=base_name, recommended=rec_name),
+        charts=charts,
+        gain_chart=gain_chart(results),
+        absent_charts=absent,
         kernels=kernels,
         kernels_trial=kernels_trial,
         trace_diff=_trace_diff(base, rec),

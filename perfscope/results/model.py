@@ -73,6 +73,10 @@ class Environment:
     cpu_model: str = ""
     cpu_cores_physical: int | None = None
     cpu_cores_logical: int | None = None
+    cpu_cores_usable: float | None = None
+    """Cores the run may use: min(physical cores, the affinity mask, the cgroup CPU quota) (perfscope.measure.cores).
+    Bounds advice that needs spare cores, such as DataLoader workers; None in results recorded before it existed."""
+    cpu_cores_usable_how: str = ""
     host_memory_bytes: int | None = None
     hostname: str = ""
     datasheet_peaks_tflops: dict[str, float] = field(default_factory=dict)  # dtype -> dense TFLOP/s
@@ -354,6 +358,19 @@ class Finding:
     caveats: list[str] = field(default_factory=list)  # semantics changes (numerics, global batch, LR)
     reference: str | None = None
     trial: str | None = None  # the configuration that measured the gain
+    why_not_here: str | None = None
+    """When the fix was measured and did not help on this machine: the rule's account of why (e.g. bf16
+    autocast on a CPU without bf16 matrix units), so the reader knows whether it would help elsewhere."""
+
+    @property
+    def measured_win(self) -> bool:
+        """The fix was measured on this machine and found decidedly faster: only then is a measurement a win."""
+        return self.gain is not None and self.gain.faster and self.gain.ratio > 1
+
+    @property
+    def measured_no_help(self) -> bool:
+        """Measured here as slower, the same, or undecided: measured beats believed, it is not a ranked fix."""
+        return self.gain is not None and not self.measured_win
 
 
 @dataclass(kw_only=True)

@@ -4,9 +4,10 @@
     ranked, not_significant = partition_findings(findings)
 
 A rule reads facts (results, the baseline's metrics and trace facts, the sweep) and returns `Finding`s;
-it never measures and never ranks. The engine ranks: significant measured gains first (by ratio), then
-estimated gains (labelled with their method), then diagnoses by severity; a measured gain whose interval
-includes 1.0 is "no significant change" and is kept apart, never ranked as a win.
+it never measures and never ranks. The engine ranks: measured wins first (by ratio), then estimated gains
+(labelled with their method and the machine limit that bounds them), then diagnoses by severity. Measured
+beats believed: a fix measured here as slower, the same, or undecided is kept apart ("measured, did not
+help here"), never ranked, whatever its rule estimated.
 """
 
 from __future__ import annotations
@@ -84,39 +85,43 @@ class Rule:
     def summary(cls) -> str:
         return (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else cls.name
 
-    def measured(self, ctx: RuleContext, finding: Finding, knob_id: str) -> Finding:
-        """Attach what the sweep measured for the fix ``knob_id``.
+    def why_not_here(self, ctx: RuleContext, outcome: KnobOutcome) -> str | None:
+        """Why the fix did not help on this machine when it was measured and did not (None: nothing to add).
 
-        A significant speed-up becomes the finding's measured gain. A measurement that shows no significant
-        speed-up overrides any estimate (a number the machine contradicted is not shown as a gain) and is
-        stated in the evidence: the diagnosis stands, the fix did not pay on this machine.
+        Measured beats believed: the finding leaves the ranked fixes whatever this says; the text only tells
+        the reader whether the fix would pay on other hardware (e.g. bf16 autocast on a GPU with tensor cores).
+        """
+        return None
+
+    def measured(self, ctx: RuleContext, finding: Finding, knob_id: str) -> Finding:
+        """Attach what the sweep measured for the fix ``knob_id``: the measurement replaces any estimate.
+
+        A decidedly faster measurement is the finding's gain and ranks it. Slower, the same, or undecided is
+        attached too, and the engine moves the finding to "measured, did not help here" with the rule's
+        `why_not_here`: a number the machine contradicted is never shown as a gain, and a fix measured as
+        harmful is never advised.
         """
         outcome = ctx.knob(knob_id)
         if outcome is None or outcome.status != "measured" or outcome.gain is None or outcome.trial == ctx.baseline.name:
             return finding
-        g = outcome.gain
         finding.trial = outcome.trial
         finding.caveats = list(dict.fromkeys(finding.caveats + outcome.changes_semantics))
-        if g.significant and g.ratio > 1:
-            finding.gain = g
-        else:
-            finding.estimated_gain = finding.estimate_method = None
-            finding.evidence.append(
-                f"measured on this machine ({outcome.trial}): {g.ratio:.2f}× per sample ({g.confidence:.0%} CI {g.low:.2f}–{g.high:.2f}), "
-                "not a significant speed-up here"
-            )
+        finding.gain = outcome.gain
+        finding.estimated_gain = finding.estimate_method = None
+        if finding.measured_no_help:
+            finding.why_not_here = self.why_not_here(ctx, outcome)
         return finding
 
 
 def _rank_key(finding: Finding) -> tuple[int, float, int]:
     severity = SEVERITY_ORDER.get(finding.severity, 9)
-    if finding.gain is not None and finding.gain.significant and finding.gain.ratio > 1:
-        return (0, -finding.gain.ratio, severity)
+    if finding.measured_win:
+        return (0, -finding.gain.ratio, severity)  # type: ignore[union-attr]
     if finding.gain is None and finding.estimated_gain is not None:
         return (1, -finding.estimated_gain, severity)
     if finding.gain is None:
         return (2, float(severity), severity)
-    return (3, -finding.gain.ratio, severity)  # measured, not a significant win
+    return (3, -finding.gain.ratio, severity)  # measured, did not help here
 
 
 def rank(findings: list[Finding]) -> list[Finding]:
@@ -124,9 +129,13 @@ def rank(findings: list[Finding]) -> list[Finding]:
 
 
 def partition_findings(findings: list[Finding]) -> tuple[list[Finding], list[Finding]]:
-    """(ranked findings, measured-but-not-significant ones)."""
-    ranked = [f for f in findings if f.gain is None or (f.gain.significant and f.gain.ratio > 1)]
-    rest = [f for f in findings if f not in ranked]
+    """(ranked fixes, measured but did not help here).
+
+    A fix measured on this machine as slower, the same, or undecided is never a ranked fix, whatever its
+    rule believes: it is listed apart with its measured ratio and interval.
+    """
+    ranked = [f for f in findings if not f.measured_no_help]
+    rest = [f for f in findings if f.measured_no_help]
     return rank(ranked), rank(rest)
 
 

@@ -28,9 +28,11 @@ class MeasuredKnob(Rule):
             if o.status != "measured" or o.gain is None or o.trial in explained or o.trial == ctx.baseline.name:
                 continue
             g = o.gain
-            verdict = "faster" if g.ratio >= 1 else "slower"
+            setting = f" ({o.setting})" if o.setting and o.setting not in o.title else ""
+            title = (f"{o.title}{setting}" if g.faster else f"{o.title}{setting}: slower here" if g.verdict == "slower"
+                     else f"{o.title}{setting}: no significant change")
             out.append(Finding(
-                rule_id=self.id, title=f"{o.title}: {g.ratio:.2f}× ({verdict})" if g.significant else f"{o.title}: no significant change",
+                rule_id=self.id, title=title,
                 severity="medium" if g.significant and g.ratio > 1.1 else "low" if g.significant and g.ratio > 1 else "info",
                 evidence=[f"measured {g.ratio:.3f}× per sample vs the baseline ({g.confidence:.0%} CI {g.low:.3f}–{g.high:.3f})"]
                 + ([o.reason] if o.reason else []),

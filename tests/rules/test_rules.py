@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from perfscope.results import (
+    Finding,
     Gain,
     GemmAlignment,
     GemmShape,
@@ -260,3 +261,90 @@ def test_docs_list_every_rule():
 
     doc = (Path(__file__).parents[2] / "docs" / "rules.md").read_text()
     assert all(r.id in doc for r in all_rules())
+
+
+# ------------------------------------------------------------------------- measured beats believed
+
+
+def _cpu_run_like_the_quick_start() -> Results:
+    """The quick start on a 2-core CPU: bf16 measured 16× slower, compile undecided, micro-batch a win."""
+    results = _facts(_results(device="cpu"), kernels={"time_by_category": {"gemm": 0.06, "elementwise": 0.03}})
+    results.environment.cpu_cores_physical, results.environment.cpu_cores_usable = 2, 2.0
+    _with_knob(results, "amp_bf16", 0.06)
+    _with_knob(results, "compile", 0.99, significant=False)
+    _with_knob(results, "micro_batch", 1.37)
+    return results
+
+
+def test_a_fix_measured_as_slower_or_undecided_is_never_ranked():
+    ranked, did_not_help = partition_findings(run_rules(_cpu_run_like_the_quick_start()))
+    assert {f.rule_id for f in ranked}.isdisjoint({"PS101", "PS303"})
+    assert all(f.gain is None or f.gain.faster for f in ranked)
+    by_rule = {f.rule_id: f for f in did_not_help}
+    assert by_rule["PS101"].gain.ratio == 0.06 and by_rule["PS303"].gain.verdict == "undecided"
+    assert "tensor cores" in by_rule["PS101"].why_not_here and "CPU" in by_rule["PS101"].why_not_here
+    assert by_rule["PS303"].why_not_here
+    assert ranked[0].trial == "micro_batch" and ranked[0].gain.ratio == 1.37
+
+
+def test_a_measured_fix_shows_no_estimate():
+    results = _metrics(_results(), data_wait_share=0.5)
+    _with_knob(results, "dataloader_workers", 1.0, significant=False)
+    diagnosis, finding = [f for f in run_rules(results) if f.rule_id == "PS201"]
+    assert finding.gain is not None and finding.estimated_gain is None and finding.estimate_method is None
+    assert finding.measured_no_help and finding.why_not_here
+    # The diagnosis stands, with the Dataset's own cost as what is left to change.
+    assert diagnosis.gain is None and "Dataset" in diagnosis.title and "__getitem__" in diagnosis.fix
+
+
+# ------------------------------------------------------------------------- data loader, machine-aware
+
+
+def _data_bound(wait: float, cores: float | None, device: str = "cpu") -> Finding:
+    results = _metrics(_results(device=device), data_wait_share=wait)
+    results.environment.cpu_cores_usable = cores
+    if cores is None:
+        results.environment.cpu_cores_physical = results.environment.cpu_cores_logical = None
+    (finding,) = [f for f in run_rules(results) if f.rule_id == "PS201"]
+    return finding
+
+
+def test_data_loader_estimate_is_bounded_by_the_free_cores():
+    # 97% data wait on 2 cores: one core is left for one worker; loading (97 ms) cannot hide behind 3 ms of compute.
+    two = _data_bound(0.97, 2.0)
+    assert two.estimated_gain is not None and two.estimated_gain < 1.1  # not 1 / (1 − 0.97) = 33×
+    assert "1 worker" in two.estimate_method and "free core" in two.estimate_method
+    assert any("cannot close the gap" in e for e in two.evidence)
+    assert any("per sample" in e for e in two.evidence)
+    assert "num_workers=1" in two.fix and "batch_size=8" in two.fix
+    # Plenty of cores: the workers hide the loading, and the bound is the full overlap.
+    many = _data_bound(0.4, 16.0, device="cuda")
+    assert many.estimated_gain == pytest.approx(1 / 0.6) and not any("cannot close" in e for e in many.evidence)
+    assert "add DataLoader workers" in many.title
+
+
+def test_data_loader_with_no_free_core_promises_nothing():
+    one = _data_bound(0.6, 1.0)
+    assert one.estimated_gain is None and "too slow for this machine" in one.title
+
+
+def test_data_loader_without_recorded_cores_says_its_bound_ignores_them():
+    unknown = _data_bound(0.5, None)
+    assert unknown.estimated_gain == pytest.approx(2.0) and "did not record" in unknown.estimate_method
+
+
+def test_data_loader_fix_leaves_out_options_measured_as_no_better():
+    results = _metrics(_results(device="cpu"), data_wait_share=0.5)
+    results.environment.cpu_cores_usable = 8.0
+    _with_knob(results, "prefetch_factor", 1 / 6.19)
+    (finding,) = [f for f in run_rules(results) if f.rule_id == "PS201"]
+    assert "prefetch_factor" not in finding.fix and "persistent_workers=True" in finding.fix
+
+
+def test_usable_cores_respect_the_cgroup_quota(tmp_path):
+    from perfscope.measure.cores import cgroup_quota_cores
+
+    (tmp_path / "cpu.max").write_text("150000 100000\n")
+    assert cgroup_quota_cores(tmp_path) == 1.5
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert cgroup_quota_cores(tmp_path) is None

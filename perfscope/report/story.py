@@ -1,0 +1,127 @@
+"""The report's one story: what to do, how much faster it measured, against what, and what else is faster.
+
+    story = build_story(results)
+    story.recommended      # the sweep's recommendation (keeps the global batch), or None: keep the baseline
+    story.alternative      # the fastest measured option that changes semantics, when it beats the recommendation
+
+Why one module: the headline, the ranked fixes, the knob table, the gain chart, the Markdown summary and the
+terminal's last lines must say the same thing with the same numbers. Each configuration's gain is resolved
+here once (`gain_of`): the recommended configuration's gain is the sweep's `recommended_gain`, measured over
+all its runs, also where a knob's outcome recorded an earlier figure for the same configuration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from perfscope.report.format import fmt_interval, fmt_ratio
+from perfscope.results import Gain, KnobOutcome, Results, RunNoise
+from perfscope.results.roles import baseline_configuration
+
+
+@dataclass(frozen=True, kw_only=True)
+class Option:
+    """One configuration the story names: its knobs with their winning values, its measured gain, its caveats."""
+
+    configuration: str
+    knobs: list[str]
+    settings: list[str]
+    """Each knob's winning value in words ("micro-batch 32 × accumulation 1"), in knob order."""
+    gain: Gain
+    caveats: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return " + ".join(self.settings) if self.settings else " + ".join(self.knobs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Story:
+    recommended: Option | None
+    """None: nothing that keeps the global batch was decidedly faster — keep the baseline."""
+    alternative: Option | None
+    """The fastest measured option that changes training semantics and beats the recommendation."""
+    baseline: str
+    baseline_runs: int
+    noise: RunNoise | None
+
+
+def gain_of(results: Results, outcome: KnobOutcome) -> Gain | None:
+    """A knob's gain as every part of the report shows it (see the module docstring)."""
+    sweep = results.sweep
+    if sweep is not None and sweep.recommended_gain is not None and outcome.trial == sweep.recommended_trial:
+        return sweep.recommended_gain
+    return outcome.gain
+
+
+def _setting(outcome: KnobOutcome | None, knob: str) -> str:
+    if outcome is None:
+        return knob
+    return f"{outcome.title}: {outcome.setting}" if outcome.setting and outcome.setting not in outcome.title else outcome.title
+
+
+def build_story(results: Results) -> Story | None:
+    """The story of a sweep; None for results without one (hooks, a single trial)."""
+    sweep = results.sweep
+    if sweep is None:
+        return None
+    base = baseline_configuration(results)
+    outcomes = {o.knob: o for o in sweep.knobs}
+    recommended = None
+    if sweep.recommended_trial not in (None, base) and sweep.recommended_gain is not None:
+        caveats = [c for k in sweep.recommended_knobs if k in outcomes for c in outcomes[k].changes_semantics]
+        recommended = Option(configuration=sweep.recommended_trial or "", knobs=list(sweep.recommended_knobs),
+                             settings=[_setting(outcomes.get(k), k) for k in sweep.recommended_knobs],
+                             gain=sweep.recommended_gain, caveats=list(dict.fromkeys(caveats)))
+    floor = recommended.gain.ratio if recommended else 1.0
+    alternative = None
+    for o in sweep.knobs:
+        gain = gain_of(results, o)
+        if o.status != "measured" or gain is None or not gain.faster or not o.changes_semantics:
+            continue
+        if recommended is not None and o.knob in recommended.knobs:
+            continue
+        if gain.ratio > floor and (alternative is None or gain.ratio > alternative.gain.ratio):
+            alternative = Option(configuration=o.trial or o.knob, knobs=[o.knob], settings=[_setting(o, o.knob)],
+                                 gain=gain, caveats=list(o.changes_semantics))
+    return Story(recommended=recommended, alternative=alternative, baseline=base,
+                 baseline_runs=len(results.runs(base)), noise=sweep.noise)
+
+
+# ------------------------------------------------------------------------------------------- words
+
+
+def gain_words(gain: Gain) -> str:
+    """"1.37× faster" / "16.41× slower": the one way a ratio is written in the report and the terminal."""
+    return f"{fmt_ratio(gain.ratio)} faster" if gain.ratio >= 1 else f"{fmt_ratio(1 / gain.ratio)} slower"
+
+
+def interval_words(gain: Gain) -> str:
+    return f"{gain.confidence * 100:.0f} % CI {fmt_interval(gain.low, gain.high)}"
+
+
+def reference_words(gain: Gain) -> str:
+    """Which runs a gain is measured against, e.g. "vs baseline, 4 runs against 6 baseline runs"."""
+    return f"vs {gain.reference}, {gain.runs} run{'s' if gain.runs != 1 else ''} against {gain.reference_runs} {gain.reference} run{'s' if gain.reference_runs != 1 else ''}"
+
+
+def noise_words(noise: RunNoise | None) -> str:
+    if noise is None or noise.sigma is None:
+        return ""
+    mde = f"; one comparison detects changes of about {noise.mde:.0%} or more" if noise.mde is not None else ""
+    return f"run-to-run noise ±{noise.sigma:.1%} (σ of log throughput over {noise.runs} baseline runs){mde}"
+
+
+def recommendation_line(story: Story) -> str:
+    r = story.recommended
+    if r is None:
+        return "Keep your configuration: nothing that keeps training semantics was measured decidedly faster"
+    return f"{r.label}: {gain_words(r.gain)}"
+
+
+def alternative_line(story: Story) -> str:
+    a = story.alternative
+    if a is None:
+        return ""
+    return (f"Faster if you accept a change in semantics: {a.label}: {gain_words(a.gain)} ({interval_words(a.gain)}); "
+            f"caveat: {'; '.join(a.caveats)}")
