@@ -92,13 +92,14 @@ def test_a_slow_dtype_gets_a_smaller_matmul(monkeypatch: pytest.MonkeyPatch) -> 
 
     sizes: list[int] = []
 
-    def fake_median(fn, device, *, warmup, repeats):  # noqa: ANN001
+    def fake_time(fn, device, *, warmup, repeats):  # noqa: ANN001
         n = sizes[-1]
         return 2 * n**3 / 5e9  # a slow path: 5 GFLOP/s
 
     real_randn = torch.randn
     monkeypatch.setattr(peaks.torch, "randn", lambda n, *a, **k: sizes.append(n) or real_randn(2, 2))
-    monkeypatch.setattr(peaks, "median_seconds", fake_median)
+    monkeypatch.setattr(peaks, "median_seconds", fake_time)
+    monkeypatch.setattr(peaks, "fastest_seconds", fake_time)
     monkeypatch.setattr(peaks.torch, "mm", lambda a, b: a)
     tflops = peaks.measure_matmul_tflops("cpu", "bf16", size=1024)
     assert tflops == pytest.approx(5e9 / 1e12)
