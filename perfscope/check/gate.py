@@ -9,14 +9,19 @@ one run shows every regressed metric at once. Exit codes belong to the CLI; this
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from perfscope.check.compat import Difference, find_differences
 from perfscope.check.decision import MetricCheck, Verdict
 from perfscope.check.metrics import METRICS, MetricUnavailable, Side
+from perfscope.check.structure import StructureDiff, StructureGate, diff_fingerprints
 from perfscope.results import Results, Trial
+from perfscope.results.fingerprint import Fingerprint
 from perfscope.results.roles import recommended_configuration
+from perfscope.results.serde import to_jsonable
 
 Outcome = Literal["pass", "regression", "inconclusive", "unusable"]
 
@@ -34,6 +39,8 @@ class GateOptions:
     """Configuration compared in both files (its runs), or "recommended" for each file's sweep recommendation."""
     allow_mismatch: bool = False
     """Compare runs whose device, dtype, peak or workload differ (the differences become warnings)."""
+    fail_on_structure: tuple[StructureGate, ...] = ()
+    """Structural changes that fail the job (perfscope.check.structure); every change is named regardless."""
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.metrics if m not in METRICS]
@@ -57,6 +64,7 @@ class GateReport:
     verdicts: list[Verdict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # how the comparison was made, shown with the warnings
     failed_current: Trial | None = None  # the current configuration's run failed outright
+    structure: StructureDiff | None = None  # the fingerprints' diff (None: no run on a side to take one from)
 
     @property
     def blocking_differences(self) -> list[Difference]:
@@ -71,11 +79,18 @@ class GateReport:
         return [str(d) for d in self.differences] + self.notes + verdict_warnings
 
     @property
+    def structure_failed(self) -> bool:
+        """A --fail-on-structure gate failed, or could not be checked (no fingerprint on a side)."""
+        if not self.options.fail_on_structure or self.structure is None:
+            return False
+        return bool(self.structure.failed)
+
+    @property
     def outcome(self) -> Outcome:
         if self.errors or (self.blocking_differences and not self.options.allow_mismatch):
             return "unusable"
         statuses = {v.status for v in self.verdicts}
-        if "regression" in statuses:
+        if "regression" in statuses or self.structure_failed:
             return "regression"
         if "inconclusive" in statuses or not self.verdicts:
             return "inconclusive"
@@ -96,6 +111,20 @@ def _pick_runs(results: Results, name: str, role: str) -> tuple[str | None, list
         known = ", ".join(dict.fromkeys(t.configuration for t in results.trials)) or "none"
         return configuration, [], f"the {role} results have no run of {configuration!r} (configurations: {known})"
     return configuration, runs, None
+
+
+def _fingerprint(side: Side, role: str, notes: list[str]) -> Fingerprint | None:
+    """The fingerprint of a side's runs: identical code gives identical ones, so disagreement is worth a note;
+    the most common one stands for the side."""
+    prints = [t.metrics.fingerprint for t in side.runs if t.metrics is not None and t.metrics.fingerprint is not None]
+    if not prints:
+        return None
+    keys = [json.dumps(to_jsonable(fp), sort_keys=True) for fp in prints]
+    counts = Counter(keys)
+    if len(counts) > 1:
+        notes.append(f"{role}: the structural fingerprints of its {len(prints)} runs differ "
+                     f"({len(counts)} variants): the most common one is compared")
+    return prints[keys.index(counts.most_common(1)[0][0])]
 
 
 def _both_measured_ceilings(current: Results, baseline: Results) -> bool:
@@ -169,6 +198,13 @@ def run_gate(
             extra = Side(results=other, runs=[t for t in found if t.evidence] or cur_side.runs)
             report.differences += [d for d in find_differences(extra, cur_side, metric_ids=options.metrics)
                                    if str(d) not in {str(x) for x in report.differences}]
+    if cur_side.runs:
+        notes: list[str] = []
+        base_fp, cur_fp = _fingerprint(base_side, "baseline", notes), _fingerprint(cur_side, "current", notes)
+        report.structure = diff_fingerprints(base_fp, cur_fp, options.fail_on_structure)
+        report.structure.notes[:0] = notes
+        if options.fail_on_structure and not report.structure.compared:
+            report.errors.append("--fail-on-structure: " + "; ".join(report.structure.notes))
     if report.blocking_differences and not options.allow_mismatch:
         return report
 
@@ -184,7 +220,12 @@ def run_gate(
             ))
             continue
         try:
-            report.verdicts.append(check.evaluate(cur_side, base_side))
+            verdict = check.evaluate(cur_side, base_side)
         except MetricUnavailable as exc:
             report.errors.append(f"{metric_id}: {exc}")
+            continue
+        if verdict.status == "regression" and report.structure is not None:
+            # A timing verdict can only say "slower"; the fingerprint diff says why, or that nothing counted changed.
+            verdict = replace(verdict, message=f"{verdict.message}; {report.structure.summary()}")
+        report.verdicts.append(verdict)
     return report

@@ -122,7 +122,7 @@ class _Mode(TorchDispatchMode):
         name = op_name(func)
         c.ops[name] += 1
         if name in SYNC_OPS:
-            c.syncs[(SYNC_OPS[name], call_site())] += 1
+            c.count_sync(name, args)
         before = c.flop_counter.running_total()
         out = func(*args, **kwargs)
         flops = c.flop_counter.running_total() - before
@@ -138,7 +138,8 @@ class _Mode(TorchDispatchMode):
 class StructureCounter:
     """Counts one optimizer step (enter before the step, exit after); `fingerprint()` gives the result."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: str = "cpu") -> None:
+        self.device = device
         self.flop_counter = StepFlopCounter()
         self.ops: Counter[str] = Counter()
         self.flops_by_op: Counter[str] = Counter()
@@ -146,6 +147,17 @@ class StructureCounter:
         self.syncs: Counter[tuple[str, str]] = Counter()
         self.copies: dict[str, CopyStat] = {}
         self._mode = _Mode(self)
+
+    def count_sync(self, name: str, args: tuple[Any, ...]) -> None:
+        """A read of a tensor's value or size is a sync when the tensor lives on the device. On a CPU-only run
+        every tensor is a host tensor: reads by the step's own code count (on a GPU they would sync); torch's
+        reads of the host-side counters it keeps on purpose (an optimizer's step count) do not."""
+        tensor = _first_tensor(args)
+        on_host = tensor is None or tensor.device.type == "cpu"
+        site = call_site()
+        if on_host and (self.device != "cpu" or site.startswith("torch/")):
+            return
+        self.syncs[(SYNC_OPS[name], site)] += 1
 
     def count_copy(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         if name == "aten::copy_":

@@ -193,7 +193,7 @@ class TrainStep:
     def count_structure(self) -> Fingerprint:
         """One real optimizer step (the trial's own: micro-batch, accumulation, autocast, optimizer) under a
         counting dispatch mode: the structural fingerprint. Run after the timed window; it trains one more step."""
-        with StructureCounter() as counter:
+        with StructureCounter(self.device) as counter:
             self()
         method = ("one real optimizer step after the timed window, counted under a dispatch mode "
                   f"(micro-batch {self.config.micro_batch_size} × {self.config.grad_accum_steps})")
