@@ -48,6 +48,7 @@ _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
 
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent) + os.sep
 _PERFSCOPE_DIR = str(Path(sys.modules["perfscope"].__file__ or "").resolve().parent) + os.sep
+_TORCH_OPTIM_DIR = _TORCH_DIR + "optim" + os.sep
 _STDLIB_DIR = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
 _DISPATCH_INFRA = ("utils/_python_dispatch.py", "_ops.py", "utils/flop_counter.py", "utils/module_tracker.py",
                    "_dynamo/eval_frame.py", "torch/_compile.py")
@@ -80,10 +81,17 @@ def call_site() -> str:
     Walks outward past this module's own frames, then past torch's; a frame of perfscope further out (the
     trial loop that called the optimizer) ends the walk: what called perfscope is not the step's code.
     """
+    return _site_and_reader()[0]
+
+
+def _site_and_reader() -> tuple[str, bool]:
+    """(call_site(), whether torch.optim made the read: the innermost frame outside the dispatch machinery is in
+    torch/optim, which keeps step counters on the host by design; `print(t)` reads in torch too, and counts)."""
     frame = sys._getframe(1)
     while frame is not None and os.path.realpath(frame.f_code.co_filename).startswith(_PERFSCOPE_DIR):
         frame = frame.f_back
     torch_site = ""
+    reader: bool | None = None
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith("<"):
@@ -91,12 +99,13 @@ def call_site() -> str:
             if path.startswith(_PERFSCOPE_DIR):
                 break
             if path.startswith(_TORCH_DIR):
-                if not torch_site and not path.endswith(_DISPATCH_INFRA):
-                    torch_site = _shown(path, frame.f_lineno)
+                if not path.endswith(_DISPATCH_INFRA):
+                    torch_site = torch_site or _shown(path, frame.f_lineno)
+                    reader = path.startswith(_TORCH_OPTIM_DIR) if reader is None else reader
             elif not path.startswith(_STDLIB_DIR):
-                return _shown(path, frame.f_lineno)
+                return _shown(path, frame.f_lineno), bool(reader)
         frame = frame.f_back
-    return torch_site
+    return torch_site, bool(reader)
 
 
 def classify_copy(src: torch.device, dst: torch.device, *, pinned: bool) -> str | None:
@@ -150,12 +159,12 @@ class StructureCounter:
 
     def count_sync(self, name: str, args: tuple[Any, ...]) -> None:
         """A read of a tensor's value or size is a sync when the tensor lives on the device. On a CPU-only run
-        every tensor is a host tensor: reads by the step's own code count (on a GPU they would sync); torch's
-        reads of the host-side counters it keeps on purpose (an optimizer's step count) do not."""
+        every tensor is a host tensor: reads by the step's code count (on a GPU they would sync); torch.optim's
+        reads of the step counters it keeps on the host on purpose do not."""
         tensor = _first_tensor(args)
         on_host = tensor is None or tensor.device.type == "cpu"
-        site = call_site()
-        if on_host and (self.device != "cpu" or site.startswith("torch/")):
+        site, read_by_torch = _site_and_reader()
+        if on_host and (self.device != "cpu" or read_by_torch):
             return
         self.syncs[(SYNC_OPS[name], site)] += 1
 
