@@ -87,6 +87,9 @@ class GateReport:
 
     @property
     def outcome(self) -> Outcome:
+        comparable = not (self.blocking_differences and not self.options.allow_mismatch)
+        if self.structure_failed and comparable:
+            return "regression"  # exact: holds even when the timing had no evidence (every run contended)
         if self.errors or (self.blocking_differences and not self.options.allow_mismatch):
             return "unusable"
         statuses = {v.status for v in self.verdicts}
@@ -113,10 +116,11 @@ def _pick_runs(results: Results, name: str, role: str) -> tuple[str | None, list
     return configuration, runs, None
 
 
-def _fingerprint(side: Side, role: str, notes: list[str]) -> Fingerprint | None:
-    """The fingerprint of a side's runs: identical code gives identical ones, so disagreement is worth a note;
-    the most common one stands for the side."""
-    prints = [t.metrics.fingerprint for t in side.runs if t.metrics is not None and t.metrics.fingerprint is not None]
+def _fingerprint(files: list[Results], trial: str, role: str, notes: list[str]) -> Fingerprint | None:
+    """The fingerprint of a side's successful runs, contended ones included (a count does not depend on the
+    load): identical code gives identical ones, so disagreement is worth a note; the most common one stands."""
+    runs = [t for results in files for t in _pick_runs(results, trial, role)[1] if t.ok]
+    prints = [t.metrics.fingerprint for t in runs if t.metrics is not None and t.metrics.fingerprint is not None]
     if not prints:
         return None
     keys = [json.dumps(to_jsonable(fp), sort_keys=True) for fp in prints]
@@ -179,6 +183,15 @@ def run_gate(
     cur_side = _side(current_files, options, "current", current_source, report)
     if base_side is None or cur_side is None:
         return report
+    if report.failed_current is None or cur_side.runs:
+        # Structure first: it is counted, so contended runs (no timing evidence) still give it exactly.
+        notes: list[str] = []
+        base_fp = _fingerprint([baseline], options.trial, "baseline", notes)
+        cur_fp = _fingerprint(current_files, options.trial, "current", notes)
+        report.structure = diff_fingerprints(base_fp, cur_fp, options.fail_on_structure)
+        report.structure.notes[:0] = notes
+        if options.fail_on_structure and not report.structure.compared:
+            report.errors.append("--fail-on-structure: " + "; ".join(report.structure.notes))
     if not base_side.runs:
         report.errors.append("the baseline has no run usable as evidence (all excluded or failed)")
         return report
@@ -198,13 +211,6 @@ def run_gate(
             extra = Side(results=other, runs=[t for t in found if t.evidence] or cur_side.runs)
             report.differences += [d for d in find_differences(extra, cur_side, metric_ids=options.metrics)
                                    if str(d) not in {str(x) for x in report.differences}]
-    if cur_side.runs:
-        notes: list[str] = []
-        base_fp, cur_fp = _fingerprint(base_side, "baseline", notes), _fingerprint(cur_side, "current", notes)
-        report.structure = diff_fingerprints(base_fp, cur_fp, options.fail_on_structure)
-        report.structure.notes[:0] = notes
-        if options.fail_on_structure and not report.structure.compared:
-            report.errors.append("--fail-on-structure: " + "; ".join(report.structure.notes))
     if report.blocking_differences and not options.allow_mismatch:
         return report
 
