@@ -38,6 +38,8 @@ import perfscope
 
 WASTE = {waste}   # extra matmuls per step (the base step does about ten of the same size)
 W = 384
+torch.set_num_threads(1)  # one intra-op thread: two OpenMP threads on a shared 2-core box spin at barriers
+                          # whenever a neighbour takes a core, which turns noise into 10-30x slowdowns
 
 def batches(n):
     g = torch.Generator().manual_seed(0)

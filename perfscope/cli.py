@@ -16,6 +16,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from perfscope import __version__
 from perfscope.errors import (
@@ -109,6 +110,15 @@ def _max_drop(text: str) -> float:
     return value
 
 
+def _structure_gates(text: str) -> tuple[Any, ...]:
+    from perfscope.check.structure import parse_structure_gates
+
+    try:
+        return parse_structure_gates(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from perfscope.check import GateOptions, run_gate
     from perfscope.check.render import (
@@ -124,6 +134,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         max_drop=args.max_drop,
         trial=args.trial,
         allow_mismatch=args.allow_mismatch,
+        fail_on_structure=args.fail_on_structure or (),
     )
     baseline = Results.load(args.baseline)
     current = [Results.load(path) for path in args.current]
@@ -224,6 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="configuration compared in both files, all its runs (default baseline); 'recommended' = each file's sweep pick")
     p.add_argument("--allow-mismatch", action="store_true",
                    help="compare despite a different device, dtype, peak or workload (warns instead)")
+    p.add_argument("--fail-on-structure", type=_structure_gates, default=None, metavar="KIND[,KIND]",
+                   help="also fail (exit 1) on these structural changes, exactly: sync, flops, dtype, graph-breaks, "
+                   "recompiles, ops, copies, memory; thresholds where amounts, e.g. flops:5%%,ops:20 "
+                   "(changes are always named; see docs/ci-gate.md)")
     p.add_argument("--markdown", metavar="FILE", default=None, help="also write a Markdown summary")
     p.add_argument("--junit", metavar="FILE", default=None, help="also write JUnit XML (one testcase per metric)")
     p.set_defaults(handler=_cmd_check)

@@ -9,14 +9,19 @@ one run shows every regressed metric at once. Exit codes belong to the CLI; this
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from perfscope.check.compat import Difference, find_differences
 from perfscope.check.decision import MetricCheck, Verdict
 from perfscope.check.metrics import METRICS, MetricUnavailable, Side
+from perfscope.check.structure import StructureDiff, StructureGate, diff_fingerprints
 from perfscope.results import Results, Trial
+from perfscope.results.fingerprint import Fingerprint
 from perfscope.results.roles import recommended_configuration
+from perfscope.results.serde import to_jsonable
 
 Outcome = Literal["pass", "regression", "inconclusive", "unusable"]
 
@@ -34,6 +39,8 @@ class GateOptions:
     """Configuration compared in both files (its runs), or "recommended" for each file's sweep recommendation."""
     allow_mismatch: bool = False
     """Compare runs whose device, dtype, peak or workload differ (the differences become warnings)."""
+    fail_on_structure: tuple[StructureGate, ...] = ()
+    """Structural changes that fail the job (perfscope.check.structure); every change is named regardless."""
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.metrics if m not in METRICS]
@@ -57,6 +64,7 @@ class GateReport:
     verdicts: list[Verdict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # how the comparison was made, shown with the warnings
     failed_current: Trial | None = None  # the current configuration's run failed outright
+    structure: StructureDiff | None = None  # the fingerprints' diff (None: no run on a side to take one from)
 
     @property
     def blocking_differences(self) -> list[Difference]:
@@ -71,11 +79,21 @@ class GateReport:
         return [str(d) for d in self.differences] + self.notes + verdict_warnings
 
     @property
+    def structure_failed(self) -> bool:
+        """A --fail-on-structure gate failed, or could not be checked (no fingerprint on a side)."""
+        if not self.options.fail_on_structure or self.structure is None:
+            return False
+        return bool(self.structure.failed)
+
+    @property
     def outcome(self) -> Outcome:
+        comparable = not (self.blocking_differences and not self.options.allow_mismatch)
+        if self.structure_failed and comparable:
+            return "regression"  # exact: holds even when the timing had no evidence (every run contended)
         if self.errors or (self.blocking_differences and not self.options.allow_mismatch):
             return "unusable"
         statuses = {v.status for v in self.verdicts}
-        if "regression" in statuses:
+        if "regression" in statuses or self.structure_failed:
             return "regression"
         if "inconclusive" in statuses or not self.verdicts:
             return "inconclusive"
@@ -96,6 +114,21 @@ def _pick_runs(results: Results, name: str, role: str) -> tuple[str | None, list
         known = ", ".join(dict.fromkeys(t.configuration for t in results.trials)) or "none"
         return configuration, [], f"the {role} results have no run of {configuration!r} (configurations: {known})"
     return configuration, runs, None
+
+
+def _fingerprint(files: list[Results], trial: str, role: str, notes: list[str]) -> Fingerprint | None:
+    """The fingerprint of a side's successful runs, contended ones included (a count does not depend on the
+    load): identical code gives identical ones, so disagreement is worth a note; the most common one stands."""
+    runs = [t for results in files for t in _pick_runs(results, trial, role)[1] if t.ok]
+    prints = [t.metrics.fingerprint for t in runs if t.metrics is not None and t.metrics.fingerprint is not None]
+    if not prints:
+        return None
+    keys = [json.dumps(to_jsonable(fp), sort_keys=True) for fp in prints]
+    counts = Counter(keys)
+    if len(counts) > 1:
+        notes.append(f"{role}: the structural fingerprints of its {len(prints)} runs differ "
+                     f"({len(counts)} variants): the most common one is compared")
+    return prints[keys.index(counts.most_common(1)[0][0])]
 
 
 def _both_measured_ceilings(current: Results, baseline: Results) -> bool:
@@ -150,6 +183,15 @@ def run_gate(
     cur_side = _side(current_files, options, "current", current_source, report)
     if base_side is None or cur_side is None:
         return report
+    if report.failed_current is None or cur_side.runs:
+        # Structure first: it is counted, so contended runs (no timing evidence) still give it exactly.
+        notes: list[str] = []
+        base_fp = _fingerprint([baseline], options.trial, "baseline", notes)
+        cur_fp = _fingerprint(current_files, options.trial, "current", notes)
+        report.structure = diff_fingerprints(base_fp, cur_fp, options.fail_on_structure)
+        report.structure.notes[:0] = notes
+        if options.fail_on_structure and not report.structure.compared:
+            report.errors.append("--fail-on-structure: " + "; ".join(report.structure.notes))
     if not base_side.runs:
         report.errors.append("the baseline has no run usable as evidence (all excluded or failed)")
         return report
@@ -184,7 +226,12 @@ def run_gate(
             ))
             continue
         try:
-            report.verdicts.append(check.evaluate(cur_side, base_side))
+            verdict = check.evaluate(cur_side, base_side)
         except MetricUnavailable as exc:
             report.errors.append(f"{metric_id}: {exc}")
+            continue
+        if verdict.status == "regression" and report.structure is not None:
+            # A timing verdict can only say "slower"; the fingerprint diff says why, or that nothing counted changed.
+            verdict = replace(verdict, message=f"{verdict.message}; {report.structure.summary()}")
+        report.verdicts.append(verdict)
     return report

@@ -58,6 +58,23 @@ def _problems(report: GateReport) -> list[str]:
     return lines
 
 
+def _structure_lines(report: GateReport) -> list[str]:
+    """The structural diff in words, one change a line; [FAIL] marks what a --fail-on-structure gate fails on."""
+    diff = report.structure
+    if diff is None:
+        return []
+    gates = ", ".join(str(g) for g in diff.gates)
+    head = "structure (exact, from the fingerprints" + (f"; failing on {gates}" if gates else "") + "):"
+    if not diff.compared:
+        return [head, *(f"  not compared: {n}" for n in diff.notes)]
+    lines = [head]
+    lines += [f"  {'[FAIL] ' if c.failed else ''}{c.message}" for c in diff.changes]
+    if not diff.changes:
+        lines.append("  no structural change")
+    lines += [f"  note: {n}" for n in diff.notes]
+    return lines
+
+
 def render_table(report: GateReport) -> str:
     lines = [_title(report)]
     lines += [f"warning: {w}" for w in report.warnings]
@@ -71,6 +88,7 @@ def render_table(report: GateReport) -> str:
         lines += [f"  {v.message}" for v in report.verdicts]
         lines += [f"  (secondary, not deciding: per-step Mann-Whitney p = {v.step_p_value:.2g} for {v.metric.title})"
                   for v in report.verdicts if v.step_p_value is not None]
+    lines += _structure_lines(report)
     lines += _problems(report)
     lines.append(HEADLINE[report.outcome])
     return "\n".join(lines)
@@ -90,6 +108,10 @@ def render_markdown(report: GateReport) -> str:
         lines += ["| " + " | ".join(_md(c) for c in _cells(v)) + " |" for v in report.verdicts]
         lines.append("")
         lines += [f"- {_md(v.message)}" for v in report.verdicts]
+    structure = _structure_lines(report)
+    if structure:
+        lines += ["", f"**{_md(structure[0].rstrip(':'))}:**", ""]
+        lines += [f"- {_md(line.strip())}" for line in structure[1:]]
     problems = _problems(report)
     if problems:
         lines += ["", "**Not compared:**", ""]
@@ -129,6 +151,17 @@ def render_junit(report: GateReport) -> str:
             errors += 1
         else:
             ET.SubElement(case, "system-out").text = _xml(v.message)
+    structure = _structure_lines(report)
+    compared = report.structure is not None and report.structure.compared
+    if structure and compared and report.outcome != "unusable":
+        case = ET.SubElement(suite, "testcase", classname=classname, name="structure", time="0")
+        text = _xml("\n".join(structure))
+        if report.structure_failed:
+            failed = "; ".join(c.message for c in report.structure.failed) if report.structure else ""
+            ET.SubElement(case, "failure", type="structure", message=_xml(failed)).text = text
+            failures += 1
+        else:
+            ET.SubElement(case, "system-out").text = text
     suite.set("tests", str(len(suite.findall("testcase"))))
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))

@@ -215,6 +215,7 @@ class Profiler:
         self._flop_counter: Any = None
         self._flops: tuple[float, int | None, list[str]] | None = None  # (count, samples in that step, notes)
         self._flop_unavailable: str | None = None
+        self._fingerprint: Any = None  # the structural fingerprint, counted at the FLOP-counting step
         if flops_per_step is None and count_flops and model is not None and hasattr(model, "_orig_mod"):
             self._flop_unavailable = (
                 "the model is torch.compile'd: the FLOP counter cannot see into compiled graphs "
@@ -511,16 +512,19 @@ class Profiler:
         return self.count_flops and self.user_flops_per_step is None and self._flop_unavailable is None and self._flops is None
 
     def _start_flop_count(self) -> None:
-        from perfscope.measure.flops import StepFlopCounter
+        # The structure counter holds the FLOP counter: one dispatch-mode step gives FLOPs and the fingerprint.
+        from perfscope.measure.structure import StructureCounter
 
-        counter = StepFlopCounter()
+        counter = StructureCounter(self.device.type)
         counter.__enter__()
         self._flop_counter = counter
 
     def _stop_flop_count(self) -> None:
         counter, self._flop_counter = self._flop_counter, None
         counter.__exit__(None, None, None)
-        self._flops = (counter.total, None, counter.notes)
+        self._flops = (counter.flop_counter.total, None, counter.flop_counter.notes)
+        self._fingerprint = counter.fingerprint(
+            method=f"the FLOP-counting step (step {self._step_index}) of your loop, counted under a dispatch mode")
 
     # --- utilization
 
@@ -688,6 +692,7 @@ class Profiler:
         self._fill_first_step(metrics)
         self._fill_flops(metrics, typical_samples)
         self._fill_memory(metrics, memory, memory_peaks)
+        self._fill_fingerprint(metrics)
         self._fill_trace(metrics)
         apply_utilization_ratios(metrics, peak, env)
         trial = Trial(status="ok", metrics=metrics, **common)  # type: ignore[arg-type]
@@ -799,6 +804,22 @@ class Profiler:
         else:
             metrics.unavailable["memory_breakdown"] = "needs Profiler(model, optimizer=...)"
 
+    def _fill_fingerprint(self, metrics: Any) -> None:
+        if self._fingerprint is None:
+            metrics.unavailable["fingerprint"] = "counted at the FLOP-counting step: " + (
+                metrics.unavailable.get("flops_per_step") or "that step was not counted")
+            return
+        from perfscope.results.fingerprint import MemoryPeak
+        from perfscope.trial.loop import MEMORY_PEAK_TOLERANCE
+
+        fingerprint = self._fingerprint
+        if self.device.type == "cuda" and metrics.peak_memory_bytes:
+            fingerprint.memory = MemoryPeak(bytes=int(metrics.peak_memory_bytes), tolerance=MEMORY_PEAK_TOLERANCE,
+                                            source="torch.cuda.max_memory_allocated since the process started")
+        else:
+            fingerprint.unavailable["memory"] = "CPU: no allocator peak (host RSS varies between identical runs)"
+        metrics.fingerprint = fingerprint
+
     def _fill_trace(self, metrics: Any) -> None:
         if self.capture_steps is None:
             return
@@ -810,6 +831,10 @@ class Profiler:
             from perfscope.trace.facts import trace_facts
 
             metrics.trace_facts = trace_facts(self._trace_path, device_type=self.device.type, steps=self._active_steps)
+            if metrics.fingerprint is not None:
+                from perfscope.measure.structure import fill_kernel_launches
+
+                fill_kernel_launches(metrics.fingerprint, metrics.trace_facts)
         except Exception as exc:  # noqa: BLE001
             metrics.unavailable["trace_facts"] = f"trace analysis failed: {type(exc).__name__}: {exc}"
 

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from perfscope.errors import ResultsError
 from perfscope.results.config import TrialConfig
+from perfscope.results.fingerprint import Fingerprint
 from perfscope.results.io import read_json, write_json
 from perfscope.results.migrate import upgrade
 from perfscope.results.serde import from_jsonable, to_jsonable
@@ -249,6 +250,8 @@ class TrialMetrics:
     trace_path: str | None = None
     trace_facts: TraceFacts | None = None
     """What the profiled window showed (perfscope.results.trace_facts); None when no trace was captured."""
+    fingerprint: Fingerprint | None = None
+    """The step's structure, counted (perfscope.results.fingerprint): what `perfscope check` diffs exactly."""
     flags: list[str] = field(default_factory=list)
     """Figures that cannot be true as measured (e.g. MFU above 100%), with why; the report shows them."""
     unavailable: dict[str, str] = field(default_factory=dict)

@@ -44,12 +44,18 @@ from perfscope.measure.flops import (
     count_step_on_fake_tensors,
 )
 from perfscope.measure.metrics import assemble_metrics
+from perfscope.measure.structure import (
+    CompileCounters,
+    StructureCounter,
+    fill_kernel_launches,
+)
 from perfscope.measure.tf32 import apply_matmul_tf32
 from perfscope.measure.tf32 import matmul_tf32 as matmul_tf32_state
 from perfscope.measure.utilization import UtilizationSampler
 from perfscope.measure.window import WindowRecorder
 from perfscope.results import TrialMetrics
 from perfscope.results.config import TrialConfig
+from perfscope.results.fingerprint import Fingerprint, MemoryPeak
 from perfscope.trial.checkpointing import (
     CheckpointedBlock,
     apply_checkpointing,
@@ -184,6 +190,19 @@ class TrainStep:
             notes.append(f"activation checkpointing of {len(self.checkpointed)} blocks: their forward is recomputed (HFU > MFU)")
         return model_flops, hardware_flops, notes
 
+    def count_structure(self) -> Fingerprint:
+        """One real optimizer step (the trial's own: micro-batch, accumulation, autocast, optimizer) under a
+        counting dispatch mode: the structural fingerprint. Run after the timed window; it trains one more step."""
+        with StructureCounter(self.device) as counter:
+            self()
+        method = ("one real optimizer step after the timed window, counted under a dispatch mode "
+                  f"(micro-batch {self.config.micro_batch_size} × {self.config.grad_accum_steps})")
+        return counter.fingerprint(method=method)
+
+
+MEMORY_PEAK_TOLERANCE = 0.02
+"""The CUDA allocator peak of identical code moves a little (cuBLAS workspaces, allocator rounding): 2%."""
+
 
 @contextmanager
 def _gc_mode(mode: str) -> Iterator[None]:
@@ -240,6 +259,7 @@ class MeasuredRun:
 def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     """Measure one configuration; see the module docstring for the order of work."""
     device = config.device
+    compile_counters = CompileCounters()
     step = TrainStep(workload, config)
     # After the user's file, workload() and model() ran, so tf32=None keeps (and records) their own setting.
     matmul_tf32 = apply_matmul_tf32(config.tf32)
@@ -254,6 +274,7 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
         warmup_times.append(time.perf_counter() - start)
         if i == 0:
             first_grad_norm = norm
+            compile_counters.mark_first_step()
     steps, calibration = calibrate_steps(config, warmup_times)
     if config.compile is not None and _compiled_frames() == 0:
         raise CompileNotApplied("torch.compile compiled no graph during warm-up (dynamo fell back to eager)")
@@ -320,7 +341,28 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
             unavailable["flops_per_step"] = f"FLOP counting failed: {type(exc).__name__}: {exc}"
     else:
         unavailable["flops_per_step"] = "FLOP counting disabled for this trial"
+    metrics.fingerprint = _fingerprint(step, compile_counters, config, peak_allocated, unavailable)
     return MeasuredRun(metrics=metrics, step=step)
+
+
+def _fingerprint(step: TrainStep, compile_counters: CompileCounters, config: TrialConfig, peak_allocated: int | None,
+                 unavailable: dict[str, str]) -> Fingerprint | None:
+    """The structural fingerprint (perfscope.results.fingerprint), outside the timed window; a failure costs
+    the fingerprint, never the timing."""
+    try:
+        fingerprint = step.count_structure()
+    except Exception as exc:  # noqa: BLE001 - an OOM or an op the mode cannot pass must not lose the timing
+        unavailable["fingerprint"] = f"structure counting failed: {type(exc).__name__}: {exc}"
+        return None
+    if config.compile is not None:
+        fingerprint.compile = compile_counters.facts()
+    if config.device == "cuda" and peak_allocated is not None:
+        fingerprint.memory = MemoryPeak(bytes=int(peak_allocated), tolerance=MEMORY_PEAK_TOLERANCE,
+                                        source="torch.cuda.max_memory_allocated over the timed window")
+    else:
+        fingerprint.unavailable["memory"] = "CPU: no allocator peak (host RSS varies between identical runs)"
+    fingerprint.unavailable["kernel_launches"] = "CUDA only, from the profiled window"
+    return fingerprint
 
 
 class CompileNotApplied(RuntimeError):
@@ -359,6 +401,8 @@ def capture_trace(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) ->
         dtype = config.precision if config.precision != "fp32" else "fp32"
         facts.gemm_alignment = benchmark_alignment(facts.gemm_shapes, device=config.device, dtype=dtype)
         metrics.trace_facts = facts
+        if metrics.fingerprint is not None:
+            fill_kernel_launches(metrics.fingerprint, facts)
     except Exception as exc:  # noqa: BLE001
         metrics.unavailable["trace_facts"] = f"trace analysis failed: {type(exc).__name__}: {exc}"
 

@@ -1,0 +1,295 @@
+"""The structural gate: diff two fingerprints and name each change in words a user acts on.
+
+    gates = parse_structure_gates("sync,flops:5%")
+    diff = diff_fingerprints(baseline_fp, current_fp, gates)
+    [c.message for c in diff.changes]     # "+1 host sync per step: aten::_local_scalar_dense (.item()) at m.py:42"
+    diff.failed                            # the changes a chosen gate fails on
+
+Timing in CI is decided on run-to-run variance (perfscope.check.decision) and can only say "slower, with
+this confidence". A fingerprint is counted, not timed (perfscope.results.fingerprint), so this diff is
+exact: a change is a change, and `--fail-on-structure` fails a job on the chosen kinds deterministically.
+Every change is named whether or not a gate is set; a gate only decides which ones fail the job.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from perfscope.results.fingerprint import Fingerprint
+
+KINDS: dict[str, str] = {
+    "sync": "host↔device syncs per step (any new one; KIND:N tolerates N more)",
+    "flops": "FLOPs per step (any rise; flops:5% tolerates +5%)",
+    "dtype": "low-precision (bf16/fp16) share of matmul FLOPs (any fall; dtype:10% tolerates 10 points)",
+    "graph-breaks": "torch.compile graph breaks (any new one; graph-breaks:N tolerates N more)",
+    "recompiles": "torch.compile recompiles (any new one)",
+    "ops": "op calls (and CUDA kernel launches) per step (any rise; ops:10% or ops:20 tolerate that much)",
+    "copies": "host↔device copies per step (a new copy or more bytes; copies:10% tolerates +10% bytes)",
+    "memory": "CUDA allocator peak (a rise beyond its recorded tolerance, or beyond memory:5%)",
+}
+
+
+@dataclass(frozen=True)
+class StructureGate:
+    """Fail on one kind of change beyond a threshold: ``relative`` (0.05 = 5%) or an absolute count."""
+
+    kind: str
+    threshold: float = 0.0
+    relative: bool = False
+
+    def __str__(self) -> str:
+        if not self.threshold:
+            return self.kind
+        return f"{self.kind}:{self.threshold:.0%}" if self.relative else f"{self.kind}:{self.threshold:g}"
+
+    def exceeded(self, before: float, after: float) -> bool:
+        """``after`` is worse than ``before`` by more than the threshold (a rise; callers flip falls)."""
+        rise = after - before
+        if self.relative:
+            return rise > self.threshold * abs(before) if before else rise > 0
+        return rise > self.threshold
+
+
+def parse_structure_gates(text: str) -> tuple[StructureGate, ...]:
+    """"sync,flops:5%,ops:20" -> gates; raises ValueError naming the known kinds."""
+    gates: list[StructureGate] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        kind, _, amount = part.partition(":")
+        kind = kind.strip().lower()
+        if kind not in KINDS:
+            raise ValueError(f"unknown structural kind {kind!r}; choose from {', '.join(KINDS)}")
+        amount = amount.strip()
+        if not amount:
+            gates.append(StructureGate(kind))
+            continue
+        relative = amount.endswith("%")
+        try:
+            value = float(amount[:-1]) / 100 if relative else float(amount)
+        except ValueError:
+            raise ValueError(f"{part!r}: the threshold must be a number or a percentage (e.g. {kind}:5%)") from None
+        if value < 0:
+            raise ValueError(f"{part!r}: the threshold must not be negative")
+        gates.append(StructureGate(kind, value, relative))
+    if not gates:
+        raise ValueError(f"no structural kind given; choose from {', '.join(KINDS)}")
+    return tuple(gates)
+
+
+@dataclass(kw_only=True)
+class StructuralChange:
+    kind: str
+    message: str
+    before: float
+    after: float
+    worse: bool
+    """The direction a regression takes (a new sync, more FLOPs, less bf16, ...); improvements are named too."""
+    failed: bool = False
+    """A chosen gate fails on this change."""
+
+
+@dataclass(kw_only=True)
+class StructureDiff:
+    """Every structural change between the baseline's fingerprint and the current one."""
+
+    changes: list[StructuralChange] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """How the comparison was made (fields one side lacks, runs whose fingerprints disagree, moved sync sites)."""
+    gates: tuple[StructureGate, ...] = ()
+    compared: bool = True
+    """False when a side has no fingerprint: nothing was compared."""
+
+    @property
+    def failed(self) -> list[StructuralChange]:
+        return [c for c in self.changes if c.failed]
+
+    def summary(self) -> str:
+        """One line for a timing verdict's message: the structural explanation, or that none was found."""
+        if not self.compared:
+            return "structure not compared (" + "; ".join(self.notes) + ")"
+        worse = [c.message for c in self.changes if c.worse]
+        if not worse:
+            return ("no structural change found (syncs, FLOPs, dtypes, compile, op calls, copies and memory as in "
+                    "the baseline): look at the data path, the trace or the machine")
+        return "structural changes: " + "; ".join(worse)
+
+
+def _pct(before: float, after: float) -> str:
+    return f"{(after - before) / before:+.0%}" if before else "new"
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _top(delta: Counter[str] | dict[str, float], fmt: str = "{:+g}", n: int = 3) -> str:
+    items = sorted(((k, v) for k, v in delta.items() if v), key=lambda kv: (-abs(kv[1]), kv[0]))
+    shown = ", ".join(f"{k} {fmt.format(v)}" for k, v in items[:n])
+    return shown + (f", {len(items) - n} more" if len(items) > n else "")
+
+
+def _syncs(base: Fingerprint, cur: Fingerprint) -> tuple[list[StructuralChange], list[str]]:
+    changes: list[StructuralChange] = []
+    notes: list[str] = []
+    ops = sorted({s.op for s in base.syncs} | {s.op for s in cur.syncs})
+    for op in ops:
+        before = {s.site: s.count for s in base.syncs if s.op == op}
+        after = {s.site: s.count for s in cur.syncs if s.op == op}
+        b, a = sum(before.values()), sum(after.values())
+        if a == b:
+            if before != after:
+                notes.append(f"{op}: {a} per step as before, at moved call sites ({', '.join(sorted(after))})")
+            continue
+        sites = sorted((site for site in after if after[site] > before.get(site, 0)), key=lambda s: (-after[s], s))
+        if a < b:
+            sites = sorted((site for site in before if before[site] > after.get(site, 0)), key=lambda s: (-before[s], s))
+        where = ", ".join(sites) or "an unknown site"
+        noun = "host sync" if abs(a - b) == 1 else "host syncs"
+        changes.append(StructuralChange(kind="sync", before=b, after=a, worse=a > b,
+                                        message=f"{a - b:+d} {noun} per step: {op} at {where} ({b} → {a})"))
+    return changes, notes
+
+
+def _flops(base: Fingerprint, cur: Fingerprint) -> list[StructuralChange]:
+    if base.flops == cur.flops and base.flops_by_op == cur.flops_by_op:
+        return []
+    delta = {op: cur.flops_by_op.get(op, 0.0) - base.flops_by_op.get(op, 0.0)
+             for op in set(base.flops_by_op) | set(cur.flops_by_op)}
+    per_op = _top({op: (d / base.flops_by_op[op] if base.flops_by_op.get(op) else float("inf")) for op, d in delta.items() if d},
+                  fmt="{:+.0%}")
+    return [StructuralChange(kind="flops", before=base.flops, after=cur.flops, worse=cur.flops > base.flops,
+                             message=f"FLOPs per step {_pct(base.flops, cur.flops)} ({per_op})"
+                             f": {base.flops:.4g} → {cur.flops:.4g}")]
+
+
+def _low_precision_share(fp: Fingerprint) -> float:
+    shares = fp.matmul_dtype_shares()
+    return shares.get("bf16", 0.0) + shares.get("fp16", 0.0)
+
+
+def _dtypes(base: Fingerprint, cur: Fingerprint) -> list[StructuralChange]:
+    """One change for the whole mix, worded from the low-precision side: "matmul FLOPs in bf16 100% → 90% (fp32 0% → 10%)"."""
+    before, after = base.matmul_dtype_shares(), cur.matmul_dtype_shares()
+    moved = [d for d in sorted(set(before) | set(after)) if abs(after.get(d, 0.0) - before.get(d, 0.0)) >= 1e-9]
+    if not before or not after or not moved:
+        return []
+    moved.sort(key=lambda d: (d not in ("bf16", "fp16"), d))
+    parts = [f"{d} {before.get(d, 0.0):.0%} → {after.get(d, 0.0):.0%}" for d in moved]
+    low_before, low_after = _low_precision_share(base), _low_precision_share(cur)
+    return [StructuralChange(kind="dtype", before=low_before, after=low_after, worse=low_after < low_before - 1e-9,
+                             message=f"matmul FLOPs in {parts[0]}" + (f" ({', '.join(parts[1:])})" if parts[1:] else ""))]
+
+
+def _compile(base: Fingerprint, cur: Fingerprint) -> tuple[list[StructuralChange], list[str]]:
+    if base.compile is None and cur.compile is None:
+        return [], []
+    if base.compile is None or cur.compile is None:
+        side = "baseline" if base.compile is None else "current run"
+        return [], [f"the {side} is not compiled: graph breaks and recompiles not compared"]
+    b, c = base.compile, cur.compile
+    changes = []
+    if c.graph_breaks != b.graph_breaks or c.break_reasons != b.break_reasons:
+        new = {r: n - b.break_reasons.get(r, 0) for r, n in c.break_reasons.items() if n > b.break_reasons.get(r, 0)}
+        reasons = "; ".join(f"{r}" + (f" ×{n}" if n > 1 else "") for r, n in sorted(new.items()))
+        changes.append(StructuralChange(
+            kind="graph-breaks", before=b.graph_breaks, after=c.graph_breaks, worse=c.graph_breaks > b.graph_breaks,
+            message=f"graph breaks {b.graph_breaks} → {c.graph_breaks}" + (f" (reason: {reasons})" if reasons else "")
+            + (f", graphs {b.graphs} → {c.graphs}" if b.graphs != c.graphs else ""),
+        ))
+    if c.recompiles != b.recompiles:
+        changes.append(StructuralChange(kind="recompiles", before=b.recompiles, after=c.recompiles,
+                                        worse=c.recompiles > b.recompiles,
+                                        message=f"recompiles {b.recompiles} → {c.recompiles}"))
+    return changes, []
+
+
+def _ops(base: Fingerprint, cur: Fingerprint) -> list[StructuralChange]:
+    """Op calls per step; the calls a new sync made are named once, as the sync (not again as an op)."""
+    changes = []
+    delta = Counter(cur.ops)
+    delta.subtract(base.ops)
+    for fp, sign in ((cur, -1), (base, 1)):
+        for sync in fp.syncs:
+            delta[sync.op.split(" ")[0]] += sign * sync.count
+    rise = sum(delta.values())
+    if any(delta.values()):
+        changes.append(StructuralChange(
+            kind="ops", before=base.op_calls, after=base.op_calls + rise, worse=rise > 0,
+            message=f"op calls per step {base.op_calls} → {cur.op_calls} ({_top(delta)})",
+        ))
+    if base.kernel_launches and cur.kernel_launches:
+        for name in sorted(set(base.kernel_launches) | set(cur.kernel_launches)):
+            b, a = base.kernel_launches.get(name, 0), cur.kernel_launches.get(name, 0)
+            if a != b:
+                what = "kernel launches" if name == "compute kernels" else name
+                changes.append(StructuralChange(kind="ops", before=b, after=a, worse=a > b,
+                                                message=f"{what} per step {b} → {a}"))
+    return changes
+
+
+def _copies(base: Fingerprint, cur: Fingerprint) -> list[StructuralChange]:
+    changes = []
+    for kind in sorted(set(base.copies) | set(cur.copies)):
+        b, a = base.copies.get(kind), cur.copies.get(kind)
+        bc, bb = (b.count, b.bytes) if b else (0, 0)
+        ac, ab = (a.count, a.bytes) if a else (0, 0)
+        if (bc, bb) == (ac, ab):
+            continue
+        changes.append(StructuralChange(
+            kind="copies", before=bb, after=ab, worse=ac > bc or ab > bb,
+            message=f"{kind.replace('h2d', 'H2D').replace('d2h', 'D2H')} copies per step {bc} → {ac} "
+            f"({_bytes(bb)} → {_bytes(ab)})",
+        ))
+    return changes
+
+
+def _memory(base: Fingerprint, cur: Fingerprint) -> list[StructuralChange]:
+    if base.memory is None or cur.memory is None or not base.memory.bytes:
+        return []
+    b, a = base.memory.bytes, cur.memory.bytes
+    tolerance = max(base.memory.tolerance, cur.memory.tolerance)
+    if abs(a - b) <= tolerance * b:
+        return []
+    return [StructuralChange(kind="memory", before=b, after=a, worse=a > b,
+                             message=f"allocator peak {_bytes(b)} → {_bytes(a)} ({_pct(b, a)}, beyond its ±{tolerance:.0%} "
+                             "run-to-run tolerance)")]
+
+
+def _fails(change: StructuralChange, gate: StructureGate) -> bool:
+    """Worse, and by more than the gate tolerates. dtype thresholds are share points (dtype:10% = 10 points)."""
+    if not change.worse:
+        return False
+    if change.kind == "dtype":
+        return change.before - change.after > gate.threshold + 1e-9
+    if change.kind == "copies" and not gate.threshold:
+        return True  # a new copy, or more bytes
+    return gate.exceeded(change.before, change.after)
+
+
+def diff_fingerprints(base: Fingerprint | None, cur: Fingerprint | None,
+                      gates: tuple[StructureGate, ...] = ()) -> StructureDiff:
+    """Every change from ``base`` to ``cur``, each marked failed when a gate of its kind is exceeded."""
+    diff = StructureDiff(gates=gates)
+    if base is None or cur is None:
+        diff.compared = False
+        side = "the baseline" if base is None else "the current run"
+        diff.notes.append(f"{side} has no structural fingerprint (recorded by an older perfscope, or counting failed)")
+        return diff
+    sync_changes, sync_notes = _syncs(base, cur)
+    compile_changes, compile_notes = _compile(base, cur)
+    diff.changes = [*sync_changes, *compile_changes, *_flops(base, cur), *_dtypes(base, cur), *_ops(base, cur),
+                    *_copies(base, cur), *_memory(base, cur)]
+    diff.notes += sync_notes + compile_notes
+    by_kind = {g.kind: g for g in gates}
+    for change in diff.changes:
+        gate = by_kind.get(change.kind)
+        change.failed = gate is not None and _fails(change, gate)
+    if "memory" in by_kind and (base.memory is None or cur.memory is None):
+        diff.notes.append("memory: no allocator peak on " + ("both sides" if base.memory is None and cur.memory is None
+                                                             else "one side") + " (CUDA only): not gated")
+    return diff

@@ -1,0 +1,270 @@
+"""Count the structure of one training step: ops, FLOPs by op and dtype, syncs with call sites, copies.
+
+    with StructureCounter() as counter:
+        train_step()                      # one real optimizer step, outside the timed window
+    fingerprint = counter.fingerprint(method="...")
+
+Why a dispatch mode on a real step: every aten op passes the dispatcher below autograd and autocast, so
+the mode sees the forward, the backward and the optimizer with the dtypes autocast chose, and sees the
+ops that synchronize the host with the device (`.item()` is `aten::_local_scalar_dense`) even on a CPU,
+where they cost nothing and timing cannot see them. It counts, never times: identical code gives an
+identical count. The FLOPs come from torch's own FLOP counter (perfscope.measure.flops) stacked under
+this mode, read before and after each op, so their convention is the FLOP counter's.
+
+A Python stack is read only for the rare synchronizing ops (the first frame outside torch and perfscope:
+the user's line). The mode is slow (Python on every op): use it for one step, never in a timed window.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from perfscope.measure.flops import StepFlopCounter
+from perfscope.results.fingerprint import CompileFacts, CopyStat, Fingerprint, SyncSite
+from perfscope.results.trace_facts import TraceFacts
+
+SYNC_OPS: dict[str, str] = {
+    "aten::_local_scalar_dense": "aten::_local_scalar_dense (.item())",
+    "aten::nonzero": "aten::nonzero (boolean-mask index, torch.where(mask))",
+    "aten::masked_select": "aten::masked_select",
+    "aten::_unique2": "aten::unique",
+    "aten::unique_consecutive": "aten::unique_consecutive",
+    "aten::repeat_interleave": "aten::repeat_interleave (tensor repeats)",
+}
+"""Ops whose output size or value the host must wait for: on a GPU each drains the launch queue."""
+
+_COPY_OPS = frozenset({"aten::_to_copy", "aten::copy_"})
+
+_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}
+
+_TORCH_DIR = str(Path(torch.__file__).resolve().parent) + os.sep
+_PERFSCOPE_DIR = str(Path(sys.modules["perfscope"].__file__ or "").resolve().parent) + os.sep
+_TORCH_OPTIM_DIR = _TORCH_DIR + "optim" + os.sep
+_STDLIB_DIR = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
+_DISPATCH_INFRA = ("utils/_python_dispatch.py", "_ops.py", "utils/flop_counter.py", "utils/module_tracker.py",
+                   "_dynamo/eval_frame.py", "torch/_compile.py")
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return _DTYPES.get(dtype, str(dtype).removeprefix("torch."))
+
+
+def op_name(func: Any) -> str:
+    """"aten::mm" for aten.mm.default: the op without its overload (one family per op)."""
+    name = func._overloadpacket._qualified_op_name if hasattr(func, "_overloadpacket") else str(func)
+    return str(name)
+
+
+def _shown(path: str, line: int) -> str:
+    cwd = os.getcwd() + os.sep
+    if path.startswith(cwd):
+        return f"{path[len(cwd):]}:{line}"
+    if path.startswith(_TORCH_DIR):
+        return f"torch/{path[len(_TORCH_DIR):]}:{line}"
+    return f"{os.path.basename(path)}:{line}"
+
+
+def call_site() -> str:
+    """Where the host read a tensor: "path/file.py:42" of the innermost user frame (relative to the working
+    directory when under it, else the file name); failing that, the innermost torch frame
+    ("torch/optim/optimizer.py:90": torch's own read, e.g. an optimizer's step count); "" when neither.
+
+    Walks outward past this module's own frames, then past torch's; a frame of perfscope further out (the
+    trial loop that called the optimizer) ends the walk: what called perfscope is not the step's code.
+    """
+    return _site_and_reader()[0]
+
+
+def _site_and_reader() -> tuple[str, bool]:
+    """(call_site(), whether torch.optim made the read: the innermost frame outside the dispatch machinery is in
+    torch/optim, which keeps step counters on the host by design; `print(t)` reads in torch too, and counts)."""
+    frame = sys._getframe(1)
+    while frame is not None and os.path.realpath(frame.f_code.co_filename).startswith(_PERFSCOPE_DIR):
+        frame = frame.f_back
+    torch_site = ""
+    reader: bool | None = None
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith("<"):
+            path = os.path.realpath(filename)
+            if path.startswith(_PERFSCOPE_DIR):
+                break
+            if path.startswith(_TORCH_DIR):
+                if not path.endswith(_DISPATCH_INFRA):
+                    torch_site = torch_site or _shown(path, frame.f_lineno)
+                    reader = path.startswith(_TORCH_OPTIM_DIR) if reader is None else reader
+            elif not path.startswith(_STDLIB_DIR):
+                return _shown(path, frame.f_lineno), bool(reader)
+        frame = frame.f_back
+    return torch_site, bool(reader)
+
+
+def classify_copy(src: torch.device, dst: torch.device, *, pinned: bool) -> str | None:
+    """"h2d pinned", "d2h pageable", ... for a copy between host and device; None for a same-side copy."""
+    src_host, dst_host = src.type == "cpu", dst.type == "cpu"
+    if src_host == dst_host:
+        return None
+    return f"{'h2d' if src_host else 'd2h'} {'pinned' if pinned else 'pageable'}"
+
+
+def _first_tensor(args: Any) -> torch.Tensor | None:
+    return next((a for a in tree_flatten(args)[0] if isinstance(a, torch.Tensor)), None)
+
+
+class _Mode(TorchDispatchMode):
+    def __init__(self, counter: StructureCounter) -> None:
+        super().__init__()
+        self.c = counter
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        c = self.c
+        name = op_name(func)
+        c.ops[name] += 1
+        if name in SYNC_OPS:
+            c.count_sync(name, args)
+        before = c.flop_counter.running_total()
+        out = func(*args, **kwargs)
+        flops = c.flop_counter.running_total() - before
+        if flops:
+            c.flops_by_op[name] += flops
+            first = _first_tensor(args)
+            c.flops_by_dtype[dtype_name(first.dtype) if first is not None else "unknown"] += flops
+        if name in _COPY_OPS:
+            c.count_copy(name, args, kwargs, out)
+        return out
+
+
+class StructureCounter:
+    """Counts one optimizer step (enter before the step, exit after); `fingerprint()` gives the result."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        self.device = device
+        self.flop_counter = StepFlopCounter()
+        self.ops: Counter[str] = Counter()
+        self.flops_by_op: Counter[str] = Counter()
+        self.flops_by_dtype: Counter[str] = Counter()
+        self.syncs: Counter[tuple[str, str]] = Counter()
+        self.copies: dict[str, CopyStat] = {}
+        self._mode = _Mode(self)
+
+    def count_sync(self, name: str, args: tuple[Any, ...]) -> None:
+        """A read of a tensor's value or size is a sync when the tensor lives on the device. On a CPU-only run
+        every tensor is a host tensor: reads by the step's code count (on a GPU they would sync); torch.optim's
+        reads of the step counters it keeps on the host on purpose do not."""
+        tensor = _first_tensor(args)
+        on_host = tensor is None or tensor.device.type == "cpu"
+        site, read_by_torch = _site_and_reader()
+        if on_host and (self.device != "cpu" or read_by_torch):
+            return
+        self.syncs[(SYNC_OPS[name], site)] += 1
+
+    def count_copy(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        if name == "aten::copy_":
+            dst, src = args[0], args[1]
+        else:
+            src, dst = args[0], out
+        if not isinstance(src, torch.Tensor) or not isinstance(dst, torch.Tensor):
+            return
+        host = src if src.device.type == "cpu" else dst
+        kind = classify_copy(src.device, dst.device, pinned=bool(host.is_pinned()) if host.device.type == "cpu" else False)
+        if kind is None:
+            return
+        stat = self.copies.setdefault(kind, CopyStat(count=0, bytes=0))
+        stat.count += 1
+        stat.bytes += src.numel() * src.element_size()
+        if kind.startswith("d2h") and not kwargs.get("non_blocking", False):
+            self.syncs[("D2H copy (.cpu())", call_site())] += 1
+
+    def __enter__(self) -> StructureCounter:
+        self.flop_counter.__enter__()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._mode.__exit__(*exc)
+        finally:
+            self.flop_counter.__exit__(*exc)
+
+    def fingerprint(self, *, method: str, steps: int = 1) -> Fingerprint:
+        """The counts per optimizer step (``steps``: optimizer steps the counter saw; counts must divide)."""
+
+        def per(value: float) -> float:
+            return value / steps
+
+        return Fingerprint(
+            method=method,
+            flops=per(sum(self.flops_by_op.values())),
+            flops_by_op={k: per(v) for k, v in sorted(self.flops_by_op.items())},
+            op_calls=sum(self.ops.values()) // steps,
+            ops={k: v // steps for k, v in sorted(self.ops.items())},
+            syncs=[SyncSite(op=op, site=site, count=n // steps) for (op, site), n in sorted(self.syncs.items())],
+            copies={k: CopyStat(count=v.count // steps, bytes=v.bytes // steps) for k, v in sorted(self.copies.items())},
+            matmul_flops_by_dtype={k: per(v) for k, v in sorted(self.flops_by_dtype.items())},
+        )
+
+
+def _dynamo_counters() -> dict[str, Any] | None:
+    if "torch._dynamo" not in sys.modules:
+        return None
+    from torch._dynamo.utils import counters
+
+    return {
+        "graphs": int(counters["stats"]["unique_graphs"]),
+        "breaks": {str(k).strip().splitlines()[0][:200] if str(k).strip() else "?": int(v)
+                   for k, v in counters["graph_break"].items()},
+        "frames": int(counters["frames"]["total"]),
+    }
+
+
+class CompileCounters:
+    """Dynamo's process-wide counters as deltas from construction: what compiling *this* trial did.
+
+    Recompiles are frames compiled after `mark_first_step()` (the first step compiles every frame once; any
+    frame compiled later is a guard failure or a new shape). dynamo keeps no recompile counter of its own.
+    """
+
+    def __init__(self) -> None:
+        self._start = _dynamo_counters()
+        self._after_first: int | None = None
+
+    def mark_first_step(self) -> None:
+        now = _dynamo_counters()
+        self._after_first = now["frames"] if now is not None else None
+
+    def facts(self) -> CompileFacts | None:
+        now = _dynamo_counters()
+        if now is None:
+            return None
+        start = self._start or {"graphs": 0, "breaks": {}, "frames": 0}
+        reasons = {k: v - start["breaks"].get(k, 0) for k, v in now["breaks"].items()}
+        reasons = {k: v for k, v in sorted(reasons.items()) if v > 0}
+        return CompileFacts(
+            graphs=now["graphs"] - start["graphs"],
+            graph_breaks=sum(reasons.values()),
+            break_reasons=reasons,
+            recompiles=now["frames"] - self._after_first if self._after_first is not None else 0,
+        )
+
+
+def fill_kernel_launches(fingerprint: Fingerprint, facts: TraceFacts) -> None:
+    """CUDA kernel launches per step from the profiled window: total, and host sync calls the trace saw
+    (cudaStreamSynchronize, cudaDeviceSynchronize, ...), rounded to whole calls per step."""
+    if facts.device_type != "cuda" or facts.kernels.source != "kernels":
+        return
+    launches = {"compute kernels": round(facts.launch.kernels_per_step)}
+    for name, per_step in sorted(facts.sync.events_per_step.items()):
+        if name.startswith("cuda") and round(per_step):
+            launches[f"sync call {name}"] = round(per_step)
+    fingerprint.kernel_launches = launches
+    fingerprint.unavailable.pop("kernel_launches", None)

@@ -1,0 +1,102 @@
+"""The structural fingerprint of one optimizer step: what the step *does*, counted, not how long it took.
+
+    fp = trial.metrics.fingerprint
+    fp.syncs_per_step, fp.op_calls, fp.matmul_dtype_shares(), fp.compile.graph_breaks
+
+Wall time in CI is noisy; most training-speed regressions have a structural cause that one run counts
+exactly: a new host↔device sync, a graph break or recompile, matmuls that left bf16, more ops (a lost
+fusion), more FLOPs, a pageable copy, a higher memory peak. The same code gives the same fingerprint
+(perfscope.measure.structure counts one real step under a dispatch mode, outside the timed window), so
+`perfscope check` can diff it against the baseline's exactly and name each change (perfscope.check.structure).
+The one field that can vary between identical runs, the allocator peak, carries its tolerance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(kw_only=True)
+class SyncSite:
+    """One kind of host↔device synchronization at one call site, per optimizer step."""
+
+    op: str
+    """What synchronizes: "aten::_local_scalar_dense (.item())", "aten::nonzero", "D2H copy (.cpu())", ..."""
+    site: str
+    """The user's call site, "file.py:42" (first frame outside torch and perfscope), or "" when none was found."""
+    count: int
+    """Calls per optimizer step."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.op} at {self.site}" if self.site else self.op
+
+
+@dataclass(kw_only=True)
+class CopyStat:
+    """Host↔device copies of one kind ("h2d pageable", "h2d pinned", "d2h pageable", "d2h pinned") per step."""
+
+    count: int
+    bytes: int
+
+
+@dataclass(kw_only=True)
+class CompileFacts:
+    """What torch.compile (dynamo) did in this run, from torch._dynamo.utils.counters (deltas over the trial)."""
+
+    graphs: int
+    """Unique graphs compiled (counters["stats"]["unique_graphs"])."""
+    graph_breaks: int
+    """Graph breaks seen while compiling (sum of counters["graph_break"])."""
+    break_reasons: dict[str, int] = field(default_factory=dict)
+    """Graph-break reason (dynamo's text, first line) -> times seen."""
+    recompiles: int = 0
+    """Frames compiled beyond the first compile of each frame (guard failures, new shapes)."""
+
+
+@dataclass(kw_only=True)
+class MemoryPeak:
+    """An allocator peak: the one fingerprint field identical code can move, so it carries its tolerance."""
+
+    bytes: int
+    tolerance: float
+    """Relative change that still counts as unchanged (e.g. 0.02 = 2%)."""
+    source: str
+
+
+@dataclass(kw_only=True)
+class Fingerprint:
+    """Per optimizer step: FLOPs and op calls by op, syncs with call sites, copies, matmul dtype mix, compile."""
+
+    method: str
+    """How it was counted (one real step under a dispatch mode, outside the timed window; or the hooks' step)."""
+    flops: float = 0.0
+    """Matmul/conv/attention FLOPs per step, torch.utils.flop_counter's convention."""
+    flops_by_op: dict[str, float] = field(default_factory=dict)
+    """Op ("aten::mm") -> FLOPs per step; only ops with FLOPs."""
+    op_calls: int = 0
+    """aten op calls per step seen by the dispatcher (forward, backward, optimizer, the batch's copy)."""
+    ops: dict[str, int] = field(default_factory=dict)
+    """Op ("aten::addmm") -> calls per step."""
+    syncs: list[SyncSite] = field(default_factory=list)
+    """Host↔device synchronizations per step by op and call site (ops that sync on a GPU, counted on any device)."""
+    copies: dict[str, CopyStat] = field(default_factory=dict)
+    """Host↔device copies per step by kind; empty on a CPU-only run."""
+    matmul_flops_by_dtype: dict[str, float] = field(default_factory=dict)
+    """Input dtype ("bf16", "fp16", "fp32", ...) -> matmul/conv/attention FLOPs per step."""
+    compile: CompileFacts | None = None
+    """None when the step is not compiled."""
+    kernel_launches: dict[str, int] | None = None
+    """CUDA only, from the profiled window (perfscope.results.trace_facts): kernel category -> launches per step."""
+    memory: MemoryPeak | None = None
+    """CUDA allocator peak (max allocated); None on a CPU (host RSS is not an allocator peak)."""
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def syncs_per_step(self) -> int:
+        return sum(s.count for s in self.syncs)
+
+    def matmul_dtype_shares(self) -> dict[str, float]:
+        """dtype -> share of matmul FLOPs (sums to 1); empty without matmul FLOPs."""
+        total = sum(self.matmul_flops_by_dtype.values())
+        return {d: v / total for d, v in sorted(self.matmul_flops_by_dtype.items())} if total else {}

@@ -1,0 +1,134 @@
+"""The structural gate: each variant of tests/workloads/structure_variants.py is named in words and fails under
+its own --fail-on-structure kind only; identical fingerprints name nothing; the gate's outputs carry the diff."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from perfscope.check import GateOptions, run_gate
+from perfscope.check.render import render_junit, render_markdown, render_table
+from perfscope.check.structure import KINDS, diff_fingerprints, parse_structure_gates
+from perfscope.results.fingerprint import CopyStat, Fingerprint, MemoryPeak
+from tests.factories import make_results, make_runs
+from tests.test_fingerprint import ITEM_LINE
+from tests.test_fingerprint import _fingerprint as fingerprint
+
+VARIANTS = {
+    # variant: (precision, compile, kind it must fail, words it must say)
+    "item": ("fp32", None, "sync", f"+1 host sync per step: aten::_local_scalar_dense (.item()) at "
+                                   f"tests/workloads/structure_variants.py:{ITEM_LINE}"),
+    "extra_matmul": ("fp32", None, "flops", "FLOPs per step +67% (aten::mm +71%, aten::addmm +60%)"),
+    "fp32_head": ("bf16", None, "dtype", "matmul FLOPs in bf16 100% → 90% (fp32 0% → 10%)"),
+    "graph_break": ("fp32", "default", "graph-breaks", "graph breaks 0 → 1 (reason: Call to `torch._dynamo.graph_break()`)"),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_each_variant_is_named_and_fails_under_its_kind_only(variant):
+    precision, compile, kind, words = VARIANTS[variant]
+    base, cur = fingerprint("base", precision, compile), fingerprint(variant, precision, compile)
+    diff = diff_fingerprints(base, cur, parse_structure_gates(kind))
+    messages = [c.message for c in diff.changes]
+    assert any(m.startswith(words) for m in messages), messages
+    assert [c.kind for c in diff.failed] == [kind], messages
+    others = ",".join(k for k in KINDS if k not in (kind, "ops", "flops"))  # an extra matmul also adds ops
+    assert not diff_fingerprints(base, cur, parse_structure_gates(others)).failed
+
+
+def test_an_extra_matmul_names_its_op_calls_too():
+    diff = diff_fingerprints(fingerprint("base"), fingerprint("extra_matmul"), parse_structure_gates("ops"))
+    (ops,) = [c for c in diff.changes if c.kind == "ops"]
+    assert ops.failed and ops.message.startswith("op calls per step ") and "aten::t +5" in ops.message  # the largest moves first
+
+
+def test_identical_code_names_nothing_and_passes_every_gate():
+    base, same = fingerprint("base"), fingerprint("base", repeat=1)
+    diff = diff_fingerprints(base, same, parse_structure_gates(",".join(KINDS)))
+    assert diff.changes == [] and diff.failed == [] and diff.compared
+    assert diff.summary().startswith("no structural change found")
+
+
+def test_thresholds_tolerate_amounts():
+    base, extra = fingerprint("base"), fingerprint("extra_matmul")  # FLOPs +67%
+    assert diff_fingerprints(base, extra, parse_structure_gates("flops:70%")).failed == []
+    assert diff_fingerprints(base, extra, parse_structure_gates("flops:60%")).failed
+    assert diff_fingerprints(fingerprint("base"), fingerprint("item"), parse_structure_gates("sync:1")).failed == []
+    half = diff_fingerprints(fingerprint("base", "bf16"), fingerprint("fp32_head", "bf16"), parse_structure_gates("dtype:15%"))
+    assert half.failed == [] and half.changes  # named, not failed: 10 points lost, 15 tolerated
+
+
+def test_improvements_are_named_but_never_fail():
+    diff = diff_fingerprints(fingerprint("item"), fingerprint("base"), parse_structure_gates(",".join(KINDS)))
+    assert [c.message.split(":")[0] for c in diff.changes] == ["-1 host sync per step"] and not diff.failed
+
+
+def test_bad_gate_specs_are_refused_with_the_known_kinds():
+    with pytest.raises(ValueError, match="graph-breaks"):
+        parse_structure_gates("syncs")
+    with pytest.raises(ValueError, match="threshold"):
+        parse_structure_gates("flops:lots")
+    assert [str(g) for g in parse_structure_gates("sync, flops:5%,ops:20")] == ["sync", "flops:5%", "ops:20"]
+
+
+def test_memory_changes_within_the_recorded_tolerance_are_not_changes():
+    base = Fingerprint(method="t", memory=MemoryPeak(bytes=1000 * 2**20, tolerance=0.02, source="t"))
+    within, beyond = copy.deepcopy(base), copy.deepcopy(base)
+    within.memory.bytes, beyond.memory.bytes = 1015 * 2**20, 1100 * 2**20
+    assert diff_fingerprints(base, within, parse_structure_gates("memory")).changes == []
+    (change,) = diff_fingerprints(base, beyond, parse_structure_gates("memory")).failed
+    assert change.message.startswith("allocator peak 1000.0 MiB → 1.1 GiB (+10%")
+    assert not diff_fingerprints(base, beyond, parse_structure_gates("memory:15%")).failed
+
+
+def test_a_new_pageable_copy_is_named_with_its_bytes():
+    base = Fingerprint(method="t", copies={"h2d pinned": CopyStat(count=2, bytes=4096)})
+    cur = Fingerprint(method="t", copies={"h2d pinned": CopyStat(count=2, bytes=4096), "h2d pageable": CopyStat(count=1, bytes=3 * 2**20)})
+    (change,) = diff_fingerprints(base, cur, parse_structure_gates("copies")).failed
+    assert change.message == "H2D pageable copies per step 0 → 1 (0 B → 3.0 MiB)"
+
+
+def test_kernel_launches_are_an_ops_change():
+    base = Fingerprint(method="t", kernel_launches={"compute kernels": 312})
+    cur = Fingerprint(method="t", kernel_launches={"compute kernels": 655})
+    (change,) = diff_fingerprints(base, cur, parse_structure_gates("ops")).failed
+    assert change.message == "kernel launches per step 312 → 655"
+
+
+# ------------------------------------------------------------------------------------- the gate
+
+
+def _results(fp: Fingerprint, *, median_s: float = 0.1, seed: int = 0):
+    runs = make_runs(median_s=median_s, runs=5, seed=seed)
+    for run in runs:
+        run.metrics.fingerprint = copy.deepcopy(fp)
+    return make_results(runs)
+
+
+def test_the_gate_fails_on_structure_alone_and_every_output_carries_the_diff():
+    base, cur = _results(fingerprint("base")), _results(fingerprint("item"), seed=1)
+    named = run_gate(cur, base, GateOptions(max_drop=0.5))
+    assert named.outcome == "pass" and named.structure is not None and len(named.structure.changes) == 1
+    report = run_gate(cur, base, GateOptions(max_drop=0.5, fail_on_structure=parse_structure_gates("sync")))
+    assert report.outcome == "regression"
+    table, markdown, junit = render_table(report), render_markdown(report), render_junit(report)
+    words = "+1 host sync per step: aten::_local_scalar_dense (.item()) at tests/workloads/structure_variants.py"
+    assert f"[FAIL] {words}" in table and words in markdown
+    assert 'name="structure"' in junit and '<failure type="structure"' in junit and words in junit
+
+
+def test_a_timing_regression_says_its_structural_cause_or_that_none_was_found():
+    base = _results(fingerprint("base"))
+    slower_same = run_gate(_results(fingerprint("base"), median_s=0.15, seed=2), base, GateOptions(metrics=("samples_per_s",)))
+    (verdict,) = slower_same.verdicts
+    assert verdict.status == "regression" and "no structural change found" in verdict.message
+    slower_item = run_gate(_results(fingerprint("item"), median_s=0.15, seed=2), base, GateOptions(metrics=("samples_per_s",)))
+    assert "structural changes: +1 host sync per step" in slower_item.verdicts[0].message
+
+
+def test_a_structural_gate_without_a_fingerprint_is_unusable_not_a_pass():
+    base = make_results(make_runs(runs=5))
+    report = run_gate(_results(fingerprint("base")), base, GateOptions(fail_on_structure=parse_structure_gates("sync")))
+    assert report.outcome == "unusable" and "no structural fingerprint" in " ".join(report.errors)
+    assert run_gate(_results(fingerprint("base")), base, GateOptions()).outcome != "unusable"  # no gate: a note only
