@@ -83,7 +83,7 @@ class Environment:
     torch_version: str = ""
     python_version: str = ""
     platform: str = ""
-    cpu_model: str = ""
+    cpu_model: str | None = None  # None: unknown, the reason is in `unavailable`
     cpu_cores_physical: int | None = field(default=None, metadata=NON_NEGATIVE)
     cpu_cores_logical: int | None = field(default=None, metadata=NON_NEGATIVE)
     host_memory_bytes: int | None = field(default=None, metadata=NON_NEGATIVE)
