@@ -89,3 +89,10 @@ def test_an_unwritable_out_exits_2(tmp_path, capsys):
     ro.chmod(0o500)
     assert main(["analyze", str(WORKLOADS / "mlp.py"), "--out", str(ro / "out")]) == 2
     assert "no permission" in capsys.readouterr().err
+
+
+def test_an_out_that_cannot_be_created_exits_2_even_for_root(capsys):
+    code = main(["analyze", str(WORKLOADS / "broken_import.py"), "--out", "/proc/perfscope-cannot-create-this"])
+    err = capsys.readouterr().err
+    assert code == 2 and ("cannot create the folder" in err or "no permission" in err)
+    assert "Traceback" not in err and "a_module_that_does_not_exist" not in err
