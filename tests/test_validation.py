@@ -143,3 +143,15 @@ def test_every_saved_results_file_loads_back(tmp_path):
     results = make_results([make_trial("baseline"), make_trial("oom", status="oom")])
     assert Results.load(results.save(tmp_path / "r.json")) == results
     assert os.path.getsize(tmp_path / "r.json") < MAX_FILE_BYTES
+
+
+def test_an_unbounded_gain_interval_survives_save_and_load(tmp_path):
+    """compare() gives high=inf for one run each side; JSON stores null and loading must give inf back, not fail."""
+    from perfscope.results import Gain, Sweep
+    from perfscope.results.model import KnobOutcome
+
+    results = make_results()
+    gain = Gain(ratio=1.2, low=0.0, high=float("inf"), confidence=0.95)
+    results.sweep = Sweep(baseline_trial="baseline", knobs=[KnobOutcome(knob="amp_bf16", title="AMP", status="measured", gain=gain)])
+    loaded = Results.load(results.save(tmp_path / "r.json"))
+    assert loaded.sweep.knobs[0].gain.high == float("inf") and loaded == results

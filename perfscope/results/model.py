@@ -16,6 +16,7 @@ run's results can be re-rendered or gated on any machine. Rules of the format:
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -330,7 +331,9 @@ class Gain:
 
     ratio: float = field(metadata=NON_NEGATIVE)
     low: float = field(metadata=NON_NEGATIVE)
-    high: float = field(metadata=NON_NEGATIVE)
+    high: float | None = field(metadata=NON_NEGATIVE)
+    """The interval's upper end; unbounded (inf) when one run each side says nothing about the noise. JSON has
+    no Infinity, so the file stores null, and loading turns it back into inf (__post_init__)."""
     confidence: float = field(metadata=FRACTION)
     verdict: Verdict = "undecided"
     runs: int = field(default=1, metadata=NON_NEGATIVE)
@@ -341,6 +344,10 @@ class Gain:
     mde: float | None = field(default=None, metadata=NON_NEGATIVE)
     """Minimum detectable effect: the smallest relative change (e.g. 0.08 = 8%) these runs detect reliably."""
     method: str = ""
+
+    def __post_init__(self) -> None:
+        if self.high is None:
+            self.high = math.inf
 
     @property
     def significant(self) -> bool:
