@@ -16,7 +16,7 @@ def print_ranking(results_path: Path) -> Results:
     base = results.trial("baseline")
     if base is not None and base.ok:
         m = base.metrics
-        print(f"baseline: {m.step_time_s.median * 1e3:.1f} ms/step, {m.samples_per_s:.1f} samples/s, MFU {_pct(m.mfu)}")
+        print(f"baseline: {m.mean_step_time_s * 1e3:.1f} ms/step, {m.samples_per_s:.1f} samples/s, MFU {_pct(m.mfu)}")
     if sweep is None:
         print("no sweep in these results")
         return results
@@ -34,7 +34,7 @@ def print_ranking(results_path: Path) -> Results:
         m = rec.metrics
         gain = sweep.recommended_gain
         g = f"{gain.ratio:.3f}× [{gain.low:.3f}, {gain.high:.3f}]" if gain else "1.000× (the baseline)"
-        print(f"  {m.step_time_s.median * 1e3:.1f} ms/step, {m.samples_per_s:.1f} samples/s, MFU {_pct(m.mfu)}, gain {g}")
+        print(f"  {m.mean_step_time_s * 1e3:.1f} ms/step, {m.samples_per_s:.1f} samples/s, MFU {_pct(m.mfu)}, gain {g}")
     for note in sweep.notes:
         print(f"  note: {note}")
     print(f"sweep time {sweep.elapsed_s or 0:.1f} s; stopped early: {sweep.stopped_early or 'no'}")

@@ -71,8 +71,8 @@ def main() -> None:
         results = Results.load(path)
         m = results.trials[0].metrics
         print(f"results: {path}")
-        print(f"{m.steps} timed steps, median {m.step_time_s.median * 1e3:.2f} ms, {m.samples_per_s:.0f} samples/s, "
-              f"data wait {m.data_wait_fraction:.0%}, MFU {'n/a' if m.mfu is None else f'{m.mfu:.1%}'}")
+        print(f"{m.steps} timed steps, {m.mean_step_time_s * 1e3:.2f} ms/step (wall / steps), {m.samples_per_s:.0f} samples/s, "
+              f"data wait {m.data_wait_share:.0%}, MFU {'n/a' if m.mfu is None else f'{m.mfu:.1%}'}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ process that keeps the first measured run from paying the first-process penalty.
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -37,6 +38,8 @@ from perfscope.results import (
     from_jsonable,
 )
 from perfscope.results.config import TrialConfig
+from perfscope.results.constraints import MAX_SECONDS, MAX_TFLOPS
+from perfscope.results.outdir import claim_output_dir
 from perfscope.search.sweep import BASELINE, SweepOptions, run_sweep
 from perfscope.trial.runner import TrialRunner
 from perfscope.trial.session import Progress, Session
@@ -73,6 +76,14 @@ class AnalyzeOptions:
     capture_trace: bool = True
     report: bool = True
     command: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        """The library's own check of what the CLI checks with argparse: a bad value never reaches a run."""
+        for name, limit in (("peak_tflops", MAX_TFLOPS), ("trial_timeout_s", MAX_SECONDS), ("min_window_s", MAX_SECONDS),
+                            ("budget_s", MAX_SECONDS)):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, int | float) and math.isfinite(value) and 0 < value <= limit):
+                raise UserError(f"{name} must be a finite number in (0, {limit:g}], got {value!r}")
 
 
 @dataclass
@@ -140,12 +151,16 @@ def _load_or_create_results(options: AnalyzeOptions, workload: Workload) -> Resu
 
 
 def analyze(options: AnalyzeOptions) -> int:
+    """Check the options and claim --out (exit 2 at once when either fails), then measure into it."""
+    sweep_options = _sweep_options(options)  # --only/--skip checked even with --no-sweep, before the workload's code runs
+    with claim_output_dir(options.out_dir):
+        return _analyze(options, sweep_options)
+
+
+def _analyze(options: AnalyzeOptions, sweep_options: SweepOptions | None) -> int:
     workload_path = options.workload_path.resolve()
     options.workload_path = workload_path
     workload = load_workload(workload_path)
-    options.out_dir.mkdir(parents=True, exist_ok=True)
-    sweep_options = _sweep_options(options)  # validates --only/--skip before any run starts
-
     results = _load_or_create_results(options, workload)
     with TrialRunner(options.out_dir / "trials") as runner:
         print(f"perfscope: validating {workload_path.name} (one step on the device), probing the machine ...",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import math
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -27,6 +28,7 @@ from perfscope.errors import (
     EXIT_REGRESSION,
     EXIT_USER,
 )
+from perfscope.results.constraints import MAX_SECONDS, MAX_TFLOPS
 
 
 def _positive_int(text: str) -> int:
@@ -43,11 +45,25 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+def _positive_float(text: str, *, at_most: float | None = None) -> float:
+    """A finite number > 0: inf, nan, 0 and negatives are refused (exit 2), never carried into a run."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    if at_most is not None and value > at_most:
+        raise argparse.ArgumentTypeError(f"must be at most {at_most:g}, got {text}")
     return value
+
+
+def _seconds(text: str) -> float:
+    return _positive_float(text, at_most=MAX_SECONDS)
+
+
+def _tflops(text: str) -> float:
+    return _positive_float(text, at_most=MAX_TFLOPS)
 
 
 # ------------------------------------------------------------------------------------------ commands
@@ -60,7 +76,9 @@ def _knob_list(values: list[str] | None) -> list[str]:
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from perfscope.analyze import AnalyzeOptions, analyze
+    from perfscope.results.outdir import check_output_dir
 
+    check_output_dir(args.out)  # Path("") would be the current folder
     options = AnalyzeOptions(
         workload_path=Path(args.file),
         out_dir=Path(args.out),
@@ -87,12 +105,19 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from perfscope.report import write_report
     from perfscope.results import Results
+    from perfscope.results.io import STDOUT, check_writable
 
+    if args.output is not None:
+        out = args.output
+    elif args.format == "md":
+        out = STDOUT  # a Markdown summary is for terminals and CI logs
+    else:
+        out = str(Path(args.results).with_name("report.html"))
+    check_writable(out)  # before the (slow) rendering
     results = Results.load(args.results)
-    default_name = "report.md" if args.format == "md" else "report.html"
-    out = Path(args.output) if args.output else Path(args.results).with_name(default_name)
-    write_report(results, out, fmt=args.format)
-    print(f"wrote {out}")
+    write_report(results, Path(out), fmt=args.format)  # Path("-") is still "-": standard output
+    if out != STDOUT:
+        print(f"wrote {out}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -128,7 +153,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
         write_text,
     )
     from perfscope.results import Results
+    from perfscope.results.io import check_writable
 
+    for output in (args.markdown, args.junit):
+        if output is not None:
+            check_writable(output)  # before the verdict: a PASS must not be followed by a failed write
     options = GateOptions(
         metrics=tuple(dict.fromkeys(args.metric or ["mfu"])),
         max_drop=args.max_drop,
@@ -151,7 +180,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 def _cmd_baseline(args: argparse.Namespace) -> int:
     from perfscope.check.baseline import save_baseline
+    from perfscope.results.io import check_writable
 
+    check_writable(args.to)  # before the results are loaded and merged
     saved = save_baseline(args.results, args.to, overwrite=args.action == "update")
     for warning in saved.warnings:
         print(f"perfscope: warning: {warning}", file=sys.stderr)
@@ -193,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="default: cuda if available")
     p.add_argument("--steps", type=_positive_int, default=None,
                    help="timed steps per run (default: calibrated so each run's window lasts --min-window)")
-    p.add_argument("--min-window", type=_positive_float, default=0.5, metavar="S",
+    p.add_argument("--min-window", type=_seconds, default=0.5, metavar="S",
                    help="calibration: each run's timed window lasts at least S seconds (default 0.5)")
     p.add_argument("--warmup", type=_non_negative_int, default=5, help="warm-up steps, not timed (default 5)")
     p.add_argument("--repeat", type=_positive_int, default=1, metavar="N",
@@ -202,11 +233,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="runs of one undecided candidate at most during the sweep (default 4)")
     p.add_argument("--batch-size", type=_positive_int, default=None, help="override the workload's micro-batch size")
     p.add_argument("--out", default="perfscope-out", help="output folder (default perfscope-out)")
-    p.add_argument("--trial-timeout", type=_positive_float, default=600.0, help="seconds before a trial is killed (default 600)")
-    p.add_argument("--peak-tflops", type=_positive_float, default=None, help="MFU denominator in TFLOP/s (overrides the datasheet)")
+    p.add_argument("--trial-timeout", type=_seconds, default=600.0, help="seconds before a trial is killed (default 600)")
+    p.add_argument("--peak-tflops", type=_tflops, default=None, help="MFU denominator in TFLOP/s (overrides the datasheet)")
     p.add_argument("--resume", action="store_true", help="keep finished trials from OUT/results.json and run the rest")
     p.add_argument("--no-sweep", action="store_true", help="measure the baseline only (what a CI job runs)")
-    p.add_argument("--budget", type=_positive_float, default=None, metavar="S", help="wall seconds for the whole sweep")
+    p.add_argument("--budget", type=_seconds, default=None, metavar="S", help="wall seconds for the whole sweep")
     p.add_argument("--only", action="append", metavar="IDS", help="comma-separated knob ids to try (see docs/sweep.md)")
     p.add_argument("--skip", action="append", metavar="IDS", help="comma-separated knob ids not to try")
     p.add_argument("--no-trace", action="store_true", help="do not capture profiler traces")
@@ -214,7 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="re-render a report from a results.json")
     p.add_argument("results", help="path to results.json")
-    p.add_argument("-o", "--output", default=None, help="output file (default: next to the results)")
+    p.add_argument("-o", "--output", default=None,
+                   help="output file, - for standard output (default: html next to the results, md to standard output)")
     p.add_argument("--format", choices=["html", "md"], default="html")
     p.set_defaults(handler=_cmd_report)
 

@@ -71,3 +71,76 @@ def test_the_analyze_process_never_builds_the_model(tmp_path, monkeypatch):
     assert code == 0
     builders = {int(p.stem) for p in pids.glob("*.pid")}
     assert builders and os.getpid() not in builders
+
+
+# ------------------------------------------------------------------------- flags and output paths (issue 15)
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "0", "-1", "1e400", "lots"])
+def test_peak_tflops_must_be_finite_and_positive(capsys, value):
+    with pytest.raises(SystemExit) as exc:
+        main(["analyze", "x.py", "--peak-tflops", value])
+    assert exc.value.code == 2
+    assert "--peak-tflops" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--trial-timeout", "--budget", "--min-window"])
+def test_durations_must_be_finite(capsys, flag):
+    with pytest.raises(SystemExit) as exc:
+        main(["analyze", "x.py", flag, "inf"])
+    assert exc.value.code == 2
+
+
+def test_analyze_options_refuse_a_non_finite_peak_from_python():
+    from perfscope.analyze import AnalyzeOptions
+    from perfscope.errors import UserError
+
+    with pytest.raises(UserError, match="peak_tflops"):
+        AnalyzeOptions(workload_path=Path("x.py"), peak_tflops=float("inf"))
+
+
+def test_unknown_only_is_refused_even_without_a_sweep_before_the_workload_runs(capsys, tmp_path):
+    code = main(["analyze", str(WORKLOADS / "broken_import.py"), "--only", "bogus", "--no-sweep", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "unknown knob id(s) bogus" in err
+    assert "a_module_that_does_not_exist" not in err  # the user's file was never imported
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.fixture
+def results_file(tmp_path):
+    from tests.factories import make_results
+
+    return str(make_results().save(tmp_path / "results.json"))
+
+
+def test_report_md_without_output_prints_to_stdout(results_file, capsys, tmp_path):
+    assert main(["report", results_file, "--format", "md"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("#") and "baseline" in out
+    assert not (tmp_path / "report.md").exists()
+
+
+def test_report_dash_is_stdout_not_a_file_named_dash(results_file, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", results_file, "--format", "md", "-o", "-"]) == 0
+    assert capsys.readouterr().out.startswith("#")
+    assert not (tmp_path / "-").exists()
+
+
+def test_report_to_an_unusable_path_exits_2(results_file, capsys, tmp_path):
+    assert main(["report", results_file, "-o", str(tmp_path / "results.json" / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert "not a folder" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("flag", ["--junit", "--markdown"])
+def test_check_outputs_are_checked_before_the_verdict(results_file, capsys, tmp_path, flag):
+    assert main(["check", results_file, "--baseline", results_file, flag, str(tmp_path / "results.json" / "x")]) == 2
+    captured = capsys.readouterr()
+    assert "not a folder" in captured.err and "PASS" not in captured.out and "Traceback" not in captured.err
+
+
+def test_baseline_to_an_unusable_path_exits_2(results_file, capsys, tmp_path):
+    assert main(["baseline", "save", results_file, "--to", str(tmp_path / "results.json" / "b.json")]) == 2
+    assert "not a folder" in capsys.readouterr().err

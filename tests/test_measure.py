@@ -248,3 +248,56 @@ def test_trials_drop_a_short_batch_at_the_end_of_an_epoch():
     short = Workload(model=lambda: nn.Linear(2, 1), batches=lambda n: iter([torch.zeros(n, 2), torch.zeros(1, 2)]),
                      loss=lambda m, b: m(b).sum(), batch_size=4)
     assert [b.shape[0] for _, b in zip(range(3), endless_batches(short, TrialConfig(micro_batch_size=4)))] == [4, 4, 4]
+
+
+def _nulls_without_reason(env) -> list[str]:
+    import dataclasses
+
+    alias = {"datasheet_source": "datasheet_peaks_tflops"}
+    return [f.name for f in dataclasses.fields(env)
+            if getattr(env, f.name) is None and alias.get(f.name, f.name) not in env.unavailable]
+
+
+def test_every_null_of_a_cpu_environment_has_its_reason():
+    from perfscope.measure.environment import collect_environment
+
+    env = collect_environment("cpu", measure_ceiling=False)
+    assert _nulls_without_reason(env) == []
+    assert env.driver_version is None and "CPU" in env.unavailable["driver_version"]
+    assert env.cuda_version is None and "cuda_version" in env.unavailable
+
+
+def test_unreadable_cpu_facts_are_null_with_a_reason_not_stand_ins(monkeypatch):
+    import builtins
+    import platform
+
+    import psutil
+
+    from perfscope.measure.environment import collect_environment
+
+    real_open = builtins.open
+
+    def no_cpuinfo(path, *args, **kwargs):
+        if path == "/proc/cpuinfo":
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", no_cpuinfo)
+    monkeypatch.setattr(platform, "processor", lambda: platform.machine())
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: None)
+    env = collect_environment("cpu", measure_ceiling=False)
+    assert env.cpu_model is None and "architecture" in env.unavailable["cpu_model"]  # "x86_64" is not a CPU model
+    assert env.cpu_cores_physical is None and env.cpu_cores_logical is None
+    assert _nulls_without_reason(env) == []
+
+
+def test_driver_and_cuda_versions_without_nvml_or_a_cuda_build_are_null_with_reasons(monkeypatch):
+    from perfscope.measure.environment import collect_environment
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails: no NVML
+    monkeypatch.setattr(torch.version, "cuda", None)
+    _fake_cuda(monkeypatch, [{"name": "NVIDIA H100 80GB HBM3", "uuid": "11111111-bbbb"}])
+    env = collect_environment("cuda", measure_ceiling=False)
+    assert env.driver_version is None and "NVML unavailable" in env.unavailable["driver_version"]
+    assert env.cuda_version is None and "no CUDA" in env.unavailable["cuda_version"]
+    assert _nulls_without_reason(env) == []

@@ -45,7 +45,7 @@ def test_type_mismatch_is_a_schema_error(tmp_path):
     data = make_results().to_dict()
     data["trials"][0]["metrics"]["steps"] = "many"
     (tmp_path / "r.json").write_text(json.dumps(data))
-    with pytest.raises(ResultsError, match="schema"):
+    with pytest.raises(ResultsError, match=r"trials\[0\]\.metrics\.steps: expected an integer"):
         Results.load(tmp_path / "r.json")
 
 

@@ -1,11 +1,13 @@
 """What machine is this? Device, drivers, versions, CPU — recorded with every run.
 
 The CI gate refuses to compare runs whose environments differ, and a reader of a report needs to know
-what hardware the figures came from. Anything that cannot be read is recorded with its reason.
+what hardware the figures came from. Anything that cannot be read is null with its reason in
+``unavailable`` (explain_missing), never a stand-in value: "x86_64" is not a CPU model, "" is not a version.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 import socket
 import sys
@@ -27,15 +29,20 @@ from perfscope.measure.peaks import (
 from perfscope.results import Environment
 
 
-def _cpu_model() -> str:
+def _cpu_model() -> tuple[str | None, str | None]:
+    """(model name, None), or (None, why): the architecture ("x86_64") is not a CPU model, so it is not given as one."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             for line in fh:
                 if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+                    return line.split(":", 1)[1].strip(), None
+        why = "/proc/cpuinfo has no 'model name'"
+    except OSError as exc:
+        why = f"/proc/cpuinfo unreadable ({exc.strerror or exc})"
+    processor = platform.processor()
+    if processor and processor != platform.machine():
+        return processor, None
+    return None, f"{why}; the platform reports only the architecture ({platform.machine() or 'unknown'})"
 
 
 @dataclass
@@ -103,19 +110,23 @@ def _datasheet(env: Environment, sm_count: int | None, mig: bool) -> None:
 def collect_environment(device: str, *, device_index: int = 0, measure_ceiling: bool = True) -> Environment:
     """Describe this machine for ``device`` ('cpu' or 'cuda'); on CUDA the device the run uses (``device_index``,
     a CUDA index) and the list of all visible devices; optionally measure matmul ceilings (on that device)."""
+    cpu_model, no_cpu_model = _cpu_model()
     env = Environment(
         device_type=device,
-        device_name=_cpu_model() if device == "cpu" else torch.cuda.get_device_name(device_index),
+        device_name=(cpu_model or f"CPU ({platform.machine() or 'unknown'})") if device == "cpu"
+        else torch.cuda.get_device_name(device_index),
         torch_version=torch.__version__,
         python_version=sys.version.split()[0],
         platform=platform.platform(),
-        cpu_model=_cpu_model(),
+        cpu_model=cpu_model,
         cpu_cores_physical=psutil.cpu_count(logical=False),
         cpu_cores_logical=psutil.cpu_count(logical=True),
         host_memory_bytes=psutil.virtual_memory().total,
         hostname=socket.gethostname(),
     )
     env.cpu_cores_usable, env.cpu_cores_usable_how = usable_cores()
+    if no_cpu_model:
+        env.unavailable["cpu_model"] = no_cpu_model
     if device == "cuda":
         props = torch.cuda.get_device_properties(device_index)
         env.device_count = torch.cuda.device_count()
@@ -124,7 +135,7 @@ def collect_environment(device: str, *, device_index: int = 0, measure_ceiling: 
         env.compute_capability = f"{props.major}.{props.minor}"
         env.device_memory_bytes = int(props.total_memory)
         env.multiprocessor_count = getattr(props, "multi_processor_count", None)
-        env.cuda_version = torch.version.cuda
+        env.cuda_version = torch.version.cuda  # the CUDA this PyTorch was built with (None: a ROCm build)
         nvml = _nvml_facts(device_index)
         env.driver_version = nvml.driver_version
         env.device_uuid = nvml.device_uuid or _uuid(device_index)
@@ -134,7 +145,6 @@ def collect_environment(device: str, *, device_index: int = 0, measure_ceiling: 
         _datasheet(env, env.multiprocessor_count, env.mig)
     else:
         env.unavailable["datasheet_peaks_tflops"] = "CPUs have no comparable datasheet peak; MFU uses the measured matmul ceiling"
-        env.unavailable["device_memory_bytes"] = "CPU: host memory is the device memory"
     if measure_ceiling:
         # On the run's device: torch.cuda.device makes it current for the ceiling's matmuls.
         with torch.cuda.device(device_index) if device == "cuda" else nullcontext():
@@ -143,4 +153,31 @@ def collect_environment(device: str, *, device_index: int = 0, measure_ceiling: 
                     env.measured_ceiling_tflops[dtype] = round(measure_matmul_tflops(device, dtype), 4)
                 except Exception as exc:  # noqa: BLE001 - a dtype the device cannot run is not an error
                     env.unavailable[f"measured_ceiling_tflops.{dtype}"] = f"{type(exc).__name__}: {exc}"
+    explain_missing(env)
     return env
+
+
+_REASON_KEY = {"datasheet_source": "datasheet_peaks_tflops"}
+"""Fields whose absence is explained under another field's name."""
+_CUDA_ONLY = frozenset({"device_index", "device_uuid", "multiprocessor_count", "compute_capability", "driver_version",
+                        "cuda_version"})
+
+
+def explain_missing(env: Environment) -> None:
+    """Every field left null gets its reason in ``unavailable``: a reader (and the CI gate) can tell "not
+    measured, because ..." from a value, and nothing is ever filled in with a plausible-looking default."""
+    for f in dataclasses.fields(env):
+        if getattr(env, f.name) is not None or _REASON_KEY.get(f.name, f.name) in env.unavailable:
+            continue
+        if f.name in _CUDA_ONLY and env.device_type == "cpu":
+            why = "not applicable: the run used the CPU"
+        elif f.name == "cuda_version":
+            hip = getattr(torch.version, "hip", None)
+            why = f"this PyTorch is a ROCm build (HIP {hip})" if hip else "this PyTorch build has no CUDA (torch.version.cuda is None)"
+        elif f.name.startswith(("cpu_cores", "host_memory")):
+            why = "psutil cannot read it on this platform"
+        elif f.name == "device_memory_bytes" and env.device_type == "cpu":
+            why = "CPU: host memory is the device memory"
+        else:
+            why = "not reported by torch or NVML on this machine"
+        env.unavailable[f.name] = why

@@ -1,7 +1,7 @@
 """The self-contained HTML report: the view model laid out by Jinja2, charts drawn by an embedded plotly.js.
 
     >>> from perfscope.report import render_html
-    >>> Path("report.html").write_text(render_html(results))
+    >>> write_text("report.html", render_html(results))   # perfscope.results.io: atomic
 
 Offline by construction: plotly.js's basic partial bundle is inlined once (vendored, 1.2 MB), the charts travel as one
 JSON blob drawn with Plotly.newPlot, and the page references no URL it would fetch (no CDN, no fonts).

@@ -591,7 +591,7 @@ def _environment(results: Results) -> list[Row]:
         Row(label="PyTorch", value=env.torch_version),
         Row(label="Python", value=env.python_version),
         Row(label="Platform", value=env.platform),
-        Row(label="CPU", value=env.cpu_model + _cores(env.cpu_cores_physical, env.cpu_cores_logical)),
+        Row(label="CPU", value=(env.cpu_model or "") + _cores(env.cpu_cores_physical, env.cpu_cores_logical)),
         Row(label="Host memory", value=fmt_bytes(env.host_memory_bytes) if env.host_memory_bytes else ""),
         Row(label="Host", value=env.hostname),
         Row(label="Datasheet peaks", value=", ".join(f"{k} {v:g} TFLOP/s" for k, v in env.datasheet_peaks_tflops.items())),

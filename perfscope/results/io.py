@@ -1,23 +1,42 @@
 """The one place perfscope writes and reads its files.
 
-    write_text("run/report.md", text)       # atomic: readers see the old file or the new one
-    write_json("run/results.json", data)    # strict JSON (no NaN/Infinity), then atomic
-    read_json("run/results.json")           # parsed JSON, or ResultsError naming the file and line
+    check_writable("run/report.md")         # before any work: UserError naming the path and the reason
+    write_text("run/report.md", text)       # regular file: atomic, readers see the old file or the new one
+    write_text("-", text)                   # standard output
+    write_text("/dev/stdout", text)         # a device, FIFO or /dev/fd link: written through, left in place
+    write_json("run/results.json", data)    # strict JSON (no NaN/Infinity), then as write_text
+    read_json("run/results.json")           # size, encoding and nesting checked before parsing (limits.py)
+    open_log("run/trials/x/trial.log")      # a child process's output stream (appended as it runs)
 
 Atomic writes are a temp file in the same folder, fsync, rename over the target: a reader (a CI step, a
 browser, `perfscope report`) sees the old file or the new one, never half of one, and an interrupted run
-never leaves a truncated results.json.
+never leaves a truncated results.json. A rename must only ever replace a *regular* file: renaming over
+/dev/stdout once turned a machine's symlink into a regular file. So a character device, a FIFO, a socket,
+or a link to a process's descriptor (/dev/stdout, /dev/fd/N, /proc/self/fd/N) is opened and written, and a
+symlink to a regular file is followed (its target is replaced; the link stays). Write failures are user
+errors (exit 2) that name the path: a full disk or a read-only folder is not a perfscope bug.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import stat
+import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from perfscope.errors import ResultsError
+from perfscope.errors import ResultsError, UserError
+from perfscope.results import limits
+
+STDOUT = "-"
+"""The path that means standard output."""
+
+_FD_LINK = re.compile(r"^/(?:dev/fd|proc/(?:self|thread-self|\d+)/fd)/(\d+)$")
+_STD_LINKS = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+_MAX_LINK_HOPS = 40
 
 
 def _umask() -> int:
@@ -26,12 +45,122 @@ def _umask() -> int:
     return mask
 
 
+def _descriptor(path: Path) -> int | None:
+    """The file descriptor a path names (/dev/stdout, /dev/fd/3, /proc/self/fd/1), following the path's own
+    symlinks: writing to the descriptor keeps the shell's redirection (its offset, O_APPEND) intact."""
+    current = os.path.abspath(path)
+    for _ in range(_MAX_LINK_HOPS):
+        if current in _STD_LINKS:
+            return _STD_LINKS[current]
+        match = _FD_LINK.match(current)
+        if match:
+            pid_part = current.split("/")[2]
+            if current.startswith("/proc/") and pid_part not in ("self", "thread-self", str(os.getpid())):
+                return None  # another process's descriptor: open the path like any stream
+            return int(match.group(1))
+        if not os.path.islink(current):
+            return None
+        current = os.path.normpath(os.path.join(os.path.dirname(current), os.readlink(current)))
+    return None
+
+
+def _is_stream(path: Path) -> bool:
+    """Anything that exists and is not a regular file or a folder: a device, FIFO or socket."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def _nearest_existing(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if os.path.lexists(candidate):
+            return candidate
+    return Path(".")
+
+
+def check_writable(path: str | os.PathLike[str]) -> None:
+    """Refuse an output path that cannot be written, before any work is done (raises UserError).
+
+    Checks what can be known without writing: not empty, not a folder, and for a file that the nearest
+    existing folder on its way allows creating files (the atomic write creates a temp file beside it).
+    """
+    text = os.fspath(path)
+    if text == STDOUT:
+        return
+    if not text.strip():
+        raise UserError("output path is empty")
+    target = Path(text)
+    if _descriptor(target) is not None:
+        return
+    if _is_stream(target):
+        if not os.access(target, os.W_OK):
+            raise UserError(f"{text}: cannot write: permission denied")
+        return
+    _check_file_target(text, target)
+
+
+def _check_file_target(text: str, target: Path) -> Path:
+    """The regular file an atomic write will replace (a symlink's target), once its folder is known usable."""
+    if target.is_dir():
+        raise UserError(f"{text}: is a folder, not a file")
+    if target.is_symlink():
+        target = Path(os.path.realpath(target))
+    existing = _nearest_existing(target.parent)
+    if not existing.is_dir():
+        raise UserError(f"{text}: cannot write: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{text}: cannot write: no permission to create files in {existing}")
+    return target
+
+
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
-    path = Path(path)
+    """Write ``text`` (UTF-8) to ``path`` following the rules in the module docstring; returns the path."""
+    raw = os.fspath(path)
+    if raw == STDOUT:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return Path(STDOUT)
+    if not raw.strip():
+        raise UserError("output path is empty")
+    target = Path(raw)
+    try:
+        fd = _descriptor(target)
+        if fd is not None:
+            _write_descriptor(fd, text)
+        elif _is_stream(target):
+            with open(target, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        else:
+            _write_atomic(_check_file_target(raw, target), text)
+    except OSError as exc:
+        raise UserError(f"{raw}: cannot write: {exc.strerror or exc}") from exc
+    return target
+
+
+def _write_descriptor(fd: int, text: str) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream.fileno() == fd:
+                stream.write(text)
+                stream.flush()
+                return
+        except (AttributeError, ValueError, OSError):  # a replaced stream (pytest's capture) has no descriptor
+            continue
+    with os.fdopen(os.dup(fd), "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)  # replacing a file keeps its permissions
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()  # mkstemp creates 0600; these files are meant to be read and shared
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; these files are meant to be read and shared
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
@@ -40,25 +169,39 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
 
 
 def write_json(path: str | os.PathLike[str], data: Any) -> Path:
-    """Serialize strictly (no NaN/Infinity) first, then write atomically: a failure leaves the old file intact."""
+    """Serialize strictly (no NaN/Infinity) first, then write: a failure leaves the old file intact."""
     from perfscope.results.serde import to_jsonable
 
     return write_text(path, json.dumps(to_jsonable(data), indent=1, allow_nan=False))
 
 
-def read_json(path: str | os.PathLike[str]) -> Any:
+def open_log(path: str | os.PathLike[str]) -> IO[bytes]:
+    """A child process's stdout/stderr file: a stream written as the child runs, so not atomic by nature."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "wb")  # noqa: SIM115 - the caller hands it to a child process and closes it
+
+
+def read_json(path: str | os.PathLike[str], *, max_bytes: int = limits.MAX_FILE_BYTES) -> Any:
+    """Parsed JSON, or ResultsError naming the file: size, encoding and nesting are checked before parsing,
+    so a hostile file is refused in milliseconds instead of exhausting memory or the stack."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            limits.check_size(os.fstat(fh.fileno()).st_size, max_bytes)
+            data = fh.read(max_bytes + 1)
     except FileNotFoundError:
         raise ResultsError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ResultsError(f"{path}: is a folder, not a file") from None
     except OSError as exc:
-        raise ResultsError(f"{path}: cannot read: {exc}") from exc
+        raise ResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except ResultsError as exc:
+        raise ResultsError(f"{path}: {exc}") from None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+        return limits.parse_json(data, max_bytes=max_bytes)
+    except ResultsError as exc:
+        raise ResultsError(f"{path}: {exc}") from None

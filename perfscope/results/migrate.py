@@ -76,11 +76,17 @@ def _config_v1(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     return clean, unknown
 
 
-def _metrics_v1(m: dict[str, Any], peak_tflops: float | None) -> dict[str, Any]:
-    times = [t for t in m.get("step_times_s") or [] if isinstance(t, int | float)]
-    waits = [t for t in m.get("data_wait_s") or [] if isinstance(t, int | float)]
+def _number(value: Any) -> float | int | None:
+    """A JSON number, else None: a hostile file's "samples_per_step": "x" must not become "x" * 200000."""
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _metrics_v1(m: dict[str, Any], peak_tflops: Any) -> dict[str, Any]:
+    times = [t for t in m.get("step_times_s") or [] if _number(t) is not None]
+    waits = [t for t in m.get("data_wait_s") or [] if _number(t) is not None]
     wall = float(sum(times))
-    per_step = m.get("samples_per_step") or 0
+    per_step = _number(m.get("samples_per_step")) or 0
+    peak_tflops = _number(peak_tflops)
     samples = per_step * len(times)
     out = dict(m)
     out["typical_step"] = m.get("step_time_s")
@@ -93,24 +99,25 @@ def _metrics_v1(m: dict[str, Any], peak_tflops: float | None) -> dict[str, Any]:
     out["wall_s"] = wall
     out["samples_per_s"] = samples / wall if wall > 0 else None
     out["data_wait_share"] = out["host_data_wait_share"] = (sum(waits) / wall) if wall > 0 else 0.0
-    tokens = m.get("tokens_per_s")
-    if tokens and m.get("samples_per_s") and out["samples_per_s"]:
+    tokens = _number(m.get("tokens_per_s"))
+    if tokens and _number(m.get("samples_per_s")) and out["samples_per_s"]:
         out["tokens_per_s"] = tokens / m["samples_per_s"] * out["samples_per_s"]
-    flops = m.get("flops_per_step")
+    flops = _number(m.get("flops_per_step"))
     if flops and wall > 0:
         out["achieved_tflops"] = flops * len(times) / wall / 1e12
         if peak_tflops:
             out["mfu"] = out["achieved_tflops"] / peak_tflops
-            hw = m.get("hardware_flops_per_step")
+            hw = _number(m.get("hardware_flops_per_step"))
             out["hfu"] = hw * len(times) / wall / 1e12 / peak_tflops if hw else None
-        ratio = (m.get("mfu_vs_measured_ceiling") or 0) / (m.get("mfu") or 1) if m.get("mfu") else None
+        old_mfu, old_ceiling = _number(m.get("mfu")), _number(m.get("mfu_vs_measured_ceiling"))
+        ratio = (old_ceiling or 0) / old_mfu if old_mfu else None
         if ratio and out.get("mfu"):
             out["mfu_vs_measured_ceiling"] = out["mfu"] * ratio
     return out
 
 
 def _gain_v1(g: dict[str, Any]) -> dict[str, Any]:
-    ratio = g.get("ratio", 1.0)
+    ratio = _number(g.get("ratio", 1.0)) or 0.0
     significant = bool(g.get("significant"))
     verdict = ("faster" if ratio > 1 else "slower") if significant else "undecided"
     return {k: v for k, v in g.items() if k != "significant"} | {

@@ -10,10 +10,13 @@ run's results can be re-rendered or gated on any machine. Rules of the format:
 - No bare NaN/Infinity: a number the machine could not give is ``null`` and its reason is recorded in the
   owning object's ``unavailable`` map (metric name -> why).
 - Files are written atomically (temp file + rename), so an interrupted run never leaves half a file.
+- Loading checks every value: types, finite numbers, and the constraint declared in each field's metadata
+  (``field(metadata=SECONDS)``: see constraints.py); a violation is a ResultsError naming the JSON path.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +24,18 @@ from typing import Any, Literal
 
 from perfscope.errors import ResultsError
 from perfscope.results.config import TrialConfig
+from perfscope.results.constraints import (
+    FLOPS,
+    FRACTION,
+    NAME,
+    NON_NEGATIVE,
+    PEAK_TFLOPS,
+    SECONDS,
+    SERIES,
+    SERIES_SECONDS,
+    TFLOPS,
+    show,
+)
 from perfscope.results.fingerprint import Fingerprint
 from perfscope.results.io import read_json, write_json
 from perfscope.results.migrate import upgrade
@@ -47,8 +62,8 @@ FAILED_STATUSES: frozenset[str] = frozenset({"oom", "error", "crashed", "timeout
 class Peak:
     """A FLOP/s denominator and where it came from (never a silent default)."""
 
-    tflops: float
-    dtype: str
+    tflops: float = field(metadata=PEAK_TFLOPS)
+    dtype: str = field(metadata=NAME)
     source: str  # e.g. "datasheet: NVIDIA H100 SXM (dense) <url>", "measured matmul ceiling", "--peak-tflops"
 
 
@@ -56,33 +71,33 @@ class Peak:
 class Environment:
     """The machine a run measured; the CI gate refuses to compare runs from different devices."""
 
-    device_type: str  # "cpu" | "cuda"
-    device_name: str  # the device the run used (device_index), not necessarily CUDA device 0
-    device_count: int = 0
-    device_index: int | None = None  # CUDA index of the device the run used
+    device_type: str = field(metadata=NAME)  # "cpu" | "cuda"
+    device_name: str = field(metadata=NAME)  # the device the run used (device_index), not necessarily CUDA device 0
+    device_count: int = field(default=0, metadata=NON_NEGATIVE)
+    device_index: int | None = field(default=None, metadata=NON_NEGATIVE)  # CUDA index of the device the run used
     device_uuid: str | None = None  # its UUID as NVML spells it ("GPU-..." / "MIG-..."): stable across CUDA_VISIBLE_DEVICES
     visible_devices: list[str] = field(default_factory=list)  # every CUDA-visible device, in CUDA order: "name (uuid)"
-    multiprocessor_count: int | None = None  # SMs this process can use (a MIG slice has a fraction of the GPU's)
+    multiprocessor_count: int | None = field(default=None, metadata=NON_NEGATIVE)  # SMs this process can use (a MIG slice has a fraction of the GPU's)
     mig: bool = False  # the device is a MIG slice: its datasheet peak is the full GPU's × its SM share
     compute_capability: str | None = None
-    device_memory_bytes: int | None = None
+    device_memory_bytes: int | None = field(default=None, metadata=NON_NEGATIVE)
     driver_version: str | None = None
     cuda_version: str | None = None
     torch_version: str = ""
     python_version: str = ""
     platform: str = ""
-    cpu_model: str = ""
-    cpu_cores_physical: int | None = None
-    cpu_cores_logical: int | None = None
-    cpu_cores_usable: float | None = None
+    cpu_model: str | None = None  # None: unknown, the reason is in `unavailable`
+    cpu_cores_physical: int | None = field(default=None, metadata=NON_NEGATIVE)
+    cpu_cores_logical: int | None = field(default=None, metadata=NON_NEGATIVE)
+    cpu_cores_usable: float | None = field(default=None, metadata=NON_NEGATIVE)
     """Cores the run may use: min(physical cores, the affinity mask, the cgroup CPU quota) (perfscope.measure.cores).
     Bounds advice that needs spare cores, such as DataLoader workers; None in results recorded before it existed."""
     cpu_cores_usable_how: str = ""
-    host_memory_bytes: int | None = None
+    host_memory_bytes: int | None = field(default=None, metadata=NON_NEGATIVE)
     hostname: str = ""
-    datasheet_peaks_tflops: dict[str, float] = field(default_factory=dict)  # dtype -> dense TFLOP/s
+    datasheet_peaks_tflops: dict[str, float] = field(default_factory=dict, metadata=TFLOPS)  # dtype -> dense TFLOP/s
     datasheet_source: str | None = None
-    measured_ceiling_tflops: dict[str, float] = field(default_factory=dict)  # dtype -> measured matmul TFLOP/s
+    measured_ceiling_tflops: dict[str, float] = field(default_factory=dict, metadata=TFLOPS)  # dtype -> measured matmul TFLOP/s
     unavailable: dict[str, str] = field(default_factory=dict)
 
 
@@ -90,9 +105,9 @@ class Environment:
 class ModelFacts:
     """What the knobs need to know about the model; read in the probe process (the parent never builds it)."""
 
-    parameter_count: int
+    parameter_count: int = field(metadata=NON_NEGATIVE)
     has_conv2d: bool
-    repeated_blocks: int
+    repeated_blocks: int = field(metadata=NON_NEGATIVE)
     optimizer_class: str
     matmul_tf32: bool | None = None
     """The user's matmul TF32 setting once their file was imported and workload()/model() ran (None: unknown).
@@ -105,9 +120,9 @@ class WorkloadInfo:
 
     path: str
     sha256: str
-    name: str
+    name: str = field(metadata=NAME)
     declared: dict[str, Any] = field(default_factory=dict)  # batch_size, tokens_per_sample, user's loop settings
-    parameter_count: int | None = None
+    parameter_count: int | None = field(default=None, metadata=NON_NEGATIVE)
     model: ModelFacts | None = None
 
 
@@ -115,20 +130,20 @@ class WorkloadInfo:
 class MemoryBreakdown:
     """Bytes by owner at the step's peak: weights + grads + optimizer state + the rest (activations, temporaries)."""
 
-    parameters: int
-    gradients: int
-    optimizer_state: int
+    parameters: int = field(metadata=NON_NEGATIVE)
+    gradients: int = field(metadata=NON_NEGATIVE)
+    optimizer_state: int = field(metadata=NON_NEGATIVE)
     activations_and_temporaries: int | None
 
 
 @dataclass(kw_only=True)
 class UtilizationSample:
-    t_s: float  # seconds since the measured region started
-    gpu_util_percent: float | None = None
-    gpu_memory_used_bytes: int | None = None
-    power_w: float | None = None
-    sm_clock_mhz: float | None = None
-    cpu_percent: float | None = None
+    t_s: float = field(metadata=SECONDS)  # seconds since the measured region started
+    gpu_util_percent: float | None = field(default=None, metadata=NON_NEGATIVE)
+    gpu_memory_used_bytes: int | None = field(default=None, metadata=NON_NEGATIVE)
+    power_w: float | None = field(default=None, metadata=NON_NEGATIVE)
+    sm_clock_mhz: float | None = field(default=None, metadata=NON_NEGATIVE)
+    cpu_percent: float | None = field(default=None, metadata=NON_NEGATIVE)
     throttle_reasons: list[str] = field(default_factory=list)
 
 
@@ -139,11 +154,11 @@ class Utilization:
     gpu_util_percent: Summary | None = None
     power_w: Summary | None = None
     sm_clock_mhz: Summary | None = None
-    sm_clock_max_mhz: float | None = None  # the device's maximum SM clock (NVML), to judge how far clocks dropped
-    gpu_memory_used_bytes_max: int | None = None
+    sm_clock_max_mhz: float | None = field(default=None, metadata=NON_NEGATIVE)  # the device's maximum SM clock (NVML), to judge how far clocks dropped
+    gpu_memory_used_bytes_max: int | None = field(default=None, metadata=NON_NEGATIVE)
     cpu_percent: Summary | None = None  # whole-host CPU utilization, 0..100
     throttle_reasons_seen: list[str] = field(default_factory=list)
-    samples: list[UtilizationSample] = field(default_factory=list)  # bounded timeline for charts
+    samples: list[UtilizationSample] = field(default_factory=list, metadata=SERIES)  # bounded timeline for charts
     unavailable: dict[str, str] = field(default_factory=dict)
 
 
@@ -151,7 +166,7 @@ class Utilization:
 class Contention:
     """What the rest of the machine did while a window was measured (perfscope.measure.contention)."""
 
-    other_cpu_cores: float | None = None
+    other_cpu_cores: float | None = field(default=None, metadata=NON_NEGATIVE)
     """Average CPU cores used by processes other than the trial and its children (DataLoader workers)."""
     own_cpu_cores: float | None = None
     steal_cores: float | None = None
@@ -170,16 +185,16 @@ class Window:
     stalls, GC pauses and allocator hiccups a profiler exists to count live in the tail a median hides.
     """
 
-    steps: int
-    samples: int | None
+    steps: int = field(metadata=NON_NEGATIVE)
+    samples: int | None = field(metadata=NON_NEGATIVE)
     """Samples processed in the window (None: unknown, e.g. hooks that could not see the batches)."""
-    wall_s: float
+    wall_s: float = field(metadata=SECONDS)
     """First to last step boundary: device-timeline time on CUDA (idle gaps included), host clock on CPU."""
-    data_wait_s: float = 0.0
+    data_wait_s: float = field(default=0.0, metadata=SECONDS)
     """Exposed data wait: time the device sat idle while the host was blocked on the data iterator (on a
     GPU measured with CUDA events around `next()`, so waits hidden behind queued GPU work do not count; on
     CPU, where work is synchronous, all host wait is exposed)."""
-    host_data_wait_s: float = 0.0
+    host_data_wait_s: float = field(default=0.0, metadata=SECONDS)
     """Host time blocked on the data iterator (exposed or hidden)."""
     contention: Contention | None = None
 
@@ -192,58 +207,58 @@ class TrialMetrics:
     ``step_times_s`` and ``typical_step`` describe a typical step and its tail, nothing more.
     """
 
-    steps: int
+    steps: int = field(metadata=NON_NEGATIVE)
     """Timed optimizer steps, all windows."""
-    warmup_steps: int
-    micro_batch_size: int
-    grad_accum_steps: int
-    samples_per_step: int
+    warmup_steps: int = field(metadata=NON_NEGATIVE)
+    micro_batch_size: int = field(metadata=NON_NEGATIVE)
+    grad_accum_steps: int = field(metadata=NON_NEGATIVE)
+    samples_per_step: int = field(metadata=NON_NEGATIVE)
     """Global batch on this rank: micro-batch × accumulation."""
-    windows: list[Window]
-    samples_per_s: float | None
+    windows: list[Window] = field(metadata=SERIES)
+    samples_per_s: float | None = field(metadata=NON_NEGATIVE)
     """Samples in the windows / their wall time: THE throughput of this run."""
-    wall_s: float
+    wall_s: float = field(metadata=SECONDS)
     """Total wall time of the windows."""
-    data_wait_share: float
+    data_wait_share: float = field(metadata=FRACTION)
     """Exposed data wait / wall time (see Window.data_wait_s)."""
-    host_data_wait_share: float
+    host_data_wait_share: float = field(metadata=FRACTION)
     """Host time blocked on data / wall time (includes waits hidden behind queued GPU work)."""
-    step_times_s: list[float] = field(default_factory=list)
+    step_times_s: list[float] = field(default_factory=list, metadata=SERIES_SECONDS)
     """Per-step times in step order (hooks: a uniform sample of them, see ``step_times_sampled``)."""
-    step_data_wait_s: list[float] = field(default_factory=list)
+    step_data_wait_s: list[float] = field(default_factory=list, metadata=SERIES_SECONDS)
     """Exposed data wait per step, aligned with ``step_times_s``."""
     step_times_sampled: bool = False
     typical_step: Summary | None = None
     """Median and percentiles of the per-step times: a description of a typical step, never the throughput."""
-    tokens_per_s: float | None = None
-    losses: list[float | None] = field(default_factory=list)
+    tokens_per_s: float | None = field(default=None, metadata=NON_NEGATIVE)
+    losses: list[float | None] = field(default_factory=list, metadata=SERIES)
     """Loss per measured step (None = non-finite); read after the window, never inside it."""
-    first_grad_norm: float | None = None
-    flops_per_step: float | None = None
+    first_grad_norm: float | None = field(default=None, metadata=NON_NEGATIVE)
+    flops_per_step: float | None = field(default=None, metadata=FLOPS)
     """Model FLOPs per optimizer step (forward + backward), no recompute."""
-    hardware_flops_per_step: float | None = None
+    hardware_flops_per_step: float | None = field(default=None, metadata=FLOPS)
     """Adds activation-checkpointing recompute (HFU ≥ MFU)."""
     flop_convention: str = ""
     flop_notes: list[str] = field(default_factory=list)
-    achieved_tflops: float | None = None
+    achieved_tflops: float | None = field(default=None, metadata=TFLOPS)
     """Model FLOPs in the windows / their wall time / 1e12."""
-    mfu: float | None = None
+    mfu: float | None = field(default=None, metadata=NON_NEGATIVE)
     """achieved model FLOP/s / Results.peak (one fixed denominator per run)."""
-    hfu: float | None = None
-    mfu_vs_measured_ceiling: float | None = None
-    peak_memory_bytes: int | None = None
+    hfu: float | None = field(default=None, metadata=NON_NEGATIVE)
+    mfu_vs_measured_ceiling: float | None = field(default=None, metadata=NON_NEGATIVE)
+    peak_memory_bytes: int | None = field(default=None, metadata=NON_NEGATIVE)
     """CUDA: the caching allocator's max allocated. CPU: peak host RSS of the trial process (labelled so)."""
-    peak_reserved_bytes: int | None = None
-    device_memory_capacity_bytes: int | None = None
+    peak_reserved_bytes: int | None = field(default=None, metadata=NON_NEGATIVE)
+    device_memory_capacity_bytes: int | None = field(default=None, metadata=NON_NEGATIVE)
     memory_breakdown: MemoryBreakdown | None = None
-    host_rss_peak_bytes: int | None = None
+    host_rss_peak_bytes: int | None = field(default=None, metadata=NON_NEGATIVE)
     utilization: Utilization | None = None
-    compile_time_s: float | None = None
+    compile_time_s: float | None = field(default=None, metadata=SECONDS)
     """First-step time beyond a steady step, when compiling."""
-    first_step_s: float | None = None
+    first_step_s: float | None = field(default=None, metadata=SECONDS)
     calibration: str | None = None
     """How the window's length was chosen (steps asked for, or calibrated to a minimum duration)."""
-    recompiles_in_window: int | None = None
+    recompiles_in_window: int | None = field(default=None, metadata=NON_NEGATIVE)
     """torch.compile recompilations (or CUDA-graph re-recordings) that happened inside the timed window."""
     matmul_tf32: bool | None = None
     """TF32 for fp32 matmuls during the trial: the config's, else the user's own setting."""
@@ -276,12 +291,12 @@ class Trial:
     evidence for every comparison.
     """
 
-    name: str
+    name: str = field(metadata=NAME)
     """Unique in the results: the configuration's name, with -r2, -r3 ... for its repeats."""
-    configuration: str = ""
+    configuration: str = field(default="", metadata=NAME)
     """Name of the configuration this run measures ("baseline", "amp_bf16", "recommended", ...)."""
-    repeat: int = 1
-    sequence: int | None = None
+    repeat: int = field(default=1, metadata=NON_NEGATIVE)
+    sequence: int | None = field(default=None, metadata=NON_NEGATIVE)
     """Position in the run's measurement order (interleaving pairs each run with its neighbours in time)."""
     config: TrialConfig
     unknown_settings: list[str] = field(default_factory=list)
@@ -293,7 +308,7 @@ class Trial:
     metrics: TrialMetrics | None = None
     excluded: str | None = None
     """Why this run is not used as evidence (contended, outlier); it stays in the file for the record."""
-    wall_time_s: float | None = None
+    wall_time_s: float | None = field(default=None, metadata=SECONDS)
     started_at: str | None = None
 
     def __post_init__(self) -> None:
@@ -323,19 +338,25 @@ class Gain:
     were needed than the budget allowed). ``mde`` is the smallest change these runs could have detected.
     """
 
-    ratio: float
-    low: float
-    high: float
-    confidence: float
+    ratio: float = field(metadata=NON_NEGATIVE)
+    low: float = field(metadata=NON_NEGATIVE)
+    high: float | None = field(metadata=NON_NEGATIVE)
+    """The interval's upper end; unbounded (inf) when one run each side says nothing about the noise. JSON has
+    no Infinity, so the file stores null, and loading turns it back into inf (__post_init__)."""
+    confidence: float = field(metadata=FRACTION)
     verdict: Verdict = "undecided"
-    runs: int = 1
+    runs: int = field(default=1, metadata=NON_NEGATIVE)
     """Candidate runs used."""
     reference: str = "baseline"
     """The configuration the ratio is measured against."""
-    reference_runs: int = 1
-    mde: float | None = None
+    reference_runs: int = field(default=1, metadata=NON_NEGATIVE)
+    mde: float | None = field(default=None, metadata=NON_NEGATIVE)
     """Minimum detectable effect: the smallest relative change (e.g. 0.08 = 8%) these runs detect reliably."""
     method: str = ""
+
+    def __post_init__(self) -> None:
+        if self.high is None:
+            self.high = math.inf
 
     @property
     def significant(self) -> bool:
@@ -350,13 +371,13 @@ class Gain:
 class Finding:
     """One diagnosed bottleneck and its fix, as produced by a rule (rules never rank; the engine does)."""
 
-    rule_id: str
+    rule_id: str = field(metadata=NAME)
     title: str
     severity: Literal["high", "medium", "low", "info"]
     evidence: list[str]
     fix: str  # the code change, diff-style where it applies
     gain: Gain | None = None  # measured
-    estimated_gain: float | None = None  # estimated speed-up ratio, when not measured
+    estimated_gain: float | None = field(default=None, metadata=NON_NEGATIVE)  # estimated speed-up ratio, when not measured
     estimate_method: str | None = None
     caveats: list[str] = field(default_factory=list)  # semantics changes (numerics, global batch, LR)
     reference: str | None = None
@@ -380,7 +401,7 @@ class Finding:
 class KnobOutcome:
     """One knob tried alone on top of the baseline (or why it was not tried)."""
 
-    knob: str  # stable knob id, e.g. "amp_bf16"
+    knob: str = field(metadata=NAME)  # stable knob id, e.g. "amp_bf16"
     title: str
     status: Literal["measured", "skipped", "inapplicable", "failed", "rejected"]
     reason: str | None = None  # why skipped / inapplicable / failed / rejected (e.g. numerics guard)
@@ -389,7 +410,7 @@ class KnobOutcome:
     setting: str | None = None
     """The winning value in words, e.g. "micro-batch 32 × accumulation 2", "4 workers"."""
     gain: Gain | None = None
-    mfu: float | None = None
+    mfu: float | None = field(default=None, metadata=NON_NEGATIVE)
     changes_semantics: list[str] = field(default_factory=list)  # e.g. "numerics: bf16 autocast"
     code_change: str | None = None
 
@@ -398,23 +419,23 @@ class KnobOutcome:
 class MicroBatchPoint:
     """One point of the micro-batch search (throughput and memory vs micro-batch, OOMs included)."""
 
-    micro_batch_size: int
-    grad_accum_steps: int
+    micro_batch_size: int = field(metadata=NON_NEGATIVE)
+    grad_accum_steps: int = field(metadata=NON_NEGATIVE)
     trial: str
     status: str
-    samples_per_s: float | None = None
-    peak_memory_bytes: int | None = None
+    samples_per_s: float | None = field(default=None, metadata=NON_NEGATIVE)
+    peak_memory_bytes: int | None = field(default=None, metadata=NON_NEGATIVE)
 
 
 @dataclass(kw_only=True)
 class RunNoise:
     """Run-to-run noise of this machine, from the baseline's repeated fresh-process runs."""
 
-    runs: int
+    runs: int = field(metadata=NON_NEGATIVE)
     """Baseline runs used (contended or outlying runs excluded)."""
-    sigma: float | None
+    sigma: float | None = field(metadata=NON_NEGATIVE)
     """Standard deviation of log throughput between runs (≈ relative spread), from successive differences."""
-    mde: float | None = None
+    mde: float | None = field(default=None, metadata=NON_NEGATIVE)
     """Smallest relative change a single paired comparison could detect at this noise."""
 
 
@@ -431,8 +452,8 @@ class Sweep:
     knobs: list[KnobOutcome] = field(default_factory=list)
     micro_batch: list[MicroBatchPoint] = field(default_factory=list)
     noise: RunNoise | None = None
-    budget_s: float | None = None
-    elapsed_s: float | None = None
+    budget_s: float | None = field(default=None, metadata=SECONDS)
+    elapsed_s: float | None = field(default=None, metadata=SECONDS)
     stopped_early: str | None = None  # e.g. "budget exhausted", "interrupted"
     notes: list[str] = field(default_factory=list)
 
@@ -481,22 +502,25 @@ class Results:
 
     @classmethod
     def from_dict(cls, data: Any) -> Results:
+        """The typed model from parsed JSON: every value checked (constraints.py), errors naming the JSON path."""
         if not isinstance(data, dict):
             raise ResultsError("results must be a JSON object")
-        data = upgrade(data)
+        try:
+            data = upgrade(data)
+        except (TypeError, ValueError, AttributeError, KeyError, OverflowError, ZeroDivisionError) as exc:
+            raise ResultsError(f"a schema-1 file that cannot be upgraded: {type(exc).__name__}: {exc}") from None
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ResultsError(
-                f"results schema_version {version!r} is not supported (this perfscope reads {SCHEMA_VERSION})"
+                f"results schema_version {show(version)} is not supported (this perfscope reads {SCHEMA_VERSION})"
             )
-        try:
-            return from_jsonable(cls, data)
-        except (TypeError, ValueError, KeyError) as exc:
-            raise ResultsError(f"results do not match the schema: {exc}") from exc
+        return from_jsonable(cls, data)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Results:
+        """Read, check and type a results file; any problem with the file is a ResultsError (exit 2) naming it."""
         try:
             return cls.from_dict(read_json(path))
         except ResultsError as exc:
-            raise ResultsError(f"{path}: {exc}") from None
+            message = str(exc)
+            raise ResultsError(message if message.startswith(f"{path}: ") else f"{path}: {message}") from None

@@ -1,7 +1,7 @@
 """Dataclasses <-> JSON-compatible values, guided by type hints.
 
     to_jsonable(results)                 # plain dicts/lists; non-finite floats -> None
-    from_jsonable(Results, data)         # rebuilds the typed model; unknown keys are ignored
+    from_jsonable(Results, data)         # rebuilds the typed model, validating every value; unknown keys ignored
 
 Kept apart from the model so the model stays a list of plain dataclasses, and apart from io so tests and
 trial processes can convert without touching files.
@@ -10,11 +10,16 @@ trial processes can convert without touching files.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
 from pathlib import Path
 from typing import Any, Literal
+
+from perfscope.errors import ResultsError
+from perfscope.results import constraints
+from perfscope.results.constraints import Constraint, check_finite, check_int64, show
 
 
 def to_jsonable(value: Any) -> Any:
@@ -32,59 +37,158 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
-def from_jsonable(tp: Any, data: Any) -> Any:
-    """Rebuild ``tp`` from JSON data, guided by type hints. Unknown keys are ignored (forward compatible)."""
+def from_jsonable(tp: Any, data: Any, where: str = "") -> Any:
+    """Rebuild ``tp`` from JSON data, guided by type hints, checking every value as it goes.
+
+    Types, finiteness, 64-bit ints and each field's declared constraint (perfscope.results.constraints) are
+    checked; a violation raises ResultsError naming the JSON path, e.g. ``trials[3].metrics.samples_per_s:
+    must be finite, got NaN``. Unknown keys are ignored (forward compatible).
+    """
+    return _build(tp, data, where, None)
+
+
+def _child(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+def _key(where: str, key: str) -> str:
+    return _child(where, key) if key.isidentifier() else f"{where}[{show(key)}]"
+
+
+def _at(where: str) -> str:
+    return where or "(top level)"
+
+
+@functools.lru_cache(maxsize=None)
+def _fields(tp: type) -> tuple[tuple[dataclasses.Field[Any], Any, bool], ...]:
+    """(field, type hint, required) per field: type hints are resolved once per class, not per object."""
+    hints = typing.get_type_hints(tp)
+    return tuple(
+        (f, hints[f.name], f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        for f in dataclasses.fields(tp) if f.init
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _items(constraint: Constraint) -> Constraint:
+    """The part of a field's constraint that applies to its items: the bounds, not the length."""
+    return dataclasses.replace(constraint, max_len=None)
+
+
+def _build(tp: Any, data: Any, where: str, constraint: Constraint | None) -> Any:
     origin = typing.get_origin(tp)
     if tp is Any:
+        _check_free(data, where)
         return data
     if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if data is None and type(None) in args:
-            return None
-        last_error: Exception | None = None
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return from_jsonable(arg, data)
-            except (TypeError, ValueError, KeyError) as exc:
-                last_error = exc
-        raise TypeError(f"{data!r} matches none of {tp}: {last_error}")
+        return _union(tp, data, where, constraint)
     if origin is Literal:
-        if data not in typing.get_args(tp):
-            raise ValueError(f"{data!r} is not one of {typing.get_args(tp)}")
+        choices = typing.get_args(tp)
+        if not any(type(data) is type(c) and data == c for c in choices):
+            raise ResultsError(f"{_at(where)}: must be one of {', '.join(show(c) for c in choices)}, got {show(data)}")
         return data
-    if origin is list:
+    if origin is list or tp is list:
         if not isinstance(data, list):
-            raise TypeError(f"expected a list, got {type(data).__name__}")
+            raise ResultsError(f"{_at(where)}: expected a list, got {show(data)}")
+        if constraint is not None:
+            constraint.check_length(data, _at(where))
         (item,) = typing.get_args(tp) or (Any,)
-        return [from_jsonable(item, v) for v in data]
-    if origin is dict:
+        inner = _items(constraint) if constraint is not None else None
+        return [_build(item, v, f"{where}[{i}]", inner) for i, v in enumerate(data)]
+    if origin is dict or tp is dict:
         if not isinstance(data, dict):
-            raise TypeError(f"expected an object, got {type(data).__name__}")
+            raise ResultsError(f"{_at(where)}: expected an object, got {show(data)}")
+        if constraint is not None:
+            constraint.check_length(data, _at(where))
         _, value_tp = typing.get_args(tp) or (str, Any)
-        return {k: from_jsonable(value_tp, v) for k, v in data.items()}
+        inner = _items(constraint) if constraint is not None else None
+        out = {}
+        for k, v in data.items():
+            if not isinstance(k, str):
+                raise ResultsError(f"{_at(where)}: keys must be strings, got {show(k)}")
+            out[k] = _build(value_tp, v, _key(where, k), inner)
+        return out
     if dataclasses.is_dataclass(tp):
-        if not isinstance(data, dict):
-            raise TypeError(f"expected an object for {tp.__name__}, got {type(data).__name__}")
-        hints = typing.get_type_hints(tp)
-        kwargs = {}
-        for f in dataclasses.fields(tp):
-            if f.name in data:
-                kwargs[f.name] = from_jsonable(hints[f.name], data[f.name])
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise KeyError(f"{tp.__name__}.{f.name} is missing")
-        return tp(**kwargs)
+        return _dataclass(tp, data, where)
     if tp is float:
-        if isinstance(data, bool) or not isinstance(data, int | float):
-            raise TypeError(f"expected a number, got {data!r}")
-        return float(data)
+        return _float(data, where, constraint)
     if tp is int:
         if isinstance(data, bool) or not isinstance(data, int):
-            raise TypeError(f"expected an integer, got {data!r}")
+            raise ResultsError(f"{_at(where)}: expected an integer, got {show(data)}")
+        check_int64(data, _at(where))
+        if constraint is not None:
+            constraint.check_number(data, _at(where))
         return data
-    if tp in (str, bool):
-        if not isinstance(data, tp):
-            raise TypeError(f"expected {tp.__name__}, got {data!r}")
+    if tp is str:
+        if not isinstance(data, str):
+            raise ResultsError(f"{_at(where)}: expected a string, got {show(data)}")
+        if constraint is not None:
+            constraint.check_length(data, _at(where))
         return data
+    if tp is bool:
+        if not isinstance(data, bool):
+            raise ResultsError(f"{_at(where)}: expected true or false, got {show(data)}")
+        return data
+    _check_free(data, where)
     return data
+
+
+def _union(tp: Any, data: Any, where: str, constraint: Constraint | None) -> Any:
+    args = typing.get_args(tp)
+    if data is None:
+        if type(None) in args:
+            return None
+        raise ResultsError(f"{_at(where)}: must not be null")
+    options = [a for a in args if a is not type(None)]
+    if len(options) == 1:  # Optional[X]: X's own error is the clearest
+        return _build(options[0], data, where, constraint)
+    errors = []
+    for option in options:
+        try:
+            return _build(option, data, where, constraint)
+        except ResultsError as exc:
+            errors.append(str(exc))
+    raise ResultsError(f"{_at(where)}: {show(data)} matches none of the allowed types ({'; '.join(errors)})")
+
+
+def _float(data: Any, where: str, constraint: Constraint | None) -> float:
+    if isinstance(data, bool) or not isinstance(data, int | float):
+        raise ResultsError(f"{_at(where)}: expected a number, got {show(data)}")
+    try:
+        value = float(data)
+    except OverflowError:
+        raise ResultsError(f"{_at(where)}: must be finite, got {show(data)}") from None
+    check_finite(value, _at(where))
+    if constraint is not None:
+        constraint.check_number(value, _at(where))
+    return value
+
+
+def _dataclass(tp: Any, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ResultsError(f"{_at(where)}: expected an object ({tp.__name__}), got {show(data)}")
+    kwargs = {}
+    for f, hint, required in _fields(tp):
+        if f.name in data:
+            kwargs[f.name] = _build(hint, data[f.name], _child(where, f.name), constraints.of(f))
+        elif required:
+            raise ResultsError(f"{_at(where)}: missing field {f.name!r} ({tp.__name__})")
+    try:
+        return tp(**kwargs)
+    except (TypeError, ValueError) as exc:  # the class's own checks (__post_init__)
+        raise ResultsError(f"{_at(where)}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+
+
+def _check_free(data: Any, where: str) -> None:
+    """Free-form values (``Any``) get the rules every number obeys: finite floats, 64-bit ints."""
+    stack = [(data, where)]
+    while stack:
+        value, at = stack.pop()
+        if isinstance(value, float):
+            check_finite(value, _at(at))
+        elif isinstance(value, int) and not isinstance(value, bool):
+            check_int64(value, _at(at))
+        elif isinstance(value, dict):
+            stack.extend((v, _key(at, str(k))) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, f"{at}[{i}]") for i, v in enumerate(value))

@@ -33,6 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from perfscope.errors import ResultsError
+from perfscope.results.io import open_log, read_json, write_text
+
 KILL_GRACE_S = 5.0
 ZYGOTE_START_TIMEOUT_S = 120.0
 ISOLATION_ENV = "PERFSCOPE_ISOLATION"
@@ -74,8 +77,7 @@ class _Zygote:
     """The fork server process and a reader thread that sorts its replies."""
 
     def __init__(self, log_path: Path) -> None:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log_path, "wb")  # noqa: SIM115 - lives as long as the zygote
+        self._log = open_log(log_path)  # lives as long as the zygote
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "perfscope.trial.zygote"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
@@ -192,7 +194,7 @@ class TrialRunner:
         work_dir.mkdir(parents=True, exist_ok=True)
         spec_path, result_path, log_path = work_dir / "spec.json", work_dir / "result.json", work_dir / "trial.log"
         result_path.unlink(missing_ok=True)
-        spec_path.write_text(json.dumps({**spec, "result_path": str(result_path)}), encoding="utf-8")
+        write_text(spec_path, json.dumps({**spec, "result_path": str(result_path)}))
         env = dict(env or {})
         zygote = None if needs_fresh_interpreter(env) else self._zygote_for(work_dir)
         start = time.perf_counter()
@@ -218,7 +220,7 @@ class TrialRunner:
 
     @staticmethod
     def _run_fresh(spec_path: Path, log_path: Path, env: dict[str, str], timeout_s: float) -> int | None:
-        with open(log_path, "wb") as log:
+        with open_log(log_path) as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "perfscope.trial.child", str(spec_path)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -251,9 +253,11 @@ class TrialRunner:
     def _classify(returncode: int, result_path: Path, log_path: Path, wall: float) -> Outcome:
         if result_path.exists():
             try:
-                payload = json.loads(result_path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as exc:
+                payload = read_json(result_path)
+            except ResultsError as exc:
                 return Outcome("crashed", f"unreadable trial result: {exc}", {}, wall)
+            if not isinstance(payload, dict):
+                return Outcome("crashed", "unreadable trial result: not a JSON object", {}, wall)
             error = payload.get("error")
             if payload.get("traceback"):
                 error = f"{error}\n{payload['traceback']}"

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TextIO
 
 from perfscope.measure.mfu import apply_utilization_ratios
-from perfscope.results import Results, Trial, TrialMetrics, from_jsonable
+from perfscope.results import Results, ResultsError, Trial, TrialMetrics, from_jsonable
 from perfscope.results.config import TrialConfig
 from perfscope.trial.runner import TrialRunner
 
@@ -150,8 +150,14 @@ class Session:
         }
         outcome = self.runner.run(spec, self.out_dir / "trials" / name, timeout_s=self.timeout_s, env=config.env)
         metrics = None
+        status, error = outcome.status, outcome.error
         if "metrics" in outcome.payload:
-            metrics = from_jsonable(TrialMetrics, outcome.payload["metrics"])
+            try:
+                metrics = from_jsonable(TrialMetrics, outcome.payload["metrics"], "metrics")
+            except ResultsError as exc:  # a figure no measurement can produce: a bug to report, not a result to rank
+                status, error = "error", (f"the run's measurements failed validation ({exc}); they are kept in "
+                                          f"{self.out_dir / 'trials' / name / 'result.json'}")
+        if metrics is not None:
             apply_utilization_ratios(metrics, self.results.peak, self.results.environment)
             if metrics.trace_path:  # relative to results.json, so the output folder can be moved
                 metrics.trace_path = str(Path(metrics.trace_path).resolve().relative_to(self.out_dir.resolve()))
@@ -161,9 +167,9 @@ class Session:
             repeat=repeat,
             sequence=self._sequence,
             config=config,
-            status=outcome.status,  # type: ignore[arg-type]
+            status=status,  # type: ignore[arg-type]
             knobs=list(knobs or []),
-            error=outcome.error,
+            error=error,
             metrics=metrics,
             wall_time_s=outcome.wall_time_s,
             started_at=started_at,

@@ -63,10 +63,12 @@ def _run_child(job: dict[str, Any]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     devnull = os.open(os.devnull, os.O_RDONLY)
-    log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(devnull, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
+    from perfscope.results.io import open_log
+
+    with open_log(job["log"]) as log:
+        os.dup2(devnull, 0)
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
     os.environ.update(job.get("env") or {})
     sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the child's own descriptors
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115

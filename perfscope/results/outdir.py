@@ -1,0 +1,155 @@
+"""The output folder of one analysis: checked before any work, then claimed so no other run writes into it.
+
+    with claim_output_dir(Path("perfscope-out")):   # UserError (exit 2): a file, unwritable, or in use
+        ...                                         # this process alone writes results.json here
+
+Why: two `perfscope analyze` runs into one --out each rewrite results.json after every trial, so the file
+silently ends up with one run's trials under the other's environment — measurements swapped without a
+word. A claim turns that into an immediate exit 2 naming the process that holds the folder.
+
+How: OUT/.perfscope.lock is locked with flock(2) and holds the holder's pid and host. The kernel drops the
+lock when its process dies however it dies (SIGKILL, OOM killer, power loss of a container), so a lock file
+left by a dead run is simply taken over: no stale-lock cleanup, and a reused pid cannot fool it. Where the
+filesystem has no flock (some network mounts), the pid is checked instead: a live process on this host
+keeps the folder, a dead one's claim is taken over. The lock file is removed on release, and a folder the
+claim created is removed again if nothing was written into it (a run refused early leaves nothing behind).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import socket
+from pathlib import Path
+from types import TracebackType
+
+from perfscope.errors import UserError
+
+LOCK_NAME = ".perfscope.lock"
+_ATTEMPTS = 10
+
+
+def check_output_dir(path: str | os.PathLike[str]) -> Path:
+    """Refuse an output folder that cannot be used, before any work (raises UserError naming it and why)."""
+    text = os.fspath(path)
+    if not text.strip():
+        raise UserError("--out is empty: name an output folder")
+    out = Path(text)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {text}: is a file, not a folder")
+    existing = next((p for p in (out, *out.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        raise UserError(f"--out {text}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"--out {text}: no permission to write in {existing}")
+    return out
+
+
+class OutputDirClaim:
+    """This process's hold on an output folder; release() (or leaving the with-block) gives it back."""
+
+    def __init__(self, path: Path, fd: int, created: bool) -> None:
+        self.path = path
+        self.lock_path = path / LOCK_NAME
+        self._fd: int | None = fd
+        self._created = created
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            self.lock_path.unlink(missing_ok=True)  # while still locked: a waiting claimer re-checks the inode
+        finally:
+            os.close(self._fd)
+            self._fd = None
+        if self._created:
+            try:
+                self.path.rmdir()  # only when empty: a run refused before writing anything leaves nothing
+            except OSError:
+                pass
+
+    def __enter__(self) -> OutputDirClaim:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.release()
+
+
+def claim_output_dir(path: str | os.PathLike[str]) -> OutputDirClaim:
+    """Check, create if needed, and claim ``path`` for this process; UserError naming the holder if it is taken."""
+    out = check_output_dir(path)
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot create the folder: {exc.strerror or exc}") from None
+    lock = out / LOCK_NAME
+    for _ in range(_ATTEMPTS):
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise UserError(f"--out {out}: cannot create {LOCK_NAME}: {exc.strerror or exc}") from None
+        try:
+            holder = _lock(fd)
+            if holder is not None:
+                raise UserError(f"--out {out} is in use by another perfscope run ({holder}); "
+                                "wait for it to finish or choose another --out")
+            if _same_file(fd, lock):  # else the holder removed it between our open and our lock: try again
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+                return OutputDirClaim(out, fd, created)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    raise UserError(f"--out {out}: could not claim the folder (its lock file keeps changing)")
+
+
+def _lock(fd: int) -> str | None:
+    """Take the lock: None when this process now holds it, else who does."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return None
+    except BlockingIOError:
+        return _describe_holder(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+    pid, host = _holder(fd)  # no flock on this filesystem: judge by the recorded pid
+    if pid is not None and pid != os.getpid() and host == socket.gethostname() and _alive(pid):
+        return _describe_holder(fd)
+    return None
+
+
+def _holder(fd: int) -> tuple[int | None, str | None]:
+    try:
+        text = os.pread(fd, 256, 0).decode("utf-8", "replace").split()
+        return (int(text[0]) if text else None), (text[1] if len(text) > 1 else None)
+    except (OSError, ValueError):
+        return None, None
+
+
+def _describe_holder(fd: int) -> str:
+    pid, host = _holder(fd)
+    if pid is None:
+        return "pid unknown"
+    return f"pid {pid}" + (f" on {host}" if host and host != socket.gethostname() else "")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        mine, theirs = os.fstat(fd), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
