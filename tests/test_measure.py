@@ -301,3 +301,43 @@ def test_driver_and_cuda_versions_without_nvml_or_a_cuda_build_are_null_with_rea
     assert env.driver_version is None and "NVML unavailable" in env.unavailable["driver_version"]
     assert env.cuda_version is None and "no CUDA" in env.unavailable["cuda_version"]
     assert _nulls_without_reason(env) == []
+
+
+def test_exposed_data_wait_on_cuda_comes_from_the_device_timeline():
+    """On a GPU the host may wait on the loader while queued work keeps the device busy: only the device-timeline
+    gap between the events around next() is exposed wait (issue 11 #10). A fake event clock stands in for CUDA."""
+
+    class FakeCudaClock:
+        device_type = "cuda"
+
+        def __init__(self) -> None:
+            self.t = 0.0
+
+        def mark(self) -> float:
+            return self.t
+
+        def ready(self, mark: float) -> bool:
+            return True
+
+        def wait(self, mark: float) -> None:
+            pass
+
+        def elapsed_s(self, start: float, end: float) -> float:
+            return end - start
+
+    clock = FakeCudaClock()
+    recorder = WindowRecorder(clock, contention=False)  # type: ignore[arg-type]
+    recorder.start()
+    for hidden in (True, False):
+        recorder.data_begin()
+        time.sleep(0.01)  # the host waits 10 ms either way
+        clock.t += 0.0 if hidden else 0.01  # device timeline: no gap when queued work covered the wait
+        recorder.data_end()
+        clock.t += 0.02  # the step's device work
+        recorder.step_end(samples=1)
+    window = recorder.finish()
+    first, second = recorder.records
+    assert first.data_wait_s == 0.0 and second.data_wait_s == pytest.approx(0.01)
+    assert first.host_data_wait_s >= 0.01 and second.host_data_wait_s >= 0.01
+    assert window.data_wait_s == pytest.approx(0.01) and window.host_data_wait_s >= 0.02
+    assert window.wall_s == pytest.approx(0.05)
