@@ -28,7 +28,9 @@ from perfscope.results import SCHEMA_VERSION, Results, ResultsError  # noqa: E40
 from perfscope.results.config import TrialConfig  # noqa: E402
 from perfscope.results.constraints import INT64, Constraint, of  # noqa: E402
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# derandomize: CI gives the same verdict on the same code (a property run found the unknown-key NaN; run
+# `pytest tests/test_properties.py --hypothesis-seed=random` with more examples to search further).
+SETTINGS = settings(max_examples=100, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 JSON_LEAVES = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8)
 JSON_VALUES = st.recursive(JSON_LEAVES, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),

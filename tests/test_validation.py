@@ -155,3 +155,18 @@ def test_an_unbounded_gain_interval_survives_save_and_load(tmp_path):
     results.sweep = Sweep(baseline_trial="baseline", knobs=[KnobOutcome(knob="amp_bf16", title="AMP", status="measured", gain=gain)])
     loaded = Results.load(results.save(tmp_path / "r.json"))
     assert loaded.sweep.knobs[0].gain.high == float("inf") and loaded == results
+
+
+def test_an_unknown_key_cannot_hide_a_nan(tmp_path):
+    """Found by the hypothesis property: unknown keys are ignored, so a NaN under one passed the gate."""
+    import json
+
+    from perfscope.results import Results, ResultsError
+    from tests.factories import make_results
+
+    doc = make_results().to_dict()
+    doc["extra"] = float("nan")
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ResultsError, match=r"extra: must be finite"):
+        Results.load(path)

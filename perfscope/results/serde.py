@@ -42,7 +42,7 @@ def from_jsonable(tp: Any, data: Any, where: str = "") -> Any:
 
     Types, finiteness, 64-bit ints and each field's declared constraint (perfscope.results.constraints) are
     checked; a violation raises ResultsError naming the JSON path, e.g. ``trials[3].metrics.samples_per_s:
-    must be finite, got NaN``. Unknown keys are ignored (forward compatible).
+    must be finite, got NaN``. Unknown keys are ignored (forward compatible), their values still obey the number rules.
     """
     return _build(tp, data, where, None)
 
@@ -168,11 +168,16 @@ def _dataclass(tp: Any, data: Any, where: str) -> Any:
     if not isinstance(data, dict):
         raise ResultsError(f"{_at(where)}: expected an object ({tp.__name__}), got {show(data)}")
     kwargs = {}
+    known = set()
     for f, hint, required in _fields(tp):
+        known.add(f.name)
         if f.name in data:
             kwargs[f.name] = _build(hint, data[f.name], _child(where, f.name), constraints.of(f))
         elif required:
             raise ResultsError(f"{_at(where)}: missing field {f.name!r} ({tp.__name__})")
+    for key, value in data.items():  # ignored, but not a hiding place for NaN or a 1000-digit integer
+        if key not in known:
+            _check_free(value, _child(where, str(key)))
     try:
         return tp(**kwargs)
     except (TypeError, ValueError) as exc:  # the class's own checks (__post_init__)
