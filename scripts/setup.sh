@@ -13,5 +13,8 @@ python -m pip install --quiet --upgrade pip
 if [ -z "${PERFSCOPE_KEEP_TORCH:-}" ]; then
     python -m pip install --quiet "torch==2.13.0"
 fi
-python -m pip install --quiet -e ".[test]"
+# The frameworks perfscope adapts to (Lightning, transformers, HTA) are installed too: their tests run against the
+# real libraries. The constraint keeps the installed torch: a framework asking for torch must not replace it.
+python -c "import torch; print('torch==' + torch.__version__)" > .venv/torch-constraint.txt
+python -m pip install --quiet -c .venv/torch-constraint.txt -e ".[test,integrations]"
 python -c "import torch, perfscope; print(f'perfscope {perfscope.__version__} ready (torch {torch.__version__})')"
