@@ -13,6 +13,8 @@ The one field that can vary between identical runs, the allocator peak, carries 
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from dataclasses import dataclass, field
 
 
@@ -100,3 +102,19 @@ class Fingerprint:
         """dtype -> share of matmul FLOPs (sums to 1); empty without matmul FLOPs."""
         total = sum(self.matmul_flops_by_dtype.values())
         return {d: v / total for d, v in sorted(self.matmul_flops_by_dtype.items())} if total else {}
+
+
+def consensus(prints: list[Fingerprint]) -> tuple[Fingerprint | None, int]:
+    """(the most common of several runs' fingerprints, how many distinct ones there were).
+
+    Identical code gives identical fingerprints, so runs of one configuration normally agree; when they do not,
+    the most common one stands for the configuration and the caller says so. (None, 0) without fingerprints.
+    The CI gate and the report pick a configuration's fingerprint with this one function.
+    """
+    from perfscope.results.serde import to_jsonable
+
+    if not prints:
+        return None, 0
+    keys = [json.dumps(to_jsonable(fp), sort_keys=True) for fp in prints]
+    counts = Counter(keys)
+    return prints[keys.index(counts.most_common(1)[0][0])], len(counts)
