@@ -132,3 +132,23 @@ def test_a_structural_gate_without_a_fingerprint_is_unusable_not_a_pass():
     report = run_gate(_results(fingerprint("base")), base, GateOptions(fail_on_structure=parse_structure_gates("sync")))
     assert report.outcome == "unusable" and "no structural fingerprint" in " ".join(report.errors)
     assert run_gate(_results(fingerprint("base")), base, GateOptions()).outcome != "unusable"  # no gate: a note only
+
+
+def test_runs_agree_though_only_one_was_traced_and_their_allocator_peaks_move():
+    """On CUDA, analyze traces one run of the baseline (kernel launches) and the allocator peak moves within its
+    tolerance: five runs of identical code are still one fingerprint, with the traced run's launches."""
+    from perfscope.results.fingerprint import consensus
+
+    runs = []
+    for i, peak in enumerate((1000, 1003, 998, 1001, 1002)):
+        fp = Fingerprint(method="t", op_calls=10, memory=MemoryPeak(bytes=peak * 2**20, tolerance=0.02, source="t"),
+                         unavailable={"kernel_launches": "CUDA only, from the profiled window"})
+        if i == 0:
+            fp.kernel_launches, fp.unavailable = {"compute kernels": 312}, {}
+        runs.append(fp)
+    chosen, variants = consensus(runs)
+    assert variants == 1 and chosen.kernel_launches == {"compute kernels": 312} and chosen.unavailable == {}
+    assert chosen.memory.bytes == 1001 * 2**20  # the median peak
+    other = copy.deepcopy(runs[1])
+    other.op_calls = 11
+    assert consensus([*runs, other])[1] == 2 and consensus([*runs, other])[0].op_calls == 10

@@ -13,6 +13,7 @@ The one field that can vary between identical runs, the allocator peak, carries 
 
 from __future__ import annotations
 
+import copy
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -104,17 +105,41 @@ class Fingerprint:
         return {d: v / total for d, v in sorted(self.matmul_flops_by_dtype.items())} if total else {}
 
 
-def consensus(prints: list[Fingerprint]) -> tuple[Fingerprint | None, int]:
-    """(the most common of several runs' fingerprints, how many distinct ones there were).
+RUN_DEPENDENT_FIELDS = ("memory", "kernel_launches", "unavailable")
+"""Fields that differ between runs of identical code for reasons other than the code: the allocator peak moves
+within its tolerance, and kernel launches exist only on the run that was traced (analyze traces one run of the
+baseline and one of the recommendation). Runs agree or disagree on the rest."""
 
-    Identical code gives identical fingerprints, so runs of one configuration normally agree; when they do not,
-    the most common one stands for the configuration and the caller says so. (None, 0) without fingerprints.
+
+def consensus(prints: list[Fingerprint]) -> tuple[Fingerprint | None, int]:
+    """(the fingerprint standing for several runs of one configuration, how many distinct ones they gave).
+
+    Identical code gives identical counts, so runs normally agree; when they do not, the most common one stands
+    and the caller says so. Run-dependent fields are compared apart: the representative takes the median
+    allocator peak of the agreeing runs and the kernel launches of a traced one. (None, 0) without fingerprints.
     The CI gate and the report pick a configuration's fingerprint with this one function.
     """
     from perfscope.results.serde import to_jsonable
 
     if not prints:
         return None, 0
-    keys = [json.dumps(to_jsonable(fp), sort_keys=True) for fp in prints]
+
+    def key(fp: Fingerprint) -> str:
+        data = to_jsonable(fp)
+        return json.dumps({k: v for k, v in data.items() if k not in RUN_DEPENDENT_FIELDS}, sort_keys=True)
+
+    keys = [key(fp) for fp in prints]
     counts = Counter(keys)
-    return prints[keys.index(counts.most_common(1)[0][0])], len(counts)
+    winner = counts.most_common(1)[0][0]
+    agreeing = [fp for fp, k in zip(prints, keys, strict=True) if k == winner]
+    chosen = copy.deepcopy(agreeing[0])
+    launches = [fp.kernel_launches for fp in agreeing if fp.kernel_launches is not None]
+    if launches:
+        launch_keys = [json.dumps(kl, sort_keys=True) for kl in launches]
+        common = Counter(launch_keys).most_common(1)[0][0]
+        chosen.kernel_launches = dict(launches[launch_keys.index(common)])
+        chosen.unavailable.pop("kernel_launches", None)
+    peaks = sorted((fp.memory for fp in agreeing if fp.memory is not None), key=lambda m: m.bytes)
+    if peaks:
+        chosen.memory = copy.deepcopy(peaks[len(peaks) // 2])
+    return chosen, len(counts)
