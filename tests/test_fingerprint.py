@@ -167,3 +167,35 @@ def test_an_optimizers_host_step_count_is_no_sync():
     # torch formats tensors with dispatch modes disabled; docs/ci-gate.md lists it.)
     fp = counter.fingerprint(method="t")
     assert fp.ops["aten::_local_scalar_dense"] == 2 and fp.syncs == []
+
+
+def test_kernel_launches_host_launch_calls_and_cuda_graph_replays_come_from_the_trace(tmp_path):
+    """CUDA only (a Kineto-shaped trace, tests/kineto.py): a CUDA graph replay is one cudaGraphLaunch on the host
+    whatever kernels it runs; the fingerprint tells launches made by the host from replays."""
+    from perfscope.measure.structure import fill_kernel_launches
+    from perfscope.trace.facts import trace_facts
+    from tests.kineto import KinetoTrace
+
+    trace = KinetoTrace()
+    for n in (2, 3):
+        with trace.step(n):
+            with trace.op("aten::mm"):
+                for i in range(3):
+                    trace.launch(f"gemm_{i}", 50)
+            with trace.op("CUDAGraph::replay"):
+                trace.launch("graph_kernel", 200, api="cudaGraphLaunch")
+    facts = trace_facts(trace.write(tmp_path / "t.json.gz"), device_type="cuda", steps=2)
+    assert facts.launch.launch_calls_per_step == {"cudaGraphLaunch": 1.0, "cudaLaunchKernel": 3.0}
+    fp = Fingerprint(method="t", unavailable={"kernel_launches": "CUDA only"})
+    fill_kernel_launches(fp, facts)
+    assert fp.kernel_launches == {"compute kernels": 4, "host launch calls": 3, "CUDA graph replays": 1}
+    assert fp.unavailable == {}
+
+
+def test_under_torch_compile_the_counted_step_is_the_eager_one():
+    """dynamo skips frames while a dispatch mode is active (torch/_dynamo/convert_frame.py): ops, FLOPs and
+    dtypes of a compiled trial are its eager step's, so they compare with an eager baseline; what compiling did
+    is in the compile facts (and on CUDA in the traced kernel launches). docs/ci-gate.md says so."""
+    eager, compiled = _fingerprint("base"), _fingerprint("base", compile="default")
+    assert compiled.ops == eager.ops and compiled.flops_by_op == eager.flops_by_op
+    assert "eager step" in compiled.method and compiled.compile is not None and compiled.compile.graphs == 1

@@ -258,11 +258,18 @@ class CompileCounters:
 
 
 def fill_kernel_launches(fingerprint: Fingerprint, facts: TraceFacts) -> None:
-    """CUDA kernel launches per step from the profiled window: total, and host sync calls the trace saw
-    (cudaStreamSynchronize, cudaDeviceSynchronize, ...), rounded to whole calls per step."""
+    """CUDA launches per step from the profiled window, rounded to whole calls per step: compute kernels run
+    (those inside CUDA graphs included), host launch calls (cudaLaunchKernel / cuLaunchKernel), CUDA-graph
+    replays (cudaGraphLaunch: CUDA graphs turn hundreds of launches into one), and host sync calls the trace
+    saw (cudaStreamSynchronize, cudaDeviceSynchronize, ...)."""
     if facts.device_type != "cuda" or facts.kernels.source != "kernels":
         return
     launches = {"compute kernels": round(facts.launch.kernels_per_step)}
+    calls = facts.launch.launch_calls_per_step
+    if calls:  # traces analyzed before the breakdown existed have none: no figure rather than a zero
+        replays = sum(n for name, n in calls.items() if "graphlaunch" in name.lower())
+        launches["host launch calls"] = round(sum(calls.values()) - replays)
+        launches["CUDA graph replays"] = round(replays)
     for name, per_step in sorted(facts.sync.events_per_step.items()):
         if name.startswith("cuda") and round(per_step):
             launches[f"sync call {name}"] = round(per_step)

@@ -197,6 +197,8 @@ class TrainStep:
             self()
         method = ("one real optimizer step after the timed window, counted under a dispatch mode "
                   f"(micro-batch {self.config.micro_batch_size} × {self.config.grad_accum_steps})")
+        if self.config.compile is not None:
+            method += "; torch.compile does not trace under a dispatch mode, so ops are those of the eager step"
         return counter.fingerprint(method=method)
 
 
