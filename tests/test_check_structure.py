@@ -125,6 +125,26 @@ def test_a_timing_regression_says_its_structural_cause_or_that_none_was_found():
     assert verdict.status == "regression" and "no structural change found" in verdict.message
     slower_item = run_gate(_results(fingerprint("item"), median_s=0.15, seed=2), base, GateOptions(metrics=("samples_per_s",)))
     assert "structural changes: +1 host sync per step" in slower_item.verdicts[0].message
+    # every output carries the explanation with the verdict, not only the structure list
+    words = "structural changes: +1 host sync per step: aten::_local_scalar_dense (.item())"
+    for rendered in (render_table(slower_item), render_markdown(slower_item), render_junit(slower_item)):
+        assert words in rendered
+    assert '<failure type="regression" message="samples/s' in render_junit(slower_item)
+
+
+def test_a_slowdown_the_noise_cannot_confirm_also_gets_its_explanation():
+    noisy = [1.0, 1.35, 0.7, 1.25, 0.75]
+    base = make_results(make_runs(median_s=0.1, run_factors=noisy))
+    for run in base.trials:
+        run.metrics.fingerprint = copy.deepcopy(fingerprint("base"))
+    cur = make_results(make_runs(median_s=0.125, run_factors=noisy[:3], seed=3))
+    for run in cur.trials:
+        run.metrics.fingerprint = copy.deepcopy(fingerprint("item"))
+    (verdict,) = run_gate(cur, base, GateOptions(metrics=("samples_per_s",))).verdicts
+    assert verdict.status == "inconclusive" and verdict.change < -0.05
+    assert "structural changes: +1 host sync per step" in verdict.message
+    (faster,) = run_gate(base, cur, GateOptions(metrics=("samples_per_s",))).verdicts
+    assert "structur" not in faster.message  # a faster run needs no explanation
 
 
 def test_a_structural_gate_without_a_fingerprint_is_unusable_not_a_pass():

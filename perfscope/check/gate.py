@@ -125,6 +125,16 @@ def _fingerprint(files: list[Results], trial: str, role: str, notes: list[str]) 
     return fingerprint
 
 
+def _slower(verdict: Verdict) -> bool:
+    """A regression, or a change past the tolerance that the noise could not confirm: both want a cause."""
+    if verdict.status == "regression":
+        return True
+    if verdict.status != "inconclusive" or verdict.change is None:
+        return False
+    ratio = 1 + verdict.change
+    return ratio < 1 - verdict.max_drop if verdict.metric.higher_is_better else ratio > 1 + verdict.max_drop
+
+
 def _both_measured_ceilings(current: Results, baseline: Results) -> bool:
     peaks = (current.peak, baseline.peak)
     same_device = current.environment.device_name == baseline.environment.device_name
@@ -224,7 +234,7 @@ def run_gate(
         except MetricUnavailable as exc:
             report.errors.append(f"{metric_id}: {exc}")
             continue
-        if verdict.status == "regression" and report.structure is not None:
+        if report.structure is not None and _slower(verdict):
             # A timing verdict can only say "slower"; the fingerprint diff says why, or that nothing counted changed.
             verdict = replace(verdict, message=f"{verdict.message}; {report.structure.summary()}")
         report.verdicts.append(verdict)
