@@ -199,3 +199,34 @@ def test_under_torch_compile_the_counted_step_is_the_eager_one():
     eager, compiled = _fingerprint("base"), _fingerprint("base", compile="default")
     assert compiled.ops == eager.ops and compiled.flops_by_op == eager.flops_by_op
     assert "eager step" in compiled.method and compiled.compile is not None and compiled.compile.graphs == 1
+
+
+def test_reads_no_dispatch_mode_sees_are_syncs_at_the_users_line(capsys):
+    """print(t) (torch formats with the modes disabled), tolist()/numpy() (read host memory directly) and
+    boolean-mask indexing (its nonzero runs below the dispatcher) are syncs on a GPU: counted at the caller."""
+    here = Path(__file__).name
+    t = torch.randn(6)
+    with StructureCounter() as counter:
+        print(t)  # READ-PRINT
+        values = t.tolist()  # READ-TOLIST
+        array = t.numpy()  # READ-NUMPY
+        positive = t[t > 0]  # READ-MASK-GET
+        t[t < 0] = 0.0  # READ-MASK-PUT
+        label = f"{t.sum():.2f}"  # READ-FORMAT
+    assert "tolist" not in torch.Tensor.__dict__ and "numpy" not in torch.Tensor.__dict__  # unwrapped on exit
+    lines = {tag: i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) for tag in
+             ("READ-PRINT", "READ-TOLIST", "READ-NUMPY", "READ-MASK-GET", "READ-MASK-PUT", "READ-FORMAT") if f"# {tag}" in text}
+    syncs = {(s.op, s.site): s.count for s in counter.fingerprint(method="t").syncs}
+    assert syncs == {
+        ("print/str/repr of a tensor (formats its values on the host)", f"tests/{here}:{lines['READ-PRINT']}"): 1,
+        ("tensor.tolist()", f"tests/{here}:{lines['READ-TOLIST']}"): 1,
+        ("tensor.numpy()", f"tests/{here}:{lines['READ-NUMPY']}"): 1,
+        ("aten::index with a boolean mask (x[mask])", f"tests/{here}:{lines['READ-MASK-GET']}"): 1,
+        ("aten::index_put with a boolean mask (x[mask] = v)", f"tests/{here}:{lines['READ-MASK-PUT']}"): 1,
+        ("aten::_local_scalar_dense (.item())", f"tests/{here}:{lines['READ-FORMAT']}"): 1,
+    }
+    assert len(values) == len(array) == 6 and positive.numel() <= 6 and label and "tensor(" in capsys.readouterr().out
+    # a CUDA run counts reads of device tensors only: these host tensors are no sync there
+    with StructureCounter(device="cuda") as on_gpu:
+        print(t), t.tolist(), t[t > 0]
+    assert on_gpu.fingerprint(method="t").syncs == []

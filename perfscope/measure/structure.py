@@ -42,6 +42,23 @@ SYNC_OPS: dict[str, str] = {
 }
 """Ops whose output size or value the host must wait for: on a GPU each drains the launch queue."""
 
+MASK_INDEX_OPS: dict[str, str] = {
+    "aten::index": "aten::index with a boolean mask (x[mask])",
+    "aten::index_put": "aten::index_put with a boolean mask (x[mask] = v)",
+    "aten::index_put_": "aten::index_put with a boolean mask (x[mask] = v)",
+    "aten::_index_put_impl": "aten::index_put with a boolean mask (x[mask] = v)",
+}
+"""Indexing by a boolean mask turns the mask into indices (nonzero) inside the kernel, below the dispatcher
+where a mode sees it: the output size depends on the mask's values, so the host waits. Counted from the index."""
+
+HOST_READS: dict[str, str] = {
+    "_str": "print/str/repr of a tensor (formats its values on the host)",
+    "tolist": "tensor.tolist()",
+    "numpy": "tensor.numpy()",
+}
+"""Reads of a tensor's values that no dispatch mode sees: torch formats tensors with the modes disabled, and
+tolist()/numpy() read host memory directly. Counted by wrapping them for the counted step only."""
+
 _COPY_OPS = frozenset({"aten::_to_copy", "aten::copy_"})
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}
@@ -120,6 +137,12 @@ def _first_tensor(args: Any) -> torch.Tensor | None:
     return next((a for a in tree_flatten(args)[0] if isinstance(a, torch.Tensor)), None)
 
 
+def _masked(args: tuple[Any, ...]) -> bool:
+    """An index/index_put whose indices hold a boolean (or uint8) mask."""
+    indices = args[1] if len(args) > 1 else ()
+    return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in tree_flatten(indices)[0])
+
+
 class _Mode(TorchDispatchMode):
     def __init__(self, counter: StructureCounter) -> None:
         super().__init__()
@@ -131,7 +154,9 @@ class _Mode(TorchDispatchMode):
         name = op_name(func)
         c.ops[name] += 1
         if name in SYNC_OPS:
-            c.count_sync(name, args)
+            c.count_sync(SYNC_OPS[name], args)
+        elif name in MASK_INDEX_OPS and _masked(args):
+            c.count_sync(MASK_INDEX_OPS[name], args)
         before = c.flop_counter.running_total()
         out = func(*args, **kwargs)
         flops = c.flop_counter.running_total() - before
@@ -156,17 +181,50 @@ class StructureCounter:
         self.syncs: Counter[tuple[str, str]] = Counter()
         self.copies: dict[str, CopyStat] = {}
         self._mode = _Mode(self)
+        self._reading = 0  # inside a wrapped host read: the copies and reads it makes are that one sync
+        self._unwrap: list[tuple[Any, str, Any]] = []
 
-    def count_sync(self, name: str, args: tuple[Any, ...]) -> None:
+    def count_sync(self, label: str, args: tuple[Any, ...]) -> None:
         """A read of a tensor's value or size is a sync when the tensor lives on the device. On a CPU-only run
         every tensor is a host tensor: reads by the step's code count (on a GPU they would sync); torch.optim's
         reads of the step counters it keeps on the host on purpose do not."""
+        if self._reading:
+            return
         tensor = _first_tensor(args)
         on_host = tensor is None or tensor.device.type == "cpu"
         site, read_by_torch = _site_and_reader()
         if on_host and (self.device != "cpu" or read_by_torch):
             return
-        self.syncs[(SYNC_OPS[name], site)] += 1
+        self.syncs[(label, site)] += 1
+
+    def _wrap_host_reads(self) -> None:
+        """Wrap the reads no mode sees (HOST_READS) until exit; each counts as one sync at the caller's line."""
+        import torch._tensor_str as tensor_str
+
+        for owner, attr in ((tensor_str, "_str"), (torch.Tensor, "tolist"), (torch.Tensor, "numpy")):
+            original = getattr(owner, attr)
+            self._unwrap.append((owner, attr, owner.__dict__.get(attr)))
+            setattr(owner, attr, self._reader(HOST_READS[attr], original))
+
+    def _reader(self, label: str, original: Any) -> Any:
+        def read(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(tensor, torch.Tensor):
+                self.count_sync(label, (tensor,))
+            self._reading += 1
+            try:
+                return original(tensor, *args, **kwargs)
+            finally:
+                self._reading -= 1
+
+        return read
+
+    def _unwrap_host_reads(self) -> None:
+        while self._unwrap:
+            owner, attr, own = self._unwrap.pop()
+            if own is None:
+                delattr(owner, attr)  # it was inherited (torch.Tensor from its C base): inherit it again
+            else:
+                setattr(owner, attr, own)
 
     def count_copy(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         if name == "aten::copy_":
@@ -182,16 +240,18 @@ class StructureCounter:
         stat = self.copies.setdefault(kind, CopyStat(count=0, bytes=0))
         stat.count += 1
         stat.bytes += src.numel() * src.element_size()
-        if kind.startswith("d2h") and not kwargs.get("non_blocking", False):
+        if kind.startswith("d2h") and not kwargs.get("non_blocking", False) and not self._reading:
             self.syncs[("D2H copy (.cpu())", call_site())] += 1
 
     def __enter__(self) -> StructureCounter:
         self.flop_counter.__enter__()
         self._mode.__enter__()
+        self._wrap_host_reads()
         return self
 
     def __exit__(self, *exc: object) -> None:
         try:
+            self._unwrap_host_reads()
             self._mode.__exit__(*exc)
         finally:
             self.flop_counter.__exit__(*exc)
