@@ -172,3 +172,25 @@ def test_runs_agree_though_only_one_was_traced_and_their_allocator_peaks_move():
     other = copy.deepcopy(runs[1])
     other.op_calls = 11
     assert consensus([*runs, other])[1] == 2 and consensus([*runs, other])[0].op_calls == 10
+
+
+def test_a_sync_every_n_steps_is_named_from_the_window_and_periodic_phase_is_no_change():
+    from perfscope.results.fingerprint import SyncSite, WindowSyncs, consensus
+
+    base = Fingerprint(method="t", window_syncs=WindowSyncs(steps=40, sites={}))
+    every10 = Fingerprint(method="t", window_syncs=WindowSyncs(steps=40, sites={"train.py:42": 4}))
+    (change,) = diff_fingerprints(base, every10, parse_structure_gates("sync")).failed
+    assert change.message == ("+0.1 host syncs per step over the timed window (about 1 every 10 steps): a synchronizing "
+                              "CUDA call at train.py:42 (0 in 40 steps → 4 in 40 steps)")
+    assert not diff_fingerprints(base, every10, parse_structure_gates("sync:1")).failed
+    # identical code: windows of other lengths and phases hold one occurrence more or less: no change
+    same = Fingerprint(method="t", window_syncs=WindowSyncs(steps=43, sites={"train.py:42": 5}))
+    assert diff_fingerprints(every10, same).changes == []
+    # a per-step sync the counted step names is not named again from the window
+    step_base = copy.deepcopy(base)
+    per_step = Fingerprint(method="t", syncs=[SyncSite(op="aten::_local_scalar_dense (.item())", site="train.py:42", count=1)],
+                           op_calls=1, ops={"aten::_local_scalar_dense": 1}, window_syncs=WindowSyncs(steps=40, sites={"train.py:42": 40}))
+    assert [c.message.split(":")[0] for c in diff_fingerprints(step_base, per_step).changes] == ["+1 host sync per step"]
+    # runs pool their windows: more steps resolve rarer syncs
+    pooled, variants = consensus([every10, same])
+    assert variants == 1 and pooled.window_syncs.steps == 83 and pooled.window_syncs.sites == {"train.py:42": 9}

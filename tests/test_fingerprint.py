@@ -230,3 +230,52 @@ def test_reads_no_dispatch_mode_sees_are_syncs_at_the_users_line(capsys):
     with StructureCounter(device="cuda") as on_gpu:
         print(t), t.tolist(), t[t > 0]
     assert on_gpu.fingerprint(method="t").syncs == []
+
+
+# ------------------------------------------------------------------------------ syncs over the whole window
+
+
+def _periodic_step(i: int, every: int) -> None:
+    """A step that logs every ``every`` steps; on CUDA torch's sync debug mode warns at the read (TORCH_WARN from
+    the C++ call, located at the calling line): emulated here with the same warning from the same line."""
+    import warnings
+
+    from perfscope.measure.structure import SYNC_WARNING
+
+    if i % every == 0:
+        warnings.warn(SYNC_WARNING)  # PERIODIC-SYNC
+
+
+def test_a_sync_every_n_steps_is_counted_over_the_whole_window_without_adding_one():
+    """CUDA only (fakes here): the window counter sets torch's sync debug mode to warn, counts its warnings by call
+    site (not shown), leaves other warnings and the user's own mode alone, and ignores perfscope's clock reads."""
+    import warnings
+
+    from perfscope.measure.structure import _MEASURE_DIR, SYNC_WARNING, WINDOW_SYNCS_ON_CPU, WindowSyncCounter
+
+    modes: list[int] = []
+    filters = list(warnings.filters)
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        with WindowSyncCounter("cuda", get_mode=lambda: 0, set_mode=modes.append) as counter:
+            for i in range(40):
+                _periodic_step(i, every=10)
+            warnings.warn("the user's own warning")
+            exec(compile(f"import warnings; warnings.warn({SYNC_WARNING!r})", _MEASURE_DIR + "clock.py", "exec"), {})
+    line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "# PERIODIC-SYNC" in text)
+    window = counter.result(40)
+    assert window is not None and window.sites == {f"tests/test_fingerprint.py:{line}": 4} and window.steps == 40
+    assert modes == [1, 0] and [str(w.message) for w in shown] == ["the user's own warning"]
+    assert list(warnings.filters) == filters  # the filters are restored
+    mine = WindowSyncCounter("cuda", get_mode=lambda: 2, set_mode=modes.append)
+    with mine:
+        pass
+    assert mine.result(40) is None and "already set" in (mine.reason or "") and modes == [1, 0]
+    with WindowSyncCounter("cpu") as on_cpu:
+        pass
+    assert on_cpu.result(40) is None and on_cpu.reason == WINDOW_SYNCS_ON_CPU
+
+
+def test_a_cpu_trial_says_its_syncs_cover_one_step():
+    fp = _fingerprint("base")
+    assert fp.steps == 1 and fp.window_syncs is None and "every N steps" in fp.unavailable["window_syncs"]

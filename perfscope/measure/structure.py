@@ -20,7 +20,9 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+import warnings
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from perfscope.measure.flops import StepFlopCounter
-from perfscope.results.fingerprint import CompileFacts, CopyStat, Fingerprint, SyncSite
+from perfscope.results.fingerprint import CompileFacts, CopyStat, Fingerprint, SyncSite, WindowSyncs
 from perfscope.results.trace_facts import TraceFacts
 
 SYNC_OPS: dict[str, str] = {
@@ -67,6 +69,7 @@ _TORCH_DIR = str(Path(torch.__file__).resolve().parent) + os.sep
 _PERFSCOPE_DIR = str(Path(sys.modules["perfscope"].__file__ or "").resolve().parent) + os.sep
 _TORCH_OPTIM_DIR = _TORCH_DIR + "optim" + os.sep
 _STDLIB_DIR = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
+_MEASURE_DIR = _PERFSCOPE_DIR + "measure" + os.sep
 _DISPATCH_INFRA = ("utils/_python_dispatch.py", "_ops.py", "utils/flop_counter.py", "utils/module_tracker.py",
                    "_dynamo/eval_frame.py", "torch/_compile.py")
 
@@ -335,3 +338,91 @@ def fill_kernel_launches(fingerprint: Fingerprint, facts: TraceFacts) -> None:
             launches[f"sync call {name}"] = round(per_step)
     fingerprint.kernel_launches = launches
     fingerprint.unavailable.pop("kernel_launches", None)
+
+
+SYNC_WARNING = "called a synchronizing CUDA operation"
+"""What torch's CUDA sync debug mode warns at each synchronizing call (c10/cuda: warn_or_error_on_sync)."""
+
+WINDOW_SYNCS_ON_CPU = ("CPU: no device to wait for and no sync debug mode; syncs are counted on the one counted step "
+                       "(a sync every N steps is seen only when that step hits it)")
+
+
+def _measurement_sync() -> bool:
+    """The synchronizing call was made by perfscope's own measurement code (a clock reading its events), not by
+    the step: the innermost frame outside the warning machinery, torch and the stdlib is under perfscope/measure."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        path = os.path.realpath(filename) if not filename.startswith("<") else filename
+        if path.startswith(_PERFSCOPE_DIR):
+            return path.startswith(_MEASURE_DIR) and not path.endswith(os.sep + "structure.py")
+        if not (path.startswith(_TORCH_DIR) or path.startswith(_STDLIB_DIR) or filename.startswith("<")):
+            return False
+        frame = frame.f_back
+    return False
+
+
+class WindowSyncCounter:
+    """Counts host↔device syncs over a timed window without adding one: every timed step, not one counted step.
+
+    torch's CUDA sync debug mode (`torch.cuda.set_sync_debug_mode("warn")`) warns at each synchronizing call
+    (`.item()`, `.cpu()`, `nonzero`, `cudaStreamSynchronize`, ...); the warnings are counted by call site and not
+    shown. It costs a Python warning per sync that happens anyway, and nothing when there is none. CUDA only; a
+    sync debug mode the user set is left alone (and nothing is counted). Enter after the window's opening
+    synchronize, exit before its closing one.
+    """
+
+    def __init__(self, device: str, *, get_mode: Callable[[], int] | None = None,
+                 set_mode: Callable[[int], None] | None = None) -> None:
+        self.device = device
+        self._get_mode = get_mode or (lambda: int(torch.cuda.get_sync_debug_mode()))
+        self._set_mode = set_mode or torch.cuda.set_sync_debug_mode
+        self.sites: Counter[str] = Counter()
+        self.reason: str | None = WINDOW_SYNCS_ON_CPU if device != "cuda" else None
+        self._warnings: Any = None
+
+    def __enter__(self) -> WindowSyncCounter:
+        if self.reason is not None:
+            return self
+        try:
+            if self._get_mode() != 0:
+                self.reason = "the CUDA sync debug mode was already set (by your code): left alone, not counted"
+                return self
+            self._warnings = warnings.catch_warnings()  # restores the filters and showwarning on exit
+            self._warnings.__enter__()
+            warnings.filterwarnings("always", message=SYNC_WARNING)
+            shown = warnings.showwarning
+
+            def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+                if str(message).startswith(SYNC_WARNING):
+                    if not _measurement_sync():
+                        self.sites[call_site()] += 1
+                    return
+                shown(message, category, filename, lineno, file, line)
+
+            warnings.showwarning = show
+            self._set_mode(1)
+        except Exception as exc:  # noqa: BLE001 - counting must never cost the measurement
+            self._restore()
+            self.reason = f"the CUDA sync debug mode could not be set: {type(exc).__name__}: {exc}"
+        return self
+
+    def _restore(self) -> None:
+        if self._warnings is not None:
+            self._warnings.__exit__(None, None, None)
+            self._warnings = None
+
+    def __exit__(self, *exc: object) -> None:
+        if self._warnings is None:
+            return
+        try:
+            self._set_mode(0)
+        finally:
+            self._restore()
+
+    def result(self, steps: int) -> WindowSyncs | None:
+        """The syncs of the window's ``steps`` timed steps; None (and `reason`) when they were not counted."""
+        if self.reason is not None:
+            return None
+        return WindowSyncs(steps=steps, sites=dict(sorted(self.sites.items())),
+                           source="torch.cuda.set_sync_debug_mode('warn') over the timed window, warnings counted by call site")

@@ -36,6 +36,22 @@ class SyncSite:
 
 
 @dataclass(kw_only=True)
+class WindowSyncs:
+    """Host↔device syncs over every timed step of the window, not one counted step: a sync every N steps (a loss
+    logged every 10 steps) shows here. CUDA only: torch's sync debug mode warns at each synchronizing call and the
+    warnings are counted by call site (perfscope.measure.structure.WindowSyncCounter); nothing is synchronized."""
+
+    steps: int
+    """Timed optimizer steps the syncs were counted over."""
+    sites: dict[str, int] = field(default_factory=dict)
+    """Call site ("train.py:42", "" when none was found) -> synchronizing calls in those steps."""
+    source: str = ""
+
+    def per_step(self, site: str) -> float:
+        return self.sites.get(site, 0) / self.steps if self.steps else 0.0
+
+
+@dataclass(kw_only=True)
 class CopyStat:
     """Host↔device copies of one kind ("h2d pageable", "h2d pinned", "d2h pageable", "d2h pinned") per step."""
 
@@ -73,6 +89,9 @@ class Fingerprint:
 
     method: str
     """How it was counted (one real step under a dispatch mode, outside the timed window; or the hooks' step)."""
+    steps: int = 1
+    """Optimizer steps the per-step counts were taken from: one. A sync every N steps is in `syncs` only when that
+    step hits it; `window_syncs` covers every timed step where syncs can be counted without adding any (CUDA)."""
     flops: float = 0.0
     """Matmul/conv/attention FLOPs per step, torch.utils.flop_counter's convention."""
     flops_by_op: dict[str, float] = field(default_factory=dict)
@@ -93,6 +112,8 @@ class Fingerprint:
     """CUDA only, from the profiled window (perfscope.results.trace_facts): kernel category -> launches per step."""
     memory: MemoryPeak | None = None
     """CUDA allocator peak (max allocated); None on a CPU (host RSS is not an allocator peak)."""
+    window_syncs: WindowSyncs | None = None
+    """Syncs over the whole timed window (CUDA); None with the reason in `unavailable` elsewhere."""
     unavailable: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -105,10 +126,11 @@ class Fingerprint:
         return {d: v / total for d, v in sorted(self.matmul_flops_by_dtype.items())} if total else {}
 
 
-RUN_DEPENDENT_FIELDS = ("memory", "kernel_launches", "unavailable")
+RUN_DEPENDENT_FIELDS = ("memory", "kernel_launches", "window_syncs", "unavailable")
 """Fields that differ between runs of identical code for reasons other than the code: the allocator peak moves
-within its tolerance, and kernel launches exist only on the run that was traced (analyze traces one run of the
-baseline and one of the recommendation). Runs agree or disagree on the rest."""
+within its tolerance, kernel launches exist only on the run that was traced (analyze traces one run of the
+baseline and one of the recommendation), and a window's syncs depend on its calibrated length. Runs agree or
+disagree on the rest."""
 
 
 def consensus(prints: list[Fingerprint]) -> tuple[Fingerprint | None, int]:
@@ -116,7 +138,8 @@ def consensus(prints: list[Fingerprint]) -> tuple[Fingerprint | None, int]:
 
     Identical code gives identical counts, so runs normally agree; when they do not, the most common one stands
     and the caller says so. Run-dependent fields are compared apart: the representative takes the median
-    allocator peak of the agreeing runs and the kernel launches of a traced one. (None, 0) without fingerprints.
+    allocator peak of the agreeing runs, the kernel launches of a traced one, and the window syncs of all of them
+    pooled (more steps resolve rarer syncs). (None, 0) without fingerprints.
     The CI gate and the report pick a configuration's fingerprint with this one function.
     """
     from perfscope.results.serde import to_jsonable
@@ -142,4 +165,11 @@ def consensus(prints: list[Fingerprint]) -> tuple[Fingerprint | None, int]:
     peaks = sorted((fp.memory for fp in agreeing if fp.memory is not None), key=lambda m: m.bytes)
     if peaks:
         chosen.memory = copy.deepcopy(peaks[len(peaks) // 2])
+    windows = [fp.window_syncs for fp in agreeing if fp.window_syncs is not None]
+    if windows:
+        sites: Counter[str] = Counter()
+        for w in windows:
+            sites.update(w.sites)
+        chosen.window_syncs = WindowSyncs(steps=sum(w.steps for w in windows), sites=dict(sorted(sites.items())),
+                                          source=windows[0].source + (f" (pooled over {len(windows)} runs)" if len(windows) > 1 else ""))
     return chosen, len(counts)
