@@ -63,7 +63,10 @@ def test_results_without_fingerprints_say_why_once_and_keep_the_measured_line():
     rows = {k.knob: k for k in view.knobs}
     assert rows["amp_bf16"].structure == [] and rows["dataloader_workers"].structure == [
         "exposed data wait 18% → 2% of wall time (measured)"]
-    assert view.structure_notes == ["the baseline has no structural fingerprint (recorded by an older perfscope, or counting failed)"]
+    assert view.structure_notes == ["the baseline (baseline) has no structural fingerprint (recorded by an older perfscope, "
+                                    "or counting failed)"]
+    only_base = build_view(_results({"baseline": BASE}))
+    assert "recommended has no structural fingerprint (recorded by an older perfscope, or counting failed)" in only_base.structure_notes
 
 
 def test_html_and_markdown_show_each_knobs_change_next_to_its_gain_and_the_stacks():

@@ -91,6 +91,9 @@ def structural_effect(results: Results, configuration: str) -> StructuralEffect 
     cur_fp, cur_variants = configuration_fingerprint(results, configuration)
     diff = diff_fingerprints(base_fp, cur_fp)
     notes = list(diff.notes)
+    if not diff.compared:  # check's note speaks of "the current run": name the configuration instead
+        missing = f"the baseline ({base_name})" if base_fp is None else configuration
+        notes = [f"{missing} has no structural fingerprint (recorded by an older perfscope, or counting failed)"]
     counted = [c.message for c in diff.changes]
     if base_fp is not None and cur_fp is not None:
         if cur_fp.compile is not None and base_fp.compile is None:
