@@ -125,6 +125,26 @@ def test_a_timing_regression_says_its_structural_cause_or_that_none_was_found():
     assert verdict.status == "regression" and "no structural change found" in verdict.message
     slower_item = run_gate(_results(fingerprint("item"), median_s=0.15, seed=2), base, GateOptions(metrics=("samples_per_s",)))
     assert "structural changes: +1 host sync per step" in slower_item.verdicts[0].message
+    # every output carries the explanation with the verdict, not only the structure list
+    words = "structural changes: +1 host sync per step: aten::_local_scalar_dense (.item())"
+    for rendered in (render_table(slower_item), render_markdown(slower_item), render_junit(slower_item)):
+        assert words in rendered
+    assert '<failure type="regression" message="samples/s' in render_junit(slower_item)
+
+
+def test_a_slowdown_the_noise_cannot_confirm_also_gets_its_explanation():
+    noisy = [1.0, 1.35, 0.7, 1.25, 0.75]
+    base = make_results(make_runs(median_s=0.1, run_factors=noisy))
+    for run in base.trials:
+        run.metrics.fingerprint = copy.deepcopy(fingerprint("base"))
+    cur = make_results(make_runs(median_s=0.125, run_factors=noisy[:3], seed=3))
+    for run in cur.trials:
+        run.metrics.fingerprint = copy.deepcopy(fingerprint("item"))
+    (verdict,) = run_gate(cur, base, GateOptions(metrics=("samples_per_s",))).verdicts
+    assert verdict.status == "inconclusive" and verdict.change < -0.05
+    assert "structural changes: +1 host sync per step" in verdict.message
+    (faster,) = run_gate(base, cur, GateOptions(metrics=("samples_per_s",))).verdicts
+    assert "structur" not in faster.message  # a faster run needs no explanation
 
 
 def test_a_structural_gate_without_a_fingerprint_is_unusable_not_a_pass():
@@ -132,3 +152,45 @@ def test_a_structural_gate_without_a_fingerprint_is_unusable_not_a_pass():
     report = run_gate(_results(fingerprint("base")), base, GateOptions(fail_on_structure=parse_structure_gates("sync")))
     assert report.outcome == "unusable" and "no structural fingerprint" in " ".join(report.errors)
     assert run_gate(_results(fingerprint("base")), base, GateOptions()).outcome != "unusable"  # no gate: a note only
+
+
+def test_runs_agree_though_only_one_was_traced_and_their_allocator_peaks_move():
+    """On CUDA, analyze traces one run of the baseline (kernel launches) and the allocator peak moves within its
+    tolerance: five runs of identical code are still one fingerprint, with the traced run's launches."""
+    from perfscope.results.fingerprint import consensus
+
+    runs = []
+    for i, peak in enumerate((1000, 1003, 998, 1001, 1002)):
+        fp = Fingerprint(method="t", op_calls=10, memory=MemoryPeak(bytes=peak * 2**20, tolerance=0.02, source="t"),
+                         unavailable={"kernel_launches": "CUDA only, from the profiled window"})
+        if i == 0:
+            fp.kernel_launches, fp.unavailable = {"compute kernels": 312}, {}
+        runs.append(fp)
+    chosen, variants = consensus(runs)
+    assert variants == 1 and chosen.kernel_launches == {"compute kernels": 312} and chosen.unavailable == {}
+    assert chosen.memory.bytes == 1001 * 2**20  # the median peak
+    other = copy.deepcopy(runs[1])
+    other.op_calls = 11
+    assert consensus([*runs, other])[1] == 2 and consensus([*runs, other])[0].op_calls == 10
+
+
+def test_a_sync_every_n_steps_is_named_from_the_window_and_periodic_phase_is_no_change():
+    from perfscope.results.fingerprint import SyncSite, WindowSyncs, consensus
+
+    base = Fingerprint(method="t", window_syncs=WindowSyncs(steps=40, sites={}))
+    every10 = Fingerprint(method="t", window_syncs=WindowSyncs(steps=40, sites={"train.py:42": 4}))
+    (change,) = diff_fingerprints(base, every10, parse_structure_gates("sync")).failed
+    assert change.message == ("+0.1 host syncs per step over the timed window (about 1 every 10 steps): a synchronizing "
+                              "CUDA call at train.py:42 (0 in 40 steps → 4 in 40 steps)")
+    assert not diff_fingerprints(base, every10, parse_structure_gates("sync:1")).failed
+    # identical code: windows of other lengths and phases hold one occurrence more or less: no change
+    same = Fingerprint(method="t", window_syncs=WindowSyncs(steps=43, sites={"train.py:42": 5}))
+    assert diff_fingerprints(every10, same).changes == []
+    # a per-step sync the counted step names is not named again from the window
+    step_base = copy.deepcopy(base)
+    per_step = Fingerprint(method="t", syncs=[SyncSite(op="aten::_local_scalar_dense (.item())", site="train.py:42", count=1)],
+                           op_calls=1, ops={"aten::_local_scalar_dense": 1}, window_syncs=WindowSyncs(steps=40, sites={"train.py:42": 40}))
+    assert [c.message.split(":")[0] for c in diff_fingerprints(step_base, per_step).changes] == ["+1 host sync per step"]
+    # runs pool their windows: more steps resolve rarer syncs
+    pooled, variants = consensus([every10, same])
+    assert variants == 1 and pooled.window_syncs.steps == 83 and pooled.window_syncs.sites == {"train.py:42": 9}

@@ -167,3 +167,115 @@ def test_an_optimizers_host_step_count_is_no_sync():
     # torch formats tensors with dispatch modes disabled; docs/ci-gate.md lists it.)
     fp = counter.fingerprint(method="t")
     assert fp.ops["aten::_local_scalar_dense"] == 2 and fp.syncs == []
+
+
+def test_kernel_launches_host_launch_calls_and_cuda_graph_replays_come_from_the_trace(tmp_path):
+    """CUDA only (a Kineto-shaped trace, tests/kineto.py): a CUDA graph replay is one cudaGraphLaunch on the host
+    whatever kernels it runs; the fingerprint tells launches made by the host from replays."""
+    from perfscope.measure.structure import fill_kernel_launches
+    from perfscope.trace.facts import trace_facts
+    from tests.kineto import KinetoTrace
+
+    trace = KinetoTrace()
+    for n in (2, 3):
+        with trace.step(n):
+            with trace.op("aten::mm"):
+                for i in range(3):
+                    trace.launch(f"gemm_{i}", 50)
+            with trace.op("CUDAGraph::replay"):
+                trace.launch("graph_kernel", 200, api="cudaGraphLaunch")
+    facts = trace_facts(trace.write(tmp_path / "t.json.gz"), device_type="cuda", steps=2)
+    assert facts.launch.launch_calls_per_step == {"cudaGraphLaunch": 1.0, "cudaLaunchKernel": 3.0}
+    fp = Fingerprint(method="t", unavailable={"kernel_launches": "CUDA only"})
+    fill_kernel_launches(fp, facts)
+    assert fp.kernel_launches == {"compute kernels": 4, "host launch calls": 3, "CUDA graph replays": 1}
+    assert fp.unavailable == {}
+
+
+def test_under_torch_compile_the_counted_step_is_the_eager_one():
+    """dynamo skips frames while a dispatch mode is active (torch/_dynamo/convert_frame.py): ops, FLOPs and
+    dtypes of a compiled trial are its eager step's, so they compare with an eager baseline; what compiling did
+    is in the compile facts (and on CUDA in the traced kernel launches). docs/ci-gate.md says so."""
+    eager, compiled = _fingerprint("base"), _fingerprint("base", compile="default")
+    assert compiled.ops == eager.ops and compiled.flops_by_op == eager.flops_by_op
+    assert "eager step" in compiled.method and compiled.compile is not None and compiled.compile.graphs == 1
+
+
+def test_reads_no_dispatch_mode_sees_are_syncs_at_the_users_line(capsys):
+    """print(t) (torch formats with the modes disabled), tolist()/numpy() (read host memory directly) and
+    boolean-mask indexing (its nonzero runs below the dispatcher) are syncs on a GPU: counted at the caller."""
+    here = Path(__file__).name
+    t = torch.randn(6)
+    with StructureCounter() as counter:
+        print(t)  # READ-PRINT
+        values = t.tolist()  # READ-TOLIST
+        array = t.numpy()  # READ-NUMPY
+        positive = t[t > 0]  # READ-MASK-GET
+        t[t < 0] = 0.0  # READ-MASK-PUT
+        label = f"{t.sum():.2f}"  # READ-FORMAT
+    assert "tolist" not in torch.Tensor.__dict__ and "numpy" not in torch.Tensor.__dict__  # unwrapped on exit
+    lines = {tag: i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) for tag in
+             ("READ-PRINT", "READ-TOLIST", "READ-NUMPY", "READ-MASK-GET", "READ-MASK-PUT", "READ-FORMAT") if f"# {tag}" in text}
+    syncs = {(s.op, s.site): s.count for s in counter.fingerprint(method="t").syncs}
+    assert syncs == {
+        ("print/str/repr of a tensor (formats its values on the host)", f"tests/{here}:{lines['READ-PRINT']}"): 1,
+        ("tensor.tolist()", f"tests/{here}:{lines['READ-TOLIST']}"): 1,
+        ("tensor.numpy()", f"tests/{here}:{lines['READ-NUMPY']}"): 1,
+        ("aten::index with a boolean mask (x[mask])", f"tests/{here}:{lines['READ-MASK-GET']}"): 1,
+        ("aten::index_put with a boolean mask (x[mask] = v)", f"tests/{here}:{lines['READ-MASK-PUT']}"): 1,
+        ("aten::_local_scalar_dense (.item())", f"tests/{here}:{lines['READ-FORMAT']}"): 1,
+    }
+    assert len(values) == len(array) == 6 and positive.numel() <= 6 and label and "tensor(" in capsys.readouterr().out
+    # a CUDA run counts reads of device tensors only: these host tensors are no sync there
+    with StructureCounter(device="cuda") as on_gpu:
+        print(t), t.tolist(), t[t > 0]
+    assert on_gpu.fingerprint(method="t").syncs == []
+
+
+# ------------------------------------------------------------------------------ syncs over the whole window
+
+
+def _periodic_step(i: int, every: int) -> None:
+    """A step that logs every ``every`` steps; on CUDA torch's sync debug mode warns at the read (TORCH_WARN from
+    the C++ call, located at the calling line): emulated here with the same warning from the same line."""
+    import warnings
+
+    from perfscope.measure.structure import SYNC_WARNING
+
+    if i % every == 0:
+        warnings.warn(SYNC_WARNING)  # PERIODIC-SYNC
+
+
+def test_a_sync_every_n_steps_is_counted_over_the_whole_window_without_adding_one():
+    """CUDA only (fakes here): the window counter sets torch's sync debug mode to warn, counts its warnings by call
+    site (not shown), leaves other warnings and the user's own mode alone, and ignores perfscope's clock reads."""
+    import warnings
+
+    from perfscope.measure.structure import _MEASURE_DIR, SYNC_WARNING, WINDOW_SYNCS_ON_CPU, WindowSyncCounter
+
+    modes: list[int] = []
+    filters = list(warnings.filters)
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        with WindowSyncCounter("cuda", get_mode=lambda: 0, set_mode=modes.append) as counter:
+            for i in range(40):
+                _periodic_step(i, every=10)
+            warnings.warn("the user's own warning")
+            exec(compile(f"import warnings; warnings.warn({SYNC_WARNING!r})", _MEASURE_DIR + "clock.py", "exec"), {})
+    line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "# PERIODIC-SYNC" in text)
+    window = counter.result(40)
+    assert window is not None and window.sites == {f"tests/test_fingerprint.py:{line}": 4} and window.steps == 40
+    assert modes == [1, 0] and [str(w.message) for w in shown] == ["the user's own warning"]
+    assert list(warnings.filters) == filters  # the filters are restored
+    mine = WindowSyncCounter("cuda", get_mode=lambda: 2, set_mode=modes.append)
+    with mine:
+        pass
+    assert mine.result(40) is None and "already set" in (mine.reason or "") and modes == [1, 0]
+    with WindowSyncCounter("cpu") as on_cpu:
+        pass
+    assert on_cpu.result(40) is None and on_cpu.reason == WINDOW_SYNCS_ON_CPU
+
+
+def test_a_cpu_trial_says_its_syncs_cover_one_step():
+    fp = _fingerprint("base")
+    assert fp.steps == 1 and fp.window_syncs is None and "every N steps" in fp.unavailable["window_syncs"]

@@ -9,8 +9,6 @@ one run shows every regressed metric at once. Exit codes belong to the CLI; this
 
 from __future__ import annotations
 
-import json
-from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -19,9 +17,8 @@ from perfscope.check.decision import MetricCheck, Verdict
 from perfscope.check.metrics import METRICS, MetricUnavailable, Side
 from perfscope.check.structure import StructureDiff, StructureGate, diff_fingerprints
 from perfscope.results import Results, Trial
-from perfscope.results.fingerprint import Fingerprint
+from perfscope.results.fingerprint import Fingerprint, consensus
 from perfscope.results.roles import recommended_configuration
-from perfscope.results.serde import to_jsonable
 
 Outcome = Literal["pass", "regression", "inconclusive", "unusable"]
 
@@ -121,14 +118,21 @@ def _fingerprint(files: list[Results], trial: str, role: str, notes: list[str]) 
     load): identical code gives identical ones, so disagreement is worth a note; the most common one stands."""
     runs = [t for results in files for t in _pick_runs(results, trial, role)[1] if t.ok]
     prints = [t.metrics.fingerprint for t in runs if t.metrics is not None and t.metrics.fingerprint is not None]
-    if not prints:
-        return None
-    keys = [json.dumps(to_jsonable(fp), sort_keys=True) for fp in prints]
-    counts = Counter(keys)
-    if len(counts) > 1:
+    fingerprint, variants = consensus(prints)
+    if variants > 1:
         notes.append(f"{role}: the structural fingerprints of its {len(prints)} runs differ "
-                     f"({len(counts)} variants): the most common one is compared")
-    return prints[keys.index(counts.most_common(1)[0][0])]
+                     f"({variants} variants): the most common one is compared")
+    return fingerprint
+
+
+def _slower(verdict: Verdict) -> bool:
+    """A regression, or a change past the tolerance that the noise could not confirm: both want a cause."""
+    if verdict.status == "regression":
+        return True
+    if verdict.status != "inconclusive" or verdict.change is None:
+        return False
+    ratio = 1 + verdict.change
+    return ratio < 1 - verdict.max_drop if verdict.metric.higher_is_better else ratio > 1 + verdict.max_drop
 
 
 def _both_measured_ceilings(current: Results, baseline: Results) -> bool:
@@ -230,7 +234,7 @@ def run_gate(
         except MetricUnavailable as exc:
             report.errors.append(f"{metric_id}: {exc}")
             continue
-        if verdict.status == "regression" and report.structure is not None:
+        if report.structure is not None and _slower(verdict):
             # A timing verdict can only say "slower"; the fingerprint diff says why, or that nothing counted changed.
             verdict = replace(verdict, message=f"{verdict.message}; {report.structure.summary()}")
         report.verdicts.append(verdict)

@@ -155,6 +155,29 @@ def _syncs(base: Fingerprint, cur: Fingerprint) -> tuple[list[StructuralChange],
     return changes, notes
 
 
+def _window_syncs(base: Fingerprint, cur: Fingerprint, named: set[str]) -> list[StructuralChange]:
+    """Syncs over the whole timed window (CUDA), by site, as rates per step: the syncs every N steps the one
+    counted step misses. Windows differ in length and phase, so a periodic sync's rate moves by up to one
+    occurrence per window between identical runs: only a larger move is a change. Sites the counted step
+    already named are not named again."""
+    b, c = base.window_syncs, cur.window_syncs
+    if b is None or c is None or not b.steps or not c.steps:
+        return []
+    resolution = 1 / b.steps + 1 / c.steps
+    changes = []
+    for site in sorted(set(b.sites) | set(c.sites)):
+        before, after = b.per_step(site), c.per_step(site)
+        if site in named or abs(after - before) <= resolution:
+            continue
+        every = f" (about 1 every {1 / (after - before):.0f} steps)" if after - before > 0 else ""
+        changes.append(StructuralChange(
+            kind="sync", before=before, after=after, worse=after > before,
+            message=f"{after - before:+.2g} host syncs per step over the timed window{every}: a synchronizing CUDA call at "
+            f"{site or 'an unknown site'} ({b.sites.get(site, 0)} in {b.steps} steps → {c.sites.get(site, 0)} in {c.steps} steps)",
+        ))
+    return changes
+
+
 def _flops(base: Fingerprint, cur: Fingerprint) -> list[StructuralChange]:
     if base.flops == cur.flops and base.flops_by_op == cur.flops_by_op:
         return []
@@ -281,6 +304,8 @@ def diff_fingerprints(base: Fingerprint | None, cur: Fingerprint | None,
         diff.notes.append(f"{side} has no structural fingerprint (recorded by an older perfscope, or counting failed)")
         return diff
     sync_changes, sync_notes = _syncs(base, cur)
+    named = {s.site for s in [*base.syncs, *cur.syncs]}
+    sync_changes += _window_syncs(base, cur, named)
     compile_changes, compile_notes = _compile(base, cur)
     diff.changes = [*sync_changes, *compile_changes, *_flops(base, cur), *_dtypes(base, cur), *_ops(base, cur),
                     *_copies(base, cur), *_memory(base, cur)]

@@ -818,6 +818,9 @@ class Profiler:
                                             source="torch.cuda.max_memory_allocated since the process started")
         else:
             fingerprint.unavailable["memory"] = "CPU: no allocator peak (host RSS varies between identical runs)"
+        fingerprint.unavailable["window_syncs"] = (
+            "hooks: not counted over the window (your process's warning filters and CUDA sync debug mode are left "
+            "alone); a sync every N steps is in the fingerprint only when the counted step hits it")
         metrics.fingerprint = fingerprint
 
     def _fill_trace(self, metrics: Any) -> None:

@@ -20,7 +20,9 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+import warnings
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from perfscope.measure.flops import StepFlopCounter
-from perfscope.results.fingerprint import CompileFacts, CopyStat, Fingerprint, SyncSite
+from perfscope.results.fingerprint import CompileFacts, CopyStat, Fingerprint, SyncSite, WindowSyncs
 from perfscope.results.trace_facts import TraceFacts
 
 SYNC_OPS: dict[str, str] = {
@@ -42,6 +44,23 @@ SYNC_OPS: dict[str, str] = {
 }
 """Ops whose output size or value the host must wait for: on a GPU each drains the launch queue."""
 
+MASK_INDEX_OPS: dict[str, str] = {
+    "aten::index": "aten::index with a boolean mask (x[mask])",
+    "aten::index_put": "aten::index_put with a boolean mask (x[mask] = v)",
+    "aten::index_put_": "aten::index_put with a boolean mask (x[mask] = v)",
+    "aten::_index_put_impl": "aten::index_put with a boolean mask (x[mask] = v)",
+}
+"""Indexing by a boolean mask turns the mask into indices (nonzero) inside the kernel, below the dispatcher
+where a mode sees it: the output size depends on the mask's values, so the host waits. Counted from the index."""
+
+HOST_READS: dict[str, str] = {
+    "_str": "print/str/repr of a tensor (formats its values on the host)",
+    "tolist": "tensor.tolist()",
+    "numpy": "tensor.numpy()",
+}
+"""Reads of a tensor's values that no dispatch mode sees: torch formats tensors with the modes disabled, and
+tolist()/numpy() read host memory directly. Counted by wrapping them for the counted step only."""
+
 _COPY_OPS = frozenset({"aten::_to_copy", "aten::copy_"})
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}
@@ -50,6 +69,7 @@ _TORCH_DIR = str(Path(torch.__file__).resolve().parent) + os.sep
 _PERFSCOPE_DIR = str(Path(sys.modules["perfscope"].__file__ or "").resolve().parent) + os.sep
 _TORCH_OPTIM_DIR = _TORCH_DIR + "optim" + os.sep
 _STDLIB_DIR = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
+_MEASURE_DIR = _PERFSCOPE_DIR + "measure" + os.sep
 _DISPATCH_INFRA = ("utils/_python_dispatch.py", "_ops.py", "utils/flop_counter.py", "utils/module_tracker.py",
                    "_dynamo/eval_frame.py", "torch/_compile.py")
 
@@ -120,6 +140,12 @@ def _first_tensor(args: Any) -> torch.Tensor | None:
     return next((a for a in tree_flatten(args)[0] if isinstance(a, torch.Tensor)), None)
 
 
+def _masked(args: tuple[Any, ...]) -> bool:
+    """An index/index_put whose indices hold a boolean (or uint8) mask."""
+    indices = args[1] if len(args) > 1 else ()
+    return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in tree_flatten(indices)[0])
+
+
 class _Mode(TorchDispatchMode):
     def __init__(self, counter: StructureCounter) -> None:
         super().__init__()
@@ -131,7 +157,9 @@ class _Mode(TorchDispatchMode):
         name = op_name(func)
         c.ops[name] += 1
         if name in SYNC_OPS:
-            c.count_sync(name, args)
+            c.count_sync(SYNC_OPS[name], args)
+        elif name in MASK_INDEX_OPS and _masked(args):
+            c.count_sync(MASK_INDEX_OPS[name], args)
         before = c.flop_counter.running_total()
         out = func(*args, **kwargs)
         flops = c.flop_counter.running_total() - before
@@ -156,17 +184,50 @@ class StructureCounter:
         self.syncs: Counter[tuple[str, str]] = Counter()
         self.copies: dict[str, CopyStat] = {}
         self._mode = _Mode(self)
+        self._reading = 0  # inside a wrapped host read: the copies and reads it makes are that one sync
+        self._unwrap: list[tuple[Any, str, Any]] = []
 
-    def count_sync(self, name: str, args: tuple[Any, ...]) -> None:
+    def count_sync(self, label: str, args: tuple[Any, ...]) -> None:
         """A read of a tensor's value or size is a sync when the tensor lives on the device. On a CPU-only run
         every tensor is a host tensor: reads by the step's code count (on a GPU they would sync); torch.optim's
         reads of the step counters it keeps on the host on purpose do not."""
+        if self._reading:
+            return
         tensor = _first_tensor(args)
         on_host = tensor is None or tensor.device.type == "cpu"
         site, read_by_torch = _site_and_reader()
         if on_host and (self.device != "cpu" or read_by_torch):
             return
-        self.syncs[(SYNC_OPS[name], site)] += 1
+        self.syncs[(label, site)] += 1
+
+    def _wrap_host_reads(self) -> None:
+        """Wrap the reads no mode sees (HOST_READS) until exit; each counts as one sync at the caller's line."""
+        import torch._tensor_str as tensor_str
+
+        for owner, attr in ((tensor_str, "_str"), (torch.Tensor, "tolist"), (torch.Tensor, "numpy")):
+            original = getattr(owner, attr)
+            self._unwrap.append((owner, attr, owner.__dict__.get(attr)))
+            setattr(owner, attr, self._reader(HOST_READS[attr], original))
+
+    def _reader(self, label: str, original: Any) -> Any:
+        def read(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(tensor, torch.Tensor):
+                self.count_sync(label, (tensor,))
+            self._reading += 1
+            try:
+                return original(tensor, *args, **kwargs)
+            finally:
+                self._reading -= 1
+
+        return read
+
+    def _unwrap_host_reads(self) -> None:
+        while self._unwrap:
+            owner, attr, own = self._unwrap.pop()
+            if own is None:
+                delattr(owner, attr)  # it was inherited (torch.Tensor from its C base): inherit it again
+            else:
+                setattr(owner, attr, own)
 
     def count_copy(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         if name == "aten::copy_":
@@ -182,16 +243,18 @@ class StructureCounter:
         stat = self.copies.setdefault(kind, CopyStat(count=0, bytes=0))
         stat.count += 1
         stat.bytes += src.numel() * src.element_size()
-        if kind.startswith("d2h") and not kwargs.get("non_blocking", False):
+        if kind.startswith("d2h") and not kwargs.get("non_blocking", False) and not self._reading:
             self.syncs[("D2H copy (.cpu())", call_site())] += 1
 
     def __enter__(self) -> StructureCounter:
         self.flop_counter.__enter__()
         self._mode.__enter__()
+        self._wrap_host_reads()
         return self
 
     def __exit__(self, *exc: object) -> None:
         try:
+            self._unwrap_host_reads()
             self._mode.__exit__(*exc)
         finally:
             self.flop_counter.__exit__(*exc)
@@ -258,13 +321,108 @@ class CompileCounters:
 
 
 def fill_kernel_launches(fingerprint: Fingerprint, facts: TraceFacts) -> None:
-    """CUDA kernel launches per step from the profiled window: total, and host sync calls the trace saw
-    (cudaStreamSynchronize, cudaDeviceSynchronize, ...), rounded to whole calls per step."""
+    """CUDA launches per step from the profiled window, rounded to whole calls per step: compute kernels run
+    (those inside CUDA graphs included), host launch calls (cudaLaunchKernel / cuLaunchKernel), CUDA-graph
+    replays (cudaGraphLaunch: CUDA graphs turn hundreds of launches into one), and host sync calls the trace
+    saw (cudaStreamSynchronize, cudaDeviceSynchronize, ...)."""
     if facts.device_type != "cuda" or facts.kernels.source != "kernels":
         return
     launches = {"compute kernels": round(facts.launch.kernels_per_step)}
+    calls = facts.launch.launch_calls_per_step
+    if calls:  # traces analyzed before the breakdown existed have none: no figure rather than a zero
+        replays = sum(n for name, n in calls.items() if "graphlaunch" in name.lower())
+        launches["host launch calls"] = round(sum(calls.values()) - replays)
+        launches["CUDA graph replays"] = round(replays)
     for name, per_step in sorted(facts.sync.events_per_step.items()):
         if name.startswith("cuda") and round(per_step):
             launches[f"sync call {name}"] = round(per_step)
     fingerprint.kernel_launches = launches
     fingerprint.unavailable.pop("kernel_launches", None)
+
+
+SYNC_WARNING = "called a synchronizing CUDA operation"
+"""What torch's CUDA sync debug mode warns at each synchronizing call (c10/cuda: warn_or_error_on_sync)."""
+
+WINDOW_SYNCS_ON_CPU = ("CPU: no device to wait for and no sync debug mode; syncs are counted on the one counted step "
+                       "(a sync every N steps is seen only when that step hits it)")
+
+
+def _measurement_sync() -> bool:
+    """The synchronizing call was made by perfscope's own measurement code (a clock reading its events), not by
+    the step: the innermost frame outside the warning machinery, torch and the stdlib is under perfscope/measure."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        path = os.path.realpath(filename) if not filename.startswith("<") else filename
+        if path.startswith(_PERFSCOPE_DIR):
+            return path.startswith(_MEASURE_DIR) and not path.endswith(os.sep + "structure.py")
+        if not (path.startswith(_TORCH_DIR) or path.startswith(_STDLIB_DIR) or filename.startswith("<")):
+            return False
+        frame = frame.f_back
+    return False
+
+
+class WindowSyncCounter:
+    """Counts host↔device syncs over a timed window without adding one: every timed step, not one counted step.
+
+    torch's CUDA sync debug mode (`torch.cuda.set_sync_debug_mode("warn")`) warns at each synchronizing call
+    (`.item()`, `.cpu()`, `nonzero`, `cudaStreamSynchronize`, ...); the warnings are counted by call site and not
+    shown. It costs a Python warning per sync that happens anyway, and nothing when there is none. CUDA only; a
+    sync debug mode the user set is left alone (and nothing is counted). Enter after the window's opening
+    synchronize, exit before its closing one.
+    """
+
+    def __init__(self, device: str, *, get_mode: Callable[[], int] | None = None,
+                 set_mode: Callable[[int], None] | None = None) -> None:
+        self.device = device
+        self._get_mode = get_mode or (lambda: int(torch.cuda.get_sync_debug_mode()))
+        self._set_mode = set_mode or torch.cuda.set_sync_debug_mode
+        self.sites: Counter[str] = Counter()
+        self.reason: str | None = WINDOW_SYNCS_ON_CPU if device != "cuda" else None
+        self._warnings: Any = None
+
+    def __enter__(self) -> WindowSyncCounter:
+        if self.reason is not None:
+            return self
+        try:
+            if self._get_mode() != 0:
+                self.reason = "the CUDA sync debug mode was already set (by your code): left alone, not counted"
+                return self
+            self._warnings = warnings.catch_warnings()  # restores the filters and showwarning on exit
+            self._warnings.__enter__()
+            warnings.filterwarnings("always", message=SYNC_WARNING)
+            shown = warnings.showwarning
+
+            def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+                if str(message).startswith(SYNC_WARNING):
+                    if not _measurement_sync():
+                        self.sites[call_site()] += 1
+                    return
+                shown(message, category, filename, lineno, file, line)
+
+            warnings.showwarning = show
+            self._set_mode(1)
+        except Exception as exc:  # noqa: BLE001 - counting must never cost the measurement
+            self._restore()
+            self.reason = f"the CUDA sync debug mode could not be set: {type(exc).__name__}: {exc}"
+        return self
+
+    def _restore(self) -> None:
+        if self._warnings is not None:
+            self._warnings.__exit__(None, None, None)
+            self._warnings = None
+
+    def __exit__(self, *exc: object) -> None:
+        if self._warnings is None:
+            return
+        try:
+            self._set_mode(0)
+        finally:
+            self._restore()
+
+    def result(self, steps: int) -> WindowSyncs | None:
+        """The syncs of the window's ``steps`` timed steps; None (and `reason`) when they were not counted."""
+        if self.reason is not None:
+            return None
+        return WindowSyncs(steps=steps, sites=dict(sorted(self.sites.items())),
+                           source="torch.cuda.set_sync_debug_mode('warn') over the timed window, warnings counted by call site")

@@ -67,6 +67,22 @@ def _finding(f: FindingView) -> list[str]:
     return lines
 
 
+def _structure(view: ReportView) -> list[str]:
+    """What each knob changed in the step (counted, perfscope.report.structure), next to its gain: a list, not
+    another table column, so the knob table stays readable in a terminal."""
+    rows = [k for k in view.knobs if k.structure]
+    if not rows and not view.recommended_structure and not view.structure_notes:
+        return []
+    out = ["**What each knob changed in the step** (counted from the structural fingerprints, against the baseline):", ""]
+    for k in rows:
+        out.append(f"- {code(k.knob)} ({md(k.gain)}): " + "; ".join(md(s) for s in k.structure)
+                   + "".join(f" — {md(n)}" for n in k.structure_notes))
+    if view.recommended_structure:
+        out.append("- the recommended stack: " + "; ".join(md(s) for s in view.recommended_structure))
+    out += [f"- not shown: {md(n)}" for n in view.structure_notes]
+    return out + [""]
+
+
 def render_view_markdown(view: ReportView) -> str:
     out = [f"# perfscope report: {md(view.title)}", ""]
     out += [f"Device: {md(view.device)} · Peak: {md(view.peak)} ({md(view.peak_source)})" + (f" · Run: {md(view.created_at)}" if view.created_at else ""), ""]
@@ -123,6 +139,7 @@ def render_view_markdown(view: ReportView) -> str:
         ]
         out += _table(["Knob", "Status", "Setting", "Gain", "Interval", "Reference", "MFU", "Semantics changes", "Reason"], rows,
                       ["l", "l", "l", "r", "r", "l", "r", "l", "l"]) + [""]
+    out += _structure(view)
     if view.inapplicable:
         # One line, not a table: these knobs mean nothing on this run (Markdown has no folding without raw HTML).
         out += [f"Did not apply to this run ({len(view.inapplicable)}): " + "; ".join(f"{code(k.knob)} ({md(k.reason)})" for k in view.inapplicable), ""]

@@ -40,6 +40,7 @@ from perfscope.report.story import (
     recommendation_line,
     reference_words,
 )
+from perfscope.report.structure import StructuralEffect, knob_effects
 from perfscope.results import (
     FAILED_STATUSES,
     Finding,
@@ -133,6 +134,8 @@ class KnobRow:
     semantics: list[str]
     reason: str
     trial: str
+    structure: list[str] = field(default_factory=list)  # what it changed in the step, counted (perfscope.report.structure)
+    structure_notes: list[str] = field(default_factory=list)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -218,6 +221,8 @@ class ReportView:
     traces: list[TraceLink]
     command: str
     notes: list[str]
+    recommended_structure: list[str] = field(default_factory=list)  # what the stacked recommendation changed, counted
+    structure_notes: list[str] = field(default_factory=list)  # why structural changes are not shown
     perfetto_url: str = PERFETTO_URL
     hta_url: str = HTA_URL
 
@@ -490,11 +495,13 @@ def split_findings(findings: list[Finding]) -> tuple[list[Finding], list[Finding
 # -------------------------------------------------------------------------------------- tables
 
 
-def _knob_rows(results: Results) -> list[KnobRow]:
-    """Every knob of the sweep, with the gain the headline and the ranked fixes show for it (story.gain_of)."""
+def _knob_rows(results: Results, effects: dict[str, StructuralEffect]) -> list[KnobRow]:
+    """Every knob of the sweep, with the gain the headline and the ranked fixes show for it (story.gain_of)
+    and what it changed in the step (perfscope.report.structure)."""
     rows = []
     for k in results.sweep.knobs if results.sweep else []:
         g = gain_of(results, k)
+        effect = effects.get(k.trial or "")
         rows.append(
             KnobRow(
                 knob=k.knob,
@@ -509,6 +516,8 @@ def _knob_rows(results: Results) -> list[KnobRow]:
                 semantics=list(k.changes_semantics),
                 reason=k.reason or "",
                 trial=k.trial or "",
+                structure=effect.lines() if effect else [],
+                structure_notes=[n for n in effect.notes if effect.compared] if effect else [],
             )
         )
     return rows
@@ -659,6 +668,15 @@ def _trace_diff(base: Trial | None, rec: Trial | None) -> list[TraceDiffRow]:
     return rows
 
 
+def _recommended_structure(results: Results, effects: dict[str, StructuralEffect]) -> list[str]:
+    """What a stacked recommendation changed (a single knob's shows in its own row)."""
+    sweep = results.sweep
+    rec = sweep.recommended_trial if sweep else None
+    if sweep is None or rec is None or rec not in effects or any(k.trial == rec for k in sweep.knobs):
+        return []
+    return effects[rec].lines()
+
+
 def build_view(results: Results, *, report_dir: Path | None = None) -> ReportView:
     """Everything the templates show. ``report_dir`` makes absolute trace paths relative to the report."""
     base_name, rec_name = baseline_name(results), recommended_name(results)
@@ -670,7 +688,8 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
     else:
         ranked, flat = split_findings(results.findings)
         state = "present" if results.findings else "none"
-    knobs = _knob_rows(results)
+    effects = knob_effects(results)
+    knobs = _knob_rows(results, effects)
     charts, absent = build_charts(results, baseline=base_name, recommended=rec_name)
     sweep = results.sweep
     sweep_notes = list(sweep.notes) if sweep else []
@@ -710,4 +729,6 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
         traces=_traces(results, report_dir),
         command=shlex.join(results.command) if results.command else "",
         notes=list(results.notes),
+        recommended_structure=_recommended_structure(results, effects),
+        structure_notes=list(dict.fromkeys(n for e in effects.values() if not e.compared for n in e.notes)),
     )

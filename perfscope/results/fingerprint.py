@@ -13,6 +13,9 @@ The one field that can vary between identical runs, the allocator peak, carries 
 
 from __future__ import annotations
 
+import copy
+import json
+from collections import Counter
 from dataclasses import dataclass, field
 
 
@@ -30,6 +33,22 @@ class SyncSite:
     @property
     def key(self) -> str:
         return f"{self.op} at {self.site}" if self.site else self.op
+
+
+@dataclass(kw_only=True)
+class WindowSyncs:
+    """Host↔device syncs over every timed step of the window, not one counted step: a sync every N steps (a loss
+    logged every 10 steps) shows here. CUDA only: torch's sync debug mode warns at each synchronizing call and the
+    warnings are counted by call site (perfscope.measure.structure.WindowSyncCounter); nothing is synchronized."""
+
+    steps: int
+    """Timed optimizer steps the syncs were counted over."""
+    sites: dict[str, int] = field(default_factory=dict)
+    """Call site ("train.py:42", "" when none was found) -> synchronizing calls in those steps."""
+    source: str = ""
+
+    def per_step(self, site: str) -> float:
+        return self.sites.get(site, 0) / self.steps if self.steps else 0.0
 
 
 @dataclass(kw_only=True)
@@ -70,6 +89,9 @@ class Fingerprint:
 
     method: str
     """How it was counted (one real step under a dispatch mode, outside the timed window; or the hooks' step)."""
+    steps: int = 1
+    """Optimizer steps the per-step counts were taken from: one. A sync every N steps is in `syncs` only when that
+    step hits it; `window_syncs` covers every timed step where syncs can be counted without adding any (CUDA)."""
     flops: float = 0.0
     """Matmul/conv/attention FLOPs per step, torch.utils.flop_counter's convention."""
     flops_by_op: dict[str, float] = field(default_factory=dict)
@@ -90,6 +112,8 @@ class Fingerprint:
     """CUDA only, from the profiled window (perfscope.results.trace_facts): kernel category -> launches per step."""
     memory: MemoryPeak | None = None
     """CUDA allocator peak (max allocated); None on a CPU (host RSS is not an allocator peak)."""
+    window_syncs: WindowSyncs | None = None
+    """Syncs over the whole timed window (CUDA); None with the reason in `unavailable` elsewhere."""
     unavailable: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -100,3 +124,52 @@ class Fingerprint:
         """dtype -> share of matmul FLOPs (sums to 1); empty without matmul FLOPs."""
         total = sum(self.matmul_flops_by_dtype.values())
         return {d: v / total for d, v in sorted(self.matmul_flops_by_dtype.items())} if total else {}
+
+
+RUN_DEPENDENT_FIELDS = ("memory", "kernel_launches", "window_syncs", "unavailable")
+"""Fields that differ between runs of identical code for reasons other than the code: the allocator peak moves
+within its tolerance, kernel launches exist only on the run that was traced (analyze traces one run of the
+baseline and one of the recommendation), and a window's syncs depend on its calibrated length. Runs agree or
+disagree on the rest."""
+
+
+def consensus(prints: list[Fingerprint]) -> tuple[Fingerprint | None, int]:
+    """(the fingerprint standing for several runs of one configuration, how many distinct ones they gave).
+
+    Identical code gives identical counts, so runs normally agree; when they do not, the most common one stands
+    and the caller says so. Run-dependent fields are compared apart: the representative takes the median
+    allocator peak of the agreeing runs, the kernel launches of a traced one, and the window syncs of all of them
+    pooled (more steps resolve rarer syncs). (None, 0) without fingerprints.
+    The CI gate and the report pick a configuration's fingerprint with this one function.
+    """
+    from perfscope.results.serde import to_jsonable
+
+    if not prints:
+        return None, 0
+
+    def key(fp: Fingerprint) -> str:
+        data = to_jsonable(fp)
+        return json.dumps({k: v for k, v in data.items() if k not in RUN_DEPENDENT_FIELDS}, sort_keys=True)
+
+    keys = [key(fp) for fp in prints]
+    counts = Counter(keys)
+    winner = counts.most_common(1)[0][0]
+    agreeing = [fp for fp, k in zip(prints, keys, strict=True) if k == winner]
+    chosen = copy.deepcopy(agreeing[0])
+    launches = [fp.kernel_launches for fp in agreeing if fp.kernel_launches is not None]
+    if launches:
+        launch_keys = [json.dumps(kl, sort_keys=True) for kl in launches]
+        common = Counter(launch_keys).most_common(1)[0][0]
+        chosen.kernel_launches = dict(launches[launch_keys.index(common)])
+        chosen.unavailable.pop("kernel_launches", None)
+    peaks = sorted((fp.memory for fp in agreeing if fp.memory is not None), key=lambda m: m.bytes)
+    if peaks:
+        chosen.memory = copy.deepcopy(peaks[len(peaks) // 2])
+    windows = [fp.window_syncs for fp in agreeing if fp.window_syncs is not None]
+    if windows:
+        sites: Counter[str] = Counter()
+        for w in windows:
+            sites.update(w.sites)
+        chosen.window_syncs = WindowSyncs(steps=sum(w.steps for w in windows), sites=dict(sorted(sites.items())),
+                                          source=windows[0].source + (f" (pooled over {len(windows)} runs)" if len(windows) > 1 else ""))
+    return chosen, len(counts)

@@ -108,6 +108,9 @@ class LaunchFacts:
     """CUDA: GPU idle while the host was launching (IdleBreakdown.host_s) / step time."""
     tiny_op_time_fraction: float | None = None
     """CPU: share of aten op self time in ops under 20 µs."""
+    launch_calls_per_step: dict[str, float] = field(default_factory=dict)
+    """CUDA: host launch calls per step by runtime/driver API ("cudaLaunchKernel", "cuLaunchKernel",
+    "cudaGraphLaunch": one per CUDA-graph replay, whatever the kernels the graph holds)."""
 
 
 @dataclass(kw_only=True)

@@ -179,6 +179,7 @@ def launch_facts(trace: Trace, work: list[DeviceWork], w: Window, timeline: GpuT
         host_launch_s=sum(e.dur for e in calls) / w.steps / 1e6,
         host_active_s=length(subtract(host_ops, blocked + data)) / w.steps / 1e6,
         starved_fraction=timeline.idle.host_s * 1e6 / w.step_us,
+        launch_calls_per_step={k: v / w.steps for k, v in sorted(Counter(e.name for e in calls).items())},
     )
     facts.launch_bound = bool(
         facts.kernels_per_step >= LAUNCH_BOUND_KERNELS

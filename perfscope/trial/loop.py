@@ -47,6 +47,7 @@ from perfscope.measure.metrics import assemble_metrics
 from perfscope.measure.structure import (
     CompileCounters,
     StructureCounter,
+    WindowSyncCounter,
     fill_kernel_launches,
 )
 from perfscope.measure.tf32 import apply_matmul_tf32
@@ -197,6 +198,8 @@ class TrainStep:
             self()
         method = ("one real optimizer step after the timed window, counted under a dispatch mode "
                   f"(micro-batch {self.config.micro_batch_size} × {self.config.grad_accum_steps})")
+        if self.config.compile is not None:
+            method += "; torch.compile does not trace under a dispatch mode, so ops are those of the eager step"
         return counter.fingerprint(method=method)
 
 
@@ -284,15 +287,17 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     losses: list[torch.Tensor] = []
     sampler = UtilizationSampler(device=device) if config.sample_utilization else None
     recorder = WindowRecorder(clock_for(device), nvml_handle=sampler.nvml_handle if sampler is not None else None)
+    window_syncs = WindowSyncCounter(device)  # syncs of every timed step, counted without adding one (CUDA)
     with _gc_mode(config.gc_mode), sampler if sampler is not None else nullcontext():
         synchronize(device)  # the window starts from an idle device; no synchronization inside it
         recorder.start()
-        for i in range(steps):
-            loss, norm = step(recorder, grad_norm=first_grad_norm is None and i == 0)
-            if norm is not None:
-                first_grad_norm = norm
-            losses.append(loss)
-            recorder.step_end(samples=config.samples_per_step, micro_steps=config.grad_accum_steps)
+        with window_syncs:
+            for i in range(steps):
+                loss, norm = step(recorder, grad_norm=first_grad_norm is None and i == 0)
+                if norm is not None:
+                    first_grad_norm = norm
+                losses.append(loss)
+                recorder.step_end(samples=config.samples_per_step, micro_steps=config.grad_accum_steps)
         window = recorder.finish()
     frames_after = _compiled_frames()
     peak_allocated, peak_reserved = memory.device_peaks(device)
@@ -342,6 +347,10 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     else:
         unavailable["flops_per_step"] = "FLOP counting disabled for this trial"
     metrics.fingerprint = _fingerprint(step, compile_counters, config, peak_allocated, unavailable)
+    if metrics.fingerprint is not None:
+        metrics.fingerprint.window_syncs = window_syncs.result(steps)
+        if window_syncs.reason is not None:
+            metrics.fingerprint.unavailable["window_syncs"] = window_syncs.reason
     return MeasuredRun(metrics=metrics, step=step)
 
 

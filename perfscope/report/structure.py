@@ -1,0 +1,129 @@
+"""What each knob changed in the training step, counted, to show next to its measured gain.
+
+    effects = knob_effects(results)          # configuration -> StructuralEffect
+    effects["amp_bf16"].lines()              # ["matmul FLOPs in bf16 0% → 100% (fp32 100% → 0%)",
+                                             #  "op calls per step 1781 → 1980 (aten::_to_copy +199)"]
+
+A gain says how much faster; the fingerprints say what changed: the casts bf16 autocast added, the optimizer
+ops a fused implementation removed, the recompute checkpointing added, the graphs torch.compile made. Each
+configuration's fingerprint (the most common of its runs, perfscope.results.fingerprint.consensus) is diffed
+against the baseline's by perfscope.check.structure.diff_fingerprints — the diff `perfscope check` runs — so
+the report and the CI gate name a change in the same words. The exposed data wait is not structure (it is
+timed); it is added, marked as measured, because it is what DataLoader workers change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from statistics import fmean
+
+from perfscope.check.structure import diff_fingerprints
+from perfscope.results import Results, Trial
+from perfscope.results.fingerprint import CompileFacts, Fingerprint, consensus
+from perfscope.results.roles import baseline_configuration
+
+DATA_WAIT_SHOWN = 0.05
+"""The exposed data wait is named when it moved by at least 5 points of wall time: it is timed, and smaller
+moves are within run-to-run noise (and below 5% of the step it is no data bottleneck anyway)."""
+
+NO_CHANGE = "no structural change counted (same syncs, FLOPs, dtypes, op calls and copies as the baseline)"
+
+EAGER_COUNT_NOTE = ("op calls are counted on the eager step (torch.compile does not trace under the counting "
+                    "dispatch mode); what compiling removed shows as kernel launches of traced CUDA runs")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StructuralEffect:
+    """What one configuration changed in the step against the baseline configuration."""
+
+    counted: list[str] = field(default_factory=list)
+    """Structural changes in the CI gate's words, then what torch.compile made of the step."""
+    measured: list[str] = field(default_factory=list)
+    """Timed changes that explain a gain (the exposed data wait), apart from the counted ones."""
+    notes: list[str] = field(default_factory=list)
+    """How the comparison was made, or why it could not be."""
+    compared: bool = True
+    """False when a side has no fingerprint (an older perfscope, or counting failed)."""
+
+    def lines(self) -> list[str]:
+        """One line per change for a report cell; says so when nothing changed."""
+        measured = [f"{m} (measured)" for m in self.measured]
+        if not self.compared:
+            return measured  # why not: in `notes`, said once for the whole table (perfscope.report.view)
+        return [*self.counted, *measured] or [NO_CHANGE]
+
+
+def configuration_fingerprint(results: Results, configuration: str) -> tuple[Fingerprint | None, int]:
+    """(the fingerprint standing for a configuration, how many distinct ones its runs gave). Contended runs
+    count: a count does not depend on the machine's load."""
+    runs = [t for t in results.trials if t.configuration == configuration and t.ok]
+    return consensus([t.metrics.fingerprint for t in runs if t.metrics is not None and t.metrics.fingerprint is not None])
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def compile_words(facts: CompileFacts) -> str:
+    """"torch.compile: 2 graphs, 1 graph break (reason: ...), 0 recompiles"."""
+    reasons = "; ".join(facts.break_reasons)
+    breaks = _plural(facts.graph_breaks, "graph break") + (f" (reason: {reasons})" if reasons else "")
+    return f"torch.compile: {_plural(facts.graphs, 'graph')}, {breaks}, {_plural(facts.recompiles, 'recompile')}"
+
+
+def _data_wait(runs: list[Trial]) -> float | None:
+    shares = [t.metrics.data_wait_share for t in runs if t.metrics is not None]
+    return fmean(shares) if shares else None
+
+
+def _evidence(results: Results, configuration: str) -> list[Trial]:
+    return results.runs(configuration) or [t for t in results.trials if t.configuration == configuration and t.ok]
+
+
+def structural_effect(results: Results, configuration: str) -> StructuralEffect | None:
+    """What ``configuration`` changed against the baseline; None for the baseline itself or a configuration
+    without a successful run."""
+    base_name = baseline_configuration(results)
+    runs = _evidence(results, configuration)
+    if configuration == base_name or not runs:
+        return None
+    base_fp, base_variants = configuration_fingerprint(results, base_name)
+    cur_fp, cur_variants = configuration_fingerprint(results, configuration)
+    diff = diff_fingerprints(base_fp, cur_fp)
+    notes = list(diff.notes)
+    if not diff.compared:  # check's note speaks of "the current run": name the configuration instead
+        missing = f"the baseline ({base_name})" if base_fp is None else configuration
+        notes = [f"{missing} has no structural fingerprint (recorded by an older perfscope, or counting failed)"]
+    counted = [c.message for c in diff.changes]
+    if base_fp is not None and cur_fp is not None:
+        if cur_fp.compile is not None and base_fp.compile is None:
+            notes = [n for n in notes if "is not compiled" not in n]  # the baseline need not be: say what compiling made
+            counted.append(compile_words(cur_fp.compile))
+            notes.append(EAGER_COUNT_NOTE)
+        for name, variants in ((base_name, base_variants), (configuration, cur_variants)):
+            if variants > 1:
+                notes.append(f"the runs of {name} gave {variants} different fingerprints: the most common one is compared")
+        base_run, run = _evidence(results, base_name), runs
+        base_batch = base_run[0].metrics.samples_per_step if base_run and base_run[0].metrics else None
+        batch = run[0].metrics.samples_per_step if run[0].metrics else None
+        if base_batch and batch and base_batch != batch:
+            notes.append(f"per step of {batch} samples against the baseline's {base_batch}: per-step counts scale with the batch")
+    measured = []
+    before, after = _data_wait(_evidence(results, base_name)), _data_wait(runs)
+    if before is not None and after is not None and abs(after - before) >= DATA_WAIT_SHOWN:
+        measured.append(f"exposed data wait {before:.0%} → {after:.0%} of wall time")
+    return StructuralEffect(counted=counted, measured=measured, notes=notes, compared=diff.compared)
+
+
+def knob_effects(results: Results) -> dict[str, StructuralEffect]:
+    """configuration -> what it changed, for every knob's configuration and the recommended one."""
+    sweep = results.sweep
+    if sweep is None:
+        return {}
+    names = [k.trial for k in sweep.knobs if k.trial] + ([sweep.recommended_trial] if sweep.recommended_trial else [])
+    effects = {}
+    for name in dict.fromkeys(names):
+        effect = structural_effect(results, name)
+        if effect is not None:
+            effects[name] = effect
+    return effects
