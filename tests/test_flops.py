@@ -75,6 +75,18 @@ def test_checkpointing_is_hfu_not_mfu():
     assert plain[0] < ckpt[1] < plain[0] * 4 / 3 + 1
 
 
+def test_hardware_flops_are_what_the_checkpointed_step_ran():
+    """Non-reentrant recompute stops early (a block's last op is not rerun when backward needs nothing it saves):
+    HFU's FLOPs are those of the step as it ran, equal to the structural count of one real checkpointed step.
+    Before: 'the blocks' whole forward again' overstated them (+29% against the +20% that ran)."""
+    wl, _ = _tiny_gpt()
+    step = TrainStep(wl, TrialConfig(micro_batch_size=4, activation_checkpointing=True))
+    _, hardware_flops, notes = step.count_flops()
+    ran = sum(step.count_structure().flops_by_op.values())
+    assert hardware_flops == pytest.approx(ran, rel=1e-9)
+    assert any("recomputes" in n for n in notes)
+
+
 def test_mfu_arithmetic_uses_one_fixed_denominator():
     env = Environment(device_type="cuda", device_name="NVIDIA H100 80GB HBM3",
                       datasheet_peaks_tflops=dict(datasheet_peak("NVIDIA H100 80GB HBM3").tflops),
@@ -215,7 +227,7 @@ class _Stack(nn.Module):
 
 def test_checkpointing_pair_counts_mfu_and_hfu_at_twice_the_micro_batch_that_fit():
     """The sweep's pair: checkpointing at twice the largest micro-batch that fit without it. The count runs the blocks
-    un-checkpointed (to measure their recompute), which a real step could not hold; on fake tensors it can."""
+    un-checkpointed (model FLOPs), which a real step could not hold; on fake tensors it can."""
     workload = Workload(
         model=lambda: _Stack(fits=8),
         batches=lambda n: iter(lambda: (torch.randn(n, 16), torch.randint(0, 4, (n,))), None),

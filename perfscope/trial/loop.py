@@ -60,8 +60,7 @@ from perfscope.results.fingerprint import Fingerprint, MemoryPeak
 from perfscope.trial.checkpointing import (
     CheckpointedBlock,
     apply_checkpointing,
-    counting_recompute,
-    recompute_flops,
+    checkpointing_off,
 )
 from perfscope.trial.data import endless_batches, to_device
 from perfscope.workload import Workload
@@ -156,20 +155,24 @@ class TrainStep:
         """(model FLOPs, hardware FLOPs, notes) per optimizer step, on the eager model: one micro-batch × accum.
 
         Counted on fake tensors (no device memory, no compute), so the count cannot OOM where the trial fit: the
-        checkpointing pair runs twice the micro-batch that fit without checkpointing, and the count runs its
-        blocks un-checkpointed (to measure the recompute for HFU). Where fake tensors fail, one real step at a
-        small micro-batch, scaled linearly: matmul, conv and attention FLOPs are proportional to the batch.
+        checkpointing pair runs twice the micro-batch that fit without checkpointing. With checkpointing the step
+        is counted twice: blocks plain (model FLOPs, MFU) and checkpointed as it runs (hardware FLOPs with the
+        recompute that really happened, HFU). Where fake tensors fail, one real step at a small micro-batch,
+        scaled linearly: matmul, conv and attention FLOPs are proportional to the batch.
         """
         micro, accum = self.config.micro_batch_size, self.config.grad_accum_steps
-
-        def around(counter: StepFlopCounter) -> AbstractContextManager[None]:
-            return counting_recompute(self.checkpointed, counter.running_total)
 
         def on_device(batch: Any) -> Any:
             return to_device(batch, self.device, non_blocking=False, channels_last=self.config.channels_last)
 
+        def plain(counter: StepFlopCounter) -> AbstractContextManager[None]:
+            return checkpointing_off(self.checkpointed)
+
+        fake_batch = next(self.batches)
         try:
-            counter = count_step_on_fake_tensors(self.model, next(self.batches), self.micro_loss, around=around, prepare=on_device)
+            counter = count_step_on_fake_tensors(self.model, fake_batch, self.micro_loss, around=plain, prepare=on_device)
+            as_run = (count_step_on_fake_tensors(self.model, fake_batch, self.micro_loss, prepare=on_device)
+                      if self.checkpointed else counter)
             scale = 1.0
             method = f"FLOPs counted on fake tensors (FakeTensorMode: shapes only, no memory or compute) at micro-batch {micro}"
         except Exception as exc:  # noqa: BLE001 - an op without a fake kernel, a data-dependent shape, ...
@@ -177,7 +180,8 @@ class TrainStep:
             loader_config = self.config.replace(micro_batch_size=small, num_workers=0, persistent_workers=False,
                                                 prefetch_factor=None, pin_memory=False)
             batch = on_device(next(endless_batches(self.workload, loader_config)))
-            counter = count_step(self.model, batch, self.micro_loss, around=around)
+            counter = count_step(self.model, batch, self.micro_loss, around=plain)
+            as_run = count_step(self.model, batch, self.micro_loss) if self.checkpointed else counter
             self.optimizer.zero_grad(set_to_none=True)
             scale = micro / small
             first_line = str(exc).splitlines()[0][:160] if str(exc) else ""
@@ -185,10 +189,12 @@ class TrainStep:
             method = (f"fake-tensor FLOP counting failed ({why}): counted one real micro-step at micro-batch {small} "
                       f"and scaled ×{scale:g} to micro-batch {micro} (matmul/conv/attention FLOPs are linear in the batch)")
         model_flops = counter.total * scale * accum
-        hardware_flops = (counter.total + recompute_flops(self.checkpointed)) * scale * accum
+        hardware_flops = as_run.total * scale * accum
         notes = [method, *counter.notes]
         if self.checkpointed:
-            notes.append(f"activation checkpointing of {len(self.checkpointed)} blocks: their forward is recomputed (HFU > MFU)")
+            extra = as_run.total / counter.total - 1 if counter.total else 0.0
+            notes.append(f"activation checkpointing of {len(self.checkpointed)} blocks: the step as run recomputes "
+                         f"{extra:+.0%} FLOPs (counted with checkpointing on: HFU > MFU)")
         return model_flops, hardware_flops, notes
 
     def count_structure(self) -> Fingerprint:
