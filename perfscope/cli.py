@@ -17,7 +17,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfscope import __version__
 from perfscope.errors import (
@@ -29,6 +29,9 @@ from perfscope.errors import (
     EXIT_USER,
 )
 from perfscope.results.constraints import MAX_SECONDS, MAX_TFLOPS
+
+if TYPE_CHECKING:
+    from perfscope.results import Results
 
 
 def _positive_int(text: str) -> int:
@@ -102,6 +105,14 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return analyze(options)
 
 
+def _resolve_trace_paths(results: Results, results_dir: Path) -> None:
+    """Trace paths are stored relative to results.json: made absolute, the report links them from wherever it
+    is written (the report turns them back into paths relative to its own folder)."""
+    for trial in results.trials:
+        if trial.metrics is not None and trial.metrics.trace_path and not Path(trial.metrics.trace_path).is_absolute():
+            trial.metrics.trace_path = str(results_dir / trial.metrics.trace_path)
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from perfscope.report import write_report
     from perfscope.results import Results
@@ -115,6 +126,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         out = str(Path(args.results).with_name("report.html"))
     check_writable(out)  # before the (slow) rendering
     results = Results.load(args.results)
+    _resolve_trace_paths(results, Path(args.results).resolve().parent)
     write_report(results, Path(out), fmt=args.format)  # Path("-") is still "-": standard output
     if out != STDOUT:
         print(f"wrote {out}", file=sys.stderr)

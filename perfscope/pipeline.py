@@ -9,13 +9,13 @@ measurements, which are saved in every case.
 
 from __future__ import annotations
 
-import shutil
 import sys
 import warnings
 from pathlib import Path
 
 from perfscope.report import write_report
 from perfscope.results import Results
+from perfscope.results.io import copy_file
 from perfscope.rules import run_rules
 
 
@@ -42,14 +42,22 @@ def finish(results: Results, out_dir: Path, *, trace_source: Path | None = None,
 
 
 def _adopt_trace(results: Results, out_dir: Path, source: Path) -> None:
-    """A trace written elsewhere during the run (the hooks' temporary folder) moves next to results.json."""
+    """A trace written elsewhere during the run (the hooks' trace_dir) is copied into out_dir/trace/.
+
+    Its own folder, never beside results.json: HTA loads every .json/.gz file in a folder as a rank's trace.
+    A trace the run wrote straight into out_dir is moved (copied, then removed there) for that reason.
+    """
     for trial in results.trials:
         if trial.metrics is None or trial.metrics.trace_path is None:
             continue
         if Path(trial.metrics.trace_path).resolve() != source.resolve():
             continue
         target = out_dir / "trace" / source.name
-        target.parent.mkdir(parents=True, exist_ok=True)
         if source.resolve() != target.resolve():
-            shutil.copy2(source, target)
+            if source.is_file():
+                copy_file(source, target)
+                if source.parent.resolve() == out_dir.resolve():
+                    source.unlink()
+            elif not target.is_file():
+                continue  # gone (deleted by the user): keep the path the run recorded
         trial.metrics.trace_path = str(target.relative_to(out_dir))

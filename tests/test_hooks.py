@@ -481,8 +481,9 @@ class FakeTraceCapture:
 
     instances: list[FakeTraceCapture] = []
 
-    def __init__(self, path: Path, *, device: str) -> None:
-        self.target, self.device, self.steps, self.total_steps = Path(path), device, 0, 2
+    def __init__(self, trace_dir: Path, *, device: str, **window: int) -> None:
+        self.target, self.device, self.steps, self.total_steps = Path(trace_dir) / "rank0.json.gz", device, 0, 2
+        self.window = window
         self.path: Path | None = None
         self.note: str | None = None
         self.active_steps = 2
@@ -508,7 +509,8 @@ def test_capture_window_is_profiled_untimed_and_saved(tmp_path: Path, monkeypatc
     for _ in prof.wrap([torch.zeros(4)] * 12):
         prof.step()
     (cap,) = FakeTraceCapture.instances
-    assert cap.steps == 3  # steps 2, 3, 4
+    assert cap.steps == 4  # step 1 (the profiler's warm-up), then the window: steps 2, 3, 4
+    assert cap.window == {"first_step": 1, "wait": 0, "warmup": 1, "active": 3}
     path = prof.save(tmp_path / "run")
     results = Results.load(path)
     m = results.trials[0].metrics

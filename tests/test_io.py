@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from perfscope.errors import UserError
-from perfscope.results.io import check_writable, write_text
+from perfscope.results.io import check_writable, copy_file, write_gzip, write_text
 
 
 def test_a_regular_file_is_replaced_atomically_and_keeps_its_mode(tmp_path):
@@ -114,3 +114,31 @@ def test_a_read_only_folder_is_refused_before_any_work(tmp_path):
     folder.chmod(0o500)
     with pytest.raises(UserError, match="permission"):
         check_writable(folder / "report.md")
+
+
+def test_a_gzip_stream_replaces_the_file_whole_or_not_at_all(tmp_path):
+    import gzip
+
+    path = tmp_path / "trace" / "rank0.json.gz"
+    write_gzip(path, iter([b'{"a": ', b"1}"]))
+    assert gzip.open(path).read() == b'{"a": 1}'
+    with open(path, "rb") as fh:  # the gzip header names the file, not the temp file it was written as
+        assert fh.read(64)[10:].split(b"\0")[0] == b"rank0.json"  # after the 10-byte fixed header
+
+    def broken():
+        yield b"{"
+        raise RuntimeError("the exporter died")
+
+    with pytest.raises(RuntimeError):
+        write_gzip(path, broken())
+    assert gzip.open(path).read() == b'{"a": 1}'  # the old file is intact
+    assert [p.name for p in path.parent.iterdir()] == ["rank0.json.gz"]  # and no temp file is left
+
+
+def test_copy_file_is_atomic_and_names_a_missing_source(tmp_path):
+    (tmp_path / "src.gz").write_bytes(b"trace")
+    copy_file(tmp_path / "src.gz", tmp_path / "out" / "rank0.json.gz")
+    assert (tmp_path / "out" / "rank0.json.gz").read_bytes() == b"trace"
+    with pytest.raises(UserError, match="cannot copy"):
+        copy_file(tmp_path / "missing.gz", tmp_path / "out" / "rank1.json.gz")
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["rank0.json.gz"]

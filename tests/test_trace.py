@@ -21,10 +21,10 @@ from tests.kineto import ADD_BF16, KinetoTrace
 FIXTURES = Path(__file__).parent / "data" / "traces"
 
 
-def _train_with_capture(path: Path, *, sleep_s: float = 0.01, **kw) -> TraceCapture:
+def _train_with_capture(trace_dir: Path, *, sleep_s: float = 0.01, **kw) -> TraceCapture:
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with TraceCapture(path, device="cpu", **kw) as cap:
+    with TraceCapture(trace_dir, device="cpu", **kw) as cap:
         for _ in range(cap.total_steps):
             with torch.profiler.record_function("perfscope::data"):
                 time.sleep(sleep_s)
@@ -37,8 +37,8 @@ def _train_with_capture(path: Path, *, sleep_s: float = 0.01, **kw) -> TraceCapt
 
 
 def test_capture_writes_a_gzipped_chrome_trace_and_facts_see_the_data_wait(tmp_path):
-    cap = _train_with_capture(tmp_path / "trace.json.gz", sleep_s=0.04)  # data wait dominates even on a loaded machine
-    assert cap.path is not None and cap.note is None
+    cap = _train_with_capture(tmp_path / "trace", sleep_s=0.04)  # data wait dominates even on a loaded machine
+    assert cap.path == tmp_path / "trace" / "rank0.json.gz" and cap.note is None
     events = json.load(gzip.open(cap.path))["traceEvents"]
     assert any(e.get("name", "").startswith("ProfilerStep#") for e in events)
     facts = trace_facts(cap.path, device_type="cpu", steps=cap.active_steps)
@@ -58,14 +58,14 @@ def test_committed_cpu_fixture_still_parses():
 
 def test_a_running_profiler_is_left_alone(tmp_path):
     with torch.profiler.profile():
-        cap = _train_with_capture(tmp_path / "t.json.gz", sleep_s=0)
+        cap = _train_with_capture(tmp_path / "trace", sleep_s=0)
     assert cap.path is None and "already running" in cap.note
 
 
 def test_size_cap_drops_the_trace_with_a_note(tmp_path):
-    cap = _train_with_capture(tmp_path / "t.json.gz", sleep_s=0, max_bytes=100)
+    cap = _train_with_capture(tmp_path / "trace", sleep_s=0, max_bytes=100)
     assert cap.path is None and "cap" in cap.note
-    assert not (tmp_path / "t.json.gz").exists()
+    assert not list((tmp_path / "trace").iterdir())  # nor a temp file of the atomic write
 
 
 # ------------------------------------------------------------------------------ synthetic CUDA traces

@@ -115,8 +115,10 @@ class Profiler:
         sample_utilization: sample NVML (GPU) and host CPU load in a background thread at
             `utilization_interval_s`, for at most `utilization_max_s` seconds after warm-up.
         capture_steps: (start, stop) optimizer-step indices (0-based, stop excluded) to record with
-            torch.profiler via perfscope.trace; those steps are not timed.
-        trace_dir: where the trace is written during the run (default: a temporary folder; save() copies it).
+            torch.profiler via perfscope.trace, labelled ProfilerStep#start … #stop-1 in the trace; those
+            steps are not timed, nor the one before them (the profiler's warm-up step).
+        trace_dir: the folder the trace (rank<R>.json.gz) is written to during the run (default: a temporary
+            folder); save() copies it into <out>/trace/. A folder of traces only: HTA loads every file in it.
         peak_tflops: the MFU denominator, overriding the datasheet / measured ceiling.
         measure_ceiling: at results()/save() time, measure this machine's matmul ceiling (about a second,
             after the memory peaks are read, on the profiler's device, with its own RNG state).
@@ -373,13 +375,23 @@ class Profiler:
 
     # ------------------------------------------------------------------------------------- internals
 
+    def _capture_window(self) -> tuple[int, int]:
+        """(first, stop): the profiler runs from `first` — one warm-up step before capture_steps where there is
+        one, so the recorded steps do not pay the profiler's start-up — and records exactly capture_steps."""
+        assert self.capture_steps is not None
+        start, stop = self.capture_steps
+        return (start - 1 if start >= 2 else start), stop
+
     def _first_step_outside_capture(self, index: int) -> int:
-        if self.capture_steps is not None and self.capture_steps[0] <= index < self.capture_steps[1]:
-            return self.capture_steps[1]
+        if self.capture_steps is not None:
+            first, stop = self._capture_window()
+            if first <= index < stop:
+                return stop
         return index
 
     def _excluded_step(self, index: int) -> bool:
-        in_capture = self.capture_steps is not None and self.capture_steps[0] <= index < max(self._capture_end, self.capture_steps[1])
+        in_capture = self.capture_steps is not None and (
+            self._capture_window()[0] <= index < max(self._capture_end, self.capture_steps[1]))
         return in_capture or (index == self._flop_index and self._wants_flop_count())
 
     def _note_loader(self, loader: Iterable[Any]) -> None:
@@ -477,7 +489,7 @@ class Profiler:
         elif not timed and self._recorder is not None:
             self._close_window()
         # Start-of-step work for step k (after the boundary: it belongs to that untimed step).
-        if self.capture_steps is not None and k == self.capture_steps[0]:
+        if self.capture_steps is not None and k == self._capture_window()[0]:
             self._start_capture()
         if k == self._flop_index and self._wants_flop_count():
             if self._live_wraps:
@@ -565,13 +577,14 @@ class Profiler:
 
         trace_dir = self.trace_dir or Path(tempfile.mkdtemp(prefix="perfscope-trace-"))
         trace_dir.mkdir(parents=True, exist_ok=True)
-        capture = TraceCapture(trace_dir / "trace.json.gz", device=self.device.type)
+        (first, stop), start = self._capture_window(), self.capture_steps[0]
+        # trace_dir/rank<R>.json.gz, its ProfilerStep#N labelled by the optimizer step (capture_steps' numbering).
+        capture = TraceCapture(trace_dir, device=self.device.type, first_step=first, wait=0, warmup=start - first,
+                               active=stop - start)
         capture.__enter__()
         self._capture = capture
-        # The capture's own schedule (e.g. a profiler warm-up) may need more steps than the window asks for.
-        window = self.capture_steps[1] - self.capture_steps[0]
-        needed = getattr(capture, "total_steps", None) or window
-        self._capture_end = self.capture_steps[0] + max(window, needed)
+        needed = getattr(capture, "total_steps", None) or stop - first
+        self._capture_end = first + max(stop - first, needed)
         if self._flops is None and self._flop_index < self._capture_end:
             self._flop_index = self._capture_end  # count FLOPs outside the profiled window
 

@@ -623,15 +623,20 @@ def _workload(results: Results) -> list[Row]:
     return [r for r in rows if r.value.strip()]
 
 
-def trace_href(trace_path: str, report_dir: Path | None) -> str:
-    """A relative, percent-encoded link: no scheme can survive it (``javascript:`` becomes a file name)."""
+def _from_report(trace_path: str, report_dir: Path | None) -> str:
+    """The trace's path as seen from the report's folder (an absolute path made relative when it can be)."""
     path = Path(trace_path)
     if path.is_absolute() and report_dir is not None:
         try:
             path = Path(os.path.relpath(path, report_dir))
         except ValueError:  # another drive on Windows: keep the absolute path
             pass
-    posix = PurePosixPath(path.as_posix())
+    return path.as_posix()
+
+
+def trace_href(trace_path: str, report_dir: Path | None) -> str:
+    """A relative, percent-encoded link: no scheme can survive it (``javascript:`` becomes a file name)."""
+    posix = PurePosixPath(_from_report(trace_path, report_dir))
     if posix.is_absolute():
         return "file://" + quote(str(posix))
     return quote(str(posix), safe="/") if str(posix) else ""
@@ -639,7 +644,7 @@ def trace_href(trace_path: str, report_dir: Path | None) -> str:
 
 def _traces(results: Results, report_dir: Path | None) -> list[TraceLink]:
     return [
-        TraceLink(trial=t.name, href=trace_href(t.metrics.trace_path, report_dir), label=Path(t.metrics.trace_path).name)
+        TraceLink(trial=t.name, href=trace_href(t.metrics.trace_path, report_dir), label=_from_report(t.metrics.trace_path, report_dir))
         for t in results.trials
         if t.metrics and t.metrics.trace_path
     ]

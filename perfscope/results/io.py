@@ -5,6 +5,8 @@
     write_text("-", text)                   # standard output
     write_text("/dev/stdout", text)         # a device, FIFO or /dev/fd link: written through, left in place
     write_json("run/results.json", data)    # strict JSON (no NaN/Infinity), then as write_text
+    write_gzip("run/trace/rank0.json.gz", chunks)   # bytes streamed through gzip into a regular file, atomic
+    copy_file(src, "run/trace/rank0.json.gz")       # a copy that readers see whole or not at all
     read_json("run/results.json")           # size, encoding and nesting checked before parsing (limits.py)
     open_log("run/trials/x/trial.log")      # a child process's output stream (appended as it runs)
 
@@ -19,12 +21,15 @@ errors (exit 2) that name the path: a full disk or a read-only folder is not a p
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
+import shutil
 import stat
 import sys
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
@@ -153,6 +158,11 @@ def _write_descriptor(fd: int, text: str) -> None:
 
 
 def _write_atomic(path: Path, text: str) -> None:
+    _replace_atomically(path, lambda fh: fh.write(text.encode("utf-8")))
+
+
+def _replace_atomically(path: Path, write: Callable[[IO[bytes]], object]) -> None:
+    """``write`` fills a temp file beside ``path``; fsync, then one rename puts it in place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         mode = stat.S_IMODE(os.stat(path).st_mode)  # replacing a file keeps its permissions
@@ -161,14 +171,45 @@ def _write_atomic(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_gzip(path: str | os.PathLike[str], chunks: Iterable[bytes], *, compresslevel: int = 6) -> Path:
+    """Gzip a stream of bytes into a regular file, atomically: for artifacts too large to hold as one string
+    (a profiler trace). The gzip header names the final file, not the temp file, and has no timestamp."""
+    raw = os.fspath(path)
+    target = _check_file_target(raw, Path(raw))
+    inner = target.name[:-3] if target.name.endswith(".gz") else target.name
+
+    def write(fh: IO[bytes]) -> None:
+        with gzip.GzipFile(filename=inner, mode="wb", fileobj=fh, compresslevel=compresslevel, mtime=0) as gz:
+            for chunk in chunks:
+                gz.write(chunk)
+
+    try:
+        _replace_atomically(target, write)
+    except OSError as exc:
+        raise UserError(f"{raw}: cannot write: {exc.strerror or exc}") from exc
+    return Path(raw)
+
+
+def copy_file(source: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
+    """Copy ``source`` to the regular file ``path`` atomically (a reader never sees half a copy)."""
+    raw = os.fspath(path)
+    target = _check_file_target(raw, Path(raw))
+    try:
+        with open(source, "rb") as src:
+            _replace_atomically(target, lambda fh: shutil.copyfileobj(src, fh))
+    except OSError as exc:
+        raise UserError(f"{raw}: cannot copy {os.fspath(source)}: {exc.strerror or exc}") from exc
+    return Path(raw)
 
 
 def write_json(path: str | os.PathLike[str], data: Any) -> Path:

@@ -1,6 +1,6 @@
 """Profiler traces: capture a short window, turn it into per-step facts, benchmark GEMM alignment.
 
-    with TraceCapture(out_dir / "trace.json.gz", device="cuda") as cap:   # capture.py
+    with TraceCapture(out_dir / "trace", device="cuda", first_step=step) as cap:   # capture.py -> trace/rank0.json.gz
         for _ in range(cap.total_steps):
             train_step(); cap.step()
     facts = trace_facts(cap.path, device_type="cuda", steps=cap.active_steps)   # facts.py -> TraceFacts
@@ -10,6 +10,8 @@ The facts are typed (perfscope.results.trace_facts: the contract, with a docstri
 ``TrialMetrics.trace_facts`` and read by the rules (perfscope.rules), the report (perfscope.report.facts)
 and the trace diff (diff.py). The modules, in the order a trace flows through them:
 
+    capture.py      the bounded torch.profiler window
+    export.py       the file kept: its own folder, training-step labels, distributedInfo (HTA, Perfetto)
     events.py       the trace read once: host-side annotations only, device work linked to its launch
     intervals.py    merge / clip / gaps / subtract on (start, end) spans
     categories.py   kernel and op names -> categories; does a GEMM kernel run on tensor cores

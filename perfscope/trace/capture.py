@@ -1,21 +1,22 @@
 """A short, bounded torch.profiler window that never breaks the training loop it observes.
 
-    with TraceCapture(out_dir / "trace.json.gz", device="cuda") as cap:
+    with TraceCapture(out_dir / "trace", device="cuda", first_step=run.step.steps_done) as cap:
         for _ in range(cap.total_steps):
             train_step(); cap.step()
-    cap.path, cap.note        # the gzipped Chrome trace (Perfetto, HTA), or None and why
+    cap.path, cap.note        # trace/rank0.json.gz (Perfetto, HTA), or None and why
+    cap.steps                 # the training steps it recorded, as its ProfilerStep#N labels name them
 
 Profiler traces grow fast (GBs for a few steps of a large model, and viewers fail above ~500 MB), so the
 window is a few steps (schedule wait/warmup/active), the file is gzipped, and a trace over the size cap is
 dropped with a note. Any profiler failure — one already running on this thread, a double stop, an empty
-trace — becomes "trace unavailable", never an exception in the user's loop.
+trace — becomes "trace unavailable", never an exception in the user's loop. What the file holds beyond
+torch's export (training-step labels, distributedInfo, its own folder) is perfscope.trace.export's.
 """
 
 from __future__ import annotations
 
-import gzip
-import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -23,13 +24,24 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from perfscope.trace.export import distributed_info, trace_file_name, write_trace
+
 
 class TraceCapture:
+    """Profile ``wait + warmup + active`` steps, keep the ``active`` ones in ``trace_dir/rank<R>.json.gz``.
+
+    ``first_step``: the training step (0-based) running when the capture starts, i.e. the profiler's step 0;
+    the trace labels each step by it. ``warmup=0`` is allowed (torch's warning about it is silenced) for a
+    window that starts at the loop's first steps.
+    """
+
     def __init__(
-        self, out_path: str | Path, *, device: str, wait: int = 1, warmup: int = 1, active: int = 3, max_bytes: int = 50_000_000
+        self, trace_dir: str | Path, *, device: str, first_step: int = 0, wait: int = 1, warmup: int = 1, active: int = 3,
+        max_bytes: int = 50_000_000,
     ) -> None:
-        self.out_path = Path(out_path)
+        self.trace_dir = Path(trace_dir)
         self.device = device
+        self.first_step = first_step
         self.wait, self.warmup, self.active = wait, warmup, active
         self.max_bytes = max_bytes
         self.path: Path | None = None
@@ -45,8 +57,14 @@ class TraceCapture:
     def active_steps(self) -> int:
         return self.active
 
+    @property
+    def steps(self) -> list[int]:
+        """The training steps the trace records (its ProfilerStep#N numbers)."""
+        start = self.first_step + self.wait + self.warmup
+        return list(range(start, start + self.active))
+
     def _export(self, prof: Any) -> None:
-        """on_trace_ready: Chrome trace to a temp file, then gzip next to the results."""
+        """on_trace_ready: torch's Chrome trace to a temp file, then rewritten and gzipped into the trace folder."""
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 raw = Path(tmp) / "trace.json"
@@ -54,15 +72,15 @@ class TraceCapture:
                 if raw.stat().st_size == 0:
                     self.note = "the profiler produced an empty trace"
                     return
-                self.out_path.parent.mkdir(parents=True, exist_ok=True)
-                with open(raw, "rb") as src, gzip.open(self.out_path, "wb", compresslevel=6) as dst:
-                    shutil.copyfileobj(src, dst)
-            size = self.out_path.stat().st_size
+                info = distributed_info()
+                out_path = self.trace_dir / trace_file_name(info)
+                write_trace(raw, out_path, first_step=self.first_step, info=info)
+            size = out_path.stat().st_size
             if size > self.max_bytes:
-                self.out_path.unlink()
+                out_path.unlink()
                 self.note = f"trace of {size / 1e6:.0f} MB (gzipped) exceeds the {self.max_bytes / 1e6:.0f} MB cap: shorten the window"
                 return
-            self.path, self._exported = self.out_path, True
+            self.path, self._exported = out_path, True
         except Exception as exc:  # noqa: BLE001 - a failed export is a note, not a crash
             self.note = f"trace export failed: {type(exc).__name__}: {exc}"
 
@@ -74,9 +92,12 @@ class TraceCapture:
         if self.device == "cuda":
             activities.append(ProfilerActivity.CUDA)
         try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
+                steps = schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1)
             self._prof = profile(
                 activities=activities,
-                schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1),
+                schedule=steps,
                 on_trace_ready=self._export,
                 record_shapes=True,
             )

@@ -106,6 +106,8 @@ class TrainStep:
         self.scaler = torch.amp.GradScaler(self.device) if config.precision == "fp16" else None
         self.batches = endless_batches(workload, config)
         self.non_blocking = config.pin_memory and self.device == "cuda"
+        self.steps_done = 0
+        """Optimizer steps taken so far: the training-step number a trace labels its steps by."""
 
     def autocast(self) -> AbstractContextManager[Any]:
         if self.config.precision == "fp32":
@@ -149,6 +151,7 @@ class TrainStep:
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.steps_done += 1
         return total / accum, norm
 
     def count_flops(self) -> tuple[float, float, list[str]]:
@@ -399,8 +402,8 @@ def capture_trace(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) ->
         metrics.unavailable["trace"] = f"trace capture not available: {exc}"
         return
     try:
-        path = artifacts_dir / "trace" / "rank0.json.gz"  # a folder of its own: HTA loads every trace in a folder
-        with TraceCapture(path, device=config.device) as cap:
+        # A folder of its own (HTA loads every trace in a folder), steps labelled by the run's step count.
+        with TraceCapture(artifacts_dir / "trace", device=config.device, first_step=run.step.steps_done) as cap:
             for _ in range(cap.total_steps):
                 run.step()
                 cap.step()

@@ -1,0 +1,96 @@
+"""torch's exported Chrome trace → the file perfscope keeps: one that Perfetto and HTA open as it is.
+
+    info = distributed_info()                    # {"backend": None, "rank": 0, "world_size": 1} outside a process group
+    path = trace_dir / trace_file_name(info)     # trace/rank0.json.gz: a folder of traces only
+    write_trace(Path("raw.json"), path, first_step=10, info=info)   # ProfilerStep#0 → #10, …; gzipped, atomic
+
+What torch's exporter leaves to the caller:
+- **A folder of its own.** HTA's `TraceAnalysis(trace_dir=...)` loads every `*.json`/`*.gz` file in a
+  folder as one rank's trace, so a trace never shares its folder with results.json or a report; the file is
+  named by its rank, as a multi-rank folder needs.
+- **Training-step numbers.** torch labels `ProfilerStep#N` by the profiler's own count, from 0 when the
+  profiler was created: a capture of training steps 10–12 read #2–#4. `first_step` (the training step
+  during which the profiler started) is added to every label, so the trace names the steps the run did.
+- **distributedInfo.** HTA reads a trace's rank from it (without it: a warning and a guess of rank 0).
+  torch writes it only inside an initialized process group; otherwise perfscope writes rank 0 of a world of
+  1 with no backend (`"backend": null`), the same keys torch uses.
+
+Streamed line by line, never parsed: a trace can be hundreds of MB of JSON. That is exact whatever the
+layout, because a JSON string never spans lines (a newline inside one is escaped): a `"ProfilerStep#N"`
+string is renamed where it appears (host annotation, its GPU copy), and the metadata is inserted right
+after the document's opening brace, where torch puts its own header keys (HTA's rank lookup scans the file
+for `"rank": N`, so an early, spaced key is what it finds first).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from perfscope.results.io import write_gzip
+
+STEP_LABEL = re.compile(rb'"ProfilerStep#(\d+)"')
+_HEADER_END = b'"traceEvents"'
+_MAX_HEADER_LINES = 10_000
+"""A document whose traceEvents key does not come within this many lines is left without added metadata."""
+
+
+def distributed_info() -> dict[str, Any]:
+    """This process's place in torch.distributed, as HTA reads it: rank, world size, backend (None when alone)."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return {"backend": str(dist.get_backend()), "rank": int(dist.get_rank()), "world_size": int(dist.get_world_size())}
+    except Exception:  # noqa: BLE001 - a broken process group must not cost the trace
+        pass
+    return {"backend": None, "rank": 0, "world_size": 1}
+
+
+def trace_file_name(info: dict[str, Any]) -> str:
+    return f"rank{int(info.get('rank') or 0)}.json.gz"
+
+
+def renumber(line: bytes, first_step: int) -> bytes:
+    """Every quoted `ProfilerStep#N` label on the line, as `ProfilerStep#(first_step + N)`."""
+    if not first_step or b"ProfilerStep#" not in line:
+        return line
+    return STEP_LABEL.sub(lambda m: b'"ProfilerStep#%d"' % (first_step + int(m.group(1))), line)
+
+
+def _with_metadata(header: bytes, info: dict[str, Any]) -> bytes:
+    """``header`` (the document up to traceEvents) with distributedInfo, unless torch already wrote one."""
+    if b'"distributedInfo"' in header:
+        return header
+    brace = header.find(b"{")
+    if brace < 0 or header[:brace].strip():  # not an object (a bare event list): no place for metadata
+        return header
+    entry = b'\n  "distributedInfo": ' + json.dumps(info).encode() + b","
+    return header[: brace + 1] + entry + header[brace + 1 :]
+
+
+def rewritten(lines: Iterator[bytes], *, first_step: int, info: dict[str, Any]) -> Iterator[bytes]:
+    """The trace's lines with the step labels renumbered and distributedInfo in its header."""
+    header: list[bytes] = []
+    for line in lines:
+        header.append(renumber(line, first_step))
+        if _HEADER_END in line:
+            yield _with_metadata(b"".join(header), info)
+            break
+        if len(header) >= _MAX_HEADER_LINES:
+            yield b"".join(header)
+            break
+    else:  # the document ended before any traceEvents key
+        yield b"".join(header)
+        return
+    for line in lines:
+        yield renumber(line, first_step)
+
+
+def write_trace(raw: Path, out_path: Path, *, first_step: int, info: dict[str, Any]) -> Path:
+    """Rewrite torch's exported ``raw`` JSON into the gzipped ``out_path`` (atomically, through results.io)."""
+    with open(raw, "rb") as fh:
+        return write_gzip(out_path, rewritten(iter(fh), first_step=first_step, info=info))
