@@ -43,7 +43,9 @@ def test_capture_writes_a_gzipped_chrome_trace_and_facts_see_the_data_wait(tmp_p
     assert any(e.get("name", "").startswith("ProfilerStep#") for e in events)
     facts = trace_facts(cap.path, device_type="cpu", steps=cap.active_steps)
     assert facts.steps == 3
-    assert facts.data_wait_fraction > 0.3  # 40 ms of sleep in a ~42 ms step
+    # 40 ms of sleep per step: at least that much data wait, whatever the load does to the compute (a fraction of
+    # the step would depend on how slow a loaded machine makes the rest of it)
+    assert facts.data_wait_fraction * facts.step_time_s >= 0.038
     assert facts.kernels.time_by_category.get("gemm", 0) > 0
     misaligned = [g for g in facts.gemm_shapes if g.misaligned]
     assert any(10 in g.shape for g in misaligned)  # the 128→10 layer is not a multiple of 4
