@@ -18,8 +18,9 @@ The search an expert does by hand, with error bars that come from runs, not step
    `max_runs` runs, or the budget is spent. A win from a single run gets a second one (one lucky process
    must not make a knob a win) unless it is clear: its interval starts at 1.5× or more.
 4. Greedy stacking of the winners, best first (never a knob that changes the training recipe): a knob joins
-   only if the stack with it is faster than the stack without it (their gains against the same baseline compared with both intervals). The `grad_accum`
-   micro-batch joins last, re-searched on the stack when memory limited the search and the stack changed memory.
+   only if the stack with it is faster than the stack without it (their gains against the same baseline
+   compared with both intervals). The `grad_accum` micro-batch joins last, re-searched on the stack when
+   memory limited the search and the stack changed memory.
 5. The recommendation is the stack, with at least two runs (one of them traced); if it is not decidedly
    faster than the baseline, the baseline itself is recommended.
 A wall-clock budget bounds the whole sweep: no run starts that the budget probably cannot finish.
