@@ -1,7 +1,7 @@
 """The optimizer a trial steps: the user's own (optionally foreach/fused), or a memory-lean replacement.
 
     optimizer = build_optimizer(workload, model, config)   # config.optimizer: "user" | "adafactor" | "8bit-torchao" | "8bit-bnb"
-    optimizer_name(optimizer)                              # "torch.optim._adafactor.Adafactor": what the trial really ran
+    optimizer_name(optimizer)                              # "torch.optim.Adafactor": what the trial really ran
 
 A replacement is built from the user's optimizer, group by group: each parameter group keeps its parameters,
 its learning rate and its weight decay; what has no counterpart takes the replacement's default.

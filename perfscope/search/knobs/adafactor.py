@@ -9,10 +9,9 @@ per-parameter `.item()` calls (relative step, update clipping) synchronize the h
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from perfscope.search.knobs.base import KnobContext
+from perfscope.search.knobs.base import KnobContext, major_minor
 from perfscope.search.knobs.lean_optimizer import LeanOptimizer
 
 MIN_TORCH = (2, 5)
@@ -29,7 +28,7 @@ class Adafactor(LeanOptimizer):
                 "+optimizer = torch.optim.Adafactor(model.parameters(), lr=lr)   # lr caps a relative step here: re-tune it")
 
     def applies(self, ctx: KnobContext) -> str | None:
-        version = _torch_version(ctx.environment.torch_version)
+        version = major_minor(ctx.environment.torch_version)
         if version is not None and version < MIN_TORCH:
             return f"torch.optim.Adafactor needs torch ≥ 2.5 (this run: {ctx.environment.torch_version})"
         return self.not_adam_type(ctx)
@@ -41,8 +40,3 @@ class Adafactor(LeanOptimizer):
         decay = (" Adam's L2 weight decay becomes decoupled decay;" if ctx.model.optimizer_class == "Adam" else "")
         return ("the same lr per parameter group, but Adafactor reads it as the cap on a relative step (lr × the "
                 f"weights' RMS), with no momentum and its own β₂ schedule:{decay} re-tune the learning rate and warm-up")
-
-
-def _torch_version(text: str) -> tuple[int, int] | None:
-    match = re.match(r"(\d+)\.(\d+)", text or "")
-    return (int(match.group(1)), int(match.group(2))) if match else None

@@ -11,11 +11,10 @@ Installed packages are read from their metadata (nothing is imported here: the a
 from __future__ import annotations
 
 import importlib.metadata
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from perfscope.search.knobs.base import KnobContext
+from perfscope.search.knobs.base import KnobContext, major_minor
 from perfscope.search.knobs.compile import no_compiler_reason
 from perfscope.search.knobs.lean_optimizer import LeanOptimizer
 
@@ -46,11 +45,9 @@ IMPLEMENTATIONS = (
 def installed_version(package: str) -> tuple[int, int] | None:
     """(major, minor) of an installed distribution, None when it is not installed."""
     try:
-        text = importlib.metadata.version(package)
+        return major_minor(importlib.metadata.version(package))
     except importlib.metadata.PackageNotFoundError:
         return None
-    match = re.match(r"(\d+)\.(\d+)", text)
-    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 class AdamW8bit(LeanOptimizer):
