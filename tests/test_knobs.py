@@ -6,6 +6,7 @@ fake facts for the device-specific decisions, and from the real example/test wor
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from perfscope.results import Environment, ModelFacts
 from perfscope.results.config import TrialConfig
 from perfscope.search.knobs import REGISTRY, KnobContext, knob, knob_ids
+from perfscope.search.knobs.adamw_8bit import installed_version as REAL_INSTALLED_VERSION
 from perfscope.trial.inspect import inspect_model
 from perfscope.workload import Workload, load_workload
 
@@ -23,6 +25,13 @@ V100 = Environment(device_type="cuda", device_name="Tesla V100-SXM2-16GB", compu
 T4_LIKE = Environment(device_type="cuda", device_name="an old GPU", compute_capability="6.1", cpu_cores_logical=8)
 CPU2 = Environment(device_type="cpu", device_name="cpu", cpu_cores_logical=2)
 CPU1 = Environment(device_type="cpu", device_name="cpu", cpu_cores_logical=1)
+OLD_TORCH = Environment(device_type="cuda", device_name="NVIDIA H100 80GB HBM3", compute_capability="9.0", torch_version="2.4.1+cu121")
+
+
+@pytest.fixture(autouse=True)
+def no_8bit_optimizer_installed(monkeypatch):
+    """The cases below do not depend on what this machine has installed; `installed` tests choose it."""
+    monkeypatch.setattr("perfscope.search.knobs.adamw_8bit.installed_version", lambda package: None)
 
 
 def _workload(dataset: bool = False) -> Workload:
@@ -40,6 +49,11 @@ def ctx(*, machine: Environment = H100, conv: bool = False, blocks: int = 12, da
         model=ModelFacts(parameter_count=1000, has_conv2d=conv, repeated_blocks=blocks, optimizer_class=optimizer,
                          matmul_tf32=user_tf32),
     )
+
+
+def replaced(context: KnobContext, optimizer: str) -> KnobContext:
+    """``context`` whose baseline already steps a replacement optimizer."""
+    return dataclasses.replace(context, base=context.base.replace(optimizer=optimizer))
 
 
 CASES = [
@@ -95,6 +109,18 @@ CASES = [
     ("activation_checkpointing", ctx(), None),
     ("activation_checkpointing", ctx(blocks=0), "no repeated blocks"),
     ("activation_checkpointing", ctx(activation_checkpointing=True), "already on"),
+    ("activation_offloading", ctx(), None),
+    ("activation_offloading", ctx(machine=CPU2), "in host memory already"),
+    ("activation_offloading", ctx(offload_activations=True), "already on"),
+    ("adafactor", ctx(), None),
+    ("adafactor", ctx(machine=CPU2), None),  # runs on CPU too: the one lean optimizer this machine measures
+    ("adafactor", ctx(optimizer="Adam"), None),
+    ("adafactor", ctx(machine=OLD_TORCH), "needs torch ≥ 2.5"),
+    ("adafactor", ctx(optimizer="SGD"), "stands in for Adam/AdamW"),
+    ("adafactor", replaced(ctx(), "8bit-bnb"), "already replaced"),
+    ("adamw_8bit", ctx(), "no 8-bit optimizer is installed"),
+    ("adamw_8bit", ctx(machine=CPU2), "perfscope[lowmem]"),
+    ("adamw_8bit", ctx(optimizer="SGD"), "stands in for Adam/AdamW"),
     ("micro_batch", ctx(), None),
     ("grad_accum", ctx(grad_accum_steps=4), None),
     ("grad_accum", ctx(), "does not accumulate"),
@@ -233,3 +259,107 @@ def test_real_context_decides_channels_last_and_dataloader_knobs():
         c = KnobContext(workload=workload, base=TrialConfig(micro_batch_size=workload.batch_size), environment=CPU2,
                         model=inspect_model(workload))
         assert knob(knob_id).applies(c) is None
+
+
+# ------------------------------------------------------------------------------ memory and recipe levers
+
+
+@pytest.mark.parametrize(
+    ("installed", "context", "expected"),
+    [
+        ({"torchao": (0, 18)}, ctx(machine=CPU2), ["8bit-torchao"]),  # torchao runs on CPU (its step is torch.compiled)
+        ({"torchao": (0, 18)}, ctx(), ["8bit-torchao"]),
+        ({"bitsandbytes": (0, 50)}, ctx(), ["8bit-bnb"]),
+        ({"torchao": (0, 18), "bitsandbytes": (0, 50)}, ctx(), ["8bit-torchao", "8bit-bnb"]),  # both tried, the faster kept
+        ({"torchao": (0, 18), "bitsandbytes": (0, 50)}, ctx(machine=CPU2), ["8bit-torchao"]),
+        ({"bitsandbytes": (0, 50)}, ctx(machine=CPU2), "bitsandbytes's 8-bit optimizers need CUDA"),
+        ({"torchao": (0, 9)}, ctx(), "torchao 0.9 is older than 0.10"),
+    ],
+)
+def test_8bit_adamw_uses_what_is_installed_where_it_runs(monkeypatch, installed, context, expected):
+    monkeypatch.setattr("perfscope.search.knobs.adamw_8bit.installed_version", installed.get)
+    k = knob("adamw_8bit")
+    reason = k.applies(context)
+    if isinstance(expected, str):
+        assert reason is not None and expected in reason, reason
+        return
+    assert reason is None
+    assert [v["optimizer"] for v in k.variants(context)] == expected
+    assert all(k.apply(context.base, v).optimizer in expected for v in k.variants(context))
+
+
+def test_8bit_adamw_with_torchao_needs_a_compiler(monkeypatch):
+    import perfscope.search.knobs.compile as compile_module
+
+    monkeypatch.setattr("perfscope.search.knobs.adamw_8bit.installed_version", {"torchao": (0, 18)}.get)
+    monkeypatch.setattr(compile_module.shutil, "which", lambda name: None)
+    monkeypatch.delenv("CC", raising=False)
+    reason = knob("adamw_8bit").applies(ctx(machine=CPU2))
+    assert "torchao compiles its optimizer step" in reason and "C++ compiler" in reason
+
+
+def test_8bit_adamw_on_this_machine_says_why_not(monkeypatch):
+    """What this machine has installed, unpatched: the dev and CI venvs have no 8-bit implementation (the lowmem
+    extra is not installed), so the knob says so; where one is installed it applies or names it in its reason."""
+    monkeypatch.setattr("perfscope.search.knobs.adamw_8bit.installed_version", REAL_INSTALLED_VERSION)
+    found = [p for p in ("torchao", "bitsandbytes") if REAL_INSTALLED_VERSION(p) is not None]
+    reason = knob("adamw_8bit").applies(ctx(machine=CPU2))
+    if not found:
+        assert reason == "no 8-bit optimizer is installed: pip install 'perfscope[lowmem]' (torchao), or bitsandbytes on CUDA"
+    else:
+        assert reason is None or any(p in reason for p in found), reason
+
+
+def test_optimizer_replacements_say_plainly_that_the_recipe_changes():
+    c = ctx()
+    for knob_id, optimizer in (("adafactor", "adafactor"), ("adamw_8bit", "8bit-torchao")):
+        k = knob(knob_id)
+        assert k.changes_recipe and k.frees == "optimizer state"
+        (note,) = k.changes_semantics(c, c.base.replace(optimizer=optimizer))
+        assert note.startswith("training recipe: AdamW replaced by")
+        assert "learning rate" in note and "convergence" in note
+    assert "relative step" in knob("adafactor").changes_semantics(c, c.base.replace(optimizer="adafactor"))[0]
+    assert "decoupled" in knob("adafactor").changes_semantics(ctx(optimizer="Adam"), c.base)[0]  # Adam's L2 decay changes
+    assert knob("activation_offloading").changes_semantics(c, c.base.replace(offload_activations=True)) == []
+    assert knob("activation_offloading").frees == knob("activation_checkpointing").frees == "activations"
+
+
+def _run(name: str, *, state: int, optimizer: str, micro: int = 8, peak: int | None = None, transfers=None):
+    from perfscope.results import MemoryBreakdown
+    from tests.factories import make_trace_facts, make_trial
+
+    trial = make_trial(name, batch=micro)
+    trial.metrics.memory_breakdown = MemoryBreakdown(parameters=2**20, gradients=2**20, optimizer_state=state, activations_and_temporaries=None)
+    trial.metrics.optimizer = optimizer
+    trial.metrics.peak_memory_bytes = peak
+    trial.metrics.trace_facts = make_trace_facts(host_transfers=transfers) if transfers is not None else None
+    return trial
+
+
+def test_lean_optimizer_notes_report_the_memory_it_freed():
+    baseline = _run("baseline", state=8 * 2**20, optimizer="torch.optim.adamw.AdamW", peak=20 * 2**20)
+    adafactor = _run("adafactor", state=2**14, optimizer="torch.optim.Adafactor", peak=13 * 2**20)
+    notes = knob("adafactor").measured_notes(ctx(), baseline, adafactor)
+    assert notes[0] == "optimizer state 8.0 MiB → 16.0 KiB: frees 8.0 MiB (100%)"
+    assert "peak memory 20.0 MiB → 13.0 MiB at micro-batch 8" in notes
+    assert "stepped torch.optim.Adafactor" in notes
+    # at another micro-batch the peaks are not comparable; on CPU there is no allocator peak
+    paired = _run("adafactor-mb16", state=2**14, optimizer="torch.optim.Adafactor", micro=16, peak=30 * 2**20)
+    assert not any("peak memory" in n for n in knob("adafactor").measured_notes(ctx(), baseline, paired))
+    assert not any("peak memory" in n for n in knob("adafactor").measured_notes(ctx(machine=CPU2), baseline, adafactor))
+
+
+def test_offloading_notes_report_the_copies_it_adds_from_the_trace():
+    from perfscope.results import HostTransfers
+
+    baseline = _run("baseline", state=0, optimizer="x", transfers=HostTransfers(h2d_bytes=2**20, d2h_bytes=0, time_s=1e-4,
+                                                                                overlapped_fraction=0.0))
+    offload = _run("activation_offloading-mb32", state=0, optimizer="x",
+                   transfers=HostTransfers(h2d_bytes=65 * 2**20, d2h_bytes=64 * 2**20, time_s=0.012, overlapped_fraction=0.75))
+    notes = knob("activation_offloading").measured_notes(ctx(), baseline, offload)
+    assert notes[0].startswith("adds 128.0 MiB of host↔device copies per step (129.0 MiB in all; device→host 64.0 MiB")
+    assert notes[1] == "75% of the copy time overlapped kernels (12.0 ms of copies per step, from the trace)"
+    untraced = _run("activation_offloading-mb32", state=0, optimizer="x")
+    untraced.metrics.unavailable["trace"] = "trace capture failed: boom"
+    assert knob("activation_offloading").measured_notes(ctx(), baseline, untraced) == [
+        "host↔device copy traffic unknown: trace capture failed: boom"]

@@ -562,3 +562,59 @@ def test_real_oom_during_the_micro_batch_search_is_survived(tmp_path):
     assert by_id["activation_checkpointing"].status in ("measured", "rejected")  # CPU: tried alone
     # never below the baseline: either a significant win or the baseline itself
     assert sweep.recommended_trial == "baseline" or sweep.recommended_gain.faster
+
+
+# ------------------------------------------------------------------------------ memory and recipe levers
+
+
+def test_lean_optimizer_is_measured_alone_and_paired_with_the_micro_batch_its_memory_unlocks():
+    # Without a lean optimizer micro-batch 32 fits and 48 does not; Adafactor frees enough for 48.
+    session = FakeSession(_step_time({}, micro_gain=0.8), oom_above=lambda c: 48 if c.optimizer == "adafactor" else 32)
+    sweeper = _run(_ctx(), session, only=["micro_batch", "adafactor"])
+    assert {p.micro_batch_size: p.status for p in sweeper.sweep.micro_batch}[48] == "oom"  # the search's bisection point
+    alone, paired = session.config("adafactor"), session.config("adafactor-mb48")
+    assert alone.optimizer == paired.optimizer == "adafactor"
+    assert alone.micro_batch_size == 8 and paired.micro_batch_size == 48  # the first micro-batch that did not fit
+    outcome = _outcome(sweeper, "adafactor")
+    assert outcome.status == "measured" and outcome.trial == "adafactor-mb48"  # the faster of the two
+    assert "paired with micro-batch 48 (without it: fits up to 32, out of memory at 48)" in outcome.reason
+    assert "best of 2 variants" in outcome.reason
+    assert any(s.startswith("training recipe: AdamW replaced by Adafactor") for s in outcome.changes_semantics)
+    assert any("global batch 8 → 48" in s for s in outcome.changes_semantics)
+    _interleaved(session)
+
+
+def test_a_faster_recipe_change_is_reported_but_never_recommended():
+    session = FakeSession(lambda c: 0.1 / (2.0 if c.optimizer == "adafactor" else 1.0))
+    sweeper = _run(_ctx(device="cpu"), session, only=["adafactor", "gc_freeze"])
+    outcome = _outcome(sweeper, "adafactor")
+    assert outcome.status == "measured" and outcome.gain.faster and outcome.gain.ratio == pytest.approx(2.0, rel=0.03)
+    assert "never stacked into the recommendation" in outcome.reason
+    assert sweeper.sweep.recommended_trial == BASELINE and "adafactor" not in sweeper.sweep.recommended_knobs
+    assert "adafactor-mb" not in " ".join(session.calls)  # CPU: no memory wall, no pairing
+
+
+def test_an_optimizer_that_trains_worse_over_the_steps_is_rejected_but_one_that_differs_is_not():
+    worse = FakeSession(_step_time({}), loss_shift=lambda c: 0.2 if c.optimizer == "adafactor" else 0.0)  # mean loss 10% up
+    outcome = _outcome(_run(_ctx(device="cpu"), worse, only=["adafactor"]), "adafactor")
+    assert outcome.status == "rejected" and "mean loss over the measured steps" in outcome.reason and "higher" in outcome.reason
+    better = FakeSession(_step_time({}), loss_shift=lambda c: -0.2 if c.optimizer == "adafactor" else 0.0)
+    assert _outcome(_run(_ctx(device="cpu"), better, only=["adafactor"]), "adafactor").status == "measured"
+
+
+def test_offloading_is_paired_like_checkpointing_and_its_first_run_is_traced():
+    session = FakeSession(_step_time({}, micro_gain=0.8), oom_above=lambda c: 64 if c.offload_activations else 32)
+    sweeper = _run(_ctx(), session, only=["micro_batch", "activation_offloading"])
+    outcome = _outcome(sweeper, "activation_offloading")
+    assert outcome.trial == "activation_offloading-mb64" and "paired with micro-batch 64" in outcome.reason
+    runs = session.results.runs("activation_offloading-mb64")
+    assert runs[0].config.capture_trace and runs[0].config.offload_activations  # the copies are read from its trace
+    assert all(not r.config.capture_trace for r in runs[1:])
+    assert "host↔device copy traffic unknown" in outcome.reason  # the fake runs have no trace facts
+
+
+def test_activation_knobs_are_skipped_on_a_gpu_where_memory_does_not_limit():
+    sweeper = _run(_ctx(), FakeSession(_step_time({}, micro_gain=0.8)), only=["micro_batch", "activation_offloading", "adafactor"])
+    offload = _outcome(sweeper, "activation_offloading")
+    assert offload.status == "skipped" and offload.reason.endswith("would only add host↔device copies")
+    assert _outcome(sweeper, "adafactor").trial == "adafactor"  # measured alone only: nothing to unlock

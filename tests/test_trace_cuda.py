@@ -185,3 +185,32 @@ def test_compiled_step_counts_triton_templates_as_gemm():
     assert facts.kernels.time_by_category["gemm"] == pytest.approx(0.0032)
     assert facts.kernels.time_by_category["elementwise"] == pytest.approx(0.00028)
     assert facts.launch.host_launch_s > 0  # cuLaunchKernel (driver API) counts as a launch
+
+
+# ------------------------------------------------------------------------------ 3. host<->device traffic
+
+
+def test_host_transfers_count_every_copy_each_way_and_the_share_kernels_hid(tmp_path):
+    """What activation offloading adds: device→host copies in forward, host→device in backward, on a side stream."""
+    t = KinetoTrace()
+    with t.step(0):
+        with t.op("aten::mm"):
+            t.launch("ampere_sgemm_128x64_nn", 1_000)
+        with t.op("aten::copy_"):
+            t.memcpy("Memcpy DtoH (Device -> Pinned)", 3 * 2**20, 400, blocking=False)
+        with t.op("aten::copy_"):
+            t.memcpy("Memcpy HtoD (Pinned -> Device)", 2**20, 200, blocking=False)
+        with t.op("aten::copy_"):
+            t.memcpy("Memcpy DtoD (Device -> Device)", 2**30, 100, blocking=False)  # stays on the device
+        t.work(2_000)
+    trace = t.to_json()
+    kernel = next(e for e in trace["traceEvents"] if e.get("cat") == "kernel")
+    d2h = next(e for e in trace["traceEvents"] if e.get("cat") == "gpu_memcpy" and "DtoH" in e["name"])
+    d2h["ts"], d2h["tid"] = kernel["ts"] + 100, t.stream + 1  # a copy stream: the kernel hides all of it
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    copies = trace_facts(path, device_type="cuda", steps=1).host_transfers
+    assert copies.d2h_bytes == 3 * 2**20 and copies.h2d_bytes == 2**20
+    assert copies.time_s == pytest.approx(600e-6)
+    assert copies.overlapped_fraction == pytest.approx(400 / 600)
+    assert trace_facts(path, device_type="cpu", steps=1).host_transfers is None

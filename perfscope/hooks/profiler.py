@@ -748,7 +748,7 @@ class Profiler:
                 known["prefetch_factor"] = self._loader_config.get("prefetch_factor")
         else:
             unknown += ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor"]
-        unknown += ["compile", "optimizer_impl", "channels_last", "gc_mode", "activation_checkpointing"]
+        unknown += ["compile", "optimizer_impl", "channels_last", "gc_mode", "activation_checkpointing", "offload_activations"]
         return TrialConfig(**known), unknown
 
     def _utilization_result(self) -> Any:

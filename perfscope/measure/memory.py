@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import resource
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import torch
 from torch import nn
@@ -18,12 +18,24 @@ from torch import nn
 from perfscope.results import MemoryBreakdown
 
 
+def _plain_tensors(t: torch.Tensor) -> Iterator[torch.Tensor]:
+    """The tensors holding ``t``'s bytes: itself, or, for a wrapper subclass (torchao's 8-bit optimizer state:
+    uint8 codes + scales + a code book), the inner tensors it flattens to, which own the storage."""
+    flatten = getattr(t, "__tensor_flatten__", None)
+    if flatten is None:
+        yield t
+        return
+    names, _ = flatten()
+    for name in names:
+        inner = getattr(t, name)
+        if isinstance(inner, torch.Tensor):
+            yield from _plain_tensors(inner)
+
+
 def _tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
     seen: set[int] = set()
     total = 0
-    for t in tensors:
-        if t is None or not isinstance(t, torch.Tensor):
-            continue
+    for t in (p for t in tensors if isinstance(t, torch.Tensor) for p in _plain_tensors(t)):
         storage = t.untyped_storage()
         key = storage.data_ptr()
         if key in seen and key != 0:

@@ -17,6 +17,7 @@ from perfscope.precision import Precision
 
 CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
 OptimizerImpl = Literal["default", "foreach", "fused"]
+OptimizerChoice = Literal["user", "adafactor", "8bit-torchao", "8bit-bnb"]
 GcMode = Literal["default", "freeze", "disable"]
 
 
@@ -58,6 +59,13 @@ class TrialConfig:
     """torch.compile mode, or None for eager."""
     optimizer_impl: OptimizerImpl = "default"
     """Rebuild the user's optimizer with foreach=True or fused=True."""
+    optimizer: OptimizerChoice = "user"
+    """The user's optimizer, or a memory-lean replacement built from its parameter groups (perfscope.trial.optimizers):
+    torch.optim.Adafactor, or the 8-bit Adam/AdamW of torchao or bitsandbytes. A replacement changes the training
+    recipe."""
+    offload_activations: bool = False
+    """Saved activations wait in pinned host memory between forward and backward
+    (torch.autograd.graph.save_on_cpu(pin_memory=True))."""
     channels_last: bool = False
     """Model and 4-D inputs in channels_last memory format."""
     gc_mode: GcMode = "default"

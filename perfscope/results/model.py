@@ -234,6 +234,9 @@ class TrialMetrics:
     losses: list[float | None] = field(default_factory=list, metadata=SERIES)
     """Loss per measured step (None = non-finite); read after the window, never inside it."""
     first_grad_norm: float | None = field(default=None, metadata=NON_NEGATIVE)
+    optimizer: str | None = None
+    """The optimizer class the trial stepped, module-qualified ("torch.optim._adafactor.Adafactor"): what a knob
+    that replaces the user's optimizer really ran."""
     flops_per_step: float | None = field(default=None, metadata=FLOPS)
     """Model FLOPs per optimizer step (forward + backward), no recompute."""
     hardware_flops_per_step: float | None = field(default=None, metadata=FLOPS)

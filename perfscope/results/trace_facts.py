@@ -20,7 +20,7 @@ from typing import Literal
 
 __all__ = [
     "GemmAlignment", "GemmShape", "GpuTimeline", "IdleBreakdown", "KernelFacts", "KernelStat", "LaunchFacts",
-    "PageableCopies", "SyncFacts", "TraceFacts",
+    "HostTransfers", "PageableCopies", "SyncFacts", "TraceFacts",
 ]
 
 
@@ -123,6 +123,18 @@ class PageableCopies:
 
 
 @dataclass(kw_only=True)
+class HostTransfers:
+    """Copies between host and device memory (over PCIe, or NVLink-C2C), pinned or pageable, per step."""
+
+    h2d_bytes: float
+    d2h_bytes: float
+    time_s: float
+    """Device time of the copies (their union: copies overlapping each other count once)."""
+    overlapped_fraction: float | None
+    """Share of the copy time during which a kernel ran: copies hidden behind compute. None without copies."""
+
+
+@dataclass(kw_only=True)
 class GemmShape:
     """A hot matmul from the recorded op shapes (aten::mm/addmm/bmm/baddbmm)."""
 
@@ -170,6 +182,8 @@ class TraceFacts:
     gpu: GpuTimeline | None = None
     """None on CPU, or when a CUDA trace holds no device activity."""
     pageable_memcpy: PageableCopies | None = None
+    host_transfers: HostTransfers | None = None
+    """CUDA: every host↔device copy (what activation offloading adds); None on CPU."""
     gemm_shapes: list[GemmShape] = field(default_factory=list)
     """At most 20, longest first."""
     gemm_alignment: list[GemmAlignment] = field(default_factory=list)

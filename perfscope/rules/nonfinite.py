@@ -19,7 +19,8 @@ class NonFiniteLoss(Rule):
 
     def check(self, ctx: RuleContext) -> list[Finding]:
         bad_trials = [t for t in ctx.results.trials if t.status == "nonfinite"]
-        rejected = [o for o in (ctx.results.sweep.knobs if ctx.results.sweep else []) if o.status == "rejected"]
+        rejected = [o for o in (ctx.results.sweep.knobs if ctx.results.sweep else [])
+                    if o.status == "rejected" and not _swaps_optimizer(ctx, o.trial)]  # PS503 reports those
         if not bad_trials and not rejected:
             return []
         evidence = [f"trial {t.name}: {(t.error or 'non-finite loss').splitlines()[0]}" for t in bad_trials]
@@ -30,3 +31,9 @@ class NonFiniteLoss(Rule):
             fix=fp16_to_bf16_change(ctx.device),
             reference="https://pytorch.org/docs/stable/amp.html#gradient-scaling",
         )]
+
+
+def _swaps_optimizer(ctx: RuleContext, configuration: str | None) -> bool:
+    """A lean-optimizer knob's rejection: the loss moved because the optimizer changed, not through overflow."""
+    trial = ctx.results.trial(configuration) if configuration else None
+    return trial is not None and trial.config.optimizer != "user"

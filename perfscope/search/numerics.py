@@ -23,6 +23,15 @@ restricted, explicitly, to:
 - the first-step gradient norm, only when the global batch (samples per step) is unchanged, within
   ``ACCUM_GRAD_NORM_TOLERANCE`` (25%): loose enough for a different sample composition, tight enough for an
   accumulation-scale error, which is a factor of at least 2.
+
+When the candidate steps another optimizer than the baseline (a memory-lean optimizer knob: Adafactor, 8-bit
+Adam), its losses are *expected* to move away from the baseline's after the first update: the training recipe
+changed, and the report says so. The guard then asks only what the measured steps can answer:
+- the model and the loss are unchanged: the first-step gradient norm (taken before any optimizer step) is the
+  baseline's, within twice the tolerance (25% when the micro-batch differs but the global batch does not);
+- it does not train worse over the same steps: its mean loss over the measured steps is at most twice the
+  tolerance *above* the baseline's (lower is no fault of the configuration). An optimizer whose step the user's
+  learning rate makes too small or too large shows here; whether it converges as well cannot, in a few steps.
 """
 
 from __future__ import annotations
@@ -64,6 +73,8 @@ def compare_numerics(baseline: Trial, candidate: Trial) -> NumericsVerdict:
         return NumericsVerdict(True, None)  # nothing trustworthy to compare against
     tol = tolerance_for(candidate)
     bm, cm = baseline.metrics, candidate.metrics
+    if candidate.config.optimizer != baseline.config.optimizer:
+        return _compare_recipe(baseline, candidate, tol)
     if (bm.micro_batch_size, bm.grad_accum_steps) != (cm.micro_batch_size, cm.grad_accum_steps):
         return _compare_levels(baseline, candidate, tol)
     pairs = list(zip(base_losses, cand_losses))
@@ -97,4 +108,25 @@ def _compare_levels(baseline: Trial, candidate: Trial, tol: float) -> NumericsVe
         return NumericsVerdict(
             False, f"first-step gradient norm {cn:.4g} vs baseline {bn:.4g} with the same global batch "
             f"(tolerance {ACCUM_GRAD_NORM_TOLERANCE:.0%}): is the loss divided by the accumulation steps?", diff)
+    return NumericsVerdict(True, None, diff)
+
+
+def _compare_recipe(baseline: Trial, candidate: Trial, tol: float) -> NumericsVerdict:
+    """Another optimizer: the same model and loss (first-step gradient norm), and no worse a loss over the steps."""
+    bm, cm = baseline.metrics, candidate.metrics
+    assert bm is not None and cm is not None
+    base_mean = statistics.fmean(v for v in bm.losses if v is not None)
+    cand_mean = statistics.fmean(v for v in cm.losses if v is not None)
+    diff = _rel(cand_mean, base_mean)
+    if cand_mean > base_mean and diff > 2 * tol:
+        return NumericsVerdict(
+            False, f"with {cm.optimizer or candidate.config.optimizer} the mean loss over the measured steps is {cand_mean:.4g} vs "
+            f"baseline {base_mean:.4g} ({diff:.1%} higher; tolerance {2 * tol:.0%}): it trains slower at this learning rate", diff)
+    same_steps = (bm.micro_batch_size, bm.grad_accum_steps) == (cm.micro_batch_size, cm.grad_accum_steps)
+    norm_tol = 2 * tol if same_steps else ACCUM_GRAD_NORM_TOLERANCE
+    bn, cn = bm.first_grad_norm, cm.first_grad_norm
+    if bm.samples_per_step == cm.samples_per_step and bn and cn is not None and _rel(cn, bn) > norm_tol:
+        return NumericsVerdict(
+            False, f"first-step gradient norm {cn:.4g} vs baseline {bn:.4g} (tolerance {norm_tol:.0%}): it is taken before "
+            "any optimizer step, so the model or the loss differs, not just the optimizer", diff)
     return NumericsVerdict(True, None, diff)

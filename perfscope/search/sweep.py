@@ -10,15 +10,17 @@ The search an expert does by hand, with error bars that come from runs, not step
    measured on top of that knob's best variant, and its outcome's gain is the increment over it. A failed
    run is recorded as such; a run whose losses leave the numerics guard's tolerance is rejected.
 2. Micro-batch search (perfscope.search.microbatch): `micro_batch` = the fastest point, `grad_accum` = the
-   fastest point that keeps the user's global batch. On a GPU, when it hits OOM, checkpointing is measured
-   paired with the larger micro-batch it allows.
+   fastest point that keeps the user's global batch. On a GPU, when it hits OOM, the knobs that free memory
+   (`Knob.frees`: checkpointing, offloading, the lean optimizers) are measured paired with the larger
+   micro-batch that memory allows.
 3. Adaptive repetition (pinpoint): a candidate still undecided whose interval reaches a worthwhile gain
    gets another run (and its baseline neighbour), most promising first, until it is decided, it has
    `max_runs` runs, or the budget is spent. A win from a single run gets a second one (one lucky process
    must not make a knob a win) unless it is clear: its interval starts at 1.5× or more.
-4. Greedy stacking of the winners, best first: a knob joins only if the stack with it is faster than the
-   stack without it (their gains against the same baseline compared with both intervals). The `grad_accum`
-   micro-batch joins last, re-searched on the stack when memory limited the search and the stack changed memory.
+4. Greedy stacking of the winners, best first (never a knob that changes the training recipe): a knob joins
+   only if the stack with it is faster than the stack without it (their gains against the same baseline
+   compared with both intervals). The `grad_accum` micro-batch joins last, re-searched on the stack when
+   memory limited the search and the stack changed memory.
 5. The recommendation is the stack, with at least two runs (one of them traced); if it is not decidedly
    faster than the baseline, the baseline itself is recommended.
 A wall-clock budget bounds the whole sweep: no run starts that the budget probably cannot finish.
@@ -94,6 +96,8 @@ class Candidate:
     knobs: list[str]
     requires: Candidate | None = None
     """The prerequisite candidate this one was measured on top of."""
+    notes: list[str] = field(default_factory=list)
+    """What the sweep knows about how it was measured (e.g. the micro-batch it was paired with, and why)."""
     first: Trial | None = None
     gain: Gain | None = None
     rejected: str | None = None
@@ -182,10 +186,15 @@ class Sweeper:
             name = knob.id if i == 0 else f"{knob.id}-{i + 1}"
             knobs = [*(on_top.knobs if on_top is not None else []), knob.id]
             cand = Candidate(knob, changes, name, config, knobs, requires=on_top)
-            cand.first = self.measure(name, config, knobs)
-            self._check_numerics(cand)
+            self._first_run(cand)
             out.append(cand)
         return out
+
+    def _first_run(self, cand: Candidate) -> None:
+        """A candidate's first run (traced when its costs are read from a trace), then the numerics guard."""
+        traced = cand.knob.traced and self.options.trace_recommended
+        cand.first = self.measure(cand.name, cand.config.replace(capture_trace=True) if traced else cand.config, cand.knobs)
+        self._check_numerics(cand)
 
     def _check_numerics(self, cand: Candidate) -> None:
         if cand.first is not None and cand.first.ok:
@@ -233,21 +242,26 @@ class Sweeper:
             self.candidates.append(cand)
         return result
 
-    def checkpointing_pair(self, knob: Knob, result: MicroBatchResult) -> None:
-        """Checkpointing at twice the largest micro-batch that fit without it (it only pays through memory)."""
+    def memory_pair(self, knob: Knob, result: MicroBatchResult) -> None:
+        """A knob that frees memory, at the micro-batch that memory is for (it pays only through it): twice the
+        largest that fit without it when it frees activations (they grow with the micro-batch), the smallest
+        that ran out of memory without it when it frees optimizer state (a fixed amount)."""
         largest = result.largest_fitting() or self.ctx.base.micro_batch_size
-        micro = largest * 2
-        config = knob.apply(self.reference, {"activation_checkpointing": True}).replace(micro_batch_size=micro, grad_accum_steps=1)
+        oom = min((m for m, t in result.trials.items() if t.status == "oom"), default=largest * 2)
+        micro = largest * 2 if knob.frees == "activations" else oom
+        alone = self._best([c for c in self.candidates if c.knob is knob])
+        changes = dict(alone.changes) if alone is not None else knob.variants(self.ctx)[0]
+        config = knob.apply(self.reference, changes).replace(micro_batch_size=micro, grad_accum_steps=1)
         base = self.ctx.base.samples_per_step
         if micro <= base and base % micro == 0:
             config = config.replace(grad_accum_steps=base // micro)
         if not self.may_continue():
             return
         name = f"{knob.id}-mb{micro}"
-        cand = Candidate(knob, {"activation_checkpointing": True, "micro_batch_size": micro,
-                                "grad_accum_steps": config.grad_accum_steps}, name, config, [knob.id, "micro_batch"])
-        cand.first = self.measure(name, config, cand.knobs)
-        self._check_numerics(cand)
+        cand = Candidate(knob, {**changes, "micro_batch_size": micro, "grad_accum_steps": config.grad_accum_steps}, name,
+                         config, [knob.id, "micro_batch"],
+                         notes=[f"paired with micro-batch {micro} (without it: fits up to {largest}, out of memory at {oom})"])
+        self._first_run(cand)
         self.candidates.append(cand)
 
     # ------------------------------------------------------------------------------- outcomes
@@ -256,7 +270,7 @@ class Sweeper:
         """What the sweep says about one candidate, from its runs (failed, rejected or measured)."""
         knob = cand.knob
         semantics = knob.changes_semantics(self.ctx, cand.config)
-        if knob.id == "activation_checkpointing" and "micro_batch" in cand.knobs:
+        if knob.frees is not None and "micro_batch" in cand.knobs:
             semantics = semantics + REGISTRY_BY_ID["micro_batch"].changes_semantics(self.ctx, cand.config)
         common = dict(knob=knob.id, title=knob.title, trial=cand.name, setting=describe_setting(cand.changes),
                       changes_semantics=semantics, code_change=knob.code_change(self.ctx))
@@ -275,8 +289,9 @@ class Sweeper:
             gain = relative_gain(both, cand.requires.gain, reference=cand.requires.name)
             notes.append(f"measured on top of {cand.requires.name}: {gain.ratio:.2f}× over it "
                          f"({both.ratio:.2f}× over the baseline with both)")
-        if knob.id == "activation_checkpointing" and "micro_batch" in cand.knobs:
-            notes.append(f"paired with micro-batch {cand.config.micro_batch_size} (without checkpointing: OOM above it)")
+        notes += cand.notes + knob.measured_notes(self.ctx, self.baseline, first)
+        if knob.changes_recipe:
+            notes.append("it changes the training recipe: reported, never stacked into the recommendation")
         if gain is not None and gain.verdict == "undecided":
             notes.append(cannot_tell(gain))
         mfu = first.metrics.mfu if first.metrics else None
@@ -289,7 +304,9 @@ class Sweeper:
     def run(self) -> Sweep:
         by_knob: dict[str, list[Candidate]] = {}
         search_knobs: dict[str, Knob] = {}
-        deferred_checkpointing: Knob | None = None
+        deferred: list[Knob] = []  # free activations: on a GPU measured only paired with the micro-batch they allow
+        paired: list[Knob] = []  # free optimizer state: measured alone, and paired too on a GPU when memory limits
+        micro_searched = not ({"micro_batch", "grad_accum"} <= set(self.options.skip))
         for knob in REGISTRY:
             inapplicable, unselected = knob.applies(self.ctx), self.selected(knob)
             if inapplicable is not None:
@@ -298,8 +315,8 @@ class Sweeper:
                 self._outcome(knob, "skipped", unselected)
             elif knob.search:
                 search_knobs[knob.id] = knob
-            elif knob.id == "activation_checkpointing" and self.ctx.cuda and not ({"micro_batch", "grad_accum"} <= set(self.options.skip)):
-                deferred_checkpointing = knob  # on a GPU it pays only through memory: measured with the micro-batch search
+            elif knob.frees == "activations" and self.ctx.cuda and micro_searched:
+                deferred.append(knob)  # on a GPU it pays only through memory: measured with the micro-batch search
             elif knob.builds_on is not None and not knob.prerequisite_met(self.ctx.base):
                 prerequisite = self._best(by_knob.get(knob.builds_on, []))
                 if prerequisite is None:
@@ -308,6 +325,8 @@ class Sweeper:
                 by_knob[knob.id] = self.try_variants(knob, on_top=prerequisite)
             else:
                 by_knob[knob.id] = self.try_variants(knob)
+                if knob.frees == "optimizer state" and self.ctx.cuda and micro_searched:
+                    paired.append(knob)
             if knob.id in by_knob and not by_knob[knob.id]:
                 self._outcome(knob, "skipped", self.sweep.stopped_early or "budget exhausted")
             self.candidates += by_knob.get(knob.id, [])
@@ -317,14 +336,17 @@ class Sweeper:
         elif search_knobs:
             for knob in search_knobs.values():
                 self._outcome(knob, "skipped", self.sweep.stopped_early or "budget exhausted")
-        if deferred_checkpointing is not None:
+        for knob in deferred:
             if micro is not None and micro.hit_oom:
-                self.checkpointing_pair(deferred_checkpointing, micro)
+                self.memory_pair(knob, micro)
             else:
                 largest = micro.largest_fitting() if micro else None
-                self._outcome(deferred_checkpointing, "skipped",
-                              f"memory did not limit the micro-batch (fits up to {largest}): checkpointing would only add recompute"
+                self._outcome(knob, "skipped",
+                              f"memory did not limit the micro-batch (fits up to {largest}): {knob.title} would only add {knob.cost}"
                               if largest else "needs the micro-batch search, which did not run")
+        for knob in paired:
+            if micro is not None and micro.hit_oom and any(c.first is not None and c.first.ok for c in by_knob.get(knob.id, [])):
+                self.memory_pair(knob, micro)
         self.refine()
         self._record_outcomes()
         self.recommend(micro if "grad_accum" in search_knobs else None)
@@ -370,6 +392,8 @@ class Sweeper:
                 continue
             if cand.knob.id in ("grad_accum", "micro_batch"):
                 continue  # the micro-batch joins last, through grad_accum (the global batch kept)
+            if cand.knob.changes_recipe:
+                continue  # a new optimizer: reported with its caveats, adopted only by a person who checks convergence
             current = best_per_knob.get(cand.knob.id)
             if current is None or cand.gain.ratio > current.gain.ratio:  # type: ignore[union-attr]
                 best_per_knob[cand.knob.id] = cand
@@ -440,7 +464,8 @@ class Sweeper:
         global_batch = self.ctx.base.samples_per_step
         changes_memory = current is not None and (
             current.config.precision != self.ctx.base.precision
-            or current.config.activation_checkpointing != self.ctx.base.activation_checkpointing)
+            or current.config.activation_checkpointing != self.ctx.base.activation_checkpointing
+            or current.config.offload_activations != self.ctx.base.offload_activations)
         if current is not None and current.first is not None and micro.memory_limited and changes_memory and self.may_continue():
             research = search_micro_batch(lambda n, c, k: self.measure(n, c, k), current.config, current.first,
                                           name_prefix="stack-mb", knobs=list(current.knobs), max_factor=64,

@@ -5,7 +5,7 @@
 
 One analyzer per fact family, each a function of the parsed trace (perfscope.trace.events) and the profiled
 window: data wait, host synchronization, kernels by category, the GPU timeline and what its idle time waited
-for, launch-boundness, pageable copies, GEMM shapes. Everything is per profiled step.
+for, launch-boundness, pageable copies, host↔device traffic, GEMM shapes. Everything is per profiled step.
 
 How the GPU facts are decided, and why:
 - Device work belongs to the step whose host span LAUNCHED it (a GPU-bound step's kernels run after its host
@@ -39,6 +39,7 @@ from typing import Any
 from perfscope.results.trace_facts import (
     GemmShape,
     GpuTimeline,
+    HostTransfers,
     IdleBreakdown,
     KernelFacts,
     KernelStat,
@@ -200,6 +201,22 @@ def pageable_memcpy(work: list[DeviceWork], w: Window) -> PageableCopies:
     )
 
 
+def host_transfers(work: list[DeviceWork], w: Window) -> HostTransfers:
+    """Every host↔device copy (pinned or pageable): bytes each way, device time, and the share of that time a
+    kernel ran beside it (copies overlapping compute cost no step time)."""
+    copies = [x.event for x in work if x.event.cat == "gpu_memcpy" and ("HtoD" in x.event.name or "DtoH" in x.event.name)]
+    spans = merge([e.span for e in copies])
+    kernels = merge([x.event.span for x in work if x.event.cat == "kernel"])
+    copy_us = length(spans)
+    hidden_us = sum(overlap(span, kernels) for span in spans)
+    return HostTransfers(
+        h2d_bytes=sum(float(e.args.get("bytes", 0)) for e in copies if "HtoD" in e.name) / w.steps,
+        d2h_bytes=sum(float(e.args.get("bytes", 0)) for e in copies if "DtoH" in e.name) / w.steps,
+        time_s=copy_us / w.steps / 1e6,
+        overlapped_fraction=hidden_us / copy_us if copy_us > 0 else None,
+    )
+
+
 def cpu_op_facts(trace: Trace, w: Window) -> tuple[KernelFacts, LaunchFacts]:
     """A CPU-only run: op self times by category, and the dispatch-bound equivalent of launch-bound."""
     ops = [e for e in trace.cpu_ops if w.contains(e.ts)]
@@ -282,14 +299,15 @@ def trace_facts(trace_path: Path, *, device_type: str, steps: int) -> TraceFacts
         timeline = gpu_timeline(trace, w, data=data, blocked=blocked)
         kernels, launch = kernel_facts(work, w), launch_facts(trace, work, w, timeline, data=data, blocked=blocked)
         copies: PageableCopies | None = pageable_memcpy(work, w)
+        transfers: HostTransfers | None = host_transfers(work, w)
     else:
         if device_type == "cuda":
             notes.append("no device activity in the CUDA trace (CUPTI off?): facts from host ops")
-        (kernels, launch), timeline, copies = cpu_op_facts(trace, w), None, None
+        (kernels, launch), timeline, copies, transfers = cpu_op_facts(trace, w), None, None, None
     return TraceFacts(
         device_type=device_type, steps=w.steps, step_time_s=w.step_us / 1e6,
         data_wait_fraction=min(1.0, length(data) / w.total_us), kernels=kernels, launch=launch, sync=sync_facts(trace, w),
-        gpu=timeline, pageable_memcpy=copies, gemm_shapes=gemm_shapes(trace, w, on_device=on_device),
+        gpu=timeline, pageable_memcpy=copies, host_transfers=transfers, gemm_shapes=gemm_shapes(trace, w, on_device=on_device),
         trace_bytes=Path(trace_path).stat().st_size, notes=notes,
     )
 

@@ -20,7 +20,6 @@ Exceptions propagate: the trial process classifies them (OOM, error).
 from __future__ import annotations
 
 import gc
-import inspect
 import math
 import statistics
 import sys
@@ -32,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from perfscope.measure import memory
 from perfscope.measure.clock import clock_for, synchronize
@@ -63,23 +61,10 @@ from perfscope.trial.checkpointing import (
     checkpointing_off,
 )
 from perfscope.trial.data import endless_batches, to_device
+from perfscope.trial.optimizers import build_optimizer, optimizer_name
 from perfscope.workload import Workload
 
 _AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def build_optimizer(workload: Workload, model: nn.Module, impl: str) -> torch.optim.Optimizer:
-    """The user's optimizer, rebuilt with foreach=True / fused=True when the config asks for it."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = workload.optimizer(params)
-    if impl == "default":
-        return optimizer
-    # Rebuild from the user's settings, keeping only what the constructor accepts (defaults can hold
-    # derived keys, e.g. AdamW's decoupled_weight_decay) and dropping the implementation flags.
-    accepted = set(inspect.signature(type(optimizer).__init__).parameters) - {"self", "params", "foreach", "fused"}
-    groups = [{k: v for k, v in g.items() if k == "params" or k in accepted} for g in optimizer.param_groups]
-    defaults = {k: v for k, v in optimizer.defaults.items() if k in accepted}
-    return type(optimizer)(groups, **defaults, **{impl: True})
 
 
 class TrainStep:
@@ -99,7 +84,7 @@ class TrainStep:
         if config.channels_last:
             self.model.to(memory_format=torch.channels_last)
         self.model.train()
-        self.optimizer = build_optimizer(workload, self.model, config.optimizer_impl)
+        self.optimizer = build_optimizer(workload, self.model, config)
         self.step_model: Any = self.model
         if config.compile is not None:
             self.step_model = torch.compile(self.model, mode=config.compile)
@@ -129,13 +114,21 @@ class TrainStep:
         with self.autocast():
             return self.workload.loss(model, batch)
 
+    def saved_tensors(self) -> AbstractContextManager[Any]:
+        """Where the forward keeps what backward needs: device memory, or pinned host memory when offloading
+        (the pack hook copies each saved tensor out as the forward saves it; backward copies it back)."""
+        if self.config.offload_activations:
+            return torch.autograd.graph.save_on_cpu(pin_memory=True)
+        return nullcontext()
+
     def __call__(self, recorder: WindowRecorder | None = None, *, grad_norm: bool = False) -> tuple[torch.Tensor, float | None]:
         """Returns (mean loss as a device tensor, first-step grad norm when asked)."""
         accum = self.config.grad_accum_steps
         total = torch.zeros((), device=self.device)
         for _ in range(accum):
             batch = self.next_batch(recorder)
-            loss = self.micro_loss(self.step_model, batch)
+            with self.saved_tensors():
+                loss = self.micro_loss(self.step_model, batch)
             scaled = loss / accum
             (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
             total += loss.detach().float()
@@ -316,6 +309,7 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     )
     metrics.losses = [float(v) for v in torch.stack(losses).cpu()]
     metrics.first_grad_norm = first_grad_norm
+    metrics.optimizer = optimizer_name(step.optimizer)
     metrics.flop_convention = FLOP_CONVENTION
     metrics.host_rss_peak_bytes = memory.process_peak_rss_bytes()
     metrics.utilization = sampler.result() if sampler is not None else None

@@ -348,3 +348,85 @@ def test_usable_cores_respect_the_cgroup_quota(tmp_path):
     assert cgroup_quota_cores(tmp_path) == 1.5
     (tmp_path / "cpu.max").write_text("max 100000\n")
     assert cgroup_quota_cores(tmp_path) is None
+
+
+# ------------------------------------------------------------------------- optimizer state: measured or estimated
+
+
+def _optimizer_bound(**metrics) -> Results:
+    """An AdamW step whose optimizer state is 40% of the peak (PS503's problem)."""
+    return _metrics(_results(), peak_memory_bytes=20 * GiB, **metrics,
+                    memory_breakdown=MemoryBreakdown(parameters=4 * GiB, gradients=4 * GiB, optimizer_state=8 * GiB,
+                                                     activations_and_temporaries=4 * GiB))
+
+
+def _lean_optimizer_run(results: Results, knob: str = "adafactor", *, ratio: float = 1.3, status: str = "measured",
+                        micro: int = 48, optimizer: str = "adafactor") -> Results:
+    """The sweep measured a lean optimizer at the micro-batch it unlocked: its run, and its outcome."""
+    name = f"{knob}-mb{micro}"
+    trial = make_trial(name, batch=micro)
+    trial.config = dataclasses.replace(trial.config, optimizer=optimizer)
+    trial.metrics.optimizer = "torch.optim.Adafactor" if optimizer == "adafactor" else "torchao.optim.adam.AdamW8bit"
+    trial.metrics.memory_breakdown = MemoryBreakdown(parameters=4 * GiB, gradients=4 * GiB, optimizer_state=GiB // 100,
+                                                     activations_and_temporaries=10 * GiB)
+    results.trials.append(trial)
+    results.sweep = results.sweep or Sweep(baseline_trial="baseline")
+    results.sweep.knobs.append(KnobOutcome(
+        knob=knob, title="Adafactor instead of Adam/AdamW (factored optimizer state)", status=status, trial=name,
+        gain=_gain(ratio), reason="numerics guard: mean loss 10% higher" if status == "rejected" else None,
+        code_change="+optimizer = torch.optim.Adafactor(model.parameters(), lr=lr)",
+        changes_semantics=["training recipe: AdamW replaced by Adafactor — re-tune the learning rate"]))
+    return results
+
+
+def _ps503(results: Results) -> list[Finding]:
+    return [f for f in run_rules(results) if f.rule_id == "PS503"]
+
+
+def test_optimizer_state_estimates_what_a_lean_optimizer_would_free_when_none_was_measured():
+    (finding,) = _ps503(_optimizer_bound())
+    assert finding.gain is None and finding.trial is None
+    assert any(e.startswith("estimate: an 8-bit optimizer would free about 6.00 GiB") for e in finding.evidence)
+    assert any("not measured here" in e for e in finding.evidence)
+    assert "AdamW8bit" in finding.fix
+
+
+def test_optimizer_state_points_at_the_measured_lean_optimizer():
+    results = _lean_optimizer_run(_optimizer_bound())
+    (finding,) = _ps503(results)
+    assert finding.trial == "adafactor-mb48" and finding.gain.ratio == 1.3 and finding.measured_win
+    assert finding.title.endswith("Adafactor instead of Adam/AdamW, measured")
+    assert any("optimizer state 8.00 GiB → 0.01 GiB" in e and "torch.optim.Adafactor" in e for e in finding.evidence)
+    assert any("micro-batch 48" in e for e in finding.evidence)
+    assert not any(e.startswith("estimate") for e in finding.evidence)
+    assert finding.fix == "+optimizer = torch.optim.Adafactor(model.parameters(), lr=lr)"
+    assert any(c.startswith("training recipe") for c in finding.caveats)
+    assert [f.rule_id for f in run_rules(results) if f.trial == "adafactor-mb48"] == ["PS503"]  # reported once
+
+
+def test_optimizer_state_prefers_the_faster_measured_lean_optimizer():
+    results = _lean_optimizer_run(_lean_optimizer_run(_optimizer_bound(), ratio=1.1),
+                                  "adamw_8bit", ratio=1.4, micro=40, optimizer="8bit-torchao")
+    (finding,) = _ps503(results)
+    assert finding.trial == "adamw_8bit-mb40" and finding.gain.ratio == 1.4
+
+
+def test_a_lean_optimizer_measured_slower_or_rejected_is_said_so():
+    slower = _lean_optimizer_run(_optimizer_bound(), ratio=0.8)
+    ranked, did_not_help = partition_findings(run_rules(slower))
+    (finding,) = [f for f in did_not_help if f.rule_id == "PS503"]
+    assert "memory it frees" in finding.why_not_here
+    rejected = _lean_optimizer_run(_optimizer_bound(), status="rejected")
+    (finding,) = _ps503(rejected)
+    assert finding.gain is None and any("rejected by the numerics guard" in e for e in finding.evidence)
+    assert "PS601" not in {f.rule_id for f in run_rules(rejected)}  # another optimizer's loss is not an overflow
+
+
+def test_optimizer_state_stays_silent_when_small_and_the_measured_knob_is_reported_as_measured():
+    small = _metrics(_results(), peak_memory_bytes=60 * GiB,
+                     memory_breakdown=MemoryBreakdown(parameters=GiB, gradients=GiB, optimizer_state=2 * GiB,
+                                                      activations_and_temporaries=56 * GiB))
+    results = _lean_optimizer_run(small)
+    assert _ps503(results) == []
+    (generic,) = [f for f in run_rules(results) if f.trial == "adafactor-mb48"]
+    assert generic.rule_id == "PS100" and any(c.startswith("training recipe") for c in generic.caveats)

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from perfscope.search.knobs.adafactor import Adafactor
+from perfscope.search.knobs.adamw_8bit import AdamW8bit
 from perfscope.search.knobs.allocator import ExpandableSegments
 from perfscope.search.knobs.amp import AmpBf16, AmpFp16
 from perfscope.search.knobs.base import Knob, KnobContext, ModelFacts
@@ -21,6 +23,7 @@ from perfscope.search.knobs.dataloader import (
 from perfscope.search.knobs.gc_freeze import GcFreeze
 from perfscope.search.knobs.grad_accum import GradAccum
 from perfscope.search.knobs.micro_batch import MicroBatch
+from perfscope.search.knobs.offloading import ActivationOffloading
 from perfscope.search.knobs.optimizer import FusedOptimizer
 from perfscope.search.knobs.tf32 import Tf32
 
@@ -39,6 +42,9 @@ REGISTRY: list[Knob] = [
     GcFreeze(),
     ExpandableSegments(),
     ActivationCheckpointing(),
+    ActivationOffloading(),
+    Adafactor(),
+    AdamW8bit(),
     MicroBatch(),
     GradAccum(),
 ]

@@ -12,10 +12,11 @@ A knob knows how to apply itself and what code change it stands for; it never kn
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from perfscope.results import Environment, ModelFacts
+from perfscope.results import Environment, ModelFacts, Trial
 from perfscope.results.config import TrialConfig
 from perfscope.workload import Workload
 
@@ -64,6 +65,21 @@ class Knob:
     satisfy `prerequisite_met`, the sweep measures this knob on top of that knob's best variant, and stacks it
     only after that knob."""
 
+    frees: ClassVar[Literal["activations", "optimizer state"] | None] = None
+    """The device memory the knob gives back. Such a knob pays through the larger micro-batch that memory allows:
+    on a GPU whose micro-batch search ran into memory, the sweep also measures it paired with the micro-batch
+    that did not fit without it (twice the largest that fit for activations, which grow with the micro-batch;
+    the first that did not fit for optimizer state, a fixed amount)."""
+    cost: ClassVar[str] = ""
+    """What the knob costs when memory is not the limit ("recompute", "host↔device copies"): the sweep's reason
+    for not measuring an activation-freeing knob on a GPU whose micro-batch memory did not limit."""
+    changes_recipe: ClassVar[bool] = False
+    """True when the knob changes the training recipe (the optimizer): measured and reported with its caveats,
+    never stacked into the recommendation — a few measured steps cannot show that the model still converges."""
+    traced: ClassVar[bool] = False
+    """True when what the knob costs is read from a profiler trace (offloading's PCIe copies): the sweep traces
+    its first run, after the timed window as always."""
+
     def prerequisite_met(self, config: TrialConfig) -> bool:
         """True when ``config`` already has what `builds_on` provides (only consulted when `builds_on` is set)."""
         return True
@@ -85,6 +101,11 @@ class Knob:
         """How adopting it changes training beyond speed (numerics, global batch); empty when it does not."""
         return []
 
+    def measured_notes(self, ctx: KnobContext, baseline: Trial, trial: Trial) -> list[str]:
+        """What a measured run shows about the knob beyond speed (memory it freed, traffic it added), in words
+        for the report; ``baseline`` is a baseline run to compare with."""
+        return []
+
     def apply(self, config: TrialConfig, changes: dict[str, Any]) -> TrialConfig:
         """``config`` with one of `variants`' changes (a knob may try several settings, so the variant is an
         argument); ``env`` entries are merged, not replaced."""
@@ -92,3 +113,18 @@ class Knob:
         if "env" in merged:
             merged["env"] = {**config.env, **merged["env"]}
         return config.replace(**merged)
+
+
+def size(n: float) -> str:
+    """Bytes in binary units, for the knobs' notes ("1.5 MiB")."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def major_minor(version: str | None) -> tuple[int, int] | None:
+    """(major, minor) of a version string ("2.13.0+cpu" → (2, 13)); None when it has none."""
+    match = re.match(r"(\d+)\.(\d+)", version or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None

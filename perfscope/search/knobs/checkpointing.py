@@ -16,6 +16,8 @@ class ActivationCheckpointing(Knob):
     id = "activation_checkpointing"
     title = "activation checkpointing of repeated blocks"
     reference = "https://pytorch.org/docs/stable/checkpoint.html"
+    frees = "activations"
+    cost = "recompute"
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return checkpoint_change()

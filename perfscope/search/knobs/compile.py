@@ -12,7 +12,7 @@ from perfscope.search.knobs.base import Knob, KnobContext
 from perfscope.snippets import compile_change
 
 
-def _no_compiler_reason(ctx: KnobContext) -> str | None:
+def no_compiler_reason(ctx: KnobContext) -> str | None:
     """torch.compile needs a host compiler on both devices: on CPU inductor emits C++; on CUDA, Triton builds its
     kernel launcher (a small C extension) with $CC, else gcc or clang, the first time a kernel runs."""
     cc = os.environ.get("CC")
@@ -34,7 +34,7 @@ class Compile(Knob):
     def applies(self, ctx: KnobContext) -> str | None:
         if ctx.base.compile is not None:
             return f"the model is already compiled (mode {ctx.base.compile})"
-        return _no_compiler_reason(ctx)
+        return no_compiler_reason(ctx)
 
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"compile": "default"}]
@@ -53,7 +53,7 @@ class CompileReduceOverhead(Knob):
             return "CUDA graphs need a GPU"
         if ctx.base.compile == "reduce-overhead":
             return "the model is already compiled with reduce-overhead"
-        if (reason := _no_compiler_reason(ctx)) is not None:
+        if (reason := no_compiler_reason(ctx)) is not None:
             return reason
         if ctx.base.grad_accum_steps > 1:
             # CUDA-graph outputs live in the graph's static memory pool: the gradients kept in .grad between

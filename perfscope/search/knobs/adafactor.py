@@ -1,0 +1,42 @@
+"""Adafactor (torch.optim.Adafactor, torch >= 2.5) in place of Adam/AdamW: factored second moment, no first.
+
+Its state is a row and a column mean of the squared gradient per matrix (a full second moment only for 1-D
+parameters): for a 4096×4096 weight 32 KiB instead of AdamW's 128 MiB. It runs on CPU and GPU. torch's Adafactor
+reads lr as the cap on a relative step (a weight moves by at most lr × its tensor's RMS), not as Adam's
+absolute step: the user's lr is kept per parameter group, and the caveat says it must be re-tuned. Its
+per-parameter `.item()` calls (relative step, update clipping) synchronize the host with a GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfscope.search.knobs.base import KnobContext, major_minor
+from perfscope.search.knobs.lean_optimizer import LeanOptimizer
+
+MIN_TORCH = (2, 5)
+
+
+class Adafactor(LeanOptimizer):
+    id = "adafactor"
+    title = "Adafactor instead of Adam/AdamW (factored optimizer state)"
+    reference = "https://pytorch.org/docs/stable/generated/torch.optim.Adafactor.html"
+    replacement = "Adafactor"
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        return ("-optimizer = torch.optim.AdamW(model.parameters(), lr=lr)\n"
+                "+optimizer = torch.optim.Adafactor(model.parameters(), lr=lr)   # lr caps a relative step here: re-tune it")
+
+    def applies(self, ctx: KnobContext) -> str | None:
+        version = major_minor(ctx.environment.torch_version)
+        if version is not None and version < MIN_TORCH:
+            return f"torch.optim.Adafactor needs torch ≥ 2.5 (this run: {ctx.environment.torch_version})"
+        return self.not_adam_type(ctx)
+
+    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
+        return [{"optimizer": "adafactor"}]
+
+    def recipe_caveat(self, ctx: KnobContext) -> str:
+        decay = (" Adam's L2 weight decay becomes decoupled decay;" if ctx.model.optimizer_class == "Adam" else "")
+        return ("the same lr per parameter group, but Adafactor reads it as the cap on a relative step (lr × the "
+                f"weights' RMS), with no momentum and its own β₂ schedule:{decay} re-tune the learning rate and warm-up")

@@ -1,0 +1,67 @@
+"""What the memory-lean optimizer knobs (adafactor, adamw_8bit) share: they replace the user's optimizer.
+
+AdamW keeps two fp32 moments per parameter (8 B), often more memory than the weights. A leaner optimizer frees
+most of it — memory that pays back through a larger micro-batch, so on a GPU whose micro-batch search ran into
+memory the sweep also measures the knob at the first micro-batch that did not fit without it. Each run records
+the optimizer it stepped (`TrialMetrics.optimizer`) and its optimizer state's bytes, so what it freed is
+measured, not assumed.
+
+Replacing the optimizer changes the training recipe: the sweep never stacks these knobs into the
+recommendation, the numerics guard checks only that the loss stays in line with the baseline's over the
+trial's steps (perfscope.search.numerics), and every outcome carries the learning-rate and convergence caveat.
+"""
+
+from __future__ import annotations
+
+from perfscope.results import Trial
+from perfscope.results.config import TrialConfig
+from perfscope.search.knobs.base import Knob, KnobContext, size
+
+ADAM_TYPES = ("Adam", "AdamW")
+"""The optimizers these knobs stand in for: adaptive, with per-parameter moments, whose lr is the nearest given
+value for the replacement's."""
+
+
+class LeanOptimizer(Knob):
+    """Base of the knobs that replace an Adam-type optimizer with one that keeps less state."""
+
+    frees = "optimizer state"
+    changes_recipe = True
+    replacement: str = ""
+    """The optimizer in words, for reasons and caveats ("Adafactor")."""
+
+    def not_adam_type(self, ctx: KnobContext) -> str | None:
+        if ctx.base.optimizer != "user":
+            return f"the optimizer is already replaced ({ctx.base.optimizer})"
+        if ctx.model.optimizer_class not in ADAM_TYPES:
+            return (f"{self.replacement} stands in for Adam/AdamW (adaptive, two moments per parameter); the workload's "
+                    f"optimizer is {ctx.model.optimizer_class}, whose learning rate and behaviour do not transfer")
+        return None
+
+    def recipe_caveat(self, ctx: KnobContext) -> str:
+        raise NotImplementedError
+
+    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
+        return [f"training recipe: {ctx.model.optimizer_class} replaced by {self.replacement} — {self.recipe_caveat(ctx)}; "
+                "check convergence over a full run (the measured steps show speed and memory, not the final loss)"]
+
+    def measured_notes(self, ctx: KnobContext, baseline: Trial, trial: Trial) -> list[str]:
+        notes = []
+        before, after = _state_bytes(baseline), _state_bytes(trial)
+        if before is not None and after is not None:
+            freed = before - after
+            share = f" ({freed / before:.0%})" if before > 0 and freed > 0 else ""
+            notes.append(f"optimizer state {size(before)} → {size(after)}: frees {size(freed)}{share}"
+                         if freed >= 0 else f"optimizer state {size(before)} → {size(after)}: grows by {size(-freed)}")
+        bm, tm = baseline.metrics, trial.metrics
+        if (ctx.cuda and bm is not None and tm is not None and bm.peak_memory_bytes and tm.peak_memory_bytes
+                and bm.micro_batch_size == tm.micro_batch_size):
+            notes.append(f"peak memory {size(bm.peak_memory_bytes)} → {size(tm.peak_memory_bytes)} at micro-batch {tm.micro_batch_size}")
+        if tm is not None and tm.optimizer:
+            notes.append(f"stepped {tm.optimizer}")
+        return notes
+
+
+def _state_bytes(trial: Trial) -> int | None:
+    m = trial.metrics
+    return m.memory_breakdown.optimizer_state if m is not None and m.memory_breakdown is not None else None

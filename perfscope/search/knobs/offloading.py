@@ -1,0 +1,64 @@
+"""Activation offloading: saved activations wait in pinned host memory between forward and backward.
+
+`torch.autograd.graph.save_on_cpu(pin_memory=True)` copies every tensor the forward saves for backward to
+pinned host memory, and back when backward needs it: device memory for activations drops to about one layer's
+worth, paid for in host↔device traffic (every saved byte crosses the link twice per step) and, unless the
+copies overlap compute, in time. Like checkpointing it pays only through the larger micro-batch the memory
+allows, so on a GPU it is measured paired with it; its first run is traced, and the outcome reports the copy
+traffic per step it adds and how much of the copy time kernels overlapped (from the trace).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfscope.results import Trial
+from perfscope.search.knobs.base import Knob, KnobContext, size
+
+
+class ActivationOffloading(Knob):
+    id = "activation_offloading"
+    title = "activation offloading to pinned host memory"
+    reference = "https://pytorch.org/docs/stable/autograd.html#torch.autograd.graph.save_on_cpu"
+    frees = "activations"
+    cost = "host↔device copies"
+    traced = True
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        if not ctx.cuda:
+            return None
+        return ("-    loss = loss_fn(model, batch)\n"
+                "+    with torch.autograd.graph.save_on_cpu(pin_memory=True):   # saved activations wait in host memory\n"
+                "+        loss = loss_fn(model, batch)\n"
+                "     loss.backward()")
+
+    def applies(self, ctx: KnobContext) -> str | None:
+        if not ctx.cuda:
+            return "offloading moves activations from GPU memory to host memory; on the CPU they are in host memory already"
+        if ctx.base.offload_activations:
+            return "activation offloading is already on"
+        return None
+
+    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
+        return [{"offload_activations": True}]
+
+    def measured_notes(self, ctx: KnobContext, baseline: Trial, trial: Trial) -> list[str]:
+        facts = trial.metrics.trace_facts if trial.metrics is not None else None
+        copies = facts.host_transfers if facts is not None else None
+        if copies is None:
+            why = trial.metrics.unavailable.get("trace") if trial.metrics is not None else None
+            return [f"host↔device copy traffic unknown: {why or 'no trace of this run'}"]
+        base_facts = baseline.metrics.trace_facts if baseline.metrics is not None else None
+        base = base_facts.host_transfers if base_facts is not None else None
+        total = copies.h2d_bytes + copies.d2h_bytes
+        if base is not None:
+            added = total - base.h2d_bytes - base.d2h_bytes
+            traffic = f"adds {size(added)} of host↔device copies per step ({size(total)} in all"
+        else:
+            traffic = f"{size(total)} of host↔device copies per step (the baseline's trace is missing: not net of its own"
+        traffic += f"; device→host {size(copies.d2h_bytes)}, host→device {size(copies.h2d_bytes)})"
+        notes = [traffic]
+        if copies.overlapped_fraction is not None:
+            notes.append(f"{copies.overlapped_fraction:.0%} of the copy time overlapped kernels "
+                         f"({copies.time_s * 1e3:.1f} ms of copies per step, from the trace)")
+        return notes
