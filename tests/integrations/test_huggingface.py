@@ -25,8 +25,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, 
 from perfscope.hooks.integrations.huggingface import PerfscopeTrainerCallback  # noqa: E402
 from perfscope.measure.flops import count_step  # noqa: E402
 from perfscope.results import Results  # noqa: E402
-from tests.integrations.test_lightning import visible_text  # noqa: E402
-from tests.integrations.workloads import STALL_S, WallClock  # noqa: E402
+from tests.integrations.workloads import STALL_S, WallClock, visible_text  # noqa: E402
 
 BATCH, SEQ, VOCAB = 8, 32, 256
 WARMUP = 2

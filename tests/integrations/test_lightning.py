@@ -23,7 +23,7 @@ pl = pytest.importorskip("lightning.pytorch")
 
 from perfscope.hooks.integrations.lightning import PerfscopeCallback  # noqa: E402
 from perfscope.results import Results  # noqa: E402
-from tests.integrations.workloads import HIDDEN, Points, WallClock, mlp, mlp_flops  # noqa: E402
+from tests.integrations.workloads import HIDDEN, Points, WallClock, mlp, mlp_flops, visible_text  # noqa: E402
 
 BATCH = 32
 WARMUP = 2
@@ -103,11 +103,6 @@ def fit(tmp_path: Path, callback: PerfscopeCallback, *, steps: int, val: bool = 
 def load(callback: PerfscopeCallback) -> Results:
     assert callback.saved is not None, "the callback saved nothing"
     return Results.load(callback.saved)
-
-
-def visible_text(html: str) -> str:
-    html = re.sub(r"<(script|style)\b.*?</\1>", " ", html, flags=re.S)
-    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
 
 
 def test_a_plain_fit_matches_the_wall_clock_and_reads_the_trainer(tmp_path: Path) -> None:

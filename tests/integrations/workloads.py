@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -104,3 +105,9 @@ class WallClock:
 
     def paused_s(self) -> float:
         return sum(b - a for a, b in self.pauses)
+
+
+def visible_text(html: str) -> str:
+    """A report page as a reader sees it: no scripts or styles, tags as spaces."""
+    html = re.sub(r"<(script|style)\b.*?</\1>", " ", html, flags=re.S)
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
