@@ -13,7 +13,11 @@ A thin façade over the measurement core that `perfscope analyze` uses (docs/hoo
 - The first `warmup_steps` optimizer steps are not timed; neither are the step that counts FLOPs (a slow
   Python dispatch mode, once, after warm-up), the steps of a `capture_steps` profiler window, and anything
   between `pause()` and `resume()` (evaluation, checkpoint saving): each of them closes the window, and
-  the next timed step opens a new one. Their wall time is reported apart.
+  the next timed step opens a new one. Their wall time is reported apart (`excluded_s`, by reason).
+- Frameworks that own the loop (perfscope.hooks.integrations) drive the same profiler through their
+  callbacks: `batch_begin()` where a step's compute starts (the FLOP count starts there, so nothing a
+  framework runs between steps is counted), `data_begin()`/`data_end()` around their fetches,
+  `exclude_since_step()` for work they report once done, `describe()` for the settings they know.
 - Samples per step: the first dimension of the first tensor in each batch `wrap()` yields, summed over the
   micro-batches of the step, unless `samples_per_step=` is given. Per-step times kept for the description
   of a typical step are a uniform reservoir sample (seeded) of at most `max_step_samples` steps.
@@ -49,6 +53,8 @@ if TYPE_CHECKING:
     from perfscope.results import Environment, Results, Window, WorkloadInfo
 
 DISABLE_ENV = "PERFSCOPE_DISABLE"
+_MAX_FLOP_RESTARTS = 5
+"""FLOP counts discarded because a pause fell inside the counted step, before giving up on counting."""
 _TRUTHY = {"1", "true", "yes", "on"}
 
 
@@ -164,8 +170,7 @@ class Profiler:
         for arg, value in (("samples_per_step", samples_per_step), ("tokens_per_sample", tokens_per_sample)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"Profiler({arg}=...) must be a positive int or None, got {value!r}")
-        if precision is not None and precision not in ("fp32", "bf16", "fp16"):
-            raise ValueError(f"Profiler(precision=...) must be 'fp32', 'bf16', 'fp16' or None, got {precision!r}")
+        self._check_precision(precision)
         if capture_steps is not None:
             start, stop = capture_steps
             if not (isinstance(start, int) and isinstance(stop, int) and 1 <= start < stop):
@@ -206,6 +211,11 @@ class Profiler:
         self._excluded_s: Counter[str] = Counter()
         self._pause_reason: str | None = None
         self._pause_t0 = 0.0
+        self._since_t = self._t0  # host time of the last step boundary or resume: exclude_since_step() counts from it
+        self._batch_begun = False  # batch_begin() was called in the step in progress
+        self._batch_hooks = False  # a framework marks batch starts: an armed FLOP count starts at the next one
+        self._data_hooked = False  # a framework reports its fetches through data_begin()/data_end()
+        self._data_recorder: WindowRecorder | None = None  # the window a data_begin() opened a wait in
         self._since_flush = 0
         self._first_marks: list[Any] = []  # [start of step 0, end of step 0], when wrap() saw step 0 begin
         self._wrap_used = False
@@ -217,6 +227,7 @@ class Profiler:
         self._flop_counter: Any = None
         self._flops: tuple[float, int | None, list[str]] | None = None  # (count, samples in that step, notes)
         self._flop_unavailable: str | None = None
+        self._flop_restarts: list[str] = []  # why a FLOP count was discarded (a pause inside the counted step)
         self._fingerprint: Any = None  # the structural fingerprint, counted at the FLOP-counting step
         if flops_per_step is None and count_flops and model is not None and hasattr(model, "_orig_mod"):
             self._flop_unavailable = (
@@ -234,6 +245,8 @@ class Profiler:
         self._active_steps: Any = None
         self._environment: Environment | None = None
         self._results_notes: list[str] = []
+        self._described_config: dict[str, Any] = {}
+        self._declared: dict[str, Any] = {}
 
     # ----------------------------------------------------------------------------- public, hot path
 
@@ -268,6 +281,87 @@ class Profiler:
             except Exception as exc:  # noqa: BLE001
                 self._fail("micro_step()", exc)
 
+    def batch_begin(self) -> None:
+        """A batch's compute starts now, its data in hand: for frameworks that own the loop (Lightning's
+        on_train_batch_start, the Trainer's on_step_begin). Once used, the FLOP-counting step's count starts at
+        its first batch_begin(), so what a framework runs between steps (logging, evaluation, checkpoint saving,
+        fetching the next batch) is never counted as the step's work."""
+        if not self._on:
+            return
+        self._batch_hooks = self._batch_begun = True
+        try:
+            if self._step_index == 0 and not self._first_marks:
+                self._first_marks.append(self._clock.mark())
+            if self._flop_armed:
+                self._flop_armed = False
+                self._start_flop_count()
+        except Exception as exc:  # noqa: BLE001
+            self._fail("batch_begin()", exc)
+
+    def data_begin(self) -> None:
+        """The loop starts waiting for its next batch (a framework's fetch hook); `data_end()` when it has it.
+        The wait is measured as `wrap()` measures next(): exposed on the device timeline, blocked on the host."""
+        if not self._on:
+            return
+        self._data_hooked = True
+        self._data_recorder = self._recorder
+        if self._recorder is not None:
+            self._recorder.data_begin()
+
+    def data_end(self) -> None:
+        """The batch asked for at `data_begin()` is in hand (a wait that straddles a pause is not counted)."""
+        if not self._on:
+            return
+        recorder, self._data_recorder = self._data_recorder, None
+        if recorder is not None and recorder is self._recorder:
+            recorder.data_end()
+
+    def exclude_since_step(self, reason: str) -> None:
+        """The time since the last step boundary (or the last resume) was not training: for frameworks that
+        report evaluation or checkpoint saving only once it is done (the Trainer's on_evaluate, on_save).
+
+        `pause()` then `resume()`: the time is reported apart under ``reason``, and the step in progress is
+        timed from now (or not at all when its compute had already begun).
+        """
+        if not self._on or self._pause_reason is not None:
+            return
+        self.pause(reason)
+        self.resume()
+
+    def describe(self, *, declared: dict[str, Any] | None = None, **config: Any) -> None:
+        """Settings the profiler cannot observe but a framework knows: TrialConfig fields (``precision``,
+        ``num_workers``, ``activation_checkpointing``, ``compile``, ...) recorded as the loop's configuration, and
+        free-form ``declared`` settings (strategy, devices, the framework's own precision name) shown in the report."""
+        if not self.enabled:
+            return
+        from dataclasses import fields
+
+        from perfscope.results import TrialConfig
+
+        known = {f.name for f in fields(TrialConfig)}
+        unknown = sorted(set(config) - known)
+        if unknown:
+            raise ValueError(f"Profiler.describe(): not TrialConfig fields: {', '.join(unknown)}")
+        if "precision" in config:
+            self._check_precision(config["precision"])
+            self.precision = config["precision"]
+        self._described_config.update({k: v for k, v in config.items() if v is not None and k != "precision"})
+        self._declared.update(declared or {})
+        if config.get("compile") and self._wants_flop_count():
+            self._flop_unavailable = ("the model runs under torch.compile: the FLOP counter cannot see into compiled "
+                                      "graphs (pass Profiler(flops_per_step=...))")
+
+    def describe_loader(self, loader: Any) -> None:
+        """Record a DataLoader's settings (workers, pinned memory, ...) as the loop's: `wrap()` does it itself;
+        a framework adapter passes the loader its trainer iterates."""
+        if self.enabled and isinstance(loader, torch.utils.data.DataLoader):
+            self._loader_config = {
+                "num_workers": loader.num_workers,
+                "pin_memory": loader.pin_memory,
+                "prefetch_factor": loader.prefetch_factor,
+                "persistent_workers": loader.persistent_workers,
+            }
+
     @contextmanager
     def step_context(self, samples: int | None = None) -> Iterator[None]:
         """``with prof.step_context(): ...`` = the body, then `step()` (not when the body raises)."""
@@ -277,25 +371,40 @@ class Profiler:
     def pause(self, reason: str = "paused") -> None:
         """Stop timing until `resume()`: evaluation, checkpoint saving, logging — work that is not a training step.
 
-        The open window ends at the last step boundary; the paused wall time is reported apart, by reason.
+        The open window ends at the last step boundary, and the paused time, reported apart by reason, counts
+        from there (or from the last resume) when the step in progress had not begun its compute: what a
+        framework does between a step's end and its evaluation is the evaluation's. A pause for another reason
+        while paused (evaluation, then the checkpoint it triggers) ends the first reason's share there.
         """
-        if not self._on or self._pause_reason is not None:
+        if not self._on or self._pause_reason == reason:
+            return
+        if self._pause_reason is not None:
+            now = time.perf_counter()
+            self._excluded_s[self._pause_reason] += now - self._pause_t0
+            self._excluded[self._pause_reason] += 1
+            self._pause_reason, self._pause_t0 = reason, now
             return
         try:
             self._close_window()
-            self._pause_reason, self._pause_t0 = reason, time.perf_counter()
+            if self._flop_counter is not None:
+                self._discard_flop_count(reason)
+            self._pause_reason = reason
+            self._pause_t0 = time.perf_counter() if self._step_begun() else self._since_t
         except Exception as exc:  # noqa: BLE001
             self._fail("pause()", exc)
 
     def resume(self) -> None:
-        """Timing restarts with the next step (its start is this call)."""
+        """Timing restarts with the step in progress (its start is this call), or with the next one when the
+        step in progress had already begun its compute before the pause (a step timed in part is no step)."""
         if not self._on or self._pause_reason is None:
             return
         try:
-            self._excluded_s[self._pause_reason] += time.perf_counter() - self._pause_t0
+            now = time.perf_counter()
+            self._excluded_s[self._pause_reason] += now - self._pause_t0
             self._excluded[self._pause_reason] += 1
             self._pause_reason = None
-            if self._step_index >= self.warmup_steps and not self._excluded_step(self._step_index):
+            self._since_t = now
+            if self._step_index >= self.warmup_steps and not self._excluded_step(self._step_index) and not self._step_begun():
                 self._open_window()
         except Exception as exc:  # noqa: BLE001
             self._fail("resume()", exc)
@@ -382,6 +491,15 @@ class Profiler:
         start, stop = self.capture_steps
         return (start - 1 if start >= 2 else start), stop
 
+    @staticmethod
+    def _check_precision(precision: str | None) -> None:
+        if precision is not None and precision not in ("fp32", "bf16", "fp16"):
+            raise ValueError(f"Profiler(precision=...) must be 'fp32', 'bf16', 'fp16' or None, got {precision!r}")
+
+    def _step_begun(self) -> bool:
+        """The step in progress has started its compute: timing it from now would count part of it."""
+        return bool(self._yields or self._explicit_micro or self._batch_begun)
+
     def _first_step_outside_capture(self, index: int) -> int:
         if self.capture_steps is not None:
             first, stop = self._capture_window()
@@ -396,13 +514,7 @@ class Profiler:
 
     def _note_loader(self, loader: Iterable[Any]) -> None:
         self._wrap_used = True
-        if isinstance(loader, torch.utils.data.DataLoader):
-            self._loader_config = {
-                "num_workers": loader.num_workers,
-                "pin_memory": loader.pin_memory,
-                "prefetch_factor": loader.prefetch_factor,
-                "persistent_workers": loader.persistent_workers,
-            }
+        self.describe_loader(loader)
 
     def _wrapped(self, loader: Iterable[Any]) -> Iterator[Any]:
         it = iter(loader)
@@ -479,6 +591,8 @@ class Profiler:
             self._micro_per_step[micro] += 1
         self._yields, self._explicit_micro, self._yield_samples, self._explicit_samples = 0, 0, 0, 0
         self._samples_unknown = False
+        self._batch_begun = False
+        self._since_t = time.perf_counter()
         self._step_index = k = k + 1
         # The boundary just marked starts step k: open, keep or close the window for it.
         if k == self.warmup_steps:
@@ -492,8 +606,8 @@ class Profiler:
         if self.capture_steps is not None and k == self._capture_window()[0]:
             self._start_capture()
         if k == self._flop_index and self._wants_flop_count():
-            if self._live_wraps:
-                self._flop_armed = True  # entered when wrap() yields the next batch
+            if self._live_wraps or self._batch_hooks:
+                self._flop_armed = True  # entered when wrap() yields the next batch, or at the next batch_begin()
             else:
                 self._start_flop_count()
         self._since_flush += 1
@@ -530,6 +644,18 @@ class Profiler:
         counter = StructureCounter(self.device.type)
         counter.__enter__()
         self._flop_counter = counter
+
+    def _discard_flop_count(self, reason: str) -> None:
+        """A pause inside the counted step: its count would include the paused work (evaluation is a forward
+        pass over other data), so it is dropped and the next step is counted instead."""
+        counter, self._flop_counter = self._flop_counter, None
+        counter.__exit__(None, None, None)
+        self._flop_restarts.append(f"step {self._step_index} ({reason} inside it)")
+        if len(self._flop_restarts) >= _MAX_FLOP_RESTARTS:
+            self._flop_unavailable = (f"{reason} ran inside each of the {len(self._flop_restarts)} steps the FLOP "
+                                      "count was tried on (pass Profiler(flops_per_step=...))")
+        else:
+            self._flop_index = self._step_index + 1
 
     def _stop_flop_count(self) -> None:
         counter, self._flop_counter = self._flop_counter, None
@@ -697,10 +823,11 @@ class Profiler:
                          "(throughput and data wait cover every timed step)")
         if self._excluded:
             spent = {why: s for why, s in self._excluded_s.items() if s}
-            notes.append("not timed beyond warm-up: " + ", ".join(
-                f"{n} × {why}" + (f" ({spent[why]:.1f} s, {spent[why] / elapsed:.0%} of wall time)" if why in spent else "")
+            metrics.excluded_s = {why: round(s, 6) for why, s in spent.items()}
+            notes.append("not timed: " + ", ".join(
+                f"{why} ({n} ×" + (f", {spent[why]:.2f} s, {spent[why] / elapsed:.0%} of wall time)" if why in spent else ")")
                 for why, n in self._excluded.items()))
-        if not self._wrap_used:
+        if not self._wrap_used and not self._data_hooked:
             metrics.unavailable["data_wait_share"] = "not measured: iterate with prof.wrap(loader) to measure the time blocked on data"
         self._fill_first_step(metrics)
         self._fill_flops(metrics, typical_samples)
@@ -721,12 +848,16 @@ class Profiler:
         if script is not None and script.is_file():
             path, sha = str(script.resolve()), file_sha256(script)
         params = sum(p.numel() for p in self.model.parameters()) if self.model is not None else None
-        declared: dict[str, Any] = {"source": "hooks", "tokens_per_sample": self.tokens_per_sample}
+        declared: dict[str, Any] = {"source": "hooks"}
+        if self.tokens_per_sample is not None:
+            declared["tokens_per_sample"] = self.tokens_per_sample
         if self.precision is not None:
             declared["precision"] = self.precision
         if self.samples_per_step is not None:
             declared["samples_per_step"] = self.samples_per_step
         declared.update(self._loader_config)
+        declared.update(self._declared)
+        declared = {k: v for k, v in declared.items() if v is not None}  # absent is absent, never "None" in the report
         return WorkloadInfo(path=path, sha256=sha, name=self.name, declared=declared, parameter_count=params)
 
     def _trial_config(self, micro_batch: int, accum: int) -> tuple[Any, list[str]]:
@@ -749,6 +880,8 @@ class Profiler:
         else:
             unknown += ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor"]
         unknown += ["compile", "optimizer_impl", "channels_last", "gc_mode", "activation_checkpointing", "offload_activations"]
+        known.update(self._described_config)  # what a framework adapter read from its trainer
+        unknown = [name for name in unknown if name not in self._described_config]
         return TrialConfig(**known), unknown
 
     def _utilization_result(self) -> Any:
@@ -778,6 +911,9 @@ class Profiler:
                 metrics.flop_notes.append(f"the counted step had {counted_samples} samples: scaled to {samples_per_step} per step")
             metrics.hardware_flops_per_step = total
             metrics.flops_per_step = total
+            if self._flop_restarts:
+                metrics.flop_notes.append("counted again on a later step, the count of " + ", ".join(self._flop_restarts)
+                                          + " being discarded: it was not a training step alone")
             metrics.flop_notes.append(
                 "counted on one optimizer step of the loop as it ran: with activation checkpointing the recomputed "
                 "forward is included, and this MFU is then a hardware-FLOP figure (pass Profiler(flops_per_step=...))"

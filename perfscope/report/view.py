@@ -328,7 +328,7 @@ def _headline(results: Results, base: Trial | None, rec: Trial | None) -> Headli
         m = t.metrics
         if m is None or m.mfu is None:
             return Cell(text=NA, note=_reason(t, "mfu"))
-        note = f"{m.achieved_tflops:.1f} TFLOP/s achieved" if m.achieved_tflops is not None else ""
+        note = f"{fmt_rate(m.achieved_tflops, 'TFLOP/s')} achieved" if m.achieved_tflops is not None else ""
         return Cell(text=fmt_percent(m.mfu), note=note)
 
     mfu_row = HeadlineRow(label="MFU", values=[mfu_cell(t) for t in trials])

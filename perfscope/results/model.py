@@ -263,6 +263,9 @@ class TrialMetrics:
     """How the window's length was chosen (steps asked for, or calibrated to a minimum duration)."""
     recompiles_in_window: int | None = field(default=None, metadata=NON_NEGATIVE)
     """torch.compile recompilations (or CUDA-graph re-recordings) that happened inside the timed window."""
+    excluded_s: dict[str, float] = field(default_factory=dict, metadata=SECONDS)
+    """Wall time kept out of the windows, by reason ("evaluation", "checkpoint saving", ...): the hooks' pauses,
+    reported apart so they are neither a training step's time nor lost."""
     matmul_tf32: bool | None = None
     """TF32 for fp32 matmuls during the trial: the config's, else the user's own setting."""
     trace_path: str | None = None

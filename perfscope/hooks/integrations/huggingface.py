@@ -3,10 +3,23 @@
     from perfscope.hooks.integrations.huggingface import PerfscopeTrainerCallback
     trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[PerfscopeTrainerCallback("perfscope-run")])
 
-A "step" is the Trainer's optimizer step; with `gradient_accumulation_steps` each micro-batch is a
-micro-step (`on_substep_end`). The callbacks do not see batches, so samples per micro-batch are taken from
-`per_device_train_batch_size` (pass samples_per_step= when the last batch is often short) and the time
-blocked on data is not measured. With several processes, each rank writes to ``out_dir/rank<N>``.
+What it sees of the loop the Trainer runs, and how:
+- A step is the Trainer's optimizer step: on_step_begin (its micro-batches are fetched, its compute starts)
+  to on_step_end; with `gradient_accumulation_steps` each micro-batch is a micro-step (`on_substep_end`).
+- Samples: the first dimension of each micro-batch as the model's forward receives it (a forward pre-hook,
+  active only inside training steps), else `per_device_train_batch_size`. Tokens per sample: the length
+  of `input_ids` when it never varies (padding included), unless `tokens_per_sample=` is given.
+- The time blocked on data is the gap before on_step_begin: the Trainer fetches a step's micro-batches
+  there (from on_step_end, or from the end of logging, evaluation or saving, to the next on_step_begin).
+- Evaluation and checkpoint saving (`eval_steps`, `save_steps`) are reported by the Trainer once done
+  (on_evaluate, on_save): their time since the step's end is excluded from the step times and reported
+  apart. A FLOP count covers on_step_begin..on_step_end only, so it never contains them, nor logging.
+- Precision (`bf16`/`fp16` are autocast through accelerate), accumulation, devices, parallel mode,
+  gradient checkpointing, torch.compile and the DataLoader's settings are read from `TrainingArguments`.
+- Each rank writes to ``out_dir/rank<N>``; a second `trainer.train()` into the same folder writes to
+  ``out_dir/fit-2`` (the first run's results are kept).
+
+The Trainer needs `accelerate`: `pip install "perfscope[hf]"` installs both.
 """
 
 from __future__ import annotations
@@ -16,40 +29,149 @@ from pathlib import Path
 from typing import Any
 
 try:
+    import transformers
     from transformers import TrainerCallback
 except ImportError as exc:
-    raise ImportError("perfscope.hooks.integrations.huggingface needs transformers: pip install transformers") from exc
+    raise ImportError("perfscope.hooks.integrations.huggingface needs transformers: pip install transformers accelerate") from exc
 
-from perfscope.hooks import Profiler
+import torch
+
+from perfscope.hooks.integrations._common import FitFolder, announce, claim_fit_folder
+from perfscope.hooks.profiler import Profiler, leading_dim
+
+
+def args_settings(args: Any, model: Any) -> tuple[str | None, dict[str, Any], dict[str, Any]]:
+    """(perfscope precision, TrialConfig fields, the settings the report shows) from TrainingArguments."""
+    weights = next((p.dtype for p in model.parameters()), None) if isinstance(model, torch.nn.Module) else None
+    if getattr(args, "bf16", False):
+        precision, meaning = "bf16", "bf16 autocast (TrainingArguments.bf16)"
+    elif getattr(args, "fp16", False):
+        precision, meaning = "fp16", "fp16 autocast with a GradScaler (TrainingArguments.fp16)"
+    elif weights in (torch.bfloat16, torch.float16):
+        precision = "bf16" if weights == torch.bfloat16 else "fp16"
+        meaning = f"weights loaded in {precision}, no autocast"
+    elif weights == torch.float32:
+        precision, meaning = "fp32", "fp32"
+    else:
+        precision, meaning = None, f"weights in {weights}"
+    config: dict[str, Any] = {
+        "activation_checkpointing": bool(getattr(args, "gradient_checkpointing", False)),
+        "compile": "default" if getattr(args, "torch_compile", False) else None,
+    }
+    mode = getattr(args, "parallel_mode", None)
+    declared: dict[str, Any] = {
+        "framework": f"transformers {transformers.__version__}",
+        "hf_precision": meaning,
+        "gradient_accumulation_steps": getattr(args, "gradient_accumulation_steps", None),
+        "per_device_train_batch_size": getattr(args, "per_device_train_batch_size", None),
+        "world_size": getattr(args, "world_size", None),
+        "n_gpu": getattr(args, "n_gpu", None),
+        "parallel_mode": getattr(mode, "value", mode),
+    }
+    if getattr(args, "fsdp", None):
+        declared["fsdp"] = str(args.fsdp)
+    if getattr(args, "deepspeed", None):
+        declared["deepspeed"] = "configured"
+    return precision, config, {k: v for k, v in declared.items() if v is not None}
 
 
 class PerfscopeTrainerCallback(TrainerCallback):
-    """Profiles `trainer.train()`; ``profiler_kwargs`` go to perfscope.Profiler (name, precision, capture_steps, ...)."""
+    """Profiles `trainer.train()`; ``profiler_kwargs`` go to perfscope.Profiler (name, warmup_steps, capture_steps, ...)."""
 
     def __init__(self, out_dir: str | os.PathLike[str] = "perfscope-run", **profiler_kwargs: Any) -> None:
         self.out_dir = Path(out_dir)
         self.profiler_kwargs = profiler_kwargs
         self.profiler: Profiler | None = None
-        self._micro_samples: int | None = None
+        self.folder: FitFolder | None = None
+        self.saved: Path | None = None
+        """results.json of the last train() (None before one ends, or when nothing could be saved)."""
+        self._default_samples: int | None = None
+        self._in_step = False
+        self._seen: list[int] = []  # micro-batch sizes the forward hook saw since the last micro-step mark
+        self._seq_lens: set[int] = set()
+        self._hook: Any = None
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None, **kwargs: Any) -> None:
-        precision = "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else None
+    # --- train start and end
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
+                       train_dataloader: Any = None, **kwargs: Any) -> None:
+        precision, config, declared = args_settings(args, model)
+        self.folder = claim_fit_folder(self.out_dir, rank=getattr(args, "process_index", 0) or 0,
+                                       world_size=getattr(args, "world_size", 1) or 1)
         defaults = {"device": args.device, "name": type(model).__name__ if model is not None else "hf-trainer", "precision": precision}
-        self.profiler = Profiler(model, optimizer=optimizer, **{**defaults, **self.profiler_kwargs})
-        self._micro_samples = None if self.profiler.samples_per_step_given else args.per_device_train_batch_size
+        self.profiler = prof = Profiler(model, optimizer=optimizer, **{**defaults, **self.profiler_kwargs})
+        if not prof.enabled:
+            return
+        prof.describe(declared={**declared, **self.folder.declared}, **config)
+        prof.describe_loader(train_dataloader)
+        self._default_samples = None if prof.samples_per_step_given else args.per_device_train_batch_size
+        self._seen, self._seq_lens, self._in_step = [], set(), False
+        if isinstance(model, torch.nn.Module) and not prof.samples_per_step_given and not getattr(args, "torch_compile", False):
+            self._hook = model.register_forward_pre_hook(self._on_forward, with_kwargs=True)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        prof, self.profiler = self.profiler, None
+        if prof is None or self.folder is None:
+            return
+        if prof.enabled and prof.tokens_per_sample is None and len(self._seq_lens) == 1:
+            prof.tokens_per_sample = next(iter(self._seq_lens))
+            prof.describe(declared={"tokens_per_sample": f"{prof.tokens_per_sample}: the length of input_ids (padding included)"})
+        self.saved = prof.save(self.folder.path)
+        announce(self.folder, self.saved)
+
+    # --- steps
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.profiler is not None:
+            self.profiler.data_end()  # the step's micro-batches were fetched just before this
+            self.profiler.batch_begin()
+            self._in_step = True
 
     def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.profiler is not None:
-            self.profiler.micro_step(self._micro_samples)
+            self.profiler.micro_step(self._samples())
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.profiler is not None:
-            self.profiler.micro_step(self._micro_samples)  # the last micro-batch of this optimizer step
+            self.profiler.micro_step(self._samples())  # the last micro-batch of this optimizer step
             self.profiler.step()
+            self._in_step = False
+            self.profiler.data_begin()
 
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.profiler is None:
-            return
-        world = getattr(args, "world_size", 1) or 1
-        out = self.out_dir / f"rank{args.process_index}" if world > 1 else self.out_dir
-        self.profiler.save(out)
+    # --- framework work between steps
+
+    def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.profiler is not None and not self._in_step:
+            self.profiler.data_begin()  # logging is the loop's own work, not a wait for data
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._exclude("evaluation")
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._exclude("checkpoint saving")
+
+    def _exclude(self, reason: str) -> None:
+        if self.profiler is not None and not self._in_step:
+            self.profiler.exclude_since_step(reason)
+            self.profiler.data_begin()
+
+    # --- samples
+
+    def _on_forward(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if not self._in_step:
+            return  # evaluation and prediction forwards are not training samples
+        n = leading_dim(kwargs) if kwargs else None
+        if n is None:
+            n = leading_dim(args)
+        if n is not None:
+            self._seen.append(n)
+        ids = kwargs.get("input_ids") if kwargs else None
+        if isinstance(ids, torch.Tensor) and ids.dim() == 2:
+            self._seq_lens.add(int(ids.shape[1]))
+
+    def _samples(self) -> int | None:
+        seen, self._seen = self._seen, []
+        return sum(seen) if seen else self._default_samples

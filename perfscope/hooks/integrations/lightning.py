@@ -1,12 +1,23 @@
 """perfscope in a Lightning Trainer: one callback, the same results.json as `perfscope analyze`.
 
     from perfscope.hooks.integrations.lightning import PerfscopeCallback
-    trainer = lightning.Trainer(callbacks=[PerfscopeCallback("perfscope-run", precision="bf16")])
+    trainer = lightning.Trainer(callbacks=[PerfscopeCallback("perfscope-run")])
 
-A "step" is an optimizer step (Lightning's `global_step` advancing), so `accumulate_grad_batches` shows as
-micro-steps. Samples per micro-batch are read from each batch (first dimension of its first tensor).
-Lightning owns the data loop, so the time blocked on data is not measured here. With several processes,
-each rank writes to ``out_dir/rank<N>``.
+What it sees of the loop Lightning runs, and how:
+- A step is an optimizer step (`trainer.global_step` advancing in on_train_batch_end), so
+  `accumulate_grad_batches` shows as micro-steps; samples are read from each batch (first dimension of its
+  first tensor).
+- The time blocked on data is Lightning's own fetch timing: the callback wraps the training epoch loop's
+  fetch hooks (the ones that feed `SimpleProfiler`'s `train_dataloader_next`); where a Lightning version has
+  none, the gap between the end of one batch and the start of the next is taken instead.
+- Validation inside fit (`val_check_interval`, `check_val_every_n_epoch`) and checkpoint saving are paused
+  out of the step times (from on_validation_start, then from on_save_checkpoint, to the next training
+  fetch) and reported apart; a FLOP count never covers them: it starts at on_train_batch_start, and a count that a
+  pause falls into is dropped and taken again on the next step.
+- Precision (`precision="bf16-mixed"` is bf16 autocast), accumulation, devices, strategy and the train
+  DataLoader's settings are read from the trainer.
+- Each rank writes to ``out_dir/rank<N>``; a second `trainer.fit` into the same folder writes to
+  ``out_dir/fit-2`` (the first fit's results are kept).
 """
 
 from __future__ import annotations
@@ -23,37 +34,155 @@ except ImportError:
     except ImportError as exc:
         raise ImportError("perfscope.hooks.integrations.lightning needs Lightning: pip install lightning") from exc
 
+from perfscope.hooks.integrations._common import FitFolder, announce, claim_fit_folder
 from perfscope.hooks.profiler import Profiler, leading_dim
+
+PRECISIONS: dict[str, tuple[str | None, str]] = {
+    "32-true": ("fp32", "fp32"),
+    "32": ("fp32", "fp32"),
+    "bf16-mixed": ("bf16", "bf16 autocast"),
+    "16-mixed": ("fp16", "fp16 autocast with a GradScaler"),
+    "bf16-true": ("bf16", "weights and matmuls in bf16 (no autocast)"),
+    "16-true": ("fp16", "weights and matmuls in fp16 (no autocast)"),
+    "64-true": (None, "fp64"),
+}
+"""Lightning's precision setting -> (perfscope's precision, what it means)."""
+
+
+def trainer_settings(trainer: Any) -> tuple[str | None, dict[str, Any]]:
+    """(perfscope precision or None, the settings the report shows) as the trainer holds them."""
+    name = str(getattr(trainer, "precision", "") or "")
+    precision, meaning = PRECISIONS.get(name, (None, "not one perfscope knows"))
+    strategy = getattr(trainer, "strategy", None)
+    declared: dict[str, Any] = {
+        "framework": f"Lightning {getattr(pl, '__version__', '?')}",
+        "lightning_precision": f"{name}: {meaning}" if name else "not read",
+        "accumulate_grad_batches": getattr(trainer, "accumulate_grad_batches", None),
+        "devices": getattr(trainer, "num_devices", None),
+        "num_nodes": getattr(trainer, "num_nodes", None),
+        "world_size": getattr(trainer, "world_size", None),
+        "strategy": type(strategy).__name__ if strategy is not None else None,
+    }
+    backend = getattr(strategy, "process_group_backend", None)
+    if backend:
+        declared["process_group_backend"] = backend
+    return precision, {k: v for k, v in declared.items() if v is not None}
 
 
 class PerfscopeCallback(pl.Callback):
-    """Profiles `trainer.fit`; ``profiler_kwargs`` go to perfscope.Profiler (name, precision, capture_steps, ...)."""
+    """Profiles `trainer.fit`; ``profiler_kwargs`` go to perfscope.Profiler (name, warmup_steps, capture_steps, ...)."""
 
     def __init__(self, out_dir: str | os.PathLike[str] = "perfscope-run", **profiler_kwargs: Any) -> None:
         super().__init__()
         self.out_dir = Path(out_dir)
         self.profiler_kwargs = profiler_kwargs
         self.profiler: Profiler | None = None
+        self.folder: FitFolder | None = None
+        self.saved: Path | None = None
+        """results.json of the last fit (None before one ends, or when nothing could be saved)."""
         self._global_step = 0
+        self._fetch_loop: Any = None  # the epoch loop whose fetch hooks we wrap
+
+    # --- fit start and end
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        precision, declared = trainer_settings(trainer)
+        self.folder = claim_fit_folder(self.out_dir, rank=getattr(trainer, "global_rank", 0) or 0,
+                                       world_size=getattr(trainer, "world_size", 1) or 1)
         optimizers = getattr(trainer, "optimizers", None) or [None]
-        kwargs = {"device": pl_module.device, "name": type(pl_module).__name__, **self.profiler_kwargs}
-        self.profiler = Profiler(pl_module, optimizer=optimizers[0], **kwargs)
+        kwargs = {"device": pl_module.device, "name": type(pl_module).__name__, "precision": precision, **self.profiler_kwargs}
+        self.profiler = prof = Profiler(pl_module, optimizer=optimizers[0], **kwargs)
         self._global_step = trainer.global_step
-
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        if self.profiler is not None:
-            self.profiler.micro_step(None if self.profiler.samples_per_step_given else leading_dim(batch))
-
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.profiler is not None and trainer.global_step != self._global_step:
-            self._global_step = trainer.global_step  # an optimizer step happened in this batch
-            self.profiler.step()
+        if not prof.enabled:
+            return
+        data_wait = "Lightning's fetch timing (train_dataloader_next)" if self._wrap_fetches(trainer) else \
+            "the gap between one training batch's end and the next one's start (this Lightning has no fetch hooks)"
+        compiled = getattr(pl_module, "_compiler_ctx", None) is not None  # trainer.fit(torch.compile(module))
+        prof.describe(declared={**declared, "data_wait": data_wait, **self.folder.declared}, compile="default" if compiled else None)
+        loader = getattr(trainer, "train_dataloader", None)
+        prof.describe_loader(loader)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        if self.profiler is None:
+        self._finish()
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self._finish()  # what was measured before the failure (or Ctrl-C) is kept
+
+    def _finish(self) -> None:
+        self._unwrap_fetches()
+        prof, self.profiler = self.profiler, None
+        if prof is None or self.folder is None:
             return
-        world = getattr(trainer, "world_size", 1) or 1
-        out = self.out_dir / f"rank{trainer.global_rank}" if world > 1 else self.out_dir
-        self.profiler.save(out)
+        self.saved = prof.save(self.folder.path)
+        announce(self.folder, self.saved)
+
+    # --- steps
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        prof = self.profiler
+        if prof is None:
+            return
+        prof.resume()  # no-op unless a pause is still open (no fetch hook to end it)
+        if self._fetch_loop is None:
+            prof.data_end()
+        prof.micro_step(None if prof.samples_per_step_given else leading_dim(batch))
+        prof.batch_begin()
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        prof = self.profiler
+        if prof is None:
+            return
+        if trainer.global_step != self._global_step:
+            self._global_step = trainer.global_step  # an optimizer step happened in this batch
+            prof.step()
+        if self._fetch_loop is None:
+            prof.data_begin()
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.profiler is not None:
+            self.profiler.resume()  # a checkpoint saved at the last epoch's end is over; a new iterator is data work
+
+    # --- framework pauses
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.profiler is not None and not getattr(trainer, "sanity_checking", False):
+            self.profiler.pause("evaluation")
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        if self.profiler is not None:
+            self.profiler.pause("checkpoint saving")  # Lightning calls this before writing: resumed at the next fetch
+
+    # --- data wait through Lightning's fetch hooks
+
+    def _wrap_fetches(self, trainer: Any) -> bool:
+        """Wrap the training epoch loop's `_on_before_fetch` / `_on_after_fetch` (what Lightning calls around
+        next() on the train DataLoader, every epoch); False when this Lightning has no such hooks."""
+        loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+        before, after = getattr(loop, "_on_before_fetch", None), getattr(loop, "_on_after_fetch", None)
+        if not (callable(before) and callable(after)):
+            return False
+
+        def on_before_fetch() -> None:
+            prof = self.profiler
+            if prof is not None:
+                prof.resume()  # the pause (checkpoint saving) ends where training asks for data again
+                prof.data_begin()
+            before()
+
+        def on_after_fetch() -> None:
+            after()
+            if self.profiler is not None:
+                self.profiler.data_end()
+
+        loop._on_before_fetch, loop._on_after_fetch = on_before_fetch, on_after_fetch
+        fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)  # an epoch already running holds the originals
+        if fetcher is not None and getattr(fetcher, "_start_profiler", None) == before:
+            fetcher._start_profiler, fetcher._stop_profiler = on_before_fetch, on_after_fetch
+        self._fetch_loop = loop
+        return True
+
+    def _unwrap_fetches(self) -> None:
+        loop, self._fetch_loop = self._fetch_loop, None
+        if loop is not None:
+            vars(loop).pop("_on_before_fetch", None)
+            vars(loop).pop("_on_after_fetch", None)
