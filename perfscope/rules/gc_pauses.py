@@ -20,6 +20,7 @@ class GcPauses(Rule):
     name = "gc-pauses"
     groups = ("host",)
     knobs = ("gc_freeze",)
+    addresses = ("host", "launch")
     spread: float = 2.0
     """Fire when the slowest step is at least this many times the median ..."""
     tail: float = 1.3

@@ -18,6 +18,7 @@ class LaunchBound(Rule):
     name = "launch-bound"
     groups = ("host",)
     knobs = ("compile_reduce_overhead",)
+    addresses = ("launch",)
 
     def check(self, ctx: RuleContext) -> list[Finding]:
         facts = ctx.facts
@@ -31,6 +32,7 @@ class LaunchBound(Rule):
                           "framework overhead, not arithmetic, sets the step time"],
                 fix=compile_change(ctx.device) + "   # or a larger batch: more work per op",
                 reference="https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html",
+                addresses=["host", "elementwise"],
             ), "compile")]
         finding = Finding(
             rule_id=self.id, title="Launch-bound step: use CUDA graphs (compile reduce-overhead) or a larger batch", severity="high",

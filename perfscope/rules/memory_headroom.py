@@ -20,6 +20,7 @@ class MemoryHeadroom(Rule):
     name = "memory-headroom"
     groups = ("memory",)
     knobs = ("micro_batch",)
+    addresses = ("step",)
     threshold: float = 0.5
     """Fire when peak memory is below this share of device capacity."""
 

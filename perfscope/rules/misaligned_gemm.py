@@ -20,6 +20,7 @@ class MisalignedGemm(Rule):
     id = "PS401"
     name = "misaligned-gemm"
     groups = ("compute",)
+    addresses = ("gemm",)
     min_share: float = 0.05
     """Fire when the misaligned matmuls take at least this share of the step."""
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from perfscope.results import (
+    DatasetProfile,
     Finding,
     Gain,
     GemmAlignment,
@@ -18,6 +19,7 @@ from perfscope.results import (
     KnobOutcome,
     MemoryBreakdown,
     PageableCopies,
+    ProfiledFunction,
     Results,
     Sweep,
     SyncFacts,
@@ -300,8 +302,8 @@ def test_a_measured_fix_shows_no_estimate():
 # ------------------------------------------------------------------------- data loader, machine-aware
 
 
-def _data_bound(wait: float, cores: float | None, device: str = "cpu") -> Finding:
-    results = _metrics(_results(device=device), data_wait_share=wait)
+def _data_bound(wait: float, cores: float | None, device: str = "cpu", profile: DatasetProfile | None = None) -> Finding:
+    results = _metrics(_results(device=device), data_wait_share=wait, dataset_profile=profile)
     results.environment.cpu_cores_usable = cores
     if cores is None:
         results.environment.cpu_cores_physical = results.environment.cpu_cores_logical = None
@@ -309,18 +311,53 @@ def _data_bound(wait: float, cores: float | None, device: str = "cpu") -> Findin
     return finding
 
 
-def test_data_loader_estimate_is_bounded_by_the_free_cores():
-    # 97% data wait on 2 cores: one core is left for one worker; loading (97 ms) cannot hide behind 3 ms of compute.
+def _profile(getitem_ms: float, one_thread_ms: float, collate_ms: float = 0.0, batch: int = 8, threads: int = 2) -> DatasetProfile:
+    return DatasetProfile(kind="map", samples=64, batch_size=batch, getitem_s=getitem_ms / 1e3, threads=threads,
+                          getitem_one_thread_s=one_thread_ms / 1e3, collate_s=collate_ms / 1e3, profiled_s=1.0, method="test",
+                          top=[ProfiledFunction(function="{built-in method torch._C._fft.fft_irfft2}", calls=384, self_s=0.5,
+                                                cumulative_s=0.5, self_share=0.45),
+                               ProfiledFunction(function="examples/cpu_heavy_dataset.py:23(__getitem__)", calls=64, self_s=0.1,
+                                                cumulative_s=1.0, self_share=0.11)])
+
+
+def test_data_loader_estimate_is_bounded_by_the_cores_the_workers_share_with_the_compute():
+    # 97% data wait on a 2-core CPU: the workers and the compute share 2 cores. Without a profile the batch cost is the
+    # main process's wait (97 ms): 2 workers at best halve it, and the estimate says what bounds it.
     two = _data_bound(0.97, 2.0)
-    assert two.estimated_gain is not None and two.estimated_gain < 1.1  # not 1 / (1 − 0.97) = 33×
-    assert "1 worker" in two.estimate_method and "free core" in two.estimate_method
-    assert any("cannot close the gap" in e for e in two.evidence)
-    assert any("per sample" in e for e in two.evidence)
-    assert "num_workers=1" in two.fix and "batch_size=8" in two.fix
-    # Plenty of cores: the workers hide the loading, and the bound is the full overlap.
+    assert two.estimated_gain is not None and two.estimated_gain < 2.0  # not 1 / (1 − 0.97) = 33×
+    assert "2 worker(s)" in two.estimate_method and "inferred from the data wait" in two.estimate_method
+    assert "2 usable core(s)" in two.estimate_bound and "shared by the workers' loading" in two.estimate_bound
+    assert any("cannot close the gap" in e for e in two.evidence) and any("per sample" in e for e in two.evidence)
+    assert "num_workers=2" in two.fix and "batch_size=8" in two.fix
+    # A GPU run with plenty of cores: the workers hide the loading, and the bound is the full overlap.
     many = _data_bound(0.4, 16.0, device="cuda")
     assert many.estimated_gain == pytest.approx(1 / 0.6) and not any("cannot close" in e for e in many.evidence)
-    assert "add DataLoader workers" in many.title
+    assert "add DataLoader workers" in many.title and "15 core(s) free for workers" in many.estimate_bound
+
+
+def test_data_loader_estimate_uses_the_profiled_one_thread_cost_a_worker_pays():
+    # The main process built a batch in 60 ms on 2 threads; on one thread (a worker) it takes 120 ms. 2 cores,
+    # compute 40 ms on 2 threads: 1 worker delivers a batch every 120 ms (slower than now), 2 workers are bound
+    # by the cores: (120 + 40 × 2) / 2 = 100 ms: no better than today's 100 ms step. Nothing to promise.
+    profile = _profile(getitem_ms=7.5, one_thread_ms=15.0)  # × 8 samples = 60 ms / 120 ms
+    finding = _data_bound(0.6, 2.0, profile=profile)
+    assert finding.estimated_gain is None and "too slow for this machine" in finding.title
+    assert any("15.0 ms on one thread" in e and "a batch of 8 costs 60.0 ms (120.0 ms in a worker)" in e for e in finding.evidence)
+    assert any("torch._C._fft.fft_irfft2 45%" in e and "__getitem__ (examples/cpu_heavy_dataset.py:23) 11%" in e for e in finding.evidence)
+    # The same Dataset with a cheap one-thread cost (pure Python, no intra-op threads): 2 workers help, bounded by 2 cores.
+    cheap = _data_bound(0.6, 2.0, profile=_profile(getitem_ms=7.5, one_thread_ms=7.5))
+    assert cheap.estimated_gain == pytest.approx(1 / ((0.06 + 0.04 * 2) / 2 / 0.1), rel=0.05)
+    assert "profiled" in cheap.estimate_method and "1 worker(s)" in cheap.estimate_method  # the fewest that reach the bound
+    assert re.search(r"a step takes at least (69\.9|70\.0) ms", cheap.estimate_bound)
+
+
+def test_workers_measured_as_no_help_point_at_the_profiled_hot_functions():
+    results = _metrics(_results(device="cpu"), data_wait_share=0.6, dataset_profile=_profile(7.5, 15.0))
+    _with_knob(results, "dataloader_workers", 0.8)
+    diagnosis, measured = [f for f in run_rules(results) if f.rule_id == "PS201"]
+    assert measured.measured_no_help and diagnosis.gain is None and diagnosis.estimated_gain is None
+    assert "torch._C._fft.fft_irfft2 (45%)" in diagnosis.fix and "cProfile" not in diagnosis.fix
+    assert any("where __getitem__ and collate spend their time" in e for e in diagnosis.evidence)
 
 
 def test_data_loader_with_no_free_core_promises_nothing():
@@ -331,6 +368,7 @@ def test_data_loader_with_no_free_core_promises_nothing():
 def test_data_loader_without_recorded_cores_says_its_bound_ignores_them():
     unknown = _data_bound(0.5, None)
     assert unknown.estimated_gain == pytest.approx(2.0) and "did not record" in unknown.estimate_method
+    assert "the compute" in unknown.estimate_bound
 
 
 def test_data_loader_fix_leaves_out_options_measured_as_no_better():
