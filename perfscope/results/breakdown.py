@@ -80,7 +80,8 @@ def _rest(rest_s: float, facts: TraceFacts | None) -> dict[str, float]:
         parts = {"launch": idle.host_s, "sync": idle.sync_s, "idle": idle.other_s, "busy": facts.gpu.busy_s}
         split = _split(rest_s, parts)
         busy = split.pop("busy", 0.0)
-        return {**_split(busy, categories) or ({"compute": busy} if busy else {}), **split}
+        compute = _split(busy, categories) or ({"compute": busy} if busy else {})
+        return {**compute, **split}
     ops = sum(categories.values())
     compute_in_trace = trace_step * (1.0 - min(max(_finite(facts.data_wait_fraction), 0.0), 1.0))
     if ops <= 0 or compute_in_trace <= 0:
