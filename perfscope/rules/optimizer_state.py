@@ -35,5 +35,7 @@ class OptimizerState(Rule):
                       f"an 8-bit optimizer would free about {gib(b.optimizer_state * 0.75)}; ZeRO-1 over N ranks frees (N−1)/N of it"],
             fix="-optimizer = torch.optim.AdamW(model.parameters(), lr=lr)\n+optimizer = bnb.optim.AdamW8bit(model.parameters(), lr=lr)   # or FSDP / ZeroRedundancyOptimizer",
             caveats=["numerics: quantized or factored optimizer state changes the update slightly"],
+            estimate_bound=(f"the optimizer state itself, {gib(b.optimizer_state)}: 8-bit state frees at most 3/4 of it, "
+                            "sharding over N ranks (N−1)/N; activations and weights stay"),
             reference="https://pytorch.org/docs/stable/distributed.optim.html",
         )]

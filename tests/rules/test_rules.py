@@ -386,3 +386,82 @@ def test_usable_cores_respect_the_cgroup_quota(tmp_path):
     assert cgroup_quota_cores(tmp_path) == 1.5
     (tmp_path / "cpu.max").write_text("max 100000\n")
     assert cgroup_quota_cores(tmp_path) is None
+
+
+# ------------------------------------------------------------------------- estimates state their bound
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_every_estimate_states_its_method_and_the_machine_limit_that_bounds_it(device):
+    """Over every rule's firing fixture: an estimated gain never comes alone."""
+    estimated = 0
+    for make_case, _ in CASES.values():
+        case = make_case()
+        case.environment.device_type = device
+        for f in run_rules(case):
+            if f.estimated_gain is not None:
+                estimated += 1
+                assert f.estimate_method and f.estimate_bound, (f.rule_id, f.estimate_method, f.estimate_bound)
+                assert f.gain is None  # measured beats believed: a measurement replaces the estimate
+    assert estimated >= 3
+
+
+def test_launch_bound_estimate_is_bounded_by_the_gpus_own_time():
+    fires = CASES["PS301"][0]()
+    (f,) = [f for f in run_rules(fires) if f.rule_id == "PS301"]
+    assert f.estimated_gain == pytest.approx(1 / (1 - 0.6)) and "CUDA graphs" in f.estimate_method
+    assert "40% of the step is not launch idle" in f.estimate_bound
+    # Not starved (the GPU never waited on launches): a launch-bound flag alone promises nothing.
+    quiet = _facts(_results(), launch={"launch_bound": True, "kernels_per_step": 900, "median_kernel_us": 4.0, "starved_fraction": 0.0})
+    (f,) = [f for f in run_rules(quiet) if f.rule_id == "PS301"]
+    assert f.estimated_gain is None and f.estimate_bound is None
+
+
+def test_misaligned_gemm_estimate_uses_each_shapes_padded_wall_time_and_states_the_amdahl_bound():
+    (f,) = [f for f in run_rules(CASES["PS401"][0]()) if f.rule_id == "PS401"]
+    # 20 ms of a 100 ms step in the shape; padded, it runs in 2/3 of its time: 6.7 ms saved.
+    assert f.estimated_gain == pytest.approx(0.1 / (0.1 - 0.02 / 3), rel=1e-3)
+    assert "20% of the step" in f.estimate_bound and "at most 1.25×" in f.estimate_bound
+    # A benchmarked shape that padding made slower saves nothing: no estimate.
+    slower = _facts(_results(), step_time_s=0.1, gemm_shapes=[_gemm([8192, 768, 50257], ["n"], 0.02)],
+                    gemm_alignment=[GemmAlignment(shape=[8192, 768, 50257], padded=[8192, 768, 50304], dtype="bf16", time_s=2e-3,
+                                                  padded_time_s=3e-3, speedup_per_flop=0.67)])
+    (f,) = [f for f in run_rules(slower) if f.rule_id == "PS401"]
+    assert f.estimated_gain is None
+
+
+def test_gc_estimate_is_bounded_by_the_typical_step():
+    times = [0.1] * 20 + [0.3]
+    results = _metrics(_results(), typical_step=summarize(times), step_times_s=times)
+    (f,) = [f for f in run_rules(results) if f.rule_id == "PS602"]
+    assert f.estimated_gain == pytest.approx(sum(times) / (0.1 * 21)) and "100.0 ms" in f.estimate_bound
+    assert "upper bound" in f.estimate_method
+    flat = _metrics(_results(), typical_step=summarize([0.1] * 21), step_times_s=[0.1] * 21)
+    assert [f for f in run_rules(flat) if f.rule_id == "PS602"] == []
+
+
+def test_memory_rules_state_the_device_memory_that_bounds_their_fix():
+    breakdown = MemoryBreakdown(parameters=2 * GiB, gradients=2 * GiB, optimizer_state=4 * GiB, activations_and_temporaries=2 * GiB)
+    headroom = _metrics(_results(), peak_memory_bytes=10 * GiB, device_memory_capacity_bytes=80 * GiB, memory_breakdown=breakdown)
+    (f,) = [f for f in run_rules(headroom) if f.rule_id == "PS501"]
+    # 8 GiB fixed, 2 GiB of activations for 8 samples: (0.9 × 80 − 8) / (2 / 8) = 256 samples fit.
+    assert "a micro-batch of about 256" in f.estimate_bound and "80.00 GiB" in f.estimate_bound
+    near = _metrics(_results(), peak_memory_bytes=74 * GiB, peak_reserved_bytes=77 * GiB,
+                    memory_breakdown=MemoryBreakdown(parameters=10 * GiB, gradients=10 * GiB, optimizer_state=20 * GiB,
+                                                     activations_and_temporaries=34 * GiB))
+    (f,) = [f for f in run_rules(near) if f.rule_id == "PS502"]
+    assert "frees at most the activations and temporaries, 34.00 GiB" in f.estimate_bound
+    (f,) = [f for f in run_rules(CASES["PS504"][0]()) if f.rule_id == "PS504"]
+    assert "20.00 GiB" in f.estimate_bound
+    (f,) = [f for f in run_rules(CASES["PS503"][0]()) if f.rule_id == "PS503"]
+    assert "8.00 GiB" in f.estimate_bound
+
+
+def test_a_knob_whose_run_did_not_apply_it_is_no_measurement():
+    """Honest statuses: compile measured (slower) is reported where it belongs; compile whose run fell back to eager
+    (the sweep records it as failed, "not applied") is no measurement for any rule."""
+    measured = _with_knob(_results(), "compile", 0.8)
+    assert [f.gain.ratio for f in run_rules(measured) if f.rule_id == "PS303"] == [0.8]
+    fell_back = _with_knob(_results(), "compile", 1.5, status="failed")
+    fell_back.sweep.knobs[0].reason = "not applied: torch.compile compiled no graph (dynamo fell back to eager)"
+    assert [f for f in run_rules(fell_back) if f.trial == "compile" or f.rule_id in ("PS303", "PS100")] == []
