@@ -73,7 +73,7 @@ def _function_name(key: tuple[str, int, str]) -> str:
     """pstats's (file, line, name) as "parent/file.py:42(name)"; built-ins as pstats writes them."""
     filename, line, name = key
     if filename == "~" and line == 0:
-        return name if name.startswith("{") else "{" + name + "}"
+        return "{" + name.removeprefix("<").removesuffix(">") + "}"
     parts = Path(filename).parts
     return f"{'/'.join(parts[-2:]) if len(parts) > 1 else filename}:{line}({name})"
 

@@ -41,6 +41,8 @@ SLICES: dict[str, str] = {
 COMPUTE = frozenset({"gemm", "conv", "attention", "elementwise", "normalization", "optimizer", "memcpy", "memset",
                      "communication", "other", "host", "launch"})
 """Keys that are part of "compute & other" when no trace split it."""
+MIN_SHARE = 0.01
+"""Slices below this share of the step are folded into "other ops"."""
 WHOLE_STEP = "step"
 """A fix that acts on every slice (e.g. a larger micro-batch: each sample's share of every cost)."""
 
@@ -100,7 +102,11 @@ def step_breakdown(metrics: TrialMetrics) -> list[StepSlice]:
         return []
     wait = step * min(max(metrics.data_wait_share, 0.0), 1.0)
     parts = {"data_wait": wait} if wait > 0 else {}
-    parts.update(sorted(_rest(step - wait, metrics.trace_facts).items(), key=lambda kv: -kv[1]))
+    rest = _rest(step - wait, metrics.trace_facts)
+    tiny = [k for k, v in rest.items() if v < MIN_SHARE * step and k not in ("other", "compute")]
+    for k in tiny:  # slivers read as noise in a chart: they join "other ops"
+        rest["other"] = rest.get("other", 0.0) + rest.pop(k)
+    parts.update(sorted(rest.items(), key=lambda kv: -kv[1]))
     return [StepSlice(key=k, seconds=v, share=v / step) for k, v in parts.items() if v > 0]
 
 

@@ -13,6 +13,7 @@ cost a worker pays) and shown next to the data-loader finding in the report.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -46,9 +47,8 @@ class ProfiledFunction:
         name = self.function
         if name.startswith("{") and name.endswith("}"):
             inner = name[1:-1]
-            for prefix in ("built-in method ", "method "):
-                inner = inner.removeprefix(prefix)
-            return inner
+            method = re.fullmatch(r"method '(\w+)' of '([\w.]+)' objects", inner)
+            return f"{method.group(2)}.{method.group(1)}" if method else inner.removeprefix("built-in method ")
         where, _, rest = name.partition("(")
         return f"{rest.rstrip(')')} ({where})" if rest else name
 
