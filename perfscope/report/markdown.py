@@ -99,6 +99,7 @@ def render_view_markdown(view: ReportView) -> str:
             out += [f"**Recommended: {md(h.gain)}**" + (f" with {knobs}" if knobs else "") + note, ""]
         elif h.lead:
             out += [md(h.lead), ""]
+        out += [f"> **Warning:** {md(w)}" for w in view.warnings] + ([""] if view.warnings else [])
         header = ["Metric", *(f"{md(c.text)} ({code(c.note, in_table=True)})" for c in h.columns)]
         both = len(h.columns) > 1
         if both:

@@ -239,6 +239,7 @@ class ReportView:
     traces: list[TraceLink]
     command: str
     notes: list[str]
+    warnings: list[str] = field(default_factory=list)  # measurement problems a reader must see with the answer
     perfetto_url: str = PERFETTO_URL
     hta_url: str = HTA_URL
 
@@ -797,4 +798,5 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
         traces=_traces(results, report_dir),
         command=shlex.join(results.command) if results.command else "",
         notes=list(results.notes),
+        warnings=list(results.warnings),
     )
