@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from perfscope.results import DatasetProfile, Finding, KnobOutcome
 from perfscope.results.dataset_profile import PROFILE_AT_DATA_WAIT
@@ -10,25 +10,26 @@ from perfscope.rules.engine import Rule, RuleContext
 
 MAX_WORKERS = 8
 """The estimate never assumes more workers than the sweep would try."""
+MIN_GAIN = 1.05
+"""An estimated gain below this is no reason to change the loader: the finding says workers cannot help here."""
 
 
 @dataclass(frozen=True)
 class LoaderEstimate:
     """What k DataLoader workers can win on this machine: the step's compute, one batch's loading cost in a worker,
-    and the cores they share.
+    and the cores the training process and the workers share.
 
-    Model: a worker builds a batch in ``load_s`` (one core, one torch thread); k workers deliver one every
-    load_s / k. The step cannot be shorter than its compute, nor than the delivery. On a CPU run the compute runs
-    on the same cores as the workers, so the step also cannot be shorter than all the work of one step — the
-    loading plus the compute on its threads — spread over the usable cores. On a GPU run the training process
-    keeps one core to launch work and the workers get the rest. The step becomes the largest of these bounds;
-    the gain is step / that.
+    Model: a worker builds a batch in ``load_s`` on one thread; k workers deliver one every load_s / k, and the
+    step is paced by the slower of that and the compute: max(compute, load_s / k). Every runnable thread needs a
+    core: the training process's (its torch threads on a CPU run, one to launch work on a GPU run) and the k
+    workers'. With more threads than usable cores each gets cores / threads of one (the kernel shares time
+    fairly), so the step stretches by max(1, threads / cores). The gain is step / that.
     """
 
     step_s: float
     compute_s: float
     load_s: float
-    """One batch's loading cost in a worker, on one core."""
+    """One batch's loading cost in a worker, on one thread."""
     load_source: str
     """How ``load_s`` is known (profiled on one thread, or inferred from the data wait)."""
     cores: float | None
@@ -36,34 +37,25 @@ class LoaderEstimate:
     cpu_device: bool
     """The compute runs on the CPU, on the same cores as the workers."""
     compute_threads: float
-    """Cores the compute keeps busy while it runs (CPU runs: its torch threads, at most the cores)."""
+    """Threads of the training process: its torch threads on a CPU run, one on a GPU run."""
     workers: int
     """The workers the estimate assumes: the fewest that reach the best step (0: none can help)."""
 
-    @property
-    def worker_cores(self) -> float:
-        """Cores workers may use: all of them on a CPU run (they take turns with the compute), all but the training
-        process's on a GPU run."""
-        if self.cores is None:
-            return math.inf
-        return self.cores if self.cpu_device else max(self.cores - 1.0, 0.0)
+    def sharing(self, workers: int) -> float:
+        """How much the step stretches when the training process's threads and ``workers`` outnumber the cores."""
+        if not self.cores:
+            return 1.0
+        return max(1.0, (self.compute_threads + workers) / self.cores)
 
     def step_with(self, workers: int) -> float:
         """The step with ``workers`` workers, per the model (the current step when there are none)."""
         if workers < 1:
             return self.step_s
-        bounds = [self.compute_s, self.load_s / workers]
-        if self.cpu_device and self.cores:
-            bounds.append(self.capacity_s)
-        return max(bounds)
-
-    @property
-    def capacity_s(self) -> float:
-        """CPU runs: one step's loading and compute spread over every usable core (the floor no worker count breaks)."""
-        return (self.load_s + self.compute_s * self.compute_threads) / self.cores if self.cores else 0.0
+        return self.sharing(workers) * max(self.compute_s, self.load_s / workers)
 
     def gain_with(self, workers: int) -> float:
-        return self.step_s / self.step_with(workers) if self.step_with(workers) > 0 else 1.0
+        step = self.step_with(workers)
+        return self.step_s / step if step > 0 else 1.0
 
     @property
     def gain(self) -> float:
@@ -72,9 +64,13 @@ class LoaderEstimate:
         return self.gain_with(self.workers)
 
     @property
+    def helps(self) -> bool:
+        return self.cores is None or (self.workers >= 1 and self.gain >= MIN_GAIN)
+
+    @property
     def closes_gap(self) -> bool:
         """Whether the assumed workers bring batches as fast as the step computes them (the wait disappears)."""
-        return self.workers >= 1 and self.step_with(self.workers) <= self.compute_s * 1.0001
+        return self.workers >= 1 and self.load_s / self.workers <= self.compute_s
 
 
 def loader_estimate(ctx: RuleContext, wait_share: float, workers: int | None = None) -> LoaderEstimate:
@@ -93,24 +89,21 @@ def loader_estimate(ctx: RuleContext, wait_share: float, workers: int | None = N
         load, source = profile.batch_s, "profiled: the Dataset's batch in the main process"
     elif current == 0:
         # With no workers the main process builds each batch while the step waits: the wait is the load.
-        load, source = wait, "inferred from the data wait (the main process's threads; a worker runs one torch thread)"
+        load, source = wait, "inferred from the data wait (on the main process's threads; a worker runs one torch thread)"
     else:
         # With n workers still starving the step, they are all busy: each builds a batch per n steps.
         load, source = current * step, f"inferred from the step: {current} busy worker(s) deliver one batch per step"
-    threads = float(profile.threads) if profile is not None and profile.threads else (cores or 1.0)
+    cpu = not ctx.cuda
+    threads = (float(profile.threads) if profile is not None and profile.threads else (cores or 1.0)) if cpu else 1.0
     est = LoaderEstimate(step_s=step, compute_s=step - wait, load_s=load, load_source=source, cores=cores,
-                         cpu_device=not ctx.cuda, compute_threads=min(threads, cores or threads), workers=0)
+                         cpu_device=cpu, compute_threads=threads, workers=0)
     if workers is not None:
-        return _with(est, workers)
-    limit = min(int(est.worker_cores) if math.isfinite(est.worker_cores) else MAX_WORKERS, MAX_WORKERS)
+        return replace(est, workers=workers)
+    if cores is None:
+        return replace(est, workers=max(current, 1))
+    limit = min(max(int(cores) if cpu else int(cores) - 1, 0), MAX_WORKERS)
     best = max(range(1, limit + 1), key=lambda k: (round(est.gain_with(k), 6), -k), default=0)
-    return _with(est, max(best, current) if best else 0)
-
-
-def _with(est: LoaderEstimate, workers: int) -> LoaderEstimate:
-    from dataclasses import replace
-
-    return replace(est, workers=workers)
+    return replace(est, workers=max(best, current) if best else 0)
 
 
 def profile_lines(profile: DatasetProfile, top: int = 4) -> list[str]:
@@ -165,15 +158,16 @@ class DataLoaderStall(Rule):
             evidence.append(f"num_workers={ctx.config('num_workers', 0)}; building one batch costs {ms(est.load_s)} of one core "
                             f"({ms(est.load_s / batch)} per sample, batch {batch}; {est.load_source})")
         how = f" ({env.cpu_cores_usable_how})" if env.cpu_cores_usable_how else ""
-        if est.cores is not None and not est.closes_gap:
-            per_batch = est.load_s / est.workers if est.workers else est.load_s
-            floor = (f"; with the compute on the same {est.cores:g} cores a step takes at least {ms(est.capacity_s)}"
-                     if est.cpu_device and est.capacity_s > per_batch else "")
+        if est.cores is not None and not est.helps:
+            k = max(est.workers, 1)
             evidence.append(
-                f"workers cannot close the gap on this machine: with {est.workers} worker(s) a batch is ready every {ms(per_batch)} "
-                f"while the compute takes {ms(est.compute_s)}{floor}; cut the Dataset's own cost (__getitem__, transforms, collate)")
-        helps = est.gain > 1.0 + 1e-6 and est.workers >= 1 or est.cores is None
-        title = ("The step waits for data: add DataLoader workers" if est.closes_gap or est.cores is None
+                f"workers cannot close the gap on this machine: {k} worker(s) deliver a batch every {ms(est.load_s / k)} "
+                f"while the compute takes {ms(est.compute_s)}" + (f", and with {est.compute_threads:g} training thread(s) and {k} "
+                f"worker(s) on {est.cores:g} core(s) everything runs {est.sharing(k):.2f}× slower" if est.sharing(k) > 1 else "")
+                + f": a step of about {ms(est.step_with(k))} against {ms(est.step_s)} now; cut the Dataset's own cost "
+                "(__getitem__, transforms, collate)")
+        helps = est.helps
+        title = ("The step waits for data: add DataLoader workers" if helps
                  else "The step waits for data: the Dataset is too slow for this machine's cores")
         finding = Finding(
             rule_id=self.id, title=title, severity="high" if wait >= 0.3 else "medium", evidence=evidence,
@@ -205,22 +199,17 @@ class DataLoaderStall(Rule):
         if est.cores is None:
             return ("upper bound if loading were fully overlapped, 1 / (1 − data-wait share); the run did not record "
                     "its usable cores, so the bound ignores them")
-        floor = ", (batch cost + compute × its threads) / cores" if est.cpu_device else ""
-        return (f"step / max(compute, batch cost / workers{floor}) with {est.workers} worker(s); batch cost "
-                f"{ms(est.load_s)} ({est.load_source}); assumes each worker builds whole batches on one core and "
-                + ("the workers and the compute share the cores without loss (oversubscribed cores lose more: an upper bound)"
-                   if est.cpu_device else "the compute keeps its speed"))
+        return (f"step / (max(compute, batch cost / workers) × max(1, threads / cores)) with {est.workers} worker(s); batch cost "
+                f"{ms(est.load_s)} ({est.load_source}); assumes each worker builds whole batches on one thread, the compute "
+                "keeps its speed, and oversubscribed cores are shared fairly")
 
     @staticmethod
     def bound(est: LoaderEstimate, how: str) -> str:
         if est.cores is None:
             return "the compute: the step cannot be shorter than its non-waiting part"
-        if est.cpu_device:
-            return (f"{est.cores:g} usable core(s){how}, shared by the workers' loading ({ms(est.load_s)} of one core per batch) "
-                    f"and the compute ({ms(est.compute_s)} on {est.compute_threads:g} thread(s)): a step takes at least "
-                    f"{ms(est.capacity_s)}, and at least the compute's {ms(est.compute_s)}")
-        return (f"{est.worker_cores:g} core(s) free for workers: {est.cores:g} usable{how} − 1 for the training process; "
-                f"a step takes at least the compute's {ms(est.compute_s)}")
+        who = f"the training process's {est.compute_threads:g} torch thread(s)" if est.cpu_device else "the training process (one core to launch work)"
+        return (f"{est.cores:g} usable core(s){how}, shared by {who} and {est.workers} worker(s) "
+                f"(×{est.sharing(est.workers):.2f} when they outnumber the cores); a step takes at least the compute's {ms(est.compute_s)}")
 
     @staticmethod
     def dataset_fix(profile: DatasetProfile | None) -> str:
@@ -251,6 +240,9 @@ class DataLoaderStall(Rule):
     def why_not_here(self, ctx: RuleContext, outcome: KnobOutcome) -> str | None:
         env = ctx.results.environment
         usable = env.cpu_cores_usable or env.cpu_cores_physical
+        if not ctx.cuda and usable is not None:
+            return (f"on a CPU run the workers share this machine's {usable:g} usable core(s) with the training's own threads: "
+                    "what they speed up in loading they take from the compute; more cores, or a cheaper Dataset, would gain")
         if usable is not None and usable - 1 < 2:
             return (f"this machine leaves {max(usable - 1, 0):g} core(s) for workers beside the training process: loading "
                     "cannot overlap much with compute; a machine with more free cores, or a cheaper Dataset, would gain")

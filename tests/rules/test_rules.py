@@ -321,34 +321,35 @@ def _profile(getitem_ms: float, one_thread_ms: float, collate_ms: float = 0.0, b
 
 
 def test_data_loader_estimate_is_bounded_by_the_cores_the_workers_share_with_the_compute():
-    # 97% data wait on a 2-core CPU: the workers and the compute share 2 cores. Without a profile the batch cost is the
-    # main process's wait (97 ms): 2 workers at best halve it, and the estimate says what bounds it.
+    # 97% data wait on a 2-core CPU: the training process's 2 torch threads and the workers share 2 cores. One worker
+    # delivers a batch every 97 ms, all of it 1.5× slower (3 threads on 2 cores); two deliver every 48.5 ms, 2× slower:
+    # about today's step. Not 1 / (1 − 0.97) = 33×: nothing to promise, and the finding says why.
     two = _data_bound(0.97, 2.0)
-    assert two.estimated_gain is not None and two.estimated_gain < 2.0  # not 1 / (1 − 0.97) = 33×
-    assert "2 worker(s)" in two.estimate_method and "inferred from the data wait" in two.estimate_method
-    assert "2 usable core(s)" in two.estimate_bound and "shared by the workers' loading" in two.estimate_bound
-    assert any("cannot close the gap" in e for e in two.evidence) and any("per sample" in e for e in two.evidence)
-    assert "num_workers=2" in two.fix and "batch_size=8" in two.fix
+    assert two.estimated_gain is None and "too slow for this machine" in two.title
+    (gap,) = [e for e in two.evidence if "cannot close the gap" in e]
+    assert "2 training thread(s) and 2 worker(s) on 2 core(s) everything runs 2.00× slower" in gap
+    assert any("per sample" in e for e in two.evidence)
+    assert "batch_size=8" in two.fix
     # A GPU run with plenty of cores: the workers hide the loading, and the bound is the full overlap.
     many = _data_bound(0.4, 16.0, device="cuda")
     assert many.estimated_gain == pytest.approx(1 / 0.6) and not any("cannot close" in e for e in many.evidence)
-    assert "add DataLoader workers" in many.title and "15 core(s) free for workers" in many.estimate_bound
+    assert "add DataLoader workers" in many.title and "1 worker(s)" in many.estimate_method
+    assert "16 usable core(s)" in many.estimate_bound and "one core to launch work" in many.estimate_bound
 
 
 def test_data_loader_estimate_uses_the_profiled_one_thread_cost_a_worker_pays():
     # The main process built a batch in 60 ms on 2 threads; on one thread (a worker) it takes 120 ms. 2 cores,
-    # compute 40 ms on 2 threads: 1 worker delivers a batch every 120 ms (slower than now), 2 workers are bound
-    # by the cores: (120 + 40 × 2) / 2 = 100 ms: no better than today's 100 ms step. Nothing to promise.
+    # compute 40 ms on 2 threads: 1 worker → 1.5 × 120 ms, 2 workers → 2 × 60 ms: both slower than today's 100 ms.
     profile = _profile(getitem_ms=7.5, one_thread_ms=15.0)  # × 8 samples = 60 ms / 120 ms
     finding = _data_bound(0.6, 2.0, profile=profile)
     assert finding.estimated_gain is None and "too slow for this machine" in finding.title
     assert any("15.0 ms on one thread" in e and "a batch of 8 costs 60.0 ms (120.0 ms in a worker)" in e for e in finding.evidence)
     assert any("torch._C._fft.fft_irfft2 45%" in e and "__getitem__ (examples/cpu_heavy_dataset.py:23) 11%" in e for e in finding.evidence)
-    # The same Dataset with a cheap one-thread cost (pure Python, no intra-op threads): 2 workers help, bounded by 2 cores.
+    # The same Dataset without intra-op parallelism (60 ms on one thread too): 2 workers, 2 × max(40, 30) = 80 ms.
     cheap = _data_bound(0.6, 2.0, profile=_profile(getitem_ms=7.5, one_thread_ms=7.5))
-    assert cheap.estimated_gain == pytest.approx(1 / ((0.06 + 0.04 * 2) / 2 / 0.1), rel=0.05)
-    assert "profiled" in cheap.estimate_method and "1 worker(s)" in cheap.estimate_method  # the fewest that reach the bound
-    assert re.search(r"a step takes at least (69\.9|70\.0) ms", cheap.estimate_bound)
+    assert cheap.estimated_gain == pytest.approx(0.1 / 0.08, rel=0.01)
+    assert "profiled" in cheap.estimate_method and "2 worker(s)" in cheap.estimate_method
+    assert "shared by the training process's 2 torch thread(s) and 2 worker(s) (×2.00" in cheap.estimate_bound
 
 
 def test_workers_measured_as_no_help_point_at_the_profiled_hot_functions():
