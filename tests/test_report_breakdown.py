@@ -102,3 +102,12 @@ def test_a_gpu_run_splits_the_breakdown_by_what_the_trace_saw():
     assert chart.id == "baseline-breakdown"
     labels = chart.figure["data"][0]["y"]
     assert labels[0] == "data wait" and "matmul" in labels
+
+
+def test_the_markdown_has_the_breakdown_as_a_table_with_the_fixes():
+    results = _data_bound()
+    view = build_view(results)
+    data_fix = next(f for f in view.findings if f.rule_id == "PS201")
+    md = render_markdown(results)
+    assert "### Where the baseline's step time goes" in md
+    assert re.search(rf"\| data wait \| \d+\.\d ms \| 70 % \| #{data_fix.rank}\b", md)

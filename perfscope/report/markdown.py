@@ -120,6 +120,10 @@ def render_view_markdown(view: ReportView) -> str:
         out += ["No fix with a significant or estimated gain was found.", ""]
     for f in view.findings:
         out += _finding(f)
+    if view.breakdown:
+        out += ["### Where the baseline's step time goes", ""]
+        rows = [[md(r.label), md(r.time), md(r.share), md(r.fixes or "—")] for r in view.breakdown]
+        out += _table(["Slice", "Per step", "Share", "Ranked fixes acting on it"], rows, ["l", "r", "r", "l"]) + [""]
     if view.no_change:
         out += ["### Measured, did not help here", ""]
         out += [f"- {md(f.title)} ({code(f.rule_id)}): {md(f.gain_text)}, {md(f.interval)}" + (f" — {md(f.why_not_here)}" if f.why_not_here else "")

@@ -130,6 +130,16 @@ class FindingView:
 
 
 @dataclass(kw_only=True, slots=True)
+class SliceRow:
+    """One slice of the baseline's step-time breakdown, with the ranked fixes that act on it."""
+
+    label: str
+    time: str
+    share: str
+    fixes: str  # "#1, #3" or ""
+
+
+@dataclass(kw_only=True, slots=True)
 class ProfileRow:
     """One function of the Dataset's profiled pass."""
 
@@ -240,6 +250,7 @@ class ReportView:
     command: str
     notes: list[str]
     warnings: list[str] = field(default_factory=list)  # measurement problems a reader must see with the answer
+    breakdown: list[SliceRow] = field(default_factory=list)  # the baseline's step by slice (the first chart, as a table)
     perfetto_url: str = PERFETTO_URL
     hta_url: str = HTA_URL
 
@@ -799,4 +810,6 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
         command=shlex.join(results.command) if results.command else "",
         notes=list(results.notes),
         warnings=list(results.warnings),
+        breakdown=[SliceRow(label=x.label, time=fmt_seconds(x.seconds), share=f"{x.share * 100:.0f} %",
+                            fixes=", ".join(f"#{r}" for r in marks.get(x.key, []))) for x in slices],
     )
