@@ -169,9 +169,12 @@ class DataLoaderStall(Rule):
         helps = est.helps
         title = ("The step waits for data: add DataLoader workers" if helps
                  else "The step waits for data: the Dataset is too slow for this machine's cores")
+        outcome = ctx.knob("dataloader_workers")
+        won = outcome is not None and outcome.status == "measured" and outcome.gain is not None and outcome.gain.faster
         finding = Finding(
             rule_id=self.id, title=title, severity="high" if wait >= 0.3 else "medium", evidence=evidence,
-            fix=self.fix_text(ctx, batch, est.workers),
+            # Workers are the fix only where they can help (or were measured helping); else the Dataset's own cost is.
+            fix=self.fix_text(ctx, batch, est.workers) if helps or won else self.dataset_fix(profile),
             estimated_gain=est.gain if helps else None,
             estimate_method=self.method(est) if helps else None,
             estimate_bound=self.bound(est, how) if helps else None,
