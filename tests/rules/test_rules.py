@@ -467,3 +467,15 @@ def test_a_knob_whose_run_did_not_apply_it_is_no_measurement():
     fell_back = _with_knob(_results(), "compile", 1.5, status="failed")
     fell_back.sweep.knobs[0].reason = "not applied: torch.compile compiled no graph (dynamo fell back to eager)"
     assert [f for f in run_rules(fell_back) if f.trial == "compile" or f.rule_id in ("PS303", "PS100")] == []
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_every_finding_names_the_step_slices_its_fix_acts_on(rule_id):
+    """Fires: a time fix names breakdown slices; memory and numerics fixes name none (they do not shorten the step)."""
+    from perfscope.results.breakdown import SLICES, WHOLE_STEP
+
+    rule = next(r for r in all_rules() if r.id == rule_id)
+    for f in run(CASES[rule_id][0](), [rule]):
+        assert set(f.addresses) <= set(SLICES) | {WHOLE_STEP}, f.addresses
+        memory_or_numerics = rule.groups[0] == "memory" and rule_id != "PS501" or rule_id == "PS601"
+        assert bool(f.addresses) != memory_or_numerics, (rule_id, f.addresses)
