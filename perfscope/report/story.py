@@ -167,7 +167,9 @@ def alternative_line(story: Story) -> str:
 def closest_line(story: Story) -> str:
     """When the baseline is kept: how close the best measured option came ("" when nothing was measured)."""
     c = story.closest
-    if c is None or story.recommended is not None:
+    if story.recommended is not None:
         return ""
+    if c is None:
+        return "no other configuration that keeps training semantics was measured (see the knobs, the notes and the warnings)"
     verdict = {"slower": "slower", "same": "no change", "undecided": "not significant"}.get(c.gain.verdict, "not in the recommendation")
     return f"closest measured: {c.label}: {gain_words(c.gain)} ({interval_words(c.gain)}), {verdict}"
