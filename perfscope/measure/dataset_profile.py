@@ -8,7 +8,8 @@ user's objects), and only when the step waited for data (perfscope.results.datas
 so it never costs a run that is not data-bound. Three passes over the same samples, each in the main process (no DataLoader workers):
 1. timed, on the process's torch threads: the per-sample cost the training process pays with num_workers=0;
 2. timed, with torch.set_num_threads(1): the cost a DataLoader worker pays (workers run one torch thread,
-   so a __getitem__ built on torch ops can be slower in a worker than in the main process);
+   so a __getitem__ built on torch ops can be slower in a worker than in the main process) — interleaved with
+   pass 1 sample by sample, so their ratio survives a machine whose speed drifts;
 3. under cProfile (the stdlib's deterministic profiler): which functions take the time, as shares.
 The passes are bounded by a sample count and a time budget, whichever ends first.
 """
@@ -60,6 +61,31 @@ def _load(samples: Callable[[int], Iterator[Any]], n: int, budget_s: float | Non
     return out, time.perf_counter() - start
 
 
+def _paired(samples: Callable[[int], Iterator[Any]], n: int, threads: int, budget_s: float) -> tuple[list[Any], float, float]:
+    """(samples, wall on ``threads`` torch threads, wall on one): each sample loaded twice in a row, once each way,
+    so a slow moment of the machine hits both sides and their ratio holds (two separate passes drift apart)."""
+    items: list[Any] = []
+    many = one = 0.0
+    start = time.perf_counter()
+    first, second = samples(n), samples(n)  # two iterators in lockstep: the same sample, also of an IterableDataset
+    while len(items) < n and time.perf_counter() - start < budget_s:
+        t0 = time.perf_counter()
+        try:
+            item = next(first)
+        except StopIteration:
+            break
+        t1 = time.perf_counter()
+        torch.set_num_threads(1)
+        try:
+            next(second, None)
+        finally:
+            torch.set_num_threads(threads)
+        t2 = time.perf_counter()
+        items.append(item)
+        many, one = many + (t1 - t0), one + (t2 - t1)
+    return items, many, one
+
+
 def _collate(collate: Callable[[list[Any]], Any], items: list[Any], batch_size: int) -> tuple[int, float]:
     """(full batches collated, wall seconds)."""
     batches = [items[i:i + batch_size] for i in range(0, len(items) - batch_size + 1, batch_size)]
@@ -103,23 +129,18 @@ def profile_dataset(dataset: Any, *, batch_size: int, collate_fn: Callable[[list
     source = _samples(dataset, samples)
     threads = torch.get_num_threads()
     _load(source, WARMUP, budget_s)  # first calls pay one-time costs (lazy init, FFT plans, file caches)
-    # Pass 1: the main process's cost (its torch threads), which also fixes how many samples the passes load.
-    items, wall = _load(source, samples, budget_s)
+    # Passes 1 and 2, interleaved sample by sample: the main process's cost (its torch threads) and a DataLoader
+    # worker's (one torch thread). They also fix how many samples the profiled pass loads.
+    if threads > 1:
+        items, wall, one_wall = _paired(source, samples, threads, budget_s)
+    else:
+        items, wall = _load(source, samples, budget_s)
+        one_wall = wall
     if not items:
         raise ValueError("the Dataset yielded no sample")
     n = len(items)
+    one_thread = one_wall / n
     batches, collate_wall = _collate(collate, items, batch_size)
-    # Pass 2: a DataLoader worker's cost (one torch thread).
-    one_thread = None
-    if threads > 1:
-        torch.set_num_threads(1)
-        try:
-            _, one_wall = _load(source, n, None)
-        finally:
-            torch.set_num_threads(threads)
-        one_thread = one_wall / n
-    else:
-        one_thread = wall / n
     # Pass 3: the same samples and batches under cProfile, for the shares.
     profiler = cProfile.Profile()
     start = time.perf_counter()
@@ -132,8 +153,8 @@ def profile_dataset(dataset: Any, *, batch_size: int, collate_fn: Callable[[list
     profiled_s = time.perf_counter() - start
     functions, _ = _top(pstats.Stats(profiler), top)
     what = "samples" if kind == "map" else "items of the IterableDataset"
-    method = (f"{n} {what} loaded in the trial process (no workers): timed on {threads} torch thread(s), timed on 1 "
-              f"(as a DataLoader worker), then under cProfile with {batches} collate call(s) of {batch_size}; "
+    method = (f"{n} {what} loaded in the trial process (no workers): timed on {threads} torch thread(s) and on 1 "
+              f"(as a DataLoader worker), interleaved sample by sample, then under cProfile with {batches} collate call(s) of {batch_size}; "
               "shares are cProfile self time (its overhead inflates Python-heavy code)")
     return DatasetProfile(kind=kind, samples=n, batch_size=batch_size, getitem_s=wall / n, threads=threads,
                           getitem_one_thread_s=one_thread, collate_s=collate_wall / batches if batches else None,

@@ -83,7 +83,15 @@ def loader_estimate(ctx: RuleContext, wait_share: float, workers: int | None = N
     profile = ctx.metrics.dataset_profile
     cores = env.cpu_cores_usable or env.cpu_cores_physical or env.cpu_cores_logical
     cores = float(cores) if cores else None
-    if profile is not None and profile.batch_one_thread_s is not None:
+    cpu = not ctx.cuda
+    if profile is not None and current == 0 and wait > 0 and profile.getitem_one_thread_s and profile.getitem_s:
+        # The window's wait is the main process's batch cost, timed over the whole window; the profile's short pass
+        # gives how much slower one thread is (both measured side by side, so their ratio survives a drifting machine).
+        ratio = profile.getitem_one_thread_s / profile.getitem_s
+        load = wait * ratio
+        source = (f"profiled: the window's data wait ({ms(wait)} per batch on {profile.threads} thread(s)) × {ratio:.2f}, "
+                  "the Dataset's one-thread / main-process cost, as a worker runs it")
+    elif profile is not None and profile.batch_one_thread_s is not None:
         load, source = profile.batch_one_thread_s, "profiled: the Dataset's batch on one torch thread, as a worker runs it"
     elif profile is not None:
         load, source = profile.batch_s, "profiled: the Dataset's batch in the main process"
@@ -93,7 +101,6 @@ def loader_estimate(ctx: RuleContext, wait_share: float, workers: int | None = N
     else:
         # With n workers still starving the step, they are all busy: each builds a batch per n steps.
         load, source = current * step, f"inferred from the step: {current} busy worker(s) deliver one batch per step"
-    cpu = not ctx.cuda
     threads = (float(profile.threads) if profile is not None and profile.threads else (cores or 1.0)) if cpu else 1.0
     est = LoaderEstimate(step_s=step, compute_s=step - wait, load_s=load, load_source=source, cores=cores,
                          cpu_device=cpu, compute_threads=threads, workers=0)
