@@ -563,7 +563,8 @@ def dataset_cost(view: FindingView, trial: Trial | None) -> None:
         return
     n = max(profile.samples, 1)
     view.dataset_cost = [ProfileRow(function=f.label, share=fmt_percent(f.self_share, 0), self_time=fmt_seconds(f.self_s / n),
-                                    cumulative=fmt_seconds(f.cumulative_s / n), calls=f"{f.calls / n:.3g}") for f in profile.top]
+                                    cumulative=fmt_seconds(f.cumulative_s / n), calls=f"{f.calls / n:.3g}")
+                         for i, f in enumerate(profile.top) if i < 3 or f.self_share >= 0.005]  # slivers say nothing
     view.dataset_cost_caption = (f"Where __getitem__ and collate spend their time: {profile.samples} samples of the Dataset profiled in the "
                                  f"trial process (cProfile; times per sample, the profiler's overhead included)")
 

@@ -113,13 +113,15 @@ def loader_estimate(ctx: RuleContext, wait_share: float, workers: int | None = N
     return replace(est, workers=max(best, current) if best else 0)
 
 
-def profile_lines(profile: DatasetProfile, top: int = 4) -> list[str]:
-    """The Dataset's cost in words: per sample, per batch (main process and worker), and where the time goes."""
+def profile_lines(profile: DatasetProfile, window_batch_s: float | None = None, top: int = 4) -> list[str]:
+    """The Dataset's cost in words: per sample, per batch (main process and worker), and where the time goes;
+    ``window_batch_s``: what a batch took in the timed window, for comparison (a short pass is noisier)."""
     one = f" ({ms(profile.getitem_one_thread_s)} on one thread, as in a worker)" if profile.getitem_one_thread_s is not None else ""
     collate = f", collate {ms(profile.collate_s)} per batch" if profile.collate_s is not None else ""
     worker = f" ({ms(profile.batch_one_thread_s)} in a worker)" if profile.batch_one_thread_s is not None else ""
     lines = [f"the Dataset, profiled in the trial process over {profile.samples} samples: __getitem__ {ms(profile.getitem_s)} "
-             f"per sample on {profile.threads} thread(s){one}{collate}: a batch of {profile.batch_size} costs {ms(profile.batch_s)}{worker}"]
+             f"per sample on {profile.threads} thread(s){one}{collate}: a batch of {profile.batch_size} costs {ms(profile.batch_s)}{worker}"
+             + (f" (in the timed window the step waited {ms(window_batch_s)} per batch)" if window_batch_s else "")]
     if profile.top:
         where = ", ".join(f"{f.label} {pct(f.self_share)}" for f in profile.top[:top])
         lines.append(f"where __getitem__ and collate spend their time (cProfile self time): {where}")
@@ -160,7 +162,8 @@ class DataLoaderStall(Rule):
         profile = ctx.metrics.dataset_profile
         evidence = [f"{pct(wait)} of each step is spent blocked on the data iterator (median step {ms(median)})"]
         if profile is not None:
-            evidence += profile_lines(profile)
+            same_batch = profile.batch_size == batch and int(ctx.config("num_workers", 0) or 0) == 0
+            evidence += profile_lines(profile, est.step_s * wait if same_batch else None)
         else:
             evidence.append(f"num_workers={ctx.config('num_workers', 0)}; building one batch costs {ms(est.load_s)} of one core "
                             f"({ms(est.load_s / batch)} per sample, batch {batch}; {est.load_source})")
