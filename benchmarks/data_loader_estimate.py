@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from perfscope.results import Gain, Results  # noqa: E402
+from perfscope.results.roles import baseline_run  # noqa: E402
 from perfscope.rules import partition_findings, run_rules  # noqa: E402
 from perfscope.rules.data_loader_stall import DataLoaderStall, loader_estimate  # noqa: E402
 from perfscope.rules.engine import RuleContext  # noqa: E402
@@ -80,14 +81,15 @@ def report(results: Results) -> bool:
     blind = copy.deepcopy(results)
     blind.sweep = None
     (estimate,) = [f for f in run_rules(blind) if f.rule_id == DataLoaderStall.id] or [None]
-    base = results.trial("baseline")
+    base = baseline_run(results)  # the representative run the rule reads (contended runs are not)
     m = base.metrics if base else None
     env = results.environment
     print(f"{results.workload.name} on {env.device_name} ({env.device_type}); usable cores {env.cpu_cores_usable:g} "
           f"({env.cpu_cores_usable_how}); torch {env.torch_version}")
     if m is not None:
         profile = m.dataset_profile
-        print(f"baseline: step {m.mean_step_time_s * 1e3:.1f} ms, data wait {m.data_wait_share:.0%}"
+        print(f"baseline ({base.name}, {len(results.runs(base.configuration))} runs): step {m.mean_step_time_s * 1e3:.1f} ms, "
+              f"data wait {m.data_wait_share:.0%}"
               + (f"; Dataset profiled: batch {profile.batch_s * 1e3:.1f} ms on {profile.threads} threads, "
                  f"{profile.batch_one_thread_s * 1e3:.1f} ms on one (a worker)" if profile and profile.batch_one_thread_s else ""))
     print(f"first ranked finding: {first.rule_id + ' ' + first.title if first else '-'} -> {'PASS' if ranks_first else 'FAIL'}")
