@@ -5,7 +5,8 @@
 
 Runs inside a trial process after its timed window (never in the analyze parent, which never builds the
 user's objects), and only when the step waited for data (perfscope.results.dataset_profile.PROFILE_AT_DATA_WAIT),
-so it never costs a run that is not data-bound. Three passes over the same samples, each in the main process (no DataLoader workers):
+so it never costs a run that is not data-bound. Three passes over the same samples, each in the trial process
+(no DataLoader workers):
 1. timed, on the process's torch threads: the per-sample cost the training process pays with num_workers=0;
 2. timed, with torch.set_num_threads(1): the cost a DataLoader worker pays (workers run one torch thread,
    so a __getitem__ built on torch ops can be slower in a worker than in the main process) — interleaved with
@@ -33,7 +34,7 @@ __all__ = ["PROFILE_AT_DATA_WAIT", "profile_dataset"]
 SAMPLES = 64
 """Samples per pass at most."""
 BUDGET_S = 2.0
-"""Wall seconds for the first pass at most; the other two load as many samples as it did."""
+"""Wall seconds for the timed passes at most; the profiled pass loads as many samples as they did."""
 TOP = 12
 """Functions kept, by self time."""
 WARMUP = 2
@@ -110,15 +111,15 @@ def _own(key: tuple[str, int, str]) -> bool:
     return filename == _HERE or "_lsprof.Profiler" in name
 
 
-def _top(stats: pstats.Stats, top: int) -> tuple[list[ProfiledFunction], float]:
+def _top(stats: pstats.Stats, top: int) -> list[ProfiledFunction]:
+    """The ``top`` functions by self time, with their share of all the profiled time (bookkeeping left out)."""
     raw: dict[tuple[str, int, str], tuple[int, int, float, float, Any]] = stats.stats  # type: ignore[attr-defined]
     rows = [(key, v) for key, v in raw.items() if not _own(key)]
     total = sum(v[2] for _, v in rows)
     rows.sort(key=lambda kv: kv[1][2], reverse=True)
-    functions = [ProfiledFunction(function=_function_name(key)[:1000], calls=int(calls), self_s=float(tottime),
-                                  cumulative_s=float(cumtime), self_share=min(tottime / total, 1.0) if total > 0 else 0.0)
-                 for key, (_, calls, tottime, cumtime, _) in rows[:top]]
-    return functions, total
+    return [ProfiledFunction(function=_function_name(key)[:1000], calls=int(calls), self_s=float(tottime),
+                             cumulative_s=float(cumtime), self_share=min(tottime / total, 1.0) if total > 0 else 0.0)
+            for key, (_, calls, tottime, cumtime, _) in rows[:top]]
 
 
 def profile_dataset(dataset: Any, *, batch_size: int, collate_fn: Callable[[list[Any]], Any] | None = None,
@@ -151,7 +152,7 @@ def profile_dataset(dataset: Any, *, batch_size: int, collate_fn: Callable[[list
     finally:
         profiler.disable()
     profiled_s = time.perf_counter() - start
-    functions, _ = _top(pstats.Stats(profiler), top)
+    functions = _top(pstats.Stats(profiler), top)
     what = "samples" if kind == "map" else "items of the IterableDataset"
     method = (f"{n} {what} loaded in the trial process (no workers): timed on {threads} torch thread(s) and on 1 "
               f"(as a DataLoader worker), interleaved sample by sample, then under cProfile with {batches} collate call(s) of {batch_size}; "

@@ -23,8 +23,8 @@ How the GPU facts are decided, and why:
   correlation id and the op that encloses the launch on its thread (host op durations are microseconds of
   launch overhead on CUDA).
 On a CPU-only run the op times are self CPU times (ops inside the data spans, the Dataset's, left out), and the
-launch-bound equivalent is a step of ≥ 200 aten
-ops with a median self time < 20 µs spending at least half of its op time in such tiny ops (dispatch-bound).
+launch-bound equivalent is a step of ≥ 200 aten ops with a median self time < 20 µs spending at least half of
+its op time in such tiny ops (dispatch-bound).
 """
 
 from __future__ import annotations
@@ -200,8 +200,9 @@ def pageable_memcpy(work: list[DeviceWork], w: Window) -> PageableCopies:
     )
 
 
-def _inside(ts: float, merged: list[Span]) -> bool:
-    i = bisect.bisect_right([s for s, _ in merged], ts) - 1
+def _inside(ts: float, merged: list[Span], starts: list[float]) -> bool:
+    """Whether ``ts`` falls in one of the merged, sorted spans (``starts``: their start times)."""
+    i = bisect.bisect_right(starts, ts) - 1
     return i >= 0 and ts < merged[i][1]
 
 
@@ -210,7 +211,9 @@ def cpu_op_facts(trace: Trace, w: Window, data: list[Span] | None = None) -> tup
 
     Ops inside the data spans are the Dataset's (__getitem__ and collate run in the loop's next() without
     workers): they are the data wait, not the step's compute, so they are left out."""
-    ops = [e for e in trace.cpu_ops if w.contains(e.ts) and not (data and _inside(e.ts, data))]
+    data = data or []
+    starts = [start for start, _ in data]
+    ops = [e for e in trace.cpu_ops if w.contains(e.ts) and not _inside(e.ts, data, starts)]
     self_time = _self_times(ops)
     by_cat: dict[str, float] = defaultdict(float)
     by_op: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 
 from perfscope.results.config import TrialConfig
 
-_AUTOCAST_DTYPES = {"bf16": "bf16", "fp16": "fp16"}
-
 
 @dataclass(frozen=True, kw_only=True)
 class Observed:
@@ -61,7 +59,7 @@ def not_applied(config: TrialConfig, seen: Observed) -> dict[str, str]:
     changed = {k: v for k, v in config.env.items() if seen.env.get(k, v) != v}
     if changed:
         out["env"] = "; ".join(f"{k} was {seen.env.get(k)!r} in the trial, not {v!r}: the workload's code set it" for k, v in changed.items())
-    dtype = _AUTOCAST_DTYPES.get(config.precision)
+    dtype = config.precision if config.precision != "fp32" else None  # the autocast dtype, named as the fingerprint names it
     flops = seen.matmul_flops_by_dtype
     if dtype is not None and flops and sum(flops.values()) > 0 and not flops.get(dtype):
         ran = ", ".join(sorted(d for d, v in flops.items() if v))
