@@ -222,7 +222,7 @@ def baseline_breakdown_chart(slices: Sequence[StepSlice], marks: dict[str, list[
         "layout": _layout("Time per step (ms)", "", height=_bar_height(len(slices)), yaxis=_axis("", autorange="reversed"),
                           showlegend=False),
     }
-    split = "the profiler trace's proportions" if len(slices) > 2 or any(s.key not in ("data_wait", "compute") for s in slices) else "no trace: not split further"
+    split = "no trace: not split further" if {s.key for s in slices} <= {"data_wait", "compute"} else "the profiler trace's proportions"
     return Chart(id="baseline-breakdown", title="Where the baseline's step time goes",
                  caption=f"The baseline's step ({trial}, {step_ms:.1f} ms = wall / steps) split into the exposed data wait "
                          f"and the rest ({split}). Orange bars are what a ranked fix acts on; each bar names those fixes (fix #N).",

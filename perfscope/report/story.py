@@ -96,8 +96,7 @@ def build_story(results: Results) -> Story | None:
             if o.status != "measured" or gain is None or o.trial == base or o.changes_semantics:
                 continue  # options that change semantics are the alternative's business
             if closest is None or gain.ratio > closest.gain.ratio:
-                closest = Option(configuration=o.trial or o.knob, knobs=[o.knob], settings=[_setting(o, o.knob)], gain=gain,
-                                 caveats=list(o.changes_semantics))
+                closest = Option(configuration=o.trial or o.knob, knobs=[o.knob], settings=[_setting(o, o.knob)], gain=gain)
     runs = results.runs(base)
     reference = runs[0] if runs else next((t for t in results.trials if t.configuration == base), None)
     return Story(recommended=recommended, alternative=alternative, baseline=base, baseline_runs=len(runs), noise=sweep.noise,
@@ -165,7 +164,7 @@ def alternative_line(story: Story) -> str:
 
 
 def closest_line(story: Story) -> str:
-    """When the baseline is kept: how close the best measured option came ("" when nothing was measured)."""
+    """When the baseline is kept: how close the best measured option came, or that none was measured ("" otherwise)."""
     c = story.closest
     if story.recommended is not None:
         return ""
