@@ -19,6 +19,7 @@ from perfscope.report import facts
 from perfscope.report.escaping import plotly_text
 from perfscope.report.story import gain_of, gain_words
 from perfscope.results import Results, Trial, UtilizationSample
+from perfscope.results.breakdown import StepSlice
 
 MAX_POINTS_PER_CHART = 2000  # keeps the page small whatever the run length
 GIB = 2**30
@@ -189,7 +190,43 @@ def step_breakdown_chart(results: Results, roles: _Roles) -> Chart | None:
     }
     caption = "The measured window's time per step (wall / steps) split into exposed data wait and the rest"
     caption += "; idle/sync comes from the profiler trace where one was taken." if any_trace else "."
-    return Chart(id="step-breakdown", title="Where the step time goes", caption=caption, figure=figure)
+    return Chart(id="step-breakdown", title="Step time per trial: data wait and the rest", caption=caption, figure=figure)
+
+
+def baseline_breakdown_chart(slices: Sequence[StepSlice], marks: dict[str, list[int]], trial: str) -> Chart | None:
+    """The baseline's step split into slices (perfscope.results.breakdown), each bar naming the ranked fixes that
+    act on it ("fix #1"): why the step is slow, and which fix shrinks which part, at a glance."""
+    if not slices:
+        return None
+    step_ms = sum(s.seconds for s in slices) * 1e3
+
+    def text(s: StepSlice) -> str:
+        fixes = marks.get(s.key, [])
+        tag = (" · fix " + ", ".join(f"#{r}" for r in fixes)) if fixes else ""
+        return f"{s.seconds * 1e3:.1f} ms · {s.share * 100:.0f} %{tag}"
+
+    figure = {
+        "data": [
+            {
+                "type": "bar",
+                "orientation": "h",
+                "y": [plotly_text(s.label) for s in slices],
+                "x": [s.seconds * 1e3 for s in slices],
+                "marker": {"color": [ORANGE if marks.get(s.key) else BLUE for s in slices]},
+                "text": [text(s) for s in slices],
+                "textposition": "auto",
+                "cliponaxis": False,
+                "hovertemplate": "%{y}: %{x:.2f} ms per step<extra></extra>",
+            }
+        ],
+        "layout": _layout("Time per step (ms)", "", height=_bar_height(len(slices)), yaxis=_axis("", autorange="reversed"),
+                          showlegend=False),
+    }
+    split = "no trace: not split further" if {s.key for s in slices} <= {"data_wait", "compute"} else "the profiler trace's proportions"
+    return Chart(id="baseline-breakdown", title="Where the baseline's step time goes",
+                 caption=f"The baseline's step ({trial}, {step_ms:.1f} ms = wall / steps) split into the exposed data wait "
+                         f"and the rest ({split}). Orange bars are what a ranked fix acts on; each bar names those fixes (fix #N).",
+                 figure=figure, wide=True)
 
 
 def _capacity(results: Results) -> int | None:

@@ -55,9 +55,17 @@ def _finding(f: FindingView) -> list[str]:
     if f.gain_kind == "estimated" and f.estimate_method:
         meta += f" · estimated by {md(f.estimate_method)}"
     lines += [meta, ""]
+    if f.addresses:
+        lines += [f"Addresses: {md(f.addresses)}", ""]
+    if f.estimate_bound:
+        lines += [f"{'Bounded by' if f.gain_kind == 'estimated' else 'Limit'}: {md(f.estimate_bound)}", ""]
     lines += [f"- {md(e)}" for e in f.evidence]
     if f.evidence:
         lines.append("")
+    if f.dataset_cost:
+        lines += [md(f.dataset_cost_caption) + ":", ""]
+        rows = [[code(r.function, in_table=True), md(r.share), md(r.self_time), md(r.cumulative), md(r.calls)] for r in f.dataset_cost]
+        lines += _table(["Function", "Share", "Self / sample", "With callees / sample", "Calls / sample"], rows, ["l", "r", "r", "r", "r"]) + [""]
     if f.fix:
         lines += block("\n".join(line.text for line in f.fix), "diff") + [""]
     if f.caveats:
@@ -94,8 +102,10 @@ def render_view_markdown(view: ReportView) -> str:
     else:
         if h.recommendation:
             out += [f"**Recommendation: {md(h.recommendation)}**" + (f" — {md(h.gain)}" if h.gain else ""), ""]
-            facts = [("Settings", " + ".join(code(x) for x in h.settings)), ("Measured against", md(h.reference)),
-                     ("Noise", md(h.noise)), ("Changes", md("; ".join(h.caveats)))]
+            facts = [("Gain", md("none decided: " + h.closest) if h.closest else ""),
+                     (h.settings_label, (" + " if h.settings_label == "Settings" else ", ").join(code(x) for x in h.settings)),
+                     ("Measured against", md(h.reference)),
+                     ("Noise", md(h.noise)), ("Changes", md("; ".join(h.caveats))), ("Why slow", md(h.why))]
             out += [f"- {label}: {value}" for label, value in facts if value] + [""]
             if h.alternative:
                 out += [f"> {md(h.alternative)}", ""]
@@ -105,6 +115,7 @@ def render_view_markdown(view: ReportView) -> str:
             out += [f"**Recommended: {md(h.gain)}**" + (f" with {knobs}" if knobs else "") + note, ""]
         elif h.lead:
             out += [md(h.lead), ""]
+        out += [f"> **Warning:** {md(w)}" for w in view.warnings] + ([""] if view.warnings else [])
         header = ["Metric", *(f"{md(c.text)} ({code(c.note, in_table=True)})" for c in h.columns)]
         both = len(h.columns) > 1
         if both:
@@ -125,6 +136,10 @@ def render_view_markdown(view: ReportView) -> str:
         out += ["No fix with a significant or estimated gain was found.", ""]
     for f in view.findings:
         out += _finding(f)
+    if view.breakdown:
+        out += ["### Where the baseline's step time goes", ""]
+        rows = [[md(r.label), md(r.time), md(r.share), md(r.fixes or "—")] for r in view.breakdown]
+        out += _table(["Slice", "Per step", "Share", "Ranked fixes acting on it"], rows, ["l", "r", "r", "l"]) + [""]
     if view.no_change:
         out += ["### Measured, did not help here", ""]
         out += [f"- {md(f.title)} ({code(f.rule_id)}): {md(f.gain_text)}, {md(f.interval)}" + (f" — {md(f.why_not_here)}" if f.why_not_here else "")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from perfscope.report.format import fmt_interval, fmt_ratio
 from perfscope.results import Gain, KnobOutcome, Results, RunNoise
+from perfscope.results.config import TrialConfig
 from perfscope.results.roles import baseline_configuration
 
 
@@ -44,6 +45,10 @@ class Story:
     baseline: str
     baseline_runs: int
     noise: RunNoise | None
+    baseline_settings: list[str] = field(default_factory=list)
+    """The baseline's own settings in words ("micro-batch 8 × accumulation 1", "fp32", ...): what "keep" keeps."""
+    closest: Option | None = None
+    """When the baseline is kept: the measured option that came closest (its gain and interval, not significant)."""
 
 
 def gain_of(results: Results, outcome: KnobOutcome) -> Gain | None:
@@ -84,8 +89,39 @@ def build_story(results: Results) -> Story | None:
         if gain.ratio > floor and (alternative is None or gain.ratio > alternative.gain.ratio):
             alternative = Option(configuration=o.trial or o.knob, knobs=[o.knob], settings=[_setting(o, o.knob)],
                                  gain=gain, caveats=list(o.changes_semantics))
-    return Story(recommended=recommended, alternative=alternative, baseline=base,
-                 baseline_runs=len(results.runs(base)), noise=sweep.noise)
+    closest = None
+    if recommended is None:
+        for o in sweep.knobs:
+            gain = gain_of(results, o)
+            if o.status != "measured" or gain is None or o.trial == base or o.changes_semantics:
+                continue  # options that change semantics are the alternative's business
+            if closest is None or gain.ratio > closest.gain.ratio:
+                closest = Option(configuration=o.trial or o.knob, knobs=[o.knob], settings=[_setting(o, o.knob)], gain=gain)
+    runs = results.runs(base)
+    reference = runs[0] if runs else next((t for t in results.trials if t.configuration == base), None)
+    return Story(recommended=recommended, alternative=alternative, baseline=base, baseline_runs=len(runs), noise=sweep.noise,
+                 baseline_settings=settings_words(reference.config, reference.unknown_settings) if reference else [], closest=closest)
+
+
+def settings_words(config: TrialConfig, unknown: list[str] | None = None) -> list[str]:
+    """A configuration's settings that matter to its speed, in words (settings the run did not observe left out)."""
+    unknown = unknown or []
+    words = [f"micro-batch {config.micro_batch_size} × accumulation {config.grad_accum_steps}"]
+    if "precision" not in unknown:
+        words.append(config.precision if config.precision == "fp32" else f"{config.precision} autocast")
+    if "num_workers" not in unknown:
+        words.append(f"{config.num_workers} DataLoader worker{'s' if config.num_workers != 1 else ''}"
+                     + (", pinned" if config.pin_memory else ""))
+    words.append(f"torch.compile {config.compile}" if config.compile else "eager")
+    if config.optimizer_impl != "default":
+        words.append(f"{config.optimizer_impl} optimizer")
+    if config.activation_checkpointing:
+        words.append("activation checkpointing")
+    if config.channels_last:
+        words.append("channels_last")
+    if config.gc_mode != "default":
+        words.append(f"gc {config.gc_mode}")
+    return words
 
 
 # ------------------------------------------------------------------------------------------- words
@@ -125,3 +161,14 @@ def alternative_line(story: Story) -> str:
         return ""
     return (f"Faster if you accept a change in semantics: {a.label}: {gain_words(a.gain)} ({interval_words(a.gain)}); "
             f"caveat: {'; '.join(a.caveats)}")
+
+
+def closest_line(story: Story) -> str:
+    """When the baseline is kept: how close the best measured option came, or that none was measured ("" otherwise)."""
+    c = story.closest
+    if story.recommended is not None:
+        return ""
+    if c is None:
+        return "no other configuration that keeps training semantics was measured (see the knobs, the notes and the warnings)"
+    verdict = {"slower": "slower", "same": "no change", "undecided": "not significant"}.get(c.gain.verdict, "not in the recommendation")
+    return f"closest measured: {c.label}: {gain_words(c.gain)} ({interval_words(c.gain)}), {verdict}"

@@ -11,11 +11,13 @@ from perfscope.report.format import fmt_bytes
 from perfscope.report.story import (
     alternative_line,
     build_story,
+    closest_line,
     interval_words,
     noise_words,
     recommendation_line,
     reference_words,
 )
+from perfscope.report.view import build_view
 from perfscope.results import Results
 
 
@@ -59,6 +61,10 @@ def answer_lines(results: Results, report_path: Path | None) -> str:
             lines.append(f"  {noise}")
         if story.alternative is not None:
             lines.append(alternative_line(story))
+        if closest := closest_line(story):
+            lines.append(f"  {closest}")
+    if why := build_view(results).headline.why:  # the page's own line: the breakdown's largest slice and its fix
+        lines.append(f"why slow: {why}")
     lines.append(f"results: {report_path.parent / 'results.json' if report_path else ''}".rstrip())
     if report_path is not None:
         lines.append(f"report:  {report_path}")

@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import quote
 
 from perfscope.report import facts
-from perfscope.report.charts import Chart, build_charts, gain_chart
+from perfscope.report.charts import Chart, baseline_breakdown_chart, build_charts, gain_chart
 from perfscope.report.format import (
     NA,
     fmt_bytes,
@@ -33,6 +33,7 @@ from perfscope.report.story import (
     Story,
     alternative_line,
     build_story,
+    closest_line,
     gain_of,
     gain_words,
     interval_words,
@@ -49,6 +50,7 @@ from perfscope.results import (
     Results,
     Trial,
 )
+from perfscope.results.breakdown import WHOLE_STEP, StepSlice, addressed, step_breakdown
 from perfscope.results.roles import (
     baseline_configuration,
     baseline_run,
@@ -91,6 +93,9 @@ class Headline:
     reference: str = ""  # which runs the gain is measured against
     noise: str = ""  # this machine's run-to-run noise
     alternative: str = ""  # the fastest option that changes semantics, with its gain and caveat
+    closest: str = ""  # keeping the baseline: how close the best measured option came, with its interval
+    settings_label: str = "Settings"  # "Your settings" when the baseline is kept
+    why: str = ""  # why the baseline is slow: its largest step-time slice and the fix that addresses it
     caveats: list[str] = field(default_factory=list)  # semantics the recommendation itself changes (numerics)
 
 
@@ -118,6 +123,32 @@ class FindingView:
     trial: str
     why_not_here: str = ""  # measured and did not help: the rule's account of why
     recommended: bool = False  # this item is what the headline recommends
+    estimate_bound: str = ""  # the machine limit that bounds the estimate (or how far the fix can go)
+    addresses_keys: list[str] = field(default_factory=list)  # slices of the baseline's step breakdown it acts on
+    addresses: str = ""  # those slices in words, with their time: "data wait: 57.0 ms, 72 % of the baseline's step"
+    dataset_cost: list[ProfileRow] = field(default_factory=list)  # the data-loader finding: where the Dataset's time goes
+    dataset_cost_caption: str = ""
+
+
+@dataclass(kw_only=True, slots=True)
+class SliceRow:
+    """One slice of the baseline's step-time breakdown, with the ranked fixes that act on it."""
+
+    label: str
+    time: str
+    share: str
+    fixes: str  # "#1, #3" or ""
+
+
+@dataclass(kw_only=True, slots=True)
+class ProfileRow:
+    """One function of the Dataset's profiled pass."""
+
+    function: str
+    share: str  # of the pass's profiled time
+    self_time: str  # per sample
+    cumulative: str  # per sample
+    calls: str  # per sample
 
 
 @dataclass(kw_only=True, slots=True)
@@ -223,6 +254,8 @@ class ReportView:
     notes: list[str]
     recommended_structure: list[str] = field(default_factory=list)  # what the stacked recommendation changed, counted
     structure_notes: list[str] = field(default_factory=list)  # why structural changes are not shown
+    warnings: list[str] = field(default_factory=list)  # measurement problems a reader must see with the answer
+    breakdown: list[SliceRow] = field(default_factory=list)  # the baseline's step by slice (the first chart, as a table)
     perfetto_url: str = PERFETTO_URL
     hta_url: str = HTA_URL
 
@@ -298,6 +331,8 @@ def _tell(headline: Headline, story: Story | None) -> Headline:
         headline.lead = ""
     else:
         headline.reference = f"your configuration ({story.baseline}), measured in {story.baseline_runs} runs"
+        headline.settings, headline.settings_label = list(story.baseline_settings), "Your settings"
+        headline.closest = closest_line(story)
         headline.lead = ""
     headline.noise = noise_words(story.noise)
     headline.alternative = alternative_line(story)
@@ -438,6 +473,8 @@ def _finding_view(rank: int, f: Finding) -> FindingView:
         reference_text=ref,
         trial=f.trial or "",
         why_not_here=f.why_not_here or "",
+        estimate_bound=f.estimate_bound or "",
+        addresses_keys=list(f.addresses),
     )
 
 
@@ -472,7 +509,8 @@ def ranked_views(results: Results, story: Story | None, ranked: list[Finding]) -
                                gain_text=gain_words(r.gain), interval=interval_words(r.gain), estimate_method="",
                                evidence=evidence, fix=diff_lines(fixes) if fixes else [],
                                caveats=list(dict.fromkeys(r.caveats + [c for f in mine for c in f.caveats])),
-                               reference_url=None, reference_text="", trial=r.configuration)
+                               reference_url=None, reference_text="", trial=r.configuration,
+                               addresses_keys=list(dict.fromkeys(k for f in mine for k in f.addresses)))
             refs = [f.reference for f in mine if f.reference and f.reference.startswith(("https://", "http://"))]
             view.reference_url = view.reference_text = refs[0] if refs else None
             view.reference_text = view.reference_text or ""
@@ -485,6 +523,55 @@ def ranked_views(results: Results, story: Story | None, ranked: list[Finding]) -
             view.gain_text, view.interval = gain_words(g), interval_words(g)
         first.append(view)
     return first
+
+
+def addresses_words(slices: list[StepSlice], keys: list[str]) -> str:
+    """The slices a fix acts on, with their time in the baseline's step ("" when it acts on none of it)."""
+    hit = addressed(slices, keys)
+    if not hit:
+        return ""
+    step = sum(s.seconds for s in slices)
+    if WHOLE_STEP in keys:
+        return f"the whole step: {fmt_seconds(step)} (each sample's share of every slice)"
+    seconds = sum(s.seconds for s in hit)
+    return f"{' + '.join(s.label for s in hit)}: {fmt_seconds(seconds)}, {seconds / step * 100:.0f} % of the baseline's step"
+
+
+def why_line(slices: list[StepSlice], views: list[FindingView]) -> str:
+    """Why the baseline is slow, in one line: its largest slice of the step, and the first ranked fix acting on it."""
+    if not slices:
+        return ""
+    top = max(slices, key=lambda s: s.seconds)
+    if top.key == "compute" or top.share < 0.25:
+        return ""  # an unsplit or spread-out step says nothing a reader can act on
+    fix = next((v for v in views if top in addressed(slices, v.addresses_keys) and WHOLE_STEP not in v.addresses_keys), None)
+    where = f" — fix #{fix.rank} addresses it: {fix.title}" if fix else ""
+    return f"{top.label} is {top.share * 100:.0f} % of the baseline's step ({fmt_seconds(top.seconds)} of {fmt_seconds(sum(s.seconds for s in slices))}){where}"
+
+
+def point_at_breakdown(views: list[FindingView], slices: list[StepSlice]) -> dict[str, list[int]]:
+    """Fill each ranked fix's `addresses` and return slice key -> the ranks of the fixes that act on it."""
+    marks: dict[str, list[int]] = {}
+    for v in views:
+        v.addresses = addresses_words(slices, v.addresses_keys)
+        if WHOLE_STEP in v.addresses_keys:
+            continue  # every slice: marking them all would say nothing
+        for s in addressed(slices, v.addresses_keys):
+            marks.setdefault(s.key, []).append(v.rank)
+    return marks
+
+
+def dataset_cost(view: FindingView, trial: Trial | None) -> None:
+    """The data-loader finding carries the baseline's Dataset profile as a table (perfscope.results.dataset_profile)."""
+    profile = trial.metrics.dataset_profile if trial is not None and trial.metrics is not None else None
+    if view.rule_id != "PS201" or profile is None or not profile.top:
+        return
+    n = max(profile.samples, 1)
+    view.dataset_cost = [ProfileRow(function=f.label, share=fmt_percent(f.self_share, 0), self_time=fmt_seconds(f.self_s / n),
+                                    cumulative=fmt_seconds(f.cumulative_s / n), calls=f"{f.calls / n:.3g}")
+                         for i, f in enumerate(profile.top) if i < 3 or f.self_share >= 0.005]  # slivers say nothing
+    view.dataset_cost_caption = (f"Where __getitem__ and collate spend their time: {profile.samples} samples of the Dataset profiled in the "
+                                 f"trial process (cProfile; times per sample, the profiler's overhead included)")
 
 
 def split_findings(findings: list[Finding]) -> tuple[list[Finding], list[Finding]]:
@@ -536,11 +623,12 @@ def _trial_rows(results: Results, base: str | None, rec: str | None) -> list[Tri
             )
             continue
         throughput = fmt_rate(m.tokens_per_s, "tokens/s") if m.tokens_per_s is not None else fmt_rate(m.samples_per_s, "samples/s")
+        status = t.status + (f" · not applied: {', '.join(m.not_applied)}" if m.not_applied else "")
         rows.append(
             TrialRow(
                 name=t.name,
                 role=role,
-                status=t.status,
+                status=status,
                 knobs=_knob_list(t.knobs),
                 batch=f"{m.micro_batch_size} × {m.grad_accum_steps}",
                 step_time=_step_cell(t),
@@ -696,6 +784,16 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
     effects = knob_effects(results)
     knobs = _knob_rows(results, effects)
     charts, absent = build_charts(results, baseline=base_name, recommended=rec_name)
+    findings = ranked_views(results, story, ranked)
+    no_change = [_finding_view(i, f) for i, f in enumerate(flat, 1)]
+    slices = step_breakdown(base.metrics) if base is not None and base.ok and base.metrics is not None else []
+    marks = point_at_breakdown(findings, slices)
+    point_at_breakdown(no_change, slices)
+    for v in findings + no_change:
+        dataset_cost(v, base)
+    breakdown = baseline_breakdown_chart(slices, marks, base_name or "")
+    if breakdown is not None:
+        charts.insert(0, breakdown)
     sweep = results.sweep
     sweep_notes = list(sweep.notes) if sweep else []
     if sweep and sweep.stopped_early:
@@ -706,6 +804,8 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
     kernels, kernels_trial = _kernels(results, [base_name, rec_name])
     peak = results.peak
     env = results.environment
+    headline = _tell(_headline(results, base, rec), story)
+    headline.why = why_line(slices, findings)
     return ReportView(
         title=results.workload.name or Path(results.workload.path).stem,
         created_at=results.created_at,
@@ -714,10 +814,10 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
         device=env.device_name + (f" × {env.device_count}" if env.device_count > 1 else ""),
         peak=f"{peak.tflops:g} TFLOP/s ({peak.dtype})" if peak else "not measured",
         peak_source=peak.source if peak else "no peak known for this device; MFU is n/a (pass --peak-tflops)",
-        headline=_tell(_headline(results, base, rec), story),
+        headline=headline,
         findings_state=state,
-        findings=ranked_views(results, story, ranked),
-        no_change=[_finding_view(i, f) for i, f in enumerate(flat, 1)],
+        findings=findings,
+        no_change=no_change,
         knobs=[k for k in knobs if k.status != "inapplicable"],
         inapplicable=[k for k in knobs if k.status == "inapplicable"],
         sweep_notes=sweep_notes,
@@ -736,4 +836,7 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
         notes=list(results.notes),
         recommended_structure=_recommended_structure(results, effects),
         structure_notes=list(dict.fromkeys(n for e in effects.values() if not e.compared for n in e.notes)),
+        warnings=list(results.warnings),
+        breakdown=[SliceRow(label=x.label, time=fmt_seconds(x.seconds), share=f"{x.share * 100:.0f} %",
+                            fixes=", ".join(f"#{r}" for r in marks.get(x.key, []))) for x in slices],
     )

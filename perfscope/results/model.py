@@ -36,6 +36,7 @@ from perfscope.results.constraints import (
     TFLOPS,
     show,
 )
+from perfscope.results.dataset_profile import DatasetProfile
 from perfscope.results.fingerprint import Fingerprint
 from perfscope.results.io import read_json, write_json
 from perfscope.results.migrate import upgrade
@@ -273,6 +274,13 @@ class TrialMetrics:
     """What the profiled window showed (perfscope.results.trace_facts); None when no trace was captured."""
     fingerprint: Fingerprint | None = None
     """The step's structure, counted (perfscope.results.fingerprint): what `perfscope check` diffs exactly."""
+    dataset_profile: DatasetProfile | None = None
+    """Where the user's Dataset spends its time (perfscope.results.dataset_profile): profiled in the trial process
+    after the window when the step waited for data; None otherwise (and in results written before it existed)."""
+    not_applied: dict[str, str] = field(default_factory=dict)
+    """Settings of the config this run did not actually run with (TrialConfig field -> why): e.g. compile that
+    fell back to eager, TF32 or GC the user's code set back during the run. A knob whose own setting is here was
+    not measured (perfscope.trial.applied)."""
     flags: list[str] = field(default_factory=list)
     """Figures that cannot be true as measured (e.g. MFU above 100%), with why; the report shows them."""
     unavailable: dict[str, str] = field(default_factory=dict)
@@ -385,6 +393,13 @@ class Finding:
     gain: Gain | None = None  # measured
     estimated_gain: float | None = field(default=None, metadata=NON_NEGATIVE)  # estimated speed-up ratio, when not measured
     estimate_method: str | None = None
+    """How the estimate was made and what it assumes."""
+    estimate_bound: str | None = None
+    """The limit of this machine that bounds the estimate (e.g. the cores left for DataLoader workers, the device
+    memory a larger micro-batch must fit in, the share of the step the fix can shrink)."""
+    addresses: list[str] = field(default_factory=list)
+    """Slices of the baseline's step-time breakdown the fix acts on (keys of perfscope.results.breakdown.SLICES;
+    "step" for every slice); empty when it acts on memory or numerics, not on step time."""
     caveats: list[str] = field(default_factory=list)  # semantics changes (numerics, global batch, LR)
     reference: str | None = None
     trial: str | None = None  # the configuration that measured the gain

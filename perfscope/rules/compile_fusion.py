@@ -21,6 +21,7 @@ class CompileFusion(Rule):
     name = "compile-fusion"
     groups = ("compute",)
     knobs = ("compile",)
+    addresses = ("elementwise", "normalization")
     threshold: float = 0.25
     """Fire when elementwise + normalization kernels take at least this share of kernel time."""
 

@@ -73,6 +73,9 @@ class Rule:
     groups: ClassVar[tuple[str, ...]] = ()
     knobs: ClassVar[tuple[str, ...]] = ()
     """Sweep knobs whose measured gain this rule reports (the generic measured-knob rule leaves them alone)."""
+    addresses: ClassVar[tuple[str, ...]] = ()
+    """Slices of the step-time breakdown its fix acts on (perfscope.results.breakdown.SLICES keys); the engine puts
+    them on every finding of the rule that does not name its own. Empty: the fix acts on memory or numerics."""
 
     def check(self, ctx: RuleContext) -> list[Finding]:
         raise NotImplementedError
@@ -107,7 +110,7 @@ class Rule:
         finding.trial = outcome.trial
         finding.caveats = list(dict.fromkeys(finding.caveats + outcome.changes_semantics))
         finding.gain = outcome.gain
-        finding.estimated_gain = finding.estimate_method = None
+        finding.estimated_gain = finding.estimate_method = finding.estimate_bound = None
         if finding.measured_no_help:
             finding.why_not_here = self.why_not_here(ctx, outcome)
         return finding
@@ -147,7 +150,10 @@ def run(results: Results, rules: list[Rule]) -> list[Finding]:
     for second_pass in (False, True):
         for rule in rules:
             try:
-                findings += rule.check_after(ctx, list(findings)) if second_pass else rule.check(ctx)
+                found = rule.check_after(ctx, list(findings)) if second_pass else rule.check(ctx)
+                for f in found:
+                    f.addresses = f.addresses or list(rule.addresses)
+                findings += found
             except Exception as exc:  # noqa: BLE001 - one broken rule must not cost the user the others
                 warnings.warn(f"perfscope rule {rule.id} ({rule.name}) failed: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
     seen: set[tuple[str, str | None]] = set()

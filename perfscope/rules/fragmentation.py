@@ -37,5 +37,7 @@ class AllocatorFragmentation(Rule):
             evidence=[f"peak reserved {gib(m.peak_reserved_bytes)} vs peak allocated {gib(m.peak_memory_bytes)}"],
             fix=knob.code_change if knob is not None and knob.code_change else "+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True   # merged with your other options",
             reference="https://pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf",
+            estimate_bound=(f"expandable segments return at most the reserved-but-unallocated memory, "
+                            f"{gib(m.peak_reserved_bytes - m.peak_memory_bytes)}; the allocated peak stays"),
         )
         return [self.measured(ctx, finding, "expandable_segments")]

@@ -20,6 +20,7 @@ class GcPauses(Rule):
     name = "gc-pauses"
     groups = ("host",)
     knobs = ("gc_freeze",)
+    addresses = ("host", "launch")
     spread: float = 2.0
     """Fire when the slowest step is at least this many times the median ..."""
     tail: float = 1.3
@@ -41,6 +42,17 @@ class GcPauses(Rule):
             fix="+import gc\n+gc.collect(); gc.freeze()   # after the model, optimizer and loader are built",
             reference="https://docs.python.org/3/library/gc.html#gc.freeze",
         )
+        times = ctx.metrics.step_times_s
+        if times and st.median > 0:
+            clipped = sum(min(t, st.median) for t in times)
+            gain = sum(times) / clipped if clipped > 0 else 1.0
+            if gain > 1.0:
+                finding.estimated_gain = gain
+                finding.estimate_method = ("upper bound: every step slower than the median runs at the median (sum of the steps / "
+                                           "sum of the steps clipped at the median); assumes the whole tail is collector pauses — "
+                                           "gc.freeze() only spares the objects alive when it is called")
+                finding.estimate_bound = (f"the typical step: {ms(st.median)} (median of {len(times)} timed steps); freezing the "
+                                          "collector shortens only the steps above it")
         return [self.measured(ctx, finding, "gc_freeze")]
 
     @staticmethod

@@ -18,6 +18,7 @@ class HostCpuSaturation(Rule):
     id = "PS701"
     name = "host-cpu-saturation"
     groups = ("host",)
+    addresses = ("data_wait", "launch")
     threshold: float = 90.0
     """Fire when median host CPU utilization (all cores, %) reaches this."""
 

@@ -18,6 +18,7 @@ class LaunchBound(Rule):
     name = "launch-bound"
     groups = ("host",)
     knobs = ("compile_reduce_overhead",)
+    addresses = ("launch",)
 
     def check(self, ctx: RuleContext) -> list[Finding]:
         facts = ctx.facts
@@ -31,6 +32,7 @@ class LaunchBound(Rule):
                           "framework overhead, not arithmetic, sets the step time"],
                 fix=compile_change(ctx.device) + "   # or a larger batch: more work per op",
                 reference="https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html",
+                addresses=["host", "elementwise"],
             ), "compile")]
         finding = Finding(
             rule_id=self.id, title="Launch-bound step: use CUDA graphs (compile reduce-overhead) or a larger batch", severity="high",
@@ -41,4 +43,14 @@ class LaunchBound(Rule):
             fix=compile_change(ctx.device, "reduce-overhead"),
             reference="https://pytorch.org/docs/stable/torch.compiler_cudagraph_trees.html",
         )
+        starved = launch.starved_fraction or 0.0
+        if 0.0 < starved < 1.0:
+            busy = facts.gpu.busy_fraction if facts.gpu else None
+            finding.estimated_gain = 1.0 / (1.0 - starved)
+            finding.estimate_method = ("step / (step − launch idle): CUDA graphs replay the step's kernels without host launches, "
+                                       "so the GPU's idle time waiting on them goes; assumes the kernels keep their durations and "
+                                       "the step can be captured (static shapes, no host sync inside)")
+            finding.estimate_bound = (f"the GPU's own time: {pct(1.0 - starved)} of the step is not launch idle"
+                                      + (f" (kernels busy {pct(busy)})" if busy is not None else "")
+                                      + "; the step cannot be shorter than its kernels and the idle the launches do not cause")
         return [self.measured(ctx, finding, "compile_reduce_overhead")]

@@ -3,6 +3,15 @@ from __future__ import annotations
 from perfscope.results import Finding
 from perfscope.rules.engine import Rule, RuleContext
 
+KNOB_ADDRESSES: dict[str, list[str]] = {
+    "amp_bf16": ["gemm", "conv", "attention"], "amp_fp16": ["gemm", "conv", "attention"], "tf32": ["gemm"],
+    "compile": ["elementwise", "normalization", "host", "launch"], "compile_reduce_overhead": ["launch", "host"],
+    "fused_optimizer": ["optimizer"], "channels_last": ["conv"], "dataloader_workers": ["data_wait"],
+    "persistent_workers": ["data_wait"], "prefetch_factor": ["data_wait"], "pin_memory": ["memcpy", "sync"],
+    "gc_freeze": ["host", "launch"], "micro_batch": ["step"], "grad_accum": ["step"],
+}
+"""The slices of the step-time breakdown (perfscope.results.breakdown) each knob acts on; memory knobs act on none."""
+
 
 class MeasuredKnob(Rule):
     """A knob the sweep measured that no diagnosis explains: report its measured effect as it is.
@@ -37,5 +46,6 @@ class MeasuredKnob(Rule):
                 evidence=[f"measured {g.ratio:.3f}× per sample vs the baseline ({g.confidence:.0%} CI {g.low:.3f}–{g.high:.3f})"]
                 + ([o.reason] if o.reason else []),
                 fix=o.code_change or "", gain=g, trial=o.trial, caveats=list(o.changes_semantics),
+                addresses=list(KNOB_ADDRESSES.get(o.knob, [])),
             ))
         return out

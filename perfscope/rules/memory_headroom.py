@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfscope.results import Finding
+from perfscope.results import Finding, TrialMetrics
 from perfscope.rules._text import gib, pct
 from perfscope.rules.engine import Rule, RuleContext
 
@@ -20,8 +20,11 @@ class MemoryHeadroom(Rule):
     name = "memory-headroom"
     groups = ("memory",)
     knobs = ("micro_batch",)
+    addresses = ("step",)
     threshold: float = 0.5
     """Fire when peak memory is below this share of device capacity."""
+    usable: float = 0.9
+    """Share of device memory a larger micro-batch may fill (the rest: allocator slack, fragmentation, spikes)."""
 
     def check(self, ctx: RuleContext) -> list[Finding]:
         m = ctx.metrics
@@ -36,4 +39,23 @@ class MemoryHeadroom(Rule):
             fix="-loader = DataLoader(ds, batch_size=B)\n+loader = DataLoader(ds, batch_size=2 * B)   # and halve the accumulation steps",
             reference="https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html",
         )
+        fits = fitting_micro_batch(m, self.usable)
+        if fits is not None:
+            finding.evidence.append(f"about {fits} samples per micro-batch would fit in {pct(self.usable)} of the device memory "
+                                    "(activations scale with the micro-batch; weights, gradients and optimizer state do not)")
+            finding.estimate_bound = (f"device memory {gib(m.device_memory_capacity_bytes)}: a micro-batch of about {fits} "
+                                      f"(now {m.micro_batch_size}); the throughput gain is not estimated — the micro-batch search measures it")
         return [self.measured(ctx, finding, "micro_batch")]
+
+
+def fitting_micro_batch(m: TrialMetrics, usable: float) -> int | None:
+    """The micro-batch that fills ``usable`` of device memory: the memory that does not grow with the batch
+    (weights, gradients, optimizer state) stays, the rest grows linearly. None without the breakdown."""
+    b = m.memory_breakdown
+    if b is None or not m.peak_memory_bytes or not m.device_memory_capacity_bytes or m.micro_batch_size < 1:
+        return None
+    fixed = b.parameters + b.gradients + b.optimizer_state
+    per_sample = (m.peak_memory_bytes - fixed) / m.micro_batch_size
+    if per_sample <= 0:
+        return None
+    return max(int((usable * m.device_memory_capacity_bytes - fixed) / per_sample), m.micro_batch_size)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfscope.results import Finding
+from perfscope.results import Finding, GemmAlignment, GemmShape
 from perfscope.rules._text import pct
 from perfscope.rules.engine import Rule, RuleContext
 
@@ -20,6 +20,7 @@ class MisalignedGemm(Rule):
     id = "PS401"
     name = "misaligned-gemm"
     groups = ("compute",)
+    addresses = ("gemm",)
     min_share: float = 0.05
     """Fire when the misaligned matmuls take at least this share of the step."""
 
@@ -48,7 +49,25 @@ class MisalignedGemm(Rule):
                 f"micro-benchmark on this device: {'×'.join(map(str, best.shape))} takes {best.time_s * 1e6:.0f} µs, "
                 f"padded {'×'.join(map(str, best.padded))} {best.padded_time_s * 1e6:.0f} µs ({best.speedup_per_flop:.2f}× per FLOP)"
             )
-            speedup = best.speedup_per_flop
-            finding.estimated_gain = 1.0 / (1.0 - share + share / speedup) if speedup > 0 else None
-            finding.estimate_method = "GEMM alignment micro-benchmark, scaled by the misaligned matmuls' share of the step (Amdahl)"
+            saved = self.saved_s(shapes, rows)
+            if saved > 0 and step:
+                finding.estimated_gain = step / (step - min(saved, step * share))
+                finding.estimate_method = ("GEMM alignment micro-benchmark on this device: each benchmarked shape's time per step scaled "
+                                           "by its padded/unpadded wall-time ratio (Amdahl over the step); shapes not benchmarked "
+                                           "assumed unchanged")
+                finding.estimate_bound = (f"the misaligned matmuls take {pct(share)} of the step: even at no time at all the step "
+                                          f"would gain at most {1 / (1 - share):.2f}×" if share < 1 else
+                                          "the misaligned matmuls are the whole step")
         return [finding]
+
+    @staticmethod
+    def saved_s(shapes: list[GemmShape], rows: list[GemmAlignment]) -> float:
+        """Seconds per step the padded shapes save, from each shape's measured wall times (padding adds FLOPs: the
+        padded op's own time is what it costs, not its time per FLOP)."""
+        by_shape = {tuple(r.shape): r for r in rows if r.time_s > 0}
+        saved = 0.0
+        for g in shapes:
+            r = by_shape.get(tuple(g.shape))
+            if r is not None and r.padded_time_s < r.time_s:
+                saved += g.time_s * (1.0 - r.padded_time_s / r.time_s)
+        return saved

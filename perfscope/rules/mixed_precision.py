@@ -18,6 +18,7 @@ class MixedPrecision(Rule):
     name = "mixed-precision"
     groups = ("compute",)
     knobs = ("amp_bf16", "amp_fp16")
+    addresses = ("gemm", "conv", "attention")
 
     def check(self, ctx: RuleContext) -> list[Finding]:
         if ctx.config("precision", "fp32") != "fp32":

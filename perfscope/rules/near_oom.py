@@ -39,4 +39,12 @@ class NearOom(Rule):
             caveats=["checkpointing recomputes the blocks' forward: HFU rises, MFU falls unless a larger micro-batch pays it back"],
             reference="https://pytorch.org/docs/stable/checkpoint.html",
         )
+        b = m.memory_breakdown
+        if b is not None and b.activations_and_temporaries is not None:
+            finding.estimate_bound = (f"device memory {gib(m.device_memory_capacity_bytes)}: checkpointing frees at most the "
+                                      f"activations and temporaries, {gib(b.activations_and_temporaries)} of the {gib(m.peak_memory_bytes or used)} "
+                                      "peak (weights, gradients and optimizer state stay), for one more forward of the checkpointed blocks")
+        else:
+            finding.estimate_bound = (f"device memory {gib(m.device_memory_capacity_bytes)}: checkpointing frees only activation memory "
+                                      "(the run has no memory breakdown to say how much)")
         return [self.measured(ctx, finding, "activation_checkpointing")]

@@ -43,6 +43,8 @@ class OptimizerState(Rule):
             fix="-optimizer = torch.optim.AdamW(model.parameters(), lr=lr)\n"
                 "+optimizer = torchao.optim.AdamW8bit(model.parameters(), lr=lr)   # or bnb.optim.AdamW8bit, FSDP / ZeroRedundancyOptimizer",
             caveats=["training recipe: quantized or factored optimizer state changes the updates; check convergence"],
+            estimate_bound=(f"the optimizer state itself, {gib(b.optimizer_state)}: 8-bit state frees at most 3/4 of it, "
+                            "sharding over N ranks (N−1)/N; activations and weights stay"),
             reference="https://pytorch.org/docs/stable/distributed.optim.html",
         )
         measured = self._measured(ctx)
@@ -52,6 +54,7 @@ class OptimizerState(Rule):
                          "not measured here: the sweep's adafactor / adamw_8bit knobs did not run (see the knob table for why)"]
             return [finding]
         outcome, trial = measured
+        finding.estimate_bound = None  # measured, not estimated
         evidence += self._measured_evidence(ctx, outcome, trial)
         finding.title = f"Optimizer state dominates memory: {outcome.title.split(' (')[0]}, measured"
         finding.fix = outcome.code_change or finding.fix

@@ -16,6 +16,7 @@ class PageableCopies(Rule):
     id = "PS202"
     name = "pageable-copies"
     groups = ("input",)
+    addresses = ("memcpy", "sync")
     knobs = ("pin_memory",)
 
     def check(self, ctx: RuleContext) -> list[Finding]:

@@ -18,6 +18,7 @@ class SyncPoints(Rule):
     id = "PS302"
     name = "sync-points"
     groups = ("host",)
+    addresses = ("sync",)
     min_syncs: float = 1.0
     """Fire at this many sync points (merged nests of synchronizing calls) per step."""
 

@@ -17,6 +17,7 @@ class Tf32Matmul(Rule):
     id = "PS102"
     name = "tf32"
     groups = ("compute",)
+    addresses = ("gemm",)
     knobs = ("tf32",)
 
     def check(self, ctx: RuleContext) -> list[Finding]:

@@ -25,6 +25,7 @@ class Throttling(Rule):
     id = "PS702"
     name = "throttling"
     groups = ("hardware",)
+    addresses = ("gemm", "conv", "attention", "elementwise", "normalization", "optimizer", "other", "compute")
     clock_drop: float = 0.85
     """Fire when the SM clock's p10 falls below this share of its p90 (with no NVML reason, or a slowdown reason)."""
     power_cap_clock_share: float = 0.75

@@ -103,8 +103,15 @@ class Candidate:
     rejected: str | None = None
 
     @property
+    def not_applied(self) -> str | None:
+        """Why its run did not run with the knob's own setting (perfscope.trial.applied); None when it did."""
+        metrics = self.first.metrics if self.first is not None else None
+        hits = [why for key, why in (metrics.not_applied.items() if metrics is not None else ()) if key in self.changes]
+        return "; ".join(hits) or None
+
+    @property
     def usable(self) -> bool:
-        return self.first is not None and self.first.ok and self.rejected is None
+        return self.first is not None and self.first.ok and self.rejected is None and self.not_applied is None
 
 
 class Sweeper:
@@ -279,6 +286,8 @@ class Sweeper:
             line = (first.error or "").splitlines()[0] if first is not None and first.error else ""
             status = first.status if first is not None else "not run"
             return KnobOutcome(status="failed", reason=f"{status}: {line}".strip(": "), **common)
+        if cand.not_applied:  # honest statuses: the run measured the baseline's setting, not the knob
+            return KnobOutcome(status="failed", reason=f"not applied: {cand.not_applied}; the run did not measure this knob", **common)
         gain = cand.gain
         notes = []
         if cand.requires is not None and gain is not None and cand.requires.gain is not None:

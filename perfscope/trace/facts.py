@@ -22,8 +22,9 @@ How the GPU facts are decided, and why:
 - GEMM shape times are the device time of the kernels each matmul op launched, found through the launch's
   correlation id and the op that encloses the launch on its thread (host op durations are microseconds of
   launch overhead on CUDA).
-On a CPU-only run the op times are self CPU times, and the launch-bound equivalent is a step of ≥ 200 aten
-ops with a median self time < 20 µs spending at least half of its op time in such tiny ops (dispatch-bound).
+On a CPU-only run the op times are self CPU times (ops inside the data spans, the Dataset's, left out), and the
+launch-bound equivalent is a step of ≥ 200 aten ops with a median self time < 20 µs spending at least half of
+its op time in such tiny ops (dispatch-bound).
 """
 
 from __future__ import annotations
@@ -217,9 +218,20 @@ def host_transfers(work: list[DeviceWork], w: Window) -> HostTransfers:
     )
 
 
-def cpu_op_facts(trace: Trace, w: Window) -> tuple[KernelFacts, LaunchFacts]:
-    """A CPU-only run: op self times by category, and the dispatch-bound equivalent of launch-bound."""
-    ops = [e for e in trace.cpu_ops if w.contains(e.ts)]
+def _inside(ts: float, merged: list[Span], starts: list[float]) -> bool:
+    """Whether ``ts`` falls in one of the merged, sorted spans (``starts``: their start times)."""
+    i = bisect.bisect_right(starts, ts) - 1
+    return i >= 0 and ts < merged[i][1]
+
+
+def cpu_op_facts(trace: Trace, w: Window, data: list[Span] | None = None) -> tuple[KernelFacts, LaunchFacts]:
+    """A CPU-only run: op self times by category, and the dispatch-bound equivalent of launch-bound.
+
+    Ops inside the data spans are the Dataset's (__getitem__ and collate run in the loop's next() without
+    workers): they are the data wait, not the step's compute, so they are left out."""
+    data = data or []
+    starts = [start for start, _ in data]
+    ops = [e for e in trace.cpu_ops if w.contains(e.ts) and not _inside(e.ts, data, starts)]
     self_time = _self_times(ops)
     by_cat: dict[str, float] = defaultdict(float)
     by_op: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
@@ -303,7 +315,7 @@ def trace_facts(trace_path: Path, *, device_type: str, steps: int) -> TraceFacts
     else:
         if device_type == "cuda":
             notes.append("no device activity in the CUDA trace (CUPTI off?): facts from host ops")
-        (kernels, launch), timeline, copies, transfers = cpu_op_facts(trace, w), None, None, None
+        (kernels, launch), timeline, copies, transfers = cpu_op_facts(trace, w, data), None, None, None
     return TraceFacts(
         device_type=device_type, steps=w.steps, step_time_s=w.step_us / 1e6,
         data_wait_fraction=min(1.0, length(data) / w.total_us), kernels=kernels, launch=launch, sync=sync_facts(trace, w),

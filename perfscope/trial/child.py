@@ -53,12 +53,14 @@ def error_tail(exc: BaseException, lines: int = 12) -> str:
 
 
 def _run_trial(spec: dict[str, Any], result_path: Path) -> dict[str, Any]:
-    """Measure, write the timed result, then (optionally) capture a trace and write the result again.
+    """Measure, write the timed result, then (optionally) the diagnostics — a trace, and the Dataset's profile when
+    the step waited for data — and write the result again.
 
     The first write makes the measurement safe: if the trace capture kills the process (a segfault in a
     profiler, an OOM), the runner still finds the timed result and records the run as measured.
     """
     from perfscope.results.config import TrialConfig
+    from perfscope.trial.data import profile_dataset_cost
     from perfscope.trial.loop import all_finite, capture_trace, run_trial
     from perfscope.workload import load_workload
 
@@ -78,6 +80,7 @@ def _run_trial(spec: dict[str, Any], result_path: Path) -> dict[str, Any]:
             capture_trace(run, config, artifacts)
         except Exception as exc:  # noqa: BLE001 - the trace is optional, the measurement is not
             metrics.unavailable["trace"] = f"trace capture failed: {type(exc).__name__}: {exc}"
+        profile_dataset_cost(workload, config, metrics)  # when the step waited for data: where the Dataset's time goes
         outcome = {"status": "ok", "error": None, "metrics": to_jsonable(metrics), "phase": "done"}
     return outcome
 

@@ -12,7 +12,9 @@ from typing import Any
 
 import torch
 
+from perfscope.measure.dataset_profile import PROFILE_AT_DATA_WAIT, profile_dataset
 from perfscope.measure.samples import leading_dim
+from perfscope.results import TrialMetrics
 from perfscope.results.config import TrialConfig
 from perfscope.workload import Workload
 
@@ -76,3 +78,19 @@ def to_device(batch: Any, device: str, *, non_blocking: bool, channels_last: boo
         moved_items = [to_device(v, device, non_blocking=non_blocking, channels_last=channels_last) for v in batch]
         return type(batch)(*moved_items) if hasattr(batch, "_fields") else type(batch)(moved_items)
     return batch
+
+
+def profile_dataset_cost(workload: Workload, config: TrialConfig, metrics: TrialMetrics) -> None:
+    """When the step waited for data, where the Dataset spends its time (perfscope.measure.dataset_profile).
+
+    Runs after the timed window (and the trace), on a fresh Dataset from the user's factory, in this process:
+    a failure costs the profile, recorded in ``metrics.unavailable``, never the run.
+    """
+    wait = max(metrics.data_wait_share, metrics.host_data_wait_share)
+    if workload.dataset is None or wait < PROFILE_AT_DATA_WAIT:
+        return
+    try:
+        metrics.dataset_profile = profile_dataset(workload.dataset(), batch_size=config.micro_batch_size,
+                                                  collate_fn=workload.collate_fn)
+    except Exception as exc:  # noqa: BLE001 - the profile is a diagnosis, the measurement is already safe
+        metrics.unavailable["dataset_profile"] = f"profiling the Dataset failed: {type(exc).__name__}: {exc}"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import statistics
 import sys
 import time
@@ -55,6 +56,7 @@ from perfscope.measure.window import WindowRecorder
 from perfscope.results import TrialMetrics
 from perfscope.results.config import TrialConfig
 from perfscope.results.fingerprint import Fingerprint, MemoryPeak
+from perfscope.trial.applied import Observed, compile_not_applied, not_applied
 from perfscope.trial.checkpointing import (
     CheckpointedBlock,
     apply_checkpointing,
@@ -244,6 +246,12 @@ def calibrate_steps(config: TrialConfig, warmup_times: list[float]) -> tuple[int
     return steps, f"{steps} steps: ≥ {config.min_window_s:g} s at ~{estimate * 1e3:.3g} ms/step (min {config.min_steps}, max {config.max_steps})"
 
 
+def _compiled_graphs(counters: CompileCounters) -> int | None:
+    """Graphs dynamo compiled in this trial so far (None: dynamo never ran)."""
+    facts = counters.facts()
+    return facts.graphs if facts is not None else None
+
+
 def _compiled_frames() -> int | None:
     """Frames torch.compile has compiled so far in this process (grows on every recompilation)."""
     if "torch._dynamo" not in sys.modules:
@@ -281,8 +289,8 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
             first_grad_norm = norm
             compile_counters.mark_first_step()
     steps, calibration = calibrate_steps(config, warmup_times)
-    if config.compile is not None and _compiled_frames() == 0:
-        raise CompileNotApplied("torch.compile compiled no graph during warm-up (dynamo fell back to eager)")
+    if config.compile is not None and (why := compile_not_applied(_compiled_graphs(compile_counters))):
+        raise CompileNotApplied(f"{why}, during warm-up")
 
     memory.reset_peak(device)
     frames_before = _compiled_frames()
@@ -301,6 +309,7 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
                 losses.append(loss)
                 recorder.step_end(samples=config.samples_per_step, micro_steps=config.grad_accum_steps)
         window = recorder.finish()
+        gc_enabled, gc_frozen = gc.isenabled(), gc.get_freeze_count()  # inside the GC mode: what the steps ran with
     frames_after = _compiled_frames()
     peak_allocated, peak_reserved = memory.device_peaks(device)
     metrics = assemble_metrics(
@@ -354,6 +363,11 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
         metrics.fingerprint.window_syncs = window_syncs.result(steps)
         if window_syncs.reason is not None:
             metrics.fingerprint.unavailable["window_syncs"] = window_syncs.reason
+    seen = Observed(compiled_graphs=_compiled_graphs(compile_counters) if config.compile is not None else None,
+                    matmul_tf32=matmul_tf32_state().enabled, gc_enabled=gc_enabled, gc_frozen_objects=gc_frozen,
+                    env={k: os.environ.get(k) for k in config.env},
+                    matmul_flops_by_dtype=metrics.fingerprint.matmul_flops_by_dtype if metrics.fingerprint else None)
+    metrics.not_applied = not_applied(config, seen)
     return MeasuredRun(metrics=metrics, step=step)
 
 
