@@ -121,6 +121,8 @@ CASES = [
     ("adamw_8bit", ctx(), "no 8-bit optimizer is installed"),
     ("adamw_8bit", ctx(machine=CPU2), "perfscope[lowmem]"),
     ("adamw_8bit", ctx(optimizer="SGD"), "stands in for Adam/AdamW"),
+    ("grad_compression", ctx(), "no gradient communication"),  # a one-process run: nothing to compress
+    ("grad_compression", ctx(machine=CPU2), "distributed trials are not built yet"),
     ("micro_batch", ctx(), None),
     ("grad_accum", ctx(grad_accum_steps=4), None),
     ("grad_accum", ctx(), "does not accumulate"),

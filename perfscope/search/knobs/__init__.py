@@ -22,6 +22,7 @@ from perfscope.search.knobs.dataloader import (
 )
 from perfscope.search.knobs.gc_freeze import GcFreeze
 from perfscope.search.knobs.grad_accum import GradAccum
+from perfscope.search.knobs.grad_compression import GradCompression
 from perfscope.search.knobs.micro_batch import MicroBatch
 from perfscope.search.knobs.offloading import ActivationOffloading
 from perfscope.search.knobs.optimizer import FusedOptimizer
@@ -45,6 +46,7 @@ REGISTRY: list[Knob] = [
     ActivationOffloading(),
     Adafactor(),
     AdamW8bit(),
+    GradCompression(),
     MicroBatch(),
     GradAccum(),
 ]
