@@ -71,20 +71,21 @@ def test_hooks_trace_folder_loads_in_hta_with_training_step_numbers(tmp_path: Pa
 def test_every_analyze_trace_folder_loads_in_hta_and_the_readme_recipe_runs(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    out = tmp_path / "perfscope-out"
-    assert main(["analyze", str(ROOT / "tests" / "workloads" / "mlp.py"), "--device", "cpu", "--out", str(out),
-                 "--steps", "8", "--warmup", "2", "--no-sweep"]) == 0
+    out, new = tmp_path / "perfscope-out", tmp_path / "perfscope-new"  # the same code twice, as the README's recipe
+    for folder in (out, new):
+        assert main(["analyze", str(ROOT / "tests" / "workloads" / "mlp.py"), "--device", "cpu", "--out", str(folder),
+                     "--steps", "8", "--warmup", "2", "--no-sweep"]) == 0
     results = Results.load(out / "results.json")
     traced = {t.name: out / t.metrics.trace_path for t in results.trials if t.metrics and t.metrics.trace_path}
     folders = _trace_folders(out)
-    assert folders == sorted(p.parent for p in traced.values()) and len(folders) >= 2  # baseline and its repeats
+    assert folders == sorted(p.parent for p in traced.values()) and folders  # one folder per traced run
     assert not list(out.glob("*.gz"))
-    for folder in folders:
+    for folder in folders + _trace_folders(new):
         steps = _load(folder, caplog).get_profiler_steps()
         # 2 warm-up + 8 timed + 1 structure-counting step = 11 done; then the profiler's wait and warm-up steps.
         assert steps == [13, 14, 15], folder
-    ops = _step_ops(folders[0], folders[1], 13)  # the same code in two runs: the same ops in step 13
-    assert (ops["diff_counts"] == 0).all() and ops.loc["aten::addmm", "Test_counts"] == 2
+    ops = _step_ops(out / "trials" / "baseline" / "trace", new / "trials" / "baseline" / "trace", 13)
+    assert (ops["diff_counts"] == 0).all() and ops.loc["aten::addmm", "Test_counts"] == 2  # same code, same ops
 
     monkeypatch.chdir(tmp_path)  # the README's recipe, verbatim, against this output folder
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
