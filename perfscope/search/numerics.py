@@ -40,7 +40,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from perfscope.results import Trial
+from perfscope.results import Trial, TrialMetrics
 
 TOLERANCE = {"fp32": 0.02, "bf16": 0.08, "fp16": 0.08}
 ACCUM_GRAD_NORM_TOLERANCE = 0.25
@@ -92,13 +92,18 @@ def compare_numerics(baseline: Trial, candidate: Trial) -> NumericsVerdict:
     return NumericsVerdict(True, None, worst)
 
 
+def _mean_losses(bm: TrialMetrics, cm: TrialMetrics) -> tuple[float, float, float]:
+    """(baseline's mean loss, candidate's, their relative difference) over the measured steps' finite losses."""
+    base_mean = statistics.fmean(v for v in bm.losses if v is not None)
+    cand_mean = statistics.fmean(v for v in cm.losses if v is not None)
+    return base_mean, cand_mean, _rel(cand_mean, base_mean)
+
+
 def _compare_levels(baseline: Trial, candidate: Trial, tol: float) -> NumericsVerdict:
     """Different micro-batch / accumulation: loss level, and the gradient norm when the global batch is the same."""
     bm, cm = baseline.metrics, candidate.metrics
     assert bm is not None and cm is not None
-    base_mean = statistics.fmean(v for v in bm.losses if v is not None)
-    cand_mean = statistics.fmean(v for v in cm.losses if v is not None)
-    diff = _rel(cand_mean, base_mean)
+    base_mean, cand_mean, diff = _mean_losses(bm, cm)
     if diff > 2 * tol:
         return NumericsVerdict(
             False, f"mean loss {cand_mean:.4g} vs baseline {base_mean:.4g} ({diff:.1%} apart; tolerance {2 * tol:.0%} "
@@ -115,9 +120,7 @@ def _compare_recipe(baseline: Trial, candidate: Trial, tol: float) -> NumericsVe
     """Another optimizer: the same model and loss (first-step gradient norm), and no worse a loss over the steps."""
     bm, cm = baseline.metrics, candidate.metrics
     assert bm is not None and cm is not None
-    base_mean = statistics.fmean(v for v in bm.losses if v is not None)
-    cand_mean = statistics.fmean(v for v in cm.losses if v is not None)
-    diff = _rel(cand_mean, base_mean)
+    base_mean, cand_mean, diff = _mean_losses(bm, cm)
     if cand_mean > base_mean and diff > 2 * tol:
         return NumericsVerdict(
             False, f"with {cm.optimizer or candidate.config.optimizer} the mean loss over the measured steps is {cand_mean:.4g} vs "

@@ -240,13 +240,13 @@ def cpu_op_facts(trace: Trace, w: Window, data: list[Span] | None = None) -> tup
         by_cat[categorize(e.name)] += t
         by_op[e.name][0] += t
         by_op[e.name][1] += 1
-    aten = [max(self_time[i], 0.0) for i, e in enumerate(ops) if e.name.startswith("aten::")]
+    aten_ops = [(e.name, max(self_time[i], 0.0)) for i, e in enumerate(ops) if e.name.startswith("aten::")]
+    aten = [t for _, t in aten_ops]
     launch = LaunchFacts(
         launch_bound=False,
         kernels_per_step=len(aten) / w.steps,
         median_kernel_us=statistics.median(aten) if aten else None,
-        tiny_op_time_fraction=_tiny_time_fraction(
-            [(e.name, max(self_time[i], 0.0)) for i, e in enumerate(ops) if e.name.startswith("aten::")]),
+        tiny_op_time_fraction=_tiny_time_fraction(aten_ops),
     )
     launch.launch_bound = bool(
         launch.kernels_per_step >= LAUNCH_BOUND_KERNELS

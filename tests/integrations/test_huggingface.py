@@ -24,8 +24,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, 
 
 from perfscope.hooks.integrations.huggingface import PerfscopeTrainerCallback  # noqa: E402
 from perfscope.measure.flops import count_step  # noqa: E402
-from perfscope.results import Results  # noqa: E402
-from tests.integrations.workloads import STALL_S, WallClock, visible_text  # noqa: E402
+from tests.integrations.workloads import STALL_S, WallClock, load, visible_text  # noqa: E402
 
 BATCH, SEQ, VOCAB = 8, 32, 256
 WARMUP = 2
@@ -93,11 +92,6 @@ def train(tmp_path: Path, callback: PerfscopeTrainerCallback, *, steps: int, n: 
         warnings.simplefilter("ignore")
         trainer.train()
     return clock.clock
-
-
-def load(callback: PerfscopeTrainerCallback) -> Results:
-    assert callback.saved is not None, "the callback saved nothing"
-    return Results.load(callback.saved)
 
 
 def test_a_plain_run_matches_the_wall_clock_and_reads_the_arguments(tmp_path: Path) -> None:

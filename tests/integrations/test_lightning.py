@@ -23,7 +23,7 @@ pl = pytest.importorskip("lightning.pytorch")
 
 from perfscope.hooks.integrations.lightning import PerfscopeCallback  # noqa: E402
 from perfscope.results import Results  # noqa: E402
-from tests.integrations.workloads import HIDDEN, Points, WallClock, mlp, mlp_flops, visible_text  # noqa: E402
+from tests.integrations.workloads import HIDDEN, Points, WallClock, load, mlp, mlp_flops, visible_text  # noqa: E402
 
 BATCH = 32
 WARMUP = 2
@@ -98,11 +98,6 @@ def fit(tmp_path: Path, callback: PerfscopeCallback, *, steps: int, val: bool = 
         warnings.filterwarnings("ignore", message=".*(does not have many workers|LeafSpec|is deprecated).*")
         trainer.fit(Classifier(hidden), loader(train_n, stall=stall, workers=workers, clock=clock.clock), loader(256) if val else None)
     return clock.clock
-
-
-def load(callback: PerfscopeCallback) -> Results:
-    assert callback.saved is not None, "the callback saved nothing"
-    return Results.load(callback.saved)
 
 
 def test_a_plain_fit_matches_the_wall_clock_and_reads_the_trainer(tmp_path: Path) -> None:

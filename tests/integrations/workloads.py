@@ -6,13 +6,21 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from perfscope.measure.flops import linear_training_flops
+from perfscope.results import Results
 
 IN, HIDDEN, CLASSES = 64, 256, 4
 STALL_EVERY, STALL_S = 256, 0.06
+
+
+def load(callback: Any) -> Results:
+    """The results a framework callback saved (either adapter: both record where in ``saved``)."""
+    assert callback.saved is not None, "the callback saved nothing"
+    return Results.load(callback.saved)
 
 
 def mlp_flops(batch: int, hidden: int = HIDDEN) -> int:
