@@ -28,7 +28,7 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -73,6 +73,14 @@ class Workload:
     pin_memory: bool = False
     checkpoint_blocks: Callable[[nn.Module], list[nn.Module]] | None = None
     """Optional override: the modules to activation-checkpoint (default: auto-detected repeated blocks)."""
+    wraps_model: bool = False
+    """Distributed runs: ``model()`` already returns the wrapped model (the user's own DDP / FSDP); the harness
+    initializes the process group before calling it and wraps nothing, so the data-parallel knobs do not apply."""
+    data_parallel: Literal["ddp", "fsdp", "zero1"] = "ddp"
+    """Distributed runs: how the user's loop wraps the model today (the baseline runs it)."""
+    no_sync: bool = False
+    """Distributed runs with accumulation: the user's loop already skips the gradient sync on all micro-batches but
+    the last (DDP ``no_sync()``)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form notes recorded with the results (never interpreted)."""
 
@@ -97,6 +105,8 @@ class Workload:
             raise WorkloadError(f"Workload.precision must be 'fp32', 'bf16' or 'fp16', got {self.precision!r}")
         if not isinstance(self.num_workers, int) or self.num_workers < 0:
             raise WorkloadError(f"Workload.num_workers must be an int >= 0, got {self.num_workers!r}")
+        if self.data_parallel not in ("ddp", "fsdp", "zero1"):
+            raise WorkloadError(f"Workload.data_parallel must be 'ddp', 'fsdp' or 'zero1', got {self.data_parallel!r}")
 
     def declared(self) -> dict[str, Any]:
         """The plain settings, for the results file."""
@@ -108,6 +118,9 @@ class Workload:
             "num_workers": self.num_workers,
             "pin_memory": self.pin_memory,
             "data": "dataset" if self.dataset is not None else "batches",
+            "wraps_model": self.wraps_model,
+            "data_parallel": self.data_parallel,
+            "no_sync": self.no_sync,
             "extra": {k: repr(v) for k, v in self.extra.items()},
         }
 

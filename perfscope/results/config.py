@@ -19,6 +19,8 @@ CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
 OptimizerImpl = Literal["default", "foreach", "fused"]
 OptimizerChoice = Literal["user", "adafactor", "8bit-torchao", "8bit-bnb"]
 GcMode = Literal["default", "freeze", "disable"]
+DataParallel = Literal["none", "ddp", "fsdp", "zero1"]
+CommHook = Literal["bf16", "fp16", "powersgd"]
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -72,6 +74,30 @@ class TrialConfig:
     """Python GC during steps: default, gc.freeze() after warm-up, or disabled during steps."""
     env: dict[str, str] = field(default_factory=dict)
     """Environment variables for the trial process (e.g. PYTORCH_CUDA_ALLOC_CONF)."""
+    nproc_per_node: int = 1
+    """Ranks per node: above 1 (or with nnodes above 1) the run is a torchrun job, every rank measured
+    (perfscope.trial.launch); the launch's rendezvous settings travel beside the config, not in it."""
+    nnodes: int = 1
+    data_parallel: DataParallel = "none"
+    """How the harness wraps the model on every rank: DDP, FSDP2 (`fully_shard`), DDP + ZeroRedundancyOptimizer
+    (ZeRO-1), or none (one process, or a model the user's factory already wraps)."""
+    reshard_after_forward: bool = True
+    """FSDP2: free the gathered parameters after forward (≈ ZeRO-3) or keep them until backward (≈ ZeRO-2)."""
+    fsdp_mixed_precision: Literal["bf16", "fp16"] | None = None
+    """FSDP2 MixedPrecisionPolicy: parameters gathered and gradients reduced in this dtype (None: fp32)."""
+    bucket_cap_mb: float | None = None
+    """DDP gradient bucket size (None: torch's default, 25 MB)."""
+    gradient_as_bucket_view: bool = False
+    """DDP: gradients are views into the all-reduce buckets (no copy, less memory)."""
+    static_graph: bool = False
+    """DDP static_graph=True: the set of used parameters is the same every step."""
+    no_sync: bool = False
+    """With accumulation, all micro-batches but the last skip the gradient sync (DDP `no_sync()`, FSDP2
+    `set_requires_gradient_sync(False)`): one all-reduce per optimizer step instead of one per micro-batch."""
+    comm_hook: CommHook | None = None
+    """DDP communication hook: gradients all-reduced in bf16 / fp16, or PowerSGD's low-rank approximation."""
+    numa_binding: str | None = None
+    """torchrun --numa-binding (PyTorch ≥ 2.9): each rank on the CPUs of its GPU's NUMA node."""
     seed: int = 0
     """Same seed in every trial: same initial weights and batches, so losses are comparable."""
     count_flops: bool = True
@@ -91,6 +117,19 @@ class TrialConfig:
             raise ValueError("TrialConfig.prefetch_factor needs num_workers > 0")
         if self.persistent_workers and self.num_workers == 0:
             raise ValueError("TrialConfig.persistent_workers needs num_workers > 0")
+        if self.nproc_per_node < 1 or self.nnodes < 1:
+            raise ValueError("TrialConfig.nproc_per_node and nnodes must be >= 1")
+        if self.data_parallel != "none" and self.world_size == 1:
+            raise ValueError(f"TrialConfig.data_parallel={self.data_parallel!r} needs more than one rank")
+        ddp_only = {"bucket_cap_mb": self.bucket_cap_mb is not None, "gradient_as_bucket_view": self.gradient_as_bucket_view,
+                    "static_graph": self.static_graph, "comm_hook": self.comm_hook is not None}
+        for name, set_ in ddp_only.items():
+            if set_ and self.data_parallel not in ("ddp", "zero1"):
+                raise ValueError(f"TrialConfig.{name} is a DDP setting; data_parallel is {self.data_parallel!r}")
+        if self.bucket_cap_mb is not None and not self.bucket_cap_mb > 0:
+            raise ValueError(f"TrialConfig.bucket_cap_mb must be > 0, got {self.bucket_cap_mb}")
+        if self.fsdp_mixed_precision is not None and self.data_parallel != "fsdp":
+            raise ValueError("TrialConfig.fsdp_mixed_precision needs data_parallel='fsdp'")
 
     def replace(self, **changes: Any) -> TrialConfig:
         return dataclasses.replace(self, **changes)
@@ -114,4 +153,18 @@ class TrialConfig:
 
     @property
     def samples_per_step(self) -> int:
+        """Samples per optimizer step on one rank."""
         return self.micro_batch_size * self.grad_accum_steps
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def global_batch(self) -> int:
+        """micro-batch × accumulation × data-parallel ranks."""
+        return self.samples_per_step * self.world_size

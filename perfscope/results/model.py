@@ -37,6 +37,7 @@ from perfscope.results.constraints import (
     show,
 )
 from perfscope.results.dataset_profile import DatasetProfile
+from perfscope.results.distributed import DistributedFacts
 from perfscope.results.fingerprint import Fingerprint
 from perfscope.results.io import read_json, write_json
 from perfscope.results.migrate import upgrade
@@ -277,6 +278,10 @@ class TrialMetrics:
     dataset_profile: DatasetProfile | None = None
     """Where the user's Dataset spends its time (perfscope.results.dataset_profile): profiled in the trial process
     after the window when the step waited for data; None otherwise (and in results written before it existed)."""
+    distributed: DistributedFacts | None = None
+    """Every rank, the job, communication, stragglers and per-rank memory of a data-parallel run
+    (perfscope.results.distributed); None for one process. The fields above are the job's: throughput is all ranks'
+    samples over the slowest rank's window, the rest are rank 0's."""
     not_applied: dict[str, str] = field(default_factory=dict)
     """Settings of the config this run did not actually run with (TrialConfig field -> why): e.g. compile that
     fell back to eager, TF32 or GC the user's code set back during the run. A knob whose own setting is here was
