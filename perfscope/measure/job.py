@@ -1,0 +1,34 @@
+"""The job a data-parallel run's ranks make together: its throughput is all their work over the slowest window.
+
+    facts = combine_ranks(ranks, backend="gloo", data_parallel="ddp", nnodes=1, nproc_per_node=2, global_batch=16)
+    facts.job_samples_per_s
+
+Used by the trials (perfscope.trial.launch) and the hooks (perfscope.hooks) alike, so both report the job the
+same way: every rank measured its own window without extra synchronization, and the slowest rank sets the pace.
+"""
+
+from __future__ import annotations
+
+from perfscope.measure.stragglers import find_stragglers
+from perfscope.results.distributed import DistributedFacts, RankMetrics
+
+
+def job_samples_per_s(ranks: list[RankMetrics]) -> float | None:
+    """All ranks' samples / the longest rank window (None when a rank's samples are unknown or nothing ran)."""
+    if not ranks or any(r.samples is None for r in ranks):
+        return None
+    wall = max(r.wall_s for r in ranks)
+    return sum(r.samples or 0 for r in ranks) / wall if wall > 0 else None
+
+
+def combine_ranks(ranks: list[RankMetrics], *, backend: str, data_parallel: str, nnodes: int, nproc_per_node: int,
+                  global_batch: int | None) -> DistributedFacts:
+    """The job's facts from every rank's own measurement (rank order)."""
+    ranks = sorted(ranks, key=lambda r: r.rank)
+    stragglers, method = find_stragglers(ranks)
+    slowest = max(ranks, key=lambda r: r.wall_s / r.steps if r.steps else 0.0).rank if ranks else None
+    return DistributedFacts(
+        world_size=len(ranks), nnodes=nnodes, nproc_per_node=nproc_per_node, backend=backend,
+        data_parallel=data_parallel, global_batch=global_batch, job_samples_per_s=job_samples_per_s(ranks),
+        slowest_rank=slowest, ranks=ranks, stragglers=stragglers, straggler_method=method,
+    )
