@@ -41,6 +41,7 @@ from perfscope.results.config import TrialConfig
 from perfscope.results.constraints import MAX_SECONDS, MAX_TFLOPS
 from perfscope.results.outdir import claim_output_dir
 from perfscope.search.sweep import BASELINE, SweepOptions, run_sweep
+from perfscope.trial.launch import Launch
 from perfscope.trial.runner import TrialRunner
 from perfscope.trial.session import Progress, Session
 from perfscope.workload import Workload, file_sha256, load_workload
@@ -74,6 +75,8 @@ class AnalyzeOptions:
     only: list[str] = field(default_factory=list)
     skip: list[str] = field(default_factory=list)
     capture_trace: bool = True
+    launch: Launch | None = None
+    """torchrun's arguments: every run is a job of launch.world_size ranks (None: one process)."""
     report: bool = True
     command: list[str] = field(default_factory=list)
 
@@ -120,7 +123,17 @@ def baseline_config(workload: Workload, options: AnalyzeOptions, device: str) ->
         num_workers=workload.num_workers if workload.dataset is not None else 0,
         pin_memory=workload.pin_memory,
         capture_trace=options.capture_trace,
+        **distributed_settings(workload, options.launch),
     )
+
+
+def distributed_settings(workload: Workload, launch: Launch | None) -> dict[str, Any]:
+    """The data-parallel part of the user's loop as it is today (nothing for one process)."""
+    if launch is None or launch.world_size == 1:
+        return {}
+    return {"nproc_per_node": launch.nproc_per_node, "nnodes": launch.nnodes,
+            "data_parallel": "none" if workload.wraps_model else workload.data_parallel,
+            "no_sync": workload.no_sync and workload.grad_accum_steps > 1}
 
 
 def _load_or_create_results(options: AnalyzeOptions, workload: Workload) -> Results:
@@ -194,7 +207,7 @@ def _measure(results: Results, options: AnalyzeOptions, runner: TrialRunner, wor
     """Every run of the analysis; True when Ctrl-C interrupted it (the finished runs are kept)."""
     progress = Progress(budget_s=options.budget_s)
     session = Session(results, out_dir=options.out_dir, workload_path=workload_path, timeout_s=options.trial_timeout_s,
-                      resume=options.resume, progress=progress, runner=runner)
+                      resume=options.resume, progress=progress, runner=runner, launch=options.launch)
     session.save()
     try:
         base = baseline_config(workload, options, device)

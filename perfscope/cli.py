@@ -27,6 +27,7 @@ from perfscope.errors import (
     EXIT_OK,
     EXIT_REGRESSION,
     EXIT_USER,
+    UserError,
 )
 from perfscope.results.constraints import MAX_SECONDS, MAX_TFLOPS
 
@@ -100,9 +101,27 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         only=_knob_list(args.only),
         skip=_knob_list(args.skip),
         capture_trace=not args.no_trace,
+        launch=_launch(args),
         command=["perfscope", *sys.argv[1:]],
     )
     return analyze(options)
+
+
+def _launch(args: argparse.Namespace) -> Any:
+    """torchrun's arguments for distributed runs (None: one process), checked before anything runs."""
+    from perfscope.trial.launch import Launch
+
+    if args.nproc_per_node == 1 and args.nnodes == 1:
+        if args.rdzv_endpoint or args.node_rank:
+            raise UserError("--rdzv-endpoint / --node-rank need --nnodes > 1 or --nproc-per-node > 1")
+        return None
+    if args.nnodes > 1 and not args.rdzv_endpoint:
+        raise UserError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (node 0's address, reachable from every node)")
+    if args.node_rank >= args.nnodes:
+        raise UserError(f"--node-rank {args.node_rank} must be below --nnodes {args.nnodes}")
+    return Launch(nproc_per_node=args.nproc_per_node, nnodes=args.nnodes, node_rank=args.node_rank,
+                  rdzv_endpoint=args.rdzv_endpoint, rdzv_backend=args.rdzv_backend,
+                  collective_timeout_s=args.collective_timeout)
 
 
 def _resolve_trace_paths(results: Results, results_dir: Path) -> None:
@@ -223,6 +242,20 @@ def _cmd_rules(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------ parser
 
 
+def _add_launch_arguments(p: argparse.ArgumentParser) -> None:
+    """torchrun's own launch arguments, passed through (docs/distributed.md)."""
+    g = p.add_argument_group("distributed (each run is a torchrun job; gloo on CPU, NCCL on CUDA)")
+    g.add_argument("--nproc-per-node", type=_positive_int, default=1, metavar="N", help="ranks per node (default 1)")
+    g.add_argument("--nnodes", type=_positive_int, default=1, metavar="N", help="nodes (default 1)")
+    g.add_argument("--node-rank", type=_non_negative_int, default=0, metavar="R",
+                   help="this node's rank (node 0 runs analyze, the others `perfscope worker`)")
+    g.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT", help="node 0's rendezvous address (multi-node)")
+    g.add_argument("--rdzv-backend", choices=["static", "c10d"], default="static",
+                   help="static (default: node ranks as given) or c10d")
+    g.add_argument("--collective-timeout", type=_seconds, default=120.0, metavar="S",
+                   help="seconds a collective waits for a peer before the run fails as a hang (default 120)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perfscope",
@@ -253,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", action="append", metavar="IDS", help="comma-separated knob ids to try (see docs/sweep.md)")
     p.add_argument("--skip", action="append", metavar="IDS", help="comma-separated knob ids not to try")
     p.add_argument("--no-trace", action="store_true", help="do not capture profiler traces")
+    _add_launch_arguments(p)
     p.set_defaults(handler=_cmd_analyze)
 
     p = sub.add_parser("report", help="re-render a report from a results.json")

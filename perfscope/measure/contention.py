@@ -9,8 +9,9 @@ A window measured while another job used the cores (or the hypervisor stole them
 ran kernels on the same GPU) measures the neighbour as much as the workload: on a 2-core CI runner a
 busy neighbour once turned into a "53× faster" recommendation. perfscope therefore records, per window,
 the CPU time the rest of the machine used (system busy time from psutil minus this process and its
-children — DataLoader workers included, alive or already reaped) and, on a GPU, the other processes NVML
-sees on the device. Contended windows are re-measured by the sweep and named in the report and the gate.
+children — DataLoader workers included, alive or already reaped; in a distributed trial the whole job, its
+agent and sibling ranks included, named by `JOB_ROOT_ENV`) and, on a GPU, the other processes NVML sees on the
+device. Contended windows are re-measured by the sweep and named in the report and the gate.
 
 A window is contended when other processes used at least `MIN_OTHER_CORES` cores on average *and* the
 machine was close to saturated (this process plus the others ≥ `SATURATION` of the logical cores): on a
@@ -30,6 +31,8 @@ from perfscope.results.model import Contention
 MIN_OTHER_CORES = 0.25
 SATURATION = 0.8
 MIN_STEAL_CORES = 0.1
+JOB_ROOT_ENV = "PERFSCOPE_JOB_ROOT_PID"
+"""Set by a distributed trial's ranks to their torchrun agent's pid: the job's other ranks are not neighbours."""
 
 
 def _system_busy() -> tuple[float, float]:
@@ -39,8 +42,22 @@ def _system_busy() -> tuple[float, float]:
     return busy, getattr(t, "steal", 0.0)
 
 
+def _job_root() -> psutil.Process | None:
+    pid = os.environ.get(JOB_ROOT_ENV)
+    if not pid:
+        return None
+    try:
+        return psutil.Process(int(pid))
+    except (ValueError, psutil.Error):
+        return None
+
+
 def own_cpu_seconds() -> float:
-    """CPU seconds of this process, its reaped children, and its live descendants (DataLoader workers)."""
+    """CPU seconds of this process, its reaped children, and its live descendants (DataLoader workers); in a
+    distributed trial, of the whole job (the agent and every rank with their descendants)."""
+    root = _job_root()
+    if root is not None:
+        return _tree_cpu_seconds(root)
     t = os.times()
     total = t.user + t.system + t.children_user + t.children_system
     try:
@@ -52,6 +69,22 @@ def own_cpu_seconds() -> float:
             ct = child.cpu_times()
             total += ct.user + ct.system
         except psutil.Error:  # exited between listing and reading: its time lands in children_* once reaped
+            pass
+    return total
+
+
+def _tree_cpu_seconds(root: psutil.Process) -> float:
+    """CPU seconds of ``root`` and its live descendants, each with its own reaped children's time."""
+    total = 0.0
+    try:
+        family = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        family = [root]
+    for proc in family:
+        try:
+            ct = proc.cpu_times()
+            total += ct.user + ct.system + ct.children_user + ct.children_system
+        except psutil.Error:
             pass
     return total
 
@@ -97,6 +130,7 @@ class ContentionProbe:
             procs = pynvml.nvmlDeviceGetComputeRunningProcesses(self._nvml_handle)
         except Exception:  # noqa: BLE001 - NVML absent or unsupported (MIG, containers): nothing to report
             return []
-        mine = {os.getpid(), *(c.pid for c in psutil.Process().children(recursive=True))}
+        root = _job_root() or psutil.Process()
+        mine = {os.getpid(), root.pid, *(c.pid for c in root.children(recursive=True))}
         # In a container NVML may list host PIDs, ours among them: only processes visible here are counted.
         return [str(p.pid) for p in procs if p.pid not in mine and psutil.pid_exists(p.pid)]

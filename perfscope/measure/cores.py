@@ -52,3 +52,13 @@ def usable_cores() -> tuple[float | None, str]:
     else:
         how.append("no cgroup quota")
     return (min(limits) if limits else None), "; ".join(how)
+
+
+def numa_node_count(root: Path = Path("/sys/devices/system/node")) -> int | None:
+    """NUMA nodes of this machine (Linux sysfs); None where it cannot be read. Above 1, a rank on the far node
+    from its GPU (or its memory) pays the cross-socket link on every host-side copy."""
+    try:
+        nodes = [p for p in root.iterdir() if p.name.startswith("node") and p.name[4:].isdigit()]
+    except OSError:
+        return None
+    return len(nodes) or None

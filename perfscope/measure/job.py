@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from perfscope.measure.stragglers import find_stragglers
 from perfscope.results.distributed import DistributedFacts, RankMetrics
+from perfscope.results.model import TrialMetrics
 
 
 def job_samples_per_s(ranks: list[RankMetrics]) -> float | None:
@@ -32,3 +33,19 @@ def combine_ranks(ranks: list[RankMetrics], *, backend: str, data_parallel: str,
         data_parallel=data_parallel, global_batch=global_batch, job_samples_per_s=job_samples_per_s(ranks),
         slowest_rank=slowest, ranks=ranks, stragglers=stragglers, straggler_method=method,
     )
+
+
+def job_metrics(metrics: TrialMetrics, facts: DistributedFacts) -> TrialMetrics:
+    """Rank 0's metrics as the job's: throughput is every rank's samples over the slowest rank's window, and the
+    wall time is that window's, so MFU (per device: FLOPs per rank per step × steps / wall) is the job's too."""
+    metrics.distributed = facts
+    slowest = max((r.wall_s for r in facts.ranks), default=0.0)
+    if facts.job_samples_per_s is not None and slowest > 0:
+        if metrics.tokens_per_s is not None and metrics.samples_per_s:
+            metrics.tokens_per_s *= facts.job_samples_per_s / metrics.samples_per_s
+        metrics.samples_per_s = facts.job_samples_per_s
+        metrics.wall_s = slowest
+    else:
+        metrics.unavailable["samples_per_s"] = "the job's throughput needs every rank's samples"
+        metrics.samples_per_s = None
+    return metrics

@@ -45,6 +45,12 @@ def _tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
     return total
 
 
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a sharded (DTensor) parameter; the tensor itself otherwise."""
+    to_local = getattr(t, "to_local", None)
+    return to_local() if to_local is not None else t
+
+
 def parameter_bytes(model: nn.Module) -> int:
     return _tensor_bytes(model.parameters())
 
@@ -61,7 +67,7 @@ def breakdown(model: nn.Module, optimizer: torch.optim.Optimizer, peak_bytes: in
     """Owners of the peak. Gradients are sized from the parameters when they were already freed (set_to_none)."""
     params = parameter_bytes(model)
     grads = gradient_bytes(model) if grads_present else sum(
-        p.numel() * p.element_size() for p in model.parameters() if p.requires_grad
+        local_tensor(p).numel() * p.element_size() for p in model.parameters() if p.requires_grad
     )
     state = optimizer_state_bytes(optimizer)
     rest = None if peak_bytes is None else max(peak_bytes - params - grads - state, 0)

@@ -118,9 +118,32 @@ def _run_probe(spec: dict[str, Any]) -> dict[str, Any]:
     return {"status": "ok", "error": None, "device": device, "environment": to_jsonable(env), "model": to_jsonable(facts)}
 
 
+def _run_rank_of_job(spec: dict[str, Any], result_path: Path) -> int:
+    """One rank of a torchrun job (perfscope.trial.launch): its own log and result file; non-zero exit on failure
+    so that torchrun's agent stops the other ranks at once instead of waiting for them."""
+    import os
+
+    from perfscope.results.io import open_log
+    from perfscope.trial.launch import rank_log_path, rank_result_path
+    from perfscope.trial.rank import run_rank
+
+    rank = int(os.environ.get("RANK", "0"))
+    with open_log(rank_log_path(result_path.parent / "trial.log", rank)) as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        outcome = run_rank(spec, result_path)
+    except BaseException as exc:  # noqa: BLE001 - every failure is a recorded status
+        outcome = {"status": classify_exception(exc), "error": f"{type(exc).__name__}: {exc}", "traceback": error_tail(exc)}
+    write_json(rank_result_path(result_path, rank), outcome)
+    return 0 if outcome.get("status") == "ok" else 1
+
+
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
     result_path = Path(spec["result_path"])
+    if spec.get("launch") and spec.get("mode") != "probe":
+        return _run_rank_of_job(spec, result_path)
     try:
         outcome = _run_probe(spec) if spec.get("mode") == "probe" else _run_trial(spec, result_path)
     except BaseException as exc:  # noqa: BLE001 - every failure is a recorded status

@@ -20,8 +20,16 @@ from perfscope.workload import Workload
 
 
 def endless_batches(workload: Workload, config: TrialConfig) -> Iterator[Any]:
-    """Batches forever: restarts the loader when an epoch ends (the restart cost is real, so it is timed)."""
+    """Batches forever: restarts the loader when an epoch ends (the restart cost is real, so it is timed).
+
+    In a data-parallel rank each rank reads its own shard: a DistributedSampler over a map-style dataset, every
+    world-size-th batch of an iterable one, and a batches() generator seeded by the rank (synthetic data)."""
+    from perfscope.trial.data_parallel import current_rank, shard_sampler
+
+    rank = current_rank()
     if workload.batches is not None:
+        if rank is not None:
+            torch.manual_seed(config.seed + rank.rank)
         while True:
             produced = False
             for batch in full_batches(workload.batches(config.micro_batch_size), config.micro_batch_size):
@@ -43,10 +51,16 @@ def endless_batches(workload: Workload, config: TrialConfig) -> Iterator[Any]:
         kwargs["collate_fn"] = workload.collate_fn
     if config.prefetch_factor is not None:
         kwargs["prefetch_factor"] = config.prefetch_factor
+    sampler = shard_sampler(dataset, rank) if rank is not None else None
+    if sampler is not None:
+        kwargs["sampler"] = sampler
     loader = torch.utils.data.DataLoader(dataset, **kwargs)
+    stride, offset = (rank.world_size, rank.rank) if rank is not None and sampler is None and is_iterable else (1, 0)
     while True:
         produced = False
-        for batch in full_batches(loader, config.micro_batch_size):
+        for i, batch in enumerate(full_batches(loader, config.micro_batch_size)):
+            if i % stride != offset:
+                continue
             produced = True
             yield batch
         if not produced:

@@ -42,6 +42,7 @@ from perfscope.measure.flops import (
     count_step,
     count_step_on_fake_tensors,
 )
+from perfscope.measure.gc_pauses import GcPauses
 from perfscope.measure.metrics import assemble_metrics
 from perfscope.measure.structure import (
     CompileCounters,
@@ -63,6 +64,7 @@ from perfscope.trial.checkpointing import (
     checkpointing_off,
 )
 from perfscope.trial.data import endless_batches, to_device
+from perfscope.trial.data_parallel import gradient_sync, local_optimizer, shard_optimizer, wrap_model
 from perfscope.trial.optimizers import build_optimizer, optimizer_name
 from perfscope.workload import Workload
 
@@ -86,10 +88,12 @@ class TrainStep:
         if config.channels_last:
             self.model.to(memory_format=torch.channels_last)
         self.model.train()
-        self.optimizer = build_optimizer(workload, self.model, config)
-        self.step_model: Any = self.model
+        self.wrapped = wrap_model(self.model, config, self.device)
+        """The module each step runs: the model, or its DDP / FSDP2 wrapper on a data-parallel rank."""
+        self.optimizer = shard_optimizer(build_optimizer(workload, self.wrapped, config), config)
+        self.step_model: Any = self.wrapped
         if config.compile is not None:
-            self.step_model = torch.compile(self.model, mode=config.compile)
+            self.step_model = torch.compile(self.wrapped, mode=config.compile)
         self.scaler = torch.amp.GradScaler(self.device) if config.precision == "fp16" else None
         self.batches = endless_batches(workload, config)
         self.non_blocking = config.pin_memory and self.device == "cuda"
@@ -127,18 +131,20 @@ class TrainStep:
         """Returns (mean loss as a device tensor, first-step grad norm when asked)."""
         accum = self.config.grad_accum_steps
         total = torch.zeros((), device=self.device)
-        for _ in range(accum):
+        for i in range(accum):
             batch = self.next_batch(recorder)
-            with self.saved_tensors():
-                loss = self.micro_loss(self.step_model, batch)
-            scaled = loss / accum
-            (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+            # no_sync: the gradients of all micro-batches but the last stay local (one all-reduce per step).
+            with gradient_sync(self.wrapped, enabled=not self.config.no_sync or i == accum - 1):
+                with self.saved_tensors():
+                    loss = self.micro_loss(self.step_model, batch)
+                scaled = loss / accum
+                (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
             total += loss.detach().float()
         norm = None
         if grad_norm:
             if self.scaler is not None:
                 self.scaler.unscale_(self.optimizer)
-            grads = [p.grad.detach().float().norm() for p in self.model.parameters() if p.grad is not None]
+            grads = [_full(p.grad).detach().float().norm() for p in self.model.parameters() if p.grad is not None]
             norm = float(torch.stack(grads).norm()) if grads else 0.0
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
@@ -166,10 +172,21 @@ class TrainStep:
         def plain(counter: StepFlopCounter) -> AbstractContextManager[None]:
             return checkpointing_off(self.checkpointed)
 
+        model = self.model
+        if self.config.data_parallel == "fsdp":
+            # Sharded parameters are DTensors: count on a fresh, unsharded copy, on the host (FLOPs do not depend on
+            # where they run, and fake tensors allocate nothing).
+            model = self.workload.model()
+            if self.checkpointed:
+                apply_checkpointing(model, self.workload.checkpoint_blocks)
+
+            def on_device(batch: Any) -> Any:
+                return batch
+
         fake_batch = next(self.batches)
         try:
-            counter = count_step_on_fake_tensors(self.model, fake_batch, self.micro_loss, around=plain, prepare=on_device)
-            as_run = (count_step_on_fake_tensors(self.model, fake_batch, self.micro_loss, prepare=on_device)
+            counter = count_step_on_fake_tensors(model, fake_batch, self.micro_loss, around=plain, prepare=on_device)
+            as_run = (count_step_on_fake_tensors(model, fake_batch, self.micro_loss, prepare=on_device)
                       if self.checkpointed else counter)
             scale = 1.0
             method = f"FLOPs counted on fake tensors (FakeTensorMode: shapes only, no memory or compute) at micro-batch {micro}"
@@ -178,8 +195,8 @@ class TrainStep:
             loader_config = self.config.replace(micro_batch_size=small, num_workers=0, persistent_workers=False,
                                                 prefetch_factor=None, pin_memory=False)
             batch = on_device(next(endless_batches(self.workload, loader_config)))
-            counter = count_step(self.model, batch, self.micro_loss, around=plain)
-            as_run = count_step(self.model, batch, self.micro_loss) if self.checkpointed else counter
+            counter = count_step(model, batch, self.micro_loss, around=plain)
+            as_run = count_step(model, batch, self.micro_loss) if self.checkpointed else counter
             self.optimizer.zero_grad(set_to_none=True)
             scale = micro / small
             first_line = str(exc).splitlines()[0][:160] if str(exc) else ""
@@ -205,6 +222,12 @@ class TrainStep:
         if self.config.compile is not None:
             method += "; torch.compile does not trace under a dispatch mode, so ops are those of the eager step"
         return counter.fingerprint(method=method)
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    """A sharded (DTensor) gradient gathered whole, so its norm is the model's, not this rank's shard's."""
+    full = getattr(t, "full_tensor", None)
+    return full() if full is not None else t
 
 
 MEMORY_PEAK_TOLERANCE = 0.02
@@ -267,6 +290,8 @@ class MeasuredRun:
 
     metrics: TrialMetrics
     step: TrainStep
+    gc_pauses: GcPauses | None = None
+    """Python GC collections inside the timed window (a GC straggler stalls every rank of a data-parallel job)."""
 
 
 def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
@@ -298,7 +323,8 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     sampler = UtilizationSampler(device=device) if config.sample_utilization else None
     recorder = WindowRecorder(clock_for(device), nvml_handle=sampler.nvml_handle if sampler is not None else None)
     window_syncs = WindowSyncCounter(device)  # syncs of every timed step, counted without adding one (CUDA)
-    with _gc_mode(config.gc_mode), sampler if sampler is not None else nullcontext():
+    gc_pauses = GcPauses()
+    with _gc_mode(config.gc_mode), sampler if sampler is not None else nullcontext(), gc_pauses:
         synchronize(device)  # the window starts from an idle device; no synchronization inside it
         recorder.start()
         with window_syncs:
@@ -318,7 +344,7 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     )
     metrics.losses = [float(v) for v in torch.stack(losses).cpu()]
     metrics.first_grad_norm = first_grad_norm
-    metrics.optimizer = optimizer_name(step.optimizer)
+    metrics.optimizer = optimizer_name(local_optimizer(step.optimizer))
     metrics.flop_convention = FLOP_CONVENTION
     metrics.host_rss_peak_bytes = memory.process_peak_rss_bytes()
     metrics.utilization = sampler.result() if sampler is not None else None
@@ -346,7 +372,7 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
         unavailable["peak_memory_bytes"] = "CPU has no allocator peak: this is the trial process's peak host RSS"
         unavailable["peak_reserved_bytes"] = "CPU: no caching allocator"
     metrics.memory_breakdown = memory.breakdown(
-        step.model, step.optimizer, peak_allocated if device == "cuda" else None, grads_present=False
+        step.model, local_optimizer(step.optimizer), peak_allocated if device == "cuda" else None, grads_present=False
     )
     if device != "cuda":
         unavailable["memory_breakdown.activations_and_temporaries"] = "needs the CUDA allocator peak"
@@ -368,7 +394,7 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
                     env={k: os.environ.get(k) for k in config.env},
                     matmul_flops_by_dtype=metrics.fingerprint.matmul_flops_by_dtype if metrics.fingerprint else None)
     metrics.not_applied = not_applied(config, seen)
-    return MeasuredRun(metrics=metrics, step=step)
+    return MeasuredRun(metrics=metrics, step=step, gc_pauses=gc_pauses)
 
 
 def _fingerprint(step: TrainStep, compile_counters: CompileCounters, config: TrialConfig, peak_allocated: int | None,

@@ -196,6 +196,12 @@ class TrialRunner:
         result_path.unlink(missing_ok=True)
         write_text(spec_path, json.dumps({**spec, "result_path": str(result_path)}))
         env = dict(env or {})
+        if spec.get("launch"):  # a distributed trial: a torchrun job of fresh interpreters (perfscope.trial.launch)
+            from perfscope.trial.launch import Launch, run_job
+
+            job = run_job(spec_path, result_path, log_path, launch=Launch(**spec["launch"]), timeout_s=timeout_s, env=env,
+                          numa_binding=(spec.get("config") or {}).get("numa_binding"))
+            return Outcome(job.status, job.error, job.payload, job.wall_time_s)
         zygote = None if needs_fresh_interpreter(env) else self._zygote_for(work_dir)
         start = time.perf_counter()
         if zygote is not None:

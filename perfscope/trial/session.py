@@ -25,6 +25,7 @@ from typing import TextIO
 from perfscope.measure.mfu import apply_utilization_ratios
 from perfscope.results import Results, ResultsError, Trial, TrialMetrics, from_jsonable
 from perfscope.results.config import TrialConfig
+from perfscope.trial.launch import Launch
 from perfscope.trial.runner import TrialRunner
 
 CONTENTION_RETRIES = 2
@@ -81,6 +82,7 @@ class Session:
         progress: Progress | None = None,
         runner: TrialRunner | None = None,
         contention_retries: int = CONTENTION_RETRIES,
+        launch: Launch | None = None,
     ) -> None:
         self.results = results
         self.out_dir = out_dir
@@ -96,6 +98,8 @@ class Session:
         results.trials = []
         self._sequence = 0
         self.contention_retries = contention_retries
+        self.launch = launch
+        """torchrun's arguments for the distributed runs (a config of more than one rank); None: one process."""
 
     def __enter__(self) -> Session:
         return self
@@ -148,6 +152,10 @@ class Session:
             "config": config.to_dict(),
             "artifacts_dir": str(self.out_dir / "trials" / name),
         }
+        if config.distributed:
+            if self.launch is None:
+                raise ValueError(f"{name}: a configuration of {config.world_size} ranks needs a launch (Session(launch=...))")
+            spec["launch"] = self.launch.to_dict()
         outcome = self.runner.run(spec, self.out_dir / "trials" / name, timeout_s=self.timeout_s, env=config.env)
         metrics = None
         status, error = outcome.status, outcome.error

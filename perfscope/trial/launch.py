@@ -1,0 +1,230 @@
+"""A distributed trial: one torchrun job (PyTorch's elastic agent), every rank a trial process, one outcome.
+
+    launch = Launch(nproc_per_node=2)                       # --standalone on one machine
+    outcome = run_job(spec, work_dir, timeout_s=600, launch=launch)
+    outcome.status, outcome.error                           # "timeout", "rank 1 stopped responding: ..."
+
+perfscope builds no launcher and no communication layer: the job is `python -m torch.distributed.run ...
+-m perfscope.trial.child SPEC.json`, with the rendezvous arguments passed through. What perfscope adds is what a
+sweep needs from a job that may fail:
+- every rank writes its own result (result.rank<R>.json) and log (rank<R>.log), so a failure names its rank;
+- the agent runs with --max-restarts 0: a failed trial is a result, not something to retry;
+- collectives get a timeout (Launch.collective_timeout_s, given to init_process_group), so a rank that hangs
+  makes its peers fail in a collective instead of hanging the sweep; the whole job also has the trial's timeout;
+- torchrun starts each worker in a session of its own, so the job is killed as a process tree (the agent, every
+  rank, their DataLoader workers), found with psutil, and nothing is left behind whatever the ending.
+Rank 0 gathers every rank's measurement over the process group and writes the job's result.json; when it does
+not, the ranks' own files and the agent's failure summary say which rank failed first and why.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from perfscope.errors import ResultsError
+from perfscope.results.io import open_log, read_json
+
+KILL_GRACE_S = 5.0
+COLLECTIVE_FAILURE = re.compile(
+    r"timed out|timeout|connection (?:closed|reset)|broken pipe|peer|socket|gloo|nccl|ProcessGroup|"
+    r"DistBackendError|store|Connection refused",
+    re.I,
+)
+"""Errors a rank raises because a *peer* failed (a collective that timed out or lost its connection)."""
+ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+"""torchrun's failure summary names the first rank that failed and its exit code."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launch:
+    """torchrun's launch arguments for every distributed trial of an analysis (passed through, never reinvented)."""
+
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    """host:port of node 0 (multi-node); one node without it uses --standalone (a free local port)."""
+    rdzv_backend: str = "static"
+    """static: node ranks as given (node 0 hosts rank 0, which writes the results); c10d: torchrun's dynamic one."""
+    collective_timeout_s: float = 120.0
+    """init_process_group's timeout: a collective waiting longer for a peer fails, naming the hang."""
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+    def torchrun_args(self, *, numa_binding: str | None = None) -> list[str]:
+        args = ["--nproc-per-node", str(self.nproc_per_node), "--max-restarts", "0", "--monitor-interval", "0.5"]
+        if self.nnodes == 1 and self.rdzv_endpoint is None:
+            args.append("--standalone")
+        else:
+            if self.rdzv_endpoint is None:
+                raise ValueError("a multi-node launch needs rdzv_endpoint (host:port of node 0)")
+            args += ["--nnodes", str(self.nnodes), "--node-rank", str(self.node_rank),
+                     "--rdzv-backend", self.rdzv_backend, "--rdzv-endpoint", self.rdzv_endpoint]
+        if numa_binding:
+            args += ["--numa-binding", numa_binding]
+        return args
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"nproc_per_node": self.nproc_per_node, "nnodes": self.nnodes, "node_rank": self.node_rank,
+                "rdzv_endpoint": self.rdzv_endpoint, "rdzv_backend": self.rdzv_backend,
+                "collective_timeout_s": self.collective_timeout_s}
+
+
+@dataclass
+class JobOutcome:
+    status: str
+    error: str | None
+    payload: dict[str, Any]
+    wall_time_s: float
+
+
+def rank_result_path(result_path: Path, rank: int) -> Path:
+    return result_path.with_name(f"{result_path.stem}.rank{rank}.json")
+
+
+def rank_log_path(log_path: Path, rank: int) -> Path:
+    return log_path.with_name(f"rank{rank}.log")
+
+
+def command(spec_path: Path, launch: Launch, *, numa_binding: str | None = None) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", *launch.torchrun_args(numa_binding=numa_binding),
+            "-m", "perfscope.trial.child", str(spec_path)]
+
+
+def kill_tree(root: int) -> None:
+    """SIGKILL a process and every descendant (torchrun puts each worker in a session of its own: no group kill
+    reaches them). Descendants are listed before anything dies, so none is re-parented out of sight first."""
+    try:
+        parent = psutil.Process(root)
+        family = [parent, *parent.children(recursive=True)]
+    except psutil.Error:
+        return
+    for proc in family:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(family, timeout=KILL_GRACE_S)
+
+
+def run_job(spec_path: Path, result_path: Path, log_path: Path, *, launch: Launch, timeout_s: float,
+            env: dict[str, str] | None = None, numa_binding: str | None = None) -> JobOutcome:
+    """Run the spec as a torchrun job; classify how it ended (see the module docstring)."""
+    for rank in range(launch.world_size):
+        rank_result_path(result_path, rank).unlink(missing_ok=True)
+    start = time.perf_counter()
+    timed_out = False
+    with open_log(log_path) as log:
+        proc = subprocess.Popen(
+            command(spec_path, launch, numa_binding=numa_binding),
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,
+        )
+        try:
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                try:  # the agent first: it stops its workers and writes its summary
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    proc.wait(timeout=KILL_GRACE_S)
+                except (subprocess.TimeoutExpired, ProcessLookupError, PermissionError):
+                    pass
+        finally:  # also on Ctrl-C in the parent, and after a normal end: DataLoader workers, stray ranks
+            kill_tree(proc.pid)
+            proc.wait()
+    wall = time.perf_counter() - start
+    return classify_job(result_path, log_path, launch=launch, timed_out=timed_out, timeout_s=timeout_s, wall=wall)
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        payload = read_json(path)
+    except ResultsError:
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def _tail(path: Path, lines: int = 12) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").rstrip().splitlines()
+    except OSError:
+        return ""
+    return "\n".join(text[-lines:])
+
+
+def classify_job(result_path: Path, log_path: Path, *, launch: Launch, timed_out: bool, timeout_s: float,
+                 wall: float) -> JobOutcome:
+    """The job's outcome: rank 0's gathered result when the job succeeded; else the first rank to fail, and why.
+
+    A rank whose error is a collective failing (a timeout, a lost connection) is a victim: it waited for a peer.
+    The culprit is a rank that failed on its own (an exception, an OOM, non-finite loss), else a rank that died
+    without a result (the agent's "Root Cause" names its exit code), else a rank still running (a hang).
+    """
+    job = _read(result_path)
+    if job is not None and job.get("status") == "ok" and not timed_out:
+        return JobOutcome("ok", None, job, wall)
+    ranks = {r: _read(rank_result_path(result_path, r)) for r in range(launch.world_size)}
+    agent_log = _tail(log_path, 40)
+    own_failures = [(r, p) for r, p in ranks.items()
+                    if p is not None and p.get("status") not in ("ok", None) and not _victim(p)]
+    if own_failures:
+        rank, payload = own_failures[0]
+        error = payload.get("error") or payload.get("status")
+        if payload.get("traceback"):
+            error = f"{error}\n{payload['traceback']}"
+        return JobOutcome(str(payload["status"]), f"rank {rank}: {error}", _rank_payload(payload), wall)
+    root = ROOT_CAUSE.search(agent_log)
+    if root is not None and ranks.get(int(root.group(1))) is None:
+        rank, code = int(root.group(1)), int(root.group(2))
+        died = f"killed by signal {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
+        return JobOutcome("crashed", f"rank {rank}: process {died} without a result\n{_tail(rank_log_path(log_path, rank))}",
+                          {}, wall)
+    victims = [r for r, p in ranks.items() if p is not None and _victim(p)]
+    silent = [r for r, p in ranks.items() if p is None or p.get("status") is None]
+    if victims and silent:
+        rank = silent[0]
+        why = ranks[victims[0]].get("error", "") if ranks[victims[0]] else ""  # type: ignore[union-attr]
+        return JobOutcome("timeout", (f"rank {rank} stopped responding: rank(s) {', '.join(map(str, victims))} timed out "
+                                      f"waiting for it in a collective (collective timeout {launch.collective_timeout_s:g} s)"
+                                      f"\n{why.splitlines()[0] if why else ''}"), {}, wall)
+    if timed_out:
+        which = f"rank(s) {', '.join(map(str, silent))} never finished" if silent else "the job did not end"
+        return JobOutcome("timeout", f"trial exceeded {timeout_s:g} s and was killed: {which}\n{agent_log[-1500:]}", {}, wall)
+    if job is not None:  # rank 0 wrote a failure of its own after the ranks' files were classified as fine
+        return JobOutcome(str(job.get("status", "error")), f"rank 0: {job.get('error')}", job, wall)
+    if victims:
+        rank = victims[0]
+        return JobOutcome("error", f"rank {rank}: {ranks[rank].get('error')}", {}, wall)  # type: ignore[union-attr]
+    return JobOutcome("crashed", f"the torchrun job ended without a result\n{agent_log[-1500:]}", {}, wall)
+
+
+def _victim(payload: dict[str, Any]) -> bool:
+    return payload.get("status") in ("error", "crashed") and bool(COLLECTIVE_FAILURE.search(str(payload.get("error", ""))))
+
+
+def _rank_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """What a failed rank measured (a non-finite loss still has its metrics)."""
+    return {k: v for k, v in payload.items() if k == "metrics"}
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return str(sig)

@@ -1,0 +1,218 @@
+"""One rank of a distributed trial (runs in each process torchrun starts; see perfscope.trial.launch).
+
+Order of work on every rank, and why:
+1. Join the process group (collectives with a timeout: a hung peer becomes an error here, not a hung sweep).
+2. The same measured loop as a single-process trial (perfscope.trial.loop), on the wrapped model and this rank's
+   data shard; each rank times its own window, with no synchronization beyond the training's own collectives.
+3. A short window without gradient communication (DDP `no_sync`, no optimizer step): the rank's own compute,
+   which no peer can slow down — how a straggler is told from the ranks that wait for it.
+4. The trace (every rank: trace/rank<R>.json.gz) and this rank's communication facts from it; a micro-benchmark
+   of the same collective on the same group, to compare the achieved bus bandwidth with.
+5. Every rank writes its own result (result.rank<R>.json: the launcher names a failing rank from it); rank 0
+   gathers the ranks' measurements over the process group and writes the job's result.json.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from perfscope.measure import memory
+from perfscope.measure.clock import synchronize
+from perfscope.measure.contention import JOB_ROOT_ENV
+from perfscope.measure.job import combine_ranks, job_metrics
+from perfscope.results import RankMetrics, to_jsonable, write_json
+from perfscope.results.config import TrialConfig
+from perfscope.trial.data_parallel import (
+    RankInfo,
+    can_skip_all_communication,
+    gradient_sync,
+    init_process_group,
+    local_optimizer,
+)
+from perfscope.trial.launch import rank_result_path
+from perfscope.trial.loop import MeasuredRun, all_finite, capture_trace, run_trial
+
+LOCAL_WINDOW_MAX_STEPS = 30
+
+
+def run_rank(spec: dict[str, Any], result_path: Path) -> dict[str, Any]:
+    """This rank's outcome (also written to its own file); rank 0 also writes the job's ``result_path``."""
+    from perfscope.workload import load_workload
+
+    os.environ[JOB_ROOT_ENV] = str(os.getppid())  # the torchrun agent: the job's other ranks are not neighbours
+    config = TrialConfig.from_dict(spec["config"])
+    launch = spec.get("launch") or {}
+    info = init_process_group(config.device, timeout_s=float(launch.get("collective_timeout_s", 120.0)))
+    own_path = rank_result_path(result_path, info.rank)
+    workload = load_workload(spec["workload_path"])
+    run = run_trial(workload, config)
+    metrics = run.metrics
+    if not all_finite(metrics.losses):
+        bad = next(i for i, v in enumerate(metrics.losses) if not _finite(v))
+        return {"status": "nonfinite", "error": f"loss became {metrics.losses[bad]} at measured step {bad} on rank {info.rank}",
+                "metrics": to_jsonable(metrics)}
+    write_json(own_path, {"status": "ok", "error": None, "phase": "timed"})
+    ranked = rank_metrics(run, info, config)
+    if config.capture_trace and spec.get("artifacts_dir"):
+        artifacts = Path(spec["artifacts_dir"])
+        artifacts.mkdir(parents=True, exist_ok=True)
+        try:
+            capture_trace(run, config, artifacts)
+        except Exception as exc:  # noqa: BLE001 - the trace is optional, the measurement is not
+            metrics.unavailable["trace"] = f"trace capture failed: {type(exc).__name__}: {exc}"
+    communication = communication_of(run, info, config, ranked)
+    gathered: list[Any] = [None] * info.world_size if info.rank == 0 else []
+    dist.gather_object((to_jsonable(ranked), to_jsonable(communication) if communication else None),
+                       gathered if info.rank == 0 else None, dst=0)
+    if info.rank == 0:
+        job = job_result(metrics, config, info, gathered, launch)
+        write_json(result_path, {"status": "ok", "error": None, "metrics": to_jsonable(job)})
+    dist.barrier()  # no rank leaves (and tears the group down) while rank 0 still writes
+    dist.destroy_process_group()
+    return {"status": "ok", "error": None}
+
+
+def _finite(v: float | None) -> bool:
+    return v is not None and v == v and v not in (float("inf"), float("-inf"))
+
+
+def rank_metrics(run: MeasuredRun, info: RankInfo, config: TrialConfig) -> RankMetrics:
+    """This rank's own view of its window, its compute alone, and the training state it holds."""
+    m = run.metrics
+    step = run.step
+    window = m.windows[0] if m.windows else None
+    ranked = RankMetrics(
+        rank=info.rank, local_rank=info.local_rank, node=info.node, steps=m.steps,
+        samples=sum(w.samples for w in m.windows if w.samples is not None) if m.windows else None,
+        wall_s=m.wall_s, samples_per_s=m.samples_per_s, step_times_s=list(m.step_times_s),
+        data_wait_share=m.data_wait_share,
+        gc_collections=run.gc_pauses.collections if run.gc_pauses else None,
+        gc_pause_s=run.gc_pauses.pause_s if run.gc_pauses else None,
+        other_cpu_cores=window.contention.other_cpu_cores if window and window.contention else None,
+        peak_memory_bytes=m.peak_memory_bytes,
+        parameter_bytes=memory.parameter_bytes(step.model),
+        optimizer_state_bytes=memory.optimizer_state_bytes(local_optimizer(step.optimizer)),
+    )
+    ranked.gradient_bytes = m.memory_breakdown.gradients if m.memory_breakdown else None
+    if can_skip_all_communication(config):
+        ranked.local_step_times_s = local_compute_window(run, min(m.steps, LOCAL_WINDOW_MAX_STEPS))
+    else:
+        ranked.unavailable["local_step_times_s"] = (f"{config.data_parallel}: forward gathers parameters from the peers, "
+                                                    "so no step runs without communication")
+    return ranked
+
+
+def local_compute_window(run: MeasuredRun, steps: int) -> list[float]:
+    """Step times of forward + backward with the gradient sync off and no optimizer step (it changes nothing: the
+    gradients are dropped), each step synchronized: this rank's compute alone, for the straggler analysis."""
+    step = run.step
+    times = []
+    dist.barrier()  # start together, so a slow rank's window does not overlap a fast one's tail
+    for _ in range(steps):
+        synchronize(step.device)
+        start = time.perf_counter()
+        for _ in range(step.config.grad_accum_steps):
+            batch = step.next_batch(None)
+            with gradient_sync(step.wrapped, enabled=False):
+                loss = step.micro_loss(step.step_model, batch) / step.config.grad_accum_steps
+                (step.scaler.scale(loss) if step.scaler is not None else loss).backward()
+        step.optimizer.zero_grad(set_to_none=True)
+        synchronize(step.device)
+        times.append(time.perf_counter() - start)
+    dist.barrier()
+    return times
+
+
+def communication_of(run: MeasuredRun, info: RankInfo, config: TrialConfig, ranked: RankMetrics) -> Any:
+    """This rank's communication facts from its trace (None without a trace), with the micro-benchmarked bus
+    bandwidth of each collective it ran; the per-step figures also go to ``ranked``. Every rank runs the same
+    micro-benchmarks in the same order (they are collectives)."""
+    try:
+        from perfscope.measure.collectives import benchmark_collective
+        from perfscope.trace.communication import communication_facts
+    except ImportError as exc:
+        ranked.unavailable["collective_s_per_step"] = f"communication analysis not available: {exc}"
+        return None
+
+    metrics = run.metrics
+    payload = payload_bytes(run, config, info.world_size)
+    bench: dict[str, tuple[int, float | None]] = {}
+    for op, nbytes in sorted(payload.items()):
+        size = max(min(nbytes, microbench_bytes(config)), 4)
+        try:
+            bench[op] = (size, benchmark_collective(op, size, device=config.device))
+        except Exception as exc:  # noqa: BLE001 - the benchmark is context, not the measurement
+            bench[op] = (size, None)
+            ranked.unavailable[f"microbench.{op}"] = f"{type(exc).__name__}: {exc}"
+    if not metrics.trace_path:
+        ranked.unavailable["collective_s_per_step"] = metrics.unavailable.get("trace", "no trace captured")
+        return None
+    try:
+        facts = communication_facts(Path(metrics.trace_path), rank=info.rank, device_type=config.device,
+                                    steps=3, world_size=info.world_size, payload_bytes=payload)
+    except Exception as exc:  # noqa: BLE001
+        ranked.unavailable["collective_s_per_step"] = f"trace analysis failed: {type(exc).__name__}: {exc}"
+        return None
+    for stat in facts.collectives:
+        if stat.op in bench:
+            stat.microbench_bytes, stat.microbench_bus_gbps = bench[stat.op]
+    ranked.collective_s_per_step = facts.collective_s
+    ranked.exposed_collective_s_per_step = facts.exposed_collective_s
+    return facts
+
+
+def payload_bytes(run: MeasuredRun, config: TrialConfig, world_size: int) -> dict[str, int]:
+    """What the strategy moves per optimizer step, by collective: DDP all-reduces every gradient once per sync;
+    FSDP2 all-gathers the parameters (again in backward when it resharded after forward) and reduce-scatters
+    the gradients; ZeRO-1 adds a broadcast of the updated parameters."""
+    step = run.step
+    trainable = [p for p in step.model.parameters() if p.requires_grad]
+    local = sum(memory.local_tensor(p).numel() * p.element_size() for p in trainable)
+    syncs = 1 if config.no_sync else config.grad_accum_steps
+    if config.data_parallel in ("ddp", "zero1"):
+        grad_bytes = local
+        if config.comm_hook in ("bf16", "fp16"):
+            grad_bytes //= 2
+        out = {"all_reduce": grad_bytes * syncs}
+        if config.data_parallel == "zero1":
+            out["broadcast"] = local
+        return out
+    if config.data_parallel == "fsdp":
+        full = local * world_size
+        wire = 2 if config.fsdp_mixed_precision else 4
+        full_wire = full * wire // 4
+        gathers = (2 if config.reshard_after_forward else 1) * config.grad_accum_steps
+        return {"all_gather": full_wire * gathers, "reduce_scatter": full_wire * syncs}
+    return {}
+
+
+def microbench_bytes(config: TrialConfig) -> int:
+    """The payload of one collective call: a DDP bucket (25 MB by default), smaller when the model is."""
+    return int((config.bucket_cap_mb or 25.0) * 1024 * 1024)
+
+
+def job_result(metrics: Any, config: TrialConfig, info: RankInfo, gathered: list[Any], launch: dict[str, Any]) -> Any:
+    """Rank 0's metrics turned into the job's: every rank's figures, the job's throughput, communication."""
+    from perfscope.measure.cores import numa_node_count
+    from perfscope.results import CommunicationFacts, from_jsonable
+
+    ranks = [from_jsonable(RankMetrics, r, f"rank[{i}]") for i, (r, _) in enumerate(gathered)]
+    comms = [from_jsonable(CommunicationFacts, c, f"communication[{i}]") for i, (_, c) in enumerate(gathered) if c]
+    facts = combine_ranks(ranks, backend=info.backend, data_parallel=config.data_parallel,
+                          nnodes=int(launch.get("nnodes", config.nnodes)),
+                          nproc_per_node=int(launch.get("nproc_per_node", config.nproc_per_node)),
+                          global_batch=config.global_batch)
+    if comms:
+        # The rank that waited least in collectives: its exposed time is the network's, not a wait for a peer.
+        facts.communication = min(comms, key=lambda c: c.exposed_collective_s)
+    else:
+        facts.unavailable["communication"] = metrics.unavailable.get("trace", "no trace captured")
+    facts.numa_nodes = numa_node_count()
+    facts.numa_binding = config.numa_binding
+    return job_metrics(metrics, facts)
+
