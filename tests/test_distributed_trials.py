@@ -1,0 +1,111 @@
+"""Distributed trials on this CPU (gloo, 2 ranks): per-rank metrics, and a rank that crashes, dies or hangs named in
+the trial's status, with no process left behind. Each test is a real torchrun job of fresh interpreters."""
+
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from perfscope.measure.mfu import choose_peak
+from perfscope.results import Environment, Results, WorkloadInfo
+from perfscope.results.config import TrialConfig
+from perfscope.trial.launch import Launch
+from perfscope.trial.session import Progress, Session
+
+WORKLOADS = Path(__file__).parent / "workloads"
+pytestmark = pytest.mark.slow
+
+DDP = TrialConfig(micro_batch_size=8, steps=6, warmup_steps=1, nproc_per_node=2, data_parallel="ddp", count_flops=False,
+                  sample_utilization=False)
+
+
+def _session(tmp_path: Path, *, timeout_s: float = 120, collective_timeout_s: float = 60) -> Session:
+    results = Results(
+        environment=Environment(device_type="cpu", device_name="test cpu", measured_ceiling_tflops={"fp32": 0.1}),
+        workload=WorkloadInfo(path=str(WORKLOADS / "ddp_ranks.py"), sha256="x", name="ddp_ranks"),
+    )
+    results.peak = choose_peak(results.environment)
+    return Session(results, out_dir=tmp_path, workload_path=WORKLOADS / "ddp_ranks.py", timeout_s=timeout_s,
+                   progress=Progress(), contention_retries=0,
+                   launch=Launch(nproc_per_node=2, collective_timeout_s=collective_timeout_s))
+
+
+def _leftovers(tmp_path: Path) -> list[int]:
+    """Processes still running a spec under tmp_path (ranks, agents, DataLoader workers of this test's jobs)."""
+    time.sleep(0.5)
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and str(tmp_path) in " ".join(proc.info["cmdline"] or []):
+                found.append(proc.info["pid"])
+        except psutil.Error:
+            pass
+    return found
+
+
+def test_a_ddp_trial_records_every_rank_and_the_job(tmp_path, monkeypatch):
+    monkeypatch.delenv("PERFSCOPE_TEST_RANK_MODE", raising=False)
+    trial = _session(tmp_path).measure("baseline", DDP.replace(capture_trace=True))
+    assert trial.status == "ok", trial.error
+    facts = trial.metrics.distributed
+    assert facts.world_size == 2 and facts.backend == "gloo" and facts.data_parallel == "ddp"
+    assert facts.global_batch == 16
+    assert [r.rank for r in facts.ranks] == [0, 1]
+    for rank in facts.ranks:
+        assert rank.steps == 6 and rank.samples == 48 and len(rank.step_times_s) == 6
+        assert rank.samples_per_s == pytest.approx(48 / rank.wall_s)
+        assert len(rank.local_step_times_s) == 6 and all(t > 0 for t in rank.local_step_times_s)
+        assert rank.parameter_bytes == (32 * 64 + 64 + 64 * 10 + 10) * 4
+    slowest = max(r.wall_s for r in facts.ranks)
+    assert trial.metrics.samples_per_s == pytest.approx(96 / slowest)  # all ranks' work over the slowest window
+    assert facts.job_samples_per_s == trial.metrics.samples_per_s
+    assert trial.metrics.wall_s == pytest.approx(slowest)
+    assert (tmp_path / "trials" / "baseline" / "trace" / "rank0.json.gz").exists()
+    assert (tmp_path / "trials" / "baseline" / "trace" / "rank1.json.gz").exists()
+    assert Results.load(tmp_path / "results.json").trial("baseline").metrics.distributed.world_size == 2
+    assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("mode", "status", "message"),
+    [
+        ("crash", "error", "rank 1: ValueError: shapes do not match"),
+        ("segfault", "crashed", "rank 1: process killed by signal SIGSEGV"),
+    ],
+)
+def test_a_failing_rank_is_named(tmp_path, monkeypatch, mode, status, message):
+    monkeypatch.setenv("PERFSCOPE_TEST_RANK_MODE", mode)
+    trial = _session(tmp_path).measure("t", DDP)
+    assert trial.status == status
+    assert message in (trial.error or ""), trial.error
+    assert Results.load(tmp_path / "results.json").trial("t").status == status
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_hanging_rank_is_a_timeout_naming_it_and_leaves_nothing_behind(tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFSCOPE_TEST_RANK_MODE", "hang")
+    start = time.monotonic()
+    trial = _session(tmp_path, timeout_s=300, collective_timeout_s=5).measure("t", DDP)
+    assert trial.status == "timeout"
+    assert "rank 1 stopped responding" in trial.error and "rank(s) 0" in trial.error, trial.error
+    assert time.monotonic() - start < 120  # the collective timeout ended it, not the trial's 300 s
+    assert _leftovers(tmp_path) == []
+
+
+def test_the_trial_timeout_kills_the_whole_job(tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFSCOPE_TEST_RANK_MODE", "hang")
+    trial = _session(tmp_path, timeout_s=25, collective_timeout_s=600).measure("t", DDP)
+    assert trial.status == "timeout"
+    assert "exceeded 25 s" in trial.error, trial.error
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_straggler_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFSCOPE_TEST_RANK_MODE", "straggle")
+    monkeypatch.setenv("PERFSCOPE_TEST_STRAGGLE_S", "0.03")
+    trial = _session(tmp_path).measure("t", DDP.replace(steps=12))
+    assert trial.status == "ok", trial.error
+    facts = trial.metrics.distributed
+    assert [s.rank for s in facts.stragglers] == [1], facts.straggler_method
+    assert facts.stragglers[0].slowest_share > 0.8
