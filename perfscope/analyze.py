@@ -222,6 +222,12 @@ def _measure(results: Results, options: AnalyzeOptions, runner: TrialRunner, wor
         results.notes.append("interrupted by the user: the runs that finished are reported")
         print("\nperfscope: interrupted — saving the finished runs", file=sys.stderr)
         return True
+    finally:
+        if options.launch is not None and options.launch.nnodes > 1:
+            from perfscope.trial.follower import stop_followers
+
+            print("perfscope: telling the other nodes' workers that the analysis is over ...", file=sys.stderr)
+            stop_followers(options.launch, options.out_dir / "trials" / "_stop", device=device)
     return False
 
 

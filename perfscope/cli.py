@@ -107,6 +107,16 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return analyze(options)
 
 
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from perfscope.trial.follower import follow
+
+    launch = _launch(args)
+    if launch is None or launch.nnodes < 2 or launch.node_rank == 0:
+        raise UserError("perfscope worker is for nodes 1..N-1 of a multi-node analysis: give --nnodes > 1, "
+                        "--node-rank > 0 and node 0's --rdzv-endpoint")
+    return follow(Path(args.file), launch, device=args.device, work_dir=Path(args.out))
+
+
 def _launch(args: argparse.Namespace) -> Any:
     """torchrun's arguments for distributed runs (None: one process), checked before anything runs."""
     from perfscope.trial.launch import Launch
@@ -288,6 +298,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-trace", action="store_true", help="do not capture profiler traces")
     _add_launch_arguments(p)
     p.set_defaults(handler=_cmd_analyze)
+
+    p = sub.add_parser("worker", help="lend this node's ranks to a multi-node analysis run on node 0")
+    p.add_argument("file", help="the same workload file node 0 analyzes (this node's copy)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cuda", help="the device node 0's trials use")
+    p.add_argument("--out", default="perfscope-worker", help="this node's logs and traces (default perfscope-worker)")
+    _add_launch_arguments(p)
+    p.set_defaults(handler=_cmd_worker)
 
     p = sub.add_parser("report", help="re-render a report from a results.json")
     p.add_argument("results", help="path to results.json")

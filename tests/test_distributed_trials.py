@@ -109,3 +109,45 @@ def test_a_straggler_is_named(tmp_path, monkeypatch):
     facts = trial.metrics.distributed
     assert [s.rank for s in facts.stragglers] == [1], facts.straggler_method
     assert facts.stragglers[0].slowest_share > 0.8
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_local_nodes_run_one_job_and_the_worker_stops(tmp_path, monkeypatch):
+    """Multi-node, as far as one machine can test it: two torchrun agents (--nnodes 2, static rendezvous), node 1 a
+    `perfscope worker` that learns each trial from rank 0, and the stop job that ends it."""
+    import subprocess
+    import sys
+
+    from perfscope.trial.follower import stop_followers
+
+    monkeypatch.delenv("PERFSCOPE_TEST_RANK_MODE", raising=False)
+    endpoint = f"127.0.0.1:{_free_port()}"
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "perfscope", "worker", str(WORKLOADS / "ddp_ranks.py"), "--device", "cpu", "--nnodes", "2",
+         "--node-rank", "1", "--nproc-per-node", "1", "--rdzv-endpoint", endpoint, "--out", str(tmp_path / "worker")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        launch = Launch(nproc_per_node=1, nnodes=2, node_rank=0, rdzv_endpoint=endpoint, collective_timeout_s=60)
+        session = _session(tmp_path)
+        session.launch = launch
+        trial = session.measure("baseline", DDP.replace(nproc_per_node=1, nnodes=2))
+        assert trial.status == "ok", trial.error
+        facts = trial.metrics.distributed
+        assert facts.world_size == 2 and facts.nnodes == 2 and facts.nproc_per_node == 1
+        assert [r.rank for r in facts.ranks] == [0, 1] and all(r.samples == 48 for r in facts.ranks)
+        assert stop_followers(launch, tmp_path / "stop", device="cpu") == "stop"
+        out, _ = worker.communicate(timeout=120)
+        assert worker.returncode == 0, out
+        assert "analysis is over" in out
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert _leftovers(tmp_path) == []

@@ -136,7 +136,7 @@ def _run_rank_of_job(spec: dict[str, Any], result_path: Path) -> int:
     except BaseException as exc:  # noqa: BLE001 - every failure is a recorded status
         outcome = {"status": classify_exception(exc), "error": f"{type(exc).__name__}: {exc}", "traceback": error_tail(exc)}
     write_json(rank_result_path(result_path, rank), outcome)
-    return 0 if outcome.get("status") == "ok" else 1
+    return 0 if outcome.get("status") in ("ok", "stop") else 1
 
 
 def main(argv: list[str]) -> int:

@@ -63,6 +63,13 @@ class Launch:
     def world_size(self) -> int:
         return self.nproc_per_node * self.nnodes
 
+    @property
+    def local_ranks(self) -> range:
+        """The global ranks on this node (static rendezvous: node_rank × nproc_per_node + local rank): only their
+        result files are on this machine."""
+        first = self.node_rank * self.nproc_per_node
+        return range(first, first + self.nproc_per_node)
+
     def torchrun_args(self, *, numa_binding: str | None = None) -> list[str]:
         args = ["--nproc-per-node", str(self.nproc_per_node), "--max-restarts", "0", "--monitor-interval", "0.5"]
         if self.nnodes == 1 and self.rdzv_endpoint is None:
@@ -122,7 +129,8 @@ def kill_tree(root: int) -> None:
 def run_job(spec_path: Path, result_path: Path, log_path: Path, *, launch: Launch, timeout_s: float,
             env: dict[str, str] | None = None, numa_binding: str | None = None) -> JobOutcome:
     """Run the spec as a torchrun job; classify how it ended (see the module docstring)."""
-    for rank in range(launch.world_size):
+    result_path.unlink(missing_ok=True)
+    for rank in launch.local_ranks:
         rank_result_path(result_path, rank).unlink(missing_ok=True)
     start = time.perf_counter()
     timed_out = False
@@ -177,9 +185,9 @@ def classify_job(result_path: Path, log_path: Path, *, launch: Launch, timed_out
     without a result (the agent's "Root Cause" names its exit code), else a rank still running (a hang).
     """
     job = _read(result_path)
-    if job is not None and job.get("status") == "ok" and not timed_out:
-        return JobOutcome("ok", None, job, wall)
-    ranks = {r: _read(rank_result_path(result_path, r)) for r in range(launch.world_size)}
+    if job is not None and job.get("status") in ("ok", "stop") and not timed_out:
+        return JobOutcome(str(job["status"]), None, job, wall)
+    ranks = {r: _read(rank_result_path(result_path, r)) for r in launch.local_ranks}
     agent_log = _tail(log_path, 40)
     own_failures = [(r, p) for r, p in ranks.items()
                     if p is not None and p.get("status") not in ("ok", None) and not _victim(p)]

@@ -45,9 +45,16 @@ def run_rank(spec: dict[str, Any], result_path: Path) -> dict[str, Any]:
     from perfscope.workload import load_workload
 
     os.environ[JOB_ROOT_ENV] = str(os.getppid())  # the torchrun agent: the job's other ranks are not neighbours
-    config = TrialConfig.from_dict(spec["config"])
     launch = spec.get("launch") or {}
-    info = init_process_group(config.device, timeout_s=float(launch.get("collective_timeout_s", 120.0)))
+    device = spec["device"] if spec.get("mode") == "follow" else spec["config"]["device"]
+    info = init_process_group(device, timeout_s=float(launch.get("collective_timeout_s", 120.0)))
+    spec = agree_on_spec(spec, info)
+    if spec.get("mode") == "stop":  # the leader's analysis is over: the other nodes' workers go home
+        if info.rank == 0:
+            write_json(result_path, {"status": "stop", "error": None})
+        dist.destroy_process_group()
+        return {"status": "stop", "error": None}
+    config = TrialConfig.from_dict(spec["config"])
     own_path = rank_result_path(result_path, info.rank)
     workload = load_workload(spec["workload_path"])
     run = run_trial(workload, config)
@@ -75,6 +82,21 @@ def run_rank(spec: dict[str, Any], result_path: Path) -> dict[str, Any]:
     dist.barrier()  # no rank leaves (and tears the group down) while rank 0 still writes
     dist.destroy_process_group()
     return {"status": "ok", "error": None}
+
+
+def agree_on_spec(spec: dict[str, Any], info: RankInfo) -> dict[str, Any]:
+    """Rank 0's spec, on every rank: on another node (perfscope worker) a rank knows only how to join the job, and
+    learns what to run from rank 0 — with its own node's paths for the workload file and the artifacts. On one node
+    every rank already has it; the broadcast costs a millisecond and keeps one code path for both."""
+    box = [spec if info.rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    leader: dict[str, Any] = box[0]  # type: ignore[assignment]
+    if info.rank == 0 or spec.get("mode") != "follow":
+        return leader
+    local = {"workload_path": spec["workload_path"]}
+    if leader.get("artifacts_dir"):
+        local["artifacts_dir"] = str(Path(spec["work_dir"]) / Path(leader["artifacts_dir"]).name)
+    return {**leader, **local}
 
 
 def _finite(v: float | None) -> bool:

@@ -1,0 +1,71 @@
+"""The other nodes of a multi-node analysis: `perfscope worker FILE --nnodes N --node-rank R --rdzv-endpoint H:P`.
+
+    node 0:  perfscope analyze train.py --nnodes 2 --node-rank 0 --nproc-per-node 8 --rdzv-endpoint node0:29400
+    node 1:  perfscope worker  train.py --nnodes 2 --node-rank 1 --nproc-per-node 8 --rdzv-endpoint node0:29400
+
+Node 0 decides what to run (the sweep adapts to what it measured); every other node only lends its ranks. Each of
+its trials is one torchrun job on every node: here a worker starts torchrun's agent with the same rendezvous
+arguments, again and again, and its ranks learn the trial's configuration from rank 0 when the job starts
+(perfscope.trial.rank.agree_on_spec). When node 0's analysis ends it runs one last job that says stop.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from perfscope.results.io import read_json, write_text
+from perfscope.trial.launch import Launch, rank_result_path, run_job
+
+BETWEEN_JOBS_S = 2.0
+"""A pause before joining the next job: node 0's agent of the last job must be gone, or this node's agent could
+meet it at the rendezvous instead of the next one."""
+
+
+def follow(workload_path: Path, launch: Launch, *, device: str, work_dir: Path, job_timeout_s: float = 24 * 3600,
+           max_jobs: int | None = None) -> int:
+    """Lend this node's ranks to node 0's trials until it says stop (0), or ``max_jobs`` ran (1)."""
+    if launch.node_rank == 0:
+        raise ValueError("node 0 runs `perfscope analyze`; `perfscope worker` is for the other nodes")
+    jobs = 0
+    while max_jobs is None or jobs < max_jobs:
+        jobs += 1
+        job_dir = work_dir / f"job{jobs:04d}"
+        job_dir.mkdir(parents=True, exist_ok=True)
+        spec_path, result_path = job_dir / "spec.json", job_dir / "result.json"
+        spec = {"mode": "follow", "device": device, "workload_path": str(workload_path.resolve()),
+                "work_dir": str(job_dir), "launch": launch.to_dict(), "result_path": str(result_path)}
+        write_text(spec_path, json.dumps(spec))
+        print(f"perfscope worker: node {launch.node_rank} joining job {jobs} at {launch.rdzv_endpoint} ...",
+              file=sys.stderr, flush=True)
+        outcome = run_job(spec_path, result_path, job_dir / "trial.log", launch=launch, timeout_s=job_timeout_s)
+        statuses = [_status(rank_result_path(result_path, r)) for r in launch.local_ranks]
+        if "stop" in statuses:
+            print("perfscope worker: node 0's analysis is over", file=sys.stderr)
+            return 0
+        # Rank 0 (on node 0) writes the job's result; here each local rank's own status is what there is to say.
+        said = ", ".join(f"rank {r}: {st or 'no result'}" for r, st in zip(launch.local_ranks, statuses, strict=True))
+        print(f"perfscope worker: job {jobs} ended ({said}; the job: {outcome.status if outcome.status != 'crashed' else 'see node 0'})",
+              file=sys.stderr, flush=True)
+        time.sleep(BETWEEN_JOBS_S)
+    return 1
+
+
+def _status(path: Path) -> str | None:
+    try:
+        payload = read_json(path)
+    except Exception:  # noqa: BLE001 - a rank that died wrote nothing
+        return None
+    return payload.get("status") if isinstance(payload, dict) else None
+
+
+def stop_followers(launch: Launch, work_dir: Path, *, device: str, timeout_s: float = 300.0) -> str:
+    """Node 0, at the end of its analysis: one last job whose spec says stop (the followers' loop ends); on the
+    trials' device, so every rank joins with the same backend."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    spec_path, result_path = work_dir / "spec.json", work_dir / "result.json"
+    write_text(spec_path, json.dumps({"mode": "stop", "config": {"device": device}, "launch": launch.to_dict(),
+                                      "result_path": str(result_path)}))
+    return run_job(spec_path, result_path, work_dir / "trial.log", launch=launch, timeout_s=timeout_s).status
