@@ -18,7 +18,7 @@ from typing import Any
 from perfscope.report import facts
 from perfscope.report.escaping import plotly_text
 from perfscope.report.story import gain_of, gain_words
-from perfscope.results import Results, Trial, UtilizationSample
+from perfscope.results import DistributedFacts, Results, Trial, UtilizationSample
 from perfscope.results.breakdown import StepSlice
 
 MAX_POINTS_PER_CHART = 2000  # keeps the page small whatever the run length
@@ -520,6 +520,32 @@ def gain_chart(results: Results) -> Chart | None:
                          "interval; right of the 1.0 line is faster. Green: decidedly faster; red: slower; grey: no "
                          "significant change (n.s.).",
                  figure=figure, wide=True)
+
+
+def rank_step_chart(facts: DistributedFacts) -> Chart | None:
+    """Step time per rank (wall / steps), each rank's own compute step (its window without gradient sync) beside it;
+    straggler ranks in red: a slow rank shows as a long compute bar, its peers' waiting as the gap to their step."""
+    ranks = [r for r in facts.ranks if r.mean_step_time_s is not None]
+    if not ranks:
+        return None
+    stragglers = {s.rank for s in facts.stragglers}
+    labels = [plotly_text(f"rank {r.rank}" + (f" · {r.node}" if r.node else "")) for r in ranks]
+    data: list[dict[str, Any]] = [{
+        "type": "bar", "name": "step (wall / steps)", "x": labels, "y": [r.mean_step_time_s * 1e3 for r in ranks],  # type: ignore[operator]
+        "marker": {"color": [RED if r.rank in stragglers else BLUE for r in ranks]},
+        "hovertemplate": "%{x}<br>step %{y:.1f} ms<extra></extra>",
+    }]
+    local = [r.mean_local_step_time_s for r in ranks]
+    if any(v is not None for v in local):
+        data.append({
+            "type": "bar", "name": "own compute (no gradient sync)", "x": labels, "y": [v * 1e3 if v is not None else None for v in local],
+            "marker": {"color": [ORANGE if r.rank in stragglers else TEAL for r in ranks]},
+            "hovertemplate": "%{x}<br>compute only %{y:.1f} ms<extra></extra>",
+        })
+    caption = ("Each rank's mean step (wall / steps of its window) and, beside it, its own compute step from a window without "
+               "gradient communication (no peer can slow it). Straggler ranks are red (their compute orange).")
+    return Chart(id="rank-steps", title="Step time per rank", caption=caption,
+                 figure={"data": data, "layout": _layout("", "Time per step (ms)", barmode="group")}, wide=True)
 
 
 def _empty(chart: Chart) -> bool:

@@ -39,7 +39,8 @@ def plotly_js() -> str:
 
 
 def charts_json(view: ReportView) -> str:
-    charts = ([view.gain_chart] if view.gain_chart else []) + view.charts
+    dist = view.distributed.chart if view.distributed else None
+    charts = ([view.gain_chart] if view.gain_chart else []) + ([dist] if dist else []) + view.charts
     return script_json([{"id": c.id, "figure": c.figure} for c in charts])
 
 
@@ -47,7 +48,7 @@ def render_view_html(view: ReportView) -> str:
     # The two Markup() values are the only unescaped inserts in the page; both were made safe above.
     return template_environment().get_template("base.html.j2").render(
         view=view,
-        plotly_js=Markup(plotly_js()) if view.charts or view.gain_chart else "",
+        plotly_js=Markup(plotly_js()) if view.charts or view.gain_chart or (view.distributed and view.distributed.chart) else "",
         charts_json=Markup(charts_json(view)),
     )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from perfscope.report.distributed import DistributedView
 from perfscope.report.view import FindingView, ReportView, build_view
 from perfscope.results import Results
 
@@ -91,6 +92,32 @@ def _structure(view: ReportView) -> list[str]:
     return out + [""]
 
 
+def _distributed(d: DistributedView | None) -> list[str]:
+    """The data-parallel section, compact: the launch in one line, every rank, communication, the sharding table."""
+    if d is None:
+        return []
+    out = ["## Distributed", "", f"Trial {code(d.trial)}: " + " · ".join(f"{md(f.label)} {md(f.value)}" for f in d.launch), ""]
+    rows = [[md(r.rank) + (" **straggler**" if r.straggler else "") + (" (slowest)" if r.slowest else ""), code(r.node, in_table=True),
+             md(r.step_time), md(r.samples_per_s), md(r.data_wait), md(r.compute_step), md(r.peak_memory), md(r.collective), md(r.exposed)]
+            for r in d.ranks]
+    out += _table(["Rank", "Node", "Step", "Samples/s", "Data wait", "Own compute step", f"Peak memory ({md(d.memory_label)})",
+                   "Collectives / step", "Exposed / step"], rows, ["l", "l", "r", "r", "r", "r", "r", "r", "r"]) + [""]
+    out += [f"- **Straggler** {md(s)}" for s in d.stragglers] + ([""] if d.stragglers else [])
+    if d.communication:
+        out += ["Communication vs compute per step: " + "; ".join(f"{md(f.label.lower())} {md(f.value)}" for f in d.communication), ""]
+    if d.collectives:
+        rows = [[code(c.op, in_table=True), md(c.calls), md(c.time), md(c.payload), md(c.bus), md(c.microbench), md(c.share)] for c in d.collectives]
+        out += _table(["Collective", "Calls / step", "Time / step", "Payload / step", "Bus (achieved)", "Bus (micro-benchmark)", "Of the link"],
+                      rows, ["l", "r", "r", "r", "r", "r", "r"]) + [""]
+    if d.sharding:
+        rows = [[md(r.strategy) + (" (this run)" if r.current else ""), md(r.parameters), md(r.gradients), md(r.optimizer_state), md(r.total),
+                 md(r.measured)] for r in d.sharding]
+        out += ["Training state per rank by strategy (the memory model; measured where a run used it):", ""]
+        out += _table(["Strategy", "Parameters", "Gradients", "Optimizer state", "Total (model)", "Measured"], rows,
+                      ["l", "r", "r", "r", "r", "r"]) + [""]
+    return out + [md(n) for n in d.notes] + ([""] if d.notes else [])
+
+
 def render_view_markdown(view: ReportView) -> str:
     out = [f"# perfscope report: {md(view.title)}", ""]
     out += [f"Device: {md(view.device)} · Peak: {md(view.peak)} ({md(view.peak_source)})" + (f" · Run: {md(view.created_at)}" if view.created_at else ""), ""]
@@ -159,6 +186,8 @@ def render_view_markdown(view: ReportView) -> str:
         # One line, not a table: these knobs mean nothing on this run (Markdown has no folding without raw HTML).
         out += [f"Did not apply to this run ({len(view.inapplicable)}): " + "; ".join(f"{code(k.knob)} ({md(k.reason)})" for k in view.inapplicable), ""]
     out += [md(n) for n in view.sweep_notes] + ([""] if view.sweep_notes else [])
+
+    out += _distributed(view.distributed)
 
     if view.trace_diff:
         out += ["## Where the time went (baseline → recommended, from the traces)", ""]

@@ -10,7 +10,9 @@ from perfscope.results import Finding, Results
 from perfscope.rules import engine
 from perfscope.rules.compile_fusion import CompileFusion
 from perfscope.rules.data_loader_stall import DataLoaderStall
+from perfscope.rules.data_parallel_memory import DataParallelMemory
 from perfscope.rules.engine import Rule, RuleContext, partition_findings
+from perfscope.rules.exposed_communication import ExposedCommunication
 from perfscope.rules.fragmentation import AllocatorFragmentation
 from perfscope.rules.gc_pauses import GcPauses
 from perfscope.rules.host_saturation import HostCpuSaturation
@@ -21,8 +23,10 @@ from perfscope.rules.misaligned_gemm import MisalignedGemm
 from perfscope.rules.mixed_precision import MixedPrecision
 from perfscope.rules.near_oom import NearOom
 from perfscope.rules.nonfinite import NonFiniteLoss
+from perfscope.rules.numa_binding import NumaBinding
 from perfscope.rules.optimizer_state import OptimizerState
 from perfscope.rules.pageable_copies import PageableCopies
+from perfscope.rules.stragglers import Stragglers
 from perfscope.rules.sync_points import SyncPoints
 from perfscope.rules.tf32 import Tf32Matmul
 from perfscope.rules.throttling import Throttling
@@ -47,6 +51,10 @@ def all_rules() -> list[Rule]:
         GcPauses(),
         HostCpuSaturation(),
         Throttling(),
+        ExposedCommunication(),
+        Stragglers(),
+        DataParallelMemory(),
+        NumaBinding(),
     ]
 
 

@@ -13,3 +13,7 @@ def ms(seconds: float) -> str:
 
 def gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:.1f} MiB"

@@ -9,6 +9,8 @@ KNOB_ADDRESSES: dict[str, list[str]] = {
     "fused_optimizer": ["optimizer"], "channels_last": ["conv"], "dataloader_workers": ["data_wait"],
     "persistent_workers": ["data_wait"], "prefetch_factor": ["data_wait"], "pin_memory": ["memcpy", "sync"],
     "gc_freeze": ["host", "launch"], "micro_batch": ["step"], "grad_accum": ["step"],
+    "no_sync_accumulation": ["communication"], "ddp_bucket_cap": ["communication"], "grad_compression": ["communication"],
+    "numa_binding": ["host", "data_wait"],
 }
 """The slices of the step-time breakdown (perfscope.results.breakdown) each knob acts on; memory knobs act on none."""
 

@@ -29,6 +29,7 @@ from perfscope.results import (
 from perfscope.rules import all_rules, partition_findings, run_rules
 from perfscope.rules.engine import Rule, RuleContext, run
 from perfscope.stats import summarize
+from tests.distributed_factories import make_distributed_results
 from tests.factories import make_results, make_trace_facts, make_trial
 
 GiB = 2**30
@@ -121,6 +122,12 @@ CASES: dict[str, tuple[Callable[[], Results], Callable[[], Results]]] = {
               lambda: _metrics(_results(device="cpu"), utilization=_util(cpu_percent=summarize([99.0, 99.0])))),
     "PS702": (lambda: _metrics(_results(), utilization=_util(throttle_reasons_seen=["HW thermal slowdown"], sm_clock_mhz=summarize([1980, 1400, 1980]))),
               lambda: _metrics(_results(), utilization=_util(throttle_reasons_seen=[], sm_clock_mhz=summarize([1980, 1975, 1980])))),
+    # data-parallel runs (tests/rules/test_distributed_rules.py has the details)
+    "PS801": (lambda: make_distributed_results(exposed_share=0.3), lambda: make_distributed_results(exposed_share=0.05)),
+    "PS802": (lambda: make_distributed_results(straggler=2), lambda: make_distributed_results()),
+    "PS803": (lambda: make_distributed_results(peak_bytes=74 * GiB, state_bytes=(8 * GiB, 8 * GiB, 32 * GiB)),
+              lambda: make_distributed_results(peak_bytes=40 * GiB, state_bytes=(8 * GiB, 8 * GiB, 32 * GiB))),
+    "PS804": (lambda: make_distributed_results(numa_nodes=2), lambda: make_distributed_results(numa_nodes=2, numa_binding="node")),
 }
 
 

@@ -1,0 +1,44 @@
+"""What the data-parallel rules share: the baseline's distributed facts and the sweep's outcomes they report.
+
+A data-parallel baseline carries `TrialMetrics.distributed` (perfscope.results.distributed); a single-process run
+has None there, and every rule that reads it stays silent.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from perfscope.results import DistributedFacts, KnobOutcome, RankMetrics
+from perfscope.rules.engine import RuleContext
+
+
+def distributed_facts(ctx: RuleContext) -> DistributedFacts | None:
+    """The baseline's data-parallel facts (None for one process, or a job of one rank)."""
+    facts = ctx.metrics.distributed
+    return facts if facts is not None and facts.world_size > 1 else None
+
+
+def measured_outcomes(ctx: RuleContext, knobs: tuple[str, ...]) -> list[KnobOutcome]:
+    """The knobs of ``knobs`` the sweep measured (a run with a gain against the baseline), in that order."""
+    out = []
+    for knob_id in knobs:
+        o = ctx.knob(knob_id)
+        if o is not None and o.status == "measured" and o.gain is not None and o.trial and o.trial != ctx.baseline.name:
+            out.append(o)
+    return out
+
+
+def compute_step_s(rank: RankMetrics) -> float | None:
+    """The rank's own compute per step: its window without gradient communication when it ran one, else None."""
+    return rank.mean_local_step_time_s
+
+
+def median_of_others(facts: DistributedFacts, rank: int) -> tuple[float | None, str]:
+    """(median over the other ranks of their compute step, what it is): their no-communication window when every
+    one of them ran it, else their full step (which includes the wait for the slow rank: an upper bound)."""
+    others = [r for r in facts.ranks if r.rank != rank]
+    local = [compute_step_s(r) for r in others]
+    if others and all(t is not None for t in local):
+        return statistics.median(t for t in local if t is not None), "their step without gradient communication"
+    steps = [r.mean_step_time_s for r in others if r.mean_step_time_s is not None]
+    return (statistics.median(steps), "their full step (it includes waiting for this rank)") if steps else (None, "")

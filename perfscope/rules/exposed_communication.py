@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfscope.results import CommunicationFacts, DistributedFacts, Finding, KnobOutcome
+from perfscope.rules._distributed import distributed_facts, measured_outcomes
+from perfscope.rules._text import mib, ms, pct
+from perfscope.rules.engine import Rule, RuleContext
+
+COMM_KNOBS = ("no_sync_accumulation", "ddp_bucket_cap", "grad_compression")
+"""The sweep's knobs that cut or hide gradient communication, in the order the fix lists them."""
+SLOW_LINK = 0.5
+"""Achieved bus bandwidth below this share of the micro-benchmark's: the collective waits rather than moves bytes."""
+
+NO_SYNC = (" for i, micro in enumerate(micro_batches):   # accumulation: one gradient all-reduce per optimizer step\n"
+           "-    loss_fn(model(micro)).backward()\n"
+           "+    last = i == len(micro_batches) - 1\n"
+           "+    with contextlib.nullcontext() if last else model.no_sync():   # skip the all-reduce but on the last micro-batch\n"
+           "+        loss_fn(model(micro)).backward()")
+FSDP_NO_SYNC = (" for i, micro in enumerate(micro_batches):   # accumulation: one reduce-scatter per optimizer step\n"
+                "+    model.set_requires_gradient_sync(i == len(micro_batches) - 1)\n"
+                "     loss_fn(model(micro)).backward()")
+BUCKET = ("-model = DistributedDataParallel(model)\n"
+          "+model = DistributedDataParallel(model, bucket_cap_mb=100)   # fewer, larger all-reduces (default 25 MB); try 50–200")
+COMPRESSION = ("+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
+               "+model.register_comm_hook(None, default_hooks.bf16_compress_hook)   # half the bytes on the wire (numerics change)")
+FIXES = {"no_sync_accumulation": NO_SYNC, "ddp_bucket_cap": BUCKET, "grad_compression": COMPRESSION}
+
+
+@dataclass
+class ExposedCommunication(Rule):
+    """Gradient communication is exposed: the step waits for collectives no compute hides.
+
+    Anti-pattern: an all-reduce (DDP) or reduce-scatter / all-gather (FSDP) after every micro-batch, in buckets
+    too small to fill the link, with nothing left to overlap them with at the end of backward. Best practice:
+    accumulate gradients locally and synchronize once per optimizer step (DDP `no_sync()`, FSDP2
+    `set_requires_gradient_sync(False)`), size DDP's buckets (`bucket_cap_mb`) so they overlap with backward
+    and fill the link, keep overlap intact (`static_graph=True`, no `find_unused_parameters`), and where the
+    link itself is the limit send fewer bytes (bf16 / PowerSGD communication hooks, a numerics change).
+    The achieved bus bandwidth against a micro-benchmark of the same collective says which: far below it, the
+    collectives wait (a straggler, small buckets); near it, the link is full.
+    """
+
+    id = "PS801"
+    name = "exposed-communication"
+    groups = ("distributed",)
+    knobs = COMM_KNOBS
+    addresses = ("communication",)
+    threshold: float = 0.10
+    """Fire when the exposed collective time is at least this share of the traced step."""
+
+    def check(self, ctx: RuleContext) -> list[Finding]:
+        facts = distributed_facts(ctx)
+        comm = facts.communication if facts is not None else None
+        if facts is None or comm is None or comm.step_s <= 0:
+            return []
+        share = comm.exposed_collective_s / comm.step_s
+        if share < self.threshold:
+            return []
+        evidence = self.evidence(facts, comm, share)
+        severity = "high" if share >= 0.3 else "medium"
+        fsdp = facts.data_parallel == "fsdp"
+        findings = []
+        for o in measured_outcomes(ctx, COMM_KNOBS):
+            f = Finding(rule_id=self.id, title=f"Exposed communication: {o.title}, measured", severity=severity,
+                        evidence=list(evidence), fix=o.code_change or self.fix_text([o.knob], fsdp),
+                        reference="https://pytorch.org/docs/stable/notes/ddp.html")
+            findings.append(self.measured(ctx, f, o.knob))
+        if any(f.measured_win for f in findings):
+            return findings
+        # The fixes nobody measured (or all, when none was): an estimate bounded by the exposed share of the step.
+        measured = {o.knob for o in measured_outcomes(ctx, COMM_KNOBS)}
+        left = [k for k in COMM_KNOBS if k not in measured and k not in self.already_on(ctx, fsdp)]
+        f = Finding(rule_id=self.id, title="Exposed communication: accumulate with no_sync, size the buckets, overlap",
+                    severity=severity, evidence=list(evidence), fix=self.fix_text(left, fsdp),
+                    reference="https://pytorch.org/docs/stable/notes/ddp.html")
+        if "no_sync_accumulation" in left:
+            accum = ctx.metrics.grad_accum_steps
+            f.evidence.append(f"the loop synchronizes gradients on each of its {accum} micro-batch(es) per optimizer step" if accum > 1 else
+                              "one micro-batch per optimizer step: no_sync needs accumulation (k micro-batches of 1/k the size keep the "
+                              "global batch), then one all-reduce serves k micro-batches")
+        if left:
+            f.estimated_gain = 1 / (1 - share) if share < 1 else None
+            f.estimate_method = ("upper bound: every exposed collective hidden behind compute or removed, 1 / (1 − exposed share "
+                                 f"of the step); from rank {comm.rank}'s trace ({comm.source or 'profiled steps'}); assumes the "
+                                 "compute keeps its speed and no collective becomes slower")
+            f.estimate_bound = (f"the exposed collective time: {ms(comm.exposed_collective_s)} of the {ms(comm.step_s)} traced step "
+                                f"({pct(share)}): no communication fix can save more")
+        else:
+            f.title = "Exposed communication: the measured fixes did not help here"
+            f.evidence.append("no_sync accumulation, bucket size and compression were measured on this machine and none was "
+                              "decidedly faster (see the knob table)")
+        if f.estimated_gain is None:
+            f.estimate_method = f.estimate_bound = None
+        return findings + [f]
+
+    @staticmethod
+    def evidence(facts: DistributedFacts, comm: CommunicationFacts, share: float) -> list[str]:
+        overlap = f", {pct(comm.overlap_share)} of it overlapped with compute" if comm.overlap_share is not None else ""
+        lines = [f"rank {comm.rank}'s traced step: {ms(comm.step_s)}, compute {ms(comm.compute_s)}, collectives "
+                 f"{ms(comm.collective_s)}{overlap}; {ms(comm.exposed_collective_s)} exposed ({pct(share)} of the step, "
+                 f"{facts.world_size} ranks, {facts.backend or 'unknown backend'}, {facts.data_parallel})"]
+        ratios = []
+        for c in comm.collectives:
+            payload = f", {mib(c.bytes_per_step)}" if c.bytes_per_step is not None else ""
+            line = f"{c.op}: {c.calls_per_step:g} call(s), {ms(c.time_s_per_step)}{payload} per step"
+            if c.bus_gbps is not None:
+                line += f"; achieved bus bandwidth {c.bus_gbps:.1f} GB/s"
+                if c.microbench_bus_gbps:
+                    ratio = c.bus_gbps / c.microbench_bus_gbps
+                    ratios.append(ratio)
+                    line += f" vs {c.microbench_bus_gbps:.1f} GB/s alone in the micro-benchmark ({pct(ratio)} of it)"
+            lines.append(line)
+        if ratios and max(ratios) < SLOW_LINK:
+            lines.append("the collectives reach well under what the link does alone: they wait more than they move bytes "
+                         "(for a slower rank — see the straggler findings — or on many small buckets)")
+        elif ratios:
+            lines.append("the collectives run near what the link does alone: the link is the limit; send fewer bytes "
+                         "(synchronize once per optimizer step, compress) or hide them behind backward")
+        if facts.stragglers:
+            lines.append(f"rank(s) {', '.join(str(s.rank) for s in facts.stragglers)} straggle: the others wait for them inside "
+                         "their collectives, so part of this exposed time is waiting, not communication")
+        lines += comm.notes
+        return lines
+
+    @staticmethod
+    def already_on(ctx: RuleContext, fsdp: bool) -> set[str]:
+        """Fixes the baseline already runs (never advised again), and the DDP-only ones under FSDP."""
+        on = {"no_sync_accumulation"} if ctx.config("no_sync", False) else set()
+        if ctx.config("comm_hook") is not None:
+            on.add("grad_compression")
+        return on | ({"ddp_bucket_cap", "grad_compression"} if fsdp else set())
+
+    @staticmethod
+    def fix_text(knobs: list[str], fsdp: bool) -> str:
+        order = ("ddp_bucket_cap", "grad_compression", "no_sync_accumulation")  # the wrapper's lines, then the loop's
+        parts = [FSDP_NO_SYNC if fsdp and k == "no_sync_accumulation" else FIXES[k] for k in order if k in knobs]
+        parts.append(" # keep backward's overlap: static_graph=True when the used parameters never change, no find_unused_parameters")
+        return "\n".join(parts)
+
+    def why_not_here(self, ctx: RuleContext, outcome: KnobOutcome) -> str | None:
+        return ("it shortens only the exposed communication; here the collectives were hidden well enough (or waited for a "
+                "slower rank) that moving fewer bytes did not shorten the step; on a slower interconnect or with more ranks it pays more")
