@@ -83,3 +83,30 @@ def checkpoint_change() -> str:
         "-        x = block(x)\n"
         "+        x = checkpoint(block, x, use_reentrant=False)"
     )
+
+
+# ----------------------------------------------------------------------- data parallel (a torchrun loop)
+
+
+def backend(device: str) -> str:
+    """The process group's backend for the run's device: NCCL between GPUs, gloo between CPU processes."""
+    return "nccl" if device == "cuda" else "gloo"
+
+
+def ddp_wrap(device: str, **options: object) -> str:
+    """The DDP constructor line of the snippets ("model = DistributedDataParallel(model, device_ids=[local_rank])"
+    on a GPU: each rank drives the GPU of its local rank)."""
+    args = ["model"] + (["device_ids=[local_rank]"] if device == "cuda" else []) + [f"{k}={v}" for k, v in options.items()]
+    return f"model = DistributedDataParallel({', '.join(args)})"
+
+
+def ddp_option_change(device: str, comment: str, **options: object) -> str:
+    """One more DistributedDataParallel argument, with why."""
+    return f"-{ddp_wrap(device)}\n+{ddp_wrap(device, **options)}   # {comment}"
+
+
+def ddp_setup(device: str) -> str:
+    """The context lines of a torchrun loop up to its DDP wrapper (diff context: no +/-)."""
+    model = model_expr(device)
+    place = ["torch.cuda.set_device(local_rank)"] if device == "cuda" else []
+    return "\n".join(f" {line}" for line in [f'dist.init_process_group("{backend(device)}")', *place, f"model = {model}"])

@@ -26,6 +26,11 @@ T4_LIKE = Environment(device_type="cuda", device_name="an old GPU", compute_capa
 CPU2 = Environment(device_type="cpu", device_name="cpu", cpu_cores_logical=2)
 CPU1 = Environment(device_type="cpu", device_name="cpu", cpu_cores_logical=1)
 OLD_TORCH = Environment(device_type="cuda", device_name="NVIDIA H100 80GB HBM3", compute_capability="9.0", torch_version="2.4.1+cu121")
+NUMA2 = Environment(device_type="cuda", device_name="NVIDIA H100 80GB HBM3", compute_capability="9.0", cpu_cores_logical=16,
+                    torch_version="2.9.0+cu128", numa_nodes=2)
+NUMA1 = dataclasses.replace(NUMA2, numa_nodes=1)
+NUMA2_OLD_TORCH = dataclasses.replace(NUMA2, torch_version="2.8.0+cu128")
+NUMA_UNKNOWN = dataclasses.replace(NUMA2, numa_nodes=None, unavailable={"numa_nodes": "this platform is darwin"})
 
 
 @pytest.fixture(autouse=True)
@@ -34,21 +39,31 @@ def no_8bit_optimizer_installed(monkeypatch):
     monkeypatch.setattr("perfscope.search.knobs.adamw_8bit.installed_version", lambda package: None)
 
 
-def _workload(dataset: bool = False) -> Workload:
+def _workload(dataset: bool = False, wraps_model: bool = False) -> Workload:
     if dataset:
-        return Workload(model=lambda: None, loss=lambda m, b: None, dataset=list, batch_size=8)
-    return Workload(model=lambda: None, loss=lambda m, b: None, batches=lambda n: [], batch_size=8)
+        return Workload(model=lambda: None, loss=lambda m, b: None, dataset=list, batch_size=8, wraps_model=wraps_model)
+    return Workload(model=lambda: None, loss=lambda m, b: None, batches=lambda n: [], batch_size=8, wraps_model=wraps_model)
 
 
 def ctx(*, machine: Environment = H100, conv: bool = False, blocks: int = 12, dataset: bool = False,
-        optimizer: str = "AdamW", user_tf32: bool | None = None, **base: object) -> KnobContext:
+        optimizer: str = "AdamW", user_tf32: bool | None = None, wraps_model: bool = False, **base: object) -> KnobContext:
     return KnobContext(
-        workload=_workload(dataset),
+        workload=_workload(dataset, wraps_model),
         base=TrialConfig(device=machine.device_type, micro_batch_size=8, **base),  # type: ignore[arg-type]
         environment=machine,
         model=ModelFacts(parameter_count=1000, has_conv2d=conv, repeated_blocks=blocks, optimizer_class=optimizer,
                          matmul_tf32=user_tf32),
     )
+
+
+def dp(**base: object) -> KnobContext:
+    """A 2-rank run whose model perfscope wraps (DDP unless ``data_parallel`` says otherwise)."""
+    return ctx(**{"nproc_per_node": 2, "data_parallel": "ddp", **base})  # type: ignore[arg-type]
+
+
+def wrapped(**base: object) -> KnobContext:
+    """A 2-rank run of a workload that wraps its own model: the harness wraps nothing (data_parallel "none")."""
+    return ctx(wraps_model=True, nproc_per_node=2, **base)  # type: ignore[arg-type]
 
 
 def replaced(context: KnobContext, optimizer: str) -> KnobContext:
@@ -121,8 +136,59 @@ CASES = [
     ("adamw_8bit", ctx(), "no 8-bit optimizer is installed"),
     ("adamw_8bit", ctx(machine=CPU2), "perfscope[lowmem]"),
     ("adamw_8bit", ctx(optimizer="SGD"), "stands in for Adam/AdamW"),
-    ("grad_compression", ctx(), "no gradient communication"),  # a one-process run: nothing to compress
-    ("grad_compression", ctx(machine=CPU2), "distributed trials are not built yet"),
+    ("dataloader_workers", dp(machine=CPU2, dataset=True), "one CPU core per rank (2 for 2 ranks)"),
+    # data parallel: a 2-rank run whose model perfscope wraps; never one process, never the user's own wrapper
+    ("fsdp2", dp(), None),
+    ("fsdp2", dp(machine=CPU2), None),  # FSDP2 runs on gloo
+    ("fsdp2", dp(data_parallel="zero1"), None),
+    ("fsdp2", dp(data_parallel="fsdp"), "already shards the model with FSDP"),
+    ("fsdp2", ctx(), "one process (world size 1)"),
+    ("fsdp2", wrapped(), "wraps its own model"),
+    ("fsdp_mixed_precision", dp(), None),  # measured on top of fsdp2's best variant
+    ("fsdp_mixed_precision", dp(data_parallel="fsdp"), None),
+    ("fsdp_mixed_precision", dp(data_parallel="fsdp", fsdp_mixed_precision="bf16"), "already gathers and reduces in bf16"),
+    ("fsdp_mixed_precision", dp(machine=V100), "compute capability ≥ 8.0"),
+    ("fsdp_mixed_precision", ctx(), "one process"),
+    ("zero1", dp(), None),
+    ("zero1", dp(machine=CPU2), None),
+    ("zero1", dp(data_parallel="zero1"), "already shards the optimizer state"),
+    ("zero1", dp(data_parallel="fsdp"), "FSDP already shards the optimizer state"),
+    ("zero1", ctx(), "one process"),
+    ("zero1", wrapped(), "wraps its own model"),
+    ("ddp_bucket_cap", dp(), None),
+    ("ddp_bucket_cap", dp(data_parallel="zero1"), None),
+    ("ddp_bucket_cap", dp(data_parallel="fsdp"), "bucket_cap_mb is a DistributedDataParallel setting"),
+    ("ddp_bucket_cap", ctx(), "one process"),
+    ("ddp_bucket_cap", wrapped(), "wraps its own model"),
+    ("ddp_bucket_view", dp(), None),
+    ("ddp_bucket_view", dp(gradient_as_bucket_view=True), "already on"),
+    ("ddp_bucket_view", dp(data_parallel="fsdp"), "DistributedDataParallel setting"),
+    ("ddp_bucket_view", ctx(machine=CPU2), "one process"),
+    ("ddp_static_graph", dp(), None),
+    ("ddp_static_graph", dp(static_graph=True), "already on"),
+    ("ddp_static_graph", dp(data_parallel="fsdp"), "DistributedDataParallel setting"),
+    ("ddp_static_graph", wrapped(), "wraps its own model"),
+    ("no_sync_accumulation", dp(), None),  # no accumulation: tries accumulating 2 and 4 (global batch grows)
+    ("no_sync_accumulation", dp(grad_accum_steps=4), None),  # accumulates with a sync per micro-batch
+    ("no_sync_accumulation", dp(data_parallel="fsdp", grad_accum_steps=2), None),
+    ("no_sync_accumulation", dp(grad_accum_steps=4, no_sync=True), "already skips the gradient sync"),
+    ("no_sync_accumulation", ctx(grad_accum_steps=4), "one process"),
+    ("no_sync_accumulation", wrapped(grad_accum_steps=4), "wraps its own model"),
+    ("grad_compression", dp(), None),
+    ("grad_compression", dp(machine=CPU2), None),  # fp16 on gloo
+    ("grad_compression", dp(data_parallel="zero1"), None),
+    ("grad_compression", dp(comm_hook="fp16"), "already has a communication hook (fp16)"),
+    ("grad_compression", dp(data_parallel="fsdp"), "a communication hook is a DistributedDataParallel setting"),
+    ("grad_compression", ctx(), "no data-parallel ranks and no gradient communication"),
+    ("grad_compression", wrapped(), "wraps its own model"),
+    ("numa_binding", dp(machine=NUMA2), None),
+    ("numa_binding", wrapped(machine=NUMA2), None),  # a torchrun option: whoever wraps the model
+    ("numa_binding", dp(machine=NUMA2, numa_binding="node"), "already bound (--numa-binding=node)"),
+    ("numa_binding", dp(machine=NUMA1), "one NUMA node"),
+    ("numa_binding", dp(machine=NUMA2_OLD_TORCH), "needs PyTorch ≥ 2.9 (this run: 2.8.0+cu128)"),
+    ("numa_binding", dp(machine=NUMA_UNKNOWN), "NUMA node count is unknown (this platform is darwin)"),
+    ("numa_binding", dp(machine=CPU2), "this run has no GPU"),
+    ("numa_binding", ctx(machine=NUMA2), "one process"),
     ("micro_batch", ctx(), None),
     ("grad_accum", ctx(grad_accum_steps=4), None),
     ("grad_accum", ctx(), "does not accumulate"),
@@ -143,7 +209,8 @@ def test_knob_applies_or_explains_itself(knob_id, context, expected):
         if not k.search:
             start = context.base
             if k.builds_on is not None and not k.prerequisite_met(start):
-                start = start.replace(num_workers=2)  # what its prerequisite provides
+                prerequisite = knob(k.builds_on)  # measured on top of its prerequisite's variant
+                start = prerequisite.apply(start, prerequisite.variants(context)[0])
                 assert k.prerequisite_met(start)
             variants = k.variants(context)
             assert variants, "an applicable knob has something to try"
@@ -365,3 +432,138 @@ def test_offloading_notes_report_the_copies_it_adds_from_the_trace():
     untraced.metrics.unavailable["trace"] = "trace capture failed: boom"
     assert knob("activation_offloading").measured_notes(ctx(), baseline, untraced) == [
         "host↔device copy traffic unknown: trace capture failed: boom"]
+
+
+# ------------------------------------------------------------------------------------------- data parallel
+
+
+def test_sharding_knobs_try_both_fsdp2_reshard_modes_and_zero1_and_free_optimizer_state():
+    c = dp()
+    assert knob("fsdp2").variants(c) == [{"data_parallel": "fsdp", "reshard_after_forward": True},
+                                         {"data_parallel": "fsdp", "reshard_after_forward": False}]
+    assert knob("zero1").variants(c) == [{"data_parallel": "zero1"}]
+    # what they free pays through the micro-batch it lets fit: the sweep pairs them with it, as the lean optimizers
+    assert knob("fsdp2").frees == knob("zero1").frees == "optimizer state"
+    for knob_id in ("fsdp2", "zero1"):
+        assert knob(knob_id).changes_semantics(c, knob(knob_id).apply(c.base, knob(knob_id).variants(c)[0])) == []
+    assert knob("fsdp2").apply(c.base, {"data_parallel": "fsdp", "reshard_after_forward": False}).reshard_after_forward is False
+
+
+def test_ddp_settings_and_their_variants():
+    c = dp()
+    assert knob("ddp_bucket_cap").variants(c) == [{"bucket_cap_mb": 5.0}, {"bucket_cap_mb": 100.0}]  # torch's default: 25
+    assert knob("ddp_bucket_cap").variants(dp(bucket_cap_mb=100.0)) == [{"bucket_cap_mb": 5.0}]
+    assert knob("ddp_bucket_view").variants(c) == [{"gradient_as_bucket_view": True}]
+    assert knob("ddp_static_graph").variants(c) == [{"static_graph": True}]
+    (caveat,) = knob("ddp_static_graph").changes_semantics(c, c.base.replace(static_graph=True))
+    assert "same parameters receive gradients every step" in caveat
+    assert knob("ddp_bucket_view").changes_semantics(c, c.base.replace(gradient_as_bucket_view=True)) == []
+
+
+def test_data_parallel_knobs_never_stack_onto_a_wrapper_their_settings_do_not_apply_to():
+    ddp = dp().base
+    fsdp = dp(data_parallel="fsdp").base
+    for knob_id in ("ddp_bucket_cap", "ddp_bucket_view", "ddp_static_graph", "grad_compression"):
+        assert knob(knob_id).compatible(ddp) and knob(knob_id).compatible(dp(data_parallel="zero1").base)
+        assert not knob(knob_id).compatible(fsdp), knob_id  # applying it would be an invalid TrialConfig
+    assert knob("fsdp2").compatible(ddp) and knob("fsdp2").compatible(dp(data_parallel="zero1").base)
+    assert not knob("fsdp2").compatible(ddp.replace(bucket_cap_mb=5.0))
+    assert not knob("fsdp2").compatible(ddp.replace(comm_hook="fp16"))
+    assert not knob("zero1").compatible(fsdp) and not knob("fsdp_mixed_precision").compatible(ddp)
+    assert knob("no_sync_accumulation").compatible(fsdp) and knob("numa_binding").compatible(fsdp)
+
+
+def test_fsdp_mixed_precision_builds_on_fsdp2_and_says_what_it_rounds():
+    k, c = knob("fsdp_mixed_precision"), dp()
+    assert k.builds_on == "fsdp2"
+    assert not k.prerequisite_met(c.base) and k.prerequisite_met(dp(data_parallel="fsdp").base)
+    on_fsdp = knob("fsdp2").apply(c.base, knob("fsdp2").variants(c)[1])
+    config = k.apply(on_fsdp, k.variants(c)[0])
+    assert config.fsdp_mixed_precision == "bf16" and config.reshard_after_forward is False
+    (note,) = k.changes_semantics(c, config)
+    assert note.startswith("numerics: forward and backward run on bf16 parameters (8-bit mantissa)")
+    assert "summed across ranks" in note and "fp32 shards" in note
+    assert k.changes_semantics(c, on_fsdp) == []
+
+
+def test_no_sync_keeps_the_global_batch_of_a_loop_that_accumulates():
+    c = dp(grad_accum_steps=4)
+    assert knob("no_sync_accumulation").variants(c) == [{"no_sync": True}]
+    config = knob("no_sync_accumulation").apply(c.base, {"no_sync": True})
+    assert config.global_batch == c.base.global_batch == 64
+    assert knob("no_sync_accumulation").changes_semantics(c, config) == []
+
+
+def test_no_sync_accumulation_of_a_loop_that_does_not_accumulate_says_the_global_batch_grows():
+    c = dp()  # micro-batch 8, no accumulation, 2 ranks: global batch 16
+    k = knob("no_sync_accumulation")
+    assert k.variants(c) == [{"grad_accum_steps": 2, "no_sync": True}, {"grad_accum_steps": 4, "no_sync": True}]
+    config = k.apply(c.base, k.variants(c)[1])
+    assert config.micro_batch_size == 8 and config.global_batch == 64
+    (note,) = k.changes_semantics(c, config)
+    assert note.startswith("global batch 16 → 64 (micro-batch × accumulation × ranks: 8 × 1 × 2 → 8 × 4 × 2)")
+    assert "linear ×4" in note and "√ ×2.00" in note
+    assert "ACCUM = 2" in k.code_change(c) and "ACCUM = 2" not in k.code_change(dp(grad_accum_steps=4))
+    assert "model.no_sync()" in k.code_change(c)
+    assert "set_requires_gradient_sync(last)" in k.code_change(dp(data_parallel="fsdp", grad_accum_steps=2))
+
+
+def test_micro_batch_note_counts_the_ranks_in_a_distributed_run():
+    c = dp(grad_accum_steps=2)
+    (note,) = knob("micro_batch").changes_semantics(c, c.base.replace(micro_batch_size=16))
+    assert note.startswith("global batch 32 → 64 (micro-batch × accumulation × ranks: 8 × 2 × 2 → 16 × 2 × 2)")
+    assert knob("micro_batch").changes_semantics(c, c.base.replace(micro_batch_size=16, grad_accum_steps=1)) == []
+    assert "ranks" not in knob("micro_batch").changes_semantics(ctx(), ctx().base.replace(micro_batch_size=32))[0]
+
+
+def test_grad_compression_tries_what_the_backend_supports():
+    assert knob("grad_compression").variants(dp(machine=CPU2)) == [{"comm_hook": "fp16"}]  # torch: bf16 hook needs NCCL
+    assert knob("grad_compression").variants(dp()) == [{"comm_hook": "bf16"}, {"comm_hook": "fp16"}]
+    c = dp()
+    (note,) = knob("grad_compression").changes_semantics(c, c.base.replace(comm_hook="bf16"))
+    assert note.startswith("numerics: gradients are all-reduced in bf16")
+    assert knob("grad_compression").changes_semantics(c, c.base) == []
+    assert "fp16_compress_hook" in knob("grad_compression").code_change(dp(machine=CPU2))
+
+
+def test_data_parallel_code_changes_use_the_runs_backend_and_device():
+    cpu, gpu = knob("fsdp2").code_change(dp(machine=CPU2)), knob("fsdp2").code_change(dp())
+    assert 'init_process_group("gloo")' in cpu and "-model = DistributedDataParallel(model)" in cpu
+    assert 'init_process_group("nccl")' in gpu and "torch.cuda.set_device(local_rank)" in gpu
+    assert "-model = DistributedDataParallel(model, device_ids=[local_rank])" in gpu
+    assert "-optimizer = ZeroRedundancyOptimizer" in knob("fsdp2").code_change(dp(data_parallel="zero1"))
+    assert ("+model = DistributedDataParallel(model, device_ids=[local_rank], bucket_cap_mb=MB)"
+            in knob("ddp_bucket_cap").code_change(dp()))
+    assert "+model = DistributedDataParallel(model, static_graph=True)" in knob("ddp_static_graph").code_change(dp(machine=CPU2))
+    assert "optimizer_class=torch.optim.SGD" in knob("zero1").code_change(dp(optimizer="SGD"))
+    assert knob("numa_binding").code_change(dp(machine=NUMA2)).endswith("--numa-binding=node train.py   # PyTorch ≥ 2.9")
+
+
+def test_dataloader_workers_share_the_machine_between_local_ranks():
+    assert [v["num_workers"] for v in knob("dataloader_workers").variants(ctx(dataset=True))] == [8]  # 16 cores
+    assert [v["num_workers"] for v in knob("dataloader_workers").variants(dp(dataset=True))] == [4, 8]  # 8 per rank
+    assert [v["num_workers"] for v in knob("dataloader_workers").variants(dp(dataset=True, nproc_per_node=4))] == [2, 4]
+
+
+def test_sharding_knobs_report_the_state_per_rank_they_freed():
+    from perfscope.results.distributed import DistributedFacts, RankMetrics
+    from tests.factories import make_trial
+
+    def run(name: str, *per_rank: tuple[int, int, int] | None):
+        trial = make_trial(name)
+        trial.metrics.distributed = DistributedFacts(world_size=len(per_rank), ranks=[
+            RankMetrics(rank=i) if b is None else RankMetrics(rank=i, parameter_bytes=b[0], gradient_bytes=b[1],
+                                                              optimizer_state_bytes=b[2])
+            for i, b in enumerate(per_rank)])
+        return trial
+
+    mib = 2**20
+    ddp = run("baseline", (4 * mib, 4 * mib, 8 * mib), (4 * mib, 4 * mib, 8 * mib))
+    zero1 = run("zero1", (4 * mib, 4 * mib, 4 * mib), (4 * mib, 4 * mib, 5 * mib))  # the larger shard counts
+    assert knob("zero1").measured_notes(dp(), ddp, zero1) == [
+        "parameters + gradients + optimizer state per rank 16.0 MiB → 13.0 MiB: frees 3.0 MiB (19%) "
+        "(optimizer state 8.0 MiB → 5.0 MiB; the largest rank, counted from its tensors)"]
+    fsdp = run("fsdp2", (2 * mib, 2 * mib, 4 * mib), (2 * mib, 2 * mib, 4 * mib))
+    assert "16.0 MiB → 8.0 MiB: frees 8.0 MiB (50%)" in knob("fsdp2").measured_notes(dp(), ddp, fsdp)[0]
+    assert knob("fsdp2").measured_notes(dp(), ddp, run("fsdp2", (1, 1, 1), None)) == []  # a rank did not count
+    assert knob("fsdp2").measured_notes(dp(), make_trial("baseline"), fsdp) == []  # one process: nothing per rank

@@ -341,3 +341,28 @@ def test_exposed_data_wait_on_cuda_comes_from_the_device_timeline():
     assert first.host_data_wait_s >= 0.01 and second.host_data_wait_s >= 0.01
     assert window.data_wait_s == pytest.approx(0.01) and window.host_data_wait_s >= 0.02
     assert window.wall_s == pytest.approx(0.05)
+
+
+def test_numa_nodes_count_the_nodes_with_cpus(tmp_path):
+    from perfscope.measure.environment import numa_nodes
+
+    for name, cpus in (("node0", "0-31\n"), ("node1", "32-63\n"), ("node2", "\n")):  # node2: memory only (GH200, CXL)
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "cpulist").write_text(cpus)
+    (tmp_path / "possible").write_text("0-2\n")
+    assert numa_nodes(tmp_path, "linux") == (2, None)
+    assert numa_nodes(tmp_path / "absent", "linux")[0] is None and "unreadable" in numa_nodes(tmp_path / "absent", "linux")[1]
+    assert numa_nodes(tmp_path, "darwin") == (None, "read from /sys/devices/system/node on Linux; this platform is darwin")
+    (tmp_path / "empty").mkdir()
+    assert "no node with CPUs" in numa_nodes(tmp_path / "empty", "linux")[1]
+
+
+def test_environment_records_numa_nodes_or_why_not(monkeypatch):
+    import perfscope.measure.environment as environment
+
+    monkeypatch.setattr(environment, "numa_nodes", lambda: (None, "this platform is win32"))
+    env = environment.collect_environment("cpu", measure_ceiling=False)
+    assert env.numa_nodes is None and env.unavailable["numa_nodes"] == "this platform is win32"
+    monkeypatch.setattr(environment, "numa_nodes", lambda: (2, None))
+    env = environment.collect_environment("cpu", measure_ceiling=False)
+    assert env.numa_nodes == 2 and "numa_nodes" not in env.unavailable

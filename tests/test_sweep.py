@@ -618,3 +618,21 @@ def test_activation_knobs_are_skipped_on_a_gpu_where_memory_does_not_limit():
     offload = _outcome(sweeper, "activation_offloading")
     assert offload.status == "skipped" and offload.reason.endswith("would only add host↔device copies")
     assert _outcome(sweeper, "adafactor").trial == "adafactor"  # measured alone only: nothing to unlock
+
+
+def test_ddp_settings_never_stack_onto_fsdp2():
+    """FSDP2 wins, a DDP bucket size wins too on DDP, and FSDP2's mixed precision wins on top of FSDP2: the stack
+    is FSDP2 + its mixed precision; the bucket size, a DDP setting, is left out (applied to an FSDP2 config it
+    would be an invalid TrialConfig)."""
+    def step_time(c: TrialConfig) -> float:
+        t = 0.2 / (1.5 if c.data_parallel == "fsdp" else 1.0) / (1.3 if c.bucket_cap_mb == 100.0 else 1.0)
+        return t / (1.2 if c.fsdp_mixed_precision else 1.0)
+
+    session = FakeSession(step_time)
+    ctx = _ctx(nproc_per_node=2, data_parallel="ddp")
+    sweeper = _run(ctx, session, only=["fsdp2", "fsdp_mixed_precision", "ddp_bucket_cap"])
+    assert _outcome(sweeper, "ddp_bucket_cap").gain.faster and _outcome(sweeper, "fsdp2").gain.faster
+    assert _outcome(sweeper, "fsdp_mixed_precision").gain.reference.startswith("fsdp2")  # its best variant
+    assert sweeper.sweep.recommended_knobs == ["fsdp2", "fsdp_mixed_precision"]
+    recommended = session.config(sweeper.sweep.recommended_trial)
+    assert recommended.data_parallel == "fsdp" and recommended.bucket_cap_mb is None

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import platform
+import re
 import socket
 import sys
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 import torch
@@ -43,6 +45,21 @@ def _cpu_model() -> tuple[str | None, str | None]:
     if processor and processor != platform.machine():
         return processor, None
     return None, f"{why}; the platform reports only the architecture ({platform.machine() or 'unknown'})"
+
+
+def numa_nodes(root: Path = Path("/sys/devices/system/node"), system: str = sys.platform) -> tuple[int | None, str | None]:
+    """(NUMA nodes with CPUs, None), or (None, why). Linux lists one ``nodeN`` directory per online node; nodes
+    without CPUs (a GH200's GPU memory, CXL memory) are not counted: no rank can be bound to them."""
+    if not system.startswith("linux"):
+        return None, f"read from /sys/devices/system/node on Linux; this platform is {system}"
+    try:
+        nodes = [p for p in root.iterdir() if re.fullmatch(r"node\d+", p.name)]
+        with_cpus = [p for p in nodes if (p / "cpulist").read_text().strip()]
+    except OSError as exc:
+        return None, f"{root} unreadable ({exc.strerror or exc})"
+    if not with_cpus:
+        return None, f"{root} lists no node with CPUs (a kernel without NUMA support?)"
+    return len(with_cpus), None
 
 
 @dataclass
@@ -125,6 +142,9 @@ def collect_environment(device: str, *, device_index: int = 0, measure_ceiling: 
         hostname=socket.gethostname(),
     )
     env.cpu_cores_usable, env.cpu_cores_usable_how = usable_cores()
+    env.numa_nodes, no_numa = numa_nodes()
+    if no_numa:
+        env.unavailable["numa_nodes"] = no_numa
     if no_cpu_model:
         env.unavailable["cpu_model"] = no_cpu_model
     if device == "cuda":

@@ -123,7 +123,8 @@ class ShardingMemory:
     """Bytes per rank of the training state under one data-parallel strategy: the model, and the measurement."""
 
     strategy: str = field(metadata=NAME)
-    """"DDP", "ZeRO-1 (ZeroRedundancyOptimizer)", "ZeRO-2 (FSDP2, no reshard)", "ZeRO-3 (FSDP2)"."""
+    """"DDP", "ZeRO-1 (ZeroRedundancyOptimizer)", "ZeRO-2 (FSDP2, no reshard after forward)", "ZeRO-3 (FSDP2, reshard
+    after forward)" (perfscope.measure.sharding)."""
     parameters: int = field(metadata=NON_NEGATIVE)
     gradients: int = field(metadata=NON_NEGATIVE)
     optimizer_state: int = field(metadata=NON_NEGATIVE)

@@ -96,6 +96,9 @@ class Environment:
     Bounds advice that needs spare cores, such as DataLoader workers; None in results recorded before it existed."""
     cpu_cores_usable_how: str = ""
     host_memory_bytes: int | None = field(default=None, metadata=NON_NEGATIVE)
+    numa_nodes: int | None = field(default=None, metadata=NON_NEGATIVE)
+    """NUMA nodes with CPUs (perfscope.measure.environment.numa_nodes): above 1, where a rank runs relative to its
+    GPU matters (torchrun --numa-binding). None with the reason in `unavailable` off Linux or when unreadable."""
     hostname: str = ""
     datasheet_peaks_tflops: dict[str, float] = field(default_factory=dict, metadata=TFLOPS)  # dtype -> dense TFLOP/s
     datasheet_source: str | None = None

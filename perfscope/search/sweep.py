@@ -429,6 +429,8 @@ class Sweeper:
                 fields = set(cand.changes)
                 if fields & touched:  # e.g. bf16 and fp16 both set precision: the better one is already in
                     continue
+                if current is not None and not cand.knob.compatible(current.config):
+                    continue  # e.g. a DDP bucket size once FSDP2 is in the stack
                 if current is None and cand.requires is None:
                     current, touched = cand, fields
                     continue

@@ -20,13 +20,21 @@ from perfscope.search.knobs.dataloader import (
     PinMemory,
     PrefetchFactor,
 )
+from perfscope.search.knobs.ddp_bucket_cap import DdpBucketCap
+from perfscope.search.knobs.ddp_bucket_view import DdpBucketView
+from perfscope.search.knobs.ddp_static_graph import DdpStaticGraph
+from perfscope.search.knobs.fsdp2 import Fsdp2
+from perfscope.search.knobs.fsdp_mixed_precision import FsdpMixedPrecision
 from perfscope.search.knobs.gc_freeze import GcFreeze
 from perfscope.search.knobs.grad_accum import GradAccum
 from perfscope.search.knobs.grad_compression import GradCompression
 from perfscope.search.knobs.micro_batch import MicroBatch
+from perfscope.search.knobs.no_sync_accumulation import NoSyncAccumulation
+from perfscope.search.knobs.numa_binding import NumaBinding
 from perfscope.search.knobs.offloading import ActivationOffloading
 from perfscope.search.knobs.optimizer import FusedOptimizer
 from perfscope.search.knobs.tf32 import Tf32
+from perfscope.search.knobs.zero1 import Zero1
 
 REGISTRY: list[Knob] = [
     AmpBf16(),
@@ -46,7 +54,16 @@ REGISTRY: list[Knob] = [
     ActivationOffloading(),
     Adafactor(),
     AdamW8bit(),
+    # data parallel (distributed runs): the wrapper, then its settings (fsdp_mixed_precision builds on fsdp2)
+    Fsdp2(),
+    FsdpMixedPrecision(),
+    Zero1(),
+    DdpBucketCap(),
+    DdpBucketView(),
+    DdpStaticGraph(),
+    NoSyncAccumulation(),
     GradCompression(),
+    NumaBinding(),
     MicroBatch(),
     GradAccum(),
 ]

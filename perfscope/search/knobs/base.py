@@ -51,6 +51,12 @@ class KnobContext:
     def cores(self) -> int:
         return self.environment.cpu_cores_logical or 1
 
+    @property
+    def cores_per_rank(self) -> int:
+        """This machine's cores shared by its ranks: each local rank runs its own loop (and its own DataLoader
+        workers), so per-process advice divides the machine by ``nproc_per_node``."""
+        return max(1, self.cores // self.base.nproc_per_node)
+
 
 class Knob:
     """Base class: subclasses set the class attributes and override `variants` (and `applies` when needed)."""
@@ -79,6 +85,11 @@ class Knob:
     traced: ClassVar[bool] = False
     """True when what the knob costs is read from a profiler trace (offloading's PCIe copies): the sweep traces
     its first run, after the timed window as always."""
+
+    def compatible(self, config: TrialConfig) -> bool:
+        """False when the knob's settings cannot be applied on top of ``config`` (a DDP bucket size on an FSDP2
+        model): the sweep's stacking then leaves it out rather than build an invalid configuration."""
+        return True
 
     def prerequisite_met(self, config: TrialConfig) -> bool:
         """True when ``config`` already has what `builds_on` provides (only consulted when `builds_on` is set)."""
@@ -128,3 +139,29 @@ def major_minor(version: str | None) -> tuple[int, int] | None:
     """(major, minor) of a version string ("2.13.0+cpu" → (2, 13)); None when it has none."""
     match = re.match(r"(\d+)\.(\d+)", version or "")
     return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def data_parallel_reason(ctx: KnobContext) -> str | None:
+    """Why a knob that changes how the harness wraps the model cannot be tried, or None: it needs data-parallel
+    ranks, and a model perfscope wraps (a model the user's factory already wrapped cannot be re-wrapped)."""
+    if ctx.base.world_size < 2:
+        return ("one process (world size 1): there are no data-parallel ranks and no gradient communication; "
+                "run perfscope analyze with --nproc-per-node N (torchrun) to measure it")
+    if ctx.workload.wraps_model or ctx.base.data_parallel == "none":
+        return ("the workload wraps its own model (Workload.wraps_model=True): perfscope cannot re-wrap it, so it "
+                "cannot measure a different wrapper's settings; let perfscope wrap it (wraps_model=False) to measure them")
+    return None
+
+
+def ddp_reason(ctx: KnobContext, setting: str) -> str | None:
+    """`data_parallel_reason`, and the model must be DistributedDataParallel's (plain, or under ZeRO-1)."""
+    reason = data_parallel_reason(ctx)
+    if reason is None and ctx.base.data_parallel not in ("ddp", "zero1"):
+        return (f"{setting} is a DistributedDataParallel setting; this run shards the model with FSDP2, which "
+                "communicates per fully_shard unit instead of in DDP's gradient buckets")
+    return reason
+
+
+def is_ddp(config: TrialConfig) -> bool:
+    """The model is DistributedDataParallel's: plain DDP, or DDP with ZeroRedundancyOptimizer."""
+    return config.data_parallel in ("ddp", "zero1")

@@ -13,8 +13,9 @@ from perfscope.snippets import pin_memory_change
 def _dataset_reason(ctx: KnobContext) -> str | None:
     if ctx.workload.dataset is None:
         return "the workload yields ready batches (batches=), not a Dataset"
-    if ctx.cores < 2:
-        return "one CPU core: no room for worker processes"
+    if ctx.cores_per_rank < 2:
+        per_rank = f" per rank ({ctx.cores} for {ctx.base.nproc_per_node} ranks)" if ctx.base.nproc_per_node > 1 else ""
+        return f"one CPU core{per_rank}: no room for worker processes"
     return None
 
 
@@ -31,8 +32,10 @@ class DataLoaderWorkers(Knob):
 
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         # Half and all the cores (at most 8): the trial process itself needs a core, and past 8 workers
-        # the gain is rarely worth the host memory each worker's copy of the dataset costs.
-        counts = sorted({max(1, ctx.cores // 2), min(ctx.cores, 8)} - {ctx.base.num_workers})
+        # the gain is rarely worth the host memory each worker's copy of the dataset costs. In a distributed run
+        # every local rank starts its own workers: the cores are the rank's share of the machine.
+        cores = ctx.cores_per_rank
+        counts = sorted({max(1, cores // 2), min(cores, 8)} - {ctx.base.num_workers})
         return [{"num_workers": n} for n in counts]
 
 

@@ -1,38 +1,48 @@
 """Gradient communication compression: DDP communication hooks that all-reduce smaller gradients.
 
 `bf16_compress_hook` / `fp16_compress_hook` halve the bytes each all-reduce moves (gradients cast down for the
-wire, back up after); PowerSGD sends a low-rank approximation with error feedback. They pay only where the
-exposed gradient communication is a real share of the step (many ranks, a slow interconnect) and they change
-the numerics of the update. There is nothing to compress without data-parallel ranks: perfscope's trials run one
-process today, so the knob says so on every run until distributed trials exist (issue 14), where it is measured
-with the exposed communication time it saves and the numerics guard.
+wire, back up after). They pay only where the exposed gradient communication is a real share of the step (many
+ranks, a slow interconnect), and they change the numerics of the update, so the numerics guard checks the runs.
+Measured variants: fp16 everywhere, bf16 on CUDA only (torch refuses `bf16_compress_hook` without CUDA and NCCL
+≥ 2.10, so a gloo/CPU run cannot try it). PowerSGD is not measured: its low-rank compression starts only after
+`start_powerSGD_iter` steps (1,000 by default) and needs its rank tuned, which a few measured steps cannot show.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from perfscope.search.knobs.base import Knob, KnobContext
+from perfscope.results.config import TrialConfig
+from perfscope.search.knobs.base import Knob, KnobContext, ddp_reason, is_ddp
+from perfscope.snippets import ddp_wrap
 
-NOT_DISTRIBUTED = ("gradient compression shrinks the all-reduce between data-parallel ranks; this run is one process "
-                   "with no gradient communication (perfscope's distributed trials are not built yet)")
+HOOKS = {"bf16": "bf16_compress_hook", "fp16": "fp16_compress_hook"}
 
 
 class GradCompression(Knob):
     id = "grad_compression"
-    title = "gradient communication compression (DDP bf16 / fp16 / PowerSGD hooks)"
+    title = "gradient communication compression (DDP bf16 / fp16 hooks)"
     reference = "https://pytorch.org/docs/stable/ddp_comm_hooks.html"
 
     def code_change(self, ctx: KnobContext) -> str | None:
+        hook = HOOKS["bf16" if ctx.cuda else "fp16"]
         return ("+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
-                " model = DistributedDataParallel(model, ...)   # your existing wrapper\n"
-                "+model.register_comm_hook(None, default_hooks.bf16_compress_hook)   # gradients cross the wire in bf16")
+                f" {ddp_wrap(ctx.device)}\n"
+                f"+model.register_comm_hook(None, default_hooks.{hook})   # gradients cross the wire in half precision")
 
     def applies(self, ctx: KnobContext) -> str | None:
-        return NOT_DISTRIBUTED
+        if ctx.base.comm_hook is not None:
+            return f"the DDP model already has a communication hook ({ctx.base.comm_hook})"
+        return ddp_reason(ctx, "a communication hook")
 
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return []  # unreachable while `applies` always declines: no single-process trial can apply a comm hook
+        return [{"comm_hook": hook} for hook in (("bf16", "fp16") if ctx.cuda else ("fp16",))]
 
-    def changes_semantics(self, ctx: KnobContext, config: Any) -> list[str]:
-        return ["numerics: gradients are all-reduced in lower precision (PowerSGD: a low-rank approximation)"]
+    def compatible(self, config: TrialConfig) -> bool:
+        return is_ddp(config)
+
+    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
+        if config.comm_hook is None:
+            return []
+        return [f"numerics: gradients are all-reduced in {config.comm_hook} (summed in half precision across the "
+                "ranks, then cast back): compare the loss curve over a few hundred steps"]

@@ -1,8 +1,8 @@
 """Micro-batch size: larger micro-batches fill the device better, until memory runs out.
 
 Searched, not toggled (perfscope.search.microbatch): doubling until OOM or no more gain, then bisection.
-This knob reports the fastest micro-batch overall; when it changes the global batch (micro × accumulation)
-that is flagged with a learning-rate note and never recommended. Its semantics-preserving side — the same
+This knob reports the fastest micro-batch overall; when it changes the global batch (micro × accumulation,
+× the data-parallel ranks in a distributed run) that is flagged with a learning-rate note and never recommended. Its semantics-preserving side — the same
 global batch through accumulation — is the `grad_accum` knob.
 """
 
@@ -23,17 +23,22 @@ class MicroBatch(Knob):
                 "+loader = DataLoader(ds, batch_size=MICRO)   # a different global batch: scale the learning rate (see caveats)")
 
     def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
-        before, after = ctx.base.samples_per_step, config.samples_per_step
-        if before == after:
+        if config.global_batch == ctx.base.global_batch:
             return []
-        return [global_batch_note(before, after)]
+        return [global_batch_note(ctx.base, config)]
 
 
-def global_batch_note(before: int, after: int) -> str:
+def global_batch_note(before: TrialConfig, after: TrialConfig) -> str:
     """The learning-rate note every global-batch change carries (linear: Goyal et al. 2017; √: Krizhevsky 2014,
-    the usual rule for Adam-type optimizers)."""
-    factor = after / before
+    the usual rule for Adam-type optimizers). In a distributed run the global batch is micro-batch × accumulation
+    × data-parallel ranks, spelled out: every rank's accumulated micro-batches make one optimizer step."""
+    factor = after.global_batch / before.global_batch
+    how = ""
+    if before.distributed or after.distributed:
+        def parts(c: TrialConfig) -> str:
+            return f"{c.micro_batch_size} × {c.grad_accum_steps} × {c.world_size}"
+        how = f" (micro-batch × accumulation × ranks: {parts(before)} → {parts(after)})"
     return (
-        f"global batch {before} → {after}: scale the learning rate (linear ×{factor:g} for SGD, or √ ×{factor ** 0.5:.2f} "
-        "for Adam-type optimizers) and re-tune warm-up; steps per epoch change"
+        f"global batch {before.global_batch} → {after.global_batch}{how}: scale the learning rate (linear ×{factor:g} "
+        f"for SGD, or √ ×{factor ** 0.5:.2f} for Adam-type optimizers) and re-tune warm-up; steps per epoch change"
     )

@@ -1,0 +1,37 @@
+"""DDP `gradient_as_bucket_view=True`: the gradients are views into DDP's all-reduce buckets.
+
+By default DDP keeps each gradient and a copy of it in its bucket, copying one into the other every step; as
+views there is one copy fewer per step and one gradient-sized buffer less in memory. Code that detaches or
+re-points `.grad` in place (`p.grad.detach_()`, `p.grad = ...`) no longer reaches the bucket: the documented
+caveat, which the harness's plain optimizer loop does not hit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfscope.results.config import TrialConfig
+from perfscope.search.knobs.base import Knob, KnobContext, ddp_reason, is_ddp
+from perfscope.snippets import ddp_option_change
+
+
+class DdpBucketView(Knob):
+    id = "ddp_bucket_view"
+    title = "DDP gradient_as_bucket_view=True (no gradient copy into the buckets)"
+    reference = "https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        return ddp_option_change(ctx.device, "gradients live in the all-reduce buckets: one copy and one "
+                                 "gradient-sized buffer fewer (do not detach_() or reassign .grad in place)",
+                                 gradient_as_bucket_view=True)
+
+    def applies(self, ctx: KnobContext) -> str | None:
+        if ctx.base.gradient_as_bucket_view:
+            return "gradient_as_bucket_view is already on"
+        return ddp_reason(ctx, "gradient_as_bucket_view")
+
+    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
+        return [{"gradient_as_bucket_view": True}]
+
+    def compatible(self, config: TrialConfig) -> bool:
+        return is_ddp(config)

@@ -1,0 +1,42 @@
+"""DDP `static_graph=True`: DDP learns the graph in the first step and stops re-checking it.
+
+With the set of parameters that receive gradients known, DDP skips the per-step search for unused parameters
+and can order its buckets by the gradients' real ready order, and it also supports reentrant checkpointing
+and some unused-parameter patterns that fail otherwise. The condition is a promise by the user's code: the
+same parameters must be used, in a graph of the same shape, every step — a model that skips a branch on some
+steps (mixture-of-experts routing, optional heads) breaks it, and then gradients are wrong or DDP errors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfscope.results.config import TrialConfig
+from perfscope.search.knobs.base import Knob, KnobContext, ddp_reason, is_ddp
+from perfscope.snippets import ddp_option_change
+
+CAVEAT = ("static_graph=True is correct only if the same parameters receive gradients every step (no branch, expert "
+          "or head skipped on some steps); otherwise gradients are wrong or DDP raises an error")
+
+
+class DdpStaticGraph(Knob):
+    id = "ddp_static_graph"
+    title = "DDP static_graph=True"
+    reference = "https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        return ddp_option_change(ctx.device, "only if the same parameters are used every step", static_graph=True)
+
+    def applies(self, ctx: KnobContext) -> str | None:
+        if ctx.base.static_graph:
+            return "static_graph is already on"
+        return ddp_reason(ctx, "static_graph")
+
+    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
+        return [{"static_graph": True}]
+
+    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
+        return [CAVEAT] if config.static_graph else []
+
+    def compatible(self, config: TrialConfig) -> bool:
+        return is_ddp(config)
