@@ -218,6 +218,31 @@ def microbench_bytes(config: TrialConfig) -> int:
     return int((config.bucket_cap_mb or 25.0) * 1024 * 1024)
 
 
+def memory_model(ranks: list[RankMetrics], config: TrialConfig) -> list[Any]:
+    """Bytes per rank of the training state under DDP and ZeRO-1/2/3 (perfscope.measure.sharding), from one whole
+    replica — the sum of the ranks' shards where this run sharded — with this run's own row measured: the most any
+    rank held, counted from its tensors."""
+    from perfscope.measure.sharding import sharding_memory, strategy_of
+
+    if not ranks or any(r.parameter_bytes is None or r.gradient_bytes is None or r.optimizer_state_bytes is None
+                        for r in ranks):
+        return []
+    first = ranks[0]
+    sharded_params = config.data_parallel == "fsdp"
+    sharded_state = config.data_parallel in ("fsdp", "zero1")
+    params = sum(r.parameter_bytes or 0 for r in ranks) if sharded_params else first.parameter_bytes or 0
+    grads = sum(r.gradient_bytes or 0 for r in ranks) if sharded_params else first.gradient_bytes or 0
+    state = sum(r.optimizer_state_bytes or 0 for r in ranks) if sharded_state else first.optimizer_state_bytes or 0
+    rows = sharding_memory(params, grads, state, len(ranks))
+    ran = strategy_of(config)
+    for row in rows:
+        if row.strategy == ran:
+            row.measured_total = max((r.parameter_bytes or 0) + (r.gradient_bytes or 0) + (r.optimizer_state_bytes or 0)
+                                     for r in ranks)
+            row.measured_by = "this run"
+    return rows
+
+
 def job_result(metrics: Any, config: TrialConfig, info: RankInfo, gathered: list[Any], launch: dict[str, Any]) -> Any:
     """Rank 0's metrics turned into the job's: every rank's figures, the job's throughput, communication."""
     from perfscope.measure.cores import numa_node_count
@@ -234,6 +259,7 @@ def job_result(metrics: Any, config: TrialConfig, info: RankInfo, gathered: list
         facts.communication = min(comms, key=lambda c: c.exposed_collective_s)
     else:
         facts.unavailable["communication"] = metrics.unavailable.get("trace", "no trace captured")
+    facts.memory_model = memory_model(ranks, config)
     facts.numa_nodes = numa_node_count()
     facts.numa_binding = config.numa_binding
     return job_metrics(metrics, facts)
