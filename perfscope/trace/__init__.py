@@ -16,6 +16,7 @@ and the trace diff (diff.py). The modules, in the order a trace flows through th
     intervals.py    merge / clip / gaps / subtract on (start, end) spans
     categories.py   kernel and op names -> categories; does a GEMM kernel run on tensor cores
     facts.py        one analyzer per fact family, and trace_facts() composing them
+    communication.py  collectives against compute on one rank (exposed time, overlap, bus bandwidth)
     alignment.py    the padded-vs-unpadded GEMM micro-benchmark (device clock)
     diff.py         two traces' facts side by side
 

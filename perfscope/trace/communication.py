@@ -1,0 +1,232 @@
+"""One rank's trace → communication against compute: collective time, the part no compute hid, bus bandwidth.
+
+    facts = communication_facts(Path("trace/rank0.json.gz"), rank=0, device_type="cpu", steps=3, world_size=2)
+    facts.collective_s, facts.exposed_collective_s, facts.overlap_share     # per traced step
+    [(c.op, c.calls_per_step, c.bus_gbps) for c in facts.collectives]
+    bus_bandwidth_gbps("all_reduce", 4 << 20, 0.002, world_size=2)          # NCCL-tests convention
+
+What is a collective, what is compute, and why:
+- **CUDA (NCCL).** Collectives are the `nccl*` kernels on the GPU streams; compute is every other kernel,
+  memcpy and memset (their union: streams overlapping each other count once). Host ops do not count: on a GPU
+  they launch work, and exposed communication is about the device waiting for the network. Payload sizes come
+  from the kernels' "In msg nelems"/"Out msg nelems"/"dtype" args, which Kineto copies from torch's
+  record_param_comms.
+- **CPU (gloo).** gloo runs each collective on a thread of its own (`gloo:all_reduce` user annotations on the
+  pt_gloo_runloop threads, with the tensor's shape and dtype) after the main thread enqueues it (the
+  `c10d::allreduce_` cpu_op). Both are collective time. Compute is the union of the spans of dispatcher ops
+  (`namespace::op`, one `::`: `aten::mm`, `fsdp::chunk_cat`) on the other threads, collective ops (`c10d::`,
+  `_c10d_functional::`) and ops on the gloo threads left out (the copies gloo does are part of the collective).
+  Wrapper spans are not compute: `autograd::engine::evaluate_function: …`, autograd nodes
+  (`AddmmBackward0`, `RegisterPostBackwardFunctionBackward`), `torch::autograd::AccumulateGrad`, DDP's
+  `torch::distributed::reducer::…`, and record_function spans (`FSDP::pre_backward`, `Optimizer.step#…`).
+  In real DDP and FSDP2 gloo traces these enclose the wait for a collective: FSDP2's post-backward reduce
+  waits 14 ms inside `RegisterPostBackwardFunctionBackward` with no op beneath it, and its pre-forward waits
+  for the all-gather inside `FSDP::pre_forward`; counting their self time as compute would call waiting
+  "overlap". The ops beneath a wrapper are counted, so its real work is.
+  On CPU gloo's threads share the cores with the compute, so "overlapped" time still competes for them (a
+  note says so).
+- **Exposed** collective time is the collective union minus compute and the data loader's
+  `perfscope::data` spans (work the step must do anyway, which faster communication would not save). Ops
+  inside those spans (the Dataset's) are data wait, not compute, as in perfscope.trace.facts.
+  Overlap share = 1 − exposed / collective.
+- Per op (all_reduce, all_gather, reduce_scatter, broadcast, …): calls and time per step from the spans that
+  run it (gloo annotations, NCCL kernels; the c10d ops only when a trace has neither). Bytes per step are the
+  caller's ``payload_bytes`` when given (what the strategy must move: the gradient bytes for DDP), else read
+  from the trace. A collective's time includes waiting for a late peer, so its achieved bandwidth is a floor
+  of what the link does (perfscope.measure.collectives measures the same collective alone).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from perfscope.results.distributed import CollectiveStat, CommunicationFacts
+from perfscope.trace.categories import categorize
+from perfscope.trace.events import Event, Trace, read_trace
+from perfscope.trace.facts import Window, data_spans, window
+from perfscope.trace.intervals import Span, clip, length, merge, subtract
+
+BUS_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+}
+"""Bus bandwidth / algorithm bandwidth (bytes / time), as NCCL-tests defines it: what each rank's link carries,
+so that figures compare across world sizes and against the link's speed."""
+
+COMM_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional")
+GLOO_PREFIX = "gloo:"
+_DISPATCHER_OP = re.compile(r"^\w+::\w+$")
+_NCCL_OP = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|AllToAll|Send|Recv)", re.I)
+DTYPE_BYTES = {
+    "float": 4, "float32": 4, "double": 8, "float64": 8, "c10::half": 2, "half": 2, "float16": 2, "c10::bfloat16": 2,
+    "bfloat16": 2, "long int": 8, "int64": 8, "long": 8, "int": 4, "int32": 4, "short int": 2, "int16": 2,
+    "signed char": 1, "int8": 1, "unsigned char": 1, "uint8": 1, "bool": 1, "c10::float8_e4m3fn": 1,
+    "c10::float8_e5m2": 1,
+}
+
+
+def bus_bandwidth_gbps(op: str, nbytes: float, seconds: float, world_size: int) -> float | None:
+    """Bus bandwidth in GB/s (10⁹ bytes/s) of ``nbytes`` moved by ``op`` in ``seconds`` on ``world_size`` ranks;
+    None when the op has no convention (send/recv), nothing was timed, or a world of one used no link."""
+    factor = BUS_FACTOR.get(op)
+    if factor is None or seconds <= 0 or nbytes <= 0 or world_size < 2:
+        return None
+    return nbytes / seconds * factor(world_size) / 1e9
+
+
+def collective_op(name: str) -> str | None:
+    """The collective a trace name runs, in snake case ("all_reduce"), or None when it is not a collective.
+
+    `gloo:all_reduce`, `ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)`, `c10d::allreduce_`,
+    `c10d::_reduce_scatter_base_`, `_c10d_functional::all_gather_into_tensor` all name one."""
+    if name.startswith(GLOO_PREFIX):
+        return _snake(name[len(GLOO_PREFIX):])
+    if name.lower().startswith("nccl"):
+        m = _NCCL_OP.search(name[4:])
+        return _snake(re.sub(r"(?<=[a-z])(?=[A-Z])", "_", m.group(1))) if m else "other"
+    namespace, _, op = name.partition("::")
+    if namespace in COMM_NAMESPACES and op and op not in ("wait", "wait_tensor", "barrier", "monitored_barrier"):
+        return _snake(op)
+    return None
+
+
+def _snake(op: str) -> str:
+    op = op.strip("_").lower()
+    for suffix in ("_base", "_into_tensor", "_coalesced", "_tensor", "_single"):
+        op = op.replace(suffix, "")
+    op = op.strip("_")
+    return {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+            "alltoall": "all_to_all", "sendrecv": "send_recv"}.get(op, op)
+
+
+def _elements(dims: object) -> int:
+    """Elements of an "Input Dims" entry: a shape, or a list of shapes (a TensorList)."""
+    if not isinstance(dims, list) or not dims:
+        return 0
+    if all(isinstance(d, int) for d in dims):
+        n = 1
+        for d in dims:
+            n *= d
+        return n
+    return sum(_elements(d) for d in dims)
+
+
+def payload_bytes_of(event: Event, op: str, world_size: int) -> int | None:
+    """Bytes a collective moved by the NCCL-tests convention (all-gather: the gathered output; reduce-scatter:
+    the full input), from the event's args; None when the trace does not say."""
+    args = event.args
+    if "In msg nelems" in args:  # NCCL kernels / record_param_comms
+        size = DTYPE_BYTES.get(str(args.get("dtype", "")).lower())
+        nelems = max(int(args.get("In msg nelems") or 0), int(args.get("Out msg nelems") or 0))
+        return nelems * size if size and nelems else None
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not isinstance(dims, list) or not dims or not isinstance(types, list) or not types:
+        return None
+    size = DTYPE_BYTES.get(str(types[0]).lower())
+    nelems = _elements(dims[0])  # the first input is the tensor (list) the collective runs on
+    if not size or not nelems:
+        return None
+    return nelems * size * (world_size if op == "all_gather" else 1)  # gloo shows the input shard
+
+
+def _collective_threads(trace: Trace) -> set[tuple[object, object]]:
+    return {(e.pid, e.tid) for e in trace.annotations if e.name.startswith(GLOO_PREFIX)}
+
+
+def _host_spans(trace: Trace, w: Window) -> tuple[list[tuple[str, Event]], list[Span], list[Span]]:
+    """CPU: (collective runs (op, event), all collective spans, compute spans), in the window."""
+    threads = _collective_threads(trace)
+    gloo = [(op, e) for e in trace.annotations if (op := collective_op(e.name)) is not None]
+    comm_ops = [e for e in trace.cpu_ops if e.name.partition("::")[0] in COMM_NAMESPACES]
+    enqueue = [(op, e) for e in comm_ops if (op := collective_op(e.name)) is not None]
+    inside_comm: dict[tuple[object, object], list[Span]] = defaultdict(list)
+    for e in comm_ops:
+        inside_comm[(e.pid, e.tid)].append(e.span)
+    compute = [
+        e.span for e in trace.cpu_ops
+        if (e.pid, e.tid) not in threads and _DISPATCHER_OP.match(e.name) and e.name.partition("::")[0] not in COMM_NAMESPACES
+        and not any(s <= e.ts and e.end <= t for s, t in inside_comm.get((e.pid, e.tid), ()))  # the collective's own copies
+    ]
+    collective = merge(clip([e.span for _, e in gloo] + [e.span for e in comm_ops], w.bounds))
+    return [(op, e) for op, e in gloo or enqueue if w.contains(e.ts)], collective, merge(clip(compute, w.bounds))
+
+
+def _device_spans(trace: Trace, w: Window) -> tuple[list[tuple[str, Event]], list[Span], list[Span]]:
+    """CUDA: (NCCL kernels (op, event), their spans, other device work's spans), for the work the window issued."""
+    runs, compute = [], []
+    for x in trace.device:
+        if not w.contains(x.issued):
+            continue
+        if x.event.cat == "kernel" and categorize(x.event.name) == "communication":
+            runs.append((collective_op(x.event.name) or "other", x.event))
+        else:
+            compute.append(x.event.span)
+    return runs, merge([e.span for _, e in runs]), merge(compute)
+
+
+def communication_facts(trace_path: Path, *, rank: int, device_type: str, steps: int, world_size: int,
+                        payload_bytes: dict[str, int] | None = None) -> CommunicationFacts:
+    """Per traced step: collective, compute and exposed collective time, and each collective's bus bandwidth.
+
+    ``payload_bytes``: bytes per step each op must move ({"all_reduce": gradient bytes} for DDP), used instead
+    of the sizes in the trace; ``steps`` only when the trace has no ProfilerStep#N spans."""
+    trace = read_trace(Path(trace_path))
+    w = window(trace, steps)
+    notes = [] if trace.steps else [f"no ProfilerStep#N spans in the trace: its whole span was taken as {w.steps} steps"]
+    on_device = device_type == "cuda" and any(w.contains(x.issued) for x in trace.device)
+    if on_device:
+        runs, collective, compute = _device_spans(trace, w)
+        source = "NCCL kernels against the other device work"
+    else:
+        runs, collective, compute = _host_spans(trace, w)
+        source = "gloo collective threads against the dispatcher ops of the other threads"
+        if device_type == "cuda":
+            notes.append("no device activity in the CUDA trace (CUPTI off?): collectives read from host threads")
+        if collective:
+            notes.append("gloo runs collectives on CPU threads that share the cores with the compute: overlapped time "
+                         "still competes for them")
+    data = data_spans(trace, w)
+    compute = subtract(compute, data)  # the Dataset's ops in the loop's next() are the data wait, as in facts.py
+    exposed = subtract(collective, compute + data)
+    per_step = 1e6 * w.steps
+    collective_us, exposed_us = length(collective), length(exposed)
+    if not runs:
+        notes.append("no collectives in the traced steps")
+    return CommunicationFacts(
+        rank=rank, step_s=w.step_us / 1e6, compute_s=length(compute) / per_step, collective_s=collective_us / per_step,
+        exposed_collective_s=exposed_us / per_step,
+        overlap_share=max(0.0, min(1.0, 1.0 - exposed_us / collective_us)) if collective_us > 0 else None,
+        collectives=_per_op(runs, w, world_size=world_size, payload_bytes=payload_bytes or {}),
+        source=source, notes=notes,
+    )
+
+
+def _per_op(runs: list[tuple[str, Event]], w: Window, *, world_size: int, payload_bytes: dict[str, int]) -> list[CollectiveStat]:
+    """Calls, time (the union of the op's spans), bytes and bus bandwidth per step for each op, longest first."""
+    spans: dict[str, list[Span]] = defaultdict(list)
+    sizes: dict[str, list[int | None]] = defaultdict(list)
+    for op, e in runs:
+        spans[op].append(e.span)
+        sizes[op].append(payload_bytes_of(e, op, world_size))
+    stats = []
+    for op, op_spans in spans.items():
+        seconds = length(op_spans) / 1e6 / w.steps
+        if op in payload_bytes:
+            nbytes: int | None = int(payload_bytes[op])
+        else:  # from the trace, when it sizes every call
+            known = [n for n in sizes[op] if n is not None]
+            nbytes = round(sum(known) / w.steps) if known and len(known) == len(sizes[op]) else None
+        stats.append(CollectiveStat(
+            op=op, calls_per_step=len(op_spans) / w.steps, time_s_per_step=seconds, bytes_per_step=nbytes,
+            bus_gbps=bus_bandwidth_gbps(op, nbytes, seconds, world_size) if nbytes else None,
+        ))
+    return sorted(stats, key=lambda s: -s.time_s_per_step)
+
+
+__all__ = ["bus_bandwidth_gbps", "collective_op", "communication_facts", "payload_bytes_of"]
