@@ -13,6 +13,7 @@ parameters are gathered just before it runs and freed after (reshard_after_forwa
 from __future__ import annotations
 
 import datetime
+import inspect
 import os
 import socket
 from collections.abc import Iterator
@@ -113,7 +114,10 @@ def shard_optimizer(optimizer: torch.optim.Optimizer, config: TrialConfig) -> to
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    defaults = {k: v for k, v in optimizer.defaults.items() if k not in ("differentiable",)}
+    # The user's settings, only those the constructor takes (defaults also hold derived keys, e.g. AdamW's
+    # decoupled_weight_decay).
+    accepted = set(inspect.signature(type(optimizer).__init__).parameters) - {"self", "params"}
+    defaults = {k: v for k, v in optimizer.defaults.items() if k in accepted}
     return ZeroRedundancyOptimizer(params, optimizer_class=type(optimizer), **defaults)
 
 
