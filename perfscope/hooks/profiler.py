@@ -22,6 +22,10 @@ A thin façade over the measurement core that `perfscope analyze` uses (docs/hoo
   micro-batches of the step, unless `samples_per_step=` is given. Per-step times kept for the description
   of a typical step are a uniform reservoir sample (seeded) of at most `max_step_samples` steps.
 
+In a torchrun job (an initialized process group of more than one rank) every rank measures its own window, with
+no per-step synchronization; at save(), which every rank calls, rank 0 gathers their summaries and writes the
+job's one results.json (perfscope.hooks.distributed; docs/hooks.md, "Distributed (torchrun)").
+
 Safe to leave in production code: `enabled=False` or PERFSCOPE_DISABLE=1 makes `wrap()` return the loader's
 own iterator and `step()` a no-op; an internal error becomes one `warnings.warn` and the profiler disables
 itself; it never reads a loss, resets allocator statistics or draws from the user's random generators.
