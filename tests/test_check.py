@@ -17,7 +17,8 @@ from perfscope.check import GateOptions, MetricCheck, run_gate
 from perfscope.check.compat import find_differences
 from perfscope.check.decision import MIN_RUNS
 from perfscope.check.metrics import MFU, SAMPLES_PER_S, STEP_TIME, Side
-from perfscope.results import Contention, Peak, Sweep
+from perfscope.measure.job import combine_ranks
+from perfscope.results import Contention, Peak, RankMetrics, Sweep
 from perfscope.stats import mann_whitney_min_p
 from tests.factories import make_results, make_runs, make_trial
 
@@ -263,6 +264,52 @@ def test_peak_and_flops_only_matter_for_mfu():
     current, baseline = sides(mutate)
     assert find_differences(current, baseline, metric_ids={"samples_per_s"}) == []
     assert len(find_differences(current, baseline, metric_ids={"mfu"})) == 2
+
+
+def _distributed(results, world_size, *, slowest_wall_factor=1.0):
+    """Each run a data-parallel job of ``world_size`` ranks, rank 0 the run as measured, the others alike except
+    the last, whose window is ``slowest_wall_factor`` times longer (it sets the job's pace)."""
+    for trial in results.trials:
+        m = trial.metrics
+        ranks = [RankMetrics(rank=r, steps=m.steps, samples=m.steps * 8, wall_s=m.wall_s) for r in range(world_size)]
+        ranks[-1].wall_s *= slowest_wall_factor
+        m.distributed = combine_ranks(ranks, backend="nccl", data_parallel="ddp", nnodes=1, nproc_per_node=world_size,
+                                      global_batch=8 * world_size)
+        m.samples_per_s = m.distributed.job_samples_per_s
+        trial.config = trial.config.replace(nproc_per_node=world_size, data_parallel="ddp")
+
+
+def test_jobs_of_the_same_world_size_compare():
+    current, baseline = sides(lambda r: _distributed(r, 2))
+    _distributed(baseline.results, 2)
+    assert find_differences(current, baseline, metric_ids={"mfu", "samples_per_s", "step_time"}) == []
+
+
+@pytest.mark.parametrize("base_world, cur_world", [(2, 4), (1, 2)])
+def test_another_world_size_is_refused(base_world, cur_world):
+    current, baseline = sides(lambda r: _distributed(r, cur_world))
+    if base_world > 1:
+        _distributed(baseline.results, base_world)
+    (difference,) = find_differences(current, baseline, metric_ids={"samples_per_s"})
+    assert difference.blocking and difference.what.startswith("world size")
+    assert (difference.baseline, difference.current) == (str(base_world), str(cur_world))
+    assert "--nproc-per-node" in str(difference)
+    report = run_gate(current.results, baseline.results, GateOptions(metrics=("samples_per_s",)))
+    assert report.outcome == "unusable" and report.verdicts == []
+
+
+def test_a_jobs_mfu_and_step_time_follow_its_slowest_rank():
+    """Every metric gates the job: one rank's window 25% longer slows samples/s, MFU and step time alike."""
+    even, slow = runs_file(seed=1), runs_file(seed=1)
+    _distributed(even, 2)
+    _distributed(slow, 2, slowest_wall_factor=1.25)
+    for metric in (SAMPLES_PER_S, MFU):
+        assert [a / b for a, b in zip(metric.per_run(side(slow.trials)), metric.per_run(side(even.trials)))] == \
+            pytest.approx([0.8] * len(even.trials))
+    assert [a / b for a, b in zip(STEP_TIME.per_run(side(slow.trials)), STEP_TIME.per_run(side(even.trials)))] == \
+        pytest.approx([1.25] * len(even.trials))
+    report = run_gate(slow, even, GateOptions(metrics=("samples_per_s", "mfu", "step_time")))
+    assert [v.status for v in report.verdicts] == ["regression"] * 3
 
 
 def test_a_dtype_missing_from_one_file_only_warns():

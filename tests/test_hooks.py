@@ -403,6 +403,8 @@ def test_invalid_arguments_are_rejected() -> None:
         Profiler(capture_steps=(5, 5))
     with pytest.raises(ValueError, match="precision"):
         Profiler(precision="int8")
+    with pytest.raises(ValueError, match="gather_timeout_s"):
+        Profiler(gather_timeout_s=0)
 
 
 def test_exported_from_the_package() -> None:

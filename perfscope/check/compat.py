@@ -69,6 +69,12 @@ def _metric(side: Side, name: str) -> object:
     return getattr(side.trial.metrics, name)
 
 
+def _world_size(side: Side) -> int:
+    """Ranks of the run's job: what its ranks reported, else what it was launched with (1: one process)."""
+    facts = side.trial.metrics.distributed if side.trial.metrics is not None else None
+    return facts.world_size if facts is not None else side.trial.config.world_size
+
+
 ATTRIBUTES: list[Attribute] = [
     Attribute(what="device type", get=lambda s: s.results.environment.device_type),
     Attribute(what="device name", get=lambda s: s.results.environment.device_name),
@@ -79,6 +85,12 @@ ATTRIBUTES: list[Attribute] = [
         what="workload sha256",
         get=lambda s: s.results.workload.sha256,
         hint="the workload file changed; gate a fixed benchmark workload, or pass --allow-mismatch",
+    ),
+    Attribute(
+        what="world size (data-parallel ranks)",
+        get=_world_size,
+        hint="a job's throughput is every rank's samples: compare runs of the same torchrun --nnodes × "
+        "--nproc-per-node, or pass --allow-mismatch",
     ),
     Attribute(
         what="samples per step",

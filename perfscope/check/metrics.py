@@ -5,7 +5,8 @@
 The gate decides on runs, never on steps: steps of one process share its luck (clocks, neighbours, the
 allocator's layout), so the noise that matters between two CI runs is between processes. Every metric is
 work / wall time of a run's windows — samples/s; MFU = FLOPs per step × steps / wall / peak; step time =
-wall / steps — so the three agree on what "faster" means. Per-step values are kept for a secondary,
+wall / steps — so the three agree on what "faster" means. A data-parallel job's are the job's: samples/s of
+every rank, and steps per rank over the slowest rank's window. Per-step values are kept for a secondary,
 informative test only.
 """
 
@@ -86,9 +87,23 @@ def _mfu_factor(side: Side, m: TrialMetrics) -> float:
     return m.flops_per_step / (peak.tflops * 1e12)
 
 
+def _steps_per_s(m: TrialMetrics) -> float:
+    """Optimizer steps per second of the run; for a data-parallel job, per rank over the slowest rank's window
+    (perfscope.measure.job), so MFU and step time gate the job as samples/s does."""
+    if m.distributed is not None:
+        from perfscope.measure.job import job_steps_per_s
+
+        rate = job_steps_per_s(m.distributed)
+        if rate is None:
+            why = m.distributed.unavailable.get("job_samples_per_s", "a rank's window is missing")
+            raise MetricUnavailable(f"the job's step rate is unknown ({why})")
+        return rate
+    return m.steps / m.wall_s
+
+
 MFU = Metric(
     id="mfu", title="MFU", higher_is_better=True,
-    value=lambda side, m: _mfu_factor(side, m) * m.steps / m.wall_s,
+    value=lambda side, m: _mfu_factor(side, m) * _steps_per_s(m),
     per_step=lambda side, m: [_mfu_factor(side, m) / t for t in m.step_times_s if t > 0],
     format=lambda v: f"{v * 100:.2f}%",
 )
@@ -100,7 +115,7 @@ SAMPLES_PER_S = Metric(
 )
 STEP_TIME = Metric(
     id="step_time", title="step time", higher_is_better=False,
-    value=lambda side, m: m.wall_s / m.steps,
+    value=lambda side, m: 1.0 / _steps_per_s(m) if m.distributed is not None else m.wall_s / m.steps,
     per_step=lambda side, m: [t for t in m.step_times_s if t > 0],
     format=lambda v: f"{v * 1e3:,.2f} ms",
 )

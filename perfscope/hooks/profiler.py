@@ -22,6 +22,10 @@ A thin façade over the measurement core that `perfscope analyze` uses (docs/hoo
   micro-batches of the step, unless `samples_per_step=` is given. Per-step times kept for the description
   of a typical step are a uniform reservoir sample (seeded) of at most `max_step_samples` steps.
 
+In a torchrun job (an initialized process group of more than one rank) every rank measures its own window, with
+no per-step synchronization; at save(), which every rank calls, rank 0 gathers their summaries and writes the
+job's one results.json (perfscope.hooks.distributed; docs/hooks.md, "Distributed (torchrun)").
+
 Safe to leave in production code: `enabled=False` or PERFSCOPE_DISABLE=1 makes `wrap()` return the loader's
 own iterator and `step()` a no-op; an internal error becomes one `warnings.warn` and the profiler disables
 itself; it never reads a loss, resets allocator statistics or draws from the user's random generators.
@@ -29,6 +33,7 @@ itself; it never reads a loss, resets allocator statistics or draws from the use
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import sys
@@ -49,6 +54,7 @@ from perfscope.measure.samples import (
 )
 
 if TYPE_CHECKING:
+    from perfscope.hooks.distributed import RankPlace, RankReport
     from perfscope.measure.window import StepRecord, WindowRecorder
     from perfscope.results import Environment, Results, Window, WorkloadInfo
 
@@ -56,6 +62,9 @@ DISABLE_ENV = "PERFSCOPE_DISABLE"
 _MAX_FLOP_RESTARTS = 5
 """FLOP counts discarded because a pause fell inside the counted step, before giving up on counting."""
 _TRUTHY = {"1", "true", "yes", "on"}
+_INSTANCES = itertools.count()
+"""Profilers made in this process: with the save count, the key a rank's summary travels under (ranks make their
+profilers in the same order, so rank 0 asks for the keys the others wrote)."""
 
 
 def disabled_by_env() -> bool:
@@ -130,6 +139,8 @@ class Profiler:
             after the memory peaks are read, on the profiler's device, with its own RNG state).
         max_step_samples: per-step samples kept (a uniform reservoir) for the typical-step description.
         flush_every: read finished CUDA events every this many steps (bounds the pending events).
+        gather_timeout_s: in a torchrun job, how long rank 0's save() waits for the other ranks' summaries
+            (every rank must call save(); a rank that has not reported by then is named in the results).
         enabled: False (or PERFSCOPE_DISABLE=1 in the environment) makes every call a near-free no-op.
     """
 
@@ -155,6 +166,7 @@ class Profiler:
         measure_ceiling: bool = True,
         max_step_samples: int = 2048,
         flush_every: int = 50,
+        gather_timeout_s: float = 300.0,
         enabled: bool = True,
     ) -> None:
         self.enabled = bool(enabled) and not disabled_by_env()
@@ -171,6 +183,8 @@ class Profiler:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"Profiler({arg}=...) must be a positive int or None, got {value!r}")
         self._check_precision(precision)
+        if isinstance(gather_timeout_s, bool) or not isinstance(gather_timeout_s, int | float) or not gather_timeout_s > 0:
+            raise ValueError(f"Profiler(gather_timeout_s=...) must be a number > 0, got {gather_timeout_s!r}")
         if capture_steps is not None:
             start, stop = capture_steps
             if not (isinstance(start, int) and isinstance(stop, int) and 1 <= start < stop):
@@ -189,6 +203,10 @@ class Profiler:
         self.capture_steps = capture_steps
         self.trace_dir = Path(trace_dir) if trace_dir is not None else None
         self.peak_tflops, self.measure_ceiling = peak_tflops, measure_ceiling
+        self.gather_timeout_s = float(gather_timeout_s)
+        # A torchrun job: found here, or at the first step when the loop creates its process group later.
+        self._place: RankPlace | None = _find_place()
+        self._instance, self._saves = next(_INSTANCES), 0
 
         self._clock = clock_for(self.device)
         self._started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -437,10 +455,13 @@ class Profiler:
 
         May be called mid-run (it waits for the pending step events once).
         """
+        return self._results()
+
+    def _results(self, *, ratios: bool = True) -> Results | None:
         if not self.enabled or self._failed is not None:
             return None
         try:
-            return self._build_results()
+            return self._build_results(ratios=ratios)
         except Exception as exc:  # noqa: BLE001
             self._fail("results()", exc)
             return None
@@ -450,21 +471,125 @@ class Profiler:
 
         ``final=False`` keeps measuring (a snapshot); by default the profiler closes first. Returns the
         results.json path, or None when disabled or on failure (which is warned about, never raised).
+
+        In a torchrun job **every rank calls save()** (with the same ``out_dir``): each sends rank 0 its own
+        summary and returns None at once; rank 0 waits for them (at most `gather_timeout_s`) and writes the one
+        results.json of the job (docs/hooks.md, "Distributed (torchrun)").
         """
-        if not self.enabled or self._failed is not None:
+        if not self.enabled:
+            return None
+        if final or not self._on or self._pause_reason is not None:
+            return self._save(Path(out_dir), final)
+        with self.paused("snapshot save()"):  # writing the snapshot is not a training step's time
+            return self._save(Path(out_dir), final)
+
+    def _save(self, out_dir: Path, final: bool) -> Path | None:
+        if self._place is not None:
+            return self._save_job(self._place, out_dir, final)
+        return self._save_alone(out_dir, final)
+
+    def _save_alone(self, out_dir: Path, final: bool, results: Results | None = None) -> Path | None:
+        if self._failed is not None:
             return None
         if final:
             self.close()
-        results = self.results()
+        results = results if results is not None else self.results()
         if results is None:
             return None
         from perfscope.pipeline import finish
 
         try:
-            return finish(results, Path(out_dir), trace_source=self._trace_path)
+            return finish(results, out_dir, trace_source=self._trace_path)
         except Exception as exc:  # noqa: BLE001
-            warnings.warn(f"perfscope: could not save results to {out_dir}: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"perfscope: could not save results to {out_dir}: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=3)
             return None
+
+    def _save_job(self, place: RankPlace, out_dir: Path, final: bool) -> Path | None:
+        """Every rank: its summary to rank 0 (even a failed profiler's, saying why); rank 0: the job's results."""
+        from perfscope.hooks.distributed import RankReport, exchange, own_cpu_cores, rank_metrics
+
+        if _find_place() is None:
+            alone = out_dir / f"rank{place.rank}"
+            warnings.warn(f"perfscope: the process group was gone at save(): rank {place.rank} saves its own results to "
+                          f"{alone} (call prof.save() before destroy_process_group())", RuntimeWarning, stacklevel=3)
+            return self._save_alone(alone, final)
+        self._saves += 1
+        if final and self._failed is None:
+            self.close()
+        results = self._results(ratios=False) if self._failed is None else None
+        metrics = results.trials[0].metrics if results is not None else None
+        try:
+            why = results.trials[0].error if results is not None else None
+            report = RankReport(rank=place.rank, error=self._failed, own_cpu_cores=own_cpu_cores(metrics),
+                                trace=str(self._trace_path) if self._trace_path is not None else None,
+                                metrics=rank_metrics(place, metrics, self.model, self.optimizer, why or self._failed or ""))
+            reports = exchange(place, report, key=f"perfscope/hooks/{self._instance}/{self._saves}",
+                               timeout_s=self.gather_timeout_s, device=self.device)
+        except Exception as exc:  # noqa: BLE001
+            warnings.warn(f"perfscope: rank {place.rank} could not exchange its summary at save(): {type(exc).__name__}: "
+                          f"{exc}" + (" (rank 0 saves its own results alone)" if place.rank == 0 else ""),
+                          RuntimeWarning, stacklevel=3)
+            reports = None
+        if place.rank != 0 or results is None:
+            return None
+        if reports is not None and metrics is not None:
+            try:
+                self._make_job(place, results, reports, out_dir)
+            except Exception as exc:  # noqa: BLE001
+                warnings.warn(f"perfscope: the job's figures could not be combined: {type(exc).__name__}: {exc}; "
+                              "results.json holds rank 0's own", RuntimeWarning, stacklevel=3)
+        if metrics is not None and metrics.distributed is None:
+            from perfscope.measure.mfu import apply_utilization_ratios
+
+            apply_utilization_ratios(metrics, results.peak, results.environment)
+        return self._save_alone(out_dir, final=False, results=results)
+
+    def _make_job(self, place: RankPlace, results: Results, reports: list[RankReport | None], out_dir: Path) -> None:
+        """Rank 0: every rank's metrics into ``metrics.distributed``, the trial's figures the job's, traces copied."""
+        from perfscope.hooks.distributed import layout, without_peers
+        from perfscope.measure.job import apply_job, combine_ranks
+        from perfscope.results.distributed import RankMetrics
+
+        received = [r for r in reports if r is not None]
+        missing = [rank for rank, r in enumerate(reports) if r is None]
+        without_peers(received)
+        ranks = []
+        for report in received:
+            rank = report.metrics or RankMetrics(rank=report.rank)
+            if report.error:
+                rank.unavailable["steps"] = f"its profiler disabled itself after an internal error: {report.error}"
+            ranks.append(rank)
+        trial = results.trials[0]
+        nnodes, nproc = layout(place, received)
+        trial.config = trial.config.replace(nnodes=nnodes, nproc_per_node=nproc)
+        facts = combine_ranks(ranks, backend=place.backend, data_parallel=trial.config.data_parallel, nnodes=nnodes,
+                              nproc_per_node=nproc, global_batch=trial.config.global_batch)
+        facts.world_size = place.world_size
+        if missing:
+            why = (f"rank(s) {', '.join(map(str, missing))} did not report within {self.gather_timeout_s:g} s of rank 0's "
+                   "save() (every rank must call prof.save())")
+            facts.job_samples_per_s = None
+            facts.unavailable["job_samples_per_s"] = why
+            results.notes.append(f"job figures unavailable: {why}")
+        elif facts.job_samples_per_s is None:
+            facts.unavailable["job_samples_per_s"] = "a rank has no timed window, or its sample count is unknown"
+        assert trial.metrics is not None
+        apply_job(trial.metrics, facts, peak=results.peak, env=results.environment)
+        results.notes.append(
+            f"a torchrun job of {place.world_size} ranks ({place.backend}): samples/s and MFU are the job's (every rank's "
+            "work over the slowest rank's window; MFU per device); step times, data wait and memory are rank 0's, "
+            "every rank's are in the per-rank view")
+        for report in received:
+            if report.rank == 0 or report.trace is None:
+                continue
+            source = Path(report.trace)
+            if source.is_file():  # the same node, or a trace_dir on a shared filesystem
+                from perfscope.results.io import copy_file
+
+                (out_dir / "trace").mkdir(parents=True, exist_ok=True)
+                copy_file(source, out_dir / "trace" / source.name)
+            else:
+                results.notes.append(f"rank {report.rank}'s trace stays on its node ({report.trace})")
 
     def __enter__(self) -> Profiler:
         return self
@@ -476,6 +601,11 @@ class Profiler:
     def samples_per_step_given(self) -> bool:
         """True when samples_per_step was passed (then batches are not inspected)."""
         return self.enabled and self.samples_per_step is not None
+
+    @property
+    def rank_place(self) -> RankPlace | None:
+        """This rank's place in a torchrun job (rank, world size, node, backend); None in a single process."""
+        return self._place if self.enabled else None
 
     @property
     def steps_completed(self) -> int:
@@ -567,6 +697,8 @@ class Profiler:
 
     def _end_step(self, samples: int | None) -> None:
         k = self._step_index
+        if k == 0 and self._place is None:
+            self._place = _find_place()
         # Costly end-of-step work first, so it lands in this (untimed) step, not in the next one.
         flop_step = self._flop_counter is not None
         if flop_step:
@@ -766,12 +898,13 @@ class Profiler:
 
             devices = [self.device.index or 0] if self.device.type == "cuda" else []
             with torch.random.fork_rng(devices=devices), (torch.cuda.device(self.device) if devices else _nothing()):
-                self._environment = collect_environment(
-                    self.device.type, device_index=self.device.index or 0, measure_ceiling=self.measure_ceiling
+                self._environment = collect_environment(  # only rank 0's environment is written
+                    self.device.type, device_index=self.device.index or 0,
+                    measure_ceiling=self.measure_ceiling and (self._place is None or self._place.rank == 0),
                 )
         return self._environment
 
-    def _build_results(self) -> Results:
+    def _build_results(self, *, ratios: bool = True) -> Results:
         from perfscope import __version__
         from perfscope.measure import memory
         from perfscope.measure.flops import FLOP_CONVENTION
@@ -834,7 +967,8 @@ class Profiler:
         self._fill_memory(metrics, memory, memory_peaks)
         self._fill_fingerprint(metrics)
         self._fill_trace(metrics)
-        apply_utilization_ratios(metrics, peak, env)
+        if ratios:  # a job's are applied once every rank reported (perfscope.measure.job.apply_job)
+            apply_utilization_ratios(metrics, peak, env)
         trial = Trial(status="ok", metrics=metrics, **common)  # type: ignore[arg-type]
         return Results(perfscope_version=__version__, created_at=_now(), source="hooks", command=_command(),
                        environment=env, workload=workload, peak=peak, trials=[trial], notes=notes)
@@ -880,6 +1014,14 @@ class Profiler:
         else:
             unknown += ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor"]
         unknown += ["compile", "optimizer_impl", "channels_last", "gc_mode", "activation_checkpointing", "offload_activations"]
+        if self._place is not None:
+            from perfscope.hooks.distributed import data_parallel_of, ddp_settings, layout
+
+            known["nnodes"], known["nproc_per_node"] = layout(self._place, [])
+            known["data_parallel"] = data_parallel_of(self.model, self.optimizer)
+            known.update(ddp_settings(self.model))
+            unknown += {"ddp": ["no_sync", "comm_hook"], "zero1": ["no_sync", "comm_hook"],
+                        "fsdp": ["no_sync", "reshard_after_forward", "fsdp_mixed_precision"]}.get(known["data_parallel"], [])
         known.update(self._described_config)  # what a framework adapter read from its trainer
         unknown = [name for name in unknown if name not in self._described_config]
         return TrialConfig(**known), unknown
@@ -989,6 +1131,15 @@ class Profiler:
                 fill_kernel_launches(metrics.fingerprint, metrics.trace_facts)
         except Exception as exc:  # noqa: BLE001
             metrics.unavailable["trace_facts"] = f"trace analysis failed: {type(exc).__name__}: {exc}"
+
+
+def _find_place() -> RankPlace | None:
+    try:
+        from perfscope.hooks.distributed import detect_rank
+
+        return detect_rank()
+    except Exception:  # noqa: BLE001 - a torch without torch.distributed, a half-torn-down group: one process
+        return None
 
 
 @contextmanager

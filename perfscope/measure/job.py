@@ -2,6 +2,7 @@
 
     facts = combine_ranks(ranks, backend="gloo", data_parallel="ddp", nnodes=1, nproc_per_node=2, global_batch=16)
     facts.job_samples_per_s
+    apply_job(trial_metrics, facts, peak=peak, env=environment)   # the trial's samples/s and MFU become the job's
 
 Used by the trials (perfscope.trial.launch) and the hooks (perfscope.hooks) alike, so both report the job the
 same way: every rank measured its own window without extra synchronization, and the slowest rank sets the pace.
@@ -9,9 +10,10 @@ same way: every rank measured its own window without extra synchronization, and 
 
 from __future__ import annotations
 
+from perfscope.measure.mfu import apply_utilization_ratios
 from perfscope.measure.stragglers import find_stragglers
+from perfscope.results import Environment, Peak, TrialMetrics
 from perfscope.results.distributed import DistributedFacts, RankMetrics
-from perfscope.results.model import TrialMetrics
 
 
 def job_samples_per_s(ranks: list[RankMetrics]) -> float | None:
@@ -49,3 +51,35 @@ def job_metrics(metrics: TrialMetrics, facts: DistributedFacts) -> TrialMetrics:
         metrics.unavailable["samples_per_s"] = "the job's throughput needs every rank's samples"
         metrics.samples_per_s = None
     return metrics
+
+
+def job_steps_per_s(facts: DistributedFacts) -> float | None:
+    """Optimizer steps per second per rank for the job: every rank's steps / world size / the slowest window.
+
+    None unless every rank of the world reported a timed window (a job figure without a rank would be a guess)."""
+    ranks = facts.ranks
+    if not ranks or len(ranks) != facts.world_size or any(r.steps <= 0 or r.wall_s <= 0 for r in ranks):
+        return None
+    return sum(r.steps for r in ranks) / len(ranks) / max(r.wall_s for r in ranks)
+
+
+def apply_job(metrics: TrialMetrics, facts: DistributedFacts, *, peak: Peak | None, env: Environment) -> None:
+    """Make a rank's trial metrics the job's: what `perfscope check` gates and the report's headline read.
+
+    samples/s (and tokens/s) = all ranks' samples over the slowest rank's window; achieved TFLOP/s, MFU and HFU
+    stay per device: FLOPs per step × the job's steps per second per rank (job FLOP/s / (world size × peak)).
+    Step times, data wait, memory and the rest stay this rank's own; every rank is in ``metrics.distributed``.
+    The utilization ratios are applied here: call it on metrics where they have not been applied yet.
+    """
+    metrics.distributed = facts
+    rate = job_steps_per_s(facts)
+    if facts.job_samples_per_s is None or rate is None:
+        why = facts.unavailable.get("job_samples_per_s") or "a rank's samples or timed window are unknown"
+        for name in ("samples_per_s", "tokens_per_s", "mfu"):
+            metrics.unavailable[name] = f"the job's figure is unknown: {why}"
+        metrics.samples_per_s = metrics.tokens_per_s = None
+        return
+    if metrics.tokens_per_s is not None and metrics.samples_per_s:
+        metrics.tokens_per_s *= facts.job_samples_per_s / metrics.samples_per_s
+    metrics.samples_per_s = facts.job_samples_per_s
+    apply_utilization_ratios(metrics, peak, env, steps_per_s=rate)

@@ -59,6 +59,12 @@ def gradient_bytes(model: nn.Module) -> int:
     return _tensor_bytes(p.grad for p in model.parameters() if p.grad is not None)
 
 
+def trainable_parameter_bytes(model: nn.Module) -> int:
+    """Bytes of the gradients the trainable parameters will have, sized from the parameters when the gradients
+    were freed (set_to_none): this rank's local shards under FSDP (a DTensor's numel() is the global size)."""
+    return sum(t.numel() * t.element_size() for p in model.parameters() if p.requires_grad for t in _plain_tensors(p))
+
+
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     return _tensor_bytes(v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor))
 
@@ -66,9 +72,7 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
 def breakdown(model: nn.Module, optimizer: torch.optim.Optimizer, peak_bytes: int | None, *, grads_present: bool) -> MemoryBreakdown:
     """Owners of the peak. Gradients are sized from the parameters when they were already freed (set_to_none)."""
     params = parameter_bytes(model)
-    grads = gradient_bytes(model) if grads_present else sum(
-        local_tensor(p).numel() * p.element_size() for p in model.parameters() if p.requires_grad
-    )
+    grads = gradient_bytes(model) if grads_present else trainable_parameter_bytes(model)
     state = optimizer_state_bytes(optimizer)
     rest = None if peak_bytes is None else max(peak_bytes - params - grads - state, 0)
     return MemoryBreakdown(parameters=params, gradients=grads, optimizer_state=state, activations_and_temporaries=rest)

@@ -34,11 +34,14 @@ def choose_peak(env: Environment, override_tflops: float | None = None) -> Peak 
     return None
 
 
-def apply_utilization_ratios(metrics: TrialMetrics, peak: Peak | None, env: Environment) -> None:
+def apply_utilization_ratios(metrics: TrialMetrics, peak: Peak | None, env: Environment, *,
+                             steps_per_s: float | None = None) -> None:
     """Fill achieved_tflops, mfu, hfu and mfu_vs_measured_ceiling from work / wall time of the windows.
 
-    A ratio above 1 cannot be true as measured (a wrong FLOP count, a wrong peak, or a ceiling measured while
-    the machine was busy): it is not reported; the reason goes to ``unavailable`` and ``flags``.
+    ``steps_per_s``: the optimizer steps per second one device made, when not this process's own steps / wall
+    (a data-parallel job: every rank's steps over the slowest rank's window, per rank — MFU stays a fraction of
+    one device's peak). A ratio above 1 cannot be true as measured (a wrong FLOP count, a wrong peak, or a ceiling
+    measured while the machine was busy): it is not reported; the reason goes to ``unavailable`` and ``flags``.
     """
     if not metrics.flops_per_step:
         metrics.unavailable.setdefault("mfu", metrics.unavailable.get("flops_per_step", "no FLOP count"))
@@ -46,14 +49,15 @@ def apply_utilization_ratios(metrics: TrialMetrics, peak: Peak | None, env: Envi
     if metrics.wall_s <= 0 or metrics.steps <= 0:
         metrics.unavailable["mfu"] = "no timed step"
         return
-    achieved = metrics.flops_per_step * metrics.steps / metrics.wall_s
+    rate = steps_per_s if steps_per_s is not None else metrics.steps / metrics.wall_s
+    achieved = metrics.flops_per_step * rate
     metrics.achieved_tflops = achieved / 1e12
     if peak is None:
         metrics.unavailable["mfu"] = "no peak FLOP/s known for this device (pass --peak-tflops)"
     else:
         metrics.mfu = _plausible(metrics, "mfu", achieved / (peak.tflops * 1e12), f"the {peak.tflops:g} TFLOP/s peak ({peak.source})")
         if metrics.hardware_flops_per_step:
-            hardware = metrics.hardware_flops_per_step * metrics.steps / metrics.wall_s
+            hardware = metrics.hardware_flops_per_step * rate
             metrics.hfu = _plausible(metrics, "hfu", hardware / (peak.tflops * 1e12), f"the {peak.tflops:g} TFLOP/s peak")
     if env.measured_ceiling_tflops:
         ceiling = max(env.measured_ceiling_tflops.values())

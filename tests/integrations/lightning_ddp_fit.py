@@ -1,6 +1,6 @@
 """`python lightning_ddp_fit.py OUT`: a 2-process DDP fit on the CPU (gloo) with perfscope's callback.
 
-Run by tests/integrations/test_lightning.py::test_ddp_on_cpu_writes_one_folder_per_rank. Lightning's "ddp"
+Run by tests/integrations/test_lightning.py::test_ddp_on_cpu_writes_the_jobs_results. Lightning's "ddp"
 strategy starts the second process by running this script again, as a user's script would be. Each rank also
 writes its own wall-clock throughput over the steps perfscope times (OUT/truth<rank>.txt) for the test.
 """

@@ -1,8 +1,9 @@
 """What the framework adapters share: where each fit's results go, and the line that says where.
 
 A second `trainer.fit` (or `trainer.train`) into the same folder in one process gets a folder of its own
-(``out/fit-2``): its results never silently replace the first fit's. Each rank of a multi-process run writes
-under ``rank<N>``, as the Profiler's own docs ask.
+(``out/fit-2``): its results never silently replace the first fit's. In a torch.distributed job rank 0 writes the
+job's one results.json there (every rank's profiler sends it its summary); processes the profiler cannot see as
+one job (no process group) each write under ``rank<N>``.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ class FitFolder:
     """1 for the first fit into ``root`` in this process, 2 for the second, ..."""
     rank: int
     world_size: int
+    job: bool = False
+    """The profiler gathers every rank at save(): one folder, rank 0 writes it."""
 
     @property
     def path(self) -> Path:
         folder = self.root if self.fit == 1 else self.root / f"fit-{self.fit}"
-        return folder / f"rank{self.rank}" if self.world_size > 1 else folder
+        return folder / f"rank{self.rank}" if self.world_size > 1 and not self.job else folder
 
     @property
     def declared(self) -> dict[str, object]:
@@ -36,23 +39,24 @@ class FitFolder:
         shown: dict[str, object] = {}
         if self.fit > 1:
             shown["fit"] = f"trainer fit #{self.fit} in this process (fit #1's results are in {self.root})"
-        if self.world_size > 1:
+        if self.world_size > 1 and not self.job:
             shown["rank"] = f"{self.rank} of {self.world_size} processes (each rank writes its own results)"
         return shown
 
 
-def claim_fit_folder(root: str | Path, *, rank: int, world_size: int) -> FitFolder:
-    """Register one more fit into ``root`` in this process and return where its results go."""
+def claim_fit_folder(root: str | Path, *, rank: int, world_size: int, job: bool = False) -> FitFolder:
+    """Register one more fit into ``root`` in this process and return where its results go (``job``: the
+    profiler found the process group, so rank 0 writes every rank's results in one file)."""
     root = Path(root)
     key = str(root.resolve())
     _FITS[key] += 1
-    return FitFolder(root=root, fit=_FITS[key], rank=rank, world_size=max(1, world_size))
+    return FitFolder(root=root, fit=_FITS[key], rank=rank, world_size=max(1, world_size), job=job)
 
 
 def announce(folder: FitFolder, saved: Path | None) -> None:
     """One line on stderr (rank 0 only): a callback's user never calls save() and must learn where it went."""
     if saved is None or folder.rank != 0:
         return
-    where = saved.parent if folder.world_size == 1 else saved.parent.parent / "rank*"
+    where = saved.parent if folder.world_size == 1 or folder.job else saved.parent.parent / "rank*"
     extra = f" (fit #{folder.fit} in this process; fit #1's results are kept in {folder.root})" if folder.fit > 1 else ""
     print(f"perfscope: results and report in {where}{extra}", file=sys.stderr)

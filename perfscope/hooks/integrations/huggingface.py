@@ -16,7 +16,8 @@ What it sees of the loop the Trainer runs, and how:
   apart. A FLOP count covers on_step_begin..on_step_end only, so it never contains them, nor logging.
 - Precision (`bf16`/`fp16` are autocast through accelerate), accumulation, devices, parallel mode,
   gradient checkpointing, torch.compile and the DataLoader's settings are read from `TrainingArguments`.
-- Each rank writes to ``out_dir/rank<N>``; a second `trainer.train()` into the same folder writes to
+- In a multi-process run every rank measures itself and rank 0 writes the job's one ``out_dir/results.json``
+  (docs/hooks.md, "Distributed (torchrun)"); a second `trainer.train()` into the same folder writes to
   ``out_dir/fit-2`` (the first run's results are kept).
 
 The Trainer needs `accelerate`: `pip install "perfscope[hf]"` installs both.
@@ -96,10 +97,10 @@ class PerfscopeTrainerCallback(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
                        train_dataloader: Any = None, **kwargs: Any) -> None:
         precision, config, declared = args_settings(args, model)
-        self.folder = claim_fit_folder(self.out_dir, rank=getattr(args, "process_index", 0) or 0,
-                                       world_size=getattr(args, "world_size", 1) or 1)
         defaults = {"device": args.device, "name": type(model).__name__ if model is not None else "hf-trainer", "precision": precision}
         self.profiler = prof = Profiler(model, optimizer=optimizer, **{**defaults, **self.profiler_kwargs})
+        self.folder = claim_fit_folder(self.out_dir, rank=getattr(args, "process_index", 0) or 0,
+                                       world_size=getattr(args, "world_size", 1) or 1, job=prof.rank_place is not None)
         if not prof.enabled:
             return
         prof.describe(declared={**declared, **self.folder.declared}, **config)

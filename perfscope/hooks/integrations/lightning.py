@@ -16,7 +16,8 @@ What it sees of the loop Lightning runs, and how:
   pause falls into is dropped and taken again on the next step.
 - Precision (`precision="bf16-mixed"` is bf16 autocast), accumulation, devices, strategy and the train
   DataLoader's settings are read from the trainer.
-- Each rank writes to ``out_dir/rank<N>``; a second `trainer.fit` into the same folder writes to
+- Under a DDP / FSDP strategy every rank measures itself and rank 0 writes the job's one ``out_dir/results.json``
+  (docs/hooks.md, "Distributed (torchrun)"); a second `trainer.fit` into the same folder writes to
   ``out_dir/fit-2`` (the first fit's results are kept).
 """
 
@@ -87,11 +88,11 @@ class PerfscopeCallback(pl.Callback):
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         precision, declared = trainer_settings(trainer)
-        self.folder = claim_fit_folder(self.out_dir, rank=getattr(trainer, "global_rank", 0) or 0,
-                                       world_size=getattr(trainer, "world_size", 1) or 1)
         optimizers = getattr(trainer, "optimizers", None) or [None]
         kwargs = {"device": pl_module.device, "name": type(pl_module).__name__, "precision": precision, **self.profiler_kwargs}
         self.profiler = prof = Profiler(pl_module, optimizer=optimizers[0], **kwargs)
+        self.folder = claim_fit_folder(self.out_dir, rank=getattr(trainer, "global_rank", 0) or 0,
+                                       world_size=getattr(trainer, "world_size", 1) or 1, job=prof.rank_place is not None)
         self._global_step = trainer.global_step
         if not prof.enabled:
             return

@@ -1,0 +1,240 @@
+"""The hooks on every rank of the user's own torchrun job: who this rank is, its summary, and rank 0 collecting them.
+
+    place = detect_rank()                        # None outside an initialized process group of more than one rank
+    report = RankReport(rank=place.rank, metrics=rank_metrics(place, trial_metrics, model, optimizer))
+    reports = exchange(place, report, key="perfscope/hooks/0/0", timeout_s=300, device=device)
+    # rank 0: every rank's report in rank order (None for a rank that did not report in time); other ranks: None
+
+Each rank measures its own window exactly as a single process does; nothing is synchronized per step. Only
+`Profiler.save()` exchanges anything, once, and every rank must call it.
+
+Why the rendezvous store and not a collective: a rank that is sent nothing never waits. The other ranks put
+their summary in the job's key-value store (the TCPStore torchrun and `init_process_group` already share) and
+return at once; rank 0 waits for each key with a deadline, then writes what it has and names the ranks that
+did not report. A collective (`gather_object`) would hang rank 0 until the process group's timeout when one
+rank never calls save() — the common `if rank == 0: prof.save(...)` — and, on NCCL, goes through the user's
+communicator and needs each rank's CUDA device current. It is the fallback only where the default group has
+no store (an MPI backend), with the device set for NCCL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+from perfscope.results.distributed import RankMetrics
+from perfscope.results.serde import from_jsonable, to_jsonable
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankPlace:
+    """This process's place in the job, read from torch.distributed and torchrun's environment."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int | None
+    """torchrun's LOCAL_WORLD_SIZE (None when the launcher did not set it)."""
+    node: str
+    backend: str
+
+
+def detect_rank() -> RankPlace | None:
+    """This rank's place, or None outside an initialized process group of more than one rank."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    world = dist.get_world_size()
+    if world <= 1:
+        return None
+    rank = dist.get_rank()
+    local_world = os.environ.get("LOCAL_WORLD_SIZE", "")
+    return RankPlace(
+        rank=rank, world_size=world, local_rank=int(os.environ.get("LOCAL_RANK", rank)),
+        local_world_size=int(local_world) if local_world.isdigit() else None, node=socket.gethostname(),
+        backend=str(dist.get_backend()),
+    )
+
+
+def data_parallel_of(model: torch.nn.Module | None, optimizer: torch.optim.Optimizer | None) -> str:
+    """How the user's loop distributes the model: "ddp", "zero1" (DDP + ZeroRedundancyOptimizer), "fsdp", else
+    "none" (a wrapper perfscope does not recognise, or a model given unwrapped)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(model, DistributedDataParallel):
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        return "zero1" if isinstance(optimizer, ZeroRedundancyOptimizer) else "ddp"
+    try:
+        from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
+    except ImportError:  # torch without FSDP2
+        return "none"
+    if isinstance(model, FSDPModule | FullyShardedDataParallel):
+        return "fsdp"
+    return "none"
+
+
+def ddp_settings(model: torch.nn.Module | None) -> dict[str, Any]:
+    """The DDP constructor settings TrialConfig records, read from the user's DDP module (empty otherwise)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if not isinstance(model, DistributedDataParallel):
+        return {}
+    settings: dict[str, Any] = {"gradient_as_bucket_view": bool(getattr(model, "gradient_as_bucket_view", False)),
+                                "static_graph": bool(getattr(model, "static_graph", False))}
+    cap = getattr(model, "bucket_bytes_cap", None)
+    if isinstance(cap, int) and cap != 25 * 2**20:  # TrialConfig: None is torch's default, 25 MB
+        settings["bucket_cap_mb"] = cap / 2**20
+    return settings
+
+
+def layout(place: RankPlace, reports: list[RankReport]) -> tuple[int, int]:
+    """(nnodes, nproc_per_node): from the nodes every rank reported, else torchrun's LOCAL_WORLD_SIZE, else one node."""
+    nodes = {r.metrics.node for r in reports if r.metrics is not None}
+    if len(reports) == place.world_size and len(nodes) >= 1 and place.world_size % len(nodes) == 0:
+        return len(nodes), place.world_size // len(nodes)
+    local = place.local_world_size
+    if local and place.world_size % local == 0:
+        return place.world_size // local, local
+    return 1, place.world_size
+
+
+@dataclass(kw_only=True)
+class RankReport:
+    """What one rank sends rank 0 at save(): its own measurement, where its trace is, or why it has none."""
+
+    rank: int
+    metrics: RankMetrics | None = None
+    own_cpu_cores: float | None = None
+    """Cores this rank's process (and its DataLoader workers) used in its window: rank 0 takes the job's own
+    ranks out of each rank's other_cpu_cores, so that figure is the machine's other work, not the peers."""
+    trace: str | None = None
+    """The rank's trace file (rank<R>.json.gz), as a path on its own node."""
+    error: str | None = None
+    """Why the rank has no measurement (its profiler disabled itself after an internal error)."""
+
+
+def rank_metrics(place: RankPlace, metrics: Any, model: torch.nn.Module | None,
+                 optimizer: torch.optim.Optimizer | None, why_none: str = "") -> RankMetrics:
+    """This rank's RankMetrics from its own TrialMetrics (None: nothing timed, ``why_none`` says why)."""
+    rank = RankMetrics(rank=place.rank, local_rank=place.local_rank, node=place.node)
+    rank.unavailable["gc_collections"] = "the hooks do not track Python GC"
+    if model is not None:
+        from perfscope.measure import memory
+
+        rank.parameter_bytes = memory.parameter_bytes(model)  # this rank's shards under FSDP
+        rank.gradient_bytes = memory.gradient_bytes(model) or memory.trainable_parameter_bytes(model)
+        if optimizer is not None:
+            rank.optimizer_state_bytes = memory.optimizer_state_bytes(optimizer)
+    if metrics is None:
+        rank.unavailable["steps"] = why_none or "no timed step"
+        return rank
+    windows = metrics.windows
+    rank.steps, rank.wall_s = metrics.steps, metrics.wall_s
+    known = [w.samples for w in windows]
+    rank.samples = sum(known) if windows and all(n is not None for n in known) else None  # type: ignore[misc]
+    rank.samples_per_s = metrics.samples_per_s
+    rank.step_times_s = list(metrics.step_times_s)
+    rank.data_wait_share = metrics.data_wait_share
+    rank.peak_memory_bytes = metrics.peak_memory_bytes
+    measured = [w for w in windows if w.contention is not None and w.contention.other_cpu_cores is not None]
+    wall = sum(w.wall_s for w in measured)
+    if wall > 0:
+        rank.other_cpu_cores = sum(w.contention.other_cpu_cores * w.wall_s for w in measured) / wall  # type: ignore[union-attr]
+    else:
+        rank.unavailable["other_cpu_cores"] = "no window measured the machine's load"
+    return rank
+
+
+def own_cpu_cores(metrics: Any) -> float | None:
+    """This process's cores over its windows (wall-weighted), from the windows' contention readings."""
+    measured = [w for w in (metrics.windows if metrics is not None else [])
+                if w.contention is not None and w.contention.own_cpu_cores is not None]
+    wall = sum(w.wall_s for w in measured)
+    return sum(w.contention.own_cpu_cores * w.wall_s for w in measured) / wall if wall > 0 else None
+
+
+def without_peers(reports: list[RankReport]) -> None:
+    """Each rank's other_cpu_cores less what the job's other ranks on its node used: the peers are other
+    processes to psutil, but their load is the job itself, not a neighbour's."""
+    for report in reports:
+        mine = report.metrics
+        if mine is None or mine.other_cpu_cores is None:
+            continue
+        peers = [r for r in reports if r is not report and r.metrics is not None and r.metrics.node == mine.node]
+        if any(p.own_cpu_cores is None for p in peers):
+            mine.unavailable["other_cpu_cores"] = "includes the job's other ranks on this node (their load is unknown)"
+            continue
+        mine.other_cpu_cores = max(mine.other_cpu_cores - sum(p.own_cpu_cores or 0.0 for p in peers), 0.0)
+
+
+def exchange(place: RankPlace, report: RankReport, *, key: str, timeout_s: float,
+             device: torch.device) -> list[RankReport | None] | None:
+    """Rank 0: every rank's report in rank order (None where a rank did not report within ``timeout_s`` of rank 0
+    asking); other ranks: send and return None at once. Every rank must call it with the same ``key``."""
+    payload = json.dumps(to_jsonable(report))
+    store = _default_store()
+    if store is None:
+        return _gather(place, payload, device)
+    if place.rank != 0:
+        store.set(f"{key}/{place.rank}", payload)
+        return None
+    reports: list[RankReport | None] = [report]
+    deadline = time.monotonic() + timeout_s
+    for rank in range(1, place.world_size):
+        name = f"{key}/{rank}"
+        try:
+            store.wait([name], timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
+        except Exception:  # noqa: BLE001 - DistStoreError / RuntimeError on timeout: that rank did not report
+            reports.append(None)
+            continue
+        reports.append(_decode(store.get(name)))
+        try:
+            store.delete_key(name)  # the store lives as long as the job: leave nothing behind
+        except Exception:  # noqa: BLE001 - a store without delete (HashStore of an old torch): harmless
+            pass
+    return reports
+
+
+def _default_store() -> Any:
+    try:
+        from torch.distributed.distributed_c10d import _get_default_store
+
+        return _get_default_store()
+    except Exception:  # noqa: BLE001 - a backend initialised without a store (MPI), or a torch without the helper
+        return None
+
+
+def _gather(place: RankPlace, payload: str, device: torch.device) -> list[RankReport | None] | None:
+    """gather_object: a collective, so no deadline. On NCCL it moves the objects through CUDA tensors on the
+    current device, which must be this rank's own (a loop that only did model.to(f"cuda:{local_rank}") leaves
+    device 0 current on every rank)."""
+    import torch.distributed as dist
+
+    gathered: list[Any] | None = [None] * place.world_size if place.rank == 0 else None
+    if place.backend == "nccl" and torch.cuda.is_available():
+        index = device.index if device.type == "cuda" and device.index is not None else place.local_rank
+        with torch.cuda.device(index):
+            dist.gather_object(payload, gathered, dst=0)
+    else:
+        dist.gather_object(payload, gathered, dst=0)
+    if gathered is None:
+        return None
+    return [_decode(p) if isinstance(p, str | bytes) else None for p in gathered]
+
+
+def _decode(raw: str | bytes) -> RankReport:
+    return from_jsonable(RankReport, json.loads(raw), "rank report")
+
+
+__all__ = ["RankPlace", "RankReport", "data_parallel_of", "ddp_settings", "detect_rank", "exchange", "layout",
+           "own_cpu_cores", "rank_metrics", "without_peers"]
+
