@@ -110,6 +110,7 @@ class _Zygote:
                     self._cond.notify_all()
         with self._cond:  # the zygote is gone: wake every waiter
             self._cond.notify_all()
+        self._ready.set()  # ... and the start-up wait: a zygote that died importing is known at once, not after a timeout
 
     @property
     def alive(self) -> bool:
