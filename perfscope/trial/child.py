@@ -110,6 +110,10 @@ def _run_probe(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("workload_path"):
         try:
             workload = load_workload(spec["workload_path"])
+            if workload.wraps_model:
+                from perfscope.trial.data_parallel import init_single_process_group
+
+                init_single_process_group(device)
             validate_workload(workload, spec["workload_path"], device=device)
             facts = inspect_model(workload)
         except WorkloadError as exc:

@@ -61,6 +61,14 @@ def init_process_group(device: str, *, timeout_s: float) -> RankInfo:
     return info
 
 
+def init_single_process_group(device: str) -> None:
+    """A process group of one (the probe's dry run of a workload whose model() wraps itself in DDP or FSDP, which
+    needs a group to exist); nothing when one exists already."""
+    if dist.is_initialized():
+        return
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1)
+
+
 def shard_blocks(model: nn.Module) -> list[nn.Module]:
     """The modules FSDP2 shards one by one: the repeated blocks (unwrapped from their checkpoint wrappers)."""
     blocks = find_repeated_blocks(model)
