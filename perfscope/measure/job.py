@@ -10,6 +10,8 @@ same way: every rank measured its own window without extra synchronization, and 
 
 from __future__ import annotations
 
+import dataclasses
+
 from perfscope.measure.mfu import apply_utilization_ratios
 from perfscope.measure.stragglers import find_stragglers
 from perfscope.results import Environment, Peak, TrialMetrics
@@ -37,20 +39,6 @@ def combine_ranks(ranks: list[RankMetrics], *, backend: str, data_parallel: str,
     )
 
 
-def job_metrics(metrics: TrialMetrics, facts: DistributedFacts) -> TrialMetrics:
-    """Rank 0's metrics as the job's: throughput is every rank's samples over the slowest rank's window, and the
-    wall time is that window's, so MFU (per device: FLOPs per rank per step × steps / wall) is the job's too."""
-    metrics.distributed = facts
-    slowest = max((r.wall_s for r in facts.ranks), default=0.0)
-    if facts.job_samples_per_s is not None and slowest > 0:
-        if metrics.tokens_per_s is not None and metrics.samples_per_s:
-            metrics.tokens_per_s *= facts.job_samples_per_s / metrics.samples_per_s
-        metrics.samples_per_s = facts.job_samples_per_s
-        metrics.wall_s = slowest
-    else:
-        metrics.unavailable["samples_per_s"] = "the job's throughput needs every rank's samples"
-        metrics.samples_per_s = None
-    return metrics
 
 
 def job_steps_per_s(facts: DistributedFacts) -> float | None:
@@ -82,4 +70,8 @@ def apply_job(metrics: TrialMetrics, facts: DistributedFacts, *, peak: Peak | No
     if metrics.tokens_per_s is not None and metrics.samples_per_s:
         metrics.tokens_per_s *= facts.job_samples_per_s / metrics.samples_per_s
     metrics.samples_per_s = facts.job_samples_per_s
+    if peak is not None and env.device_type == "cpu" and facts.nproc_per_node > 1:
+        # The ranks of a node share its one CPU, whose peak is the denominator: each rank's share of it.
+        peak = dataclasses.replace(peak, tflops=peak.tflops / facts.nproc_per_node,
+                                   source=f"{peak.source}, shared by the node's {facts.nproc_per_node} ranks")
     apply_utilization_ratios(metrics, peak, env, steps_per_s=rate)

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from perfscope.measure import memory
 from perfscope.measure.clock import synchronize
 from perfscope.measure.contention import JOB_ROOT_ENV
-from perfscope.measure.job import combine_ranks, job_metrics
+from perfscope.measure.job import combine_ranks
 from perfscope.results import RankMetrics, to_jsonable, write_json
 from perfscope.results.config import TrialConfig
 from perfscope.trial.data_parallel import (
@@ -264,5 +264,6 @@ def job_result(metrics: Any, config: TrialConfig, info: RankInfo, gathered: list
     facts.memory_model = memory_model(ranks, config)
     facts.numa_nodes = numa_node_count()
     facts.numa_binding = config.numa_binding
-    return job_metrics(metrics, facts)
+    metrics.distributed = facts  # the session makes the figures the job's (perfscope.measure.job.apply_job)
+    return metrics
 

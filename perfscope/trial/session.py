@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TextIO
 
+from perfscope.measure.job import apply_job
 from perfscope.measure.mfu import apply_utilization_ratios
 from perfscope.results import Results, ResultsError, Trial, TrialMetrics, from_jsonable
 from perfscope.results.config import TrialConfig
@@ -166,7 +167,10 @@ class Session:
                 status, error = "error", (f"the run's measurements failed validation ({exc}); they are kept in "
                                           f"{self.out_dir / 'trials' / name / 'result.json'}")
         if metrics is not None:
-            apply_utilization_ratios(metrics, self.results.peak, self.results.environment)
+            if metrics.distributed is not None:  # samples/s and MFU become the job's: the slowest rank sets the pace
+                apply_job(metrics, metrics.distributed, peak=self.results.peak, env=self.results.environment)
+            else:
+                apply_utilization_ratios(metrics, self.results.peak, self.results.environment)
             if metrics.trace_path:  # relative to results.json, so the output folder can be moved
                 metrics.trace_path = str(Path(metrics.trace_path).resolve().relative_to(self.out_dir.resolve()))
         trial = Trial(
