@@ -61,25 +61,19 @@ def _run_trial(spec: dict[str, Any], result_path: Path) -> dict[str, Any]:
     """
     from perfscope.results.config import TrialConfig
     from perfscope.trial.data import profile_dataset_cost
-    from perfscope.trial.loop import all_finite, capture_trace, run_trial
+    from perfscope.trial.loop import capture_trace_into, nonfinite_loss, run_trial
     from perfscope.workload import load_workload
 
     workload = load_workload(spec["workload_path"])
     config = TrialConfig.from_dict(spec["config"])
     run = run_trial(workload, config)
     metrics = run.metrics
-    if not all_finite(metrics.losses):
-        bad = next(i for i, v in enumerate(metrics.losses) if v != v or v in (float("inf"), float("-inf")))
-        return {"status": "nonfinite", "error": f"loss became {metrics.losses[bad]} at measured step {bad}", "metrics": to_jsonable(metrics)}
+    if (nonfinite := nonfinite_loss(metrics.losses)) is not None:
+        return {"status": "nonfinite", "error": nonfinite, "metrics": to_jsonable(metrics)}
     outcome = {"status": "ok", "error": None, "metrics": to_jsonable(metrics), "phase": "timed"}
     if config.capture_trace and spec.get("artifacts_dir"):
         write_json(result_path, outcome)
-        artifacts = Path(spec["artifacts_dir"])
-        artifacts.mkdir(parents=True, exist_ok=True)
-        try:
-            capture_trace(run, config, artifacts)
-        except Exception as exc:  # noqa: BLE001 - the trace is optional, the measurement is not
-            metrics.unavailable["trace"] = f"trace capture failed: {type(exc).__name__}: {exc}"
+        capture_trace_into(run, config, Path(spec["artifacts_dir"]))
         profile_dataset_cost(workload, config, metrics)  # when the step waited for data: where the Dataset's time goes
         outcome = {"status": "ok", "error": None, "metrics": to_jsonable(metrics), "phase": "done"}
     return outcome

@@ -33,6 +33,7 @@ import psutil
 
 from perfscope.errors import ResultsError
 from perfscope.results.io import open_log, read_json
+from perfscope.trial.runner import log_tail
 
 KILL_GRACE_S = 5.0
 COLLECTIVE_FAILURE = re.compile(
@@ -168,13 +169,6 @@ def _read(path: Path) -> dict[str, Any] | None:
     return payload if isinstance(payload, dict) else None
 
 
-def _tail(path: Path, lines: int = 12) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace").rstrip().splitlines()
-    except OSError:
-        return ""
-    return "\n".join(text[-lines:])
-
 
 def classify_job(result_path: Path, log_path: Path, *, launch: Launch, timed_out: bool, timeout_s: float,
                  wall: float) -> JobOutcome:
@@ -188,7 +182,7 @@ def classify_job(result_path: Path, log_path: Path, *, launch: Launch, timed_out
     if job is not None and job.get("status") in ("ok", "stop") and not timed_out:
         return JobOutcome(str(job["status"]), None, job, wall)
     ranks = {r: _read(rank_result_path(result_path, r)) for r in launch.local_ranks}
-    agent_log = _tail(log_path, 40)
+    agent_log = log_tail(log_path, 40)
     own_failures = [(r, p) for r, p in ranks.items()
                     if p is not None and p.get("status") not in ("ok", None) and not _victim(p)]
     if own_failures:
@@ -201,7 +195,7 @@ def classify_job(result_path: Path, log_path: Path, *, launch: Launch, timed_out
     if root is not None and ranks.get(int(root.group(1))) is None:
         rank, code = int(root.group(1)), int(root.group(2))
         died = f"killed by signal {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
-        return JobOutcome("crashed", f"rank {rank}: process {died} without a result\n{_tail(rank_log_path(log_path, rank))}",
+        return JobOutcome("crashed", f"rank {rank}: process {died} without a result\n{log_tail(rank_log_path(log_path, rank))}",
                           {}, wall)
     victims = [r for r, p in ranks.items() if p is not None and _victim(p)]
     silent = [r for r, p in ranks.items() if p is None or p.get("status") is None]

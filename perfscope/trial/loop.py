@@ -461,3 +461,18 @@ def capture_trace(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) ->
 
 def all_finite(values: list[float]) -> bool:
     return all(math.isfinite(v) for v in values)
+
+
+def nonfinite_loss(losses: list[float]) -> str | None:
+    """"loss became nan at measured step 3", or None when every measured loss is finite."""
+    bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
+    return None if bad is None else f"loss became {losses[bad]} at measured step {bad}"
+
+
+def capture_trace_into(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) -> None:
+    """`capture_trace` into the run's artifacts folder; a failure costs the trace (in ``unavailable``), never the run."""
+    artifacts_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        capture_trace(run, config, artifacts_dir)
+    except Exception as exc:  # noqa: BLE001 - the trace is optional, the measurement is not
+        run.metrics.unavailable["trace"] = f"trace capture failed: {type(exc).__name__}: {exc}"

@@ -35,7 +35,7 @@ from perfscope.trial.data_parallel import (
     local_optimizer,
 )
 from perfscope.trial.launch import rank_result_path
-from perfscope.trial.loop import MeasuredRun, all_finite, capture_trace, run_trial
+from perfscope.trial.loop import MeasuredRun, capture_trace_into, nonfinite_loss, run_trial
 
 LOCAL_WINDOW_STEPS = (10, 30)
 """Steps of the no-communication window, at least and at most: with 5% step noise, 10 steps find a 30% straggler
@@ -61,19 +61,12 @@ def run_rank(spec: dict[str, Any], result_path: Path) -> dict[str, Any]:
     workload = load_workload(spec["workload_path"])
     run = run_trial(workload, config)
     metrics = run.metrics
-    if not all_finite(metrics.losses):
-        bad = next(i for i, v in enumerate(metrics.losses) if not _finite(v))
-        return {"status": "nonfinite", "error": f"loss became {metrics.losses[bad]} at measured step {bad} on rank {info.rank}",
-                "metrics": to_jsonable(metrics)}
+    if (nonfinite := nonfinite_loss(metrics.losses)) is not None:
+        return {"status": "nonfinite", "error": f"{nonfinite} on rank {info.rank}", "metrics": to_jsonable(metrics)}
     write_json(own_path, {"status": "ok", "error": None, "phase": "timed"})
     ranked = rank_metrics(run, info, config)
     if config.capture_trace and spec.get("artifacts_dir"):
-        artifacts = Path(spec["artifacts_dir"])
-        artifacts.mkdir(parents=True, exist_ok=True)
-        try:
-            capture_trace(run, config, artifacts)
-        except Exception as exc:  # noqa: BLE001 - the trace is optional, the measurement is not
-            metrics.unavailable["trace"] = f"trace capture failed: {type(exc).__name__}: {exc}"
+        capture_trace_into(run, config, Path(spec["artifacts_dir"]))
     communication = communication_of(run, info, config, ranked)
     gathered: list[Any] = [None] * info.world_size if info.rank == 0 else []
     dist.gather_object((to_jsonable(ranked), to_jsonable(communication) if communication else None),
@@ -99,10 +92,6 @@ def agree_on_spec(spec: dict[str, Any], info: RankInfo) -> dict[str, Any]:
     if leader.get("artifacts_dir"):
         local["artifacts_dir"] = str(Path(spec["work_dir"]) / Path(leader["artifacts_dir"]).name)
     return {**leader, **local}
-
-
-def _finite(v: float | None) -> bool:
-    return v is not None and v == v and v not in (float("inf"), float("-inf"))
 
 
 def rank_metrics(run: MeasuredRun, info: RankInfo, config: TrialConfig) -> RankMetrics:

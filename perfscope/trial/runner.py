@@ -58,7 +58,8 @@ def needs_fresh_interpreter(env: dict[str, str] | None) -> bool:
     return bool(set(env or {}) - LATE_READ_ENV)
 
 
-def _tail(path: Path, lines: int = 15) -> str:
+def log_tail(path: Path, lines: int = 15) -> str:
+    """The last lines of a trial's log, for an error message (empty when unreadable)."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace").rstrip().splitlines()
     except OSError:
@@ -254,7 +255,7 @@ class TrialRunner:
 
     @staticmethod
     def _timeout(timeout_s: float, log_path: Path, start: float) -> Outcome:
-        return Outcome("timeout", f"trial exceeded {timeout_s:g} s and was killed\n{_tail(log_path)}", {}, time.perf_counter() - start)
+        return Outcome("timeout", f"trial exceeded {timeout_s:g} s and was killed\n{log_tail(log_path)}", {}, time.perf_counter() - start)
 
     @staticmethod
     def _classify(returncode: int, result_path: Path, log_path: Path, wall: float) -> Outcome:
@@ -273,7 +274,7 @@ class TrialRunner:
                 died = _describe(returncode) if returncode != 0 else "ended"
                 payload["metrics"].setdefault("unavailable", {})["trace"] = f"the trial process {died} during trace capture"
             return Outcome(payload.get("status", "error"), error, payload, wall)
-        return Outcome("crashed", f"{_describe(returncode)} without a result\n{_tail(log_path)}", {}, wall)
+        return Outcome("crashed", f"{_describe(returncode)} without a result\n{log_tail(log_path)}", {}, wall)
 
 
 def _describe(returncode: int) -> str:
