@@ -61,6 +61,16 @@ def init_process_group(device: str, *, timeout_s: float) -> RankInfo:
     return info
 
 
+def agree_on_steps(steps: int, device: str) -> int:
+    """The most timed steps any rank calibrated: every rank must run the same number of steps, or one rank's extra
+    step pairs its all-reduce with a peer's next collective and the job deadlocks. Identity outside a group."""
+    if current_rank() is None:
+        return steps
+    count = torch.tensor([steps], dtype=torch.int64, device="cuda" if device == "cuda" else "cpu")
+    dist.all_reduce(count, op=dist.ReduceOp.MAX)
+    return int(count.item())
+
+
 def init_single_process_group(device: str) -> None:
     """A process group of one (the probe's dry run of a workload whose model() wraps itself in DDP or FSDP, which
     needs a group to exist); nothing when one exists already."""

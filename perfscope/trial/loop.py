@@ -64,7 +64,7 @@ from perfscope.trial.checkpointing import (
     checkpointing_off,
 )
 from perfscope.trial.data import endless_batches, to_device
-from perfscope.trial.data_parallel import gradient_sync, local_optimizer, shard_optimizer, wrap_model
+from perfscope.trial.data_parallel import agree_on_steps, gradient_sync, local_optimizer, shard_optimizer, wrap_model
 from perfscope.trial.optimizers import build_optimizer, optimizer_name
 from perfscope.workload import Workload
 
@@ -314,6 +314,8 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
             first_grad_norm = norm
             compile_counters.mark_first_step()
     steps, calibration = calibrate_steps(config, warmup_times)
+    if (agreed := agree_on_steps(steps, device)) != steps:
+        steps, calibration = agreed, f"{agreed} steps: the most any rank calibrated (this rank: {calibration})"
     if config.compile is not None and (why := compile_not_applied(_compiled_graphs(compile_counters))):
         raise CompileNotApplied(f"{why}, during warm-up")
 
