@@ -20,7 +20,7 @@ def print_ranking(results_path: Path) -> Results:
     if sweep is None:
         print("no sweep in these results")
         return results
-    print(f"\n{'knob':<26} {'status':<13} {'gain':>7}  {'95% interval':<16} {'MFU':>7}  note  (* significant, n.s. not; ! changes training)")
+    print(f"\n{'knob':<26} {'status':<13} {'gain':>7}  {'interval (99%)':<16} {'MFU':>7}  note  (* significant, n.s. not; ! changes training)")
     for o in sweep.knobs:
         gain = f"{o.gain.ratio:.3f}" if o.gain else "-"
         interval = f"[{o.gain.low:.3f}, {o.gain.high:.3f}]" if o.gain else ""
