@@ -45,12 +45,6 @@ def _tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
     return total
 
 
-def local_tensor(t: torch.Tensor) -> torch.Tensor:
-    """This rank's shard of a sharded (DTensor) parameter; the tensor itself otherwise."""
-    to_local = getattr(t, "to_local", None)
-    return to_local() if to_local is not None else t
-
-
 def parameter_bytes(model: nn.Module) -> int:
     return _tensor_bytes(model.parameters())
 

@@ -23,10 +23,12 @@ import torch.distributed as dist
 
 from perfscope.measure import memory
 from perfscope.measure.clock import synchronize
+from perfscope.measure.collectives import benchmark_collective
 from perfscope.measure.contention import JOB_ROOT_ENV
 from perfscope.measure.job import combine_ranks
 from perfscope.results import RankMetrics, to_jsonable, write_json
 from perfscope.results.config import TrialConfig
+from perfscope.trace.communication import communication_facts
 from perfscope.trial.data_parallel import (
     RankInfo,
     can_skip_all_communication,
@@ -145,13 +147,6 @@ def communication_of(run: MeasuredRun, info: RankInfo, config: TrialConfig, rank
     """This rank's communication facts from its trace (None without a trace), with the micro-benchmarked bus
     bandwidth of each collective it ran; the per-step figures also go to ``ranked``. Every rank runs the same
     micro-benchmarks in the same order (they are collectives)."""
-    try:
-        from perfscope.measure.collectives import benchmark_collective
-        from perfscope.trace.communication import communication_facts
-    except ImportError as exc:
-        ranked.unavailable["collective_s_per_step"] = f"communication analysis not available: {exc}"
-        return None
-
     metrics = run.metrics
     payload = payload_bytes(run, config, info.world_size)
     bench: dict[str, tuple[int, float | None]] = {}
@@ -184,8 +179,7 @@ def payload_bytes(run: MeasuredRun, config: TrialConfig, world_size: int) -> dic
     FSDP2 all-gathers the parameters (again in backward when it resharded after forward) and reduce-scatters
     the gradients; ZeRO-1 adds a broadcast of the updated parameters."""
     step = run.step
-    trainable = [p for p in step.model.parameters() if p.requires_grad]
-    local = sum(memory.local_tensor(p).numel() * p.element_size() for p in trainable)
+    local = memory.trainable_parameter_bytes(step.model)  # this rank's shards under FSDP
     syncs = 1 if config.no_sync else config.grad_accum_steps
     if config.data_parallel in ("ddp", "zero1"):
         grad_bytes = local
