@@ -37,6 +37,14 @@ FUSED_ADAM = (
     ("name", "category"),
     [
         (SUM_REDUCE, "elementwise"),  # "{lambda" is not the LAMB optimizer
+        # in the real V100/A100 traces of HTA's tests/data, and "other" before:
+        ("void wgrad_alg0_engine<float, 128, 6, 7, 3, 3, 5, false, 512>(int, int, int, float const*, int, float*)", "conv"),
+        ("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernel<float, float>(long, long, float const*)",
+         "normalization"),
+        ("void at::native::(anonymous namespace)::RowwiseMomentsCUDAKernel<float, float>(long, float, float const*)",
+         "normalization"),
+        ("void at::native::(anonymous namespace)::max_pool_backward_nchw<float, float>(float const*, long const*)", "elementwise"),
+        ("triton__0d1d2d3d4d5d6d7d8d9d10d11d12d13d14", "elementwise"),
         (GELU, "elementwise"),
         (COPY, "elementwise"),
         (FUSED_ADAM, "optimizer"),

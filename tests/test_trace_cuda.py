@@ -137,7 +137,8 @@ def test_a_gpu_bound_step_with_an_item_is_not_launch_bound(tmp_path):
 def test_one_item_is_one_sync_point():
     facts = _facts(GPU_BOUND)
     assert facts.sync.points_per_step == 1
-    assert facts.sync.events_per_step == {"aten::item": 1, "aten::_local_scalar_dense": 1, "cudaStreamSynchronize": 1}
+    assert facts.sync.events_per_step == {"cudaStreamSynchronize": 1}
+    assert facts.sync.sites == {"aten::item > aten::_local_scalar_dense (DtoH copy)": 1}
 
 
 def test_idle_is_attributed_once_and_adds_up(tmp_path):
@@ -214,3 +215,92 @@ def test_host_transfers_count_every_copy_each_way_and_the_share_kernels_hid(tmp_
     assert copies.time_s == pytest.approx(600e-6)
     assert copies.overlapped_fraction == pytest.approx(400 / 600)
     assert trace_facts(path, device_type="cpu", steps=1).host_transfers is None
+
+
+# ------------------------------------------------------------------------------ 5. waits the host really made
+
+
+def _default_adamw_step(t: KinetoTrace, n: int, params: int = 148) -> None:
+    """A GPU-bound bf16 step whose optimizer is torch.optim.AdamW at its defaults (foreach): per parameter tensor
+    it reads the step counter it keeps on the host with `.item()` (aten::item > aten::_local_scalar_dense on a
+    CPU tensor: no runtime call, no wait), then launches the foreach kernels. No loss.item()."""
+    from tests.kineto import HIDDEN, TOKENS, _linear, _mm
+
+    with t.step(n):
+        for _ in range(4):
+            _linear(t, TOKENS, HIDDEN, HIDDEN, 900)
+        with t.thread(t.pid + 1):
+            for _ in range(4):
+                _mm(t, TOKENS, HIDDEN, HIDDEN, 900)
+                _mm(t, HIDDEN, TOKENS, HIDDEN, 900)
+        for _ in range(params):
+            with t.op("aten::item", dispatch_us=2), t.op("aten::_local_scalar_dense", dispatch_us=1):
+                pass
+        for name in ("aten::_foreach_add_", "aten::_foreach_lerp_", "aten::_foreach_mul_", "aten::_foreach_addcdiv_"):
+            with t.op(name):
+                t.launch("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<Foreach>", 60)
+
+
+def test_default_adamw_host_items_are_not_syncs_and_ps302_stays_silent(tmp_path):
+    from perfscope.rules import run_rules
+    from tests.factories import make_results
+
+    t = KinetoTrace()
+    for n in range(2, 5):
+        _default_adamw_step(t, n)
+    facts = _facts(t.write(tmp_path / "adamw.json.gz"))
+    assert facts.sync.points_per_step == 0 and facts.sync.events_per_step == {} and facts.sync.sites == {}
+    assert facts.gpu.idle.sync_s == 0 and facts.sync.gpu_idle_after_s == 0
+    results = make_results()
+    results.trials[0].metrics.trace_facts = facts
+    assert [f.rule_id for f in run_rules(results) if f.rule_id in ("PS301", "PS302")] == []
+
+
+def test_a_wait_inside_a_user_frame_is_attributed_to_that_line(tmp_path):
+    t = KinetoTrace()
+    with t.step(2):
+        _linear_and_item_in_frame(t)
+    facts = _facts(t.write(tmp_path / "stack.json.gz"))
+    assert facts.sync.sites == {"aten::item > aten::_local_scalar_dense (DtoH copy) at train.py(42): train_step": 1}
+
+
+def _linear_and_item_in_frame(t: KinetoTrace) -> None:
+    """loss.item() called from train.py line 42, in a trace recorded with_stack=True (python_function frames)."""
+    from tests.kineto import HIDDEN, TOKENS, _linear, _loss_item
+
+    start = t.now
+    _linear(t, TOKENS, HIDDEN, HIDDEN, 900)
+    frame_start = t.now
+    _loss_item(t)
+    torch_frame = {"name": "torch/_tensor.py(1023): item", "ph": "X", "cat": "python_function", "ts": frame_start,
+                   "dur": t.now - frame_start, "pid": t.pid, "tid": t.tid, "args": {}}
+    user_frame = dict(torch_frame, name="train.py(42): train_step", ts=start, dur=t.now - start + 1)
+    t.events += [user_frame, torch_frame]
+
+
+def test_gemm_shape_of_an_addmm_with_out_as_inductor_calls_it(tmp_path):
+    """Inductor calls extern_kernels.addmm(bias, a, b, out=buf): the profiler records (bias, a, b, out); the shape
+    is a's and b's, whatever the bias's rank."""
+    t = KinetoTrace()
+    with t.step(2):
+        with t.op("aten::addmm", dims=[[1024], [4096, 768], [768, 1024], [], [], [4096, 1024]],
+                  types=["c10::BFloat16"] * 3 + ["Scalar", "Scalar", "c10::BFloat16"], dispatch_us=8):
+            t.launch("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT", 500)
+        with t.op("aten::mm", dims=[[4096, 1024], [1024, 50257], [4096, 50257]], types=["c10::BFloat16"] * 3):
+            t.launch("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT", 500)
+    facts = trace_facts(t.write(tmp_path / "inductor.json.gz"), device_type="cuda", steps=1)
+    shapes = {(g.op, tuple(g.shape)) for g in facts.gemm_shapes}
+    assert shapes == {("aten::addmm", (4096, 768, 1024)), ("aten::mm", (4096, 1024, 50257))}
+
+
+def test_a_loss_item_that_drains_the_queue_is_a_finding_with_its_site():
+    from perfscope.rules import run_rules
+    from tests.factories import make_results
+
+    results = make_results()
+    results.trials[0].metrics.trace_facts = facts = _facts(GPU_BOUND)
+    # the wait drains the queue, so the next step's 2.5 ms data wait runs with the GPU idle: that is its cost (in two
+    # of the three traced steps: the first step's wait follows a step outside the trace)
+    assert facts.sync.gpu_idle_after_s == pytest.approx(2 / 3 * (facts.gpu.idle.sync_s + facts.gpu.idle.data_wait_s), rel=0.02)
+    (finding,) = [f for f in run_rules(results) if f.rule_id == "PS302"]
+    assert "aten::item > aten::_local_scalar_dense (DtoH copy) ×1" in finding.evidence[0]

@@ -81,14 +81,22 @@ class GpuTimeline:
 
 @dataclass(kw_only=True)
 class SyncFacts:
-    """Host calls that wait for the device: aten::item, _local_scalar_dense, cuda*Synchronize."""
+    """Host waits on the device, read from the runtime calls that wait (cuda*Synchronize, blocking memcpy).
+
+    `aten::item` alone is not one: on a host tensor (torch.optim's step counters) it waits for nothing."""
 
     points_per_step: float
-    """Merged nests of synchronizing calls: one `.item()` (item → _local_scalar_dense → cudaStreamSynchronize) is one."""
+    """Merged nests of waiting runtime calls per step."""
     events_per_step: dict[str, float] = field(default_factory=dict)
-    """Calls by name, nested ones included (evidence, not a count of sync points)."""
+    """The waiting runtime calls by name, per step."""
     blocked_fraction: float = 0.0
     """Host time inside them (union of the spans) / step time."""
+    sites: dict[str, float] = field(default_factory=dict)
+    """Waits per step by call site: the ops around the call (`aten::to > aten::copy_ (HtoD copy)`,
+    `aten::item > aten::_local_scalar_dense`), and the user's Python frame when the trace has stacks."""
+    gpu_idle_after_s: float | None = None
+    """GPU idle per step in the gaps that opened while the host waited: what the waits cost (the host work
+    that follows a wait runs with an empty queue). None without a device timeline."""
 
 
 @dataclass(kw_only=True)

@@ -20,23 +20,37 @@ class SyncPoints(Rule):
     groups = ("host",)
     addresses = ("sync",)
     min_syncs: float = 1.0
-    """Fire at this many sync points (merged nests of synchronizing calls) per step."""
+    """Fire at this many waits (merged nests of waiting runtime calls) per step ..."""
+    min_cost: float = 0.01
+    """... when they cost at least this share of the step: the GPU idle in the gaps they opened (the queue drained
+    while the host waited), or, with no device timeline, the host time blocked in them. A wait that finds the
+    GPU idle anyway costs nothing and is not worth a code change."""
 
     def check(self, ctx: RuleContext) -> list[Finding]:
         sync = ctx.facts.sync if ctx.facts else None
         if not ctx.cuda or sync is None or sync.points_per_step < self.min_syncs:
             return []
-        share = sync.blocked_fraction
+        step = ctx.facts.step_time_s if ctx.facts else 0.0
+        idle = sync.gpu_idle_after_s
+        cost = idle / step if idle is not None and step > 0 else sync.blocked_fraction
+        if cost < self.min_cost:
+            return []
         points = sync.points_per_step
-        evidence = [f"{points:.0f} sync point{'' if round(points) == 1 else 's'} per step ({', '.join(f'{k}×{v:.0f}' for k, v in sync.events_per_step.items())}; "
-                    "nested calls are one point)",
-                    f"{share:.1%} of the step is spent blocked in them"]
-        gpu = ctx.facts.gpu if ctx.facts else None
-        if gpu is not None and gpu.idle.sync_s > 0:
-            evidence.append(f"the GPU then idles {gpu.idle.sync_s * 1e3:.2f} ms per step with an empty queue")
+        where = sync.sites or sync.events_per_step
+        evidence = [f"{points:.0f} wait{'' if round(points) == 1 else 's'} on the device per step: "
+                    + ", ".join(f"{site} ×{n:.0f}" for site, n in list(where.items())[:4]),
+                    f"{sync.blocked_fraction:.1%} of the step is spent blocked in them"]
+        if idle is not None:
+            evidence.append(f"the GPU then idles {idle * 1e3:.2f} ms per step ({cost:.1%} of the step): the wait drained "
+                            "its queue, so the host work after it ran with the GPU idle")
+        top = next(iter(where), "")
+        if "HtoD copy" in top:
+            fix = ("-    x = x.to(device)\n+    x = x.to(device, non_blocking=True)   # from pinned memory: "
+                   "DataLoader(..., pin_memory=True)")
+        else:
+            fix = "-    print(loss.item())\n+    if step % 100 == 0:\n+        print(loss.item())   # read device values rarely"
         return [Finding(
-            rule_id=self.id, title="Synchronizing calls inside the step", severity="medium" if share >= 0.05 else "low",
-            evidence=evidence,
-            fix="-    print(loss.item())\n+    if step % 100 == 0:\n+        print(loss.item())   # read device values rarely",
+            rule_id=self.id, title="Synchronizing calls inside the step", severity="medium" if cost >= 0.05 else "low",
+            evidence=evidence, fix=fix,
             reference="https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#avoid-unnecessary-cpu-gpu-synchronization",
         )]

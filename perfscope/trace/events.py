@@ -32,6 +32,8 @@ from perfscope.trace.intervals import Span
 HOST_ANNOTATIONS = ("user_annotation", "cpu_op")
 """Categories a ProfilerStep#N or record_function span is read from (cpu_op: torch versions before ~1.13)."""
 DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
+PYTHON = "python_function"
+"""Python frames (torch.profiler with_stack=True): "my_model.py(42): train_step" spans on the host thread."""
 RUNTIME = ("cuda_runtime", "cuda_driver")
 STEP_PREFIX = "ProfilerStep#"
 
@@ -78,6 +80,8 @@ class Trace:
     """Host-side record_function spans (user_annotation), ProfilerStep#N excluded."""
     cpu_ops: list[Event] = field(default_factory=list)
     runtime: list[Event] = field(default_factory=list)
+    python: list[Event] = field(default_factory=list)
+    """Python frames, when the trace was recorded with stacks."""
     device: list[DeviceWork] = field(default_factory=list)
     """Sorted by start time."""
 
@@ -116,6 +120,8 @@ def build_trace(raw: list[dict[str, Any]]) -> Trace:
             trace.cpu_ops.append(event)
         elif event.cat in RUNTIME:
             trace.runtime.append(event)
+        elif event.cat == PYTHON:
+            trace.python.append(event)
         elif event.cat in DEVICE_WORK:
             device.append(event)
     trace.steps = sorted(steps.values())

@@ -53,7 +53,12 @@ from perfscope.trace.categories import categorize, gemm_on_tensor_cores
 from perfscope.trace.events import DeviceWork, Event, Trace, read_trace
 from perfscope.trace.intervals import Span, clip, gaps, length, merge, overlap, subtract
 
-SYNC_NAMES = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "aten::item", "aten::_local_scalar_dense")
+SYNC_CALL = re.compile(r"^(?:cuda|hip|cu)(?:Stream|Device|Event|Ctx)Synchronize$|^(?:cudaMemcpy|hipMemcpy|hipMemcpyWithStream)$")
+"""Runtime calls that block the host until the device has done: the synchronize family, and the blocking copy
+APIs (torch's ROCm build copies to and from the host with hipMemcpyWithStream)."""
+_USER_FRAME = re.compile(r"\.py\(\d+\): ")
+_LIBRARY_FRAME = re.compile(r"(?:^|/)(?:torch|perfscope|site-packages|dist-packages)/|^(?:contextlib|threading|runpy)\.py")
+"""Python frames of a stack trace: the user's are files outside torch, perfscope and installed packages."""
 RUNTIME_LAUNCH = re.compile(r"cudaLaunchKernel|cuLaunchKernel|cudaLaunchCooperativeKernel|cudaGraphLaunch", re.I)
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")  # leaves: linear/matmul decompose into these
 DATA_LABEL = "perfscope::data"
@@ -108,15 +113,83 @@ def data_spans(trace: Trace, w: Window) -> list[Span]:
     return merge(clip(trace.labelled(DATA_LABEL), w.bounds))
 
 
+def sync_calls(trace: Trace, w: Window | None = None) -> list[Event]:
+    """Runtime calls in which the host waited for the device (in the window, when given).
+
+    Only the runtime says whether the host waited: `aten::item` on a CPU tensor (torch.optim's foreach AdamW
+    reads its host-side step counters that way, about twice per parameter tensor) is no sync, and on a device
+    tensor it is one only through the cudaStreamSynchronize inside it."""
+    return [e for e in trace.runtime if SYNC_CALL.match(e.name) and (w is None or w.contains(e.ts))]
+
+
 def sync_facts(trace: Trace, w: Window) -> SyncFacts:
-    """Synchronizing calls: one `.item()` is item → _local_scalar_dense → cudaStreamSynchronize, one sync point."""
-    calls = [e for e in trace.cpu_ops + trace.runtime if e.name in SYNC_NAMES and w.contains(e.ts)]
+    """Host waits on the device per step, each attributed to the call site that made it: the ops enclosing the
+    runtime call (`aten::to > aten::copy_` with the copy's direction, `aten::item > aten::_local_scalar_dense`)
+    and, in a trace recorded with stacks, the innermost Python frame outside torch."""
+    calls = sync_calls(trace, w)
     merged = merge([e.span for e in calls])
+    sites = Counter(_sync_site(trace, e, *context) for e, *context in _call_contexts(trace, calls))
     return SyncFacts(
         points_per_step=len(merged) / w.steps,
         events_per_step={k: v / w.steps for k, v in Counter(e.name for e in calls).items()},
         blocked_fraction=min(1.0, length(merged) / w.total_us),
+        sites={k: v / w.steps for k, v in sorted(sites.items(), key=lambda kv: -kv[1])},
     )
+
+
+def _call_contexts(trace: Trace, calls: list[Event]) -> list[tuple[Event, list[Event], list[Event], list[Event]]]:
+    """Each call with the cpu ops, the record_function labels and the Python frames enclosing it on its thread,
+    outermost first."""
+    by_thread: dict[Any, list[Event]] = defaultdict(list)
+    for e in calls:
+        by_thread[(e.pid, e.tid)].append(e)
+    out = []
+    for key, thread_calls in by_thread.items():
+        ops = enclosing([e for e in trace.cpu_ops if (e.pid, e.tid) == key], thread_calls)
+        labels = enclosing([e for e in trace.annotations if (e.pid, e.tid) == key], thread_calls)
+        frames = enclosing([e for e in trace.python if (e.pid, e.tid) == key], thread_calls)
+        out += [(call, ops[i], labels[i], frames[i]) for i, call in enumerate(thread_calls)]
+    return out
+
+
+def enclosing(spans: list[Event], points: list[Event]) -> list[list[Event]]:
+    """For each of ``points`` (sorted by time), the events of ``spans`` (one thread: properly nested) that
+    enclose it, outermost first; one pass over both."""
+    spans = sorted(spans, key=lambda e: (e.ts, -e.dur))
+    stack: list[Event] = []
+    out, i = [], 0
+    for point in points:
+        while i < len(spans) and spans[i].ts <= point.ts:
+            while stack and stack[-1].end <= spans[i].ts:
+                stack.pop()
+            stack.append(spans[i])
+            i += 1
+        out.append([e for e in stack if e.ts <= point.ts and e.end >= point.end])
+    return out
+
+
+def _sync_site(trace: Trace, call: Event, chain: list[Event], labels: list[Event], frames: list[Event]) -> str:
+    ops = [e for e in chain if "::" in e.name]
+    if not ops:
+        site = f"{call.name} in {labels[-1].name}" if labels else f"{call.name} outside any op"
+    else:
+        site = ops[0].name if len(ops) == 1 else f"{ops[0].name} > {ops[-1].name}"
+        direction = _copy_direction(trace, ops[0])
+        if direction:
+            site += f" ({direction} copy)"
+    user = [f for f in frames if _USER_FRAME.search(f.name) and not _LIBRARY_FRAME.search(f.name)]
+    return f"{site} at {user[-1].name}" if user else site
+
+
+def _copy_direction(trace: Trace, op: Event) -> str | None:
+    """HtoD / DtoH / DtoD when the op launched a memcpy (the copy its sync waited for)."""
+    for x in trace.device:  # sorted by start; a copy launched by the op starts after it began
+        if x.event.ts > op.end + 1e6:
+            break
+        if x.event.cat == "gpu_memcpy" and x.launch is not None and x.launch.tid == op.tid and op.ts <= x.launch.ts <= op.end:
+            m = re.search(r"[HD]to[HD]", x.event.name)
+            return m.group(0) if m else None
+    return None
 
 
 def kernel_facts(work: list[DeviceWork], w: Window) -> KernelFacts:
@@ -140,7 +213,7 @@ def kernel_facts(work: list[DeviceWork], w: Window) -> KernelFacts:
 def blocked_spans(trace: Trace, w: Window) -> list[Span]:
     """Host time blocked on the device: synchronizing calls, and copies from or to pageable memory (the
     runtime stages them synchronously)."""
-    spans = [e.span for e in trace.cpu_ops + trace.runtime if e.name in SYNC_NAMES]
+    spans = [e.span for e in sync_calls(trace)]
     spans += [x.launch.span for x in trace.device if x.launch is not None and x.event.cat == "gpu_memcpy" and "Pageable" in x.event.name]
     return merge(clip(spans, w.bounds))
 
@@ -166,6 +239,23 @@ def gpu_timeline(trace: Trace, w: Window, *, data: list[Span], blocked: list[Spa
         busy_fraction=min(1.0, busy_us / total), idle_fraction=max(0.0, 1.0 - busy_us / total), busy_s=busy_us / w.steps / 1e6,
         idle=IdleBreakdown(data_wait_s=per_step["data_wait"], sync_s=per_step["sync"], host_s=per_step["host"], other_s=per_step["other"]),
     )
+
+
+def idle_after_waits(trace: Trace, w: Window, waits: list[Span]) -> float:
+    """GPU idle per step (s) in the gaps that opened while the host waited on the device: the wait drained the
+    queue, so whatever the host did next (the next batch's loading included) ran with the GPU idle. This, not
+    the time blocked, is what a wait costs: a GPU-bound loop blocks long on a `.item()` and loses nothing."""
+    busy = merge([x.event.span for x in trace.device])
+    starts = [x.event.ts for x in trace.device]
+    idle = 0.0
+    for g0, g1 in gaps(busy, w.bounds):
+        i = bisect.bisect_left(starts, g1 - 1e-6)
+        following = trace.device[i] if i < len(trace.device) else None
+        if following is not None and (following.launch is None or following.launch.ts < g0):
+            continue  # queued work waiting on something else
+        if overlap((g0 - TOUCH_US, g0 + TOUCH_US), waits) > 0:
+            idle += g1 - g0
+    return idle / w.steps / 1e6
 
 
 def launch_facts(trace: Trace, work: list[DeviceWork], w: Window, timeline: GpuTimeline, *,
@@ -306,9 +396,11 @@ def trace_facts(trace_path: Path, *, device_type: str, steps: int) -> TraceFacts
     on_device = device_type == "cuda" and bool(work)
     notes = [] if trace.steps else [f"no ProfilerStep#N spans in the trace: its whole span was taken as {w.steps} steps"]
     data = data_spans(trace, w)
+    sync = sync_facts(trace, w)
     if on_device:
         blocked = blocked_spans(trace, w)
         timeline = gpu_timeline(trace, w, data=data, blocked=blocked)
+        sync.gpu_idle_after_s = idle_after_waits(trace, w, blocked)
         kernels, launch = kernel_facts(work, w), launch_facts(trace, work, w, timeline, data=data, blocked=blocked)
         copies: PageableCopies | None = pageable_memcpy(work, w)
         transfers: HostTransfers | None = host_transfers(work, w)
@@ -318,7 +410,7 @@ def trace_facts(trace_path: Path, *, device_type: str, steps: int) -> TraceFacts
         (kernels, launch), timeline, copies, transfers = cpu_op_facts(trace, w, data), None, None, None
     return TraceFacts(
         device_type=device_type, steps=w.steps, step_time_s=w.step_us / 1e6,
-        data_wait_fraction=min(1.0, length(data) / w.total_us), kernels=kernels, launch=launch, sync=sync_facts(trace, w),
+        data_wait_fraction=min(1.0, length(data) / w.total_us), kernels=kernels, launch=launch, sync=sync,
         gpu=timeline, pageable_memcpy=copies, host_transfers=transfers, gemm_shapes=gemm_shapes(trace, w, on_device=on_device),
         trace_bytes=Path(trace_path).stat().st_size, notes=notes,
     )
@@ -379,15 +471,18 @@ def _top(by_name: dict[str, list[float]], w: Window, n: int = 15) -> list[Kernel
 
 
 def _mkn(e: Event) -> tuple[tuple[int, int, int], str] | None:
+    """(m, k, n) and the dtype of a matmul op from its recorded inputs, read by position: addmm/baddbmm are
+    (bias, a, b, …), mm/bmm (a, b, …); the rest (beta, alpha, an `out=` buffer, as Inductor passes one) is not
+    an operand. m folds the leading dims of a (bmm: batch × rows)."""
     dims = e.args.get("Input Dims") or []
-    types = e.args.get("Input type") or []
-    mats = [(d, t) for d, t in zip(dims, list(types) + [""] * len(dims)) if isinstance(d, list) and len(d) >= 2]
-    if len(mats) < 2:
+    types = list(e.args.get("Input type") or []) + [""] * len(dims)
+    first = 1 if e.name in ("aten::addmm", "aten::baddbmm") else 0
+    if len(dims) < first + 2:
         return None
-    (a, dtype), (b, _) = mats[0], mats[1]
-    if e.name in ("aten::addmm", "aten::baddbmm") and len(mats) >= 3:  # (bias, mat1, mat2) with a 2-D bias
-        (a, dtype), (b, _) = mats[1], mats[2]
+    a, b = dims[first], dims[first + 1]
+    if not (isinstance(a, list) and isinstance(b, list) and len(a) >= 2 and len(b) >= 2):
+        return None
     m = 1
     for v in a[:-1]:
         m *= int(v)
-    return (m, int(a[-1]), int(b[-1])), str(dtype)
+    return (m, int(a[-1]), int(b[-1])), str(types[first])

@@ -175,12 +175,28 @@ def test_never_advise_what_is_already_on():
     assert not ids & {"PS101", "PS102", "PS303"}
 
 
-def test_one_item_is_one_sync_point_not_three():
-    # .item() records aten::item > aten::_local_scalar_dense > cudaStreamSynchronize: one point, nested calls
-    nested = {"aten::item": 1, "aten::_local_scalar_dense": 1, "cudaStreamSynchronize": 1}
-    results = _facts(_results(), sync={"points_per_step": 1, "events_per_step": nested, "blocked_fraction": 0.3})
+def test_one_item_is_one_sync_point_named_by_its_site():
+    # .item() on a device tensor: aten::item > aten::_local_scalar_dense around one cudaStreamSynchronize
+    results = _facts(_results(), sync={"points_per_step": 1, "events_per_step": {"cudaStreamSynchronize": 1}, "blocked_fraction": 0.3,
+                                       "sites": {"aten::item > aten::_local_scalar_dense (DtoH copy) at train.py(42): step": 1}})
     (finding,) = [f for f in run_rules(results) if f.rule_id == "PS302"]
-    assert finding.evidence[0].startswith("1 sync point per step")
+    assert finding.evidence[0] == ("1 wait on the device per step: "
+                                   "aten::item > aten::_local_scalar_dense (DtoH copy) at train.py(42): step ×1")
+    assert "loss.item()" in finding.fix
+
+
+def test_a_wait_that_costs_nothing_is_not_a_finding():
+    """A sync whose queue was already empty: no GPU idle after it, so no code change is worth it."""
+    results = _facts(_results(), sync={"points_per_step": 3, "events_per_step": {"cudaStreamSynchronize": 3}, "blocked_fraction": 0.2,
+                                       "sites": {"aten::to > aten::copy_ (DtoH copy)": 3}, "gpu_idle_after_s": 0.0})
+    assert [f for f in run_rules(results) if f.rule_id == "PS302"] == []
+
+
+def test_a_blocking_batch_copy_is_fixed_by_pinned_memory_not_by_reading_less():
+    results = _facts(_results(), sync={"points_per_step": 1, "events_per_step": {"cudaStreamSynchronize": 1}, "blocked_fraction": 0.1,
+                                       "sites": {"aten::to > aten::copy_ (HtoD copy)": 1}})
+    (finding,) = [f for f in run_rules(results) if f.rule_id == "PS302"]
+    assert "non_blocking=True" in finding.fix and "pin_memory=True" in finding.fix
 
 
 def _clocks(reasons: list[str], clocks: list[float], max_mhz: float | None = 1980.0) -> Results:
