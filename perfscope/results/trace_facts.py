@@ -119,6 +119,9 @@ class LaunchFacts:
     launch_calls_per_step: dict[str, float] = field(default_factory=dict)
     """CUDA: host launch calls per step by runtime/driver API ("cudaLaunchKernel", "cuLaunchKernel",
     "cudaGraphLaunch": one per CUDA-graph replay, whatever the kernels the graph holds)."""
+    starved_by: dict[str, float] = field(default_factory=dict)
+    """CUDA: GPU idle per step waiting for the host, by the op that launched the work ending each gap (the
+    longest five): many tiny launches, or one slow host op."""
 
 
 @dataclass(kw_only=True)

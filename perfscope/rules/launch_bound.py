@@ -39,7 +39,9 @@ class LaunchBound(Rule):
             evidence=[f"{launch.kernels_per_step:.0f} kernels per step, median {launch.median_kernel_us or 0:.1f} µs",
                       f"the GPU sits idle waiting for the host's launches {pct(launch.starved_fraction or 0.0)} of the step "
                       f"(GPU idle {pct(facts.gpu.idle_fraction if facts.gpu else 0.0)} in all); "
-                      f"host launch calls {(launch.host_launch_s or 0.0) * 1e3:.2f} ms per step"],
+                      f"host launch calls {(launch.host_launch_s or 0.0) * 1e3:.2f} ms per step"]
+            + (["the GPU waited for work launched by: " + ", ".join(f"{op} {s * 1e3:.2f} ms" for op, s in launch.starved_by.items())
+                + " per step"] if launch.starved_by else []),
             fix=compile_change(ctx.device, "reduce-overhead"),
             reference="https://pytorch.org/docs/stable/torch.compiler_cudagraph_trees.html",
         )

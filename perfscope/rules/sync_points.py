@@ -38,7 +38,7 @@ class SyncPoints(Rule):
         points = sync.points_per_step
         where = sync.sites or sync.events_per_step
         evidence = [f"{points:.0f} wait{'' if round(points) == 1 else 's'} on the device per step: "
-                    + ", ".join(f"{site} ×{n:.0f}" for site, n in list(where.items())[:4]),
+                    + ", ".join(f"{site} ×{n:.0f}" if n >= 1 else f"{site} ×{n:.1f}" for site, n in list(where.items())[:4]),
                     f"{sync.blocked_fraction:.1%} of the step is spent blocked in them"]
         if idle is not None:
             evidence.append(f"the GPU then idles {idle * 1e3:.2f} ms per step ({cost:.1%} of the step): the wait drained "

@@ -173,12 +173,17 @@ def _sync_site(trace: Trace, call: Event, chain: list[Event], labels: list[Event
     if not ops:
         site = f"{call.name} in {labels[-1].name}" if labels else f"{call.name} outside any op"
     else:
-        site = ops[0].name if len(ops) == 1 else f"{ops[0].name} > {ops[-1].name}"
+        site = _op_name(ops[0]) if len(ops) == 1 else f"{_op_name(ops[0])} > {ops[-1].name}"
         direction = _copy_direction(trace, ops[0])
         if direction:
             site += f" ({direction} copy)"
     user = [f for f in frames if _USER_FRAME.search(f.name) and not _LIBRARY_FRAME.search(f.name)]
     return f"{site} at {user[-1].name}" if user else site
+
+
+def _op_name(op: Event) -> str:
+    """An op as a reader knows it: autograd's `evaluate_function: AddmmBackward0` wrapper is the backward node."""
+    return op.name.removeprefix("autograd::engine::evaluate_function: ")
 
 
 def _copy_direction(trace: Trace, op: Event) -> str | None:
@@ -218,16 +223,39 @@ def blocked_spans(trace: Trace, w: Window) -> list[Span]:
     return merge(clip(spans, w.bounds))
 
 
-def gpu_timeline(trace: Trace, w: Window, *, data: list[Span], blocked: list[Span]) -> GpuTimeline:
-    """GPU busy/idle share of the step and what each idle gap waited for."""
+@dataclass(frozen=True)
+class IdleGap:
+    """A gap in the GPU timeline and the device work that ended it; ``queued``: that work had been launched
+    before the gap began, so the GPU waited on something other than the host (another stream, an event)."""
+
+    start: float
+    end: float
+    following: DeviceWork | None
+
+    @property
+    def queued(self) -> bool:
+        f = self.following
+        return f is not None and (f.launch is None or f.launch.ts < self.start)
+
+
+def idle_gaps(trace: Trace, w: Window) -> list[IdleGap]:
+    """The GPU's idle gaps in the window (no work on any stream), each with the work that ended it."""
     busy = merge([x.event.span for x in trace.device])
-    busy_us = length(clip(busy, w.bounds))
     starts = [x.event.ts for x in trace.device]
-    idle = {"data_wait": 0.0, "sync": 0.0, "host": 0.0, "other": 0.0}
+    out = []
     for g0, g1 in gaps(busy, w.bounds):
         i = bisect.bisect_left(starts, g1 - 1e-6)
-        following = trace.device[i] if i < len(trace.device) else None
-        if following is not None and (following.launch is None or following.launch.ts < g0):
+        out.append(IdleGap(g0, g1, trace.device[i] if i < len(trace.device) else None))
+    return out
+
+
+def gpu_timeline(trace: Trace, w: Window, gpu_gaps: list[IdleGap], *, data: list[Span], blocked: list[Span]) -> GpuTimeline:
+    """GPU busy/idle share of the step and what each idle gap waited for."""
+    busy_us = length(clip(merge([x.event.span for x in trace.device]), w.bounds))
+    idle = {"data_wait": 0.0, "sync": 0.0, "host": 0.0, "other": 0.0}
+    for gap in gpu_gaps:
+        g0, g1 = gap.start, gap.end
+        if gap.queued:
             idle["other"] += g1 - g0  # the work was queued (or we cannot tell): not the host's doing
             continue
         waited_data = overlap((g0, g1), data)
@@ -241,21 +269,33 @@ def gpu_timeline(trace: Trace, w: Window, *, data: list[Span], blocked: list[Spa
     )
 
 
-def idle_after_waits(trace: Trace, w: Window, waits: list[Span]) -> float:
+def idle_after_waits(gpu_gaps: list[IdleGap], w: Window, waits: list[Span]) -> float:
     """GPU idle per step (s) in the gaps that opened while the host waited on the device: the wait drained the
     queue, so whatever the host did next (the next batch's loading included) ran with the GPU idle. This, not
     the time blocked, is what a wait costs: a GPU-bound loop blocks long on a `.item()` and loses nothing."""
-    busy = merge([x.event.span for x in trace.device])
-    starts = [x.event.ts for x in trace.device]
-    idle = 0.0
-    for g0, g1 in gaps(busy, w.bounds):
-        i = bisect.bisect_left(starts, g1 - 1e-6)
-        following = trace.device[i] if i < len(trace.device) else None
-        if following is not None and (following.launch is None or following.launch.ts < g0):
-            continue  # queued work waiting on something else
-        if overlap((g0 - TOUCH_US, g0 + TOUCH_US), waits) > 0:
-            idle += g1 - g0
-    return idle / w.steps / 1e6
+    return sum(g.end - g.start for g in gpu_gaps
+               if not g.queued and overlap((g.start - TOUCH_US, g.start + TOUCH_US), waits) > 0) / w.steps / 1e6
+
+
+def starved_by(trace: Trace, gpu_gaps: list[IdleGap], w: Window, *, data: list[Span], blocked: list[Span],
+               top: int = 5) -> dict[str, float]:
+    """GPU idle per step (s) waiting for the host, by the op that launched the work ending each gap (the
+    outermost dispatcher op around the launch): what the host was doing while the GPU starved — thousands of
+    tiny launches, or one slow host op (a foreach over CPU tensors, a flatten of DDP buffers)."""
+    host_gaps = [g for g in gpu_gaps if not g.queued and g.following is not None and g.following.launch is not None
+                 and overlap((g.start - TOUCH_US, g.end), blocked) == 0]
+    by_thread: dict[Any, list[tuple[IdleGap, Event]]] = defaultdict(list)
+    for g in host_gaps:
+        launch = g.following.launch  # type: ignore[union-attr]
+        by_thread[(launch.pid, launch.tid)].append((g, launch))
+    idle: Counter[str] = Counter()
+    for key, items in by_thread.items():
+        items.sort(key=lambda item: item[1].ts)
+        chains = enclosing([e for e in trace.cpu_ops if (e.pid, e.tid) == key], [launch for _, launch in items])
+        for (g, _), chain in zip(items, chains):
+            ops = [e for e in chain if "::" in e.name]
+            idle[_op_name(ops[0]) if ops else "(no op)"] += g.end - g.start - overlap((g.start, g.end), data)
+    return {name: us / w.steps / 1e6 for name, us in idle.most_common(top) if us > 0}
 
 
 def launch_facts(trace: Trace, work: list[DeviceWork], w: Window, timeline: GpuTimeline, *,
@@ -399,9 +439,11 @@ def trace_facts(trace_path: Path, *, device_type: str, steps: int) -> TraceFacts
     sync = sync_facts(trace, w)
     if on_device:
         blocked = blocked_spans(trace, w)
-        timeline = gpu_timeline(trace, w, data=data, blocked=blocked)
-        sync.gpu_idle_after_s = idle_after_waits(trace, w, blocked)
+        gpu_gaps = idle_gaps(trace, w)
+        timeline = gpu_timeline(trace, w, gpu_gaps, data=data, blocked=blocked)
+        sync.gpu_idle_after_s = idle_after_waits(gpu_gaps, w, blocked)
         kernels, launch = kernel_facts(work, w), launch_facts(trace, work, w, timeline, data=data, blocked=blocked)
+        launch.starved_by = starved_by(trace, gpu_gaps, w, data=data, blocked=blocked)
         copies: PageableCopies | None = pageable_memcpy(work, w)
         transfers: HostTransfers | None = host_transfers(work, w)
     else:
