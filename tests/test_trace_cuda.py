@@ -304,3 +304,9 @@ def test_a_loss_item_that_drains_the_queue_is_a_finding_with_its_site():
     assert facts.sync.gpu_idle_after_s == pytest.approx(2 / 3 * (facts.gpu.idle.sync_s + facts.gpu.idle.data_wait_s), rel=0.02)
     (finding,) = [f for f in run_rules(results) if f.rule_id == "PS302"]
     assert "aten::item > aten::_local_scalar_dense (DtoH copy) ×1" in finding.evidence[0]
+
+
+def test_the_gpu_starvation_is_attributed_to_the_ops_whose_launches_it_waited_for():
+    facts = _facts(LAUNCH_BOUND)
+    assert set(facts.launch.starved_by) >= {"aten::mm", "aten::linear", "aten::relu", "aten::threshold_backward"}
+    assert sum(facts.launch.starved_by.values()) == pytest.approx(facts.gpu.idle.host_s, rel=1e-6)
