@@ -223,11 +223,23 @@ def test_fix_texts_are_written_for_the_runs_device(rule_id, device):
                 assert 'device_type="cuda"' in f.fix
 
 
-def test_tf32_fix_uses_the_api_of_the_runs_torch():
+@pytest.mark.parametrize("probed", ["NEW_ONLY", "MIXED_CHECK"])
+def test_tf32_fix_uses_the_api_of_the_runs_torch(monkeypatch, probed):
+    import torch
+
+    from perfscope import tf32_api
+
+    monkeypatch.setattr(tf32_api, "probe_installed_torch", lambda: getattr(tf32_api, probed))
     results = _results()
-    results.environment.torch_version = "2.13.0+cu128"
+    results.environment.torch_version = torch.__version__  # this torch: its probe decides
     (finding,) = [f for f in run_rules(results) if f.rule_id == "PS102"]
-    assert finding.fix == '+torch.backends.cuda.matmul.fp32_precision = "tf32"'
+    if probed == "NEW_ONLY":
+        assert finding.fix == '+torch.backends.cuda.matmul.fp32_precision = "tf32"'
+    else:  # torch 2.9-2.13: the new setter alone breaks torch.compile, the legacy one sets both (pytorch#166387)
+        assert finding.fix.startswith("+torch.backends.cuda.matmul.allow_tf32 = True   # also sets fp32_precision")
+    results.environment.torch_version = "2.11.0+cu128"  # another torch 2.9-2.11: the mixed check, by version
+    (finding,) = [f for f in run_rules(results) if f.rule_id == "PS102"]
+    assert finding.fix.startswith("+torch.backends.cuda.matmul.allow_tf32 = True   #") and "166387" in finding.fix
     results.environment.torch_version = "2.4.1+cu121"
     (finding,) = [f for f in run_rules(results) if f.rule_id == "PS102"]
     assert finding.fix == "+torch.backends.cuda.matmul.allow_tf32 = True"
