@@ -42,7 +42,7 @@ for s in "${steps[@]}"; do
     esac
 done
 # Traces of the big runs stay behind (MBs each); results, reports, logs and the small fixtures come back.
-find "$R" -path '*/trials/*' -name 'trace.json.gz' -size +2M -delete
+find "$R" -path '*/trials/*/trace/*' -name 'rank*.json.gz' -size +2M -delete  # trace/rank<R>.json.gz (trace/export.py)
 tar czf "$OUT/acceptance.tar.gz" -C "$OUT" acc
 ls -la "$OUT"
 cat "$R/summary.txt"

@@ -10,6 +10,8 @@ Diff-style: lines starting with "-" go, lines starting with "+" come, others are
 
 from __future__ import annotations
 
+from perfscope.tf32_api import Tf32Api
+
 
 def model_expr(device: str) -> str:
     """How the example model is built and placed on ``device`` in the snippets."""
@@ -74,6 +76,16 @@ def pin_memory_change(device: str) -> str:
         f'-x = x.to("{device}")\n'
         f'+x = x.to("{device}", non_blocking=True)'
     )
+
+
+def tf32_change(api: Tf32Api) -> str:
+    """The line that turns matmul TF32 on, through the setter perfscope.tf32_api picked for the run's torch."""
+    if api.setter == "fp32_precision":
+        return '+torch.backends.cuda.matmul.fp32_precision = "tf32"'
+    line = "+torch.backends.cuda.matmul.allow_tf32 = True"
+    if api.has_new_api:  # a torch >= 2.9 user would otherwise reach for the new setter, which breaks compile
+        line += '   # also sets fp32_precision = "tf32"; that setter alone makes torch.compile raise (pytorch#166387)'
+    return line
 
 
 def checkpoint_change() -> str:

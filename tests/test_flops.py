@@ -131,6 +131,27 @@ def test_datasheet_lookup_is_dense(name, expected, bf16):
     assert peak.name == expected and peak.tflops["bf16"] == bf16
 
 
+@pytest.mark.parametrize(
+    ("name", "expected", "fp32", "fp16"),
+    [  # the V100 datasheet's columns, as CUDA names the parts
+        ("Tesla V100-SXM2-16GB", "NVIDIA V100", 15.7, 125.0),
+        ("Tesla V100-SXM2-32GB", "NVIDIA V100", 15.7, 125.0),
+        ("Tesla V100-PCIE-32GB", "NVIDIA V100 PCIe", 14.0, 112.0),
+        ("Tesla V100-PCIE-16GB", "NVIDIA V100 PCIe", 14.0, 112.0),
+        ("Tesla V100S-PCIE-32GB", "NVIDIA V100S PCIe", 16.4, 130.0),
+    ],
+)
+def test_each_v100_form_factor_gets_its_own_column(name, expected, fp32, fp16):
+    peak = datasheet_peak(name)
+    assert (peak.name, peak.tflops) == (expected, {"fp32": fp32, "fp16": fp16})  # Volta: no bf16, no tf32
+    assert "volta-v100-datasheet" in peak.source and expected.removeprefix("NVIDIA ") in peak.source
+
+
+def test_v100_parts_with_other_clocks_get_no_guess():
+    assert datasheet_peak("Tesla V100-FHHL-16GB") is None  # 150 W part: not the PCIe card's figures
+    assert datasheet_peak("Tesla V100-SXM3-32GB") is None
+
+
 def test_unknown_device_gets_no_guess():
     assert datasheet_peak("NVIDIA Tesla K80") is None
     assert datasheet_peak("NVIDIA L40S").name == "NVIDIA L40S"  # not mistaken for the L4

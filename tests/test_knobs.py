@@ -241,10 +241,21 @@ def test_code_change_is_written_for_the_runs_device(k):
         assert 'device_type="cuda"' in gpu or 'GradScaler("cuda")' in gpu
 
 
-def test_tf32_code_change_follows_the_runs_torch_version():
-    new = Environment(device_type="cuda", device_name="NVIDIA H100 80GB HBM3", compute_capability="9.0", torch_version="2.13.0+cu128")
+@pytest.mark.parametrize("probed", ["NEW_ONLY", "MIXED_CHECK"])
+def test_tf32_code_change_follows_the_runs_torch(monkeypatch, probed):
+    import torch
+
+    from perfscope import tf32_api
+
+    monkeypatch.setattr(tf32_api, "probe_installed_torch", lambda: getattr(tf32_api, probed))
+    this = Environment(device_type="cuda", device_name="NVIDIA H100 80GB HBM3", compute_capability="9.0",
+                       torch_version=torch.__version__)
     old = Environment(device_type="cuda", device_name="NVIDIA H100 80GB HBM3", compute_capability="9.0", torch_version="2.4.1+cu121")
-    assert knob("tf32").code_change(ctx(machine=new)) == '+torch.backends.cuda.matmul.fp32_precision = "tf32"'
+    code = knob("tf32").code_change(ctx(machine=this))
+    if probed == "NEW_ONLY":
+        assert code == '+torch.backends.cuda.matmul.fp32_precision = "tf32"'
+    else:
+        assert code.startswith("+torch.backends.cuda.matmul.allow_tf32 = True   #") and "166387" in code
     assert knob("tf32").code_change(ctx(machine=old)) == "+torch.backends.cuda.matmul.allow_tf32 = True"
 
 

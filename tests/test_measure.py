@@ -64,7 +64,7 @@ def _cuda_sees(monkeypatch, *uuids: str) -> None:
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(uuid=uuids[i]))
 
 
-def _sample(monkeypatch, index: int = 0, cuda: tuple[str, ...] = ("11111111-bbbb",), **fake) -> object:
+def _sample(monkeypatch, index: int | None = 0, cuda: tuple[str, ...] = ("11111111-bbbb",), **fake) -> object:
     """Sample with a fake NVML; by default CUDA_VISIBLE_DEVICES=1: CUDA device 0 is NVML's GPU 1."""
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(**fake))
     _cuda_sees(monkeypatch, *cuda)
@@ -97,6 +97,24 @@ def test_nvml_samples_the_cuda_device_by_uuid_not_by_index(monkeypatch):
     util = _sample(monkeypatch)
     assert util.gpu_util_percent.median == 87
     assert _sample(monkeypatch, index=1, cuda=("11111111-bbbb", "00000000-aaaa")).gpu_util_percent.median == 12
+
+
+def test_each_rank_samples_its_own_device_not_device_0(monkeypatch):
+    """Two ranks on two visible GPUs: rank 1's torch.cuda.set_device(1) (from its LOCAL_RANK) makes CUDA device 1
+    its "cuda". A sampler given no index (as the trial loop builds it) samples that GPU, by its UUID."""
+    cuda = ("00000000-aaaa", "11111111-bbbb")
+    for rank, expected in ((0, 12), (1, 87)):
+        monkeypatch.setattr(torch.cuda, "current_device", lambda rank=rank: rank)
+        assert _sample(monkeypatch, index=None, cuda=cuda).gpu_util_percent.median == expected
+
+
+def test_no_current_cuda_device_is_no_gpu_sample_with_the_reason(monkeypatch):
+    def no_device() -> int:
+        raise RuntimeError("No CUDA GPUs are available")
+
+    monkeypatch.setattr(torch.cuda, "current_device", no_device)
+    util = _sample(monkeypatch, index=None)
+    assert util.gpu_util_percent is None and "No CUDA GPUs are available" in util.unavailable["gpu"]
 
 
 def test_nvml_finds_a_mig_instance_by_its_mig_uuid(monkeypatch):

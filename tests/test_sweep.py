@@ -636,3 +636,39 @@ def test_ddp_settings_never_stack_onto_fsdp2():
     assert sweeper.sweep.recommended_knobs == ["fsdp2", "fsdp_mixed_precision"]
     recommended = session.config(sweeper.sweep.recommended_trial)
     assert recommended.data_parallel == "fsdp" and recommended.bucket_cap_mb is None
+
+
+def _crash_when_stacked(trial: Trial) -> None:
+    """TF32 + compile raising in inductor (pytorch#166387): each alone runs, the two together crash."""
+    if trial.config.tf32 and trial.config.compile == "default":
+        trial.status, trial.metrics = "crashed", None  # type: ignore[assignment]
+        trial.error = ("torch._dynamo.exc.BackendCompilerFailed: RuntimeError: PyTorch is checking whether allow_tf32_new "
+                       "is enabled for cuBlas matmul\nTraceback (most recent call last): ...")
+
+
+def test_a_stack_that_fails_is_reported_with_its_reason_never_silently_dropped():
+    session = FakeSession(_step_time({"tf32": 1.6, "compile": 1.3}), edit=_crash_when_stacked)
+    sweeper = _run(_ctx(), session, only=["tf32", "compile"])
+    sweep, results = sweeper.sweep, session.results
+    failed = [t for t in results.trials if t.status == "crashed"]
+    assert [t.configuration for t in failed] == ["stack2-compile"]  # the failed run is kept: the report lists it
+    assert sweep.recommended_knobs == ["tf32"] and sweep.recommended_trial == "tf32"  # measured without compile
+    (note,) = [n for n in sweep.notes if "stack2-compile" in n]
+    assert "tf32 + compile" in note and "failed" in note and "BackendCompilerFailed" in note
+    assert "compile is not in the recommendation" in note
+    compile_outcome = _outcome(sweeper, "compile")
+    assert compile_outcome.status == "measured" and compile_outcome.gain.faster  # alone it wins ...
+    assert "did not join the stack: stack2-compile failed (crashed: torch._dynamo" in compile_outcome.reason  # ... and why not
+    (warning,) = results.warnings
+    assert "tf32 + compile together failed" in warning and "stack2-compile" in warning
+
+
+def test_a_stack_the_numerics_guard_rejects_is_a_note_not_a_warning():
+    session = FakeSession(_step_time({"tf32": 1.6, "compile": 1.3}),
+                          loss_shift=lambda c: 5.0 if c.tf32 and c.compile == "default" else 0.0)
+    sweeper = _run(_ctx(), session, only=["tf32", "compile"])
+    assert sweeper.sweep.recommended_knobs == ["tf32"]
+    (note,) = [n for n in sweeper.sweep.notes if "stack2-compile" in n]
+    assert "was not usable: numerics guard" in note
+    assert "did not join the stack" in _outcome(sweeper, "compile").reason
+    assert session.results.warnings == []

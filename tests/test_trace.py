@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from perfscope.results import GemmShape
-from perfscope.trace.alignment import benchmark_alignment
+from perfscope.trace.alignment import alignment_dtypes, benchmark_alignment, benchmark_alignment_for
 from perfscope.trace.capture import TraceCapture
 from perfscope.trace.facts import trace_facts
 from tests.factories import make_trace_facts
@@ -146,6 +146,15 @@ def test_alignment_benchmark_measures_both_shapes_on_cpu():
     row = rows[0]
     assert row.padded == [256, 256, 256] and row.time_s > 0 and row.padded_time_s > 0
     assert row.speedup_per_flop > 0
+
+
+@pytest.mark.parametrize(("precision", "dtypes"), [("fp32", ["fp32", "bf16"]), ("bf16", ["bf16"]), ("fp16", ["fp16"])])
+def test_an_fp32_runs_shapes_are_also_benchmarked_in_the_bf16_a_recommendation_would_run(precision, dtypes):
+    shapes = [GemmShape(op="aten::mm", shape=[256, 250, 250], dtype="float", count=1, time_s=1e-3, time_source="cpu op",
+                        misaligned=["k", "n"])]
+    assert alignment_dtypes(precision) == dtypes
+    rows = benchmark_alignment_for(shapes, device="cpu", precision=precision)
+    assert [r.dtype for r in rows] == dtypes and all(r.time_s > 0 and r.padded_time_s > 0 for r in rows)
 
 
 def test_trace_diff_shows_where_the_time_went():

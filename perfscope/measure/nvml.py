@@ -19,6 +19,12 @@ import torch
 NVML_UUID_PREFIXES = ("GPU-", "MIG-")
 
 
+def current_cuda_index() -> int:
+    """The CUDA device this process's "cuda" means: a data-parallel rank's, set from its LOCAL_RANK by
+    torch.cuda.set_device (perfscope.trial.data_parallel). Never a blanket 0: every rank would sample GPU 0."""
+    return int(torch.cuda.current_device())
+
+
 def cuda_uuid(index: int) -> str:
     """The UUID CUDA reports for device ``index``, without NVML's prefix."""
     raw = str(torch.cuda.get_device_properties(index).uuid)

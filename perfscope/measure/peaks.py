@@ -31,6 +31,8 @@ HOPPER_SMS = ("NVIDIA H100 Tensor Core GPU Architecture whitepaper (https://reso
 AMPERE_SMS = ("NVIDIA A100 Tensor Core GPU Architecture whitepaper (https://images.nvidia.com/aem-dam/en-zz/Solutions/"
               "data-center/nvidia-ampere-architecture-whitepaper.pdf): A100 108 SMs")
 
+V100_DATASHEET = "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf"
+
 
 @dataclass(frozen=True)
 class DevicePeak:
@@ -74,9 +76,15 @@ _DATASHEETS: list[tuple[str, DevicePeak]] = [
     (r"\ba10\b|a10g", DevicePeak(
         "NVIDIA A10", {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0},
         "https://www.nvidia.com/en-us/data-center/products/a10-gpu/ (sparse figures halved)")),
-    (r"v100", DevicePeak(
-        "NVIDIA V100", {"fp32": 15.7, "fp16": 125.0},
-        "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf (SXM2)")),
+    # Volta: one datasheet, one column per form factor (no sparsity on Volta: the figures are dense). CUDA names
+    # them "Tesla V100-SXM2-16GB", "Tesla V100-PCIE-32GB", "Tesla V100S-PCIE-32GB"; V100S first ("v100s-pcie"
+    # would match the V100 PCIe pattern too). Other V100 parts (FHHL, SXM3, DGXS) run other clocks: no guessed peak.
+    (r"v100s", DevicePeak(
+        "NVIDIA V100S PCIe", {"fp32": 16.4, "fp16": 130.0}, f"{V100_DATASHEET} (V100S PCIe column)")),
+    (r"v100.*pcie", DevicePeak(
+        "NVIDIA V100 PCIe", {"fp32": 14.0, "fp16": 112.0}, f"{V100_DATASHEET} (V100 PCIe column)")),
+    (r"v100.*sxm2", DevicePeak(
+        "NVIDIA V100", {"fp32": 15.7, "fp16": 125.0}, f"{V100_DATASHEET} (V100 SXM2 column)")),
     (r"rtx 4090", DevicePeak(
         "NVIDIA GeForce RTX 4090", {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2, "fp16": 165.2},
         "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf (FP32 accumulate, dense)")),

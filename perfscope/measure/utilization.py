@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from perfscope.measure.nvml import nvml_handle
+from perfscope.measure.nvml import current_cuda_index, nvml_handle
 from perfscope.results import Utilization, UtilizationSample
 from perfscope.stats import summarize
 
@@ -39,7 +39,8 @@ def _throttle_names(pynvml: Any, mask: int) -> list[str]:
 
 
 class UtilizationSampler:
-    def __init__(self, *, device: str, device_index: int = 0, interval_s: float = 0.1) -> None:
+    def __init__(self, *, device: str, device_index: int | None = None, interval_s: float = 0.1) -> None:
+        """``device_index`` None: this process's current CUDA device (each rank its own GPU, not device 0)."""
         self.device = device
         self.interval_s = interval_s
         self._samples: list[UtilizationSample] = []
@@ -52,7 +53,12 @@ class UtilizationSampler:
         self.nvml_uuid: str | None = None
         """The NVML device sampled ("GPU-..." or "MIG-..."), once found."""
         if device == "cuda":
-            self._open_nvml(device_index)
+            try:
+                index = current_cuda_index() if device_index is None else device_index
+            except Exception as exc:  # noqa: BLE001 - no CUDA device to ask: no GPU sample, with the reason
+                self._unavailable["gpu"] = f"no current CUDA device: {type(exc).__name__}: {exc}"
+            else:
+                self._open_nvml(index)
         else:
             self._unavailable["gpu"] = "CPU trial: no GPU to sample"
 

@@ -42,12 +42,18 @@ class MisalignedGemm(Rule):
             caveats=["padded vocabulary rows must be masked or ignored by the loss"],
             reference="https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/index.html",
         )
-        rows = [r for r in ctx.facts.gemm_alignment if r.speedup_per_flop]
+        dtype, whose = self.advice_dtype(ctx)
+        measured = [r for r in ctx.facts.gemm_alignment if r.speedup_per_flop]
+        rows = [r for r in measured if r.dtype == dtype]  # padding pays differently in fp32 and on 16-bit tiles
+        if measured and not rows:
+            finding.evidence.append(f"no alignment micro-benchmark in {dtype} ({whose}): only in "
+                                    f"{', '.join(sorted({r.dtype for r in measured}))}, so no gain is estimated")
         if rows:
             best = max(rows, key=lambda r: r.speedup_per_flop)
             finding.evidence.append(
-                f"micro-benchmark on this device: {'×'.join(map(str, best.shape))} takes {best.time_s * 1e6:.0f} µs, "
-                f"padded {'×'.join(map(str, best.padded))} {best.padded_time_s * 1e6:.0f} µs ({best.speedup_per_flop:.2f}× per FLOP)"
+                f"micro-benchmark on this device in {dtype} ({whose}): {'×'.join(map(str, best.shape))} takes "
+                f"{best.time_s * 1e6:.0f} µs, padded {'×'.join(map(str, best.padded))} {best.padded_time_s * 1e6:.0f} µs "
+                f"({best.speedup_per_flop:.2f}× per FLOP)"
             )
             saved = self.saved_s(shapes, rows)
             if saved > 0 and step:
@@ -59,6 +65,16 @@ class MisalignedGemm(Rule):
                                           f"would gain at most {1 / (1 - share):.2f}×" if share < 1 else
                                           "the misaligned matmuls are the whole step")
         return [finding]
+
+    @staticmethod
+    def advice_dtype(ctx: RuleContext) -> tuple[str, str]:
+        """The dtype the padded matmuls will run in: the recommended configuration's precision (bf16 when the
+        recommendation stacks amp_bf16 onto an fp32 loop), else the loop's own; and whose precision that is."""
+        sweep = ctx.results.sweep
+        recommended = ctx.results.trial(sweep.recommended_trial) if sweep and sweep.recommended_trial else None
+        if recommended is not None and recommended.name != ctx.baseline.name:
+            return recommended.config.precision, "the precision the recommended configuration runs in"
+        return ctx.config("precision", "fp32"), "the loop's own precision"
 
     @staticmethod
     def saved_s(shapes: list[GemmShape], rows: list[GemmAlignment]) -> float:

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
-from perfscope.measure.tf32 import enable_tf32_code
 from perfscope.results import Finding
 from perfscope.rules.engine import Rule, RuleContext
+from perfscope.snippets import tf32_change
+from perfscope.tf32_api import tf32_api
 
 
 class Tf32Matmul(Rule):
@@ -10,8 +11,9 @@ class Tf32Matmul(Rule):
 
     Anti-pattern: PyTorch keeps TF32 off for matmuls since 1.12, so an fp32 loop runs on the slow fp32 path
     (an A100's TF32 matmul peak is ~8× fp32). Best practice, when a 10-bit mantissa in matmuls is acceptable:
-    `torch.backends.cuda.matmul.fp32_precision = "tf32"` on torch ≥ 2.9 (`torch.backends.cuda.matmul.allow_tf32
-    = True` before; do not mix the two: torch then raises on reads). cuDNN convolutions use TF32 by default.
+    `torch.backends.cuda.matmul.allow_tf32 = True`, which on torch ≥ 2.9 also sets `fp32_precision = "tf32"`;
+    the new setter alone makes torch's legacy reads raise, and torch.compile still makes them (pytorch#166387).
+    perfscope.tf32_api decides per torch. cuDNN convolutions use TF32 by default.
     """
 
     id = "PS102"
@@ -32,8 +34,8 @@ class Tf32Matmul(Rule):
             evidence=[f"compute capability {cc} supports TF32; " + (
                 "the loop leaves it off" if tf32_on is False else
                 f"the loop's TF32 setting could not be read ({ctx.metrics.unavailable.get('matmul_tf32', 'unknown')})")],
-            # In the API of the torch that measured the run (reading allow_tf32 raises after the new API is used).
-            fix=enable_tf32_code(ctx.results.environment.torch_version or None),
+            # In the API of the torch that measured the run (perfscope.tf32_api: the one its trials applied).
+            fix=tf32_change(tf32_api(ctx.results.environment.torch_version or None)),
             caveats=["numerics: fp32 matmuls with a 10-bit mantissa"],
             reference="https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices",
         )

@@ -36,17 +36,11 @@ from typing import Any, Protocol
 from perfscope.errors import UserError
 from perfscope.results import Gain, KnobOutcome, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
-from perfscope.search.compare import (
-    compare,
-    compare_gains,
-    could_still_win,
-    relative_gain,
-    run_noise,
-    unconfirmed,
-)
+from perfscope.search.compare import compare, compare_gains, could_still_win, relative_gain, run_noise, unconfirmed
 from perfscope.search.knobs import REGISTRY, Knob, KnobContext, knob_ids
 from perfscope.search.microbatch import MicroBatchResult, search_micro_batch
 from perfscope.search.numerics import compare_numerics
+from perfscope.search.stack_failures import record_stack_failure, stack_failure
 from perfscope.workload import Workload
 
 BASELINE = "baseline"
@@ -451,7 +445,9 @@ class Sweeper:
         stacked = Candidate(knob, changes, name, config, knobs)
         stacked.first = self.measure(name, config, knobs)
         self._check_numerics(stacked)
-        if not stacked.usable:
+        failure = stack_failure(name, knobs, stacked.first, stacked.rejected, stacked.not_applied)
+        if failure is not None:  # never a knob silently missing from the recommendation
+            record_stack_failure(failure, self.sweep, self.results)
             return None
         for _ in range(self.options.max_runs):
             stacked.gain, current.gain = self.gain(name), self.gain(current.name)

@@ -1,6 +1,7 @@
 """GEMM alignment micro-benchmark: how much faster would a hot matmul be at tile-friendly dimensions?
 
     facts.gemm_alignment = benchmark_alignment(facts.gemm_shapes, device="cuda", dtype="bf16")
+    facts.gemm_alignment = benchmark_alignment_for(facts.gemm_shapes, device="cuda", precision="fp32")  # fp32 + bf16
 
 Tensor-core kernels want dimensions that are multiples of 8 (16-bit) — better 64 — and fall back to
 slower tiles otherwise (GPT-2's vocab 50257 → 50304 made a whole bf16 step 1.47× faster on an H100 80GB HBM3,
@@ -8,6 +9,11 @@ measured by this project: torch 2.11, GPT-2 124M, seq 1024, batch 8). The gain
 is measured, not assumed: the matmul at its shape vs padded to multiples of 64, random inputs, warm-up,
 each repeat timed with CUDA events on a GPU (perfscope.measure.microbench), median of repeats; compared per
 FLOP because the padded one does more work.
+
+In which dtype: the one the advice will run in. Padding pays far more on 16-bit tensor-core tiles than in fp32,
+and the trace that finds the shapes is usually the baseline's (fp32) while the recommendation runs bf16
+autocast: an fp32 run therefore also benchmarks its shapes in bf16 (`alignment_dtypes`), and PS401 reads the
+rows of the recommended configuration's precision.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from perfscope.measure.microbench import median_seconds
+from perfscope.precision import Precision
 from perfscope.results.trace_facts import GemmAlignment, GemmShape
 
 PAD_TO = 64
@@ -31,6 +38,17 @@ def _time_mm(m: int, k: int, n: int, device: str, dtype: torch.dtype, repeats: i
     a = torch.randn(m, k, device=device, dtype=dtype)
     b = torch.randn(k, n, device=device, dtype=dtype)
     return median_seconds(lambda: torch.mm(a, b), device, warmup=3, repeats=repeats)
+
+
+def alignment_dtypes(precision: Precision) -> list[str]:
+    """The run's own dtype, and for an fp32 run also bf16: the autocast dtype a recommendation would run its
+    matmuls in (amp_bf16; fp16 tiles align the same way: multiples of 8, better 64)."""
+    return [precision] if precision != "fp32" else ["fp32", "bf16"]
+
+
+def benchmark_alignment_for(gemm_shapes: list[GemmShape], *, device: str, precision: Precision) -> list[GemmAlignment]:
+    """`benchmark_alignment` in each of `alignment_dtypes(precision)` (rows carry their dtype)."""
+    return [row for dtype in alignment_dtypes(precision) for row in benchmark_alignment(gemm_shapes, device=device, dtype=dtype)]
 
 
 def benchmark_alignment(gemm_shapes: list[GemmShape], *, device: str, dtype: str = "fp32", top: int = 3, repeats: int = 20) -> list[GemmAlignment]:

@@ -431,7 +431,7 @@ def capture_trace(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) ->
     """
     metrics = run.metrics
     try:
-        from perfscope.trace.alignment import benchmark_alignment
+        from perfscope.trace.alignment import benchmark_alignment_for
         from perfscope.trace.capture import TraceCapture
         from perfscope.trace.facts import trace_facts
     except ImportError as exc:
@@ -452,8 +452,7 @@ def capture_trace(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) ->
     metrics.trace_path = str(cap.path)
     try:
         facts = trace_facts(cap.path, device_type=config.device, steps=cap.active_steps)
-        dtype = config.precision if config.precision != "fp32" else "fp32"
-        facts.gemm_alignment = benchmark_alignment(facts.gemm_shapes, device=config.device, dtype=dtype)
+        facts.gemm_alignment = benchmark_alignment_for(facts.gemm_shapes, device=config.device, precision=config.precision)
         metrics.trace_facts = facts
         if metrics.fingerprint is not None:
             fill_kernel_launches(metrics.fingerprint, facts)

@@ -103,7 +103,7 @@ CASES: dict[str, tuple[Callable[[], Results], Callable[[], Results]]] = {
     "PS303": (lambda: _facts(_results(), kernels={"time_by_category": {"gemm": 0.04, "elementwise": 0.05}}),
               lambda: _facts(_results(), kernels={"time_by_category": {"gemm": 0.09, "elementwise": 0.01}})),
     "PS401": (lambda: _facts(_results(), step_time_s=0.1, gemm_shapes=[_gemm([8192, 768, 50257], ["n"], 0.02)],
-                             gemm_alignment=[GemmAlignment(shape=[8192, 768, 50257], padded=[8192, 768, 50304], dtype="bf16", time_s=3e-3,
+                             gemm_alignment=[GemmAlignment(shape=[8192, 768, 50257], padded=[8192, 768, 50304], dtype="fp32", time_s=3e-3,
                                                            padded_time_s=2e-3, speedup_per_flop=1.5)]),
               lambda: _facts(_results(), step_time_s=0.1, gemm_shapes=[_gemm([8192, 768, 50304], [], 0.02)])),
     "PS501": (lambda: _metrics(_results(), peak_memory_bytes=10 * GiB), lambda: _metrics(_results(), peak_memory_bytes=60 * GiB)),
@@ -239,11 +239,23 @@ def test_fix_texts_are_written_for_the_runs_device(rule_id, device):
                 assert 'device_type="cuda"' in f.fix
 
 
-def test_tf32_fix_uses_the_api_of_the_runs_torch():
+@pytest.mark.parametrize("probed", ["NEW_ONLY", "MIXED_CHECK"])
+def test_tf32_fix_uses_the_api_of_the_runs_torch(monkeypatch, probed):
+    import torch
+
+    from perfscope import tf32_api
+
+    monkeypatch.setattr(tf32_api, "probe_installed_torch", lambda: getattr(tf32_api, probed))
     results = _results()
-    results.environment.torch_version = "2.13.0+cu128"
+    results.environment.torch_version = torch.__version__  # this torch: its probe decides
     (finding,) = [f for f in run_rules(results) if f.rule_id == "PS102"]
-    assert finding.fix == '+torch.backends.cuda.matmul.fp32_precision = "tf32"'
+    if probed == "NEW_ONLY":
+        assert finding.fix == '+torch.backends.cuda.matmul.fp32_precision = "tf32"'
+    else:  # torch 2.9-2.13: the new setter alone breaks torch.compile, the legacy one sets both (pytorch#166387)
+        assert finding.fix.startswith("+torch.backends.cuda.matmul.allow_tf32 = True   # also sets fp32_precision")
+    results.environment.torch_version = "2.11.0+cu128"  # another torch 2.9-2.11: the mixed check, by version
+    (finding,) = [f for f in run_rules(results) if f.rule_id == "PS102"]
+    assert finding.fix.startswith("+torch.backends.cuda.matmul.allow_tf32 = True   #") and "166387" in finding.fix
     results.environment.torch_version = "2.4.1+cu121"
     (finding,) = [f for f in run_rules(results) if f.rule_id == "PS102"]
     assert finding.fix == "+torch.backends.cuda.matmul.allow_tf32 = True"
@@ -529,10 +541,42 @@ def test_misaligned_gemm_estimate_uses_each_shapes_padded_wall_time_and_states_t
     assert "20% of the step" in f.estimate_bound and "at most 1.25×" in f.estimate_bound
     # A benchmarked shape that padding made slower saves nothing: no estimate.
     slower = _facts(_results(), step_time_s=0.1, gemm_shapes=[_gemm([8192, 768, 50257], ["n"], 0.02)],
-                    gemm_alignment=[GemmAlignment(shape=[8192, 768, 50257], padded=[8192, 768, 50304], dtype="bf16", time_s=2e-3,
+                    gemm_alignment=[GemmAlignment(shape=[8192, 768, 50257], padded=[8192, 768, 50304], dtype="fp32", time_s=2e-3,
                                                   padded_time_s=3e-3, speedup_per_flop=0.67)])
     (f,) = [f for f in run_rules(slower) if f.rule_id == "PS401"]
     assert f.estimated_gain is None
+
+
+def _aligned_both_ways(recommended_precision: str | None) -> Results:
+    """An fp32 baseline whose trace benchmarked the vocab GEMM in fp32 (padding: 2/3 of the time) and in bf16 (1/2),
+    and a sweep recommending a configuration in ``recommended_precision`` (None: the baseline itself)."""
+    results = _facts(_results(), step_time_s=0.1, gemm_shapes=[_gemm([8192, 768, 50257], ["n"], 0.02)], gemm_alignment=[
+        GemmAlignment(shape=[8192, 768, 50257], padded=[8192, 768, 50304], dtype=dtype, time_s=3e-3, padded_time_s=padded,
+                      speedup_per_flop=3e-3 / padded) for dtype, padded in (("fp32", 2e-3), ("bf16", 1.5e-3))])
+    results.sweep = Sweep(baseline_trial="baseline", recommended_trial="baseline")
+    if recommended_precision is not None:
+        rec = make_trial("stack2-compile", knobs=["amp_bf16", "compile"])
+        rec.config = dataclasses.replace(rec.config, precision=recommended_precision)
+        results.trials.append(rec)
+        results.sweep.recommended_trial = rec.name
+    return results
+
+
+@pytest.mark.parametrize(("recommended", "saved"), [(None, 0.02 / 3), ("fp32", 0.02 / 3), ("bf16", 0.01)])
+def test_misaligned_gemm_estimate_is_measured_in_the_precision_the_recommendation_runs_in(recommended, saved):
+    (f,) = [f for f in run_rules(_aligned_both_ways(recommended)) if f.rule_id == "PS401"]
+    assert f.estimated_gain == pytest.approx(0.1 / (0.1 - saved), rel=1e-3)
+    dtype = recommended or "fp32"
+    assert any(e.startswith(f"micro-benchmark on this device in {dtype}") for e in f.evidence)
+
+
+def test_misaligned_gemm_without_a_benchmark_in_the_recommended_precision_estimates_nothing():
+    results = _aligned_both_ways("bf16")
+    facts = results.trials[0].metrics.trace_facts
+    facts.gemm_alignment = [r for r in facts.gemm_alignment if r.dtype == "fp32"]  # e.g. recorded by an older perfscope
+    (f,) = [f for f in run_rules(results) if f.rule_id == "PS401"]
+    assert f.estimated_gain is None
+    assert any("no alignment micro-benchmark in bf16" in e and "only in fp32" in e for e in f.evidence)
 
 
 def test_gc_estimate_is_bounded_by_the_typical_step():

@@ -1,14 +1,16 @@
 """TF32 matmuls: fp32 tensors, tensor-core math with a 10-bit mantissa. Off by default for matmul since
 PyTorch 1.12 (cuDNN convolutions keep it on, and perfscope leaves cuDNN alone); about 7× an A100's fp32 matmul
-peak. Set through perfscope.measure.tf32: the new `fp32_precision` API on torch >= 2.9, `allow_tf32` before."""
+peak. Set through perfscope.measure.tf32, with the setter perfscope.tf32_api picks for the torch (the legacy
+`allow_tf32` while torch.compile still reads it, pytorch#166387): the run and the printed change agree."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from perfscope.measure.tf32 import enable_tf32_code
 from perfscope.results.config import TrialConfig
 from perfscope.search.knobs.base import Knob, KnobContext
+from perfscope.snippets import tf32_change
+from perfscope.tf32_api import tf32_api
 
 
 class Tf32(Knob):
@@ -17,8 +19,8 @@ class Tf32(Knob):
     reference = "https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices"
 
     def code_change(self, ctx: KnobContext) -> str | None:
-        # The API of the torch that measured the run: fp32_precision on >= 2.9 (reading allow_tf32 then raises).
-        return enable_tf32_code(ctx.environment.torch_version or None) if ctx.cuda else None
+        # The API of the torch that measured the run, the one its trial child applied.
+        return tf32_change(tf32_api(ctx.environment.torch_version or None)) if ctx.cuda else None
 
     def applies(self, ctx: KnobContext) -> str | None:
         if not ctx.cuda:

@@ -1,0 +1,156 @@
+"""Which API turns matmul TF32 on, for the installed torch or the torch that made a run: the one decision.
+
+    tf32_api()                 # Tf32Api(setter='allow_tf32', reason='...') on torch 2.9-2.13
+    tf32_api("2.8.0+cu121")    # a recorded run's torch: decided from its version (it cannot be probed here)
+
+Why: torch 2.9 added `torch.backends.cuda.matmul.fp32_precision` and, with it, a consistency check: after the
+new setter alone, every *legacy* read (`matmul.allow_tf32`, `torch.get_float32_matmul_precision()`) raises
+"you have used mix of the legacy and new APIs". torch's own compile stack still makes legacy reads (inductor's
+mm lowerings on 2.9-2.11, pytorch#166387; inductor's autotune cache key and dynamo's graph_region_tracker on
+2.13), so `fp32_precision = "tf32"` alone crashes `torch.compile` there. The legacy setter writes both states
+(`allow_tf32 = True` also makes `fp32_precision == "tf32"`), so every reader agrees: it is the API to use for
+as long as a torch keeps that check. The new API is chosen only for a torch whose probe shows legacy reads
+survive the new setter. Torch-free at import (rules and the report read it): torch is imported by the probe.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Literal
+
+Setter = Literal["fp32_precision", "allow_tf32"]
+
+NEW_API_SINCE = (2, 9)
+"""First torch release with `torch.backends.cuda.matmul.fp32_precision` (PyTorch 2.9 CUDA notes); every release
+since (2.9-2.13) also refuses legacy reads after the new setter alone."""
+MIX_ISSUE = "https://github.com/pytorch/pytorch/issues/166387"
+
+
+@dataclass(frozen=True)
+class Tf32Api:
+    """The setter to enable matmul TF32 with, and why that one (shown beside the code change)."""
+
+    setter: Setter
+    reason: str
+    has_new_api: bool
+    """Whether that torch has fp32_precision at all (the printed legacy line then says why not the new one)."""
+
+
+LEGACY_ONLY = Tf32Api("allow_tf32", "this torch has no fp32_precision (torch < 2.9)", has_new_api=False)
+MIXED_CHECK = Tf32Api(
+    "allow_tf32",
+    "this torch refuses legacy reads after fp32_precision alone, and torch.compile still makes them "
+    f"({MIX_ISSUE}); allow_tf32 = True also sets fp32_precision, so every reader agrees", has_new_api=True)
+NEW_ONLY = Tf32Api("fp32_precision", "legacy reads survive fp32_precision on this torch: the new API alone is safe",
+                   has_new_api=True)
+
+
+def tf32_api(torch_version: str | None = None) -> Tf32Api:
+    """The API for the torch of ``torch_version`` (None, or the installed torch's version: probe this torch)."""
+    if torch_version and torch_version != installed_torch_version():
+        match = re.match(r"(\d+)\.(\d+)", torch_version)
+        if match is not None:
+            # Not this torch: no probe possible. Every release since 2.9 has the check (no later one lifts it yet).
+            return LEGACY_ONLY if (int(match.group(1)), int(match.group(2))) < NEW_API_SINCE else MIXED_CHECK
+    return probe_installed_torch()
+
+
+def installed_torch_version() -> str | None:
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return str(torch.__version__)
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@functools.cache
+def probe_installed_torch() -> Tf32Api:
+    """Feature probes of this torch, not its version string; cached: the answer cannot change in a process."""
+    if not has_new_api():
+        return LEGACY_ONLY
+    return MIXED_CHECK if legacy_read_refused_after_new_setter() else NEW_ONLY
+
+
+def has_new_api() -> bool:
+    """True when this torch has `torch.backends.cuda.matmul.fp32_precision` (torch >= 2.9)."""
+    import torch
+
+    return _has_attr(torch.backends.cuda.matmul, "fp32_precision")
+
+
+def legacy_read_refused_after_new_setter() -> bool:
+    """Set the new API alone to disagree with the legacy state, try a legacy read, put every flag back.
+    A process already in the mixed state answers without any change."""
+    import torch
+
+    snapshot = snapshot_matmul_tf32()
+    if snapshot.legacy is None:
+        return True  # torch already refuses: the user's file mixed the two APIs
+    try:
+        torch.backends.cuda.matmul.fp32_precision = "tf32" if snapshot.legacy == "highest" else "ieee"
+        try:
+            torch._C._get_cublas_allow_tf32()
+        except RuntimeError:
+            return True
+        return False
+    finally:
+        restore_matmul_tf32(snapshot)
+
+
+@dataclass(frozen=True)
+class Tf32Snapshot:
+    """Both matmul TF32 states: restoring only one of them can leave torch in the mixed state."""
+
+    legacy: str | None
+    """`torch.get_float32_matmul_precision()` ("highest" | "high" | "medium"); None when torch refuses the read."""
+    new: tuple[tuple[str, str], ...] = ()
+    """(backend, fp32_precision) of each backend's matmul setting the legacy setter writes (torch >= 2.9)."""
+
+
+def snapshot_matmul_tf32() -> Tf32Snapshot:
+    import torch
+
+    try:
+        legacy: str | None = torch._C._get_float32_matmul_precision()
+    except RuntimeError:
+        legacy = None
+    return Tf32Snapshot(legacy, tuple((name, b.fp32_precision) for name, b in _new_api_matmul_backends(torch)))
+
+
+def restore_matmul_tf32(snapshot: Tf32Snapshot) -> None:
+    """Legacy first, then the new values: the legacy setter also writes the new states, never the reverse."""
+    import torch
+
+    if snapshot.legacy is not None:
+        torch._C._set_float32_matmul_precision(snapshot.legacy)
+    backends = dict(_new_api_matmul_backends(torch))
+    if snapshot.legacy is None and backends:
+        # Torch refused the legacy read: its legacy half is the opposite of the matmul's new state. Recreate it.
+        new = dict(snapshot.new).get("cuda")
+        torch._C._set_float32_matmul_precision("highest" if new == "tf32" else "high")
+    for name, value in snapshot.new:
+        backends[name].fp32_precision = value
+
+
+def _new_api_matmul_backends(torch) -> list[tuple[str, object]]:  # type: ignore[no-untyped-def]
+    """The per-backend matmul settings that `set_float32_matmul_precision` writes (none before torch 2.9)."""
+    found = []
+    for name, module in (("cuda", torch.backends.cuda), ("mkldnn", getattr(torch.backends, "mkldnn", None))):
+        matmul = getattr(module, "matmul", None)
+        if matmul is not None and _has_attr(matmul, "fp32_precision"):
+            found.append((name, matmul))
+    return found
+
+
+def _has_attr(obj: object, name: str) -> bool:
+    try:
+        getattr(obj, name)
+    except (AttributeError, RuntimeError):
+        return False
+    return True
