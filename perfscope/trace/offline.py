@@ -70,8 +70,9 @@ def trace_results(path: Path, *, steps: int | None = None, command: list[str] | 
     notes: list[str] = []
     if world_size > 1:
         metrics.distributed = _distributed(analysed, world_size=world_size)
-        notes.append(f"{len(ranks)} of the job's {world_size} ranks traced" + (
-            ": the per-rank table, stragglers and communication cover the traced ranks only" if len(ranks) < world_size else ""))
+        notes.append(f"all {world_size} ranks of the job traced" if len(ranks) == world_size else
+                     f"{len(ranks)} of the job's {world_size} ranks traced: the per-rank table, stragglers and communication "
+                     "cover the traced ranks only")
     guessed = [r.path.name for r in ranks if r.rank_from == "file order"]
     if len(ranks) > 1 and guessed:
         notes.append(f"no distributedInfo.rank in {', '.join(guessed)}: rank taken from the file order")
