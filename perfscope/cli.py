@@ -329,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["html", "md"], default="html")
     p.set_defaults(handler=_cmd_report)
 
-    p = sub.add_parser("trace", help="diagnose a trace you already have (a Kineto trace file or a folder of rank traces), no rerun",
+    p = sub.add_parser("trace", help="diagnose a trace you already have (a Kineto trace or a folder of rank traces), no rerun",
                        description="Reads the trace(s), runs the rules that need only a trace and writes results.json, "
                        "report.html and report.md. Nothing is run: step times come from the trace, throughput and MFU are "
                        "unknown, findings are estimates. See docs/trace.md.")

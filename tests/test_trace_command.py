@@ -42,7 +42,8 @@ def profiler_steps_s(path: Path) -> list[float]:
     with gzip.open(path, "rt") as fh:
         events = json.load(fh)["traceEvents"]
     steps = {e["name"]: e["dur"] / 1e6 for e in events
-             if e.get("ph") == "X" and e.get("cat") in ("user_annotation", "cpu_op") and e.get("name", "").startswith("ProfilerStep#")}
+             if e.get("ph") == "X" and e.get("cat") in ("user_annotation", "cpu_op")
+             and e.get("name", "").startswith("ProfilerStep#")}
     return [steps[k] for k in sorted(steps, key=lambda name: int(name.split("#")[1]))]
 
 
@@ -166,8 +167,8 @@ def gloo_rank(rank: int, compute_ms: list[float], wait_ms: list[float], comm_ms:
         events += [
             {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "ts": t, "dur": step, "pid": 1, "tid": 1},
             {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": t, "dur": compute * 1e3, "pid": 1, "tid": 1},
-            {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "ts": t + compute * 1e3, "dur": (wait + comm_ms) * 1e3,
-             "pid": 1, "tid": 2},
+            {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "ts": t + compute * 1e3,
+             "dur": (wait + comm_ms) * 1e3, "pid": 1, "tid": 2},
         ]
         t += step
     return {"traceEvents": events, "distributedInfo": {"rank": rank, "world_size": 2, "backend": "gloo"}}
@@ -286,7 +287,8 @@ def test_real_two_ranks_of_a_128_rank_job(tmp_path: Path) -> None:
     d = results.trials[0].metrics.distributed  # type: ignore[union-attr]
     assert d is not None and d.world_size == 128 and [r.rank for r in d.ranks] == [0, 1]
     assert all(r.exposed_collective_s_per_step and r.exposed_collective_s_per_step > 0 for r in d.ranks)
-    assert results.environment.device_name == "unknown GPU" and "deviceProperties" in results.environment.unavailable["device_name"]
+    env = results.environment
+    assert env.device_name == "unknown GPU" and "deviceProperties" in env.unavailable["device_name"]
     md = (tmp_path / "out" / "report.md").read_text()
     table = md.split("## Distributed")[1].split("## Trials")[0]
     assert table.count("| 0") + table.count("| 1 ") >= 2 and "2 of the job's 128 ranks traced" in md

@@ -32,7 +32,8 @@ def adapt_for_trace(view: ReportView, results: Results) -> None:
         h.lead = TRACE_LEAD
     env = results.environment
     if env.datasheet_peaks_tflops:
-        view.peak = "datasheet " + ", ".join(f"{dtype} {tflops:g}" for dtype, tflops in env.datasheet_peaks_tflops.items()) + " TFLOP/s"
+        peaks = ", ".join(f"{dtype} {tflops:g}" for dtype, tflops in env.datasheet_peaks_tflops.items())
+        view.peak = f"datasheet {peaks} TFLOP/s"
         view.peak_source = f"{env.datasheet_source}; MFU is n/a: a trace has no FLOP count"
     else:
         view.peak = "unknown"

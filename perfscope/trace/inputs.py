@@ -130,7 +130,8 @@ def _load(file: Path, *, steps: int | None) -> tuple[dict[str, Any], Trace]:
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         keys = ", ".join(list(data)[:5]) if isinstance(data, dict) else type(data).__name__
-        raise UserError(f"{file}: JSON of another shape, not a Kineto trace: no traceEvents list (found: {keys or 'an empty object'})")
+        raise UserError(f"{file}: JSON of another shape, not a Kineto trace: no traceEvents list "
+                        f"(found: {keys or 'an empty object'})")
     events = [e for e in data["traceEvents"] if isinstance(e, dict)]
     if not any(e.get("ph") == "X" and "ts" in e and "dur" in e for e in events):
         raise UserError(f"{file}: a trace with no complete (\"X\") events: nothing ran in it")

@@ -165,7 +165,8 @@ def _environment(ranks: list[RankTrace], device_type: str) -> Environment:
     unavailable = {"torch_version": "not recorded in a trace", "cpu_model": "not recorded in a trace"}
     names = sorted({r.device_name for r in ranks if r.device_name})
     props = next((r.device_properties for r in ranks if r.device_properties), {})
-    env = Environment(device_type=device_type, device_name=" / ".join(names) or ("CPU" if device_type == "cpu" else "unknown GPU"),
+    name = " / ".join(names) or ("CPU" if device_type == "cpu" else "unknown GPU")
+    env = Environment(device_type=device_type, device_name=name,
                       device_count=len(ranks) if device_type == "cuda" else 0,
                       hostname=", ".join(sorted({r.host_name for r in ranks if r.host_name})), unavailable=unavailable)
     if device_type == "cuda" and not names:
