@@ -167,9 +167,11 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     from perfscope.pipeline import finish
     from perfscope.report.markdown import summary_headline
     from perfscope.results.outdir import claim_output_dir, check_output_dir
+    from perfscope.trace.inputs import check_out_apart
     from perfscope.trace.offline import trace_results
 
     check_output_dir(args.out)  # before the (slow) reading of the traces
+    check_out_apart(Path(args.path), Path(args.out))
     results = trace_results(Path(args.path), steps=args.steps, command=["perfscope", *sys.argv[1:]])
     with claim_output_dir(args.out):
         path = finish(results, Path(args.out))

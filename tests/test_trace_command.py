@@ -245,6 +245,17 @@ def test_bad_file_inside_a_folder_is_named(tmp_path: Path, capsys: pytest.Captur
     assert len(err.splitlines()) == 1 and str(folder / "rank1.json.gz") in err and "truncated gzip" in err
 
 
+def test_out_in_the_trace_folder_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A hooks run folder's own results.json is never replaced by the trace's."""
+    run = tmp_path / "run"
+    (run / "trace").mkdir(parents=True)
+    shutil.copy(CPU, run / "trace" / "rank0.json.gz")
+    (run / "results.json").write_text("{}")
+    assert run_trace(run, run) == 2 and run_trace(run / "trace", run) == 2
+    assert capsys.readouterr().err.count("the folder of the traces") == 2
+    assert (run / "results.json").read_text() == "{}"
+
+
 @pytest.mark.parametrize("case", ["empty folder", "missing", "duplicate rank"])
 def test_bad_paths_exit_2(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "traces"

@@ -83,6 +83,15 @@ def rank_traces(path: Path, *, steps: int | None = None) -> list[RankTrace]:
     return sorted(out, key=lambda r: r.rank)
 
 
+def check_out_apart(path: Path, out: Path) -> None:
+    """Refuse an output folder that holds the traces: writing results.json there would replace a perfscope run's own
+    (a hooks run folder), and its reports would sit among the rank traces HTA loads."""
+    folder = (path if path.is_dir() else path.parent).resolve()
+    run = folder.parent if folder.name == PERFSCOPE_TRACE_FOLDER else folder  # a perfscope run folder: run/trace/
+    if out.resolve() in {folder, run, folder / PERFSCOPE_TRACE_FOLDER}:
+        raise UserError(f"--out {out}: the folder of the traces it reads; choose another output folder")
+
+
 def _trace_files(path: Path) -> list[Path]:
     if not path.exists():
         raise UserError(f"{path}: no such file or folder")
@@ -187,4 +196,4 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-__all__ = ["RankTrace", "rank_traces"]
+__all__ = ["RankTrace", "check_out_apart", "rank_traces"]
