@@ -3,6 +3,7 @@
     perfscope analyze examples/tiny_transformer.py --out perfscope-out
     perfscope report perfscope-out/results.json -o report.html
     perfscope check current.json --baseline baseline.json --max-drop 5%
+    perfscope trace traces/ --out perfscope-trace-out
 
 Exit codes: 0 success; 1 internal error (a perfscope bug) or, for `check`, a regression; 2 user error
 (bad file, bad arguments, unusable input); 3 `check` inconclusive; 130 interrupted.
@@ -162,6 +163,23 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_trace(args: argparse.Namespace) -> int:
+    from perfscope.pipeline import finish
+    from perfscope.report.markdown import summary_headline
+    from perfscope.results.outdir import claim_output_dir, check_output_dir
+    from perfscope.trace.inputs import check_out_apart
+    from perfscope.trace.offline import trace_results
+
+    check_output_dir(args.out)  # before the (slow) reading of the traces
+    check_out_apart(Path(args.path), Path(args.out))
+    results = trace_results(Path(args.path), steps=args.steps, command=["perfscope", *sys.argv[1:]])
+    with claim_output_dir(args.out):
+        path = finish(results, Path(args.out))
+    print(summary_headline(results))
+    print(f"wrote {path}, {path.with_name('report.html')}, {path.with_name('report.md')}", file=sys.stderr)
+    return EXIT_OK
+
+
 def _max_drop(text: str) -> float:
     """'5%' -> 0.05; a bare fraction ('0.05') is accepted, a bare '5' is refused as ambiguous."""
     raw = text.strip()
@@ -312,6 +330,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output file, - for standard output (default: html next to the results, md to standard output)")
     p.add_argument("--format", choices=["html", "md"], default="html")
     p.set_defaults(handler=_cmd_report)
+
+    p = sub.add_parser("trace", help="diagnose a trace you already have (a Kineto trace or a folder of rank traces), no rerun",
+                       description="Reads the trace(s), runs the rules that need only a trace and writes results.json, "
+                       "report.html and report.md. Nothing is run: step times come from the trace, throughput and MFU are "
+                       "unknown, findings are estimates. See docs/trace.md.")
+    p.add_argument("path", help="a trace (.json, .json.gz, .pt.trace.json) or a folder of rank traces (HTA's layout)")
+    p.add_argument("--out", default="perfscope-trace-out", help="output folder (default perfscope-trace-out)")
+    p.add_argument("--steps", type=_positive_int, default=None, metavar="N",
+                   help="steps the trace holds, for a trace without ProfilerStep#N spans (default: read from the spans)")
+    p.set_defaults(handler=_cmd_trace)
 
     p = sub.add_parser(
         "check",

@@ -122,9 +122,11 @@ def _launch(facts: DistributedFacts, trial: Trial) -> list[Fact]:
     if facts.numa_nodes:
         numa = f"{facts.numa_nodes} node(s), " + (f"ranks bound ({facts.numa_binding})" if facts.numa_binding else "ranks not bound")
     rows = [
-        Fact(label="Ranks", value=f"{facts.world_size} ({facts.nnodes} node(s) × {facts.nproc_per_node} per node)"),
+        Fact(label="Ranks", value=f"{facts.world_size}" + ("" if "nnodes" in facts.unavailable else
+                                                           f" ({facts.nnodes} node(s) × {facts.nproc_per_node} per node)")),
         Fact(label="Backend", value=facts.backend),
-        Fact(label="Data parallel", value=facts.data_parallel + (" (the model's own wrapper)" if facts.data_parallel == "none" else "")),
+        Fact(label="Data parallel", value="" if "data_parallel" in facts.unavailable else
+             facts.data_parallel + (" (the model's own wrapper)" if facts.data_parallel == "none" else "")),
         Fact(label="Global batch", value=f"{facts.global_batch} (micro-batch × accumulation × ranks)" if facts.global_batch else ""),
         Fact(label="Job throughput", value=(fmt_rate(facts.job_samples_per_s, "samples/s") + " (all ranks' samples / the slowest window)")
              if facts.job_samples_per_s is not None else ""),

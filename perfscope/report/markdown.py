@@ -103,6 +103,8 @@ def _distributed(d: DistributedView | None) -> list[str]:
     out += _table(["Rank", "Node", "Step", "Samples/s", "Data wait", "Own compute step", f"Peak memory ({md(d.memory_label)})",
                    "Collectives / step", "Exposed / step"], rows, ["l", "l", "r", "r", "r", "r", "r", "r", "r"]) + [""]
     out += [f"- **Straggler** {md(s)}" for s in d.stragglers] + ([""] if d.stragglers else [])
+    if d.straggler_method:
+        out += [f"Stragglers: {md(d.straggler_method)}", ""]
     if d.communication:
         out += ["Communication vs compute per step: " + "; ".join(f"{md(f.label.lower())} {md(f.value)}" for f in d.communication), ""]
     if d.collectives:
@@ -217,3 +219,11 @@ def render_view_markdown(view: ReportView) -> str:
 
 def render_markdown(results: Results) -> str:
     return render_view_markdown(build_view(results))
+
+
+def summary_headline(results: Results) -> str:
+    """The Markdown summary's title line and its Summary section: what a command prints to the terminal."""
+    lines = render_markdown(results).splitlines()
+    start = lines.index("## Summary") if "## Summary" in lines else 0
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return "\n".join([lines[0], "", *lines[start:end]]).rstrip("\n")

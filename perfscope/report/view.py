@@ -43,6 +43,7 @@ from perfscope.report.story import (
     reference_words,
 )
 from perfscope.report.structure import StructuralEffect, knob_effects
+from perfscope.report.trace_only import adapt_for_trace
 from perfscope.results import (
     FAILED_STATUSES,
     Finding,
@@ -808,7 +809,7 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
     env = results.environment
     headline = _tell(_headline(results, base, rec), story)
     headline.why = why_line(slices, findings)
-    return ReportView(
+    view = ReportView(
         title=results.workload.name or Path(results.workload.path).stem,
         created_at=results.created_at,
         perfscope_version=results.perfscope_version,
@@ -843,3 +844,6 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
                             fixes=", ".join(f"#{r}" for r in marks.get(x.key, []))) for x in slices],
         distributed=distributed_view(results, baseline=base, recommended=rec),
     )
+    if results.source == "trace":
+        adapt_for_trace(view, results)
+    return view

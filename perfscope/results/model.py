@@ -494,7 +494,9 @@ class Results:
     schema_version: int = SCHEMA_VERSION
     perfscope_version: str = ""
     created_at: str = ""
-    source: Literal["analyze", "hooks"] = "analyze"
+    source: Literal["analyze", "hooks", "trace"] = "analyze"
+    """How the figures were obtained: trials `analyze` ran, the hooks in the user's loop, or a trace the user brought
+    (`perfscope trace`: nothing was run, every figure is read from the trace and every finding is an estimate)."""
     command: list[str] = field(default_factory=list)  # argv that reproduces the run
     environment: Environment
     workload: WorkloadInfo

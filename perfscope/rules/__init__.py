@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from perfscope.results import Finding, Results
 from perfscope.rules import engine
+from perfscope.rules._trace_only import label_trace_estimates
 from perfscope.rules.compile_fusion import CompileFusion
 from perfscope.rules.data_loader_stall import DataLoaderStall
 from perfscope.rules.data_parallel_memory import DataParallelMemory
@@ -59,8 +60,10 @@ def all_rules() -> list[Rule]:
 
 
 def run_rules(results: Results) -> list[Finding]:
-    """All rules on ``results``, de-duplicated and ranked (measured, then estimated, then diagnoses)."""
-    return engine.run(results, all_rules())
+    """All rules on ``results``, de-duplicated and ranked (measured, then estimated, then diagnoses); a trace's
+    findings labelled as estimates (nothing was measured)."""
+    findings = engine.run(results, all_rules())
+    return label_trace_estimates(findings) if results.source == "trace" else findings
 
 
 __all__ = ["Rule", "RuleContext", "all_rules", "partition_findings", "run_rules"]

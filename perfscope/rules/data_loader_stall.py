@@ -165,8 +165,10 @@ class DataLoaderStall(Rule):
             same_batch = profile.batch_size == batch and int(ctx.config("num_workers", 0) or 0) == 0
             evidence += profile_lines(profile, est.step_s * wait if same_batch else None)
         else:
-            evidence.append(f"num_workers={ctx.config('num_workers', 0)}; building one batch costs {ms(est.load_s)} of one core "
-                            f"({ms(est.load_s / batch)} per sample, batch {batch}; {est.load_source})")
+            # A trace records neither the batch nor the loader's settings (samples_per_step 0, settings unknown).
+            workers = "" if "num_workers" in ctx.baseline.unknown_settings else f"num_workers={ctx.config('num_workers', 0)}; "
+            per_sample = f"{ms(est.load_s / batch)} per sample, batch {batch}; " if ctx.metrics.samples_per_step else ""
+            evidence.append(f"{workers}building one batch costs {ms(est.load_s)} of one core ({per_sample}{est.load_source})")
         how = f" ({env.cpu_cores_usable_how})" if env.cpu_cores_usable_how else ""
         if est.cores is not None and not est.helps:
             k = max(est.workers, 1)
@@ -248,7 +250,8 @@ class DataLoaderStall(Rule):
             o = ctx.knob(knob)
             if o is None or o.status != "measured" or (o.gain is not None and o.gain.faster):
                 options.append(text)
-        return f"-loader = DataLoader(ds, batch_size={batch})\n+loader = DataLoader(ds, batch_size={batch}, {', '.join(options)})"
+        size = batch if ctx.metrics.samples_per_step else "B"  # B: a batch the results do not know (a trace)
+        return f"-loader = DataLoader(ds, batch_size={size})\n+loader = DataLoader(ds, batch_size={size}, {', '.join(options)})"
 
     def why_not_here(self, ctx: RuleContext, outcome: KnobOutcome) -> str | None:
         env = ctx.results.environment

@@ -76,9 +76,13 @@ class ExposedCommunication(Rule):
                     reference="https://pytorch.org/docs/stable/notes/ddp.html")
         if "no_sync_accumulation" in left:
             accum = ctx.metrics.grad_accum_steps
-            f.evidence.append(f"the loop synchronizes gradients on each of its {accum} micro-batch(es) per optimizer step" if accum > 1 else
-                              "one micro-batch per optimizer step: no_sync needs accumulation (k micro-batches of 1/k the size keep the "
-                              "global batch), then one all-reduce serves k micro-batches")
+            if "grad_accum_steps" in ctx.baseline.unknown_settings:  # a trace does not say how the loop accumulates
+                f.evidence.append("with k micro-batches per optimizer step, synchronizing gradients on the last one only "
+                                  "(no_sync on the others) makes one all-reduce serve k micro-batches")
+            else:
+                f.evidence.append(f"the loop synchronizes gradients on each of its {accum} micro-batch(es) per optimizer step" if accum > 1 else
+                                  "one micro-batch per optimizer step: no_sync needs accumulation (k micro-batches of 1/k the size keep the "
+                                  "global batch), then one all-reduce serves k micro-batches")
         if left:
             f.estimated_gain = 1 / (1 - share) if share < 1 else None
             f.estimate_method = ("upper bound: every exposed collective hidden behind compute or removed, 1 / (1 − exposed share "

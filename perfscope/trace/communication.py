@@ -207,6 +207,20 @@ def communication_facts(trace_path: Path, *, rank: int, device_type: str, steps:
     )
 
 
+def exposed_collective_by_step(trace: Trace, *, device_type: str) -> list[float]:
+    """Seconds of exposed collective time in each ProfilerStep#N step, in step order, decided as in
+    communication_facts (the work a step issued; compute and data wait hide collectives). What a rank waited for
+    the network or a peer, step by step: a rank's step minus it is the rank's own work (perfscope.trace.rank_stragglers)."""
+    out = []
+    for span in trace.steps:
+        w = Window(spans=[span], steps=1)
+        on_device = device_type == "cuda" and any(w.contains(x.issued) for x in trace.device)
+        _, collective, compute = (_device_spans if on_device else _host_spans)(trace, w)
+        data = data_spans(trace, w)
+        out.append(length(subtract(collective, subtract(compute, data) + data)) / 1e6)
+    return out
+
+
 def _per_op(runs: list[tuple[str, Event]], w: Window, *, world_size: int, payload_bytes: dict[str, int]) -> list[CollectiveStat]:
     """Calls, time (the union of the op's spans), bytes and bus bandwidth per step for each op, longest first."""
     spans: dict[str, list[Span]] = defaultdict(list)
@@ -229,4 +243,4 @@ def _per_op(runs: list[tuple[str, Event]], w: Window, *, world_size: int, payloa
     return sorted(stats, key=lambda s: -s.time_s_per_step)
 
 
-__all__ = ["bus_bandwidth_gbps", "collective_op", "communication_facts", "payload_bytes_of"]
+__all__ = ["bus_bandwidth_gbps", "collective_op", "communication_facts", "exposed_collective_by_step", "payload_bytes_of"]

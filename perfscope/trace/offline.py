@@ -1,0 +1,202 @@
+"""A trace the user already has → a Results object (source "trace"): the diagnosis with no rerun.
+
+    results = trace_results(Path("traces/"))          # a trace file, or a folder of rank traces
+    finish(results, Path("perfscope-trace-out"))      # rules → results.json → report.html + report.md
+
+Nothing is run, so only what a trace records is reported, and as what it is:
+- measured from the trace: step times (the ProfilerStep#N spans), every TraceFacts family (perfscope.trace.facts),
+  communication against compute per rank (perfscope.trace.communication), and stragglers across ranks
+  (perfscope.trace.rank_stragglers);
+- unknown, with the reason in the `unavailable` maps: samples (a trace does not record the batch), hence
+  throughput; FLOPs, hence achieved TFLOP/s and MFU; memory, utilization, the loop's settings
+  (`Trial.unknown_settings`), how the model was wrapped, the torch version.
+One trial, "baseline" (the user's run as it is); a job of more than one rank gets the distributed section
+`analyze` writes for a multi-rank run (DistributedFacts): its trial fields are the lowest traced rank's, its
+communication section the slowest traced rank's, every traced rank in its per-rank table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from datetime import datetime, timezone
+from pathlib import Path
+
+from perfscope import __version__
+from perfscope.errors import UserError
+from perfscope.measure.peaks import datasheet_peak, is_mig_name, slice_peak
+from perfscope.results import (
+    Environment,
+    Results,
+    Trial,
+    TrialConfig,
+    TrialMetrics,
+    Window,
+    WorkloadInfo,
+)
+from perfscope.results.distributed import CommunicationFacts, DistributedFacts, RankMetrics
+from perfscope.results.trace_facts import TraceFacts
+from perfscope.stats import summarize
+from perfscope.trace.communication import communication_facts, exposed_collective_by_step
+from perfscope.trace.facts import DATA_LABEL, trace_facts
+from perfscope.trace.inputs import RankTrace, rank_traces
+from perfscope.trace.rank_stragglers import trace_stragglers
+
+TRIAL = "baseline"
+NO_SAMPLES = "a trace does not record the batch: there are no samples to divide the wall time by"
+NO_FLOPS = "a trace has no FLOP count (nothing was run to count them)"
+
+
+@dataclasses.dataclass(kw_only=True)
+class RankAnalysis:
+    """One rank's trace, analysed."""
+
+    source: RankTrace
+    facts: TraceFacts
+    communication: CommunicationFacts | None
+    own_work_s: list[float]
+    """Per traced step: the step minus its exposed collective time (perfscope.trace.rank_stragglers)."""
+
+
+def trace_results(path: Path, *, steps: int | None = None, command: list[str] | None = None) -> Results:
+    """The Results of the trace(s) at ``path``; UserError (exit 2) on anything that is not a usable Kineto trace."""
+    ranks = rank_traces(path, steps=steps)
+    device_type = "cuda" if any(r.device_type == "cuda" for r in ranks) else "cpu"
+    declared = [r.world_size for r in ranks if r.world_size is not None]
+    world_size = max([len(ranks), *declared])
+    analysed = [_analyse(r, device_type=device_type, steps=steps or 1, world_size=world_size) for r in ranks]
+    first = analysed[0]
+    metrics = _metrics(first)
+    notes: list[str] = []
+    if world_size > 1:
+        metrics.distributed = _distributed(analysed, world_size=world_size)
+        notes.append(f"all {world_size} ranks of the job traced" if len(ranks) == world_size else
+                     f"{len(ranks)} of the job's {world_size} ranks traced: the per-rank table, stragglers and communication "
+                     "cover the traced ranks only")
+    guessed = [r.path.name for r in ranks if r.rank_from == "file order"]
+    if len(ranks) > 1 and guessed:
+        notes.append(f"no distributedInfo.rank in {', '.join(guessed)}: rank taken from the file order")
+    notes += [f"rank {a.source.rank}: {note}" for a in analysed for note in a.facts.notes]
+    trial = Trial(name=TRIAL, configuration=TRIAL, sequence=1, config=TrialConfig(device=device_type, micro_batch_size=1),
+                  unknown_settings=[f.name for f in dataclasses.fields(TrialConfig) if f.name != "device"],
+                  status="ok", metrics=metrics)
+    return Results(
+        perfscope_version=__version__, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), source="trace",
+        command=command or [], environment=_environment(ranks, device_type), workload=_workload(path, ranks),
+        trials=[trial], notes=notes,
+    )
+
+
+def _analyse(r: RankTrace, *, device_type: str, steps: int, world_size: int) -> RankAnalysis:
+    try:
+        facts = trace_facts(r.path, device_type=device_type, steps=steps)
+        comm = None
+        own: list[float] = []
+        if world_size > 1:
+            comm = communication_facts(r.path, rank=r.rank, device_type=device_type, steps=steps, world_size=world_size)
+            exposed = exposed_collective_by_step(r.trace, device_type=device_type)
+            own = [max(0.0, step - wait) for step, wait in zip(r.step_times_s, exposed)]
+    except ValueError as exc:  # the window the analyzers read has no duration, no events
+        raise UserError(f"{r.path}: not a usable trace: {exc}") from None
+    return RankAnalysis(source=r, facts=facts, communication=comm, own_work_s=own)
+
+
+def _metrics(a: RankAnalysis) -> TrialMetrics:
+    """The trial's figures: the rank's traced steps; what a trace cannot tell is None with the reason."""
+    facts, times = a.facts, a.source.step_times_s
+    wall = facts.step_time_s * facts.steps
+    unavailable = {
+        "samples_per_s": NO_SAMPLES, "tokens_per_s": NO_SAMPLES, "flops_per_step": NO_FLOPS, "achieved_tflops": NO_FLOPS,
+        "mfu": NO_FLOPS, "hfu": NO_FLOPS,
+        "peak_memory_bytes": "not read from a trace (memory is measured by a run)",
+        "utilization": "nothing was sampled: a trace has no device or host utilization",
+        "micro_batch_size": "a trace does not record the batch", "grad_accum_steps": "a trace does not say how many "
+        "micro-batches an optimizer step accumulates",
+    }
+    if not a.source.trace.labelled(DATA_LABEL):
+        unavailable["data_wait_share"] = (f"the trace has no {DATA_LABEL} spans (perfscope marks the loop's next() with "
+                                          "them): its data wait is not marked, and 0 is not a measurement")
+    if not times:
+        unavailable["step_times_s"] = f"no ProfilerStep#N spans: the trace's whole span was taken as {facts.steps} step(s)"
+    return TrialMetrics(
+        steps=facts.steps, warmup_steps=0, micro_batch_size=0, grad_accum_steps=0, samples_per_step=0,
+        windows=[Window(steps=facts.steps, samples=None, wall_s=wall, data_wait_s=facts.data_wait_fraction * wall,
+                        host_data_wait_s=facts.data_wait_fraction * wall)],
+        samples_per_s=None, wall_s=wall, data_wait_share=facts.data_wait_fraction,
+        host_data_wait_share=facts.data_wait_fraction, step_times_s=times,
+        typical_step=summarize(times) if times else None,
+        calibration=f"{facts.steps} traced step(s) ({'ProfilerStep#N spans' if times else 'the whole trace, --steps'})",
+        trace_path=str(a.source.path.resolve()), trace_facts=facts, unavailable=unavailable,
+    )
+
+
+def _distributed(analysed: list[RankAnalysis], *, world_size: int) -> DistributedFacts:
+    ranks = [_rank_metrics(a) for a in analysed]
+    slowest = max(analysed, key=lambda a: a.facts.step_time_s)
+    stragglers, method = trace_stragglers({a.source.rank: a.own_work_s for a in analysed})
+    backends = sorted({a.source.backend for a in analysed if a.source.backend})
+    return DistributedFacts(
+        world_size=world_size, nnodes=len({a.source.host_name for a in analysed}) or 1, nproc_per_node=1,
+        backend="/".join(backends), data_parallel="unknown", slowest_rank=slowest.source.rank, ranks=ranks,
+        stragglers=stragglers, straggler_method=method, communication=slowest.communication,
+        unavailable={
+            "nnodes": "a trace does not record the job's layout of nodes and ranks per node",
+            "data_parallel": "a trace does not say how the model was wrapped (DDP, FSDP, ...)",
+            "job_samples_per_s": NO_SAMPLES, "global_batch": NO_SAMPLES,
+        },
+    )
+
+
+def _rank_metrics(a: RankAnalysis) -> RankMetrics:
+    facts, comm = a.facts, a.communication
+    return RankMetrics(
+        rank=a.source.rank, node=a.source.host_name, steps=facts.steps, wall_s=facts.step_time_s * facts.steps,
+        step_times_s=a.source.step_times_s, data_wait_share=facts.data_wait_fraction,
+        collective_s_per_step=comm.collective_s if comm else None,
+        exposed_collective_s_per_step=comm.exposed_collective_s if comm else None,
+        unavailable={"samples_per_s": NO_SAMPLES, "local_step_times_s": "a trace has no window without gradient "
+                     "communication: stragglers are tested on the traced step minus its exposed collective time",
+                     "peak_memory_bytes": "not read from a trace"},
+    )
+
+
+def _environment(ranks: list[RankTrace], device_type: str) -> Environment:
+    """The device the trace names (deviceProperties) and its datasheet peaks, so facts can be read against it."""
+    unavailable = {"torch_version": "not recorded in a trace", "cpu_model": "not recorded in a trace"}
+    names = sorted({r.device_name for r in ranks if r.device_name})
+    props = next((r.device_properties for r in ranks if r.device_properties), {})
+    name = " / ".join(names) or ("CPU" if device_type == "cpu" else "unknown GPU")
+    env = Environment(device_type=device_type, device_name=name,
+                      device_count=len(ranks) if device_type == "cuda" else 0,
+                      hostname=", ".join(sorted({r.host_name for r in ranks if r.host_name})), unavailable=unavailable)
+    if device_type == "cuda" and not names:
+        unavailable["device_name"] = "the trace has no deviceProperties"
+    if {"computeMajor", "computeMinor"} <= props.keys():
+        env.compute_capability = f"{props['computeMajor']}.{props['computeMinor']}"
+    if isinstance(props.get("totalGlobalMem"), int):
+        env.device_memory_bytes = props["totalGlobalMem"]
+    if isinstance(props.get("numSms"), int):
+        env.multiprocessor_count = props["numSms"]
+    peak = datasheet_peak(names[0]) if len(names) == 1 else None
+    if peak is not None:
+        sliced, why = slice_peak(peak, env.multiprocessor_count, mig=is_mig_name(names[0]))
+        if sliced is not None:
+            env.datasheet_peaks_tflops, env.datasheet_source = dict(sliced.tflops), sliced.source
+        else:
+            unavailable["datasheet_peaks_tflops"] = why or ""
+    elif device_type == "cuda":
+        unavailable["datasheet_peaks_tflops"] = "no datasheet entry for this device" if names else "the device is unknown"
+    return env
+
+
+def _workload(path: Path, ranks: list[RankTrace]) -> WorkloadInfo:
+    """The trace(s) stand for the workload: their content hash tells one set of traces from another."""
+    digest = hashlib.sha256()
+    for r in ranks:
+        digest.update(r.path.read_bytes())
+    name = path.name.removesuffix(".gz").removesuffix(".json").removesuffix(".pt.trace") or "trace"
+    return WorkloadInfo(path=str(path), sha256=digest.hexdigest(), name=name,
+                        declared={"traces": [f"rank {r.rank}: {r.path.name}" for r in ranks]})
+
+
+__all__ = ["trace_results"]

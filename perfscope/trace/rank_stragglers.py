@@ -1,0 +1,75 @@
+"""Stragglers from rank traces alone: the rank whose own work per step is slower than its peers', beyond the noise.
+
+    stragglers, method = trace_stragglers({0: [0.101, 0.099, 0.1], 1: [0.142, 0.139, 0.141]})
+
+Why a rank's traced step minus its exposed collective time: in synchronous data parallelism every rank's step
+ends at the same collective, so traced step times are equal by construction and a slow rank shows up as its
+peers' waiting inside their collectives. What a rank did not spend waiting for the network or a peer is its own
+work, which no peer can slow down — the trace's stand-in for the no-communication window `analyze` measures
+(perfscope.measure.stragglers). The test is that module's, unchanged in its thresholds: over 5% slower than the
+median of the other ranks' means AND slower beyond the step-to-step noise (one-sided Welch t-test, p < 0.0001),
+at least 3 steps a rank. A trace holds few steps (Kineto schedules profile 1–5), so only a large, steady gap can
+pass; the cause cannot be told from a trace (no GC, contention or data-loader measurement), so it is "unknown".
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from perfscope.measure.stragglers import MIN_SLOWER, MIN_STEPS, t_9999
+from perfscope.results.distributed import Straggler
+
+OWN_WORK = "traced step minus its exposed collective time (its own work: the time it did not wait for the network or a peer)"
+
+
+def trace_stragglers(own_work_s: dict[int, list[float]]) -> tuple[list[Straggler], str]:
+    """(stragglers, the method in words) from each rank's own work per traced step (seconds, step order)."""
+    tested = {rank: times for rank, times in own_work_s.items() if len(times) >= MIN_STEPS}
+    if len(tested) < 2:
+        counts = ", ".join(f"rank {r}: {len(t)}" for r, t in sorted(own_work_s.items()))
+        return [], (f"not tested: it takes two ranks with at least {MIN_STEPS} traced steps each (ProfilerStep#N spans; "
+                    f"{counts or 'no rank'})")
+    steps = min(len(t) for t in tested.values())
+    slowest = [max(tested, key=lambda r: tested[r][i]) for i in range(steps)]
+    found = [s for rank in tested if (s := _test(rank, tested, slowest)) is not None]
+    method = (f"each rank's mean {OWN_WORK} against the median of the other ranks' means: a straggler is over "
+              f"{MIN_SLOWER:.0%} slower and slower beyond the step-to-step noise (one-sided Welch t-test, p < 0.0001); "
+              f"{len(tested)} ranks, {steps} traced steps each — few steps, so only a large, steady gap is named")
+    return sorted(found, key=lambda s: -s.slower_by), method
+
+
+def _test(rank: int, tested: dict[int, list[float]], slowest: list[int]) -> Straggler | None:
+    times = tested[rank]
+    others = [t for r, t in tested.items() if r != rank]
+    mean, n = statistics.fmean(times), len(times)
+    reference = statistics.median(statistics.fmean(t) for t in others)
+    if reference <= 0 or mean <= reference * (1 + MIN_SLOWER):
+        return None
+    n_ref = round(statistics.median(len(t) for t in others))
+    a = statistics.variance(times) / n
+    b = statistics.fmean(statistics.variance(t) for t in others) / n_ref  # pooled within-rank variance
+    se = math.sqrt(a + b)
+    df = (a + b) ** 2 / (a * a / (n - 1) + b * b / (n_ref - 1)) if a + b > 0 else math.inf
+    critical = t_9999(df)
+    if mean - reference <= critical * se:
+        return None
+    times_slowest = slowest.count(rank)
+    return Straggler(
+        rank=rank, slower_by=mean / reference - 1, slowest_share=times_slowest / len(slowest), cause="unknown",
+        evidence=[
+            f"rank {rank}'s {OWN_WORK} averaged {_ms(mean)} over {n} traced steps, {mean / reference - 1:.0%} above the "
+            f"{_ms(reference)} median of the other ranks; the step-to-step noise allows {_ms(critical * se)} "
+            f"({critical:.1f} standard errors)",
+            f"it was the slowest rank in {times_slowest} of {len(slowest)} traced steps (chance alone: 1 in {len(tested)})",
+            "from a trace alone the cause cannot be told (no GC, data-loader or host-load measurement): "
+            "`perfscope analyze` measures them",
+        ],
+    )
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms"
+
+
+__all__ = ["trace_stragglers"]
