@@ -49,6 +49,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from perfscope.hooks.observe import (
+    EAGER_COUNT_NOTE,
+    Observation,
+    StepObserver,
+    compile_state,
+    eager_counting_available,
+    graphs_compiled,
+    observed_settings,
+    observed_words,
+)
 from perfscope.measure.samples import (
     leading_dim,  # re-exported: the integrations count samples the same way
 )
@@ -59,6 +69,8 @@ if TYPE_CHECKING:
     from perfscope.results import Environment, Results, Window, WorkloadInfo
 
 DISABLE_ENV = "PERFSCOPE_DISABLE"
+DATA_SPAN = "perfscope::data"
+"""perfscope.trace.facts.DATA_LABEL (not imported: it loads the results model): the span trace facts book as data wait."""
 _MAX_FLOP_RESTARTS = 5
 """FLOP counts discarded because a pause fell inside the counted step, before giving up on counting."""
 _TRUTHY = {"1", "true", "yes", "on"}
@@ -247,11 +259,12 @@ class Profiler:
         self._flop_unavailable: str | None = None
         self._flop_restarts: list[str] = []  # why a FLOP count was discarded (a pause inside the counted step)
         self._fingerprint: Any = None  # the structural fingerprint, counted at the FLOP-counting step
+        # What the loop really runs (perfscope.hooks.observe): watched during the FLOP-counting step.
+        self._observer: StepObserver | None = None
+        self._precision_seen: Observation | None = None
+        self._graphs_at_start = graphs_compiled()
         if flops_per_step is None and count_flops and model is not None and hasattr(model, "_orig_mod"):
-            self._flop_unavailable = (
-                "the model is torch.compile'd: the FLOP counter cannot see into compiled graphs "
-                "(pass Profiler(flops_per_step=...))"
-            )
+            self._flop_unavailable = _compiled_flops_unavailable("the model is torch.compile'd")
         # Utilization, trace capture.
         self._sampler: Any = None
         self._sampler_started = 0.0
@@ -366,8 +379,7 @@ class Profiler:
         self._described_config.update({k: v for k, v in config.items() if v is not None and k != "precision"})
         self._declared.update(declared or {})
         if config.get("compile") and self._wants_flop_count():
-            self._flop_unavailable = ("the model runs under torch.compile: the FLOP counter cannot see into compiled "
-                                      "graphs (pass Profiler(flops_per_step=...))")
+            self._flop_unavailable = _compiled_flops_unavailable("the model runs under torch.compile")
 
     def describe_loader(self, loader: Any) -> None:
         """Record a DataLoader's settings (workers, pinned memory, ...) as the loop's: `wrap()` does it itself;
@@ -654,14 +666,16 @@ class Profiler:
                 recorder = self._recorder if self._on else None
                 if self._on and self._step_index == 0 and not self._first_marks and self._yields == 0:
                     self._first_marks.append(self._clock.mark())
-                if recorder is not None:
-                    recorder.data_begin()
-                try:
-                    batch = next(it)  # the user's errors propagate untouched
-                except StopIteration:
-                    return
-                if recorder is not None:
-                    recorder.data_end()
+                # The span trace facts book as data wait (perfscope.trace.facts.DATA_LABEL), as analyze's loop marks it.
+                with torch.profiler.record_function(DATA_SPAN):
+                    if recorder is not None:
+                        recorder.data_begin()
+                    try:
+                        batch = next(it)  # the user's errors propagate untouched
+                    except StopIteration:
+                        return
+                    if recorder is not None:
+                        recorder.data_end()
                 if self._on:
                     try:
                         self._on_batch(batch)
@@ -773,15 +787,25 @@ class Profiler:
         # The structure counter holds the FLOP counter: one dispatch-mode step gives FLOPs and the fingerprint.
         from perfscope.measure.structure import StructureCounter
 
+        observer = StepObserver(self.model, self.device.type)
+        observer.__enter__()  # before the dispatch mode: compiled code runs eagerly under it
+        self._observer = observer
         counter = StructureCounter(self.device.type)
         counter.__enter__()
         self._flop_counter = counter
+
+    def _stop_observer(self) -> StepObserver | None:
+        observer, self._observer = self._observer, None
+        if observer is not None:
+            observer.__exit__(None, None, None)
+        return observer
 
     def _discard_flop_count(self, reason: str) -> None:
         """A pause inside the counted step: its count would include the paused work (evaluation is a forward
         pass over other data), so it is dropped and the next step is counted instead."""
         counter, self._flop_counter = self._flop_counter, None
         counter.__exit__(None, None, None)
+        self._stop_observer()
         self._flop_restarts.append(f"step {self._step_index} ({reason} inside it)")
         if len(self._flop_restarts) >= _MAX_FLOP_RESTARTS:
             self._flop_unavailable = (f"{reason} ran inside each of the {len(self._flop_restarts)} steps the FLOP "
@@ -792,9 +816,16 @@ class Profiler:
     def _stop_flop_count(self) -> None:
         counter, self._flop_counter = self._flop_counter, None
         counter.__exit__(None, None, None)
-        self._flops = (counter.flop_counter.total, None, counter.flop_counter.notes)
-        self._fingerprint = counter.fingerprint(
-            method=f"the FLOP-counting step (step {self._step_index}) of your loop, counted under a dispatch mode")
+        observer = self._stop_observer()
+        notes = list(counter.flop_counter.notes)
+        method = f"the FLOP-counting step (step {self._step_index}) of your loop, counted under a dispatch mode"
+        if observer is not None:
+            self._precision_seen = observer.precision(dict(counter.flops_by_dtype))
+            if observer.forced_eager and graphs_compiled():
+                notes.append(EAGER_COUNT_NOTE)
+                method += "; " + EAGER_COUNT_NOTE
+        self._flops = (counter.flop_counter.total, None, notes)
+        self._fingerprint = counter.fingerprint(method=method)
 
     # --- utilization
 
@@ -875,6 +906,10 @@ class Profiler:
             counter, self._flop_counter = self._flop_counter, None
             try:
                 counter.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001
+                pass
+            try:
+                self._stop_observer()
             except Exception:  # noqa: BLE001
                 pass
             self._flop_unavailable = self._flop_unavailable or "the run ended during the FLOP-counting step"
@@ -990,6 +1025,7 @@ class Profiler:
         if self.samples_per_step is not None:
             declared["samples_per_step"] = self.samples_per_step
         declared.update(self._loader_config)
+        declared.update(observed_words(self._precision_seen, compile_state(self.model, self._graphs_at_start)))
         declared.update(self._declared)
         declared = {k: v for k, v in declared.items() if v is not None}  # absent is absent, never "None" in the report
         return WorkloadInfo(path=path, sha256=sha, name=self.name, declared=declared, parameter_count=params)
@@ -1003,17 +1039,16 @@ class Profiler:
         known: dict[str, Any] = {"device": self.device.type, "warmup_steps": self.warmup_steps,
                                  "micro_batch_size": max(1, micro_batch), "grad_accum_steps": max(1, accum),
                                  "tf32": matmul_tf32_enabled()}  # never raises, whichever TF32 API the loop used
-        if self.precision is not None:
-            known["precision"] = self.precision
-        else:
-            unknown.append("precision")
+        settings = observed_settings(self.precision, self._precision_seen, compile_state(self.model, self._graphs_at_start))
+        known.update(settings.known)
+        unknown += settings.unknown
         if self._loader_config:
             known.update({k: v for k, v in self._loader_config.items() if v is not None and k != "prefetch_factor"})
             if self._loader_config.get("num_workers"):
                 known["prefetch_factor"] = self._loader_config.get("prefetch_factor")
         else:
             unknown += ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor"]
-        unknown += ["compile", "optimizer_impl", "channels_last", "gc_mode", "activation_checkpointing", "offload_activations"]
+        unknown += ["optimizer_impl", "channels_last", "gc_mode", "activation_checkpointing", "offload_activations"]
         if self._place is not None:
             from perfscope.hooks.distributed import data_parallel_of, ddp_settings, layout
 
@@ -1131,6 +1166,13 @@ class Profiler:
                 fill_kernel_launches(metrics.fingerprint, metrics.trace_facts)
         except Exception as exc:  # noqa: BLE001
             metrics.unavailable["trace_facts"] = f"trace analysis failed: {type(exc).__name__}: {exc}"
+
+
+def _compiled_flops_unavailable(what: str) -> str | None:
+    """Why a compiled model gets no FLOP count: None where the counted step can run it eagerly (torch >= 2.6)."""
+    if eager_counting_available():
+        return None
+    return f"{what}: the FLOP counter cannot see into compiled graphs on this torch (pass Profiler(flops_per_step=...))"
 
 
 def _find_place() -> RankPlace | None:
