@@ -20,6 +20,7 @@ module underneath, as analyze counts them (perfscope.trial.loop: "FLOPs of one s
 from __future__ import annotations
 
 import sys
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,9 @@ if TYPE_CHECKING:  # perfscope.results is not imported until results are built (
 
 _AUTOCAST_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 _REDUCED = ("bf16", "fp16")
+_COUNTER_HOOKS_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
+"""What OptimizedModule.__call__ warns while FlopCounterMode's module tracker holds global hooks: ours, not the
+user's, so it is silenced for the counted step only."""
 
 
 @dataclass(frozen=True)
@@ -71,10 +75,13 @@ class StepObserver:
         self.forced_eager = False
         self._hook: Any = None
         self._stance: Any = None
+        self._filter: Any = None
 
     def __enter__(self) -> StepObserver:
         if isinstance(self.model, torch.nn.Module):
             self._hook = self.model.register_forward_pre_hook(self._on_forward)
+        warnings.filterwarnings("ignore", message=_COUNTER_HOOKS_WARNING, category=UserWarning)
+        self._filter = warnings.filters[0]
         if eager_counting_available():
             self._stance = torch.compiler.set_stance("force_eager")  # applied now; __exit__ restores the previous
             self.forced_eager = True
@@ -83,9 +90,13 @@ class StepObserver:
     def __exit__(self, *exc: object) -> None:
         hook, self._hook = self._hook, None
         stance, self._stance = self._stance, None
+        entry, self._filter = self._filter, None
         try:
             if hook is not None:
                 hook.remove()
+            if entry in warnings.filters:  # the user's own filters, added since, stay
+                warnings.filters.remove(entry)
+                warnings._filters_mutated()  # type: ignore[attr-defined]  # what filterwarnings itself calls
         finally:
             if stance is not None:
                 stance.__exit__(None, None, None)
