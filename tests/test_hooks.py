@@ -566,10 +566,8 @@ def test_a_loop_described_as_compiled(monkeypatch: pytest.MonkeyPatch, set_stanc
     """A framework that compiles the model (TrainingArguments(torch_compile=True)) hides its graphs from the counter:
     counted eagerly where torch.compiler.set_stance exists, else no FLOP count, said why."""
     import perfscope.hooks.observe as observe
-    import perfscope.hooks.profiler as profiler
 
     monkeypatch.setattr(observe, "eager_counting_available", lambda: set_stance)
-    monkeypatch.setattr(profiler, "eager_counting_available", lambda: set_stance)
     model, opt = make_model()
     prof = Profiler(model, opt, device="cpu", warmup_steps=1, **quiet())
     prof.describe(compile="default")

@@ -173,7 +173,6 @@ def test_compile_mode_is_read_from_inductors_options(mode: str | None, expected:
 @pytest.mark.parametrize("set_stance", [True, False], ids=["torch>=2.6", "older-torch"])
 def test_compiled_model_flops_depend_on_eager_counting(monkeypatch: pytest.MonkeyPatch, set_stance: bool) -> None:
     monkeypatch.setattr(observe, "eager_counting_available", lambda: set_stance)
-    monkeypatch.setattr("perfscope.hooks.profiler.eager_counting_available", lambda: set_stance)
     net = Net()
     model, opt = torch.compile(net, backend="aot_eager"), torch.optim.SGD(net.parameters(), lr=0.1)
     prof = Profiler(model, opt, device="cpu", warmup_steps=1, measure_ceiling=False, sample_utilization=False, peak_tflops=1.0)

@@ -51,6 +51,13 @@ def eager_counting_available() -> bool:
     return callable(getattr(getattr(torch, "compiler", None), "set_stance", None))
 
 
+def compiled_flops_unavailable(what: str) -> str | None:
+    """Why a compiled model gets no FLOP count: None where the counted step can run it eagerly (torch >= 2.6)."""
+    if eager_counting_available():
+        return None
+    return f"{what}: the FLOP counter cannot see into compiled graphs on this torch (pass Profiler(flops_per_step=...))"
+
+
 def graphs_compiled() -> int | None:
     """Graphs dynamo compiled in this process so far; None when dynamo was never imported (nothing compiled)."""
     if "torch._dynamo" not in sys.modules:

@@ -49,16 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from perfscope.hooks.observe import (
-    EAGER_COUNT_NOTE,
-    Observation,
-    StepObserver,
-    compile_state,
-    eager_counting_available,
-    graphs_compiled,
-    observed_settings,
-    observed_words,
-)
+from perfscope.hooks import observe
 from perfscope.measure.samples import (
     leading_dim,  # re-exported: the integrations count samples the same way
 )
@@ -260,11 +251,11 @@ class Profiler:
         self._flop_restarts: list[str] = []  # why a FLOP count was discarded (a pause inside the counted step)
         self._fingerprint: Any = None  # the structural fingerprint, counted at the FLOP-counting step
         # What the loop really runs (perfscope.hooks.observe): watched during the FLOP-counting step.
-        self._observer: StepObserver | None = None
-        self._precision_seen: Observation | None = None
-        self._graphs_at_start = graphs_compiled()
+        self._observer: observe.StepObserver | None = None
+        self._precision_seen: observe.Observation | None = None
+        self._graphs_at_start = observe.graphs_compiled()
         if flops_per_step is None and count_flops and model is not None and hasattr(model, "_orig_mod"):
-            self._flop_unavailable = _compiled_flops_unavailable("the model is torch.compile'd")
+            self._flop_unavailable = observe.compiled_flops_unavailable("the model is torch.compile'd")
         # Utilization, trace capture.
         self._sampler: Any = None
         self._sampler_started = 0.0
@@ -379,7 +370,7 @@ class Profiler:
         self._described_config.update({k: v for k, v in config.items() if v is not None and k != "precision"})
         self._declared.update(declared or {})
         if config.get("compile") and self._wants_flop_count():
-            self._flop_unavailable = _compiled_flops_unavailable("the model runs under torch.compile")
+            self._flop_unavailable = observe.compiled_flops_unavailable("the model runs under torch.compile")
 
     def describe_loader(self, loader: Any) -> None:
         """Record a DataLoader's settings (workers, pinned memory, ...) as the loop's: `wrap()` does it itself;
@@ -787,14 +778,17 @@ class Profiler:
         # The structure counter holds the FLOP counter: one dispatch-mode step gives FLOPs and the fingerprint.
         from perfscope.measure.structure import StructureCounter
 
-        observer = StepObserver(self.model, self.device.type)
+        observer = observe.StepObserver(self.model, self.device.type)
         observer.__enter__()  # before the dispatch mode: compiled code runs eagerly under it
         self._observer = observer
         counter = StructureCounter(self.device.type)
         counter.__enter__()
         self._flop_counter = counter
 
-    def _stop_observer(self) -> StepObserver | None:
+    def _compile_seen(self) -> observe.Observation:
+        return observe.compile_state(self.model, self._graphs_at_start)
+
+    def _stop_observer(self) -> observe.StepObserver | None:
         observer, self._observer = self._observer, None
         if observer is not None:
             observer.__exit__(None, None, None)
@@ -821,9 +815,9 @@ class Profiler:
         method = f"the FLOP-counting step (step {self._step_index}) of your loop, counted under a dispatch mode"
         if observer is not None:
             self._precision_seen = observer.precision(dict(counter.flops_by_dtype))
-            if observer.forced_eager and graphs_compiled():
-                notes.append(EAGER_COUNT_NOTE)
-                method += "; " + EAGER_COUNT_NOTE
+            if observer.forced_eager and observe.graphs_compiled():
+                notes.append(observe.EAGER_COUNT_NOTE)
+                method += "; " + observe.EAGER_COUNT_NOTE
         self._flops = (counter.flop_counter.total, None, notes)
         self._fingerprint = counter.fingerprint(method=method)
 
@@ -1025,7 +1019,7 @@ class Profiler:
         if self.samples_per_step is not None:
             declared["samples_per_step"] = self.samples_per_step
         declared.update(self._loader_config)
-        declared.update(observed_words(self._precision_seen, compile_state(self.model, self._graphs_at_start)))
+        declared.update(observe.observed_words(self._precision_seen, self._compile_seen()))
         declared.update(self._declared)
         declared = {k: v for k, v in declared.items() if v is not None}  # absent is absent, never "None" in the report
         return WorkloadInfo(path=path, sha256=sha, name=self.name, declared=declared, parameter_count=params)
@@ -1039,7 +1033,7 @@ class Profiler:
         known: dict[str, Any] = {"device": self.device.type, "warmup_steps": self.warmup_steps,
                                  "micro_batch_size": max(1, micro_batch), "grad_accum_steps": max(1, accum),
                                  "tf32": matmul_tf32_enabled()}  # never raises, whichever TF32 API the loop used
-        settings = observed_settings(self.precision, self._precision_seen, compile_state(self.model, self._graphs_at_start))
+        settings = observe.observed_settings(self.precision, self._precision_seen, self._compile_seen())
         known.update(settings.known)
         unknown += settings.unknown
         if self._loader_config:
@@ -1166,13 +1160,6 @@ class Profiler:
                 fill_kernel_launches(metrics.fingerprint, metrics.trace_facts)
         except Exception as exc:  # noqa: BLE001
             metrics.unavailable["trace_facts"] = f"trace analysis failed: {type(exc).__name__}: {exc}"
-
-
-def _compiled_flops_unavailable(what: str) -> str | None:
-    """Why a compiled model gets no FLOP count: None where the counted step can run it eagerly (torch >= 2.6)."""
-    if eager_counting_available():
-        return None
-    return f"{what}: the FLOP counter cannot see into compiled graphs on this torch (pass Profiler(flops_per_step=...))"
 
 
 def _find_place() -> RankPlace | None:
