@@ -120,14 +120,39 @@ def test_wrap_marks_each_next_with_a_data_span_in_the_trace(tmp_path: Path) -> N
     assert DATA_SPAN == DATA_LABEL  # the label trace facts book as data wait
     results = _run_loop(tmp_path, bf16=False, compiled=False, capture=True)
     m = results.trials[0].metrics
-    with gzip.open(tmp_path / "out" / m.trace_path, "rt") as f:
-        events = json.load(f)["traceEvents"]
-    spans = [e for e in events if e.get("name") == DATA_LABEL and e.get("ph") == "X"]
-    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X"]
+    spans, steps = _data_spans(tmp_path / "out" / m.trace_path)
     assert steps and len(spans) >= len(steps)  # one next() per profiled step at least (the warm-up step's too)
     for step in steps:  # each profiled step holds its own next()
         assert any(step["ts"] <= s["ts"] <= step["ts"] + step["dur"] for s in spans)
     assert m.trace_facts.data_wait_fraction > 0
+
+
+def _data_spans(trace_path: Path) -> tuple[list[dict], list[dict]]:
+    with gzip.open(trace_path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    spans = [e for e in events if e.get("name") == DATA_LABEL and e.get("ph") == "X"]
+    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X"]
+    return spans, steps
+
+
+def test_a_frameworks_fetch_hooks_mark_data_spans_too(tmp_path: Path) -> None:
+    """data_begin()/data_end() (Lightning's fetch hooks) label the fetch in the trace as wrap() labels next()."""
+    net = Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    prof = Profiler(net, opt, device="cpu", warmup_steps=1, measure_ceiling=False, sample_utilization=False,
+                    peak_tflops=1.0, capture_steps=(2, 4), trace_dir=tmp_path)
+    batches = iter(_loader())
+    for _ in range(6):
+        prof.data_begin()
+        x, y = next(batches)
+        prof.data_end()
+        prof.batch_begin()
+        F.cross_entropy(net(x), y).backward()
+        opt.step()
+        prof.step(BATCH)
+    prof.close()
+    spans, steps = _data_spans(tmp_path / "rank0.json.gz")
+    assert steps and len(spans) == len(steps)
 
 
 # ------------------------------------------------------------------------------------------ the probes

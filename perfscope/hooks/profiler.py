@@ -237,6 +237,7 @@ class Profiler:
         self._batch_hooks = False  # a framework marks batch starts: an armed FLOP count starts at the next one
         self._data_hooked = False  # a framework reports its fetches through data_begin()/data_end()
         self._data_recorder: WindowRecorder | None = None  # the window a data_begin() opened a wait in
+        self._data_span: Any = None  # the perfscope::data span a data_begin() opened in the trace
         self._since_flush = 0
         self._first_marks: list[Any] = []  # [start of step 0, end of step 0], when wrap() saw step 0 begin
         self._wrap_used = False
@@ -327,6 +328,9 @@ class Profiler:
             return
         self._data_hooked = True
         self._data_recorder = self._recorder
+        self._end_data_span()  # a fetch that never ended is not this one's
+        self._data_span = torch.profiler.record_function(DATA_SPAN)
+        self._data_span.__enter__()
         if self._recorder is not None:
             self._recorder.data_begin()
 
@@ -337,6 +341,12 @@ class Profiler:
         recorder, self._data_recorder = self._data_recorder, None
         if recorder is not None and recorder is self._recorder:
             recorder.data_end()
+        self._end_data_span()
+
+    def _end_data_span(self) -> None:
+        span, self._data_span = self._data_span, None
+        if span is not None:
+            span.__exit__(None, None, None)
 
     def exclude_since_step(self, reason: str) -> None:
         """The time since the last step boundary (or the last resume) was not training: for frameworks that
@@ -896,6 +906,10 @@ class Profiler:
     def _teardown(self) -> None:
         """Leave no dispatch mode, profiler or thread behind (each step on its own: one failure is not all)."""
         self._flop_armed = False
+        try:
+            self._end_data_span()
+        except Exception:  # noqa: BLE001
+            self._data_span = None
         if self._flop_counter is not None:
             counter, self._flop_counter = self._flop_counter, None
             try:
