@@ -23,6 +23,7 @@ from perfscope.hooks.observe import Observation, compile_mode, compile_state, ob
 from perfscope.hooks.profiler import DATA_SPAN, Profiler
 from perfscope.results import KernelStat, Results
 from perfscope.rules import run_rules
+from perfscope.trace.categories import categorize
 from perfscope.trace.facts import DATA_LABEL
 from tests.rules.test_rules import _facts, _results
 
@@ -266,8 +267,11 @@ def test_matmuls_already_in_bf16_get_no_tf32_or_autocast_advice() -> None:
 
 
 def _elementwise_trace(results: Results, names: list[str]) -> Results:
-    top = [KernelStat(name=n, time_s=0.05 / len(names), count=1.0, category="elementwise") for n in names]
-    return _facts(results, kernels={"time_by_category": {"gemm": 0.04, "elementwise": 0.05}, "top": top})
+    top = [KernelStat(name=n, time_s=0.05 / len(names), count=1.0, category=categorize(n)) for n in names]
+    times = Counter({"gemm": 0.04})
+    for k in top:
+        times[k.category] += k.time_s
+    return _facts(results, kernels={"time_by_category": dict(times), "top": top})
 
 
 def test_compile_not_observed_is_not_eager() -> None:
@@ -281,6 +285,7 @@ def test_compile_not_observed_is_not_eager() -> None:
 def test_inductors_fused_kernels_are_not_unfused_elementwise_work() -> None:
     fused = ["triton_poi_fused_add_gelu_0", "triton_per_fused_native_layer_norm_1", "triton_red_fused_sum_2",
              "cpp_fused_add_mul_3"]
+    assert {categorize(n) for n in fused} == {"elementwise", "normalization"}
     assert "PS303" not in _ids(_elementwise_trace(_results(), fused))
     assert "PS303" in _ids(_elementwise_trace(_results(), ["vectorized_elementwise_kernel<add>"] * 4))
 

@@ -8,14 +8,17 @@ from perfscope.rules._text import pct
 from perfscope.rules.engine import Rule, RuleContext
 from perfscope.snippets import compile_change
 
+FUSIBLE = ("elementwise", "normalization")
+"""The trace categories torch.compile fuses (the rule's `addresses`)."""
 INDUCTOR_FUSED = re.compile(r"^triton_(?:poi|per|red)_|cpp_fused_")
 """Kernels torch.compile (inductor) generated: pointwise, persistent-reduction and reduction Triton kernels on a
-GPU, `cpp_fused_*` on a CPU. Their names hold "add"/"mul", so the trace categories count them as elementwise."""
+GPU, `cpp_fused_*` on a CPU. Their names hold "add"/"mul"/"layer_norm", so the trace categories count them as
+elementwise or normalization work."""
 
 
 def inductor_fused_time(kernels: list[KernelStat]) -> float:
-    """Seconds per step in inductor's fused kernels among the trace's top kernels."""
-    return sum(k.time_s for k in kernels if k.category == "elementwise" and INDUCTOR_FUSED.search(k.name))
+    """Seconds per step in inductor's fused elementwise/normalization kernels among the trace's top kernels."""
+    return sum(k.time_s for k in kernels if k.category in FUSIBLE and INDUCTOR_FUSED.search(k.name))
 
 
 @dataclass
@@ -45,7 +48,7 @@ class CompileFusion(Rule):
             return []  # compile not observed: only a trace without inductor's kernels says the loop runs eager
         total = sum(times.values())
         # Inductor's generated kernels are already fused work: never the unfused elementwise work compile would fuse.
-        unfused = max(times.get("elementwise", 0.0) - fused, 0.0) + times.get("normalization", 0.0)
+        unfused = max(sum(times.get(c, 0.0) for c in FUSIBLE) - fused, 0.0)
         share = unfused / total if total else 0.0
         outcome = ctx.knob("compile")
         if share < self.threshold and not (outcome and outcome.status == "measured"):
