@@ -289,3 +289,28 @@ def test_inductors_fused_kernels_are_not_unfused_elementwise_work() -> None:
     assert "PS303" not in _ids(_elementwise_trace(_results(), fused))
     assert "PS303" in _ids(_elementwise_trace(_results(), ["vectorized_elementwise_kernel<add>"] * 4))
 
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_the_counted_step_neither_recompiles_nor_changes_the_count(backend: str) -> None:
+    """Forcing the counted step eager must cost the user's compiled loop no recompilation, and count what the
+    eager module computes (the analytic FLOPs of the two linears)."""
+    from torch._dynamo.utils import counters
+
+    from perfscope.measure.flops import linear_training_flops
+
+    net = nn.Sequential(nn.Linear(IN, HIDDEN), nn.GELU(), nn.Linear(HIDDEN, OUT))
+    model, opt = torch.compile(net, backend=backend), torch.optim.SGD(net.parameters(), lr=0.1)
+    prof = Profiler(model, opt, device="cpu", warmup_steps=2, measure_ceiling=False, sample_utilization=False, peak_tflops=1.0)
+    x, y = torch.randn(BATCH, IN), torch.randint(0, OUT, (BATCH,))
+    frames = []
+    for _ in range(6):
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        prof.step(BATCH)
+        frames.append(counters["frames"]["total"])
+    assert len(set(frames)) == 1  # compiled once at the first step, never again (the counted step is step 2)
+    expected = linear_training_flops(BATCH, IN, HIDDEN, input_requires_grad=False) + linear_training_flops(
+        BATCH, HIDDEN, OUT, input_requires_grad=True)
+    assert prof.results().trials[0].metrics.flops_per_step == expected
