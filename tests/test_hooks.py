@@ -561,14 +561,22 @@ def test_describe_records_what_a_framework_knows() -> None:
 
 
 
-def test_a_loop_described_as_compiled_gets_no_flop_count() -> None:
-    """A framework that compiles the model (TrainingArguments(torch_compile=True)) hides its graphs from the counter."""
+@pytest.mark.parametrize("set_stance", [True, False], ids=["torch>=2.6", "older-torch"])
+def test_a_loop_described_as_compiled(monkeypatch: pytest.MonkeyPatch, set_stance: bool) -> None:
+    """A framework that compiles the model (TrainingArguments(torch_compile=True)) hides its graphs from the counter:
+    counted eagerly where torch.compiler.set_stance exists, else no FLOP count, said why."""
+    import perfscope.hooks.observe as observe
+
+    monkeypatch.setattr(observe, "eager_counting_available", lambda: set_stance)
     model, opt = make_model()
     prof = Profiler(model, opt, device="cpu", warmup_steps=1, **quiet())
     prof.describe(compile="default")
     _run(prof, 4, batch_hooks=True)
     m = prof.results().trials[0].metrics
-    assert m.flops_per_step is None and "torch.compile" in m.unavailable["flops_per_step"]
+    if set_stance:
+        assert m.flops_per_step == mlp_flops(BATCH)
+    else:
+        assert m.flops_per_step is None and "torch.compile" in m.unavailable["flops_per_step"]
 
 
 # ------------------------------------------------------------------------------------------ adapters

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from perfscope.hooks import observe
 from perfscope.measure.samples import (
     leading_dim,  # re-exported: the integrations count samples the same way
 )
@@ -59,6 +60,8 @@ if TYPE_CHECKING:
     from perfscope.results import Environment, Results, Window, WorkloadInfo
 
 DISABLE_ENV = "PERFSCOPE_DISABLE"
+DATA_SPAN = "perfscope::data"
+"""perfscope.trace.facts.DATA_LABEL (not imported: it loads the results model): the span trace facts book as data wait."""
 _MAX_FLOP_RESTARTS = 5
 """FLOP counts discarded because a pause fell inside the counted step, before giving up on counting."""
 _TRUTHY = {"1", "true", "yes", "on"}
@@ -234,6 +237,7 @@ class Profiler:
         self._batch_hooks = False  # a framework marks batch starts: an armed FLOP count starts at the next one
         self._data_hooked = False  # a framework reports its fetches through data_begin()/data_end()
         self._data_recorder: WindowRecorder | None = None  # the window a data_begin() opened a wait in
+        self._data_span: Any = None  # the perfscope::data span a data_begin() opened in the trace
         self._since_flush = 0
         self._first_marks: list[Any] = []  # [start of step 0, end of step 0], when wrap() saw step 0 begin
         self._wrap_used = False
@@ -247,11 +251,12 @@ class Profiler:
         self._flop_unavailable: str | None = None
         self._flop_restarts: list[str] = []  # why a FLOP count was discarded (a pause inside the counted step)
         self._fingerprint: Any = None  # the structural fingerprint, counted at the FLOP-counting step
+        # What the loop really runs (perfscope.hooks.observe): watched during the FLOP-counting step.
+        self._observer: observe.StepObserver | None = None
+        self._precision_seen: observe.Observation | None = None
+        self._graphs_at_start = observe.graphs_compiled()
         if flops_per_step is None and count_flops and model is not None and hasattr(model, "_orig_mod"):
-            self._flop_unavailable = (
-                "the model is torch.compile'd: the FLOP counter cannot see into compiled graphs "
-                "(pass Profiler(flops_per_step=...))"
-            )
+            self._flop_unavailable = observe.compiled_flops_unavailable("the model is torch.compile'd")
         # Utilization, trace capture.
         self._sampler: Any = None
         self._sampler_started = 0.0
@@ -323,6 +328,9 @@ class Profiler:
             return
         self._data_hooked = True
         self._data_recorder = self._recorder
+        self._end_data_span()  # a fetch that never ended is not this one's
+        self._data_span = torch.profiler.record_function(DATA_SPAN)
+        self._data_span.__enter__()
         if self._recorder is not None:
             self._recorder.data_begin()
 
@@ -333,6 +341,12 @@ class Profiler:
         recorder, self._data_recorder = self._data_recorder, None
         if recorder is not None and recorder is self._recorder:
             recorder.data_end()
+        self._end_data_span()
+
+    def _end_data_span(self) -> None:
+        span, self._data_span = self._data_span, None
+        if span is not None:
+            span.__exit__(None, None, None)
 
     def exclude_since_step(self, reason: str) -> None:
         """The time since the last step boundary (or the last resume) was not training: for frameworks that
@@ -366,8 +380,7 @@ class Profiler:
         self._described_config.update({k: v for k, v in config.items() if v is not None and k != "precision"})
         self._declared.update(declared or {})
         if config.get("compile") and self._wants_flop_count():
-            self._flop_unavailable = ("the model runs under torch.compile: the FLOP counter cannot see into compiled "
-                                      "graphs (pass Profiler(flops_per_step=...))")
+            self._flop_unavailable = observe.compiled_flops_unavailable("the model runs under torch.compile")
 
     def describe_loader(self, loader: Any) -> None:
         """Record a DataLoader's settings (workers, pinned memory, ...) as the loop's: `wrap()` does it itself;
@@ -654,14 +667,16 @@ class Profiler:
                 recorder = self._recorder if self._on else None
                 if self._on and self._step_index == 0 and not self._first_marks and self._yields == 0:
                     self._first_marks.append(self._clock.mark())
-                if recorder is not None:
-                    recorder.data_begin()
-                try:
-                    batch = next(it)  # the user's errors propagate untouched
-                except StopIteration:
-                    return
-                if recorder is not None:
-                    recorder.data_end()
+                # The span trace facts book as data wait (perfscope.trace.facts.DATA_LABEL), as analyze's loop marks it.
+                with torch.profiler.record_function(DATA_SPAN):
+                    if recorder is not None:
+                        recorder.data_begin()
+                    try:
+                        batch = next(it)  # the user's errors propagate untouched
+                    except StopIteration:
+                        return
+                    if recorder is not None:
+                        recorder.data_end()
                 if self._on:
                     try:
                         self._on_batch(batch)
@@ -773,15 +788,28 @@ class Profiler:
         # The structure counter holds the FLOP counter: one dispatch-mode step gives FLOPs and the fingerprint.
         from perfscope.measure.structure import StructureCounter
 
+        observer = observe.StepObserver(self.model, self.device.type)
+        observer.__enter__()  # before the dispatch mode: compiled code runs eagerly under it
+        self._observer = observer
         counter = StructureCounter(self.device.type)
         counter.__enter__()
         self._flop_counter = counter
+
+    def _compile_seen(self) -> observe.Observation:
+        return observe.compile_state(self.model, self._graphs_at_start)
+
+    def _stop_observer(self) -> observe.StepObserver | None:
+        observer, self._observer = self._observer, None
+        if observer is not None:
+            observer.__exit__(None, None, None)
+        return observer
 
     def _discard_flop_count(self, reason: str) -> None:
         """A pause inside the counted step: its count would include the paused work (evaluation is a forward
         pass over other data), so it is dropped and the next step is counted instead."""
         counter, self._flop_counter = self._flop_counter, None
         counter.__exit__(None, None, None)
+        self._stop_observer()
         self._flop_restarts.append(f"step {self._step_index} ({reason} inside it)")
         if len(self._flop_restarts) >= _MAX_FLOP_RESTARTS:
             self._flop_unavailable = (f"{reason} ran inside each of the {len(self._flop_restarts)} steps the FLOP "
@@ -792,9 +820,16 @@ class Profiler:
     def _stop_flop_count(self) -> None:
         counter, self._flop_counter = self._flop_counter, None
         counter.__exit__(None, None, None)
-        self._flops = (counter.flop_counter.total, None, counter.flop_counter.notes)
-        self._fingerprint = counter.fingerprint(
-            method=f"the FLOP-counting step (step {self._step_index}) of your loop, counted under a dispatch mode")
+        observer = self._stop_observer()
+        notes = list(counter.flop_counter.notes)
+        method = f"the FLOP-counting step (step {self._step_index}) of your loop, counted under a dispatch mode"
+        if observer is not None:
+            self._precision_seen = observer.precision(dict(counter.flops_by_dtype))
+            if observer.forced_eager and observe.graphs_compiled():
+                notes.append(observe.EAGER_COUNT_NOTE)
+                method += "; " + observe.EAGER_COUNT_NOTE
+        self._flops = (counter.flop_counter.total, None, notes)
+        self._fingerprint = counter.fingerprint(method=method)
 
     # --- utilization
 
@@ -871,10 +906,18 @@ class Profiler:
     def _teardown(self) -> None:
         """Leave no dispatch mode, profiler or thread behind (each step on its own: one failure is not all)."""
         self._flop_armed = False
+        try:
+            self._end_data_span()
+        except Exception:  # noqa: BLE001
+            self._data_span = None
         if self._flop_counter is not None:
             counter, self._flop_counter = self._flop_counter, None
             try:
                 counter.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001
+                pass
+            try:
+                self._stop_observer()
             except Exception:  # noqa: BLE001
                 pass
             self._flop_unavailable = self._flop_unavailable or "the run ended during the FLOP-counting step"
@@ -990,6 +1033,7 @@ class Profiler:
         if self.samples_per_step is not None:
             declared["samples_per_step"] = self.samples_per_step
         declared.update(self._loader_config)
+        declared.update(observe.observed_words(self._precision_seen, self._compile_seen()))
         declared.update(self._declared)
         declared = {k: v for k, v in declared.items() if v is not None}  # absent is absent, never "None" in the report
         return WorkloadInfo(path=path, sha256=sha, name=self.name, declared=declared, parameter_count=params)
@@ -1003,17 +1047,16 @@ class Profiler:
         known: dict[str, Any] = {"device": self.device.type, "warmup_steps": self.warmup_steps,
                                  "micro_batch_size": max(1, micro_batch), "grad_accum_steps": max(1, accum),
                                  "tf32": matmul_tf32_enabled()}  # never raises, whichever TF32 API the loop used
-        if self.precision is not None:
-            known["precision"] = self.precision
-        else:
-            unknown.append("precision")
+        settings = observe.observed_settings(self.precision, self._precision_seen, self._compile_seen())
+        known.update(settings.known)
+        unknown += settings.unknown
         if self._loader_config:
             known.update({k: v for k, v in self._loader_config.items() if v is not None and k != "prefetch_factor"})
             if self._loader_config.get("num_workers"):
                 known["prefetch_factor"] = self._loader_config.get("prefetch_factor")
         else:
             unknown += ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor"]
-        unknown += ["compile", "optimizer_impl", "channels_last", "gc_mode", "activation_checkpointing", "offload_activations"]
+        unknown += ["optimizer_impl", "channels_last", "gc_mode", "activation_checkpointing", "offload_activations"]
         if self._place is not None:
             from perfscope.hooks.distributed import data_parallel_of, ddp_settings, layout
 

@@ -1,11 +1,24 @@
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-from perfscope.results import Finding, KnobOutcome
+from perfscope.results import Finding, KernelStat, KnobOutcome
 from perfscope.rules._text import pct
 from perfscope.rules.engine import Rule, RuleContext
 from perfscope.snippets import compile_change
+
+FUSIBLE = ("elementwise", "normalization")
+"""The trace categories torch.compile fuses (the rule's `addresses`)."""
+INDUCTOR_FUSED = re.compile(r"^triton_(?:poi|per|red)_|cpp_fused_")
+"""Kernels torch.compile (inductor) generated: pointwise, persistent-reduction and reduction Triton kernels on a
+GPU, `cpp_fused_*` on a CPU. Their names hold "add"/"mul"/"layer_norm", so the trace categories count them as
+elementwise or normalization work."""
+
+
+def inductor_fused_time(kernels: list[KernelStat]) -> float:
+    """Seconds per step in inductor's fused elementwise/normalization kernels among the trace's top kernels."""
+    return sum(k.time_s for k in kernels if k.category in FUSIBLE and INDUCTOR_FUSED.search(k.name))
 
 
 @dataclass
@@ -26,15 +39,23 @@ class CompileFusion(Rule):
     """Fire when elementwise + normalization kernels take at least this share of kernel time."""
 
     def check(self, ctx: RuleContext) -> list[Finding]:
-        if ctx.config("compile") is not None:
+        unobserved = "compile" in ctx.baseline.unknown_settings
+        if not unobserved and ctx.config("compile") is not None:
             return []
         times = ctx.facts.kernels.time_by_category if ctx.facts else {}
+        fused = inductor_fused_time(ctx.facts.kernels.top) if ctx.facts else 0.0
+        if unobserved and (not times or fused):
+            return []  # compile not observed: only a trace without inductor's kernels says the loop runs eager
         total = sum(times.values())
-        share = (times.get("elementwise", 0.0) + times.get("normalization", 0.0)) / total if total else 0.0
+        # Inductor's generated kernels are already fused work: never the unfused elementwise work compile would fuse.
+        unfused = max(sum(times.get(c, 0.0) for c in FUSIBLE) - fused, 0.0)
+        share = unfused / total if total else 0.0
         outcome = ctx.knob("compile")
         if share < self.threshold and not (outcome and outcome.status == "measured"):
             return []
         evidence = [f"elementwise and normalization take {pct(share)} of kernel time"] if total else []
+        if unobserved:
+            evidence.append("whether the loop uses torch.compile was not observed; its trace shows no inductor kernels")
         if outcome and outcome.status == "measured" and outcome.trial:
             trial = ctx.results.trial(outcome.trial)
             if trial and trial.metrics and trial.metrics.compile_time_s is not None:

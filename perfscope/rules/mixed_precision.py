@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from perfscope.results import Finding, KnobOutcome
+from perfscope.rules._precision import matmul_precision
 from perfscope.rules._text import pct
 from perfscope.rules.engine import Rule, RuleContext
 from perfscope.snippets import autocast_change
@@ -21,14 +22,15 @@ class MixedPrecision(Rule):
     addresses = ("gemm", "conv", "attention")
 
     def check(self, ctx: RuleContext) -> list[Finding]:
-        if ctx.config("precision", "fp32") != "fp32":
+        precision = matmul_precision(ctx)  # not observed (a hooks loop) is not fp32: no finding rests on a default
+        if not precision.fp32:
             return []
         measured = [ctx.knob(k) for k in self.knobs]
         measured = [o for o in measured if o is not None and o.status == "measured" and o.gain is not None]
         fp32_share = ctx.facts.kernels.fp32_gemm_fraction if ctx.facts else None
         if not ctx.cuda and not measured:
             return []
-        evidence = ["the loop runs in fp32 (no autocast)"]
+        evidence = [precision.evidence]
         if fp32_share is not None:
             evidence.append(f"{pct(fp32_share)} of GEMM kernel time is in fp32 (non-tensor-core) kernels")
         peaks = ctx.results.environment.datasheet_peaks_tflops

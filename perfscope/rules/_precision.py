@@ -1,0 +1,46 @@
+"""Whether the loop's matmuls run in fp32, from typed facts: shared by PS101 (autocast) and PS102 (TF32).
+
+Why not just the config: a hooks loop's precision may not have been observed (Trial.unknown_settings), and a
+rule must not then assume fp32; a loop whose model itself is in bf16 runs bf16 matmuls whatever its autocast.
+The evidence, in order: the counted step's matmul FLOPs by dtype (the structural fingerprint, below autocast),
+the run's configured precision when it is known, the trace's GEMM kernel names. Nothing known: not fp32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfscope.rules._text import pct
+from perfscope.rules.engine import RuleContext
+
+MOSTLY = 0.5
+"""fp32 when at least this share of the matmul FLOPs (or GEMM kernel time) is fp32."""
+
+
+@dataclass(frozen=True)
+class MatmulPrecision:
+    fp32: bool
+    evidence: str
+    """Why: one line for a finding's evidence ("" when fp32 is False for want of evidence)."""
+
+
+def fp32_matmul_share(ctx: RuleContext) -> float | None:
+    """Share of the counted step's matmul/conv/attention FLOPs with fp32 inputs; None when none were counted."""
+    fingerprint = ctx.metrics.fingerprint
+    shares = fingerprint.matmul_dtype_shares() if fingerprint is not None else {}
+    return shares.get("fp32", 0.0) if shares else None
+
+
+def matmul_precision(ctx: RuleContext) -> MatmulPrecision:
+    share = fp32_matmul_share(ctx)
+    if share is not None and share < MOSTLY:
+        return MatmulPrecision(False, f"{pct(1 - share)} of the matmul FLOPs already run in reduced precision")
+    if "precision" not in ctx.baseline.unknown_settings:
+        fp32 = ctx.config("precision") == "fp32"
+        return MatmulPrecision(fp32, "the loop runs in fp32 (no autocast)" if fp32 else "")
+    if share is not None:
+        return MatmulPrecision(True, f"{pct(share)} of the counted step's matmul FLOPs have fp32 inputs (no autocast)")
+    gemm_fp32 = ctx.facts.kernels.fp32_gemm_fraction if ctx.facts else None
+    if gemm_fp32 is not None and gemm_fp32 >= MOSTLY:
+        return MatmulPrecision(True, "the loop's precision was not observed; its GEMM kernels' names say fp32")
+    return MatmulPrecision(False, "")
