@@ -290,9 +290,11 @@ def test_internal_error_becomes_one_warning_and_disables(monkeypatch: pytest.Mon
     assert len(out) == len(batches) and all(a is b for a, b in zip(out, batches))  # the loop ran to the end
     assert prof.steps_completed == 2  # nothing counted after the failure
     assert prof.results() is None
+    from torch._dynamo import eval_frame
     from torch.utils._python_dispatch import _get_current_dispatch_mode
 
     assert _get_current_dispatch_mode() is None
+    assert eval_frame._stance.stance == "default"  # the counted step's force_eager did not outlive the failure
 
 
 def test_error_while_saving_is_a_warning_not_an_exception(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -792,7 +792,11 @@ class Profiler:
         observer.__enter__()  # before the dispatch mode: compiled code runs eagerly under it
         self._observer = observer
         counter = StructureCounter(self.device.type)
-        counter.__enter__()
+        try:
+            counter.__enter__()
+        except BaseException:
+            self._stop_observer()  # the compiler's stance and the forward hook are the user's again
+            raise
         self._flop_counter = counter
 
     def _compile_seen(self) -> observe.Observation:
@@ -839,7 +843,7 @@ class Profiler:
         from perfscope.measure.utilization import UtilizationSampler
 
         self._sampler = UtilizationSampler(
-            device=self.device.type, device_index=self.device.index or 0, interval_s=self.utilization_interval_s
+            device=self.device.type, device_index=self.device.index, interval_s=self.utilization_interval_s
         )
         self._sampler.__enter__()
         self._sampler_started = time.perf_counter()
@@ -916,11 +920,11 @@ class Profiler:
                 counter.__exit__(None, None, None)
             except Exception:  # noqa: BLE001
                 pass
-            try:
-                self._stop_observer()
-            except Exception:  # noqa: BLE001
-                pass
             self._flop_unavailable = self._flop_unavailable or "the run ended during the FLOP-counting step"
+        try:
+            self._stop_observer()  # whether or not the counter started: the stance must not outlive the Profiler
+        except Exception:  # noqa: BLE001
+            pass
         if self._capture is not None:
             try:
                 self._stop_capture()
@@ -939,13 +943,20 @@ class Profiler:
         if self._environment is None:
             from perfscope.measure.environment import collect_environment
 
-            devices = [self.device.index or 0] if self.device.type == "cuda" else []
+            devices = [self._cuda_index()] if self.device.type == "cuda" else []
             with torch.random.fork_rng(devices=devices), (torch.cuda.device(self.device) if devices else _nothing()):
                 self._environment = collect_environment(  # only rank 0's environment is written
-                    self.device.type, device_index=self.device.index or 0,
+                    self.device.type, device_index=devices[0] if devices else 0,
                     measure_ceiling=self.measure_ceiling and (self._place is None or self._place.rank == 0),
                 )
         return self._environment
+
+    def _cuda_index(self) -> int:
+        """The GPU this rank trains on: the device's own index, else (plain "cuda") the process's current device,
+        which a torchrun rank sets from its LOCAL_RANK; never a blanket 0."""
+        from perfscope.measure.nvml import current_cuda_index
+
+        return self.device.index if self.device.index is not None else current_cuda_index()
 
     def _build_results(self, *, ratios: bool = True) -> Results:
         from perfscope import __version__
