@@ -45,6 +45,12 @@ def test_misaligned_hidden_size_gets_a_measured_alignment_estimate(tmp_path):
     results = _analyze(tmp_path, ROOT / "tests" / "workloads" / "misaligned_mlp.py", "--no-sweep")
     finding = next(f for f in results.findings if f.rule_id == "PS401")
     assert "1365" in finding.evidence[0]
-    assert finding.estimated_gain is not None and "micro-benchmark" in finding.estimate_method
+    # 1365 -> 1408 saves little on a CPU: whether the padded shapes measured faster is the machine's to say; either the
+    # gain is estimated from the micro-benchmark, or the finding says the benchmark found no time saved
+    if finding.estimated_gain is not None:
+        assert "micro-benchmark" in finding.estimate_method
+    else:
+        assert "took no less time per step on this device" in finding.evidence[-1]
+    assert "micro-benchmark on this device in fp32" in finding.evidence[1]
     assert results.trial("baseline").metrics.trace_facts.gemm_alignment
     assert (tmp_path / results.trial("baseline").metrics.trace_path).exists()

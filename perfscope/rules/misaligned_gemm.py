@@ -56,6 +56,9 @@ class MisalignedGemm(Rule):
                 f"({best.speedup_per_flop:.2f}× per FLOP)"
             )
             saved = self.saved_s(shapes, rows)
+            if saved <= 0:
+                finding.evidence.append("padded, the benchmarked shapes took no less time per step on this device: "
+                                        "no gain is estimated")
             if saved > 0 and step:
                 finding.estimated_gain = step / (step - min(saved, step * share))
                 finding.estimate_method = ("GEMM alignment micro-benchmark on this device: each benchmarked shape's time per step scaled "

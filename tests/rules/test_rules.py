@@ -545,6 +545,7 @@ def test_misaligned_gemm_estimate_uses_each_shapes_padded_wall_time_and_states_t
                                                   padded_time_s=3e-3, speedup_per_flop=0.67)])
     (f,) = [f for f in run_rules(slower) if f.rule_id == "PS401"]
     assert f.estimated_gain is None
+    assert f.evidence[-1].startswith("padded, the benchmarked shapes took no less time per step on this device")
 
 
 def _aligned_both_ways(recommended_precision: str | None) -> Results:
