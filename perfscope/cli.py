@@ -205,6 +205,7 @@ def _structure_gates(text: str) -> tuple[Any, ...]:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from perfscope.check import GateOptions, run_gate
+    from perfscope.check.history import BaselineHistory
     from perfscope.check.render import (
         render_junit,
         render_markdown,
@@ -223,8 +224,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
         trial=args.trial,
         allow_mismatch=args.allow_mismatch,
         fail_on_structure=args.fail_on_structure or (),
+        between_session=args.between_session,
     )
-    baseline = Results.load(args.baseline)
+    baseline = BaselineHistory.load(args.baseline)
     current = [Results.load(path) for path in args.current]
     report = run_gate(current, baseline, options, current_source=", ".join(args.current), baseline_source=args.baseline)
     print(render_table(report), file=sys.stderr if report.outcome == "unusable" else sys.stdout)
@@ -242,11 +244,14 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
     from perfscope.results.io import check_writable
 
     check_writable(args.to)  # before the results are loaded and merged
-    saved = save_baseline(args.results, args.to, overwrite=args.action == "update")
+    mode = "save" if args.action == "save" else ("replace" if args.replace else "update")
+    saved = save_baseline(args.results, args.to, mode=mode, keep=args.keep)
     for warning in saved.warnings:
         print(f"perfscope: warning: {warning}", file=sys.stderr)
-    verb = "replaced" if saved.replaced else "saved"
-    print(f"{verb} baseline {saved.path} (trials: {', '.join(saved.trials)})")
+    verb = {"save": "saved", "update": "updated", "replace": "replaced"}[mode] if saved.replaced or mode == "save" else "saved"
+    runs = "/".join(map(str, saved.sessions))
+    print(f"{verb} baseline {saved.path}: {len(saved.sessions)} session(s) of {runs} run(s) "
+          f"(added trials: {', '.join(saved.trials)})")
     return EXIT_OK
 
 
@@ -362,17 +367,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also fail (exit 1) on these structural changes, exactly: sync, flops, dtype, graph-breaks, "
                    "recompiles, ops, copies, memory; thresholds where amounts, e.g. flops:5%%,ops:20 "
                    "(changes are always named; see docs/ci-gate.md)")
+    p.add_argument("--between-session", type=_max_drop, default=None, metavar="PCT",
+                   help="state how much sessions (machines, days) differ, e.g. 2%%, instead of estimating it from the "
+                   "baseline's stored sessions; lets a one-session baseline decide (0%% = the old within-session rule)")
     p.add_argument("--markdown", metavar="FILE", default=None, help="also write a Markdown summary")
     p.add_argument("--junit", metavar="FILE", default=None, help="also write JUnit XML (one testcase per metric)")
     p.set_defaults(handler=_cmd_check)
 
     p = sub.add_parser("baseline", help="record the baseline results that `check` compares against")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    for action, help_text in (("save", "copy a validated results.json to the baseline path (never overwrites)"),
-                              ("update", "replace the baseline with a validated results.json")):
+    for action, help_text in (("save", "store validated results.json file(s) as a new baseline (never overwrites)"),
+                              ("update", "add results.json file(s) as new sessions of the baseline (--replace: restart it)")):
         a = actions.add_parser(action, help=help_text)
-        a.add_argument("results", nargs="+", help="results.json file(s); the runs of several files are merged")
+        a.add_argument("results", nargs="+", help="results.json file(s); each is stored as one session (one CI job)")
         a.add_argument("--to", default="perfscope-baseline.json", help="default: perfscope-baseline.json")
+        a.add_argument("--keep", type=_positive_int, default=10, metavar="N",
+                       help="sessions kept, the most recent (default 10)")
+        a.add_argument("--replace", action="store_true", default=False,
+                       help="update only: discard the stored sessions (after an intended change, a torch upgrade, new runners)")
         a.set_defaults(handler=_cmd_baseline)
 
     p = sub.add_parser("rules", help="list the diagnosis rules, or show one rule's documentation")
