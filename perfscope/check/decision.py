@@ -18,6 +18,11 @@ step time. In "higher is better" terms:
    detected (minimum detectable effect, 80% power); when that is larger than d, a warning says a drop of
    d could have passed unseen, and how many runs would resolve it.
 
+Across sessions (a stored baseline: `evaluate(..., sessions=...)`): the baseline is the mean of its stored
+sessions' means, and the variance and degrees of freedom are the spread between sessions'
+(perfscope.check.sessions); with one stored session and no stated allowance, a change past L is INCONCLUSIVE
+(nothing tells a code change from a machine/day offset). Rules 2-4 then apply as written.
+
 Secondary, never deciding: a Mann-Whitney test on the per-step values of all runs, reported for reading.
 Runs measured while other processes loaded the machine are named in the verdict.
 """
