@@ -3,6 +3,7 @@
     perfscope analyze examples/tiny_transformer.py --out perfscope-out
     perfscope report perfscope-out/results.json -o report.html
     perfscope check current.json --baseline baseline.json --max-drop 5%
+    perfscope ab ../base/bench/workload.py bench/workload.py --rounds 5
     perfscope trace traces/ --out perfscope-trace-out
 
 Exit codes: 0 success; 1 internal error (a perfscope bug) or, for `check`, a regression; 2 user error
@@ -205,12 +206,7 @@ def _structure_gates(text: str) -> tuple[Any, ...]:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from perfscope.check import GateOptions, run_gate
-    from perfscope.check.render import (
-        render_junit,
-        render_markdown,
-        render_table,
-        write_text,
-    )
+    from perfscope.check.history import BaselineHistory
     from perfscope.results import Results
     from perfscope.results.io import check_writable
 
@@ -223,10 +219,18 @@ def _cmd_check(args: argparse.Namespace) -> int:
         trial=args.trial,
         allow_mismatch=args.allow_mismatch,
         fail_on_structure=args.fail_on_structure or (),
+        between_session=args.between_session,
     )
-    baseline = Results.load(args.baseline)
+    baseline = BaselineHistory.load(args.baseline)
     current = [Results.load(path) for path in args.current]
     report = run_gate(current, baseline, options, current_source=", ".join(args.current), baseline_source=args.baseline)
+    return _gate_exit(report, args)
+
+
+def _gate_exit(report: Any, args: argparse.Namespace) -> int:
+    """Print the gate's table, write the requested summaries, map the outcome to `check`'s exit code."""
+    from perfscope.check.render import render_junit, render_markdown, render_table, write_text
+
     print(render_table(report), file=sys.stderr if report.outcome == "unusable" else sys.stdout)
     if args.markdown:
         write_text(args.markdown, render_markdown(report))
@@ -237,16 +241,36 @@ def _cmd_check(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_ab(args: argparse.Namespace) -> int:
+    from perfscope.ab import ABOptions, run_ab
+    from perfscope.results.io import check_writable
+    from perfscope.results.outdir import claim_output_dir
+
+    for output in (args.markdown, args.junit):
+        if output is not None:
+            check_writable(output)
+    options = ABOptions(baseline_path=Path(args.baseline_file), candidate_path=Path(args.candidate_file),
+                        out_dir=Path(args.out), rounds=args.rounds, device=args.device, steps=args.steps,
+                        warmup_steps=args.warmup, min_window_s=args.min_window, trial_timeout_s=args.trial_timeout,
+                        max_drop=args.max_drop, peak_tflops=args.peak_tflops)
+    with claim_output_dir(options.out_dir):
+        report = run_ab(options)
+    return _gate_exit(report, args)
+
+
 def _cmd_baseline(args: argparse.Namespace) -> int:
     from perfscope.check.baseline import save_baseline
     from perfscope.results.io import check_writable
 
     check_writable(args.to)  # before the results are loaded and merged
-    saved = save_baseline(args.results, args.to, overwrite=args.action == "update")
+    mode = "save" if args.action == "save" else ("replace" if args.replace else "update")
+    saved = save_baseline(args.results, args.to, mode=mode, keep=args.keep)
     for warning in saved.warnings:
         print(f"perfscope: warning: {warning}", file=sys.stderr)
-    verb = "replaced" if saved.replaced else "saved"
-    print(f"{verb} baseline {saved.path} (trials: {', '.join(saved.trials)})")
+    verb = {"save": "saved", "update": "updated", "replace": "replaced"}[mode] if saved.replaced or mode == "save" else "saved"
+    runs = "/".join(map(str, saved.sessions))
+    print(f"{verb} baseline {saved.path}: {len(saved.sessions)} session(s) of {runs} run(s) "
+          f"(added trials: {', '.join(saved.trials)})")
     return EXIT_OK
 
 
@@ -362,17 +386,48 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also fail (exit 1) on these structural changes, exactly: sync, flops, dtype, graph-breaks, "
                    "recompiles, ops, copies, memory; thresholds where amounts, e.g. flops:5%%,ops:20 "
                    "(changes are always named; see docs/ci-gate.md)")
+    p.add_argument("--between-session", type=_max_drop, default=None, metavar="PCT",
+                   help="state how much sessions (machines, days) differ, e.g. 2%%, instead of estimating it from the "
+                   "baseline's stored sessions; lets a one-session baseline decide (0%% = the old within-session rule)")
     p.add_argument("--markdown", metavar="FILE", default=None, help="also write a Markdown summary")
     p.add_argument("--junit", metavar="FILE", default=None, help="also write JUnit XML (one testcase per metric)")
     p.set_defaults(handler=_cmd_check)
 
+    p = sub.add_parser(
+        "ab",
+        help="CI gate, A/B mode: measure the baseline revision and the candidate interleaved in this job",
+        description="Runs BASELINE_FILE and CANDIDATE_FILE (the same benchmark workload at two revisions) as fresh "
+        "processes, alternately B C B ... B, on this machine, and gates the candidate's samples/s on the paired runs: "
+        "immune to machine and day offsets. Exit 0 no regression, 1 regression, 2 unusable input, 3 inconclusive. "
+        "See docs/ci-gate.md.",
+    )
+    p.add_argument("baseline_file", help="the baseline revision's workload file (e.g. from a git worktree of main)")
+    p.add_argument("candidate_file", help="the candidate's workload file")
+    p.add_argument("--rounds", type=_positive_int, default=5, metavar="N",
+                   help="candidate runs, each between two baseline runs (default 5; at least 2)")
+    p.add_argument("--max-drop", type=_max_drop, default=0.05, metavar="PCT", help="tolerated fall of samples/s (default 5%%)")
+    p.add_argument("--out", default="perfscope-ab", help="output folder: baseline/ and candidate/ results (default perfscope-ab)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="default: cuda if available")
+    p.add_argument("--steps", type=_positive_int, default=None, help="timed steps per run (default: calibrated)")
+    p.add_argument("--min-window", type=_seconds, default=0.5, metavar="S", help="each run's window lasts at least S s")
+    p.add_argument("--warmup", type=_non_negative_int, default=5, help="warm-up steps, not timed (default 5)")
+    p.add_argument("--trial-timeout", type=_seconds, default=600.0, help="seconds before a run is killed (default 600)")
+    p.add_argument("--peak-tflops", type=_tflops, default=None, help="MFU denominator (reported, not gated)")
+    p.add_argument("--markdown", metavar="FILE", default=None, help="also write a Markdown summary")
+    p.add_argument("--junit", metavar="FILE", default=None, help="also write JUnit XML")
+    p.set_defaults(handler=_cmd_ab)
+
     p = sub.add_parser("baseline", help="record the baseline results that `check` compares against")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    for action, help_text in (("save", "copy a validated results.json to the baseline path (never overwrites)"),
-                              ("update", "replace the baseline with a validated results.json")):
+    for action, help_text in (("save", "store validated results.json file(s) as a new baseline (never overwrites)"),
+                              ("update", "add results.json file(s) as new sessions of the baseline (--replace: restart it)")):
         a = actions.add_parser(action, help=help_text)
-        a.add_argument("results", nargs="+", help="results.json file(s); the runs of several files are merged")
+        a.add_argument("results", nargs="+", help="results.json file(s); each is stored as one session (one CI job)")
         a.add_argument("--to", default="perfscope-baseline.json", help="default: perfscope-baseline.json")
+        a.add_argument("--keep", type=_positive_int, default=10, metavar="N",
+                       help="sessions kept, the most recent (default 10)")
+        a.add_argument("--replace", action="store_true", default=False,
+                       help="update only: discard the stored sessions (after an intended change, a torch upgrade, new runners)")
         a.set_defaults(handler=_cmd_baseline)
 
     p = sub.add_parser("rules", help="list the diagnosis rules, or show one rule's documentation")

@@ -3,10 +3,12 @@
 import json
 import re
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
 from perfscope import cli
+from perfscope.check.history import BaselineHistory
 from perfscope.cli import main
 from perfscope.results import SCHEMA_VERSION, Results
 from tests.factories import make_results, make_runs, make_trial
@@ -34,9 +36,14 @@ def baseline(files):
     return files("baseline.json", median_s=0.1, seed=1, runs=5)
 
 
+SAME_SETUP = ("--between-session", "0%")
+"""The files here are one stored session: stating no between-session offset pins the within-session rule
+(one session without it is never called a regression: tests/test_check_sessions.py)."""
+
+
 def check(current, baseline, *extra):
     currents = current if isinstance(current, list) else [current]
-    return main(["check", *currents, "--baseline", baseline, *extra])
+    return main(["check", *currents, "--baseline", baseline, *SAME_SETUP, *extra])
 
 
 def test_exit_codes_are_pinned():
@@ -163,9 +170,11 @@ def test_allow_mismatch_downgrades_to_a_warning(files, baseline, capsys):
     assert "warning: device name" in capsys.readouterr().out
 
 
-def test_a_torch_version_change_warns_but_compares(files, baseline, capsys):
+def test_a_torch_version_change_refuses_unless_allowed(files, baseline, capsys):
     current = files("current.json", seed=2, mutate=lambda r: setattr(r.environment, "torch_version", "2.4.0"))
-    assert check(current, baseline) == 0
+    assert check(current, baseline) == 2
+    assert "torch version: baseline '2.13.0', current '2.4.0'" in capsys.readouterr().err
+    assert check(current, baseline, "--allow-mismatch") == 0
     assert "warning: torch version" in capsys.readouterr().out
 
 
@@ -249,22 +258,42 @@ def test_junit_escapes_hostile_names(files, tmp_path):
 
 # ----------------------------------------------------------------------------------- baseline
 
-def test_baseline_save_copies_and_refuses_to_overwrite(files, tmp_path, capsys):
+def test_baseline_save_stores_one_session_and_refuses_to_overwrite(files, tmp_path, capsys):
     results = files("results.json", seed=1, runs=5)
     dest = tmp_path / "ci" / "base.json"
     assert main(["baseline", "save", results, "--to", str(dest)]) == 0
-    assert dest.read_bytes() == (tmp_path / "results.json").read_bytes()  # one file: saved as it was
-    assert "baseline, baseline-r2" in capsys.readouterr().out
+    history = BaselineHistory.load(dest)
+    assert len(history.sessions) == 1
+    assert history.latest.to_dict() == Results.load(results).to_dict()  # the session is the file, as it was
+    assert "1 session(s) of 5 run(s)" in capsys.readouterr().out
+    before = dest.read_bytes()
     assert main(["baseline", "save", files("newer.json", seed=2), "--to", str(dest)]) == 2
     assert "baseline update" in capsys.readouterr().err
-    assert dest.read_bytes() == (tmp_path / "results.json").read_bytes()
+    assert dest.read_bytes() == before
 
 
-def test_baseline_update_overwrites(files, tmp_path):
+def test_baseline_update_adds_sessions_and_replace_restarts(files, tmp_path, capsys):
     dest = tmp_path / "base.json"
     assert main(["baseline", "save", files("old.json", seed=1), "--to", str(dest)]) == 0
     assert main(["baseline", "update", files("new.json", seed=2), "--to", str(dest)]) == 0
-    assert dest.read_bytes() == (tmp_path / "new.json").read_bytes()
+    assert "2 session(s) of 3/3 run(s)" in capsys.readouterr().out
+    assert [s.to_dict() for s in BaselineHistory.load(dest).sessions] == [
+        Results.load(tmp_path / n).to_dict() for n in ("old.json", "new.json")]
+    assert main(["baseline", "update", files("third.json", seed=3), "--to", str(dest), "--keep", "2"]) == 0
+    assert [s.to_dict() for s in BaselineHistory.load(dest).sessions] == [
+        Results.load(tmp_path / n).to_dict() for n in ("new.json", "third.json")]
+    assert main(["baseline", "update", files("fresh.json", seed=4), "--to", str(dest), "--replace"]) == 0
+    assert [s.to_dict() for s in BaselineHistory.load(dest).sessions] == [Results.load(tmp_path / "fresh.json").to_dict()]
+
+
+def test_a_schema_1_baseline_still_loads_as_one_session_and_update_extends_it(files, tmp_path, capsys):
+    old = tmp_path / "old-baseline.json"
+    old.write_bytes(Path(files("legacy.json", seed=1, runs=5)).read_bytes())  # a plain results document: schema 1
+    current = files("current.json", seed=2)
+    assert main(["check", current, "--baseline", str(old)]) == 0  # same code: passes, with the one-session warning
+    assert "one stored session" in capsys.readouterr().out
+    assert main(["baseline", "update", files("next.json", seed=3), "--to", str(old)]) == 0
+    assert len(BaselineHistory.load(old).sessions) == 2
 
 
 def test_baseline_save_defaults_to_perfscope_baseline_json_which_check_reads(files, tmp_path, monkeypatch):
@@ -276,18 +305,14 @@ def test_baseline_save_defaults_to_perfscope_baseline_json_which_check_reads(fil
     assert main(["check", current]) == 0
 
 
-def test_baseline_save_merges_the_runs_of_several_files(files, tmp_path, capsys):
+def test_baseline_save_of_several_files_stores_each_as_a_session(files, tmp_path, capsys):
     parts = [files(f"run{i}.json", seed=i, runs=2) for i in range(3)]
     dest = tmp_path / "base.json"
     assert main(["baseline", "save", *parts, "--to", str(dest)]) == 0
-    merged = Results.load(dest)
-    assert [t.name for t in merged.trials] == ["baseline"] + [f"baseline-r{i}" for i in range(2, 7)]
-    assert {t.configuration for t in merged.trials} == {"baseline"}
-    assert len({t.sequence for t in merged.trials}) == 6  # measurement order stays unambiguous
-    assert any("merged from 3 results files" in n for n in merged.notes)
+    assert [len(s.trials) for s in BaselineHistory.load(dest).sessions] == [2, 2, 2]
     capsys.readouterr()
     assert check(files("slow.json", seed=9, median_s=0.1 / 0.8), str(dest)) == 1
-    assert "3/6" in capsys.readouterr().out  # every merged run is evidence
+    assert "3/6" in capsys.readouterr().out  # every stored run is evidence
 
 
 def test_baseline_save_refuses_files_of_other_workloads(files, tmp_path, capsys):

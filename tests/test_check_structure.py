@@ -3,6 +3,8 @@ its own --fail-on-structure kind only; identical fingerprints name nothing; the 
 
 from __future__ import annotations
 
+# between_session=0.0: both files are one setup; the session term is tests/test_check_sessions.py's.
+
 import copy
 
 import pytest
@@ -108,9 +110,9 @@ def _results(fp: Fingerprint, *, median_s: float = 0.1, seed: int = 0):
 
 def test_the_gate_fails_on_structure_alone_and_every_output_carries_the_diff():
     base, cur = _results(fingerprint("base")), _results(fingerprint("item"), seed=1)
-    named = run_gate(cur, base, GateOptions(max_drop=0.5))
+    named = run_gate(cur, base, GateOptions(between_session=0.0, max_drop=0.5))
     assert named.outcome == "pass" and named.structure is not None and len(named.structure.changes) == 1
-    report = run_gate(cur, base, GateOptions(max_drop=0.5, fail_on_structure=parse_structure_gates("sync")))
+    report = run_gate(cur, base, GateOptions(between_session=0.0, max_drop=0.5, fail_on_structure=parse_structure_gates("sync")))
     assert report.outcome == "regression"
     table, markdown, junit = render_table(report), render_markdown(report), render_junit(report)
     words = "+1 host sync per step: aten::_local_scalar_dense (.item()) at tests/workloads/structure_variants.py"
@@ -120,10 +122,10 @@ def test_the_gate_fails_on_structure_alone_and_every_output_carries_the_diff():
 
 def test_a_timing_regression_says_its_structural_cause_or_that_none_was_found():
     base = _results(fingerprint("base"))
-    slower_same = run_gate(_results(fingerprint("base"), median_s=0.15, seed=2), base, GateOptions(metrics=("samples_per_s",)))
+    slower_same = run_gate(_results(fingerprint("base"), median_s=0.15, seed=2), base, GateOptions(between_session=0.0, metrics=("samples_per_s",)))
     (verdict,) = slower_same.verdicts
     assert verdict.status == "regression" and "no structural change found" in verdict.message
-    slower_item = run_gate(_results(fingerprint("item"), median_s=0.15, seed=2), base, GateOptions(metrics=("samples_per_s",)))
+    slower_item = run_gate(_results(fingerprint("item"), median_s=0.15, seed=2), base, GateOptions(between_session=0.0, metrics=("samples_per_s",)))
     assert "structural changes: +1 host sync per step" in slower_item.verdicts[0].message
     # every output carries the explanation with the verdict, not only the structure list
     words = "structural changes: +1 host sync per step: aten::_local_scalar_dense (.item())"
@@ -140,18 +142,18 @@ def test_a_slowdown_the_noise_cannot_confirm_also_gets_its_explanation():
     cur = make_results(make_runs(median_s=0.125, run_factors=noisy[:3], seed=3))
     for run in cur.trials:
         run.metrics.fingerprint = copy.deepcopy(fingerprint("item"))
-    (verdict,) = run_gate(cur, base, GateOptions(metrics=("samples_per_s",))).verdicts
+    (verdict,) = run_gate(cur, base, GateOptions(between_session=0.0, metrics=("samples_per_s",))).verdicts
     assert verdict.status == "inconclusive" and verdict.change < -0.05
     assert "structural changes: +1 host sync per step" in verdict.message
-    (faster,) = run_gate(base, cur, GateOptions(metrics=("samples_per_s",))).verdicts
+    (faster,) = run_gate(base, cur, GateOptions(between_session=0.0, metrics=("samples_per_s",))).verdicts
     assert "structur" not in faster.message  # a faster run needs no explanation
 
 
 def test_a_structural_gate_without_a_fingerprint_is_unusable_not_a_pass():
     base = make_results(make_runs(runs=5))
-    report = run_gate(_results(fingerprint("base")), base, GateOptions(fail_on_structure=parse_structure_gates("sync")))
+    report = run_gate(_results(fingerprint("base")), base, GateOptions(between_session=0.0, fail_on_structure=parse_structure_gates("sync")))
     assert report.outcome == "unusable" and "no structural fingerprint" in " ".join(report.errors)
-    assert run_gate(_results(fingerprint("base")), base, GateOptions()).outcome != "unusable"  # no gate: a note only
+    assert run_gate(_results(fingerprint("base")), base, GateOptions(between_session=0.0)).outcome != "unusable"  # no gate: a note only
 
 
 def test_runs_agree_though_only_one_was_traced_and_their_allocator_peaks_move():

@@ -4,7 +4,8 @@
 
 One concern per module: `metrics` (what can be gated, as per-step samples), `compat` (may these runs be
 compared at all), `decision` (the statistical rule, documented there), `gate` (collect every verdict),
-`structure` (the exact diff of two structural fingerprints, `--fail-on-structure`), `render` (table, Markdown, JUnit). Exit codes are the CLI's: 0 pass, 1 regression, 2 unusable input,
+`history` (a stored baseline's sessions), `sessions` (the between-session variance), `paired` (the A/B
+decision), `structure` (the exact diff of two structural fingerprints, `--fail-on-structure`), `render` (table, Markdown, JUnit). Exit codes are the CLI's: 0 pass, 1 regression, 2 unusable input,
 3 inconclusive.
 """
 

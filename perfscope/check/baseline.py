@@ -1,36 +1,41 @@
-"""Recording the baseline a CI gate compares against: the runs of one or more validated results files.
+"""Recording the baseline a CI gate compares against: sessions of runs, each from one results file.
 
-    perfscope baseline save run1/results.json run2/results.json     # -> perfscope-baseline.json
-    perfscope baseline update run/results.json --to ci/baseline.json
+    perfscope baseline save run/results.json                     # -> perfscope-baseline.json, one session
+    perfscope baseline update next-job/results.json              # appends a session (keeps the last 10)
+    perfscope baseline update run/results.json --replace         # starts the history again
 
-The gate decides on run-to-run variance, so a baseline should hold several runs of the gated configuration:
-from `perfscope analyze --repeat N` (N runs in one file) or from several analyze invocations (their runs
-merged here; each file's runs keep their configuration, renamed so names stay unique). `save` refuses to
-overwrite (a baseline silently replaced hides every regression since it was taken); `update` is the
-explicit way to move it. Files that describe different machines or workloads are refused.
+The gate decides on run-to-run variance within a session and on the spread between sessions across them
+(perfscope.check.sessions), so each results file is stored as its own session: one CI job's `analyze
+--repeat N`, with the environment it ran in. `save` refuses to overwrite (a baseline silently replaced hides
+every regression since it was taken); `update` adds sessions; `--replace` is the explicit way to restart the
+history (after an intended performance change, a torch upgrade, new runners). Sessions that describe different
+machines' hardware, software or workloads (perfscope.check.compat) are refused.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from perfscope.check.compat import find_differences
+from perfscope.check.history import DEFAULT_KEEP, BaselineHistory
 from perfscope.check.metrics import Side
 from perfscope.errors import UserError
 from perfscope.results import Results, ResultsError
 
 DEFAULT_BASELINE = Path("perfscope-baseline.json")
+Mode = Literal["save", "update", "replace"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class SavedBaseline:
     path: Path
     replaced: bool
-    trials: list[str]  # successful runs the gate can compare
+    trials: list[str]  # successful runs the gate can compare, of the files just stored
     warnings: list[str]
+    sessions: list[int] = field(default_factory=list)  # usable runs of each stored session, oldest first
 
 
 def validate_baseline(results: Results, source: str) -> tuple[list[str], list[str]]:
@@ -44,44 +49,57 @@ def validate_baseline(results: Results, source: str) -> tuple[list[str], list[st
     return usable, warnings
 
 
-def merge_runs(files: list[tuple[Results, str]]) -> Results:
-    """One Results holding every file's runs, in order; refused when the files are not comparable."""
-    merged, first_source = files[0]
-    merged = dataclasses.replace(merged, trials=list(merged.trials))
-    offset = max((t.sequence or 0 for t in merged.trials), default=0)
-    for other, source in files[1:]:
-        mine = Side(results=merged, runs=[t for t in merged.trials if t.ok] or merged.trials)
+def check_sessions_agree(sessions: list[tuple[Results, str]]) -> None:
+    """Refuse a history whose sessions differ in a property that changes throughput (cores, torch, workload ...):
+    their spread would be that change, not the noise between sessions of one setup."""
+    first, first_source = sessions[0]
+    mine = Side(results=first, runs=[t for t in first.trials if t.ok] or first.trials)
+    for other, source in sessions[1:]:
         theirs = Side(results=other, runs=[t for t in other.trials if t.ok] or other.trials)
         blocking = [d for d in find_differences(theirs, mine, metric_ids={"samples_per_s"}) if d.blocking]
         if blocking:
-            raise UserError(f"{source} cannot join {first_source} in one baseline: " + "; ".join(map(str, blocking)))
-        for trial in sorted(other.trials, key=lambda t: t.sequence or 0):
-            repeat = 1 + sum(1 for t in merged.trials if t.configuration == trial.configuration)
-            name = trial.configuration if repeat == 1 else f"{trial.configuration}-r{repeat}"
-            merged.trials.append(dataclasses.replace(trial, name=name, repeat=repeat, sequence=offset + (trial.sequence or 0)))
-        offset = max((t.sequence or 0 for t in merged.trials), default=offset)
-    merged.notes = [*merged.notes, f"baseline merged from {len(files)} results files: " + ", ".join(s for _, s in files)]
-    return merged
+            raise UserError(f"{source} cannot join {first_source} in one baseline: " + "; ".join(map(str, blocking))
+                            + " (start a new history with `perfscope baseline update --replace`)")
+
+
+def _runs_per_session(history: BaselineHistory) -> list[int]:
+    return [sum(1 for t in s.trials if t.evidence and t.metrics and t.metrics.steps > 0) for s in history.sessions]
 
 
 def save_baseline(results_paths: list[str | os.PathLike[str]] | str | os.PathLike[str],
-                  to: str | os.PathLike[str] = DEFAULT_BASELINE, *, overwrite: bool = False) -> SavedBaseline:
+                  to: str | os.PathLike[str] = DEFAULT_BASELINE, *, mode: Mode = "save",
+                  keep: int = DEFAULT_KEEP) -> SavedBaseline:
+    """Store each results file as one session: ``save`` a new baseline, ``update`` (append, keeping the last
+    ``keep`` sessions) or ``replace`` an existing one. Written atomically (results/io.py)."""
     paths = [Path(p) for p in (results_paths if isinstance(results_paths, list) else [results_paths])]
     dest = Path(to)
+    if keep < 1:
+        raise UserError(f"--keep must be >= 1, got {keep}")
     if any(dest.exists() and dest.resolve() == p.resolve() for p in paths):
         raise UserError(f"{dest} is one of the results files; choose another --to")
     existed = dest.exists()
-    if existed and not overwrite:
-        raise UserError(f"{dest} exists; use `perfscope baseline update` to replace it")
+    if existed and mode == "save":
+        raise UserError(f"{dest} exists; use `perfscope baseline update` to add a session, or `--replace`")
     loaded = [(Results.load(p), str(p)) for p in paths]
+    usable: list[str] = []
+    warnings: list[str] = []
     for results, source in loaded:
-        validate_baseline(results, source)
-    merged = merge_runs(loaded) if len(loaded) > 1 else loaded[0][0]
-    usable, warnings = validate_baseline(merged, str(dest))
-    if len(usable) < 3:
-        warnings.append(f"{len(usable)} run(s) in the baseline: the gate needs at least 3 runs in all to know this "
-                        "machine's run-to-run noise (use `perfscope analyze --repeat 5`, or save several results files)")
-    if existed and not overwrite:  # re-checked after the (slow) loading
-        raise UserError(f"{dest} exists; use `perfscope baseline update` to replace it")
-    merged.save(dest)
-    return SavedBaseline(path=dest, replaced=existed, trials=usable, warnings=warnings)
+        names, more = validate_baseline(results, source)
+        usable += names
+        warnings += more
+    previous = BaselineHistory.load(dest) if existed and mode == "update" else BaselineHistory()
+    history = previous.appended([r for r, _ in loaded], keep=keep)
+    stored = [(s, f"{dest} session {i + 1}") for i, s in enumerate(previous.sessions)]
+    check_sessions_agree(stored + loaded)
+    counts = _runs_per_session(history)
+    if len(history.sessions) < 2:
+        warnings.append("one stored session: the gate cannot tell a code change from a machine/day offset and will "
+                        "not call a regression on it; add sessions from other jobs with `perfscope baseline update` "
+                        "(or use `perfscope ab`, or state `check --between-session PCT`)")
+    if sum(counts) < 3:
+        warnings.append(f"{sum(counts)} run(s) in the baseline: the gate needs at least 3 runs in all to know this "
+                        "machine's run-to-run noise (use `perfscope analyze --repeat 5`)")
+    if dest.exists() and mode == "save":  # re-checked after the (slow) loading
+        raise UserError(f"{dest} exists; use `perfscope baseline update` to add a session, or `--replace`")
+    history.save(dest)
+    return SavedBaseline(path=dest, replaced=existed, trials=usable, warnings=warnings, sessions=counts)

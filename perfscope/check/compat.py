@@ -3,9 +3,12 @@
     >>> [str(d) for d in find_differences(current_side, baseline_side, metric_ids={"mfu"})]
     ["device name: baseline 'NVIDIA A100-SXM4-80GB', current 'NVIDIA H100 80GB HBM3'"]
 
-A faster GPU, another dtype or an edited workload changes the numbers for reasons that are not a
-regression of the code under test, so such a pair is refused (exit 2) unless the user accepts it
-with --allow-mismatch. Each property is one small `Attribute`; adding one is one entry in ATTRIBUTES.
+A faster GPU, fewer usable cores (affinity or a cgroup quota), another torch, CUDA or driver, another dtype or
+an edited workload changes the numbers for reasons that are not a regression of the code under test, so such a
+pair is refused (exit 2, every differing field with both values) unless the user accepts it with
+--allow-mismatch. Another host or another physical GPU of the same model is named but not refused: that offset
+is what the between-session spread of a baseline's history (perfscope.check.sessions) or `perfscope ab` covers.
+A field an older file did not record only warns. Each property is one small `Attribute`; adding one is one entry in ATTRIBUTES.
 """
 
 from __future__ import annotations
@@ -113,11 +116,27 @@ ATTRIBUTES: list[Attribute] = [
         needs_metrics=True,
     ),
     Attribute(
-        what="torch version",
-        get=lambda s: s.results.environment.torch_version,
-        blocking=False,
-        hint="a torch upgrade can move performance by itself",
+        what="usable CPU cores (affinity, cgroup quota)",
+        get=lambda s: s.results.environment.cpu_cores_usable,
+        unknown_blocks=False,
+        hint="fewer cores slow the data path, the host side and CPU ops: gate on runners of one size",
     ),
+    Attribute(what="CPU model", get=lambda s: s.results.environment.cpu_model, unknown_blocks=False,
+              hint="the host CPU feeds the device and runs the data path"),
+    Attribute(
+        what="torch version",
+        get=lambda s: s.results.environment.torch_version or None,
+        unknown_blocks=False,
+        hint="a torch upgrade moves performance by itself: re-record the baseline (`perfscope baseline update --replace`)",
+    ),
+    Attribute(what="CUDA version", get=lambda s: s.results.environment.cuda_version, unknown_blocks=False,
+              hint="another CUDA build of torch picks other kernels"),
+    Attribute(what="GPU driver version", get=lambda s: s.results.environment.driver_version, unknown_blocks=False,
+              hint="drivers change clocks, power management and kernels"),
+    Attribute(what="host", get=lambda s: s.results.environment.hostname or None, blocking=False,
+              hint="another machine of the same kind: its offset is what the between-session spread covers"),
+    Attribute(what="GPU UUID", get=lambda s: s.results.environment.device_uuid, blocking=False,
+              hint="another physical GPU of the same model (power cap, clocks): covered by the between-session spread"),
     Attribute(what="applied knobs", get=lambda s: sorted(s.trial.knobs), blocking=False),
 ]
 

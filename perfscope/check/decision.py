@@ -18,6 +18,11 @@ step time. In "higher is better" terms:
    detected (minimum detectable effect, 80% power); when that is larger than d, a warning says a drop of
    d could have passed unseen, and how many runs would resolve it.
 
+Across sessions (a stored baseline: `evaluate(..., sessions=...)`): the baseline is the mean of its stored
+sessions' means, and the variance and degrees of freedom are the spread between sessions'
+(perfscope.check.sessions); with one stored session and no stated allowance, a change past L is INCONCLUSIVE
+(nothing tells a code change from a machine/day offset). Rules 2-4 then apply as written.
+
 Secondary, never deciding: a Mann-Whitney test on the per-step values of all runs, reported for reading.
 Runs measured while other processes loaded the machine are named in the verdict.
 """
@@ -27,9 +32,10 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from perfscope.check.metrics import Metric, MetricUnavailable, Side
+from perfscope.check.sessions import session_spread
 
 Status = Literal["pass", "regression", "inconclusive"]
 CONFIDENCE = 0.95
@@ -56,6 +62,8 @@ class Verdict:
     run_noise: float | None = None  # pooled standard deviation of log values between runs
     mde: float | None = None  # smallest relative change these runs detect with 80% power
     step_p_value: float | None = None  # secondary: Mann-Whitney on per-step values
+    sessions: int | None = None  # stored baseline sessions the interval rests on (None: one population)
+    between_sd: float | None = None  # estimated sd of session offsets (log units)
     warnings: tuple[str, ...] = ()
 
 
@@ -90,12 +98,18 @@ class MetricCheck:
         """The ratio current/baseline beyond which the metric counts as dropped by more than max_drop."""
         return 1 - self.max_drop if self.metric.higher_is_better else 1 + self.max_drop
 
-    def evaluate(self, current: Side, baseline: Side) -> Verdict:
-        """Apply the module's decision rule. Raises MetricUnavailable when a side lacks the metric."""
+    def evaluate(self, current: Side, baseline: Side, *, sessions: list[Side] | None = None,
+                 allowance: float | None = None) -> Verdict:
+        """Apply the module's decision rule. Raises MetricUnavailable when a side lacks the metric.
+
+        ``sessions``: the stored baseline's runs, one Side per session (``baseline`` holds them all): the
+        comparison then crosses sessions and their spread joins the variance (perfscope.check.sessions);
+        ``allowance`` is the user's stated between-session sd instead. None: both sides are one session
+        (same job, same machine), the run-to-run variance alone."""
         base, cur = self.metric.per_run(baseline), self.metric.per_run(current)
         title = self.metric.title
         warnings = tuple(_contention(baseline, "baseline") + _contention(current, "current"))
-        common = dict(metric=self.metric, max_drop=self.max_drop, n_baseline=len(base), n_current=len(cur),
+        common: dict[str, Any] = dict(metric=self.metric, max_drop=self.max_drop, n_baseline=len(base), n_current=len(cur),
                       warnings=warnings, step_p_value=self._step_test(current, baseline))
         bad = [v for v in base + cur if not (math.isfinite(v) and v > 0)]
         if bad:
@@ -109,29 +123,65 @@ class MetricCheck:
                 f"{title}: {len(base)} baseline run(s) and {len(cur)} current run(s) cannot separate a regression "
                 "from this machine's run-to-run noise; save a baseline of several runs (`perfscope analyze --repeat 5`, "
                 "then `perfscope baseline save`) and check current runs from `--repeat 3`"))
+        if sessions is not None:
+            return self._across_sessions(lc, [[math.log(v) for v in self.metric.per_run(s)] for s in sessions],
+                                         allowance, common)
         df = len(base) + len(cur) - 2
         pooled = ((len(base) - 1) * _var(lb) + (len(cur) - 1) * _var(lc)) / df
         se = math.sqrt(pooled * (1 / len(base) + 1 / len(cur)))
         diff = statistics.fmean(lc) - statistics.fmean(lb)
+        common |= dict(run_noise=math.sqrt(pooled))
+        return self._decide(diff, se, df, common, runs_needed=_runs_needed(pooled, self.max_drop))
+
+    def _across_sessions(self, lc: list[float], sessions: list[list[float]], allowance: float | None,
+                         common: dict[str, Any]) -> Verdict:
+        """The rule with the stored sessions' spread added to the variance (perfscope.check.sessions)."""
+        spread = session_spread(sessions, lc, allowance=allowance)
+        common |= dict(baseline=math.exp(spread.baseline_level), sessions=spread.sessions, between_sd=spread.between_sd,
+                       run_noise=spread.within_sd)
+        if spread.variance is None:
+            q = math.exp(spread.current_level - spread.baseline_level)
+            sign = 1 if self.metric.higher_is_better else -1
+            title, tolerance = self.metric.title, f"{self.max_drop:.1%} tolerance"
+            if sign * (q - self.limit) < 0:
+                return Verdict(status="inconclusive", change=q - 1, **common,
+                               message=f"{title} {q - 1:+.1%}: past the {tolerance}, but {spread.refusal}")
+            common["warnings"] = (*common["warnings"], f"{title}: {spread.refusal}; a drop hidden by a faster machine "
+                                  "would pass unseen")
+            return Verdict(status="pass", change=q - 1, **common,
+                           message=f"{title} {q - 1:+.1%}: within the {tolerance} (no interval: {spread.refusal})")
+        diff = spread.current_level - spread.baseline_level
+        return self._decide(diff, math.sqrt(spread.variance), spread.df, common, basis=spread.how,
+                            runs_needed="more stored sessions (`perfscope baseline update`) or `perfscope ab` would resolve it")
+
+    def _decide(self, diff: float, se: float, df: float, common: dict[str, Any], *, runs_needed: str,
+                basis: str = "") -> Verdict:
+        """Regression, inconclusive or pass from the log difference, its standard error and degrees of freedom."""
+        title = self.metric.title
+        warnings = common["warnings"]
+        n_base, n_cur = common["n_baseline"], common["n_current"]
         half = _t(1 - (1 - self.confidence) / 2, df) * se
         q, lo, hi = math.exp(diff), math.exp(diff - half), math.exp(diff + half)
         mde = math.exp((_t(1 - (1 - self.confidence) / 2, df) + _t(POWER, df)) * se) - 1
-        common |= dict(change=q - 1, low=lo - 1, high=hi - 1, confidence=self.confidence, run_noise=math.sqrt(pooled), mde=mde)
+        common |= dict(change=q - 1, low=lo - 1, high=hi - 1, confidence=self.confidence, mde=mde)
         sign = 1 if self.metric.higher_is_better else -1
         beyond = sign * (q - self.limit) < 0
         significant = (hi < 1) if sign > 0 else (lo > 1)
-        change = f"{q - 1:+.1%} ({self.confidence:.0%} interval {lo - 1:+.1%} .. {hi - 1:+.1%}; {len(cur)} vs {len(base)} runs)"
+        where = f"; {basis}" if basis else ""
+        change = (f"{q - 1:+.1%} ({self.confidence:.0%} interval {lo - 1:+.1%} .. {hi - 1:+.1%}; "
+                  f"{n_cur} vs {n_base} runs{where})")
         tolerance = f"{self.max_drop:.1%} tolerance"
+        noise = "the noise between sessions" if basis else "this machine's run-to-run noise"
         if beyond and significant:
             return Verdict(status="regression", message=f"{title} {change}: worse than the {tolerance}", **common)
         if beyond:
             return Verdict(status="inconclusive", **common, message=(
-                f"{title} {change}: past the {tolerance}, but within this machine's run-to-run noise "
-                f"(it resolves changes of about {mde:.0%}); add runs on both sides"))
+                f"{title} {change}: past the {tolerance}, but within {noise} "
+                f"(it resolves changes of about {mde:.0%}); {'add runs on both sides' if not basis else runs_needed}"))
         extra = ()
         if mde > self.max_drop:
             extra = (f"{title}: these runs resolve changes of about {mde:.0%}, more than the {tolerance}: "
-                     f"a drop of {self.max_drop:.0%} could pass unseen; {_runs_needed(pooled, self.max_drop)}",)
+                     f"a drop of {self.max_drop:.0%} could pass unseen; {runs_needed}",)
         common["warnings"] = warnings + extra
         return Verdict(status="pass", message=f"{title} {change}: within the {tolerance}", **common)
 

@@ -14,6 +14,7 @@ from typing import Literal
 
 from perfscope.check.compat import Difference, find_differences
 from perfscope.check.decision import MetricCheck, Verdict
+from perfscope.check.history import BaselineHistory
 from perfscope.check.metrics import METRICS, MetricUnavailable, Side
 from perfscope.check.structure import StructureDiff, StructureGate, diff_fingerprints
 from perfscope.results import Results, Trial
@@ -38,6 +39,9 @@ class GateOptions:
     """Compare runs whose device, dtype, peak or workload differ (the differences become warnings)."""
     fail_on_structure: tuple[StructureGate, ...] = ()
     """Structural changes that fail the job (perfscope.check.structure); every change is named regardless."""
+    between_session: float | None = None
+    """The user's stated relative sd of session offsets (machines, days); None: estimated from the baseline's
+    stored sessions, and with one session no regression is called (perfscope.check.sessions)."""
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.metrics if m not in METRICS]
@@ -45,6 +49,8 @@ class GateOptions:
             raise ValueError(f"unknown metrics {unknown}; choose from {sorted(METRICS)}")
         if not 0 <= self.max_drop < 1:
             raise ValueError(f"max_drop must be in [0, 1), got {self.max_drop}")
+        if self.between_session is not None and not 0 <= self.between_session < 1:
+            raise ValueError(f"between_session must be in [0, 1), got {self.between_session}")
 
 
 @dataclass(kw_only=True)
@@ -172,25 +178,43 @@ def _side(files: list[Results], options: GateOptions, role: str, source: str, re
     return Side(results=files[0], runs=runs, source=source, files=files)
 
 
+def _session_sides(history: BaselineHistory, options: GateOptions, base_side: Side) -> list[Side]:
+    """One Side per stored session: its evidence runs of the gated configuration, the baseline's MFU peak."""
+    return [Side(results=s, runs=[t for t in _pick_runs(s, options.trial, "baseline")[1] if t.evidence],
+                 peak=base_side.mfu_peak, files=[s]) for s in history.sessions]
+
+
+def _session_note(history: BaselineHistory, sessions: list[Side]) -> str:
+    hosts = sorted({s.environment.hostname for s in history.sessions if s.environment.hostname})
+    runs = "/".join(str(len(s.runs)) for s in sessions)
+    where = f" on {len(hosts)} host(s): {', '.join(hosts)}" if hosts else ""
+    return f"baseline: {len(sessions)} stored session(s) of {runs} run(s){where}"
+
+
 def run_gate(
     current: Results | list[Results],
-    baseline: Results,
+    baseline: Results | BaselineHistory,
     options: GateOptions,
     *,
     current_source: str = "",
     baseline_source: str = "",
 ) -> GateReport:
-    """Compare the gated configuration's runs in ``current`` (one or more files) with the baseline's runs."""
+    """Compare the gated configuration's runs in ``current`` (one or more files) with the baseline's runs.
+
+    A plain Results baseline is a history of one session: no regression is called on it without
+    ``options.between_session`` (perfscope.check.sessions says why)."""
     current_files = current if isinstance(current, list) else [current]
+    history = baseline if isinstance(baseline, BaselineHistory) else BaselineHistory(sessions=[baseline], schema=1)
+    baseline = history.latest
     report = GateReport(options=options, current_source=current_source, baseline_source=baseline_source)
-    base_side = _side([baseline], options, "baseline", baseline_source, report)
+    base_side = _side(list(history.sessions), options, "baseline", baseline_source, report)
     cur_side = _side(current_files, options, "current", current_source, report)
     if base_side is None or cur_side is None:
         return report
     if report.failed_current is None or cur_side.runs:
         # Structure first: it is counted, so contended runs (no timing evidence) still give it exactly.
         notes: list[str] = []
-        base_fp = _fingerprint([baseline], options.trial, "baseline", notes)
+        base_fp = _fingerprint(list(history.sessions), options.trial, "baseline", notes)
         cur_fp = _fingerprint(current_files, options.trial, "current", notes)
         report.structure = diff_fingerprints(base_fp, cur_fp, options.fail_on_structure)
         report.structure.notes[:0] = notes
@@ -205,8 +229,15 @@ def run_gate(
         cur_side = Side(results=cur_side.results, runs=cur_side.runs, source=cur_side.source, peak=baseline.peak,
                         files=cur_side.files)
         report.notes.append("both peaks are measured matmul ceilings: MFU uses the baseline's for both runs")
+    base_side = Side(results=baseline, runs=base_side.runs, source=base_side.source, peak=baseline.peak,
+                     files=base_side.files)
+    sessions = _session_sides(history, options, base_side)
+    report.notes.append(_session_note(history, sessions))
     if cur_side.runs:
-        report.differences = find_differences(cur_side, base_side, metric_ids=options.metrics)
+        report.differences = []
+        for session in sessions:  # every stored session: a history may span hosts, never hardware or software
+            found = find_differences(cur_side, session if session.runs else base_side, metric_ids=options.metrics)
+            report.differences += [d for d in found if str(d) not in {str(x) for x in report.differences}]
         for other in current_files[1:]:
             # The gated configuration's runs of each further file, not its first run of any configuration:
             # with --trial recommended the first run is usually the baseline, whose dtype or batch differs
@@ -230,7 +261,7 @@ def run_gate(
             ))
             continue
         try:
-            verdict = check.evaluate(cur_side, base_side)
+            verdict = check.evaluate(cur_side, base_side, sessions=sessions, allowance=options.between_session)
         except MetricUnavailable as exc:
             report.errors.append(f"{metric_id}: {exc}")
             continue

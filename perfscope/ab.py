@@ -1,0 +1,157 @@
+"""`perfscope ab BASELINE.py CANDIDATE.py`: the CI gate's A/B mode, both revisions measured in one job, interleaved.
+
+    perfscope ab ../main/bench/workload.py bench/workload.py --rounds 5 --max-drop 5%
+
+A stored baseline was measured on another day, often on another machine; no statistic separates that offset from
+a code change without a history of sessions (perfscope.check.sessions). Measured here, alternately — B, then
+(C, B) per round — as fresh processes through the same machinery `analyze --no-sweep --repeat N` uses (the probe,
+perfscope.trial.session.Session, the runner and its zygote, the noisy-neighbour guard), the two revisions share
+the machine, its clocks and the day, and each candidate run is paired with the baseline runs around it
+(perfscope.search.compare). The decision is perfscope.check.paired's. Exit codes as `check`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from perfscope import __version__
+from perfscope.analyze import AnalyzeOptions, baseline_config, probe
+from perfscope.check.compat import find_differences
+from perfscope.check.gate import GateOptions, GateReport
+from perfscope.check.metrics import Side
+from perfscope.check.paired import decide_paired
+from perfscope.check.structure import diff_fingerprints
+from perfscope.errors import UserError
+from perfscope.measure.mfu import choose_peak
+from perfscope.results import Results, Trial, WorkloadInfo
+from perfscope.results.fingerprint import consensus
+from perfscope.search.compare import compare
+from perfscope.trial.runner import TrialRunner
+from perfscope.trial.session import Progress, Session
+from perfscope.workload import Workload, file_sha256, load_workload
+
+SIDES = ("baseline", "candidate")
+REVISION_FIELDS = ("workload name", "workload sha256")
+"""Differences A/B exists to measure: named, never refused."""
+
+
+@dataclass(kw_only=True)
+class ABOptions:
+    baseline_path: Path
+    candidate_path: Path
+    out_dir: Path = Path("perfscope-ab")
+    rounds: int = 5
+    """Candidate runs; the baseline gets one more (B, then C B per round), so every candidate run has both neighbours."""
+    device: str = "auto"
+    steps: int | None = None
+    warmup_steps: int = 5
+    min_window_s: float = 0.5
+    trial_timeout_s: float = 600.0
+    max_drop: float = 0.05
+    peak_tflops: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.rounds < 2:
+            raise UserError(f"--rounds must be >= 2 (one candidate run says nothing of the noise), got {self.rounds}")
+        if self.baseline_path.resolve() == self.candidate_path.resolve():
+            raise UserError("the baseline and candidate are the same file; give the baseline revision's copy "
+                            "(e.g. from `git worktree add ../base origin/main`)")
+
+
+def _side(path: Path, options: ABOptions, out: Path) -> tuple[Results, AnalyzeOptions, Workload]:
+    workload = load_workload(path)
+    analyze = AnalyzeOptions(workload_path=path, out_dir=out, device=options.device, steps=options.steps,
+                             warmup_steps=options.warmup_steps, min_window_s=options.min_window_s,
+                             trial_timeout_s=options.trial_timeout_s, capture_trace=False, report=False)
+    info = WorkloadInfo(path=str(path), sha256=file_sha256(path), name=workload.name or path.stem,
+                        declared=workload.declared())
+    results = Results(perfscope_version=__version__, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                      command=["perfscope", *sys.argv[1:]], environment=_placeholder_environment(), workload=info)
+    return results, analyze, workload
+
+
+def _placeholder_environment():  # replaced by the probe's reading of the machine
+    from perfscope.results import Environment
+
+    return Environment(device_type="unknown", device_name="(probing)")
+
+
+def run_ab(options: ABOptions) -> GateReport:
+    """Measure both revisions interleaved and decide; results.json of each side is written under out_dir."""
+    paths = {"baseline": options.baseline_path.resolve(), "candidate": options.candidate_path.resolve()}
+    sides = {name: _side(paths[name], options, options.out_dir / name) for name in SIDES}
+    progress = Progress()
+    with TrialRunner(options.out_dir / "trials") as runner:
+        sessions: dict[str, Session] = {}
+        configs = {}
+        for name in SIDES:
+            results, analyze, workload = sides[name]
+            print(f"perfscope: validating the {name} {paths[name].name} (one step on the device) ...", file=sys.stderr)
+            probed = probe(runner, options.device, analyze.out_dir, options.trial_timeout_s, paths[name])
+            results.environment = probed.environment
+            results.workload.model = probed.model
+            configs[name] = baseline_config(workload, analyze, probed.device)
+            sessions[name] = Session(results, out_dir=analyze.out_dir, workload_path=paths[name],
+                                     timeout_s=options.trial_timeout_s, progress=progress, runner=runner)
+        peak = choose_peak(sides["baseline"][0].environment, options.peak_tflops)
+        for name in SIDES:  # one MFU denominator for both sides
+            sides[name][0].peak = peak
+        order = ["baseline"] + ["candidate", "baseline"] * options.rounds
+        numbered: set[tuple[str, str]] = set()
+        for name in order:
+            sessions[name].measure(name, configs[name])
+            for trial in sessions[name].results.trials:  # one measurement order across both sides (retries included)
+                if (name, trial.name) not in numbered:
+                    numbered.add((name, trial.name))
+                    trial.sequence = len(numbered)
+            sessions[name].save()
+    return _decide(sides["baseline"][0], sides["candidate"][0], options)
+
+
+def _log_mean(runs: list[Trial]) -> float | None:
+    rates = [t.metrics.samples_per_s for t in runs if t.metrics and t.metrics.samples_per_s]
+    return math.exp(statistics.fmean(math.log(r) for r in rates)) if rates else None
+
+
+def _decide(base: Results, cand: Results, options: ABOptions) -> GateReport:
+    report = GateReport(options=GateOptions(metrics=("samples_per_s",), max_drop=options.max_drop, allow_mismatch=False),
+                        current_source=str(options.candidate_path), baseline_source=str(options.baseline_path),
+                        current_trial="candidate", baseline_trial="baseline")
+    base_runs, cand_runs = base.runs("baseline"), cand.runs("candidate")
+    report.notes.append(f"A/B in one job on {base.environment.hostname or 'this machine'}: {len(cand_runs)} candidate "
+                        f"run(s) interleaved with {len(base_runs)} baseline run(s); machine and day offsets cannot enter")
+    for results, role in ((base, "baseline"), (cand, "candidate")):
+        excluded = [t for t in results.trials if t.ok and t.excluded]
+        if excluded:
+            report.notes.append(f"{role}: {len(excluded)} run(s) not used ({excluded[0].excluded})")
+    if base_runs and cand_runs:
+        found = find_differences(Side(results=cand, runs=cand_runs), Side(results=base, runs=base_runs),
+                                 metric_ids={"samples_per_s"})
+        report.differences = [dataclasses.replace(d, blocking=False) if d.what in REVISION_FIELDS else d for d in found]
+        prints = [[t.metrics.fingerprint for t in runs if t.metrics and t.metrics.fingerprint] for runs in (base_runs, cand_runs)]
+        report.structure = diff_fingerprints(consensus(prints[0])[0], consensus(prints[1])[0])
+    if report.blocking_differences:
+        return report
+    if base.trials and not any(t.ok for t in base.trials):
+        first = base.trials[0]
+        report.errors.append(f"the baseline revision's run {first.name!r} ended {first.status}: {first.error}")
+        return report
+    failed = [t for t in cand.trials if not t.ok]
+    if failed and not cand_runs:
+        report.failed_current = failed[0]
+        report.verdicts.append(dataclasses.replace(decide_paired(None, max_drop=options.max_drop), status="regression",
+                               message=f"samples/s: candidate run {failed[0].name!r} ended {failed[0].status}: {failed[0].error}"))
+        return report
+    gain = compare(cand_runs, base_runs, reference="baseline")
+    verdict = decide_paired(gain, max_drop=options.max_drop, baseline=_log_mean(base_runs), current=_log_mean(cand_runs),
+                            n_baseline=len(base_runs))
+    if report.structure is not None and verdict.status != "pass":
+        verdict = dataclasses.replace(verdict, message=f"{verdict.message}; {report.structure.summary()}")
+    report.verdicts.append(verdict)
+    return report

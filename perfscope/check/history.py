@@ -1,0 +1,79 @@
+"""A stored baseline with history: several sessions, each one job's runs and the environment they ran in.
+
+    history = BaselineHistory.load("perfscope-baseline.json")   # a schema-1 baseline loads as one session
+    history.sessions[-1].environment.hostname
+
+Why sessions: runs of one CI job share that job's machine and day (its clocks, power cap, neighbours, the
+runner's cores); runs of two jobs do not. Pooling every stored run as one population counts a machine or day
+offset as signal. Keeping each job's runs apart lets the gate estimate how far session means stray from each
+other (perfscope.check.sessions) and add that to the comparison's variance.
+
+The file is versioned: `{"perfscope_baseline": 2, "sessions": [<results document>, ...]}`. A plain results
+document (what `baseline save` wrote before, schema 1 of the baseline) is read as a history of one session.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfscope.errors import ResultsError
+from perfscope.results import Results
+from perfscope.results.io import read_json, write_json
+
+BASELINE_SCHEMA = 2
+"""Schema of the baseline file; 1 is a plain results document (one session)."""
+KEY = "perfscope_baseline"
+DEFAULT_KEEP = 10
+"""Sessions `baseline update` keeps: enough to estimate a spread, few enough that old code ages out."""
+
+
+@dataclass(kw_only=True)
+class BaselineHistory:
+    """The stored sessions, oldest first."""
+
+    sessions: list[Results] = field(default_factory=list)
+    schema: int = BASELINE_SCHEMA
+
+    @property
+    def latest(self) -> Results:
+        return self.sessions[-1]
+
+    def appended(self, new: list[Results], *, keep: int = DEFAULT_KEEP) -> BaselineHistory:
+        """A history with ``new`` sessions added and only the ``keep`` most recent kept."""
+        return BaselineHistory(sessions=[*self.sessions, *new][-keep:])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {KEY: BASELINE_SCHEMA, "sessions": [s.to_dict() for s in self.sessions]}
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        return write_json(path, self.to_dict())  # atomic: temp file + rename (results/io.py)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> BaselineHistory:
+        if not isinstance(data, dict) or KEY not in data:
+            return cls(sessions=[Results.from_dict(data)], schema=1)
+        version = data.get(KEY)
+        if version != BASELINE_SCHEMA:
+            raise ResultsError(f"baseline schema {version!r} is not supported (this perfscope reads {BASELINE_SCHEMA})")
+        sessions = data.get("sessions")
+        if not isinstance(sessions, list) or not sessions:
+            raise ResultsError("a baseline must hold a non-empty list 'sessions'")
+        out = []
+        for i, doc in enumerate(sessions):
+            try:
+                out.append(Results.from_dict(doc))
+            except ResultsError as exc:
+                raise ResultsError(f"session {i}: {exc}") from None
+        return cls(sessions=out)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> BaselineHistory:
+        """Read and type a baseline; any problem is a ResultsError (exit 2) naming the file."""
+        try:
+            return cls.from_dict(read_json(path))
+        except ResultsError as exc:
+            message = str(exc)
+            raise ResultsError(message if message.startswith(f"{path}: ") else f"{path}: {message}") from None

@@ -1,0 +1,81 @@
+"""`perfscope ab`: the baseline revision and the candidate measured interleaved in one job, decided on paired runs."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+
+from perfscope.check.paired import decide_paired
+from perfscope.cli import main
+from perfscope.results import Gain, Results
+
+WORKLOADS = Path(__file__).resolve().parent / "workloads"
+RUN = ["--device", "cpu", "--rounds", "3", "--min-window", "0.2", "--warmup", "2", "--trial-timeout", "120"]
+
+
+def gain(ratio, low, high, *, runs=5, mde=0.03):
+    return Gain(ratio=ratio, low=low, high=high, confidence=0.99, runs=runs, reference_runs=runs + 1, mde=mde)
+
+
+@pytest.mark.parametrize("g, status", [
+    (gain(0.80, 0.75, 0.85), "regression"),  # past the tolerance, the whole interval below 1
+    (gain(0.90, 0.70, 1.10), "inconclusive"),  # past the tolerance, the interval reaches 1
+    (gain(0.99, 0.96, 1.02), "pass"),
+    (gain(1.20, 1.10, 1.30), "pass"),  # faster
+    (gain(0.80, 0.0, math.inf, runs=1, mde=None), "inconclusive"),  # one run each: no interval
+    (None, "inconclusive"),  # nothing counted as evidence
+])
+def test_the_paired_decision(g, status):
+    verdict = decide_paired(g, max_drop=0.05)
+    assert verdict.status == status, verdict.message
+
+
+def test_a_pass_that_could_not_resolve_the_tolerance_says_so():
+    verdict = decide_paired(gain(0.99, 0.85, 1.15, mde=0.2), max_drop=0.05)
+    assert verdict.status == "pass" and "could pass unseen" in verdict.warnings[0]
+
+
+def test_the_same_file_twice_or_one_round_is_refused(tmp_path, capsys):
+    mlp = str(WORKLOADS / "mlp.py")
+    assert main(["ab", mlp, mlp, "--out", str(tmp_path / "o")]) == 2
+    assert "same file" in capsys.readouterr().err
+    assert main(["ab", mlp, str(WORKLOADS / "ab_slower.py"), "--rounds", "1", "--out", str(tmp_path / "o")]) == 2
+    assert not (tmp_path / "o" / "baseline").exists()
+
+
+def _sides(out: Path) -> tuple[Results, Results]:
+    return Results.load(out / "baseline" / "results.json"), Results.load(out / "candidate" / "results.json")
+
+
+def _assert_interleaved(out: Path) -> None:
+    base, cand = _sides(out)
+    order = sorted([(t.sequence, "B") for t in base.trials] + [(t.sequence, "C") for t in cand.trials])
+    assert len({s for s, _ in order}) == len(order)  # one measurement order across both files
+    measured = "".join(side for _, side in order)
+    collapsed = "".join(side for i, side in enumerate(measured) if i == 0 or measured[i - 1] != side)
+    assert collapsed == "BCBCBCB", measured  # B, then C B per round (a contended run is measured again at once)
+
+
+@pytest.mark.slow
+def test_ab_runs_for_real_identical_code_is_never_a_regression_and_extra_work_is_never_a_pass(tmp_path, monkeypatch, capsys):
+    """Real runs of tiny CPU workloads. On this shared machine neighbours may leave no run as evidence (then 3,
+    with the reason); whatever the load, identical code is never a regression and a slower candidate never passes."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    same = tmp_path / "mlp_at_candidate.py"
+    shutil.copyfile(WORKLOADS / "mlp.py", same)
+    code = main(["ab", str(WORKLOADS / "mlp.py"), str(same), "--out", str(tmp_path / "same"), *RUN])
+    out = capsys.readouterr().out
+    assert code in (0, 3), out
+    assert "interleaved" in out
+    _assert_interleaved(tmp_path / "same")
+
+    code = main(["ab", str(WORKLOADS / "mlp.py"), str(WORKLOADS / "ab_slower.py"), "--out", str(tmp_path / "slow"), *RUN])
+    out = capsys.readouterr().out
+    assert code in (1, 3), out
+    base, cand = _sides(tmp_path / "slow")
+    rates = [[t.metrics.samples_per_s for t in r.trials if t.ok] for r in (base, cand)]
+    assert statistics.median(rates[1]) < statistics.median(rates[0]), rates  # the extra work shows, loaded or not
