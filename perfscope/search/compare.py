@@ -1,6 +1,7 @@
 """Comparisons between configurations, with fresh-process runs as the unit of evidence.
 
     noise = run_noise(baseline_runs)                       # RunNoise(runs=9, sigma=0.05, mde=0.21)
+    test = paired_test(candidate_runs, baseline_runs)      # PairedTest(mean=0.36, se=0.03, df=7.4, runs=3, ...)
     gain = compare(candidate_runs, baseline_runs)          # Gain(ratio=1.43, low=1.31, high=1.56, verdict="faster")
 
 The design follows three tools that measure for a living:
@@ -14,32 +15,50 @@ The statistics. Each run's throughput is samples / wall time of its window. The 
 (the baseline) is re-measured through the whole sweep, in fresh processes interleaved with the candidates.
 For a candidate run i, r_i = log(candidate rate_i) − log(local reference_i), where the local reference is
 the mean log rate of the reference runs measured just before and just after it: slow drift cancels, and no
-single outlying baseline run is the reference for every gain. The estimate is mean(r_i); its variance
-pools two sources, weighted by their degrees of freedom: the reference's own run-to-run variance, from
-successive differences of its series (von Neumann's estimator, robust to slow drift), scaled to a pair
-(candidate noise assumed alike, plus the averaged reference's), and the spread of the r_i themselves once
-there are two or more — or the r_i's own variance alone when it is the larger (one lucky process among the
-candidate's runs must not hide behind a long, quiet reference series). The interval is a t-interval on that
-variance, exponentiated: a ratio of throughputs (> 1 is faster), at 99% because undecided comparisons are
-looked at again after more runs.
+single outlying baseline run is the reference for every gain. The estimate is mean(r_i) over k runs, and
+
+    Var(mean r) = (σ_c² + ā·σ_b²) / k,    ā = mean over runs of 1 / (reference neighbours)
+
+with σ_b² the reference's run-to-run variance, from successive differences of its series (von Neumann's
+estimator, robust to slow drift; its effective degrees of freedom are 2(n−1)²/(3n−4), not n−1), and σ_c²
+the candidate's own, from the sample variance of its k log rates around the machine's level at each (the mean
+of the 6 nearest reference runs; k−1 degrees of freedom; that level's own noise, σ_b²/6, only widens it). The candidate is never assumed to vary like the reference: a configuration that varies
+more (autotuned kernels, a lucky process) has its own spread in the interval. The interval is Welch's: a t
+interval with Welch–Satterthwaite degrees of freedom from both parts, exponentiated into a ratio of
+throughputs (> 1 is faster).
+
+One candidate run says nothing about its own spread. Its interval assumes σ_c = 3·σ_b
+(`SINGLE_RUN_INFLATION`) and it never carries a verdict: it only decides whether a second run is worth it.
+Verdicts start at three runs (`MIN_DECIDING_RUNS`); across the sweep they are family-wise controlled
+(perfscope.search.family).
 The minimum detectable effect is the smallest true change these runs would find with 80% power.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from perfscope.results.model import Gain, RunNoise, Trial
 
 CONFIDENCE = 0.99
+"""The confidence of a single comparison (stacking steps, benchmarks); the sweep's verdicts use the family's."""
 POWER = 0.80
 SAME_MARGIN = 0.02
 """A change inside ±2% counts as "the same" once the interval fits inside that margin."""
+SINGLE_RUN_INFLATION = 3.0
+"""With one candidate run its own spread is unknown: assumed this many times the reference's (a no-effect knob
+with 3× the baseline's spread was called "faster" ~12% of the time when assumed alike), and never a verdict."""
+MIN_DECIDING_RUNS = 3
+"""Verdicts start at this many candidate runs. With two, the candidate's own variance has one degree of freedom:
+it is tiny by chance often enough that Welch's interval at the family's small levels is far too narrow (in the
+simulation, no-effect knobs were called faster or slower in ~10% of 20-knob sweeps); with three it holds."""
 METHOD = (
     "fresh-process runs, each paired with the reference runs measured just before and after it; "
-    "t-interval on log throughput with the reference's run-to-run variance pooled in"
+    "Welch t-interval on log throughput (candidate and reference run-to-run variances, Welch–Satterthwaite df)"
 )
 
 
@@ -54,15 +73,27 @@ def _usable(runs: Sequence[Trial]) -> list[Trial]:
 
 
 def _t(q: float, df: float) -> float:
-    from scipy.stats import (
-        t,  # imported here: scipy costs ~0.8 s and only the analyze parent compares
-    )
+    """The t distribution's q-quantile. scipy.special's ufunc, not scipy.stats (50× less overhead per call: the
+    family asks for hundreds per judgement, the simulation for millions); imported here: only the parent compares."""
+    from scipy.special import stdtrit
 
-    return float(t.ppf(q, df))
+    return float(stdtrit(df, q))
+
+
+def _t_sf(x: float, df: float) -> float:
+    from scipy.special import stdtr
+
+    return float(stdtr(df, -x))
+
+
+def mssd_df(n: int) -> float:
+    """Effective degrees of freedom of von Neumann's variance estimate from ``n`` values (normal, no drift):
+    2(n−1)²/(3n−4), about two thirds of the sample variance's n−1 — the price of robustness to drift."""
+    return 2 * (n - 1) ** 2 / (3 * n - 4) if n >= 2 else 0.0
 
 
 def reference_variance(reference_runs: Sequence[Trial]) -> tuple[float | None, int]:
-    """(variance of log throughput between runs, degrees of freedom) from successive differences."""
+    """(variance of log throughput between runs, successive differences used) from successive differences."""
     values = [log_rate(r) for r in _usable(reference_runs)]
     if len(values) < 2:
         return None, 0
@@ -71,17 +102,17 @@ def reference_variance(reference_runs: Sequence[Trial]) -> tuple[float | None, i
 
 
 def run_noise(reference_runs: Sequence[Trial]) -> RunNoise:
-    var, df = reference_variance(reference_runs)
+    var, n_diffs = reference_variance(reference_runs)
     if var is None:
         return RunNoise(runs=len(_usable(reference_runs)), sigma=None)
-    se = math.sqrt(var * 1.5)  # one candidate run against two neighbouring reference runs
-    return RunNoise(runs=df + 1, sigma=math.sqrt(var), mde=_mde(se, df))
+    se = math.sqrt(var * 1.5)  # one candidate run (varying alike) against two neighbouring reference runs
+    return RunNoise(runs=n_diffs + 1, sigma=math.sqrt(var), mde=_mde(se, mssd_df(n_diffs + 1), CONFIDENCE))
 
 
-def _mde(se: float, df: float) -> float | None:
+def _mde(se: float, df: float, confidence: float) -> float | None:
     if df < 1 or not math.isfinite(se):
         return None
-    return math.exp((_t(1 - (1 - CONFIDENCE) / 2, df) + _t(POWER, df)) * se) - 1
+    return math.exp((_t(1 - (1 - confidence) / 2, df) + _t(POWER, df)) * se) - 1
 
 
 def _local_reference(run: Trial, references: list[Trial]) -> tuple[float, int] | None:
@@ -95,36 +126,98 @@ def _local_reference(run: Trial, references: list[Trial]) -> tuple[float, int] |
     return statistics.fmean(log_rate(r) for r in chosen), len(chosen)
 
 
-def compare(candidate_runs: Sequence[Trial], reference_runs: Sequence[Trial], *, reference: str = "baseline") -> Gain | None:
-    """The candidate's throughput over the reference's, from runs; None without a usable run on each side."""
+LEVEL_WINDOW = 6
+"""Reference runs (the nearest in time) whose mean is the machine's level at a candidate run, for the candidate's
+own spread: wide enough that their noise adds little (σ_b²/6), narrow enough to follow slow drift."""
+
+
+def _machine_level(run: Trial, references: list[Trial]) -> float:
+    """Mean log rate of the ``LEVEL_WINDOW`` reference runs nearest ``run`` in the measurement order."""
+    seq = run.sequence if run.sequence is not None else 0
+    nearest = sorted(references, key=lambda r: abs((r.sequence if r.sequence is not None else 0) - seq))[:LEVEL_WINDOW]
+    return statistics.fmean(log_rate(r) for r in nearest)
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """One look at a candidate against the reference: mean paired log ratio, its standard error and Welch df.
+
+    Kept apart from the Gain so that the family (perfscope.search.family) can judge many of them together and
+    choose each one's confidence; ``decidable`` is False for a single run, whose spread is assumed."""
+
+    mean: float
+    se: float
+    df: float
+    runs: int
+    reference_runs: int
+
+    @property
+    def decidable(self) -> bool:
+        return self.runs >= MIN_DECIDING_RUNS and self.df >= 1 and math.isfinite(self.se)
+
+    @functools.cached_property
+    def p(self) -> float:
+        """Two-sided p of "no change"; 1 when the look cannot decide (cached: the family asks often)."""
+        return self.p_value()
+
+    def p_value(self) -> float:
+        """Two-sided p of "no change"; 1 when the look cannot decide."""
+        if not self.decidable:
+            return 1.0
+        if self.se == 0:
+            return 0.0 if self.mean != 0 else 1.0
+        return min(1.0, 2 * _t_sf(abs(self.mean) / self.se, self.df))
+
+    def gain(self, confidence: float, *, reference: str = "baseline", method: str = METHOD) -> Gain:
+        common = dict(runs=self.runs, reference=reference, reference_runs=self.reference_runs, method=method,
+                      confidence=confidence)
+        ratio = math.exp(self.mean)
+        if self.df < 1 or not math.isfinite(self.se):  # nothing says how noisy this machine is
+            return Gain(ratio=ratio, low=0.0, high=math.inf, verdict="undecided", mde=None, **common)
+        half = _t(1 - (1 - confidence) / 2, self.df) * self.se
+        low, high = math.exp(self.mean - half), math.exp(self.mean + half)
+        said = verdict(low, high) if self.decidable else "undecided"
+        return Gain(ratio=ratio, low=low, high=high, verdict=said, mde=_mde(self.se, self.df, confidence), **common)  # type: ignore[arg-type]
+
+
+def paired_test(candidate_runs: Sequence[Trial], reference_runs: Sequence[Trial]) -> PairedTest | None:
+    """The Welch comparison of the candidate's runs with their neighbouring reference runs (module docstring);
+    None without a usable run on each side."""
     candidates, references = _usable(candidate_runs), _usable(reference_runs)
-    pairs = [(log_rate(c), local) for c in candidates if (local := _local_reference(c, references)) is not None]
+    paired = [c for c in candidates if _local_reference(c, references) is not None]
+    pairs = [(log_rate(c), local) for c in paired if (local := _local_reference(c, references)) is not None]
     if not pairs:
         return None
     diffs = [c - ref for c, (ref, _) in pairs]
     k = len(diffs)
     mean = statistics.fmean(diffs)
-    ref_var, ref_df = reference_variance(references)
-    weight_sum, df = 0.0, 0
-    if ref_var is not None:
-        pair_var_prior = ref_var * (1 + statistics.fmean(1 / m for _, (_, m) in pairs))
-        weight_sum += ref_df * pair_var_prior
-        df += ref_df
-    own = statistics.variance(diffs) if k >= 2 else 0.0
-    if k >= 2:
-        weight_sum += (k - 1) * own
-        df += k - 1
-    common = dict(runs=k, reference=reference, reference_runs=len(references), method=METHOD, confidence=CONFIDENCE)
-    if df == 0:  # one run each side and no reference spread: nothing says how noisy this machine is
-        ratio = math.exp(mean)
-        return Gain(ratio=ratio, low=0.0, high=math.inf, verdict="undecided", mde=None, **common)
-    # Pooling assumes the candidate's runs vary like the reference's. When its own spread is larger (one lucky
-    # or unlucky process among its runs, or a configuration that varies more, e.g. autotuned kernels), the long
-    # reference series would dilute it and one outlying run could carry the verdict: its own spread is used.
-    se = math.sqrt(max(weight_sum / df, own) / k)
-    half = _t(1 - (1 - CONFIDENCE) / 2, df) * se
-    low, high = math.exp(mean - half), math.exp(mean + half)
-    return Gain(ratio=math.exp(mean), low=low, high=high, verdict=verdict(low, high), mde=_mde(se, df), **common)
+    ref_var, n_diffs = reference_variance(references)
+    ref_df = mssd_df(n_diffs + 1)
+    share = statistics.fmean(1 / m for _, (_, m) in pairs)  # ā: the averaged neighbours' part of a pair's variance
+    if k == 1:
+        if ref_var is None:
+            return PairedTest(mean, math.inf, 0.0, 1, len(references))
+        return PairedTest(mean, math.sqrt((SINGLE_RUN_INFLATION ** 2 + share) * ref_var), ref_df, 1, len(references))
+    if ref_var is None:  # no reference spread: the pairs' own spread holds both parts (paired t, k−1 df)
+        return PairedTest(mean, math.sqrt(statistics.variance(diffs) / k), k - 1, k, len(references))
+    own_var = statistics.variance([log_rate(c) - _machine_level(c, references) for c in paired])
+    # Never quieter than the reference: with a few runs the candidate's variance is tiny by chance often enough
+    # that Welch's interval, at the family's small levels, would be far too narrow. The floor is the reference's.
+    own, own_df = (own_var / k, k - 1) if own_var > ref_var else (ref_var / k, ref_df)
+    theirs = share * ref_var / k
+    total = own + theirs
+    if total == 0:
+        return PairedTest(mean, 0.0, k - 1 + ref_df, k, len(references))
+    df = total ** 2 / (own ** 2 / own_df + (theirs ** 2 / ref_df if ref_df > 0 else 0.0))
+    return PairedTest(mean, math.sqrt(total), df, k, len(references))
+
+
+def compare(candidate_runs: Sequence[Trial], reference_runs: Sequence[Trial], *, reference: str = "baseline",
+            confidence: float = CONFIDENCE) -> Gain | None:
+    """The candidate's throughput over the reference's, from runs, as one comparison at ``confidence`` (no family
+    correction: the sweep's verdicts come from perfscope.search.family); None without a usable run on each side."""
+    test = paired_test(candidate_runs, reference_runs)
+    return test.gain(confidence, reference=reference) if test is not None else None
 
 
 def verdict(low: float, high: float) -> str:
@@ -164,38 +257,10 @@ def relative_gain(better: Gain, worse: Gain, *, reference: str) -> Gain:
     return Gain(ratio=ratio, low=low, high=high, verdict=verdict(low, high), **common)  # type: ignore[arg-type]
 
 
-FUTILITY_MIN_RUNS = 3
-"""Below this many candidate runs the interval is dominated by a large t quantile (few degrees of freedom) or
-borrows the reference's spread, so projecting it forward would call hopeless what two more runs decide."""
-
-
 def could_still_win(gain: Gain | None, min_gain: float, max_runs: int | None = None) -> bool:
-    """Undecided, the interval still reaches a worthwhile speed-up, and — with ``max_runs`` — more runs could
-    plausibly decide it: worth another run.
-
-    Futility stop (as in sequential trials): with k runs the interval's half-width shrinks about as
-    sqrt(k / max_runs) by ``max_runs``; if the point estimate, held where it is, would still sit inside that
-    projected interval, the remaining runs would most likely end "cannot tell" too, and they cost the same
-    as the runs that found nothing. The sweep spends them on candidates that can still be decided.
-    """
+    """Undecided, its interval still reaches a worthwhile speed-up, and fewer than ``max_runs`` runs: worth
+    another run. (The futility stop — more runs would most likely not decide either — is the family's,
+    perfscope.search.family.Family.futile: it needs the test's degrees of freedom and the family's level.)"""
     if gain is None or gain.verdict != "undecided" or gain.high < 1 + min_gain:
         return False
-    if max_runs is None or gain.runs < FUTILITY_MIN_RUNS or not (0 < gain.low <= gain.high < math.inf) or gain.runs >= max_runs:
-        return max_runs is None or gain.runs < max_runs  # one run's interval borrows the reference's spread: look again
-    projected_half = math.log(gain.high / gain.low) / 2 * math.sqrt(gain.runs / max_runs)
-    return math.log(gain.ratio) >= projected_half
-
-
-CLEAR_WIN = 1.5
-"""A "faster" verdict whose interval starts at 1.5× or more needs no second run (see `unconfirmed`)."""
-
-
-def unconfirmed(gain: Gain | None) -> bool:
-    """A "faster" verdict that rests on a single candidate run and is not a clear win: worth one more run.
-
-    With one run, the candidate's own run-to-run spread is unknown and the interval assumes it is the
-    reference's; one lucky process (a clock boost, a quiet neighbour, an autotuner's lucky pick) 5% fast on a
-    machine with 1% noise would be declared a win and never looked at again. A second run brings the
-    candidate's own spread into the interval. A clear win (low end at `CLEAR_WIN` or more) needs no second run.
-    """
-    return gain is not None and gain.faster and gain.runs < 2 and gain.low < CLEAR_WIN
+    return max_runs is None or gain.runs < max_runs

@@ -28,6 +28,7 @@ A wall-clock budget bounds the whole sweep: no run starts that the budget probab
 
 from __future__ import annotations
 
+import random
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,7 +37,9 @@ from typing import Any, Protocol
 from perfscope.errors import UserError
 from perfscope.results import Gain, KnobOutcome, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
-from perfscope.search.compare import compare, compare_gains, could_still_win, relative_gain, run_noise, unconfirmed
+from perfscope.search.compare import MIN_DECIDING_RUNS, compare, compare_gains, could_still_win, paired_test, relative_gain, run_noise
+from perfscope.search.confirm import confirm_stack
+from perfscope.search.family import FAMILY_ALPHA, Family
 from perfscope.search.knobs import REGISTRY, Knob, KnobContext, knob_ids
 from perfscope.search.microbatch import MicroBatchResult, search_micro_batch
 from perfscope.search.numerics import compare_numerics
@@ -68,6 +71,10 @@ class SweepOptions:
     """A speed-up below this (2%) is not worth a code change: no extra runs to resolve it, no stacking for it."""
     max_runs: int = 4
     """Runs of one candidate at most (each with its baseline neighbour)."""
+    family_alpha: float = FAMILY_ALPHA
+    """Family-wise error rate of the sweep's faster/slower verdicts (perfscope.search.family)."""
+    order_seed: int | None = None
+    """Seed of the baseline/candidate order within each pair (None: drawn per sweep; recorded in the notes)."""
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.only + self.skip) - set(knob_ids()))
@@ -95,6 +102,9 @@ class Candidate:
     first: Trial | None = None
     gain: Gain | None = None
     rejected: str | None = None
+    selection: frozenset[str] = frozenset()
+    """Runs that chose this candidate among others (a micro-batch search point): once it has runs of its own
+    after them, its gain leaves them out, so the selection's luck (winner's curse) does not inflate it."""
 
     @property
     def not_applied(self) -> str | None:
@@ -125,6 +135,10 @@ class Sweeper:
         self.sweep.budget_s = options.budget_s
         self.candidates: list[Candidate] = []
         self.outcomes: dict[int, KnobOutcome] = {}  # id(candidate) -> its outcome, for re-judging after more runs
+        self.family = Family(alpha=options.family_alpha, max_runs=options.max_runs, reference=BASELINE)
+        seed = options.order_seed if options.order_seed is not None else random.SystemRandom().randrange(2**31)
+        self.order = random.Random(seed)
+        self.sweep.notes.append(f"baseline/candidate order within each pair randomized (seed {seed})")
 
     # ----------------------------------------------------------------------------------- runs
 
@@ -152,9 +166,15 @@ class Sweeper:
         return True
 
     def measure(self, name: str, config: TrialConfig, knobs: list[str]) -> Trial:
-        """One run of ``name``, then one of the baseline: every candidate run has a baseline run beside it."""
+        """One run of ``name`` and one of the baseline, in a random order (seeded per sweep): every candidate run
+        has a baseline run beside it, and no position in the pair (a warm cache after the baseline, say)
+        systematically favours the candidate."""
+        baseline_first = self.order.random() < 0.5
+        if baseline_first:
+            self.session.measure(BASELINE, self.reference, [])
         trial = self.session.measure(name, config, knobs)
-        self.session.measure(BASELINE, self.reference, [])
+        if not baseline_first:
+            self.session.measure(BASELINE, self.reference, [])
         self.sweep.elapsed_s = self.elapsed() - self.start
         return trial
 
@@ -203,20 +223,31 @@ class Sweeper:
             if not verdict.ok:
                 cand.rejected = f"numerics guard: {verdict.reason}"
 
+    def evidence(self, cand: Candidate) -> list[Trial]:
+        """The candidate's runs that may judge it: without its selection runs once it has others."""
+        runs = self.runs(cand.name)
+        return [r for r in runs if r.name not in cand.selection] or runs
+
     def judge(self) -> None:
-        """Every candidate's gain from all runs so far, against the whole baseline series. A candidate the
+        """Every candidate's gain from its runs so far, against the whole baseline series, with family-wise
+        verdicts (perfscope.search.family): every measured candidate is a member of the family. A candidate the
         numerics guard rejected keeps its gain (the report shows how fast the wrong configuration was); only
         usable ones are refined or stacked."""
+        measured = [c for c in self.candidates if c.first is not None and c.first.ok]
+        for cand in measured:
+            self.family.record(cand.name, paired_test(self.evidence(cand), self.runs(BASELINE)))
+        gains = self.family.decide()
         for cand in self.candidates:
-            cand.gain = self.gain(cand.name) if cand.first is not None and cand.first.ok else None
+            cand.gain = gains.get(cand.name) if cand in measured else None
 
     def refine(self) -> None:
-        """Adaptive repetition: more runs for undecided candidates that could still be worth it, and a second
-        run for a win that rests on one run and is not clear (compare.unconfirmed: one lucky process)."""
+        """Adaptive repetition: more runs for undecided candidates that could still be worth it (a single run
+        never decides, so every candidate whose one-run interval reaches a worthwhile gain gets a second)."""
         while True:
             self.judge()
             open_ = [c for c in self.candidates if c.usable and len(self.runs(c.name)) < self.options.max_runs
-                     and (could_still_win(c.gain, self.options.min_gain, self.options.max_runs) or unconfirmed(c.gain))]
+                     and (could_still_win(c.gain, self.options.min_gain, self.options.max_runs) and not self.family.futile(c.name)
+                          or _probably_slower(c.gain))]
             if not open_ or not self.may_continue():
                 return
             best = max(open_, key=lambda c: c.gain.high if c.gain else 0.0)
@@ -238,7 +269,7 @@ class Sweeper:
                               trial=BASELINE, setting=f"micro-batch {self.ctx.base.micro_batch_size}")
                 continue
             cand = Candidate(knob, _micro_changes(best.config), best.configuration, best.config,
-                             _knobs_as(best.knobs, knob.id), first=best)
+                             _knobs_as(best.knobs, knob.id), first=best, selection=frozenset([best.name]))
             self._check_numerics(cand)
             self.candidates.append(cand)
         return result
@@ -375,7 +406,8 @@ class Sweeper:
             outcome = self.outcome(best)
             if len(cands) > 1:
                 tried = ", ".join(describe_setting(c.changes) or c.name for c in cands)
-                outcome.reason = "; ".join(filter(None, [outcome.reason, f"best of {len(cands)} variants ({tried})"]))
+                outcome.reason = "; ".join(filter(None, [outcome.reason, f"the fastest of {len(cands)} variants ({tried}): its gain is the selected variant's, "
+                                                              "which may overstate the true gain (winner's curse)"]))
             self.outcomes[id(best)] = outcome
             self.sweep.knobs.append(outcome)
 
@@ -501,35 +533,15 @@ class Sweeper:
         return self._joined(current, knob, _micro_changes(point.config)) or current
 
     def recommend(self, grad_accum_search: MicroBatchResult | None) -> None:
+        """The stack, confirmed by runs that did not select it (perfscope.search.confirm)."""
         stacked = self.stack(grad_accum_search)
         if stacked is None:
             self.sweep.recommended_trial = BASELINE
             self.sweep.notes.append(f"no knob made the baseline decidedly faster, by {self.options.min_gain:.0%} or more: "
                                     "the baseline is the recommendation")
             return
-        # At least two runs of the recommendation, one of them traced (the trace comes after its timed window).
-        before = self.gain(stacked.name)
-        if self.may_continue():
-            self.measure(stacked.name, stacked.config.replace(capture_trace=self.options.trace_recommended), stacked.knobs)
-        gain = self.gain(stacked.name)
         semantics = [s for c in self._chain(stacked) for s in c.knob.changes_semantics(self.ctx, c.config)]
-        if self.worthwhile(gain):
-            self.sweep.recommended_trial, self.sweep.recommended_knobs, self.sweep.recommended_gain = stacked.name, stacked.knobs, gain
-            if semantics:
-                self.sweep.notes.append("the recommended configuration changes training semantics: " + "; ".join(dict.fromkeys(semantics)))
-        else:
-            self.sweep.recommended_trial = BASELINE
-            why = f"{gain.ratio:.2f}× [{gain.low:.2f}, {gain.high:.2f}], {gain.verdict}" if gain else "no usable run"
-            self.sweep.notes.append(f"the stacked configuration ({', '.join(stacked.knobs)}) was not decidedly faster "
-                                    f"than the baseline, by {self.options.min_gain:.0%} or more, over all its runs ({why}): "
-                                    "the baseline is the recommendation")
-            if before is not None and before.faster and gain is not None:
-                # Runs of one configuration that disagree: say so, rather than leave a reader wondering why a
-                # stack judged faster is not recommended (or quietly trust the luckier runs).
-                self.sweep.notes.append(
-                    f"re-measured, {stacked.name} did not confirm its earlier {before.ratio:.2f}× ({before.runs} run(s)): "
-                    f"{gain.ratio:.2f}× over all {gain.runs} runs; this machine's run-to-run noise, not the knobs, "
-                    "may explain the earlier figure")
+        confirm_stack(self, stacked, semantics)
 
     def _chain(self, cand: Candidate) -> list[Candidate]:
         by_knob = {c.knob.id: c for c in self.candidates}
@@ -547,6 +559,12 @@ def _rank_key(outcome: KnobOutcome) -> tuple[int, float]:
     if outcome.status == "measured" and outcome.gain is not None and outcome.gain.faster:
         return (0, -ratio)
     return (order[outcome.status], -ratio if outcome.status == "measured" else 0.0)
+
+
+def _probably_slower(gain: Gain | None) -> bool:
+    """Too few runs to decide (compare.MIN_DECIDING_RUNS), and an interval below 1 (one run's spread assumed 3×
+    the baseline's): a probable slowdown gets the runs that can state it."""
+    return gain is not None and gain.runs < MIN_DECIDING_RUNS and gain.high < 1.0
 
 
 def _knobs_as(knobs: list[str], knob_id: str) -> list[str]:

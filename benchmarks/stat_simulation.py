@@ -1,0 +1,78 @@
+"""Error rates of the sweep's and the gate's decisions, from simulated runs fed to the real decision code.
+
+    python benchmarks/stat_simulation.py --sweeps 1000 --models cpu --max-runs 4
+
+Per noise model (perfscope.search.simulate.NOISE_MODELS): the family-wise error rate of ``--sweeps`` sweeps of
+``--knobs`` no-effect knobs (P(any knob called faster or slower)), the rate of a recommendation with no
+effect behind it, and the power (share of knobs with a true effect called faster) at 3/5/10% effects, two
+effect knobs among the rest; and the CI gate's false alarms (A/A) and detections at 3/5/10% drops (5 baseline
+runs, 3 current, --max-drop 5%). Every rate with its Wilson 95% interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from perfscope.search.simulate import NOISE_MODELS, simulate_gate, simulate_sweep  # noqa: E402
+
+
+def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score 95% interval of a binomial proportion."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def rate(successes: int, n: int) -> str:
+    low, high = wilson(successes, n)
+    return f"{successes:>4}/{n:<5} {successes / n:6.1%} [{low:5.1%}, {high:5.1%}]"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sweeps", type=int, default=1000, help="null sweeps per model")
+    parser.add_argument("--power-sweeps", type=int, default=200, help="sweeps per effect size")
+    parser.add_argument("--gates", type=int, default=2000, help="gate decisions per scenario")
+    parser.add_argument("--knobs", type=int, default=20)
+    parser.add_argument("--max-runs", type=int, default=4)
+    parser.add_argument("--models", default=",".join(NOISE_MODELS))
+    parser.add_argument("--effects", default="0.03,0.05,0.10")
+    args = parser.parse_args()
+    print(f"# python benchmarks/stat_simulation.py --sweeps {args.sweeps} --power-sweeps {args.power_sweeps} "
+          f"--gates {args.gates} --knobs {args.knobs} --max-runs {args.max_runs} --models {args.models} --effects {args.effects}")
+    effects = [float(e) for e in args.effects.split(",") if e]
+    for name in args.models.split(","):
+        model = NOISE_MODELS[name]
+        start = time.perf_counter()
+        print(f"\n== {model}")
+        null = [simulate_sweep(model, [0.0] * args.knobs, seed=seed, max_runs=args.max_runs) for seed in range(args.sweeps)]
+        runs = sum(o.runs for o in null) / max(1, len(null))
+        print(f"sweep  no effect ({args.knobs} knobs)  family-wise error (any knob faster/slower)  {rate(sum(o.false_discoveries > 0 for o in null), len(null))}")
+        print(f"sweep  no effect ({args.knobs} knobs)  any knob called faster                   {rate(sum(o.false_faster > 0 for o in null), len(null))}")
+        print(f"sweep  no effect ({args.knobs} knobs)  a configuration recommended               {rate(sum(o.recommended_false for o in null), len(null))}")
+        print(f"sweep  no effect: {runs:.0f} runs per sweep on average (baseline runs included)")
+        for effect in effects:
+            outs = [simulate_sweep(model, [effect, effect] + [0.0] * (args.knobs - 2), seed=10_000 + seed, max_runs=args.max_runs)
+                    for seed in range(args.power_sweeps)]
+            found, total = sum(o.found for o in outs), sum(o.effective for o in outs)
+            print(f"sweep  +{effect:.0%} on 2 of {args.knobs} knobs  power (effect knob called faster)     {rate(found, total)}")
+            print(f"sweep  +{effect:.0%} on 2 of {args.knobs} knobs  family-wise error on the others        {rate(sum(o.false_discoveries > 0 for o in outs), len(outs))}")
+            print(f"sweep  +{effect:.0%} on 2 of {args.knobs} knobs  a recommendation                      {rate(sum(bool(o.recommended) for o in outs), len(outs))}")
+        for drop in [0.0, *effects]:
+            verdicts = [simulate_gate(model, drop, seed=seed) for seed in range(args.gates)]
+            label = "false alarm (A/A)" if drop == 0 else f"regression found at -{drop:.0%}"
+            print(f"gate   5 v 3 runs, max-drop 5%      {label:<38}    {rate(verdicts.count('regression'), len(verdicts))}")
+        print(f"({time.perf_counter() - start:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""The recommendation's gain, from confirmation runs that did not select it.
+
+    confirm_stack(sweeper, stacked, semantics)   # sets sweep.recommended_* or recommends the baseline
+
+Why. The stack is chosen because its runs looked fast: its knobs won their comparisons, and each join was kept
+because the stack's runs beat the stack without it. Reusing those runs for the reported gain reports the
+selection's luck as well as the knobs' effect (the winner's curse): among twenty no-effect knobs, the best
+one's runs are the luckiest. So the recommended configuration is measured again, in new runs interleaved with
+the baseline (the first traced), and only those runs judge it: a hypothesis of its own (a family of one,
+sequential looks split as in perfscope.search.family), at most max(2, max_runs) runs, stopped once decided or
+once more runs could not make it worthwhile. If they do not confirm a worthwhile gain, the baseline is the
+recommendation.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from perfscope.results import Gain, Trial
+from perfscope.search.compare import could_still_win, paired_test
+from perfscope.search.family import Family
+
+if TYPE_CHECKING:
+    from perfscope.search.sweep import Candidate, Sweeper
+
+CONFIRMATION = "confirmation"
+
+
+def confirmation_runs(sweeper: Sweeper, stacked: Candidate, selection: set[str]) -> tuple[list[Trial], Gain | None]:
+    """Measure the stack until its confirmation runs decide (or the budget or max runs end); their gain."""
+    max_runs = max(2, sweeper.options.max_runs)
+    family = Family(alpha=sweeper.options.family_alpha, max_runs=max_runs, reference=sweeper.sweep.baseline_trial)
+    runs: list[Trial] = []
+    gain: Gain | None = None
+    while len(runs) < max_runs and sweeper.may_continue():
+        traced = not runs and sweeper.options.trace_recommended  # the trace comes after its timed window
+        sweeper.measure(stacked.name, stacked.config.replace(capture_trace=traced), stacked.knobs)
+        runs = [r for r in sweeper.runs(stacked.name) if r.name not in selection]
+        family.record(CONFIRMATION, paired_test(runs, sweeper.runs(sweeper.sweep.baseline_trial)))
+        gain = family.decide()[CONFIRMATION]
+        if gain is not None and not could_still_win(gain, sweeper.options.min_gain, max_runs):
+            break
+    if gain is not None:
+        gain.method += f"; {len(runs)} confirmation run(s) measured after the selection, which never judged it"
+    return runs, gain
+
+
+def confirm_stack(sweeper: Sweeper, stacked: Candidate, semantics: list[str]) -> None:
+    """Recommend ``stacked`` when its confirmation runs show a worthwhile, decided gain; the baseline otherwise."""
+    sweep = sweeper.sweep
+    selection = {t.name for t in sweeper.runs(stacked.name)}
+    before = sweeper.gain(stacked.name)
+    runs, gain = confirmation_runs(sweeper, stacked, selection)
+    if sweeper.worthwhile(gain):
+        sweep.recommended_trial, sweep.recommended_knobs, sweep.recommended_gain = stacked.name, stacked.knobs, gain
+        sweep.notes.append(f"the recommendation's gain comes from {len(runs)} confirmation run(s) measured after it was "
+                           f"selected ({len(selection)} selection run(s) left out: the winner's curse)")
+        if semantics:
+            sweep.notes.append("the recommended configuration changes training semantics: " + "; ".join(dict.fromkeys(semantics)))
+        return
+    sweep.recommended_trial = sweep.baseline_trial
+    why = f"{gain.ratio:.2f}× [{gain.low:.2f}, {gain.high:.2f}], {gain.verdict}" if gain else "no confirmation run (budget)"
+    sweep.notes.append(f"the stacked configuration ({', '.join(stacked.knobs)}) was not confirmed decidedly faster than "
+                       f"the baseline, by {sweeper.options.min_gain:.0%} or more, in {len(runs)} confirmation run(s) ({why}): "
+                       "the baseline is the recommendation")
+    if before is not None and before.faster and gain is not None:
+        # Runs of one configuration that disagree: say so, rather than leave a reader wondering why a stack judged
+        # faster is not recommended (or quietly trust the luckier runs).
+        sweep.notes.append(
+            f"re-measured, {stacked.name} did not confirm its earlier {before.ratio:.2f}× ({before.runs} selection run(s)): "
+            f"{gain.ratio:.2f}× over {gain.runs} confirmation run(s); this machine's run-to-run noise, not the knobs, "
+            "may explain the earlier figure")
