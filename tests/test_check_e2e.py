@@ -34,13 +34,11 @@ def loss(model, batch):
 # Runs of the same code spread on this shared 2-core CPU, and that spread is what the interval accounts for;
 # but a neighbour that persists through every current run shifts them all alike (the same code measured
 # 1.6-2x slower here), which no statistic can tell from a regression. So the tolerance stays wider than
-# that shift (70%), the deliberate slowdown (400 ms of sleep on a ~25 ms step, a >90% MFU drop) stays far
-# past it, and a flagged same-code check is measured again. One thread per trial removes most of the
-# contention between trial threads and the neighbours.
+# that shift (70%) and the deliberate slowdown (400 ms of sleep on a ~25 ms step, a >90% MFU drop) stays far
+# past it. One thread per trial removes most of the contention between trial threads and the neighbours.
 ANALYZE = ["--device", "cpu", "--steps", "12", "--warmup", "2", "--peak-tflops", "1", "--no-sweep", "--no-trace"]  # what a CI job runs
 GATE = ["--max-drop", "70%"]
 SLOWDOWN_S = "0.4"
-ATTEMPTS = 3
 
 
 @pytest.fixture
@@ -81,14 +79,10 @@ def test_a_slowed_workload_is_caught_and_the_same_workload_is_not(workload, tmp_
     out = capsys.readouterr().out
     assert "REGRESSION" in out and f"/{len(runs)} " in out  # runs (cur/base): every baseline run is evidence
 
-    # Same code again, a CI job's `--repeat 2`: the gate must not call it a regression. A neighbour can still
-    # slow every run of one check beyond any tolerance, so a flagged check is measured again; a gate that
-    # flags the same code every time fails this test.
+    # Same code again, a CI job's `--repeat 2`: the gate must not call it a regression. A neighbour that slows every
+    # run of this check is what the tolerance (wider than the 1.6-2x such neighbours cause here) and the spread
+    # between the two stored sessions are for; one check, decided once.
     monkeypatch.setenv(SLOWDOWN_VAR, "0")
-    codes = []
-    for attempt in range(ATTEMPTS):
-        same = analyze(workload, tmp_path / f"same{attempt}", "--repeat", "2", need=0)  # none: exit 3
-        codes.append(main(["check", str(same), "--baseline", str(baseline), *GATE]))
-        if codes[-1] in (0, 3):
-            break
-    assert codes[-1] in (0, 3), (codes, capsys.readouterr().out)
+    same = analyze(workload, tmp_path / "same", "--repeat", "2", need=0)  # none: exit 3
+    code = main(["check", str(same), "--baseline", str(baseline), *GATE])
+    assert code in (0, 3), capsys.readouterr().out
