@@ -7,9 +7,10 @@ with bounds that hold with margin at these seeds. The unit tests of the pieces c
 
 from __future__ import annotations
 
-import pytest
-
+import math
 import random
+
+import pytest
 
 from benchmarks.stat_simulation import wilson
 from perfscope.results import Trial
@@ -98,3 +99,10 @@ def test_power_at_a_10_percent_effect_is_at_least_80_percent_with_8_runs():
             for seed in range(60)]
     found = sum(o.found for o in outs)
     assert wilson(found, 120)[0] >= 0.75 and found / 120 >= 0.85, found
+
+
+def test_a_look_at_a_tiny_error_level_with_one_degree_of_freedom_is_unbounded_not_an_overflow():
+    """The family splits alpha across knobs and looks: at 1e-6 with df = 1 the t quantile is ~3e5, and a noisy
+    candidate's interval reaches past exp(700). The simulation's unequal-variance model hit OverflowError here."""
+    gain = PairedTest(mean=0.05, se=0.01, df=1, runs=3, reference_runs=4).gain(1 - 1e-6)
+    assert gain.high == math.inf and gain.low < 1 and gain.verdict == "undecided"
