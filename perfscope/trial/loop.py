@@ -203,7 +203,7 @@ class TrainStep:
             why = f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
             method = (f"fake-tensor FLOP counting failed ({why}): counted one real micro-step at micro-batch {small} "
                       f"and scaled ×{scale:g} to micro-batch {micro} (matmul/conv/attention FLOPs are linear in the batch)")
-        model_flops = counter.total * scale * accum
+        model_flops = counter.model_total * scale * accum
         hardware_flops = as_run.total * scale * accum
         notes = [method, *counter.notes]
         if self.checkpointed:
