@@ -8,7 +8,8 @@ Order of work, and why:
 1. Build everything from the same seed, so every trial starts from the same weights and batches.
 2. Warm-up steps (untimed, each synchronized): allocator growth, cuDNN autotuning, torch.compile (≥ 1
    step) and CUDA-graph recording (≥ 3). The first step's time is the compile time; the others calibrate
-   how many steps make a window of at least `min_window_s` (pyperf-style).
+   how many steps make a window of at least `min_window_s` (pyperf-style). With DataLoader workers, more
+   steps until the prefetch queue is in steady state (trial/prefetch.py).
 3. One timed window (perfscope.measure.window): step boundaries and data waits as clock marks — CUDA
    events, no per-step synchronization —, other processes' load recorded, NVML/psutil sampled in a
    thread, losses kept on the device and read after. Recompilations inside the window are counted.
@@ -67,6 +68,7 @@ from perfscope.trial.checkpointing import (
 from perfscope.trial.data import endless_batches, to_device
 from perfscope.trial.data_parallel import agree_on_steps, gradient_sync, local_optimizer, shard_optimizer, wrap_model
 from perfscope.trial.optimizers import build_optimizer, optimizer_name
+from perfscope.trial.prefetch import drain_prefetch
 from perfscope.workload import Workload
 
 _AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -320,7 +322,9 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
         if i == 0:
             first_grad_norm = norm
             compile_counters.mark_first_step()
-    steps, calibration = calibrate_steps(config, warmup_times)
+    drain = drain_prefetch(step, config, warmup_times) if workload.dataset is not None else None
+    steps, calibration = calibrate_steps(config, drain.calibration_times if drain else warmup_times)
+    calibration += f"; {drain.words}" if drain else ""
     if (agreed := agree_on_steps(steps, device)) != steps:
         steps, calibration = agreed, f"{agreed} steps: the most any rank calibrated (this rank: {calibration})"
     if config.compile is not None and (why := compile_not_applied(_compiled_graphs(compile_counters))):

@@ -1,0 +1,105 @@
+"""Warm-up until the DataLoader's prefetch queue is in steady state, so the timed window does not open on it full.
+
+    drain = drain_prefetch(step, config, warmup_times)     # None without DataLoader workers
+    steps, calibration = calibrate_steps(config, drain.calibration_times if drain else warmup_times)
+
+Why: the workers start filling the queue (num_workers × prefetch_factor batches) while the model is built and
+warmed up. A data-bound loop then starts its window with up to that many batches ready: its first steps take
+no data time, and a window of a few queue depths overstated throughput by the share of free batches (a worker
+producing one batch per 40 ms read as ~3× faster over 6 steps). A compute-bound loop keeps its queue full, which
+is its steady state anyway. So after the normal warm-up, untimed steps run until `next()` blocks — the queue
+is empty and each batch now costs what the workers take to make it — or until `DRAIN_DEPTHS` queue depths have
+been consumed without a block (the loader outpaces the step: the queue stays full). What happened is recorded
+in the trial's calibration line. Blocking means a wait of at least `DRAIN_WAIT_S` or `DRAIN_WAIT_SHARE` of a
+warm-up step, whichever is larger: taking a ready batch from the queue (unpickling, shared-memory handles)
+costs well under that.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from perfscope.measure.clock import synchronize
+from perfscope.results.config import TrialConfig
+
+DRAIN_DEPTHS = 4
+DRAIN_WAIT_S = 1e-3
+DRAIN_WAIT_SHARE = 0.05
+
+
+class DataWaits:
+    """Times each `next(loader)` of a step (the data_begin/data_end pair TrainStep calls on a recorder)."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+        self._start = 0.0
+
+    def data_begin(self) -> None:
+        self._start = time.perf_counter()
+
+    def data_end(self) -> None:
+        self.waits.append(time.perf_counter() - self._start)
+
+
+@dataclass
+class PrefetchDrain:
+    depth: int
+    """Micro-batches the queue holds: num_workers × prefetch_factor."""
+    times: list[float] = field(default_factory=list)
+    """Wall time of each extra warm-up step."""
+    drained: bool = False
+
+    @property
+    def calibration_times(self) -> list[float]:
+        """Steady-state step times for the window's calibration (a first entry, dropped by it as the warm-up's)."""
+        return [self.times[0], *self.times]
+
+    @property
+    def words(self) -> str:
+        steps = f"{len(self.times)} extra warm-up step(s)"
+        if self.drained:
+            return f"{steps} until the DataLoader's prefetch queue ({self.depth} batches) drained: the window starts in steady state"
+        return (f"{steps}: the DataLoader's prefetch queue ({self.depth} batches) never ran dry over {DRAIN_DEPTHS} "
+                "queue depths (the loader outpaces the step; a full queue is its steady state)")
+
+
+def _any_rank(flag: bool, device: str) -> bool:
+    """True when any data-parallel rank says so: every rank must take the same number of steps (collectives)."""
+    from perfscope.trial.data_parallel import current_rank
+
+    if current_rank() is None:
+        return flag
+    import torch.distributed as dist
+
+    value = torch.tensor([int(flag)], dtype=torch.int64, device="cuda" if device == "cuda" else "cpu")
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
+def drain_prefetch(step: Callable[[Any], Any], config: TrialConfig, warmup_times: list[float]) -> PrefetchDrain | None:
+    """Untimed steps until the prefetch queue is in steady state (see the module docstring); None without workers
+    or when the user's batches() feeds the loop (no DataLoader perfscope controls)."""
+    if not config.num_workers:
+        return None
+    depth = config.num_workers * (config.prefetch_factor or 2)
+    typical = statistics.median(warmup_times[1:] or warmup_times) if warmup_times else 0.0
+    blocked_at = max(DRAIN_WAIT_S, DRAIN_WAIT_SHARE * typical)
+    drain = PrefetchDrain(depth=depth)
+    for _ in range(math.ceil(DRAIN_DEPTHS * depth / config.grad_accum_steps)):
+        waits = DataWaits()
+        synchronize(config.device)
+        start = time.perf_counter()
+        step(waits)
+        synchronize(config.device)
+        drain.times.append(time.perf_counter() - start)
+        if not _any_rank(max(waits.waits, default=0.0) < blocked_at, config.device):
+            drain.drained = True
+            break
+    return drain
