@@ -380,6 +380,11 @@ class Gain:
     mde: float | None = field(default=None, metadata=NON_NEGATIVE)
     """Minimum detectable effect: the smallest relative change (e.g. 0.08 = 8%) these runs detect reliably."""
     method: str = ""
+    rate: float | None = field(default=None, metadata=NON_NEGATIVE)
+    reference_rate: float | None = field(default=None, metadata=NON_NEGATIVE)
+    """samples/s of the candidate's runs and of the reference runs paired with them (geometric means), so that
+    ratio == rate / reference_rate: the figures a report shows next to the gain. None where the comparison did
+    not record them (report/reference.py then recomputes them from the runs)."""
 
     def __post_init__(self) -> None:
         if self.high is None:
