@@ -43,7 +43,8 @@ class Synthetic(torch.utils.data.Dataset):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--loop", choices=("compute", "data"), required=True)
-    parser.add_argument("--mode", choices=("plain", "hooks", "hooks-nosampler", "hooks-noflops", "hooks-bare"), required=True)
+    parser.add_argument("--mode", choices=("plain", "hooks", "hooks-nosampler", "hooks-noflops", "hooks-bare",
+                                                "import-only", "construct-only"), required=True)
     parser.add_argument("--skip", type=int, default=60)
     parser.add_argument("--steps", type=int, default=900)
     parser.add_argument("--no-save", action="store_true", help="hooks: skip prof.save() at the end")
@@ -65,7 +66,13 @@ def main() -> None:
         batches = (b for _, b in zip(range(total), loader))
 
     prof = None
-    if args.mode != "plain":
+    if args.mode == "import-only":  # experiments: which part of the hooks changes the allocator's state
+        from perfscope.hooks import Profiler  # noqa: F401
+    elif args.mode == "construct-only":
+        from perfscope.hooks import Profiler
+
+        unused = Profiler(model, opt)  # noqa: F841 - constructed, never stepped
+    elif args.mode != "plain":
         t0 = time.perf_counter()
         from perfscope.hooks import Profiler
 
