@@ -83,3 +83,14 @@ def test_the_probe_subtracts_its_own_time_on_its_cpus(monkeypatch: pytest.Monkey
     reading = probe.finish()
     assert reading.other_cpu_cores == pytest.approx(0.2) and reading.own_cpu_cores == pytest.approx(1.3)
     assert reading.contended
+
+
+def test_a_distributed_jobs_probe_reads_the_whole_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job's own time spans ranks on other CPUs: it is subtracted from the whole machine's busy time."""
+    seen = []
+    monkeypatch.setattr(contention, "_job_root", lambda: object())
+    monkeypatch.setattr(contention, "cpu_budget", lambda: TWO_CPUS)
+    monkeypatch.setattr(contention, "_cpu_busy", lambda cpus: seen.append(cpus) or (0.0, 0.0))
+    monkeypatch.setattr(contention, "own_cpu_seconds", lambda: 0.0)
+    ContentionProbe("cpu").finish()
+    assert seen == [None, None]

@@ -58,6 +58,8 @@ def _cpu_busy(cpus: frozenset[int] | None, stat: Path = PROC_STAT) -> tuple[floa
     busy = steal = 0.0
     found = False
     for line in lines:
+        if not line.strip():
+            continue
         name, *fields = line.split()
         if not name.startswith("cpu") or not name[3:].isdigit() or (cpus is not None and int(name[3:]) not in cpus):
             continue
@@ -151,13 +153,16 @@ class ContentionProbe:
         self.device_type = device_type
         self._nvml_handle = nvml_handle
         self._budget = cpu_budget()
+        # A distributed job's own time spans every rank, whose CPUs may differ (NUMA binding): the whole machine's
+        # busy time is then the one it can be subtracted from (a neighbour anywhere counts: conservative).
+        self._cpus = None if _job_root() is not None else self._budget.cpus
         self._wall0 = time.perf_counter()
-        self._busy0, self._steal0 = _cpu_busy(self._budget.cpus)
+        self._busy0, self._steal0 = _cpu_busy(self._cpus)
         self._own0 = own_cpu_seconds()
 
     def finish(self) -> Contention:
         wall = max(time.perf_counter() - self._wall0, 1e-9)
-        busy, steal = _cpu_busy(self._budget.cpus)
+        busy, steal = _cpu_busy(self._cpus)
         own = own_cpu_seconds() - self._own0
         other = max((busy - self._busy0) - own, 0.0) / wall
         return judge(Contention(other_cpu_cores=other, own_cpu_cores=own / wall, steal_cores=(steal - self._steal0) / wall,
