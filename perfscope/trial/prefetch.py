@@ -7,12 +7,15 @@ Why: the workers start filling the queue (num_workers × prefetch_factor batches
 warmed up. A data-bound loop then starts its window with up to that many batches ready: its first steps take
 no data time, and a window of a few queue depths overstated throughput by the share of free batches (a worker
 producing one batch per 40 ms read as ~3× faster over 6 steps). A compute-bound loop keeps its queue full, which
-is its steady state anyway. So after the normal warm-up, untimed steps run until `next()` blocks — the queue
-is empty and each batch now costs what the workers take to make it — or until `DRAIN_DEPTHS` queue depths have
-been consumed without a block (the loader outpaces the step: the queue stays full). What happened is recorded
-in the trial's calibration line. Blocking means a wait of at least `DRAIN_WAIT_S` or `DRAIN_WAIT_SHARE` of a
-warm-up step, whichever is larger: taking a ready batch from the queue (unpickling, shared-memory handles)
-costs well under that.
+is its steady state anyway. So after the normal warm-up, untimed steps first use up one queue depth (every
+batch made during the warm-up is gone), then go on until `next()` blocks — the queue is empty and each batch
+now costs what the workers take to make it — or until `DRAIN_DEPTHS` queue depths have been consumed (the loader
+keeps up: its queue stays full). What happened is recorded in the trial's calibration line.
+
+Blocking is judged against what a ready batch costs here, measured on that first queue depth (unpickling and
+shared-memory handles took 1-6 ms on the loaded 2-core machine, so no fixed threshold would do): a wait of at
+least `BLOCKED_OVER_READY` times its median, `DRAIN_WAIT_S`, and `DRAIN_WAIT_SHARE` of a warm-up step after the
+first (which pays one-time costs), whichever is largest.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from perfscope.results.config import TrialConfig
 DRAIN_DEPTHS = 4
 DRAIN_WAIT_S = 1e-3
 DRAIN_WAIT_SHARE = 0.05
+BLOCKED_OVER_READY = 3.0
 
 
 class DataWaits:
@@ -65,9 +69,10 @@ class PrefetchDrain:
     def words(self) -> str:
         steps = f"{len(self.times)} extra warm-up step(s)"
         if self.drained:
-            return f"{steps} until the DataLoader's prefetch queue ({self.depth} batches) drained: the window starts in steady state"
-        return (f"{steps}: the DataLoader's prefetch queue ({self.depth} batches) never ran dry over {DRAIN_DEPTHS} "
-                "queue depths (the loader outpaces the step; a full queue is its steady state)")
+            return (f"{steps}: the DataLoader's prefetch queue ({self.depth} batches) used up and drained "
+                    "(next() blocked): the window starts in steady state")
+        return (f"{steps}: the DataLoader's prefetch queue ({self.depth} batches) used up {DRAIN_DEPTHS} times without "
+                "next() blocking beyond a ready batch's cost (the loader keeps up; a full queue is its steady state)")
 
 
 def _any_rank(flag: bool, device: str) -> bool:
@@ -89,16 +94,22 @@ def drain_prefetch(step: Callable[[Any], Any], config: TrialConfig, warmup_times
     if not config.num_workers:
         return None
     depth = config.num_workers * (config.prefetch_factor or 2)
-    typical = statistics.median(warmup_times[1:] or warmup_times) if warmup_times else 0.0
-    blocked_at = max(DRAIN_WAIT_S, DRAIN_WAIT_SHARE * typical)
+    typical = statistics.median(warmup_times[1:]) if len(warmup_times) > 1 else 0.0
+    floor = max(DRAIN_WAIT_S, DRAIN_WAIT_SHARE * typical)
+    first_depth = math.ceil(depth / config.grad_accum_steps)
     drain = PrefetchDrain(depth=depth)
-    for _ in range(math.ceil(DRAIN_DEPTHS * depth / config.grad_accum_steps)):
+    ready: list[float] = []
+    for i in range(math.ceil(DRAIN_DEPTHS * depth / config.grad_accum_steps)):
         waits = DataWaits()
         synchronize(config.device)
         start = time.perf_counter()
         step(waits)
         synchronize(config.device)
         drain.times.append(time.perf_counter() - start)
+        if i < first_depth:  # the warm-up's backlog: what taking a ready batch costs
+            ready += waits.waits
+            continue
+        blocked_at = max(floor, BLOCKED_OVER_READY * statistics.median(ready)) if ready else floor
         if not _any_rank(max(waits.waits, default=0.0) < blocked_at, config.device):
             drain.drained = True
             break
