@@ -19,7 +19,6 @@ from urllib.parse import quote
 
 from perfscope.report import facts
 from perfscope.report.charts import Chart, baseline_breakdown_chart, build_charts, gain_chart
-from perfscope.report.reference import configuration_rate, gain_figures
 from perfscope.report.distributed import DistributedView, distributed_view
 from perfscope.report.format import (
     NA,
@@ -31,6 +30,7 @@ from perfscope.report.format import (
     fmt_ratio,
     fmt_seconds,
 )
+from perfscope.report.reference import configuration_rate, gain_figures
 from perfscope.report.story import (
     Story,
     alternative_line,
