@@ -3,9 +3,11 @@
     python benchmarks/overhead_loop.py --loop compute --mode plain      # perfscope is never imported
     python benchmarks/overhead_loop.py --loop compute --mode hooks      # perfscope.Profiler at its defaults
 
-The loop times itself, as its author would: the host clock around steps [--skip, --skip + --steps), which
-spans the profiler's warm-up, window start and FLOP-counting step being over (they are one-time costs,
-reported apart by the profiler itself). Loops:
+The loop times itself, as its author would: the host clock around steps [--skip, --skip + --steps), after
+the profiler's warm-up and FLOP-counting step; the parent (hook_overhead.py) times the whole process, which
+adds the import, the construction, those steps and `prof.save()` (hooks modes; --no-save skips it). Minor page
+faults per timed step show the allocator's state (memory handed back to the kernel and faulted in again) without
+depending on the machine's load. Loops:
 - compute: a 3-layer MLP, batch 64, one intra-op thread (about 4-5 ms a step on a server core);
 - data: the same model fed by a DataLoader with 2 workers whose samples cost CPU time to build.
 """
@@ -15,6 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import tempfile
 import time
 
 import torch
@@ -39,10 +43,21 @@ class Synthetic(torch.utils.data.Dataset):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--loop", choices=("compute", "data"), required=True)
-    parser.add_argument("--mode", choices=("plain", "hooks", "hooks-nosampler", "hooks-noflops"), required=True)
+    parser.add_argument("--mode", choices=("plain", "hooks", "hooks-nosampler", "hooks-noflops", "hooks-bare",
+                                                "import-only", "construct-only"), required=True)
     parser.add_argument("--skip", type=int, default=60)
     parser.add_argument("--steps", type=int, default=900)
+    parser.add_argument("--no-save", action="store_true", help="hooks: skip prof.save() at the end")
+    parser.add_argument("--trim-after", type=int, default=None, help="experiment: glibc malloc_trim(0) after this step")
+    parser.add_argument("--import-first", action="store_true",
+                        help="import perfscope before the model is built (at the top of the script, as users write it)")
     args = parser.parse_args()
+    phases: dict[str, float] = {}
+    if args.import_first and args.mode != "plain":
+        t0 = time.perf_counter()
+        import perfscope.hooks  # noqa: F401
+
+        phases["import_s"] = time.perf_counter() - t0
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -58,25 +73,48 @@ def main() -> None:
         batches = (b for _, b in zip(range(total), loader))
 
     prof = None
-    if args.mode != "plain":
+    if args.mode == "import-only":  # experiments: which part of the hooks changes the allocator's state
+        from perfscope.hooks import Profiler  # noqa: F401
+    elif args.mode == "construct-only":
         from perfscope.hooks import Profiler
 
-        prof = Profiler(model, opt, sample_utilization=args.mode == "hooks", count_flops=args.mode != "hooks-noflops")
+        unused = Profiler(model, opt)  # noqa: F841 - constructed, never stepped
+    elif args.mode != "plain":
+        t0 = time.perf_counter()
+        from perfscope.hooks import Profiler
+
+        t1 = time.perf_counter()
+        phases.setdefault("import_s", t1 - t0)
+        prof = Profiler(model, opt, sample_utilization=args.mode in ("hooks", "hooks-noflops"),
+                        count_flops=args.mode in ("hooks", "hooks-nosampler"))
         batches = prof.wrap(batches)
+        phases["construct_s"] = time.perf_counter() - t1
 
     start = cpu0 = thread0 = sys0 = 0.0
+    faults0 = 0
     for i, (x, y) in enumerate(batches):
         if i == args.skip:
             start, cpu0, thread0, sys0 = time.perf_counter(), time.process_time(), time.thread_time(), os.times().system
+            faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         F.cross_entropy(model(x), y).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         if prof is not None:
             prof.step()
+        if i == args.trim_after:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
     end, cpu1, thread1, sys1 = time.perf_counter(), time.process_time(), time.thread_time(), os.times().system
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
+    if prof is not None and not args.no_save:
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as out:
+            prof.save(out)
+        phases["save_s"] = time.perf_counter() - t0
     print(json.dumps({"loop": args.loop, "mode": args.mode, "steps": args.steps, "wall_s": end - start,
                       "steps_per_s": args.steps / (end - start), "process_cpu_s": cpu1 - cpu0, "main_thread_cpu_s": thread1 - thread0,
-                      "kernel_cpu_s": sys1 - sys0}))
+                      "kernel_cpu_s": sys1 - sys0, "minor_faults_per_step": faults / args.steps, **phases}))
 
 
 if __name__ == "__main__":

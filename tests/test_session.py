@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from perfscope.measure.contention import ContentionProbe, judge
+from perfscope.measure.cores import CpuBudget
 from perfscope.results import (
     Contention,
     Environment,
@@ -83,12 +84,12 @@ def test_persistent_contention_excludes_every_run_and_warns(tmp_path: Path) -> N
     assert "not used as evidence" in warning
 
 
-def test_contention_needs_other_load_and_a_saturated_machine() -> None:
-    assert judge(Contention(other_cpu_cores=1.0, own_cpu_cores=1.0), cores=2).contended
-    assert not judge(Contention(other_cpu_cores=1.0, own_cpu_cores=1.0), cores=64).contended  # idle cores to spare
-    assert not judge(Contention(other_cpu_cores=0.1, own_cpu_cores=1.9), cores=2).contended  # background noise
-    assert "stole" in (judge(Contention(steal_cores=0.3), cores=8).reason or "")
-    assert judge(Contention(device_other_processes=["4242"]), cores=8).contended
+def test_contention_is_judged_against_the_cores_the_run_may_use() -> None:
+    two = CpuBudget(cpus=frozenset({0, 1}))
+    assert judge(Contention(other_cpu_cores=1.0, own_cpu_cores=1.0), two).contended
+    assert not judge(Contention(other_cpu_cores=0.01, own_cpu_cores=1.9), two).contended  # background noise
+    assert "stole" in (judge(Contention(steal_cores=0.3), two).reason or "")
+    assert judge(Contention(device_other_processes=["4242"]), two).contended
 
 
 def test_the_probe_sees_a_busy_neighbour() -> None:

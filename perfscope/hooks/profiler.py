@@ -248,6 +248,7 @@ class Profiler:
         self._flop_armed = False
         self._flop_counter: Any = None
         self._flops: tuple[float, int | None, list[str]] | None = None  # (count, samples in that step, notes)
+        self._hardware_per_model = 1.0  # hardware / model FLOPs of the counted step
         self._flop_unavailable: str | None = None
         self._flop_restarts: list[str] = []  # why a FLOP count was discarded (a pause inside the counted step)
         self._fingerprint: Any = None  # the structural fingerprint, counted at the FLOP-counting step
@@ -832,7 +833,9 @@ class Profiler:
             if observer.forced_eager and observe.graphs_compiled():
                 notes.append(observe.EAGER_COUNT_NOTE)
                 method += "; " + observe.EAGER_COUNT_NOTE
-        self._flops = (counter.flop_counter.total, None, notes)
+        flops = counter.flop_counter
+        self._hardware_per_model = flops.total / flops.model_total if flops.model_total else 1.0
+        self._flops = (flops.model_total, None, notes)
         self._fingerprint = counter.fingerprint(method=method)
 
     # --- utilization
@@ -1105,7 +1108,7 @@ class Profiler:
             if counted_samples and samples_per_step and counted_samples != samples_per_step:
                 total = total * samples_per_step / counted_samples
                 metrics.flop_notes.append(f"the counted step had {counted_samples} samples: scaled to {samples_per_step} per step")
-            metrics.hardware_flops_per_step = total
+            metrics.hardware_flops_per_step = total * self._hardware_per_model  # attention's recompute kept in HFU
             metrics.flops_per_step = total
             if self._flop_restarts:
                 metrics.flop_notes.append("counted again on a later step, the count of " + ", ".join(self._flop_restarts)

@@ -13,33 +13,72 @@ children — DataLoader workers included, alive or already reaped; in a distribu
 agent and sibling ranks included, named by `JOB_ROOT_ENV`) and, on a GPU, the other processes NVML sees on the
 device. Contended windows are re-measured by the sweep and named in the report and the gate.
 
-A window is contended when other processes used at least `MIN_OTHER_CORES` cores on average *and* the
-machine was close to saturated (this process plus the others ≥ `SATURATION` of the logical cores): on a
-64-core host a neighbour on three idle cores does not slow a loop that uses two. Hypervisor steal of at
-least `MIN_STEAL_CORES` and any other compute process on the device are contention on their own.
+The verdict is judged against the CPUs this run may use (`measure/cores.py`: the affinity mask, capped by the
+cgroup quota), reading busy time of those CPUs only (`/proc/stat` per CPU): a neighbour pinned elsewhere, or on
+CPUs a quota forbids the run anyway (`CpuBudget.spare`), takes nothing from it. It does not depend on the run's
+own load: a 1-thread baseline and a 2-thread candidate under the same neighbour get the same verdict, so a
+comparison never keeps one side's runs and drops the other's for the same disturbance.
+
+Threshold, and why it is small: other processes using at least `MIN_OTHER_CORES` (0.05) cores beyond the spare
+ones. With one OpenMP thread per core, a neighbour that takes a core for a few milliseconds stalls every parallel
+region at its barrier (this project's notes: a tiny GPT-2 step went from 12 ms to a second on the shared 2-core
+machine, tests/integrations/conftest.py, docs/hooks.md), so the old 0.25-core floor let exactly the neighbours
+that hurt most through. 0.05 cores is above an idle machine's kernel threads and monitors; the kernel counts
+busy time in clock ticks, so a short window's threshold is raised to its tick resolution (`resolution_cores`)
+so that rounding alone never makes a window contended. Hypervisor steal of at least `MIN_STEAL_CORES` and any
+other compute process on the device are contention on their own.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import psutil
 
+from perfscope.measure.cores import CpuBudget, cpu_budget
 from perfscope.results.model import Contention
 
-MIN_OTHER_CORES = 0.25
-SATURATION = 0.8
+MIN_OTHER_CORES = 0.05
 MIN_STEAL_CORES = 0.1
+PROC_STAT = Path("/proc/stat")
+_TICK_S = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
 JOB_ROOT_ENV = "PERFSCOPE_JOB_ROOT_PID"
 """Set by a distributed trial's ranks to their torchrun agent's pid: the job's other ranks are not neighbours."""
 
 
-def _system_busy() -> tuple[float, float]:
-    """(busy CPU seconds of the whole machine, steal seconds) since boot."""
+def _cpu_busy(cpus: frozenset[int] | None, stat: Path = PROC_STAT) -> tuple[float, float]:
+    """(busy CPU seconds, steal seconds) since boot of ``cpus`` (all CPUs when None), from /proc/stat's per-CPU
+    lines; the whole machine from psutil where /proc/stat cannot be read (not Linux)."""
+    try:
+        lines = stat.read_text().splitlines()
+    except OSError:
+        lines = []
+    busy = steal = 0.0
+    found = False
+    for line in lines:
+        if not line.strip():
+            continue
+        name, *fields = line.split()
+        if not name.startswith("cpu") or not name[3:].isdigit() or (cpus is not None and int(name[3:]) not in cpus):
+            continue
+        v = [float(f) for f in fields] + [0.0] * 8
+        # user nice system idle iowait irq softirq steal (guest time is already inside user/nice)
+        busy += (v[0] + v[1] + v[2] + v[5] + v[6]) * _TICK_S
+        steal += v[7] * _TICK_S
+        found = True
+    if found:
+        return busy, steal
     t = psutil.cpu_times()
     busy = t.user + t.system + getattr(t, "nice", 0.0) + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
     return busy, getattr(t, "steal", 0.0)
+
+
+def resolution_cores(budget: CpuBudget, wall_s: float) -> float:
+    """The smallest average load a window of ``wall_s`` can tell from zero: busy time is counted in clock ticks,
+    each CPU's counter and this process's own time rounding by up to a tick."""
+    return (budget.schedulable + 1) * _TICK_S / max(wall_s, 1e-9)
 
 
 def _job_root() -> psutil.Process | None:
@@ -89,12 +128,17 @@ def _tree_cpu_seconds(root: psutil.Process) -> float:
     return total
 
 
-def judge(reading: Contention, *, cores: int) -> Contention:
-    """Fill ``contended`` and ``reason`` from the averages (see the module docstring for the thresholds)."""
-    other, own, steal = reading.other_cpu_cores or 0.0, reading.own_cpu_cores or 0.0, reading.steal_cores or 0.0
+def judge(reading: Contention, budget: CpuBudget, *, wall_s: float | None = None) -> Contention:
+    """Fill ``contended`` and ``reason`` (see the module docstring): the same neighbour gives the same verdict
+    whatever the run's own load."""
+    other, steal = reading.other_cpu_cores or 0.0, reading.steal_cores or 0.0
+    floor = max(MIN_OTHER_CORES, resolution_cores(budget, wall_s) if wall_s is not None else 0.0)
+    reading.usable_cores = budget.usable
+    reading.min_other_cores = budget.spare + floor
     reasons = []
-    if other >= MIN_OTHER_CORES and own + other >= SATURATION * cores:
-        reasons.append(f"other processes used {other:.2f} of {cores} CPU cores")
+    if other >= reading.min_other_cores:
+        spare = f" ({budget.spare:g} of them beyond its quota)" if budget.spare else ""
+        reasons.append(f"other processes used {other:.2f} cores of the {budget.schedulable} CPUs this run may use{spare}")
     if steal >= MIN_STEAL_CORES:
         reasons.append(f"the hypervisor stole {steal:.2f} cores")
     if reading.device_other_processes:
@@ -108,18 +152,21 @@ class ContentionProbe:
     def __init__(self, device_type: str = "cpu", *, nvml_handle: object | None = None) -> None:
         self.device_type = device_type
         self._nvml_handle = nvml_handle
-        self._cores = psutil.cpu_count(logical=True) or 1
+        self._budget = cpu_budget()
+        # A distributed job's own time spans every rank, whose CPUs may differ (NUMA binding): the whole machine's
+        # busy time is then the one it can be subtracted from (a neighbour anywhere counts: conservative).
+        self._cpus = None if _job_root() is not None else self._budget.cpus
         self._wall0 = time.perf_counter()
-        self._busy0, self._steal0 = _system_busy()
+        self._busy0, self._steal0 = _cpu_busy(self._cpus)
         self._own0 = own_cpu_seconds()
 
     def finish(self) -> Contention:
         wall = max(time.perf_counter() - self._wall0, 1e-9)
-        busy, steal = _system_busy()
+        busy, steal = _cpu_busy(self._cpus)
         own = own_cpu_seconds() - self._own0
         other = max((busy - self._busy0) - own, 0.0) / wall
         return judge(Contention(other_cpu_cores=other, own_cpu_cores=own / wall, steal_cores=(steal - self._steal0) / wall,
-                                device_other_processes=self._device_others()), cores=self._cores)
+                                device_other_processes=self._device_others()), self._budget, wall_s=wall)
 
     def _device_others(self) -> list[str]:
         if self._nvml_handle is None:

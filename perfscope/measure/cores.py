@@ -11,6 +11,7 @@ not by the host's size.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -52,6 +53,45 @@ def usable_cores() -> tuple[float | None, str]:
     else:
         how.append("no cgroup quota")
     return (min(limits) if limits else None), "; ".join(how)
+
+
+@dataclass(frozen=True)
+class CpuBudget:
+    """The CPUs this process may be scheduled on and the cgroup quota over them: what a neighbour competes for.
+
+    Counted in logical CPUs (what the kernel's busy-time accounting counts), not physical cores: a neighbour on a
+    hyperthread sibling slows the run as well, so it is not treated as spare capacity.
+    """
+
+    cpus: frozenset[int] | None
+    """The affinity mask's CPU ids; None where it cannot be read (every CPU of the machine then)."""
+    quota_cores: float | None = None
+    logical_cpus: int = 1
+    """The machine's logical CPUs (used when the affinity mask is unknown)."""
+
+    @property
+    def schedulable(self) -> int:
+        """CPUs the run's threads may land on."""
+        return len(self.cpus) if self.cpus is not None else self.logical_cpus
+
+    @property
+    def usable(self) -> float:
+        """Cores' worth of CPU time the run may use: the affinity CPUs, capped by the quota."""
+        return min(float(self.schedulable), self.quota_cores) if self.quota_cores is not None else float(self.schedulable)
+
+    @property
+    def spare(self) -> float:
+        """CPU time on the run's CPUs that its quota forbids it anyway: a neighbour may use this much for free."""
+        return max(self.schedulable - self.usable, 0.0)
+
+
+def cpu_budget(cgroup_root: Path = Path("/sys/fs/cgroup")) -> CpuBudget:
+    """This process's affinity CPUs and cgroup quota (see `CpuBudget`)."""
+    try:
+        cpus: frozenset[int] | None = frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = None
+    return CpuBudget(cpus=cpus, quota_cores=cgroup_quota_cores(cgroup_root), logical_cpus=psutil.cpu_count(logical=True) or 1)
 
 
 def numa_node_count(root: Path = Path("/sys/devices/system/node")) -> int | None:

@@ -8,8 +8,9 @@
 Conventions (recorded in every trial as `flop_convention`): 1 MAC = 2 FLOP; a matmul (m×k)(k×n) is
 2·m·n·k; training ≈ forward + 2× forward for the backward; *model* FLOPs exclude activation-checkpoint
 recompute (that is HFU). The counter sees matmuls, convolutions and attention only — elementwise ops,
-norms, softmax and the optimizer are not counted; attention backward is counted with its QKᵀ recompute
-and without causal halving. Known gaps are filled or flagged in `notes`:
+norms, softmax and the optimizer are not counted; attention is counted without causal halving, and the
+QKᵀ recompute of fused attention backward is hardware FLOPs only (`attention_recompute.py`: PaLM's model
+FLOPs have none). Known gaps are filled or flagged in `notes`:
 - CPU SDPA (`_scaled_dot_product_flash_attention_for_cpu`) has no formula in torch: we register one
   with torch's own SDPA formulas, so CPU and CUDA count attention alike.
 - Compiled graphs are opaque to the counter: perfscope always counts on the eager module.
@@ -33,10 +34,12 @@ from torch import nn
 from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
+from perfscope.measure.attention_recompute import RecomputeTally
+
 FLOP_CONVENTION = (
-    "torch.utils.flop_counter (matmul, conv, attention; 1 MAC = 2 FLOP; backward counted, "
-    "attention backward includes its QK^T recompute, no causal halving; elementwise/norm/optimizer "
-    "FLOPs not counted); model FLOPs exclude activation-checkpoint recompute (HFU includes it)"
+    "torch.utils.flop_counter (matmul, conv, attention; 1 MAC = 2 FLOP; backward counted, no causal halving; "
+    "elementwise/norm/optimizer FLOPs not counted); model FLOPs exclude activation-checkpoint recompute and "
+    "fused attention backward's QK^T recompute (PaLM), HFU includes both"
 )
 
 
@@ -73,13 +76,25 @@ class StepFlopCounter:
 
     def __init__(self) -> None:
         mapping, self._fill_notes = _gap_fillers()
-        self._mode = FlopCounterMode(display=False, custom_mapping=mapping)
+        self._recompute = RecomputeTally()
+        self._mode = FlopCounterMode(display=False, custom_mapping={**mapping, **self._recompute.wrap(mapping)})
         self.forward: float = 0.0
         self.total: float = 0.0
+        """Every FLOP the step ran (hardware FLOPs: attention backward's recompute included)."""
         self._used_fillers: set[str] = set()
 
     def running_total(self) -> float:
         return float(self._mode.get_total_flops())
+
+    @property
+    def attention_recompute(self) -> float:
+        """FLOPs of fused attention backward's QKᵀ recompute in this count (attention_recompute.py)."""
+        return self._recompute.flops
+
+    @property
+    def model_total(self) -> float:
+        """Model FLOPs (PaLM): ``total`` without attention backward's recompute."""
+        return self.total - self._recompute.flops
 
     def mark_forward(self) -> None:
         self.forward = self.running_total()
@@ -97,6 +112,9 @@ class StepFlopCounter:
     @property
     def notes(self) -> list[str]:
         notes = list(dict.fromkeys(self._fill_notes[op] for op in sorted(self._used_fillers)))
+        if self._recompute.flops:
+            notes.append(f"attention backward's QKᵀ recompute ({self._recompute.flops / self.total:.1%} of the FLOPs "
+                         "counted) is hardware FLOPs only: excluded from model FLOPs (MFU), kept in HFU")
         if self.total == 0:
             notes.append("the FLOP counter saw no matmul/conv/attention: MFU is not meaningful for this model")
         return notes

@@ -30,6 +30,7 @@ from perfscope.report.format import (
     fmt_ratio,
     fmt_seconds,
 )
+from perfscope.report.reference import configuration_rate, gain_figures
 from perfscope.report.story import (
     Story,
     alternative_line,
@@ -298,12 +299,13 @@ def _reason(trial: Trial, metric: str) -> str:
     return (m.unavailable.get(metric, "") if m else "") or "not measured"
 
 
-def _step_cell(trial: Trial) -> Cell:
+def _step_cell(trial: Trial, scale: float = 1.0) -> Cell:
+    """Wall time per step; ``scale`` (a rate over this run's) turns it into the step time at that rate."""
     m = trial.metrics
     assert m is not None
     s = m.typical_step
     note = f"typical step {fmt_seconds(s.median)} (p10–p90 {fmt_seconds(s.p10)} – {fmt_seconds(s.p90)})" if s else ""
-    return Cell(text=fmt_seconds(m.mean_step_time_s), note=note)
+    return Cell(text=fmt_seconds(m.mean_step_time_s / scale), note=note)
 
 
 def _knob_list(knobs: list[str]) -> str:
@@ -359,24 +361,32 @@ def _headline(results: Results, base: Trial | None, rec: Trial | None) -> Headli
     bm = base.metrics
     rm = trials[-1].metrics
     assert bm is not None and rm is not None
+    gain = results.sweep.recommended_gain if results.sweep else None
+    # The figures the gain was computed from (report/reference.py): each run's rate-based figures are scaled to them.
+    figures = gain_figures(results, gain, candidate=trials[-1].configuration) if both and gain else None
+    rates = [figures.reference_rate, figures.rate] if figures else [t.metrics.samples_per_s for t in trials]  # type: ignore[union-attr]
+    scales = [r / t.metrics.samples_per_s if r and t.metrics.samples_per_s else 1.0 for r, t in zip(rates, trials)]  # type: ignore[union-attr]
+    rate_note = figures.words if figures is not None else ""
+    if not both and (kept := configuration_rate(results, base.configuration)) is not None and kept[1] > 1:
+        rates, scales = [kept[0]], [kept[0] / bm.samples_per_s if bm.samples_per_s else 1.0]
+        rate_note = f"geometric mean of its {kept[1]} runs"
 
     rows: list[HeadlineRow] = []
 
-    def mfu_cell(t: Trial) -> Cell:
+    def mfu_cell(t: Trial, scale: float) -> Cell:
         m = t.metrics
         if m is None or m.mfu is None:
             return Cell(text=NA, note=_reason(t, "mfu"))
-        note = f"{fmt_rate(m.achieved_tflops, 'TFLOP/s')} achieved" if m.achieved_tflops is not None else ""
-        return Cell(text=fmt_percent(m.mfu), note=note)
+        note = f"{fmt_rate(m.achieved_tflops * scale, 'TFLOP/s')} achieved" if m.achieved_tflops is not None else ""
+        return Cell(text=fmt_percent(m.mfu * scale), note=note)
 
-    mfu_row = HeadlineRow(label="MFU", values=[mfu_cell(t) for t in trials])
+    mfu_row = HeadlineRow(label="MFU", values=[mfu_cell(t, k) for t, k in zip(trials, scales)])
     if both and bm.mfu is not None and rm.mfu is not None:
-        delta = (rm.mfu - bm.mfu) * 100
+        delta = (rm.mfu * scales[1] - bm.mfu * scales[0]) * 100
         mfu_row.change, mfu_row.better = f"{delta:+.1f} pts", delta > 0 if delta else None
     rows.append(mfu_row)
 
-    step_row = HeadlineRow(label="Step time (wall / steps)", values=[_step_cell(t) for t in trials])
-    gain = results.sweep.recommended_gain if results.sweep else None
+    step_row = HeadlineRow(label="Step time (wall / steps)", values=[_step_cell(t, k) for t, k in zip(trials, scales)])
     if both:
         ratio = gain.ratio if gain else bm.mean_step_time_s / rm.mean_step_time_s
         step_row.change, step_row.better = gain_text(ratio), ratio > 1
@@ -384,9 +394,11 @@ def _headline(results: Results, base: Trial | None, rec: Trial | None) -> Headli
             step_row.better = None
     rows.append(step_row)
 
-    rows.append(_rate_row("Throughput", "samples/s", [t.metrics.samples_per_s for t in trials], both, gain))  # type: ignore[union-attr]
+    rows.append(_rate_row("Throughput", "samples/s", rates, both, gain))
+    rows[-1].values[0].note = rate_note  # where the figure comes from: the runs the gain was measured against
     if any(t.metrics.tokens_per_s is not None for t in trials):  # type: ignore[union-attr]
-        rows.append(_rate_row("Tokens", "tokens/s", [t.metrics.tokens_per_s for t in trials], both, gain))  # type: ignore[union-attr]
+        tokens = [t.metrics.tokens_per_s * k if t.metrics.tokens_per_s is not None else None for t, k in zip(trials, scales)]  # type: ignore[union-attr]
+        rows.append(_rate_row("Tokens", "tokens/s", tokens, both, gain))
 
     def mem_cell(t: Trial) -> Cell:
         m = t.metrics

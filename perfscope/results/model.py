@@ -172,8 +172,13 @@ class Contention:
     """What the rest of the machine did while a window was measured (perfscope.measure.contention)."""
 
     other_cpu_cores: float | None = field(default=None, metadata=NON_NEGATIVE)
-    """Average CPU cores used by processes other than the trial and its children (DataLoader workers)."""
+    """Average CPU cores used by processes other than the trial and its children (DataLoader workers), on the
+    CPUs the trial may run on."""
     own_cpu_cores: float | None = None
+    usable_cores: float | None = field(default=None, metadata=NON_NEGATIVE)
+    """Cores the trial may use (affinity CPUs capped by the cgroup quota): what the neighbour was judged against."""
+    min_other_cores: float | None = field(default=None, metadata=NON_NEGATIVE)
+    """The neighbour load from which the window counted as contended (threshold + CPUs beyond the quota)."""
     steal_cores: float | None = None
     """Average cores the hypervisor took away (virtual machines)."""
     device_other_processes: list[str] = field(default_factory=list)
@@ -375,6 +380,11 @@ class Gain:
     mde: float | None = field(default=None, metadata=NON_NEGATIVE)
     """Minimum detectable effect: the smallest relative change (e.g. 0.08 = 8%) these runs detect reliably."""
     method: str = ""
+    rate: float | None = field(default=None, metadata=NON_NEGATIVE)
+    reference_rate: float | None = field(default=None, metadata=NON_NEGATIVE)
+    """samples/s of the candidate's runs and of the reference runs paired with them (geometric means), so that
+    ratio == rate / reference_rate: the figures a report shows next to the gain. None where the comparison did
+    not record them (report/reference.py then recomputes them from the runs)."""
 
     def __post_init__(self) -> None:
         if self.high is None:

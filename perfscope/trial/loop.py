@@ -8,7 +8,8 @@ Order of work, and why:
 1. Build everything from the same seed, so every trial starts from the same weights and batches.
 2. Warm-up steps (untimed, each synchronized): allocator growth, cuDNN autotuning, torch.compile (≥ 1
    step) and CUDA-graph recording (≥ 3). The first step's time is the compile time; the others calibrate
-   how many steps make a window of at least `min_window_s` (pyperf-style).
+   how many steps make a window of at least `min_window_s` (pyperf-style). With DataLoader workers, more
+   steps until the prefetch queue is in steady state (trial/prefetch.py).
 3. One timed window (perfscope.measure.window): step boundaries and data waits as clock marks — CUDA
    events, no per-step synchronization —, other processes' load recorded, NVML/psutil sampled in a
    thread, losses kept on the device and read after. Recompilations inside the window are counted.
@@ -51,6 +52,7 @@ from perfscope.measure.structure import (
     fill_kernel_launches,
 )
 from perfscope.measure.tf32 import apply_matmul_tf32
+from perfscope.measure.tokens import TokenTally, per_token_scale
 from perfscope.measure.tf32 import matmul_tf32 as matmul_tf32_state
 from perfscope.measure.utilization import UtilizationSampler
 from perfscope.measure.window import WindowRecorder
@@ -66,6 +68,7 @@ from perfscope.trial.checkpointing import (
 from perfscope.trial.data import endless_batches, to_device
 from perfscope.trial.data_parallel import agree_on_steps, gradient_sync, local_optimizer, shard_optimizer, wrap_model
 from perfscope.trial.optimizers import build_optimizer, optimizer_name
+from perfscope.trial.prefetch import drain_prefetch
 from perfscope.workload import Workload
 
 _AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -99,6 +102,7 @@ class TrainStep:
         self.non_blocking = config.pin_memory and self.device == "cuda"
         self.steps_done = 0
         """Optimizer steps taken so far: the training-step number a trace labels its steps by."""
+        self.window_tokens: TokenTally | None = None  # set during the timed window: each micro-batch's tokens
 
     def autocast(self) -> AbstractContextManager[Any]:
         if self.config.precision == "fp32":
@@ -113,6 +117,8 @@ class TrainStep:
             batch = next(self.batches)
             if recorder is not None:
                 recorder.data_end()
+        if self.window_tokens is not None:
+            self.window_tokens.add(batch)
         with torch.profiler.record_function("perfscope::h2d"):
             return to_device(batch, self.device, non_blocking=self.non_blocking, channels_last=self.config.channels_last)
 
@@ -155,14 +161,15 @@ class TrainStep:
         self.steps_done += 1
         return total / accum, norm
 
-    def count_flops(self) -> tuple[float, float, list[str]]:
+    def count_flops(self, tokens: TokenTally | None = None) -> tuple[float, float, list[str]]:
         """(model FLOPs, hardware FLOPs, notes) per optimizer step, on the eager model: one micro-batch × accum.
 
         Counted on fake tensors (no device memory, no compute), so the count cannot OOM where the trial fit: the
         checkpointing pair runs twice the micro-batch that fit without checkpointing. With checkpointing the step
         is counted twice: blocks plain (model FLOPs, MFU) and checkpointed as it runs (hardware FLOPs with the
         recompute that really happened, HFU). Where fake tensors fail, one real step at a small micro-batch,
-        scaled linearly: matmul, conv and attention FLOPs are proportional to the batch.
+        scaled linearly: matmul, conv and attention FLOPs are proportional to the batch. When the window's ``tokens``
+        varied (dynamic padding), FLOPs per token × the window's mean tokens per micro-batch (measure/tokens.py).
         """
         micro, accum = self.config.micro_batch_size, self.config.grad_accum_steps
 
@@ -183,7 +190,7 @@ class TrainStep:
             def on_device(batch: Any) -> Any:
                 return batch
 
-        fake_batch = next(self.batches)
+        fake_batch = counted_batch = next(self.batches)
         try:
             counter = count_step_on_fake_tensors(model, fake_batch, self.micro_loss, around=plain, prepare=on_device)
             as_run = (count_step_on_fake_tensors(model, fake_batch, self.micro_loss, prepare=on_device)
@@ -194,7 +201,7 @@ class TrainStep:
             small = min(micro, FALLBACK_COUNT_MICRO_BATCH)
             loader_config = self.config.replace(micro_batch_size=small, num_workers=0, persistent_workers=False,
                                                 prefetch_factor=None, pin_memory=False)
-            batch = on_device(next(endless_batches(self.workload, loader_config)))
+            batch = counted_batch = on_device(next(endless_batches(self.workload, loader_config)))
             counter = count_step(model, batch, self.micro_loss, around=plain)
             as_run = count_step(model, batch, self.micro_loss) if self.checkpointed else counter
             self.optimizer.zero_grad(set_to_none=True)
@@ -203,7 +210,9 @@ class TrainStep:
             why = f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
             method = (f"fake-tensor FLOP counting failed ({why}): counted one real micro-step at micro-batch {small} "
                       f"and scaled ×{scale:g} to micro-batch {micro} (matmul/conv/attention FLOPs are linear in the batch)")
-        model_flops = counter.total * scale * accum
+        if (per_token := per_token_scale(counted_batch, tokens)) is not None:
+            scale, method = per_token.factor, f"{method}; {per_token.note}"
+        model_flops = counter.model_total * scale * accum
         hardware_flops = as_run.total * scale * accum
         notes = [method, *counter.notes]
         if self.checkpointed:
@@ -313,7 +322,9 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
         if i == 0:
             first_grad_norm = norm
             compile_counters.mark_first_step()
-    steps, calibration = calibrate_steps(config, warmup_times)
+    drain = drain_prefetch(step, config, warmup_times) if workload.dataset is not None else None
+    steps, calibration = calibrate_steps(config, drain.calibration_times if drain else warmup_times)
+    calibration += f"; {drain.words}" if drain else ""
     if (agreed := agree_on_steps(steps, device)) != steps:
         steps, calibration = agreed, f"{agreed} steps: the most any rank calibrated (this rank: {calibration})"
     if config.compile is not None and (why := compile_not_applied(_compiled_graphs(compile_counters))):
@@ -328,6 +339,7 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     gc_pauses = GcPauses()
     with _gc_mode(config.gc_mode), sampler if sampler is not None else nullcontext(), gc_pauses:
         synchronize(device)  # the window starts from an idle device; no synchronization inside it
+        step.window_tokens = TokenTally()
         recorder.start()
         with window_syncs:
             for i in range(steps):
@@ -337,6 +349,7 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
                 losses.append(loss)
                 recorder.step_end(samples=config.samples_per_step, micro_steps=config.grad_accum_steps)
         window = recorder.finish()
+        tokens, step.window_tokens = step.window_tokens, None
         gc_enabled, gc_frozen = gc.isenabled(), gc.get_freeze_count()  # inside the GC mode: what the steps ran with
     frames_after = _compiled_frames()
     peak_allocated, peak_reserved = memory.device_peaks(device)
@@ -381,7 +394,7 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
 
     if config.count_flops:
         try:
-            metrics.flops_per_step, metrics.hardware_flops_per_step, metrics.flop_notes = step.count_flops()
+            metrics.flops_per_step, metrics.hardware_flops_per_step, metrics.flop_notes = step.count_flops(tokens)
         except Exception as exc:  # noqa: BLE001 - a FLOP-count failure (an OOM too) must not lose the timing
             unavailable["flops_per_step"] = f"FLOP counting failed: {type(exc).__name__}: {exc}"
     else:

@@ -1,0 +1,72 @@
+"""FLOPs per step when the sequence length varies from batch to batch (dynamic padding).
+
+    tally = TokenTally()                   # during the timed window: tally.add(batch) for every micro-batch
+    scaled = per_token_scale(counted_batch, tally)
+    if scaled: flops_per_micro_batch = counted_flops * scaled.factor   # FLOPs per token × the window's tokens
+
+Why: FLOPs are counted on one batch after the window. With a fixed shape that batch stands for every step; with
+dynamic padding (each batch padded to its own longest sequence) it may be a short or a long one, and MFU would
+carry its luck. So the count is taken per token and multiplied by the tokens the window really processed.
+Attention's T² term makes FLOPs per token grow with T: the per-token figure is exact for the matmuls of the
+weights (6·N per token) and approximate for attention, which the note says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+
+def batch_tokens(batch: Any) -> int | None:
+    """Token positions a batch makes the model compute: the elements of its first integer tensor of rank ≥ 2
+    (token ids, batch × padded length); None when it has none (images, features: no sequence to vary)."""
+    for leaf in tree_leaves(batch):
+        if isinstance(leaf, torch.Tensor) and leaf.dim() >= 2 and not leaf.is_floating_point() and not leaf.is_complex() \
+                and leaf.dtype != torch.bool:
+            return int(leaf.numel())
+    return None
+
+
+@dataclass
+class TokenTally:
+    """Token positions of each micro-batch of the timed window (None entries: a batch without token ids)."""
+
+    per_batch: list[int | None] = field(default_factory=list)
+
+    def add(self, batch: Any) -> None:
+        self.per_batch.append(batch_tokens(batch))
+
+    @property
+    def varies(self) -> bool:
+        known = [n for n in self.per_batch if n is not None]
+        return len(known) == len(self.per_batch) and len(set(known)) > 1
+
+    @property
+    def mean(self) -> float:
+        known = [n for n in self.per_batch if n is not None]
+        return sum(known) / len(known) if known else 0.0
+
+
+@dataclass(frozen=True)
+class TokenScale:
+    factor: float
+    """Multiplies the counted batch's FLOPs: the window's mean tokens per micro-batch / the counted batch's."""
+    note: str
+
+
+def per_token_scale(counted_batch: Any, tally: TokenTally | None) -> TokenScale | None:
+    """The counted batch's FLOPs → the window's mean micro-batch, when the window's token counts varied; None when
+    every batch had the same shape (the counted batch is then exact) or tokens cannot be told."""
+    counted = batch_tokens(counted_batch)
+    if tally is None or not tally.varies or not counted:
+        return None
+    known = [n for n in tally.per_batch if n is not None]
+    factor = tally.mean / counted
+    return TokenScale(factor=factor, note=(
+        f"sequence length varied in the window (dynamic padding: {min(known)}–{max(known)} token positions per "
+        f"micro-batch, mean {tally.mean:.1f}): FLOPs counted per token on a batch of {counted} and multiplied by the "
+        f"window's {sum(known)} tokens over {len(known)} micro-batches (exact for weight matmuls; attention's "
+        "T² term is approximated linearly)"))

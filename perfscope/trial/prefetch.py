@@ -1,0 +1,116 @@
+"""Warm-up until the DataLoader's prefetch queue is in steady state, so the timed window does not open on it full.
+
+    drain = drain_prefetch(step, config, warmup_times)     # None without DataLoader workers
+    steps, calibration = calibrate_steps(config, drain.calibration_times if drain else warmup_times)
+
+Why: the workers start filling the queue (num_workers × prefetch_factor batches) while the model is built and
+warmed up. A data-bound loop then starts its window with up to that many batches ready: its first steps take
+no data time, and a window of a few queue depths overstated throughput by the share of free batches (a worker
+producing one batch per 40 ms read as ~3× faster over 6 steps). A compute-bound loop keeps its queue full, which
+is its steady state anyway. So after the normal warm-up, untimed steps first use up one queue depth (every
+batch made during the warm-up is gone), then go on until `next()` blocks — the queue is empty and each batch
+now costs what the workers take to make it — or until `DRAIN_DEPTHS` queue depths have been consumed (the loader
+keeps up: its queue stays full). What happened is recorded in the trial's calibration line.
+
+Blocking is judged against what a ready batch costs here, measured on that first queue depth (unpickling and
+shared-memory handles took 1-6 ms on the loaded 2-core machine, so no fixed threshold would do): a wait of at
+least `BLOCKED_OVER_READY` times its median, `DRAIN_WAIT_S`, and `DRAIN_WAIT_SHARE` of a warm-up step after the
+first (which pays one-time costs), whichever is largest.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from perfscope.measure.clock import synchronize
+from perfscope.results.config import TrialConfig
+
+DRAIN_DEPTHS = 4
+DRAIN_WAIT_S = 1e-3
+DRAIN_WAIT_SHARE = 0.05
+BLOCKED_OVER_READY = 3.0
+
+
+class DataWaits:
+    """Times each `next(loader)` of a step (the data_begin/data_end pair TrainStep calls on a recorder)."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+        self._start = 0.0
+
+    def data_begin(self) -> None:
+        self._start = time.perf_counter()
+
+    def data_end(self) -> None:
+        self.waits.append(time.perf_counter() - self._start)
+
+
+@dataclass
+class PrefetchDrain:
+    depth: int
+    """Micro-batches the queue holds: num_workers × prefetch_factor."""
+    times: list[float] = field(default_factory=list)
+    """Wall time of each extra warm-up step."""
+    drained: bool = False
+
+    @property
+    def calibration_times(self) -> list[float]:
+        """Steady-state step times for the window's calibration (a first entry, dropped by it as the warm-up's)."""
+        return [self.times[0], *self.times]
+
+    @property
+    def words(self) -> str:
+        steps = f"{len(self.times)} extra warm-up step(s)"
+        if self.drained:
+            return (f"{steps}: the DataLoader's prefetch queue ({self.depth} batches) used up and drained "
+                    "(next() blocked): the window starts in steady state")
+        return (f"{steps}: the DataLoader's prefetch queue ({self.depth} batches) used up {DRAIN_DEPTHS} times without "
+                "next() blocking beyond a ready batch's cost (the loader keeps up; a full queue is its steady state)")
+
+
+def _any_rank(flag: bool, device: str) -> bool:
+    """True when any data-parallel rank says so: every rank must take the same number of steps (collectives)."""
+    from perfscope.trial.data_parallel import current_rank
+
+    if current_rank() is None:
+        return flag
+    import torch.distributed as dist
+
+    value = torch.tensor([int(flag)], dtype=torch.int64, device="cuda" if device == "cuda" else "cpu")
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
+def drain_prefetch(step: Callable[[Any], Any], config: TrialConfig, warmup_times: list[float]) -> PrefetchDrain | None:
+    """Untimed steps until the prefetch queue is in steady state (see the module docstring); None without workers
+    or when the user's batches() feeds the loop (no DataLoader perfscope controls)."""
+    if not config.num_workers:
+        return None
+    depth = config.num_workers * (config.prefetch_factor or 2)
+    typical = statistics.median(warmup_times[1:]) if len(warmup_times) > 1 else 0.0
+    floor = max(DRAIN_WAIT_S, DRAIN_WAIT_SHARE * typical)
+    first_depth = math.ceil(depth / config.grad_accum_steps)
+    drain = PrefetchDrain(depth=depth)
+    ready: list[float] = []
+    for i in range(math.ceil(DRAIN_DEPTHS * depth / config.grad_accum_steps)):
+        waits = DataWaits()
+        synchronize(config.device)
+        start = time.perf_counter()
+        step(waits)
+        synchronize(config.device)
+        drain.times.append(time.perf_counter() - start)
+        if i < first_depth:  # the warm-up's backlog: what taking a ready batch costs
+            ready += waits.waits
+            continue
+        blocked_at = max(floor, BLOCKED_OVER_READY * statistics.median(ready)) if ready else floor
+        if not _any_rank(max(waits.waits, default=0.0) < blocked_at, config.device):
+            drain.drained = True
+            break
+    return drain

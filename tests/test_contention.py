@@ -1,0 +1,96 @@
+"""Noisy-neighbour verdicts (perfscope.measure.contention) on fake CPU readings: judged against the CPUs the run
+may use, the same for any own load, small neighbours counted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perfscope.measure import contention
+from perfscope.measure.contention import MIN_OTHER_CORES, ContentionProbe, judge, resolution_cores
+from perfscope.measure.cores import CpuBudget
+from perfscope.results.model import Contention
+
+TWO_CPUS = CpuBudget(cpus=frozenset({0, 1}))
+
+
+@pytest.mark.parametrize("other", [0.0, 0.03, 0.1, 0.3, 1.2])
+def test_the_verdict_does_not_depend_on_the_runs_own_load(other: float) -> None:
+    """A 1-thread baseline and a 2-thread candidate under the same neighbour: the same verdict."""
+    one_thread = judge(Contention(other_cpu_cores=other, own_cpu_cores=1.0), TWO_CPUS, wall_s=2.0)
+    two_threads = judge(Contention(other_cpu_cores=other, own_cpu_cores=2.0), TWO_CPUS, wall_s=2.0)
+    assert one_thread.contended == two_threads.contended
+    assert one_thread.contended == (other >= MIN_OTHER_CORES)
+
+
+def test_a_small_neighbour_on_the_runs_cores_is_contention() -> None:
+    """0.1 cores was ignored below the old 0.25 floor; with OpenMP threads on every core it stalls each barrier."""
+    reading = judge(Contention(other_cpu_cores=0.1, own_cpu_cores=0.9), TWO_CPUS, wall_s=2.0)
+    assert reading.contended and "0.10 cores of the 2 CPUs" in (reading.reason or "")
+    assert reading.usable_cores == 2.0 and reading.min_other_cores == MIN_OTHER_CORES
+
+
+def test_cpus_beyond_the_quota_are_spare_for_neighbours() -> None:
+    """8 CPUs in the affinity mask but a 2-core quota: 6 cores' worth of neighbour takes nothing from the run."""
+    quota = CpuBudget(cpus=frozenset(range(8)), quota_cores=2.0)
+    assert quota.usable == 2.0 and quota.spare == 6.0
+    assert not judge(Contention(other_cpu_cores=5.9), quota, wall_s=2.0).contended
+    assert judge(Contention(other_cpu_cores=6.2), quota, wall_s=2.0).contended
+
+
+def test_a_short_windows_threshold_is_its_tick_resolution() -> None:
+    """Busy time is counted in ticks: on a 0.1 s window three ticks of rounding read as 0.3 cores."""
+    floor = resolution_cores(TWO_CPUS, 0.1)
+    assert floor == pytest.approx(3 * contention._TICK_S / 0.1)
+    assert not judge(Contention(other_cpu_cores=floor * 0.9), TWO_CPUS, wall_s=0.1).contended
+    assert judge(Contention(other_cpu_cores=floor * 1.1), TWO_CPUS, wall_s=0.1).contended
+
+
+def test_busy_time_is_read_for_the_runs_cpus_only(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    tick = contention._TICK_S
+    stat.write_text("cpu  900 0 90 0 0 0 0 0 0 0\n"
+                    "cpu0 100 0 10 500 0 0 0 2 0 0\n"
+                    "cpu1 200 5 20 500 0 1 1 3 0 0\n"
+                    "cpu2 600 0 60 0 0 0 0 0 0 0\n"
+                    "intr 1 2 3\n")
+    busy, steal = contention._cpu_busy(frozenset({0, 1}), stat)
+    assert busy == pytest.approx((110 + 227) * tick) and steal == pytest.approx(5 * tick)
+    busy_all, _ = contention._cpu_busy(None, stat)
+    assert busy_all == pytest.approx((110 + 227 + 660) * tick)
+
+
+class _FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_the_probe_subtracts_its_own_time_on_its_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """2 s window: the run's CPUs were busy 3.0 s, 2.6 s of it the run's own: the neighbour used 0.2 cores."""
+    clock = _FakeClock()
+    busy = iter([(10.0, 0.0), (13.0, 0.0)])
+    own = iter([1.0, 3.6])
+    monkeypatch.setattr(contention, "time", clock)
+    monkeypatch.setattr(contention, "cpu_budget", lambda: TWO_CPUS)
+    monkeypatch.setattr(contention, "_cpu_busy", lambda cpus: next(busy))
+    monkeypatch.setattr(contention, "own_cpu_seconds", lambda: next(own))
+    probe = ContentionProbe("cpu")
+    clock.now += 2.0
+    reading = probe.finish()
+    assert reading.other_cpu_cores == pytest.approx(0.2) and reading.own_cpu_cores == pytest.approx(1.3)
+    assert reading.contended
+
+
+def test_a_distributed_jobs_probe_reads_the_whole_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job's own time spans ranks on other CPUs: it is subtracted from the whole machine's busy time."""
+    seen = []
+    monkeypatch.setattr(contention, "_job_root", lambda: object())
+    monkeypatch.setattr(contention, "cpu_budget", lambda: TWO_CPUS)
+    monkeypatch.setattr(contention, "_cpu_busy", lambda cpus: seen.append(cpus) or (0.0, 0.0))
+    monkeypatch.setattr(contention, "own_cpu_seconds", lambda: 0.0)
+    ContentionProbe("cpu").finish()
+    assert seen == [None, None]
