@@ -71,7 +71,7 @@ class AnalyzeOptions:
     repeat: int = 1
     """Runs of the baseline (fresh processes) when there is no sweep: the CI gate's evidence."""
     budget_s: float | None = None
-    max_runs: int = 8
+    max_runs: int = 10
     only: list[str] = field(default_factory=list)
     skip: list[str] = field(default_factory=list)
     capture_trace: bool = True

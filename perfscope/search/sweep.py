@@ -69,10 +69,11 @@ class SweepOptions:
     """Capture a profiler trace for the recommended configuration (exploration runs never capture one)."""
     min_gain: float = 0.02
     """A speed-up below this (2%) is not worth a code change: no extra runs to resolve it, no stacking for it."""
-    max_runs: int = 8
-    """Runs of one candidate at most (each with its baseline neighbour). 8, not 4: on the CPU noise model a +10%
-    knob is found 89% [85, 92] of the time with 8, 46% [41, 50] with 4, for ~10% more runs in a sweep with no
-    effect (the futility stop ends hopeless candidates early); benchmarks/results/stat_simulation.txt."""
+    max_runs: int = 10
+    """Runs of one candidate at most (each with its baseline neighbour). 10, not 4: on the CPU noise model a +10%
+    knob is found 96% [94, 97] of the time with 10, 83% [80, 86] with 8 and under half with 4, for ~10% more
+    runs per 8 → 10 in a sweep with no effect (the futility stop ends hopeless candidates early);
+    benchmarks/results/stat_simulation.txt."""
     family_alpha: float = FAMILY_ALPHA
     """Family-wise error rate of the sweep's faster/slower verdicts (perfscope.search.family)."""
     order_seed: int | None = None
