@@ -250,11 +250,20 @@ class Sweeper:
             self.judge()
             open_ = [c for c in self.candidates if c.usable and len(self.runs(c.name)) < self.options.max_runs
                      and (could_still_win(c.gain, self.options.min_gain, self.options.max_runs) and not self.family.futile(c.name)
-                          or _probably_slower(c.gain))]
+                          or _probably_slower(c.gain) or self._increment_open(c))]
             if not open_ or not self.may_continue():
                 return
             best = max(open_, key=lambda c: c.gain.high if c.gain else 0.0)
             self.measure(best.name, best.config, best.knobs)
+
+    def _increment_open(self, cand: Candidate) -> bool:
+        """A knob measured on top of another is judged by what it adds (`outcome`): decidedly faster than the
+        baseline with both is not yet decidedly faster than the prerequisite alone, so its increment can still
+        want runs."""
+        if cand.requires is None or cand.gain is None or cand.requires.gain is None:
+            return False
+        increment = relative_gain(cand.gain, cand.requires.gain, reference=cand.requires.name)
+        return increment.verdict == "undecided" and could_still_win(increment, self.options.min_gain, self.options.max_runs)
 
     def micro_batch(self, overall_knob: Knob | None, preserving_knob: Knob | None) -> MicroBatchResult:
         """Search once; report the fastest point overall (``micro_batch``, flagged when it changes the global
