@@ -130,3 +130,13 @@ def mann_whitney_min_p(n_a: int, n_b: int) -> float:
     if n_a < 1 or n_b < 1:
         raise ValueError("both sample sizes must be >= 1")
     return mann_whitney_p([float(i) for i in range(n_a)], [float(n_a + i) for i in range(n_b)])
+
+
+def confidence_text(confidence: float) -> str:
+    """A confidence level as a reader can trust it: "99%", "99.8%", "99.995%" — never "100%", which the family's
+    small per-look error levels rounded to (an interval at 100% would claim certainty)."""
+    for digits in range(6):
+        shown = round(confidence * 100, digits)
+        if shown < 100 or confidence >= 1:
+            return f"{shown:.{digits}f}%"
+    return f"{confidence * 100:.6f}%"

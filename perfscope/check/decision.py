@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from perfscope.check.metrics import Metric, MetricUnavailable, Side
 from perfscope.check.sessions import session_spread
+from perfscope.stats import confidence_text
 
 Status = Literal["pass", "regression", "inconclusive"]
 CONFIDENCE = 0.95
@@ -168,7 +169,7 @@ class MetricCheck:
         beyond = sign * (q - self.limit) < 0
         significant = (hi < 1) if sign > 0 else (lo > 1)
         where = f"; {basis}" if basis else ""
-        change = (f"{q - 1:+.1%} ({self.confidence:.0%} interval {lo - 1:+.1%} .. {hi - 1:+.1%}; "
+        change = (f"{q - 1:+.1%} ({confidence_text(self.confidence)} interval {lo - 1:+.1%} .. {hi - 1:+.1%}; "
                   f"{n_cur} vs {n_base} runs{where})")
         tolerance = f"{self.max_drop:.1%} tolerance"
         noise = "the noise between sessions" if basis else "this machine's run-to-run noise"
@@ -186,7 +187,7 @@ class MetricCheck:
         return Verdict(status="pass", message=f"{title} {change}: within the {tolerance}", **common)
 
     def _step_test(self, current: Side, baseline: Side) -> float | None:
-        from perfscope.stats import mann_whitney_p
+        from perfscope.stats import mann_whitney_p, confidence_text
 
         try:
             a, b = self.metric.steps(current), self.metric.steps(baseline)

@@ -20,6 +20,7 @@ import math
 from perfscope.check.decision import Verdict
 from perfscope.check.metrics import SAMPLES_PER_S
 from perfscope.results import Gain
+from perfscope.stats import confidence_text
 
 
 def decide_paired(gain: Gain | None, *, max_drop: float, baseline: float | None = None,
@@ -42,7 +43,7 @@ def decide_paired(gain: Gain | None, *, max_drop: float, baseline: float | None 
         return Verdict(status="inconclusive", **common, message=(
             f"{title} {gain.ratio - 1:+.1%}: no interval from {gain.runs} candidate run(s); use more --rounds"))
     common |= dict(low=gain.low - 1, high=gain.high - 1, confidence=gain.confidence, mde=gain.mde)
-    change = (f"{gain.ratio - 1:+.1%} ({gain.confidence:.0%} interval {gain.low - 1:+.1%} .. {gain.high - 1:+.1%}; "
+    change = (f"{gain.ratio - 1:+.1%} ({confidence_text(gain.confidence)} interval {gain.low - 1:+.1%} .. {gain.high - 1:+.1%}; "
               f"{gain.runs} candidate runs interleaved with {gain.reference_runs} baseline runs)")
     if gain.ratio < limit and gain.high < 1:
         return Verdict(status="regression", message=f"{title} {change}: worse than the {tolerance}", **common)

@@ -18,6 +18,7 @@ from perfscope.report.format import fmt_interval, fmt_ratio
 from perfscope.results import Gain, KnobOutcome, Results, RunNoise
 from perfscope.results.config import TrialConfig
 from perfscope.results.roles import baseline_configuration
+from perfscope.stats import confidence_text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,7 +134,7 @@ def gain_words(gain: Gain) -> str:
 
 
 def interval_words(gain: Gain) -> str:
-    return f"{gain.confidence * 100:.0f} % CI {fmt_interval(gain.low, gain.high)}"
+    return f"{confidence_text(gain.confidence).replace('%', ' %')} CI {fmt_interval(gain.low, gain.high)}"  # the report's "99 %"
 
 
 def reference_words(gain: Gain) -> str:

@@ -7,6 +7,7 @@ from perfscope.results import DatasetProfile, Finding, KnobOutcome
 from perfscope.results.dataset_profile import PROFILE_AT_DATA_WAIT
 from perfscope.rules._text import ms, pct
 from perfscope.rules.engine import Rule, RuleContext
+from perfscope.stats import confidence_text
 
 MAX_WORKERS = 8
 """The estimate never assumes more workers than the sweep would try."""
@@ -202,7 +203,7 @@ class DataLoaderStall(Rule):
         diagnosis = Finding(
             rule_id=self.id, title="The step waits for data: the Dataset is too slow for this machine's cores",
             severity=finding.severity,
-            evidence=evidence + [f"DataLoader workers measured here: {g.ratio:.2f}× ({g.confidence:.0%} CI {g.low:.2f}–{g.high:.2f}), "
+            evidence=evidence + [f"DataLoader workers measured here: {g.ratio:.2f}× ({confidence_text(g.confidence)} CI {g.low:.2f}–{g.high:.2f}), "
                                  "not a speed-up; cut the Dataset's own cost (__getitem__, transforms, collate)"],
             fix=self.dataset_fix(profile),
             reference="https://pytorch.org/docs/stable/data.html#multi-process-data-loading",

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from perfscope.results import Finding
 from perfscope.rules.engine import Rule, RuleContext
+from perfscope.stats import confidence_text
 
 KNOB_ADDRESSES: dict[str, list[str]] = {
     "amp_bf16": ["gemm", "conv", "attention"], "amp_fp16": ["gemm", "conv", "attention"], "tf32": ["gemm"],
@@ -45,7 +46,7 @@ class MeasuredKnob(Rule):
             out.append(Finding(
                 rule_id=self.id, title=title,
                 severity="medium" if g.significant and g.ratio > 1.1 else "low" if g.significant and g.ratio > 1 else "info",
-                evidence=[f"measured {g.ratio:.3f}× per sample vs the baseline ({g.confidence:.0%} CI {g.low:.3f}–{g.high:.3f})"]
+                evidence=[f"measured {g.ratio:.3f}× per sample vs the baseline ({confidence_text(g.confidence)} CI {g.low:.3f}–{g.high:.3f})"]
                 + ([o.reason] if o.reason else []),
                 fix=o.code_change or "", gain=g, trial=o.trial, caveats=list(o.changes_semantics),
                 addresses=list(KNOB_ADDRESSES.get(o.knob, [])),

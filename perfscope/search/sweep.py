@@ -45,6 +45,7 @@ from perfscope.search.microbatch import MicroBatchResult, search_micro_batch
 from perfscope.search.numerics import compare_numerics
 from perfscope.search.stack_failures import record_stack_failure, stack_failure
 from perfscope.workload import Workload
+from perfscope.stats import confidence_text
 
 BASELINE = "baseline"
 
@@ -611,7 +612,7 @@ def describe_setting(changes: dict[str, Any]) -> str:
 
 def cannot_tell(gain: Gain) -> str:
     mde = f"; these {gain.runs} run(s) detect changes of about {gain.mde:.0%} or more" if gain.mde is not None else ""
-    return f"cannot tell at this machine's noise level ({gain.confidence:.0%} interval {gain.low:.2f}–{gain.high:.2f}{mde})"
+    return f"cannot tell at this machine's noise level ({confidence_text(gain.confidence)} interval {gain.low:.2f}–{gain.high:.2f}{mde})"
 
 
 def run_sweep(session: Any, workload: Workload, base_config: TrialConfig, options: SweepOptions) -> Sweep:
