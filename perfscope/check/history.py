@@ -21,7 +21,7 @@ from typing import Any
 
 from perfscope.errors import ResultsError
 from perfscope.results import Results
-from perfscope.results.io import read_json, write_json
+from perfscope.results.io import load_typed, write_json
 
 BASELINE_SCHEMA = 2
 """Schema of the baseline file; 1 is a plain results document (one session)."""
@@ -72,8 +72,4 @@ class BaselineHistory:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> BaselineHistory:
         """Read and type a baseline; any problem is a ResultsError (exit 2) naming the file."""
-        try:
-            return cls.from_dict(read_json(path))
-        except ResultsError as exc:
-            message = str(exc)
-            raise ResultsError(message if message.startswith(f"{path}: ") else f"{path}: {message}") from None
+        return load_typed(path, cls.from_dict)

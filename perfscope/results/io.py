@@ -226,6 +226,15 @@ def open_log(path: str | os.PathLike[str]) -> IO[bytes]:
     return open(path, "wb")  # noqa: SIM115 - the caller hands it to a child process and closes it
 
 
+def load_typed(path: str | os.PathLike[str], build: Callable[[Any], Any]) -> Any:
+    """``build(read_json(path))``; any ResultsError names the file once (results and baseline files alike)."""
+    try:
+        return build(read_json(path))
+    except ResultsError as exc:
+        message = str(exc)
+        raise ResultsError(message if message.startswith(f"{path}: ") else f"{path}: {message}") from None
+
+
 def read_json(path: str | os.PathLike[str], *, max_bytes: int = limits.MAX_FILE_BYTES) -> Any:
     """Parsed JSON, or ResultsError naming the file: size, encoding and nesting are checked before parsing,
     so a hostile file is refused in milliseconds instead of exhausting memory or the stack."""

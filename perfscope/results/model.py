@@ -39,7 +39,7 @@ from perfscope.results.constraints import (
 from perfscope.results.dataset_profile import DatasetProfile
 from perfscope.results.distributed import DistributedFacts
 from perfscope.results.fingerprint import Fingerprint
-from perfscope.results.io import read_json, write_json
+from perfscope.results.io import load_typed, write_json
 from perfscope.results.migrate import upgrade
 from perfscope.results.serde import from_jsonable, to_jsonable
 from perfscope.results.trace_facts import TraceFacts
@@ -560,8 +560,4 @@ class Results:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Results:
         """Read, check and type a results file; any problem with the file is a ResultsError (exit 2) naming it."""
-        try:
-            return cls.from_dict(read_json(path))
-        except ResultsError as exc:
-            message = str(exc)
-            raise ResultsError(message if message.startswith(f"{path}: ") else f"{path}: {message}") from None
+        return load_typed(path, cls.from_dict)
