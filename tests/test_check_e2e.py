@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from perfscope.cli import main
+from perfscope.check.history import BaselineHistory
 from perfscope.results import Results
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny_transformer.py"
@@ -68,9 +69,10 @@ def test_a_slowed_workload_is_caught_and_the_same_workload_is_not(workload, tmp_
     parts = [analyze(workload, tmp_path / "baseline1", "--repeat", "2", need=2), analyze(workload, tmp_path / "baseline2")]
     baseline = tmp_path / "perfscope-baseline.json"
     assert main(["baseline", "save", *map(str, parts), "--to", str(baseline)]) == 0
-    runs = Results.load(baseline).runs("baseline")
-    assert len(runs) >= 3, [t.name for t in Results.load(baseline).trials]  # both files' runs, merged
-    assert len({t.name for t in runs}) == len(runs)
+    sessions = BaselineHistory.load(baseline).sessions  # each analyze invocation is one stored session
+    assert len(sessions) == 2
+    runs = [run for session in sessions for run in session.runs("baseline")]
+    assert len(runs) >= 3, [[t.name for t in session.trials] for session in sessions]
 
     monkeypatch.setenv(SLOWDOWN_VAR, SLOWDOWN_S)
     slowed = analyze(workload, tmp_path / "slowed")  # one run: judged against the baseline's run-to-run noise
