@@ -171,12 +171,13 @@ def _device_spans(trace: Trace, w: Window) -> tuple[list[tuple[str, Event]], lis
 
 
 def communication_facts(trace_path: Path, *, rank: int, device_type: str, steps: int, world_size: int,
-                        payload_bytes: dict[str, int] | None = None) -> CommunicationFacts:
+                        payload_bytes: dict[str, int] | None = None, trace: Trace | None = None) -> CommunicationFacts:
     """Per traced step: collective, compute and exposed collective time, and each collective's bus bandwidth.
 
     ``payload_bytes``: bytes per step each op must move ({"all_reduce": gradient bytes} for DDP), used instead
-    of the sizes in the trace; ``steps`` only when the trace has no ProfilerStep#N spans."""
-    trace = read_trace(Path(trace_path))
+    of the sizes in the trace; ``steps`` only when the trace has no ProfilerStep#N spans; ``trace``: the file
+    already read."""
+    trace = trace if trace is not None else read_trace(Path(trace_path))
     w = window(trace, steps)
     notes = [] if trace.steps else [f"no ProfilerStep#N spans in the trace: its whole span was taken as {w.steps} steps"]
     on_device = device_type == "cuda" and any(w.contains(x.issued) for x in trace.device)

@@ -428,9 +428,10 @@ def gemm_shapes(trace: Trace, w: Window, *, on_device: bool) -> list[GemmShape]:
 # --------------------------------------------------------------------------------------------- entry
 
 
-def trace_facts(trace_path: Path, *, device_type: str, steps: int) -> TraceFacts:
-    """Every fact family of one trace; ``steps`` is used only when the trace has no ProfilerStep#N spans."""
-    trace = read_trace(Path(trace_path))
+def trace_facts(trace_path: Path, *, device_type: str, steps: int, trace: Trace | None = None) -> TraceFacts:
+    """Every fact family of one trace; ``steps`` is used only when the trace has no ProfilerStep#N spans.
+    ``trace``: the file already read (a large trace is parsed once, not once per analyzer)."""
+    trace = trace if trace is not None else read_trace(Path(trace_path))
     w = window(trace, steps)
     work = [x for x in trace.device if w.contains(x.issued)]
     on_device = device_type == "cuda" and bool(work)

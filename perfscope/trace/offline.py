@@ -89,11 +89,12 @@ def trace_results(path: Path, *, steps: int | None = None, command: list[str] | 
 
 def _analyse(r: RankTrace, *, device_type: str, steps: int, world_size: int) -> RankAnalysis:
     try:
-        facts = trace_facts(r.path, device_type=device_type, steps=steps)
+        facts = trace_facts(r.path, device_type=device_type, steps=steps, trace=r.trace)  # parsed once, by inputs.py
         comm = None
         own: list[float] = []
         if world_size > 1:
-            comm = communication_facts(r.path, rank=r.rank, device_type=device_type, steps=steps, world_size=world_size)
+            comm = communication_facts(r.path, rank=r.rank, device_type=device_type, steps=steps, world_size=world_size,
+                                       trace=r.trace)
             exposed = exposed_collective_by_step(r.trace, device_type=device_type)
             own = [max(0.0, step - wait) for step, wait in zip(r.step_times_s, exposed)]
     except ValueError as exc:  # the window the analyzers read has no duration, no events
