@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from perfscope.check.metrics import Metric, MetricUnavailable, Side
 from perfscope.check.sessions import session_spread
-from perfscope.stats import confidence_text
+from perfscope.stats import confidence_text, detectable_change, t_quantile
 
 Status = Literal["pass", "regression", "inconclusive"]
 CONFIDENCE = 0.95
@@ -66,12 +66,6 @@ class Verdict:
     sessions: int | None = None  # stored baseline sessions the interval rests on (None: one population)
     between_sd: float | None = None  # estimated sd of session offsets (log units)
     warnings: tuple[str, ...] = ()
-
-
-def _t(q: float, df: float) -> float:
-    from scipy.stats import t
-
-    return float(t.ppf(q, df))
 
 
 def _contention(side: Side, label: str) -> list[str]:
@@ -161,9 +155,9 @@ class MetricCheck:
         title = self.metric.title
         warnings = common["warnings"]
         n_base, n_cur = common["n_baseline"], common["n_current"]
-        half = _t(1 - (1 - self.confidence) / 2, df) * se
+        half = t_quantile(1 - (1 - self.confidence) / 2, df) * se
         q, lo, hi = math.exp(diff), math.exp(diff - half), math.exp(diff + half)
-        mde = math.exp((_t(1 - (1 - self.confidence) / 2, df) + _t(POWER, df)) * se) - 1
+        mde = detectable_change(se, df, self.confidence, POWER)
         common |= dict(change=q - 1, low=lo - 1, high=hi - 1, confidence=self.confidence, mde=mde)
         sign = 1 if self.metric.higher_is_better else -1
         beyond = sign * (q - self.limit) < 0
@@ -187,7 +181,7 @@ class MetricCheck:
         return Verdict(status="pass", message=f"{title} {change}: within the {tolerance}", **common)
 
     def _step_test(self, current: Side, baseline: Side) -> float | None:
-        from perfscope.stats import mann_whitney_p, confidence_text
+        from perfscope.stats import mann_whitney_p
 
         try:
             a, b = self.metric.steps(current), self.metric.steps(baseline)

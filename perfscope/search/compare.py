@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from perfscope.results.model import Gain, RunNoise, Trial
+from perfscope.stats import detectable_change, exp_or_inf, t_quantile
 
 CONFIDENCE = 0.99
 """The confidence of a single comparison (stacking steps, benchmarks); the sweep's verdicts use the family's."""
@@ -72,14 +73,6 @@ def _usable(runs: Sequence[Trial]) -> list[Trial]:
                   key=lambda r: (r.sequence is None, r.sequence or 0))
 
 
-def _t(q: float, df: float) -> float:
-    """The t distribution's q-quantile. scipy.special's ufunc, not scipy.stats (50× less overhead per call: the
-    family asks for hundreds per judgement, the simulation for millions); imported here: only the parent compares."""
-    from scipy.special import stdtrit
-
-    return float(stdtrit(df, q))
-
-
 def _t_sf(x: float, df: float) -> float:
     from scipy.special import stdtr
 
@@ -106,13 +99,7 @@ def run_noise(reference_runs: Sequence[Trial]) -> RunNoise:
     if var is None:
         return RunNoise(runs=len(_usable(reference_runs)), sigma=None)
     se = math.sqrt(var * 1.5)  # one candidate run (varying alike) against two neighbouring reference runs
-    return RunNoise(runs=n_diffs + 1, sigma=math.sqrt(var), mde=_mde(se, mssd_df(n_diffs + 1), CONFIDENCE))
-
-
-def _mde(se: float, df: float, confidence: float) -> float | None:
-    if df < 1 or not math.isfinite(se):
-        return None
-    return _exp_or_inf((_t(1 - (1 - confidence) / 2, df) + _t(POWER, df)) * se) - 1
+    return RunNoise(runs=n_diffs + 1, sigma=math.sqrt(var), mde=detectable_change(se, mssd_df(n_diffs + 1), CONFIDENCE))
 
 
 def _local_reference(run: Trial, references: list[Trial]) -> tuple[float, int] | None:
@@ -174,16 +161,10 @@ class PairedTest:
         ratio = math.exp(self.mean)
         if self.df < 1 or not math.isfinite(self.se):  # nothing says how noisy this machine is
             return Gain(ratio=ratio, low=0.0, high=math.inf, verdict="undecided", mde=None, **common)
-        half = _t(1 - (1 - confidence) / 2, self.df) * self.se
-        low, high = math.exp(self.mean - half), _exp_or_inf(self.mean + half)
+        half = t_quantile(1 - (1 - confidence) / 2, self.df) * self.se
+        low, high = math.exp(self.mean - half), exp_or_inf(self.mean + half)
         said = verdict(low, high) if self.decidable else "undecided"
-        return Gain(ratio=ratio, low=low, high=high, verdict=said, mde=_mde(self.se, self.df, confidence), **common)  # type: ignore[arg-type]
-
-
-def _exp_or_inf(x: float) -> float:
-    """exp, unbounded above: a look at a tiny error level with few degrees of freedom (the family splits its
-    alpha across looks and knobs) has a t quantile in the thousands; that interval is unbounded, not an error."""
-    return math.exp(x) if x < 700 else math.inf
+        return Gain(ratio=ratio, low=low, high=high, verdict=said, mde=detectable_change(self.se, self.df, confidence), **common)  # type: ignore[arg-type]
 
 
 def paired_test(candidate_runs: Sequence[Trial], reference_runs: Sequence[Trial]) -> PairedTest | None:

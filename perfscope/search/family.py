@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from perfscope.results.model import Gain
 from perfscope.search.compare import MIN_DECIDING_RUNS, PairedTest
+from perfscope.stats import t_quantile
 
 FAMILY_ALPHA = 0.05
 """The sweep's family-wise error rate: P(any no-effect candidate called faster or slower)."""
@@ -74,10 +75,8 @@ class Family:
             return False
         grow = self.max_runs / test.runs
         level = self.alpha / max(1, len(self.looks)) * self.weight(self.max_runs)
-        from perfscope.search.compare import _t
-
         optimistic = abs(test.mean) + test.se  # one standard error kinder than the estimate: stop only the hopeless
-        return optimistic / (test.se / grow ** 0.5) < _t(1 - level / 2, test.df * grow)
+        return optimistic / (test.se / grow ** 0.5) < t_quantile(1 - level / 2, test.df * grow)
 
     def adjusted_p(self, name: str) -> float:
         """p* = min over the candidate's looks of p_k / w_k (weighted Bonferroni across looks), capped at 1."""
