@@ -128,7 +128,9 @@ def sync_facts(trace: Trace, w: Window) -> SyncFacts:
     and, in a trace recorded with stacks, the innermost Python frame outside torch."""
     calls = sync_calls(trace, w)
     merged = merge([e.span for e in calls])
-    sites = Counter(_sync_site(trace, e, *context) for e, *context in _call_contexts(trace, calls))
+    copies = sorted(((x.launch.ts, x.launch.tid, x.event.name) for x in trace.device
+                     if x.event.cat == "gpu_memcpy" and x.launch is not None), key=lambda c: c[0])
+    sites = Counter(_sync_site(copies, e, *context) for e, *context in _call_contexts(trace, calls))
     return SyncFacts(
         points_per_step=len(merged) / w.steps,
         events_per_step={k: v / w.steps for k, v in Counter(e.name for e in calls).items()},
@@ -168,13 +170,14 @@ def enclosing(spans: list[Event], points: list[Event]) -> list[list[Event]]:
     return out
 
 
-def _sync_site(trace: Trace, call: Event, chain: list[Event], labels: list[Event], frames: list[Event]) -> str:
+def _sync_site(copies: list[tuple[float, Any, str]], call: Event, chain: list[Event], labels: list[Event],
+               frames: list[Event]) -> str:
     ops = [e for e in chain if "::" in e.name]
     if not ops:
         site = f"{call.name} in {labels[-1].name}" if labels else f"{call.name} outside any op"
     else:
         site = _op_name(ops[0]) if len(ops) == 1 else f"{_op_name(ops[0])} > {ops[-1].name}"
-        direction = _copy_direction(trace, ops[0])
+        direction = _copy_direction(copies, ops[0])
         if direction:
             site += f" ({direction} copy)"
     user = [f for f in frames if _USER_FRAME.search(f.name) and not _LIBRARY_FRAME.search(f.name)]
@@ -186,13 +189,14 @@ def _op_name(op: Event) -> str:
     return op.name.removeprefix("autograd::engine::evaluate_function: ")
 
 
-def _copy_direction(trace: Trace, op: Event) -> str | None:
-    """HtoD / DtoH / DtoD when the op launched a memcpy (the copy its sync waited for)."""
-    for x in trace.device:  # sorted by start; a copy launched by the op starts after it began
-        if x.event.ts > op.end + 1e6:
+def _copy_direction(copies: list[tuple[float, Any, str]], op: Event) -> str | None:
+    """HtoD / DtoH / DtoD when the op launched a memcpy (the copy its sync waited for); ``copies``: (launch time,
+    launching thread, name) of every memcpy, sorted."""
+    for ts, tid, name in copies[bisect.bisect_left(copies, op.ts, key=lambda c: c[0]):]:
+        if ts > op.end:
             break
-        if x.event.cat == "gpu_memcpy" and x.launch is not None and x.launch.tid == op.tid and op.ts <= x.launch.ts <= op.end:
-            m = re.search(r"[HD]to[HD]", x.event.name)
+        if tid == op.tid:
+            m = re.search(r"[HD]to[HD]", name)
             return m.group(0) if m else None
     return None
 
