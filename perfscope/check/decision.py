@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from perfscope.check.metrics import Metric, MetricUnavailable, Side
 from perfscope.check.sessions import session_spread
-from perfscope.stats import confidence_text, detectable_change, t_quantile
+from perfscope.stats import confidence_text, detectable_change, exp_or_inf, t_quantile
 
 Status = Literal["pass", "regression", "inconclusive"]
 CONFIDENCE = 0.95
@@ -156,7 +156,7 @@ class MetricCheck:
         warnings = common["warnings"]
         n_base, n_cur = common["n_baseline"], common["n_current"]
         half = t_quantile(1 - (1 - self.confidence) / 2, df) * se
-        q, lo, hi = math.exp(diff), math.exp(diff - half), math.exp(diff + half)
+        q, lo, hi = exp_or_inf(diff), exp_or_inf(diff - half), exp_or_inf(diff + half)
         mde = detectable_change(se, df, self.confidence, POWER)
         common |= dict(change=q - 1, low=lo - 1, high=hi - 1, confidence=self.confidence, mde=mde)
         sign = 1 if self.metric.higher_is_better else -1
