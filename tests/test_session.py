@@ -23,6 +23,7 @@ from perfscope.results import (
 from perfscope.results.config import TrialConfig
 from perfscope.trial.runner import Outcome
 from perfscope.trial.session import CONTENTION_RETRIES, Progress, Session
+from perfscope.trial.spec import ChildSpec
 from tests.factories import make_trial
 
 
@@ -31,9 +32,9 @@ class FakeRunner:
 
     def __init__(self, script: list[tuple[float, bool]]) -> None:
         self.script = list(script)
-        self.specs: list[dict[str, Any]] = []
+        self.specs: list[ChildSpec] = []
 
-    def run(self, spec: dict[str, Any], work_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None) -> Outcome:
+    def run(self, spec: ChildSpec, work_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None) -> Outcome:
         self.specs.append(spec)
         rate, contended = self.script.pop(0)
         metrics = make_trial(median_s=8 / rate, n=10, noise=0.0, batch=8).metrics
