@@ -95,3 +95,14 @@ def test_the_child_refuses_a_spec_without_a_result_path(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(SpecError, match="unreadable trial spec"):
         read_spec(tmp_path / "bad.json")
+
+
+def test_a_fork_request_round_trips_and_a_malformed_one_is_refused() -> None:
+    from perfscope.trial.zygote import ForkRequest
+
+    request = ForkRequest("/t/spec.json", "/t/trial.log", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+    assert ForkRequest.from_line(request.to_line()) == request
+    for bad in (b'{"spec": "/s", "log": "/l"}', b'{"spec": "/s", "log": "/l", "env": {"A": 1}}', b'[1]',
+                b'{"spec": 1, "log": "/l", "env": {}}'):
+        with pytest.raises(ValueError):
+            ForkRequest.from_line(bad)

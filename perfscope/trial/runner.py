@@ -39,6 +39,7 @@ from perfscope.results.io import open_log, read_json
 from perfscope.trial.launch import run_job
 from perfscope.trial.logs import log_tail
 from perfscope.trial.spec import ChildSpec, TrialSpec, write_spec
+from perfscope.trial.zygote import ForkRequest
 
 KILL_GRACE_S = 5.0
 ZYGOTE_START_TIMEOUT_S = 120.0
@@ -114,7 +115,7 @@ class _Zygote:
 
     def start(self, spec_path: Path, log_path: Path, env: dict[str, str]) -> int:
         assert self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps({"spec": str(spec_path), "log": str(log_path), "env": env}) + "\n").encode())
+        self.proc.stdin.write(ForkRequest(str(spec_path), str(log_path), dict(env)).to_line())
         self.proc.stdin.flush()
         return self._pids.get(timeout=60)
 
