@@ -28,8 +28,8 @@ SPECS = [
     ProbeSpec(device="auto"),
     ProbeSpec(device="cuda", workload_path="/w.py", measure_ceiling=False, result_path="/r.json"),
     TrialSpec(workload_path="/w.py", config=TrialConfig(micro_batch_size=8, precision="bf16")),
-    TrialSpec(workload_path="/w.py", config=TrialConfig(micro_batch_size=4, nproc_per_node=2, data_parallel="ddp"), artifacts_dir="/a",
-              launch=LAUNCH, result_path="/r.json"),
+    TrialSpec(workload_path="/w.py", config=TrialConfig(micro_batch_size=4, nproc_per_node=2, data_parallel="ddp"),
+              artifacts_dir="/a", launch=LAUNCH, result_path="/r.json"),
     FollowSpec(device="cpu", workload_path="/w.py", work_dir="/job1", launch=LAUNCH),
     StopSpec(device="cuda", launch=LAUNCH, result_path="/r.json"),
 ]
