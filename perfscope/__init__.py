@@ -5,11 +5,10 @@
 A workload file defines ``workload() -> perfscope.Workload`` (see perfscope.workload).
 """
 
+from perfscope._version import __version__
 from perfscope.hooks import (
     Profiler,  # light: heavy imports happen only when a Profiler is enabled
 )
 from perfscope.workload import Workload
-
-__version__ = "0.1.0"
 
 __all__ = ["Profiler", "Workload", "__version__"]

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from perfscope import __version__
+from perfscope._version import __version__
 from perfscope.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -43,6 +43,7 @@ from perfscope.results.outdir import claim_output_dir
 from perfscope.search.sweep import BASELINE, SweepOptions, run_sweep
 from perfscope.trial.launch import Launch
 from perfscope.trial.runner import TrialRunner
+from perfscope.trial.spec import ProbeSpec
 from perfscope.trial.session import Progress, Session
 from perfscope.workload import Workload, file_sha256, load_workload
 
@@ -99,7 +100,7 @@ class Probe:
 def probe(runner: TrialRunner, device: str, out_dir: Path, timeout_s: float, workload_path: Path | None = None) -> Probe:
     """Resolve the device, validate the workload on it, inspect the model and read the machine — in a
     trial-like process, so this one never touches a device or builds the model."""
-    spec = {"mode": "probe", "device": device, "workload_path": str(workload_path) if workload_path else None}
+    spec = ProbeSpec(device=device, workload_path=str(workload_path) if workload_path else None)
     outcome = runner.run(spec, out_dir / "trials" / "_probe", timeout_s=max(timeout_s, PROBE_TIMEOUT_FLOOR_S))
     if outcome.status == "invalid":
         raise WorkloadError(outcome.error or "the workload failed validation")

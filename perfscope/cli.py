@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfscope import __version__
+from perfscope._version import __version__
 from perfscope.errors import (
     EXIT_INCONCLUSIVE,
     EXIT_INTERNAL,

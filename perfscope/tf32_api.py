@@ -16,11 +16,12 @@ survive the new setter. Torch-free at import (rules and the report read it): tor
 from __future__ import annotations
 
 import functools
-import re
 import sys
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Literal
+
+from perfscope.versions import at_least
 
 Setter = Literal["fp32_precision", "allow_tf32"]
 
@@ -52,10 +53,10 @@ NEW_ONLY = Tf32Api("fp32_precision", "legacy reads survive fp32_precision on thi
 def tf32_api(torch_version: str | None = None) -> Tf32Api:
     """The API for the torch of ``torch_version`` (None, or the installed torch's version: probe this torch)."""
     if torch_version and torch_version != installed_torch_version():
-        match = re.match(r"(\d+)\.(\d+)", torch_version)
-        if match is not None:
+        newer = at_least(torch_version, NEW_API_SINCE)
+        if newer is not None:
             # Not this torch: no probe possible. Every release since 2.9 has the check (no later one lifts it yet).
-            return LEGACY_ONLY if (int(match.group(1)), int(match.group(2))) < NEW_API_SINCE else MIXED_CHECK
+            return MIXED_CHECK if newer else LEGACY_ONLY
     return probe_installed_torch()
 
 

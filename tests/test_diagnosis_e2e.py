@@ -23,8 +23,15 @@ def _analyze(tmp_path: Path, workload: Path, *extra: str) -> Results:
 def test_heavy_dataset_gets_the_data_loader_finding_first(tmp_path):
     results = _analyze(tmp_path, ROOT / "examples" / "cpu_heavy_dataset.py", "--only", "dataloader_workers")
     workers_evidence = [t for t in results.trials if t.configuration.startswith("dataloader_workers") and t.evidence]
-    if not workers_evidence:  # every workers run measured a neighbour's load: there is nothing to judge (said in the report)
-        pytest.skip(f"this machine was too loaded to measure the workers: {'; '.join(results.warnings)[:300]}")
+    # Load-immune: the diagnosis comes from the baseline's data wait, which a neighbour can only lengthen.
+    data_loader = [f for f in results.findings if f.rule_id == "PS201"]
+    assert data_loader and "of each step is spent blocked on the data iterator" in data_loader[0].evidence[0]
+    if not workers_evidence:
+        # Every workers run measured a neighbour's load. Not a skip: what perfscope must then do is decided — say so
+        # at the top of the results, and credit the workers with no measured win.
+        assert any("persisted" in w and "dataloader_workers" in w for w in results.warnings), results.warnings
+        assert not any(f.measured_win for f in data_loader), [f.gain for f in data_loader]
+        return
     ranked, did_not_help = partition_findings(results.findings)
     assert ranked[0].rule_id == "PS201"
     assert "of each step is spent blocked on the data iterator" in ranked[0].evidence[0]

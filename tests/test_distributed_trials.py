@@ -12,6 +12,7 @@ from perfscope.results import Environment, Results, WorkloadInfo
 from perfscope.results.config import TrialConfig
 from perfscope.trial.launch import Launch
 from perfscope.trial.session import Progress, Session
+from tests.waiting import wait_gone
 
 WORKLOADS = Path(__file__).parent / "workloads"
 pytestmark = pytest.mark.slow
@@ -32,16 +33,16 @@ def _session(tmp_path: Path, *, timeout_s: float = 120, collective_timeout_s: fl
 
 
 def _leftovers(tmp_path: Path) -> list[int]:
-    """Processes still running a spec under tmp_path (ranks, agents, DataLoader workers of this test's jobs)."""
-    time.sleep(0.5)
+    """Processes still running a spec under tmp_path (ranks, agents, DataLoader workers of this test's jobs) once
+    each has had up to 30 s to end: the job was killed, so each ends at once; the wait is for the kernel, not a guess."""
     found = []
     for proc in psutil.process_iter(["pid", "cmdline", "status"]):
         try:
             if proc.info["status"] != psutil.STATUS_ZOMBIE and str(tmp_path) in " ".join(proc.info["cmdline"] or []):
-                found.append(proc.info["pid"])
+                found.append(proc)
         except psutil.Error:
             pass
-    return found
+    return wait_gone(found, timeout_s=30)
 
 
 def test_a_ddp_trial_records_every_rank_and_the_job(tmp_path, monkeypatch):
@@ -171,10 +172,15 @@ def test_communication_heavy_training_gets_no_sync_measured_and_ranked(tmp_path,
     assert comm is not None and comm.collective_s > 0
     outcome = next(k for k in results.sweep.knobs if k.knob == "no_sync_accumulation")
     assert outcome.status == "measured", outcome.reason
-    measured = [t for t in results.trials if t.configuration == outcome.trial and t.evidence]
-    if not measured or not results.runs("baseline"):  # every run measured a neighbour's load: nothing to judge
-        pytest.skip(f"this machine was too loaded to compare the runs: {'; '.join(results.warnings)[:300]}")
-    assert all(t.config.no_sync and t.config.global_batch == baseline.config.global_batch for t in measured)
+    runs = [t for t in results.trials if t.configuration == outcome.trial]
+    assert runs and all(t.config.no_sync and t.config.global_batch == baseline.config.global_batch for t in runs)
+    measured = [t for t in runs if t.evidence]
+    if not measured or not results.runs("baseline"):
+        # Every run of a side measured a neighbour's load. Not a skip: what perfscope must then do is decided — say
+        # so at the top of the results, and recommend nothing it could not measure.
+        assert any("persisted" in w for w in results.warnings), results.warnings
+        assert "no_sync_accumulation" not in results.sweep.recommended_knobs
+        return
     assert outcome.gain is not None and outcome.gain.runs >= 1
     ranked, _ = partition_findings(results.findings)
     if outcome.gain.faster:

@@ -108,12 +108,13 @@ def test_copies_are_classified_by_direction_and_host_memory():
 def test_call_site_is_the_callers_line_and_the_counter_sees_syncs_outside_a_trial():
     assert call_site().startswith("tests/test_fingerprint.py:")
     model = nn.Linear(4, 4)
+    x = torch.randn(2, 4)
     with StructureCounter() as counter:
-        loss = model(torch.randn(2, 4)).sum()
+        loss = model(x).sum()
         loss.backward()
         value = float(loss.detach())  # a sync written as float(): the same op as .item()
     fp = counter.fingerprint(method="test")
-    assert value == value
+    assert value == model(x).sum().item()  # the counter observed the sync without changing what it returned
     assert [s.count for s in fp.syncs] == [1] and "test_fingerprint.py:" in fp.syncs[0].site
     assert CompileCounters().facts() is None or CompileCounters().facts().graph_breaks == 0
 

@@ -4,39 +4,39 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 from perfscope.results import Results
+from tests.waiting import read_until, wait_for, wait_gone
 
 WORKLOADS = Path(__file__).parent / "workloads"
 pytestmark = pytest.mark.slow
 
 
 def test_ctrl_c_saves_and_leaves_no_processes(tmp_path):
-    env = {**os.environ, "PERFSCOPE_TEST_FAILURE": "hang"}
+    hanging = tmp_path / "hanging"
+    env = {**os.environ, "PERFSCOPE_TEST_FAILURE": "hang", "PERFSCOPE_TEST_HANG_FILE": str(hanging)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "perfscope", "analyze", str(WORKLOADS / "misbehaving.py"), "--device", "cpu",
-         "--out", str(tmp_path), "--trial-timeout", "300", "--steps", "3", "--warmup", "1"],
+         "--out", str(tmp_path / "out"), "--trial-timeout", "300", "--steps", "3", "--warmup", "1"],
         stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
     )
-    deadline = time.monotonic() + 120
-    log = ""
-    while "baseline: running" not in log and time.monotonic() < deadline:
-        log += proc.stderr.readline()
-    assert "baseline: running" in log
-    time.sleep(3)  # the trial process is now inside its hang
-    children = psutil.Process(proc.pid).children(recursive=True)
-    assert children, "the trial process should be running"
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        read_until(proc.stderr, "baseline: running", timeout_s=120)
+        wait_for(hanging.exists, "the trial process to enter its hang", timeout_s=120)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert children, "the trial process should be running"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     assert proc.returncode == 130, err
     assert "interrupted" in err
-    results = Results.load(tmp_path / "results.json")
+    results = Results.load(tmp_path / "out" / "results.json")
     assert any("interrupted" in note for note in results.notes)
-    time.sleep(0.5)
-    survivors = [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
-    assert survivors == []
+    assert wait_gone(children) == []  # each ended, waited for: no grace period guessed

@@ -12,6 +12,7 @@ from perfscope.measure import memory
 from perfscope.measure.clock import clock_for
 from perfscope.measure.utilization import UtilizationSampler
 from perfscope.measure.window import WindowRecorder
+from tests.waiting import wait_for
 
 # NVML's view of the machine, in NVML (PCI) order: the UUID and what each GPU reports.
 NVML_GPUS = [("GPU-00000000-aaaa", 12), ("GPU-11111111-bbbb", 87)]
@@ -69,7 +70,7 @@ def _sample(monkeypatch, index: int | None = 0, cuda: tuple[str, ...] = ("111111
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(**fake))
     _cuda_sees(monkeypatch, *cuda)
     with UtilizationSampler(device="cuda", device_index=index, interval_s=0.01) as sampler:
-        time.sleep(0.15)
+        wait_for(lambda: len(sampler._samples) >= 3, "three samples from the sampler's thread", timeout_s=60)
     return sampler.result()
 
 

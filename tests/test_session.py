@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -23,7 +24,9 @@ from perfscope.results import (
 from perfscope.results.config import TrialConfig
 from perfscope.trial.runner import Outcome
 from perfscope.trial.session import CONTENTION_RETRIES, Progress, Session
+from perfscope.trial.spec import ChildSpec
 from tests.factories import make_trial
+from tests.waiting import wait_for, wait_gone
 
 
 class FakeRunner:
@@ -31,9 +34,9 @@ class FakeRunner:
 
     def __init__(self, script: list[tuple[float, bool]]) -> None:
         self.script = list(script)
-        self.specs: list[dict[str, Any]] = []
+        self.specs: list[ChildSpec] = []
 
-    def run(self, spec: dict[str, Any], work_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None) -> Outcome:
+    def run(self, spec: ChildSpec, work_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None) -> Outcome:
         self.specs.append(spec)
         rate, contended = self.script.pop(0)
         metrics = make_trial(median_s=8 / rate, n=10, noise=0.0, batch=8).metrics
@@ -92,25 +95,34 @@ def test_contention_is_judged_against_the_cores_the_run_may_use() -> None:
     assert judge(Contention(device_other_processes=["4242"]), two).contended
 
 
-def test_the_probe_sees_a_busy_neighbour() -> None:
+def test_the_probe_sees_a_busy_neighbour(tmp_path: Path) -> None:
     """Neighbour processes spinning on every core (orphaned, so not our descendants), while this one spins."""
     cores = os.cpu_count() or 1
-    spin = f"{shlex.quote(sys.executable)} -c 'import time\nend = time.time() + 1.5\nwhile time.time() < end: pass'"
+    ready = tmp_path / "spinning"
+    ready.mkdir()
+    # Each spinner writes its pid once it spins, then spins until this test removes the folder (at most 60 s).
+    code = ("import os, sys, time, pathlib\nd = pathlib.Path(sys.argv[1]); (d / str(os.getpid())).touch()\n"
+            "end = time.time() + 60\nwhile d.exists() and time.time() < end: pass")
+    spin = f"{shlex.quote(sys.executable)} -c {shlex.quote(code)} {shlex.quote(str(ready))}"
     subprocess.run(["sh", "-c", " ".join([f"{spin} &"] * cores)], check=True)  # the shell exits; they live on
-    time.sleep(0.2)
-    probe = ContentionProbe("cpu")
-    end = time.perf_counter() + 0.8
-    while time.perf_counter() < end:
-        pass
-    reading = probe.finish()
-    time.sleep(0.6)  # let them finish before the next test
+    try:
+        wait_for(lambda: len(list(ready.iterdir())) == cores, f"{cores} neighbours to spin", timeout_s=60)
+        pids = [int(p.name) for p in ready.iterdir()]
+        probe = ContentionProbe("cpu")
+        end = time.perf_counter() + 0.8
+        while time.perf_counter() < end:
+            pass
+        reading = probe.finish()
+    finally:
+        shutil.rmtree(ready)  # the neighbours' signal to stop
+    assert wait_gone(pids, timeout_s=30) == []  # ended before the next test measures anything
     assert reading.other_cpu_cores is not None and reading.other_cpu_cores >= 0.5 * cores
     assert reading.contended, reading
 
 
 def test_the_probe_is_quiet_on_its_own() -> None:
     probe = ContentionProbe("cpu")
-    time.sleep(0.3)
+    time.sleep(0.3)  # the measured thing: this process idling (no other process is waited for)
     reading = probe.finish()
     assert reading.own_cpu_cores is not None and reading.own_cpu_cores < 0.5
 

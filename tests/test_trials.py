@@ -3,13 +3,13 @@
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from perfscope.measure.mfu import choose_peak
 from perfscope.results import Environment, Results, WorkloadInfo
 from perfscope.results.config import TrialConfig
 from perfscope.trial.session import Progress, Session
+from tests.waiting import wait_gone
 
 WORKLOADS = Path(__file__).parent / "workloads"
 pytestmark = pytest.mark.slow
@@ -81,9 +81,8 @@ def test_timeout_kills_the_whole_process_group(tmp_path, monkeypatch):
     assert time.monotonic() - start < 30
     worker_pids = [int(p.stem) for p in pid_dir.glob("*.pid")]
     assert worker_pids, "the DataLoader workers should have loaded samples"
-    time.sleep(0.5)
-    alive = [pid for pid in worker_pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
-    assert alive == [], f"DataLoader workers survived the timeout: {alive}"
+    survivors = wait_gone(worker_pids, timeout_s=30)  # killed with the group: gone at once, waited for, not guessed
+    assert survivors == [], f"DataLoader workers survived the timeout: {survivors}"
 
 
 def test_resume_keeps_finished_trials(tmp_path, monkeypatch):

@@ -1,19 +1,14 @@
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from perfscope.results import Finding
 from perfscope.rules._distributed import distributed_facts
 from perfscope.rules.engine import Rule, RuleContext
+from perfscope.versions import at_least
 
 TORCHRUN_BINDING = (2, 9)
 """torchrun --numa-binding appeared in PyTorch 2.9."""
-
-
-def torch_at_least(version: str, wanted: tuple[int, int]) -> bool | None:
-    match = re.match(r"(\d+)\.(\d+)", version or "")
-    return (int(match.group(1)), int(match.group(2))) >= wanted if match else None
 
 
 @dataclass
@@ -40,7 +35,7 @@ class NumaBinding(Rule):
         if not nodes or nodes < 2 or facts.numa_binding is not None or ctx.config("numa_binding") is not None:
             return []
         version = ctx.results.environment.torch_version
-        new = torch_at_least(version, TORCHRUN_BINDING)
+        new = at_least(version, TORCHRUN_BINDING)
         evidence = [f"this machine has {nodes} NUMA nodes and the {facts.nproc_per_node} rank(s) per node ran unbound: a rank's "
                     "threads, workers and host memory may sit on another node than its device"]
         if ctx.cuda and new:

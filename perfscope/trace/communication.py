@@ -42,22 +42,12 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from perfscope.measure.bus import bus_bandwidth_gbps
 from perfscope.results.distributed import CollectiveStat, CommunicationFacts
 from perfscope.trace.categories import categorize
 from perfscope.trace.events import Event, Trace, read_trace
 from perfscope.trace.facts import Window, data_spans, window
 from perfscope.trace.intervals import Span, clip, length, merge, subtract
-
-BUS_FACTOR = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-}
-"""Bus bandwidth / algorithm bandwidth (bytes / time), as NCCL-tests defines it: what each rank's link carries,
-so that figures compare across world sizes and against the link's speed."""
 
 COMM_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional")
 GLOO_PREFIX = "gloo:"
@@ -69,15 +59,6 @@ DTYPE_BYTES = {
     "signed char": 1, "int8": 1, "unsigned char": 1, "uint8": 1, "bool": 1, "c10::float8_e4m3fn": 1,
     "c10::float8_e5m2": 1,
 }
-
-
-def bus_bandwidth_gbps(op: str, nbytes: float, seconds: float, world_size: int) -> float | None:
-    """Bus bandwidth in GB/s (10⁹ bytes/s) of ``nbytes`` moved by ``op`` in ``seconds`` on ``world_size`` ranks;
-    None when the op has no convention (send/recv), nothing was timed, or a world of one used no link."""
-    factor = BUS_FACTOR.get(op)
-    if factor is None or seconds <= 0 or nbytes <= 0 or world_size < 2:
-        return None
-    return nbytes / seconds * factor(world_size) / 1e9
 
 
 def collective_op(name: str) -> str | None:

@@ -22,7 +22,7 @@ import hashlib
 from datetime import datetime, timezone
 from pathlib import Path
 
-from perfscope import __version__
+from perfscope._version import __version__
 from perfscope.errors import UserError
 from perfscope.measure.peaks import datasheet_peak, is_mig_name, slice_peak
 from perfscope.results import (

@@ -3,18 +3,19 @@
 
 The runner (perfscope.trial.runner) starts it in its own session and process group, so an OOM, a poisoned
 CUDA context, a segfault or a hang dies with the process. The outcome is written atomically to the spec's
-`result_path`; a missing result file means the process crashed.
+`result_path`; a missing result file means the process crashed. The spec is typed (perfscope.trial.spec): the
+child dispatches on its type, not on a key of a dict.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import traceback
 from pathlib import Path
 from typing import Any
 
 from perfscope.results import to_jsonable, write_json
+from perfscope.trial.spec import ChildSpec, ProbeSpec, SpecError, TrialSpec, read_spec
 
 OOM_MESSAGES = ("out of memory", "can't allocate memory", "not enough memory", "cannot allocate memory")
 # Allocator failures that CUDA libraries report with their own status codes instead of torch.OutOfMemoryError:
@@ -52,34 +53,33 @@ def error_tail(exc: BaseException, lines: int = 12) -> str:
     return "\n".join(text[-lines:])
 
 
-def _run_trial(spec: dict[str, Any], result_path: Path) -> dict[str, Any]:
+def _run_trial(spec: TrialSpec, result_path: Path) -> dict[str, Any]:
     """Measure, write the timed result, then (optionally) the diagnostics — a trace, and the Dataset's profile when
     the step waited for data — and write the result again.
 
     The first write makes the measurement safe: if the trace capture kills the process (a segfault in a
     profiler, an OOM), the runner still finds the timed result and records the run as measured.
     """
-    from perfscope.results.config import TrialConfig
     from perfscope.trial.data import profile_dataset_cost
     from perfscope.trial.loop import capture_trace_into, nonfinite_loss, run_trial
     from perfscope.workload import load_workload
 
-    workload = load_workload(spec["workload_path"])
-    config = TrialConfig.from_dict(spec["config"])
+    workload = load_workload(spec.workload_path)
+    config = spec.config
     run = run_trial(workload, config)
     metrics = run.metrics
     if (nonfinite := nonfinite_loss(metrics.losses)) is not None:
         return {"status": "nonfinite", "error": nonfinite, "metrics": to_jsonable(metrics)}
     outcome = {"status": "ok", "error": None, "metrics": to_jsonable(metrics), "phase": "timed"}
-    if config.capture_trace and spec.get("artifacts_dir"):
+    if config.capture_trace and spec.artifacts_dir:
         write_json(result_path, outcome)
-        capture_trace_into(run, config, Path(spec["artifacts_dir"]))
+        capture_trace_into(run, config, Path(spec.artifacts_dir))
         profile_dataset_cost(workload, config, metrics)  # when the step waited for data: where the Dataset's time goes
         outcome = {"status": "ok", "error": None, "metrics": to_jsonable(metrics), "phase": "done"}
     return outcome
 
 
-def _run_probe(spec: dict[str, Any]) -> dict[str, Any]:
+def _run_probe(spec: ProbeSpec) -> dict[str, Any]:
     """Resolve the device, validate the workload with one step on it, inspect the model, describe the machine.
 
     Here rather than in the analyze parent: the parent never builds the user's model nor touches a device,
@@ -95,28 +95,28 @@ def _run_probe(spec: dict[str, Any]) -> dict[str, Any]:
     from perfscope.trial.validate import validate_workload
     from perfscope.workload import load_workload
 
-    device = spec["device"]
+    device = spec.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     elif device == "cuda" and not torch.cuda.is_available():
         return {"status": "invalid", "error": "--device cuda was requested but CUDA is not available (torch.cuda.is_available() is False)"}
     facts = None
-    if spec.get("workload_path"):
+    if spec.workload_path:
         try:
-            workload = load_workload(spec["workload_path"])
+            workload = load_workload(spec.workload_path)
             if workload.wraps_model:
                 from perfscope.trial.data_parallel import init_single_process_group
 
                 init_single_process_group(device)
-            validate_workload(workload, spec["workload_path"], device=device)
+            validate_workload(workload, spec.workload_path, device=device)
             facts = inspect_model(workload)
         except WorkloadError as exc:
             return {"status": "invalid", "error": str(exc)}
-    env = collect_environment(device, measure_ceiling=spec.get("measure_ceiling", True))
+    env = collect_environment(device, measure_ceiling=spec.measure_ceiling)
     return {"status": "ok", "error": None, "device": device, "environment": to_jsonable(env), "model": to_jsonable(facts)}
 
 
-def _run_rank_of_job(spec: dict[str, Any], result_path: Path) -> int:
+def _run_rank_of_job(spec: ChildSpec, result_path: Path) -> int:
     """One rank of a torchrun job (perfscope.trial.launch): its own log and result file; non-zero exit on failure
     so that torchrun's agent stops the other ranks at once instead of waiting for them."""
     import os
@@ -138,12 +138,18 @@ def _run_rank_of_job(spec: dict[str, Any], result_path: Path) -> int:
 
 
 def main(argv: list[str]) -> int:
-    spec = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
-    result_path = Path(spec["result_path"])
-    if spec.get("launch") and spec.get("mode") != "probe":
+    spec = read_spec(Path(argv[1]))  # a SpecError here is a perfscope bug: the traceback, and no result (crashed)
+    result_path = Path(spec.result_path or "")
+    if not isinstance(spec, ProbeSpec) and spec.launch is not None:  # a rank of a torchrun job: trial, follow, stop
         return _run_rank_of_job(spec, result_path)
     try:
-        outcome = _run_probe(spec) if spec.get("mode") == "probe" else _run_trial(spec, result_path)
+        match spec:
+            case ProbeSpec():
+                outcome = _run_probe(spec)
+            case TrialSpec():
+                outcome = _run_trial(spec, result_path)
+            case _:
+                raise SpecError(f"a {spec.mode} spec runs only as a rank of a torchrun job")
     except BaseException as exc:  # noqa: BLE001 - every failure is a recorded status
         outcome = {"status": classify_exception(exc), "error": f"{type(exc).__name__}: {exc}", "traceback": error_tail(exc)}
     write_json(result_path, outcome)

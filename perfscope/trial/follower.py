@@ -11,13 +11,13 @@ arguments, again and again, and its ranks learn the trial's configuration from r
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
 
-from perfscope.results.io import read_json, write_text
+from perfscope.results.io import read_json
 from perfscope.trial.launch import Launch, rank_result_path, run_job
+from perfscope.trial.spec import FollowSpec, StopSpec, write_spec
 
 BETWEEN_JOBS_S = 2.0
 """A pause before joining the next job: node 0's agent of the last job must be gone, or this node's agent could
@@ -35,9 +35,8 @@ def follow(workload_path: Path, launch: Launch, *, device: str, work_dir: Path, 
         job_dir = work_dir / f"job{jobs:04d}"
         job_dir.mkdir(parents=True, exist_ok=True)
         spec_path, result_path = job_dir / "spec.json", job_dir / "result.json"
-        spec = {"mode": "follow", "device": device, "workload_path": str(workload_path.resolve()),
-                "work_dir": str(job_dir), "launch": launch.to_dict(), "result_path": str(result_path)}
-        write_text(spec_path, json.dumps(spec))
+        write_spec(spec_path, FollowSpec(device=device, workload_path=str(workload_path.resolve()), work_dir=str(job_dir),
+                                         launch=launch, result_path=str(result_path)))
         print(f"perfscope worker: node {launch.node_rank} joining job {jobs} at {launch.rdzv_endpoint} ...",
               file=sys.stderr, flush=True)
         outcome = run_job(spec_path, result_path, job_dir / "trial.log", launch=launch, timeout_s=job_timeout_s)
@@ -66,6 +65,5 @@ def stop_followers(launch: Launch, work_dir: Path, *, device: str, timeout_s: fl
     trials' device, so every rank joins with the same backend."""
     work_dir.mkdir(parents=True, exist_ok=True)
     spec_path, result_path = work_dir / "spec.json", work_dir / "result.json"
-    write_text(spec_path, json.dumps({"mode": "stop", "config": {"device": device}, "launch": launch.to_dict(),
-                                      "result_path": str(result_path)}))
+    write_spec(spec_path, StopSpec(device=device, launch=launch, result_path=str(result_path)))
     return run_job(spec_path, result_path, work_dir / "trial.log", launch=launch, timeout_s=timeout_s).status

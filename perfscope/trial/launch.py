@@ -33,7 +33,7 @@ import psutil
 
 from perfscope.errors import ResultsError
 from perfscope.results.io import open_log, read_json
-from perfscope.trial.runner import log_tail
+from perfscope.trial.logs import log_tail
 
 KILL_GRACE_S = 5.0
 COLLECTIVE_FAILURE = re.compile(

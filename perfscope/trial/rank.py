@@ -14,6 +14,7 @@ Order of work on every rank, and why:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -36,7 +37,8 @@ from perfscope.trial.data_parallel import (
     init_process_group,
     local_optimizer,
 )
-from perfscope.trial.launch import rank_result_path
+from perfscope.trial.launch import Launch, rank_result_path
+from perfscope.trial.spec import ChildSpec, FollowSpec, ProbeSpec, SpecError, StopSpec, TrialSpec, spec_from_dict, spec_to_dict
 from perfscope.trial.loop import MeasuredRun, capture_trace_into, nonfinite_loss, run_trial
 
 LOCAL_WINDOW_STEPS = (10, 30)
@@ -44,31 +46,34 @@ LOCAL_WINDOW_STEPS = (10, 30)
 every time (5 steps: two times in three; perfscope.measure.stragglers' tests)."""
 
 
-def run_rank(spec: dict[str, Any], result_path: Path) -> dict[str, Any]:
+def run_rank(spec: ChildSpec, result_path: Path) -> dict[str, Any]:
     """This rank's outcome (also written to its own file); rank 0 also writes the job's ``result_path``."""
     from perfscope.workload import load_workload
 
     os.environ[JOB_ROOT_ENV] = str(os.getppid())  # the torchrun agent: the job's other ranks are not neighbours
-    launch = spec.get("launch") or {}
-    device = spec["device"] if spec.get("mode") == "follow" else spec["config"]["device"]
-    info = init_process_group(device, timeout_s=float(launch.get("collective_timeout_s", 120.0)))
+    if isinstance(spec, ProbeSpec) or spec.launch is None:
+        raise SpecError(f"a {spec.mode} spec without a launch is not a rank of a torchrun job")
+    launch = spec.launch
+    info = init_process_group(spec.device, timeout_s=launch.collective_timeout_s)
     spec = agree_on_spec(spec, info)
-    if spec.get("mode") == "stop":  # the leader's analysis is over: the other nodes' workers go home
+    if isinstance(spec, StopSpec):  # the leader's analysis is over: the other nodes' workers go home
         if info.rank == 0:
             write_json(result_path, {"status": "stop", "error": None})
         dist.destroy_process_group()
         return {"status": "stop", "error": None}
-    config = TrialConfig.from_dict(spec["config"])
+    if not isinstance(spec, TrialSpec):
+        raise SpecError(f"rank 0 sent a {spec.mode} spec: only a trial or a stop is run by every rank")
+    config = spec.config
     own_path = rank_result_path(result_path, info.rank)
-    workload = load_workload(spec["workload_path"])
+    workload = load_workload(spec.workload_path)
     run = run_trial(workload, config)
     metrics = run.metrics
     if (nonfinite := nonfinite_loss(metrics.losses)) is not None:
         return {"status": "nonfinite", "error": f"{nonfinite} on rank {info.rank}", "metrics": to_jsonable(metrics)}
     write_json(own_path, {"status": "ok", "error": None, "phase": "timed"})
     ranked = rank_metrics(run, info, config)
-    if config.capture_trace and spec.get("artifacts_dir"):
-        capture_trace_into(run, config, Path(spec["artifacts_dir"]))
+    if config.capture_trace and spec.artifacts_dir:
+        capture_trace_into(run, config, Path(spec.artifacts_dir))
     communication = communication_of(run, info, config, ranked)
     gathered: list[Any] = [None] * info.world_size if info.rank == 0 else []
     dist.gather_object((to_jsonable(ranked), to_jsonable(communication) if communication else None),
@@ -81,19 +86,21 @@ def run_rank(spec: dict[str, Any], result_path: Path) -> dict[str, Any]:
     return {"status": "ok", "error": None}
 
 
-def agree_on_spec(spec: dict[str, Any], info: RankInfo) -> dict[str, Any]:
+def agree_on_spec(spec: ChildSpec, info: RankInfo) -> ChildSpec:
     """Rank 0's spec, on every rank: on another node (perfscope worker) a rank knows only how to join the job, and
-    learns what to run from rank 0 — with its own node's paths for the workload file and the artifacts. On one node
-    every rank already has it; the broadcast costs a millisecond and keeps one code path for both."""
-    box = [spec if info.rank == 0 else None]
+    learns what to run from rank 0 — with its own node's paths for the workload file, the artifacts and its result.
+    On one node every rank already has it; the broadcast costs a millisecond and keeps one code path for both. The
+    spec crosses as its checked dict (perfscope.trial.spec), as it does between any two processes."""
+    box: list[Any] = [spec_to_dict(spec) if info.rank == 0 else None]
     dist.broadcast_object_list(box, src=0)
-    leader: dict[str, Any] = box[0]  # type: ignore[assignment]
-    if info.rank == 0 or spec.get("mode") != "follow":
+    leader = spec_from_dict(box[0])
+    if info.rank == 0 or not isinstance(spec, FollowSpec):
         return leader
-    local = {"workload_path": spec["workload_path"]}
-    if leader.get("artifacts_dir"):
-        local["artifacts_dir"] = str(Path(spec["work_dir"]) / Path(leader["artifacts_dir"]).name)
-    return {**leader, **local}
+    if isinstance(leader, TrialSpec):
+        artifacts = str(Path(spec.work_dir) / Path(leader.artifacts_dir).name) if leader.artifacts_dir else None
+        return dataclasses.replace(leader, workload_path=spec.workload_path, artifacts_dir=artifacts,
+                                   result_path=spec.result_path)
+    return dataclasses.replace(leader, result_path=spec.result_path)
 
 
 def rank_metrics(run: MeasuredRun, info: RankInfo, config: TrialConfig) -> RankMetrics:
@@ -228,7 +235,7 @@ def memory_model(ranks: list[RankMetrics], config: TrialConfig) -> list[Any]:
     return rows
 
 
-def job_result(metrics: Any, config: TrialConfig, info: RankInfo, gathered: list[Any], launch: dict[str, Any]) -> Any:
+def job_result(metrics: Any, config: TrialConfig, info: RankInfo, gathered: list[Any], launch: Launch) -> Any:
     """Rank 0's metrics turned into the job's: every rank's figures, the job's throughput, communication."""
     from perfscope.measure.cores import numa_node_count
     from perfscope.results import CommunicationFacts, from_jsonable
@@ -236,8 +243,7 @@ def job_result(metrics: Any, config: TrialConfig, info: RankInfo, gathered: list
     ranks = [from_jsonable(RankMetrics, r, f"rank[{i}]") for i, (r, _) in enumerate(gathered)]
     comms = [from_jsonable(CommunicationFacts, c, f"communication[{i}]") for i, (_, c) in enumerate(gathered) if c]
     facts = combine_ranks(ranks, backend=info.backend, data_parallel=config.data_parallel,
-                          nnodes=int(launch.get("nnodes", config.nnodes)),
-                          nproc_per_node=int(launch.get("nproc_per_node", config.nproc_per_node)),
+                          nnodes=launch.nnodes, nproc_per_node=launch.nproc_per_node,
                           global_batch=config.global_batch)
     if comms:
         # The rank that waited least in collectives: its exposed time is the network's, not a wait for a peer.

@@ -1,7 +1,7 @@
 """Run one trial in a fresh process, in its own process group, with a timeout that kills all it started.
 
     with TrialRunner() as runner:
-        outcome = runner.run(spec, work_dir, timeout_s=600)
+        outcome = runner.run(spec, work_dir, timeout_s=600)   # spec: a perfscope.trial.spec.ChildSpec
     outcome.status  # ok | oom | error | crashed | timeout | nonfinite | invalid
 
 Why a fresh process per trial: an OOM may leave memory unreleased (Lightning #7335), a CUDA
@@ -20,6 +20,7 @@ descendants that left the group. docs/reliability.md says what is and is not cle
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import queue
@@ -34,7 +35,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from perfscope.errors import ResultsError
-from perfscope.results.io import open_log, read_json, write_text
+from perfscope.results.io import open_log, read_json
+from perfscope.trial.launch import run_job
+from perfscope.trial.logs import log_tail
+from perfscope.trial.spec import ChildSpec, TrialSpec, write_spec
+from perfscope.trial.zygote import ForkRequest
 
 KILL_GRACE_S = 5.0
 ZYGOTE_START_TIMEOUT_S = 120.0
@@ -56,15 +61,6 @@ def needs_fresh_interpreter(env: dict[str, str] | None) -> bool:
     if os.environ.get(ISOLATION_ENV, "").lower() == "spawn" or not hasattr(os, "fork"):
         return True
     return bool(set(env or {}) - LATE_READ_ENV)
-
-
-def log_tail(path: Path, lines: int = 15) -> str:
-    """The last lines of a trial's log, for an error message (empty when unreadable)."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace").rstrip().splitlines()
-    except OSError:
-        return ""
-    return "\n".join(text[-lines:])
 
 
 def _killpg(pgid: int, sig: signal.Signals) -> None:
@@ -119,7 +115,7 @@ class _Zygote:
 
     def start(self, spec_path: Path, log_path: Path, env: dict[str, str]) -> int:
         assert self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps({"spec": str(spec_path), "log": str(log_path), "env": env}) + "\n").encode())
+        self.proc.stdin.write(ForkRequest(str(spec_path), str(log_path), dict(env)).to_line())
         self.proc.stdin.flush()
         return self._pids.get(timeout=60)
 
@@ -191,18 +187,16 @@ class TrialRunner:
                 self._zygote = None
         return self._zygote
 
-    def run(self, spec: dict[str, Any], work_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None) -> Outcome:
+    def run(self, spec: ChildSpec, work_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None) -> Outcome:
         """Run ``spec`` (see perfscope.trial.child) in a fresh process; classify how it ended."""
         work_dir.mkdir(parents=True, exist_ok=True)
         spec_path, result_path, log_path = work_dir / "spec.json", work_dir / "result.json", work_dir / "trial.log"
         result_path.unlink(missing_ok=True)
-        write_text(spec_path, json.dumps({**spec, "result_path": str(result_path)}))
+        write_spec(spec_path, dataclasses.replace(spec, result_path=str(result_path)))
         env = dict(env or {})
-        if spec.get("launch"):  # a distributed trial: a torchrun job of fresh interpreters (perfscope.trial.launch)
-            from perfscope.trial.launch import Launch, run_job
-
-            job = run_job(spec_path, result_path, log_path, launch=Launch(**spec["launch"]), timeout_s=timeout_s, env=env,
-                          numa_binding=(spec.get("config") or {}).get("numa_binding"))
+        if isinstance(spec, TrialSpec) and spec.launch is not None:  # a torchrun job of fresh interpreters
+            job = run_job(spec_path, result_path, log_path, launch=spec.launch, timeout_s=timeout_s, env=env,
+                          numa_binding=spec.config.numa_binding)
             return Outcome(job.status, job.error, job.payload, job.wall_time_s)
         zygote = None if needs_fresh_interpreter(env) else self._zygote_for(work_dir)
         start = time.perf_counter()
@@ -285,7 +279,7 @@ def _describe(returncode: int) -> str:
     return f"trial process exited with code {returncode}"
 
 
-def run_isolated(spec: dict[str, Any], work_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None) -> Outcome:
+def run_isolated(spec: ChildSpec, work_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None) -> Outcome:
     """One trial with a runner of its own (a fresh interpreter: no zygote to start for a single trial)."""
     with TrialRunner(use_zygote=False) as runner:
         return runner.run(spec, work_dir, timeout_s=timeout_s, env=env)

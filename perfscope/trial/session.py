@@ -28,6 +28,7 @@ from perfscope.results import Results, ResultsError, Trial, TrialMetrics, from_j
 from perfscope.results.config import TrialConfig
 from perfscope.trial.launch import Launch
 from perfscope.trial.runner import TrialRunner
+from perfscope.trial.spec import TrialSpec
 
 CONTENTION_RETRIES = 2
 """Extra runs of a configuration whose run was contended, before perfscope gives up and says so."""
@@ -147,16 +148,11 @@ class Session:
             return previous
         self.progress.begin(name)
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        spec = {
-            "mode": "trial",
-            "workload_path": str(self.workload_path),
-            "config": config.to_dict(),
-            "artifacts_dir": str(self.out_dir / "trials" / name),
-        }
-        if config.distributed:
-            if self.launch is None:
-                raise ValueError(f"{name}: a configuration of {config.world_size} ranks needs a launch (Session(launch=...))")
-            spec["launch"] = self.launch.to_dict()
+        if config.distributed and self.launch is None:
+            raise ValueError(f"{name}: a configuration of {config.world_size} ranks needs a launch (Session(launch=...))")
+        spec = TrialSpec(workload_path=str(self.workload_path), config=config,
+                         artifacts_dir=str(self.out_dir / "trials" / name),
+                         launch=self.launch if config.distributed else None)
         outcome = self.runner.run(spec, self.out_dir / "trials" / name, timeout_s=self.timeout_s, env=config.env)
         metrics = None
         status, error = outcome.status, outcome.error

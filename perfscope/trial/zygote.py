@@ -11,7 +11,7 @@ What it shares is the imported modules' code, which is what we wanted to skip re
 only at import time cannot differ between trials forked from one zygote: the runner starts such trials
 with a fresh interpreter instead (perfscope.trial.runner.needs_fresh_interpreter).
 
-Protocol (one JSON object per line): the runner writes {"spec": PATH, "log": PATH, "env": {...}}; the
+Protocol (one JSON object per line): the runner writes a ForkRequest {"spec": PATH, "log": PATH, "env": {...}}; the
 zygote answers {"pid": N} once forked and {"exit": N, "returncode": RC} when that child is reaped (RC < 0:
 killed by signal -RC, as subprocess reports it). On Linux the zygote is a child subreaper: descendants a
 trial detaches (a grandchild in a new session) are re-parented to it instead of init, and are killed when
@@ -26,9 +26,34 @@ import os
 import select
 import signal
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 PR_SET_CHILD_SUBREAPER = 36
+
+
+@dataclass(frozen=True)
+class ForkRequest:
+    """One line from the runner: fork a trial that reads ``spec`` (a perfscope.trial.spec file), logs to ``log``,
+    with ``env`` added to its environment. Typed here, checked when read, like the spec it points to."""
+
+    spec: str
+    log: str
+    env: dict[str, str]
+
+    def to_line(self) -> bytes:
+        return (json.dumps({"spec": self.spec, "log": self.log, "env": self.env}) + "\n").encode()
+
+    @classmethod
+    def from_line(cls, line: bytes) -> ForkRequest:
+        data = json.loads(line)
+        if not isinstance(data, dict) or set(data) != {"spec", "log", "env"}:
+            raise ValueError(f"a fork request is {{spec, log, env}}, got {line[:200]!r}")
+        spec, log, env = data["spec"], data["log"], data["env"]
+        if not (isinstance(spec, str) and isinstance(log, str) and isinstance(env, dict)
+                and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+            raise ValueError(f"a fork request's spec and log are paths and env maps names to strings, got {line[:200]!r}")
+        return cls(spec, log, env)
 
 
 def _preload() -> None:
@@ -57,7 +82,7 @@ def _send(message: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def _run_child(job: dict[str, Any]) -> int:
+def _run_child(job: ForkRequest) -> int:
     """In the forked child: a new session, the trial's own stdio and environment, then the trial."""
     os.setsid()
     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -65,17 +90,17 @@ def _run_child(job: dict[str, Any]) -> int:
     devnull = os.open(os.devnull, os.O_RDONLY)
     from perfscope.results.io import open_log
 
-    with open_log(job["log"]) as log:
+    with open_log(job.log) as log:
         os.dup2(devnull, 0)
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
-    os.environ.update(job.get("env") or {})
+    os.environ.update(job.env)
     sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the child's own descriptors
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     from perfscope.trial import child
 
-    return child.main(["perfscope.trial.child", job["spec"]])
+    return child.main(["perfscope.trial.child", job.spec])
 
 
 def _reap(trials: set[int]) -> None:
@@ -140,7 +165,7 @@ def main() -> int:
             line, buffer = buffer.split(b"\n", 1)
             if not line.strip():
                 continue
-            job = json.loads(line)
+            job = ForkRequest.from_line(line)
             pid = os.fork()
             if pid == 0:
                 code = 1

@@ -40,6 +40,8 @@ def loss(model, batch):
         if mode == "error":
             raise ValueError("shapes do not match (simulated bug in the user's loss)")
         if mode == "hang":
+            if ready := os.environ.get("PERFSCOPE_TEST_HANG_FILE"):
+                open(ready, "w").close()  # a test waits for this file, not for a guessed time
             time.sleep(3600)
         if mode == "segfault":
             os.kill(os.getpid(), signal.SIGSEGV)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfscope.search.knobs.base import KnobContext, major_minor
+from perfscope.search.knobs.base import KnobContext
 from perfscope.search.knobs.lean_optimizer import LeanOptimizer
+from perfscope.versions import major_minor
 
 MIN_TORCH = (2, 5)
 

@@ -12,7 +12,6 @@ A knob knows how to apply itself and what code change it stands for; it never kn
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -133,12 +132,6 @@ def size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
-
-
-def major_minor(version: str | None) -> tuple[int, int] | None:
-    """(major, minor) of a version string ("2.13.0+cpu" → (2, 13)); None when it has none."""
-    match = re.match(r"(\d+)\.(\d+)", version or "")
-    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def data_parallel_reason(ctx: KnobContext) -> str | None:

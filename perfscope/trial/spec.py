@@ -1,0 +1,168 @@
+"""What a trial process is asked to do: one typed spec per mode, crossing the process boundary as checked JSON.
+
+    spec = TrialSpec(workload_path="train.py", config=config, artifacts_dir="out/trials/baseline")
+    write_spec(work_dir / "spec.json", replace(spec, result_path=...))   # the parent (perfscope.trial.runner)
+    spec = read_spec(path)                                              # the child: every field checked
+    match spec:
+        case ProbeSpec(): ...
+
+Why typed: the child used to switch on ``spec["mode"]`` over a free-form dict, so a misspelt or missing key was a
+KeyError in a process far from the code that wrote it, and which keys a mode needed was written nowhere. Each mode
+now lists its fields; the dict exists only in the file between the two processes, with the mode as its tag, and
+reading it refuses an unknown mode, a missing or unknown field and a value of the wrong type (SpecError).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Union
+
+from perfscope.results.config import TrialConfig
+from perfscope.results.io import write_text
+from perfscope.trial.launch import Launch
+
+
+class SpecError(ValueError):
+    """A spec file that does not describe a known trial mode: a perfscope bug (the parent wrote it), never user input."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeSpec:
+    """Resolve the device, validate and inspect the workload, describe the machine (perfscope.analyze.probe)."""
+
+    mode: ClassVar[str] = "probe"
+    device: str
+    """"auto", "cpu" or "cuda": the probe resolves "auto"."""
+    workload_path: str | None = None
+    """None: only the machine is described."""
+    measure_ceiling: bool = True
+    result_path: str | None = None
+    """Set by the runner, which owns the trial's folder."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialSpec:
+    """One measured run of a configuration; a torchrun job of ranks (perfscope.trial.rank) when ``launch`` is set."""
+
+    mode: ClassVar[str] = "trial"
+    workload_path: str
+    config: TrialConfig
+    artifacts_dir: str | None = None
+    """Where the trace goes; None: no diagnostics are written."""
+    launch: Launch | None = None
+    result_path: str | None = None
+
+    @property
+    def device(self) -> str:
+        return self.config.device
+
+
+@dataclass(frozen=True, kw_only=True)
+class FollowSpec:
+    """A rank on another node (`perfscope worker`): how to join the job; what to run comes from rank 0
+    (perfscope.trial.rank.agree_on_spec), with this node's own paths."""
+
+    mode: ClassVar[str] = "follow"
+    device: str
+    workload_path: str
+    work_dir: str
+    launch: Launch
+    result_path: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StopSpec:
+    """Node 0's last job of an analysis: every rank joins, and the other nodes' workers go home."""
+
+    mode: ClassVar[str] = "stop"
+    device: str
+    launch: Launch
+    result_path: str | None = None
+
+
+ChildSpec = Union[ProbeSpec, TrialSpec, FollowSpec, StopSpec]  # noqa: UP007 - a runtime value, also on Python 3.10
+MODES: dict[str, type[ChildSpec]] = {cls.mode: cls for cls in (ProbeSpec, TrialSpec, FollowSpec, StopSpec)}  # type: ignore[misc]
+
+
+def spec_to_dict(spec: ChildSpec) -> dict[str, Any]:
+    """The JSON-able form: the mode as a tag, then the fields (a TrialConfig and a Launch as their own dicts)."""
+    out: dict[str, Any] = {"mode": spec.mode}
+    for f in dataclasses.fields(spec):
+        value = getattr(spec, f.name)
+        out[f.name] = value.to_dict() if isinstance(value, TrialConfig | Launch) else value
+    return out
+
+
+def spec_from_dict(data: Any) -> ChildSpec:
+    """The spec ``data`` describes, every field checked; SpecError names what is wrong."""
+    if not isinstance(data, dict):
+        raise SpecError(f"a trial spec is a JSON object, got {type(data).__name__}")
+    mode = data.get("mode")
+    cls = MODES.get(mode) if isinstance(mode, str) else None
+    if cls is None:
+        raise SpecError(f"unknown trial mode {mode!r} (known: {', '.join(MODES)})")
+    return _decode_dataclass(cls, {k: v for k, v in data.items() if k != "mode"}, f"{mode} spec")
+
+
+def write_spec(path: Path, spec: ChildSpec) -> None:
+    write_text(path, json.dumps(spec_to_dict(spec)))
+
+
+def read_spec(path: Path) -> ChildSpec:
+    """The child's side: the spec its parent wrote, which must say where the result goes."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"unreadable trial spec {path}: {exc}") from exc
+    spec = spec_from_dict(data)
+    if not spec.result_path:
+        raise SpecError(f"the {spec.mode} spec {path} has no result_path")
+    return spec
+
+
+def _decode_dataclass(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: expected an object, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise SpecError(f"{where}: unknown field(s) {unknown}")
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for name, f in fields.items():
+        if name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise SpecError(f"{where}: missing field {name!r}")
+            continue
+        values[name] = _decode(data[name], hints[name], f"{where}.{name}")
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as exc:  # a constructor's own check (TrialConfig's __post_init__)
+        raise SpecError(f"{where}: {exc}") from exc
+
+
+def _decode(value: Any, hint: Any, where: str) -> Any:
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is Union:
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        (hint,) = [h for h in options if h is not type(None)]  # every optional field here is "X | None"
+    if hint is TrialConfig:
+        if not isinstance(value, dict):
+            raise SpecError(f"{where}: expected a TrialConfig object, got {type(value).__name__}")
+        try:
+            return TrialConfig.from_dict(value)
+        except (TypeError, ValueError) as exc:
+            raise SpecError(f"{where}: {exc}") from exc
+    if dataclasses.is_dataclass(hint):
+        return _decode_dataclass(hint, value, where)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
+        raise SpecError(f"{where}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
+    return value

@@ -1,0 +1,30 @@
+"""The one parser of torch (and other package) version strings: what a feature gate compares.
+
+    major_minor("2.13.0+cpu")        # (2, 13)
+    major_minor("2.6.0a0+git123")    # (2, 6): a nightly of 2.6 counts as 2.6
+    at_least("2.5.1+cu124", (2, 9))  # False; None when the string has no version in it
+
+Why one: knobs, rules and the TF32 decision each matched their own regex, and a gate that reads a version
+differently from its neighbour says "needs torch ≥ 2.9" beside a fix that assumes 2.9. Why not packaging.version:
+it is not a dependency of perfscope (nor of torch), and every gate here compares (major, minor) only — a local
+label (+cu124) or a pre-release (a0) never decides whether an API exists in our gates. Pure: rules and the report
+use it on a recorded run's version, without importing torch.
+"""
+
+from __future__ import annotations
+
+import re
+
+_MAJOR_MINOR = re.compile(r"\s*v?(\d+)\.(\d+)")
+
+
+def major_minor(version: str | None) -> tuple[int, int] | None:
+    """(major, minor) of a version string ("2.13.0+cpu" → (2, 13)); None when it has none (None, "", "unknown")."""
+    match = _MAJOR_MINOR.match(version or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def at_least(version: str | None, wanted: tuple[int, int]) -> bool | None:
+    """Whether ``version`` is ``wanted`` (major, minor) or later; None when the version cannot be read."""
+    parsed = major_minor(version)
+    return None if parsed is None else parsed >= wanted
