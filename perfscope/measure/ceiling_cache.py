@@ -1,7 +1,9 @@
 """The CPU matmul ceiling, measured once per machine configuration and kept on disk.
 
-    tflops, how = cached_ceiling(ceiling_key("fp32", cpu_model, cores), lambda: measure_matmul_tflops("cpu", "fp32"))
-    # how: "measured on this machine at 2026-11-24T16:40:03+00:00, cached in ~/.cache/perfscope/matmul-ceilings.json"
+    keys = {d: ceiling_key(d, cpu_model, cores) for d in ("fp32", "bf16")}
+    got = cached_ceilings(keys, lambda d: measure_matmul_tflops("cpu", d))
+    # got.tflops {"fp32": 0.09, "bf16": 0.01}; got.how "measured on this machine at 2026-11-24T16:40:03+00:00,
+    # cached in ~/.cache/perfscope/matmul-ceilings.json"
 
 Why: on a CPU the ceiling probe (fp32 and bf16 matmuls) took 0.5 s of every `Profiler.save()` — most of the
 hooks' fixed cost on a short run (benchmarks/hook_overhead.py) and of every `analyze` trial. The ceiling is a
@@ -22,15 +24,16 @@ import math
 import os
 import socket
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
+from perfscope.cache_dir import DIR_ENV, cache_dir  # noqa: F401 - DIR_ENV re-exported for the tests
+
 CACHE_ENV = "PERFSCOPE_CEILING_CACHE"
 """Set to 0 (or false/no/off) to measure the ceiling in every run without reading or writing the cache."""
-DIR_ENV = "PERFSCOPE_CACHE_DIR"
 FILE_NAME = "matmul-ceilings.json"
 FORMAT = 1
 METHOD = 1
@@ -64,10 +67,7 @@ def cache_enabled() -> bool:
 
 
 def cache_path() -> Path:
-    if os.environ.get(DIR_ENV):
-        return Path(os.environ[DIR_ENV]) / FILE_NAME
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "perfscope" / FILE_NAME
+    return cache_dir() / FILE_NAME
 
 
 def _entries(path: Path) -> dict[str, dict[str, object]]:
@@ -90,23 +90,73 @@ def _valid(entry: dict[str, object] | None) -> tuple[float, str] | None:
     return (float(tflops), at) if isinstance(at, str) and at else None
 
 
-def cached_ceiling(key: CeilingKey, measure: Callable[[], float], *, enabled: bool | None = None,
-                   path: Path | None = None) -> tuple[float, str]:
-    """(TFLOP/s, how it was obtained): the cached reading for ``key``, else ``measure()`` (then stored)."""
+@dataclass
+class Ceilings:
+    """TFLOP/s per dtype, why a dtype has none, and how the figures were obtained (one line for the report)."""
+
+    tflops: dict[str, float] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    how: str = ""
+
+
+def cached_ceilings(keys: dict[str, CeilingKey], measure: Callable[[str], float], *, enabled: bool | None = None,
+                    path: Path | None = None) -> Ceilings:
+    """The cached reading of each dtype's key, else ``measure(dtype)``; new readings are stored in one write.
+
+    A dtype whose probe raises gets its reason in ``errors`` and is not stored (it is tried again next run).
+    """
     if not (cache_enabled() if enabled is None else enabled):
-        return measure(), "measured in this run (ceiling cache off)"
+        return measure_each(list(keys), measure, how="measured in this run (ceiling cache off)")
+    out = Ceilings()
     path = path or cache_path()
     entries = _entries(path)
-    hit = _valid(entries.get(key.id()))
-    if hit is not None:
-        return hit[0], f"measured on this machine at {hit[1]}, cached in {path}"
-    tflops = measure()
-    at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    entries[key.id()] = {"tflops": tflops, "measured_at": at}
-    try:
-        from perfscope.results.io import write_json
+    cached_at: set[str] = set()
+    fresh = []
+    for dtype, key in keys.items():
+        hit = _valid(entries.get(key.id()))
+        if hit is not None:
+            out.tflops[dtype] = hit[0]
+            cached_at.add(hit[1])
+        elif _probe(out, dtype, measure):
+            fresh.append(dtype)
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    hows = []
+    if cached_at:
+        names = [d for d in out.tflops if d not in fresh]
+        hows.append(f"{_dtypes(names, keys)}measured on this machine at {', '.join(sorted(cached_at))}, cached in {path}")
+    if fresh:
+        for dtype in fresh:
+            entries[keys[dtype].id()] = {"tflops": out.tflops[dtype], "measured_at": now}
+        try:
+            from perfscope.results.io import write_json
 
-        write_json(path, {"format": FORMAT, "entries": entries})
-    except Exception as exc:  # noqa: BLE001 - a read-only home only costs the next run a measurement
-        return tflops, f"measured in this run (not cached: {type(exc).__name__}: {exc})"
-    return tflops, f"measured in this run at {at}, now cached in {path}"
+            write_json(path, {"format": FORMAT, "entries": entries})
+            stored = f"now cached in {path}"
+        except Exception as exc:  # noqa: BLE001 - a read-only home only costs the next run a measurement
+            stored = f"not cached: {type(exc).__name__}: {exc}"
+        hows.append(f"{_dtypes(fresh, keys) if cached_at else ''}measured in this run at {now} ({stored})")
+    out.how = "; ".join(hows)
+    return out
+
+
+def measure_each(dtypes: list[str], measure: Callable[[str], float], *, how: str = "measured in this run") -> Ceilings:
+    """No cache: ``measure(dtype)`` for each dtype (a GPU's ceilings, or the cache switched off)."""
+    out = Ceilings()
+    for dtype in dtypes:
+        _probe(out, dtype, measure)
+    out.how = how if out.tflops else ""
+    return out
+
+
+def _probe(out: Ceilings, dtype: str, measure: Callable[[str], float]) -> bool:
+    try:
+        out.tflops[dtype] = measure(dtype)
+        return True
+    except Exception as exc:  # noqa: BLE001 - a dtype the device cannot run is not an error
+        out.errors[dtype] = f"{type(exc).__name__}: {exc}"
+        return False
+
+
+def _dtypes(names: list[str], keys: dict[str, CeilingKey]) -> str:
+    """"fp32: " when only some of the dtypes share this provenance; "" when all do."""
+    return "" if len(names) == len(keys) else ", ".join(names) + ": "

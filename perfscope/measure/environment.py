@@ -12,14 +12,13 @@ import platform
 import re
 import socket
 import sys
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 import torch
 
-from perfscope.measure.ceiling_cache import cached_ceiling, ceiling_key
+from perfscope.measure.ceiling_cache import cached_ceilings, ceiling_key, measure_each
 from perfscope.measure.cores import usable_cores
 from perfscope.measure.nvml import cuda_uuid, is_mig_uuid, nvml_handle
 from perfscope.measure.peaks import (
@@ -178,20 +177,16 @@ def collect_environment(device: str, *, device_index: int = 0, measure_ceiling: 
 def _measure_ceilings(env: Environment, device: str, device_index: int, cache: bool | None) -> None:
     """Matmul ceilings per dtype on the run's device (torch.cuda.device makes it current for the matmuls), and
     ``measured_ceiling_how``: measured in this run, or when a CPU's cached reading was measured."""
-    hows: dict[str, str] = {}
-    with torch.cuda.device(device_index) if device == "cuda" else nullcontext():
-        for dtype in ceiling_dtypes(device):
-            try:
-                if device == "cpu":
-                    key = ceiling_key(dtype, env.cpu_model, env.cpu_cores_usable)
-                    tflops, hows[dtype] = cached_ceiling(key, lambda d=dtype: measure_matmul_tflops("cpu", d), enabled=cache)
-                else:
-                    tflops, hows[dtype] = measure_matmul_tflops(device, dtype), "measured in this run"
-                env.measured_ceiling_tflops[dtype] = round(tflops, 4)
-            except Exception as exc:  # noqa: BLE001 - a dtype the device cannot run is not an error
-                env.unavailable[f"measured_ceiling_tflops.{dtype}"] = f"{type(exc).__name__}: {exc}"
-    distinct = set(hows.values())
-    env.measured_ceiling_how = distinct.pop() if len(distinct) == 1 else "; ".join(f"{k}: {v}" for k, v in hows.items())
+    dtypes = ceiling_dtypes(device)
+    if device == "cpu":
+        keys = {dtype: ceiling_key(dtype, env.cpu_model, env.cpu_cores_usable) for dtype in dtypes}
+        got = cached_ceilings(keys, lambda dtype: measure_matmul_tflops("cpu", dtype), enabled=cache)
+    else:
+        with torch.cuda.device(device_index):
+            got = measure_each(dtypes, lambda dtype: measure_matmul_tflops(device, dtype))
+    env.measured_ceiling_tflops.update({dtype: round(tflops, 4) for dtype, tflops in got.tflops.items()})
+    env.unavailable.update({f"measured_ceiling_tflops.{dtype}": why for dtype, why in got.errors.items()})
+    env.measured_ceiling_how = got.how
 
 
 _REASON_KEY = {"datasheet_source": "datasheet_peaks_tflops"}
