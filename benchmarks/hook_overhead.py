@@ -34,6 +34,7 @@ import json
 import math
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -55,13 +56,18 @@ SLOW_STATE_FAULTS = 20.0
 
 
 def run(loop: str, mode: str, steps: int, env: dict[str, str], *, late_import: bool = False) -> dict:
-    """One fresh process; adds ``process_wall_s``: its wall clock from spawn to exit."""
+    """One fresh process; adds ``process_wall_s``: its wall clock from spawn to exit, and ``process_cpu_total_s``:
+    the CPU time (user + system: its threads and the children it waited for) it used, which other sessions' load
+    on the cores inflates far less than the wall clock."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     where = [] if late_import else ["--import-first"]
     out = subprocess.run([sys.executable, str(LOOP), "--loop", loop, "--mode", mode, "--steps", str(steps), *where],
                          check=True, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **env})
     wall = time.perf_counter() - start
-    return {**json.loads(out.stdout.strip().splitlines()[-1]), "process_wall_s": wall}
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "process_wall_s": wall, "process_cpu_total_s": cpu}
 
 
 def kernel_ms(row: dict) -> float:
@@ -122,7 +128,7 @@ def main() -> None:
             print(f"{loop:8s} cold cache (first run on this machine configuration, unpaired): whole run "
                   f"{cold['process_wall_s']:5.2f} s, save {cold.get('save_s', 0):.2f} s; ceiling: {cold.get('ceiling_how', '')}",
                   flush=True)
-        whole, steps, plain_rows, hooks_rows, same_state = [], [], [], [], []
+        whole, cpu, steps, plain_rows, hooks_rows, same_state = [], [], [], [], [], []
         phases: dict[str, list[float]] = {"import_s": [], "construct_s": [], "untimed steps extra_s": [], "save_s": []}
         for i in range(args.pairs):
             order = ("plain", args.mode) if i % 2 == 0 else (args.mode, "plain")
@@ -132,6 +138,7 @@ def main() -> None:
             hooks_rows.append(hooks)
             whole.append(math.log(plain["process_wall_s"] / hooks["process_wall_s"]))
             steps.append(math.log(hooks["steps_per_s"] / plain["steps_per_s"]))
+            cpu.append(math.log(plain["process_cpu_total_s"] / hooks["process_cpu_total_s"]))
             if (plain["minor_faults_per_step"] > SLOW_STATE_FAULTS) == (hooks["minor_faults_per_step"] > SLOW_STATE_FAULTS):
                 same_state.append(whole[-1])
             phases["import_s"].append(hooks.get("import_s", 0.0))
@@ -139,21 +146,23 @@ def main() -> None:
             phases["untimed steps extra_s"].append(hooks["untimed_steps_s"] - plain["untimed_steps_s"])
             phases["save_s"].append(hooks.get("save_s", 0.0))
             print(f"{loop:8s} pair {i + 1:2d}: whole run plain {plain['process_wall_s']:6.2f} s {args.mode} "
-                  f"{hooks['process_wall_s']:6.2f} s ratio {math.exp(whole[-1]):.3f} | steps plain {plain['steps_per_s']:6.1f}/s "
+                  f"{hooks['process_wall_s']:6.2f} s ratio {math.exp(whole[-1]):.3f} | CPU plain {plain['process_cpu_total_s']:6.2f} s "
+                  f"{args.mode} {hooks['process_cpu_total_s']:6.2f} s ratio {math.exp(cpu[-1]):.3f} | steps plain {plain['steps_per_s']:6.1f}/s "
                   f"{args.mode} {hooks['steps_per_s']:6.1f}/s ratio {math.exp(steps[-1]):.3f} | faults/step plain "
                   f"{plain['minor_faults_per_step']:5.0f} {args.mode} {hooks['minor_faults_per_step']:5.0f} | "
                   f"import {hooks.get('import_s', 0):.2f} s construct {hooks.get('construct_s', 0):.2f} s "
                   f"untimed steps +{phases['untimed steps extra_s'][-1]:.2f} s save {hooks.get('save_s', 0):.2f} s", flush=True)
-        summary.append((loop, whole, steps, plain_rows, hooks_rows, same_state, phases, time.monotonic() - start))
+        summary.append((loop, whole, cpu, steps, plain_rows, hooks_rows, same_state, phases, time.monotonic() - start))
     print()
     target = 0.02
-    for loop, whole, steps, plain_rows, hooks_rows, same_state, phases, wall in summary:
+    for loop, whole, cpu, steps, plain_rows, hooks_rows, same_state, phases, wall in summary:
         plain_s = statistics.fmean(r["process_wall_s"] for r in plain_rows)
-        for label, logs in (("whole run", whole), ("timed steps", steps)):
+        for label, logs in (("whole run", whole), ("whole-run CPU", cpu), ("timed steps", steps)):
             ratio, low, high = t_interval(logs)
             print(f"{loop:8s} {label:12s}: {args.mode}/plain throughput {ratio:.4f} (95% CI {low:.4f}-{high:.4f}); "
                   f"cost {1 - ratio:+.2%}; target <= {target:.0%} -> {verdict(low, high, target)}"
-                  + (f"   (plain whole run {plain_s:.1f} s, {args.steps + 60} steps)" if label == "whole run" else "   (per-step cost)"))
+                  + {"whole run": f"   (plain whole run {plain_s:.1f} s, {args.steps + 60} steps)",
+                     "whole-run CPU": "   (CPU seconds of the process: plain / hooks)", "timed steps": "   (per-step cost)"}[label])
         if len(same_state) >= 2:
             ratio, low, high = t_interval(same_state)
             print(f"{loop:8s} whole run, pairs in the same allocator state ({len(same_state)}/{len(whole)}): "
