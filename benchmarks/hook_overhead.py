@@ -1,30 +1,43 @@
 """What perfscope's hooks cost a user's loop, measured process against process.
 
     python benchmarks/hook_overhead.py --pairs 8                       # compute- and data-bound loops, CPU
+    python benchmarks/hook_overhead.py --pairs 3 --loops compute --steps 9000   # a >= 30 s run (unloaded machine)
     python benchmarks/hook_overhead.py --pairs 8 --pin-allocator       # glibc malloc thresholds pinned (see below)
+    python benchmarks/hook_overhead.py --pairs 8 --no-ceiling-cache    # the CPU matmul ceiling measured every run
 
 Each run is a fresh process of benchmarks/overhead_loop.py: the same user loop either without perfscope
-imported at all ("plain") or with `perfscope.Profiler` at its defaults ("hooks"). Two figures per pair:
+imported at all ("plain") or with `perfscope.Profiler` at its defaults ("hooks"). Figures per pair:
 - whole run: the process's wall clock as the user waits for it, timed here from spawn to exit — interpreter
   and torch start-up (both sides), perfscope's import, the Profiler's construction, warm-up, the FLOP-counting
-  step, 960 steps and `prof.save()` (results.json + report) — the overhead a user pays (issue 25, item 7);
-- steps: the loop's own host-clock time of steps 60..960, as its author would time it (the per-step cost).
+  step, 60 + --steps steps and `prof.save()` (results.json + report) — the overhead a user pays (issue 25, item 7);
+- whole-run CPU: the same processes' CPU seconds (user + system), far less inflated than the wall clock when
+  other work shares the cores;
+- steps: the loop's own host-clock time of its timed steps, as its author would time it (the per-step cost);
+- one-time costs: import, construction, the untimed steps' extra wall time over plain's (warm-up, the
+  FLOP-counting step) and save(), each as the hooks process measured it, and their total as a share of the run.
 Runs alternate plain, hooks, plain, hooks, ... (order flipped every other pair), so slow drift of the machine
 hits both. Each pair gives one ratio (plain / hooks wall time, i.e. hooks / plain throughput); the figure is
 their geometric mean with a t-interval over pairs — processes, not steps, are the independent evidence.
+The benchmark uses a fresh ceiling cache (perfscope.measure.ceiling_cache): its first hooks run, unpaired and
+printed as "cold cache", measures the CPU matmul ceiling as a user's first run on a machine does; the pairs
+then read it, as every later run on that machine does.
 
 The allocator lottery. On Linux/glibc a CPU training process lands, at random, in a state where freed tensor
 memory at the top of the heap is trimmed back to the kernel (brk) and faulted in again every step. Measured
 (gdb on glibc's `mp_` at the end of each run): every process of the compute loop, plain or hooks, ends with the
 same dynamic thresholds — mmap 1.9 MB (the largest mmapped chunk freed so far), trim 3.85 MB (twice that) —
 while each step frees ~4 MB of temporaries (strace: brk shrinks of 4.0-5.2 MB): right at the trim threshold,
-so whether the top of the heap is returned each step depends on layout, not on perfscope. The state is read
+so whether the top of the heap is returned each step depends on the heap's layout. The state is read
 without depending on the machine's load as minor page faults per timed step (~0 vs 100-900), printed per run;
-processes with more than `SLOW_STATE_FAULTS` are counted per side. `--pin-allocator` sets
-MALLOC_TRIM_THRESHOLD_/MALLOC_MMAP_THRESHOLD_ (fixed thresholds) for both sides to isolate the hooks' own cost.
-perfscope is imported at the top of the loop's script, as users write it; `--late-import` imports it after the
-model is built (this benchmark's earlier placement, which alone moved 9 of 10 processes into the slow state).
-Targets: ≤ 2% on CPU, ≤ 1% on a GPU, at defaults.
+processes with more than `SLOW_STATE_FAULTS` are counted per side, and the step rate in each state is shown.
+Which hooks action causes it (benchmarks/allocator_state.py, faults of every step, 10 processes per mode):
+none alone. Plain processes enter it too (7/20; 14/26 earlier), and both plain and hooks processes can enter
+it mid-run (at steps 86-272 of 300), not only at the warm-up or the FLOP-counting step; hooks 8/10, without the
+sampler 7/10, without the FLOP count 6/10, without both 4/10 (8/10 in an earlier series): each action that
+allocates adds chances, none decides. `--pin-allocator` sets MALLOC_TRIM_THRESHOLD_/MALLOC_MMAP_THRESHOLD_
+(fixed thresholds) for both sides to isolate the hooks' own cost; perfscope never changes them in a user's
+process. perfscope is imported at the top of the loop's script, as users write it; `--late-import` imports it
+after the model is built. Targets: ≤ 2% on CPU, ≤ 1% on a GPU, at defaults.
 """
 
 from __future__ import annotations
