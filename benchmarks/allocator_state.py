@@ -49,7 +49,8 @@ def main() -> None:
         for mode in modes:  # interleaved
             out = subprocess.run([sys.executable, str(LOOP), "--loop", "compute", "--mode", mode, "--skip", "0",
                                   "--steps", str(args.steps), "--no-save", "--fault-trace", *args.extra.split()],
-                                 check=True, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                 check=True, capture_output=True, text=True, cwd=ROOT,
+                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
             faults = json.loads(out.stdout.strip().splitlines()[-1])["faults_by_step"]
             rows[mode].append((statistics.fmean(faults[60:]), onset(faults)))
     for mode, got in rows.items():

@@ -159,8 +159,9 @@ def main() -> None:
             phases["untimed steps extra_s"].append(hooks["untimed_steps_s"] - plain["untimed_steps_s"])
             phases["save_s"].append(hooks.get("save_s", 0.0))
             print(f"{loop:8s} pair {i + 1:2d}: whole run plain {plain['process_wall_s']:6.2f} s {args.mode} "
-                  f"{hooks['process_wall_s']:6.2f} s ratio {math.exp(whole[-1]):.3f} | CPU plain {plain['process_cpu_total_s']:6.2f} s "
-                  f"{args.mode} {hooks['process_cpu_total_s']:6.2f} s ratio {math.exp(cpu[-1]):.3f} | steps plain {plain['steps_per_s']:6.1f}/s "
+                  f"{hooks['process_wall_s']:6.2f} s ratio {math.exp(whole[-1]):.3f} | CPU plain "
+                  f"{plain['process_cpu_total_s']:6.2f} s {args.mode} {hooks['process_cpu_total_s']:6.2f} s ratio "
+                  f"{math.exp(cpu[-1]):.3f} | steps plain {plain['steps_per_s']:6.1f}/s "
                   f"{args.mode} {hooks['steps_per_s']:6.1f}/s ratio {math.exp(steps[-1]):.3f} | faults/step plain "
                   f"{plain['minor_faults_per_step']:5.0f} {args.mode} {hooks['minor_faults_per_step']:5.0f} | "
                   f"import {hooks.get('import_s', 0):.2f} s construct {hooks.get('construct_s', 0):.2f} s "
@@ -175,7 +176,8 @@ def main() -> None:
             print(f"{loop:8s} {label:12s}: {args.mode}/plain throughput {ratio:.4f} (95% CI {low:.4f}-{high:.4f}); "
                   f"cost {1 - ratio:+.2%}; target <= {target:.0%} -> {verdict(low, high, target)}"
                   + {"whole run": f"   (plain whole run {plain_s:.1f} s, {args.steps + 60} steps)",
-                     "whole-run CPU": "   (CPU seconds of the process: plain / hooks)", "timed steps": "   (per-step cost)"}[label])
+                     "whole-run CPU": "   (CPU seconds of the process: plain / hooks)",
+                     "timed steps": "   (per-step cost)"}[label])
         if len(same_state) >= 2:
             ratio, low, high = t_interval(same_state)
             print(f"{loop:8s} whole run, pairs in the same allocator state ({len(same_state)}/{len(whole)}): "
