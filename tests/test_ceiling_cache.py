@@ -138,7 +138,8 @@ def test_the_report_shows_where_the_ceiling_came_from():
 
     env = Environment(device_type="cpu", device_name="Test CPU", measured_ceiling_tflops={"fp32": 0.1},
                       measured_ceiling_how="measured on this machine at 2026-11-24T16:40:03+00:00, cached in /c.json")
-    rows = {r.label: r.value for r in _environment(Results(environment=env, workload=WorkloadInfo(path="w.py", sha256="0", name="w")))}
+    results = Results(environment=env, workload=WorkloadInfo(path="w.py", sha256="0", name="w"))
+    rows = {r.label: r.value for r in _environment(results)}
     assert rows["Measured matmul ceiling"] == ("fp32 0.1 TFLOP/s (measured on this machine at 2026-11-24T16:40:03+00:00, "
                                                "cached in /c.json)")
 
