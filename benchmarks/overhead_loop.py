@@ -64,7 +64,8 @@ def main() -> None:
     parser.add_argument("--no-save", action="store_true", help="hooks: skip prof.save() at the end")
     parser.add_argument("--trim-after", type=int, default=None, help="experiment: glibc malloc_trim(0) after this step")
     parser.add_argument("--side-thread", choices=("idle", "psutil"), default=None,
-                        help="experiment: from step 5, a thread that wakes every 0.1 s and does nothing / reads psutil.cpu_percent")
+                        help="experiment: from step 5, a thread that wakes every 0.1 s and does nothing / reads "
+                             "psutil.cpu_percent")
     parser.add_argument("--fault-trace", action="store_true",
                         help="experiment: add the minor faults of every step (warm-up included) to the JSON line")
     parser.add_argument("--import-first", action="store_true",
@@ -140,7 +141,8 @@ def main() -> None:
             with open(os.path.join(out, "results.json"), encoding="utf-8") as fh:  # after the timing, outside save_s
                 phases["ceiling_how"] = json.load(fh)["environment"].get("measured_ceiling_how", "")
     print(json.dumps({"loop": args.loop, "mode": args.mode, "steps": args.steps, "wall_s": end - start,
-                      "steps_per_s": args.steps / (end - start), "process_cpu_s": cpu1 - cpu0, "main_thread_cpu_s": thread1 - thread0,
+                      "steps_per_s": args.steps / (end - start), "process_cpu_s": cpu1 - cpu0,
+                      "main_thread_cpu_s": thread1 - thread0,
                       "kernel_cpu_s": sys1 - sys0, "minor_faults_per_step": faults / args.steps, **phases,
                       **({"faults_by_step": [b - a for a, b in zip(trace, trace[1:])]} if args.fault_trace else {})}))
 
