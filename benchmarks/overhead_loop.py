@@ -40,6 +40,20 @@ class Synthetic(torch.utils.data.Dataset):
         return x, i % 10
 
 
+def _start_side_thread(kind: str) -> None:
+    """A background thread like the hooks' utilization sampler: waking every 0.1 s, idle or reading psutil."""
+    import threading
+
+    import psutil
+
+    def run() -> None:
+        while not threading.Event().wait(0.1):
+            if kind == "psutil":
+                psutil.cpu_percent(interval=None)
+
+    threading.Thread(target=run, daemon=True).start()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--loop", choices=("compute", "data"), required=True)
@@ -49,6 +63,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=900)
     parser.add_argument("--no-save", action="store_true", help="hooks: skip prof.save() at the end")
     parser.add_argument("--trim-after", type=int, default=None, help="experiment: glibc malloc_trim(0) after this step")
+    parser.add_argument("--side-thread", choices=("idle", "psutil"), default=None,
+                        help="experiment: from step 5, a thread that wakes every 0.1 s and does nothing / reads "
+                             "psutil.cpu_percent")
+    parser.add_argument("--fault-trace", action="store_true",
+                        help="experiment: add the minor faults of every step (warm-up included) to the JSON line")
     parser.add_argument("--import-first", action="store_true",
                         help="import perfscope before the model is built (at the top of the script, as users write it)")
     args = parser.parse_args()
@@ -90,9 +109,13 @@ def main() -> None:
         batches = prof.wrap(batches)
         phases["construct_s"] = time.perf_counter() - t1
 
+    loop0 = time.perf_counter()
     start = cpu0 = thread0 = sys0 = 0.0
     faults0 = 0
+    trace: list[int] = []
     for i, (x, y) in enumerate(batches):
+        if args.fault_trace:
+            trace.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
         if i == args.skip:
             start, cpu0, thread0, sys0 = time.perf_counter(), time.process_time(), time.thread_time(), os.times().system
             faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -101,20 +124,27 @@ def main() -> None:
         opt.zero_grad(set_to_none=True)
         if prof is not None:
             prof.step()
+        if i == 5 and args.side_thread:
+            _start_side_thread(args.side_thread)
         if i == args.trim_after:
             import ctypes
 
             ctypes.CDLL("libc.so.6").malloc_trim(0)
     end, cpu1, thread1, sys1 = time.perf_counter(), time.process_time(), time.thread_time(), os.times().system
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
+    phases["untimed_steps_s"] = start - loop0  # steps [0, --skip): warm-up and, with hooks, the FLOP-counting step
     if prof is not None and not args.no_save:
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory() as out:
             prof.save(out)
-        phases["save_s"] = time.perf_counter() - t0
+            phases["save_s"] = time.perf_counter() - t0
+            with open(os.path.join(out, "results.json"), encoding="utf-8") as fh:  # after the timing, outside save_s
+                phases["ceiling_how"] = json.load(fh)["environment"].get("measured_ceiling_how", "")
     print(json.dumps({"loop": args.loop, "mode": args.mode, "steps": args.steps, "wall_s": end - start,
-                      "steps_per_s": args.steps / (end - start), "process_cpu_s": cpu1 - cpu0, "main_thread_cpu_s": thread1 - thread0,
-                      "kernel_cpu_s": sys1 - sys0, "minor_faults_per_step": faults / args.steps, **phases}))
+                      "steps_per_s": args.steps / (end - start), "process_cpu_s": cpu1 - cpu0,
+                      "main_thread_cpu_s": thread1 - thread0,
+                      "kernel_cpu_s": sys1 - sys0, "minor_faults_per_step": faults / args.steps, **phases,
+                      **({"faults_by_step": [b - a for a, b in zip(trace, trace[1:])]} if args.fault_trace else {})}))
 
 
 if __name__ == "__main__":

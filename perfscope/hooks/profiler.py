@@ -138,8 +138,8 @@ class Profiler:
         trace_dir: the folder the trace (rank<R>.json.gz) is written to during the run (default: a temporary
             folder); save() copies it into <out>/trace/. A folder of traces only: HTA loads every file in it.
         peak_tflops: the MFU denominator, overriding the datasheet / measured ceiling.
-        measure_ceiling: at results()/save() time, measure this machine's matmul ceiling (about a second,
-            after the memory peaks are read, on the profiler's device, with its own RNG state).
+        measure_ceiling: at results()/save() time, measure this machine's matmul ceiling (after the memory peaks
+            are read, on the profiler's device, with its own RNG state; a CPU's is cached: measure/ceiling_cache.py).
         max_step_samples: per-step samples kept (a uniform reservoir) for the typical-step description.
         flush_every: read finished CUDA events every this many steps (bounds the pending events).
         gather_timeout_s: in a torchrun job, how long rank 0's save() waits for the other ranks' summaries

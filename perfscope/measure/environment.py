@@ -12,13 +12,13 @@ import platform
 import re
 import socket
 import sys
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 import torch
 
+from perfscope.measure.ceiling_cache import cached_ceilings, ceiling_key, measure_each
 from perfscope.measure.cores import usable_cores
 from perfscope.measure.nvml import cuda_uuid, is_mig_uuid, nvml_handle
 from perfscope.measure.peaks import (
@@ -124,9 +124,12 @@ def _datasheet(env: Environment, sm_count: int | None, mig: bool) -> None:
     env.datasheet_source = f"{scaled.name}: {scaled.source}"
 
 
-def collect_environment(device: str, *, device_index: int = 0, measure_ceiling: bool = True) -> Environment:
+def collect_environment(device: str, *, device_index: int = 0, measure_ceiling: bool = True,
+                        cache_ceiling: bool | None = None) -> Environment:
     """Describe this machine for ``device`` ('cpu' or 'cuda'); on CUDA the device the run uses (``device_index``,
-    a CUDA index) and the list of all visible devices; optionally measure matmul ceilings (on that device)."""
+    a CUDA index) and the list of all visible devices; optionally measure matmul ceilings (on that device).
+    A CPU's ceilings come from perfscope.measure.ceiling_cache unless ``cache_ceiling`` is False (None: the
+    PERFSCOPE_CEILING_CACHE environment variable decides, on by default)."""
     cpu_model, no_cpu_model = _cpu_model()
     env = Environment(
         device_type=device,
@@ -166,15 +169,24 @@ def collect_environment(device: str, *, device_index: int = 0, measure_ceiling: 
     else:
         env.unavailable["datasheet_peaks_tflops"] = "CPUs have no comparable datasheet peak; MFU uses the measured matmul ceiling"
     if measure_ceiling:
-        # On the run's device: torch.cuda.device makes it current for the ceiling's matmuls.
-        with torch.cuda.device(device_index) if device == "cuda" else nullcontext():
-            for dtype in ceiling_dtypes(device):
-                try:
-                    env.measured_ceiling_tflops[dtype] = round(measure_matmul_tflops(device, dtype), 4)
-                except Exception as exc:  # noqa: BLE001 - a dtype the device cannot run is not an error
-                    env.unavailable[f"measured_ceiling_tflops.{dtype}"] = f"{type(exc).__name__}: {exc}"
+        _measure_ceilings(env, device, device_index, cache_ceiling)
     explain_missing(env)
     return env
+
+
+def _measure_ceilings(env: Environment, device: str, device_index: int, cache: bool | None) -> None:
+    """Matmul ceilings per dtype on the run's device (torch.cuda.device makes it current for the matmuls), and
+    ``measured_ceiling_how``: measured in this run, or when a CPU's cached reading was measured."""
+    dtypes = ceiling_dtypes(device)
+    if device == "cpu":
+        keys = {dtype: ceiling_key(dtype, env.cpu_model, env.cpu_cores_usable) for dtype in dtypes}
+        got = cached_ceilings(keys, lambda dtype: measure_matmul_tflops("cpu", dtype), enabled=cache)
+    else:
+        with torch.cuda.device(device_index):
+            got = measure_each(dtypes, lambda dtype: measure_matmul_tflops(device, dtype))
+    env.measured_ceiling_tflops.update({dtype: round(tflops, 4) for dtype, tflops in got.tflops.items()})
+    env.unavailable.update({f"measured_ceiling_tflops.{dtype}": why for dtype, why in got.errors.items()})
+    env.measured_ceiling_how = got.how
 
 
 _REASON_KEY = {"datasheet_source": "datasheet_peaks_tflops"}

@@ -29,7 +29,8 @@ def choose_peak(env: Environment, override_tflops: float | None = None) -> Peak 
         return Peak(
             tflops=env.measured_ceiling_tflops[dtype],
             dtype=dtype,
-            source=f"measured matmul ceiling ({why}); MFU here is relative to what this machine's matmul reaches",
+            source=f"measured matmul ceiling ({why}{'; ' + env.measured_ceiling_how if env.measured_ceiling_how else ''}); "
+                   "MFU here is relative to what this machine's matmul reaches",
         )
     return None
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from statistics import fmean
 
-from perfscope.check.structure import diff_fingerprints
 from perfscope.results import Results, Trial
 from perfscope.results.fingerprint import CompileFacts, Fingerprint, consensus
 from perfscope.results.roles import baseline_configuration
@@ -87,6 +86,9 @@ def structural_effect(results: Results, configuration: str) -> StructuralEffect 
     runs = _evidence(results, configuration)
     if configuration == base_name or not runs:
         return None
+    # Imported here: perfscope.check loads the whole CI gate, which a single-run report (the hooks') never needs.
+    from perfscope.check.structure import diff_fingerprints
+
     base_fp, base_variants = configuration_fingerprint(results, base_name)
     cur_fp, cur_variants = configuration_fingerprint(results, configuration)
     diff = diff_fingerprints(base_fp, cur_fp)

@@ -708,7 +708,8 @@ def _environment(results: Results) -> list[Row]:
         Row(label="Host", value=env.hostname),
         Row(label="Datasheet peaks", value=", ".join(f"{k} {v:g} TFLOP/s" for k, v in env.datasheet_peaks_tflops.items())),
         Row(label="Datasheet", value=env.datasheet_source or ""),
-        Row(label="Measured matmul ceiling", value=", ".join(f"{k} {v:g} TFLOP/s" for k, v in env.measured_ceiling_tflops.items())),
+        Row(label="Measured matmul ceiling", value=", ".join(f"{k} {v:g} TFLOP/s" for k, v in env.measured_ceiling_tflops.items())
+            + (f" ({env.measured_ceiling_how})" if env.measured_ceiling_tflops and env.measured_ceiling_how else "")),
     ]
     rows += [Row(label=f"{k} (unavailable)", value=v) for k, v in env.unavailable.items()]
     return [r for r in rows if r.value.strip()]

@@ -103,6 +103,9 @@ class Environment:
     datasheet_peaks_tflops: dict[str, float] = field(default_factory=dict, metadata=TFLOPS)  # dtype -> dense TFLOP/s
     datasheet_source: str | None = None
     measured_ceiling_tflops: dict[str, float] = field(default_factory=dict, metadata=TFLOPS)  # dtype -> measured matmul TFLOP/s
+    measured_ceiling_how: str = ""
+    """Where the ceiling came from: "measured in this run", or when and where a cached reading of this machine was
+    measured (perfscope.measure.ceiling_cache); "" in results recorded before it existed."""
     unavailable: dict[str, str] = field(default_factory=dict)
 
 

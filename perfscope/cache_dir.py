@@ -1,0 +1,19 @@
+"""Where perfscope keeps what it may reuse across runs on one machine (the CPU matmul ceiling, compiled templates).
+
+Why one place: a user clearing or relocating perfscope's cache needs one folder to know about.
+PERFSCOPE_CACHE_DIR, else $XDG_CACHE_HOME/perfscope, else ~/.cache/perfscope (the XDG convention).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DIR_ENV = "PERFSCOPE_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    if os.environ.get(DIR_ENV):
+        return Path(os.environ[DIR_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "perfscope"
