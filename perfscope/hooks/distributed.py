@@ -64,6 +64,14 @@ def detect_rank() -> RankPlace | None:
     )
 
 
+def find_place() -> RankPlace | None:
+    """`detect_rank`, or None where torch.distributed cannot say (a torch without it, a half-torn-down group)."""
+    try:
+        return detect_rank()
+    except Exception:  # noqa: BLE001 - one process, then
+        return None
+
+
 def data_parallel_of(model: torch.nn.Module | None, optimizer: torch.optim.Optimizer | None) -> str:
     """How the user's loop distributes the model: "ddp", "zero1" (DDP + ZeroRedundancyOptimizer), "fsdp", else
     "none" (a wrapper perfscope does not recognise, or a model given unwrapped)."""
@@ -217,6 +225,6 @@ def _decode(raw: str | bytes) -> RankReport:
     return from_jsonable(RankReport, json.loads(raw), "rank report")
 
 
-__all__ = ["RankPlace", "RankReport", "data_parallel_of", "ddp_settings", "detect_rank", "exchange", "layout",
+__all__ = ["RankPlace", "RankReport", "data_parallel_of", "ddp_settings", "detect_rank", "exchange", "find_place", "layout",
            "own_cpu_cores", "rank_metrics", "without_peers"]
 
