@@ -94,7 +94,8 @@ def observation(prof: Profiler, windows: list[Any], peaks: MemoryPeaks, micro_ba
         samples_per_step=typical_samples or 0, tokens_per_sample=prof.tokens_per_sample,
         step_times_sampled=prof._reservoir.seen > len(records), memory=peaks, owners=owners, flops=flops,
         fingerprint=prof._flop.structure(flops), window_syncs=Unavailable(WINDOW_SYNCS_NOT_COUNTED),
-        first_step=first_step, utilization=prof._sampler.result() if prof._sampler is not None else None, losses=Unavailable(LOSSES_NOT_READ),
+        first_step=first_step, utilization=prof._sampler.result() if prof._sampler is not None else None,
+        losses=Unavailable(LOSSES_NOT_READ),
         excluded_s={why: round(s, 6) for why, s in prof._excluded_s.items() if s},
         data_wait=None if prof._wrap_used or prof._data_hooked else Unavailable(
             "not measured: iterate with prof.wrap(loader) to measure the time blocked on data"),
