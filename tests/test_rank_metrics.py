@@ -71,3 +71,26 @@ def test_trials_and_hooks_summarise_a_rank_alike() -> None:
     core = rank_metrics(m, rank=PLACE.rank, local_rank=PLACE.local_rank, node=PLACE.node)
     assert hooks_rank_metrics(PLACE, m, None, None) == core
     assert core.samples_per_s == pytest.approx(8.0) and core.peak_memory_bytes == 1234
+
+
+def test_a_trial_rank_and_a_hooks_rank_report_the_same_window_alike() -> None:
+    """perfscope.trial.rank and perfscope.hooks.distributed differ only in what each can observe: the trial tracks GC
+    (and runs a compute-only window where the strategy allows one), the hooks do not."""
+    from perfscope.results.config import TrialConfig
+    from perfscope.trial.data_parallel import RankInfo
+    from perfscope.trial.loop import MeasuredRun
+    from perfscope.trial.rank import rank_metrics as trial_rank_metrics
+
+    m = _metrics([Window(steps=4, samples=16, wall_s=2.0, contention=Contention(other_cpu_cores=0.5)),
+                  Window(steps=2, samples=None, wall_s=1.0)])
+    m.memory_breakdown = MemoryBreakdown(parameters=10, gradients=10, optimizer_state=20, activations_and_temporaries=None)
+    pauses = GcPauses()
+    pauses.collections = 2
+    run = MeasuredRun(metrics=m, step=None, gc_pauses=pauses)  # type: ignore[arg-type] - FSDP: no compute-only window
+    config = TrialConfig(micro_batch_size=4, nproc_per_node=2, data_parallel="fsdp")
+    trial = trial_rank_metrics(run, RankInfo(PLACE.rank, PLACE.local_rank, 2, PLACE.node, "gloo"), config)
+    hooks = hooks_rank_metrics(PLACE, m, None, None)
+    assert trial.samples is None and trial.other_cpu_cores == pytest.approx(0.5) and trial.gc_collections == 2
+    assert "local_step_times_s" in trial.unavailable and "gc_collections" in hooks.unavailable
+    same = {k: v for k, v in vars(trial).items() if k not in ("gc_collections", "gc_pause_s", "unavailable")}
+    assert same == {k: v for k, v in vars(hooks).items() if k not in ("gc_collections", "gc_pause_s", "unavailable")}
