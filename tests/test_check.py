@@ -477,3 +477,27 @@ def test_measured_cpu_ceilings_do_not_block_mfu_gating():
     assert any("baseline's" in w for w in report.warnings)
     cur.peak = Peak(tflops=0.55, dtype="user", source="--peak-tflops (user supplied)")
     assert run_gate(cur, base, GateOptions(between_session=0.0, metrics=("mfu",))).outcome == "unusable"
+
+
+@pytest.mark.parametrize("device_type, nproc", [("cpu", 2), ("cpu", 1), ("cuda", 2)])
+def test_the_gates_mfu_is_the_reports_mfu_for_a_job(device_type, nproc):
+    """One denominator: the MFU the gate computes from a job's results equals the MFU apply_job wrote for the
+    report — including a CPU job, whose ranks share the node's one processor (each rank's peak is its share)."""
+    from perfscope.measure.job import apply_job
+    from tests.factories import make_environment
+
+    results = runs_file(seed=3)
+    results.environment = make_environment(device_type, "Test CPU" if device_type == "cpu" else "NVIDIA H100 80GB HBM3")
+    results.peak = Peak(tflops=2.0, dtype="fp32", source="measured matmul ceiling")
+    for trial in results.trials:
+        m = trial.metrics
+        m.flops_per_step = m.hardware_flops_per_step = 1e9
+        ranks = [RankMetrics(rank=r, steps=m.steps, samples=m.steps * 8, wall_s=m.wall_s * (1 + 0.1 * r))
+                 for r in range(nproc)]
+        facts = combine_ranks(ranks, backend="gloo", data_parallel="ddp", nnodes=1, nproc_per_node=nproc,
+                              global_batch=8 * nproc)
+        m.mfu = None
+        apply_job(m, facts, peak=results.peak, env=results.environment)
+    reported = [t.metrics.mfu for t in results.trials]
+    assert all(v is not None for v in reported)
+    assert MFU.per_run(Side(results=results, runs=results.trials)) == pytest.approx(reported)

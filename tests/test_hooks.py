@@ -649,7 +649,10 @@ def test_memory_peaks_are_read_before_the_ceiling_probe_allocates(monkeypatch: p
 
     order: list[str] = []
     real_collect = environment.collect_environment
-    monkeypatch.setattr(Profiler, "_memory_peaks", lambda self: order.append("peaks") or (None, None, None))
+    from perfscope.hooks import results as hooks_results
+
+    real_peaks = hooks_results.memory_peaks
+    monkeypatch.setattr(hooks_results, "memory_peaks", lambda device: order.append("peaks") or real_peaks(device))
     monkeypatch.setattr(environment, "collect_environment", lambda *a, **k: order.append("probe") or real_collect(*a, **{**k, "measure_ceiling": False}))
     model, opt = make_model()
     prof = Profiler(model, opt, device="cpu", warmup_steps=1, count_flops=False, measure_ceiling=True, sample_utilization=False)

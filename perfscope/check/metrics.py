@@ -81,6 +81,10 @@ def _mfu_factor(side: Side, m: TrialMetrics) -> float:
         why = m.unavailable.get("flops_per_step") or m.unavailable.get("mfu") or "no FLOP count recorded"
         raise MetricUnavailable(f"MFU unavailable ({why}); gate on --metric samples_per_s or step_time instead")
     peak = side.mfu_peak
+    if peak is not None and m.distributed is not None:  # the report's denominator: one rank's share on CPU
+        from perfscope.measure.mfu import rank_peak
+
+        peak = rank_peak(peak, side.results.environment, m.distributed.nproc_per_node)
     if peak is None:
         raise MetricUnavailable("MFU unavailable (no peak FLOP/s recorded); re-run analyze with --peak-tflops, "
                                 "or gate on --metric samples_per_s")

@@ -64,6 +64,14 @@ def detect_rank() -> RankPlace | None:
     )
 
 
+def find_place() -> RankPlace | None:
+    """`detect_rank`, or None where torch.distributed cannot say (a torch without it, a half-torn-down group)."""
+    try:
+        return detect_rank()
+    except Exception:  # noqa: BLE001 - one process, then
+        return None
+
+
 def data_parallel_of(model: torch.nn.Module | None, optimizer: torch.optim.Optimizer | None) -> str:
     """How the user's loop distributes the model: "ddp", "zero1" (DDP + ZeroRedundancyOptimizer), "fsdp", else
     "none" (a wrapper perfscope does not recognise, or a model given unwrapped)."""
@@ -124,42 +132,24 @@ class RankReport:
 
 def rank_metrics(place: RankPlace, metrics: Any, model: torch.nn.Module | None,
                  optimizer: torch.optim.Optimizer | None, why_none: str = "") -> RankMetrics:
-    """This rank's RankMetrics from its own TrialMetrics (None: nothing timed, ``why_none`` says why)."""
-    rank = RankMetrics(rank=place.rank, local_rank=place.local_rank, node=place.node)
-    rank.unavailable["gc_collections"] = "the hooks do not track Python GC"
-    if model is not None:
+    """This rank's RankMetrics from its own TrialMetrics (None: nothing timed, ``why_none`` says why): the one
+    summary of perfscope.measure.ranks, with the memory owners counted here when nothing was timed."""
+    from perfscope.measure.ranks import rank_metrics as measured_rank
+
+    owners = None
+    if (metrics is None or metrics.memory_breakdown is None) and model is not None and optimizer is not None:
         from perfscope.measure import memory
 
-        rank.parameter_bytes = memory.parameter_bytes(model)  # this rank's shards under FSDP
-        rank.gradient_bytes = memory.gradient_bytes(model) or memory.trainable_parameter_bytes(model)
-        if optimizer is not None:
-            rank.optimizer_state_bytes = memory.optimizer_state_bytes(optimizer)
-    if metrics is None:
-        rank.unavailable["steps"] = why_none or "no timed step"
-        return rank
-    windows = metrics.windows
-    rank.steps, rank.wall_s = metrics.steps, metrics.wall_s
-    known = [w.samples for w in windows]
-    rank.samples = sum(known) if windows and all(n is not None for n in known) else None  # type: ignore[misc]
-    rank.samples_per_s = metrics.samples_per_s
-    rank.step_times_s = list(metrics.step_times_s)
-    rank.data_wait_share = metrics.data_wait_share
-    rank.peak_memory_bytes = metrics.peak_memory_bytes
-    measured = [w for w in windows if w.contention is not None and w.contention.other_cpu_cores is not None]
-    wall = sum(w.wall_s for w in measured)
-    if wall > 0:
-        rank.other_cpu_cores = sum(w.contention.other_cpu_cores * w.wall_s for w in measured) / wall  # type: ignore[union-attr]
-    else:
-        rank.unavailable["other_cpu_cores"] = "no window measured the machine's load"
-    return rank
+        owners = memory.breakdown(model, optimizer, None, grads_present=False)
+    return measured_rank(metrics, rank=place.rank, local_rank=place.local_rank, node=place.node, owners=owners,
+                         why_none=why_none)
 
 
 def own_cpu_cores(metrics: Any) -> float | None:
     """This process's cores over its windows (wall-weighted), from the windows' contention readings."""
-    measured = [w for w in (metrics.windows if metrics is not None else [])
-                if w.contention is not None and w.contention.own_cpu_cores is not None]
-    wall = sum(w.wall_s for w in measured)
-    return sum(w.contention.own_cpu_cores * w.wall_s for w in measured) / wall if wall > 0 else None
+    from perfscope.measure.ranks import window_mean
+
+    return window_mean(metrics.windows, "own_cpu_cores") if metrics is not None else None
 
 
 def without_peers(reports: list[RankReport]) -> None:
@@ -235,6 +225,6 @@ def _decode(raw: str | bytes) -> RankReport:
     return from_jsonable(RankReport, json.loads(raw), "rank report")
 
 
-__all__ = ["RankPlace", "RankReport", "data_parallel_of", "ddp_settings", "detect_rank", "exchange", "layout",
+__all__ = ["RankPlace", "RankReport", "data_parallel_of", "ddp_settings", "detect_rank", "exchange", "find_place", "layout",
            "own_cpu_cores", "rank_metrics", "without_peers"]
 

@@ -10,9 +10,7 @@ same way: every rank measured its own window without extra synchronization, and 
 
 from __future__ import annotations
 
-import dataclasses
-
-from perfscope.measure.mfu import apply_utilization_ratios
+from perfscope.measure.mfu import apply_utilization_ratios, rank_peak
 from perfscope.measure.stragglers import find_stragglers
 from perfscope.results import Environment, Peak, TrialMetrics
 from perfscope.results.distributed import DistributedFacts, RankMetrics
@@ -70,8 +68,4 @@ def apply_job(metrics: TrialMetrics, facts: DistributedFacts, *, peak: Peak | No
     if metrics.tokens_per_s is not None and metrics.samples_per_s:
         metrics.tokens_per_s *= facts.job_samples_per_s / metrics.samples_per_s
     metrics.samples_per_s = facts.job_samples_per_s
-    if peak is not None and env.device_type == "cpu" and facts.nproc_per_node > 1:
-        # The ranks of a node share its one CPU, whose peak is the denominator: each rank's share of it.
-        peak = dataclasses.replace(peak, tflops=peak.tflops / facts.nproc_per_node,
-                                   source=f"{peak.source}, shared by the node's {facts.nproc_per_node} ranks")
-    apply_utilization_ratios(metrics, peak, env, steps_per_s=rate)
+    apply_utilization_ratios(metrics, rank_peak(peak, env, facts.nproc_per_node), env, steps_per_s=rate)

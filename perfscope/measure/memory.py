@@ -84,6 +84,13 @@ def device_peaks(device: str) -> tuple[int | None, int | None]:
     return None, None
 
 
+def device_capacity(device: str, index: int | None = None) -> int | None:
+    """Total memory of the CUDA device (``index``, else the current one); None on CPU."""
+    if device != "cuda":
+        return None
+    return int(torch.cuda.get_device_properties(torch.cuda.current_device() if index is None else index).total_memory)
+
+
 def process_peak_rss_bytes() -> int:
     """Peak resident set of this process (ru_maxrss is KiB on Linux, bytes on macOS)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -36,21 +36,16 @@ import torch
 
 from perfscope.measure import memory
 from perfscope.measure.clock import clock_for, synchronize
+from perfscope.measure.build import attach_trace, build_trial_metrics
 from perfscope.measure.flops import (
     FALLBACK_COUNT_MICRO_BATCH,
-    FLOP_CONVENTION,
     StepFlopCounter,
     count_step,
     count_step_on_fake_tensors,
 )
 from perfscope.measure.gc_pauses import GcPauses
-from perfscope.measure.metrics import assemble_metrics
-from perfscope.measure.structure import (
-    CompileCounters,
-    StructureCounter,
-    WindowSyncCounter,
-    fill_kernel_launches,
-)
+from perfscope.measure.observation import FirstStep, FlopCount, MemoryPeaks, RunObservation, Unavailable
+from perfscope.measure.structure import CompileCounters, StructureCounter, WindowSyncCounter
 from perfscope.measure.tf32 import apply_matmul_tf32
 from perfscope.measure.tokens import TokenTally, per_token_scale
 from perfscope.measure.tf32 import matmul_tf32 as matmul_tf32_state
@@ -58,7 +53,7 @@ from perfscope.measure.utilization import UtilizationSampler
 from perfscope.measure.window import WindowRecorder
 from perfscope.results import TrialMetrics
 from perfscope.results.config import TrialConfig
-from perfscope.results.fingerprint import Fingerprint, MemoryPeak
+from perfscope.results.fingerprint import Fingerprint
 from perfscope.trial.applied import Observed, compile_not_applied, not_applied
 from perfscope.trial.checkpointing import (
     CheckpointedBlock,
@@ -239,10 +234,6 @@ def _full(t: torch.Tensor) -> torch.Tensor:
     return full() if full is not None else t
 
 
-MEMORY_PEAK_TOLERANCE = 0.02
-"""The CUDA allocator peak of identical code moves a little (cuBLAS workspaces, allocator rounding): 2%."""
-
-
 @contextmanager
 def _gc_mode(mode: str) -> Iterator[None]:
     """GC pauses land in random steps: 'freeze' moves warm-up objects out of GC's reach, 'disable' stops it."""
@@ -353,57 +344,25 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
         gc_enabled, gc_frozen = gc.isenabled(), gc.get_freeze_count()  # inside the GC mode: what the steps ran with
     frames_after = _compiled_frames()
     peak_allocated, peak_reserved = memory.device_peaks(device)
-    metrics = assemble_metrics(
-        [window], recorder.records, micro_batch_size=config.micro_batch_size, grad_accum_steps=config.grad_accum_steps,
-        warmup_steps=config.effective_warmup_steps, tokens_per_sample=workload.tokens_per_sample,
-    )
-    metrics.losses = [float(v) for v in torch.stack(losses).cpu()]
-    metrics.first_grad_norm = first_grad_norm
-    metrics.optimizer = optimizer_name(local_optimizer(step.optimizer))
-    metrics.flop_convention = FLOP_CONVENTION
-    metrics.host_rss_peak_bytes = memory.process_peak_rss_bytes()
-    metrics.utilization = sampler.result() if sampler is not None else None
-    metrics.calibration = calibration
-    unavailable = metrics.unavailable
-    if warmup_times:
-        metrics.first_step_s = warmup_times[0]
-    if config.compile is not None and warmup_times:
-        metrics.compile_time_s = max(warmup_times[0] - metrics.mean_step_time_s, 0.0)
-    if frames_before is not None and frames_after is not None:
-        metrics.recompiles_in_window = frames_after - frames_before
-        if metrics.recompiles_in_window:
-            metrics.flags.append(
-                f"torch.compile recompiled {metrics.recompiles_in_window} time(s) inside the timed window "
-                "(a new input shape or a guard failure): compile time is in the measured time"
-            )
-    metrics.matmul_tf32 = matmul_tf32
-    if matmul_tf32 is None:
-        unavailable["matmul_tf32"] = matmul_tf32_state().reason or "unknown"
-    if device == "cuda":
-        metrics.peak_memory_bytes, metrics.peak_reserved_bytes = peak_allocated, peak_reserved
-        metrics.device_memory_capacity_bytes = int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
-    else:
-        metrics.peak_memory_bytes = metrics.host_rss_peak_bytes
-        unavailable["peak_memory_bytes"] = "CPU has no allocator peak: this is the trial process's peak host RSS"
-        unavailable["peak_reserved_bytes"] = "CPU: no caching allocator"
-    metrics.memory_breakdown = memory.breakdown(
-        step.model, local_optimizer(step.optimizer), peak_allocated if device == "cuda" else None, grads_present=False
-    )
-    if device != "cuda":
-        unavailable["memory_breakdown.activations_and_temporaries"] = "needs the CUDA allocator peak"
-
-    if config.count_flops:
-        try:
-            metrics.flops_per_step, metrics.hardware_flops_per_step, metrics.flop_notes = step.count_flops(tokens)
-        except Exception as exc:  # noqa: BLE001 - a FLOP-count failure (an OOM too) must not lose the timing
-            unavailable["flops_per_step"] = f"FLOP counting failed: {type(exc).__name__}: {exc}"
-    else:
-        unavailable["flops_per_step"] = "FLOP counting disabled for this trial"
-    metrics.fingerprint = _fingerprint(step, compile_counters, config, peak_allocated, unavailable)
-    if metrics.fingerprint is not None:
-        metrics.fingerprint.window_syncs = window_syncs.result(steps)
-        if window_syncs.reason is not None:
-            metrics.fingerprint.unavailable["window_syncs"] = window_syncs.reason
+    peaks = MemoryPeaks(device_type=device, allocated=peak_allocated, reserved=peak_reserved,
+                        capacity=memory.device_capacity(device), scope="over the timed window",
+                        host_rss=memory.process_peak_rss_bytes())
+    owners = memory.breakdown(step.model, local_optimizer(step.optimizer), None, grads_present=False)
+    flops = _flop_count(step, config, tokens)  # outside the window, after the memory peaks: they are the window's
+    fingerprint = _structure(step)
+    metrics = build_trial_metrics(RunObservation(
+        device_type=device, windows=[window], records=recorder.records, micro_batch_size=config.micro_batch_size,
+        grad_accum_steps=config.grad_accum_steps, warmup_steps=config.effective_warmup_steps,
+        tokens_per_sample=workload.tokens_per_sample, memory=peaks, owners=owners, flops=flops, fingerprint=fingerprint,
+        compile_facts=compile_counters.facts() if config.compile is not None else None,
+        window_syncs=Unavailable(window_syncs.reason) if window_syncs.reason is not None else window_syncs.result(steps),
+        first_step=FirstStep(seconds=warmup_times[0], compiled=config.compile is not None) if warmup_times else None,
+        utilization=sampler.result() if sampler is not None else None,
+        losses=[float(v) for v in torch.stack(losses).cpu()], first_grad_norm=first_grad_norm,
+        optimizer=optimizer_name(local_optimizer(step.optimizer)), calibration=calibration,
+        recompiles_in_window=frames_after - frames_before if frames_before is not None and frames_after is not None else None,
+        matmul_tf32=matmul_tf32 if matmul_tf32 is not None else Unavailable(matmul_tf32_state().reason or "unknown"),
+    ))
     seen = Observed(compiled_graphs=_compiled_graphs(compile_counters) if config.compile is not None else None,
                     matmul_tf32=matmul_tf32_state().enabled, gc_enabled=gc_enabled, gc_frozen_objects=gc_frozen,
                     env={k: os.environ.get(k) for k in config.env},
@@ -412,24 +371,24 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     return MeasuredRun(metrics=metrics, step=step, gc_pauses=gc_pauses)
 
 
-def _fingerprint(step: TrainStep, compile_counters: CompileCounters, config: TrialConfig, peak_allocated: int | None,
-                 unavailable: dict[str, str]) -> Fingerprint | None:
+def _flop_count(step: TrainStep, config: TrialConfig, tokens: TokenTally | None) -> FlopCount | Unavailable:
+    """FLOPs of one step (TrainStep.count_flops); a failure (an OOM too) costs the count, never the timing."""
+    if not config.count_flops:
+        return Unavailable("FLOP counting disabled for this trial")
+    try:
+        model_flops, hardware_flops, notes = step.count_flops(tokens)
+    except Exception as exc:  # noqa: BLE001
+        return Unavailable(f"FLOP counting failed: {type(exc).__name__}: {exc}")
+    return FlopCount(model=model_flops, hardware=hardware_flops, notes=notes)
+
+
+def _structure(step: TrainStep) -> Fingerprint | Unavailable:
     """The structural fingerprint (perfscope.results.fingerprint), outside the timed window; a failure costs
     the fingerprint, never the timing."""
     try:
-        fingerprint = step.count_structure()
+        return step.count_structure()
     except Exception as exc:  # noqa: BLE001 - an OOM or an op the mode cannot pass must not lose the timing
-        unavailable["fingerprint"] = f"structure counting failed: {type(exc).__name__}: {exc}"
-        return None
-    if config.compile is not None:
-        fingerprint.compile = compile_counters.facts()
-    if config.device == "cuda" and peak_allocated is not None:
-        fingerprint.memory = MemoryPeak(bytes=int(peak_allocated), tolerance=MEMORY_PEAK_TOLERANCE,
-                                        source="torch.cuda.max_memory_allocated over the timed window")
-    else:
-        fingerprint.unavailable["memory"] = "CPU: no allocator peak (host RSS varies between identical runs)"
-    fingerprint.unavailable["kernel_launches"] = "CUDA only, from the profiled window"
-    return fingerprint
+        return Unavailable(f"structure counting failed: {type(exc).__name__}: {exc}")
 
 
 class CompileNotApplied(RuntimeError):
@@ -444,9 +403,7 @@ def capture_trace(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) ->
     """
     metrics = run.metrics
     try:
-        from perfscope.trace.alignment import benchmark_alignment_for
         from perfscope.trace.capture import TraceCapture
-        from perfscope.trace.facts import trace_facts
     except ImportError as exc:
         metrics.unavailable["trace"] = f"trace capture not available: {exc}"
         return
@@ -462,15 +419,7 @@ def capture_trace(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) ->
     if cap.path is None:
         metrics.unavailable["trace"] = cap.note or "trace unavailable"
         return
-    metrics.trace_path = str(cap.path)
-    try:
-        facts = trace_facts(cap.path, device_type=config.device, steps=cap.active_steps)
-        facts.gemm_alignment = benchmark_alignment_for(facts.gemm_shapes, device=config.device, precision=config.precision)
-        metrics.trace_facts = facts
-        if metrics.fingerprint is not None:
-            fill_kernel_launches(metrics.fingerprint, facts)
-    except Exception as exc:  # noqa: BLE001
-        metrics.unavailable["trace_facts"] = f"trace analysis failed: {type(exc).__name__}: {exc}"
+    attach_trace(metrics, cap.path, device_type=config.device, steps=cap.active_steps, alignment_precision=config.precision)
 
 
 def all_finite(values: list[float]) -> bool:

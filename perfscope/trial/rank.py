@@ -27,6 +27,7 @@ from perfscope.measure.clock import synchronize
 from perfscope.measure.collectives import benchmark_collective
 from perfscope.measure.contention import JOB_ROOT_ENV
 from perfscope.measure.job import combine_ranks
+from perfscope.measure.ranks import rank_metrics as measured_rank
 from perfscope.results import RankMetrics, to_jsonable, write_json
 from perfscope.results.config import TrialConfig
 from perfscope.trace.communication import communication_facts
@@ -35,7 +36,6 @@ from perfscope.trial.data_parallel import (
     can_skip_all_communication,
     gradient_sync,
     init_process_group,
-    local_optimizer,
 )
 from perfscope.trial.launch import Launch, rank_result_path
 from perfscope.trial.spec import ChildSpec, FollowSpec, ProbeSpec, SpecError, StopSpec, TrialSpec, spec_from_dict, spec_to_dict
@@ -104,23 +104,10 @@ def agree_on_spec(spec: ChildSpec, info: RankInfo) -> ChildSpec:
 
 
 def rank_metrics(run: MeasuredRun, info: RankInfo, config: TrialConfig) -> RankMetrics:
-    """This rank's own view of its window, its compute alone, and the training state it holds."""
+    """This rank's own view of its window (perfscope.measure.ranks, as the hooks summarise a rank), and its compute
+    alone: a window without gradient communication, where the strategy can run one."""
     m = run.metrics
-    step = run.step
-    window = m.windows[0] if m.windows else None
-    ranked = RankMetrics(
-        rank=info.rank, local_rank=info.local_rank, node=info.node, steps=m.steps,
-        samples=sum(w.samples for w in m.windows if w.samples is not None) if m.windows else None,
-        wall_s=m.wall_s, samples_per_s=m.samples_per_s, step_times_s=list(m.step_times_s),
-        data_wait_share=m.data_wait_share,
-        gc_collections=run.gc_pauses.collections if run.gc_pauses else None,
-        gc_pause_s=run.gc_pauses.pause_s if run.gc_pauses else None,
-        other_cpu_cores=window.contention.other_cpu_cores if window and window.contention else None,
-        peak_memory_bytes=m.peak_memory_bytes,
-        parameter_bytes=memory.parameter_bytes(step.model),
-        optimizer_state_bytes=memory.optimizer_state_bytes(local_optimizer(step.optimizer)),
-    )
-    ranked.gradient_bytes = m.memory_breakdown.gradients if m.memory_breakdown else None
+    ranked = measured_rank(m, rank=info.rank, local_rank=info.local_rank, node=info.node, gc_pauses=run.gc_pauses)
     if can_skip_all_communication(config):
         ranked.local_step_times_s = local_compute_window(run, min(max(m.steps, LOCAL_WINDOW_STEPS[0]), LOCAL_WINDOW_STEPS[1]))
     else:

@@ -1,0 +1,165 @@
+"""The one step of the user's loop the hooks count FLOPs and structure on (a dispatch mode: slow, so untimed).
+
+    flop = FlopStep(index=5, wanted=True)
+    flop.start(model, "cuda")                  # after warm-up, when the step's batch is in hand
+    ...the user's step...
+    flop.stop(step_index=5, samples=8)
+    flop.count(samples_per_step=8)             # FlopCount (scaled to the typical step), or Unavailable(why)
+
+Why one step and why it can move: counting runs under a Python dispatch mode (many times slower), so it is one
+step, excluded from the windows. A pause inside it (evaluation is a forward pass over other data) would put other
+work in the count: that count is dropped and the next step counted, at most a few times. What the loop really
+runs (precision, torch.compile) is watched during the same step (perfscope.hooks.observe).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+import perfscope.hooks.observe as observe
+
+if TYPE_CHECKING:  # imported when counted: `import perfscope.hooks` stays light (no results model)
+    from perfscope.measure.observation import FlopCount, Unavailable
+
+MAX_FLOP_RESTARTS = 5
+"""FLOP counts discarded because a pause fell inside the counted step, before giving up on counting."""
+
+
+class FlopStep:
+    """The counted step's state: which step, the counter while it runs, and what it counted."""
+
+    def __init__(self, *, index: int, count_flops: bool, user_flops: float | None) -> None:
+        self.index = index
+        """The step to count (moves past a capture window, or on when a pause spoiled a count)."""
+        self.count_flops, self.user_flops = count_flops, user_flops
+        self.armed = False
+        """Entered when the next batch is in hand (wrap() yields it, or a framework's batch_begin())."""
+        self.counter: Any = None
+        self.observer: observe.StepObserver | None = None
+        self.flops: tuple[float, int | None, list[str]] | None = None
+        """(model FLOPs, samples in the counted step, notes)."""
+        self.hardware_per_model = 1.0
+        self.unavailable: str | None = None
+        self.restarts: list[str] = []
+        self.fingerprint: Any = None
+        self.precision_seen: observe.Observation | None = None
+
+    @property
+    def wanted(self) -> bool:
+        """A count is still to be made."""
+        return self.count_flops and self.user_flops is None and self.unavailable is None and self.flops is None
+
+    @property
+    def running(self) -> bool:
+        return self.counter is not None
+
+    def start(self, model: torch.nn.Module | None, device_type: str) -> None:
+        # The structure counter holds the FLOP counter: one dispatch-mode step gives FLOPs and the fingerprint.
+        from perfscope.measure.structure import StructureCounter
+
+        observer = observe.StepObserver(model, device_type)
+        observer.__enter__()  # before the dispatch mode: compiled code runs eagerly under it
+        self.observer = observer
+        counter = StructureCounter(device_type)
+        try:
+            counter.__enter__()
+        except BaseException:
+            self.stop_observer()  # the compiler's stance and the forward hook are the user's again
+            raise
+        self.counter = counter
+
+    def start_if_armed(self, model: torch.nn.Module | None, device_type: str) -> None:
+        """The step's batch is in hand: an armed count starts now."""
+        if self.armed:
+            self.armed = False
+            self.start(model, device_type)
+
+    def stop_observer(self) -> observe.StepObserver | None:
+        observer, self.observer = self.observer, None
+        if observer is not None:
+            observer.__exit__(None, None, None)
+        return observer
+
+    def discard(self, step_index: int, reason: str) -> None:
+        """A pause inside the counted step: its count would include the paused work, so the next step is counted."""
+        counter, self.counter = self.counter, None
+        counter.__exit__(None, None, None)
+        self.stop_observer()
+        self.restarts.append(f"step {step_index} ({reason} inside it)")
+        if len(self.restarts) >= MAX_FLOP_RESTARTS:
+            self.unavailable = (f"{reason} ran inside each of the {len(self.restarts)} steps the FLOP "
+                                "count was tried on (pass Profiler(flops_per_step=...))")
+        else:
+            self.index = step_index + 1
+
+    def stop(self, step_index: int) -> None:
+        counter, self.counter = self.counter, None
+        counter.__exit__(None, None, None)
+        observer = self.stop_observer()
+        notes = list(counter.flop_counter.notes)
+        method = f"the FLOP-counting step (step {step_index}) of your loop, counted under a dispatch mode"
+        if observer is not None:
+            self.precision_seen = observer.precision(dict(counter.flops_by_dtype))
+            if observer.forced_eager and observe.graphs_compiled():
+                notes.append(observe.EAGER_COUNT_NOTE)
+                method += "; " + observe.EAGER_COUNT_NOTE
+        flops = counter.flop_counter
+        self.hardware_per_model = flops.total / flops.model_total if flops.model_total else 1.0
+        self.flops = (flops.model_total, None, notes)
+        self.fingerprint = counter.fingerprint(method=method)
+
+    def counted_samples(self, samples: int | None) -> None:
+        """The counted step's samples, known once the step ended."""
+        if self.flops is not None:
+            self.flops = (self.flops[0], samples, self.flops[2])
+
+    def teardown(self) -> None:
+        """Leave no dispatch mode or compiler stance behind (each on its own: one failure is not all)."""
+        self.armed = False
+        if self.counter is not None:
+            counter, self.counter = self.counter, None
+            try:
+                counter.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001
+                pass
+            self.unavailable = self.unavailable or "the run ended during the FLOP-counting step"
+        try:
+            self.stop_observer()  # whether or not the counter started: the stance must not outlive the Profiler
+        except Exception:  # noqa: BLE001
+            pass
+
+    def count(self, samples_per_step: int | None) -> FlopCount | Unavailable:
+        """FLOPs per optimizer step: the user's, else the counted step's scaled to the typical step's samples."""
+        from perfscope.measure.observation import FlopCount, Unavailable
+
+        if self.user_flops is not None:
+            return FlopCount(model=float(self.user_flops), convention="user supplied (Profiler(flops_per_step=...))")
+        if self.flops is None:
+            if self.unavailable is not None:
+                return Unavailable(self.unavailable)
+            if not self.count_flops:
+                return Unavailable("FLOP counting disabled (Profiler(count_flops=False))")
+            return Unavailable(f"the FLOP-counting step (step {self.index}) was not reached")
+        total, counted_samples, notes = self.flops
+        notes = list(notes)
+        if counted_samples and samples_per_step and counted_samples != samples_per_step:
+            total = total * samples_per_step / counted_samples
+            notes.append(f"the counted step had {counted_samples} samples: scaled to {samples_per_step} per step")
+        if self.restarts:
+            notes.append("counted again on a later step, the count of " + ", ".join(self.restarts)
+                         + " being discarded: it was not a training step alone")
+        notes.append("counted on one optimizer step of the loop as it ran: with activation checkpointing the recomputed "
+                     "forward is included, and this MFU is then a hardware-FLOP figure (pass Profiler(flops_per_step=...))")
+        # attention's recompute kept in HFU
+        return FlopCount(model=total, hardware=total * self.hardware_per_model, notes=notes)
+
+    def structure(self, flops: FlopCount | Unavailable) -> Any:
+        """The fingerprint counted at this step, or why there is none."""
+        from perfscope.measure.observation import Unavailable
+
+        if self.fingerprint is not None:
+            return self.fingerprint
+        why = flops.reason if isinstance(flops, Unavailable) else "that step was not counted"
+        return Unavailable("counted at the FLOP-counting step: " + why)

@@ -1,0 +1,130 @@
+"""Profiler.save(): alone, results.json and the report; in a torchrun job, every rank sends rank 0 its summary
+and rank 0 writes the job's one results.json.
+
+    path = save_alone(prof, out_dir, final=True)          # one process
+    path = save_job(prof, place, out_dir, final=True)     # every rank of a job (None on ranks other than 0)
+
+Every rank measured its own window without per-step synchronization; only here is anything exchanged, once
+(perfscope.hooks.distributed: the rendezvous store, with a deadline). The job's figures are combined as the
+trials combine theirs (perfscope.measure.job): all ranks' work over the slowest rank's window.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from perfscope.hooks.distributed import RankPlace, RankReport, exchange, find_place, own_cpu_cores, rank_metrics
+
+if TYPE_CHECKING:
+    from perfscope.hooks.profiler import Profiler
+    from perfscope.results import Results
+
+
+def save_alone(prof: Profiler, out_dir: Path, final: bool, results: Results | None = None) -> Path | None:
+    """results.json, the findings and the report (perfscope.pipeline.finish); a failure is a warning, never raised."""
+    if prof._failed is not None:
+        return None
+    if final:
+        prof.close()
+    results = results if results is not None else prof.results()
+    if results is None:
+        return None
+    from perfscope.pipeline import finish
+
+    try:
+        return finish(results, out_dir, trace_source=prof._capture.trace_path if prof._capture is not None else None)
+    except Exception as exc:  # noqa: BLE001
+        warnings.warn(f"perfscope: could not save results to {out_dir}: {type(exc).__name__}: {exc}", RuntimeWarning,
+                      stacklevel=4)
+        return None
+
+
+def save_job(prof: Profiler, place: RankPlace, out_dir: Path, final: bool) -> Path | None:
+    """Every rank: its summary to rank 0 (even a failed profiler's, saying why); rank 0: the job's results."""
+    if find_place() is None:
+        alone = out_dir / f"rank{place.rank}"
+        warnings.warn(f"perfscope: the process group was gone at save(): rank {place.rank} saves its own results to "
+                      f"{alone} (call prof.save() before destroy_process_group())", RuntimeWarning, stacklevel=4)
+        return save_alone(prof, alone, final)
+    prof._saves += 1
+    if final and prof._failed is None:
+        prof.close()
+    results = prof._results(ratios=False) if prof._failed is None else None
+    metrics = results.trials[0].metrics if results is not None else None
+    trace = prof._capture.trace_path if prof._capture is not None else None
+    try:
+        why = results.trials[0].error if results is not None else None
+        report = RankReport(rank=place.rank, error=prof._failed, own_cpu_cores=own_cpu_cores(metrics),
+                            trace=str(trace) if trace is not None else None,
+                            metrics=rank_metrics(place, metrics, prof.model, prof.optimizer, why or prof._failed or ""))
+        reports = exchange(place, report, key=f"perfscope/hooks/{prof._instance}/{prof._saves}",
+                           timeout_s=prof.gather_timeout_s, device=prof.device)
+    except Exception as exc:  # noqa: BLE001
+        warnings.warn(f"perfscope: rank {place.rank} could not exchange its summary at save(): {type(exc).__name__}: "
+                      f"{exc}" + (" (rank 0 saves its own results alone)" if place.rank == 0 else ""),
+                      RuntimeWarning, stacklevel=4)
+        reports = None
+    if place.rank != 0 or results is None:
+        return None
+    if reports is not None and metrics is not None:
+        try:
+            make_job(place, results, reports, out_dir, gather_timeout_s=prof.gather_timeout_s)
+        except Exception as exc:  # noqa: BLE001
+            warnings.warn(f"perfscope: the job's figures could not be combined: {type(exc).__name__}: {exc}; "
+                          "results.json holds rank 0's own", RuntimeWarning, stacklevel=4)
+    if metrics is not None and metrics.distributed is None:
+        from perfscope.measure.mfu import apply_utilization_ratios
+
+        apply_utilization_ratios(metrics, results.peak, results.environment)
+    return save_alone(prof, out_dir, final=False, results=results)
+
+
+def make_job(place: RankPlace, results: Results, reports: list[RankReport | None], out_dir: Path, *,
+             gather_timeout_s: float) -> None:
+    """Rank 0: every rank's metrics into ``metrics.distributed``, the trial's figures the job's, traces copied."""
+    from perfscope.hooks.distributed import layout, without_peers
+    from perfscope.measure.job import apply_job, combine_ranks
+    from perfscope.results.distributed import RankMetrics
+
+    received = [r for r in reports if r is not None]
+    missing = [rank for rank, r in enumerate(reports) if r is None]
+    without_peers(received)
+    ranks = []
+    for report in received:
+        rank = report.metrics or RankMetrics(rank=report.rank)
+        if report.error:
+            rank.unavailable["steps"] = f"its profiler disabled itself after an internal error: {report.error}"
+        ranks.append(rank)
+    trial = results.trials[0]
+    nnodes, nproc = layout(place, received)
+    trial.config = trial.config.replace(nnodes=nnodes, nproc_per_node=nproc)
+    facts = combine_ranks(ranks, backend=place.backend, data_parallel=trial.config.data_parallel, nnodes=nnodes,
+                          nproc_per_node=nproc, global_batch=trial.config.global_batch)
+    facts.world_size = place.world_size
+    if missing:
+        why = (f"rank(s) {', '.join(map(str, missing))} did not report within {gather_timeout_s:g} s of rank 0's "
+               "save() (every rank must call prof.save())")
+        facts.job_samples_per_s = None
+        facts.unavailable["job_samples_per_s"] = why
+        results.notes.append(f"job figures unavailable: {why}")
+    elif facts.job_samples_per_s is None:
+        facts.unavailable["job_samples_per_s"] = "a rank has no timed window, or its sample count is unknown"
+    assert trial.metrics is not None
+    apply_job(trial.metrics, facts, peak=results.peak, env=results.environment)
+    results.notes.append(
+        f"a torchrun job of {place.world_size} ranks ({place.backend}): samples/s and MFU are the job's (every rank's "
+        "work over the slowest rank's window; MFU per device); step times, data wait and memory are rank 0's, "
+        "every rank's are in the per-rank view")
+    for report in received:
+        if report.rank == 0 or report.trace is None:
+            continue
+        source = Path(report.trace)
+        if source.is_file():  # the same node, or a trace_dir on a shared filesystem
+            from perfscope.results.io import copy_file
+
+            (out_dir / "trace").mkdir(parents=True, exist_ok=True)
+            copy_file(source, out_dir / "trace" / source.name)
+        else:
+            results.notes.append(f"rank {report.rank}'s trace stays on its node ({report.trace})")

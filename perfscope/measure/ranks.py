@@ -1,0 +1,73 @@
+"""One rank's summary of its own window (RankMetrics), for the trials' torchrun ranks and the hooks' alike.
+
+    ranked = rank_metrics(trial_metrics, rank=1, local_rank=1, node="host-a", gc_pauses=pauses)
+
+Rank 0 combines every rank's summary into the job's figures (perfscope.measure.job), so the trials
+(perfscope.trial.rank) and the hooks (perfscope.hooks.distributed) must summarise a rank the same way. The
+semantics, and why:
+
+- ``samples``: every window's samples, or None when any window's are unknown. The job's throughput is all ranks'
+  samples over the slowest rank's wall time of *all* its windows; a sum that skipped an unknown window would
+  understate it without saying so, where None makes the job's figure unavailable with its reason.
+- ``other_cpu_cores``: the wall-weighted mean over the windows that measured the machine's load (a pause splits
+  a hooks run into several windows; the first alone is not the run), unavailable with why when none did.
+- ``parameter_bytes`` / ``gradient_bytes`` / ``optimizer_state_bytes``: the run's memory owners
+  (TrialMetrics.memory_breakdown, perfscope.measure.memory.breakdown). Gradients are sized from the trainable
+  parameters — the bytes a step holds at its peak — not from the ``.grad`` tensors present when the summary is
+  made: those depend on whether the loop's zero_grad(set_to_none=True) ran just before, and the sharding model
+  (perfscope.measure.sharding) needs the step's figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from perfscope.measure.gc_pauses import GcPauses
+from perfscope.measure.metrics import window_totals
+from perfscope.results import MemoryBreakdown, TrialMetrics, Window
+from perfscope.results.distributed import RankMetrics
+
+NO_GC_TRACKING = "Python GC was not tracked in this run's window"
+
+
+def window_mean(windows: Sequence[Window], reading: str) -> float | None:
+    """The wall-weighted mean of a contention ``reading`` ("other_cpu_cores", "own_cpu_cores") over the windows
+    that have it; None when none does."""
+    measured = [(getattr(w.contention, reading), w.wall_s) for w in windows if w.contention is not None
+                and getattr(w.contention, reading) is not None]
+    wall = sum(s for _, s in measured)
+    return sum(v * s for v, s in measured) / wall if wall > 0 else None
+
+
+def rank_metrics(metrics: TrialMetrics | None, *, rank: int, local_rank: int, node: str,
+                 owners: MemoryBreakdown | None = None, gc_pauses: GcPauses | None = None,
+                 why_none: str = "") -> RankMetrics:
+    """This rank's RankMetrics from its own TrialMetrics (None: nothing timed, ``why_none`` says why).
+
+    ``owners``: the memory owners when ``metrics`` has none (a rank with no timed step still holds its shards).
+    """
+    ranked = RankMetrics(rank=rank, local_rank=local_rank, node=node)
+    owners = metrics.memory_breakdown if metrics is not None and metrics.memory_breakdown is not None else owners
+    if owners is not None:
+        ranked.parameter_bytes = owners.parameters
+        ranked.gradient_bytes = owners.gradients
+        ranked.optimizer_state_bytes = owners.optimizer_state
+    else:
+        ranked.unavailable["parameter_bytes"] = "the memory owners were not counted (no model and optimizer)"
+    if gc_pauses is not None:
+        ranked.gc_collections, ranked.gc_pause_s = gc_pauses.collections, gc_pauses.pause_s
+    else:
+        ranked.unavailable["gc_collections"] = NO_GC_TRACKING
+    if metrics is None:
+        ranked.unavailable["steps"] = why_none or "no timed step"
+        return ranked
+    ranked.steps, ranked.wall_s = metrics.steps, metrics.wall_s
+    ranked.samples = window_totals(metrics.windows)[1] if metrics.windows else None
+    ranked.samples_per_s = metrics.samples_per_s
+    ranked.step_times_s = list(metrics.step_times_s)
+    ranked.data_wait_share = metrics.data_wait_share
+    ranked.peak_memory_bytes = metrics.peak_memory_bytes
+    ranked.other_cpu_cores = window_mean(metrics.windows, "other_cpu_cores")
+    if ranked.other_cpu_cores is None:
+        ranked.unavailable["other_cpu_cores"] = "no window measured the machine's load"
+    return ranked
