@@ -85,7 +85,7 @@ PARTS: dict[str, PartSpec] = {
     "unsplit": PartSpec(label="compute below peak, not split", group="not split", slices=("compute",),
                         no_fix="profile the run (no --no-trace) to split it into parts a fix acts on"),
     "residual": PartSpec(label="other / unattributed", group="residual", slices=(),
-                         no_fix="the sources disagree by this much: it belongs to no part"),
+                         no_fix="belongs to no part: where the sources disagree, it shows here"),
 }
 """Every part, in the chart's order."""
 
@@ -155,7 +155,7 @@ def _pos(x: object) -> float:
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1e3:.1f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.0f} µs"
 
 
 def _exposed_fraction(metrics: TrialMetrics) -> tuple[float | None, str]:
@@ -227,12 +227,14 @@ def trial_waterfall(results: Results, trial: Trial) -> MfuWaterfall | None:
     window_src = "trace" if results.source == "trace" else "timed window"
     if "data_wait_share" in m.unavailable:
         unavailable["data_wait"] = m.unavailable["data_wait_share"]
+        notes.append("the data wait is not marked: time the host spent loading data counts as launch & host overhead")
     else:
         shares["data_wait"] = dw
     no_trace = ("no profiler trace of this run" if m.trace_facts is None else "its trace has no step time") + \
         ": the step is not split beyond its data wait"
     if traced is not None:
-        sec, notes = traced
+        sec, trace_notes = traced
+        notes += trace_notes
         total = sum(sec.values())
         for k, v in sec.items():
             shares[k] = (1.0 - dw) * v / total if total > 0 else 0.0
