@@ -40,7 +40,8 @@ DATA = Path(__file__).parent / "data"
 TRACES = DATA / "traces"
 
 
-def _gpu_facts(*, step: float = 0.1, sync: float = 0.01, host: float = 0.02, other: float = 0.0, categories: dict | None = None) -> TraceFacts:
+def _gpu_facts(*, step: float = 0.1, sync: float = 0.01, host: float = 0.02, other: float = 0.0,
+               categories: dict | None = None) -> TraceFacts:
     cats = categories if categories is not None else {"gemm": 0.04, "attention": 0.01, "elementwise": 0.02}
     busy = step - sync - host - other
     return TraceFacts(
@@ -51,7 +52,8 @@ def _gpu_facts(*, step: float = 0.1, sync: float = 0.01, host: float = 0.02, oth
     )
 
 
-def _run(*, mfu: float | None = 0.3, hfu: float | None = 0.35, data_wait: float = 0.1, facts: TraceFacts | None = None) -> Results:
+def _run(*, mfu: float | None = 0.3, hfu: float | None = 0.35, data_wait: float = 0.1,
+         facts: TraceFacts | None = None) -> Results:
     trial = make_trial(median_s=0.1, noise=0.0)
     m = trial.metrics
     m.data_wait_share, m.mfu, m.hfu, m.trace_facts = data_wait, mfu, hfu, facts
@@ -223,7 +225,8 @@ def test_the_parts_add_up_on_perfscopes_own_traces(path):
 
 
 PUBLIC = ["nccl_parser_config/nccl_data", "negative_queue_length_values_check/rank0", "trace_diff/control/control",
-          "trace_diff/test/test", "ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace", "amd_trace/mi250_minitoy_train_ROCm6_2_kineto"]
+          "trace_diff/test/test", "ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace",
+          "amd_trace/mi250_minitoy_train_ROCm6_2_kineto"]
 
 
 @pytest.mark.parametrize("name", PUBLIC)
@@ -276,8 +279,8 @@ def test_the_chart_is_floating_bars_from_100_to_the_mfu():
 def test_markdown_has_the_parts_table():
     md = render_markdown(_run(facts=_gpu_facts()))
     section = md.split("### The MFU gap, explained")[1].split("\n### ")[0]
-    for label in ("data wait", "sync (host waits on the device)", "non-GEMM kernels", "GEMM efficiency", "recompute (HFU − MFU)",
-                  "padding", "other / unattributed"):
+    for label in ("data wait", "sync (host waits on the device)", "non-GEMM kernels", "GEMM efficiency",
+                  "recompute (HFU − MFU)", "padding", "other / unattributed"):
         assert f"| {label} |" in section
     assert "**MFU: 30.0 %**" in section
 

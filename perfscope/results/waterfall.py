@@ -209,7 +209,7 @@ def _trace_seconds(metrics: TrialMetrics) -> tuple[dict[str, float], list[str]] 
     return sec, notes
 
 
-def _evidence(key: str, share: float, step_s: float, source: str) -> str:
+def _evidence(share: float, step_s: float, source: str) -> str:
     return f"{_ms(share * step_s)} per step, {share:.1%} of the {_ms(step_s)} step ({source})"
 
 
@@ -220,6 +220,9 @@ def trial_waterfall(results: Results, trial: Trial) -> MfuWaterfall | None:
         return None
     step = m.mean_step_time_s
     dw = 0.0 if "data_wait_share" in m.unavailable else min(max(m.data_wait_share, 0.0), 1.0)
+    facts = m.trace_facts
+    if results.source == "trace" and dw and facts is not None and facts.gpu is not None and _pos(facts.step_time_s):
+        dw = min(_pos(facts.gpu.idle.data_wait_s) / facts.step_time_s, 1.0)  # exposed: the GPU idle while the host waited
     traced = _trace_seconds(m)
     shares: dict[str, float] = {}
     notes: list[str] = []
@@ -246,7 +249,7 @@ def trial_waterfall(results: Results, trial: Trial) -> MfuWaterfall | None:
     mfu = m.mfu
     hfu = m.hfu if m.hfu is not None else mfu
     matmul = shares.pop("gemm", None)
-    parts: dict[str, float] = {k: v for k, v in shares.items()}
+    parts: dict[str, float] = dict(shares)
     peak = results.peak
     if mfu is not None and peak is not None:
         basis, end_label, end = "peak", "MFU", mfu
@@ -308,9 +311,9 @@ def _ceiling_share(results: Results, hfu: float) -> float | None:
 
 def _part_evidence(key: str, share: float, step: float, m: TrialMetrics, hfu: float, matmul: float | None, src: str) -> str:
     if key == "data_wait":
-        return _evidence(key, share, step, f"exposed data wait, measured in the {src}")
+        return _evidence(share, step, f"exposed data wait, measured in the {src}")
     if key in ("sync", "launch", "idle", "communication", "non_gemm"):
-        return _evidence(key, share, step, "the trace's proportions")
+        return _evidence(share, step, "the trace's proportions")
     if key == "unsplit":
         return f"{share:.1%} of the step: compute beyond what the FLOPs need at peak, not split without a trace"
     if key == "gemm":
