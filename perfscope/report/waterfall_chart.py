@@ -96,7 +96,7 @@ def waterfall_view(results: Results, findings: list[Any] | None = None) -> Water
 
 def waterfall_figure(wf: MfuWaterfall, marks: dict[str, list[int]]) -> Chart | None:
     """100 % → one floating bar per measured part → the end bar; None when no part was measured."""
-    shown = [p for p in wf.available if p.key != "residual" or abs(p.points or 0.0) >= 0.05]
+    shown = wf.available  # the residual too, even at 0: it is the identity's check, drawn
     if not [p for p in shown if p.key != "residual"]:
         return None
     start = "100 % (peak)" if wf.basis == "peak" else "100 % (step)"
@@ -109,7 +109,8 @@ def waterfall_figure(wf: MfuWaterfall, marks: dict[str, list[int]]) -> Chart | N
         heights.append(pts)
         colors.append(GROUP_COLORS.get(p.spec.group, BLUE))
         fix = marks.get(p.key)
-        texts.append(f"−{pts:.1f}".replace("−-", "+") + (" · fix " + ", ".join(f"#{r}" for r in fix) if fix else ""))
+        amount = "0.0" if abs(pts) < 0.05 else f"{-pts:+.1f}".replace("-", "−")
+        texts.append(amount + (" · fix " + ", ".join(f"#{r}" for r in fix) if fix else ""))
         hovers.append(plotly_text(f"{p.spec.group}: {p.evidence}") + "<br>" + plotly_text("acts on it: " + _fixes(p)))
         level -= pts
     labels.append(plotly_text(wf.end_label))

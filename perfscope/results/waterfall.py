@@ -102,6 +102,8 @@ class WaterfallPart:
     """Seconds per step, for the time parts."""
     evidence: str = ""
     unavailable: str = ""
+    name: str = ""
+    """The label where the device words it differently (a CPU has no launches: "host overhead")."""
 
     @property
     def spec(self) -> PartSpec:
@@ -109,7 +111,7 @@ class WaterfallPart:
 
     @property
     def label(self) -> str:
-        return self.spec.label
+        return self.name or self.spec.label
 
     @property
     def fixes(self) -> tuple[str, ...]:
@@ -286,13 +288,15 @@ def trial_waterfall(results: Results, trial: Trial) -> MfuWaterfall | None:
     parts["residual"] = residual
     if abs(residual) * 100 > TOLERANCE_POINTS:
         notes.append(f"{residual * 100:+.1f} points unattributed: the trace's matmul time and the window's FLOPs disagree")
+    on_cpu = facts is not None and facts.gpu is None
+    names = {"launch": "host overhead (Python, dispatch)"} if on_cpu else {}
     out: list[WaterfallPart] = []
     for key in PARTS:
         if key in parts:
             share = parts[key]
             out.append(WaterfallPart(key=key, points=share * 100, seconds=share * step if key in _TIME else None,
                                      evidence=_part_evidence(key, share, step, m, hfu, matmul, window_src),
-                                     unavailable=unavailable.get(key, "")))
+                                     unavailable=unavailable.get(key, ""), name=names.get(key, "")))
         elif key in unavailable:
             out.append(WaterfallPart(key=key, points=None, unavailable=unavailable[key]))
     return MfuWaterfall(trial=trial.name, basis=basis, denominator=denominator, step_s=step, end_label=end_label,
