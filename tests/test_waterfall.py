@@ -296,3 +296,15 @@ def test_perfscope_trace_prints_the_parts(tmp_path, capsys):
 def test_terminal_lines_say_why_a_part_is_missing():
     lines = waterfall_lines(_run(facts=None))
     assert any("n/a: no profiler trace" in line for line in lines)
+
+
+def test_the_accounting_reads_only_the_typed_results():
+    """perfscope.results.waterfall is computed from results.json alone: no measurement, trial, rule or report code."""
+    import ast
+
+    import perfscope.results.waterfall as module
+
+    tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert {m for m in imported if m.startswith("perfscope")} <= {"perfscope.results.model", "perfscope.results.roles"}
