@@ -167,6 +167,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_trace(args: argparse.Namespace) -> int:
     from perfscope.pipeline import finish
     from perfscope.report.markdown import summary_headline
+    from perfscope.report.waterfall_chart import waterfall_lines
     from perfscope.results.outdir import claim_output_dir, check_output_dir
     from perfscope.trace.inputs import check_out_apart
     from perfscope.trace.offline import trace_results
@@ -177,6 +178,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     with claim_output_dir(args.out):
         path = finish(results, Path(args.out))
     print(summary_headline(results))
+    print("\n" + "\n".join(waterfall_lines(results)))
     print(f"wrote {path}, {path.with_name('report.html')}, {path.with_name('report.md')}", file=sys.stderr)
     return EXIT_OK
 

@@ -13,6 +13,7 @@ import re
 
 from perfscope.report.distributed import DistributedView
 from perfscope.report.view import FindingView, ReportView, build_view
+from perfscope.report.waterfall_chart import WaterfallView
 from perfscope.results import Results
 
 MAX_ERROR_LINES = 20
@@ -120,6 +121,18 @@ def _distributed(d: DistributedView | None) -> list[str]:
     return out + [md(n) for n in d.notes] + ([""] if d.notes else [])
 
 
+def _waterfall(w: WaterfallView | None) -> list[str]:
+    """The MFU gap part by part (perfscope.report.waterfall_chart): the waterfall chart as a table."""
+    if w is None:
+        return []
+    rows = [[md(r.label), md(r.points), md(r.time or "—"), md(r.ranked or "—"), md(r.fixes), md(r.unavailable or r.evidence)]
+            for r in w.rows]
+    out = ["### The MFU gap, explained", "", md(w.start), ""]
+    out += _table(["Part", "Points", "Per step", "Ranked fixes", "Acts on it", "Evidence / why unavailable"], rows,
+                  ["l", "r", "r", "l", "l", "l"])
+    return out + ["", f"**{md(w.end)}**", ""] + [f"- {md(n)}" for n in w.notes] + ([""] if w.notes else [])
+
+
 def render_view_markdown(view: ReportView) -> str:
     out = [f"# perfscope report: {md(view.title)}", ""]
     out += [f"Device: {md(view.device)} · Peak: {md(view.peak)} ({md(view.peak_source)})" + (f" · Run: {md(view.created_at)}" if view.created_at else ""), ""]
@@ -169,6 +182,7 @@ def render_view_markdown(view: ReportView) -> str:
         out += ["### Where the baseline's step time goes", ""]
         rows = [[md(r.label), md(r.time), md(r.share), md(r.fixes or "—")] for r in view.breakdown]
         out += _table(["Slice", "Per step", "Share", "Ranked fixes acting on it"], rows, ["l", "r", "r", "l"]) + [""]
+    out += _waterfall(view.waterfall)
     if view.no_change:
         out += ["### Measured, did not help here", ""]
         out += [f"- {md(f.title)} ({code(f.rule_id)}): {md(f.gain_text)}, {md(f.interval)}" + (f" — {md(f.why_not_here)}" if f.why_not_here else "")

@@ -45,6 +45,7 @@ from perfscope.report.story import (
 )
 from perfscope.report.structure import StructuralEffect, knob_effects
 from perfscope.report.trace_only import adapt_for_trace
+from perfscope.report.waterfall_chart import WaterfallView, waterfall_view
 from perfscope.results import (
     FAILED_STATUSES,
     Finding,
@@ -260,6 +261,7 @@ class ReportView:
     warnings: list[str] = field(default_factory=list)  # measurement problems a reader must see with the answer
     breakdown: list[SliceRow] = field(default_factory=list)  # the baseline's step by slice (the first chart, as a table)
     distributed: DistributedView | None = None  # every rank, communication and sharding memory of a data-parallel run
+    waterfall: WaterfallView | None = None  # the MFU gap, part by part (perfscope.report.waterfall_chart)
     perfetto_url: str = PERFETTO_URL
     hta_url: str = HTA_URL
 
@@ -810,6 +812,9 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
     breakdown = baseline_breakdown_chart(slices, marks, base_name or "")
     if breakdown is not None:
         charts.insert(0, breakdown)
+    waterfall = waterfall_view(results, findings)
+    if waterfall is not None and waterfall.chart is not None:
+        charts.insert(1 if breakdown is not None else 0, waterfall.chart)
     sweep = results.sweep
     sweep_notes = list(sweep.notes) if sweep else []
     if sweep and sweep.stopped_early:
@@ -856,6 +861,7 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
         breakdown=[SliceRow(label=x.label, time=fmt_seconds(x.seconds), share=f"{x.share * 100:.0f} %",
                             fixes=", ".join(f"#{r}" for r in marks.get(x.key, []))) for x in slices],
         distributed=distributed_view(results, baseline=base, recommended=rec),
+        waterfall=waterfall,
     )
     if results.source == "trace":
         adapt_for_trace(view, results)

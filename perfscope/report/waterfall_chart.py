@@ -1,0 +1,160 @@
+"""The MFU gap as one chart, one table and a few terminal lines (perfscope.results.waterfall computes it).
+
+    wv = waterfall_view(results, ranked_findings)   # WaterfallView, None without a timed run
+    wv.chart                                        # Chart: 100 % → each part → MFU, a plotly bar spec
+    print("\\n".join(waterfall_lines(results)))      # what `perfscope trace` prints
+
+Why bars with a ``base`` and not plotly's waterfall trace: the report inlines plotly.js's basic bundle (scatter,
+bar, pie; perfscope/report/vendor/README.md), which does not register the waterfall trace type; a floating
+bar (``base`` = the level the step ends at) draws the same chart with the bundle the page already carries.
+Each part names the ranked fixes (#N) that act on it: a finding whose rule or knob the part links to, or whose
+`addresses` are the part's slices of the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfscope.report.charts import BLUE, FONT, GREEN, GREY, ORANGE, PURPLE, RED, TEAL, Chart
+from perfscope.report.escaping import plotly_text
+from perfscope.report.format import fmt_seconds
+from perfscope.results import Results
+from perfscope.results.waterfall import MfuWaterfall, WaterfallPart, mfu_waterfall
+
+GROUP_COLORS = {"host idle": ORANGE, "exposed communication": PURPLE, "non-GEMM kernels": TEAL, "GEMM efficiency": RED,
+                "recompute": "#9D755D", "padding": "#9D755D", "not split": GREY, "residual": GREY}
+
+
+@dataclass(kw_only=True, slots=True)
+class WaterfallRow:
+    label: str
+    group: str
+    points: str
+    """"−21.5 pts", or "n/a"."""
+    time: str
+    evidence: str
+    fixes: str
+    """The rule and knob ids that act on the part, or why none does."""
+    ranked: str
+    """The ranked fixes of this report that act on it: "#1, #3"."""
+    unavailable: str
+
+
+@dataclass(kw_only=True, slots=True)
+class WaterfallView:
+    trial: str
+    start: str
+    """"100 % = ...": what the chart starts from."""
+    end: str
+    """"= MFU 32.1 %" (or the matmul share when MFU is unknown)."""
+    rows: list[WaterfallRow] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    chart: Chart | None = None
+
+
+def _marks(wf: MfuWaterfall, findings: list[Any], knob_of: dict[str, str]) -> dict[str, list[int]]:
+    """Part key -> ranks of the findings that act on it (``findings``: the report's FindingViews)."""
+    out: dict[str, list[int]] = {}
+    for p in wf.parts:
+        if p.points is None:
+            continue
+        spec = p.spec
+        hits = [f.rank for f in findings
+                if f.rule_id in spec.fixes or knob_of.get(f.trial, "") in spec.fixes or set(f.addresses_keys) & set(spec.slices)]
+        if hits:
+            out[p.key] = sorted(set(hits))
+    return out
+
+
+def _points(p: WaterfallPart) -> str:
+    if p.points is None:
+        return "n/a"
+    return "0.0 pts" if abs(p.points) < 0.05 else f"{-p.points:+.1f} pts".replace("-", "−")
+
+
+def _fixes(p: WaterfallPart) -> str:
+    return ", ".join(p.spec.fixes) if p.spec.fixes else p.spec.no_fix
+
+
+def waterfall_view(results: Results, findings: list[Any] | None = None) -> WaterfallView | None:
+    """The view of the baseline's waterfall; None when the run has no timed step."""
+    wf = mfu_waterfall(results)
+    if wf is None:
+        return None
+    knob_of = {k.trial: k.knob for k in results.sweep.knobs if k.trial} if results.sweep else {}
+    marks = _marks(wf, findings or [], knob_of)
+    rows = [WaterfallRow(label=p.label, group=p.spec.group, points=_points(p),
+                         time=fmt_seconds(p.seconds) if p.seconds is not None else "",
+                         evidence=p.evidence, fixes=_fixes(p), ranked=", ".join(f"#{r}" for r in marks.get(p.key, [])),
+                         unavailable=p.unavailable) for p in wf.parts]
+    start = f"100 % = {wf.denominator}"
+    end = f"{wf.end_label}: {wf.end_points:.1f} %"
+    return WaterfallView(trial=wf.trial, start=start, end=end, rows=rows, notes=list(wf.notes),
+                         chart=waterfall_figure(wf, marks))
+
+
+def waterfall_figure(wf: MfuWaterfall, marks: dict[str, list[int]]) -> Chart | None:
+    """100 % → one floating bar per measured part → the end bar; None when no part was measured."""
+    shown = wf.available  # the residual too, even at 0: it is the identity's check, drawn
+    if not [p for p in shown if p.key != "residual"]:
+        return None
+    start = "100 % (peak)" if wf.basis == "peak" else "100 % (step)"
+    labels, bases, heights, colors, texts, hovers = [start], [0.0], [100.0], [GREY], ["100 %"], [plotly_text(wf.denominator)]
+    level = 100.0
+    for p in shown:
+        pts = p.points or 0.0
+        labels.append(plotly_text(p.label))
+        bases.append(level - pts)
+        heights.append(pts)
+        colors.append(GROUP_COLORS.get(p.spec.group, BLUE))
+        fix = marks.get(p.key)
+        amount = "0.0" if abs(pts) < 0.05 else f"{-pts:+.1f}".replace("-", "−")
+        texts.append(amount + (" · fix " + ", ".join(f"#{r}" for r in fix) if fix else ""))
+        hovers.append(plotly_text(f"{p.spec.group}: {p.evidence}") + "<br>" + plotly_text("acts on it: " + _fixes(p)))
+        level -= pts
+    labels.append(plotly_text(wf.end_label))
+    bases.append(0.0)
+    heights.append(wf.end_points)
+    colors.append(GREEN)
+    texts.append(f"{wf.end_points:.1f} %")
+    hovers.append(plotly_text(wf.end_label))
+    figure = {
+        "data": [{
+            "type": "bar", "x": labels, "y": heights, "base": bases, "marker": {"color": colors},
+            "text": texts, "textposition": "outside", "cliponaxis": False, "customdata": hovers,
+            "hovertemplate": "%{x}<br>%{customdata}<extra></extra>",
+        }],
+        "layout": {
+            "height": 380, "margin": {"l": 16, "r": 16, "t": 24, "b": 16}, "showlegend": False,
+            "font": {"family": FONT, "size": 12, "color": "#1f2937"}, "paper_bgcolor": "#ffffff", "plot_bgcolor": "#ffffff",
+            "xaxis": {"automargin": True, "tickangle": -30, "linecolor": "#cbd5e1"},
+            "yaxis": {"title": {"text": "% of peak" if wf.basis == "peak" else "% of the step", "standoff": 8},
+                      "range": [0, 108], "gridcolor": "#e5e7eb", "automargin": True},
+            "bargap": 0.25,
+        },
+    }
+    missing = [f"{p.label} ({p.unavailable})" for p in wf.parts if p.points is None]
+    caption = (f"From 100 % ({wf.denominator}) down to {wf.end_label} ({wf.end_points:.1f} %), each bar a measured share of "
+               f"{wf.trial}'s step; the parts and the grey residual add up to the gap by construction "
+               "(docs/measurement.md). Each bar names the ranked fixes that act on it (fix #N).")
+    if missing:
+        caption += " Not shown: " + "; ".join(missing) + "."
+    return Chart(id="mfu-waterfall", title="The MFU gap, explained", caption=caption, figure=figure, wide=True)
+
+
+def waterfall_lines(results: Results) -> list[str]:
+    """The parts as terminal lines (`perfscope trace`, where the page is not at hand)."""
+    wv = waterfall_view(results)
+    if wv is None:
+        return []
+    width = max(len(r.label) for r in wv.rows)
+    out = [f"MFU gap ({wv.trial}): {wv.start}"]
+    for r in wv.rows:
+        if r.points == "n/a":
+            out.append(f"  {r.label:<{width}}  n/a: {r.unavailable}")
+        else:
+            time = f"{r.time:>10}" if r.time else " " * 10
+            out.append(f"  {r.label:<{width}} {r.points:>11} {time}  acts on it: {r.fixes}")
+    out.append(f"  = {wv.end}")
+    return out + [f"  note: {n}" for n in wv.notes]

@@ -1,0 +1,338 @@
+"""The MFU gap explained: from 100 % of the peak down to the measured MFU, each step a measured share of the step.
+
+    wf = mfu_waterfall(results)                    # MfuWaterfall of the baseline run (None without a timed run)
+    [(p.label, p.points) for p in wf.parts]        # [("data wait", 0.4), ..., ("other / unattributed", 0.0)]
+    wf.end_points                                  # the measured MFU in points (or, without FLOPs, the matmul share)
+
+Why an accounting identity and not a list of estimates: parts that are each "about right" never add up, and a
+reader cannot tell which one is off. Over the run's timed window (T = wall / steps; P = the MFU's peak, one
+denominator for the whole chart):
+
+    T   = data wait + sync + launch/host + other idle + exposed comm + non-GEMM kernels + matmul-class kernels (G)
+    MFU = model FLOPs / (T·P)          HFU = (model + recomputed FLOPs) / (T·P)
+    1 − MFU = [idle + comm + non-GEMM] / T  +  (G/T − HFU)  +  (HFU − MFU)  +  padding
+
+so each part is a share of the step, and 100 % − MFU is their sum with nothing left over: (G/T − HFU) is the
+time the matmul-class kernels spent beyond what their FLOPs need at peak (GEMM efficiency), HFU − MFU the
+FLOPs done again (activation checkpointing, fused attention backward's QKᵀ). Where a measured ceiling sits
+below a datasheet peak, GEMM efficiency splits into "below the measured ceiling" (the code's) and "ceiling
+below peak" (the device's). Conventions, each stated in the parts' evidence:
+- The time shares are the trace's proportions applied to the timed window's step, after the window's own
+  measured data wait (perfscope.results.breakdown's convention: profiling slows a step a little).
+- Matmul-class = the kernel categories whose FLOPs MFU counts: GEMM, convolution and attention
+  (torch.utils.flop_counter counts SDPA). Attention must sit on this side of the line: its FLOPs are in HFU,
+  so its time cannot also be charged as non-GEMM loss without the identity breaking.
+- Overlapping kernels (streams) share the GPU's busy union in proportion to their summed durations; exposed
+  communication is the collective time no compute overlapped (perfscope.trace.communication).
+- A part the sources contradict (G/T below HFU: the FLOPs would need more matmul time than the trace shows) is
+  clamped to 0 and the difference is the explicit "other / unattributed" part, never spread over the others.
+Without FLOPs (a trace, or no peak) MFU is unknown: the time parts are shown, the chart ends at the matmul
+share of the step (MFU's ceiling had they all run at peak), and the FLOP parts say why they are missing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from perfscope.results.model import Results, Trial, TrialMetrics
+from perfscope.results.roles import baseline_run
+
+__all__ = ["MATMUL", "NON_GEMM", "PARTS", "MfuWaterfall", "PartSpec", "WaterfallPart", "mfu_waterfall", "trial_waterfall"]
+
+MATMUL = ("gemm", "conv", "attention")
+"""Kernel categories whose FLOPs MFU counts (perfscope.trace.categories)."""
+NON_GEMM = ("elementwise", "normalization", "optimizer", "memcpy", "memset", "other")
+_TIME = frozenset({"data_wait", "sync", "launch", "idle", "communication", "non_gemm", "unsplit"})
+"""Parts that are time (seconds per step); the others are FLOPs at the peak, or the residual."""
+TOLERANCE_POINTS = 2.0
+"""|residual| beyond this is a contradiction between the sources, said in the notes."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartSpec:
+    """What a part is and what acts on it: rule ids (perfscope.rules) and knob ids (perfscope.search.knobs)."""
+
+    label: str
+    group: str
+    slices: tuple[str, ...]
+    """Keys of perfscope.results.breakdown.SLICES this part's time is (a finding's `addresses` act on it)."""
+    fixes: tuple[str, ...] = ()
+    no_fix: str = ""
+    """Why nothing is linked, where nothing is."""
+
+
+PARTS: dict[str, PartSpec] = {
+    "data_wait": PartSpec(label="data wait", group="host idle", slices=("data_wait",),
+                          fixes=("PS201", "PS701", "dataloader_workers", "prefetch_factor", "persistent_workers")),
+    "sync": PartSpec(label="sync (host waits on the device)", group="host idle", slices=("sync",),
+                     fixes=("PS302", "PS202", "pin_memory")),
+    "launch": PartSpec(label="launch & host overhead", group="host idle", slices=("launch", "host"),
+                       fixes=("PS301", "PS602", "compile_reduce_overhead", "compile", "gc_freeze")),
+    "idle": PartSpec(label="other device idle", group="host idle", slices=("idle",),
+                     fixes=("PS501", "micro_batch")),
+    "communication": PartSpec(label="exposed communication", group="exposed communication", slices=("communication",),
+                              fixes=("PS801", "PS802", "no_sync_accumulation", "ddp_bucket_cap", "grad_compression")),
+    "non_gemm": PartSpec(label="non-GEMM kernels", group="non-GEMM kernels", slices=NON_GEMM,
+                         fixes=("PS303", "compile", "fused_optimizer", "PS202")),
+    "gemm": PartSpec(label="GEMM efficiency", group="GEMM efficiency", slices=MATMUL,
+                     fixes=("PS101", "PS102", "PS401", "amp_bf16", "amp_fp16", "tf32", "channels_last", "micro_batch")),
+    "ceiling": PartSpec(label="measured matmul ceiling below the peak", group="GEMM efficiency", slices=(),
+                        no_fix="the device's own best matmul stays below its datasheet peak here: no code change closes it"),
+    "recompute": PartSpec(label="recompute (HFU − MFU)", group="recompute", slices=(), fixes=("activation_checkpointing",)),
+    "padding": PartSpec(label="padding", group="padding", slices=(),
+                        no_fix="not measured, so nothing to act on (see the part's reason)"),
+    "unsplit": PartSpec(label="compute below peak, not split", group="not split", slices=("compute",),
+                        no_fix="profile the run (no --no-trace) to split it into parts a fix acts on"),
+    "residual": PartSpec(label="other / unattributed", group="residual", slices=(),
+                         no_fix="belongs to no part: where the sources disagree, it shows here"),
+}
+"""Every part, in the chart's order."""
+
+PADDING_UNKNOWN = ("not measured: perfscope counts every token position of a batch, padding included, as model FLOPs "
+                   "(pad positions are not marked), so padded FLOPs sit inside the measured MFU, not in the gap")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WaterfallPart:
+    key: str
+    points: float | None
+    """Percentage points of the 100 % (None: unavailable, the reason in ``unavailable``)."""
+    seconds: float | None = None
+    """Seconds per step, for the time parts."""
+    evidence: str = ""
+    unavailable: str = ""
+    name: str = ""
+    """The label where the device words it differently (a CPU has no launches: "host overhead")."""
+
+    @property
+    def spec(self) -> PartSpec:
+        return PARTS[self.key]
+
+    @property
+    def label(self) -> str:
+        return self.name or self.spec.label
+
+    @property
+    def fixes(self) -> tuple[str, ...]:
+        return self.spec.fixes
+
+
+@dataclass(frozen=True, kw_only=True)
+class MfuWaterfall:
+    """100 % = Σ parts (residual included) + the end bar, in points."""
+
+    trial: str
+    basis: str
+    """What 100 % is: "peak" (the MFU's denominator) or "step time" (no FLOPs: MFU unknown)."""
+    denominator: str
+    """The 100 % in words (the peak and its source, or the step)."""
+    step_s: float
+    end_label: str
+    end_points: float
+    """The measured MFU in points; without FLOPs, the matmul-class share of the step."""
+    mfu_points: float | None
+    parts: list[WaterfallPart] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def available(self) -> list[WaterfallPart]:
+        return [p for p in self.parts if p.points is not None]
+
+    @property
+    def residual_points(self) -> float:
+        return next((p.points or 0.0 for p in self.parts if p.key == "residual"), 0.0)
+
+    @property
+    def gap_points(self) -> float:
+        """100 − the end bar: what the parts explain."""
+        return 100.0 - self.end_points
+
+    def part(self, key: str) -> WaterfallPart | None:
+        return next((p for p in self.parts if p.key == key), None)
+
+
+def _pos(x: object) -> float:
+    return float(x) if isinstance(x, int | float) and math.isfinite(x) and x > 0 else 0.0
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1e3:.1f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.0f} µs"
+
+
+def _exposed_fraction(metrics: TrialMetrics) -> tuple[float | None, str]:
+    """Exposed collective time / traced step of the trial's own rank (the lowest traced), else the slowest's."""
+    dist, facts = metrics.distributed, metrics.trace_facts
+    if dist is None:
+        return None, ""
+    ranks = sorted((r for r in dist.ranks if r.exposed_collective_s_per_step is not None), key=lambda r: r.rank)
+    if ranks and facts is not None and _pos(facts.step_time_s):
+        return min(_pos(ranks[0].exposed_collective_s_per_step) / facts.step_time_s, 1.0), f"rank {ranks[0].rank}'s trace"
+    comm = dist.communication
+    if comm is not None and _pos(comm.step_s):
+        return min(_pos(comm.exposed_collective_s) / comm.step_s, 1.0), f"rank {comm.rank}'s trace (the slowest traced)"
+    return None, ""
+
+
+def _trace_seconds(metrics: TrialMetrics) -> tuple[dict[str, float], list[str]] | None:
+    """The trace's step minus its data wait, in trace seconds by part key; None without a usable trace."""
+    facts = metrics.trace_facts
+    if facts is None or not _pos(facts.step_time_s):
+        return None
+    cats = {k: _pos(v) for k, v in facts.kernels.time_by_category.items()}
+    exposed, where = _exposed_fraction(metrics)
+    notes: list[str] = []
+    sec: dict[str, float] = {}
+    if facts.gpu is not None:
+        idle = facts.gpu.idle
+        sec.update(sync=_pos(idle.sync_s), launch=_pos(idle.host_s), idle=_pos(idle.other_s))
+        work = _pos(facts.gpu.busy_s)
+    else:  # CPU: aten op self time is the work; the rest of the step (no data wait) is the host's own overhead
+        in_step = facts.step_time_s * (1.0 - min(_pos(facts.data_wait_fraction), 1.0))
+        ops = sum(cats.values())
+        work = min(ops, in_step)
+        sec["launch"] = in_step - work
+    if exposed is not None:
+        sec["communication"] = min(exposed * facts.step_time_s, work)
+        cats.pop("communication", None)
+        notes.append(f"exposed communication from {where}")
+    elif cats.get("communication"):
+        notes.append("communication kernels without an overlap measurement: their share of the busy time is counted as exposed")
+    rest = work - sec.get("communication", 0.0)
+    norm = sum(cats.values())
+    if norm > 0:
+        for k, v in cats.items():
+            key = "communication" if k == "communication" else "gemm" if k in MATMUL else "non_gemm"
+            sec[key] = sec.get(key, 0.0) + rest * v / norm
+    elif rest > 0:
+        sec["unsplit"] = rest
+    if facts.gpu is not None and len(cats) and norm > 0:
+        notes.append("overlapping kernels share the GPU's busy time in proportion to their summed durations")
+    return sec, notes
+
+
+def _evidence(share: float, step_s: float, source: str) -> str:
+    return f"{_ms(share * step_s)} per step, {share:.1%} of the {_ms(step_s)} step ({source})"
+
+
+def trial_waterfall(results: Results, trial: Trial) -> MfuWaterfall | None:
+    """The waterfall of one run; None when it has no timed step."""
+    m = trial.metrics
+    if m is None or not trial.ok or not math.isfinite(m.mean_step_time_s) or m.mean_step_time_s <= 0:
+        return None
+    step = m.mean_step_time_s
+    dw = 0.0 if "data_wait_share" in m.unavailable else min(max(m.data_wait_share, 0.0), 1.0)
+    facts = m.trace_facts
+    if results.source == "trace" and dw and facts is not None and facts.gpu is not None and _pos(facts.step_time_s):
+        dw = min(_pos(facts.gpu.idle.data_wait_s) / facts.step_time_s, 1.0)  # exposed: the GPU idle while the host waited
+    traced = _trace_seconds(m)
+    shares: dict[str, float] = {}
+    notes: list[str] = []
+    unavailable: dict[str, str] = {}
+    window_src = "trace" if results.source == "trace" else "timed window"
+    if "data_wait_share" in m.unavailable:
+        unavailable["data_wait"] = m.unavailable["data_wait_share"]
+        notes.append("the data wait is not marked: time the host spent loading data counts as launch & host overhead")
+    else:
+        shares["data_wait"] = dw
+    no_trace = ("no profiler trace of this run" if m.trace_facts is None else "its trace has no step time") + \
+        ": the step is not split beyond its data wait"
+    if traced is not None:
+        sec, trace_notes = traced
+        notes += trace_notes
+        total = sum(sec.values())
+        for k, v in sec.items():
+            shares[k] = (1.0 - dw) * v / total if total > 0 else 0.0
+        if "communication" not in shares:
+            unavailable["communication"] = "no collectives in the trace (one process)"
+    else:
+        for k in ("sync", "launch", "idle", "communication", "non_gemm"):
+            unavailable[k] = no_trace
+    mfu = m.mfu
+    hfu = m.hfu if m.hfu is not None else mfu
+    matmul = shares.pop("gemm", None)
+    parts: dict[str, float] = dict(shares)
+    peak = results.peak
+    if mfu is not None and peak is not None:
+        basis, end_label, end = "peak", "MFU", mfu
+        denominator = f"{peak.tflops:g} TFLOP/s ({peak.dtype}): {peak.source}"
+        if m.hfu is None:
+            unavailable["recompute"] = m.unavailable.get("hfu", "no hardware FLOP count: recompute taken as 0")
+        parts["recompute"] = max(hfu - mfu, 0.0)
+        unavailable["padding"] = PADDING_UNKNOWN
+        if matmul is not None:
+            gemm = matmul - hfu
+            ceiling = _ceiling_share(results, hfu)
+            if ceiling is not None and gemm > 0:
+                parts["ceiling"] = min(ceiling, gemm)
+                gemm -= parts["ceiling"]
+            parts["gemm"] = max(gemm, 0.0)
+        elif traced is None:
+            parts["unsplit"] = max(1.0 - dw - hfu, 0.0)
+            unavailable["gemm"] = no_trace
+        else:
+            parts["unsplit"] = max(parts.pop("unsplit", 0.0) - hfu, 0.0)
+            unavailable["gemm"] = "the trace has no matmul-class kernels to hold the FLOPs MFU counts"
+    else:
+        basis, end_label = "step time", "matmul-class kernels (MFU's ceiling at peak)"
+        end = matmul if matmul is not None else 0.0
+        why = m.unavailable.get("mfu") or ("no peak FLOP/s for this device" if peak is None else "no FLOP count")
+        denominator = f"the {_ms(step)} step (MFU unknown: {why})"
+        for k in ("gemm", "recompute", "padding"):
+            unavailable[k] = f"MFU unknown: {why}"
+        if matmul is None:
+            end_label = "rest of the step (not split: no trace)" if traced is None else "matmul-class kernels (none traced)"
+            if traced is None:
+                end = 1.0 - dw
+    residual = 1.0 - end - sum(parts.values())
+    parts["residual"] = residual
+    if abs(residual) * 100 > TOLERANCE_POINTS:
+        notes.append(f"{residual * 100:+.1f} points unattributed: the trace's matmul time and the window's FLOPs disagree")
+    on_cpu = facts is not None and facts.gpu is None
+    names = {"launch": "host overhead (Python, dispatch)"} if on_cpu else {}
+    out: list[WaterfallPart] = []
+    for key in PARTS:
+        if key in parts:
+            share = parts[key]
+            out.append(WaterfallPart(key=key, points=share * 100, seconds=share * step if key in _TIME else None,
+                                     evidence=_part_evidence(key, share, step, m, hfu, matmul, window_src),
+                                     unavailable=unavailable.get(key, ""), name=names.get(key, "")))
+        elif key in unavailable:
+            out.append(WaterfallPart(key=key, points=None, unavailable=unavailable[key]))
+    return MfuWaterfall(trial=trial.name, basis=basis, denominator=denominator, step_s=step, end_label=end_label,
+                        end_points=end * 100, mfu_points=mfu * 100 if mfu is not None and basis == "peak" else None,
+                        parts=out, notes=notes)
+
+
+def _ceiling_share(results: Results, hfu: float) -> float | None:
+    """HFU·(P/C − 1): the step share a matmul at the measured ceiling C (not the peak P) needs beyond the peak's."""
+    peak, ceilings = results.peak, results.environment.measured_ceiling_tflops
+    if peak is None or not ceilings or "measured" in peak.source:
+        return None
+    c = max(ceilings.values())
+    return hfu * (peak.tflops / c - 1.0) if 0 < c < peak.tflops else None
+
+
+def _part_evidence(key: str, share: float, step: float, m: TrialMetrics, hfu: float, matmul: float | None, src: str) -> str:
+    if key == "data_wait":
+        return _evidence(share, step, f"exposed data wait, measured in the {src}")
+    if key in ("sync", "launch", "idle", "communication", "non_gemm"):
+        return _evidence(share, step, "the trace's proportions")
+    if key == "unsplit":
+        return f"{share:.1%} of the step: compute beyond what the FLOPs need at peak, not split without a trace"
+    if key == "gemm":
+        return (f"GEMM, conv and attention kernels take {(matmul or 0):.1%} of the step; at peak their FLOPs (HFU "
+                f"{hfu:.1%}) would take {hfu:.1%}: the rest is time below peak")
+    if key == "ceiling":
+        return "the share of the matmul time the measured matmul ceiling needs beyond the datasheet peak"
+    if key == "recompute":
+        return f"HFU {hfu:.1%} − MFU {(m.mfu or 0):.1%}: FLOPs done again, not counted as model FLOPs"
+    if key == "residual":
+        return "100 % − the end bar − every part above"
+    return ""
+
+
+def mfu_waterfall(results: Results) -> MfuWaterfall | None:
+    """The baseline run's waterfall (perfscope.results.roles), None without a timed run."""
+    run = baseline_run(results)
+    return trial_waterfall(results, run) if run is not None else None
