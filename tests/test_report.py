@@ -20,13 +20,13 @@ from perfscope.report import (
     templates,
     write_report,
 )
+from perfscope.ranking import partition_findings
 from perfscope.report.charts import MAX_POINTS_PER_CHART, build_charts
 from perfscope.report.view import (
     baseline_name,
     build_view,
     diff_lines,
     recommended_name,
-    split_findings,
     trace_href,
 )
 from perfscope.results import Finding, Gain, KernelStat, Results, UtilizationSample
@@ -112,10 +112,10 @@ def test_findings_split_measured_estimated_and_not_significant():
     assert view.findings[0].reference_url == "https://pytorch.org/docs/stable/amp.html"
 
 
-def test_split_findings_keeps_unquantified_findings_ranked():
+def test_partition_findings_keeps_unquantified_findings_ranked():
     flat = Finding(rule_id="a", title="a", severity="low", evidence=[], fix="", gain=Gain(ratio=1.0, low=0.9, high=1.1, confidence=0.99, verdict="undecided"))
     info = Finding(rule_id="b", title="b", severity="info", evidence=[], fix="")
-    assert split_findings([flat, info]) == ([info], [flat])
+    assert partition_findings([flat, info]) == ([info], [flat])
 
 
 def test_diff_lines_classify_like_a_diff_viewer():
