@@ -167,6 +167,19 @@ def _all_charts(results: Results):
     return build_charts(results, baseline=baseline_name(results), recommended=recommended_name(results))[0]
 
 
+def test_a_chart_is_one_function_and_one_registry_line(monkeypatch):
+    """The recipe of docs/architecture.md: a function (results, roles) -> Chart | None, a line in CHARTS."""
+    from perfscope.report.charts import CHARTS, Chart, registry
+
+    def waterfall(results, roles):
+        return Chart(id="waterfall", title="Waterfall", caption="", figure={"data": [{"type": "bar", "x": [1.0], "y": ["step"]}]})
+
+    monkeypatch.setattr(registry, "CHARTS", [*CHARTS, waterfall])
+    assert [c.id for c in _all_charts(make_full_results())][-1] == "waterfall"
+    monkeypatch.setattr(registry, "CHARTS", [*CHARTS, lambda results, roles: None])  # no data: no chart, no error
+    assert "waterfall" not in [c.id for c in _all_charts(make_full_results())]
+
+
 def test_every_chart_is_a_valid_plotly_figure_with_axis_titles():
     charts = _all_charts(make_full_results())
     ids = [c.id for c in charts]
