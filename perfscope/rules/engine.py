@@ -29,6 +29,7 @@ from perfscope.results.roles import baseline_run
 
 __all__ = ["Rule", "RuleContext", "partition_findings", "run"]
 
+
 @dataclass(frozen=True)
 class RuleContext:
     """What a rule may read. `facts` is the baseline's trace facts (None when no trace was captured)."""
