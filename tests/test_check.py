@@ -475,6 +475,7 @@ def test_measured_cpu_ceilings_do_not_block_mfu_gating():
     cur = make_results(make_runs(seed=2), device_type="cpu")
     base.peak = Peak(tflops=0.80, dtype="bf16", source="measured matmul ceiling (CPU)")
     cur.peak = Peak(tflops=0.55, dtype="bf16", source="measured matmul ceiling (CPU)")
+    base.environment.measured_ceiling_tflops, cur.environment.measured_ceiling_tflops = {"bf16": 0.80}, {"bf16": 0.55}
     report = run_gate(cur, base, GateOptions(between_session=0.0, metrics=("mfu",)))
     assert report.outcome == "pass", report
     assert any("baseline's" in w for w in report.warnings)

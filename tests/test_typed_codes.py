@@ -12,10 +12,11 @@ import pytest
 import perfscope.check.structure as check_structure
 from perfscope.check import GateOptions, run_gate
 from perfscope.check.compat import Difference
-from perfscope.check.gate import ErrorCode, GateError, GateReport
+from perfscope.check.gate import ErrorCode, GateError, GateReport, PeakKind, peak_kind
 from perfscope.check.render import render_junit, render_markdown, render_table
 from perfscope.check.structure import NoteCode, StructureNote, diff_fingerprints, parse_structure_gates
 from perfscope.report.structure import EAGER_COUNT_NOTE, knob_effects
+from perfscope.results import Peak
 from perfscope.results.fingerprint import CompileFacts, Fingerprint, MemoryPeak, SyncSite
 from tests.factories import make_results, make_runs
 from tests.test_report_structure import BASE, _results
@@ -110,3 +111,29 @@ def test_structure_notes_render_as_their_words():
     report.structure = check_structure.StructureDiff(compared=False, notes=[StructureNote(code=NoteCode.NO_FINGERPRINT, text="no print")])
     assert "  not compared: no print" in render_table(report)
     assert report.structure.summary() == "structure not compared (no print)"
+
+
+# ----------------------------------------------------------------------------- the MFU peak's kind
+
+
+@pytest.mark.parametrize(("peak", "datasheet", "measured", "kind"), [
+    (Peak(tflops=2.0, dtype="user", source="any words"), {}, {"fp32": 2.0}, PeakKind.USER),
+    (Peak(tflops=989.4, dtype="bf16", source="any words"), {"bf16": 989.4}, {"bf16": 700.0}, PeakKind.DATASHEET),
+    (Peak(tflops=0.55, dtype="fp32", source="any words"), {}, {"fp32": 0.55}, PeakKind.MEASURED_CEILING),
+    (Peak(tflops=3.0, dtype="fp32", source="measured matmul ceiling"), {}, {"fp32": 0.55}, PeakKind.UNKNOWN),
+    (None, {}, {}, None),
+])
+def test_a_peaks_kind_is_read_from_its_numbers_not_its_words(peak, datasheet, measured, kind):
+    results = make_results([])
+    results.peak = peak
+    results.environment.datasheet_peaks_tflops, results.environment.measured_ceiling_tflops = datasheet, measured
+    assert peak_kind(results) is kind
+
+
+def test_measured_ceilings_are_compared_on_the_baselines_whatever_their_source_says():
+    base, cur = make_results(make_runs(seed=1), device_type="cpu"), make_results(make_runs(seed=2), device_type="cpu")
+    for results, tflops in ((base, 0.80), (cur, 0.55)):
+        results.peak = Peak(tflops=tflops, dtype="fp32", source="reworded: this machine's own matmul")
+        results.environment.measured_ceiling_tflops = {"fp32": tflops}
+    report = run_gate(cur, base, GateOptions(between_session=0.0, metrics=("mfu",)))
+    assert report.outcome == "pass" and any("baseline's for both runs" in n for n in report.notes)

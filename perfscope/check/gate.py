@@ -9,6 +9,7 @@ one run shows every regressed metric at once. Exit codes belong to the CLI; this
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Literal
@@ -176,10 +177,36 @@ def _slower(verdict: Verdict) -> bool:
     return ratio < 1 - verdict.max_drop if verdict.metric.higher_is_better else ratio > 1 + verdict.max_drop
 
 
+class PeakKind(str, Enum):
+    """Where a file's MFU peak came from, read from its numbers: `Peak.source` is words for the reader."""
+
+    USER = "user"  # --peak-tflops
+    DATASHEET = "datasheet"
+    MEASURED_CEILING = "measured-ceiling"  # this machine's matmul, measured: it varies run to run
+    UNKNOWN = "unknown"
+
+
+def peak_kind(results: Results) -> PeakKind | None:
+    """The kind of ``results.peak`` (None: no peak), by the values perfscope.measure.mfu.choose_peak chose from."""
+    peak, env = results.peak, results.environment
+    if peak is None:
+        return None
+    if peak.dtype == "user":
+        return PeakKind.USER
+
+    def chosen_from(table: dict[str, float]) -> bool:
+        return peak.dtype in table and math.isclose(table[peak.dtype], peak.tflops, rel_tol=1e-9)
+
+    if chosen_from(env.datasheet_peaks_tflops):
+        return PeakKind.DATASHEET
+    if chosen_from(env.measured_ceiling_tflops):
+        return PeakKind.MEASURED_CEILING
+    return PeakKind.UNKNOWN
+
+
 def _both_measured_ceilings(current: Results, baseline: Results) -> bool:
-    peaks = (current.peak, baseline.peak)
     same_device = current.environment.device_name == baseline.environment.device_name
-    return same_device and all(p is not None and p.source.startswith("measured matmul ceiling") for p in peaks)
+    return same_device and peak_kind(current) is peak_kind(baseline) is PeakKind.MEASURED_CEILING
 
 
 def _side(files: list[Results], options: GateOptions, role: str, source: str, report: GateReport) -> Side | None:
