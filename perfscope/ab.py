@@ -23,7 +23,7 @@ from pathlib import Path
 from perfscope import __version__
 from perfscope.analyze import AnalyzeOptions, baseline_config, probe
 from perfscope.check.compat import find_differences
-from perfscope.check.gate import GateOptions, GateReport
+from perfscope.check.gate import ErrorCode, GateOptions, GateReport
 from perfscope.check.metrics import Side
 from perfscope.check.paired import decide_paired
 from perfscope.check.structure import diff_fingerprints
@@ -140,7 +140,7 @@ def _decide(base: Results, cand: Results, options: ABOptions) -> GateReport:
         return report
     if base.trials and not any(t.ok for t in base.trials):
         first = base.trials[0]
-        report.errors.append(f"the baseline revision's run {first.name!r} ended {first.status}: {first.error}")
+        report.error(ErrorCode.BASELINE_FAILED, f"the baseline revision's run {first.name!r} ended {first.status}: {first.error}")
         return report
     failed = [t for t in cand.trials if not t.ok]
     if failed and not cand_runs:

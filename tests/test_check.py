@@ -19,6 +19,7 @@ import pytest
 from perfscope.check import GateOptions, MetricCheck, run_gate
 from perfscope.check.compat import find_differences
 from perfscope.check.decision import MIN_RUNS
+from perfscope.check.gate import ErrorCode
 from perfscope.check.metrics import MFU, SAMPLES_PER_S, STEP_TIME, Side
 from perfscope.measure.job import combine_ranks
 from perfscope.results import Contention, Peak, RankMetrics, Sweep
@@ -394,13 +395,14 @@ def test_a_failed_current_trial_is_a_regression():
 def test_a_failed_baseline_trial_is_unusable():
     report = run_gate(runs_file(seed=2), make_results([make_trial(status="crashed")]), GateOptions(between_session=0.0))
     assert report.outcome == "unusable"
-    assert "baseline update" in report.errors[0]
+    assert report.errors[0].code is ErrorCode.BASELINE_FAILED and "baseline update" in report.errors[0].text
 
 
 def test_a_missing_trial_is_unusable_and_named():
     report = run_gate(runs_file(seed=2), runs_file(seed=1), GateOptions(between_session=0.0, trial="amp_bf16"))
     assert report.outcome == "unusable"
-    assert "no run of 'amp_bf16'" in report.errors[0] and "baseline" in report.errors[0]
+    assert [e.code for e in report.errors] == [ErrorCode.NO_RUN, ErrorCode.NO_RUN]
+    assert "no run of 'amp_bf16'" in report.errors[0].text and "baseline" in report.errors[0].text
 
 
 def test_a_trial_name_selects_its_configuration():
@@ -419,7 +421,8 @@ def test_unavailable_mfu_is_unusable_with_the_alternative():
             t.metrics.unavailable["flops_per_step"] = "FlopCounterMode failed"
     report = run_gate(cur, base, GateOptions(between_session=0.0))
     assert report.outcome == "unusable"
-    assert "FlopCounterMode failed" in report.errors[0] and "samples_per_s" in report.errors[0]
+    assert report.errors[0].code is ErrorCode.METRIC_UNAVAILABLE
+    assert "FlopCounterMode failed" in report.errors[0].text and "samples_per_s" in report.errors[0].text
     assert run_gate(cur, base, GateOptions(between_session=0.0, metrics=("samples_per_s",))).outcome == "pass"
 
 
@@ -456,7 +459,7 @@ def test_several_current_files_are_checked_on_the_gated_configuration():
 def test_recommended_without_a_sweep_is_unusable():
     report = run_gate(runs_file(seed=2), runs_file(seed=1), GateOptions(between_session=0.0, trial="recommended"))
     assert report.outcome == "unusable"
-    assert "no sweep-recommended configuration" in report.errors[0]
+    assert report.errors[0].code is ErrorCode.NO_RECOMMENDATION and "no sweep-recommended configuration" in report.errors[0].text
 
 
 def test_every_verdict_is_collected_before_the_outcome():
@@ -472,6 +475,7 @@ def test_measured_cpu_ceilings_do_not_block_mfu_gating():
     cur = make_results(make_runs(seed=2), device_type="cpu")
     base.peak = Peak(tflops=0.80, dtype="bf16", source="measured matmul ceiling (CPU)")
     cur.peak = Peak(tflops=0.55, dtype="bf16", source="measured matmul ceiling (CPU)")
+    base.environment.measured_ceiling_tflops, cur.environment.measured_ceiling_tflops = {"bf16": 0.80}, {"bf16": 0.55}
     report = run_gate(cur, base, GateOptions(between_session=0.0, metrics=("mfu",)))
     assert report.outcome == "pass", report
     assert any("baseline's" in w for w in report.warnings)

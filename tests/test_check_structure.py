@@ -10,6 +10,7 @@ import copy
 import pytest
 
 from perfscope.check import GateOptions, run_gate
+from perfscope.check.gate import ErrorCode
 from perfscope.check.render import render_junit, render_markdown, render_table
 from perfscope.check.structure import KINDS, diff_fingerprints, parse_structure_gates
 from perfscope.results.fingerprint import CopyStat, Fingerprint, MemoryPeak
@@ -152,7 +153,8 @@ def test_a_slowdown_the_noise_cannot_confirm_also_gets_its_explanation():
 def test_a_structural_gate_without_a_fingerprint_is_unusable_not_a_pass():
     base = make_results(make_runs(runs=5))
     report = run_gate(_results(fingerprint("base")), base, GateOptions(between_session=0.0, fail_on_structure=parse_structure_gates("sync")))
-    assert report.outcome == "unusable" and "no structural fingerprint" in " ".join(report.errors)
+    assert report.outcome == "unusable" and [e.code for e in report.errors] == [ErrorCode.STRUCTURE_NOT_COMPARED]
+    assert "no structural fingerprint" in str(report.errors[0])
     assert run_gate(_results(fingerprint("base")), base, GateOptions(between_session=0.0)).outcome != "unusable"  # no gate: a note only
 
 

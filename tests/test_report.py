@@ -20,13 +20,13 @@ from perfscope.report import (
     templates,
     write_report,
 )
+from perfscope.ranking import partition_findings
 from perfscope.report.charts import MAX_POINTS_PER_CHART, build_charts
 from perfscope.report.view import (
     baseline_name,
     build_view,
     diff_lines,
     recommended_name,
-    split_findings,
     trace_href,
 )
 from perfscope.results import Finding, Gain, KernelStat, Results, UtilizationSample
@@ -112,10 +112,10 @@ def test_findings_split_measured_estimated_and_not_significant():
     assert view.findings[0].reference_url == "https://pytorch.org/docs/stable/amp.html"
 
 
-def test_split_findings_keeps_unquantified_findings_ranked():
+def test_partition_findings_keeps_unquantified_findings_ranked():
     flat = Finding(rule_id="a", title="a", severity="low", evidence=[], fix="", gain=Gain(ratio=1.0, low=0.9, high=1.1, confidence=0.99, verdict="undecided"))
     info = Finding(rule_id="b", title="b", severity="info", evidence=[], fix="")
-    assert split_findings([flat, info]) == ([info], [flat])
+    assert partition_findings([flat, info]) == ([info], [flat])
 
 
 def test_diff_lines_classify_like_a_diff_viewer():
@@ -165,6 +165,19 @@ def test_trace_facts_of_an_older_untyped_file_are_read_defensively():
 
 def _all_charts(results: Results):
     return build_charts(results, baseline=baseline_name(results), recommended=recommended_name(results))[0]
+
+
+def test_a_chart_is_one_function_and_one_registry_line(monkeypatch):
+    """The recipe of docs/architecture.md: a function (results, roles) -> Chart | None, a line in CHARTS."""
+    from perfscope.report.charts import CHARTS, Chart, registry
+
+    def waterfall(results, roles):
+        return Chart(id="waterfall", title="Waterfall", caption="", figure={"data": [{"type": "bar", "x": [1.0], "y": ["step"]}]})
+
+    monkeypatch.setattr(registry, "CHARTS", [*CHARTS, waterfall])
+    assert [c.id for c in _all_charts(make_full_results())][-1] == "waterfall"
+    monkeypatch.setattr(registry, "CHARTS", [*CHARTS, lambda results, roles: None])  # no data: no chart, no error
+    assert "waterfall" not in [c.id for c in _all_charts(make_full_results())]
 
 
 def test_every_chart_is_a_valid_plotly_figure_with_axis_titles():

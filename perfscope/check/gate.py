@@ -9,14 +9,16 @@ one run shows every regressed metric at once. Exit codes belong to the CLI; this
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Literal
 
 from perfscope.check.compat import Difference, find_differences
 from perfscope.check.decision import MetricCheck, Verdict
 from perfscope.check.history import BaselineHistory
 from perfscope.check.metrics import METRICS, MetricUnavailable, Side
-from perfscope.check.structure import StructureDiff, StructureGate, diff_fingerprints
+from perfscope.check.structure import NoteCode, StructureDiff, StructureGate, StructureNote, diff_fingerprints
 from perfscope.results import Results, Trial
 from perfscope.results.fingerprint import Fingerprint, consensus
 from perfscope.results.roles import recommended_configuration
@@ -25,6 +27,34 @@ Outcome = Literal["pass", "regression", "inconclusive", "unusable"]
 
 RECOMMENDED = "recommended"
 """--trial value meaning "each file's sweep-recommended trial" (their names may differ)."""
+
+
+class ErrorCode(str, Enum):
+    """Why nothing was compared, for code and tests to act on; the words are GateError.text's."""
+
+    NO_RECOMMENDATION = "no-recommendation"
+    """--trial recommended, and a file has no sweep-recommended configuration."""
+    NO_RUN = "no-run"
+    """A file has no run of the gated configuration."""
+    BASELINE_FAILED = "baseline-failed"
+    """Every baseline run of the configuration failed: record a new baseline."""
+    STRUCTURE_NOT_COMPARED = "structure-not-compared"
+    """--fail-on-structure, and a side has no fingerprint."""
+    NO_EVIDENCE = "no-evidence"
+    """The baseline has no run usable as evidence (all excluded or failed)."""
+    METRIC_UNAVAILABLE = "metric-unavailable"
+    """A gated metric cannot be computed from the files (e.g. MFU without a FLOP count)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateError:
+    """Unusable input: a code to branch on and the line a user reads."""
+
+    code: ErrorCode
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,12 +92,15 @@ class GateReport:
     baseline_source: str = ""
     current_trial: str | None = None
     baseline_trial: str | None = None
-    errors: list[str] = field(default_factory=list)  # unusable input: nothing was compared
+    errors: list[GateError] = field(default_factory=list)  # unusable input: nothing was compared
     differences: list[Difference] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # how the comparison was made, shown with the warnings
     failed_current: Trial | None = None  # the current configuration's run failed outright
     structure: StructureDiff | None = None  # the fingerprints' diff (None: no run on a side to take one from)
+
+    def error(self, code: ErrorCode, text: str) -> None:
+        self.errors.append(GateError(code=code, text=text))
 
     @property
     def blocking_differences(self) -> list[Difference]:
@@ -103,31 +136,34 @@ class GateReport:
         return "pass"
 
 
-def _pick_runs(results: Results, name: str, role: str) -> tuple[str | None, list[Trial], str | None]:
+def _pick_runs(results: Results, name: str, role: str) -> tuple[str | None, list[Trial], GateError | None]:
     """(configuration, its runs, error) from one file: the runs the gate compares."""
     if name == RECOMMENDED:
         configuration = recommended_configuration(results)
         if configuration is None:
-            return None, [], f"the {role} results have no sweep-recommended configuration (--trial {RECOMMENDED})"
+            return None, [], GateError(code=ErrorCode.NO_RECOMMENDATION,
+                                       text=f"the {role} results have no sweep-recommended configuration (--trial {RECOMMENDED})")
     else:
         trial = results.trial(name)
         configuration = trial.configuration if trial is not None else name
     runs = [t for t in results.trials if t.configuration == configuration]
     if not runs:
         known = ", ".join(dict.fromkeys(t.configuration for t in results.trials)) or "none"
-        return configuration, [], f"the {role} results have no run of {configuration!r} (configurations: {known})"
+        return configuration, [], GateError(code=ErrorCode.NO_RUN,
+                                            text=f"the {role} results have no run of {configuration!r} (configurations: {known})")
     return configuration, runs, None
 
 
-def _fingerprint(files: list[Results], trial: str, role: str, notes: list[str]) -> Fingerprint | None:
+def _fingerprint(files: list[Results], trial: str, role: Literal["baseline", "current"], notes: list[StructureNote]) -> Fingerprint | None:
     """The fingerprint of a side's successful runs, contended ones included (a count does not depend on the
     load): identical code gives identical ones, so disagreement is worth a note; the most common one stands."""
     runs = [t for results in files for t in _pick_runs(results, trial, role)[1] if t.ok]
     prints = [t.metrics.fingerprint for t in runs if t.metrics is not None and t.metrics.fingerprint is not None]
     fingerprint, variants = consensus(prints)
     if variants > 1:
-        notes.append(f"{role}: the structural fingerprints of its {len(prints)} runs differ "
-                     f"({variants} variants): the most common one is compared")
+        notes.append(StructureNote(code=NoteCode.FINGERPRINTS_DIFFER, side=role,
+                                   text=f"{role}: the structural fingerprints of its {len(prints)} runs differ "
+                                        f"({variants} variants): the most common one is compared"))
     return fingerprint
 
 
@@ -141,10 +177,36 @@ def _slower(verdict: Verdict) -> bool:
     return ratio < 1 - verdict.max_drop if verdict.metric.higher_is_better else ratio > 1 + verdict.max_drop
 
 
+class PeakKind(str, Enum):
+    """Where a file's MFU peak came from, read from its numbers: `Peak.source` is words for the reader."""
+
+    USER = "user"  # --peak-tflops
+    DATASHEET = "datasheet"
+    MEASURED_CEILING = "measured-ceiling"  # this machine's matmul, measured: it varies run to run
+    UNKNOWN = "unknown"
+
+
+def peak_kind(results: Results) -> PeakKind | None:
+    """The kind of ``results.peak`` (None: no peak), by the values perfscope.measure.mfu.choose_peak chose from."""
+    peak, env = results.peak, results.environment
+    if peak is None:
+        return None
+    if peak.dtype == "user":
+        return PeakKind.USER
+
+    def chosen_from(table: dict[str, float]) -> bool:
+        return peak.dtype in table and math.isclose(table[peak.dtype], peak.tflops, rel_tol=1e-9)
+
+    if chosen_from(env.datasheet_peaks_tflops):
+        return PeakKind.DATASHEET
+    if chosen_from(env.measured_ceiling_tflops):
+        return PeakKind.MEASURED_CEILING
+    return PeakKind.UNKNOWN
+
+
 def _both_measured_ceilings(current: Results, baseline: Results) -> bool:
-    peaks = (current.peak, baseline.peak)
     same_device = current.environment.device_name == baseline.environment.device_name
-    return same_device and all(p is not None and p.source.startswith("measured matmul ceiling") for p in peaks)
+    return same_device and peak_kind(current) is peak_kind(baseline) is PeakKind.MEASURED_CEILING
 
 
 def _side(files: list[Results], options: GateOptions, role: str, source: str, report: GateReport) -> Side | None:
@@ -159,9 +221,9 @@ def _side(files: list[Results], options: GateOptions, role: str, source: str, re
         failed = [t for t in found if not t.ok]
         if role == "baseline" and failed and not any(t.ok for t in found):
             first = failed[0]
-            report.errors.append(
-                f"baseline run {first.name!r} did not succeed (status {first.status}: {first.error}); "
-                "record a new baseline with `perfscope baseline update`")
+            report.error(ErrorCode.BASELINE_FAILED,
+                         f"baseline run {first.name!r} did not succeed (status {first.status}: {first.error}); "
+                         "record a new baseline with `perfscope baseline update`")
             continue
         if role == "current" and failed and not any(t.ok for t in found):
             report.failed_current = failed[0]
@@ -213,15 +275,15 @@ def run_gate(
         return report
     if report.failed_current is None or cur_side.runs:
         # Structure first: it is counted, so contended runs (no timing evidence) still give it exactly.
-        notes: list[str] = []
+        notes: list[StructureNote] = []
         base_fp = _fingerprint(list(history.sessions), options.trial, "baseline", notes)
         cur_fp = _fingerprint(current_files, options.trial, "current", notes)
         report.structure = diff_fingerprints(base_fp, cur_fp, options.fail_on_structure)
         report.structure.notes[:0] = notes
         if options.fail_on_structure and not report.structure.compared:
-            report.errors.append("--fail-on-structure: " + "; ".join(report.structure.notes))
+            report.error(ErrorCode.STRUCTURE_NOT_COMPARED, "--fail-on-structure: " + "; ".join(str(n) for n in report.structure.notes))
     if not base_side.runs:
-        report.errors.append("the baseline has no run usable as evidence (all excluded or failed)")
+        report.error(ErrorCode.NO_EVIDENCE, "the baseline has no run usable as evidence (all excluded or failed)")
         return report
     if _both_measured_ceilings(current_files[0], baseline):
         # A measured ceiling is a noisy reading of the same machine, not a property of the run: judge MFU
@@ -237,7 +299,7 @@ def run_gate(
         report.differences = []
         for session in sessions:  # every stored session: a history may span hosts, never hardware or software
             found = find_differences(cur_side, session if session.runs else base_side, metric_ids=options.metrics)
-            report.differences += [d for d in found if str(d) not in {str(x) for x in report.differences}]
+            report.differences += [d for d in found if d not in report.differences]  # a value, not its words
         for other in current_files[1:]:
             # The gated configuration's runs of each further file, not its first run of any configuration:
             # with --trial recommended the first run is usually the baseline, whose dtype or batch differs
@@ -245,7 +307,7 @@ def run_gate(
             _, found, _ = _pick_runs(other, options.trial, "current")
             extra = Side(results=other, runs=[t for t in found if t.evidence] or cur_side.runs)
             report.differences += [d for d in find_differences(extra, cur_side, metric_ids=options.metrics)
-                                   if str(d) not in {str(x) for x in report.differences}]
+                                   if d not in report.differences]
     if report.blocking_differences and not options.allow_mismatch:
         return report
 
@@ -263,7 +325,7 @@ def run_gate(
         try:
             verdict = check.evaluate(cur_side, base_side, sessions=sessions, allowance=options.between_session)
         except MetricUnavailable as exc:
-            report.errors.append(f"{metric_id}: {exc}")
+            report.error(ErrorCode.METRIC_UNAVAILABLE, f"{metric_id}: {exc}")
             continue
         if report.structure is not None and _slower(verdict):
             # A timing verdict can only say "slower"; the fingerprint diff says why, or that nothing counted changed.

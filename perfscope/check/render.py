@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 
 from perfscope.check.decision import Verdict
 from perfscope.check.gate import GateReport
@@ -47,15 +48,28 @@ def _title(report: GateReport) -> str:
     )
 
 
-def _problems(report: GateReport) -> list[str]:
+@dataclass(frozen=True, kw_only=True)
+class Problem:
+    """One line of "not compared": ``detail`` lines belong to the line above them (each refusing difference under
+    "not comparable"), so each renderer nests them its own way without reading the text."""
+
+    text: str
+    detail: bool = False
+
+
+def _problems(report: GateReport) -> list[Problem]:
     """Why nothing was compared: input errors, then the differences that refused the comparison."""
     if report.outcome != "unusable":
         return []
-    lines = list(report.errors)
+    lines = [Problem(text=e.text) for e in report.errors]
     if report.blocking_differences and not report.options.allow_mismatch:
-        lines.append("the runs are not comparable (pass --allow-mismatch to compare anyway):")
-        lines += [f"  {d}" for d in report.blocking_differences]
+        lines.append(Problem(text="the runs are not comparable (pass --allow-mismatch to compare anyway):"))
+        lines += [Problem(text=str(d), detail=True) for d in report.blocking_differences]
     return lines
+
+
+def _problem_lines(report: GateReport) -> list[str]:
+    return [f"  {p.text}" if p.detail else p.text for p in _problems(report)]
 
 
 def _structure_lines(report: GateReport) -> list[str]:
@@ -89,7 +103,7 @@ def render_table(report: GateReport) -> str:
         lines += [f"  (secondary, not deciding: per-step Mann-Whitney p = {v.step_p_value:.2g} for {v.metric.title})"
                   for v in report.verdicts if v.step_p_value is not None]
     lines += _structure_lines(report)
-    lines += _problems(report)
+    lines += _problem_lines(report)
     lines.append(HEADLINE[report.outcome])
     return "\n".join(lines)
 
@@ -115,7 +129,7 @@ def render_markdown(report: GateReport) -> str:
     problems = _problems(report)
     if problems:
         lines += ["", "**Not compared:**", ""]
-        lines += [f"  - {_md(p.strip())}" if p.startswith("  ") else f"- {_md(p)}" for p in problems]
+        lines += [f"  - {_md(p.text)}" if p.detail else f"- {_md(p.text)}" for p in problems]
     if report.warnings:
         lines += ["", "**Warnings:**", ""] + [f"- {_md(w)}" for w in report.warnings]
     return "\n".join(lines) + "\n"
@@ -136,10 +150,9 @@ def render_junit(report: GateReport) -> str:
     failures = errors = 0
     if report.outcome == "unusable":
         case = ET.SubElement(suite, "testcase", classname=classname, name="comparability", time="0")
-        problems = _problems(report)
-        summary = " ".join(p.strip() for p in problems)
+        summary = " ".join(p.text for p in _problems(report))
         error = ET.SubElement(case, "error", type="unusable", message=_xml(summary))
-        error.text = _xml("\n".join(problems))
+        error.text = _xml("\n".join(_problem_lines(report)))
         errors += 1
     for v in report.verdicts:
         case = ET.SubElement(suite, "testcase", classname=classname, name=v.metric.id, time="0")

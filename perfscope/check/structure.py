@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from enum import Enum
+from typing import Literal
 
 from perfscope.results.fingerprint import Fingerprint
 
@@ -78,6 +80,36 @@ def parse_structure_gates(text: str) -> tuple[StructureGate, ...]:
     return tuple(gates)
 
 
+class NoteCode(str, Enum):
+    """What a structural note says, for code to act on: its words may change, its code does not."""
+
+    MOVED_SYNC_SITES = "moved-sync-sites"
+    """As many syncs per step as before, at other call sites."""
+    NOT_COMPILED = "not-compiled"
+    """One side is not compiled: graph breaks and recompiles not compared."""
+    NO_FINGERPRINT = "no-fingerprint"
+    """A side has no fingerprint: nothing was compared."""
+    MEMORY_NOT_GATED = "memory-not-gated"
+    """A memory gate was asked for and a side has no allocator peak."""
+    FINGERPRINTS_DIFFER = "fingerprints-differ"
+    """A side's runs gave different fingerprints; the most common one is compared."""
+
+
+NoteSide = Literal["baseline", "current", "both"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StructureNote:
+    """One note of the structural diff: a code to branch on, the words to show, and the side it is about."""
+
+    code: NoteCode
+    text: str
+    side: NoteSide | None = None
+
+    def __str__(self) -> str:
+        return self.text
+
+
 @dataclass(kw_only=True)
 class StructuralChange:
     kind: str
@@ -95,7 +127,7 @@ class StructureDiff:
     """Every structural change between the baseline's fingerprint and the current one."""
 
     changes: list[StructuralChange] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    notes: list[StructureNote] = field(default_factory=list)
     """How the comparison was made (fields one side lacks, runs whose fingerprints disagree, moved sync sites)."""
     gates: tuple[StructureGate, ...] = ()
     compared: bool = True
@@ -108,7 +140,7 @@ class StructureDiff:
     def summary(self) -> str:
         """One line for a timing verdict's message: the structural explanation, or that none was found."""
         if not self.compared:
-            return "structure not compared (" + "; ".join(self.notes) + ")"
+            return "structure not compared (" + "; ".join(str(n) for n in self.notes) + ")"
         worse = [c.message for c in self.changes if c.worse]
         if not worse:
             return ("no structural change found (syncs, FLOPs, dtypes, compile, op calls, copies and memory as in "
@@ -133,9 +165,9 @@ def _top(delta: Counter[str] | dict[str, float], fmt: str = "{:+g}", n: int = 3)
     return shown + (f", {len(items) - n} more" if len(items) > n else "")
 
 
-def _syncs(base: Fingerprint, cur: Fingerprint) -> tuple[list[StructuralChange], list[str]]:
+def _syncs(base: Fingerprint, cur: Fingerprint) -> tuple[list[StructuralChange], list[StructureNote]]:
     changes: list[StructuralChange] = []
-    notes: list[str] = []
+    notes: list[StructureNote] = []
     ops = sorted({s.op for s in base.syncs} | {s.op for s in cur.syncs})
     for op in ops:
         before = {s.site: s.count for s in base.syncs if s.op == op}
@@ -143,7 +175,8 @@ def _syncs(base: Fingerprint, cur: Fingerprint) -> tuple[list[StructuralChange],
         b, a = sum(before.values()), sum(after.values())
         if a == b:
             if before != after:
-                notes.append(f"{op}: {a} per step as before, at moved call sites ({', '.join(sorted(after))})")
+                notes.append(StructureNote(code=NoteCode.MOVED_SYNC_SITES, side="both",
+                                           text=f"{op}: {a} per step as before, at moved call sites ({', '.join(sorted(after))})"))
             continue
         sites = sorted((site for site in after if after[site] > before.get(site, 0)), key=lambda s: (-after[s], s))
         if a < b:
@@ -208,12 +241,14 @@ def _dtypes(base: Fingerprint, cur: Fingerprint) -> list[StructuralChange]:
                              message=f"matmul FLOPs in {parts[0]}" + (f" ({', '.join(parts[1:])})" if parts[1:] else ""))]
 
 
-def _compile(base: Fingerprint, cur: Fingerprint) -> tuple[list[StructuralChange], list[str]]:
+def _compile(base: Fingerprint, cur: Fingerprint) -> tuple[list[StructuralChange], list[StructureNote]]:
     if base.compile is None and cur.compile is None:
         return [], []
     if base.compile is None or cur.compile is None:
-        side = "baseline" if base.compile is None else "current run"
-        return [], [f"the {side} is not compiled: graph breaks and recompiles not compared"]
+        side: NoteSide = "baseline" if base.compile is None else "current"
+        words = "baseline" if side == "baseline" else "current run"
+        return [], [StructureNote(code=NoteCode.NOT_COMPILED, side=side,
+                                  text=f"the {words} is not compiled: graph breaks and recompiles not compared")]
     b, c = base.compile, cur.compile
     changes = []
     if c.graph_breaks != b.graph_breaks or c.break_reasons != b.break_reasons:
@@ -300,8 +335,10 @@ def diff_fingerprints(base: Fingerprint | None, cur: Fingerprint | None,
     diff = StructureDiff(gates=gates)
     if base is None or cur is None:
         diff.compared = False
+        missing: NoteSide = "both" if base is None and cur is None else "baseline" if base is None else "current"
         side = "the baseline" if base is None else "the current run"
-        diff.notes.append(f"{side} has no structural fingerprint (recorded by an older perfscope, or counting failed)")
+        diff.notes.append(StructureNote(code=NoteCode.NO_FINGERPRINT, side=missing,
+                                        text=f"{side} has no structural fingerprint (recorded by an older perfscope, or counting failed)"))
         return diff
     sync_changes, sync_notes = _syncs(base, cur)
     named = {s.site for s in [*base.syncs, *cur.syncs]}
@@ -315,6 +352,7 @@ def diff_fingerprints(base: Fingerprint | None, cur: Fingerprint | None,
         gate = by_kind.get(change.kind)
         change.failed = gate is not None and _fails(change, gate)
     if "memory" in by_kind and (base.memory is None or cur.memory is None):
-        diff.notes.append("memory: no allocator peak on " + ("both sides" if base.memory is None and cur.memory is None
-                                                             else "one side") + " (CUDA only): not gated")
+        both = base.memory is None and cur.memory is None
+        diff.notes.append(StructureNote(code=NoteCode.MEMORY_NOT_GATED, side="both" if both else "baseline" if base.memory is None else "current",
+                                        text="memory: no allocator peak on " + ("both sides" if both else "one side") + " (CUDA only): not gated"))
     return diff

@@ -3,8 +3,9 @@
     >>> from perfscope.report import write_report
     >>> write_report(Results.load("perfscope-out/results.json"), Path("report.html"), fmt="html")
 
-The only stage of perfscope that knows HTML or plotly: view.py decides what to show, html.py and
-markdown.py lay it out, escaping.py keeps user-derived names inert.
+The only stage of perfscope that knows HTML or plotly: view.py decides what to show (assembling headline.py,
+findings.py, tables.py and charts/, in perfscope.ranking's order), html.py and markdown.py lay it out,
+escaping.py keeps user-derived names inert.
 """
 
 from __future__ import annotations

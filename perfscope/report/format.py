@@ -78,3 +78,8 @@ def fmt_count(value: float | None) -> str:
         if abs(v) >= scale:
             return f"{v / scale:.2f}{unit}"
     return f"{v:.0f}"
+
+
+def gain_text(ratio: float) -> str:
+    """A throughput ratio in words; below 1 the candidate is slower (the words of perfscope.report.story.gain_words)."""
+    return f"{fmt_ratio(ratio)} faster" if ratio >= 1 else f"{fmt_ratio(1 / ratio)} slower"

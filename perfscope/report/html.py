@@ -21,7 +21,7 @@ from perfscope.results import Results
 
 VENDORED_PLOTLY = Path(__file__).parent / "vendor" / "plotly-basic.min.js"
 PLOTLY_TRACE_TYPES = frozenset({"scatter", "bar", "pie"})
-"""Trace types the basic bundle draws; charts.py uses no other (a test checks every chart's traces)."""
+"""Trace types the basic bundle draws; the charts/ modules use no other (a test checks every chart's traces)."""
 
 
 @functools.cache

@@ -5,15 +5,16 @@
     story.alternative      # the fastest measured option that changes semantics, when it beats the recommendation
 
 Why one module: the headline, the ranked fixes, the knob table, the gain chart, the Markdown summary and the
-terminal's last lines must say the same thing with the same numbers. Each configuration's gain is resolved
-here once (`gain_of`): the recommended configuration's gain is the sweep's `recommended_gain`, measured over
-all its runs, also where a knob's outcome recorded an earlier figure for the same configuration.
+terminal's last lines must say the same thing with the same numbers. Which option is recommended, the
+alternative and the closest, and each configuration's gain (`gain_of`, re-exported here), are decided once in
+perfscope.ranking; this module words them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from perfscope.ranking import Ranking, gain_of, rank_results
 from perfscope.report.format import fmt_interval, fmt_ratio
 from perfscope.results import Gain, KnobOutcome, Results, RunNoise
 from perfscope.results.config import TrialConfig
@@ -52,52 +53,34 @@ class Story:
     """When the baseline is kept: the measured option that came closest (its gain and interval, not significant)."""
 
 
-def gain_of(results: Results, outcome: KnobOutcome) -> Gain | None:
-    """A knob's gain as every part of the report shows it (see the module docstring)."""
-    sweep = results.sweep
-    if sweep is not None and sweep.recommended_gain is not None and outcome.trial == sweep.recommended_trial:
-        return sweep.recommended_gain
-    return outcome.gain
-
-
 def _setting(outcome: KnobOutcome | None, knob: str) -> str:
     if outcome is None:
         return knob
     return f"{outcome.title}: {outcome.setting}" if outcome.setting and outcome.setting not in outcome.title else outcome.title
 
 
-def build_story(results: Results) -> Story | None:
-    """The story of a sweep; None for results without one (hooks, a single trial)."""
+def build_story(results: Results, ranking: Ranking | None = None) -> Story | None:
+    """The story of a sweep; None for results without one (hooks, a single trial). ``ranking``: the one the
+    caller already has (perfscope.ranking.rank_results of the same results)."""
     sweep = results.sweep
     if sweep is None:
         return None
     base = baseline_configuration(results)
     outcomes = {o.knob: o for o in sweep.knobs}
+    ranking = ranking or rank_results(results)  # what is recommended, the alternative and the closest: perfscope.ranking decides
+    rec = ranking.recommendation
     recommended = None
-    if sweep.recommended_trial not in (None, base) and sweep.recommended_gain is not None:
-        caveats = [c for k in sweep.recommended_knobs if k in outcomes for c in outcomes[k].changes_semantics]
-        recommended = Option(configuration=sweep.recommended_trial or "", knobs=list(sweep.recommended_knobs),
-                             settings=[_setting(outcomes.get(k), k) for k in sweep.recommended_knobs],
-                             gain=sweep.recommended_gain, caveats=list(dict.fromkeys(caveats)))
-    floor = recommended.gain.ratio if recommended else 1.0
-    alternative = None
-    for o in sweep.knobs:
-        gain = gain_of(results, o)
-        if o.status != "measured" or gain is None or not gain.faster or not o.changes_semantics:
-            continue
-        if recommended is not None and o.knob in recommended.knobs:
-            continue
-        if gain.ratio > floor and (alternative is None or gain.ratio > alternative.gain.ratio):
-            alternative = Option(configuration=o.trial or o.knob, knobs=[o.knob], settings=[_setting(o, o.knob)],
-                                 gain=gain, caveats=list(o.changes_semantics))
-    closest = None
-    if recommended is None:
-        for o in sweep.knobs:
-            gain = gain_of(results, o)
-            if o.status != "measured" or gain is None or o.trial == base or o.changes_semantics:
-                continue  # options that change semantics are the alternative's business
-            if closest is None or gain.ratio > closest.gain.ratio:
-                closest = Option(configuration=o.trial or o.knob, knobs=[o.knob], settings=[_setting(o, o.knob)], gain=gain)
+    if rec is not None:
+        caveats = [c for k in rec.knobs if k in outcomes for c in outcomes[k].changes_semantics]
+        recommended = Option(configuration=rec.configuration, knobs=list(rec.knobs),
+                             settings=[_setting(outcomes.get(k), k) for k in rec.knobs],
+                             gain=rec.gain, caveats=list(dict.fromkeys(caveats)))
+    alternative = closest = None
+    if (a := ranking.alternative) is not None and (gain := gain_of(results, a)) is not None:
+        alternative = Option(configuration=a.trial or a.knob, knobs=[a.knob], settings=[_setting(a, a.knob)],
+                             gain=gain, caveats=list(a.changes_semantics))
+    if (c := ranking.closest) is not None and (gain := gain_of(results, c)) is not None:
+        closest = Option(configuration=c.trial or c.knob, knobs=[c.knob], settings=[_setting(c, c.knob)], gain=gain)
     runs = results.runs(base)
     reference = runs[0] if runs else next((t for t in results.trials if t.configuration == base), None)
     return Story(recommended=recommended, alternative=alternative, baseline=base, baseline_runs=len(runs), noise=sweep.noise,

@@ -86,20 +86,22 @@ def structural_effect(results: Results, configuration: str) -> StructuralEffect 
     runs = _evidence(results, configuration)
     if configuration == base_name or not runs:
         return None
-    # Imported here: perfscope.check loads the whole CI gate, which a single-run report (the hooks') never needs.
-    from perfscope.check.structure import diff_fingerprints
-
     base_fp, base_variants = configuration_fingerprint(results, base_name)
     cur_fp, cur_variants = configuration_fingerprint(results, configuration)
+    # Imported here: perfscope.check loads the whole CI gate, which a single-run report (the hooks') never needs.
+    from perfscope.check.structure import NoteCode, diff_fingerprints
+
     diff = diff_fingerprints(base_fp, cur_fp)
-    notes = list(diff.notes)
     if not diff.compared:  # check's note speaks of "the current run": name the configuration instead
         missing = f"the baseline ({base_name})" if base_fp is None else configuration
-        notes = [f"{missing} has no structural fingerprint (recorded by an older perfscope, or counting failed)"]
+        return StructuralEffect(compared=False, notes=[f"{missing} has no structural fingerprint (recorded by an older perfscope, "
+                                                      "or counting failed)"], measured=_data_wait_moved(results, base_name, runs))
+    # The baseline need not be compiled: say what compiling made rather than "the baseline is not compiled".
+    shown = [n for n in diff.notes if not (n.code is NoteCode.NOT_COMPILED and n.side == "baseline")]
+    notes = [n.text for n in shown]
     counted = [c.message for c in diff.changes]
     if base_fp is not None and cur_fp is not None:
         if cur_fp.compile is not None and base_fp.compile is None:
-            notes = [n for n in notes if "is not compiled" not in n]  # the baseline need not be: say what compiling made
             counted.append(compile_words(cur_fp.compile))
             notes.append(EAGER_COUNT_NOTE)
         for name, variants in ((base_name, base_variants), (configuration, cur_variants)):
@@ -110,11 +112,15 @@ def structural_effect(results: Results, configuration: str) -> StructuralEffect 
         batch = run[0].metrics.samples_per_step if run[0].metrics else None
         if base_batch and batch and base_batch != batch:
             notes.append(f"per step of {batch} samples against the baseline's {base_batch}: per-step counts scale with the batch")
-    measured = []
+    return StructuralEffect(counted=counted, measured=_data_wait_moved(results, base_name, runs), notes=notes, compared=diff.compared)
+
+
+def _data_wait_moved(results: Results, base_name: str, runs: list[Trial]) -> list[str]:
+    """The exposed data wait's move, when it moved enough to show (timed, not counted: marked measured)."""
     before, after = _data_wait(_evidence(results, base_name)), _data_wait(runs)
     if before is not None and after is not None and abs(after - before) >= DATA_WAIT_SHOWN:
-        measured.append(f"exposed data wait {before:.0%} → {after:.0%} of wall time")
-    return StructuralEffect(counted=counted, measured=measured, notes=notes, compared=diff.compared)
+        return [f"exposed data wait {before:.0%} → {after:.0%} of wall time"]
+    return []
 
 
 def knob_effects(results: Results) -> dict[str, StructuralEffect]:

@@ -4,10 +4,10 @@
     ranked, not_significant = partition_findings(findings)
 
 A rule reads facts (results, the baseline's metrics and trace facts, the sweep) and returns `Finding`s;
-it never measures and never ranks. The engine ranks: measured wins first (by ratio), then estimated gains
-(labelled with their method and the machine limit that bounds them), then diagnoses by severity. Measured
-beats believed: a fix measured here as slower, the same, or undecided is kept apart ("measured, did not
-help here"), never ranked, whatever its rule estimated.
+it never measures and never ranks. The engine returns them in the one order of perfscope.ranking: measured
+wins first (by ratio), then estimated gains (labelled with their method and the machine limit that bounds
+them), then diagnoses by severity. Measured beats believed: a fix measured here as slower, the same, or
+undecided is kept apart ("measured, did not help here"), never ranked, whatever its rule estimated.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from perfscope.ranking import partition_findings, rank_findings
 from perfscope.results import (
     Finding,
     KnobOutcome,
@@ -26,7 +27,7 @@ from perfscope.results import (
 )
 from perfscope.results.roles import baseline_run
 
-SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
+__all__ = ["Rule", "RuleContext", "partition_findings", "run"]
 
 
 @dataclass(frozen=True)
@@ -116,32 +117,6 @@ class Rule:
         return finding
 
 
-def _rank_key(finding: Finding) -> tuple[int, float, int]:
-    severity = SEVERITY_ORDER.get(finding.severity, 9)
-    if finding.measured_win:
-        return (0, -finding.gain.ratio, severity)  # type: ignore[union-attr]
-    if finding.gain is None and finding.estimated_gain is not None:
-        return (1, -finding.estimated_gain, severity)
-    if finding.gain is None:
-        return (2, float(severity), severity)
-    return (3, -finding.gain.ratio, severity)  # measured, did not help here
-
-
-def rank(findings: list[Finding]) -> list[Finding]:
-    return sorted(findings, key=_rank_key)
-
-
-def partition_findings(findings: list[Finding]) -> tuple[list[Finding], list[Finding]]:
-    """(ranked fixes, measured but did not help here).
-
-    A fix measured on this machine as slower, the same, or undecided is never a ranked fix, whatever its
-    rule believes: it is listed apart with its measured ratio and interval.
-    """
-    ranked = [f for f in findings if not f.measured_no_help]
-    rest = [f for f in findings if f.measured_no_help]
-    return rank(ranked), rank(rest)
-
-
 def run(results: Results, rules: list[Rule]) -> list[Finding]:
     ctx = RuleContext.build(results)
     if ctx is None:
@@ -163,4 +138,4 @@ def run(results: Results, rules: list[Rule]) -> list[Finding]:
         if key not in seen:
             seen.add(key)
             unique.append(f)
-    return rank(unique)
+    return rank_findings(unique)

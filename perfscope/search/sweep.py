@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from perfscope.errors import UserError
+from perfscope.ranking import knob_key
 from perfscope.results import Gain, KnobOutcome, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
 from perfscope.search.compare import MIN_DECIDING_RUNS, compare, compare_gains, could_still_win, paired_test, relative_gain, run_noise
@@ -398,7 +399,7 @@ class Sweeper:
         self._record_outcomes()
         self.recommend(micro if "grad_accum" in search_knobs else None)
         self.sweep.noise = run_noise(self.runs(BASELINE))
-        self.sweep.knobs.sort(key=_rank_key)
+        self.sweep.knobs.sort(key=knob_key)  # perfscope.ranking: the report lists the knobs in this order
         self.sweep.elapsed_s = self.elapsed() - self.start
         return self.sweep
 
@@ -562,16 +563,6 @@ class Sweeper:
 
 
 REGISTRY_BY_ID = {k.id: k for k in REGISTRY}
-
-
-def _rank_key(outcome: KnobOutcome) -> tuple[int, float]:
-    """Best first: the report and the findings list the knobs in this order. Measured wins by gain, then the
-    other measured knobs (undecided, same, slower) by gain, then rejected, failed, skipped, inapplicable."""
-    order = {"measured": 1, "rejected": 2, "failed": 3, "skipped": 4, "inapplicable": 5}
-    ratio = outcome.gain.ratio if outcome.gain is not None else 0.0
-    if outcome.status == "measured" and outcome.gain is not None and outcome.gain.faster:
-        return (0, -ratio)
-    return (order[outcome.status], -ratio if outcome.status == "measured" else 0.0)
 
 
 def _probably_slower(gain: Gain | None) -> bool:

@@ -1,0 +1,280 @@
+"""The one ranking: what comes first, what is the recommended fix, what is measured or estimated, what is set apart.
+
+    ranking = rank_results(results)
+    ranking.fixes        # RankedFix: the recommendation first, then measured wins, estimates, diagnoses
+    ranking.no_help      # measured here as slower, the same or undecided: listed apart, never ranked
+    ranking.knobs        # the sweep's knobs best first (ranking.folded: inapplicable ones)
+    ranking.gains        # every measured configuration for the gain chart, in the knobs' order
+
+Why one module: the rules engine, the sweep's knob list, the headline story, the HTML and Markdown ranked
+fixes and the gain chart each sorted on their own and could disagree on what is "#1". Every one of them now
+reads this order. It imports only results/ (never report/ or search/), so every stage may use it.
+
+The rules, in order (`FINDING_RULES` and `KNOB_RULES` say the same in words for the docs and the tests):
+  1. The sweep's recommendation (when it is not the baseline and has a gain) is fix #1, with the gain measured
+     over all its runs; the findings of its knobs are folded into it.
+  2. Measured wins (decidedly faster here), by measured ratio.
+  3. Estimated gains, by estimated ratio (labelled estimates, with their method and bound).
+  4. Diagnoses without a number, by severity.
+  5. Measured, did not help here (slower, same, undecided): set apart, by ratio — measured beats believed.
+Within a tier a higher severity wins a tie on the number; a full tie keeps the rules' registry order (a
+stable sort), so the order is deterministic and a rule's place in the registry is its last tie-breaker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum, IntEnum
+
+from perfscope.results import Finding, Gain, KnobOutcome, Results
+from perfscope.results.roles import baseline_configuration
+
+SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
+KNOB_STATUS_ORDER = {"measured": 1, "rejected": 2, "failed": 3, "skipped": 4, "inapplicable": 5}
+"""A knob's place after the measured wins (group 0): the other measured knobs, then those the numerics guard
+rejected, then failed, skipped and inapplicable ones."""
+
+
+class Tier(IntEnum):
+    """Where a fix ranks; lower is shown first."""
+
+    RECOMMENDED = 0
+    MEASURED_WIN = 1
+    ESTIMATE = 2
+    DIAGNOSIS = 3
+    NO_HELP = 4
+
+
+class Evidence(str, Enum):
+    """What a fix's number rests on: the words every renderer shows next to it."""
+
+    MEASURED = "measured"
+    ESTIMATED = "estimated"
+    NOT_QUANTIFIED = "not quantified"
+
+
+FINDING_RULES: dict[Tier, str] = {
+    Tier.RECOMMENDED: "the sweep's recommendation, with its all-runs gain, its knobs' findings folded in",
+    Tier.MEASURED_WIN: "measured decidedly faster here, by measured ratio",
+    Tier.ESTIMATE: "estimated gain, by estimated ratio",
+    Tier.DIAGNOSIS: "no number, by severity",
+    Tier.NO_HELP: "measured and did not help here: set apart, by ratio",
+}
+
+
+def tier_of(finding: Finding) -> Tier:
+    """The tier of a finding on its own (the recommendation is decided from the sweep, in `rank_results`)."""
+    if finding.measured_win:
+        return Tier.MEASURED_WIN
+    if finding.gain is not None:
+        return Tier.NO_HELP
+    if finding.estimated_gain is not None:
+        return Tier.ESTIMATE
+    return Tier.DIAGNOSIS
+
+
+def evidence_of(finding: Finding) -> Evidence:
+    if finding.gain is not None:
+        return Evidence.MEASURED
+    if finding.estimated_gain is not None:
+        return Evidence.ESTIMATED
+    return Evidence.NOT_QUANTIFIED
+
+
+def finding_key(finding: Finding) -> tuple[int, float, int]:
+    """(tier, -number, severity): sort ascending. Diagnoses have no number; severity orders them."""
+    severity = SEVERITY_ORDER.get(finding.severity, 9)
+    tier = tier_of(finding)
+    if finding.gain is not None:
+        return (tier, -finding.gain.ratio, severity)
+    if finding.estimated_gain is not None:
+        return (tier, -finding.estimated_gain, severity)
+    return (tier, float(severity), severity)
+
+
+def rank_findings(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=finding_key)
+
+
+def partition_findings(findings: list[Finding]) -> tuple[list[Finding], list[Finding]]:
+    """(ranked fixes, measured but did not help here), each ranked: a fix measured here as slower, the same or
+    undecided is never a ranked fix, whatever its rule believes."""
+    ranked = [f for f in findings if not f.measured_no_help]
+    rest = [f for f in findings if f.measured_no_help]
+    return rank_findings(ranked), rank_findings(rest)
+
+
+def knob_key(outcome: KnobOutcome, gain: Gain | None = None) -> tuple[int, float]:
+    """Best first: measured wins by gain, then the other measured knobs (undecided, same, slower) by gain, then
+    rejected, failed, skipped, inapplicable. ``gain`` overrides the outcome's own (the report's `gain_of`)."""
+    gain = gain if gain is not None else outcome.gain
+    ratio = gain.ratio if gain is not None else 0.0
+    if outcome.status == "measured" and gain is not None and gain.faster:
+        return (0, -ratio)
+    return (KNOB_STATUS_ORDER.get(outcome.status, 9), -ratio if outcome.status in ("measured", "rejected") else 0.0)
+
+
+def gain_of(results: Results, outcome: KnobOutcome) -> Gain | None:
+    """A knob's gain as every part of the report shows it: the recommended configuration's gain is the sweep's
+    `recommended_gain`, measured over all its runs, also where the knob's outcome recorded an earlier figure."""
+    sweep = results.sweep
+    if sweep is not None and sweep.recommended_gain is not None and outcome.trial == sweep.recommended_trial:
+        return sweep.recommended_gain
+    return outcome.gain
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recommendation:
+    """The sweep's recommendation as the report shows it; None from `recommendation` means: keep the baseline."""
+
+    configuration: str
+    knobs: tuple[str, ...]
+    gain: Gain
+
+
+def recommendation(results: Results) -> Recommendation | None:
+    sweep = results.sweep
+    if sweep is None or sweep.recommended_gain is None or sweep.recommended_trial in (None, baseline_configuration(results)):
+        return None
+    return Recommendation(configuration=sweep.recommended_trial or "", knobs=tuple(sweep.recommended_knobs), gain=sweep.recommended_gain)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankedFix:
+    """One item of the ranked list. `findings` is one finding, or for the recommendation its knobs' findings
+    (none when no rule spoke for them). `gain` is the gain every renderer shows (None: an estimate or nothing)."""
+
+    rank: int
+    tier: Tier
+    evidence: Evidence
+    findings: tuple[Finding, ...]
+    gain: Gain | None = None
+    recommendation: Recommendation | None = None
+
+    @property
+    def recommended(self) -> bool:
+        return self.tier is Tier.RECOMMENDED
+
+    @property
+    def finding(self) -> Finding | None:
+        return self.findings[0] if self.findings else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GainRow:
+    """One point of the gain chart: a measured knob, or the recommended stack (knob None)."""
+
+    label: str
+    gain: Gain
+    rejected: bool = False
+    knob: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ranking:
+    fixes: list[RankedFix] = field(default_factory=list)
+    no_help: list[RankedFix] = field(default_factory=list)
+    knobs: list[KnobOutcome] = field(default_factory=list)
+    """Every knob the report lists, best first (`knob_key` with the report's gains)."""
+    folded: list[KnobOutcome] = field(default_factory=list)
+    """Inapplicable knobs: cut from the table, shown folded with their reasons."""
+    gains: list[GainRow] = field(default_factory=list)
+    recommendation: Recommendation | None = None
+    """The sweep's recommendation (fix #1); None: keep the baseline."""
+    alternative: KnobOutcome | None = None
+    """The fastest measured knob that changes semantics and beats the recommendation (or 1.0 without one)."""
+    closest: KnobOutcome | None = None
+    """No recommendation: the measured knob (keeping semantics, not the baseline) that came closest."""
+
+
+def _knob_of(results: Results, finding: Finding) -> KnobOutcome | None:
+    sweep = results.sweep
+    if sweep is None or not finding.trial:
+        return None
+    return next((o for o in sweep.knobs if o.trial and o.trial == finding.trial), None)
+
+
+def _shown_gain(results: Results, finding: Finding) -> Gain | None:
+    knob = _knob_of(results, finding)
+    if knob is not None and finding.gain is not None and (g := gain_of(results, knob)) is not None:
+        return g
+    return finding.gain
+
+
+def _fixes(results: Results, ranked: list[Finding], rec: Recommendation | None) -> list[RankedFix]:
+    rest = list(ranked)
+    out: list[RankedFix] = []
+    if rec is not None:
+        mine = tuple(f for f in rest if (o := _knob_of(results, f)) is not None and o.knob in rec.knobs)
+        rest = [f for f in rest if f not in mine]
+        out.append(RankedFix(rank=1, tier=Tier.RECOMMENDED, evidence=Evidence.MEASURED, findings=mine, gain=rec.gain,
+                             recommendation=rec))
+    for f in rest:
+        out.append(RankedFix(rank=len(out) + 1, tier=tier_of(f), evidence=evidence_of(f), findings=(f,), gain=_shown_gain(results, f)))
+    return out
+
+
+def _label(outcome: KnobOutcome) -> str:
+    return outcome.title + (f" · {outcome.setting}" if outcome.setting and outcome.setting not in outcome.title else "")
+
+
+def _gains(results: Results, knobs: list[KnobOutcome]) -> list[GainRow]:
+    sweep = results.sweep
+    keyed: list[tuple[tuple[int, float], GainRow]] = []
+    for o in knobs:
+        g = gain_of(results, o)
+        if o.status in ("measured", "rejected") and g is not None:
+            keyed.append((knob_key(o, g), GainRow(label=_label(o), gain=g, rejected=o.status == "rejected", knob=o.knob)))
+    if sweep is not None and sweep.recommended_gain is not None and len(sweep.recommended_knobs) > 1:
+        g = sweep.recommended_gain
+        stack = KnobOutcome(knob="", title="", status="measured", gain=g)
+        keyed.append((knob_key(stack), GainRow(label="recommended: " + " + ".join(sweep.recommended_knobs), gain=g)))
+    keyed.sort(key=lambda kv: kv[0])
+    return [row for _, row in keyed]
+
+
+def _alternative(results: Results, rec: Recommendation | None) -> KnobOutcome | None:
+    floor = rec.gain.ratio if rec else 1.0
+    best: tuple[KnobOutcome, float] | None = None
+    for o in results.sweep.knobs if results.sweep else []:
+        gain = gain_of(results, o)
+        if o.status != "measured" or gain is None or not gain.faster or not o.changes_semantics:
+            continue
+        if rec is not None and o.knob in rec.knobs:
+            continue
+        if gain.ratio > floor and (best is None or gain.ratio > best[1]):  # a tie keeps the earlier knob
+            best = (o, gain.ratio)
+    return best[0] if best else None
+
+
+def _closest(results: Results, rec: Recommendation | None) -> KnobOutcome | None:
+    if rec is not None or results.sweep is None:
+        return None
+    base = baseline_configuration(results)
+    best: tuple[KnobOutcome, float] | None = None
+    for o in results.sweep.knobs:
+        gain = gain_of(results, o)
+        if o.status != "measured" or gain is None or o.trial == base or o.changes_semantics:
+            continue  # options that change semantics are the alternative's business
+        if best is None or gain.ratio > best[1]:
+            best = (o, gain.ratio)
+    return best[0] if best else None
+
+
+def rank_results(results: Results) -> Ranking:
+    """The ranking every renderer reads. Findings not run (None) rank as none."""
+    rec = recommendation(results)
+    ranked, no_help = partition_findings(list(results.findings or []))
+    sweep_knobs = results.sweep.knobs if results.sweep else []
+    ordered = sorted(sweep_knobs, key=lambda o: knob_key(o, gain_of(results, o)))
+    return Ranking(
+        fixes=_fixes(results, ranked, rec),
+        no_help=[RankedFix(rank=i, tier=Tier.NO_HELP, evidence=Evidence.MEASURED, findings=(f,), gain=f.gain)
+                 for i, f in enumerate(no_help, 1)],
+        knobs=[o for o in ordered if o.status != "inapplicable"],
+        folded=[o for o in ordered if o.status == "inapplicable"],
+        gains=_gains(results, ordered),
+        recommendation=rec,
+        alternative=_alternative(results, rec),
+        closest=_closest(results, rec),
+    )

@@ -1,0 +1,67 @@
+"""The chart registry: the page's charts in order, and how a run without data for one says so in a line.
+
+Adding a chart = one function ``(results, roles) -> Chart | list[Chart] | None`` in a module of this package
++ one line in CHARTS + a test. A chart with nothing to draw returns None (or an empty figure, which becomes a
+line of text in the report's "not drawn" list).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from perfscope.report.charts.base import Chart, Roles
+from perfscope.report.charts.kernels import kernel_category_chart
+from perfscope.report.charts.micro_batch import micro_batch_charts
+from perfscope.report.charts.timeline import utilization_chart
+from perfscope.report.charts.trials import (
+    memory_breakdown_chart,
+    mfu_chart,
+    step_breakdown_chart,
+    throughput_chart,
+)
+from perfscope.report.escaping import plotly_text
+from perfscope.results import Results
+
+ChartFunction = Callable[[Results, Roles], "Chart | list[Chart] | None"]
+
+CHARTS: list[ChartFunction] = [
+    step_breakdown_chart,
+    mfu_chart,
+    throughput_chart,
+    memory_breakdown_chart,
+    micro_batch_charts,
+    kernel_category_chart,
+    utilization_chart,
+]
+"""The run's charts in page order (the answer's gain chart and the baseline's breakdown are placed by the view)."""
+
+
+def _empty(chart: Chart) -> bool:
+    """No trace has a single value to draw."""
+    return not any(v is not None for t in chart.figure.get("data", []) for v in (t.get("x") or []) + (t.get("y") or []))
+
+
+def build_charts(results: Results, *, baseline: str | None, recommended: str | None) -> tuple[list[Chart], list[str]]:
+    """(every chart the results have data for, in page order; one line per chart left out, saying why).
+
+    No chart is drawn empty: a chart without data, and the GPU's charts on a CPU run, become a line of text.
+    """
+    roles = Roles(baseline=baseline, recommended=recommended, names={t.name: plotly_text(t.name) for t in results.trials})
+    charts: list[Chart] = []
+    for draw in CHARTS:
+        made = draw(results, roles)
+        charts += made if isinstance(made, list) else [made] if made is not None else []
+    absent: list[str] = []
+    if results.environment.device_type != "cuda":
+        absent.append("GPU utilization, power and clock charts: not drawn, this run used no GPU"
+                      + (" (the host CPU load is in the utilization timeline)." if any(c.id == "utilization" for c in charts) else "."))
+    shown = []
+    for c in charts:
+        if _empty(c):
+            absent.append(f"{c.title}: not drawn, this run recorded no data for it.")
+            continue
+        shown.append(c)
+    narrow = [c for c in shown if not c.wide]
+    if len(narrow) % 2:  # the page lays charts out two per row: let the odd one out span the row
+        narrow[-1].wide = True
+    return shown, absent

@@ -1,0 +1,202 @@
+"""The report's headline: the baseline beside the recommendation (MFU, step time, throughput, memory) and the
+story's lines (what to do, its gain, against what, the noise, the alternative).
+
+Every rate-based figure is scaled to the runs the gain was measured over (perfscope.report.reference), so the
+rows and the gain say the same thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from perfscope.report.format import NA, fmt_bytes, fmt_percent, fmt_rate, fmt_seconds, gain_text
+from perfscope.report.reference import configuration_rate, gain_figures
+from perfscope.report.story import (
+    Story,
+    alternative_line,
+    closest_line,
+    gain_words,
+    interval_words,
+    noise_words,
+    recommendation_line,
+    reference_words,
+)
+from perfscope.results import Gain, Results, Trial
+
+
+@dataclass(kw_only=True, slots=True)
+class Cell:
+    text: str
+    note: str = ""  # a second, quieter line: the p10–p90 range, or why a value is n/a
+
+
+@dataclass(kw_only=True, slots=True)
+class HeadlineRow:
+    label: str
+    values: list[Cell]  # one per headline column
+    change: str = ""  # recommended vs baseline, e.g. "1.82× faster"
+    better: bool | None = None  # colours the change; None when neutral or unknown
+
+
+@dataclass(kw_only=True, slots=True)
+class Headline:
+    columns: list[Cell]  # text: role ("Baseline"), note: the trial's name
+    rows: list[HeadlineRow]
+    gain: str = ""  # the recommendation's measured speed-up with its interval
+    gain_significant: bool | None = None
+    recommended_knobs: list[str] = field(default_factory=list)
+    message: str = ""  # shown instead of rows when there is nothing to compare
+    lead: str = ""  # one sentence above the rows when only the baseline is shown, saying why
+    recommendation: str = ""  # what to do, in one line (perfscope.report.story)
+    settings: list[str] = field(default_factory=list)  # every recommended knob with its winning value
+    reference: str = ""  # which runs the gain is measured against
+    noise: str = ""  # this machine's run-to-run noise
+    alternative: str = ""  # the fastest option that changes semantics, with its gain and caveat
+    closest: str = ""  # keeping the baseline: how close the best measured option came, with its interval
+    settings_label: str = "Settings"  # "Your settings" when the baseline is kept
+    why: str = ""  # why the baseline is slow: its largest step-time slice and the fix that addresses it
+    caveats: list[str] = field(default_factory=list)  # semantics the recommendation itself changes (numerics)
+
+
+
+def _reason(trial: Trial, metric: str) -> str:
+    m = trial.metrics
+    return (m.unavailable.get(metric, "") if m else "") or "not measured"
+
+
+def step_cell(trial: Trial, scale: float = 1.0) -> Cell:
+    """Wall time per step; ``scale`` (a rate over this run's) turns it into the step time at that rate."""
+    m = trial.metrics
+    assert m is not None
+    s = m.typical_step
+    note = f"typical step {fmt_seconds(s.median)} (p10–p90 {fmt_seconds(s.p10)} – {fmt_seconds(s.p90)})" if s else ""
+    return Cell(text=fmt_seconds(m.mean_step_time_s / scale), note=note)
+
+
+
+def memory_label(results: Results) -> str:
+    """What "peak memory" is on this run: the caching allocator's peak on a GPU, the process's host RSS on a CPU."""
+    return "Peak memory (allocator peak)" if results.environment.device_type == "cuda" else "Peak memory (host RSS)"
+
+
+def tell(headline: Headline, story: Story | None) -> Headline:
+    """The story's lines on the headline: what to do, its gain, settings, reference, noise, the alternative."""
+    if story is None:
+        return headline
+    headline.recommendation = recommendation_line(story)
+    r = story.recommended
+    if r is not None:
+        headline.settings = list(r.settings)
+        headline.reference = reference_words(r.gain)
+        headline.caveats = list(r.caveats)
+        headline.gain = f"{gain_words(r.gain)} ({interval_words(r.gain)})"
+        headline.gain_significant = r.gain.significant
+        headline.recommended_knobs = list(r.knobs)
+        headline.lead = ""
+    else:
+        headline.reference = f"your configuration ({story.baseline}), measured in {story.baseline_runs} runs"
+        headline.settings, headline.settings_label = list(story.baseline_settings), "Your settings"
+        headline.closest = closest_line(story)
+        headline.lead = ""
+    headline.noise = noise_words(story.noise)
+    headline.alternative = alternative_line(story)
+    return headline
+
+
+def headline_view(results: Results, base: Trial | None, rec: Trial | None) -> Headline:
+    if base is None:
+        return Headline(columns=[], rows=[], message="No trials were recorded.")
+    if not base.ok:
+        return Headline(
+            columns=[],
+            rows=[],
+            message=f"The baseline trial {base.name!r} did not complete (status: {base.status}); see Failed trials.",
+        )
+    shown = [(Cell(text="Baseline", note=base.name), base)]
+    if rec is not None and rec.ok:
+        shown.append((Cell(text="Recommended", note=rec.name), rec))
+    trials = [t for _, t in shown]
+    both = len(trials) == 2
+    bm = base.metrics
+    rm = trials[-1].metrics
+    assert bm is not None and rm is not None
+    gain = results.sweep.recommended_gain if results.sweep else None
+    # The figures the gain was computed from (report/reference.py): each run's rate-based figures are scaled to them.
+    figures = gain_figures(results, gain, candidate=trials[-1].configuration) if both and gain else None
+    rates = [figures.reference_rate, figures.rate] if figures else [t.metrics.samples_per_s for t in trials]  # type: ignore[union-attr]
+    scales = [r / t.metrics.samples_per_s if r and t.metrics.samples_per_s else 1.0 for r, t in zip(rates, trials)]  # type: ignore[union-attr]
+    rate_note = figures.words if figures is not None else ""
+    if not both and (kept := configuration_rate(results, base.configuration)) is not None and kept[1] > 1:
+        rates, scales = [kept[0]], [kept[0] / bm.samples_per_s if bm.samples_per_s else 1.0]
+        rate_note = f"geometric mean of its {kept[1]} runs"
+
+    rows: list[HeadlineRow] = []
+
+    def mfu_cell(t: Trial, scale: float) -> Cell:
+        m = t.metrics
+        if m is None or m.mfu is None:
+            return Cell(text=NA, note=_reason(t, "mfu"))
+        note = f"{fmt_rate(m.achieved_tflops * scale, 'TFLOP/s')} achieved" if m.achieved_tflops is not None else ""
+        return Cell(text=fmt_percent(m.mfu * scale), note=note)
+
+    mfu_row = HeadlineRow(label="MFU", values=[mfu_cell(t, k) for t, k in zip(trials, scales)])
+    if both and bm.mfu is not None and rm.mfu is not None:
+        delta = (rm.mfu * scales[1] - bm.mfu * scales[0]) * 100
+        mfu_row.change, mfu_row.better = f"{delta:+.1f} pts", delta > 0 if delta else None
+    rows.append(mfu_row)
+
+    step_row = HeadlineRow(label="Step time (wall / steps)", values=[step_cell(t, k) for t, k in zip(trials, scales)])
+    if both:
+        ratio = gain.ratio if gain else bm.mean_step_time_s / rm.mean_step_time_s
+        step_row.change, step_row.better = gain_text(ratio), ratio > 1
+        if gain and not gain.significant:
+            step_row.better = None
+    rows.append(step_row)
+
+    rows.append(_rate_row("Throughput", "samples/s", rates, both, gain))
+    rows[-1].values[0].note = rate_note  # where the figure comes from: the runs the gain was measured against
+    if any(t.metrics.tokens_per_s is not None for t in trials):  # type: ignore[union-attr]
+        tokens = [t.metrics.tokens_per_s * k if t.metrics.tokens_per_s is not None else None for t, k in zip(trials, scales)]  # type: ignore[union-attr]
+        rows.append(_rate_row("Tokens", "tokens/s", tokens, both, gain))
+
+    def mem_cell(t: Trial) -> Cell:
+        m = t.metrics
+        assert m is not None
+        if m.peak_memory_bytes is None:
+            return Cell(text=NA, note=_reason(t, "peak_memory_bytes"))
+        cap = m.device_memory_capacity_bytes or (results.environment.host_memory_bytes if not results.environment.device_type == "cuda" else None)
+        what = "device memory" if results.environment.device_type == "cuda" else "host memory"
+        note = f"{m.peak_memory_bytes / cap * 100:.0f} % of {fmt_bytes(cap)} {what}" if cap else ""
+        return Cell(text=fmt_bytes(m.peak_memory_bytes), note=note)
+
+    mem_row = HeadlineRow(label=memory_label(results), values=[mem_cell(t) for t in trials])
+    if both and bm.peak_memory_bytes and rm.peak_memory_bytes:
+        change = rm.peak_memory_bytes / bm.peak_memory_bytes - 1
+        mem_row.change = f"{change * 100:+.0f} %"
+        mem_row.better = (change < 0) if abs(change) >= 0.005 else None
+    rows.append(mem_row)
+
+    headline = Headline(columns=[c for c, _ in shown], rows=rows)
+    if both and gain:
+        headline.gain = f"{gain_text(gain.ratio)} ({interval_words(gain)})"
+        headline.gain_significant = gain.significant
+        headline.recommended_knobs = list(results.sweep.recommended_knobs) if results.sweep else []
+    if not both:
+        if results.sweep is not None and results.sweep.recommended_trial == base.configuration:
+            headline.lead = "The sweep found no configuration significantly faster than the baseline: the baseline is the recommendation."
+        elif results.sweep is not None:
+            headline.lead = "The sweep did not produce a recommendation (see the notes under the knobs); the numbers below are the baseline."
+        else:
+            headline.lead = "One configuration measured (no sweep): the numbers below are the baseline."
+    return headline
+
+
+def _rate_row(label: str, unit: str, values: list[float | None], both: bool, gain: Gain | None = None) -> HeadlineRow:
+    """A throughput row; its change is the measured gain (all runs, paired), the same number as the headline's."""
+    row = HeadlineRow(label=label, values=[Cell(text=fmt_rate(v, unit)) for v in values])
+    if both and gain is not None:
+        row.change, row.better = gain_words(gain), (gain.ratio > 1) if gain.significant else None
+    elif both and values[0] and values[1]:
+        ratio = values[1] / values[0]
+        row.change, row.better = gain_text(ratio), ratio > 1 if abs(ratio - 1) >= 0.005 else None
+    return row
