@@ -7,6 +7,7 @@ bf16 keeps fp32's exponent range (no loss scaling); fp16 needs a GradScaler agai
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any
 
 from perfscope.results.config import TrialConfig
@@ -18,6 +19,8 @@ class AmpBf16(Knob):
     id = "amp_bf16"
     title = "bf16 autocast (AMP)"
     reference = "https://pytorch.org/docs/stable/amp.html"
+    fields = ("precision",)
+    addresses = ("gemm", "conv", "attention")
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return autocast_change(ctx.device, "bfloat16")
@@ -35,11 +38,23 @@ class AmpBf16(Knob):
     def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
         return ["numerics: matmuls/convolutions in bf16 (8-bit mantissa); compare the loss curve over a few hundred steps"]
 
+    def config_words(self, config: TrialConfig) -> str | None:
+        # This knob names the precision field for both AMP knobs: "fp32", "bf16 autocast", "fp16 autocast".
+        return config.precision if config.precision == "fp32" else f"{config.precision} autocast"
+
+    def active(self, config: TrialConfig) -> bool:
+        return config.precision == "bf16"
+
+    def loss_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
+        return autocast(config, "bfloat16")
+
 
 class AmpFp16(Knob):
     id = "amp_fp16"
     title = "fp16 autocast + GradScaler (AMP)"
     reference = "https://pytorch.org/docs/stable/amp.html#gradient-scaling"
+    fields = ("precision",)
+    addresses = ("gemm", "conv", "attention")
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return fp16_scaler_change(ctx.device) if ctx.cuda else None  # CPU runs are advised bf16
@@ -58,3 +73,20 @@ class AmpFp16(Knob):
 
     def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
         return ["numerics: fp16 (5-bit exponent) with dynamic loss scaling; watch for overflow (inf/NaN) steps"]
+
+    def active(self, config: TrialConfig) -> bool:
+        return config.precision == "fp16"
+
+    def loss_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
+        return autocast(config, "float16")
+
+    def grad_scaler(self, config: TrialConfig) -> Any | None:
+        import torch
+
+        return torch.amp.GradScaler(config.device)
+
+
+def autocast(config: TrialConfig, dtype: str) -> AbstractContextManager[Any]:
+    import torch
+
+    return torch.autocast(device_type=config.device, dtype=getattr(torch, dtype))

@@ -8,6 +8,8 @@ import os
 import shutil
 from typing import Any
 
+from perfscope.results.config import TrialConfig
+
 from perfscope.search.knobs.base import Knob, KnobContext
 from perfscope.snippets import compile_change
 
@@ -27,6 +29,8 @@ class Compile(Knob):
     id = "compile"
     title = "torch.compile"
     reference = "https://pytorch.org/docs/stable/generated/torch.compile.html"
+    fields = ("compile",)
+    addresses = ("elementwise", "normalization", "host", "launch")
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return compile_change(ctx.device)
@@ -39,11 +43,28 @@ class Compile(Knob):
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"compile": "default"}]
 
+    def config_words(self, config: TrialConfig) -> str | None:
+        return f"torch.compile {config.compile}" if config.compile else "eager"
+
+    def active(self, config: TrialConfig) -> bool:
+        return config.compile is not None and config.compile != "reduce-overhead"
+
+    def apply_to_step_module(self, module: Any, config: TrialConfig) -> Any:
+        return compiled(module, config)
+
+
+def compiled(module: Any, config: TrialConfig) -> Any:
+    import torch
+
+    return torch.compile(module, mode=config.compile)
+
 
 class CompileReduceOverhead(Knob):
     id = "compile_reduce_overhead"
     title = "torch.compile(mode=\"reduce-overhead\") (CUDA graphs)"
     reference = "https://pytorch.org/docs/stable/torch.compiler_cudagraph_trees.html"
+    fields = ("compile",)
+    addresses = ("launch", "host")
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return compile_change(ctx.device, "reduce-overhead") if ctx.cuda else None
@@ -64,3 +85,9 @@ class CompileReduceOverhead(Knob):
 
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"compile": "reduce-overhead"}]
+
+    def active(self, config: TrialConfig) -> bool:
+        return config.compile == "reduce-overhead"
+
+    def apply_to_step_module(self, module: Any, config: TrialConfig) -> Any:
+        return compiled(module, config)

@@ -1,9 +1,14 @@
 """Python GC pauses: a full collection walks every tracked object and lands in a random step.
-`gc.freeze()` after start-up moves the long-lived objects out of the collector's reach."""
+`gc.freeze()` after start-up moves the long-lived objects out of the collector's reach; TrialConfig.gc_mode
+"disable" (a user's baseline) stops the collector during the steps."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
+
+from perfscope.results.config import TrialConfig
 
 from perfscope.search.knobs.base import Knob, KnobContext
 
@@ -12,6 +17,9 @@ class GcFreeze(Knob):
     id = "gc_freeze"
     title = "gc.freeze() after warm-up"
     reference = "https://docs.python.org/3/library/gc.html#gc.freeze"
+    fields = ("gc_mode",)
+    addresses = ("host", "launch")
+    observed_by_hooks = False
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return "+import gc\n+gc.collect(); gc.freeze()   # after model/optimizer/loader are built\n for step, batch in enumerate(loader):"
@@ -23,3 +31,27 @@ class GcFreeze(Knob):
 
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"gc_mode": "freeze"}]
+
+    def config_words(self, config: TrialConfig) -> str | None:
+        return f"gc {config.gc_mode}" if config.gc_mode != "default" else None
+
+    def window_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
+        return gc_mode(config.gc_mode)
+
+
+@contextmanager
+def gc_mode(mode: str) -> Iterator[None]:
+    """'freeze' moves warm-up objects out of GC's reach, 'disable' stops the collector until the window ends."""
+    import gc
+
+    if mode == "disable":
+        gc.disable()
+        try:
+            yield
+        finally:
+            gc.enable()
+    else:
+        if mode == "freeze":
+            gc.collect()
+            gc.freeze()
+        yield

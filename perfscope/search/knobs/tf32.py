@@ -17,6 +17,8 @@ class Tf32(Knob):
     id = "tf32"
     title = "TF32 matmuls"
     reference = "https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices"
+    fields = ("tf32",)
+    addresses = ("gemm",)
 
     def code_change(self, ctx: KnobContext) -> str | None:
         # The API of the torch that measured the run, the one its trial child applied.
@@ -40,3 +42,9 @@ class Tf32(Knob):
 
     def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
         return ["numerics: fp32 matmuls with a 10-bit mantissa (TF32)"]
+
+    def before_steps(self, config: TrialConfig) -> None:
+        # After the user's file and model factory ran: tf32=None (inactive) keeps, and the loop records, their setting.
+        from perfscope.measure.tf32 import set_matmul_tf32
+
+        set_matmul_tf32(bool(config.tf32))
