@@ -1056,6 +1056,7 @@ class Profiler:
         """What is known about the user's loop as a TrialConfig, and the fields that were not observed."""
         from perfscope.measure.tf32 import matmul_tf32_enabled
         from perfscope.results import TrialConfig
+        from perfscope.search.knobs import unobserved_fields
 
         unknown = []
         known: dict[str, Any] = {"device": self.device.type, "warmup_steps": self.warmup_steps,
@@ -1070,7 +1071,7 @@ class Profiler:
                 known["prefetch_factor"] = self._loader_config.get("prefetch_factor")
         else:
             unknown += ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor"]
-        unknown += ["optimizer_impl", "channels_last", "gc_mode", "activation_checkpointing", "offload_activations"]
+        unknown += unobserved_fields()  # the knobs a loop's observations cannot see (Knob.observed_by_hooks)
         if self._place is not None:
             from perfscope.hooks.distributed import data_parallel_of, ddp_settings, layout
 
