@@ -8,11 +8,14 @@ bf16 keeps fp32's exponent range (no loss scaling); fp16 needs a GradScaler agai
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfscope.results.config import TrialConfig
 from perfscope.search.knobs.base import Knob, KnobContext
 from perfscope.snippets import autocast_change, fp16_scaler_change
+
+if TYPE_CHECKING:
+    from perfscope.trial.applied import Observed
 
 
 class AmpBf16(Knob):
@@ -48,6 +51,9 @@ class AmpBf16(Knob):
     def loss_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
         return autocast(config, "bfloat16")
 
+    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+        return autocast_not_applied(config, seen)
+
 
 class AmpFp16(Knob):
     id = "amp_fp16"
@@ -80,6 +86,9 @@ class AmpFp16(Knob):
     def loss_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
         return autocast(config, "float16")
 
+    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+        return autocast_not_applied(config, seen)
+
     def grad_scaler(self, config: TrialConfig) -> Any | None:
         import torch
 
@@ -90,3 +99,14 @@ def autocast(config: TrialConfig, dtype: str) -> AbstractContextManager[Any]:
     import torch
 
     return torch.autocast(device_type=config.device, dtype=getattr(torch, dtype))
+
+
+def autocast_not_applied(config: TrialConfig, seen: Observed) -> str | None:
+    """Autocast that changed no matmul: the fingerprint's matmul FLOPs by dtype have none in the autocast dtype."""
+    dtype = config.precision  # named as the fingerprint names it
+    flops = seen.matmul_flops_by_dtype
+    if not flops or sum(flops.values()) <= 0 or flops.get(dtype):
+        return None
+    ran = ", ".join(sorted(d for d, v in flops.items() if v))
+    return (f"autocast({dtype}) changed no matmul: every matmul ran in {ran} (the workload's forward disables "
+            "autocast or casts its inputs back)")

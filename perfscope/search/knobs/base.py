@@ -27,11 +27,14 @@ import dataclasses
 import re
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from perfscope.results import Environment, ModelFacts, Trial
 from perfscope.results.config import TrialConfig
 from perfscope.workload import Workload
+
+if TYPE_CHECKING:
+    from perfscope.trial.applied import Observed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -206,6 +209,11 @@ class Knob:
 
     def grad_scaler(self, config: TrialConfig) -> Any | None:
         """A loss scaler the step scales backward and steps the optimizer through (fp16's GradScaler)."""
+        return None
+
+    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+        """Why the run did not run with this knob after all, from what the trial saw at the end of its timed
+        steps (perfscope.trial.applied: the user's code switched it back); None when it did, or cannot tell."""
         return None
 
 

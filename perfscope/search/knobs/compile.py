@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfscope.results.config import TrialConfig
 
 from perfscope.search.knobs.base import Knob, KnobContext
 from perfscope.snippets import compile_change
+
+if TYPE_CHECKING:
+    from perfscope.trial.applied import Observed
 
 
 def no_compiler_reason(ctx: KnobContext) -> str | None:
@@ -52,6 +55,19 @@ class Compile(Knob):
     def apply_to_step_module(self, module: Any, config: TrialConfig) -> Any:
         return compiled(module, config)
 
+    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+        return compile_not_applied(seen.compiled_graphs)
+
+
+def compile_not_applied(graphs: int | None) -> str | None:
+    """Why a compiled trial did not compile (None: it did). Dynamo can enter frames and still compile no graph:
+    a backend error under `torch._dynamo.config.suppress_errors` falls back to eager with frames counted."""
+    if graphs is None:
+        return "torch.compile never ran dynamo (the model was not called through the compiled module)"
+    if graphs == 0:
+        return "torch.compile compiled no graph (dynamo fell back to eager: a backend error suppressed, or every frame skipped)"
+    return None
+
 
 def compiled(module: Any, config: TrialConfig) -> Any:
     import torch
@@ -91,3 +107,6 @@ class CompileReduceOverhead(Knob):
 
     def apply_to_step_module(self, module: Any, config: TrialConfig) -> Any:
         return compiled(module, config)
+
+    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+        return compile_not_applied(seen.compiled_graphs)

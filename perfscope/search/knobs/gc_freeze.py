@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfscope.results.config import TrialConfig
 
 from perfscope.search.knobs.base import Knob, KnobContext
+
+if TYPE_CHECKING:
+    from perfscope.trial.applied import Observed
 
 
 class GcFreeze(Knob):
@@ -37,6 +40,13 @@ class GcFreeze(Knob):
 
     def window_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
         return gc_mode(config.gc_mode)
+
+    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+        if config.gc_mode == "freeze" and seen.gc_frozen_objects == 0:
+            return "gc.freeze() was undone during the timed steps (no frozen objects left: the workload called gc.unfreeze())"
+        if config.gc_mode == "disable" and seen.gc_enabled:
+            return "the garbage collector was enabled again during the timed steps (the workload called gc.enable())"
+        return None
 
 
 @contextmanager
