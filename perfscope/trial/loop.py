@@ -57,14 +57,15 @@ from perfscope.measure.window import WindowRecorder
 from perfscope.results import TrialMetrics
 from perfscope.results.config import TrialConfig
 from perfscope.results.fingerprint import Fingerprint, MemoryPeak
-from perfscope.trial.applied import Observed, compile_not_applied, not_applied
 from perfscope.search.knobs import Knob, active_knobs, loader_options
+from perfscope.trial.applied import Observed, compile_not_applied, not_applied
 from perfscope.trial.checkpointing import CheckpointedBlock, checkpointing_off
 from perfscope.trial.data import endless_batches, to_device
 from perfscope.trial.data_parallel import agree_on_steps, gradient_sync, local_optimizer, shard_optimizer, wrap_model
 from perfscope.trial.optimizers import build_optimizer, optimizer_name
 from perfscope.trial.prefetch import drain_prefetch
 from perfscope.workload import Workload
+
 
 class TrainStep:
     """One optimizer step: grad_accum_steps micro-batches, the active knobs' contexts and loss scaler,

@@ -200,7 +200,8 @@ class Knob:
         return None
 
     def step_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
-        """Entered around each training micro-batch's forward and backward (activation offloading)."""
+        """Entered around each training micro-batch's forward, not FLOP counting (activation offloading's
+        saved-tensor hooks: what the forward saves, backward reads back after the context closed)."""
         return None
 
     def window_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
