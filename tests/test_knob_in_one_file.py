@@ -18,6 +18,7 @@ from perfscope.results import Finding, ModelFacts, Trial
 from perfscope.results.config import TrialConfig
 from perfscope.search.knobs import Knob, KnobContext, active_knobs, registered
 from perfscope.search.sweep import BASELINE, Sweeper, SweepOptions
+from perfscope.trial.applied import Observed, not_applied
 from perfscope.trial.loop import run_trial
 from perfscope.workload import Workload, load_workload
 from tests.factories import make_results
@@ -108,3 +109,12 @@ def test_a_knob_defined_in_one_place_is_applied_measured_explained_and_reported(
         assert knob.title in text, report
     saved = (tmp_path / "results.json").read_text()
     assert '"host_pause"' in saved and '"knob_settings"' in saved
+
+
+def test_a_knob_the_trial_process_does_not_know_is_not_applied_never_measured():
+    """`register` reaches trials run in its own process (or forked from it); a trial process started afresh only
+    knows the registry's built-in knobs, and its run must not pass for a measurement of the knob."""
+    config = TrialConfig(micro_batch_size=8, knob_settings={"host_pause": PAUSE_S})
+    assert "no knob host_pause is registered" in not_applied(config, Observed())["knob_settings"]
+    with registered(HostPause()):
+        assert not_applied(config, Observed()) == {}

@@ -44,9 +44,14 @@ def not_applied(config: TrialConfig, seen: Observed) -> dict[str, str]:
     Each active knob judges its own setting (`Knob.not_applied`), keyed by its first field (``knob_settings`` for a
     knob with none); the environment is checked here, whoever set it (a knob or the user)."""
     out: dict[str, str] = {}
-    for knob in active_knobs(config):
+    knobs = active_knobs(config)
+    for knob in knobs:
         if (why := knob.not_applied(config, seen)) is not None:
             out[knob.fields[0] if knob.fields else "knob_settings"] = why
+    if orphans := sorted(set(config.knob_settings) - {k.id for k in knobs}):
+        # A knob registered at run time in the analyze process is unknown to a trial process started afresh.
+        out["knob_settings"] = (f"no knob {', '.join(orphans)} is registered in the trial process: its setting was "
+                                "not applied (add the knob to perfscope/search/knobs/__init__.py's REGISTRY)")
     changed = {k: v for k, v in config.env.items() if seen.env.get(k, v) != v}
     if changed:
         out["env"] = "; ".join(f"{k} was {seen.env.get(k)!r} in the trial, not {v!r}: the workload's code set it" for k, v in changed.items())
