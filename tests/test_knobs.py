@@ -14,7 +14,8 @@ import pytest
 
 from perfscope.results import Environment, ModelFacts
 from perfscope.results.config import TrialConfig
-from perfscope.search.knobs import REGISTRY, KnobContext, knob, knob_ids
+from perfscope.results.breakdown import SLICES
+from perfscope.search.knobs import REGISTRY, Knob, KnobContext, active_knobs, knob, knob_ids, loader_options, unobserved_fields
 from perfscope.search.knobs.adamw_8bit import installed_version as REAL_INSTALLED_VERSION
 from perfscope.trial.inspect import inspect_model
 from perfscope.workload import Workload, load_workload
@@ -206,7 +207,7 @@ def test_knob_applies_or_explains_itself(knob_id, context, expected):
     reason = k.applies(context)
     if expected is None:
         assert reason is None
-        if not k.search:
+        if k.search == "variants":
             start = context.base
             if k.builds_on is not None and not k.prerequisite_met(start):
                 prerequisite = knob(k.builds_on)  # measured on top of its prerequisite's variant
@@ -226,6 +227,37 @@ def test_knob_attributes(k):
     assert k.title and k.reference.startswith("https://")
     lines = k.code_change(ctx()).splitlines()
     assert lines and any(line.startswith("+") for line in lines), "code_change is a diff: at least one added line"
+
+
+@pytest.mark.parametrize("k", REGISTRY, ids=lambda k: k.id)
+def test_knob_declares_real_fields_and_slices(k):
+    """What other modules read from a knob must name real things: TrialConfig fields (the hooks' unknown settings,
+    `active`) and breakdown slices (a finding's `addresses`)."""
+    assert k.fields and set(k.fields) <= {f.name for f in dataclasses.fields(TrialConfig)}
+    assert set(k.addresses) <= set(SLICES) | {"step"}
+    assert k.search in ("variants", "micro_batch")
+    assert not k.active(ctx().base), "the default configuration runs no knob"
+    for changes in (k.variants(ctx()) if k.search == "variants" and k.applies(ctx()) is None else []):
+        assert k.active(k.apply(ctx().base, changes)) or not _has_trial_hooks(k), "a variant turns its own knob on"
+
+
+def _has_trial_hooks(k) -> bool:
+    hooks = ("before_steps", "apply_to_model", "apply_to_step_module", "apply_to_loader", "apply_to_batch",
+             "loss_context", "step_context", "window_context", "grad_scaler")
+    return any(getattr(type(k), h) is not getattr(Knob, h) for h in hooks)
+
+
+def test_the_loop_asks_the_registry_which_knobs_a_config_runs():
+    config = TrialConfig(micro_batch_size=8, precision="bf16", compile="default", tf32=True, channels_last=True,
+                         gc_mode="freeze", num_workers=2, prefetch_factor=4, pin_memory=True, activation_checkpointing=True)
+    assert [k.id for k in active_knobs(config)] == ["amp_bf16", "tf32", "compile", "channels_last", "dataloader_workers",
+                                                    "prefetch_factor", "pin_memory", "gc_freeze", "activation_checkpointing"]
+    assert [k.id for k in active_knobs(config.replace(precision="fp16", compile="reduce-overhead"))][:2] == [
+        "amp_fp16", "tf32"]  # knobs sharing a field each claim their own value
+    assert loader_options(config) == {"num_workers": 2, "prefetch_factor": 4, "pin_memory": False}  # pinning: GPU only
+    assert loader_options(config.replace(device="cuda"))["pin_memory"] is True
+    assert unobserved_fields() == ["optimizer_impl", "channels_last", "gc_mode", "activation_checkpointing",
+                                   "offload_activations"]
 
 
 @pytest.mark.parametrize("k", REGISTRY, ids=lambda k: k.id)

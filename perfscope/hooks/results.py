@@ -203,7 +203,9 @@ def trial_config(prof: Profiler, micro_batch: int, accum: int) -> tuple[TrialCon
             known["prefetch_factor"] = prof._loader_config.get("prefetch_factor")
     else:
         unknown += ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor"]
-    unknown += ["optimizer_impl", "channels_last", "gc_mode", "activation_checkpointing", "offload_activations"]
+    from perfscope.search.knobs import unobserved_fields
+
+    unknown += unobserved_fields()  # the knobs a loop's observations cannot see (Knob.observed_by_hooks)
     if prof._place is not None:
         from perfscope.hooks.distributed import data_parallel_of, ddp_settings, layout
 

@@ -88,24 +88,15 @@ def build_story(results: Results, ranking: Ranking | None = None) -> Story | Non
 
 
 def settings_words(config: TrialConfig, unknown: list[str] | None = None) -> list[str]:
-    """A configuration's settings that matter to its speed, in words (settings the run did not observe left out)."""
+    """A configuration's settings that matter to its speed, in words, as each knob words its own
+    (`Knob.config_words`): the micro-batch first, then the registry's order; settings the run did not
+    observe (``unknown``) left out."""
+    from perfscope.search import knobs
+
     unknown = unknown or []
-    words = [f"micro-batch {config.micro_batch_size} × accumulation {config.grad_accum_steps}"]
-    if "precision" not in unknown:
-        words.append(config.precision if config.precision == "fp32" else f"{config.precision} autocast")
-    if "num_workers" not in unknown:
-        words.append(f"{config.num_workers} DataLoader worker{'s' if config.num_workers != 1 else ''}"
-                     + (", pinned" if config.pin_memory else ""))
-    words.append(f"torch.compile {config.compile}" if config.compile else "eager")
-    if config.optimizer_impl != "default":
-        words.append(f"{config.optimizer_impl} optimizer")
-    if config.activation_checkpointing:
-        words.append("activation checkpointing")
-    if config.channels_last:
-        words.append("channels_last")
-    if config.gc_mode != "default":
-        words.append(f"gc {config.gc_mode}")
-    return words
+    ordered = sorted(knobs.REGISTRY, key=lambda k: k.search == "variants")  # the micro-batch first
+    words = [w for k in ordered if not set(k.fields) & set(unknown) and (w := k.config_words(config))]
+    return list(dict.fromkeys(words))
 
 
 # ------------------------------------------------------------------------------------------- words

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfscope.report.charts import BLUE, FONT, GREEN, GREY, ORANGE, PURPLE, RED, TEAL, Chart
+from perfscope.report.charts.base import BLUE, FONT, GREEN, GREY, ORANGE, PURPLE, RED, TEAL, Chart
 from perfscope.report.escaping import plotly_text
 from perfscope.report.format import fmt_seconds
 from perfscope.results import Results

@@ -74,6 +74,9 @@ class TrialConfig:
     """Python GC during steps: default, gc.freeze() after warm-up, or disabled during steps."""
     env: dict[str, str] = field(default_factory=dict)
     """Environment variables for the trial process (e.g. PYTORCH_CUDA_ALLOC_CONF)."""
+    knob_settings: dict[str, bool | int | float | str] = field(default_factory=dict)
+    """Settings of knobs that own no field here, by knob id (perfscope.search.knobs: a knob added in one file
+    keeps its value here, so adding it needs no edit of this class)."""
     nproc_per_node: int = 1
     """Ranks per node: above 1 (or with nnodes above 1) the run is a torchrun job, every rank measured
     (perfscope.trial.launch); the launch's rendezvous settings travel beside the config, not in it."""

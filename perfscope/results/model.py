@@ -16,7 +16,6 @@ run's results can be re-rendered or gated on any machine. Rules of the format:
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +42,7 @@ from perfscope.results.io import load_typed, write_json
 from perfscope.results.migrate import upgrade
 from perfscope.results.serde import from_jsonable, to_jsonable
 from perfscope.results.trace_facts import TraceFacts
+from perfscope.results.verdicts import Finding, Gain, KnobOutcome, MicroBatchPoint, RunNoise, Sweep, Verdict
 from perfscope.stats import Summary
 
 __all__ = [
@@ -353,151 +353,6 @@ class Trial:
     def evidence(self) -> bool:
         """A successful run that counts as evidence (not excluded)."""
         return self.ok and self.excluded is None
-
-
-Verdict = Literal["faster", "slower", "same", "undecided"]
-
-
-@dataclass(kw_only=True)
-class Gain:
-    """A measured change in throughput of one configuration against a reference, from fresh-process runs.
-
-    ``ratio`` > 1 is faster (candidate samples/s over reference samples/s, geometric mean of paired runs);
-    [low, high] is its ``confidence`` interval. ``verdict``: faster / slower (the interval excludes 1),
-    same (the interval lies within the run's practical-equivalence margin), undecided (neither: more runs
-    were needed than the budget allowed). ``mde`` is the smallest change these runs could have detected.
-    """
-
-    ratio: float = field(metadata=NON_NEGATIVE)
-    low: float = field(metadata=NON_NEGATIVE)
-    high: float | None = field(metadata=NON_NEGATIVE)
-    """The interval's upper end; unbounded (inf) when one run each side says nothing about the noise. JSON has
-    no Infinity, so the file stores null, and loading turns it back into inf (__post_init__)."""
-    confidence: float = field(metadata=FRACTION)
-    verdict: Verdict = "undecided"
-    runs: int = field(default=1, metadata=NON_NEGATIVE)
-    """Candidate runs used."""
-    reference: str = "baseline"
-    """The configuration the ratio is measured against."""
-    reference_runs: int = field(default=1, metadata=NON_NEGATIVE)
-    mde: float | None = field(default=None, metadata=NON_NEGATIVE)
-    """Minimum detectable effect: the smallest relative change (e.g. 0.08 = 8%) these runs detect reliably."""
-    method: str = ""
-    rate: float | None = field(default=None, metadata=NON_NEGATIVE)
-    reference_rate: float | None = field(default=None, metadata=NON_NEGATIVE)
-    """samples/s of the candidate's runs and of the reference runs paired with them (geometric means), so that
-    ratio == rate / reference_rate: the figures a report shows next to the gain. None where the comparison did
-    not record them (report/reference.py then recomputes them from the runs)."""
-
-    def __post_init__(self) -> None:
-        if self.high is None:
-            self.high = math.inf
-
-    @property
-    def significant(self) -> bool:
-        return self.verdict in ("faster", "slower")
-
-    @property
-    def faster(self) -> bool:
-        return self.verdict == "faster"
-
-
-@dataclass(kw_only=True)
-class Finding:
-    """One diagnosed bottleneck and its fix, as produced by a rule (rules never rank; the engine does)."""
-
-    rule_id: str = field(metadata=NAME)
-    title: str
-    severity: Literal["high", "medium", "low", "info"]
-    evidence: list[str]
-    fix: str  # the code change, diff-style where it applies
-    gain: Gain | None = None  # measured
-    estimated_gain: float | None = field(default=None, metadata=NON_NEGATIVE)  # estimated speed-up ratio, when not measured
-    estimate_method: str | None = None
-    """How the estimate was made and what it assumes."""
-    estimate_bound: str | None = None
-    """The limit of this machine that bounds the estimate (e.g. the cores left for DataLoader workers, the device
-    memory a larger micro-batch must fit in, the share of the step the fix can shrink)."""
-    addresses: list[str] = field(default_factory=list)
-    """Slices of the baseline's step-time breakdown the fix acts on (keys of perfscope.results.breakdown.SLICES;
-    "step" for every slice); empty when it acts on memory or numerics, not on step time."""
-    caveats: list[str] = field(default_factory=list)  # semantics changes (numerics, global batch, LR)
-    reference: str | None = None
-    trial: str | None = None  # the configuration that measured the gain
-    why_not_here: str | None = None
-    """When the fix was measured and did not help on this machine: the rule's account of why (e.g. bf16
-    autocast on a CPU without bf16 matrix units), so the reader knows whether it would help elsewhere."""
-
-    @property
-    def measured_win(self) -> bool:
-        """The fix was measured on this machine and found decidedly faster: only then is a measurement a win."""
-        return self.gain is not None and self.gain.faster and self.gain.ratio > 1
-
-    @property
-    def measured_no_help(self) -> bool:
-        """Measured here as slower, the same, or undecided: measured beats believed, it is not a ranked fix."""
-        return self.gain is not None and not self.measured_win
-
-
-@dataclass(kw_only=True)
-class KnobOutcome:
-    """One knob tried alone on top of the baseline (or why it was not tried)."""
-
-    knob: str = field(metadata=NAME)  # stable knob id, e.g. "amp_bf16"
-    title: str
-    status: Literal["measured", "skipped", "inapplicable", "failed", "rejected"]
-    reason: str | None = None  # why skipped / inapplicable / failed / rejected (e.g. numerics guard)
-    trial: str | None = None
-    """The configuration that measured it (its runs are the trials of that configuration)."""
-    setting: str | None = None
-    """The winning value in words, e.g. "micro-batch 32 × accumulation 2", "4 workers"."""
-    gain: Gain | None = None
-    mfu: float | None = field(default=None, metadata=NON_NEGATIVE)
-    changes_semantics: list[str] = field(default_factory=list)  # e.g. "numerics: bf16 autocast"
-    code_change: str | None = None
-
-
-@dataclass(kw_only=True)
-class MicroBatchPoint:
-    """One point of the micro-batch search (throughput and memory vs micro-batch, OOMs included)."""
-
-    micro_batch_size: int = field(metadata=NON_NEGATIVE)
-    grad_accum_steps: int = field(metadata=NON_NEGATIVE)
-    trial: str
-    status: str
-    samples_per_s: float | None = field(default=None, metadata=NON_NEGATIVE)
-    peak_memory_bytes: int | None = field(default=None, metadata=NON_NEGATIVE)
-
-
-@dataclass(kw_only=True)
-class RunNoise:
-    """Run-to-run noise of this machine, from the baseline's repeated fresh-process runs."""
-
-    runs: int = field(metadata=NON_NEGATIVE)
-    """Baseline runs used (contended or outlying runs excluded)."""
-    sigma: float | None = field(metadata=NON_NEGATIVE)
-    """Standard deviation of log throughput between runs (≈ relative spread), from successive differences."""
-    mde: float | None = field(default=None, metadata=NON_NEGATIVE)
-    """Smallest relative change a single paired comparison could detect at this noise."""
-
-
-@dataclass(kw_only=True)
-class Sweep:
-    """The search: each knob alone, the stacked recommendation, and the micro-batch curve."""
-
-    baseline_trial: str
-    """The baseline configuration's name."""
-    recommended_trial: str | None = None
-    """The recommended configuration's name (the baseline's when nothing is significantly faster)."""
-    recommended_knobs: list[str] = field(default_factory=list)
-    recommended_gain: Gain | None = None
-    knobs: list[KnobOutcome] = field(default_factory=list)
-    micro_batch: list[MicroBatchPoint] = field(default_factory=list)
-    noise: RunNoise | None = None
-    budget_s: float | None = field(default=None, metadata=SECONDS)
-    elapsed_s: float | None = field(default=None, metadata=SECONDS)
-    stopped_early: str | None = None  # e.g. "budget exhausted", "interrupted"
-    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)

@@ -4,16 +4,13 @@ from perfscope.results import Finding
 from perfscope.rules.engine import Rule, RuleContext
 from perfscope.stats import confidence_text
 
-KNOB_ADDRESSES: dict[str, list[str]] = {
-    "amp_bf16": ["gemm", "conv", "attention"], "amp_fp16": ["gemm", "conv", "attention"], "tf32": ["gemm"],
-    "compile": ["elementwise", "normalization", "host", "launch"], "compile_reduce_overhead": ["launch", "host"],
-    "fused_optimizer": ["optimizer"], "channels_last": ["conv"], "dataloader_workers": ["data_wait"],
-    "persistent_workers": ["data_wait"], "prefetch_factor": ["data_wait"], "pin_memory": ["memcpy", "sync"],
-    "gc_freeze": ["host", "launch"], "micro_batch": ["step"], "grad_accum": ["step"],
-    "no_sync_accumulation": ["communication"], "ddp_bucket_cap": ["communication"], "grad_compression": ["communication"],
-    "numa_binding": ["host", "data_wait"],
-}
-"""The slices of the step-time breakdown (perfscope.results.breakdown) each knob acts on; memory knobs act on none."""
+
+def knob_addresses(knob_id: str) -> list[str]:
+    """The slices of the step-time breakdown (perfscope.results.breakdown) a knob acts on, as the knob declares
+    them (`Knob.addresses`); none for memory knobs, or a knob this version does not know (an older results file)."""
+    from perfscope.search import knobs
+
+    return next((list(k.addresses) for k in knobs.REGISTRY if k.id == knob_id), [])
 
 
 class MeasuredKnob(Rule):
@@ -49,6 +46,6 @@ class MeasuredKnob(Rule):
                 evidence=[f"measured {g.ratio:.3f}× per sample vs the baseline ({confidence_text(g.confidence)} CI {g.low:.3f}–{g.high:.3f})"]
                 + ([o.reason] if o.reason else []),
                 fix=o.code_change or "", gain=g, trial=o.trial, caveats=list(o.changes_semantics),
-                addresses=list(KNOB_ADDRESSES.get(o.knob, [])),
+                addresses=knob_addresses(o.knob),
             ))
         return out

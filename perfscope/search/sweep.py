@@ -31,99 +31,25 @@ from __future__ import annotations
 import random
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from perfscope.errors import UserError
 from perfscope.ranking import knob_key
 from perfscope.results import Gain, KnobOutcome, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
-from perfscope.search.compare import MIN_DECIDING_RUNS, compare, compare_gains, could_still_win, paired_test, relative_gain, run_noise
-from perfscope.search.confirm import confirm_stack
-from perfscope.search.family import FAMILY_ALPHA, Family
-from perfscope.search.knobs import REGISTRY, Knob, KnobContext, knob_ids
+from perfscope.search.candidate import BASELINE, Candidate, Measures, SweepOptions
+from perfscope.search.compare import MIN_DECIDING_RUNS, compare, could_still_win, paired_test, relative_gain, run_noise
+from perfscope.search.family import Family
+from perfscope.search.knobs import REGISTRY, Knob, KnobContext
 from perfscope.search.microbatch import MicroBatchResult, search_micro_batch
 from perfscope.search.numerics import compare_numerics
-from perfscope.search.stack_failures import record_stack_failure, stack_failure
+from perfscope.search.stacking import Stacking, knobs_as, micro_changes
 from perfscope.workload import Workload
 from perfscope.stats import confidence_text
 
-BASELINE = "baseline"
+__all__ = ["BASELINE", "Candidate", "Measures", "SweepOptions", "Sweeper", "cannot_tell", "run_sweep"]
 
 
-class Measures(Protocol):
-    """What the sweep needs from a measurement session (perfscope.trial.session.Session)."""
-
-    results: Results
-
-    def measure(self, configuration: str, config: TrialConfig, knobs: list[str] | None = None) -> Trial: ...
-
-
-@dataclass(kw_only=True)
-class SweepOptions:
-    budget_s: float | None = None
-    """Wall seconds for the whole sweep (None: unbounded; each candidate still stops at max_runs)."""
-    only: list[str] = field(default_factory=list)
-    """Knob ids to try (empty: all)."""
-    skip: list[str] = field(default_factory=list)
-    """Knob ids not to try."""
-    trace_recommended: bool = True
-    """Capture a profiler trace for the recommended configuration (exploration runs never capture one)."""
-    min_gain: float = 0.02
-    """A speed-up below this (2%) is not worth a code change: no extra runs to resolve it, no stacking for it."""
-    max_runs: int = 10
-    """Runs of one candidate at most (each with its baseline neighbour). 10, not 4: on the CPU noise model a +10%
-    knob is found 96% [94, 97] of the time with 10, 83% [80, 86] with 8 and under half with 4, for ~10% more
-    runs per 8 → 10 in a sweep with no effect (the futility stop ends hopeless candidates early);
-    benchmarks/results/stat_simulation.txt."""
-    family_alpha: float = FAMILY_ALPHA
-    """Family-wise error rate of the sweep's faster/slower verdicts (perfscope.search.family)."""
-    order_seed: int | None = None
-    """Seed of the baseline/candidate order within each pair (None: drawn per sweep; recorded in the notes)."""
-
-    def __post_init__(self) -> None:
-        unknown = sorted(set(self.only + self.skip) - set(knob_ids()))
-        if unknown:
-            raise UserError(f"unknown knob id(s) {', '.join(unknown)}; valid ids: {', '.join(knob_ids())}")
-        if self.max_runs < 1:
-            raise UserError("max_runs must be >= 1")
-
-
-@dataclass
-class Candidate:
-    """One measured configuration: a knob's variant (or a stack), and the runs that measured it."""
-
-    knob: Knob
-    changes: dict[str, Any]
-    """The knob's own changes (without its prerequisite's, when measured on top of one)."""
-    name: str
-    """The configuration's name; its runs are the trials of that configuration."""
-    config: TrialConfig
-    knobs: list[str]
-    requires: Candidate | None = None
-    """The prerequisite candidate this one was measured on top of."""
-    notes: list[str] = field(default_factory=list)
-    """What the sweep knows about how it was measured (e.g. the micro-batch it was paired with, and why)."""
-    first: Trial | None = None
-    gain: Gain | None = None
-    rejected: str | None = None
-    selection: frozenset[str] = frozenset()
-    """Runs that chose this candidate among others (a micro-batch search point): once it has runs of its own
-    after them, its gain leaves them out, so the selection's luck (winner's curse) does not inflate it."""
-
-    @property
-    def not_applied(self) -> str | None:
-        """Why its run did not run with the knob's own setting (perfscope.trial.applied); None when it did."""
-        metrics = self.first.metrics if self.first is not None else None
-        hits = [why for key, why in (metrics.not_applied.items() if metrics is not None else ()) if key in self.changes]
-        return "; ".join(hits) or None
-
-    @property
-    def usable(self) -> bool:
-        return self.first is not None and self.first.ok and self.rejected is None and self.not_applied is None
-
-
-class Sweeper:
+class Sweeper(Stacking):
     def __init__(
         self,
         *,
@@ -267,23 +193,22 @@ class Sweeper:
         increment = relative_gain(cand.gain, cand.requires.gain, reference=cand.requires.name)
         return increment.verdict == "undecided" and could_still_win(increment, self.options.min_gain, self.options.max_runs)
 
-    def micro_batch(self, overall_knob: Knob | None, preserving_knob: Knob | None) -> MicroBatchResult:
-        """Search once; report the fastest point overall (``micro_batch``, flagged when it changes the global
-        batch) and the fastest point that keeps the user's global batch through accumulation (``grad_accum``)."""
+    def micro_batch(self, knobs: list[Knob]) -> MicroBatchResult:
+        """Search once for all the knobs measured by the micro-batch search (`Knob.search`); each reports its
+        point: the fastest overall (``micro_batch``, flagged when it changes the global batch), or the fastest
+        that keeps the user's global batch through accumulation (``grad_accum``: `Knob.keeps_global_batch`)."""
         max_factor = 64 if self.ctx.cuda else 4  # CPU: no memory wall to find, so keep the search short
         result = search_micro_batch(lambda n, c, k: self.measure(n, c, k), self.reference, self.baseline,
                                     max_factor=max_factor, may_continue=self.may_continue)
         self.sweep.micro_batch = result.points
-        for knob, best in ((overall_knob, result.best(preserve_global=None)),
-                           (preserving_knob, result.best(preserve_global=self.ctx.base.samples_per_step))):
-            if knob is None:
-                continue
+        for knob in knobs:
+            best = result.best(preserve_global=self.ctx.base.samples_per_step if knob.keeps_global_batch else None)
             if best is None or best.configuration == BASELINE:
                 self._outcome(knob, "measured", result.stopped or "the user's micro-batch is already the fastest",
                               trial=BASELINE, setting=f"micro-batch {self.ctx.base.micro_batch_size}")
                 continue
-            cand = Candidate(knob, _micro_changes(best.config), best.configuration, best.config,
-                             _knobs_as(best.knobs, knob.id), first=best, selection=frozenset([best.name]))
+            cand = Candidate(knob, micro_changes(best.config), best.configuration, best.config,
+                             knobs_as(best.knobs, knob.id), first=best, selection=frozenset([best.name]))
             self._check_numerics(cand)
             self.candidates.append(cand)
         return result
@@ -316,9 +241,10 @@ class Sweeper:
         """What the sweep says about one candidate, from its runs (failed, rejected or measured)."""
         knob = cand.knob
         semantics = knob.changes_semantics(self.ctx, cand.config)
-        if knob.frees is not None and "micro_batch" in cand.knobs:
-            semantics = semantics + REGISTRY_BY_ID["micro_batch"].changes_semantics(self.ctx, cand.config)
-        common = dict(knob=knob.id, title=knob.title, trial=cand.name, setting=describe_setting(cand.changes),
+        if knob.frees is not None and "micro_batch" in cand.knobs:  # paired with a micro-batch: its semantics too
+            semantics = semantics + [s for k in REGISTRY if k.search == "micro_batch" and not k.keeps_global_batch
+                                     for s in k.changes_semantics(self.ctx, cand.config)]
+        common = dict(knob=knob.id, title=knob.title, trial=cand.name, setting=knob.describe(cand.changes),
                       changes_semantics=semantics, code_change=knob.code_change(self.ctx))
         first = cand.first
         if first is None or not first.ok:
@@ -351,18 +277,18 @@ class Sweeper:
 
     def run(self) -> Sweep:
         by_knob: dict[str, list[Candidate]] = {}
-        search_knobs: dict[str, Knob] = {}
+        search_knobs: list[Knob] = []  # measured by the one micro-batch search
         deferred: list[Knob] = []  # free activations: on a GPU measured only paired with the micro-batch they allow
         paired: list[Knob] = []  # free optimizer state: measured alone, and paired too on a GPU when memory limits
-        micro_searched = not ({"micro_batch", "grad_accum"} <= set(self.options.skip))
+        micro_searched = any(k.search == "micro_batch" and k.id not in self.options.skip for k in REGISTRY)
         for knob in REGISTRY:
             inapplicable, unselected = knob.applies(self.ctx), self.selected(knob)
             if inapplicable is not None:
                 self._outcome(knob, "inapplicable", inapplicable)
             elif unselected is not None:
                 self._outcome(knob, "skipped", unselected)
-            elif knob.search:
-                search_knobs[knob.id] = knob
+            elif knob.search == "micro_batch":
+                search_knobs.append(knob)
             elif knob.frees == "activations" and self.ctx.cuda and micro_searched:
                 deferred.append(knob)  # on a GPU it pays only through memory: measured with the micro-batch search
             elif knob.builds_on is not None and not knob.prerequisite_met(self.ctx.base):
@@ -380,9 +306,9 @@ class Sweeper:
             self.candidates += by_knob.get(knob.id, [])
         micro: MicroBatchResult | None = None
         if search_knobs and self.may_continue():
-            micro = self.micro_batch(search_knobs.get("micro_batch"), search_knobs.get("grad_accum"))
+            micro = self.micro_batch(search_knobs)
         elif search_knobs:
-            for knob in search_knobs.values():
+            for knob in search_knobs:
                 self._outcome(knob, "skipped", self.sweep.stopped_early or "budget exhausted")
         for knob in deferred:
             if micro is not None and micro.hit_oom:
@@ -397,7 +323,7 @@ class Sweeper:
                 self.memory_pair(knob, micro)
         self.refine()
         self._record_outcomes()
-        self.recommend(micro if "grad_accum" in search_knobs else None)
+        self.recommend(micro, next((k for k in search_knobs if k.keeps_global_batch), None))
         self.sweep.noise = run_noise(self.runs(BASELINE))
         self.sweep.knobs.sort(key=knob_key)  # perfscope.ranking: the report lists the knobs in this order
         self.sweep.elapsed_s = self.elapsed() - self.start
@@ -419,150 +345,11 @@ class Sweeper:
             best = self._best(cands) or cands[-1]
             outcome = self.outcome(best)
             if len(cands) > 1:
-                tried = ", ".join(describe_setting(c.changes) or c.name for c in cands)
+                tried = ", ".join(c.knob.describe(c.changes) or c.name for c in cands)
                 outcome.reason = "; ".join(filter(None, [outcome.reason, f"the fastest of {len(cands)} variants ({tried}): its gain is the selected variant's, "
                                                               "which may overstate the true gain (winner's curse)"]))
             self.outcomes[id(best)] = outcome
             self.sweep.knobs.append(outcome)
-
-    # ------------------------------------------------------------------------------ stacking
-
-    def worthwhile(self, gain: Gain | None) -> bool:
-        """Decidedly faster, and by at least ``min_gain``: worth a code change. A 1.5% gain that many runs made
-        "decided" (or that one of many multiple looks let through) must not become the recommendation alone,
-        when it could not join a stack (`_joined` asks the same of every knob after the first)."""
-        return gain is not None and gain.faster and gain.ratio >= 1 + self.options.min_gain
-
-    def _winners(self) -> list[Candidate]:
-        base = self.ctx.base.samples_per_step
-        best_per_knob: dict[str, Candidate] = {}
-        for cand in self.candidates:
-            if not (cand.usable and self.worthwhile(cand.gain) and cand.config.samples_per_step == base):
-                continue
-            if cand.knob.id in ("grad_accum", "micro_batch"):
-                continue  # the micro-batch joins last, through grad_accum (the global batch kept)
-            if cand.knob.changes_recipe:
-                continue  # a new optimizer: reported with its caveats, adopted only by a person who checks convergence
-            current = best_per_knob.get(cand.knob.id)
-            if current is None or cand.gain.ratio > current.gain.ratio:  # type: ignore[union-attr]
-                best_per_knob[cand.knob.id] = cand
-        return sorted(best_per_knob.values(), key=lambda c: -c.gain.ratio)  # type: ignore[union-attr]
-
-    def stack(self, grad_accum_search: MicroBatchResult | None) -> Candidate | None:
-        """Greedy: the best winner first, then each next one only if the stack with it is faster still.
-
-        Candidates that change the global batch never join (the recommendation preserves semantics); a knob
-        measured on top of another joins only after it. The micro-batch (same global batch) joins last.
-        """
-        current: Candidate | None = None
-        touched: set[str] = set()
-        pending = self._winners()
-        progressed = True
-        while pending and progressed:
-            progressed = False
-            for cand in list(pending):
-                accepted = set(current.knobs) if current else set()
-                if cand.requires is not None and cand.requires.knob.id not in accepted:
-                    continue
-                pending.remove(cand)
-                progressed = True
-                fields = set(cand.changes)
-                if fields & touched:  # e.g. bf16 and fp16 both set precision: the better one is already in
-                    continue
-                if current is not None and not cand.knob.compatible(current.config):
-                    continue  # e.g. a DDP bucket size once FSDP2 is in the stack
-                if current is None and cand.requires is None:
-                    current, touched = cand, fields
-                    continue
-                if current is None or not self.may_continue():
-                    continue
-                joined = self._joined(current, cand.knob, cand.changes)
-                if joined is not None:
-                    current, touched = joined, touched | fields
-        if grad_accum_search is not None:
-            current = self._stack_micro_batch(grad_accum_search, current)
-        return current
-
-    def _joined(self, current: Candidate, knob: Knob, changes: dict[str, Any]) -> Candidate | None:
-        """Measure the stack with ``knob``; keep it only if it is faster than the stack without it."""
-        config = knob.apply(current.config, changes)
-        knobs = [*current.knobs, knob.id]
-        name = f"stack{len(knobs)}-{knob.id}"
-        stacked = Candidate(knob, changes, name, config, knobs)
-        stacked.first = self.measure(name, config, knobs)
-        self._check_numerics(stacked)
-        failure = stack_failure(name, knobs, stacked.first, stacked.rejected, stacked.not_applied)
-        if failure is not None:  # never a knob silently missing from the recommendation
-            record_stack_failure(failure, self.sweep, self.results)
-            return None
-        for _ in range(self.options.max_runs):
-            stacked.gain, current.gain = self.gain(name), self.gain(current.name)
-            if stacked.gain is None or current.gain is None:
-                return None
-            ratio, decided = compare_gains(stacked.gain, current.gain)
-            if decided and ratio >= 1 + self.options.min_gain:
-                return stacked
-            if stacked.gain.high < current.gain.low or len(self.runs(name)) >= self.options.max_runs or not self.may_continue():
-                return None
-            self.measure(name, config, knobs)
-        return None
-
-    def _stack_micro_batch(self, micro: MicroBatchResult, current: Candidate | None) -> Candidate | None:
-        """The fastest micro-batch with the user's global batch, joined to the stack last.
-
-        When memory limited the search and the stack changes memory (bf16 halves activations, checkpointing
-        drops most of them), the micro-batch that fits has moved: it is searched again on top of the stack.
-        """
-        knob = REGISTRY_BY_ID["grad_accum"]
-        global_batch = self.ctx.base.samples_per_step
-        changes_memory = current is not None and (
-            current.config.precision != self.ctx.base.precision
-            or current.config.activation_checkpointing != self.ctx.base.activation_checkpointing
-            or current.config.offload_activations != self.ctx.base.offload_activations)
-        if current is not None and current.first is not None and micro.memory_limited and changes_memory and self.may_continue():
-            research = search_micro_batch(lambda n, c, k: self.measure(n, c, k), current.config, current.first,
-                                          name_prefix="stack-mb", knobs=list(current.knobs), max_factor=64,
-                                          may_continue=self.may_continue)
-            self.sweep.notes.append(f"micro-batch re-searched on the stack ({', '.join(current.knobs)}): fits up to "
-                                    f"{research.largest_fitting()}" + (f" ({research.stopped})" if research.stopped else ""))
-            point = research.best(preserve_global=global_batch)
-            if point is None or point.configuration == current.name:
-                return current
-            cand = Candidate(knob, _micro_changes(point.config), point.configuration, point.config,
-                             _knobs_as(point.knobs, knob.id), first=point)
-            self._check_numerics(cand)
-            cand.gain = self.gain(cand.name)
-            if not cand.usable or cand.gain is None or current.gain is None:
-                return current
-            ratio, decided = compare_gains(cand.gain, current.gain)
-            return cand if decided and ratio >= 1 + self.options.min_gain else current
-        point = micro.best(preserve_global=global_batch)
-        if point is None or point.configuration == BASELINE:
-            return current
-        if current is None:  # the micro-batch alone: its runs are the search's
-            cand = next((c for c in self.candidates if c.name == point.configuration), None)
-            return cand if cand is not None and cand.usable and self.worthwhile(cand.gain) else None
-        if not self.may_continue():
-            return current
-        return self._joined(current, knob, _micro_changes(point.config)) or current
-
-    def recommend(self, grad_accum_search: MicroBatchResult | None) -> None:
-        """The stack, confirmed by runs that did not select it (perfscope.search.confirm)."""
-        stacked = self.stack(grad_accum_search)
-        if stacked is None:
-            self.sweep.recommended_trial = BASELINE
-            self.sweep.notes.append(f"no knob made the baseline decidedly faster, by {self.options.min_gain:.0%} or more: "
-                                    "the baseline is the recommendation")
-            return
-        semantics = [s for c in self._chain(stacked) for s in c.knob.changes_semantics(self.ctx, c.config)]
-        confirm_stack(self, stacked, semantics)
-
-    def _chain(self, cand: Candidate) -> list[Candidate]:
-        by_knob = {c.knob.id: c for c in self.candidates}
-        return [by_knob[k] for k in cand.knobs if k in by_knob] or [cand]
-
-
-REGISTRY_BY_ID = {k.id: k for k in REGISTRY}
 
 
 def _probably_slower(gain: Gain | None) -> bool:
@@ -570,35 +357,6 @@ def _probably_slower(gain: Gain | None) -> bool:
     the baseline's): a probable slowdown gets the runs that can state it."""
     return gain is not None and gain.runs < MIN_DECIDING_RUNS and gain.high < 1.0
 
-
-def _knobs_as(knobs: list[str], knob_id: str) -> list[str]:
-    """A micro-batch search point's knobs, naming the knob that chose it: the search tags its runs "micro_batch",
-    but a point chosen for ``grad_accum`` keeps the global batch, and the recommendation must say so (the
-    "micro_batch" knob is the one that changes the global batch)."""
-    return [k for k in knobs if k not in ("micro_batch", "grad_accum")] + [knob_id]
-
-
-def _micro_changes(config: TrialConfig) -> dict[str, Any]:
-    return {"micro_batch_size": config.micro_batch_size, "grad_accum_steps": config.grad_accum_steps}
-
-
-def describe_setting(changes: dict[str, Any]) -> str:
-    """A knob's winning value in words, for the report ("micro-batch 32 × accumulation 2", "4 workers")."""
-    words = []
-    for key, value in changes.items():
-        if key == "micro_batch_size":
-            words.append(f"micro-batch {value}")
-        elif key == "grad_accum_steps":
-            words.append(f"accumulation {value}")
-        elif key == "num_workers":
-            words.append(f"{value} worker{'s' if value != 1 else ''}")
-        elif key == "env":
-            words += [f"{k}={v}" for k, v in value.items()]
-        elif value is True:
-            words.append(key.replace("_", " "))
-        else:
-            words.append(f"{key.replace('_', ' ')} {value}")
-    return " × ".join(words)
 
 
 def cannot_tell(gain: Gain) -> str:

@@ -15,6 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from perfscope.results.config import TrialConfig
+from perfscope.search.knobs import active_knobs
+from perfscope.search.knobs.compile import compile_not_applied
+
+__all__ = ["Observed", "compile_not_applied", "not_applied"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,35 +38,21 @@ class Observed:
     """Matmul FLOPs by input dtype from the structural fingerprint (None: not counted)."""
 
 
-def compile_not_applied(graphs: int | None) -> str | None:
-    """Why a compiled trial did not compile (None: it did). Dynamo can enter frames and still compile no graph:
-    a backend error under `torch._dynamo.config.suppress_errors` falls back to eager with frames counted."""
-    if graphs is None:
-        return "torch.compile never ran dynamo (the model was not called through the compiled module)"
-    if graphs == 0:
-        return "torch.compile compiled no graph (dynamo fell back to eager: a backend error suppressed, or every frame skipped)"
-    return None
-
-
 def not_applied(config: TrialConfig, seen: Observed) -> dict[str, str]:
-    """TrialConfig field -> why this run did not run with it (empty: it did everything its config says)."""
+    """TrialConfig field -> why this run did not run with it (empty: it did everything its config says).
+
+    Each active knob judges its own setting (`Knob.not_applied`), keyed by its first field (``knob_settings`` for a
+    knob with none); the environment is checked here, whoever set it (a knob or the user)."""
     out: dict[str, str] = {}
-    if config.compile is not None and (why := compile_not_applied(seen.compiled_graphs)):
-        out["compile"] = why
-    if config.tf32 is not None and seen.matmul_tf32 is not None and seen.matmul_tf32 != config.tf32:
-        out["tf32"] = (f"the trial set matmul TF32 {'on' if config.tf32 else 'off'} but it was "
-                       f"{'on' if seen.matmul_tf32 else 'off'} at the end of the timed steps: the workload's code set it back")
-    if config.gc_mode == "freeze" and seen.gc_frozen_objects == 0:
-        out["gc_mode"] = "gc.freeze() was undone during the timed steps (no frozen objects left: the workload called gc.unfreeze())"
-    if config.gc_mode == "disable" and seen.gc_enabled:
-        out["gc_mode"] = "the garbage collector was enabled again during the timed steps (the workload called gc.enable())"
+    knobs = active_knobs(config)
+    for knob in knobs:
+        if (why := knob.not_applied(config, seen)) is not None:
+            out[knob.fields[0] if knob.fields else "knob_settings"] = why
+    if orphans := sorted(set(config.knob_settings) - {k.id for k in knobs}):
+        # A knob registered at run time in the analyze process is unknown to a trial process started afresh.
+        out["knob_settings"] = (f"no knob {', '.join(orphans)} is registered in the trial process: its setting was "
+                                "not applied (add the knob to perfscope/search/knobs/__init__.py's REGISTRY)")
     changed = {k: v for k, v in config.env.items() if seen.env.get(k, v) != v}
     if changed:
         out["env"] = "; ".join(f"{k} was {seen.env.get(k)!r} in the trial, not {v!r}: the workload's code set it" for k, v in changed.items())
-    dtype = config.precision if config.precision != "fp32" else None  # the autocast dtype, named as the fingerprint names it
-    flops = seen.matmul_flops_by_dtype
-    if dtype is not None and flops and sum(flops.values()) > 0 and not flops.get(dtype):
-        ran = ", ".join(sorted(d for d, v in flops.items() if v))
-        out["precision"] = (f"autocast({dtype}) changed no matmul: every matmul ran in {ran} (the workload's forward disables "
-                            "autocast or casts its inputs back)")
     return out

@@ -2,12 +2,13 @@
 and a device copy that honours pin_memory + non_blocking.
 
 Why perfscope builds the DataLoader: num_workers, pin_memory, prefetch_factor and persistent_workers
-are knobs the sweep turns, so the user gives a Dataset, not a loader.
+are knobs the sweep turns, so the user gives a Dataset, not a loader; the knobs give its arguments
+(`Knob.apply_to_loader`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -16,6 +17,7 @@ from perfscope.measure.dataset_profile import PROFILE_AT_DATA_WAIT, profile_data
 from perfscope.measure.samples import leading_dim
 from perfscope.results import TrialMetrics
 from perfscope.results.config import TrialConfig
+from perfscope.search.knobs import loader_options
 from perfscope.workload import Workload
 
 
@@ -42,15 +44,11 @@ def endless_batches(workload: Workload, config: TrialConfig) -> Iterator[Any]:
     kwargs: dict[str, Any] = {
         "batch_size": config.micro_batch_size,
         "shuffle": False,  # same batches in every trial: the numerics guard compares losses
-        "num_workers": config.num_workers,
-        "pin_memory": config.pin_memory and config.device == "cuda",
         "drop_last": not is_iterable,
-        "persistent_workers": config.persistent_workers,
+        **loader_options(config),  # workers, pin_memory, prefetch: the knobs' (perfscope.search.knobs)
     }
     if workload.collate_fn is not None:
         kwargs["collate_fn"] = workload.collate_fn
-    if config.prefetch_factor is not None:
-        kwargs["prefetch_factor"] = config.prefetch_factor
     sampler = shard_sampler(dataset, rank) if rank is not None else None
     if sampler is not None:
         kwargs["sampler"] = sampler
@@ -81,16 +79,25 @@ def full_batches(batches: Iterable[Any], size: int) -> Iterator[Any]:
 
 def to_device(batch: Any, device: str, *, non_blocking: bool, channels_last: bool = False) -> Any:
     """Move every tensor in a (nested) batch; 4-D float tensors become channels_last when asked."""
-    if isinstance(batch, torch.Tensor):
-        moved = batch.to(device, non_blocking=non_blocking)
+
+    def move(t: torch.Tensor) -> torch.Tensor:
+        moved = t.to(device, non_blocking=non_blocking)
         if channels_last and moved.dim() == 4 and moved.is_floating_point():
             moved = moved.contiguous(memory_format=torch.channels_last)
         return moved
+
+    return map_tensors(batch, move)
+
+
+def map_tensors(batch: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """``fn`` applied to every tensor of a (nested) batch: tensors, dicts, lists, tuples and named tuples."""
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
     if isinstance(batch, dict):
-        return {k: to_device(v, device, non_blocking=non_blocking, channels_last=channels_last) for k, v in batch.items()}
+        return {k: map_tensors(v, fn) for k, v in batch.items()}
     if isinstance(batch, list | tuple):
-        moved_items = [to_device(v, device, non_blocking=non_blocking, channels_last=channels_last) for v in batch]
-        return type(batch)(*moved_items) if hasattr(batch, "_fields") else type(batch)(moved_items)
+        items = [map_tensors(v, fn) for v in batch]
+        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
     return batch
 
 

@@ -26,8 +26,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,6 @@ from perfscope.measure.flops import (
 from perfscope.measure.gc_pauses import GcPauses
 from perfscope.measure.observation import FirstStep, FlopCount, MemoryPeaks, RunObservation, Unavailable
 from perfscope.measure.structure import CompileCounters, StructureCounter, WindowSyncCounter
-from perfscope.measure.tf32 import apply_matmul_tf32
 from perfscope.measure.tokens import TokenTally, per_token_scale
 from perfscope.measure.tf32 import matmul_tf32 as matmul_tf32_state
 from perfscope.measure.utilization import UtilizationSampler
@@ -54,55 +52,67 @@ from perfscope.measure.window import WindowRecorder
 from perfscope.results import TrialMetrics
 from perfscope.results.config import TrialConfig
 from perfscope.results.fingerprint import Fingerprint
+from perfscope.search.knobs import Knob, active_knobs, loader_options
 from perfscope.trial.applied import Observed, compile_not_applied, not_applied
-from perfscope.trial.checkpointing import (
-    CheckpointedBlock,
-    apply_checkpointing,
-    checkpointing_off,
-)
+from perfscope.trial.checkpointing import CheckpointedBlock, checkpointing_off
 from perfscope.trial.data import endless_batches, to_device
 from perfscope.trial.data_parallel import agree_on_steps, gradient_sync, local_optimizer, shard_optimizer, wrap_model
 from perfscope.trial.optimizers import build_optimizer, optimizer_name
 from perfscope.trial.prefetch import drain_prefetch
 from perfscope.workload import Workload
 
-_AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
 
 class TrainStep:
-    """One optimizer step: grad_accum_steps micro-batches, autocast/GradScaler, zero_grad(set_to_none)."""
+    """One optimizer step: grad_accum_steps micro-batches, the active knobs' contexts and loss scaler,
+    zero_grad(set_to_none).
+
+    The knobs apply themselves (perfscope.search.knobs, `Knob`'s trial hooks): this class calls each active
+    knob's hook at its place in the step and knows none of them by name. The micro-batch and the accumulation
+    are the step's own shape; the data-parallel wrapper and the optimizer are built by their modules."""
 
     def __init__(self, workload: Workload, config: TrialConfig) -> None:
         self.workload, self.config = workload, config
         self.device = config.device
+        self.knobs: list[Knob] = active_knobs(config)
         torch.manual_seed(config.seed)
-        self.model = workload.model()
-        self.checkpointed: list[CheckpointedBlock] = []
-        if config.activation_checkpointing:
-            self.checkpointed = apply_checkpointing(self.model, workload.checkpoint_blocks)
-            if not self.checkpointed:
-                raise ValueError("activation checkpointing: no repeated blocks found (set Workload.checkpoint_blocks)")
-        self.model.to(self.device)
-        if config.channels_last:
-            self.model.to(memory_format=torch.channels_last)
+        self.model = self.prepared(workload.model().to(self.device))
+        self.checkpointed = [m for m in self.model.modules() if isinstance(m, CheckpointedBlock)]
         self.model.train()
         self.wrapped = wrap_model(self.model, config, self.device)
         """The module each step runs: the model, or its DDP / FSDP2 wrapper on a data-parallel rank."""
         self.optimizer = shard_optimizer(build_optimizer(workload, self.wrapped, config), config)
         self.step_model: Any = self.wrapped
-        if config.compile is not None:
-            self.step_model = torch.compile(self.wrapped, mode=config.compile)
-        self.scaler = torch.amp.GradScaler(self.device) if config.precision == "fp16" else None
+        for knob in self.knobs:
+            self.step_model = knob.apply_to_step_module(self.step_model, config)
+        self.scaler = next((s for k in self.knobs if (s := k.grad_scaler(config)) is not None), None)
         self.batches = endless_batches(workload, config)
-        self.non_blocking = config.pin_memory and self.device == "cuda"
+        self.non_blocking = bool(loader_options(config).get("pin_memory")) and self.device == "cuda"
         self.steps_done = 0
         """Optimizer steps taken so far: the training-step number a trace labels its steps by."""
         self.window_tokens: TokenTally | None = None  # set during the timed window: each micro-batch's tokens
 
-    def autocast(self) -> AbstractContextManager[Any]:
-        if self.config.precision == "fp32":
+    def prepared(self, model: Any) -> Any:
+        """A freshly built model as the active knobs want it (checkpointed blocks, channels_last)."""
+        for knob in self.knobs:
+            model = knob.apply_to_model(model, self.config, self.workload)
+        return model
+
+    def on_device(self, batch: Any, *, non_blocking: bool) -> Any:
+        """A batch copied to the device, as the active knobs want it (channels_last inputs)."""
+        batch = to_device(batch, self.device, non_blocking=non_blocking)
+        for knob in self.knobs:
+            batch = knob.apply_to_batch(batch, self.config)
+        return batch
+
+    def contexts(self, which: str) -> AbstractContextManager[Any]:
+        """The active knobs' contexts of one kind ("loss_context", "step_context", "window_context"), entered in order."""
+        contexts = [c for k in self.knobs if (c := getattr(k, which)(self.config)) is not None]
+        if not contexts:
             return nullcontext()
-        return torch.autocast(device_type=self.device, dtype=_AMP_DTYPES[self.config.precision])
+        stack = ExitStack()
+        for context in contexts:
+            stack.enter_context(context)
+        return stack
 
     def next_batch(self, recorder: WindowRecorder | None) -> Any:
         # The data span covers next() only: the host-to-device copy below is not data loading.
@@ -115,18 +125,11 @@ class TrainStep:
         if self.window_tokens is not None:
             self.window_tokens.add(batch)
         with torch.profiler.record_function("perfscope::h2d"):
-            return to_device(batch, self.device, non_blocking=self.non_blocking, channels_last=self.config.channels_last)
+            return self.on_device(batch, non_blocking=self.non_blocking)
 
     def micro_loss(self, model: Any, batch: Any) -> torch.Tensor:
-        with self.autocast():
+        with self.contexts("loss_context"):  # autocast
             return self.workload.loss(model, batch)
-
-    def saved_tensors(self) -> AbstractContextManager[Any]:
-        """Where the forward keeps what backward needs: device memory, or pinned host memory when offloading
-        (the pack hook copies each saved tensor out as the forward saves it; backward copies it back)."""
-        if self.config.offload_activations:
-            return torch.autograd.graph.save_on_cpu(pin_memory=True)
-        return nullcontext()
 
     def __call__(self, recorder: WindowRecorder | None = None, *, grad_norm: bool = False) -> tuple[torch.Tensor, float | None]:
         """Returns (mean loss as a device tensor, first-step grad norm when asked)."""
@@ -136,7 +139,7 @@ class TrainStep:
             batch = self.next_batch(recorder)
             # no_sync: the gradients of all micro-batches but the last stay local (one all-reduce per step).
             with gradient_sync(self.wrapped, enabled=not self.config.no_sync or i == accum - 1):
-                with self.saved_tensors():
+                with self.contexts("step_context"):  # e.g. activation offloading's saved-tensor hooks
                     loss = self.micro_loss(self.step_model, batch)
                 scaled = loss / accum
                 (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
@@ -169,7 +172,7 @@ class TrainStep:
         micro, accum = self.config.micro_batch_size, self.config.grad_accum_steps
 
         def on_device(batch: Any) -> Any:
-            return to_device(batch, self.device, non_blocking=False, channels_last=self.config.channels_last)
+            return self.on_device(batch, non_blocking=False)
 
         def plain(counter: StepFlopCounter) -> AbstractContextManager[None]:
             return checkpointing_off(self.checkpointed)
@@ -178,9 +181,7 @@ class TrainStep:
         if self.config.data_parallel == "fsdp":
             # Sharded parameters are DTensors: count on a fresh, unsharded copy, on the host (FLOPs do not depend on
             # where they run, and fake tensors allocate nothing).
-            model = self.workload.model()
-            if self.checkpointed:
-                apply_checkpointing(model, self.workload.checkpoint_blocks)
+            model = self.prepared(self.workload.model())
 
             def on_device(batch: Any) -> Any:
                 return batch
@@ -234,20 +235,6 @@ def _full(t: torch.Tensor) -> torch.Tensor:
     return full() if full is not None else t
 
 
-@contextmanager
-def _gc_mode(mode: str) -> Iterator[None]:
-    """GC pauses land in random steps: 'freeze' moves warm-up objects out of GC's reach, 'disable' stops it."""
-    if mode == "disable":
-        gc.disable()
-        try:
-            yield
-        finally:
-            gc.enable()
-    else:
-        if mode == "freeze":
-            gc.collect()
-            gc.freeze()
-        yield
 
 
 def calibrate_steps(config: TrialConfig, warmup_times: list[float]) -> tuple[int, str]:
@@ -299,8 +286,11 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     device = config.device
     compile_counters = CompileCounters()
     step = TrainStep(workload, config)
-    # After the user's file, workload() and model() ran, so tf32=None keeps (and records) their own setting.
-    matmul_tf32 = apply_matmul_tf32(config.tf32)
+    # After the user's file, workload() and model() ran: a knob that is off (tf32=None) keeps, and the run
+    # records, their own setting.
+    for knob in step.knobs:
+        knob.before_steps(config)
+    matmul_tf32 = matmul_tf32_state().enabled
 
     warmup_times: list[float] = []
     first_grad_norm = None
@@ -328,7 +318,7 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     recorder = WindowRecorder(clock_for(device), nvml_handle=sampler.nvml_handle if sampler is not None else None)
     window_syncs = WindowSyncCounter(device)  # syncs of every timed step, counted without adding one (CUDA)
     gc_pauses = GcPauses()
-    with _gc_mode(config.gc_mode), sampler if sampler is not None else nullcontext(), gc_pauses:
+    with step.contexts("window_context"), sampler if sampler is not None else nullcontext(), gc_pauses:
         synchronize(device)  # the window starts from an idle device; no synchronization inside it
         step.window_tokens = TokenTally()
         recorder.start()

@@ -2,9 +2,20 @@
 
     from perfscope.search.knobs import REGISTRY, knob
     [k.id for k in REGISTRY]
+    for k in active_knobs(config): model = k.apply_to_model(model, config, workload)   # the trial loop
+
+Everything that needs to know about knobs asks here: the sweep (which to try, and how), the trial loop and
+data set-up (`active_knobs`, `loader_options`), the rules (`knob(id).addresses`), the report
+(`Knob.config_words`) and the hooks (`unobserved_fields`). `register` adds a knob at run time (a plugin, a test).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from perfscope.results.config import TrialConfig
 
 from perfscope.search.knobs.adafactor import Adafactor
 from perfscope.search.knobs.adamw_8bit import AdamW8bit
@@ -80,4 +91,40 @@ def knob_ids() -> list[str]:
     return [k.id for k in REGISTRY]
 
 
-__all__ = ["REGISTRY", "Knob", "KnobContext", "ModelFacts", "knob", "knob_ids"]
+def register(new: Knob) -> None:
+    """Add a knob after the built-in ones (the trial sees it when it runs in this process or a fork of it)."""
+    if new.id in knob_ids():
+        raise ValueError(f"a knob {new.id!r} is already registered")
+    REGISTRY.append(new)
+
+
+@contextmanager
+def registered(new: Knob) -> Iterator[Knob]:
+    """`register` for the length of a block (tests)."""
+    register(new)
+    try:
+        yield new
+    finally:
+        REGISTRY.remove(new)
+
+
+def active_knobs(config: TrialConfig) -> list[Knob]:
+    """The knobs ``config`` runs with, in registry order: the trial calls their hooks."""
+    return [k for k in REGISTRY if k.active(config)]
+
+
+def loader_options(config: TrialConfig) -> dict[str, Any]:
+    """The DataLoader arguments the active knobs ask for (pin_memory, num_workers, ...)."""
+    options: dict[str, Any] = {}
+    for k in active_knobs(config):
+        options.update({key: value for key, value in k.apply_to_loader(config).items() if value is not None})
+    return options
+
+
+def unobserved_fields() -> list[str]:
+    """TrialConfig fields a Profiler in the user's own loop cannot observe (`Knob.observed_by_hooks`)."""
+    return list(dict.fromkeys(f for k in REGISTRY if not k.observed_by_hooks for f in k.fields))
+
+
+__all__ = ["REGISTRY", "Knob", "KnobContext", "ModelFacts", "active_knobs", "knob", "knob_ids", "loader_options",
+           "register", "registered", "unobserved_fields"]

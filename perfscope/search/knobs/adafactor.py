@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfscope.results.config import TrialConfig
 from perfscope.search.knobs.base import KnobContext
 from perfscope.search.knobs.lean_optimizer import LeanOptimizer
 from perfscope.versions import major_minor
@@ -36,6 +37,9 @@ class Adafactor(LeanOptimizer):
 
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"optimizer": "adafactor"}]
+
+    def active(self, config: TrialConfig) -> bool:
+        return config.optimizer == "adafactor"  # built by perfscope.trial.optimizers
 
     def recipe_caveat(self, ctx: KnobContext) -> str:
         decay = (" Adam's L2 weight decay becomes decoupled decay;" if ctx.model.optimizer_class == "Adam" else "")

@@ -14,6 +14,7 @@ import importlib.metadata
 from dataclasses import dataclass
 from typing import Any
 
+from perfscope.results.config import TrialConfig
 from perfscope.search.knobs.base import KnobContext
 from perfscope.search.knobs.compile import no_compiler_reason
 from perfscope.search.knobs.lean_optimizer import LeanOptimizer
@@ -94,6 +95,9 @@ class AdamW8bit(LeanOptimizer):
 
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"optimizer": impl.choice} for impl in self._usable(ctx)[0]]
+
+    def active(self, config: TrialConfig) -> bool:
+        return config.optimizer in {impl.choice for impl in IMPLEMENTATIONS}  # built by perfscope.trial.optimizers
 
     def recipe_caveat(self, ctx: KnobContext) -> str:
         return ("the same algorithm and hyper-parameters (lr, betas, eps, weight decay) with both moments quantized "

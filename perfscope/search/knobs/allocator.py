@@ -41,6 +41,7 @@ class ExpandableSegments(Knob):
     id = "expandable_segments"
     title = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
     reference = "https://pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf"
+    fields = ("env",)
 
     def code_change(self, ctx: KnobContext) -> str | None:
         if not ctx.cuda:

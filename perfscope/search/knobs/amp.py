@@ -7,17 +7,23 @@ bf16 keeps fp32's exponent range (no loss scaling); fp16 needs a GradScaler agai
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 from perfscope.results.config import TrialConfig
 from perfscope.search.knobs.base import Knob, KnobContext
 from perfscope.snippets import autocast_change, fp16_scaler_change
+
+if TYPE_CHECKING:
+    from perfscope.trial.applied import Observed
 
 
 class AmpBf16(Knob):
     id = "amp_bf16"
     title = "bf16 autocast (AMP)"
     reference = "https://pytorch.org/docs/stable/amp.html"
+    fields = ("precision",)
+    addresses = ("gemm", "conv", "attention")
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return autocast_change(ctx.device, "bfloat16")
@@ -35,11 +41,26 @@ class AmpBf16(Knob):
     def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
         return ["numerics: matmuls/convolutions in bf16 (8-bit mantissa); compare the loss curve over a few hundred steps"]
 
+    def config_words(self, config: TrialConfig) -> str | None:
+        # This knob names the precision field for both AMP knobs: "fp32", "bf16 autocast", "fp16 autocast".
+        return config.precision if config.precision == "fp32" else f"{config.precision} autocast"
+
+    def active(self, config: TrialConfig) -> bool:
+        return config.precision == "bf16"
+
+    def loss_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
+        return autocast(config, "bfloat16")
+
+    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+        return autocast_not_applied(config, seen)
+
 
 class AmpFp16(Knob):
     id = "amp_fp16"
     title = "fp16 autocast + GradScaler (AMP)"
     reference = "https://pytorch.org/docs/stable/amp.html#gradient-scaling"
+    fields = ("precision",)
+    addresses = ("gemm", "conv", "attention")
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return fp16_scaler_change(ctx.device) if ctx.cuda else None  # CPU runs are advised bf16
@@ -58,3 +79,34 @@ class AmpFp16(Knob):
 
     def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
         return ["numerics: fp16 (5-bit exponent) with dynamic loss scaling; watch for overflow (inf/NaN) steps"]
+
+    def active(self, config: TrialConfig) -> bool:
+        return config.precision == "fp16"
+
+    def loss_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
+        return autocast(config, "float16")
+
+    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+        return autocast_not_applied(config, seen)
+
+    def grad_scaler(self, config: TrialConfig) -> Any | None:
+        import torch
+
+        return torch.amp.GradScaler(config.device)
+
+
+def autocast(config: TrialConfig, dtype: str) -> AbstractContextManager[Any]:
+    import torch
+
+    return torch.autocast(device_type=config.device, dtype=getattr(torch, dtype))
+
+
+def autocast_not_applied(config: TrialConfig, seen: Observed) -> str | None:
+    """Autocast that changed no matmul: the fingerprint's matmul FLOPs by dtype have none in the autocast dtype."""
+    dtype = config.precision  # named as the fingerprint names it
+    flops = seen.matmul_flops_by_dtype
+    if not flops or sum(flops.values()) <= 0 or flops.get(dtype):
+        return None
+    ran = ", ".join(sorted(d for d, v in flops.items() if v))
+    return (f"autocast({dtype}) changed no matmul: every matmul ran in {ran} (the workload's forward disables "
+            "autocast or casts its inputs back)")

@@ -1,23 +1,39 @@
-"""What a knob is: one optimization, how it applies to a TrialConfig, when it cannot, and what it costs.
+"""What a knob is: one optimization, everything perfscope knows about it, in the knob's own file.
 
     class AmpBf16(Knob):
         id = "amp_bf16"; title = "bf16 autocast"
-        def applies(self, ctx): ...            # None, or why not
+        fields = ("precision",); addresses = ("gemm", "conv", "attention")
+        def applies(self, ctx): ...                        # None, or why not (the analyze process)
         def variants(self, ctx): return [{"precision": "bf16"}]
+        def active(self, config): return config.precision == "bf16"
+        def loss_context(self, config): return torch.autocast(config.device, torch.bfloat16)   # the trial
 
-A knob knows how to apply itself and what code change it stands for; it never knows how it is ranked
-(that is the sweep's and the rules engine's business). `variants` lets one knob try a few settings
-(e.g. num_workers 2 and 4); the sweep keeps the best.
+Two sides, one class. In the analyze process: whether it applies, its variants (TrialConfig changes), the
+code change it stands for, how it changes training semantics, the step-time slices it acts on (the rules'
+`addresses`), its setting in words (the report). In the trial process: the hooks trial/loop.py and
+trial/data.py call for every knob `active` in the run's config, each a no-op by default — so the loop has
+no if-chain on config fields, and a new knob is one file plus a registry line. A hook imports torch inside
+itself: the analyze process imports knobs but never torch. A knob never knows how it is ranked (the
+sweep's and the rules engine's business). `variants` lets one knob try a few settings (num_workers 2 and
+4); the sweep keeps the best.
+
+A knob with no TrialConfig field of its own keeps its setting in ``TrialConfig.knob_settings[knob.id]``
+(its variants: ``{"knob_settings": {"my_knob": value}}``), so adding one needs no edit of config.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from perfscope.results import Environment, ModelFacts, Trial
 from perfscope.results.config import TrialConfig
 from perfscope.workload import Workload
+
+if TYPE_CHECKING:
+    from perfscope.trial.applied import Observed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,8 +79,22 @@ class Knob:
     id: ClassVar[str]
     title: ClassVar[str]
     reference: ClassVar[str] = ""
-    search: ClassVar[bool] = False
-    """True for knobs the sweep handles with a dedicated search (micro-batch) instead of `variants`."""
+    fields: ClassVar[tuple[str, ...]] = ()
+    """The TrialConfig fields its variants set: `active` reads them, the report names them, and a Profiler in
+    the user's own loop lists them as unknown when `observed_by_hooks` is False."""
+    addresses: ClassVar[tuple[str, ...]] = ()
+    """The slices of the step-time breakdown (keys of perfscope.results.breakdown.SLICES, "step" for all) it
+    acts on: a finding about it says which part of the step it can shrink. Empty for memory knobs."""
+    search: ClassVar[Literal["variants", "micro_batch"]] = "variants"
+    """How the sweep measures it: each of `variants` in turn, or a point of the one micro-batch search
+    (doubling until OOM or no gain, then bisection: perfscope.search.microbatch) — `keeps_global_batch`
+    says which point."""
+    keeps_global_batch: ClassVar[bool] = False
+    """A micro-batch-search knob: its point is the fastest that keeps the user's global batch (accumulation
+    traded for micro-batch) and it joins the recommendation last; False: the fastest point overall."""
+    observed_by_hooks: ClassVar[bool] = True
+    """False when a Profiler in the user's loop cannot see its setting (a checkpointed block looks like any
+    other): its `fields` are then the run's unknown settings."""
     builds_on: ClassVar[str | None] = None
     """Id of a knob this one refines (persistent_workers needs dataloader_workers). When the baseline does not
     satisfy `prerequisite_met`, the sweep measures this knob on top of that knob's best variant, and stacks it
@@ -118,11 +148,104 @@ class Knob:
 
     def apply(self, config: TrialConfig, changes: dict[str, Any]) -> TrialConfig:
         """``config`` with one of `variants`' changes (a knob may try several settings, so the variant is an
-        argument); ``env`` entries are merged, not replaced."""
+        argument); ``env`` and ``knob_settings`` entries are merged, not replaced."""
         merged = dict(changes)
-        if "env" in merged:
-            merged["env"] = {**config.env, **merged["env"]}
+        for key in ("env", "knob_settings"):
+            if key in merged:
+                merged[key] = {**getattr(config, key), **merged[key]}
         return config.replace(**merged)
+
+    # ------------------------------------------------------------------ words (the report and the findings)
+
+    def describe(self, changes: dict[str, Any]) -> str:
+        """A variant's value in words ("4 workers", "micro-batch 32 × accumulation 2"): the outcome's setting."""
+        return describe_setting(changes)
+
+    def config_words(self, config: TrialConfig) -> str | None:
+        """Its setting in ``config`` in words, for the report's summary of a configuration ("bf16 autocast");
+        None when it has nothing to say (off, or another knob names the field)."""
+        return None
+
+    # ------------------------------------------------- the trial (trial/loop.py, trial/data.py call these)
+
+    def active(self, config: TrialConfig) -> bool:
+        """Whether ``config`` runs with this knob: a field of `fields` off its default, or a value in
+        ``knob_settings``. Only active knobs' hooks are called. Knobs sharing a field say which value is theirs."""
+        if self.id in config.knob_settings:
+            return True
+        return any(getattr(config, name) != field_default(name) for name in self.fields)
+
+    def before_steps(self, config: TrialConfig) -> None:
+        """Process-wide switches, after the user's file and model factory ran and before the first step (TF32)."""
+
+    def apply_to_model(self, model: Any, config: TrialConfig, workload: Workload) -> Any:
+        """The model placed on its device, before any wrapper (checkpointing, channels_last); returns it."""
+        return model
+
+    def apply_to_step_module(self, module: Any, config: TrialConfig) -> Any:
+        """The module each step calls, after the data-parallel wrapper and the optimizer (torch.compile)."""
+        return module
+
+    def apply_to_loader(self, config: TrialConfig) -> dict[str, Any]:
+        """DataLoader arguments (num_workers, pin_memory, ...); pinned batches are copied non_blocking."""
+        return {}
+
+    def apply_to_batch(self, batch: Any, config: TrialConfig) -> Any:
+        """A batch once on the device (channels_last inputs); returns it."""
+        return batch
+
+    def loss_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
+        """Entered around every computation of the loss, FLOP counting included (autocast)."""
+        return None
+
+    def step_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
+        """Entered around each training micro-batch's forward, not FLOP counting (activation offloading's
+        saved-tensor hooks: what the forward saves, backward reads back after the context closed)."""
+        return None
+
+    def window_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
+        """Entered around the timed window (gc.freeze)."""
+        return None
+
+    def grad_scaler(self, config: TrialConfig) -> Any | None:
+        """A loss scaler the step scales backward and steps the optimizer through (fp16's GradScaler)."""
+        return None
+
+    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+        """Why the run did not run with this knob after all, from what the trial saw at the end of its timed
+        steps (perfscope.trial.applied: the user's code switched it back); None when it did, or cannot tell."""
+        return None
+
+
+def field_default(name: str) -> Any:
+    """A TrialConfig field's default value (a knob is active where its field differs from it)."""
+    for f in dataclasses.fields(TrialConfig):
+        if f.name == name:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+            raise ValueError(f"TrialConfig.{name} has no default: a knob cannot be off there")
+    raise KeyError(f"TrialConfig has no field {name!r}")
+
+
+def describe_setting(changes: dict[str, Any]) -> str:
+    """A knob's winning value in words, for the report ("micro-batch 32 × accumulation 2", "4 workers")."""
+    words = []
+    for key, value in changes.items():
+        if key == "micro_batch_size":
+            words.append(f"micro-batch {value}")
+        elif key == "grad_accum_steps":
+            words.append(f"accumulation {value}")
+        elif key == "num_workers":
+            words.append(f"{value} worker{'s' if value != 1 else ''}")
+        elif key in ("env", "knob_settings"):
+            words += [f"{k}={v}" for k, v in value.items()]
+        elif value is True:
+            words.append(key.replace("_", " "))
+        else:
+            words.append(f"{key.replace('_', ' ')} {value}")
+    return " × ".join(words)
 
 
 def size(n: float) -> str:

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfscope.results.config import TrialConfig
+
 from perfscope.search.knobs.base import Knob, KnobContext
 from perfscope.snippets import channels_last_change
+from perfscope.workload import Workload
 
 
 class ChannelsLast(Knob):
     id = "channels_last"
     title = "channels_last memory format"
     reference = "https://pytorch.org/tutorials/intermediate/memory_format_tutorial.html"
+    fields = ("channels_last",)
+    addresses = ("conv",)
+    observed_by_hooks = False
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return channels_last_change(ctx.device)
@@ -25,3 +31,21 @@ class ChannelsLast(Knob):
 
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"channels_last": True}]
+
+    def config_words(self, config: TrialConfig) -> str | None:
+        return "channels_last" if config.channels_last else None
+
+    def apply_to_model(self, model: Any, config: TrialConfig, workload: Workload) -> Any:
+        import torch
+
+        return model.to(memory_format=torch.channels_last)
+
+    def apply_to_batch(self, batch: Any, config: TrialConfig) -> Any:
+        import torch
+
+        from perfscope.trial.data import map_tensors
+
+        def nhwc(t: torch.Tensor) -> torch.Tensor:
+            return t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 and t.is_floating_point() else t
+
+        return map_tensors(batch, nhwc)

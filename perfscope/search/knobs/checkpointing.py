@@ -8,14 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfscope.results.config import TrialConfig
+
 from perfscope.search.knobs.base import Knob, KnobContext
 from perfscope.snippets import checkpoint_change
+from perfscope.workload import Workload
 
 
 class ActivationCheckpointing(Knob):
     id = "activation_checkpointing"
     title = "activation checkpointing of repeated blocks"
     reference = "https://pytorch.org/docs/stable/checkpoint.html"
+    fields = ("activation_checkpointing",)
+    observed_by_hooks = False
     frees = "activations"
     cost = "recompute"
 
@@ -31,3 +36,13 @@ class ActivationCheckpointing(Knob):
 
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"activation_checkpointing": True}]
+
+    def config_words(self, config: TrialConfig) -> str | None:
+        return "activation checkpointing" if config.activation_checkpointing else None
+
+    def apply_to_model(self, model: Any, config: TrialConfig, workload: Workload) -> Any:
+        from perfscope.trial.checkpointing import apply_checkpointing
+
+        if not apply_checkpointing(model, workload.checkpoint_blocks):
+            raise ValueError("activation checkpointing: no repeated blocks found (set Workload.checkpoint_blocks)")
+        return model

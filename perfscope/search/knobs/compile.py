@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from perfscope.results.config import TrialConfig
 
 from perfscope.search.knobs.base import Knob, KnobContext
 from perfscope.snippets import compile_change
+
+if TYPE_CHECKING:
+    from perfscope.trial.applied import Observed
 
 
 def no_compiler_reason(ctx: KnobContext) -> str | None:
@@ -27,6 +32,8 @@ class Compile(Knob):
     id = "compile"
     title = "torch.compile"
     reference = "https://pytorch.org/docs/stable/generated/torch.compile.html"
+    fields = ("compile",)
+    addresses = ("elementwise", "normalization", "host", "launch")
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return compile_change(ctx.device)
@@ -39,11 +46,41 @@ class Compile(Knob):
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"compile": "default"}]
 
+    def config_words(self, config: TrialConfig) -> str | None:
+        return f"torch.compile {config.compile}" if config.compile else "eager"
+
+    def active(self, config: TrialConfig) -> bool:
+        return config.compile is not None and config.compile != "reduce-overhead"
+
+    def apply_to_step_module(self, module: Any, config: TrialConfig) -> Any:
+        return compiled(module, config)
+
+    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+        return compile_not_applied(seen.compiled_graphs)
+
+
+def compile_not_applied(graphs: int | None) -> str | None:
+    """Why a compiled trial did not compile (None: it did). Dynamo can enter frames and still compile no graph:
+    a backend error under `torch._dynamo.config.suppress_errors` falls back to eager with frames counted."""
+    if graphs is None:
+        return "torch.compile never ran dynamo (the model was not called through the compiled module)"
+    if graphs == 0:
+        return "torch.compile compiled no graph (dynamo fell back to eager: a backend error suppressed, or every frame skipped)"
+    return None
+
+
+def compiled(module: Any, config: TrialConfig) -> Any:
+    import torch
+
+    return torch.compile(module, mode=config.compile)
+
 
 class CompileReduceOverhead(Knob):
     id = "compile_reduce_overhead"
     title = "torch.compile(mode=\"reduce-overhead\") (CUDA graphs)"
     reference = "https://pytorch.org/docs/stable/torch.compiler_cudagraph_trees.html"
+    fields = ("compile",)
+    addresses = ("launch", "host")
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return compile_change(ctx.device, "reduce-overhead") if ctx.cuda else None
@@ -64,3 +101,12 @@ class CompileReduceOverhead(Knob):
 
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"compile": "reduce-overhead"}]
+
+    def active(self, config: TrialConfig) -> bool:
+        return config.compile == "reduce-overhead"
+
+    def apply_to_step_module(self, module: Any, config: TrialConfig) -> Any:
+        return compiled(module, config)
+
+    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+        return compile_not_applied(seen.compiled_graphs)

@@ -23,6 +23,8 @@ class DataLoaderWorkers(Knob):
     id = "dataloader_workers"
     title = "DataLoader worker processes (num_workers)"
     reference = "https://pytorch.org/docs/stable/data.html#multi-process-data-loading"
+    fields = ("num_workers",)
+    addresses = ("data_wait",)
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return "-loader = DataLoader(ds, batch_size=B)\n+loader = DataLoader(ds, batch_size=B, num_workers=N)"
@@ -37,6 +39,14 @@ class DataLoaderWorkers(Knob):
         cores = ctx.cores_per_rank
         counts = sorted({max(1, cores // 2), min(cores, 8)} - {ctx.base.num_workers})
         return [{"num_workers": n} for n in counts]
+
+    def config_words(self, config: TrialConfig) -> str | None:
+        # Names pin_memory too: "2 DataLoader workers, pinned".
+        n = config.num_workers
+        return f"{n} DataLoader worker{'s' if n != 1 else ''}" + (", pinned" if config.pin_memory else "")
+
+    def apply_to_loader(self, config: TrialConfig) -> dict[str, Any]:
+        return {"num_workers": config.num_workers}
 
 
 class _WorkerOption(Knob):
@@ -53,6 +63,8 @@ class PersistentWorkers(_WorkerOption):
     id = "persistent_workers"
     title = "persistent DataLoader workers"
     reference = "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader"
+    fields = ("persistent_workers",)
+    addresses = ("data_wait",)
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return ("-loader = DataLoader(ds, batch_size=B, num_workers=N)\n"
@@ -66,11 +78,16 @@ class PersistentWorkers(_WorkerOption):
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"persistent_workers": True}]
 
+    def apply_to_loader(self, config: TrialConfig) -> dict[str, Any]:
+        return {"persistent_workers": config.persistent_workers}
+
 
 class PrefetchFactor(_WorkerOption):
     id = "prefetch_factor"
     title = "deeper DataLoader prefetch (prefetch_factor=4)"
     reference = "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader"
+    fields = ("prefetch_factor",)
+    addresses = ("data_wait",)
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return ("-loader = DataLoader(ds, batch_size=B, num_workers=N)\n"
@@ -84,11 +101,16 @@ class PrefetchFactor(_WorkerOption):
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"prefetch_factor": 4}]
 
+    def apply_to_loader(self, config: TrialConfig) -> dict[str, Any]:
+        return {"prefetch_factor": config.prefetch_factor}
+
 
 class PinMemory(Knob):
     id = "pin_memory"
     title = "pinned host memory + non_blocking copies"
     reference = "https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html"
+    fields = ("pin_memory",)
+    addresses = ("memcpy", "sync")
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return pin_memory_change(ctx.device) if ctx.cuda else None  # pinning only speeds copies to a GPU
@@ -104,3 +126,6 @@ class PinMemory(Knob):
 
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"pin_memory": True}]
+
+    def apply_to_loader(self, config: TrialConfig) -> dict[str, Any]:
+        return {"pin_memory": config.device == "cuda"}  # pinning only speeds copies to a GPU

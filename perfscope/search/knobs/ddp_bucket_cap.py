@@ -22,6 +22,8 @@ class DdpBucketCap(Knob):
     id = "ddp_bucket_cap"
     title = "DDP gradient bucket size (bucket_cap_mb 5 / 100; default 25)"
     reference = "https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"
+    fields = ("bucket_cap_mb",)
+    addresses = ("communication",)
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return ddp_option_change(ctx.device, "the measured best of 5 and 100 (torch's default: 25): smaller buckets "

@@ -19,6 +19,7 @@ class DdpBucketView(Knob):
     id = "ddp_bucket_view"
     title = "DDP gradient_as_bucket_view=True (no gradient copy into the buckets)"
     reference = "https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"
+    fields = ("gradient_as_bucket_view",)
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return ddp_option_change(ctx.device, "gradients live in the all-reduce buckets: one copy and one "

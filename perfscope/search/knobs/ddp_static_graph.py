@@ -23,6 +23,7 @@ class DdpStaticGraph(Knob):
     id = "ddp_static_graph"
     title = "DDP static_graph=True"
     reference = "https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"
+    fields = ("static_graph",)
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return ddp_option_change(ctx.device, "only if the same parameters are used every step", static_graph=True)

@@ -23,6 +23,10 @@ class Fsdp2(Knob):
     id = "fsdp2"
     title = "FSDP2 fully_shard (reshard after forward ≈ ZeRO-3, without ≈ ZeRO-2)"
     reference = "https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html"
+    fields = ("data_parallel", "reshard_after_forward")
+
+    def active(self, config: TrialConfig) -> bool:
+        return config.data_parallel == "fsdp"  # applied by perfscope.trial.data_parallel.wrap_model
     frees = "optimizer state"
     cost = "parameter all-gathers"
 

@@ -17,6 +17,7 @@ class FsdpMixedPrecision(Knob):
     id = "fsdp_mixed_precision"
     title = "FSDP2 mixed precision (bf16 all-gather and reduce-scatter)"
     reference = "https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html#torch.distributed.fsdp.MixedPrecisionPolicy"
+    fields = ("fsdp_mixed_precision",)
     builds_on = "fsdp2"
 
     def prerequisite_met(self, config: TrialConfig) -> bool:

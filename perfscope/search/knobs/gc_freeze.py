@@ -1,17 +1,28 @@
 """Python GC pauses: a full collection walks every tracked object and lands in a random step.
-`gc.freeze()` after start-up moves the long-lived objects out of the collector's reach."""
+`gc.freeze()` after start-up moves the long-lived objects out of the collector's reach; TrialConfig.gc_mode
+"disable" (a user's baseline) stops the collector during the steps."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any
+
+from perfscope.results.config import TrialConfig
 
 from perfscope.search.knobs.base import Knob, KnobContext
+
+if TYPE_CHECKING:
+    from perfscope.trial.applied import Observed
 
 
 class GcFreeze(Knob):
     id = "gc_freeze"
     title = "gc.freeze() after warm-up"
     reference = "https://docs.python.org/3/library/gc.html#gc.freeze"
+    fields = ("gc_mode",)
+    addresses = ("host", "launch")
+    observed_by_hooks = False
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return "+import gc\n+gc.collect(); gc.freeze()   # after model/optimizer/loader are built\n for step, batch in enumerate(loader):"
@@ -23,3 +34,34 @@ class GcFreeze(Knob):
 
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"gc_mode": "freeze"}]
+
+    def config_words(self, config: TrialConfig) -> str | None:
+        return f"gc {config.gc_mode}" if config.gc_mode != "default" else None
+
+    def window_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
+        return gc_mode(config.gc_mode)
+
+    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+        if config.gc_mode == "freeze" and seen.gc_frozen_objects == 0:
+            return "gc.freeze() was undone during the timed steps (no frozen objects left: the workload called gc.unfreeze())"
+        if config.gc_mode == "disable" and seen.gc_enabled:
+            return "the garbage collector was enabled again during the timed steps (the workload called gc.enable())"
+        return None
+
+
+@contextmanager
+def gc_mode(mode: str) -> Iterator[None]:
+    """'freeze' moves warm-up objects out of GC's reach, 'disable' stops the collector until the window ends."""
+    import gc
+
+    if mode == "disable":
+        gc.disable()
+        try:
+            yield
+        finally:
+            gc.enable()
+    else:
+        if mode == "freeze":
+            gc.collect()
+            gc.freeze()
+        yield

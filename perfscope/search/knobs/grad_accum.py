@@ -8,14 +8,18 @@ optimizer step equal the user's, the fastest one. This is the micro-batch change
 
 from __future__ import annotations
 
+from perfscope.results.config import TrialConfig
 from perfscope.search.knobs.base import Knob, KnobContext
 
 
 class GradAccum(Knob):
     id = "grad_accum"
     title = "larger micro-batch, fewer accumulation steps (same global batch)"
-    search = True
+    search = "micro_batch"
+    keeps_global_batch = True
     reference = "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"
+    fields = ("micro_batch_size", "grad_accum_steps")
+    addresses = ("step",)
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return (
@@ -31,3 +35,6 @@ class GradAccum(Knob):
             return ("the loop does not accumulate gradients (grad_accum_steps=1): a larger micro-batch would change "
                     "the global batch (see micro_batch)")
         return None
+
+    def active(self, config: TrialConfig) -> bool:
+        return False  # the loop's accumulation loop applies it (see micro_batch)

@@ -23,6 +23,8 @@ class GradCompression(Knob):
     id = "grad_compression"
     title = "gradient communication compression (DDP bf16 / fp16 hooks)"
     reference = "https://pytorch.org/docs/stable/ddp_comm_hooks.html"
+    fields = ("comm_hook",)
+    addresses = ("communication",)
 
     def code_change(self, ctx: KnobContext) -> str | None:
         hook = HOOKS["bf16" if ctx.cuda else "fp16"]

@@ -25,6 +25,7 @@ value for the replacement's."""
 class LeanOptimizer(Knob):
     """Base of the knobs that replace an Adam-type optimizer with one that keeps less state."""
 
+    fields = ("optimizer",)
     frees = "optimizer state"
     changes_recipe = True
     replacement: str = ""

@@ -15,8 +15,10 @@ from perfscope.search.knobs.base import Knob, KnobContext
 class MicroBatch(Knob):
     id = "micro_batch"
     title = "micro-batch size (throughput vs micro-batch)"
-    search = True
+    search = "micro_batch"
     reference = "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"
+    fields = ("micro_batch_size", "grad_accum_steps")
+    addresses = ("step",)
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return ("-loader = DataLoader(ds, batch_size=B)\n"
@@ -26,6 +28,12 @@ class MicroBatch(Knob):
         if config.global_batch == ctx.base.global_batch:
             return []
         return [global_batch_note(ctx.base, config)]
+
+    def config_words(self, config: TrialConfig) -> str | None:
+        return f"micro-batch {config.micro_batch_size} × accumulation {config.grad_accum_steps}"
+
+    def active(self, config: TrialConfig) -> bool:
+        return False  # every trial has a micro-batch: the loader's batch size and the step's accumulation loop apply it
 
 
 def global_batch_note(before: TrialConfig, after: TrialConfig) -> str:

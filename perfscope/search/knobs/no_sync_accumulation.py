@@ -24,6 +24,8 @@ class NoSyncAccumulation(Knob):
     id = "no_sync_accumulation"
     title = "accumulation with one gradient sync per step (DDP no_sync)"
     reference = "https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html#torch.nn.parallel.DistributedDataParallel.no_sync"
+    fields = ("no_sync",)
+    addresses = ("communication",)
 
     def code_change(self, ctx: KnobContext) -> str | None:
         if ctx.base.data_parallel == "fsdp":

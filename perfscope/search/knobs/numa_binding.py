@@ -21,6 +21,8 @@ class NumaBinding(Knob):
     id = "numa_binding"
     title = "torchrun --numa-binding=node (each rank on its GPU's NUMA node)"
     reference = "https://pytorch.org/docs/stable/elastic/run.html"
+    fields = ("numa_binding",)
+    addresses = ("host", "data_wait")
 
     def code_change(self, ctx: KnobContext) -> str | None:
         if not ctx.cuda:

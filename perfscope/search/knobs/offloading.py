@@ -10,9 +10,11 @@ traffic per step it adds and how much of the copy time kernels overlapped (from 
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any
 
 from perfscope.results import Trial
+from perfscope.results.config import TrialConfig
 from perfscope.search.knobs.base import Knob, KnobContext, size
 
 
@@ -20,6 +22,8 @@ class ActivationOffloading(Knob):
     id = "activation_offloading"
     title = "activation offloading to pinned host memory"
     reference = "https://pytorch.org/docs/stable/autograd.html#torch.autograd.graph.save_on_cpu"
+    fields = ("offload_activations",)
+    observed_by_hooks = False
     frees = "activations"
     cost = "host↔device copies"
     traced = True
@@ -41,6 +45,12 @@ class ActivationOffloading(Knob):
 
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"offload_activations": True}]
+
+    def step_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
+        # The pack hook copies each saved tensor out as the forward saves it; backward copies it back.
+        import torch
+
+        return torch.autograd.graph.save_on_cpu(pin_memory=True)
 
     def measured_notes(self, ctx: KnobContext, baseline: Trial, trial: Trial) -> list[str]:
         facts = trial.metrics.trace_facts if trial.metrics is not None else None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfscope.results.config import TrialConfig
+
 from perfscope.search.knobs.base import Knob, KnobContext
 
 FUSABLE = {"Adam", "AdamW", "SGD", "Adagrad"}
@@ -13,6 +15,9 @@ class FusedOptimizer(Knob):
     id = "fused_optimizer"
     title = "fused optimizer (fused=True)"
     reference = "https://pytorch.org/docs/stable/optim.html#algorithms"
+    fields = ("optimizer_impl",)
+    addresses = ("optimizer",)
+    observed_by_hooks = False
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return "-optimizer = torch.optim.AdamW(model.parameters(), lr=lr)\n+optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)"
@@ -26,3 +31,7 @@ class FusedOptimizer(Knob):
 
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"optimizer_impl": "fused"}]
+
+    def config_words(self, config: TrialConfig) -> str | None:
+        return f"{config.optimizer_impl} optimizer" if config.optimizer_impl != "default" else None
+    # Applied where the optimizer is built (perfscope.trial.optimizers rebuilds the user's with fused=True).

@@ -5,18 +5,23 @@ peak. Set through perfscope.measure.tf32, with the setter perfscope.tf32_api pic
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfscope.results.config import TrialConfig
 from perfscope.search.knobs.base import Knob, KnobContext
 from perfscope.snippets import tf32_change
 from perfscope.tf32_api import tf32_api
 
+if TYPE_CHECKING:
+    from perfscope.trial.applied import Observed
+
 
 class Tf32(Knob):
     id = "tf32"
     title = "TF32 matmuls"
     reference = "https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices"
+    fields = ("tf32",)
+    addresses = ("gemm",)
 
     def code_change(self, ctx: KnobContext) -> str | None:
         # The API of the torch that measured the run, the one its trial child applied.
@@ -40,3 +45,15 @@ class Tf32(Knob):
 
     def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
         return ["numerics: fp32 matmuls with a 10-bit mantissa (TF32)"]
+
+    def before_steps(self, config: TrialConfig) -> None:
+        # After the user's file and model factory ran: tf32=None (inactive) keeps, and the loop records, their setting.
+        from perfscope.measure.tf32 import set_matmul_tf32
+
+        set_matmul_tf32(bool(config.tf32))
+
+    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+        if seen.matmul_tf32 is None or seen.matmul_tf32 == config.tf32:
+            return None
+        return (f"the trial set matmul TF32 {'on' if config.tf32 else 'off'} but it was "
+                f"{'on' if seen.matmul_tf32 else 'off'} at the end of the timed steps: the workload's code set it back")

@@ -21,6 +21,10 @@ class Zero1(Knob):
     id = "zero1"
     title = "ZeroRedundancyOptimizer (≈ ZeRO-1: optimizer state sharded)"
     reference = "https://pytorch.org/docs/stable/distributed.optim.html#torch.distributed.optim.ZeroRedundancyOptimizer"
+    fields = ("data_parallel",)
+
+    def active(self, config: TrialConfig) -> bool:
+        return config.data_parallel == "zero1"  # applied by perfscope.trial.data_parallel (shard_optimizer)
     frees = "optimizer state"
     cost = "a parameter broadcast per step"
 

@@ -1,0 +1,191 @@
+"""Greedy stacking of the sweep's winners into one recommended configuration, and its confirmation.
+
+    class Sweeper(Stacking): ...          # perfscope.search.sweep: the sweep measures, this part stacks
+
+The best winner first; each next one joins only if the stack with it is decidedly faster than the stack
+without it. Never a knob that changes the training recipe, nor one that changes the global batch; the
+micro-batch that keeps the global batch (a knob with `keeps_global_batch`) joins last, re-searched on the
+stack when memory limited the search and the stack changed memory. Why a module of its own: it is the
+sweep's last phase, and sweep.py stays under the house's 500 lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from perfscope.results import Gain, Results, Sweep, Trial
+from perfscope.results.config import TrialConfig
+from perfscope.search.candidate import BASELINE, Candidate, SweepOptions
+from perfscope.search.compare import compare_gains
+from perfscope.search.confirm import confirm_stack
+from perfscope.search.knobs import Knob, KnobContext
+from perfscope.search.microbatch import MicroBatchResult, search_micro_batch
+from perfscope.search.stack_failures import record_stack_failure, stack_failure
+
+
+class Stacking:
+    """The stacking phase of `perfscope.search.sweep.Sweeper` (a mixin: it reads the sweep's state)."""
+
+    ctx: KnobContext
+    options: SweepOptions
+    sweep: Sweep
+    candidates: list[Candidate]
+    results: Results
+    measure: Callable[[str, TrialConfig, list[str]], Trial]
+    gain: Callable[[str], Gain | None]
+    runs: Callable[[str], list[Trial]]
+    may_continue: Callable[..., bool]
+    _check_numerics: Callable[[Candidate], None]
+
+    def worthwhile(self, gain: Gain | None) -> bool:
+        """Decidedly faster, and by at least ``min_gain``: worth a code change. A 1.5% gain that many runs made
+        "decided" (or that one of many multiple looks let through) must not become the recommendation alone,
+        when it could not join a stack (`_joined` asks the same of every knob after the first)."""
+        return gain is not None and gain.faster and gain.ratio >= 1 + self.options.min_gain
+
+    def _winners(self) -> list[Candidate]:
+        base = self.ctx.base.samples_per_step
+        best_per_knob: dict[str, Candidate] = {}
+        for cand in self.candidates:
+            if not (cand.usable and self.worthwhile(cand.gain) and cand.config.samples_per_step == base):
+                continue
+            if cand.knob.search == "micro_batch":
+                continue  # the micro-batch joins last, through the knob that keeps the global batch (grad_accum)
+            if cand.knob.changes_recipe:
+                continue  # a new optimizer: reported with its caveats, adopted only by a person who checks convergence
+            current = best_per_knob.get(cand.knob.id)
+            if current is None or cand.gain.ratio > current.gain.ratio:  # type: ignore[union-attr]
+                best_per_knob[cand.knob.id] = cand
+        return sorted(best_per_knob.values(), key=lambda c: -c.gain.ratio)  # type: ignore[union-attr]
+
+    def stack(self, grad_accum_search: MicroBatchResult | None, micro_knob: Knob | None = None) -> Candidate | None:
+        """Greedy: the best winner first, then each next one only if the stack with it is faster still.
+
+        Candidates that change the global batch never join (the recommendation preserves semantics); a knob
+        measured on top of another joins only after it. The micro-batch (same global batch) joins last.
+        """
+        current: Candidate | None = None
+        touched: set[str] = set()
+        pending = self._winners()
+        progressed = True
+        while pending and progressed:
+            progressed = False
+            for cand in list(pending):
+                accepted = set(current.knobs) if current else set()
+                if cand.requires is not None and cand.requires.knob.id not in accepted:
+                    continue
+                pending.remove(cand)
+                progressed = True
+                fields = set(cand.changes)
+                if fields & touched:  # e.g. bf16 and fp16 both set precision: the better one is already in
+                    continue
+                if current is not None and not cand.knob.compatible(current.config):
+                    continue  # e.g. a DDP bucket size once FSDP2 is in the stack
+                if current is None and cand.requires is None:
+                    current, touched = cand, fields
+                    continue
+                if current is None or not self.may_continue():
+                    continue
+                joined = self._joined(current, cand.knob, cand.changes)
+                if joined is not None:
+                    current, touched = joined, touched | fields
+        if grad_accum_search is not None and micro_knob is not None:
+            current = self._stack_micro_batch(grad_accum_search, current, micro_knob)
+        return current
+
+    def _joined(self, current: Candidate, knob: Knob, changes: dict[str, Any]) -> Candidate | None:
+        """Measure the stack with ``knob``; keep it only if it is faster than the stack without it."""
+        config = knob.apply(current.config, changes)
+        knobs = [*current.knobs, knob.id]
+        name = f"stack{len(knobs)}-{knob.id}"
+        stacked = Candidate(knob, changes, name, config, knobs)
+        stacked.first = self.measure(name, config, knobs)
+        self._check_numerics(stacked)
+        failure = stack_failure(name, knobs, stacked.first, stacked.rejected, stacked.not_applied)
+        if failure is not None:  # never a knob silently missing from the recommendation
+            record_stack_failure(failure, self.sweep, self.results)
+            return None
+        for _ in range(self.options.max_runs):
+            stacked.gain, current.gain = self.gain(name), self.gain(current.name)
+            if stacked.gain is None or current.gain is None:
+                return None
+            ratio, decided = compare_gains(stacked.gain, current.gain)
+            if decided and ratio >= 1 + self.options.min_gain:
+                return stacked
+            if stacked.gain.high < current.gain.low or len(self.runs(name)) >= self.options.max_runs or not self.may_continue():
+                return None
+            self.measure(name, config, knobs)
+        return None
+
+    def _stack_micro_batch(self, micro: MicroBatchResult, current: Candidate | None, knob: Knob) -> Candidate | None:
+        """The fastest micro-batch with the user's global batch, joined to the stack last.
+
+        When memory limited the search and the stack changes memory (bf16 halves activations, checkpointing
+        drops most of them), the micro-batch that fits has moved: it is searched again on top of the stack.
+        """
+        global_batch = self.ctx.base.samples_per_step
+        changes_memory = current is not None and (
+            current.config.precision != self.ctx.base.precision
+            or current.config.activation_checkpointing != self.ctx.base.activation_checkpointing
+            or current.config.offload_activations != self.ctx.base.offload_activations)
+        if current is not None and current.first is not None and micro.memory_limited and changes_memory and self.may_continue():
+            research = search_micro_batch(lambda n, c, k: self.measure(n, c, k), current.config, current.first,
+                                          name_prefix="stack-mb", knobs=list(current.knobs), max_factor=64,
+                                          may_continue=self.may_continue)
+            self.sweep.notes.append(f"micro-batch re-searched on the stack ({', '.join(current.knobs)}): fits up to "
+                                    f"{research.largest_fitting()}" + (f" ({research.stopped})" if research.stopped else ""))
+            point = research.best(preserve_global=global_batch)
+            if point is None or point.configuration == current.name:
+                return current
+            cand = Candidate(knob, micro_changes(point.config), point.configuration, point.config,
+                             knobs_as(point.knobs, knob.id), first=point)
+            self._check_numerics(cand)
+            cand.gain = self.gain(cand.name)
+            if not cand.usable or cand.gain is None or current.gain is None:
+                return current
+            ratio, decided = compare_gains(cand.gain, current.gain)
+            return cand if decided and ratio >= 1 + self.options.min_gain else current
+        point = micro.best(preserve_global=global_batch)
+        if point is None or point.configuration == BASELINE:
+            return current
+        if current is None:  # the micro-batch alone: its runs are the search's
+            cand = next((c for c in self.candidates if c.name == point.configuration), None)
+            return cand if cand is not None and cand.usable and self.worthwhile(cand.gain) else None
+        if not self.may_continue():
+            return current
+        return self._joined(current, knob, micro_changes(point.config)) or current
+
+    def recommend(self, search: MicroBatchResult | None, micro_knob: Knob | None = None) -> None:
+        """The stack, confirmed by runs that did not select it (perfscope.search.confirm); ``micro_knob`` (the
+        micro-batch-search knob that keeps the global batch) joins it last with its point of ``search``."""
+        stacked = self.stack(search if micro_knob is not None else None, micro_knob)
+        if stacked is None:
+            self.sweep.recommended_trial = BASELINE
+            self.sweep.notes.append(f"no knob made the baseline decidedly faster, by {self.options.min_gain:.0%} or more: "
+                                    "the baseline is the recommendation")
+            return
+        semantics = [s for c in self._chain(stacked) for s in c.knob.changes_semantics(self.ctx, c.config)]
+        confirm_stack(self, stacked, semantics)
+
+    def _chain(self, cand: Candidate) -> list[Candidate]:
+        by_knob = {c.knob.id: c for c in self.candidates}
+        return [by_knob[k] for k in cand.knobs if k in by_knob] or [cand]
+
+
+def micro_search_ids() -> set[str]:
+    """The knobs measured by the micro-batch search (`Knob.search`): their points are the search's runs."""
+    from perfscope.search import knobs
+
+    return {k.id for k in knobs.REGISTRY if k.search == "micro_batch"}
+
+
+def knobs_as(knobs: list[str], knob_id: str) -> list[str]:
+    """A micro-batch search point's knobs, naming the knob that chose it: the search tags its runs "micro_batch",
+    but a point chosen for ``grad_accum`` keeps the global batch, and the recommendation must say so (the
+    "micro_batch" knob is the one that changes the global batch)."""
+    return [k for k in knobs if k not in micro_search_ids()] + [knob_id]
+
+
+def micro_changes(config: TrialConfig) -> dict[str, Any]:
+    return {"micro_batch_size": config.micro_batch_size, "grad_accum_steps": config.grad_accum_steps}
