@@ -44,7 +44,7 @@ from pathlib import Path
 
 from perfscope.results.distributed import CollectiveStat, CommunicationFacts
 from perfscope.trace.categories import categorize
-from perfscope.trace.events import Event, Trace, read_trace
+from perfscope.trace.events import COMM_NAMESPACES, GLOO_PREFIX, Event, Trace, read_trace
 from perfscope.trace.facts import Window, data_spans, window
 from perfscope.trace.intervals import Span, clip, length, merge, subtract
 
@@ -59,8 +59,6 @@ BUS_FACTOR = {
 """Bus bandwidth / algorithm bandwidth (bytes / time), as NCCL-tests defines it: what each rank's link carries,
 so that figures compare across world sizes and against the link's speed."""
 
-COMM_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional")
-GLOO_PREFIX = "gloo:"
 _DISPATCHER_OP = re.compile(r"^\w+::\w+$")
 _NCCL_OP = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|AllToAll|Send|Recv)", re.I)
 DTYPE_BYTES = {

@@ -17,12 +17,20 @@ ad hoc.
   after its host span ends) and whether the GPU was waiting for the host.
 - `cuda_sync` events ("Stream Sync" on the GPU row) record a host synchronization, not GPU work: they are
   never device busy time.
+
+Why events are kept lean: a trace of a few LLM steps is millions of events (1-4 GB of JSON), streamed by
+perfscope.trace.reader one at a time into a TraceBuilder that keeps only what some fact reads. An event kept is a
+slotted record whose name, category, pid and tid are shared strings; its args hold only the keys in KEPT_ARGS (shapes
+only on the matmul and collective ops that are sized by them), the correlation id is a field, Python frames are kept
+only where they are the user's own (the only ones a fact names), ac2g flows are packed arrays read only when an event
+lacks its correlation arg, and every other event (flows of other kinds, metadata, instants, GPU copies of annotations)
+is dropped as it is read.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
+import re
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +44,27 @@ PYTHON = "python_function"
 """Python frames (torch.profiler with_stack=True): "my_model.py(42): train_step" spans on the host thread."""
 RUNTIME = ("cuda_runtime", "cuda_driver")
 STEP_PREFIX = "ProfilerStep#"
+GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")  # leaves: linear/matmul decompose into these
+COMM_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional")
+GLOO_PREFIX = "gloo:"
+USER_FRAME = re.compile(r"\.py\(\d+\): ")
+LIBRARY_FRAME = re.compile(r"(?:^|/)(?:torch|perfscope|site-packages|dist-packages)/|^(?:contextlib|threading|runpy)\.py")
+"""Python frames of a stack trace: the user's are files outside torch, perfscope and installed packages."""
+SIZE_ARGS = ("Input Dims", "Input type", "In msg nelems", "Out msg nelems", "dtype")
+"""Shapes and message sizes: read on matmul ops (GEMM shapes) and collectives (payload bytes) only."""
+KEPT_ARGS = {
+    "kernel": ("device", "External id", "In msg nelems", "Out msg nelems", "dtype"),
+    "gpu_memcpy": ("device", "External id", "bytes"),
+    "gpu_memset": ("device", "External id", "bytes"),
+    "cuda_runtime": (), "cuda_driver": (), PYTHON: (),
+}
+"""The args a fact reads, by category; the host categories' are decided by op name (_host_args)."""
+_NO_ARGS: dict[str, Any] = {}
+"""Shared by every event with no kept args: never mutated."""
+
+
+def is_user_frame(name: str) -> bool:
+    return bool(USER_FRAME.search(name)) and not LIBRARY_FRAME.search(name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +78,9 @@ class Event:
     pid: Any
     tid: Any
     args: dict[str, Any]
+    """Only the args some fact reads (KEPT_ARGS, _host_args)."""
+    correlation: int | None = None
+    """The "correlation" arg (runtime calls and device work), when the trace writes it."""
 
     @property
     def end(self) -> float:
@@ -81,60 +113,131 @@ class Trace:
     cpu_ops: list[Event] = field(default_factory=list)
     runtime: list[Event] = field(default_factory=list)
     python: list[Event] = field(default_factory=list)
-    """Python frames, when the trace was recorded with stacks."""
+    """The user's own Python frames (is_user_frame), when the trace was recorded with stacks."""
     device: list[DeviceWork] = field(default_factory=list)
     """Sorted by start time."""
+    complete_events: int = 0
+    """Complete ("X") events with a start and a duration in the file, kept or not."""
 
     def labelled(self, name: str) -> list[Span]:
         return [e.span for e in self.annotations if e.name == name]
 
 
 def read_trace(path: Path) -> Trace:
-    """Parse a Chrome trace (.json or .json.gz; an object with traceEvents, or a bare list)."""
-    opener = gzip.open if Path(path).suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:  # type: ignore[operator]
-        data = json.load(fh)
-    raw = data.get("traceEvents", []) if isinstance(data, dict) else data
-    return build_trace(raw)
+    """Parse a Chrome trace (.json or .json.gz; an object with traceEvents, or a bare list), streamed."""
+    from perfscope.trace.reader import stream_trace  # the reader names the file in its errors
+
+    builder = TraceBuilder()
+    stream_trace(Path(path), builder.add)
+    return builder.finish()
 
 
 def build_trace(raw: list[dict[str, Any]]) -> Trace:
-    trace = Trace()
-    flows: dict[tuple[Any, Any, float], int] = {}  # (pid, tid, ts) of a flow end -> correlation id
-    steps: dict[str, Span] = {}
-    device: list[Event] = []
+    """The Trace of events already in memory (hand-built traces, tests)."""
+    builder = TraceBuilder()
     for e in raw:
-        ph = e.get("ph")
-        if ph in ("s", "f") and e.get("cat") == "ac2g" and "id" in e:
-            flows[(e.get("pid"), e.get("tid"), float(e.get("ts", 0)))] = e["id"]
-            continue
-        if ph != "X" or "ts" not in e or "dur" not in e:
-            continue
-        event = Event(name=str(e.get("name", "")), cat=str(e.get("cat", "")), ts=float(e["ts"]), dur=float(e["dur"]),
-                      pid=e.get("pid"), tid=e.get("tid"), args=e.get("args") or {})
-        if event.cat in HOST_ANNOTATIONS and event.name.startswith(STEP_PREFIX):
-            steps.setdefault(event.name, event.span)
-        elif event.cat == "user_annotation":
-            trace.annotations.append(event)
-        elif event.cat == "cpu_op":
-            trace.cpu_ops.append(event)
-        elif event.cat in RUNTIME:
-            trace.runtime.append(event)
-        elif event.cat == PYTHON:
-            trace.python.append(event)
-        elif event.cat in DEVICE_WORK:
-            device.append(event)
-    trace.steps = sorted(steps.values())
-    launches = {c: e for e in trace.runtime if (c := _correlation(e, flows)) is not None}
-    trace.device = sorted(
-        (DeviceWork(event=e, launch=launches.get(_correlation(e, flows))) for e in device),  # type: ignore[arg-type]
-        key=lambda w: w.event.ts,
-    )
-    return trace
+        builder.add(e)
+    return builder.finish()
 
 
-def _correlation(e: Event, flows: dict[tuple[Any, Any, float], int]) -> int | None:
-    value = e.args.get("correlation")
-    if isinstance(value, int) and not isinstance(value, bool):
+class TraceBuilder:
+    """Events in, one at a time, in file order; finish() links device work to its launch and sorts."""
+
+    def __init__(self) -> None:
+        self.trace = Trace()
+        self._steps: dict[str, Span] = {}
+        self._device: list[Event] = []
+        self._shared: dict[Any, Any] = {}
+        self._flow_ts = array("d")
+        self._flow_ids: list[Any] = []
+        self._flow_where: list[tuple[Any, Any]] = []
+        self._uncorrelated = False
+
+    def _share(self, value: Any) -> Any:
+        """One object for every equal name, category, pid or tid (millions of events, a few thousand distinct)."""
+        if value.__class__ is str or value.__class__ is int:
+            return self._shared.setdefault(value, value)
         return value
-    return flows.get((e.pid, e.tid, e.ts))
+
+    def add(self, e: Any) -> None:
+        if e.__class__ is not dict:
+            return
+        ph = e.get("ph")
+        if ph != "X":
+            if (ph == "s" or ph == "f") and e.get("cat") == "ac2g" and "id" in e:
+                self._flow_where.append((self._share(e.get("pid")), self._share(e.get("tid"))))
+                self._flow_ts.append(float(e.get("ts", 0)))
+                self._flow_ids.append(e["id"])
+            return
+        if "ts" not in e or "dur" not in e:
+            return
+        ts, dur = float(e["ts"]), float(e["dur"])
+        self.trace.complete_events += 1
+        cat = e.get("cat", "")
+        cat = cat if cat.__class__ is str else str(cat)
+        name = e.get("name", "")
+        name = name if name.__class__ is str else str(name)
+        args = e.get("args") or _NO_ARGS
+        if args.__class__ is not dict:
+            args = _NO_ARGS
+        kept: list[Event]
+        if cat in HOST_ANNOTATIONS and name.startswith(STEP_PREFIX):
+            self._steps.setdefault(name, (ts, ts + dur))
+            return
+        if cat == "cpu_op":
+            kept = self.trace.cpu_ops
+        elif cat in RUNTIME:
+            kept = self.trace.runtime
+        elif cat in DEVICE_WORK:
+            kept = self._device
+        elif cat == "user_annotation":
+            kept = self.trace.annotations
+        elif cat == PYTHON:
+            if not is_user_frame(name):
+                return
+            kept = self.trace.python
+        else:
+            return
+        correlation = args.get("correlation") if args is not _NO_ARGS else None
+        if correlation is not None and (correlation.__class__ is not int):
+            correlation = None
+        if correlation is None and (kept is self._device or kept is self.trace.runtime):
+            self._uncorrelated = True
+        names = KEPT_ARGS.get(cat) if args is not _NO_ARGS else ()
+        if names is None:
+            names = _host_args(name)
+        small = {k: args[k] for k in names if k in args} if names else _NO_ARGS
+        kept.append(Event(name=self._share(name), cat=self._share(cat), ts=ts, dur=dur, pid=self._share(e.get("pid")),
+                          tid=self._share(e.get("tid")), args=small or _NO_ARGS, correlation=correlation))
+
+    def finish(self) -> Trace:
+        trace = self.trace
+        trace.steps = sorted(self._steps.values())
+        flows: dict[tuple[Any, Any, float], Any] = {}
+        if self._uncorrelated:  # (pid, tid, ts) of a flow end -> correlation id; a later flow wins, as json order
+            flows = {(*where, ts): ident for where, ts, ident in zip(self._flow_where, self._flow_ts, self._flow_ids)}
+        self._flow_where, self._flow_ts, self._flow_ids = [], array("d"), []
+        launches = {c: e for e in trace.runtime if (c := _correlation(e, flows)) is not None}
+        trace.device = sorted(
+            (DeviceWork(event=e, launch=launches.get(_correlation(e, flows))) for e in self._device),  # type: ignore[arg-type]
+            key=lambda w: w.event.ts,
+        )
+        self._device = []
+        return trace
+
+
+def _host_args(name: str) -> tuple[str, ...]:
+    """A host op's or annotation's kept args: shapes for a matmul (GEMM shapes, and its External id, which links
+    kernels without a launch), sizes for a collective op or a record_function span (gloo:all_reduce and the like:
+    payload bytes), nothing for the other ops (most of the events, and most of their bytes)."""
+    if name in GEMM_OPS:
+        return ("Input Dims", "Input type", "External id")
+    if name.partition("::")[0] in COMM_NAMESPACES or "::" not in name:  # c10d ops; annotations (gloo:, nccl:), few
+        return SIZE_ARGS
+    return ()
+
+
+def _correlation(e: Event, flows: dict[tuple[Any, Any, float], Any]) -> int | None:
+    if e.correlation is not None:
+        return e.correlation
+    return flows.get((e.pid, e.tid, e.ts)) if flows else None
