@@ -29,8 +29,11 @@ is dropped as it is read.
 
 from __future__ import annotations
 
+import gc
 import re
 from array import array
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,9 +59,8 @@ KEPT_ARGS = {
     "kernel": ("device", "External id", "In msg nelems", "Out msg nelems", "dtype"),
     "gpu_memcpy": ("device", "External id", "bytes"),
     "gpu_memset": ("device", "External id", "bytes"),
-    "cuda_runtime": (), "cuda_driver": (), PYTHON: (),
 }
-"""The args a fact reads, by category; the host categories' are decided by op name (_host_args)."""
+"""The args a fact reads of device work; a host op's are decided by its name (_host_args)."""
 _NO_ARGS: dict[str, Any] = {}
 """Shared by every event with no kept args: never mutated."""
 
@@ -128,8 +130,22 @@ def read_trace(path: Path) -> Trace:
     from perfscope.trace.reader import stream_trace  # the reader names the file in its errors
 
     builder = TraceBuilder()
-    stream_trace(Path(path), builder.add)
-    return builder.finish()
+    with paused_gc():
+        stream_trace(Path(path), builder.add)
+        return builder.finish()
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """The cyclic garbage collector off while millions of acyclic records are made: each of its full passes walks
+    every one of them (a tenth of the read time of a 50 MB trace, growing with the trace); refcounting frees them."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def build_trace(raw: list[dict[str, Any]]) -> Trace:
@@ -152,20 +168,24 @@ class TraceBuilder:
         self._flow_ids: list[Any] = []
         self._flow_where: list[tuple[Any, Any]] = []
         self._uncorrelated = False
-
-    def _share(self, value: Any) -> Any:
-        """One object for every equal name, category, pid or tid (millions of events, a few thousand distinct)."""
-        if value.__class__ is str or value.__class__ is int:
-            return self._shared.setdefault(value, value)
-        return value
+        self._host_args: dict[str, tuple[str, ...]] = {}
+        t = self.trace
+        self._kinds: dict[str, tuple[list[Event], tuple[str, ...] | None, bool]] = {
+            "cpu_op": (t.cpu_ops, None, False), "user_annotation": (t.annotations, None, False), PYTHON: (t.python, (), False),
+            **{cat: (t.runtime, (), True) for cat in RUNTIME}, **{cat: (self._device, KEPT_ARGS[cat], True) for cat in DEVICE_WORK},
+        }
+        """Category -> (where its events go, the args kept (None: by op name), linked by correlation)."""
 
     def add(self, e: Any) -> None:
+        """Keep what the facts read of one event (millions of calls: kept short, shared strings, positional)."""
         if e.__class__ is not dict:
             return
         ph = e.get("ph")
         if ph != "X":
             if (ph == "s" or ph == "f") and e.get("cat") == "ac2g" and "id" in e:
-                self._flow_where.append((self._share(e.get("pid")), self._share(e.get("tid"))))
+                share = self._shared.setdefault
+                pid, tid = e.get("pid"), e.get("tid")
+                self._flow_where.append((share(pid, pid), share(tid, tid)))
                 self._flow_ts.append(float(e.get("ts", 0)))
                 self._flow_ids.append(e["id"])
             return
@@ -174,41 +194,39 @@ class TraceBuilder:
         ts, dur = float(e["ts"]), float(e["dur"])
         self.trace.complete_events += 1
         cat = e.get("cat", "")
-        cat = cat if cat.__class__ is str else str(cat)
+        if cat.__class__ is not str:
+            cat = str(cat)
         name = e.get("name", "")
-        name = name if name.__class__ is str else str(name)
-        args = e.get("args") or _NO_ARGS
-        if args.__class__ is not dict:
-            args = _NO_ARGS
-        kept: list[Event]
+        if name.__class__ is not str:
+            name = str(name)
+        kind = self._kinds.get(cat)
+        if kind is None:
+            return
+        kept, names, linked = kind
         if cat in HOST_ANNOTATIONS and name.startswith(STEP_PREFIX):
             self._steps.setdefault(name, (ts, ts + dur))
             return
-        if cat == "cpu_op":
-            kept = self.trace.cpu_ops
-        elif cat in RUNTIME:
-            kept = self.trace.runtime
-        elif cat in DEVICE_WORK:
-            kept = self._device
-        elif cat == "user_annotation":
-            kept = self.trace.annotations
-        elif cat == PYTHON:
-            if not is_user_frame(name):
-                return
-            kept = self.trace.python
-        else:
+        if kept is self.trace.python and not is_user_frame(name):
             return
-        correlation = args.get("correlation") if args is not _NO_ARGS else None
-        if correlation is not None and (correlation.__class__ is not int):
-            correlation = None
-        if correlation is None and (kept is self._device or kept is self.trace.runtime):
+        args = e.get("args")
+        correlation = small = None
+        if args and args.__class__ is dict:
+            if linked:
+                correlation = args.get("correlation")
+                if correlation.__class__ is not int:
+                    correlation = None
+            if names is None:
+                names = self._host_args.get(name)
+                if names is None:
+                    names = self._host_args[name] = _host_args(name)
+            if names:
+                small = {k: args[k] for k in names if k in args}
+        if linked and correlation is None:
             self._uncorrelated = True
-        names = KEPT_ARGS.get(cat) if args is not _NO_ARGS else ()
-        if names is None:
-            names = _host_args(name)
-        small = {k: args[k] for k in names if k in args} if names else _NO_ARGS
-        kept.append(Event(name=self._share(name), cat=self._share(cat), ts=ts, dur=dur, pid=self._share(e.get("pid")),
-                          tid=self._share(e.get("tid")), args=small or _NO_ARGS, correlation=correlation))
+        share = self._shared.setdefault
+        pid, tid = e.get("pid"), e.get("tid")
+        kept.append(Event(share(name, name), share(cat, cat), ts, dur, share(pid, pid), share(tid, tid),
+                          small or _NO_ARGS, correlation))
 
     def finish(self) -> Trace:
         trace = self.trace

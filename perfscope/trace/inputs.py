@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from perfscope.errors import UserError
-from perfscope.trace.events import Trace, TraceBuilder
+from perfscope.trace.events import Trace, TraceBuilder, paused_gc
 from perfscope.trace.intervals import Span
 from perfscope.trace.reader import stream_trace
 
@@ -123,8 +123,9 @@ def _listed(folder: Path) -> list[Path]:
 def load_rank(file: Path, *, steps: int | None) -> RankTrace:
     """One trace file streamed into its events and metadata, checked; its rank is decided by assign_ranks."""
     builder = TraceBuilder()
-    data = stream_trace(file, builder.add)
-    trace = builder.finish()
+    with paused_gc():
+        data = stream_trace(file, builder.add)
+        trace = builder.finish()
     if not trace.complete_events:
         raise UserError(f"{file}: a trace with no complete (\"X\") events: nothing ran in it")
     if not trace.steps and not _kernels(trace) and steps is None:

@@ -38,6 +38,7 @@ from perfscope.results.distributed import CommunicationFacts, DistributedFacts, 
 from perfscope.results.trace_facts import TraceFacts
 from perfscope.stats import summarize
 from perfscope.trace.communication import communication_facts, exposed_collective_by_step
+from perfscope.trace.events import paused_gc
 from perfscope.trace.facts import DATA_LABEL, trace_facts
 from perfscope.trace.inputs import RankTrace, assign_ranks, load_rank, trace_files
 from perfscope.trace.rank_stragglers import trace_stragglers
@@ -124,14 +125,15 @@ def _analyse(r: RankTrace, *, device_type: str, steps: int, world_size: int) -> 
     trace = r.trace
     assert trace is not None, "a rank is analysed while its events are held"
     try:
-        facts = trace_facts(r.path, device_type=device_type, steps=steps, trace=trace)  # streamed once, by inputs.py
-        comm = None
-        own: list[float] = []
-        if world_size > 1:
-            comm = communication_facts(r.path, rank=r.rank, device_type=device_type, steps=steps, world_size=world_size,
-                                       trace=trace)
-            exposed = exposed_collective_by_step(trace, device_type=device_type)
-            own = [max(0.0, step - wait) for step, wait in zip(r.step_times_s, exposed)]
+        with paused_gc():  # the analyzers make millions of spans too
+            facts = trace_facts(r.path, device_type=device_type, steps=steps, trace=trace)  # streamed once, by inputs.py
+            comm = None
+            own: list[float] = []
+            if world_size > 1:
+                comm = communication_facts(r.path, rank=r.rank, device_type=device_type, steps=steps,
+                                           world_size=world_size, trace=trace)
+                exposed = exposed_collective_by_step(trace, device_type=device_type)
+                own = [max(0.0, step - wait) for step, wait in zip(r.step_times_s, exposed)]
     except ValueError as exc:  # the window the analyzers read has no duration, no events
         raise UserError(f"{r.path}: not a usable trace: {exc}") from None
     return RankAnalysis(source=r, facts=facts, communication=comm, own_work_s=own, device_type=device_type,

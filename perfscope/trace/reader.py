@@ -36,7 +36,15 @@ ERROR_MARGIN = 4 << 20
 """A decode error this far before the end of the buffer is in the file, not at the edge of what was read so far
 (the longest token of a trace, a kernel name or a call stack, is far shorter)."""
 _SPACE = re.compile(r"[ \t\n\r]*")
-_DECODE = json.JSONDecoder().raw_decode
+_COMMA = re.compile(r"[ \t\n\r]*,[ \t\n\r]*")
+_SCAN = json.JSONDecoder().scan_once
+"""The C scanner behind json.loads and raw_decode, called directly: one call per event."""
+try:
+    from orjson import loads as _LOADS
+except ImportError:  # a dependency (pyproject.toml); the standard library's parser reads batches too, slower
+    _LOADS = json.loads
+BATCH_FAILURES = 8
+"""Batches that did not parse before a file is read one event at a time (a writer whose events nest "},{")."""
 
 
 class _Broken(Exception):
@@ -103,7 +111,10 @@ class _Buffer:
         self.peek()
         while True:
             try:
-                obj, end = _DECODE(self.buf, self.i)
+                try:
+                    obj, end = _SCAN(self.buf, self.i)
+                except StopIteration as stop:
+                    raise json.JSONDecodeError("Expecting value", self.buf, stop.value) from None
             except json.JSONDecodeError as exc:
                 if self.eof or exc.pos + ERROR_MARGIN < len(self.buf):
                     raise _Broken(exc.msg if not self.eof or exc.pos < len(self.buf) else
@@ -187,13 +198,20 @@ def _events(path: Path, reader: _Buffer, on_event: Callable[[Any], None]) -> Non
     if reader.peek() == "]":
         reader.i += 1
         return
+    failures = 0
     while True:
-        item = reader.value()
-        try:
-            on_event(item)
-        except (TypeError, ValueError, KeyError) as exc:
-            line, _ = reader.where(reader.i)
-            raise UserError(f"{path}: a malformed trace event (ending at line {line}: {type(exc).__name__}: {exc})") from None
+        if failures < BATCH_FAILURES:
+            batch, cut = _batch(reader)
+            if batch is not None:
+                _deliver(path, reader, batch, on_event, cut)
+                reader.i = cut + 2  # past the "},"
+                continue
+            failures += cut >= 0
+        _deliver(path, reader, [reader.value()], on_event, reader.i)
+        comma = _COMMA.match(reader.buf, reader.i)
+        if comma is not None and comma.end() < len(reader.buf):  # the next event follows in the buffer
+            reader.i = comma.end()
+            continue
         char = reader.peek()
         if char == ",":
             reader.i += 1
@@ -204,6 +222,38 @@ def _events(path: Path, reader: _Buffer, on_event: Callable[[Any], None]) -> Non
             raise _Broken("the file ends before the JSON does (cut short?)", reader.i)
         else:
             raise _Broken("Expecting ',' delimiter", reader.i)
+
+
+def _batch(reader: _Buffer) -> tuple[list[Any] | None, int]:
+    """Every whole event from the read position to the last event boundary ("}," then "{") in the buffer, parsed in
+    one call; (None, -1) when the buffer holds no boundary, (None, cut) when the text up to it did not parse.
+
+    Why this is exact: "[" + text + "]" parses only when the text is a sequence of whole JSON values, so a cut inside
+    a string or a nested object fails (and that event is read on its own, which words any real error)."""
+    buf, start = reader.buf, reader.i
+    cut = buf.rfind("},", start)
+    while cut > start:
+        after = _SPACE.match(buf, cut + 2).end()  # type: ignore[union-attr]
+        if after < len(buf) and buf[after] == "{":
+            break
+        cut = buf.rfind("},", start, cut)
+    if cut <= start:
+        return None, -1
+    try:
+        batch = _LOADS("[" + buf[start:cut + 1] + "]")
+    except (ValueError, RecursionError):  # orjson.JSONDecodeError and json.JSONDecodeError are ValueErrors
+        return None, cut
+    return batch, cut
+
+
+def _deliver(path: Path, reader: _Buffer, items: list[Any], on_event: Callable[[Any], None], end: int) -> None:
+    try:
+        for item in items:
+            on_event(item)
+    except (TypeError, ValueError, KeyError) as exc:
+        first, last = reader.where(reader.i)[0], reader.where(end)[0]
+        where = f"line {last}" if first == last else f"lines {first}-{last}"
+        raise UserError(f"{path}: a malformed trace event (at {where}: {type(exc).__name__}: {exc})") from None
 
 
 def _end(reader: _Buffer) -> None:
