@@ -42,7 +42,7 @@ class _Writer:
 
     def __init__(self, fh: io.TextIOBase, rng: random.Random) -> None:
         self.fh, self.rng, self.first = fh, rng, True
-        self.correlation, self.external = 1000, 1
+        self.correlation, self.external = 1_000_000, 1  # a job's later steps: Kineto's ids count from process start
 
     def emit(self, text: str) -> None:
         self.fh.write(text if self.first else ",\n" + text)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import gc
 import re
 from array import array
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -56,11 +57,12 @@ LIBRARY_FRAME = re.compile(r"(?:^|/)(?:torch|perfscope|site-packages|dist-packag
 SIZE_ARGS = ("Input Dims", "Input type", "In msg nelems", "Out msg nelems", "dtype")
 """Shapes and message sizes: read on matmul ops (GEMM shapes) and collectives (payload bytes) only."""
 KEPT_ARGS = {
-    "kernel": ("device", "External id", "In msg nelems", "Out msg nelems", "dtype"),
-    "gpu_memcpy": ("device", "External id", "bytes"),
-    "gpu_memset": ("device", "External id", "bytes"),
+    "kernel": ("In msg nelems", "Out msg nelems", "dtype"),
+    "gpu_memcpy": ("bytes",),
+    "gpu_memset": ("bytes",),
 }
-"""The args a fact reads of device work; a host op's are decided by its name (_host_args)."""
+"""The args a fact reads of device work (NCCL kernels' sizes, copies' bytes); a host op's are decided by its name
+(_host_args). The "External id" is a field of its own, the kernels' "device" a count (Trace.kernel_devices)."""
 _NO_ARGS: dict[str, Any] = {}
 """Shared by every event with no kept args: never mutated."""
 
@@ -83,6 +85,8 @@ class Event:
     """Only the args some fact reads (KEPT_ARGS, _host_args)."""
     correlation: int | None = None
     """The "correlation" arg (runtime calls and device work), when the trace writes it."""
+    external_id: Any = None
+    """The "External id" arg of device work and matmul ops (it links work to the op when the launch is missing)."""
 
     @property
     def end(self) -> float:
@@ -120,6 +124,8 @@ class Trace:
     """Sorted by start time."""
     complete_events: int = 0
     """Complete ("X") events with a start and a duration in the file, kept or not."""
+    kernel_devices: Counter[int] = field(default_factory=Counter)
+    """Kernels by their "device" arg (a device index): which GPU of the host the rank ran on."""
 
     def labelled(self, name: str) -> list[Span]:
         return [e.span for e in self.annotations if e.name == name]
@@ -169,6 +175,7 @@ class TraceBuilder:
         self._flow_where: list[tuple[Any, Any]] = []
         self._uncorrelated = False
         self._host_args: dict[str, tuple[str, ...]] = {}
+        self._shapes: dict[Any, Any] = {}
         t = self.trace
         self._kinds: dict[str, tuple[list[Event], tuple[str, ...] | None, bool]] = {
             "cpu_op": (t.cpu_ops, None, False), "user_annotation": (t.annotations, None, False), PYTHON: (t.python, (), False),
@@ -209,24 +216,40 @@ class TraceBuilder:
         if kept is self.trace.python and not is_user_frame(name):
             return
         args = e.get("args")
-        correlation = small = None
+        correlation = small = external = None
         if args and args.__class__ is dict:
             if linked:
                 correlation = args.get("correlation")
                 if correlation.__class__ is not int:
                     correlation = None
+                external = args.get("External id")
+                if cat == "kernel":
+                    device = args.get("device")
+                    if device.__class__ is int and device >= 0:
+                        self.trace.kernel_devices[device] += 1
             if names is None:
                 names = self._host_args.get(name)
                 if names is None:
                     names = self._host_args[name] = _host_args(name)
+                if names is _MATMUL_ARGS:
+                    external = args.get("External id")
             if names:
-                small = {k: args[k] for k in names if k in args}
+                small = {k: self._frozen(args[k]) for k in names if k in args}
         if linked and correlation is None:
             self._uncorrelated = True
         share = self._shared.setdefault
         pid, tid = e.get("pid"), e.get("tid")
         kept.append(Event(share(name, name), share(cat, cat), ts, dur, share(pid, pid), share(tid, tid),
-                          small or _NO_ARGS, correlation))
+                          small or _NO_ARGS, correlation, external))
+
+    def _frozen(self, value: Any) -> Any:
+        """One shared object for equal shape lists ("Input Dims" of every matmul of a layer repeat; never mutated)."""
+        if value.__class__ is not list:
+            return value
+        try:
+            return self._shapes.setdefault(_freeze(value), value)
+        except TypeError:  # an unhashable leaf (a dict): kept as it is
+            return value
 
     def finish(self) -> Trace:
         trace = self.trace
@@ -249,10 +272,17 @@ def _host_args(name: str) -> tuple[str, ...]:
     kernels without a launch), sizes for a collective op or a record_function span (gloo:all_reduce and the like:
     payload bytes), nothing for the other ops (most of the events, and most of their bytes)."""
     if name in GEMM_OPS:
-        return ("Input Dims", "Input type", "External id")
+        return _MATMUL_ARGS
     if name.partition("::")[0] in COMM_NAMESPACES or "::" not in name:  # c10d ops; annotations (gloo:, nccl:), few
         return SIZE_ARGS
     return ()
+
+
+_MATMUL_ARGS = ("Input Dims", "Input type")
+
+
+def _freeze(value: Any) -> Any:
+    return tuple(_freeze(v) for v in value) if value.__class__ is list else value
 
 
 def _correlation(e: Event, flows: dict[tuple[Any, Any, float], Any]) -> int | None:

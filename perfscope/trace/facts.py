@@ -489,7 +489,7 @@ def _device_time_by_op(trace: Trace, ops: list[Event]) -> dict[int, float]:
     for spans in by_thread.values():
         spans.sort()
     starts = {k: [s for s, _, _ in v] for k, v in by_thread.items()}
-    by_ext = {e.args.get("External id"): i for i, e in enumerate(ops) if e.args.get("External id") is not None}
+    by_ext = {e.external_id: i for i, e in enumerate(ops) if e.external_id is not None}
     out: dict[int, float] = defaultdict(float)
     for x in trace.device:
         if x.launch is not None:
@@ -497,7 +497,7 @@ def _device_time_by_op(trace: Trace, ops: list[Event]) -> dict[int, float]:
             j = bisect.bisect_right(starts.get(key, []), x.launch.ts) - 1
             if j >= 0 and by_thread[key][j][1] >= x.launch.ts:
                 out[by_thread[key][j][2]] += x.event.dur
-        elif (i := by_ext.get(x.event.args.get("External id"))) is not None:
+        elif (i := by_ext.get(x.event.external_id)) is not None:
             out[i] += x.event.dur
     return out
 

@@ -20,7 +20,6 @@ are ever held.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,7 +154,7 @@ def _device_of(trace: Trace, props: list[dict[str, Any]]) -> dict[str, Any]:
     first entry when the kernels do not say (Kineto lists every GPU of the host, not only the rank's)."""
     if not props:
         return {}
-    used = Counter(x.event.args.get("device") for x in _kernels(trace) if _is_int(x.event.args.get("device")))
+    used = trace.kernel_devices
     if used:
         index = used.most_common(1)[0][0]
         match = next((p for p in props if p.get("id") == index), None)

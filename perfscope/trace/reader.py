@@ -30,8 +30,9 @@ from typing import IO, Any
 
 from perfscope.errors import UserError
 
-CHUNK = 1 << 20
-"""Characters read at a time; a value that does not fit is retried with a buffer twice as long."""
+CHUNK = 1 << 18
+"""Characters read at a time (and so the most text parsed in one batch: orjson's scratch memory is ~16x its input); a
+value that does not fit is retried with a buffer twice as long."""
 ERROR_MARGIN = 4 << 20
 """A decode error this far before the end of the buffer is in the file, not at the edge of what was read so far
 (the longest token of a trace, a kernel name or a call stack, is far shorter)."""
@@ -119,7 +120,7 @@ class _Buffer:
                 if self.eof or exc.pos + ERROR_MARGIN < len(self.buf):
                     raise _Broken(exc.msg if not self.eof or exc.pos < len(self.buf) else
                                   "the file ends before the JSON does (cut short?)", exc.pos) from None
-                self.fill(len(self.buf))
+                self.fill(len(self.buf) - self.i)  # doubles only for a value longer than the buffer
                 continue
             if end == len(self.buf) and not self.eof and self.fill():
                 continue  # a number or literal may go on in the next chunk
