@@ -36,6 +36,7 @@ value that does not fit is retried with a buffer twice as long."""
 ERROR_MARGIN = 4 << 20
 """A decode error this far before the end of the buffer is in the file, not at the edge of what was read so far
 (the longest token of a trace, a kernel name or a call stack, is far shorter)."""
+ENDS_EARLY = "the file ends before the JSON does: cut short?"
 _SPACE = re.compile(r"[ \t\n\r]*")
 _COMMA = re.compile(r"[ \t\n\r]*,[ \t\n\r]*")
 _SCAN = json.JSONDecoder().scan_once
@@ -103,8 +104,9 @@ class _Buffer:
                 return ""
 
     def expect(self, char: str, what: str) -> None:
-        if self.peek() != char:
-            raise _Broken(f"Expecting {what}", self.i)
+        found = self.peek()
+        if found != char:
+            raise _Broken(f"Expecting {what}" if found else ENDS_EARLY, self.i)
         self.i += 1
 
     def value(self) -> Any:
@@ -118,8 +120,8 @@ class _Buffer:
                     raise json.JSONDecodeError("Expecting value", self.buf, stop.value) from None
             except json.JSONDecodeError as exc:
                 if self.eof or exc.pos + ERROR_MARGIN < len(self.buf):
-                    raise _Broken(exc.msg if not self.eof or exc.pos < len(self.buf) else
-                                  "the file ends before the JSON does (cut short?)", exc.pos) from None
+                    cut = self.eof and (exc.pos >= len(self.buf) - 1 or exc.msg.startswith("Unterminated string"))
+                    raise _Broken(ENDS_EARLY if cut else exc.msg, exc.pos) from None
                 self.fill(len(self.buf) - self.i)  # doubles only for a value longer than the buffer
                 continue
             if end == len(self.buf) and not self.eof and self.fill():
@@ -204,11 +206,11 @@ def _events(path: Path, reader: _Buffer, on_event: Callable[[Any], None]) -> Non
         if failures < BATCH_FAILURES:
             batch, cut = _batch(reader)
             if batch is not None:
-                _deliver(path, reader, batch, on_event, cut)
+                _deliver(path, reader, batch, on_event)
                 reader.i = cut + 2  # past the "},"
                 continue
             failures += cut >= 0
-        _deliver(path, reader, [reader.value()], on_event, reader.i)
+        _deliver(path, reader, [reader.value()], on_event)
         comma = _COMMA.match(reader.buf, reader.i)
         if comma is not None and comma.end() < len(reader.buf):  # the next event follows in the buffer
             reader.i = comma.end()
@@ -220,7 +222,7 @@ def _events(path: Path, reader: _Buffer, on_event: Callable[[Any], None]) -> Non
             reader.i += 1
             return
         elif char == "":
-            raise _Broken("the file ends before the JSON does (cut short?)", reader.i)
+            raise _Broken(ENDS_EARLY, reader.i)
         else:
             raise _Broken("Expecting ',' delimiter", reader.i)
 
@@ -247,14 +249,20 @@ def _batch(reader: _Buffer) -> tuple[list[Any] | None, int]:
     return batch, cut
 
 
-def _deliver(path: Path, reader: _Buffer, items: list[Any], on_event: Callable[[Any], None], end: int) -> None:
-    try:
-        for item in items:
+def _deliver(path: Path, reader: _Buffer, items: list[Any], on_event: Callable[[Any], None]) -> None:
+    """Each item to ``on_event``; an item it cannot read is named by its line: the items of a batch before it are
+    stepped over again (without being delivered twice) to find where it ends."""
+    for n, item in enumerate(items):
+        try:
             on_event(item)
-    except (TypeError, ValueError, KeyError) as exc:
-        first, last = reader.where(reader.i)[0], reader.where(end)[0]
-        where = f"line {last}" if first == last else f"lines {first}-{last}"
-        raise UserError(f"{path}: a malformed trace event (at {where}: {type(exc).__name__}: {exc})") from None
+        except (TypeError, ValueError, KeyError) as exc:
+            if len(items) > 1:
+                for _ in range(n):
+                    reader.value()
+                    reader.expect(",", "',' delimiter")
+                reader.value()
+            line, _ = reader.where(reader.i)
+            raise UserError(f"{path}: a malformed trace event (at line {line}: {type(exc).__name__}: {exc})") from None
 
 
 def _end(reader: _Buffer) -> None:
