@@ -261,3 +261,14 @@ def test_a_folder_is_read_one_rank_at_a_time(tmp_path: Path, monkeypatch: pytest
     dist = results.trials[0].metrics.distributed
     assert len(held) == 3 and dist is not None and [r.rank for r in dist.ranks] == [0, 1, 2]
     assert [dist.communication.rank] == [dist.slowest_rank]
+
+
+def test_the_trace_size_is_recorded_and_reported() -> None:
+    """TraceFacts.trace_bytes is the file's size, and the report's link to the trace says it."""
+    from perfscope.report.view import build_view
+
+    path = TRACES / "cuda" / "h100_fp32_launch_bound.json.gz"
+    results = offline.trace_results(path)
+    assert results.trials[0].metrics.trace_facts.trace_bytes == path.stat().st_size
+    (link,) = build_view(results).traces
+    assert link.label.endswith(f"({path.stat().st_size / 1024:.1f} KiB)"), link.label
