@@ -66,7 +66,8 @@ def measure(reader: str, what: str, cmd: list[str], *, env: dict[str, str], cap_
 
     start = time.perf_counter()
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=limits)
+        # cwd: the temporary folder, so that `python -m` finds the perfscope PYTHONPATH names, not the checkout's
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=limits, cwd=log.parent)
         timed_out = False
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -124,6 +125,10 @@ def main() -> None:
         env_new = {**os.environ, "PYTHONPATH": str(ROOT)}
         env_old = {**os.environ, "PYTHONPATH": str(old)}
         python = sys.executable
+        for env, expected in ((env_new, ROOT), (env_old, old)):  # each run imports the perfscope it names
+            where = subprocess.run([python, "-c", "import perfscope.trace; print(perfscope.trace.__file__)"], env=env,
+                                   cwd=tmp, capture_output=True, text=True, check=True).stdout.strip()
+            assert Path(where).is_relative_to(expected), (where, expected)
 
         def trace_file(gb: float) -> Path:
             path = tmp / f"trace_{gb:g}gb{suffix}"
