@@ -120,7 +120,8 @@ def main() -> None:
     try:
         old = tmp / "old"
         old.mkdir()
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.old_commit, "perfscope"], capture_output=True, check=True)
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.old_commit, "perfscope"], capture_output=True,
+                                 check=True)
         subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
         env_new = {**os.environ, "PYTHONPATH": str(ROOT)}
         env_old = {**os.environ, "PYTHONPATH": str(old)}

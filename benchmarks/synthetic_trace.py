@@ -23,14 +23,16 @@ from pathlib import Path
 STEPS = 4
 STREAMS = (7, 13, 17, 21)
 NCCL_STREAM = 24
-LAYER_OPS = (  # (op, kernel, dims of the GEMM inputs or None)
+LAYER_OPS = (  # (op, its kernel, whether it is a matmul with GEMM input shapes)
     ("aten::addmm", "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off", True),
     ("aten::mm", "nvjet_tst_192x192_64x4_2x1_v_bz_coopA_TNT", True),
     ("aten::_flash_attention_forward", "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4> >", False),
-    ("aten::native_layer_norm", "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>", False),
+    ("aten::native_layer_norm",
+     "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>", False),
     ("aten::gelu", "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>", False),
     ("aten::add", "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16> >", False),
-    ("aten::mul", "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor>>", False),
+    ("aten::mul",
+     "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor>>", False),
 )
 FRAMES = ("train.py(88): train_step", "torch/nn/modules/module.py(1750): _call_impl",
           "torch/nn/modules/module.py(1739): _wrapped_call_impl", "model.py(41): forward", "torch/nn/functional.py(2900): linear")

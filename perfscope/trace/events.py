@@ -179,7 +179,8 @@ class TraceBuilder:
         t = self.trace
         self._kinds: dict[str, tuple[list[Event], tuple[str, ...] | None, bool]] = {
             "cpu_op": (t.cpu_ops, None, False), "user_annotation": (t.annotations, None, False), PYTHON: (t.python, (), False),
-            **{cat: (t.runtime, (), True) for cat in RUNTIME}, **{cat: (self._device, KEPT_ARGS[cat], True) for cat in DEVICE_WORK},
+            **{cat: (t.runtime, (), True) for cat in RUNTIME},
+            **{cat: (self._device, KEPT_ARGS[cat], True) for cat in DEVICE_WORK},
         }
         """Category -> (where its events go, the args kept (None: by op name), linked by correlation)."""
 
