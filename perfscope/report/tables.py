@@ -251,7 +251,8 @@ def trace_href(trace_path: str, report_dir: Path | None) -> str:
 
 def traces(results: Results, report_dir: Path | None) -> list[TraceLink]:
     return [
-        TraceLink(trial=t.name, href=trace_href(t.metrics.trace_path, report_dir), label=_from_report(t.metrics.trace_path, report_dir))
+        TraceLink(trial=t.name, href=trace_href(t.metrics.trace_path, report_dir), label=_from_report(t.metrics.trace_path, report_dir)
+                  + (f" ({fmt_bytes(t.metrics.trace_facts.trace_bytes)})" if t.metrics.trace_facts and t.metrics.trace_facts.trace_bytes else ""))
         for t in results.trials
         if t.metrics and t.metrics.trace_path
     ]

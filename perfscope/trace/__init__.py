@@ -12,7 +12,8 @@ and the trace diff (diff.py). The modules, in the order a trace flows through th
 
     capture.py      the bounded torch.profiler window
     export.py       the file kept: its own folder, training-step labels, distributedInfo (HTA, Perfetto)
-    events.py       the trace read once: host-side annotations only, device work linked to its launch
+    reader.py       the file streamed one event at a time, every bad input one line with file and position
+    events.py       the trace read once into lean records: host-side annotations only, device work linked to its launch
     intervals.py    merge / clip / gaps / subtract on (start, end) spans
     categories.py   kernel and op names -> categories; does a GEMM kernel run on tensor cores
     facts.py        one analyzer per fact family, and trace_facts() composing them

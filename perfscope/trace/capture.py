@@ -99,6 +99,9 @@ class TraceCapture:
                 activities=activities,
                 schedule=steps,
                 on_trace_ready=self._export,
+                # Shapes are what the GEMM-shape facts (the misaligned-GEMM rule) and gloo collectives' payload bytes
+                # are read from; stacks (with_stack) only name a sync's Python line, and multiply the trace's size with
+                # python_function frames, so they stay off; the window is a few steps and the file capped (max_bytes).
                 record_shapes=True,
             )
             self._prof.__enter__()

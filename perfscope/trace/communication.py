@@ -45,12 +45,10 @@ from pathlib import Path
 from perfscope.measure.bus import bus_bandwidth_gbps
 from perfscope.results.distributed import CollectiveStat, CommunicationFacts
 from perfscope.trace.categories import categorize
-from perfscope.trace.events import Event, Trace, read_trace
+from perfscope.trace.events import COMM_NAMESPACES, GLOO_PREFIX, Event, Trace, read_trace
 from perfscope.trace.facts import Window, data_spans, window
 from perfscope.trace.intervals import Span, clip, length, merge, subtract
 
-COMM_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional")
-GLOO_PREFIX = "gloo:"
 _DISPATCHER_OP = re.compile(r"^\w+::\w+$")
 _NCCL_OP = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|AllToAll|Send|Recv)", re.I)
 DTYPE_BYTES = {

@@ -50,17 +50,13 @@ from perfscope.results.trace_facts import (
     TraceFacts,
 )
 from perfscope.trace.categories import categorize, gemm_on_tensor_cores
-from perfscope.trace.events import DeviceWork, Event, Trace, read_trace
+from perfscope.trace.events import GEMM_OPS, DeviceWork, Event, Trace, is_user_frame, read_trace
 from perfscope.trace.intervals import Span, clip, gaps, length, merge, overlap, subtract
 
 SYNC_CALL = re.compile(r"^(?:cuda|hip|cu)(?:Stream|Device|Event|Ctx)Synchronize$|^(?:cudaMemcpy|hipMemcpy|hipMemcpyWithStream)$")
 """Runtime calls that block the host until the device has done: the synchronize family, and the blocking copy
 APIs (torch's ROCm build copies to and from the host with hipMemcpyWithStream)."""
-_USER_FRAME = re.compile(r"\.py\(\d+\): ")
-_LIBRARY_FRAME = re.compile(r"(?:^|/)(?:torch|perfscope|site-packages|dist-packages)/|^(?:contextlib|threading|runpy)\.py")
-"""Python frames of a stack trace: the user's are files outside torch, perfscope and installed packages."""
 RUNTIME_LAUNCH = re.compile(r"cudaLaunchKernel|cuLaunchKernel|cudaLaunchCooperativeKernel|cudaGraphLaunch", re.I)
-GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")  # leaves: linear/matmul decompose into these
 DATA_LABEL = "perfscope::data"
 LAUNCH_BOUND_KERNELS, LAUNCH_BOUND_MEDIAN_US = 200, 20.0
 STARVED_MIN_FRACTION = 0.10
@@ -180,7 +176,7 @@ def _sync_site(copies: list[tuple[float, Any, str]], call: Event, chain: list[Ev
         direction = _copy_direction(copies, ops[0])
         if direction:
             site += f" ({direction} copy)"
-    user = [f for f in frames if _USER_FRAME.search(f.name) and not _LIBRARY_FRAME.search(f.name)]
+    user = [f for f in frames if is_user_frame(f.name)]
     return f"{site} at {user[-1].name}" if user else site
 
 
@@ -493,7 +489,7 @@ def _device_time_by_op(trace: Trace, ops: list[Event]) -> dict[int, float]:
     for spans in by_thread.values():
         spans.sort()
     starts = {k: [s for s, _, _ in v] for k, v in by_thread.items()}
-    by_ext = {e.args.get("External id"): i for i, e in enumerate(ops) if e.args.get("External id") is not None}
+    by_ext = {e.external_id: i for i, e in enumerate(ops) if e.external_id is not None}
     out: dict[int, float] = defaultdict(float)
     for x in trace.device:
         if x.launch is not None:
@@ -501,7 +497,7 @@ def _device_time_by_op(trace: Trace, ops: list[Event]) -> dict[int, float]:
             j = bisect.bisect_right(starts.get(key, []), x.launch.ts) - 1
             if j >= 0 and by_thread[key][j][1] >= x.launch.ts:
                 out[by_thread[key][j][2]] += x.event.dur
-        elif (i := by_ext.get(x.event.args.get("External id"))) is not None:
+        elif (i := by_ext.get(x.event.external_id)) is not None:
             out[i] += x.event.dur
     return out
 

@@ -13,21 +13,21 @@ folder works too: its `results.json` is not a trace and is skipped, and its trac
 What makes a file a usable Kineto trace, each failure a one-line error naming the file: it is not empty, it
 decompresses (a truncated gzip is named as such), it is JSON, it is an object with a `traceEvents` list (or a bare
 list of events), it has complete ("X") events, and its steps can be found: ProfilerStep#N spans, or GPU kernels,
-or a step count given by the user (--steps).
+or a step count given by the user (--steps). The file is streamed (perfscope.trace.reader, which words the errors):
+a folder of many large rank traces is read one rank at a time (perfscope.trace.offline), so only one rank's events
+are ever held.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
-import zlib
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perfscope.errors import UserError
-from perfscope.trace.events import Trace, build_trace
+from perfscope.trace.events import Trace, TraceBuilder, paused_gc
+from perfscope.trace.intervals import Span
+from perfscope.trace.reader import stream_trace
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 RESULTS_FILE = "results.json"
@@ -53,34 +53,40 @@ class RankTrace:
     """The name of the GPU the rank's kernels ran on (deviceProperties); None when the trace does not say."""
     device_properties: dict[str, Any] = field(default_factory=dict)
     host_name: str = ""
-    trace: Trace
-    """The parsed events (perfscope.trace.events)."""
+    declared_rank: int | None = None
+    """distributedInfo.rank; None when the trace does not say (then ``rank`` comes from the file order)."""
+    steps: list[Span] = field(default_factory=list)
+    """The ProfilerStep#N spans, kept when the events are released."""
+    trace: Trace | None = None
+    """The parsed events (perfscope.trace.events); None once released (a folder of large traces is analysed one
+    rank at a time)."""
 
     @property
     def step_times_s(self) -> list[float]:
         """Each ProfilerStep#N span's duration, in step order (empty when the trace has none)."""
-        return [(end - start) / 1e6 for start, end in self.trace.steps]
+        return [(end - start) / 1e6 for start, end in self.steps]
 
 
 def rank_traces(path: Path, *, steps: int | None = None) -> list[RankTrace]:
-    """The rank traces at ``path`` (a trace file or a folder of them), checked and sorted by rank."""
-    files = _trace_files(path)
-    parsed = [(file, _load(file, steps=steps)) for file in files]
+    """The rank traces at ``path`` (a trace file or a folder of them), checked and sorted by rank, every one's events
+    held: for a few small files. perfscope.trace.offline reads a folder one rank at a time instead."""
+    return assign_ranks(path, [load_rank(file, steps=steps) for file in trace_files(path)])
+
+
+def assign_ranks(path: Path, loaded: list[RankTrace]) -> list[RankTrace]:
+    """Each file's rank: its distributedInfo.rank, else the lowest free rank in file-name order; two files of one
+    rank are an error naming both. Sorted by rank."""
     claimed: dict[int, Path] = {}
-    for file, (data, _) in parsed:
-        rank = _distributed(data).get("rank")
-        if _is_int(rank):
-            if rank in claimed:
-                raise UserError(f"{path}: two traces of rank {rank}: {claimed[rank].name} and {file.name}")
-            claimed[rank] = file
-    free = (r for r in range(len(parsed) + len(claimed)) if r not in claimed)
-    out = []
-    for file, (data, trace) in parsed:
-        info = _distributed(data)
-        rank = info.get("rank")
-        rank_from = "distributedInfo" if _is_int(rank) else "file order"
-        out.append(_rank_trace(file, data, trace, rank=rank if _is_int(rank) else next(free), rank_from=rank_from))
-    return sorted(out, key=lambda r: r.rank)
+    for r in loaded:
+        if r.declared_rank is not None:
+            if r.declared_rank in claimed:
+                raise UserError(f"{path}: two traces of rank {r.declared_rank}: {claimed[r.declared_rank].name} and "
+                                f"{r.path.name}")
+            claimed[r.declared_rank] = r.path
+    free = (n for n in range(len(loaded) + len(claimed)) if n not in claimed)
+    for r in sorted(loaded, key=lambda r: r.path.name):
+        r.rank, r.rank_from = (r.declared_rank, "distributedInfo") if r.declared_rank is not None else (next(free), "file order")
+    return sorted(loaded, key=lambda r: r.rank)
 
 
 def check_out_apart(path: Path, out: Path) -> None:
@@ -92,7 +98,8 @@ def check_out_apart(path: Path, out: Path) -> None:
         raise UserError(f"--out {out}: the folder of the traces it reads; choose another output folder")
 
 
-def _trace_files(path: Path) -> list[Path]:
+def trace_files(path: Path) -> list[Path]:
+    """The trace files at ``path``, in file-name order; UserError when there are none."""
     if not path.exists():
         raise UserError(f"{path}: no such file or folder")
     if path.is_file():
@@ -112,60 +119,33 @@ def _listed(folder: Path) -> list[Path]:
                   if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and p.name != RESULTS_FILE)
 
 
-def _load(file: Path, *, steps: int | None) -> tuple[dict[str, Any], Trace]:
-    """The trace's top-level object (metadata; a bare event list becomes {"traceEvents": [...]}) and its events."""
-    try:
-        if file.stat().st_size == 0:
-            raise UserError(f"{file}: an empty file (0 bytes), not a Kineto trace")
-        if file.name.endswith(".gz"):
-            with gzip.open(file, "rt", encoding="utf-8") as fh:
-                data = json.load(fh)
-        else:
-            with open(file, encoding="utf-8") as fh:
-                data = json.load(fh)
-    except EOFError:
-        raise UserError(f"{file}: a truncated gzip file (it ends before the end of its compressed stream)") from None
-    except (gzip.BadGzipFile, zlib.error) as exc:
-        raise UserError(f"{file}: not a valid gzip file ({exc})") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{file}: not UTF-8 text, so not a JSON trace") from None
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{file}: not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
-    except RecursionError:
-        raise UserError(f"{file}: JSON nested too deeply to be a trace") from None
-    except OSError as exc:
-        raise UserError(f"{file}: cannot read it: {exc.strerror or exc}") from None
-    if isinstance(data, list):
-        data = {"traceEvents": data}
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        keys = ", ".join(list(data)[:5]) if isinstance(data, dict) else type(data).__name__
-        raise UserError(f"{file}: JSON of another shape, not a Kineto trace: no traceEvents list "
-                        f"(found: {keys or 'an empty object'})")
-    events = [e for e in data["traceEvents"] if isinstance(e, dict)]
-    if not any(e.get("ph") == "X" and "ts" in e and "dur" in e for e in events):
+def load_rank(file: Path, *, steps: int | None) -> RankTrace:
+    """One trace file streamed into its events and metadata, checked; its rank is decided by assign_ranks."""
+    builder = TraceBuilder()
+    with paused_gc():
+        data = stream_trace(file, builder.add)
+        trace = builder.finish()
+    if not trace.complete_events:
         raise UserError(f"{file}: a trace with no complete (\"X\") events: nothing ran in it")
-    try:
-        trace = build_trace(events)
-    except (TypeError, ValueError) as exc:
-        raise UserError(f"{file}: a malformed trace event ({type(exc).__name__}: {exc})") from None
     if not trace.steps and not _kernels(trace) and steps is None:
         raise UserError(f"{file}: no ProfilerStep#N spans and no GPU kernels: its steps cannot be found (profile with a "
                         "schedule and call prof.step() every step, or pass --steps N for a trace of N whole steps)")
-    return data, trace
+    return _rank_trace(file, data, trace)
 
 
-def _rank_trace(file: Path, data: dict[str, Any], trace: Trace, *, rank: int, rank_from: str) -> RankTrace:
+def _rank_trace(file: Path, data: dict[str, Any], trace: Trace) -> RankTrace:
     info = _distributed(data)
     props = [p for p in data.get("deviceProperties") or [] if isinstance(p, dict)]
     cuda = bool(_kernels(trace) or props)
     device = _device_of(trace, props) if cuda else {}
     world = info.get("world_size")
+    rank = info.get("rank")
     name = device.get("name")
     return RankTrace(
-        path=file, rank=rank, rank_from=rank_from, world_size=world if _is_int(world) and world > 0 else None,
+        path=file, rank=-1, rank_from="", world_size=world if _is_int(world) and world > 0 else None,
         backend=str(info.get("backend") or ""), device_type="cuda" if cuda else "cpu",
         device_name=str(name) if name else None, device_properties=device, host_name=str(data.get("host_name") or ""),
-        trace=trace,
+        declared_rank=rank if _is_int(rank) else None, steps=list(trace.steps), trace=trace,
     )
 
 
@@ -174,7 +154,7 @@ def _device_of(trace: Trace, props: list[dict[str, Any]]) -> dict[str, Any]:
     first entry when the kernels do not say (Kineto lists every GPU of the host, not only the rank's)."""
     if not props:
         return {}
-    used = Counter(x.event.args.get("device") for x in _kernels(trace) if _is_int(x.event.args.get("device")))
+    used = trace.kernel_devices
     if used:
         index = used.most_common(1)[0][0]
         match = next((p for p in props if p.get("id") == index), None)
@@ -196,4 +176,4 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-__all__ = ["RankTrace", "check_out_apart", "rank_traces"]
+__all__ = ["RankTrace", "assign_ranks", "check_out_apart", "load_rank", "rank_traces", "trace_files"]

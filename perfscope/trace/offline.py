@@ -38,8 +38,9 @@ from perfscope.results.distributed import CommunicationFacts, DistributedFacts, 
 from perfscope.results.trace_facts import TraceFacts
 from perfscope.stats import summarize
 from perfscope.trace.communication import communication_facts, exposed_collective_by_step
+from perfscope.trace.events import paused_gc
 from perfscope.trace.facts import DATA_LABEL, trace_facts
-from perfscope.trace.inputs import RankTrace, rank_traces
+from perfscope.trace.inputs import RankTrace, assign_ranks, load_rank, trace_files
 from perfscope.trace.rank_stragglers import trace_stragglers
 
 TRIAL = "baseline"
@@ -56,15 +57,40 @@ class RankAnalysis:
     communication: CommunicationFacts | None
     own_work_s: list[float]
     """Per traced step: the step minus its exposed collective time (perfscope.trace.rank_stragglers)."""
+    device_type: str
+    world_size: int
+    """What the rank was analysed as (the job's device type and world size, as known when it was read)."""
+    data_labelled: bool
+    """The trace has perfscope::data spans."""
 
 
 def trace_results(path: Path, *, steps: int | None = None, command: list[str] | None = None) -> Results:
-    """The Results of the trace(s) at ``path``; UserError (exit 2) on anything that is not a usable Kineto trace."""
-    ranks = rank_traces(path, steps=steps)
-    device_type = "cuda" if any(r.device_type == "cuda" for r in ranks) else "cpu"
-    declared = [r.world_size for r in ranks if r.world_size is not None]
-    world_size = max([len(ranks), *declared])
-    analysed = [_analyse(r, device_type=device_type, steps=steps or 1, world_size=world_size) for r in ranks]
+    """The Results of the trace(s) at ``path``; UserError (exit 2) on anything that is not a usable Kineto trace.
+
+    One rank at a time: each file is streamed, analysed and its events released before the next is read, so a
+    folder of 64 large rank traces needs the memory of one (only per-rank summaries are kept). A rank is analysed
+    against the job as known so far (its own device type and declared world size, the files' count); the rare rank
+    that the rest of the job contradicts (a CUDA rank after a CPU one, a larger world_size declared later) is read
+    again."""
+    files = trace_files(path)
+    analysed: list[RankAnalysis] = []
+    for file in files:
+        rank = load_rank(file, steps=steps)
+        analysed.append(_analyse(rank, device_type=_device_type([a.source for a in analysed] + [rank]),
+                                 steps=steps or 1, world_size=_world_size(len(files), [a.source for a in analysed] + [rank])))
+        rank.trace = None  # released: only the summaries are kept across ranks
+    ranks = assign_ranks(path, [a.source for a in analysed])
+    device_type, world_size = _device_type(ranks), _world_size(len(files), ranks)
+    for i, a in enumerate(analysed):
+        if (a.device_type, a.world_size) != (device_type, world_size):
+            again = load_rank(a.source.path, steps=steps)
+            again.rank, again.rank_from = a.source.rank, a.source.rank_from
+            analysed[i] = _analyse(again, device_type=device_type, steps=steps or 1, world_size=world_size)
+            again.trace = None
+        if analysed[i].communication is not None:
+            analysed[i].communication.rank = analysed[i].source.rank  # type: ignore[union-attr]
+    analysed.sort(key=lambda a: a.source.rank)
+    ranks = [a.source for a in analysed]
     first = analysed[0]
     metrics = _metrics(first)
     notes: list[str] = []
@@ -87,19 +113,31 @@ def trace_results(path: Path, *, steps: int | None = None, command: list[str] | 
     )
 
 
+def _device_type(ranks: list[RankTrace]) -> str:
+    return "cuda" if any(r.device_type == "cuda" for r in ranks) else "cpu"
+
+
+def _world_size(files: int, ranks: list[RankTrace]) -> int:
+    return max([files, *(r.world_size for r in ranks if r.world_size is not None)])
+
+
 def _analyse(r: RankTrace, *, device_type: str, steps: int, world_size: int) -> RankAnalysis:
+    trace = r.trace
+    assert trace is not None, "a rank is analysed while its events are held"
     try:
-        facts = trace_facts(r.path, device_type=device_type, steps=steps, trace=r.trace)  # parsed once, by inputs.py
-        comm = None
-        own: list[float] = []
-        if world_size > 1:
-            comm = communication_facts(r.path, rank=r.rank, device_type=device_type, steps=steps, world_size=world_size,
-                                       trace=r.trace)
-            exposed = exposed_collective_by_step(r.trace, device_type=device_type)
-            own = [max(0.0, step - wait) for step, wait in zip(r.step_times_s, exposed)]
+        with paused_gc():  # the analyzers make millions of spans too
+            facts = trace_facts(r.path, device_type=device_type, steps=steps, trace=trace)  # streamed once, by inputs.py
+            comm = None
+            own: list[float] = []
+            if world_size > 1:
+                comm = communication_facts(r.path, rank=r.rank, device_type=device_type, steps=steps,
+                                           world_size=world_size, trace=trace)
+                exposed = exposed_collective_by_step(trace, device_type=device_type)
+                own = [max(0.0, step - wait) for step, wait in zip(r.step_times_s, exposed)]
     except ValueError as exc:  # the window the analyzers read has no duration, no events
         raise UserError(f"{r.path}: not a usable trace: {exc}") from None
-    return RankAnalysis(source=r, facts=facts, communication=comm, own_work_s=own)
+    return RankAnalysis(source=r, facts=facts, communication=comm, own_work_s=own, device_type=device_type,
+                        world_size=world_size, data_labelled=bool(trace.labelled(DATA_LABEL)))
 
 
 def _metrics(a: RankAnalysis) -> TrialMetrics:
@@ -114,7 +152,7 @@ def _metrics(a: RankAnalysis) -> TrialMetrics:
         "micro_batch_size": "a trace does not record the batch", "grad_accum_steps": "a trace does not say how many "
         "micro-batches an optimizer step accumulates",
     }
-    if not a.source.trace.labelled(DATA_LABEL):
+    if not a.data_labelled:
         unavailable["data_wait_share"] = (f"the trace has no {DATA_LABEL} spans (perfscope marks the loop's next() with "
                                           "them): its data wait is not marked, and 0 is not a measurement")
     if not times:
@@ -194,7 +232,9 @@ def _workload(path: Path, ranks: list[RankTrace]) -> WorkloadInfo:
     """The trace(s) stand for the workload: their content hash tells one set of traces from another."""
     digest = hashlib.sha256()
     for r in ranks:
-        digest.update(r.path.read_bytes())
+        with open(r.path, "rb") as fh:  # in blocks: a trace can be gigabytes
+            while block := fh.read(1 << 20):
+                digest.update(block)
     name = path.name.removesuffix(".gz").removesuffix(".json").removesuffix(".pt.trace") or "trace"
     return WorkloadInfo(path=str(path), sha256=digest.hexdigest(), name=name,
                         declared={"traces": [f"rank {r.rank}: {r.path.name}" for r in ranks]})
