@@ -39,6 +39,7 @@ from perfscope.results.constraints import (
 from perfscope.results.dataset_profile import DatasetProfile
 from perfscope.results.distributed import DistributedFacts
 from perfscope.results.fingerprint import Fingerprint
+from perfscope.results.layout import LayoutTable
 from perfscope.results.io import load_typed, write_json
 from perfscope.results.migrate import upgrade
 from perfscope.results.serde import from_jsonable, to_jsonable
@@ -514,6 +515,8 @@ class Results:
     trials: list[Trial] = field(default_factory=list)
     sweep: Sweep | None = None
     findings: list[Finding] | None = None
+    layouts: LayoutTable | None = None
+    """The (dp, tp, pp) layout search (perfscope.search.layout), when the run had more than one rank."""
     warnings: list[str] = field(default_factory=list)
     """Measurement problems a reader must see first (persistent contention, implausible figures)."""
     notes: list[str] = field(default_factory=list)

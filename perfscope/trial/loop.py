@@ -91,7 +91,7 @@ class TrainStep:
         if config.channels_last:
             self.model.to(memory_format=torch.channels_last)
         self.model.train()
-        self.wrapped = wrap_model(self.model, config, self.device)
+        self.wrapped = wrap_model(self.model, config, self.device, workload=workload)
         """The module each step runs: the model, or its DDP / FSDP2 wrapper on a data-parallel rank."""
         self.optimizer = shard_optimizer(build_optimizer(workload, self.wrapped, config), config)
         self.step_model: Any = self.wrapped
@@ -180,7 +180,7 @@ class TrainStep:
             return checkpointing_off(self.checkpointed)
 
         model = self.model
-        if self.config.data_parallel == "fsdp":
+        if self.config.data_parallel == "fsdp" or self.config.tensor_parallel > 1:
             # Sharded parameters are DTensors: count on a fresh, unsharded copy, on the host (FLOPs do not depend on
             # where they run, and fake tensors allocate nothing).
             model = self.workload.model()
@@ -215,6 +215,10 @@ class TrainStep:
         model_flops = counter.model_total * scale * accum
         hardware_flops = as_run.total * scale * accum
         notes = [method, *counter.notes]
+        if (tp := self.config.tensor_parallel) > 1:  # each rank of a TP group computes its share of one replica's step
+            model_flops, hardware_flops = model_flops / tp, hardware_flops / tp
+            notes.append(f"the replica's step ÷ tp = {tp} (embeddings, norms and the head, replicated, are computed on "
+                         "every rank: a slight undercount per rank)")
         if self.checkpointed:
             extra = as_run.total / counter.total - 1 if counter.total else 0.0
             notes.append(f"activation checkpointing of {len(self.checkpointed)} blocks: the step as run recomputes "
@@ -231,6 +235,15 @@ class TrainStep:
         if self.config.compile is not None:
             method += "; torch.compile does not trace under a dispatch mode, so ops are those of the eager step"
         return counter.fingerprint(method=method)
+
+
+def make_step(workload: Workload, config: TrialConfig) -> TrainStep:
+    """The step a trial runs: a pipeline rank's schedule (perfscope.trial.pipeline_parallel), else TrainStep."""
+    if config.pipeline_parallel > 1:
+        from perfscope.trial.pipeline_parallel import PipelineStep
+
+        return PipelineStep(workload, config)
+    return TrainStep(workload, config)
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
@@ -307,7 +320,7 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     """Measure one configuration; see the module docstring for the order of work."""
     device = config.device
     compile_counters = CompileCounters()
-    step = TrainStep(workload, config)
+    step = make_step(workload, config)
     # After the user's file, workload() and model() ran, so tf32=None keeps (and records) their own setting.
     matmul_tf32 = apply_matmul_tf32(config.tf32)
 
