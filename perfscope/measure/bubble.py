@@ -11,15 +11,21 @@ Three figures, each for a reason:
   not hide, and a neighbour's load stretching a peer — counts as bubble. That is the honest figure.
 - the formula, (p − 1) / (v·m + p − 1) (GPipe, 1F1B: v = 1; interleaved with v stages per rank): the ideal for
   equal stages and free communication.
-- replayed: the schedule's own action order (torch's `pipeline_order`) replayed with this run's median forward
-  and backward time per stage and no communication: the bubble the stages' imbalance alone explains. It is
-  immune to load (medians of compute calls), so measured − replayed is what communication and load added.
+- replayed: the schedule's own action order (torch's `pipeline_order`) replayed with each stage's fastest
+  forward and fastest backward call (per micro-batch) and free communication: the bubble the schedule and the
+  stages' balance alone imply. The fastest call is the compute without interference (timeit's convention), so
+  the figure does not move with the machine's load; measured − replayed is what communication and load added.
+
+Why the replay and not only the wall clock: on a loaded 2-core machine the waits cost more than the compute —
+a rank woken from a receive waits its turn in the run queue, and a rank sending its activations shares its core
+with gloo's send thread (stage 0's forwards and the last stage's backwards measured 3–6× their fastest call
+while the peer computed). The wall-clock bubble then says "this machine", the replay "this pipeline".
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from perfscope.results.layout import StageTiming
@@ -44,6 +50,8 @@ class StepRecord:
     backward_calls: int = 0
     in_window: bool = False
     """A step of the timed window (not warm-up, not the trace's)."""
+    forward_calls_s: list[float] = field(default_factory=list)
+    backward_calls_s: list[float] = field(default_factory=list)
 
     @property
     def busy_s(self) -> float:
@@ -59,9 +67,13 @@ def stage_timing(rank: int, stages: list[int], steps: list[StepRecord]) -> Stage
         return float(statistics.median(values))
 
     idle = [max(0.0, 1.0 - s.busy_s / s.step_s) if s.step_s > 0 else 0.0 for s in steps]
+    forward_calls = [t for s in steps for t in s.forward_calls_s]
+    backward_calls = [t for s in steps for t in s.backward_calls_s]
     return StageTiming(rank=rank, stages=list(stages), forward_s=med([s.forward_s for s in steps]),
                        backward_s=med([s.backward_s for s in steps]), loss_s=med([s.loss_s for s in steps]),
-                       step_s=med([s.step_s for s in steps]), idle_share=min(1.0, med(idle)))
+                       step_s=med([s.step_s for s in steps]), idle_share=min(1.0, med(idle)),
+                       forward_call_min_s=min(forward_calls, default=0.0),
+                       backward_call_min_s=min(backward_calls, default=0.0))
 
 
 def measured_bubble(timings: list[StageTiming]) -> float | None:
@@ -74,6 +86,42 @@ def imbalance(timings: list[StageTiming]) -> float | None:
     busy = [t.busy_s for t in timings]
     mean = sum(busy) / len(busy) if busy else 0.0
     return max(busy) / mean - 1.0 if mean > 0 else None
+
+
+@dataclass(frozen=True)
+class Action:
+    """One compute action of a schedule: a forward ("F") or full backward ("B") of a micro-batch on a stage."""
+
+    stage_index: int
+    computation_type: str
+    microbatch_index: int
+
+
+def schedule_order(schedule: str, stages: int, microbatches: int) -> dict[int, list[Action]]:
+    """The order each rank runs its actions in, as torch's single-stage schedules run them (schedules.py
+    `_step_microbatches`): GPipe runs every forward, then every backward; 1F1B runs min(m, p − s) forwards on stage
+    s, then alternates one backward and one forward, then the remaining backwards. (Torch's own `pipeline_order`
+    for Schedule1F1B, kept for its visualizer, numbers the last stage's micro-batches from 1: not used.)"""
+    order: dict[int, list[Action]] = {}
+    for s in range(stages):
+        forwards = [Action(s, "F", i) for i in range(microbatches)]
+        backwards = [Action(s, "B", i) for i in range(microbatches)]
+        if schedule == "gpipe":
+            order[s] = forwards + backwards
+            continue
+        if schedule != "1f1b":
+            raise ValueError(f"no single-stage order for schedule {schedule!r}")
+        warmup = min(microbatches, stages - s)
+        acts = forwards[:warmup]
+        f, b = warmup, 0
+        while b < microbatches:
+            acts.append(backwards[b])
+            b += 1
+            if f < microbatches:
+                acts.append(forwards[f])
+                f += 1
+        order[s] = acts
+    return order
 
 
 def replay_bubble(order: dict[int, list[Any]], forward_s: dict[int, float], backward_s: dict[int, float]) -> float:

@@ -37,6 +37,9 @@ class StageTiming:
     """Median wall time of the schedule's step() on this rank."""
     idle_share: float = field(default=0.0, metadata=FRACTION)
     """1 − busy / step, per step, median over the steps."""
+    forward_call_min_s: float = field(default=0.0, metadata=SECONDS)
+    """The fastest forward of one micro-batch through one of the rank's stages: compute without interference."""
+    backward_call_min_s: float = field(default=0.0, metadata=SECONDS)
 
     @property
     def busy_s(self) -> float:
@@ -61,8 +64,9 @@ class ParallelFacts:
     bubble_formula: float | None = field(default=None, metadata=FRACTION)
     """(p − 1) / (m + p − 1) for equal stages (GPipe and 1F1B; ÷ v for the interleaved schedule)."""
     bubble_replayed: float | None = field(default=None, metadata=FRACTION)
-    """The schedule replayed from the measured per-stage forward and backward times (no waits, no load): what the
-    stages' imbalance alone would cost; immune to a neighbour's load, unlike ``bubble_measured``."""
+    """torch's schedule order replayed with each stage's fastest forward and backward call and free communication:
+    the bubble the schedule and the stages' balance imply; immune to a neighbour's load, unlike
+    ``bubble_measured`` (perfscope.measure.bubble)."""
     stage_imbalance: float | None = field(default=None, metadata=NON_NEGATIVE)
     """Slowest rank's busy time / the mean busy time − 1."""
     bubble_method: str = ""

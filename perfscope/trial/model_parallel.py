@@ -12,10 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from perfscope.measure.bubble import (
+    Action,
     bubble_formula,
     imbalance,
     measured_bubble,
     replay_bubble,
+    schedule_order,
     stage_timing,
 )
 from perfscope.results.config import TrialConfig
@@ -23,8 +25,8 @@ from perfscope.results.layout import ParallelFacts, StageTiming
 
 BUBBLE_METHOD = ("per pipeline rank: 1 − (its stages' forward_one_chunk + backward_one_chunk + loss seconds) / "
                  "the schedule's step() wall time, median over the timed window's steps, then the mean over ranks; "
-                 "replayed: torch's own schedule order replayed with the median per-stage compute times and free "
-                 "communication (perfscope.measure.bubble)")
+                 "replayed: torch's own schedule order replayed with each stage's fastest forward and backward call "
+                 "(compute without interference) and free communication (perfscope.measure.bubble)")
 
 
 def rank_stage_timing(run: Any, rank: int, config: TrialConfig) -> tuple[StageTiming, dict[str, Any]] | None:
@@ -34,16 +36,14 @@ def rank_stage_timing(run: Any, rank: int, config: TrialConfig) -> tuple[StageTi
     if config.pipeline_parallel < 2 or not hasattr(step, "records"):
         return None
     timed = [r for r in step.records if r.in_window] or step.records
-    per_stage_f = {s.stage_index: 0.0 for s in step.stages}
     timing = stage_timing(rank, [s.stage_index for s in step.stages], timed)
-    calls = max(1, timed[0].forward_calls)
-    for s in step.stages:  # the rank's median forward / backward per micro-batch, split evenly between its stages
-        per_stage_f[s.stage_index] = timing.forward_s / calls
-    per_stage_b = {s.stage_index: timing.backward_s / max(1, timed[0].backward_calls) for s in step.stages}
-    if step.holds_last:  # the loss is the last stage's forward work
+    # Each stage's fastest call per micro-batch (a rank's stages are equal shares); the loss is the last stage's.
+    per_stage_f = {s.stage_index: timing.forward_call_min_s for s in step.stages}
+    per_stage_b = {s.stage_index: timing.backward_call_min_s for s in step.stages}
+    if step.holds_last:
         last = max(per_stage_f)
         per_stage_f[last] += timing.loss_s / config.grad_accum_steps
-    order = step.pipeline_order()
+    order = step.pipeline_order() if config.pipeline_schedule == "interleaved_1f1b" else None
     return timing, {"forward": per_stage_f, "backward": per_stage_b, "order": _plain_order(order)}
 
 
@@ -61,11 +61,6 @@ def _plain_order(order: dict[int, list[Any]] | None) -> dict[int, list[tuple[int
             if kind in ("F", "B"):
                 out[rank].append((int(a.stage_index), kind, int(a.microbatch_index)))
     return out
-
-
-class _Action:
-    def __init__(self, stage: int, kind: str, mb: int) -> None:
-        self.stage_index, self.computation_type, self.microbatch_index = stage, kind, mb
 
 
 def parallel_facts(config: TrialConfig, workload: Any, gathered: list[Any]) -> ParallelFacts:
@@ -90,12 +85,15 @@ def parallel_facts(config: TrialConfig, workload: Any, gathered: list[Any]) -> P
     facts.bubble_method = BUBBLE_METHOD
     forward = {k: v for _, extra in entries for k, v in extra["forward"].items()}
     backward = {k: v for _, extra in entries for k, v in extra["backward"].items()}
-    order = next((extra["order"] for _, extra in entries if extra["order"]), None)
-    if order is None:
-        facts.unavailable["bubble_replayed"] = "the schedule exposes no action order (pipeline_order)"
-        return facts
     try:
-        actions = {int(r): [_Action(*a) for a in acts] for r, acts in order.items()}
+        if config.pipeline_schedule == "interleaved_1f1b":  # the multi-stage runtime's order is the one it executes
+            order = next((extra["order"] for _, extra in entries if extra["order"]), None)
+            if order is None:
+                facts.unavailable["bubble_replayed"] = "the schedule exposes no action order (pipeline_order)"
+                return facts
+            actions = {int(r): [Action(*a) for a in acts] for r, acts in order.items()}
+        else:
+            actions = schedule_order(config.pipeline_schedule, config.pipeline_parallel, config.grad_accum_steps)
         facts.bubble_replayed = replay_bubble(actions, forward, backward)
     except (ValueError, KeyError) as exc:
         facts.unavailable["bubble_replayed"] = f"replay failed: {exc}"

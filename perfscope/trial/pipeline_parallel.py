@@ -169,9 +169,11 @@ class PipelineStep(TrainStep):
             if kind == "forward":
                 self._current.forward_s += elapsed
                 self._current.forward_calls += 1
+                self._current.forward_calls_s.append(elapsed)
             else:
                 self._current.backward_s += elapsed
                 self._current.backward_calls += 1
+                self._current.backward_calls_s.append(elapsed)
             return out
         return timed
 
