@@ -16,7 +16,22 @@ from typing import Literal
 
 from perfscope.results.constraints import FRACTION, NAME, NON_NEGATIVE, SECONDS, SERIES
 
-PruneReason = Literal["would not fit", "communication bound", "bubble", "inapplicable"]
+PruneReason = Literal["would not fit", "communication bound", "bubble", "inapplicable", "not needed"]
+
+
+@dataclass(kw_only=True)
+class ModelLayout:
+    """How the model can be split, read in the probe (perfscope.trial.inspect): what the layout knobs and search
+    decide applicability and memory from, without building the model in the analyze process."""
+
+    blocks: int = field(default=0, metadata=NON_NEGATIVE)
+    """Repeated blocks: the pipeline splits between them (layers not divisible by pp leave the stages unequal)."""
+    block_parameter_count: int = field(default=0, metadata=NON_NEGATIVE)
+    tp_parameter_count: int = field(default=0, metadata=NON_NEGATIVE)
+    """Parameters in the Linears the TP plan splits (the rest, embeddings, norms and head, stay replicated)."""
+    tp_inapplicable: dict[str, str] = field(default_factory=dict)
+    """TP degree → why no correct plan exists for it (absent: the plan applies)."""
+    tp_plan_source: str = field(default="", metadata=NAME)
 
 
 @dataclass(kw_only=True)
@@ -119,4 +134,4 @@ class LayoutTable:
                       key=lambda r: -(r.samples_per_s_per_rank or 0.0))
 
 
-__all__ = ["LayoutRow", "LayoutTable", "ParallelFacts", "PruneReason", "StageTiming"]
+__all__ = ["LayoutRow", "LayoutTable", "ModelLayout", "ParallelFacts", "PruneReason", "StageTiming"]

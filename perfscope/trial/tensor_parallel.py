@@ -37,6 +37,7 @@ DOWN = re.compile(r"(^|[._])(w2|down|down_proj|fc2|fc_out|dense_4h_to_h)$")
 PACKED = re.compile(r"(^|[._])(qkv|wqkv|c_attn|in_proj|query_key_value|qkv_proj)$")
 HEAD_ATTRS = ("heads", "n_heads", "num_heads", "n_head", "nhead", "num_attention_heads", "n_kv_heads",
               "num_key_value_heads")
+HEAD_DIM_ATTRS = ("head_dim", "d_head", "head_size")
 STYLES = ("colwise", "rowwise", "sequence", "colwise_dtensor")
 
 
@@ -99,11 +100,16 @@ def block_plan(block: nn.Module, tp: int) -> tuple[dict[str, str], str | None]:
         if heads % tp:
             return {}, f"{attr} = {heads} heads is not divisible by tp = {tp}"
     modules = dict(block.named_modules())
+    head_dims = [v for m in modules.values() for a in HEAD_DIM_ATTRS
+                 if isinstance(v := getattr(m, a, None), int) and not isinstance(v, bool) and v > 0]
     for name, style in styles.items():
         linear = modules[name]
         width = linear.out_features if style == "colwise" else linear.in_features
         if width % tp:
             return {}, f"'{name}' has {width} features to split, not divisible by tp = {tp}"
+        if QKV.search(name) and head_dims and (width // tp) % head_dims[0]:
+            return {}, (f"'{name}': {width} features = {width // head_dims[0]} heads of {head_dims[0]}, "
+                        f"not divisible by tp = {tp}")
     return styles, None
 
 
@@ -118,6 +124,9 @@ def derive_plan(model: nn.Module, tp: int, workload: Any | None = None) -> TpPla
     blocks = find_repeated_blocks(model)
     if not blocks:
         return TpPlan(reason="no repeated blocks (an nn.ModuleList of same-type layers) to split")
+    for attr, heads in _heads_of(model):
+        if heads % tp:
+            return TpPlan(reason=f"{attr} = {heads} heads is not divisible by tp = {tp}")
     names = {id(m): n for n, m in model.named_modules()}
     styles: dict[str, str] = {}
     for block in blocks:
