@@ -20,6 +20,7 @@ from urllib.parse import quote
 from perfscope.report import facts
 from perfscope.report.charts import Chart, baseline_breakdown_chart, build_charts, gain_chart
 from perfscope.report.distributed import DistributedView, distributed_view
+from perfscope.report.layout import LayoutView, layout_view
 from perfscope.report.format import (
     NA,
     fmt_bytes,
@@ -260,6 +261,7 @@ class ReportView:
     warnings: list[str] = field(default_factory=list)  # measurement problems a reader must see with the answer
     breakdown: list[SliceRow] = field(default_factory=list)  # the baseline's step by slice (the first chart, as a table)
     distributed: DistributedView | None = None  # every rank, communication and sharding memory of a data-parallel run
+    layout: LayoutView | None = None  # the (dp, tp, pp) layout search's table (perfscope.report.layout)
     perfetto_url: str = PERFETTO_URL
     hta_url: str = HTA_URL
 
@@ -855,6 +857,7 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
         breakdown=[SliceRow(label=x.label, time=fmt_seconds(x.seconds), share=f"{x.share * 100:.0f} %",
                             fixes=", ".join(f"#{r}" for r in marks.get(x.key, []))) for x in slices],
         distributed=distributed_view(results, baseline=base, recommended=rec),
+        layout=layout_view(results),
     )
     if results.source == "trace":
         adapt_for_trace(view, results)

@@ -19,7 +19,7 @@ The pruning model, and why each prune is safe:
 - bubble: a pipeline whose (p − 1) / (m + p − 1) exceeds MAX_BUBBLE: the same pipeline with more micro-batches
   is in the table.
 - inapplicable: no correct TP plan (packed q/k/v, heads or features not divisible by tp), layers not divisible
-  by pp, TP × PP together (3-D, not run by perfscope), a model the user's factory wraps itself.
+  by pp, TP × PP together (3-D) and DP × PP (not run by perfscope), a model the user's factory wraps itself.
 - not needed: activation checkpointing on a layout whose state fits and whose trial did not run out of memory
   (it only adds recompute).
 """
@@ -70,10 +70,12 @@ def state_per_rank(model: ModelFacts, bytes_per_parameter: float, dp: int, tp: i
     return int(params * bytes_per_parameter)
 
 
-def _inapplicable(model: ModelFacts, tp: int, pp: int, nproc_per_node: int) -> tuple[str, str] | None:
+def _inapplicable(model: ModelFacts, dp: int, tp: int, pp: int, nproc_per_node: int) -> tuple[str, str] | None:
     layout = model.layout
     if tp > 1 and pp > 1:
         return "inapplicable", "TP × PP together (3-D) is not run by perfscope"
+    if pp > 1 and dp > 1:
+        return "inapplicable", "pipeline stages replicated across data-parallel ranks (DP × PP) are not run by perfscope"
     if (tp > 1 or pp > 1) and layout is None:
         return "inapplicable", "the probe could not read how the model splits"
     if tp > 1 and layout is not None and str(tp) in layout.tp_inapplicable:
@@ -123,7 +125,7 @@ def _candidate(base: TrialConfig, model: ModelFacts, dp: int, tp: int, pp: int, 
 
     if wraps_model and (tp > 1 or pp > 1 or dp != base.world_size):
         return pruned("inapplicable", "the workload wraps its own model (Workload.wraps_model=True)")
-    if (why := _inapplicable(model, tp, pp, base.nproc_per_node)) is not None:
+    if (why := _inapplicable(model, dp, tp, pp, base.nproc_per_node)) is not None:
         return pruned(*why)
     if mb < 1 or (pp > 1 and replica_batch % m):
         return pruned("inapplicable", f"the replica's batch {replica_batch} does not split into {m} micro-batches")
