@@ -110,13 +110,16 @@ def test_1f1b_runs_p_minus_s_forwards_first_and_a_slow_stage_grows_the_bubble():
     assert bubble_formula(2, 4, virtual=2) == pytest.approx(1 / 9)
 
 
-def test_stage_timing_takes_medians_per_step_and_the_fastest_call():
+def test_stage_timing_takes_medians_per_step_and_a_load_immune_call():
     steps = [StepRecord(forward_s=0.4, backward_s=0.8, step_s=1.5, forward_calls_s=[0.1, 0.3], backward_calls_s=[0.4, 0.4]),
              StepRecord(forward_s=0.2, backward_s=0.4, step_s=1.0, forward_calls_s=[0.1, 0.1], backward_calls_s=[0.2, 0.2]),
              StepRecord(forward_s=0.2, backward_s=0.4, step_s=0.8, forward_calls_s=[0.08, 0.12], backward_calls_s=[0.2, 0.2])]
     t = stage_timing(1, [1], steps)
     assert (t.forward_s, t.backward_s, t.step_s) == (0.2, 0.4, 1.0)
-    assert t.idle_share == pytest.approx(0.25) and t.forward_call_min_s == 0.08 and t.backward_call_min_s == 0.2
+    assert t.idle_share == pytest.approx(0.25)
+    assert (t.compute_clock, t.forward_call_s, t.backward_call_s) == ("wall", 0.08, 0.2)  # CUDA: the fastest call
+    cpu = stage_timing(1, [1], [dataclasses.replace(s, compute_clock="thread CPU") for s in steps])
+    assert (cpu.forward_call_s, cpu.backward_call_s) == (0.1, 0.2)  # CPU time: the median call
     assert imbalance([t, dataclasses.replace(t, forward_s=0.6)]) == pytest.approx(1.0 / 0.8 - 1)
 
 

@@ -11,15 +11,16 @@ Three figures, each for a reason:
   not hide, and a neighbour's load stretching a peer — counts as bubble. That is the honest figure.
 - the formula, (p − 1) / (v·m + p − 1) (GPipe, 1F1B: v = 1; interleaved with v stages per rank): the ideal for
   equal stages and free communication.
-- replayed: the schedule's own action order (torch's `pipeline_order`) replayed with each stage's fastest
-  forward and fastest backward call (per micro-batch) and free communication: the bubble the schedule and the
-  stages' balance alone imply. The fastest call is the compute without interference (timeit's convention), so
-  the figure does not move with the machine's load; measured − replayed is what communication and load added.
+- replayed: the schedule's action order replayed with each stage's compute per forward and per backward call
+  and free communication: the bubble the schedule and the stages' balance alone imply. The compute of a call is
+  load-immune: on CPU the calling thread's CPU time (time.thread_time: the stage computes on that one thread when
+  torch runs one intra-op thread, as torchrun sets; else the process's CPU time), median over the calls; on CUDA
+  the fastest synchronized call (timeit's convention). Measured − replayed is what communication and load added.
 
 Why the replay and not only the wall clock: on a loaded 2-core machine the waits cost more than the compute —
 a rank woken from a receive waits its turn in the run queue, and a rank sending its activations shares its core
-with gloo's send thread (stage 0's forwards and the last stage's backwards measured 3–6× their fastest call
-while the peer computed). The wall-clock bubble then says "this machine", the replay "this pipeline".
+with gloo's send thread (a call's wall time measured 3–8× its CPU time on this machine while the peer computed).
+The wall-clock bubble then says "this machine", the replay "this pipeline".
 """
 
 from __future__ import annotations
@@ -45,13 +46,17 @@ class StepRecord:
     forward_s: float = 0.0
     backward_s: float = 0.0
     loss_s: float = 0.0
+    loss_compute_s: float = 0.0
     step_s: float = 0.0
     forward_calls: int = 0
     backward_calls: int = 0
     in_window: bool = False
     """A step of the timed window (not warm-up, not the trace's)."""
     forward_calls_s: list[float] = field(default_factory=list)
+    """Each call's compute (see the module docstring: CPU time on CPU, synchronized wall time on CUDA)."""
     backward_calls_s: list[float] = field(default_factory=list)
+    compute_clock: str = "wall"
+    """How the calls' compute was timed: "thread CPU" | "process CPU" | "wall"."""
 
     @property
     def busy_s(self) -> float:
@@ -72,8 +77,16 @@ def stage_timing(rank: int, stages: list[int], steps: list[StepRecord]) -> Stage
     return StageTiming(rank=rank, stages=list(stages), forward_s=med([s.forward_s for s in steps]),
                        backward_s=med([s.backward_s for s in steps]), loss_s=med([s.loss_s for s in steps]),
                        step_s=med([s.step_s for s in steps]), idle_share=min(1.0, med(idle)),
-                       forward_call_min_s=min(forward_calls, default=0.0),
-                       backward_call_min_s=min(backward_calls, default=0.0))
+                       forward_call_s=_typical(forward_calls, steps[0].compute_clock),
+                       backward_call_s=_typical(backward_calls, steps[0].compute_clock),
+                       compute_clock=steps[0].compute_clock)
+
+
+def _typical(calls: list[float], clock: str) -> float:
+    """One call's compute: the median CPU time (load does not inflate it), or the fastest wall time."""
+    if not calls:
+        return 0.0
+    return min(calls) if clock == "wall" else float(statistics.median(calls))
 
 
 def measured_bubble(timings: list[StageTiming]) -> float | None:

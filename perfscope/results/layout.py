@@ -52,9 +52,12 @@ class StageTiming:
     """Median wall time of the schedule's step() on this rank."""
     idle_share: float = field(default=0.0, metadata=FRACTION)
     """1 − busy / step, per step, median over the steps."""
-    forward_call_min_s: float = field(default=0.0, metadata=SECONDS)
-    """The fastest forward of one micro-batch through one of the rank's stages: compute without interference."""
-    backward_call_min_s: float = field(default=0.0, metadata=SECONDS)
+    forward_call_s: float = field(default=0.0, metadata=SECONDS)
+    """One micro-batch's forward through one of the rank's stages, load-immune: the median call's CPU time on CPU,
+    the fastest synchronized call on CUDA (perfscope.measure.bubble)."""
+    backward_call_s: float = field(default=0.0, metadata=SECONDS)
+    compute_clock: str = field(default="wall", metadata=NAME)
+    """"thread CPU" | "process CPU" | "wall": how forward_call_s and backward_call_s were timed."""
 
     @property
     def busy_s(self) -> float:
@@ -79,7 +82,7 @@ class ParallelFacts:
     bubble_formula: float | None = field(default=None, metadata=FRACTION)
     """(p − 1) / (m + p − 1) for equal stages (GPipe and 1F1B; ÷ v for the interleaved schedule)."""
     bubble_replayed: float | None = field(default=None, metadata=FRACTION)
-    """torch's schedule order replayed with each stage's fastest forward and backward call and free communication:
+    """The schedule's order replayed with each stage's load-immune compute per call and free communication:
     the bubble the schedule and the stages' balance imply; immune to a neighbour's load, unlike
     ``bubble_measured`` (perfscope.measure.bubble)."""
     stage_imbalance: float | None = field(default=None, metadata=NON_NEGATIVE)

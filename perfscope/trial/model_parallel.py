@@ -9,6 +9,7 @@ that knows what TP and PP add to it.
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from perfscope.measure.bubble import (
@@ -25,8 +26,8 @@ from perfscope.results.layout import ParallelFacts, StageTiming
 
 BUBBLE_METHOD = ("per pipeline rank: 1 − (its stages' forward_one_chunk + backward_one_chunk + loss seconds) / "
                  "the schedule's step() wall time, median over the timed window's steps, then the mean over ranks; "
-                 "replayed: torch's own schedule order replayed with each stage's fastest forward and backward call "
-                 "(compute without interference) and free communication (perfscope.measure.bubble)")
+                 "replayed: the schedule's order replayed with each stage's compute per call, immune to load (on CPU "
+                 "the median call's CPU time, on CUDA the fastest call), and free communication (perfscope.measure.bubble)")
 
 
 def rank_stage_timing(run: Any, rank: int, config: TrialConfig) -> tuple[StageTiming, dict[str, Any]] | None:
@@ -37,12 +38,13 @@ def rank_stage_timing(run: Any, rank: int, config: TrialConfig) -> tuple[StageTi
         return None
     timed = [r for r in step.records if r.in_window] or step.records
     timing = stage_timing(rank, [s.stage_index for s in step.stages], timed)
-    # Each stage's fastest call per micro-batch (a rank's stages are equal shares); the loss is the last stage's.
-    per_stage_f = {s.stage_index: timing.forward_call_min_s for s in step.stages}
-    per_stage_b = {s.stage_index: timing.backward_call_min_s for s in step.stages}
+    # Each stage's load-immune compute per call (a rank's stages are equal shares); the loss is the last stage's.
+    per_stage_f = {s.stage_index: timing.forward_call_s for s in step.stages}
+    per_stage_b = {s.stage_index: timing.backward_call_s for s in step.stages}
     if step.holds_last:
         last = max(per_stage_f)
-        per_stage_f[last] += timing.loss_s / config.grad_accum_steps
+        loss = statistics.median(r.loss_compute_s if timing.compute_clock != "wall" else r.loss_s for r in timed)
+        per_stage_f[last] += loss / config.grad_accum_steps
     order = step.pipeline_order() if config.pipeline_schedule == "interleaved_1f1b" else None
     return timing, {"forward": per_stage_f, "backward": per_stage_b, "order": _plain_order(order)}
 

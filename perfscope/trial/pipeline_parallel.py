@@ -16,8 +16,9 @@ How, and why each choice:
   output, on the micro-batch's rows (the schedule's target is the rows' indices). The model's inputs are learned
   the same way: the loss is called on a stand-in that records what it is given.
 - Busy time is timed around each stage's forward_one_chunk / backward_one_chunk and the loss (CPU compute is
-  synchronous; on CUDA each is synchronized, which is why the measured step is not changed on CPU only), so the
-  bubble can be measured from it (perfscope.measure.bubble).
+  synchronous; on CUDA each call is synchronized, which costs the overlap of a call with the next one's launch),
+  on the wall clock and, on CPU, the CPU clock, so the bubble can be measured and replayed from it
+  (perfscope.measure.bubble).
 - The loss lives on the last stage: it is broadcast to every rank once per step (4 bytes), so the trial's
   losses, checked by the numerics guard, are the job's on every rank.
 """
@@ -159,30 +160,45 @@ class PipelineStep(TrainStep):
             stage.forward_one_chunk = self._timed(stage.forward_one_chunk, "forward")  # type: ignore[method-assign]
             stage.backward_one_chunk = self._timed(stage.backward_one_chunk, "backward")  # type: ignore[method-assign]
 
+    def _compute_clock(self) -> tuple[str, Callable[[], float]]:
+        """How a call's compute is timed immune to load (perfscope.measure.bubble): CPU time on CPU (the thread's
+        when torch computes on it alone), the synchronized wall clock on CUDA."""
+        if self.device == "cuda":
+            return "wall", time.perf_counter
+        if torch.get_num_threads() == 1:
+            return "thread CPU", time.thread_time
+        return "process CPU", time.process_time
+
     def _timed(self, call: Callable[..., Any], kind: str) -> Callable[..., Any]:
+        clock_name, clock = self._compute_clock()
+
         def timed(*args: Any, **kwargs: Any) -> Any:
             synchronize(self.device)
-            start = time.perf_counter()
+            start, compute_start = time.perf_counter(), clock()
             out = call(*args, **kwargs)
             synchronize(self.device)
-            elapsed = time.perf_counter() - start
+            elapsed, compute = time.perf_counter() - start, clock() - compute_start
+            record = self._current
+            record.compute_clock = clock_name
             if kind == "forward":
-                self._current.forward_s += elapsed
-                self._current.forward_calls += 1
-                self._current.forward_calls_s.append(elapsed)
+                record.forward_s += elapsed
+                record.forward_calls += 1
+                record.forward_calls_s.append(compute)
             else:
-                self._current.backward_s += elapsed
-                self._current.backward_calls += 1
-                self._current.backward_calls_s.append(elapsed)
+                record.backward_s += elapsed
+                record.backward_calls += 1
+                record.backward_calls_s.append(compute)
             return out
         return timed
 
     def _loss(self, output: Any, index: torch.Tensor) -> torch.Tensor:
-        start = time.perf_counter()
+        _, clock = self._compute_clock()
+        start, compute_start = time.perf_counter(), clock()
         with self.autocast():
             loss = self.workload.loss(_Output(output), rows(self._batch, index))
         synchronize(self.device)
         self._current.loss_s += time.perf_counter() - start
+        self._current.loss_compute_s += clock() - compute_start
         return loss
 
     def pipeline_order(self) -> dict[int, list[Any]] | None:
