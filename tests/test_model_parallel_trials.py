@@ -70,3 +70,14 @@ def test_a_balanced_pipelines_bubble_is_the_formulas(tmp_path, schedule):
     assert facts.job_samples_per_s == pytest.approx(10 * 128 / max(r.wall_s for r in facts.ranks))
     assert len({round(v, 4) for v in trial.metrics.losses}) > 1  # the last stage's loss reached rank 0, every step
     assert [r.parameter_bytes for r in facts.ranks] == [4 * (256 * 1024 * 2 + 1024 + 256) * 4] * 2  # 4 blocks per stage
+
+
+def test_two_dimensional_fsdp2_over_tensor_parallel_on_four_ranks(tmp_path):
+    """dp 2 × tp 2 (about 80 s on a 2-core machine): FSDP2 shards the TP shards again across the two replicas."""
+    config = BASE.replace(nproc_per_node=4, tensor_parallel=2, data_parallel="fsdp", micro_batch_size=16)
+    trial = _session(tmp_path, EXAMPLE, nproc=4).measure("dp2-tp2", config)
+    assert trial.status == "ok", trial.error
+    facts = trial.metrics.distributed
+    assert (facts.parallel.data_parallel, facts.parallel.tensor_parallel) == (2, 2) and facts.global_batch == 32
+    assert [r.parameter_bytes for r in facts.ranks] == [(536_064 - 395_008 // 2) * 4 // 2] * 4  # TP's half, halved by FSDP2
+    assert facts.job_samples_per_s == pytest.approx(4 * 6 * 16 / 2 / max(r.wall_s for r in facts.ranks))  # 2 replicas' samples
