@@ -214,3 +214,57 @@ def test_memory_heads_layers_and_the_interconnect_prune():
     assert nodes["tp4"].row.prune_reason == "communication bound"
     assert nodes["tp2 × pp2 gpipe m4"].row.reason == "TP × PP together (3-D) is not run by perfscope"
     assert nodes["dp2 × tp2"].config.data_parallel == "fsdp"  # 2-D: FSDP2 across the replicas
+
+
+class _Session:
+    """Measures a layout by returning a made-up run: throughput per layout from ``rates``."""
+
+    def __init__(self, results, rates: dict[str, float]) -> None:
+        self.results, self.rates, self.measured = results, rates, []
+
+    def measure(self, name, config, knobs):
+        from tests.distributed_factories import make_distributed_facts
+        from tests.factories import make_trial
+
+        trial = make_trial(name)
+        trial.config = config
+        trial.metrics.samples_per_s = self.rates[name]
+        trial.metrics.distributed = make_distributed_facts(world=2)
+        self.measured.append(name)
+        self.results.trials.append(trial)
+        return trial
+
+    def save(self):
+        pass
+
+
+def test_the_search_reuses_runs_measures_the_rest_and_ranks_per_rank():
+    from perfscope.search.layout import run_layout_search
+    from tests.distributed_factories import make_distributed_results
+
+    results = make_distributed_results(device="cpu", world=2)
+    results.environment.host_memory_bytes = 64 * GiB
+    base = results.trials[0].config.replace(micro_batch_size=8, data_parallel="ddp", precision="fp32", tf32=None)
+    results.trials[0].config = base
+    results.workload.model = ModelFacts(parameter_count=1000, has_conv2d=False, repeated_blocks=4, optimizer_class="AdamW",
+                                        layout=LAYOUT)
+    rates = {"layout-tp2": 50.0, "layout-pp2-gpipe-m4": 90.0, "layout-pp2-1f1b-m4": 95.0, "layout-pp2-gpipe-m8": 80.0,
+             "layout-pp2-1f1b-m8": 85.0}
+    session = _Session(results, rates)
+    workload = Workload(model=lambda: None, loss=lambda m, b: None, batches=lambda n: [], batch_size=8)
+    table = run_layout_search(session, workload, base)
+    assert sorted(session.measured) == sorted(rates)  # dp2 is the baseline's own run: reused, not measured again
+    ranked = table.measured()
+    assert [r.layout for r in ranked][:2] == ["pp2 1f1b m4", "pp2 gpipe m4"]
+    assert ranked[0].samples_per_s_per_rank == 95.0 / 2 and ranked[0].configuration == "layout-pp2-1f1b-m4"
+    dp2 = next(r for r in table.rows if r.layout == "dp2")
+    assert dp2.configuration == "baseline" and dp2.collective_s_per_step is not None
+    assert results.layouts is table and table.memory_limit_bytes == 32 * GiB  # the host's memory / 2 ranks per node
+    from perfscope.report.layout import layout_markdown, layout_view
+
+    text = "\n".join(layout_markdown(layout_view(results)))
+    assert "## Layouts" in text and "pp2 1f1b m4 **best**" in text and "bubble: (p − 1) / (m + p − 1) = 33% idle" in text
+    from perfscope.report.html import render_html
+
+    html = render_html(results)
+    assert 'id="layouts"' in html and 'href="#layouts"' in html and "pp2 1f1b m4" in html and "would not fit" not in html

@@ -156,14 +156,17 @@ def layout_config(base: TrialConfig, dp: int, tp: int, pp: int, schedule: str | 
     return base.replace(**changes)
 
 
-def fill_measured(row: LayoutRow, trial: Trial, world: int) -> None:
-    """A layout row's figures from the trial that measured it (throughput per rank = the job's / world size)."""
+def fill_measured(row: LayoutRow, trial: Trial, world: int, traced: Trial | None = None) -> None:
+    """A layout row's figures from the trial that measured it (throughput per rank = the job's / world size); the
+    communication from ``traced`` (a traced run of the same configuration) when this run has no trace."""
     row.configuration = trial.configuration
     m = trial.metrics
     if not trial.ok or m is None:
         row.status, row.reason = "failed", f"{trial.status}: {(trial.error or '').splitlines()[0] if trial.error else ''}"
         return
     row.status = "measured"
+    if trial.excluded:
+        row.reason = f"measured under load ({trial.excluded}): compare with care"
     row.samples_per_s = m.samples_per_s
     row.samples_per_s_per_rank = m.samples_per_s / world if m.samples_per_s is not None else None
     row.peak_memory_bytes = m.peak_memory_bytes
@@ -172,9 +175,12 @@ def fill_measured(row: LayoutRow, trial: Trial, world: int) -> None:
         return
     states = [(r.parameter_bytes or 0) + (r.gradient_bytes or 0) + (r.optimizer_state_bytes or 0) for r in facts.ranks]
     row.measured_state_bytes = max(states) if states else None
-    if facts.communication is not None:
-        row.collective_s_per_step = facts.communication.collective_s
-        row.exposed_collective_s_per_step = facts.communication.exposed_collective_s
+    comm = facts.communication
+    if comm is None and traced is not None and traced.metrics is not None and traced.metrics.distributed is not None:
+        comm = traced.metrics.distributed.communication  # the same configuration's traced run
+    if comm is not None:
+        row.collective_s_per_step = comm.collective_s
+        row.exposed_collective_s_per_step = comm.exposed_collective_s
     if facts.parallel is not None and facts.parallel.bubble_measured is not None:
         row.bubble = facts.parallel.bubble_measured
 
@@ -229,7 +235,7 @@ def run_layout_search(session: Any, workload: Any, base: TrialConfig, *, max_tri
             name = "layout-" + cand.row.layout.replace(" × ", "-").replace(" + ", "-").replace(" ", "-")
             trial = session.measure(name, cand.config, ["layout"])
             measured += 1
-        fill_measured(cand.row, trial, base.world_size)
+        fill_measured(cand.row, trial, base.world_size, _traced_run(results, trial.configuration))
     table.rows.sort(key=lambda r: (r.status != "measured", -(r.samples_per_s_per_rank or 0.0)))
     results.layouts = table
     session.save()
@@ -237,9 +243,19 @@ def run_layout_search(session: Any, workload: Any, base: TrialConfig, *, max_tri
 
 
 def _existing(results: Any, config: TrialConfig) -> Trial | None:
-    """A successful run of exactly this configuration (trace capture aside), from the baseline or the sweep."""
+    """The median-throughput run of exactly this configuration (trace capture aside) that the baseline or the sweep
+    already made (uncontended runs when there are any); None when there is none."""
     want = config.replace(capture_trace=False)
-    for trial in results.ok_trials():
-        if trial.config is not None and trial.config.replace(capture_trace=False) == want:
-            return trial
-    return None
+    runs = [t for t in results.ok_trials() if t.config is not None and t.config.replace(capture_trace=False) == want
+            and t.metrics is not None and t.metrics.samples_per_s is not None]
+    quiet = [t for t in runs if not t.excluded] or runs
+    if not quiet:
+        return None
+    ordered = sorted(quiet, key=lambda t: t.metrics.samples_per_s)  # type: ignore[union-attr]
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def _traced_run(results: Any, configuration: str) -> Trial | None:
+    """A run of the configuration whose trace gave its communication (the sweep traces a knob's first run only)."""
+    return next((t for t in results.ok_trials() if t.configuration == configuration and t.metrics is not None
+                 and t.metrics.distributed is not None and t.metrics.distributed.communication is not None), None)

@@ -49,6 +49,7 @@ class PipelineParallel(Knob):
     title = "pipeline parallelism (torch.distributed.pipelining: one stage per rank, GPipe / 1F1B)"
     reference = "https://pytorch.org/docs/stable/distributed.pipelining.html"
     cost = "the pipeline bubble"
+    traced = True  # the point-to-point traffic between stages, from the trace
 
     def code_change(self, ctx: KnobContext) -> str | None:
         pp = ctx.base.world_size

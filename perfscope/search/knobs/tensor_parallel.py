@@ -41,6 +41,7 @@ class TensorParallel(Knob):
     title = "tensor parallelism (parallelize_module: q/k/v and MLP up colwise, out and down rowwise)"
     reference = "https://pytorch.org/docs/stable/distributed.tensor.parallel.html"
     cost = "an activation all-reduce per block in forward and in backward"
+    traced = True  # the all-reduces it adds are read from the trace (perfscope.trace.communication)
 
     def code_change(self, ctx: KnobContext) -> str | None:
         world = ctx.base.world_size
