@@ -237,15 +237,6 @@ class TrainStep:
         return counter.fingerprint(method=method)
 
 
-def make_step(workload: Workload, config: TrialConfig) -> TrainStep:
-    """The step a trial runs: a pipeline rank's schedule (perfscope.trial.pipeline_parallel), else TrainStep."""
-    if config.pipeline_parallel > 1:
-        from perfscope.trial.pipeline_parallel import PipelineStep
-
-        return PipelineStep(workload, config)
-    return TrainStep(workload, config)
-
-
 def _full(t: torch.Tensor) -> torch.Tensor:
     """A sharded (DTensor) gradient gathered whole, so its norm is the model's, not this rank's shard's."""
     full = getattr(t, "full_tensor", None)
@@ -320,7 +311,9 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     """Measure one configuration; see the module docstring for the order of work."""
     device = config.device
     compile_counters = CompileCounters()
-    step = make_step(workload, config)
+    from perfscope.trial.model_parallel import make_step
+
+    step = make_step(workload, config)  # TrainStep, or a pipeline rank's PipelineStep
     # After the user's file, workload() and model() ran, so tf32=None keeps (and records) their own setting.
     matmul_tf32 = apply_matmul_tf32(config.tf32)
 

@@ -30,6 +30,18 @@ BUBBLE_METHOD = ("per pipeline rank: 1 − (its stages' forward_one_chunk + back
                  "the median call's CPU time, on CUDA the fastest call), and free communication (perfscope.measure.bubble)")
 
 
+def make_step(workload: Any, config: TrialConfig) -> Any:
+    """The step a trial runs: a pipeline rank's schedule (perfscope.trial.pipeline_parallel), else TrainStep
+    (which applies TP in its wrap_model)."""
+    if config.pipeline_parallel > 1:
+        from perfscope.trial.pipeline_parallel import PipelineStep
+
+        return PipelineStep(workload, config)
+    from perfscope.trial.loop import TrainStep
+
+    return TrainStep(workload, config)
+
+
 def rank_stage_timing(run: Any, rank: int, config: TrialConfig) -> tuple[StageTiming, dict[str, Any]] | None:
     """This pipeline rank's per-step compute and step time, over the timed window's steps (warm-up steps and the
     trace's later steps left out), and the schedule's action order; None for a rank that runs no pipeline."""
