@@ -193,7 +193,9 @@ def _rows(world: int = 2, memory_limit: int | None = None, layout: ModelLayout =
 def test_the_search_measures_what_fits_and_says_why_it_prunes_the_rest():
     rows = _rows()
     measured = {k for k, c in rows.items() if c.config is not None}
-    assert measured == {"dp2", "tp2", "pp2 gpipe m4", "pp2 1f1b m4", "pp2 gpipe m8", "pp2 1f1b m8"}
+    assert measured == {"dp2", "tp2", "pp2 gpipe m4", "pp2 1f1b m4", "pp2 gpipe m8", "pp2 1f1b m8",
+                        "pp2 interleaved_1f1b m2", "pp2 interleaved_1f1b m4", "pp2 interleaved_1f1b m8"}  # 4 blocks: 2 per rank
+    assert rows["pp2 interleaved_1f1b m2"].row.bubble_formula == pytest.approx(1 / 5)  # (p − 1) / (v·m + p − 1)
     assert rows["pp2 gpipe m2"].row.prune_reason == "bubble" and "33% idle with 2 micro-batches" in rows["pp2 gpipe m2"].row.reason
     assert rows["dp2 + ckpt"].row.prune_reason == "not needed"
     assert rows["tp2"].config.micro_batch_size == 16 and rows["pp2 1f1b m8"].config.micro_batch_size == 2
@@ -249,7 +251,8 @@ def test_the_search_reuses_runs_measures_the_rest_and_ranks_per_rank():
     results.workload.model = ModelFacts(parameter_count=1000, has_conv2d=False, repeated_blocks=4, optimizer_class="AdamW",
                                         layout=LAYOUT)
     rates = {"layout-tp2": 50.0, "layout-pp2-gpipe-m4": 90.0, "layout-pp2-1f1b-m4": 95.0, "layout-pp2-gpipe-m8": 80.0,
-             "layout-pp2-1f1b-m8": 85.0}
+             "layout-pp2-1f1b-m8": 85.0, "layout-pp2-interleaved_1f1b-m2": 60.0, "layout-pp2-interleaved_1f1b-m4": 70.0,
+             "layout-pp2-interleaved_1f1b-m8": 75.0}
     session = _Session(results, rates)
     workload = Workload(model=lambda: None, loss=lambda m, b: None, batches=lambda n: [], batch_size=8)
     table = run_layout_search(session, workload, base)

@@ -16,8 +16,8 @@ The pruning model, and why each prune is safe:
   dp replicas divides what is left by dp (perfscope.measure.sharding). Activations are not modelled: a layout
   that fits its state but not its activations fails its trial as an OOM, which the table shows as measured.
 - communication bound: TP across nodes (its per-block all-reduces on the inter-node network).
-- bubble: a pipeline whose (p − 1) / (m + p − 1) exceeds MAX_BUBBLE: the same pipeline with more micro-batches
-  is in the table.
+- bubble: a pipeline whose (p − 1) / (v·m + p − 1) exceeds MAX_BUBBLE: the same pipeline with more micro-batches
+  is in the table (GPipe and 1F1B; ScheduleInterleaved1F1B, v = 2 stages per rank, where the blocks split in 2p).
 - inapplicable: no correct TP plan (packed q/k/v, heads or features not divisible by tp), layers not divisible
   by pp, TP × PP together (3-D) and DP × PP (not run by perfscope), a model the user's factory wraps itself.
 - not needed: activation checkpointing on a layout whose state fits and whose trial did not run out of memory
@@ -100,7 +100,9 @@ def layout_candidates(base: TrialConfig, model: ModelFacts, *, bytes_per_paramet
             dp = world // (tp * pp)
             schedules: list[tuple[str | None, int]] = [(None, base.grad_accum_steps)]
             if pp > 1:
-                schedules = [(s, m) for m in (pp, 2 * pp, 4 * pp) for s in ("gpipe", "1f1b") if batch % m == 0]
+                blocks = model.layout.blocks if model.layout else 0
+                kinds = ("gpipe", "1f1b", "interleaved_1f1b") if blocks and blocks % (2 * pp) == 0 else ("gpipe", "1f1b")
+                schedules = [(s, m) for m in (pp, 2 * pp, 4 * pp) for s in kinds if batch % m == 0]
             for schedule, m in schedules:
                 for ckpt in (False, True):
                     out.append(_candidate(base, model, dp, tp, pp, schedule, m, ckpt, bytes_per_parameter,
@@ -117,7 +119,7 @@ def _candidate(base: TrialConfig, model: ModelFacts, dp: int, tp: int, pp: int, 
     sharded = tp > 1 and dp > 1  # 2-D: FSDP2 across the replicas
     row.memory_per_rank_bytes = state_per_rank(model, bytes_per_parameter, dp, tp, pp, sharded)
     if pp > 1:
-        row.bubble_formula = bubble_formula(pp, m)
+        row.bubble_formula = bubble_formula(pp, m, 2 if schedule == "interleaved_1f1b" else 1)
 
     def pruned(category: Any, reason: str) -> Candidate:
         row.status, row.prune_reason, row.reason = "pruned", category, reason
