@@ -83,7 +83,7 @@ def layout_view(results: Results) -> LayoutView | None:
         if facts is None or facts.bubble_formula is None or trial.configuration in seen:
             continue
         seen.add(trial.configuration)
-        replay = f", {fmt_percent(facts.bubble_replayed, 0)} replayed from the stages' fastest compute" if facts.bubble_replayed is not None else ""
+        replay = f", {fmt_percent(facts.bubble_replayed, 0)} replayed from the stages' own compute (load-immune)" if facts.bubble_replayed is not None else ""
         measured = fmt_percent(facts.bubble_measured, 0) if facts.bubble_measured is not None else NA
         view.pipelines.append(f"{trial.configuration}: {facts.pipeline_parallel} stages, {facts.microbatches} micro-batches "
                               f"({facts.schedule}): bubble {measured} measured (wall clock){replay}; "
