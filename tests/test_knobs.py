@@ -200,7 +200,8 @@ CASES = [
     ("tensor_parallel", dp(), "could not read how the model splits"),
     ("tensor_parallel", split(dp(), tp_inapplicable={"2": "packed q/k/v projection 'qkv'"}), "tp = 2: packed q/k/v"),
     ("tensor_parallel", split(wrapped()), "wraps its own model"),
-    ("pipeline_parallel", split(dp()), None),
+    ("pipeline_parallel", split(dp()), None),  # 4 blocks: interleaved too
+    ("pipeline_parallel", split(dp(), blocks=2), None),
     ("pipeline_parallel", split(dp(), blocks=3), "3 layers are not divisible by pp = 2"),
     ("pipeline_parallel", split(dp(activation_checkpointing=True)), "without activation checkpointing"),
     ("pipeline_parallel", ctx(), "one process"),

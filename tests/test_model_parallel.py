@@ -167,7 +167,8 @@ def test_the_layout_knobs_keep_the_global_batch_and_build_valid_configs():
     config = tp.apply(c.base, v)
     assert config.tensor_parallel == 2 and config.global_batch == c.base.global_batch == 16
     configs = [pp.apply(c.base, v) for v in pp.variants(c)]
-    assert [(x.pipeline_schedule, x.grad_accum_steps, x.micro_batch_size) for x in configs] == [("gpipe", 4, 4), ("1f1b", 4, 4)]
+    assert [(x.pipeline_schedule, x.grad_accum_steps, x.micro_batch_size) for x in configs] == [
+        ("gpipe", 4, 4), ("1f1b", 4, 4), ("interleaved_1f1b", 4, 4)]  # 4 blocks: two stages of 1 per rank
     assert all(x.global_batch == 16 for x in configs)
     assert "parallelize_module" in tp.code_change(c) and "ScheduleGPipe" in pp.code_change(c)
     four = _ctx(nproc_per_node=4)

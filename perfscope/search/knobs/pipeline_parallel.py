@@ -76,7 +76,11 @@ class PipelineParallel(Knob):
         mb, m = microbatches(ctx, pp) or (ctx.base.micro_batch_size, 1)
         common = {"data_parallel": "none", "pipeline_parallel": pp, "no_sync": False, "micro_batch_size": mb,
                   "grad_accum_steps": m}
-        return [{**common, "pipeline_schedule": "gpipe"}, {**common, "pipeline_schedule": "1f1b"}]
+        out = [{**common, "pipeline_schedule": "gpipe"}, {**common, "pipeline_schedule": "1f1b"}]
+        blocks = ctx.model.layout.blocks if ctx.model.layout else 0
+        if blocks % (2 * pp) == 0 and m % pp == 0:  # two equal stages per rank
+            out.append({**common, "pipeline_schedule": "interleaved_1f1b"})
+        return out
 
     def measured_notes(self, ctx: KnobContext, baseline: Trial, trial: Trial) -> list[str]:
         facts = trial.metrics.distributed.parallel if trial.metrics and trial.metrics.distributed else None
