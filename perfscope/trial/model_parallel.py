@@ -77,6 +77,18 @@ def _plain_order(order: dict[int, list[Any]] | None) -> dict[int, list[tuple[int
     return out
 
 
+def _meta_model(workload: Any) -> Any:
+    """The model's structure without its memory (the meta device), for re-deriving the plan; built for real where
+    the model cannot be built on meta."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            return workload.model()
+    except Exception:  # noqa: BLE001 - some models cannot be built on meta
+        return workload.model()
+
+
 def parallel_facts(config: TrialConfig, workload: Any, gathered: list[Any]) -> ParallelFacts:
     """The job's layout facts on rank 0, from every rank's `rank_stage_timing` (None entries for TP ranks)."""
     facts = ParallelFacts(data_parallel=config.data_parallel_size, tensor_parallel=config.tensor_parallel,
@@ -84,7 +96,7 @@ def parallel_facts(config: TrialConfig, workload: Any, gathered: list[Any]) -> P
     if config.tensor_parallel > 1:
         from perfscope.trial.tensor_parallel import derive_plan
 
-        plan = derive_plan(workload.model(), config.tensor_parallel, workload)  # the same plan every rank applied
+        plan = derive_plan(_meta_model(workload), config.tensor_parallel, workload)  # the plan every rank applied
         facts.tp_plan, facts.tp_plan_source = plan.styles, plan.source
     if config.pipeline_parallel < 2:
         return facts
