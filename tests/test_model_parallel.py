@@ -272,3 +272,32 @@ def test_the_search_reuses_runs_measures_the_rest_and_ranks_per_rank():
 
     html = render_html(results)
     assert 'id="layouts"' in html and 'href="#layouts"' in html and "pp2 1f1b m4" in html and "would not fit" not in html
+
+
+def test_the_new_fields_round_trip_and_older_files_read_without_them():
+    from perfscope.results import LayoutRow, LayoutTable, ParallelFacts, Results, StageTiming
+    from tests.distributed_factories import make_pipeline_results
+
+    results = make_pipeline_results(microbatches=4, bubble=0.3)
+    results.trials[0].metrics.distributed.parallel.stages = [StageTiming(rank=0, stages=[0], forward_s=0.1, step_s=0.5,
+                                                                         idle_share=0.8, compute_clock="thread CPU")]
+    results.layouts = LayoutTable(world_size=2, rows=[LayoutRow(layout="pp2 gpipe m4", pipeline_parallel=2, status="measured",
+                                                                bubble=0.3, bubble_formula=0.2)])
+    back = Results.from_dict(results.to_dict())
+    assert back.layouts == results.layouts
+    assert back.trials[0].metrics.distributed.parallel == results.trials[0].metrics.distributed.parallel
+    assert back.trials[0].config.pipeline_parallel == 2 and back.trials[0].config.grad_accum_steps == 4
+    old = results.to_dict()
+    del old["layouts"]
+    del old["trials"][0]["metrics"]["distributed"]["parallel"]
+    for key in ("tensor_parallel", "pipeline_parallel", "pipeline_schedule"):
+        del old["trials"][0]["config"][key]
+    old["trials"][0]["config"]["grad_accum_steps"] = 1
+    before = Results.from_dict(old)  # a file written before model parallelism existed
+    assert before.layouts is None and before.trials[0].metrics.distributed.parallel is None
+    assert before.trials[0].config.tensor_parallel == 1 and before.trials[0].config.model_parallel == 1
+    assert isinstance(ParallelFacts(), ParallelFacts)
+    bad = results.to_dict()
+    bad["layouts"]["rows"][0]["bubble"] = 1.5
+    with pytest.raises(Exception, match="bubble"):
+        Results.from_dict(bad)
