@@ -301,3 +301,23 @@ def test_the_new_fields_round_trip_and_older_files_read_without_them():
     bad["layouts"]["rows"][0]["bubble"] = 1.5
     with pytest.raises(Exception, match="bubble"):
         Results.from_dict(bad)
+
+
+def test_the_search_runs_when_every_baseline_run_was_contended():
+    from perfscope.search.layout import run_layout_search
+    from tests.distributed_factories import make_distributed_results
+
+    results = make_distributed_results(device="cpu", world=2)
+    results.trials[0].excluded = "contended: other processes used 1.2 cores"
+    base = results.trials[0].config.replace(micro_batch_size=8, data_parallel="ddp", precision="fp32", tf32=None)
+    results.trials[0].config = base
+    results.workload.model = ModelFacts(parameter_count=1000, has_conv2d=False, repeated_blocks=2, optimizer_class="AdamW",
+                                        layout=dataclasses.replace(LAYOUT, blocks=2))
+    session = _Session(results, dict.fromkeys(["layout-tp2", "layout-pp2-gpipe-m4", "layout-pp2-1f1b-m4", "layout-pp2-gpipe-m8",
+                                               "layout-pp2-1f1b-m8"], 10.0))
+    workload = Workload(model=lambda: None, loss=lambda m, b: None, batches=lambda n: [], batch_size=8)
+    table = run_layout_search(session, workload, base)
+    dp2 = next(r for r in table.rows if r.layout == "dp2")
+    assert dp2.status == "measured" and "measured under load" in dp2.reason
+    results.workload.model = None
+    assert run_layout_search(session, workload, base) is None and results.notes[-1].startswith("layout search not run")

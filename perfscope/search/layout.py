@@ -213,8 +213,12 @@ def run_layout_search(session: Any, workload: Any, base: TrialConfig, *, max_tri
     """Prune, measure the survivors (reusing a run of the same configuration the sweep already made), rank."""
     results = session.results
     model = results.workload.model
-    baseline = next((t for t in results.runs("baseline") if t.ok), None)
+    # Any successful baseline run, contended ones included: it gives the state's bytes per parameter, not a speed.
+    baseline = next((t for t in results.ok_trials() if t.configuration == "baseline"), None)
     if model is None or baseline is None or base.world_size < 2:
+        why = ("the probe did not describe the model" if model is None else
+               "no baseline run succeeded" if baseline is None else "one process")
+        results.notes.append(f"layout search not run: {why}")
         return None
     base = base.replace(capture_trace=True)
     limit = _memory_limit(results, base, baseline)
