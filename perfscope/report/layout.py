@@ -100,9 +100,9 @@ def layout_markdown(view: LayoutView | None) -> list[str]:
     out = ["## Layouts", "", f"World size {view.world_size}; a rank may hold {md(view.memory_limit)}. {md(view.method)}", ""]
     rows = [[md(x.rank or "—"), md(x.layout) + (" **best**" if x.best else ""), md(x.micro_batches), md(x.memory_model),
              md(x.memory_measured), md(x.throughput), md(x.per_rank), md(x.communication), md(x.bubble),
-             code(x.trial, in_table=True) if x.trial else "", md(x.reason if x.status == "failed" else "")] for x in view.measured]
+             code(x.trial, in_table=True) if x.trial else "", md(x.reason)] for x in view.measured]
     out += _table(["#", "Layout", "Micro-batches", "State / rank (model)", "State / rank (measured)", "Samples/s", "Per rank",
-                   "Collectives / step", "Bubble", "Trial", "Failure"], rows, ["r", "l", "r", "r", "r", "r", "r", "r", "r", "l", "l"]) + [""]
+                   "Collectives / step", "Bubble", "Trial", "Note"], rows, ["r", "l", "r", "r", "r", "r", "r", "r", "r", "l", "l"]) + [""]
     if view.pruned:
         out += ["Pruned, not measured:", ""]
         out += _table(["Layout", "Micro-batches", "State / rank (model)", "Why"],
