@@ -217,6 +217,10 @@ def _measure(results: Results, options: AnalyzeOptions, runner: TrialRunner, wor
             session.measure(BASELINE, base.replace(capture_trace=False))
         if sweep_options is not None and baseline.ok:
             run_sweep(session, workload, base, sweep_options)
+            if base.distributed and _layouts_selected(sweep_options):
+                from perfscope.search.layout import run_layout_search
+
+                run_layout_search(session, workload, base)
         elif sweep_options is not None:
             results.notes.append(f"no sweep: the baseline run did not succeed ({baseline.status})")
     except KeyboardInterrupt:
@@ -230,6 +234,12 @@ def _measure(results: Results, options: AnalyzeOptions, runner: TrialRunner, wor
             print("perfscope: telling the other nodes' workers that the analysis is over ...", file=sys.stderr)
             stop_followers(options.launch, options.out_dir / "trials" / "_stop", device=device)
     return False
+
+
+def _layouts_selected(options: SweepOptions) -> bool:
+    """The layout search runs with the model-parallel knobs: not when --skip names both, or --only neither."""
+    ids = {"tensor_parallel", "pipeline_parallel"}
+    return not ids <= set(options.skip) and (not options.only or bool(ids & set(options.only)))
 
 
 def _sweep_options(options: AnalyzeOptions) -> SweepOptions | None:

@@ -73,6 +73,13 @@ class Workload:
     pin_memory: bool = False
     checkpoint_blocks: Callable[[nn.Module], list[nn.Module]] | None = None
     """Optional override: the modules to activation-checkpoint (default: auto-detected repeated blocks)."""
+    tensor_parallel_plan: Callable[[nn.Module], dict[str, str]] | None = None
+    """Optional override: tensor_parallel_plan(model) -> {module name: "colwise" | "rowwise" | "sequence" |
+    "colwise_dtensor"} (perfscope.trial.tensor_parallel), the styles `parallelize_module` applies; default: derived
+    from the blocks' attention and MLP projections."""
+    pipeline_split: Callable[[nn.Module], list[str]] | None = None
+    """Optional override: pipeline_split(model) -> the module names each later pipeline stage begins at
+    (SplitPoint.BEGINNING); default: equal shares of the repeated blocks."""
     wraps_model: bool = False
     """Distributed runs: ``model()`` already returns the wrapped model (the user's own DDP / FSDP); the harness
     initializes the process group before calling it and wraps nothing, so the data-parallel knobs do not apply."""
@@ -91,7 +98,8 @@ class Workload:
             raise WorkloadError("Workload.loss must be a callable loss(model, batch) -> scalar tensor")
         if (self.dataset is None) == (self.batches is None):
             raise WorkloadError("Workload needs exactly one of dataset= (a Dataset factory) or batches= (a batch generator)")
-        for name in ("dataset", "batches", "optimizer", "collate_fn", "checkpoint_blocks"):
+        for name in ("dataset", "batches", "optimizer", "collate_fn", "checkpoint_blocks", "tensor_parallel_plan",
+                     "pipeline_split"):
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise WorkloadError(f"Workload.{name} must be a callable (a factory), got {type(value).__name__}")

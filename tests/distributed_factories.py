@@ -85,3 +85,33 @@ def make_distributed_results(device: str = "cuda", **facts_kw) -> Results:
     trial.metrics.trace_facts = None
     results = make_results([trial], device_type=device)
     return results
+
+
+def make_pipeline_results(*, microbatches: int = 2, stages: int = 2, bubble: float | None = 0.4, schedule: str = "gpipe") -> Results:
+    """A baseline whose loop is a pipeline (tests of PS807): its parallel facts, measured bubble and formula."""
+    from perfscope.measure.bubble import bubble_formula
+    from perfscope.results import ParallelFacts
+
+    results = make_distributed_results(world=stages)
+    trial = results.trials[0]
+    trial.config = dataclasses.replace(trial.config, data_parallel="none", pipeline_parallel=stages, grad_accum_steps=microbatches,
+                                       pipeline_schedule=schedule)  # type: ignore[arg-type]
+    facts = trial.metrics.distributed
+    facts.data_parallel = "none"
+    facts.parallel = ParallelFacts(pipeline_parallel=stages, schedule=schedule, microbatches=microbatches,
+                                   bubble_measured=bubble, bubble_formula=bubble_formula(stages, microbatches),
+                                   bubble_replayed=bubble_formula(stages, microbatches))
+    return results
+
+
+def make_tensor_parallel_results(*, exposed_share: float = 0.3, tp: int = 2) -> Results:
+    """A baseline whose loop is tensor parallel (tests of PS806): gloo, its trace's exposed collectives."""
+    from perfscope.results import ParallelFacts
+
+    results = make_distributed_results(world=tp, exposed_share=exposed_share)
+    trial = results.trials[0]
+    trial.config = dataclasses.replace(trial.config, data_parallel="none", tensor_parallel=tp)  # type: ignore[arg-type]
+    facts = trial.metrics.distributed
+    facts.data_parallel, facts.backend = "none", "gloo"
+    facts.parallel = ParallelFacts(tensor_parallel=tp, tp_plan={"blocks.0.q": "colwise", "blocks.0.o": "rowwise"})
+    return results

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from perfscope.results import Environment, ModelFacts
+from perfscope.results import Environment, ModelFacts, ModelLayout
 from perfscope.results.config import TrialConfig
 from perfscope.results.breakdown import SLICES
 from perfscope.search.knobs import REGISTRY, Knob, KnobContext, active_knobs, knob, knob_ids, loader_options, unobserved_fields
@@ -65,6 +65,12 @@ def dp(**base: object) -> KnobContext:
 def wrapped(**base: object) -> KnobContext:
     """A 2-rank run of a workload that wraps its own model: the harness wraps nothing (data_parallel "none")."""
     return ctx(wraps_model=True, nproc_per_node=2, **base)  # type: ignore[arg-type]
+
+
+def split(context: KnobContext, **layout: object) -> KnobContext:
+    """``context`` whose model the probe could split: 4 blocks, a TP plan for every degree unless told otherwise."""
+    facts = ModelLayout(**{"blocks": 4, "block_parameter_count": 800, "tp_parameter_count": 700, **layout})  # type: ignore[arg-type]
+    return dataclasses.replace(context, model=dataclasses.replace(context.model, layout=facts))
 
 
 def replaced(context: KnobContext, optimizer: str) -> KnobContext:
@@ -190,6 +196,16 @@ CASES = [
     ("numa_binding", dp(machine=NUMA_UNKNOWN), "NUMA node count is unknown (this platform is darwin)"),
     ("numa_binding", dp(machine=CPU2), "this run has no GPU"),
     ("numa_binding", ctx(machine=NUMA2), "one process"),
+    ("tensor_parallel", split(dp()), None),
+    ("tensor_parallel", split(dp(nproc_per_node=4)), None),  # and 2-D: FSDP2 × TP
+    ("tensor_parallel", dp(), "could not read how the model splits"),
+    ("tensor_parallel", split(dp(), tp_inapplicable={"2": "packed q/k/v projection 'qkv'"}), "tp = 2: packed q/k/v"),
+    ("tensor_parallel", split(wrapped()), "wraps its own model"),
+    ("pipeline_parallel", split(dp()), None),  # 4 blocks: interleaved too
+    ("pipeline_parallel", split(dp(), blocks=2), None),
+    ("pipeline_parallel", split(dp(), blocks=3), "3 layers are not divisible by pp = 2"),
+    ("pipeline_parallel", split(dp(activation_checkpointing=True)), "without activation checkpointing"),
+    ("pipeline_parallel", ctx(), "one process"),
     ("micro_batch", ctx(), None),
     ("grad_accum", ctx(grad_accum_steps=4), None),
     ("grad_accum", ctx(), "does not accumulate"),

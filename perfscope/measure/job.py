@@ -16,23 +16,24 @@ from perfscope.results import Environment, Peak, TrialMetrics
 from perfscope.results.distributed import DistributedFacts, RankMetrics
 
 
-def job_samples_per_s(ranks: list[RankMetrics]) -> float | None:
-    """All ranks' samples / the longest rank window (None when a rank's samples are unknown or nothing ran)."""
+def job_samples_per_s(ranks: list[RankMetrics], model_parallel: int = 1) -> float | None:
+    """All ranks' samples / the longest rank window (None when a rank's samples are unknown or nothing ran). The
+    ``model_parallel`` (tp × pp) ranks of one replica all count the same samples: they are counted once."""
     if not ranks or any(r.samples is None for r in ranks):
         return None
     wall = max(r.wall_s for r in ranks)
-    return sum(r.samples or 0 for r in ranks) / wall if wall > 0 else None
+    return sum(r.samples or 0 for r in ranks) / model_parallel / wall if wall > 0 else None
 
 
 def combine_ranks(ranks: list[RankMetrics], *, backend: str, data_parallel: str, nnodes: int, nproc_per_node: int,
-                  global_batch: int | None) -> DistributedFacts:
+                  global_batch: int | None, model_parallel: int = 1) -> DistributedFacts:
     """The job's facts from every rank's own measurement (rank order)."""
     ranks = sorted(ranks, key=lambda r: r.rank)
     stragglers, method = find_stragglers(ranks)
     slowest = max(ranks, key=lambda r: r.wall_s / r.steps if r.steps else 0.0).rank if ranks else None
     return DistributedFacts(
         world_size=len(ranks), nnodes=nnodes, nproc_per_node=nproc_per_node, backend=backend,
-        data_parallel=data_parallel, global_batch=global_batch, job_samples_per_s=job_samples_per_s(ranks),
+        data_parallel=data_parallel, global_batch=global_batch, job_samples_per_s=job_samples_per_s(ranks, model_parallel),
         slowest_rank=slowest, ranks=ranks, stragglers=stragglers, straggler_method=method,
     )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from perfscope.report.distributed import DistributedView
+from perfscope.report.layout import layout_markdown
 from perfscope.report.view import FindingView, ReportView, build_view
 from perfscope.report.waterfall_chart import WaterfallView
 from perfscope.results import Results
@@ -204,6 +205,7 @@ def render_view_markdown(view: ReportView) -> str:
     out += [md(n) for n in view.sweep_notes] + ([""] if view.sweep_notes else [])
 
     out += _distributed(view.distributed)
+    out += layout_markdown(view.layout)
 
     if view.trace_diff:
         out += ["## Where the time went (baseline → recommended, from the traces)", ""]

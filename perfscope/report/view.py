@@ -20,6 +20,7 @@ from pathlib import Path
 from perfscope.ranking import rank_results
 from perfscope.report.charts import Chart, baseline_breakdown_chart, build_charts, gain_chart
 from perfscope.report.distributed import DistributedView, distributed_view
+from perfscope.report.layout import LayoutView, layout_view
 from perfscope.report.findings import (
     DiffLine,
     FindingView,
@@ -105,6 +106,7 @@ class ReportView:
     breakdown: list[SliceRow] = field(default_factory=list)  # the baseline's step by slice (the first chart, as a table)
     distributed: DistributedView | None = None  # every rank, communication and sharding memory of a data-parallel run
     waterfall: WaterfallView | None = None  # the MFU gap, part by part (perfscope.report.waterfall_chart)
+    layout: LayoutView | None = None  # the (dp, tp, pp) layout search's table (perfscope.report.layout)
     perfetto_url: str = PERFETTO_URL
     hta_url: str = HTA_URL
 
@@ -201,6 +203,7 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
                             fixes=", ".join(f"#{r}" for r in marks.get(x.key, []))) for x in slices],
         distributed=distributed_view(results, baseline=base, recommended=rec),
         waterfall=waterfall,
+        layout=layout_view(results),
     )
     if results.source == "trace":
         adapt_for_trace(view, results)

@@ -21,6 +21,7 @@ OptimizerChoice = Literal["user", "adafactor", "8bit-torchao", "8bit-bnb"]
 GcMode = Literal["default", "freeze", "disable"]
 DataParallel = Literal["none", "ddp", "fsdp", "zero1"]
 CommHook = Literal["bf16", "fp16", "powersgd"]
+PipelineSchedule = Literal["gpipe", "1f1b", "interleaved_1f1b"]
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -99,6 +100,14 @@ class TrialConfig:
     `set_requires_gradient_sync(False)`): one all-reduce per optimizer step instead of one per micro-batch."""
     comm_hook: CommHook | None = None
     """DDP communication hook: gradients all-reduced in bf16 / fp16, or PowerSGD's low-rank approximation."""
+    tensor_parallel: int = 1
+    """Ranks that split each block's matmuls (torch.distributed.tensor.parallel, perfscope.trial.tensor_parallel);
+    with data_parallel="fsdp" the mesh is 2-D: dp × tp."""
+    pipeline_parallel: int = 1
+    """Pipeline stages, one per rank (torch.distributed.pipelining, perfscope.trial.pipeline_parallel); the
+    pipeline's micro-batches are the step's ``grad_accum_steps`` micro-batches of ``micro_batch_size``."""
+    pipeline_schedule: PipelineSchedule = "gpipe"
+    """ScheduleGPipe, Schedule1F1B, or ScheduleInterleaved1F1B (two stages per rank)."""
     numa_binding: str | None = None
     """torchrun --numa-binding (PyTorch ≥ 2.9): each rank on the CPUs of its GPU's NUMA node."""
     seed: int = 0
@@ -124,6 +133,7 @@ class TrialConfig:
             raise ValueError("TrialConfig.nproc_per_node and nnodes must be >= 1")
         if self.data_parallel != "none" and self.world_size == 1:
             raise ValueError(f"TrialConfig.data_parallel={self.data_parallel!r} needs more than one rank")
+        self._check_model_parallel()
         ddp_only = {"bucket_cap_mb": self.bucket_cap_mb is not None, "gradient_as_bucket_view": self.gradient_as_bucket_view,
                     "static_graph": self.static_graph, "comm_hook": self.comm_hook is not None}
         for name, set_ in ddp_only.items():
@@ -133,6 +143,35 @@ class TrialConfig:
             raise ValueError(f"TrialConfig.bucket_cap_mb must be > 0, got {self.bucket_cap_mb}")
         if self.fsdp_mixed_precision is not None and self.data_parallel != "fsdp":
             raise ValueError("TrialConfig.fsdp_mixed_precision needs data_parallel='fsdp'")
+
+    def _check_model_parallel(self) -> None:
+        """TP and PP layouts perfscope can run: TP alone or under FSDP2 (2-D mesh), PP alone (one stage per rank)."""
+        tp, pp = self.tensor_parallel, self.pipeline_parallel
+        if tp < 1 or pp < 1:
+            raise ValueError("TrialConfig.tensor_parallel and pipeline_parallel must be >= 1")
+        if tp * pp == 1:
+            return
+        if tp > 1 and pp > 1:
+            raise ValueError("TrialConfig: tensor and pipeline parallelism together (3-D) are not supported")
+        if self.world_size % (tp * pp):
+            raise ValueError(f"TrialConfig: world size {self.world_size} is not a multiple of tp × pp = {tp * pp}")
+        if pp > 1 and (self.data_parallel != "none" or self.world_size != pp):
+            raise ValueError("TrialConfig.pipeline_parallel runs one stage per rank, without data parallelism")
+        if tp > 1 and self.data_parallel not in ("none", "fsdp"):
+            raise ValueError("TrialConfig.tensor_parallel composes with FSDP2 only (data_parallel 'none' or 'fsdp')")
+        if tp > 1 and (self.data_parallel == "fsdp") != (self.world_size > tp):
+            raise ValueError("TrialConfig.tensor_parallel: data_parallel='fsdp' exactly when world size > tp")
+        if pp > 1 and self.pipeline_schedule == "interleaved_1f1b" and self.grad_accum_steps % pp:
+            raise ValueError("TrialConfig: the interleaved schedule needs micro-batches divisible by the stages")
+
+    @property
+    def model_parallel(self) -> int:
+        """Ranks that share one replica of the model (tp × pp): they all see the same samples."""
+        return self.tensor_parallel * self.pipeline_parallel
+
+    @property
+    def data_parallel_size(self) -> int:
+        return self.world_size // self.model_parallel
 
     def replace(self, **changes: Any) -> TrialConfig:
         return dataclasses.replace(self, **changes)
@@ -169,5 +208,5 @@ class TrialConfig:
 
     @property
     def global_batch(self) -> int:
-        """micro-batch × accumulation × data-parallel ranks."""
-        return self.samples_per_step * self.world_size
+        """micro-batch × accumulation × data-parallel ranks (ranks of one TP/PP replica share their samples)."""
+        return self.samples_per_step * self.data_parallel_size

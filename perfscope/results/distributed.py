@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from perfscope.results.constraints import FRACTION, NAME, NON_NEGATIVE, SECONDS, SERIES, SERIES_SECONDS
+from perfscope.results.layout import ParallelFacts
 
 DataParallel = Literal["none", "ddp", "fsdp", "zero1"]
 """How the harness wraps the model: not at all (one process, or the user's own wrapper), DistributedDataParallel,
@@ -163,6 +164,8 @@ class DistributedFacts:
     """NUMA nodes of the machine (rank 0's); > 1 is where binding ranks to their GPU's node matters."""
     numa_binding: str | None = None
     """torchrun --numa-binding as run, None when off."""
+    parallel: ParallelFacts | None = None
+    """Tensor / pipeline parallelism (perfscope.results.layout); None for a pure data-parallel run."""
     unavailable: dict[str, str] = field(default_factory=dict)
 
     def rank(self, rank: int) -> RankMetrics | None:

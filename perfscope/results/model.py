@@ -38,6 +38,7 @@ from perfscope.results.constraints import (
 from perfscope.results.dataset_profile import DatasetProfile
 from perfscope.results.distributed import DistributedFacts
 from perfscope.results.fingerprint import Fingerprint
+from perfscope.results.layout import LayoutTable, ModelLayout
 from perfscope.results.io import load_typed, write_json
 from perfscope.results.migrate import upgrade
 from perfscope.results.serde import from_jsonable, to_jsonable
@@ -120,6 +121,8 @@ class ModelFacts:
     matmul_tf32: bool | None = None
     """The user's matmul TF32 setting once their file was imported and workload()/model() ran (None: unknown).
     The baseline leaves TF32 as the user set it (TrialConfig.tf32=None), so this is what it runs with."""
+    layout: ModelLayout | None = None
+    """How the model splits for tensor / pipeline parallelism (perfscope.results.layout)."""
 
 
 @dataclass(kw_only=True)
@@ -372,6 +375,8 @@ class Results:
     trials: list[Trial] = field(default_factory=list)
     sweep: Sweep | None = None
     findings: list[Finding] | None = None
+    layouts: LayoutTable | None = None
+    """The (dp, tp, pp) layout search (perfscope.search.layout), when the run had more than one rank."""
     warnings: list[str] = field(default_factory=list)
     """Measurement problems a reader must see first (persistent contention, implausible figures)."""
     notes: list[str] = field(default_factory=list)

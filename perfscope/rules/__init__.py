@@ -21,14 +21,17 @@ from perfscope.rules.launch_bound import LaunchBound
 from perfscope.rules.measured_knob import MeasuredKnob
 from perfscope.rules.memory_headroom import MemoryHeadroom
 from perfscope.rules.misaligned_gemm import MisalignedGemm
+from perfscope.rules.model_parallel_memory import ModelParallelMemory
 from perfscope.rules.mixed_precision import MixedPrecision
 from perfscope.rules.near_oom import NearOom
 from perfscope.rules.nonfinite import NonFiniteLoss
 from perfscope.rules.numa_binding import NumaBinding
 from perfscope.rules.optimizer_state import OptimizerState
 from perfscope.rules.pageable_copies import PageableCopies
+from perfscope.rules.pipeline_bubble import PipelineBubble
 from perfscope.rules.stragglers import Stragglers
 from perfscope.rules.sync_points import SyncPoints
+from perfscope.rules.tensor_parallel_communication import TensorParallelCommunication
 from perfscope.rules.tf32 import Tf32Matmul
 from perfscope.rules.throttling import Throttling
 
@@ -56,6 +59,9 @@ def all_rules() -> list[Rule]:
         Stragglers(),
         DataParallelMemory(),
         NumaBinding(),
+        ModelParallelMemory(),
+        TensorParallelCommunication(),
+        PipelineBubble(),
     ]
 
 

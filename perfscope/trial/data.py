@@ -26,9 +26,9 @@ def endless_batches(workload: Workload, config: TrialConfig) -> Iterator[Any]:
 
     In a data-parallel rank each rank reads its own shard: a DistributedSampler over a map-style dataset, every
     world-size-th batch of an iterable one, and a batches() generator seeded by the rank (synthetic data)."""
-    from perfscope.trial.data_parallel import current_rank, shard_sampler
+    from perfscope.trial.data_parallel import data_rank, shard_sampler
 
-    rank = current_rank()
+    rank = data_rank(config)
     if workload.batches is not None:
         if rank is not None:
             torch.manual_seed(config.seed + rank.rank)

@@ -12,6 +12,7 @@ parameters are gathered just before it runs and freed after (reshard_after_forwa
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import inspect
 import os
@@ -85,8 +86,12 @@ def shard_blocks(model: nn.Module) -> list[nn.Module]:
     return [b.block if isinstance(b, CheckpointedBlock) else b for b in blocks]
 
 
-def wrap_model(model: nn.Module, config: TrialConfig, device: str) -> nn.Module:
+def wrap_model(model: nn.Module, config: TrialConfig, device: str, *, workload: Any | None = None) -> nn.Module:
     """The module the step runs: ``model`` wrapped as the config asks (it must already be on its device)."""
+    if config.tensor_parallel > 1:  # TP, and FSDP2 on the "dp" mesh dimension when there are replicas
+        from perfscope.trial.tensor_parallel import wrap_tensor_parallel
+
+        return wrap_tensor_parallel(model, config, workload)[0]
     if config.data_parallel == "none":
         return model
     device_ids = [torch.cuda.current_device()] if device == "cuda" else None
@@ -171,6 +176,17 @@ def can_skip_all_communication(config: TrialConfig) -> bool:
     """DDP's only communication is the gradient all-reduce: under no_sync a DDP step (without the optimizer step,
     which ZeRO-1 ends with a broadcast) talks to no peer. FSDP gathers parameters in forward whatever the sync."""
     return config.data_parallel in ("ddp", "zero1")
+
+
+def data_rank(config: TrialConfig) -> RankInfo | None:
+    """Which data shard this rank reads: its data-parallel replica. The ranks of one TP group or pipeline read the
+    same samples (a replica's rank index = global rank // (tp × pp)); None when there is one replica."""
+    rank = current_rank()
+    if rank is None or config.model_parallel == 1:
+        return rank
+    if config.data_parallel_size == 1:
+        return None
+    return dataclasses.replace(rank, rank=rank.rank // config.model_parallel, world_size=config.data_parallel_size)
 
 
 def shard_sampler(dataset: Any, rank: RankInfo) -> Any | None:

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from perfscope.measure.tf32 import matmul_tf32_enabled
+from perfscope.results.layout import ModelLayout
 from perfscope.results.model import ModelFacts
 from perfscope.trial.checkpointing import find_repeated_blocks
 from perfscope.workload import Workload
@@ -35,4 +36,28 @@ def inspect_model(workload: Workload) -> ModelFacts:
         repeated_blocks=len(blocks),
         optimizer_class=optimizer_class,
         matmul_tf32=matmul_tf32_enabled(),
+        layout=model_layout(model, workload, blocks),
     )
+
+
+TP_DEGREES = (2, 4, 8)
+
+
+def model_layout(model: nn.Module, workload: Workload, blocks: list[nn.Module]) -> ModelLayout | None:
+    """How the model splits: blocks for the pipeline, the TP plan's parameters and where it does not apply."""
+    from perfscope.trial.tensor_parallel import derive_plan
+
+    try:
+        layout = ModelLayout(blocks=len(blocks), block_parameter_count=sum(p.numel() for b in blocks for p in b.parameters()))
+        modules = dict(model.named_modules())
+        for tp in TP_DEGREES:
+            plan = derive_plan(model, tp, workload)
+            if plan.reason is not None:
+                layout.tp_inapplicable[str(tp)] = plan.reason
+            elif not layout.tp_parameter_count:
+                layout.tp_parameter_count = sum(p.numel() for name in plan.styles if name in modules
+                                                for p in modules[name].parameters())
+                layout.tp_plan_source = plan.source
+        return layout
+    except Exception:  # noqa: BLE001 - a layout the probe cannot read: the layout knobs say so, nothing else fails
+        return None

@@ -78,7 +78,7 @@ class TrainStep:
         self.model = self.prepared(workload.model().to(self.device))
         self.checkpointed = [m for m in self.model.modules() if isinstance(m, CheckpointedBlock)]
         self.model.train()
-        self.wrapped = wrap_model(self.model, config, self.device)
+        self.wrapped = wrap_model(self.model, config, self.device, workload=workload)
         """The module each step runs: the model, or its DDP / FSDP2 wrapper on a data-parallel rank."""
         self.optimizer = shard_optimizer(build_optimizer(workload, self.wrapped, config), config)
         self.step_model: Any = self.wrapped
@@ -178,7 +178,7 @@ class TrainStep:
             return checkpointing_off(self.checkpointed)
 
         model = self.model
-        if self.config.data_parallel == "fsdp":
+        if self.config.data_parallel == "fsdp" or self.config.tensor_parallel > 1:
             # Sharded parameters are DTensors: count on a fresh, unsharded copy, on the host (FLOPs do not depend on
             # where they run, and fake tensors allocate nothing).
             model = self.prepared(self.workload.model())
@@ -211,6 +211,10 @@ class TrainStep:
         model_flops = counter.model_total * scale * accum
         hardware_flops = as_run.total * scale * accum
         notes = [method, *counter.notes]
+        if (tp := self.config.tensor_parallel) > 1:  # each rank of a TP group computes its share of one replica's step
+            model_flops, hardware_flops = model_flops / tp, hardware_flops / tp
+            notes.append(f"the replica's step ÷ tp = {tp} (embeddings, norms and the head, replicated, are computed on "
+                         "every rank: a slight undercount per rank)")
         if self.checkpointed:
             extra = as_run.total / counter.total - 1 if counter.total else 0.0
             notes.append(f"activation checkpointing of {len(self.checkpointed)} blocks: the step as run recomputes "
@@ -285,10 +289,12 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     """Measure one configuration; see the module docstring for the order of work."""
     device = config.device
     compile_counters = CompileCounters()
-    step = TrainStep(workload, config)
+    from perfscope.trial.model_parallel import make_step
+
+    step = make_step(workload, config)  # TrainStep, or a pipeline rank's PipelineStep
     # After the user's file, workload() and model() ran: a knob that is off (tf32=None) keeps, and the run
     # records, their own setting.
-    for knob in step.knobs:
+    for knob in getattr(step, "knobs", None) or active_knobs(config):
         knob.before_steps(config)
     matmul_tf32 = matmul_tf32_state().enabled
 

@@ -40,6 +40,7 @@ from perfscope.trial.data_parallel import (
 from perfscope.trial.launch import Launch, rank_result_path
 from perfscope.trial.spec import ChildSpec, FollowSpec, ProbeSpec, SpecError, StopSpec, TrialSpec, spec_from_dict, spec_to_dict
 from perfscope.trial.loop import MeasuredRun, capture_trace_into, nonfinite_loss, run_trial
+from perfscope.trial.model_parallel import parallel_facts, rank_stage_timing
 
 LOCAL_WINDOW_STEPS = (10, 30)
 """Steps of the no-communication window, at least and at most: with 5% step noise, 10 steps find a 30% straggler
@@ -75,11 +76,14 @@ def run_rank(spec: ChildSpec, result_path: Path) -> dict[str, Any]:
     if config.capture_trace and spec.artifacts_dir:
         capture_trace_into(run, config, Path(spec.artifacts_dir))
     communication = communication_of(run, info, config, ranked)
+    stage = rank_stage_timing(run, info.rank, config)
     gathered: list[Any] = [None] * info.world_size if info.rank == 0 else []
-    dist.gather_object((to_jsonable(ranked), to_jsonable(communication) if communication else None),
+    dist.gather_object((to_jsonable(ranked), to_jsonable(communication) if communication else None, stage),
                        gathered if info.rank == 0 else None, dst=0)
     if info.rank == 0:
         job = job_result(metrics, config, info, gathered, launch)
+        if config.model_parallel > 1:
+            job.distributed.parallel = parallel_facts(config, workload, [g[2] for g in gathered])
         write_json(result_path, {"status": "ok", "error": None, "metrics": to_jsonable(job)})
     dist.barrier()  # no rank leaves (and tears the group down) while rank 0 still writes
     dist.destroy_process_group()
@@ -111,8 +115,9 @@ def rank_metrics(run: MeasuredRun, info: RankInfo, config: TrialConfig) -> RankM
     if can_skip_all_communication(config):
         ranked.local_step_times_s = local_compute_window(run, min(max(m.steps, LOCAL_WINDOW_STEPS[0]), LOCAL_WINDOW_STEPS[1]))
     else:
-        ranked.unavailable["local_step_times_s"] = (f"{config.data_parallel}: forward gathers parameters from the peers, "
-                                                    "so no step runs without communication")
+        why = ("tensor / pipeline parallelism: forward and backward exchange activations between the ranks"
+               if config.model_parallel > 1 else f"{config.data_parallel}: forward gathers parameters from the peers")
+        ranked.unavailable["local_step_times_s"] = f"{why}, so no step runs without communication"
     return ranked
 
 
@@ -203,6 +208,8 @@ def memory_model(ranks: list[RankMetrics], config: TrialConfig) -> list[Any]:
     rank held, counted from its tensors."""
     from perfscope.measure.sharding import sharding_memory, strategy_of
 
+    if config.model_parallel > 1:
+        return []  # a TP/PP rank holds a slice of one replica, not a ZeRO shard: perfscope.search.layout models it
     if not ranks or any(r.parameter_bytes is None or r.gradient_bytes is None or r.optimizer_state_bytes is None
                         for r in ranks):
         return []
@@ -227,11 +234,11 @@ def job_result(metrics: Any, config: TrialConfig, info: RankInfo, gathered: list
     from perfscope.measure.cores import numa_node_count
     from perfscope.results import CommunicationFacts, from_jsonable
 
-    ranks = [from_jsonable(RankMetrics, r, f"rank[{i}]") for i, (r, _) in enumerate(gathered)]
-    comms = [from_jsonable(CommunicationFacts, c, f"communication[{i}]") for i, (_, c) in enumerate(gathered) if c]
+    ranks = [from_jsonable(RankMetrics, g[0], f"rank[{i}]") for i, g in enumerate(gathered)]
+    comms = [from_jsonable(CommunicationFacts, g[1], f"communication[{i}]") for i, g in enumerate(gathered) if g[1]]
     facts = combine_ranks(ranks, backend=info.backend, data_parallel=config.data_parallel,
                           nnodes=launch.nnodes, nproc_per_node=launch.nproc_per_node,
-                          global_batch=config.global_batch)
+                          global_batch=config.global_batch, model_parallel=config.model_parallel)
     if comms:
         # The rank that waited least in collectives: its exposed time is the network's, not a wait for a peer.
         facts.communication = min(comms, key=lambda c: c.exposed_collective_s)

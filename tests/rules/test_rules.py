@@ -29,7 +29,7 @@ from perfscope.results import (
 from perfscope.rules import all_rules, partition_findings, run_rules
 from perfscope.rules.engine import Rule, RuleContext, run
 from perfscope.stats import summarize
-from tests.distributed_factories import make_distributed_results
+from tests.distributed_factories import make_distributed_results, make_pipeline_results, make_tensor_parallel_results
 from tests.factories import make_results, make_trace_facts, make_trial
 
 GiB = 2**30
@@ -128,6 +128,11 @@ CASES: dict[str, tuple[Callable[[], Results], Callable[[], Results]]] = {
     "PS803": (lambda: make_distributed_results(peak_bytes=74 * GiB, state_bytes=(8 * GiB, 8 * GiB, 32 * GiB)),
               lambda: make_distributed_results(peak_bytes=40 * GiB, state_bytes=(8 * GiB, 8 * GiB, 32 * GiB))),
     "PS804": (lambda: make_distributed_results(numa_nodes=2), lambda: make_distributed_results(numa_nodes=2, numa_binding="node")),
+    # model-parallel runs (tests/rules/test_layout_rules.py has the details)
+    "PS805": (lambda: make_distributed_results(state_bytes=(100 * GiB, 100 * GiB, 200 * GiB)),
+              lambda: make_distributed_results(state_bytes=(8 * GiB, 8 * GiB, 32 * GiB))),
+    "PS806": (lambda: make_tensor_parallel_results(exposed_share=0.3), lambda: make_tensor_parallel_results(exposed_share=0.05)),
+    "PS807": (lambda: make_pipeline_results(microbatches=2, bubble=0.4), lambda: make_pipeline_results(microbatches=8, bubble=0.12)),
 }
 
 

@@ -44,6 +44,8 @@ from perfscope.search.knobs.no_sync_accumulation import NoSyncAccumulation
 from perfscope.search.knobs.numa_binding import NumaBinding
 from perfscope.search.knobs.offloading import ActivationOffloading
 from perfscope.search.knobs.optimizer import FusedOptimizer
+from perfscope.search.knobs.pipeline_parallel import PipelineParallel
+from perfscope.search.knobs.tensor_parallel import TensorParallel
 from perfscope.search.knobs.tf32 import Tf32
 from perfscope.search.knobs.zero1 import Zero1
 
@@ -75,6 +77,9 @@ REGISTRY: list[Knob] = [
     NoSyncAccumulation(),
     GradCompression(),
     NumaBinding(),
+    # model parallel (distributed runs): measured at the same global batch, never stacked (perfscope.search.layout)
+    TensorParallel(),
+    PipelineParallel(),
     MicroBatch(),
     GradAccum(),
 ]

@@ -1,0 +1,180 @@
+"""The pipeline bubble: the share of a step each pipeline rank spends idle, measured and predicted.
+
+    bubble_formula(p=2, m=4)                       # (p − 1) / (m + p − 1) = 0.2 for equal stages
+    timing = stage_timing(rank=0, stages=[0], steps=records)   # medians of the rank's own compute per step
+    replay_bubble(order, forward_s={0: .01, 1: .01}, backward_s={0: .02, 1: .02})
+
+Three figures, each for a reason:
+- measured: 1 − busy / step on every rank, where busy is timed around the stage's own compute calls (forward,
+  backward, the loss) and the step is the wall time of the schedule's step(): everything that is not the rank's
+  own work — waiting for the previous stage's activations or the next stage's gradients, p2p that compute did
+  not hide, and a neighbour's load stretching a peer — counts as bubble. That is the honest figure.
+- the formula, (p − 1) / (v·m + p − 1) (GPipe, 1F1B: v = 1; interleaved with v stages per rank): the ideal for
+  equal stages and free communication.
+- replayed: the schedule's action order replayed with each stage's compute per forward and per backward call
+  and free communication: the bubble the schedule and the stages' balance alone imply. The compute of a call is
+  load-immune: on CPU the calling thread's CPU time (time.thread_time: the stage computes on that one thread when
+  torch runs one intra-op thread, as torchrun sets; else the process's CPU time), median over the calls; on CUDA
+  the fastest synchronized call (timeit's convention). Measured − replayed is what communication and load added.
+
+Why the replay and not only the wall clock: on a loaded 2-core machine the waits cost more than the compute —
+a rank woken from a receive waits its turn in the run queue, and a rank sending its activations shares its core
+with gloo's send thread (a call's wall time measured 3–8× its CPU time on this machine while the peer computed).
+The wall-clock bubble then says "this machine", the replay "this pipeline".
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfscope.results.layout import StageTiming
+
+
+def bubble_formula(stages: int, microbatches: int, virtual: int = 1) -> float:
+    """Idle share of a fill-drain pipeline of ``stages`` equal stages and ``microbatches`` micro-batches."""
+    if stages < 1 or microbatches < 1 or virtual < 1:
+        raise ValueError("stages, microbatches and virtual stages must be >= 1")
+    return (stages - 1) / (virtual * microbatches + stages - 1)
+
+
+@dataclass
+class StepRecord:
+    """One step of one pipeline rank: seconds of its compute calls and of the step() call."""
+
+    forward_s: float = 0.0
+    backward_s: float = 0.0
+    loss_s: float = 0.0
+    loss_compute_s: float = 0.0
+    step_s: float = 0.0
+    forward_calls: int = 0
+    backward_calls: int = 0
+    in_window: bool = False
+    """A step of the timed window (not warm-up, not the trace's)."""
+    forward_calls_s: list[float] = field(default_factory=list)
+    """Each call's compute (see the module docstring: CPU time on CPU, synchronized wall time on CUDA)."""
+    backward_calls_s: list[float] = field(default_factory=list)
+    compute_clock: str = "wall"
+    """How the calls' compute was timed: "thread CPU" | "process CPU" | "wall"."""
+
+    @property
+    def busy_s(self) -> float:
+        return self.forward_s + self.backward_s + self.loss_s
+
+
+def stage_timing(rank: int, stages: list[int], steps: list[StepRecord]) -> StageTiming:
+    """Medians over the measured steps (a step's sums over its micro-batches)."""
+    if not steps:
+        raise ValueError("no measured pipeline steps")
+
+    def med(values: list[float]) -> float:
+        return float(statistics.median(values))
+
+    idle = [max(0.0, 1.0 - s.busy_s / s.step_s) if s.step_s > 0 else 0.0 for s in steps]
+    forward_calls = [t for s in steps for t in s.forward_calls_s]
+    backward_calls = [t for s in steps for t in s.backward_calls_s]
+    return StageTiming(rank=rank, stages=list(stages), forward_s=med([s.forward_s for s in steps]),
+                       backward_s=med([s.backward_s for s in steps]), loss_s=med([s.loss_s for s in steps]),
+                       step_s=med([s.step_s for s in steps]), idle_share=min(1.0, med(idle)),
+                       forward_call_s=_typical(forward_calls, steps[0].compute_clock),
+                       backward_call_s=_typical(backward_calls, steps[0].compute_clock),
+                       compute_clock=steps[0].compute_clock)
+
+
+def _typical(calls: list[float], clock: str) -> float:
+    """One call's compute: the median CPU time (load does not inflate it), or the fastest wall time."""
+    if not calls:
+        return 0.0
+    return min(calls) if clock == "wall" else float(statistics.median(calls))
+
+
+def measured_bubble(timings: list[StageTiming]) -> float | None:
+    """Mean over the pipeline's ranks of their median idle share."""
+    return sum(t.idle_share for t in timings) / len(timings) if timings else None
+
+
+def imbalance(timings: list[StageTiming]) -> float | None:
+    """Slowest rank's busy time over the mean busy time, − 1 (0: perfectly balanced stages)."""
+    busy = [t.busy_s for t in timings]
+    mean = sum(busy) / len(busy) if busy else 0.0
+    return max(busy) / mean - 1.0 if mean > 0 else None
+
+
+@dataclass(frozen=True)
+class Action:
+    """One compute action of a schedule: a forward ("F") or full backward ("B") of a micro-batch on a stage."""
+
+    stage_index: int
+    computation_type: str
+    microbatch_index: int
+
+
+def schedule_order(schedule: str, stages: int, microbatches: int) -> dict[int, list[Action]]:
+    """The order each rank runs its actions in, as torch's single-stage schedules run them (schedules.py
+    `_step_microbatches`): GPipe runs every forward, then every backward; 1F1B runs min(m, p − s) forwards on stage
+    s, then alternates one backward and one forward, then the remaining backwards. (Torch's own `pipeline_order`
+    for Schedule1F1B, kept for its visualizer, numbers the last stage's micro-batches from 1: not used.)"""
+    order: dict[int, list[Action]] = {}
+    for s in range(stages):
+        forwards = [Action(s, "F", i) for i in range(microbatches)]
+        backwards = [Action(s, "B", i) for i in range(microbatches)]
+        if schedule == "gpipe":
+            order[s] = forwards + backwards
+            continue
+        if schedule != "1f1b":
+            raise ValueError(f"no single-stage order for schedule {schedule!r}")
+        warmup = min(microbatches, stages - s)
+        acts = forwards[:warmup]
+        f, b = warmup, 0
+        while b < microbatches:
+            acts.append(backwards[b])
+            b += 1
+            if f < microbatches:
+                acts.append(forwards[f])
+                f += 1
+        order[s] = acts
+    return order
+
+
+def replay_bubble(order: dict[int, list[Any]], forward_s: dict[int, float], backward_s: dict[int, float]) -> float:
+    """Replay a schedule's per-rank action lists with fixed per-stage times and free communication.
+
+    ``order``: rank → actions (None = idle slot) with ``stage_index``, ``computation_type`` ("F", "B" or a
+    full backward) and ``microbatch_index``, as torch.distributed.pipelining schedules expose them. A forward of
+    micro-batch i on stage s waits for stage s − 1's forward of i; a backward waits for stage s + 1's backward of
+    i (the last stage: its own forward). Each rank runs its actions in order. Returns 1 − mean busy / makespan.
+    """
+    last = max(forward_s)
+    done: dict[tuple[str, int, int], float] = {}
+    queues = {r: [a for a in acts if a is not None and _kind(a) in ("F", "B")] for r, acts in order.items()}
+    clock = dict.fromkeys(queues, 0.0)
+    busy = dict.fromkeys(queues, 0.0)
+    progressed = True
+    while progressed and any(queues.values()):
+        progressed = False
+        for rank, queue in queues.items():
+            while queue:
+                action = queue[0]
+                kind, stage, mb = _kind(action), int(action.stage_index), int(action.microbatch_index)
+                dep = (("F", stage - 1, mb) if stage > 0 else None) if kind == "F" else (
+                    ("B", stage + 1, mb) if stage < last else ("F", stage, mb))
+                if dep is not None and dep not in done:
+                    break
+                start = max(clock[rank], done[dep] if dep is not None else 0.0)
+                cost = forward_s[stage] if kind == "F" else backward_s[stage]
+                clock[rank] = done[(kind, stage, mb)] = start + cost
+                busy[rank] += cost
+                queue.pop(0)
+                progressed = True
+    if any(queues.values()):
+        raise ValueError("the schedule's actions have a dependency that never completes")
+    makespan = max(clock.values())
+    return 1.0 - (sum(busy.values()) / len(busy)) / makespan if makespan > 0 else 0.0
+
+
+def _kind(action: Any) -> str:
+    value = getattr(action.computation_type, "value", str(action.computation_type))
+    if value == "F":
+        return "F"
+    return "B" if value in ("B", "FULL_BACKWARD") else value

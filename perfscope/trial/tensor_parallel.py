@@ -1,0 +1,183 @@
+"""Tensor parallelism inside a trial rank: a plan for the model's blocks, applied by PyTorch's own engine.
+
+    plan = derive_plan(model, tp=2)                 # TpPlan(styles={"blocks.0.q": "colwise", ...}) or .reason
+    mesh = layout_mesh(config)                      # DeviceMesh ("tp",) or ("dp", "tp") with FSDP2
+    apply_tensor_parallel(model, mesh["tp"], plan)  # torch.distributed.tensor.parallel.parallelize_module
+
+Megatron's split, nothing re-implemented: in each repeated block (perfscope.trial.checkpointing finds them) the
+attention's q/k/v projections are ColwiseParallel (each rank computes its heads) and the output projection
+RowwiseParallel (one all-reduce per block in forward, one in backward); the MLP's up (and gate) projections are
+ColwiseParallel, the down projection RowwiseParallel. Embeddings, norms and the head stay replicated.
+
+Why the plan is found by names and structure, and when it refuses: a column split is only correct when what
+consumes the projection's output works per head or per element. Separate q/k/v and an expanding-then-contracting
+MLP are the standard shape (Llama, GPT-NeoX, torchtitan); a packed qkv projection is not: its rows are [q; k; v],
+so splitting them gives rank 0 all of q and half of k. Such a model, or heads not divisible by tp, is inapplicable
+with that reason, unless the workload gives its own plan (Workload.tensor_parallel_plan). The local q/k/v hold
+heads/tp heads: the block's code must take the head count from the tensor (``view(b, t, -1, head_dim)``), as
+torchtitan's does; a block that hard-codes it fails its trial with the shape error (DTensor has no CPU attention
+kernel to keep the heads global instead).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from perfscope.results.config import TrialConfig
+from perfscope.trial.checkpointing import CheckpointedBlock, find_repeated_blocks
+
+QKV = re.compile(r"(^|[._])(q|k|v|wq|wk|wv|q_proj|k_proj|v_proj|query|key|value|to_q|to_k|to_v)$")
+OUT = re.compile(r"(^|[._])(o|wo|o_proj|out_proj|proj|attn_proj|to_out|dense)$")
+UP = re.compile(r"(^|[._])(w1|w3|up|gate|up_proj|gate_proj|fc1|c_fc|fc_in|dense_h_to_4h)$")
+DOWN = re.compile(r"(^|[._])(w2|down|down_proj|fc2|fc_out|dense_4h_to_h)$")
+PACKED = re.compile(r"(^|[._])(qkv|wqkv|c_attn|in_proj|query_key_value|qkv_proj)$")
+HEAD_ATTRS = ("heads", "n_heads", "num_heads", "n_head", "nhead", "num_attention_heads", "n_kv_heads",
+              "num_key_value_heads")
+HEAD_DIM_ATTRS = ("head_dim", "d_head", "head_size")
+STYLES = ("colwise", "rowwise", "sequence", "colwise_dtensor")
+
+
+@dataclass
+class TpPlan:
+    """Module name → style; ``reason`` when no correct plan exists for this model and tp degree."""
+
+    styles: dict[str, str] = field(default_factory=dict)
+    source: str = ""
+    reason: str | None = None
+
+
+def _unwrapped(block: nn.Module) -> nn.Module:
+    return block.block if isinstance(block, CheckpointedBlock) else block
+
+
+def _heads_of(block: nn.Module) -> list[tuple[str, int]]:
+    found = []
+    for name, module in block.named_modules():
+        for attr in HEAD_ATTRS:
+            value = getattr(module, attr, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                found.append((f"{name}.{attr}" if name else attr, value))
+    return found
+
+
+def _mlp_pair(block: nn.Module) -> dict[str, str]:
+    """An nn.Sequential holding exactly two Linears, the first expanding and the second contracting back."""
+    out: dict[str, str] = {}
+    for name, module in block.named_modules():
+        if not isinstance(module, nn.Sequential):
+            continue
+        linears = [(n, m) for n, m in module.named_children() if isinstance(m, nn.Linear)]
+        if len(linears) == 2:
+            (n1, l1), (n2, l2) = linears
+            if l1.out_features > l1.in_features and l2.in_features == l1.out_features and l2.out_features == l1.in_features:
+                prefix = f"{name}." if name else ""
+                out[prefix + n1], out[prefix + n2] = "colwise", "rowwise"
+    return out
+
+
+def block_plan(block: nn.Module, tp: int) -> tuple[dict[str, str], str | None]:
+    """The styles for one block's Linears (names relative to the block), or the reason there is no correct one."""
+    styles = _mlp_pair(block)
+    for name, module in block.named_modules():
+        if not isinstance(module, nn.Linear) or name in styles:
+            continue
+        if PACKED.search(name):
+            return {}, (f"packed q/k/v projection '{name}' ({module.in_features} → {module.out_features}): its rows are "
+                        "[q; k; v], so a column split would give rank 0 all of q and half of k; use separate q/k/v "
+                        "Linears or give Workload.tensor_parallel_plan")
+        if QKV.search(name) or UP.search(name):
+            styles[name] = "colwise"
+        elif OUT.search(name) or DOWN.search(name):
+            styles[name] = "rowwise"
+    if not any(s == "rowwise" for s in styles.values()) or not any(s == "colwise" for s in styles.values()):
+        return {}, ("no attention (q/k/v + output) or MLP (up + down) projections recognised in the repeated block "
+                    f"{type(block).__name__}; give Workload.tensor_parallel_plan")
+    for attr, heads in _heads_of(block):
+        if heads % tp:
+            return {}, f"{attr} = {heads} heads is not divisible by tp = {tp}"
+    modules = dict(block.named_modules())
+    head_dims = [v for m in modules.values() for a in HEAD_DIM_ATTRS
+                 if isinstance(v := getattr(m, a, None), int) and not isinstance(v, bool) and v > 0]
+    for name, style in styles.items():
+        linear = modules[name]
+        width = linear.out_features if style == "colwise" else linear.in_features
+        if width % tp:
+            return {}, f"'{name}' has {width} features to split, not divisible by tp = {tp}"
+        if QKV.search(name) and head_dims and (width // tp) % head_dims[0]:
+            return {}, (f"'{name}': {width} features = {width // head_dims[0]} heads of {head_dims[0]}, "
+                        f"not divisible by tp = {tp}")
+    return styles, None
+
+
+def derive_plan(model: nn.Module, tp: int, workload: Any | None = None) -> TpPlan:
+    """The plan for the whole model: the workload's own, else every repeated block's (module names from the root)."""
+    if workload is not None and getattr(workload, "tensor_parallel_plan", None) is not None:
+        styles = dict(workload.tensor_parallel_plan(model))
+        bad = {k: v for k, v in styles.items() if v not in STYLES}
+        if bad:
+            return TpPlan(reason=f"Workload.tensor_parallel_plan: unknown style(s) {bad}; use one of {STYLES}")
+        return TpPlan(styles=styles, source="the workload's tensor_parallel_plan")
+    blocks = find_repeated_blocks(model)
+    if not blocks:
+        return TpPlan(reason="no repeated blocks (an nn.ModuleList of same-type layers) to split")
+    for attr, heads in _heads_of(model):
+        if heads % tp:
+            return TpPlan(reason=f"{attr} = {heads} heads is not divisible by tp = {tp}")
+    names = {id(m): n for n, m in model.named_modules()}
+    styles: dict[str, str] = {}
+    for block in blocks:
+        inner = _unwrapped(block)
+        own, reason = block_plan(inner, tp)
+        if reason is not None:
+            return TpPlan(reason=reason)
+        prefix = names[id(inner)]
+        styles.update({f"{prefix}.{name}": style for name, style in own.items()})
+    return TpPlan(styles=styles, source=(f"derived: {len(blocks)} × {type(_unwrapped(blocks[0])).__name__}, q/k/v and MLP "
+                                         "up → ColwiseParallel, attention output and MLP down → RowwiseParallel"))
+
+
+def _style(name: str) -> Any:
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
+
+    return {"colwise": ColwiseParallel(), "rowwise": RowwiseParallel(), "sequence": SequenceParallel(),
+            "colwise_dtensor": ColwiseParallel(use_local_output=False)}[name]
+
+
+def layout_mesh(config: TrialConfig) -> Any:
+    """The DeviceMesh of a TP run: ("tp",) alone, or ("dp", "tp") when FSDP2 shards across replicas (rank =
+    dp index × tp + tp index: a TP group is adjacent ranks, on one node when tp divides the ranks per node)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    tp, dp = config.tensor_parallel, config.data_parallel_size
+    if dp == 1:
+        return init_device_mesh(config.device, (tp,), mesh_dim_names=("tp",))
+    return init_device_mesh(config.device, (dp, tp), mesh_dim_names=("dp", "tp"))
+
+
+def apply_tensor_parallel(model: nn.Module, tp_mesh: Any, plan: TpPlan) -> None:
+    """parallelize_module with the plan, in place (the model must already be on its device)."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    if plan.reason is not None:
+        raise ValueError(f"tensor parallelism inapplicable: {plan.reason}")
+    parallelize_module(model, tp_mesh, {name: _style(style) for name, style in plan.styles.items()})
+
+
+def wrap_tensor_parallel(model: nn.Module, config: TrialConfig, workload: Any | None) -> tuple[nn.Module, TpPlan]:
+    """TP on every block, then (2-D) FSDP2 across the replicas, per block and the root, on the "dp" mesh."""
+    plan = derive_plan(model, config.tensor_parallel, workload)
+    mesh = layout_mesh(config)
+    apply_tensor_parallel(model, mesh["tp"], plan)
+    if config.data_parallel == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        from perfscope.trial.data_parallel import shard_blocks
+
+        for block in shard_blocks(model):
+            fully_shard(block, mesh=mesh["dp"], reshard_after_forward=config.reshard_after_forward)
+        fully_shard(model, mesh=mesh["dp"], reshard_after_forward=config.reshard_after_forward)
+    return model, plan
