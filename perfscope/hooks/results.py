@@ -104,7 +104,7 @@ def observation(prof: Profiler, windows: list[Any], peaks: MemoryPeaks, micro_ba
 
 def build_results(prof: Profiler, *, ratios: bool = True) -> Results:
     """The run's Results (source "hooks"): one trial, "skipped" with why when no step was timed."""
-    from perfscope import __version__
+    from perfscope._version import __version__
     from perfscope.measure.build import attach_trace, build_trial_metrics
     from perfscope.measure.mfu import apply_utilization_ratios, choose_peak
     from perfscope.results import Results, Trial
