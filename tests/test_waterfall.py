@@ -28,7 +28,7 @@ from perfscope.results import (
 )
 from perfscope.results.waterfall import PARTS, TOLERANCE_POINTS, MfuWaterfall, mfu_waterfall
 from perfscope.rules import all_rules, run_rules
-from perfscope.rules.measured_knob import KNOB_ADDRESSES
+from perfscope.search.knobs import REGISTRY
 from perfscope.search.knobs import knob_ids
 from perfscope.trace.offline import trace_results
 from tests.distributed_factories import make_distributed_results
@@ -167,7 +167,7 @@ def test_every_linked_fix_is_a_registered_rule_or_knob_that_acts_on_the_part():
             assert fix in rules or fix in knobs, f"{key}: {fix} is neither a rule id nor a knob id"
             if not spec.slices:
                 continue
-            acts_on = set(rules[fix].addresses) if fix in rules else set(KNOB_ADDRESSES.get(fix, []))
+            acts_on = set(rules[fix].addresses) if fix in rules else set(next((k.addresses for k in REGISTRY if k.id == fix), ()))
             assert acts_on & (set(spec.slices) | {"step"}), f"{key}: {fix} addresses {acts_on}, not {spec.slices}"
 
 
