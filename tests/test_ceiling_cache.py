@@ -133,7 +133,7 @@ def test_a_cpu_environment_measures_its_ceilings_once_and_mfu_names_the_provenan
 
 
 def test_the_report_shows_where_the_ceiling_came_from():
-    from perfscope.report.view import _environment
+    from perfscope.report.tables import environment as _environment
     from perfscope.results import Environment, Results, WorkloadInfo
 
     env = Environment(device_type="cpu", device_name="Test CPU", measured_ceiling_tflops={"fp32": 0.1},

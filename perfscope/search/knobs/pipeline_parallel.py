@@ -46,6 +46,7 @@ def microbatches(ctx: KnobContext, pp: int) -> tuple[int, int] | None:
 
 class PipelineParallel(Knob):
     id = "pipeline_parallel"
+    fields = ("pipeline_parallel", "pipeline_schedule")
     title = "pipeline parallelism (torch.distributed.pipelining: one stage per rank, GPipe / 1F1B)"
     reference = "https://pytorch.org/docs/stable/distributed.pipelining.html"
     cost = "the pipeline bubble"

@@ -38,6 +38,7 @@ def tp_reason(ctx: KnobContext, tp: int) -> str | None:
 
 class TensorParallel(Knob):
     id = "tensor_parallel"
+    fields = ("tensor_parallel",)
     title = "tensor parallelism (parallelize_module: q/k/v and MLP up colwise, out and down rowwise)"
     reference = "https://pytorch.org/docs/stable/distributed.tensor.parallel.html"
     cost = "an activation all-reduce per block in forward and in backward"
