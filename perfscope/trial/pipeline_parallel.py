@@ -122,7 +122,10 @@ class PipelineStep(TrainStep):
 
         if config.activation_checkpointing or config.compile is not None or config.precision == "fp16":
             raise ValueError("pipeline trials run without activation checkpointing, torch.compile and fp16 GradScaler")
+        from perfscope.search.knobs import active_knobs
+
         self.workload, self.config = workload, config
+        self.knobs = active_knobs(config)  # the loop asks every step for its knobs (TF32, GC, …)
         self.device = config.device
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.virtual = 2 if config.pipeline_schedule == "interleaved_1f1b" else 1
@@ -194,7 +197,7 @@ class PipelineStep(TrainStep):
     def _loss(self, output: Any, index: torch.Tensor) -> torch.Tensor:
         _, clock = self._compute_clock()
         start, compute_start = time.perf_counter(), clock()
-        with self.autocast():
+        with self.contexts("loss_context"):
             loss = self.workload.loss(_Output(output), rows(self._batch, index))
         synchronize(self.device)
         self._current.loss_s += time.perf_counter() - start
@@ -213,7 +216,7 @@ class PipelineStep(TrainStep):
         losses: list[torch.Tensor] = []
         self._current = StepRecord(in_window=self.window_tokens is not None)
         start = time.perf_counter()
-        with self.autocast():
+        with self.contexts("loss_context"):
             self.schedule.step(*args, target=index, losses=losses, return_outputs=False, **kwargs)
         synchronize(self.device)
         self._current.step_s = time.perf_counter() - start
