@@ -294,7 +294,7 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     step = make_step(workload, config)  # TrainStep, or a pipeline rank's PipelineStep
     # After the user's file, workload() and model() ran: a knob that is off (tf32=None) keeps, and the run
     # records, their own setting.
-    for knob in getattr(step, "knobs", None) or active_knobs(config):
+    for knob in step.knobs:
         knob.before_steps(config)
     matmul_tf32 = matmul_tf32_state().enabled
 

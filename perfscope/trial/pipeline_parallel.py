@@ -35,7 +35,9 @@ from torch import nn
 
 from perfscope.measure.bubble import StepRecord
 from perfscope.measure.clock import synchronize
+from perfscope.search.knobs import active_knobs
 from perfscope.trial.checkpointing import find_repeated_blocks
+from perfscope.trial.data import endless_batches, map_tensors
 from perfscope.trial.loop import TrainStep
 from perfscope.trial.optimizers import build_optimizer
 
@@ -77,14 +79,7 @@ def model_inputs(loss: Callable[[nn.Module, Any], torch.Tensor], batch: Any) -> 
 
 def rows(batch: Any, index: torch.Tensor) -> Any:
     """The batch's rows ``index`` (every tensor with a leading batch dimension)."""
-    if isinstance(batch, torch.Tensor):
-        return batch.index_select(0, index.to(batch.device)) if batch.dim() else batch
-    if isinstance(batch, dict):
-        return {k: rows(v, index) for k, v in batch.items()}
-    if isinstance(batch, list | tuple):
-        items = [rows(v, index) for v in batch]
-        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
-    return batch
+    return map_tensors(batch, lambda t: t.index_select(0, index.to(t.device)) if t.dim() else t)
 
 
 def concat(batches: list[Any]) -> Any:
@@ -122,8 +117,6 @@ class PipelineStep(TrainStep):
 
         if config.activation_checkpointing or config.compile is not None or config.precision == "fp16":
             raise ValueError("pipeline trials run without activation checkpointing, torch.compile and fp16 GradScaler")
-        from perfscope.search.knobs import active_knobs
-
         self.workload, self.config = workload, config
         self.knobs = active_knobs(config)  # the loop asks every step for its knobs (TF32, GC, …)
         self.device = config.device
@@ -132,8 +125,6 @@ class PipelineStep(TrainStep):
         torch.manual_seed(config.seed)
         full = workload.model()
         self.checkpointed = []
-        from perfscope.trial.data import endless_batches
-
         self.batches = endless_batches(workload, config)
         self.non_blocking = False
         self.scaler = None
