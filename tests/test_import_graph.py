@@ -23,12 +23,6 @@ ROOT = Path(perfscope.__file__).parent
 # once those moves land; a listed edge that no longer exists fails the test, so the list cannot go stale.
 _PENDING: frozenset[tuple[str, str]] = frozenset({
     # Known violations left by the issue-26 merges (each a follow-up; the test decides on everything else).
-    # report/view and report/trace_only import each other.
-    ("perfscope.report.trace_only", "perfscope.report.view"),
-    # report/layout renders its Markdown through report/markdown, which imports it back.
-    ("perfscope.report.layout", "perfscope.report.markdown"),
-    # report/tables diffs trace facts with perfscope.trace.diff: a reader of results importing the trace layer.
-    ("perfscope.report.tables", "perfscope.trace.diff"),
     # check/metrics uses measure.job and measure.mfu.rank_peak (the one MFU denominator) instead of a results-level copy.
     ("perfscope.check.metrics", "perfscope.measure.job"),
     ("perfscope.check.metrics", "perfscope.measure.mfu"),

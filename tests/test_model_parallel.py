@@ -264,7 +264,8 @@ def test_the_search_reuses_runs_measures_the_rest_and_ranks_per_rank():
     dp2 = next(r for r in table.rows if r.layout == "dp2")
     assert dp2.configuration == "baseline" and dp2.collective_s_per_step is not None
     assert results.layouts is table and table.memory_limit_bytes == 32 * GiB  # the host's memory / 2 ranks per node
-    from perfscope.report.layout import layout_markdown, layout_view
+    from perfscope.report.layout import layout_view
+    from perfscope.report.markdown import layout_markdown
 
     text = "\n".join(layout_markdown(layout_view(results)))
     assert "## Layouts" in text and "pp2 1f1b m4 **best**" in text and "bubble: (p − 1) / (m + p − 1) = 33% idle" in text

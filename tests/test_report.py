@@ -338,7 +338,10 @@ def test_trace_diff_between_baseline_and_recommended_is_rendered():
     results = make_full_results()
     view = build_view(results)
     assert view.trace_diff and view.trace_diff[0].category == "gemm"
-    assert "Where the time went" in render_markdown(results)
+    gemm = view.trace_diff[0]
+    assert gemm.baseline.endswith(" ms") and gemm.change.startswith(("+", "-"))
+    text = render_markdown(results)
+    assert "Where the time went" in text and f"| gemm | {gemm.baseline} | {gemm.recommended} | {gemm.change} |" in text
     results.trial(results.sweep.recommended_trial).metrics.trace_facts = None
     assert build_view(results).trace_diff == []
 

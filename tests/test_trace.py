@@ -15,7 +15,6 @@ from perfscope.results import GemmShape
 from perfscope.trace.alignment import alignment_dtypes, benchmark_alignment, benchmark_alignment_for
 from perfscope.trace.capture import TraceCapture
 from perfscope.trace.facts import trace_facts
-from tests.factories import make_trace_facts
 from tests.kineto import ADD_BF16, KinetoTrace
 
 FIXTURES = Path(__file__).parent / "data" / "traces"
@@ -155,20 +154,3 @@ def test_an_fp32_runs_shapes_are_also_benchmarked_in_the_bf16_a_recommendation_w
     assert alignment_dtypes(precision) == dtypes
     rows = benchmark_alignment_for(shapes, device="cpu", precision=precision)
     assert [r.dtype for r in rows] == dtypes and all(r.time_s > 0 and r.padded_time_s > 0 for r in rows)
-
-
-def test_trace_diff_shows_where_the_time_went():
-    from perfscope.trace.diff import diff_facts, diff_markdown
-
-    base = make_trace_facts()
-    base.kernels.time_by_category = {"gemm": 0.080, "elementwise": 0.030}
-    base.gpu.idle_fraction = 0.30
-    rec = make_trace_facts()
-    rec.kernels.time_by_category = {"gemm": 0.020, "elementwise": 0.010, "attention": 0.005}
-    rec.gpu.idle_fraction = 0.10
-    diff = diff_facts(base, rec)
-    assert diff["kernel_time_by_category"]["gemm"]["delta"] == pytest.approx(-0.060)
-    assert diff["kernel_time_by_category"]["attention"] == {"baseline": 0.0, "other": 0.005, "delta": 0.005}
-    assert diff["gpu_idle_fraction"]["delta"] == pytest.approx(-0.2)
-    assert list(diff["kernel_time_by_category"])[0] == "gemm"  # biggest first
-    assert "| gemm | 80.00 | 20.00 | -60.00 |" in diff_markdown(diff)

@@ -2,10 +2,11 @@
 bubble), the pruned layouts with their reasons, and each pipeline run's bubble against the formula.
 
     view = layout_view(results)          # None when no layout search ran (one process, or --skip of both knobs)
-    layout_markdown(view)                # the Markdown lines; the HTML is reports/templates/_layout.html.j2
 
 Its own module (and template) so the section joins the report with one field on ReportView and one include: every
 value is formatted here, from the results model alone (perfscope.results.layout), so the HTML and Markdown agree.
+The renderers lay it out: the HTML in reports/templates/_layout.html.j2, the Markdown in
+perfscope.report.markdown.layout_markdown (with the other sections' Markdown and its escaping helpers).
 """
 
 from __future__ import annotations
@@ -89,24 +90,3 @@ def layout_view(results: Results) -> LayoutView | None:
                               f"({facts.schedule}): bubble {measured} measured (wall clock){replay}; "
                               f"(p − 1) / (m + p − 1) = {fmt_percent(facts.bubble_formula, 0)}")
     return view
-
-
-def layout_markdown(view: LayoutView | None) -> list[str]:
-    """The section as Markdown lines (escaped with the report's own helpers)."""
-    if view is None:
-        return []
-    from perfscope.report.markdown import _table, code, md
-
-    out = ["## Layouts", "", f"World size {view.world_size}; a rank may hold {md(view.memory_limit)}. {md(view.method)}", ""]
-    rows = [[md(x.rank or "—"), md(x.layout) + (" **best**" if x.best else ""), md(x.micro_batches), md(x.memory_model),
-             md(x.memory_measured), md(x.throughput), md(x.per_rank), md(x.communication), md(x.bubble),
-             code(x.trial, in_table=True) if x.trial else "", md(x.reason)] for x in view.measured]
-    out += _table(["#", "Layout", "Micro-batches", "State / rank (model)", "State / rank (measured)", "Samples/s", "Per rank",
-                   "Collectives / step", "Bubble", "Trial", "Note"], rows, ["r", "l", "r", "r", "r", "r", "r", "r", "r", "l", "l"]) + [""]
-    if view.pruned:
-        out += ["Pruned, not measured:", ""]
-        out += _table(["Layout", "Micro-batches", "State / rank (model)", "Why"],
-                      [[md(x.layout), md(x.micro_batches), md(x.memory_model), md(x.reason)] for x in view.pruned],
-                      ["l", "r", "r", "l"]) + [""]
-    out += [f"- {md(p)}" for p in view.pipelines] + ([""] if view.pipelines else [])
-    return out + [md(n) for n in view.notes] + ([""] if view.notes else [])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from perfscope.report.distributed import DistributedView
-from perfscope.report.layout import layout_markdown
+from perfscope.report.layout import LayoutView
 from perfscope.report.view import FindingView, ReportView, build_view
 from perfscope.report.waterfall_chart import WaterfallView
 from perfscope.results import Results
@@ -132,6 +132,25 @@ def _waterfall(w: WaterfallView | None) -> list[str]:
     out += _table(["Part", "Points", "Per step", "Ranked fixes", "Acts on it", "Evidence / why unavailable"], rows,
                   ["l", "r", "r", "l", "l", "l"])
     return out + ["", f"**{md(w.end)}**", ""] + [f"- {md(n)}" for n in w.notes] + ([""] if w.notes else [])
+
+
+def layout_markdown(view: LayoutView | None) -> list[str]:
+    """The layout search's section (perfscope.report.layout): the measured layouts, the pruned ones, each pipeline's bubble."""
+    if view is None:
+        return []
+    out = ["## Layouts", "", f"World size {view.world_size}; a rank may hold {md(view.memory_limit)}. {md(view.method)}", ""]
+    rows = [[md(x.rank or "—"), md(x.layout) + (" **best**" if x.best else ""), md(x.micro_batches), md(x.memory_model),
+             md(x.memory_measured), md(x.throughput), md(x.per_rank), md(x.communication), md(x.bubble),
+             code(x.trial, in_table=True) if x.trial else "", md(x.reason)] for x in view.measured]
+    out += _table(["#", "Layout", "Micro-batches", "State / rank (model)", "State / rank (measured)", "Samples/s", "Per rank",
+                   "Collectives / step", "Bubble", "Trial", "Note"], rows, ["r", "l", "r", "r", "r", "r", "r", "r", "r", "l", "l"]) + [""]
+    if view.pruned:
+        out += ["Pruned, not measured:", ""]
+        out += _table(["Layout", "Micro-batches", "State / rank (model)", "Why"],
+                      [[md(x.layout), md(x.micro_batches), md(x.memory_model), md(x.reason)] for x in view.pruned],
+                      ["l", "r", "r", "l"]) + [""]
+    out += [f"- {md(p)}" for p in view.pipelines] + ([""] if view.pipelines else [])
+    return out + [md(n) for n in view.notes] + ([""] if view.notes else [])
 
 
 def render_view_markdown(view: ReportView) -> str:

@@ -16,7 +16,7 @@ from perfscope.report.headline import Cell, step_cell
 from perfscope.report.story import gain_words
 from perfscope.report.structure import StructuralEffect
 from perfscope.results import FAILED_STATUSES, KnobOutcome, Results, Trial
-from perfscope.trace.diff import diff_facts
+from perfscope.results.trace_diff import diff_facts
 
 MAX_KERNEL_ROWS = 15
 MAX_KERNEL_NAME = 160
@@ -267,15 +267,13 @@ def trace_diff(base: Trial | None, rec: Trial | None) -> list[TraceDiffRow]:
         return []
     diff = diff_facts(base.metrics.trace_facts, rec.metrics.trace_facts)
     rows = [
-        TraceDiffRow(category=c, baseline=f"{d['baseline'] * 1e3:.2f} ms", recommended=f"{d['other'] * 1e3:.2f} ms", change=f"{d['delta'] * 1e3:+.2f} ms")
-        for c, d in diff["kernel_time_by_category"].items()
+        TraceDiffRow(category=c, baseline=f"{d.baseline * 1e3:.2f} ms", recommended=f"{d.other * 1e3:.2f} ms", change=f"{d.delta * 1e3:+.2f} ms")
+        for c, d in diff.kernel_time_by_category.items()
     ]
-    if "gpu_idle_fraction" in diff:
-        d = diff["gpu_idle_fraction"]
-        rows.append(TraceDiffRow(category="GPU idle (share of step)", baseline=f"{d['baseline']:.1%}", recommended=f"{d['other']:.1%}", change=f"{d['delta'] * 100:+.1f} pts"))
-    if "kernel_count_per_step" in diff:
-        d = diff["kernel_count_per_step"]
-        rows.append(TraceDiffRow(category="kernels (ops) per step", baseline=f"{d['baseline']:.0f}", recommended=f"{d['other']:.0f}", change=f"{d['delta']:+.0f}"))
+    if (d := diff.scalars.get("gpu_idle_fraction")) is not None:
+        rows.append(TraceDiffRow(category="GPU idle (share of step)", baseline=f"{d.baseline:.1%}", recommended=f"{d.other:.1%}", change=f"{d.delta * 100:+.1f} pts"))
+    if (d := diff.scalars.get("kernel_count_per_step")) is not None:
+        rows.append(TraceDiffRow(category="kernels (ops) per step", baseline=f"{d.baseline:.0f}", recommended=f"{d.other:.0f}", change=f"{d.delta:+.0f}"))
     return rows
 
 

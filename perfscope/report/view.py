@@ -54,7 +54,7 @@ from perfscope.report.tables import (
     trial_rows,
     workload,
 )
-from perfscope.report.trace_only import adapt_for_trace
+from perfscope.report.trace_only import trace_headline, trace_peak, trace_trials
 from perfscope.report.waterfall_chart import WaterfallView, waterfall_view
 from perfscope.results import Results
 from perfscope.results.breakdown import step_breakdown
@@ -205,6 +205,8 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
         waterfall=waterfall,
         layout=layout_view(results),
     )
-    if results.source == "trace":
-        adapt_for_trace(view, results)
+    if results.source == "trace":  # a trace the user brought: nothing ran (perfscope.report.trace_only)
+        trace_headline(view.headline)
+        view.peak, view.peak_source = trace_peak(env)
+        trace_trials(view.trials)
     return view

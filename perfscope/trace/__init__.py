@@ -8,7 +8,8 @@
 
 The facts are typed (perfscope.results.trace_facts: the contract, with a docstring per field), stored as
 ``TrialMetrics.trace_facts`` and read by the rules (perfscope.rules), the report (perfscope.report.facts)
-and the trace diff (diff.py). The modules, in the order a trace flows through them:
+and the trace diff (perfscope.results.trace_diff: a function of two typed results, so it lives with them).
+The modules, in the order a trace flows through them:
 
     capture.py      the bounded torch.profiler window
     export.py       the file kept: its own folder, training-step labels, distributedInfo (HTA, Perfetto)
@@ -19,7 +20,6 @@ and the trace diff (diff.py). The modules, in the order a trace flows through th
     facts.py        one analyzer per fact family, and trace_facts() composing them
     communication.py  collectives against compute on one rank (exposed time, overlap, bus bandwidth)
     alignment.py    the padded-vs-unpadded GEMM micro-benchmark (device clock)
-    diff.py         two traces' facts side by side
 
 How each GPU fact is decided is in facts.py's docstring; docs/gpu-verification.md lists what has been
 checked on a real GPU and what only on hand-built CUDA-shaped traces (tests/kineto.py).
