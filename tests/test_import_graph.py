@@ -23,9 +23,6 @@ ROOT = Path(perfscope.__file__).parent
 # once those moves land; a listed edge that no longer exists fails the test, so the list cannot go stale.
 _PENDING: frozenset[tuple[str, str]] = frozenset({
     # Known violations left by the issue-26 merges (each a follow-up; the test decides on everything else).
-    # check/metrics uses measure.job and measure.mfu.rank_peak (the one MFU denominator) instead of a results-level copy.
-    ("perfscope.check.metrics", "perfscope.measure.job"),
-    ("perfscope.check.metrics", "perfscope.measure.mfu"),
     # rules/report read the knob registry (addresses, words); the registry's modules import trial helpers at load.
     ("perfscope.rules.measured_knob", "perfscope.search.knobs"),
     ("perfscope.report.story", "perfscope.search.knobs"),

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from perfscope.results import Peak, Results, Trial, TrialMetrics
+from perfscope.results.job import job_steps_per_s, rank_peak
 
 
 class MetricUnavailable(ValueError):
@@ -82,8 +83,6 @@ def _mfu_factor(side: Side, m: TrialMetrics) -> float:
         raise MetricUnavailable(f"MFU unavailable ({why}); gate on --metric samples_per_s or step_time instead")
     peak = side.mfu_peak
     if peak is not None and m.distributed is not None:  # the report's denominator: one rank's share on CPU
-        from perfscope.measure.mfu import rank_peak
-
         peak = rank_peak(peak, side.results.environment, m.distributed.nproc_per_node)
     if peak is None:
         raise MetricUnavailable("MFU unavailable (no peak FLOP/s recorded); re-run analyze with --peak-tflops, "
@@ -93,10 +92,8 @@ def _mfu_factor(side: Side, m: TrialMetrics) -> float:
 
 def _steps_per_s(m: TrialMetrics) -> float:
     """Optimizer steps per second of the run; for a data-parallel job, per rank over the slowest rank's window
-    (perfscope.measure.job), so MFU and step time gate the job as samples/s does."""
+    (perfscope.results.job, as the report's), so MFU and step time gate the job as samples/s does."""
     if m.distributed is not None:
-        from perfscope.measure.job import job_steps_per_s
-
         rate = job_steps_per_s(m.distributed)
         if rate is None:
             why = m.distributed.unavailable.get("job_samples_per_s", "a rank's window is missing")

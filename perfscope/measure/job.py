@@ -6,23 +6,17 @@
 
 Used by the trials (perfscope.trial.launch) and the hooks (perfscope.hooks) alike, so both report the job the
 same way: every rank measured its own window without extra synchronization, and the slowest rank sets the pace.
+The job's rates and one rank's peak are pure functions of the recorded ranks (perfscope.results.job): the CI gate
+recomputes the job's MFU from a results file with the same functions.
 """
 
 from __future__ import annotations
 
-from perfscope.measure.mfu import apply_utilization_ratios, rank_peak
+from perfscope.measure.mfu import apply_utilization_ratios
 from perfscope.measure.stragglers import find_stragglers
 from perfscope.results import Environment, Peak, TrialMetrics
 from perfscope.results.distributed import DistributedFacts, RankMetrics
-
-
-def job_samples_per_s(ranks: list[RankMetrics], model_parallel: int = 1) -> float | None:
-    """All ranks' samples / the longest rank window (None when a rank's samples are unknown or nothing ran). The
-    ``model_parallel`` (tp × pp) ranks of one replica all count the same samples: they are counted once."""
-    if not ranks or any(r.samples is None for r in ranks):
-        return None
-    wall = max(r.wall_s for r in ranks)
-    return sum(r.samples or 0 for r in ranks) / model_parallel / wall if wall > 0 else None
+from perfscope.results.job import job_samples_per_s, job_steps_per_s, rank_peak
 
 
 def combine_ranks(ranks: list[RankMetrics], *, backend: str, data_parallel: str, nnodes: int, nproc_per_node: int,
@@ -36,18 +30,6 @@ def combine_ranks(ranks: list[RankMetrics], *, backend: str, data_parallel: str,
         data_parallel=data_parallel, global_batch=global_batch, job_samples_per_s=job_samples_per_s(ranks, model_parallel),
         slowest_rank=slowest, ranks=ranks, stragglers=stragglers, straggler_method=method,
     )
-
-
-
-
-def job_steps_per_s(facts: DistributedFacts) -> float | None:
-    """Optimizer steps per second per rank for the job: every rank's steps / world size / the slowest window.
-
-    None unless every rank of the world reported a timed window (a job figure without a rank would be a guess)."""
-    ranks = facts.ranks
-    if not ranks or len(ranks) != facts.world_size or any(r.steps <= 0 or r.wall_s <= 0 for r in ranks):
-        return None
-    return sum(r.steps for r in ranks) / len(ranks) / max(r.wall_s for r in ranks)
 
 
 def apply_job(metrics: TrialMetrics, facts: DistributedFacts, *, peak: Peak | None, env: Environment) -> None:

@@ -6,12 +6,11 @@
 MFU = model FLOPs in the windows / their wall time / peak (PaLM's definition). HFU counts the FLOPs the hardware
 really executed, including activation-checkpoint recompute, so HFU ≥ MFU. Every trial of a run uses the
 same denominator — the device's best dense matmul peak — so a precision change shows up as an MFU gain
-equal to its throughput gain instead of being hidden by a dtype-specific peak.
+equal to its throughput gain instead of being hidden by a dtype-specific peak. A data-parallel job's MFU is over
+one rank's share of it (perfscope.results.job.rank_peak, applied by perfscope.measure.job.apply_job).
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 from perfscope.results import Environment, Peak, TrialMetrics
 
@@ -35,20 +34,6 @@ def choose_peak(env: Environment, override_tflops: float | None = None) -> Peak 
                    "MFU here is relative to what this machine's matmul reaches",
         )
     return None
-
-
-def rank_peak(peak: Peak | None, env: Environment, ranks_per_node: int = 1) -> Peak | None:
-    """The peak one rank's MFU is a fraction of: the run's ``peak``, except where the ranks of a node share one CPU.
-
-    On CPU the peak (datasheet or measured ceiling) is the whole processor's, and every rank of the node computes on
-    it: each rank's share is peak / ranks per node. A GPU rank has its own device, so its peak is the device's. The
-    report (perfscope.measure.job.apply_job) and the CI gate (perfscope.check.metrics) both ask here, so an MFU
-    gated is the MFU reported.
-    """
-    if peak is None or env.device_type != "cpu" or ranks_per_node <= 1:
-        return peak
-    return dataclasses.replace(peak, tflops=peak.tflops / ranks_per_node,
-                               source=f"{peak.source}, shared by the node's {ranks_per_node} ranks")
 
 
 def apply_utilization_ratios(metrics: TrialMetrics, peak: Peak | None, env: Environment, *,

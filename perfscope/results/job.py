@@ -1,0 +1,51 @@
+"""A recorded data-parallel job's rate and MFU denominator: pure functions of its typed results.
+
+    job_samples_per_s(facts.ranks)                   # all ranks' samples / the slowest rank's window
+    job_steps_per_s(facts)                           # optimizer steps per second per rank, over that window
+    rank_peak(results.peak, results.environment, facts.nproc_per_node)   # the peak one rank's MFU is a fraction of
+
+A job's MFU is FLOPs per step × job_steps_per_s / rank_peak. The measurement writes it into the results
+(perfscope.measure.job.apply_job: what the report shows) and the CI gate recomputes it from a results file
+(perfscope.check.metrics): both ask here, so an MFU gated is the MFU reported, and the gate never imports the
+measurement layer to get it. Nothing here measures: every input is a field of the results model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from perfscope.results.distributed import DistributedFacts, RankMetrics
+from perfscope.results.model import Environment, Peak
+
+__all__ = ["job_samples_per_s", "job_steps_per_s", "rank_peak"]
+
+
+def job_samples_per_s(ranks: list[RankMetrics], model_parallel: int = 1) -> float | None:
+    """All ranks' samples / the longest rank window (None when a rank's samples are unknown or nothing ran). The
+    ``model_parallel`` (tp × pp) ranks of one replica all count the same samples: they are counted once."""
+    if not ranks or any(r.samples is None for r in ranks):
+        return None
+    wall = max(r.wall_s for r in ranks)
+    return sum(r.samples or 0 for r in ranks) / model_parallel / wall if wall > 0 else None
+
+
+def job_steps_per_s(facts: DistributedFacts) -> float | None:
+    """Optimizer steps per second per rank for the job: every rank's steps / world size / the slowest window.
+
+    None unless every rank of the world reported a timed window (a job figure without a rank would be a guess)."""
+    ranks = facts.ranks
+    if not ranks or len(ranks) != facts.world_size or any(r.steps <= 0 or r.wall_s <= 0 for r in ranks):
+        return None
+    return sum(r.steps for r in ranks) / len(ranks) / max(r.wall_s for r in ranks)
+
+
+def rank_peak(peak: Peak | None, env: Environment, ranks_per_node: int = 1) -> Peak | None:
+    """The peak one rank's MFU is a fraction of: the run's ``peak``, except where the ranks of a node share one CPU.
+
+    On CPU the peak (datasheet or measured ceiling) is the whole processor's, and every rank of the node computes on
+    it: each rank's share is peak / ranks per node. A GPU rank has its own device, so its peak is the device's.
+    """
+    if peak is None or env.device_type != "cpu" or ranks_per_node <= 1:
+        return peak
+    return dataclasses.replace(peak, tflops=peak.tflops / ranks_per_node,
+                               source=f"{peak.source}, shared by the node's {ranks_per_node} ranks")
