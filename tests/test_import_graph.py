@@ -26,8 +26,6 @@ _PENDING: frozenset[tuple[str, str]] = frozenset({
     # rules/report read the knob registry (addresses, words); the registry's modules import trial helpers at load.
     ("perfscope.rules.measured_knob", "perfscope.search.knobs"),
     ("perfscope.report.story", "perfscope.search.knobs"),
-    # the pipeline-bubble rule recomputes the (p-1)/(m+p-1) formula from measure/bubble.
-    ("perfscope.rules.pipeline_bubble", "perfscope.measure.bubble"),
     # knobs apply themselves with trial helpers, and the trial asks the registry: search <-> trial.
     ("perfscope.search.knobs.amp", "perfscope.trial.applied"),
     ("perfscope.search.knobs.base", "perfscope.trial.applied"),

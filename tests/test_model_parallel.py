@@ -13,13 +13,13 @@ from torch import nn
 
 from perfscope.measure.bubble import (
     StepRecord,
-    bubble_formula,
     imbalance,
     replay_bubble,
     schedule_order,
     stage_timing,
 )
 from perfscope.results import Environment, ModelFacts, ModelLayout
+from perfscope.results.bubble import bubble_formula
 from perfscope.results.config import TrialConfig
 from perfscope.search.knobs import KnobContext, knob
 from perfscope.search.layout import layout_candidates, state_per_rank
@@ -108,6 +108,15 @@ def test_1f1b_runs_p_minus_s_forwards_first_and_a_slow_stage_grows_the_bubble():
     slow = replay_bubble(schedule_order("gpipe", 2, 4), {0: 1.0, 1: 2.0}, {0: 2.0, 1: 4.0})
     assert slow > bubble_formula(2, 4) + 0.05
     assert bubble_formula(2, 4, virtual=2) == pytest.approx(1 / 9)
+
+
+def test_the_bubble_formula_has_one_definition():
+    """results/bubble.py holds it (the rule reads it there); measure.bubble's name is the same function."""
+    from perfscope.measure import bubble
+
+    assert bubble.bubble_formula is bubble_formula
+    with pytest.raises(ValueError):
+        bubble_formula(2, 0)
 
 
 def test_stage_timing_takes_medians_per_step_and_a_load_immune_call():

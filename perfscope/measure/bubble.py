@@ -1,6 +1,6 @@
 """The pipeline bubble: the share of a step each pipeline rank spends idle, measured and predicted.
 
-    bubble_formula(p=2, m=4)                       # (p − 1) / (m + p − 1) = 0.2 for equal stages
+    bubble_formula(2, 4)                           # (p − 1) / (m + p − 1) = 0.2: perfscope.results.bubble
     timing = stage_timing(rank=0, stages=[0], steps=records)   # medians of the rank's own compute per step
     replay_bubble(order, forward_s={0: .01, 1: .01}, backward_s={0: .02, 1: .02})
 
@@ -10,7 +10,7 @@ Three figures, each for a reason:
   own work — waiting for the previous stage's activations or the next stage's gradients, p2p that compute did
   not hide, and a neighbour's load stretching a peer — counts as bubble. That is the honest figure.
 - the formula, (p − 1) / (v·m + p − 1) (GPipe, 1F1B: v = 1; interleaved with v stages per rank): the ideal for
-  equal stages and free communication.
+  equal stages and free communication (perfscope.results.bubble: pure arithmetic the rules also predict with).
 - replayed: the schedule's action order replayed with each stage's compute per forward and per backward call
   and free communication: the bubble the schedule and the stages' balance alone imply. The compute of a call is
   load-immune: on CPU the calling thread's CPU time (time.thread_time: the stage computes on that one thread when
@@ -29,14 +29,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from perfscope.results.bubble import bubble_formula as bubble_formula  # re-exported: the formula lives in results/
 from perfscope.results.layout import StageTiming
-
-
-def bubble_formula(stages: int, microbatches: int, virtual: int = 1) -> float:
-    """Idle share of a fill-drain pipeline of ``stages`` equal stages and ``microbatches`` micro-batches."""
-    if stages < 1 or microbatches < 1 or virtual < 1:
-        raise ValueError("stages, microbatches and virtual stages must be >= 1")
-    return (stages - 1) / (virtual * microbatches + stages - 1)
 
 
 @dataclass
