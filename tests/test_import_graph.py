@@ -34,8 +34,8 @@ _PENDING: frozenset[tuple[str, str]] = frozenset({
     ("perfscope.check.metrics", "perfscope.measure.mfu"),
     # the pipeline-bubble rule recomputes the (p-1)/(m+p-1) formula from measure/bubble.
     ("perfscope.rules.pipeline_bubble", "perfscope.measure.bubble"),
-    # the pipeline-parallel knob words "more micro-batches bring the bubble to x %" with measure/bubble's formula, which
-    # moves below measure with the pipeline-bubble rule's fix (the same function: it then leaves the knobs rule too).
+    # the pipeline-parallel knob words "more micro-batches bring the bubble to x %" with measure/bubble's formula; the
+    # pipeline-bubble rule's fix moves that formula to results/bubble.py: import it from there and drop this line.
     ("perfscope.knobs.pipeline_parallel", "perfscope.measure.bubble"),
     # measure/build attaches a trace's facts (trace.facts, trace.alignment) while trace uses measure helpers.
     ("perfscope.measure.build", "perfscope.trace.facts"),
