@@ -139,6 +139,18 @@ def restore_matmul_tf32(snapshot: Tf32Snapshot) -> None:
         backends[name].fp32_precision = value
 
 
+def set_matmul_tf32(enabled: bool) -> None:
+    """Switch TF32 for fp32 matmuls through the setter tf32_api() picks: on torch 2.9-2.13 the legacy one, which
+    writes both states (the new one alone makes torch.compile's own legacy reads raise, pytorch#166387). Here, not
+    in perfscope.measure.tf32, so that the tf32 knob (perfscope.knobs.tf32) applies itself without the measure layer."""
+    import torch
+
+    if tf32_api().setter == "fp32_precision":
+        torch.backends.cuda.matmul.fp32_precision = "tf32" if enabled else "ieee"
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = enabled
+
+
 def _new_api_matmul_backends(torch) -> list[tuple[str, object]]:  # type: ignore[no-untyped-def]
     """The per-backend matmul settings that `set_float32_matmul_precision` writes (none before torch 2.9)."""
     found = []

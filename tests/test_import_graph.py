@@ -23,17 +23,6 @@ ROOT = Path(perfscope.__file__).parent
 # once those moves land; a listed edge that no longer exists fails the test, so the list cannot go stale.
 _PENDING: frozenset[tuple[str, str]] = frozenset({
     # Known violations left by the issue-26 merges (each a follow-up; the test decides on everything else).
-    # rules/report read the knob registry (addresses, words); the registry's modules import trial helpers at load.
-    ("perfscope.rules.measured_knob", "perfscope.search.knobs"),
-    ("perfscope.report.story", "perfscope.search.knobs"),
-    # knobs apply themselves with trial helpers, and the trial asks the registry: search <-> trial.
-    ("perfscope.search.knobs.amp", "perfscope.trial.applied"),
-    ("perfscope.search.knobs.base", "perfscope.trial.applied"),
-    ("perfscope.search.knobs.compile", "perfscope.trial.applied"),
-    ("perfscope.search.knobs.gc_freeze", "perfscope.trial.applied"),
-    ("perfscope.search.knobs.tf32", "perfscope.trial.applied"),
-    ("perfscope.search.knobs.channels_last", "perfscope.trial.data"),
-    ("perfscope.search.knobs.checkpointing", "perfscope.trial.checkpointing"),
     # measure/build attaches a trace's facts (trace.facts, trace.alignment) while trace uses measure helpers.
     ("perfscope.measure.build", "perfscope.trace.facts"),
     ("perfscope.measure.build", "perfscope.trace.alignment"),
@@ -48,9 +37,7 @@ _PENDING: frozenset[tuple[str, str]] = frozenset({
     ("perfscope.trial.tensor_parallel", "perfscope.trial.data_parallel"),
 })
 
-READERS = ("perfscope.rules", "perfscope.report", "perfscope.check")
-"""The stages after results.json: they read typed results and never measure."""
-READERS_MAY_IMPORT = (
+PURE_HELPERS = (
     "perfscope.results",    # the typed results: what a stage hands the next
     "perfscope.stats",      # pure statistics shared with the sweep
     "perfscope.versions",   # the one version parser (a recorded run's torch version)
@@ -58,8 +45,26 @@ READERS_MAY_IMPORT = (
     "perfscope.snippets",   # the code changes a finding prints
     "perfscope.precision",  # the precision names
     "perfscope.errors",     # exit codes and user errors
+)
+"""Below every stage: the typed results and helpers that import nothing of perfscope's but each other."""
+
+KNOBS = "perfscope.knobs"
+"""The vocabulary of optimizations, below the trial, the sweep and the readers: each asks the registry."""
+KNOBS_MAY_IMPORT = (
+    *PURE_HELPERS,
+    "perfscope.workload",   # what a knob may look at (KnobContext.workload) and is applied to
+    KNOBS,                  # each other (a knob's helpers, the base class, knobs/apply/)
+)
+"""Explicitly allowed for the knobs; never trial, measure, trace, search, hooks or a reader (how a knob is measured,
+searched or ranked is not the knob's business), so that every one of them may import the knobs without a cycle."""
+
+READERS = ("perfscope.rules", "perfscope.report", "perfscope.check")
+"""The stages after results.json: they read typed results and never measure."""
+READERS_MAY_IMPORT = (
+    *PURE_HELPERS,
     "perfscope.ranking",    # the one ranking: reads typed results only
     "perfscope.cache_dir",  # the user's cache folder (a path, no measurement)
+    KNOBS,                  # what each optimization is: words, addresses, code change; imports no measure/trial
     *READERS,               # each other (check renders through report, report runs the rules)
 )
 """Explicitly allowed for READERS; everything else (trial, measure, trace, search, hooks, analyze, ...) is not."""
@@ -211,9 +216,43 @@ def test_no_two_packages_import_each_other() -> None:
 @pytest.mark.parametrize("reader", READERS)
 def test_readers_of_results_never_import_how_results_are_measured(reader: str) -> None:
     graph = _without_pending(import_graph())
-    forbidden = sorted(f"{m} -> {t}" for m, targets in graph.items() if m == reader or m.startswith(reader + ".")
-                       for t in targets if not any(t == ok or t.startswith(ok + ".") for ok in READERS_MAY_IMPORT))
+    forbidden = sorted(f"{m} -> {t}" for m, targets in graph.items() if _within(m, (reader,))
+                       for t in targets if not _within(t, READERS_MAY_IMPORT))
     assert forbidden == []
+
+
+def _within(module: str, allowed: tuple[str, ...]) -> bool:
+    return any(module == ok or module.startswith(ok + ".") for ok in allowed)
+
+
+def test_knobs_import_only_what_sits_below_them() -> None:
+    """trial -> knobs, search -> knobs and readers -> knobs stay one-way: a knob applies itself with knobs/apply/,
+    never with a trial, measure or search module."""
+    graph = _without_pending(import_graph())
+    forbidden = sorted(f"{m} -> {t}" for m, targets in graph.items() if _within(m, (KNOBS,))
+                       for t in targets if not _within(t, KNOBS_MAY_IMPORT))
+    assert forbidden == []
+
+
+def _top_level_imports(source: str) -> set[str]:
+    """Modules imported by the module's own statements (not inside a function, class or TYPE_CHECKING block)."""
+    found = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_knob_modules_load_neither_torch_nor_their_torch_helpers() -> None:
+    """A knob's hooks import torch (and knobs/apply/, which imports it at load) inside themselves: the analyze
+    process and the readers load the registry for its words, never the helpers a trial applies knobs with."""
+    loaded = {name: sorted(t for t in _top_level_imports(path.read_text(encoding="utf-8"))
+                           if t.split(".")[0] == "torch" or _within(t, (f"{KNOBS}.apply",)))
+              for name, path in MODULES.items() if _within(name, (KNOBS,)) and not _within(name, (f"{KNOBS}.apply",))}
+    assert {name: found for name, found in loaded.items() if found} == {}
+    assert f"{KNOBS}.base" in loaded  # the rule saw the knobs
 
 
 def test_every_pending_edge_still_exists() -> None:

@@ -13,12 +13,12 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
+from perfscope.knobs import Knob, KnobContext, Observed, active_knobs, registered
 from perfscope.pipeline import finish
 from perfscope.results import Finding, ModelFacts, Trial
 from perfscope.results.config import TrialConfig
-from perfscope.search.knobs import Knob, KnobContext, active_knobs, registered
 from perfscope.search.sweep import BASELINE, Sweeper, SweepOptions
-from perfscope.trial.applied import Observed, not_applied
+from perfscope.trial.applied import not_applied
 from perfscope.trial.loop import run_trial
 from perfscope.workload import Workload, load_workload
 from tests.factories import make_results

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from perfscope.knobs import REGISTRY, Knob, KnobContext, active_knobs, knob, knob_ids, loader_options, unobserved_fields
+from perfscope.knobs.adamw_8bit import installed_version as REAL_INSTALLED_VERSION
 from perfscope.results import Environment, ModelFacts, ModelLayout
 from perfscope.results.config import TrialConfig
 from perfscope.results.breakdown import SLICES
-from perfscope.search.knobs import REGISTRY, Knob, KnobContext, active_knobs, knob, knob_ids, loader_options, unobserved_fields
-from perfscope.search.knobs.adamw_8bit import installed_version as REAL_INSTALLED_VERSION
 from perfscope.trial.inspect import inspect_model
 from perfscope.workload import Workload, load_workload
 
@@ -37,7 +37,7 @@ NUMA_UNKNOWN = dataclasses.replace(NUMA2, numa_nodes=None, unavailable={"numa_no
 @pytest.fixture(autouse=True)
 def no_8bit_optimizer_installed(monkeypatch):
     """The cases below do not depend on what this machine has installed; `installed` tests choose it."""
-    monkeypatch.setattr("perfscope.search.knobs.adamw_8bit.installed_version", lambda package: None)
+    monkeypatch.setattr("perfscope.knobs.adamw_8bit.installed_version", lambda package: None)
 
 
 def _workload(dataset: bool = False, wraps_model: bool = False) -> Workload:
@@ -351,7 +351,7 @@ def test_dataloader_worker_counts_follow_the_cores():
 
 
 def test_compile_needs_a_host_compiler_on_cpu_and_cuda(monkeypatch):
-    import perfscope.search.knobs.compile as compile_module
+    import perfscope.knobs.compile as compile_module
 
     monkeypatch.setattr(compile_module.shutil, "which", lambda name: None)
     monkeypatch.delenv("CC", raising=False)
@@ -405,7 +405,7 @@ def test_real_context_decides_channels_last_and_dataloader_knobs():
     ],
 )
 def test_8bit_adamw_uses_what_is_installed_where_it_runs(monkeypatch, installed, context, expected):
-    monkeypatch.setattr("perfscope.search.knobs.adamw_8bit.installed_version", installed.get)
+    monkeypatch.setattr("perfscope.knobs.adamw_8bit.installed_version", installed.get)
     k = knob("adamw_8bit")
     reason = k.applies(context)
     if isinstance(expected, str):
@@ -417,9 +417,9 @@ def test_8bit_adamw_uses_what_is_installed_where_it_runs(monkeypatch, installed,
 
 
 def test_8bit_adamw_with_torchao_needs_a_compiler(monkeypatch):
-    import perfscope.search.knobs.compile as compile_module
+    import perfscope.knobs.compile as compile_module
 
-    monkeypatch.setattr("perfscope.search.knobs.adamw_8bit.installed_version", {"torchao": (0, 18)}.get)
+    monkeypatch.setattr("perfscope.knobs.adamw_8bit.installed_version", {"torchao": (0, 18)}.get)
     monkeypatch.setattr(compile_module.shutil, "which", lambda name: None)
     monkeypatch.delenv("CC", raising=False)
     reason = knob("adamw_8bit").applies(ctx(machine=CPU2))
@@ -429,7 +429,7 @@ def test_8bit_adamw_with_torchao_needs_a_compiler(monkeypatch):
 def test_8bit_adamw_on_this_machine_says_why_not(monkeypatch):
     """What this machine has installed, unpatched: the dev and CI venvs have no 8-bit implementation (the lowmem
     extra is not installed), so the knob says so; where one is installed it applies or names it in its reason."""
-    monkeypatch.setattr("perfscope.search.knobs.adamw_8bit.installed_version", REAL_INSTALLED_VERSION)
+    monkeypatch.setattr("perfscope.knobs.adamw_8bit.installed_version", REAL_INSTALLED_VERSION)
     found = [p for p in ("torchao", "bitsandbytes") if REAL_INSTALLED_VERSION(p) is not None]
     reason = knob("adamw_8bit").applies(ctx(machine=CPU2))
     if not found:

@@ -21,7 +21,7 @@ from perfscope.measure.bubble import (
 from perfscope.results import Environment, ModelFacts, ModelLayout
 from perfscope.results.bubble import bubble_formula
 from perfscope.results.config import TrialConfig
-from perfscope.search.knobs import KnobContext, knob
+from perfscope.knobs import KnobContext, knob
 from perfscope.search.layout import layout_candidates, state_per_rank
 from perfscope.trial.pipeline_parallel import concat, model_inputs, rows, split_points
 from perfscope.trial.tensor_parallel import derive_plan

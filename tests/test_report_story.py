@@ -128,7 +128,7 @@ def test_no_code_change_of_a_cpu_run_mentions_cuda():
     """Every rule and every knob, on a CPU run: the advice is written for the CPU."""
     from perfscope.results import ModelFacts
     from perfscope.results.config import TrialConfig
-    from perfscope.search.knobs import REGISTRY, KnobContext
+    from perfscope.knobs import REGISTRY, KnobContext
     from perfscope.workload import Workload
     from tests.rules.test_rules import CASES
 

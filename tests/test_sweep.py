@@ -10,10 +10,10 @@ from collections.abc import Callable
 import pytest
 
 from perfscope.errors import UserError
+from perfscope.knobs import REGISTRY, Knob, KnobContext, ModelFacts
 from perfscope.results import Environment, Trial, TrialMetrics, Window
 from perfscope.results.config import TrialConfig
 from perfscope.search.compare import could_still_win
-from perfscope.search.knobs import REGISTRY, Knob, KnobContext, ModelFacts
 from perfscope.search.sweep import BASELINE, Sweeper, SweepOptions
 from perfscope.stats import summarize
 from perfscope.workload import Workload
@@ -294,12 +294,12 @@ class _SlowKnob(Knob):
 
 
 def test_an_injected_slow_knob_is_a_slowdown_never_a_win(monkeypatch):
-    import perfscope.search.knobs
+    import perfscope.knobs
     import perfscope.search.sweep
 
     registry = [*REGISTRY, _SlowKnob()]
     monkeypatch.setattr(perfscope.search.sweep, "REGISTRY", registry)
-    monkeypatch.setattr(perfscope.search.knobs, "REGISTRY", registry)
+    monkeypatch.setattr(perfscope.knobs, "REGISTRY", registry)
 
     def step_time(c: TrialConfig) -> float:
         return 0.1 * (1.4 if c.gc_mode == "disable" else 1.0)

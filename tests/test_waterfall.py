@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 import pytest
 
 from perfscope.cli import main
+from perfscope.knobs import REGISTRY, knob_ids
 from perfscope.report.html import PLOTLY_TRACE_TYPES
 from perfscope.report.markdown import render_markdown
 from perfscope.report.view import build_view
@@ -28,8 +29,6 @@ from perfscope.results import (
 )
 from perfscope.results.waterfall import PARTS, TOLERANCE_POINTS, MfuWaterfall, mfu_waterfall
 from perfscope.rules import all_rules, run_rules
-from perfscope.search.knobs import REGISTRY
-from perfscope.search.knobs import knob_ids
 from perfscope.trace.offline import trace_results
 from tests.distributed_factories import make_distributed_results
 from tests.factories import make_full_results, make_results, make_trial

@@ -203,7 +203,7 @@ def trial_config(prof: Profiler, micro_batch: int, accum: int) -> tuple[TrialCon
             known["prefetch_factor"] = prof._loader_config.get("prefetch_factor")
     else:
         unknown += ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor"]
-    from perfscope.search.knobs import unobserved_fields
+    from perfscope.knobs import unobserved_fields
 
     unknown += unobserved_fields()  # the knobs a loop's observations cannot see (Knob.observed_by_hooks)
     if prof._place is not None:

@@ -20,7 +20,13 @@ from dataclasses import dataclass
 
 import torch
 
-from perfscope.tf32_api import Tf32Snapshot, has_new_api, restore_matmul_tf32, snapshot_matmul_tf32, tf32_api
+from perfscope.tf32_api import (
+    Tf32Snapshot,
+    has_new_api,
+    restore_matmul_tf32,
+    set_matmul_tf32,
+    snapshot_matmul_tf32,
+)
 
 __all__ = ["MatmulTf32", "Tf32Snapshot", "apply_matmul_tf32", "has_new_api", "matmul_tf32", "matmul_tf32_as",
            "matmul_tf32_enabled", "restore_matmul_tf32", "set_matmul_tf32", "snapshot_matmul_tf32"]
@@ -60,15 +66,6 @@ def matmul_tf32() -> MatmulTf32:
 def matmul_tf32_enabled() -> bool | None:
     """Shorthand: True, False, or None when unknown."""
     return matmul_tf32().enabled
-
-
-def set_matmul_tf32(enabled: bool) -> None:
-    """Switch TF32 for fp32 matmuls through the setter tf32_api() picks: on torch 2.9-2.13 the legacy one, which
-    writes both states (the new one alone makes torch.compile's own legacy reads raise, pytorch#166387)."""
-    if tf32_api().setter == "fp32_precision":
-        torch.backends.cuda.matmul.fp32_precision = "tf32" if enabled else "ieee"
-    else:
-        torch.backends.cuda.matmul.allow_tf32 = enabled
 
 
 def apply_matmul_tf32(setting: bool | None) -> bool | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from perfscope import knobs
 from perfscope.ranking import Ranking, gain_of, rank_results
 from perfscope.report.format import fmt_interval, fmt_ratio
 from perfscope.results import Gain, KnobOutcome, Results, RunNoise
@@ -91,8 +92,6 @@ def settings_words(config: TrialConfig, unknown: list[str] | None = None) -> lis
     """A configuration's settings that matter to its speed, in words, as each knob words its own
     (`Knob.config_words`): the micro-batch first, then the registry's order; settings the run did not
     observe (``unknown``) left out."""
-    from perfscope.search import knobs
-
     unknown = unknown or []
     ordered = sorted(knobs.REGISTRY, key=lambda k: k.search == "variants")  # the micro-batch first
     words = [w for k in ordered if not set(k.fields) & set(unknown) and (w := k.config_words(config))]

@@ -3,7 +3,7 @@
     >>> TrialConfig(device="cpu", micro_batch_size=8).replace(precision="bf16")
 
 A trial is a pure function of (workload file, TrialConfig): the config travels to the trial process as
-JSON, and knobs (perfscope.search.knobs) produce new configs by `replace`. Fields describe *what to run*, never
+JSON, and knobs (perfscope.knobs) produce new configs by `replace`. Fields describe *what to run*, never
 how it will be ranked.
 """
 
@@ -76,7 +76,7 @@ class TrialConfig:
     env: dict[str, str] = field(default_factory=dict)
     """Environment variables for the trial process (e.g. PYTORCH_CUDA_ALLOC_CONF)."""
     knob_settings: dict[str, bool | int | float | str] = field(default_factory=dict)
-    """Settings of knobs that own no field here, by knob id (perfscope.search.knobs: a knob added in one file
+    """Settings of knobs that own no field here, by knob id (perfscope.knobs: a knob added in one file
     keeps its value here, so adding it needs no edit of this class)."""
     nproc_per_node: int = 1
     """Ranks per node: above 1 (or with nnodes above 1) the run is a torchrun job, every rank measured

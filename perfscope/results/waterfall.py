@@ -51,7 +51,7 @@ TOLERANCE_POINTS = 2.0
 
 @dataclass(frozen=True, kw_only=True)
 class PartSpec:
-    """What a part is and what acts on it: rule ids (perfscope.rules) and knob ids (perfscope.search.knobs)."""
+    """What a part is and what acts on it: rule ids (perfscope.rules) and knob ids (perfscope.knobs)."""
 
     label: str
     group: str

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from perfscope import knobs
 from perfscope.results import Finding
 from perfscope.rules.engine import Rule, RuleContext
 from perfscope.stats import confidence_text
@@ -8,8 +9,6 @@ from perfscope.stats import confidence_text
 def knob_addresses(knob_id: str) -> list[str]:
     """The slices of the step-time breakdown (perfscope.results.breakdown) a knob acts on, as the knob declares
     them (`Knob.addresses`); none for memory knobs, or a knob this version does not know (an older results file)."""
-    from perfscope.search import knobs
-
     return next((list(k.addresses) for k in knobs.REGISTRY if k.id == knob_id), [])
 
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from perfscope.errors import UserError
+from perfscope.knobs import Knob, knob_ids
 from perfscope.results import Gain, Results, Trial
 from perfscope.results.config import TrialConfig
 from perfscope.search.family import FAMILY_ALPHA
-from perfscope.search.knobs import Knob, knob_ids
 
 BASELINE = "baseline"
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from perfscope.measure.bubble import bubble_formula
+from perfscope.results.bubble import bubble_formula
 from perfscope.results import LayoutRow, LayoutTable, ModelFacts, Trial
 from perfscope.results.config import TrialConfig
 

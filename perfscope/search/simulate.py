@@ -22,9 +22,9 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from perfscope.knobs import Knob, KnobContext, ModelFacts
 from perfscope.results import Environment, Results, Trial, TrialMetrics, WorkloadInfo
 from perfscope.results.config import TrialConfig
-from perfscope.search.knobs import Knob, KnobContext, ModelFacts
 from perfscope.search.sweep import BASELINE, Candidate, Sweeper, SweepOptions
 from perfscope.workload import Workload
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from perfscope.knobs import Knob, KnobContext
 from perfscope.results import Gain, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
 from perfscope.search.candidate import BASELINE, Candidate, SweepOptions
 from perfscope.search.compare import compare_gains
 from perfscope.search.confirm import confirm_stack
-from perfscope.search.knobs import Knob, KnobContext
 from perfscope.search.microbatch import MicroBatchResult, search_micro_batch
 from perfscope.search.stack_failures import record_stack_failure, stack_failure
 
@@ -175,7 +175,7 @@ class Stacking:
 
 def micro_search_ids() -> set[str]:
     """The knobs measured by the micro-batch search (`Knob.search`): their points are the search's runs."""
-    from perfscope.search import knobs
+    from perfscope import knobs
 
     return {k.id for k in knobs.REGISTRY if k.search == "micro_batch"}
 

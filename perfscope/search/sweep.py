@@ -39,7 +39,7 @@ from perfscope.results.config import TrialConfig
 from perfscope.search.candidate import BASELINE, Candidate, Measures, SweepOptions
 from perfscope.search.compare import MIN_DECIDING_RUNS, compare, could_still_win, paired_test, relative_gain, run_noise
 from perfscope.search.family import Family
-from perfscope.search.knobs import REGISTRY, Knob, KnobContext
+from perfscope.knobs import REGISTRY, Knob, KnobContext
 from perfscope.search.microbatch import MicroBatchResult, search_micro_batch
 from perfscope.search.numerics import compare_numerics
 from perfscope.search.stacking import Stacking, knobs_as, micro_changes

@@ -12,30 +12,13 @@ Compile that compiled nothing is caught earlier still (before the window, `Compi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from perfscope.knobs import Observed, active_knobs
+from perfscope.knobs.compile import compile_not_applied
 from perfscope.results.config import TrialConfig
-from perfscope.search.knobs import active_knobs
-from perfscope.search.knobs.compile import compile_not_applied
 
 __all__ = ["Observed", "compile_not_applied", "not_applied"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Observed:
-    """What the trial process actually ran with, read at the end of the timed window."""
-
-    compiled_graphs: int | None = None
-    """Graphs dynamo compiled in this trial (None: not compiling, or dynamo never imported)."""
-    matmul_tf32: bool | None = None
-    """Matmul TF32 as torch reports it (None: torch cannot tell)."""
-    gc_enabled: bool = True
-    gc_frozen_objects: int = 0
-    """gc.get_freeze_count(): objects in the permanent generation."""
-    env: dict[str, str | None] = field(default_factory=dict)
-    """The config's environment variables as this process sees them (None: unset)."""
-    matmul_flops_by_dtype: dict[str, float] | None = None
-    """Matmul FLOPs by input dtype from the structural fingerprint (None: not counted)."""
+"""Observed is defined with the Knob interface (perfscope.knobs.base: `Knob.not_applied` reads it); the trial
+fills it in, and these names are the trial's."""
 
 
 def not_applied(config: TrialConfig, seen: Observed) -> dict[str, str]:
@@ -51,7 +34,7 @@ def not_applied(config: TrialConfig, seen: Observed) -> dict[str, str]:
     if orphans := sorted(set(config.knob_settings) - {k.id for k in knobs}):
         # A knob registered at run time in the analyze process is unknown to a trial process started afresh.
         out["knob_settings"] = (f"no knob {', '.join(orphans)} is registered in the trial process: its setting was "
-                                "not applied (add the knob to perfscope/search/knobs/__init__.py's REGISTRY)")
+                                "not applied (add the knob to perfscope/knobs/__init__.py's REGISTRY)")
     changed = {k: v for k, v in config.env.items() if seen.env.get(k, v) != v}
     if changed:
         out["env"] = "; ".join(f"{k} was {seen.env.get(k)!r} in the trial, not {v!r}: the workload's code set it" for k, v in changed.items())

@@ -8,16 +8,17 @@ are knobs the sweep turns, so the user gives a Dataset, not a loader; the knobs 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 
+from perfscope.knobs import loader_options
+from perfscope.knobs.apply.tensors import map_tensors
 from perfscope.measure.dataset_profile import PROFILE_AT_DATA_WAIT, profile_dataset
 from perfscope.measure.samples import leading_dim
 from perfscope.results import TrialMetrics
 from perfscope.results.config import TrialConfig
-from perfscope.search.knobs import loader_options
 from perfscope.workload import Workload
 
 
@@ -45,7 +46,7 @@ def endless_batches(workload: Workload, config: TrialConfig) -> Iterator[Any]:
         "batch_size": config.micro_batch_size,
         "shuffle": False,  # same batches in every trial: the numerics guard compares losses
         "drop_last": not is_iterable,
-        **loader_options(config),  # workers, pin_memory, prefetch: the knobs' (perfscope.search.knobs)
+        **loader_options(config),  # workers, pin_memory, prefetch: the knobs' (perfscope.knobs)
     }
     if workload.collate_fn is not None:
         kwargs["collate_fn"] = workload.collate_fn
@@ -87,18 +88,6 @@ def to_device(batch: Any, device: str, *, non_blocking: bool, channels_last: boo
         return moved
 
     return map_tensors(batch, move)
-
-
-def map_tensors(batch: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    """``fn`` applied to every tensor of a (nested) batch: tensors, dicts, lists, tuples and named tuples."""
-    if isinstance(batch, torch.Tensor):
-        return fn(batch)
-    if isinstance(batch, dict):
-        return {k: map_tensors(v, fn) for k, v in batch.items()}
-    if isinstance(batch, list | tuple):
-        items = [map_tensors(v, fn) for v in batch]
-        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
-    return batch
 
 
 def profile_dataset_cost(workload: Workload, config: TrialConfig, metrics: TrialMetrics) -> None:

@@ -6,7 +6,7 @@
     with gradient_sync(wrapped, enabled=False): loss.backward()   # DDP no_sync / FSDP2 set_requires_gradient_sync
 
 PyTorch's own wrappers, configured by TrialConfig fields, nothing re-implemented. FSDP2 shards every repeated block
-(the transformer layers perfscope.trial.checkpointing finds) and then the root, as torchtitan does, so a block's
+(the transformer layers perfscope.knobs.apply.checkpointing finds) and then the root, as torchtitan does, so a block's
 parameters are gathered just before it runs and freed after (reshard_after_forward) instead of all at once.
 """
 
@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch import nn
 
 from perfscope.results.config import TrialConfig
-from perfscope.trial.checkpointing import CheckpointedBlock, find_repeated_blocks
+from perfscope.knobs.apply.checkpointing import CheckpointedBlock, find_repeated_blocks
 
 
 @dataclass(frozen=True)

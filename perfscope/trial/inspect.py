@@ -11,10 +11,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from perfscope.knobs.apply.checkpointing import find_repeated_blocks
 from perfscope.measure.tf32 import matmul_tf32_enabled
 from perfscope.results.layout import ModelLayout
 from perfscope.results.model import ModelFacts
-from perfscope.trial.checkpointing import find_repeated_blocks
 from perfscope.workload import Workload
 
 

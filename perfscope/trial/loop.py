@@ -52,9 +52,9 @@ from perfscope.measure.window import WindowRecorder
 from perfscope.results import TrialMetrics
 from perfscope.results.config import TrialConfig
 from perfscope.results.fingerprint import Fingerprint
-from perfscope.search.knobs import Knob, active_knobs, loader_options
+from perfscope.knobs import Knob, active_knobs, loader_options
 from perfscope.trial.applied import Observed, compile_not_applied, not_applied
-from perfscope.trial.checkpointing import CheckpointedBlock, checkpointing_off
+from perfscope.knobs.apply.checkpointing import CheckpointedBlock, checkpointing_off
 from perfscope.trial.data import endless_batches, to_device
 from perfscope.trial.data_parallel import agree_on_steps, gradient_sync, local_optimizer, shard_optimizer, wrap_model
 from perfscope.trial.optimizers import build_optimizer, optimizer_name
@@ -66,7 +66,7 @@ class TrainStep:
     """One optimizer step: grad_accum_steps micro-batches, the active knobs' contexts and loss scaler,
     zero_grad(set_to_none).
 
-    The knobs apply themselves (perfscope.search.knobs, `Knob`'s trial hooks): this class calls each active
+    The knobs apply themselves (perfscope.knobs, `Knob`'s trial hooks): this class calls each active
     knob's hook at its place in the step and knows none of them by name. The micro-batch and the accumulation
     are the step's own shape; the data-parallel wrapper and the optimizer are built by their modules."""
 

@@ -35,8 +35,8 @@ from torch import nn
 
 from perfscope.measure.bubble import StepRecord
 from perfscope.measure.clock import synchronize
-from perfscope.search.knobs import active_knobs
-from perfscope.trial.checkpointing import find_repeated_blocks
+from perfscope.knobs import active_knobs
+from perfscope.knobs.apply.checkpointing import find_repeated_blocks
 from perfscope.trial.data import endless_batches, map_tensors
 from perfscope.trial.loop import TrainStep
 from perfscope.trial.optimizers import build_optimizer

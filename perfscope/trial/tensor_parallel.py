@@ -4,7 +4,7 @@
     mesh = layout_mesh(config)                      # DeviceMesh ("tp",) or ("dp", "tp") with FSDP2
     apply_tensor_parallel(model, mesh["tp"], plan)  # torch.distributed.tensor.parallel.parallelize_module
 
-Megatron's split, nothing re-implemented: in each repeated block (perfscope.trial.checkpointing finds them) the
+Megatron's split, nothing re-implemented: in each repeated block (perfscope.knobs.apply.checkpointing finds them) the
 attention's q/k/v projections are ColwiseParallel (each rank computes its heads) and the output projection
 RowwiseParallel (one all-reduce per block in forward, one in backward); the MLP's up (and gate) projections are
 ColwiseParallel, the down projection RowwiseParallel. Embeddings, norms and the head stay replicated.
@@ -28,7 +28,7 @@ from typing import Any
 from torch import nn
 
 from perfscope.results.config import TrialConfig
-from perfscope.trial.checkpointing import CheckpointedBlock, find_repeated_blocks
+from perfscope.knobs.apply.checkpointing import CheckpointedBlock, find_repeated_blocks
 
 QKV = re.compile(r"(^|[._])(q|k|v|wq|wk|wv|q_proj|k_proj|v_proj|query|key|value|to_q|to_k|to_v)$")
 OUT = re.compile(r"(^|[._])(o|wo|o_proj|out_proj|proj|attn_proj|to_out|dense)$")

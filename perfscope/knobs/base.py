@@ -12,8 +12,10 @@ Two sides, one class. In the analyze process: whether it applies, its variants (
 code change it stands for, how it changes training semantics, the step-time slices it acts on (the rules'
 `addresses`), its setting in words (the report). In the trial process: the hooks trial/loop.py and
 trial/data.py call for every knob `active` in the run's config, each a no-op by default — so the loop has
-no if-chain on config fields, and a new knob is one file plus a registry line. A hook imports torch inside
-itself: the analyze process imports knobs but never torch. A knob never knows how it is ranked (the
+no if-chain on config fields, and a new knob is one file plus a registry line. A hook imports torch, and the
+torch helpers of perfscope.knobs.apply, inside itself: loading the registry for its words (the analyze process,
+the rules, the report) loads neither. A knob imports only results/, workload, pure helpers and other knobs, never
+trial/, measure/ or search/: they all ask the knobs (docs/architecture.md). A knob never knows how it is ranked (the
 sweep's and the rules engine's business). `variants` lets one knob try a few settings (num_workers 2 and
 4); the sweep keeps the best.
 
@@ -25,15 +27,30 @@ from __future__ import annotations
 
 import dataclasses
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
 
 from perfscope.results import Environment, ModelFacts, Trial
 from perfscope.results.config import TrialConfig
 from perfscope.workload import Workload
 
-if TYPE_CHECKING:
-    from perfscope.trial.applied import Observed
+
+@dataclass(frozen=True, kw_only=True)
+class Observed:
+    """What the trial process actually ran with, read at the end of the timed window (perfscope.trial.applied
+    reads it; each knob's `Knob.not_applied` judges its own setting from it)."""
+
+    compiled_graphs: int | None = None
+    """Graphs dynamo compiled in this trial (None: not compiling, or dynamo never imported)."""
+    matmul_tf32: bool | None = None
+    """Matmul TF32 as torch reports it (None: torch cannot tell)."""
+    gc_enabled: bool = True
+    gc_frozen_objects: int = 0
+    """gc.get_freeze_count(): objects in the permanent generation."""
+    env: dict[str, str | None] = field(default_factory=dict)
+    """The config's environment variables as this process sees them (None: unset)."""
+    matmul_flops_by_dtype: dict[str, float] | None = None
+    """Matmul FLOPs by input dtype from the structural fingerprint (None: not counted)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfscope.knobs.base import Knob, KnobContext, data_parallel_reason, size
 from perfscope.results import Trial
 from perfscope.results.config import TrialConfig
-from perfscope.search.knobs.base import Knob, KnobContext, data_parallel_reason, size
 from perfscope.snippets import ddp_setup, ddp_wrap
 
 

@@ -8,12 +8,11 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
+from perfscope.knobs.base import Knob, KnobContext
 from perfscope.results.config import TrialConfig
 
-from perfscope.search.knobs.base import Knob, KnobContext
-
 if TYPE_CHECKING:
-    from perfscope.trial.applied import Observed
+    from perfscope.knobs.base import Observed
 
 
 class GcFreeze(Knob):

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfscope.knobs.base import Knob, KnobContext
 from perfscope.results.config import TrialConfig
-
-from perfscope.search.knobs.base import Knob, KnobContext
 
 FUSABLE = {"Adam", "AdamW", "SGD", "Adagrad"}
 

@@ -8,8 +8,8 @@ global batch through accumulation — is the `grad_accum` knob.
 
 from __future__ import annotations
 
+from perfscope.knobs.base import Knob, KnobContext
 from perfscope.results.config import TrialConfig
-from perfscope.search.knobs.base import Knob, KnobContext
 
 
 class MicroBatch(Knob):

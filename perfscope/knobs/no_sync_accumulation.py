@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfscope.knobs.base import Knob, KnobContext, data_parallel_reason
+from perfscope.knobs.micro_batch import global_batch_note
 from perfscope.results.config import TrialConfig
-from perfscope.search.knobs.base import Knob, KnobContext, data_parallel_reason
-from perfscope.search.knobs.micro_batch import global_batch_note
 
 ACCUMULATION = (2, 4)
 

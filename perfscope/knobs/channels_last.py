@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfscope.knobs.base import Knob, KnobContext
 from perfscope.results.config import TrialConfig
-
-from perfscope.search.knobs.base import Knob, KnobContext
 from perfscope.snippets import channels_last_change
 from perfscope.workload import Workload
 
@@ -43,7 +42,7 @@ class ChannelsLast(Knob):
     def apply_to_batch(self, batch: Any, config: TrialConfig) -> Any:
         import torch
 
-        from perfscope.trial.data import map_tensors
+        from perfscope.knobs.apply.tensors import map_tensors
 
         def nhwc(t: torch.Tensor) -> torch.Tensor:
             return t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 and t.is_floating_point() else t

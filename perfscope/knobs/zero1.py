@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfscope.knobs.base import Knob, KnobContext, data_parallel_reason
+from perfscope.knobs.fsdp2 import state_per_rank_notes
 from perfscope.results import Trial
 from perfscope.results.config import TrialConfig
-from perfscope.search.knobs.base import Knob, KnobContext, data_parallel_reason
-from perfscope.search.knobs.fsdp2 import state_per_rank_notes
 from perfscope.snippets import ddp_wrap
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfscope.knobs.base import Knob, KnobContext
 from perfscope.results.config import TrialConfig
-from perfscope.search.knobs.base import Knob, KnobContext
 from perfscope.snippets import pin_memory_change
 
 

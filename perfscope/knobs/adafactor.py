@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfscope.knobs.base import KnobContext
+from perfscope.knobs.lean_optimizer import LeanOptimizer
 from perfscope.results.config import TrialConfig
-from perfscope.search.knobs.base import KnobContext
-from perfscope.search.knobs.lean_optimizer import LeanOptimizer
 from perfscope.versions import major_minor
 
 MIN_TORCH = (2, 5)

@@ -13,9 +13,9 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any
 
+from perfscope.knobs.base import Knob, KnobContext, size
 from perfscope.results import Trial
 from perfscope.results.config import TrialConfig
-from perfscope.search.knobs.base import Knob, KnobContext, size
 
 
 class ActivationOffloading(Knob):

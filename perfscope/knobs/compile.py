@@ -8,13 +8,12 @@ import os
 import shutil
 from typing import TYPE_CHECKING, Any
 
+from perfscope.knobs.base import Knob, KnobContext
 from perfscope.results.config import TrialConfig
-
-from perfscope.search.knobs.base import Knob, KnobContext
 from perfscope.snippets import compile_change
 
 if TYPE_CHECKING:
-    from perfscope.trial.applied import Observed
+    from perfscope.knobs.base import Observed
 
 
 def no_compiler_reason(ctx: KnobContext) -> str | None:

@@ -1,19 +1,19 @@
 """TF32 matmuls: fp32 tensors, tensor-core math with a 10-bit mantissa. Off by default for matmul since
 PyTorch 1.12 (cuDNN convolutions keep it on, and perfscope leaves cuDNN alone); about 7× an A100's fp32 matmul
-peak. Set through perfscope.measure.tf32, with the setter perfscope.tf32_api picks for the torch (the legacy
+peak. Set through perfscope.tf32_api.set_matmul_tf32, with the setter perfscope.tf32_api picks for the torch (the legacy
 `allow_tf32` while torch.compile still reads it, pytorch#166387): the run and the printed change agree."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from perfscope.knobs.base import Knob, KnobContext
 from perfscope.results.config import TrialConfig
-from perfscope.search.knobs.base import Knob, KnobContext
 from perfscope.snippets import tf32_change
-from perfscope.tf32_api import tf32_api
+from perfscope.tf32_api import set_matmul_tf32, tf32_api
 
 if TYPE_CHECKING:
-    from perfscope.trial.applied import Observed
+    from perfscope.knobs.base import Observed
 
 
 class Tf32(Knob):
@@ -48,8 +48,6 @@ class Tf32(Knob):
 
     def before_steps(self, config: TrialConfig) -> None:
         # After the user's file and model factory ran: tf32=None (inactive) keeps, and the loop records, their setting.
-        from perfscope.measure.tf32 import set_matmul_tf32
-
         set_matmul_tf32(bool(config.tf32))
 
     def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:

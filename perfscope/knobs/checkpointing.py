@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfscope.knobs.base import Knob, KnobContext
 from perfscope.results.config import TrialConfig
-
-from perfscope.search.knobs.base import Knob, KnobContext
 from perfscope.snippets import checkpoint_change
 from perfscope.workload import Workload
 
@@ -41,7 +40,7 @@ class ActivationCheckpointing(Knob):
         return "activation checkpointing" if config.activation_checkpointing else None
 
     def apply_to_model(self, model: Any, config: TrialConfig, workload: Workload) -> Any:
-        from perfscope.trial.checkpointing import apply_checkpointing
+        from perfscope.knobs.apply.checkpointing import apply_checkpointing
 
         if not apply_checkpointing(model, workload.checkpoint_blocks):
             raise ValueError("activation checkpointing: no repeated blocks found (set Workload.checkpoint_blocks)")

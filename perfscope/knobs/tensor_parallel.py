@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfscope.knobs.base import Knob, KnobContext, data_parallel_reason, size
 from perfscope.results import Trial
-from perfscope.search.knobs.base import Knob, KnobContext, data_parallel_reason, size
 
 
 def tp_reason(ctx: KnobContext, tp: int) -> str | None:

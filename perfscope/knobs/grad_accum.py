@@ -8,8 +8,8 @@ optimizer step equal the user's, the fastest one. This is the micro-batch change
 
 from __future__ import annotations
 
+from perfscope.knobs.base import Knob, KnobContext
 from perfscope.results.config import TrialConfig
-from perfscope.search.knobs.base import Knob, KnobContext
 
 
 class GradAccum(Knob):

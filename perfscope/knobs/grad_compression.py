@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfscope.knobs.base import Knob, KnobContext, ddp_reason, is_ddp
 from perfscope.results.config import TrialConfig
-from perfscope.search.knobs.base import Knob, KnobContext, ddp_reason, is_ddp
 from perfscope.snippets import ddp_wrap
 
 HOOKS = {"bf16": "bf16_compress_hook", "fp16": "fp16_compress_hook"}

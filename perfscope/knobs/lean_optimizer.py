@@ -13,9 +13,9 @@ trial's steps (perfscope.search.numerics), and every outcome carries the learnin
 
 from __future__ import annotations
 
+from perfscope.knobs.base import Knob, KnobContext, size
 from perfscope.results import Trial
 from perfscope.results.config import TrialConfig
-from perfscope.search.knobs.base import Knob, KnobContext, size
 
 ADAM_TYPES = ("Adam", "AdamW")
 """The optimizers these knobs stand in for: adaptive, with per-parameter moments, whose lr is the nearest given

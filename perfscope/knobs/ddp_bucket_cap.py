@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfscope.knobs.base import Knob, KnobContext, ddp_reason, is_ddp
 from perfscope.results.config import TrialConfig
-from perfscope.search.knobs.base import Knob, KnobContext, ddp_reason, is_ddp
 from perfscope.snippets import ddp_option_change
 
 SIZES_MB = (5.0, 100.0)

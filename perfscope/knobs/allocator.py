@@ -12,7 +12,7 @@ import os
 import re
 from typing import Any
 
-from perfscope.search.knobs.base import Knob, KnobContext
+from perfscope.knobs.base import Knob, KnobContext
 
 ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 

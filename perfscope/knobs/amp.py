@@ -10,12 +10,12 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from perfscope.knobs.base import Knob, KnobContext
 from perfscope.results.config import TrialConfig
-from perfscope.search.knobs.base import Knob, KnobContext
 from perfscope.snippets import autocast_change, fp16_scaler_change
 
 if TYPE_CHECKING:
-    from perfscope.trial.applied import Observed
+    from perfscope.knobs.base import Observed
 
 
 class AmpBf16(Knob):

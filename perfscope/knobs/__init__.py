@@ -1,6 +1,6 @@
 """The registry of optimization knobs. Adding a knob = one module with a Knob subclass + one line here + its test.
 
-    from perfscope.search.knobs import REGISTRY, knob
+    from perfscope.knobs import REGISTRY, knob
     [k.id for k in REGISTRY]
     for k in active_knobs(config): model = k.apply_to_model(model, config, workload)   # the trial loop
 
@@ -15,39 +15,38 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from perfscope.results.config import TrialConfig
-
-from perfscope.search.knobs.adafactor import Adafactor
-from perfscope.search.knobs.adamw_8bit import AdamW8bit
-from perfscope.search.knobs.allocator import ExpandableSegments
-from perfscope.search.knobs.amp import AmpBf16, AmpFp16
-from perfscope.search.knobs.base import Knob, KnobContext, ModelFacts
-from perfscope.search.knobs.channels_last import ChannelsLast
-from perfscope.search.knobs.checkpointing import ActivationCheckpointing
-from perfscope.search.knobs.compile import Compile, CompileReduceOverhead
-from perfscope.search.knobs.dataloader import (
+from perfscope.knobs.adafactor import Adafactor
+from perfscope.knobs.adamw_8bit import AdamW8bit
+from perfscope.knobs.allocator import ExpandableSegments
+from perfscope.knobs.amp import AmpBf16, AmpFp16
+from perfscope.knobs.base import Knob, KnobContext, ModelFacts, Observed
+from perfscope.knobs.channels_last import ChannelsLast
+from perfscope.knobs.checkpointing import ActivationCheckpointing
+from perfscope.knobs.compile import Compile, CompileReduceOverhead
+from perfscope.knobs.dataloader import (
     DataLoaderWorkers,
     PersistentWorkers,
     PinMemory,
     PrefetchFactor,
 )
-from perfscope.search.knobs.ddp_bucket_cap import DdpBucketCap
-from perfscope.search.knobs.ddp_bucket_view import DdpBucketView
-from perfscope.search.knobs.ddp_static_graph import DdpStaticGraph
-from perfscope.search.knobs.fsdp2 import Fsdp2
-from perfscope.search.knobs.fsdp_mixed_precision import FsdpMixedPrecision
-from perfscope.search.knobs.gc_freeze import GcFreeze
-from perfscope.search.knobs.grad_accum import GradAccum
-from perfscope.search.knobs.grad_compression import GradCompression
-from perfscope.search.knobs.micro_batch import MicroBatch
-from perfscope.search.knobs.no_sync_accumulation import NoSyncAccumulation
-from perfscope.search.knobs.numa_binding import NumaBinding
-from perfscope.search.knobs.offloading import ActivationOffloading
-from perfscope.search.knobs.optimizer import FusedOptimizer
-from perfscope.search.knobs.pipeline_parallel import PipelineParallel
-from perfscope.search.knobs.tensor_parallel import TensorParallel
-from perfscope.search.knobs.tf32 import Tf32
-from perfscope.search.knobs.zero1 import Zero1
+from perfscope.knobs.ddp_bucket_cap import DdpBucketCap
+from perfscope.knobs.ddp_bucket_view import DdpBucketView
+from perfscope.knobs.ddp_static_graph import DdpStaticGraph
+from perfscope.knobs.fsdp2 import Fsdp2
+from perfscope.knobs.fsdp_mixed_precision import FsdpMixedPrecision
+from perfscope.knobs.gc_freeze import GcFreeze
+from perfscope.knobs.grad_accum import GradAccum
+from perfscope.knobs.grad_compression import GradCompression
+from perfscope.knobs.micro_batch import MicroBatch
+from perfscope.knobs.no_sync_accumulation import NoSyncAccumulation
+from perfscope.knobs.numa_binding import NumaBinding
+from perfscope.knobs.offloading import ActivationOffloading
+from perfscope.knobs.optimizer import FusedOptimizer
+from perfscope.knobs.pipeline_parallel import PipelineParallel
+from perfscope.knobs.tensor_parallel import TensorParallel
+from perfscope.knobs.tf32 import Tf32
+from perfscope.knobs.zero1 import Zero1
+from perfscope.results.config import TrialConfig
 
 REGISTRY: list[Knob] = [
     AmpBf16(),
@@ -131,5 +130,5 @@ def unobserved_fields() -> list[str]:
     return list(dict.fromkeys(f for k in REGISTRY if not k.observed_by_hooks for f in k.fields))
 
 
-__all__ = ["REGISTRY", "Knob", "KnobContext", "ModelFacts", "active_knobs", "knob", "knob_ids", "loader_options",
+__all__ = ["REGISTRY", "Knob", "KnobContext", "ModelFacts", "Observed", "active_knobs", "knob", "knob_ids", "loader_options",
            "register", "registered", "unobserved_fields"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfscope.search.knobs.base import Knob, KnobContext
+from perfscope.knobs.base import Knob, KnobContext
 from perfscope.versions import major_minor
 
 MIN_TORCH = (2, 9)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfscope.knobs.base import Knob, KnobContext, data_parallel_reason
 from perfscope.results.config import TrialConfig
-from perfscope.search.knobs.base import Knob, KnobContext, data_parallel_reason
 
 
 class FsdpMixedPrecision(Knob):

@@ -14,10 +14,10 @@ import importlib.metadata
 from dataclasses import dataclass
 from typing import Any
 
+from perfscope.knobs.base import KnobContext
+from perfscope.knobs.compile import no_compiler_reason
+from perfscope.knobs.lean_optimizer import LeanOptimizer
 from perfscope.results.config import TrialConfig
-from perfscope.search.knobs.base import KnobContext
-from perfscope.search.knobs.compile import no_compiler_reason
-from perfscope.search.knobs.lean_optimizer import LeanOptimizer
 from perfscope.versions import major_minor
 
 
