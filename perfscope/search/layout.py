@@ -29,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from perfscope.results.bubble import bubble_formula
 from perfscope.results import LayoutRow, LayoutTable, ModelFacts, Trial
+from perfscope.results.bubble import bubble_formula
 from perfscope.results.config import TrialConfig
 
 MAX_BUBBLE = 0.25
