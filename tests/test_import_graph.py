@@ -45,9 +45,6 @@ _PENDING: frozenset[tuple[str, str]] = frozenset({
     ("perfscope.search.knobs.tf32", "perfscope.trial.applied"),
     ("perfscope.search.knobs.channels_last", "perfscope.trial.data"),
     ("perfscope.search.knobs.checkpointing", "perfscope.trial.checkpointing"),
-    # measure/build attaches a trace's facts (trace.facts, trace.alignment) while trace uses measure helpers.
-    ("perfscope.measure.build", "perfscope.trace.facts"),
-    ("perfscope.measure.build", "perfscope.trace.alignment"),
     # hooks: the split-out results/save modules read the Profiler back.
     ("perfscope.hooks.results", "perfscope.hooks.profiler"),
     ("perfscope.hooks.save", "perfscope.hooks.profiler"),
