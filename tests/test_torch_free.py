@@ -77,3 +77,13 @@ def test_import_perfscope_is_torch_free_until_profiler_is_used() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True"]
+
+
+def test_tf32_advice_without_torch_agrees_with_the_probe() -> None:
+    """A process without torch picks the TF32 setter from the installed torch's version (no probe); on the installed
+    torch that is the setter the feature probe picks once torch is imported."""
+    code = ("import sys; from perfscope.tf32_api import tf32_api, probe_installed_torch; unprobed = tf32_api(); "
+            "assert 'torch' not in sys.modules; import torch; print(unprobed == probe_installed_torch() == tf32_api())")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
