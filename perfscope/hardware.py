@@ -3,7 +3,8 @@ convention of NCCL-tests. Pure and torch-free, below both layers that read figur
 
     >>> datasheet_peak("NVIDIA H100 80GB HBM3")
     DevicePeak(name='NVIDIA H100 SXM', tflops={'fp32': 66.9, 'tf32': 494.7, 'bf16': 989.4, ...}, ...)
-    >>> bus_bandwidth_gbps("all_reduce", 4 << 20, 0.002, world_size=2)
+    >>> bus_bandwidth_gbps("all_reduce", 4 << 20, 0.002, world_size=2)    # GB/s each rank's link carries
+    2.097152
 
 Who reads it: perfscope.measure.environment (a run's device → its datasheet peaks), perfscope.trace.offline (the
 device a trace names), perfscope.measure.collectives (a collective measured alone) and perfscope.trace.communication
