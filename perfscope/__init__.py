@@ -3,12 +3,38 @@
     perfscope analyze examples/tiny_transformer.py      # a workload file -> results.json + report.html
 
 A workload file defines ``workload() -> perfscope.Workload`` (see perfscope.workload).
+
+``perfscope.Profiler`` and ``perfscope.Workload`` are loaded on first use (PEP 562): both import torch, and the
+commands that only read files (`perfscope trace`, `perfscope report`, `perfscope check`) must not pay for it
+(~1.5 s and ~300 MB of RSS; tests/test_torch_free.py).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from perfscope._version import __version__
-from perfscope.hooks import (
-    Profiler,  # light: heavy imports happen only when a Profiler is enabled
-)
-from perfscope.workload import Workload
+
+if TYPE_CHECKING:
+    from perfscope.hooks import Profiler
+    from perfscope.workload import Workload
+
+_LAZY = {"Profiler": "perfscope.hooks", "Workload": "perfscope.workload"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'perfscope' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
 
 __all__ = ["Profiler", "Workload", "__version__"]

@@ -163,3 +163,67 @@ def detectable_change(se: float, df: float, confidence: float, power: float = 0.
     if df < 1 or not math.isfinite(se):
         return None
     return exp_or_inf((t_quantile(1 - (1 - confidence) / 2, df) + t_quantile(power, df)) * se) - 1
+
+
+# ---- slower than its peers: the straggler test of measure/stragglers.py (local windows) and trace/rank_stragglers.py
+# (traced steps), one implementation so that both name a straggler on the same evidence -----------------------------
+
+STRAGGLER_MIN_STEPS = 3
+"""Steps a rank needs to be tested (a variance from fewer is meaningless)."""
+STRAGGLER_MIN_SLOWER = 0.05
+"""A straggler is more than this much slower than its peers (smaller gaps are not worth a finding)."""
+_T_9999 = [(1, 3183.1), (2, 70.70), (3, 22.20), (4, 13.03), (5, 9.678), (6, 8.025), (7, 7.063), (8, 6.442), (9, 6.010),
+           (10, 5.694), (12, 5.263), (15, 4.880), (20, 4.539), (30, 4.234), (60, 3.962), (120, 3.837), (1000, 3.733)]
+"""One-sided 0.9999 quantiles of Student's t by degrees of freedom (a table: no scipy for the straggler test)."""
+
+
+def t_9999(df: float) -> float:
+    """The 0.9999 quantile of Student's t at the largest tabulated df not above ``df`` (conservative)."""
+    return next((value for tabulated, value in reversed(_T_9999) if df >= tabulated), _T_9999[0][1])
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlowerThanPeers:
+    """One rank's steps found slower than its peers' beyond the noise (`slower_than_peers`)."""
+
+    mean: float
+    """The rank's mean step (seconds)."""
+    n: int
+    """Its steps."""
+    reference: float
+    """The median of the other ranks' means (seconds)."""
+    critical: float
+    """The t critical value the gap had to exceed, in standard errors."""
+    se: float
+    """The standard error of the gap (seconds)."""
+
+    @property
+    def slower_by(self) -> float:
+        return self.mean / self.reference - 1
+
+    @property
+    def gap(self) -> float:
+        return self.mean - self.reference
+
+
+def slower_than_peers(times: Sequence[float], others: Sequence[Sequence[float]], *,
+                      min_slower: float = STRAGGLER_MIN_SLOWER) -> SlowerThanPeers | None:
+    """Is a rank with steps ``times`` slower than the ranks with steps ``others`` (each at least 2 steps)?
+
+    Its mean against the median of the other ranks' means: more than ``min_slower`` slower AND slower beyond the
+    step-to-step noise, a one-sided Welch t-test at p < 0.0001 (Welch–Satterthwaite degrees of freedom). The
+    reference's standard error is taken as one rank's (the pooled within-rank variance over one rank's step count),
+    not as that of the median of many: conservative, because every rank is tested. None when it is not."""
+    mean, n = statistics.fmean(times), len(times)
+    reference = statistics.median(statistics.fmean(t) for t in others)
+    if reference <= 0 or mean <= reference * (1 + min_slower):
+        return None
+    n_ref = round(statistics.median(len(t) for t in others))
+    a = statistics.variance(times) / n
+    b = statistics.fmean(statistics.variance(t) for t in others) / n_ref  # pooled within-rank variance
+    se = math.sqrt(a + b)
+    df = (a + b) ** 2 / (a * a / (n - 1) + b * b / (n_ref - 1)) if a + b > 0 else math.inf
+    critical = t_9999(df)
+    if mean - reference <= critical * se:
+        return None
+    return SlowerThanPeers(mean=mean, n=n, reference=reference, critical=critical, se=se)

@@ -2,6 +2,7 @@
 
     tf32_api()                 # Tf32Api(setter='allow_tf32', reason='...') on torch 2.9-2.13
     tf32_api("2.8.0+cu121")    # a recorded run's torch: decided from its version (it cannot be probed here)
+                               # (so is any torch in a process that has not imported it: trace, report)
 
 Why: torch 2.9 added `torch.backends.cuda.matmul.fp32_precision` and, with it, a consistency check: after the
 new setter alone, every *legacy* read (`matmul.allow_tf32`, `torch.get_float32_matmul_precision()`) raises
@@ -51,9 +52,14 @@ NEW_ONLY = Tf32Api("fp32_precision", "legacy reads survive fp32_precision on thi
 
 
 def tf32_api(torch_version: str | None = None) -> Tf32Api:
-    """The API for the torch of ``torch_version`` (None, or the installed torch's version: probe this torch)."""
-    if torch_version and torch_version != installed_torch_version():
-        newer = at_least(torch_version, NEW_API_SINCE)
+    """The API for the torch of ``torch_version`` (None, or the installed torch's version: probe this torch).
+
+    A process that has not imported torch (`perfscope trace`, `perfscope report`: they only print the advice) decides
+    from the version as for a recorded run, instead of importing torch (~1.5 s, ~300 MB) to probe it."""
+    installed = installed_torch_version()
+    version = torch_version or installed
+    if version and (version != installed or sys.modules.get("torch") is None):
+        newer = at_least(version, NEW_API_SINCE)
         if newer is not None:
             # Not this torch: no probe possible. Every release since 2.9 has the check (no later one lifts it yet).
             return MIXED_CHECK if newer else LEGACY_ONLY

@@ -28,16 +28,19 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any, Literal
 
 from perfscope.errors import WorkloadError
 from perfscope.precision import Precision
 
+if TYPE_CHECKING:  # torch only in annotations: the knob registry imports Workload, and `perfscope report` reads the
+    import torch   # knobs' words without importing torch (~1.5 s, ~300 MB; tests/test_torch_free.py)
+    from torch import nn
+
 
 def _default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    import torch
+
     return torch.optim.AdamW(params, lr=1e-4)
 
 

@@ -12,7 +12,7 @@ from perfscope.measure.flops import (
     transformer_training_flops_per_token,
 )
 from perfscope.measure.mfu import apply_utilization_ratios, choose_peak
-from perfscope.measure.peaks import datasheet_peak
+from perfscope.hardware import datasheet_peak
 from perfscope.results import Environment
 from perfscope.results.config import TrialConfig
 from perfscope.trial.loop import TrainStep

@@ -23,9 +23,6 @@ ROOT = Path(perfscope.__file__).parent
 # once those moves land; a listed edge that no longer exists fails the test, so the list cannot go stale.
 _PENDING: frozenset[tuple[str, str]] = frozenset({
     # Known violations left by the issue-26 merges (each a follow-up; the test decides on everything else).
-    # measure/build attaches a trace's facts (trace.facts, trace.alignment) while trace uses measure helpers.
-    ("perfscope.measure.build", "perfscope.trace.facts"),
-    ("perfscope.measure.build", "perfscope.trace.alignment"),
     # hooks: the split-out results/save modules read the Profiler back.
     ("perfscope.hooks.results", "perfscope.hooks.profiler"),
     ("perfscope.hooks.save", "perfscope.hooks.profiler"),

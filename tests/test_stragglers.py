@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from perfscope.measure.stragglers import find_stragglers, t_9999
+from perfscope.measure.stragglers import find_stragglers
+from perfscope.stats import t_9999
 from perfscope.results.distributed import RankMetrics
 
 

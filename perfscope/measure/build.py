@@ -146,7 +146,7 @@ def attach_trace(metrics: TrialMetrics, trace: Path, *, device_type: str, steps:
 
         facts = trace_facts(trace, device_type=device_type, steps=steps)
         if alignment_precision is not None:
-            from perfscope.trace.alignment import benchmark_alignment_for
+            from perfscope.measure.alignment import benchmark_alignment_for
 
             facts.gemm_alignment = benchmark_alignment_for(facts.gemm_shapes, device=device_type,
                                                            precision=alignment_precision)

@@ -3,7 +3,7 @@
     gbps = benchmark_collective("all_reduce", 25 << 20, device="cuda")     # every rank of the group calls it
 
 The trial runs it after its measured window, at the payload size its trace showed, so the achieved bandwidth in
-the step (perfscope.trace.communication; both use perfscope.measure.bus's formula) is read against what the same
+the step (perfscope.trace.communication; both use perfscope.hardware's formula) is read against what the same
 group moves with nothing else running:
 far below it, the step's collectives waited (for a late peer, for compute sharing the cores, for small
 buckets' latency); near it, the link itself is the limit.
@@ -22,8 +22,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from perfscope.hardware import BUS_FACTOR, bus_bandwidth_gbps
 from perfscope.measure.microbench import call_seconds
-from perfscope.measure.bus import BUS_FACTOR, bus_bandwidth_gbps
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 WARMUP = 2

@@ -18,16 +18,11 @@ from pathlib import Path
 import psutil
 import torch
 
+from perfscope.hardware import datasheet_peak, is_mig_name, slice_peak
 from perfscope.measure.ceiling_cache import cached_ceilings, ceiling_key, measure_each
 from perfscope.measure.cores import usable_cores
 from perfscope.measure.nvml import cuda_uuid, is_mig_uuid, nvml_handle
-from perfscope.measure.peaks import (
-    ceiling_dtypes,
-    datasheet_peak,
-    is_mig_name,
-    measure_matmul_tflops,
-    slice_peak,
-)
+from perfscope.measure.peaks import ceiling_dtypes, measure_matmul_tflops
 from perfscope.results import Environment
 
 

@@ -1,20 +1,14 @@
-"""Peak FLOP/s: datasheet dense peaks per device and dtype, and a measured matmul ceiling.
+"""Peak FLOP/s measured: the matmul ceiling this machine actually reaches, per dtype.
 
-    >>> datasheet_peak("NVIDIA H100 80GB HBM3")
-    DevicePeak(name='NVIDIA H100 SXM', tflops={'fp32': 66.9, 'tf32': 494.7, 'bf16': 989.4, ...}, ...)
+    measure_matmul_tflops("cuda", "bf16")       # TFLOP/s of the fastest 8192³ matmul call
 
-Why both: the datasheet is what MFU is conventionally quoted against, the measured ceiling is what this
-machine actually reaches (clocks, power caps, MIG slices). An unknown device gets no guessed peak —
-a hard-coded A100 peak once reported 104% MFU on an H100 (nanoGPT #464) — and MFU then falls back to
-the measured ceiling, marked as such. All figures are DENSE: datasheets print 2:4-sparse figures, twice these.
-A MIG slice gets the full GPU's figures × its share of the GPU's SMs (`slice_peak`; the full SM counts are in
-the table with their source), or no datasheet peak when that share is unknown.
+Why measured as well as the datasheet (perfscope.hardware.datasheet_peak, torch-free so that `perfscope trace` can
+read a trace's device against it): the datasheet is what MFU is conventionally quoted against, the measured ceiling
+is what this machine reaches (clocks, power caps, MIG slices), and MFU falls back to it for a device with no
+datasheet entry.
 """
 
 from __future__ import annotations
-
-import re
-from dataclasses import dataclass
 
 import torch
 
@@ -24,117 +18,6 @@ from perfscope.measure.tf32 import (
     set_matmul_tf32,
     snapshot_matmul_tf32,
 )
-
-HOPPER_SMS = ("NVIDIA H100 Tensor Core GPU Architecture whitepaper (https://resources.nvidia.com/en-us-tensor-core/"
-              "gtc22-whitepaper-hopper): H100 SXM5 132 SMs, H100 PCIe 114 SMs; H100 NVL and H200 are the same GH100 "
-              "configuration as the SXM5 (16,896 FP32 cores = 132 SMs)")
-AMPERE_SMS = ("NVIDIA A100 Tensor Core GPU Architecture whitepaper (https://images.nvidia.com/aem-dam/en-zz/Solutions/"
-              "data-center/nvidia-ampere-architecture-whitepaper.pdf): A100 108 SMs")
-
-V100_DATASHEET = "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf"
-
-
-@dataclass(frozen=True)
-class DevicePeak:
-    name: str
-    tflops: dict[str, float]  # dtype -> dense TFLOP/s (tensor cores where the dtype uses them)
-    source: str
-    sm_count: int | None = None
-    """SMs of the full GPU the datasheet describes: a MIG slice's peak is scaled by its share of them."""
-    sm_source: str = ""
-
-
-# Ordered: the first pattern that matches the lower-cased device name wins (more specific first).
-_DATASHEETS: list[tuple[str, DevicePeak]] = [
-    (r"h100.*(nvl)", DevicePeak(
-        "NVIDIA H100 NVL", {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5},
-        "https://www.nvidia.com/en-us/data-center/h100/ (H100 NVL column, sparse figures halved)", 132, HOPPER_SMS)),
-    (r"h100.*(pcie)", DevicePeak(
-        "NVIDIA H100 PCIe", {"fp32": 51.2, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0, "fp8": 1513.0},
-        "https://www.nvidia.com/en-us/data-center/h100/ (H100 PCIe column, sparse figures halved)", 114, HOPPER_SMS)),
-    (r"h100|gh200", DevicePeak(
-        "NVIDIA H100 SXM", {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
-        "https://www.nvidia.com/en-us/data-center/h100/ (H100 SXM column, sparse figures halved)", 132, HOPPER_SMS)),
-    # The PCIe H200 NVL runs lower clocks/power (600 W) than the SXM part: FP32 60, TF32 835, BF16/FP16 1,671,
-    # FP8 3,341 TFLOPS with sparsity on the datasheet — the same figures as the H100 NVL.
-    (r"h200.*nvl", DevicePeak(
-        "NVIDIA H200 NVL", {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5},
-        "https://www.nvidia.com/en-us/data-center/h200/ (H200 NVL column, sparse figures halved)", 132, HOPPER_SMS)),
-    (r"h200", DevicePeak(
-        "NVIDIA H200", {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
-        "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM column, sparse figures halved)", 132, HOPPER_SMS)),
-    (r"a100", DevicePeak(
-        "NVIDIA A100", {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
-        "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf",
-        108, AMPERE_SMS)),
-    (r"l40s", DevicePeak(
-        "NVIDIA L40S", {"fp32": 91.6, "tf32": 183.0, "bf16": 362.05, "fp16": 362.05, "fp8": 733.0},
-        "https://www.nvidia.com/en-us/data-center/l40s/ (sparse figures halved)")),
-    (r"\bl4\b", DevicePeak(
-        "NVIDIA L4", {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0, "fp16": 121.0, "fp8": 242.5},
-        "https://www.nvidia.com/en-us/data-center/l4/ (sparse figures halved)")),
-    (r"\ba10\b|a10g", DevicePeak(
-        "NVIDIA A10", {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0},
-        "https://www.nvidia.com/en-us/data-center/products/a10-gpu/ (sparse figures halved)")),
-    # Volta: one datasheet, one column per form factor (no sparsity on Volta: the figures are dense). CUDA names
-    # them "Tesla V100-SXM2-16GB", "Tesla V100-PCIE-32GB", "Tesla V100S-PCIE-32GB"; V100S first ("v100s-pcie"
-    # would match the V100 PCIe pattern too). Other V100 parts (FHHL, SXM3, DGXS) run other clocks: no guessed peak.
-    (r"v100s", DevicePeak(
-        "NVIDIA V100S PCIe", {"fp32": 16.4, "fp16": 130.0}, f"{V100_DATASHEET} (V100S PCIe column)")),
-    (r"v100.*pcie", DevicePeak(
-        "NVIDIA V100 PCIe", {"fp32": 14.0, "fp16": 112.0}, f"{V100_DATASHEET} (V100 PCIe column)")),
-    (r"v100.*sxm2", DevicePeak(
-        "NVIDIA V100", {"fp32": 15.7, "fp16": 125.0}, f"{V100_DATASHEET} (V100 SXM2 column)")),
-    (r"rtx 4090", DevicePeak(
-        "NVIDIA GeForce RTX 4090", {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2, "fp16": 165.2},
-        "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf (FP32 accumulate, dense)")),
-    (r"rtx 3090", DevicePeak(
-        "NVIDIA GeForce RTX 3090", {"fp32": 35.6, "tf32": 35.6, "bf16": 71.0, "fp16": 71.0},
-        "https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf (FP32 accumulate, dense)")),
-    (r"rtx a6000", DevicePeak(
-        "NVIDIA RTX A6000", {"fp32": 38.7, "tf32": 77.4, "bf16": 154.8, "fp16": 154.8},
-        "https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf (dense)")),
-]
-
-
-def datasheet_peak(device_name: str) -> DevicePeak | None:
-    """The datasheet entry for a device name as CUDA reports it, or None when the device is unknown."""
-    lowered = device_name.lower()
-    for pattern, peak in _DATASHEETS:
-        if re.search(pattern, lowered):
-            return peak
-    return None
-
-
-def is_mig_name(device_name: str) -> bool:
-    """CUDA names a MIG compute instance after its profile, e.g. "NVIDIA A100-SXM4-40GB MIG 3g.20gb"."""
-    return re.search(r"\bMIG\b", device_name) is not None
-
-
-def slice_peak(peak: DevicePeak, device_sms: int | None, *, mig: bool) -> tuple[DevicePeak | None, str | None]:
-    """The datasheet peak of the part of the GPU this process can use: (peak, None), or (None, why not).
-
-    A MIG slice runs on a fraction of the GPU's SMs (an A100 1g.5gb: 14 of 108), so the full GPU's peak would
-    understate its MFU up to 7×. Tensor-core throughput is per SM at the same clocks, so the slice's peak is the
-    datasheet's × (its SMs / the full GPU's SMs). Also applied when CUDA reports fewer SMs than the datasheet GPU
-    has (a slice we could not name, or a cut-down variant). Without both SM counts, no datasheet peak: MFU then
-    uses the measured ceiling, which a slice measures for itself."""
-    fewer_sms = device_sms is not None and peak.sm_count is not None and device_sms < peak.sm_count
-    if not (mig or fewer_sms):
-        return peak, None
-    what = "a MIG slice" if mig else f"{device_sms} SMs"
-    if not device_sms or not peak.sm_count:
-        return None, (f"{what} of an {peak.name}: the slice's SM share is unknown, so the full GPU's datasheet peak "
-                      "would overstate it; MFU uses the measured matmul ceiling")
-    share = device_sms / peak.sm_count
-    return DevicePeak(
-        name=f"{peak.name}, {what} ({device_sms}/{peak.sm_count} SMs)",
-        tflops={k: round(v * share, 2) for k, v in peak.tflops.items()},
-        source=f"{peak.source}; scaled by the SM share {device_sms}/{peak.sm_count} (full-GPU SMs: {peak.sm_source})",
-        sm_count=device_sms,
-        sm_source=f"CUDA multi_processor_count of this device; full GPU: {peak.sm_source}",
-    ), None
-
 
 _TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -20,30 +20,22 @@ the median of many: conservative, because every rank is tested and a finding on 
 slow GPU that is not there. The cause is what accounts for at least half of the gap, in seconds per step: the
 rank's extra data wait, or its extra GC pause; else clearly more cores used by other processes on its machine
 ("host contention"); else its compute itself ("compute": a slower device, a larger shard, throttling).
+The test is perfscope.stats.slower_than_peers, the one trace/rank_stragglers.py applies to traced steps.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 
 from perfscope.results.distributed import RankMetrics, Straggler
+from perfscope.stats import STRAGGLER_MIN_SLOWER as MIN_SLOWER
+from perfscope.stats import STRAGGLER_MIN_STEPS as MIN_STEPS
+from perfscope.stats import slower_than_peers
 
-MIN_STEPS = 3
-"""Local steps a rank needs to be tested (a variance from fewer is meaningless)."""
-MIN_SLOWER = 0.05
 EXPLAINS = 0.5
 """A cause must account for this share of the gap (seconds per step) to be named."""
 MIN_EXTRA_CORES = 0.5
 """Host contention: other processes used at least this many more cores on the rank's machine than on its peers'."""
-_T_9999 = [(1, 3183.1), (2, 70.70), (3, 22.20), (4, 13.03), (5, 9.678), (6, 8.025), (7, 7.063), (8, 6.442), (9, 6.010),
-           (10, 5.694), (12, 5.263), (15, 4.880), (20, 4.539), (30, 4.234), (60, 3.962), (120, 3.837), (1000, 3.733)]
-"""One-sided 0.9999 quantiles of Student's t by degrees of freedom."""
-
-
-def t_9999(df: float) -> float:
-    """The 0.9999 quantile of Student's t at the largest tabulated df not above ``df`` (conservative)."""
-    return next((value for tabulated, value in reversed(_T_9999) if df >= tabulated), _T_9999[0][1])
 
 
 def find_stragglers(ranks: list[RankMetrics]) -> tuple[list[Straggler], str]:
@@ -67,20 +59,10 @@ def find_stragglers(ranks: list[RankMetrics]) -> tuple[list[Straggler], str]:
 
 
 def _test(r: RankMetrics, others: list[RankMetrics], slowest: tuple[dict[int, int], int]) -> Straggler | None:
-    times = r.local_step_times_s
-    mean, n = statistics.fmean(times), len(times)
-    reference = statistics.median(statistics.fmean(o.local_step_times_s) for o in others)
-    if reference <= 0 or mean <= reference * (1 + MIN_SLOWER):
+    test = slower_than_peers(r.local_step_times_s, [o.local_step_times_s for o in others])  # perfscope.stats
+    if test is None:
         return None
-    n_ref = round(statistics.median(len(o.local_step_times_s) for o in others))
-    var_ref = statistics.fmean(statistics.variance(o.local_step_times_s) for o in others)  # pooled within-rank
-    a, b = statistics.variance(times) / n, var_ref / n_ref
-    se = math.sqrt(a + b)
-    df = (a + b) ** 2 / (a * a / (n - 1) + b * b / (n_ref - 1)) if a + b > 0 else math.inf
-    critical = t_9999(df)
-    gap = mean - reference
-    if gap <= critical * se:
-        return None
+    mean, n, reference, critical, se, gap = test.mean, test.n, test.reference, test.critical, test.se, test.gap
     counts, steps = slowest
     cause, why = _cause(r, others, gap)
     return Straggler(

@@ -1,10 +1,10 @@
-"""Profiler traces: capture a short window, turn it into per-step facts, benchmark GEMM alignment.
+"""Profiler traces: capture a short window, turn it into per-step facts.
 
     with TraceCapture(out_dir / "trace", device="cuda", first_step=step) as cap:   # capture.py -> trace/rank0.json.gz
         for _ in range(cap.total_steps):
             train_step(); cap.step()
     facts = trace_facts(cap.path, device_type="cuda", steps=cap.active_steps)   # facts.py -> TraceFacts
-    facts.gemm_alignment = benchmark_alignment(facts.gemm_shapes, device="cuda", dtype="bf16")   # alignment.py
+    facts.gemm_alignment = benchmark_alignment(facts.gemm_shapes, device="cuda", dtype="bf16")   # measure/alignment.py
 
 The facts are typed (perfscope.results.trace_facts: the contract, with a docstring per field), stored as
 ``TrialMetrics.trace_facts`` and read by the rules (perfscope.rules), the report (perfscope.report.facts)
@@ -19,7 +19,6 @@ The modules, in the order a trace flows through them:
     categories.py   kernel and op names -> categories; does a GEMM kernel run on tensor cores
     facts.py        one analyzer per fact family, and trace_facts() composing them
     communication.py  collectives against compute on one rank (exposed time, overlap, bus bandwidth)
-    alignment.py    the padded-vs-unpadded GEMM micro-benchmark (device clock)
 
 How each GPU fact is decided is in facts.py's docstring; docs/gpu-verification.md lists what has been
 checked on a real GPU and what only on hand-built CUDA-shaped traces (tests/kineto.py).

@@ -42,7 +42,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from perfscope.measure.bus import bus_bandwidth_gbps
+from perfscope.hardware import bus_bandwidth_gbps
 from perfscope.results.distributed import CollectiveStat, CommunicationFacts
 from perfscope.trace.categories import categorize
 from perfscope.trace.events import COMM_NAMESPACES, GLOO_PREFIX, Event, Trace, read_trace

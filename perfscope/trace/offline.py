@@ -24,7 +24,7 @@ from pathlib import Path
 
 from perfscope._version import __version__
 from perfscope.errors import UserError
-from perfscope.measure.peaks import datasheet_peak, is_mig_name, slice_peak
+from perfscope.hardware import datasheet_peak, is_mig_name, slice_peak
 from perfscope.results import (
     Environment,
     Results,

@@ -6,19 +6,18 @@ Why a rank's traced step minus its exposed collective time: in synchronous data 
 ends at the same collective, so traced step times are equal by construction and a slow rank shows up as its
 peers' waiting inside their collectives. What a rank did not spend waiting for the network or a peer is its own
 work, which no peer can slow down — the trace's stand-in for the no-communication window `analyze` measures
-(perfscope.measure.stragglers). The test is that module's, unchanged in its thresholds: over 5% slower than the
-median of the other ranks' means AND slower beyond the step-to-step noise (one-sided Welch t-test, p < 0.0001),
-at least 3 steps a rank. A trace holds few steps (Kineto schedules profile 1–5), so only a large, steady gap can
+(perfscope.measure.stragglers). The test is that module's, perfscope.stats.slower_than_peers, with its thresholds:
+over 5% slower than the median of the other ranks' means AND slower beyond the step-to-step noise (one-sided Welch
+t-test, p < 0.0001), at least 3 steps a rank. A trace holds few steps (Kineto schedules profile 1–5), so only a large, steady gap can
 pass; the cause cannot be told from a trace (no GC, contention or data-loader measurement), so it is "unknown".
 """
 
 from __future__ import annotations
 
-import math
-import statistics
-
-from perfscope.measure.stragglers import MIN_SLOWER, MIN_STEPS, t_9999
 from perfscope.results.distributed import Straggler
+from perfscope.stats import STRAGGLER_MIN_SLOWER as MIN_SLOWER
+from perfscope.stats import STRAGGLER_MIN_STEPS as MIN_STEPS
+from perfscope.stats import slower_than_peers
 
 OWN_WORK = "traced step minus its exposed collective time (its own work: the time it did not wait for the network or a peer)"
 
@@ -40,20 +39,11 @@ def trace_stragglers(own_work_s: dict[int, list[float]]) -> tuple[list[Straggler
 
 
 def _test(rank: int, tested: dict[int, list[float]], slowest: list[int]) -> Straggler | None:
-    times = tested[rank]
     others = [t for r, t in tested.items() if r != rank]
-    mean, n = statistics.fmean(times), len(times)
-    reference = statistics.median(statistics.fmean(t) for t in others)
-    if reference <= 0 or mean <= reference * (1 + MIN_SLOWER):
+    test = slower_than_peers(tested[rank], others)
+    if test is None:
         return None
-    n_ref = round(statistics.median(len(t) for t in others))
-    a = statistics.variance(times) / n
-    b = statistics.fmean(statistics.variance(t) for t in others) / n_ref  # pooled within-rank variance
-    se = math.sqrt(a + b)
-    df = (a + b) ** 2 / (a * a / (n - 1) + b * b / (n_ref - 1)) if a + b > 0 else math.inf
-    critical = t_9999(df)
-    if mean - reference <= critical * se:
-        return None
+    mean, n, reference, critical, se = test.mean, test.n, test.reference, test.critical, test.se
     times_slowest = slowest.count(rank)
     return Straggler(
         rank=rank, slower_by=mean / reference - 1, slowest_share=times_slowest / len(slowest), cause="unknown",
