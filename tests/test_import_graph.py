@@ -51,12 +51,6 @@ _PENDING: frozenset[tuple[str, str]] = frozenset({
     # hooks: the split-out results/save modules read the Profiler back.
     ("perfscope.hooks.results", "perfscope.hooks.profiler"),
     ("perfscope.hooks.save", "perfscope.hooks.profiler"),
-    # search/confirm reads sweep's candidates back.
-    ("perfscope.search.confirm", "perfscope.search.sweep"),
-    # model parallel trials: the pipeline step reuses the trial loop, which builds it.
-    ("perfscope.trial.model_parallel", "perfscope.trial.loop"),
-    ("perfscope.trial.pipeline_parallel", "perfscope.trial.loop"),
-    ("perfscope.trial.tensor_parallel", "perfscope.trial.data_parallel"),
 })
 
 READERS = ("perfscope.rules", "perfscope.report", "perfscope.check")

@@ -38,7 +38,7 @@ from perfscope.measure.clock import synchronize
 from perfscope.search.knobs import active_knobs
 from perfscope.trial.checkpointing import find_repeated_blocks
 from perfscope.trial.data import endless_batches, map_tensors
-from perfscope.trial.loop import TrainStep
+from perfscope.trial.step import TrainStep
 from perfscope.trial.optimizers import build_optimizer
 
 SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B"}
