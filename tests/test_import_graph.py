@@ -48,9 +48,6 @@ _PENDING: frozenset[tuple[str, str]] = frozenset({
     # measure/build attaches a trace's facts (trace.facts, trace.alignment) while trace uses measure helpers.
     ("perfscope.measure.build", "perfscope.trace.facts"),
     ("perfscope.measure.build", "perfscope.trace.alignment"),
-    # hooks: the split-out results/save modules read the Profiler back.
-    ("perfscope.hooks.results", "perfscope.hooks.profiler"),
-    ("perfscope.hooks.save", "perfscope.hooks.profiler"),
 })
 
 READERS = ("perfscope.rules", "perfscope.report", "perfscope.check")
