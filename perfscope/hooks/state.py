@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from perfscope.hooks.capture import CaptureWindow
     from perfscope.hooks.distributed import RankPlace
     from perfscope.hooks.flopstep import FlopStep
-    from perfscope.hooks.observe import Observation
     from perfscope.hooks.sampling import BoundedSampler
     from perfscope.hooks.tally import Reservoir, StepTally
     from perfscope.measure.clock import Clock
@@ -69,7 +68,7 @@ class RunState:
     data_wait_measured: bool
     """wrap() or a framework's data_begin()/data_end() saw the fetches."""
     capture: CaptureWindow | None
-    compile_seen: Observation
+    compile_seen: observe.Observation
     loader_config: Mapping[str, Any]
     described_config: Mapping[str, Any]
     declared: Mapping[str, Any]
