@@ -529,6 +529,38 @@ def test_exclude_since_step_excludes_work_reported_once_done() -> None:
     assert [w.steps for w in m.windows] == [3, 4]  # the step in which it was reported is timed from then on
 
 
+def test_every_time_the_hooks_read_is_the_injected_clocks() -> None:
+    """Profiler(clock=...) is the one seam: step boundaries, data waits, pauses and the run's wall time are all read on
+    it, so a loop on simulated time gives exact figures (nothing the machine really takes leaks in)."""
+    from tests.integrations.workloads import SimulatedTime
+
+    time_ = SimulatedTime(now=100.0)
+    model, opt = make_model()
+    prof = Profiler(model, opt, device="cpu", warmup_steps=1, count_flops=False, clock=time_.clock(), **quiet())
+    batches = iter(make_loader(BATCH * 6))
+    for i in range(6):
+        prof.data_begin()
+        time_.spend(0.25)  # the fetch
+        batch = next(batches)
+        prof.data_end()
+        prof.batch_begin()
+        prof.micro_step(BATCH)
+        train_step(model, opt, batch)
+        time_.spend(0.5)  # the step's compute
+        prof.step()
+        if i == 2:
+            with prof.paused("evaluation"):
+                time_.spend(2.0)
+    results = prof.results()
+    m = results.trials[0].metrics
+    assert [w.steps for w in m.windows] == [2, 3]  # steps 1-2, the evaluation, steps 3-5
+    assert m.step_times_s == [0.75] * 5 and m.step_data_wait_s == [0.25] * 5
+    assert m.wall_s == 3.75 and m.samples_per_s == 5 * BATCH / 3.75 and m.data_wait_share == 1 / 3
+    assert m.excluded_s == {"evaluation": 2.0}
+    assert results.trials[0].wall_time_s == 6 * 0.75 + 2.0  # from the Profiler's creation, on the same clock
+    assert m.first_step_s == 0.5  # from step 0's batch_begin() to its end
+
+
 def test_framework_fetches_are_data_wait() -> None:
     model, opt = make_model()
     prof = Profiler(model, opt, device="cpu", warmup_steps=1, count_flops=False, **quiet())

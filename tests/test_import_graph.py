@@ -18,22 +18,6 @@ import perfscope
 
 ROOT = Path(perfscope.__file__).parent
 
-# Edges other engineers are moving right now (hooks/profiler.py, report/*, search/sweep.py, check/metrics.py, ...):
-# known violations, listed so that the test still decides on everything else. The merge coordinator clears this list
-# once those moves land; a listed edge that no longer exists fails the test, so the list cannot go stale.
-_PENDING: frozenset[tuple[str, str]] = frozenset({
-    # Known violations left by the issue-26 merges (each a follow-up; the test decides on everything else).
-    # hooks: the split-out results/save modules read the Profiler back.
-    ("perfscope.hooks.results", "perfscope.hooks.profiler"),
-    ("perfscope.hooks.save", "perfscope.hooks.profiler"),
-    # search/confirm reads sweep's candidates back.
-    ("perfscope.search.confirm", "perfscope.search.sweep"),
-    # model parallel trials: the pipeline step reuses the trial loop, which builds it.
-    ("perfscope.trial.model_parallel", "perfscope.trial.loop"),
-    ("perfscope.trial.pipeline_parallel", "perfscope.trial.loop"),
-    ("perfscope.trial.tensor_parallel", "perfscope.trial.data_parallel"),
-})
-
 PURE_HELPERS = (
     "perfscope.results",    # the typed results: what a stage hands the next
     "perfscope.stats",      # pure statistics shared with the sweep
@@ -153,10 +137,6 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def _without_pending(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    return {m: {t for t in targets if (m, t) not in _PENDING} for m, targets in graph.items()}
-
-
 def _package(module: str) -> str:
     """perfscope.X for a module inside perfscope/X/ (or perfscope.X for a top-level module)."""
     return ".".join(module.split(".")[:2])
@@ -187,14 +167,14 @@ def test_the_cycle_finder_finds_a_function_level_cycle() -> None:
 
 
 def test_no_module_imports_itself_back() -> None:
-    graph = _without_pending(import_graph())
+    graph = import_graph()
     found = cycles(graph)
     assert found == [], "import cycles: " + " | ".join(_describe(c, graph) for c in found)
 
 
 def test_no_two_packages_import_each_other() -> None:
     """measure ↔ trace, trial ↔ search, ...: a package cycle is a layering error even when no module cycle exists."""
-    graph = _without_pending(import_graph())
+    graph = import_graph()
     packages: dict[str, set[str]] = defaultdict(set)
     edges: dict[tuple[str, str], list[str]] = defaultdict(list)
     for module, targets in graph.items():
@@ -212,7 +192,7 @@ def test_no_two_packages_import_each_other() -> None:
 
 @pytest.mark.parametrize("reader", READERS)
 def test_readers_of_results_never_import_how_results_are_measured(reader: str) -> None:
-    graph = _without_pending(import_graph())
+    graph = import_graph()
     forbidden = sorted(f"{m} -> {t}" for m, targets in graph.items() if _within(m, (reader,))
                        for t in targets if not _within(t, READERS_MAY_IMPORT))
     assert forbidden == []
@@ -225,7 +205,7 @@ def _within(module: str, allowed: tuple[str, ...]) -> bool:
 def test_knobs_import_only_what_sits_below_them() -> None:
     """trial -> knobs, search -> knobs and readers -> knobs stay one-way: a knob applies itself with knobs/apply/,
     never with a trial, measure or search module."""
-    graph = _without_pending(import_graph())
+    graph = import_graph()
     forbidden = sorted(f"{m} -> {t}" for m, targets in graph.items() if _within(m, (KNOBS,))
                        for t in targets if not _within(t, KNOBS_MAY_IMPORT))
     assert forbidden == []
@@ -251,9 +231,3 @@ def test_knob_modules_load_neither_torch_nor_their_torch_helpers() -> None:
     assert {name: found for name, found in loaded.items() if found} == {}
     assert f"{KNOBS}.base" in loaded  # the rule saw the knobs
 
-
-def test_every_pending_edge_still_exists() -> None:
-    """A known violation that was fixed must leave _PENDING, or the list would excuse its return."""
-    graph = import_graph()
-    gone = sorted(f"{a} -> {b}" for a, b in _PENDING if b not in graph.get(a, set()))
-    assert gone == [], f"fixed: remove from _PENDING: {gone}"

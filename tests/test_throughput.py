@@ -1,7 +1,8 @@
 """Throughput is work over wall time, in analyze and in the hooks alike — never the batch over a median step.
 
-The workload's step times are bimodal (three fast steps, then one that waits 120 ms for data): the median
-step is a fast one, so batch / median would overstate the throughput several times.
+The workload's step times are bimodal (three fast steps, then one that waits for data): the median step is a fast
+one, so batch / median would overstate the throughput several times. The hooks' case runs on simulated time (the
+Profiler's injected clock), so its figures are exact and no load on the machine can move them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from perfscope.hooks import Profiler
 from perfscope.results.config import TrialConfig
 from perfscope.trial.loop import run_trial
 from perfscope.workload import load_workload
+from tests.integrations.workloads import SIMULATED_COMPUTE_S, SIMULATED_STALL_S, SimulatedTime
 
 WORKLOAD = Path(__file__).parent / "workloads" / "bimodal_loader.py"
 
@@ -38,21 +40,39 @@ def test_analyze_trial_throughput_counts_the_slow_steps() -> None:
 
 
 def test_hooks_throughput_counts_the_slow_steps() -> None:
+    """A real loop on simulated time: every fourth batch's next() stalls 1/8 s, every step computes 1/64 s. Of the
+    20 timed steps (after 2 of warm-up) 5 stall: the throughput is 160 samples / (20/64 + 5/8 s) = 170.7 samples/s
+    exactly, a third of the 512 samples/s a batch over the median (fast) step would claim."""
+    time = SimulatedTime()
     workload = load_workload(WORKLOAD)
-    model, loader = workload.model(), torch.utils.data.DataLoader(workload.dataset(), batch_size=8)
+    model = workload.model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def stalling_loader():
+        for k in range(100):
+            if k % 4 == 3:
+                time.stall()  # blocked in next(): the data wait
+            yield torch.randn(8, 16), torch.randint(0, 4, (8,))
+
     prof = Profiler(model, optimizer, device="cpu", warmup_steps=2, count_flops=False, measure_ceiling=False,
-                    sample_utilization=False, peak_tflops=1.0)
-    for i, batch in enumerate(prof.wrap(loader)):
+                    sample_utilization=False, peak_tflops=1.0, clock=time.clock())
+    for i, batch in enumerate(prof.wrap(stalling_loader())):
         workload.loss(model, batch).backward()
         optimizer.step()
         optimizer.zero_grad()
+        time.spend(SIMULATED_COMPUTE_S)  # the step's compute
         prof.step()
         if i == 21:
             break
     m = prof.results().trials[0].metrics
-    assert m.steps == 20 and m.samples_per_s is not None
-    _check_bimodal(m.step_times_s, 20 * 8, m.wall_s, m.samples_per_s, m.data_wait_share)
+    (window,) = m.windows
+    wall = 20 * SIMULATED_COMPUTE_S + 5 * SIMULATED_STALL_S  # steps 3, 7, 11, 15 and 19 stall; 2..21 are timed
+    assert (m.steps, window.samples, m.wall_s) == (20, 160, wall)
+    assert sorted(m.step_times_s) == [SIMULATED_COMPUTE_S] * 15 + [SIMULATED_COMPUTE_S + SIMULATED_STALL_S] * 5
+    assert m.samples_per_s == 160 / wall  # every timed step's samples over every timed step's wall, stalls included
+    assert m.typical_step is not None and m.typical_step.median == SIMULATED_COMPUTE_S
+    assert m.samples_per_s < 0.4 * 8 / m.typical_step.median  # not the batch over the median step (512 samples/s)
+    assert m.data_wait_share == 5 * SIMULATED_STALL_S / wall  # exactly the stalls' share of the wall time
 
 
 @pytest.mark.slow

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import time
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -52,14 +51,14 @@ from perfscope.hooks.capture import CaptureWindow
 from perfscope.hooks.flopstep import FlopStep
 from perfscope.hooks.framework import DATA_SPAN, FrameworkCalls
 from perfscope.hooks.sampling import BoundedSampler
+from perfscope.hooks.state import Handover
 from perfscope.hooks.tally import Reservoir as _Reservoir  # the name tests and older code import
 from perfscope.hooks.tally import StepTally
-from perfscope.measure.samples import (
-    leading_dim,  # re-exported: the integrations count samples the same way
-)
+from perfscope.measure.samples import leading_dim  # re-exported: the integrations count samples the same way
 
 if TYPE_CHECKING:
     from perfscope.hooks.distributed import RankPlace
+    from perfscope.measure.clock import Clock
     from perfscope.measure.window import WindowRecorder
     from perfscope.results import Environment, Results, Window
 
@@ -75,7 +74,7 @@ def disabled_by_env() -> bool:
     return os.environ.get(DISABLE_ENV, "").strip().lower() in _TRUTHY
 
 
-class Profiler(FrameworkCalls):
+class Profiler(FrameworkCalls, Handover):
     """Measure a training loop you already have; see the module docstring for what and how.
 
     Args:
@@ -105,6 +104,7 @@ class Profiler(FrameworkCalls):
         gather_timeout_s: in a torchrun job, how long rank 0's save() waits for the other ranks' summaries
             (every rank must call save(); a rank that has not reported by then is named in the results).
         enabled: False (or PERFSCOPE_DISABLE=1 in the environment) makes every call a near-free no-op.
+        clock: the boundary and host clock (default: the device's; perfscope.measure.clock), e.g. a test's simulated one.
     """
 
     def __init__(
@@ -131,6 +131,7 @@ class Profiler(FrameworkCalls):
         flush_every: int = 50,
         gather_timeout_s: float = 300.0,
         enabled: bool = True,
+        clock: Clock | None = None,
     ) -> None:
         self.enabled = bool(enabled) and not disabled_by_env()
         self._on = self.enabled  # the hot-path flag: False once disabled, failed or closed
@@ -160,7 +161,8 @@ class Profiler(FrameworkCalls):
         self._place: RankPlace | None = find_place()
         self._instance, self._saves = next(_INSTANCES), 0
 
-        self._clock, self._t0 = clock_for(self.device), time.perf_counter()
+        self._clock = clock if clock is not None else clock_for(self.device)
+        self._t0 = self._clock.now()
         self._started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self._step_index = 0  # the optimizer step in progress (0-based) = steps completed so far
         self._tally = StepTally(samples_per_step)  # the step in progress, and the timed steps' spread
@@ -246,7 +248,7 @@ class Profiler(FrameworkCalls):
         if not self._on or self._pause_reason == reason:
             return
         if self._pause_reason is not None:
-            now = time.perf_counter()
+            now = self._clock.now()
             self._excluded_s[self._pause_reason] += now - self._pause_t0
             self._excluded[self._pause_reason] += 1
             self._pause_reason, self._pause_t0 = reason, now
@@ -256,7 +258,7 @@ class Profiler(FrameworkCalls):
             if self._flop.running:
                 self._flop.discard(self._step_index, reason)
             self._pause_reason = reason
-            self._pause_t0 = time.perf_counter() if self._step_begun() else self._since_t
+            self._pause_t0 = self._clock.now() if self._step_begun() else self._since_t
         except Exception as exc:  # noqa: BLE001
             self._fail("pause()", exc)
 
@@ -266,7 +268,7 @@ class Profiler(FrameworkCalls):
         if not self._on or self._pause_reason is None:
             return
         try:
-            now = time.perf_counter()
+            now = self._clock.now()
             self._excluded_s[self._pause_reason] += now - self._pause_t0
             self._excluded[self._pause_reason] += 1
             self._pause_reason = None
@@ -312,7 +314,8 @@ class Profiler(FrameworkCalls):
         try:
             from perfscope.hooks.results import build_results
 
-            return build_results(self, ratios=ratios)
+            self._environment = (results := build_results(self._state(), ratios=ratios)).environment  # probed once
+            return results
         except Exception as exc:  # noqa: BLE001
             self._fail("results()", exc)
             return None
@@ -337,7 +340,8 @@ class Profiler(FrameworkCalls):
     def _save(self, out_dir: Path, final: bool) -> Path | None:
         from perfscope.hooks.save import save_alone, save_job
 
-        return save_job(self, self._place, out_dir, final) if self._place is not None else save_alone(self, out_dir, final)
+        saving = self._saving()
+        return save_job(saving, self._place, out_dir, final) if self._place is not None else save_alone(saving, out_dir, final)
 
     def __enter__(self) -> Profiler:
         return self
@@ -359,7 +363,6 @@ class Profiler(FrameworkCalls):
     def steps_completed(self) -> int:
         """Optimizer steps seen so far (0 when disabled)."""
         return self._step_index if self.enabled else 0
-
 
     # ------------------------------------------------------------------------------------- internals
 
@@ -427,7 +430,7 @@ class Profiler(FrameworkCalls):
             self._recorder.step_end(samples=counted, micro_steps=micro)
             self._tally.timed(counted, micro)
         self._batch_begun = False
-        self._since_t = time.perf_counter()
+        self._since_t = self._clock.now()
         self._step_index = k = k + 1
         # The boundary just marked starts step k: open, keep or close the window for it.
         if k == self.warmup_steps and self._sampler is not None:
@@ -468,9 +471,6 @@ class Profiler(FrameworkCalls):
             window = recorder.finish()
             if window.steps:
                 self._windows.append(window)
-
-    def _compile_seen(self) -> observe.Observation:
-        return observe.compile_state(self.model, self._graphs_at_start)
 
     def _fail(self, where: str, exc: BaseException) -> None:
         """An internal error: warn once, stop measuring, release what we hold. Never raises."""

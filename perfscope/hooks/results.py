@@ -1,17 +1,17 @@
 """The hooks' Results: what a Profiler observed, as a RunObservation, built by the one measurement core.
 
-    results = build_results(prof, ratios=True)    # prof.results() calls this
+    results = build_results(prof._state(), ratios=True)    # prof.results() calls this
 
 The Profiler (perfscope.hooks.profiler) is the step/window state machine; this module reads its state once, at
-results time: the windows (the open one as a snapshot), the memory peaks (before the environment probe, whose
-matmuls allocate), the FLOP step, the trace. The metrics themselves come from perfscope.measure.build, as a
+results time, as the RunState it hands over (perfscope.hooks.state; this module never imports the Profiler): the
+windows (the open one as a snapshot), the memory peaks (before the environment probe, whose matmuls allocate),
+the FLOP step, the trace. The metrics themselves come from perfscope.measure.build, as a
 trial's do — what is hooks-specific here is only how each observation was made, and the notes that say so.
 """
 
 from __future__ import annotations
 
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +23,7 @@ from perfscope.hooks.tally import most_common
 from perfscope.measure.observation import FirstStep, MemoryPeaks, RunObservation, Unavailable
 
 if TYPE_CHECKING:
-    from perfscope.hooks.profiler import Profiler
+    from perfscope.hooks.state import RunState
     from perfscope.results import Environment, Results, TrialConfig, WorkloadInfo
 
 CUDA_PEAKS_SINCE_START = "CUDA memory peaks are since the process started (perfscope does not reset them)"
@@ -46,18 +46,19 @@ def memory_peaks(device: torch.device) -> MemoryPeaks:
                        scope="since the process started", host_rss=rss)
 
 
-def environment(prof: Profiler) -> Environment:
-    """Read after the memory peaks (the ceiling probe allocates), on the profiler's own device; once."""
-    if prof._environment is None:
-        from perfscope.measure.environment import collect_environment
+def environment(prof: RunState) -> Environment:
+    """Read after the memory peaks (the ceiling probe allocates), on the profiler's own device; once (the profiler
+    keeps the Results' environment for the next results())."""
+    if prof.environment is not None:
+        return prof.environment
+    from perfscope.measure.environment import collect_environment
 
-        devices = [cuda_index(prof.device)] if prof.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices), (torch.cuda.device(prof.device) if devices else _nothing()):
-            prof._environment = collect_environment(  # only rank 0's environment is written
-                prof.device.type, device_index=devices[0] if devices else 0,
-                measure_ceiling=prof.measure_ceiling and (prof._place is None or prof._place.rank == 0),
-            )
-    return prof._environment
+    devices = [cuda_index(prof.device)] if prof.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), (torch.cuda.device(prof.device) if devices else _nothing()):
+        return collect_environment(  # only rank 0's environment is written
+            prof.device.type, device_index=devices[0] if devices else 0,
+            measure_ceiling=prof.measure_ceiling and (prof.place is None or prof.place.rank == 0),
+        )
 
 
 def cuda_index(device: torch.device) -> int:
@@ -68,19 +69,19 @@ def cuda_index(device: torch.device) -> int:
     return device.index if device.index is not None else current_cuda_index()
 
 
-def observation(prof: Profiler, windows: list[Any], peaks: MemoryPeaks, micro_batch: int) -> RunObservation:
+def observation(prof: RunState, windows: list[Any], peaks: MemoryPeaks, micro_batch: int) -> RunObservation:
     """What the profiler saw, in the measurement core's terms."""
     from perfscope.measure import memory
 
-    tally = prof._tally
-    records = prof._reservoir.in_order()
+    tally = prof.tally
+    records = prof.reservoir.in_order()
     typical_samples = most_common(tally.per_step_samples)
-    flops = prof._flop.count(typical_samples)
+    flops = prof.flop.count(typical_samples)
     first_step: FirstStep | Unavailable
-    if len(prof._first_marks) == 2:
-        start, end = prof._first_marks
-        prof._clock.wait(end)
-        first_step = FirstStep(seconds=prof._clock.elapsed_s(start, end),
+    if len(prof.first_marks) == 2:
+        start, end = prof.first_marks
+        prof.clock.wait(end)
+        first_step = FirstStep(seconds=prof.clock.elapsed_s(start, end),
                                compiled=prof.model is not None and hasattr(prof.model, "_orig_mod"))
     else:
         first_step = Unavailable("measured only when the first step's batch comes through prof.wrap()")
@@ -92,34 +93,30 @@ def observation(prof: Profiler, windows: list[Any], peaks: MemoryPeaks, micro_ba
         device_type=prof.device.type, windows=windows, records=records, micro_batch_size=micro_batch,
         grad_accum_steps=most_common(tally.per_step_micro) or 1, warmup_steps=prof.warmup_steps,
         samples_per_step=typical_samples or 0, tokens_per_sample=prof.tokens_per_sample,
-        step_times_sampled=prof._reservoir.seen > len(records), memory=peaks, owners=owners, flops=flops,
-        fingerprint=prof._flop.structure(flops), window_syncs=Unavailable(WINDOW_SYNCS_NOT_COUNTED),
-        first_step=first_step, utilization=prof._sampler.result() if prof._sampler is not None else None,
+        step_times_sampled=prof.reservoir.seen > len(records), memory=peaks, owners=owners, flops=flops,
+        fingerprint=prof.flop.structure(flops), window_syncs=Unavailable(WINDOW_SYNCS_NOT_COUNTED),
+        first_step=first_step, utilization=prof.sampler.result() if prof.sampler is not None else None,
         losses=Unavailable(LOSSES_NOT_READ),
-        excluded_s={why: round(s, 6) for why, s in prof._excluded_s.items() if s},
-        data_wait=None if prof._wrap_used or prof._data_hooked else Unavailable(
+        excluded_s={why: round(s, 6) for why, s in prof.excluded_s.items() if s},
+        data_wait=None if prof.data_wait_measured else Unavailable(
             "not measured: iterate with prof.wrap(loader) to measure the time blocked on data"),
     )
 
 
-def build_results(prof: Profiler, *, ratios: bool = True) -> Results:
+def build_results(prof: RunState, *, ratios: bool = True) -> Results:
     """The run's Results (source "hooks"): one trial, "skipped" with why when no step was timed."""
     from perfscope._version import __version__
     from perfscope.measure.build import attach_trace, build_trial_metrics
     from perfscope.measure.mfu import apply_utilization_ratios, choose_peak
     from perfscope.results import Results, Trial
 
-    windows = list(prof._windows)
-    if prof._recorder is not None and prof._recorder.started:
-        snapshot = prof._recorder.finish()  # waits for the pending events once; the window stays open
-        if snapshot.steps:
-            windows.append(snapshot)
+    windows = list(prof.windows)
     peaks = memory_peaks(prof.device)  # before the environment probe: its matmuls allocate
     env = environment(prof)
     peak = choose_peak(env, prof.peak_tflops)
-    notes = list(prof._results_notes)
-    elapsed = time.perf_counter() - prof._t0
-    tally = prof._tally
+    notes = list(prof.notes)
+    elapsed = prof.clock.now() - prof.t0
+    tally = prof.tally
     timed = sum(w.steps for w in windows)
     micro_batch = most_common(tally.micro_batch)
     typical_micro = most_common(tally.per_step_micro) or 1
@@ -127,12 +124,12 @@ def build_results(prof: Profiler, *, ratios: bool = True) -> Results:
     micro_batch = micro_batch or (typical_samples // typical_micro if typical_samples else 1)
     config, unknown = trial_config(prof, micro_batch, typical_micro)
     common = dict(name="baseline", configuration="baseline", sequence=1, config=config, unknown_settings=unknown,
-                  wall_time_s=elapsed, started_at=prof._started_at)
+                  wall_time_s=elapsed, started_at=prof.started_at)
     head = dict(perfscope_version=__version__, created_at=_now(), source="hooks", command=_command(),
                 environment=env, workload=workload_info(prof), peak=peak)
     if timed == 0:
-        excluded = prof._excluded
-        why = (f"no timed step: {prof._step_index} optimizer step(s) seen, {prof.warmup_steps} of them warm-up"
+        excluded = prof.excluded
+        why = (f"no timed step: {prof.steps_seen} optimizer step(s) seen, {prof.warmup_steps} of them warm-up"
                + (f", {sum(excluded.values())} excluded ({', '.join(excluded)})" if excluded else ""))
         trial = Trial(status="skipped", error=why, **common)  # type: ignore[arg-type]
         return Results(**head, trials=[trial], notes=notes + [why])  # type: ignore[arg-type]
@@ -143,14 +140,14 @@ def build_results(prof: Profiler, *, ratios: bool = True) -> Results:
     if metrics.step_times_sampled:
         notes.append(f"{timed} steps timed; the per-step times kept are a uniform sample of {len(metrics.step_times_s)} "
                      "of them (throughput and data wait cover every timed step)")
-    if prof._excluded:
+    if prof.excluded:
         spent = metrics.excluded_s
         notes.append("not timed: " + ", ".join(
             f"{why} ({n} ×" + (f", {spent[why]:.2f} s, {spent[why] / elapsed:.0%} of wall time)" if why in spent else ")")
-            for why, n in prof._excluded.items()))
+            for why, n in prof.excluded.items()))
     if peaks.on_device and CUDA_PEAKS_SINCE_START not in notes:
         notes.append(CUDA_PEAKS_SINCE_START)
-    capture = prof._capture
+    capture = prof.capture
     if capture is not None:
         if capture.trace_path is None:
             metrics.unavailable["trace"] = capture.missing()
@@ -162,7 +159,7 @@ def build_results(prof: Profiler, *, ratios: bool = True) -> Results:
     return Results(**head, trials=[trial], notes=notes)  # type: ignore[arg-type]
 
 
-def workload_info(prof: Profiler) -> WorkloadInfo:
+def workload_info(prof: RunState) -> WorkloadInfo:
     from perfscope.results import WorkloadInfo
     from perfscope.workload import file_sha256
 
@@ -178,14 +175,14 @@ def workload_info(prof: Profiler) -> WorkloadInfo:
         declared["precision"] = prof.precision
     if prof.samples_per_step is not None:
         declared["samples_per_step"] = prof.samples_per_step
-    declared.update(prof._loader_config)
-    declared.update(observe.observed_words(prof._flop.precision_seen, prof._compile_seen()))
-    declared.update(prof._declared)
+    declared.update(prof.loader_config)
+    declared.update(observe.observed_words(prof.flop.precision_seen, prof.compile_seen))
+    declared.update(prof.declared)
     declared = {k: v for k, v in declared.items() if v is not None}  # absent is absent, never "None" in the report
     return WorkloadInfo(path=path, sha256=sha, name=prof.name, declared=declared, parameter_count=params)
 
 
-def trial_config(prof: Profiler, micro_batch: int, accum: int) -> tuple[TrialConfig, list[str]]:
+def trial_config(prof: RunState, micro_batch: int, accum: int) -> tuple[TrialConfig, list[str]]:
     """What is known about the user's loop as a TrialConfig, and the fields that were not observed."""
     from perfscope.measure.tf32 import matmul_tf32_enabled
     from perfscope.results import TrialConfig
@@ -194,28 +191,28 @@ def trial_config(prof: Profiler, micro_batch: int, accum: int) -> tuple[TrialCon
     known: dict[str, Any] = {"device": prof.device.type, "warmup_steps": prof.warmup_steps,
                              "micro_batch_size": max(1, micro_batch), "grad_accum_steps": max(1, accum),
                              "tf32": matmul_tf32_enabled()}  # never raises, whichever TF32 API the loop used
-    settings = observe.observed_settings(prof.precision, prof._flop.precision_seen, prof._compile_seen())
+    settings = observe.observed_settings(prof.precision, prof.flop.precision_seen, prof.compile_seen)
     known.update(settings.known)
     unknown += settings.unknown
-    if prof._loader_config:
-        known.update({k: v for k, v in prof._loader_config.items() if v is not None and k != "prefetch_factor"})
-        if prof._loader_config.get("num_workers"):
-            known["prefetch_factor"] = prof._loader_config.get("prefetch_factor")
+    if prof.loader_config:
+        known.update({k: v for k, v in prof.loader_config.items() if v is not None and k != "prefetch_factor"})
+        if prof.loader_config.get("num_workers"):
+            known["prefetch_factor"] = prof.loader_config.get("prefetch_factor")
     else:
         unknown += ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor"]
     from perfscope.knobs import unobserved_fields
 
     unknown += unobserved_fields()  # the knobs a loop's observations cannot see (Knob.observed_by_hooks)
-    if prof._place is not None:
+    if prof.place is not None:
         from perfscope.hooks.distributed import data_parallel_of, ddp_settings, layout
 
-        known["nnodes"], known["nproc_per_node"] = layout(prof._place, [])
+        known["nnodes"], known["nproc_per_node"] = layout(prof.place, [])
         known["data_parallel"] = data_parallel_of(prof.model, prof.optimizer)
         known.update(ddp_settings(prof.model))
         unknown += {"ddp": ["no_sync", "comm_hook"], "zero1": ["no_sync", "comm_hook"],
                     "fsdp": ["no_sync", "reshard_after_forward", "fsdp_mixed_precision"]}.get(known["data_parallel"], [])
-    known.update(prof._described_config)  # what a framework adapter read from its trainer
-    unknown = [name for name in unknown if name not in prof._described_config]
+    known.update(prof.described_config)  # what a framework adapter read from its trainer
+    unknown = [name for name in unknown if name not in prof.described_config]
     return TrialConfig(**known), unknown
 
 

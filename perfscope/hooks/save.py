@@ -1,8 +1,10 @@
 """Profiler.save(): alone, results.json and the report; in a torchrun job, every rank sends rank 0 its summary
 and rank 0 writes the job's one results.json.
 
-    path = save_alone(prof, out_dir, final=True)          # one process
-    path = save_job(prof, place, out_dir, final=True)     # every rank of a job (None on ranks other than 0)
+    path = save_alone(prof._saving(), out_dir, final=True)          # one process
+    path = save_job(prof._saving(), place, out_dir, final=True)     # every rank of a job (None on ranks other than 0)
+
+What save() needs of the Profiler is typed in perfscope.hooks.state (Saving): this module never imports it.
 
 Every rank measured its own window without per-step synchronization; only here is anything exchanged, once
 (perfscope.hooks.distributed: the rendezvous store, with a deadline). The job's figures are combined as the
@@ -18,49 +20,48 @@ from typing import TYPE_CHECKING
 from perfscope.hooks.distributed import RankPlace, RankReport, exchange, find_place, own_cpu_cores, rank_metrics
 
 if TYPE_CHECKING:
-    from perfscope.hooks.profiler import Profiler
+    from perfscope.hooks.state import Saving
     from perfscope.results import Results
 
 
-def save_alone(prof: Profiler, out_dir: Path, final: bool, results: Results | None = None) -> Path | None:
+def save_alone(prof: Saving, out_dir: Path, final: bool, results: Results | None = None) -> Path | None:
     """results.json, the findings and the report (perfscope.pipeline.finish); a failure is a warning, never raised."""
-    if prof._failed is not None:
+    if prof.failure() is not None:
         return None
     if final:
         prof.close()
-    results = results if results is not None else prof.results()
+    results = results if results is not None else prof.results(True)
     if results is None:
         return None
     from perfscope.pipeline import finish
 
     try:
-        return finish(results, out_dir, trace_source=prof._capture.trace_path if prof._capture is not None else None)
+        return finish(results, out_dir, trace_source=prof.trace())
     except Exception as exc:  # noqa: BLE001
         warnings.warn(f"perfscope: could not save results to {out_dir}: {type(exc).__name__}: {exc}", RuntimeWarning,
                       stacklevel=4)
         return None
 
 
-def save_job(prof: Profiler, place: RankPlace, out_dir: Path, final: bool) -> Path | None:
+def save_job(prof: Saving, place: RankPlace, out_dir: Path, final: bool) -> Path | None:
     """Every rank: its summary to rank 0 (even a failed profiler's, saying why); rank 0: the job's results."""
     if find_place() is None:
         alone = out_dir / f"rank{place.rank}"
         warnings.warn(f"perfscope: the process group was gone at save(): rank {place.rank} saves its own results to "
                       f"{alone} (call prof.save() before destroy_process_group())", RuntimeWarning, stacklevel=4)
         return save_alone(prof, alone, final)
-    prof._saves += 1
-    if final and prof._failed is None:
+    if final and prof.failure() is None:
         prof.close()
-    results = prof._results(ratios=False) if prof._failed is None else None
+    results = prof.results(False) if prof.failure() is None else None
     metrics = results.trials[0].metrics if results is not None else None
-    trace = prof._capture.trace_path if prof._capture is not None else None
+    trace = prof.trace()
+    failed = prof.failure()
     try:
         why = results.trials[0].error if results is not None else None
-        report = RankReport(rank=place.rank, error=prof._failed, own_cpu_cores=own_cpu_cores(metrics),
+        report = RankReport(rank=place.rank, error=failed, own_cpu_cores=own_cpu_cores(metrics),
                             trace=str(trace) if trace is not None else None,
-                            metrics=rank_metrics(place, metrics, prof.model, prof.optimizer, why or prof._failed or ""))
-        reports = exchange(place, report, key=f"perfscope/hooks/{prof._instance}/{prof._saves}",
-                           timeout_s=prof.gather_timeout_s, device=prof.device)
+                            metrics=rank_metrics(place, metrics, prof.model, prof.optimizer, why or failed or ""))
+        reports = exchange(place, report, key=prof.key, timeout_s=prof.gather_timeout_s, device=prof.device)
     except Exception as exc:  # noqa: BLE001
         warnings.warn(f"perfscope: rank {place.rank} could not exchange its summary at save(): {type(exc).__name__}: "
                       f"{exc}" + (" (rank 0 saves its own results alone)" if place.rank == 0 else ""),

@@ -9,11 +9,16 @@ keeps running ahead of the GPU exactly as it does without perfscope), and the el
 marks is the *device-timeline* distance — which includes any time the GPU sat idle waiting for the host
 or for data. Marks are read lazily (`ready` is a non-blocking cudaEventQuery; `wait` blocks on one event,
 never on the whole device). On CPU work is synchronous and `time.perf_counter` at the boundary is exact.
+
+`now` is the host's own clock (what the host waits for: a data fetch, a pause), `time.perf_counter` unless one is
+injected: `HostClock(now=simulated)` makes every boundary and host wait a test's simulated time, so a figure
+decided on it (throughput, data-wait share) cannot move with the machine's load.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -21,6 +26,8 @@ import torch
 
 class Clock(Protocol):
     device_type: str
+
+    def now(self) -> float: ...
 
     def mark(self) -> Any: ...
 
@@ -36,8 +43,11 @@ class HostClock:
 
     device_type = "cpu"
 
+    def __init__(self, now: Callable[[], float] = time.perf_counter) -> None:
+        self.now = now
+
     def mark(self) -> float:
-        return time.perf_counter()
+        return self.now()
 
     def ready(self, mark: float) -> bool:
         return True
@@ -54,8 +64,8 @@ class CudaClock:
 
     device_type = "cuda"
 
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
+    def __init__(self, device: torch.device, now: Callable[[], float] = time.perf_counter) -> None:
+        self.device, self.now = device, now
 
     def mark(self) -> torch.cuda.Event:
         event = torch.cuda.Event(enable_timing=True)
@@ -72,9 +82,10 @@ class CudaClock:
         return start.elapsed_time(end) / 1e3
 
 
-def clock_for(device: torch.device | str) -> HostClock | CudaClock:
+def clock_for(device: torch.device | str, now: Callable[[], float] = time.perf_counter) -> HostClock | CudaClock:
+    """The step-boundary clock of ``device``; ``now``: the host's clock (a test's simulated time)."""
     device = torch.device(device)
-    return CudaClock(device) if device.type == "cuda" else HostClock()
+    return CudaClock(device, now) if device.type == "cuda" else HostClock(now)
 
 
 def synchronize(device: torch.device | str) -> None:

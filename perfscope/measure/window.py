@@ -77,6 +77,7 @@ class WindowRecorder:
         first_index: int = 0,
     ) -> None:
         self.clock = clock
+        self._now: Callable[[], float] = getattr(clock, "now", time.perf_counter)  # the host's waits: its clock's
         self.records: list[StepRecord] = []
         self._on_step = on_step or self.records.append
         self._contention = contention
@@ -108,11 +109,11 @@ class WindowRecorder:
         self._first = self._prev = self.clock.mark()
 
     def data_begin(self) -> None:
-        self._host_t0 = time.perf_counter()
+        self._host_t0 = self._now()
         self._data_open = self.clock.mark() if self.clock.device_type == "cuda" else None
 
     def data_end(self) -> None:
-        self._host_wait += time.perf_counter() - self._host_t0
+        self._host_wait += self._now() - self._host_t0
         if self._data_open is not None:
             self._data_marks.append((self._data_open, self.clock.mark()))
             self._data_open = None

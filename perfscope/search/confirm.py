@@ -14,19 +14,36 @@ recommendation.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from perfscope.results import Gain, Trial
+from perfscope.results import Gain, Sweep, Trial
+from perfscope.results.config import TrialConfig
+from perfscope.search.candidate import Candidate, SweepOptions
 from perfscope.search.compare import could_still_win, paired_test
 from perfscope.search.family import Family
-
-if TYPE_CHECKING:
-    from perfscope.search.sweep import Candidate, Sweeper
 
 CONFIRMATION = "confirmation"
 
 
-def confirmation_runs(sweeper: Sweeper, stacked: Candidate, selection: set[str]) -> tuple[list[Trial], Gain | None]:
+class Sweeping(Protocol):
+    """What the confirmation needs of the sweep (perfscope.search.sweep.Sweeper, which calls it through its
+    stacking phase): typed here, so this module never imports the sweep back."""
+
+    options: SweepOptions
+    sweep: Sweep
+
+    def may_continue(self, runs: int = 2) -> bool: ...
+
+    def measure(self, name: str, config: TrialConfig, knobs: list[str]) -> Trial: ...
+
+    def runs(self, name: str) -> list[Trial]: ...
+
+    def gain(self, name: str) -> Gain | None: ...
+
+    def worthwhile(self, gain: Gain | None) -> bool: ...
+
+
+def confirmation_runs(sweeper: Sweeping, stacked: Candidate, selection: set[str]) -> tuple[list[Trial], Gain | None]:
     """Measure the stack until its confirmation runs decide (or the budget or max runs end); their gain."""
     max_runs = max(2, sweeper.options.max_runs)
     family = Family(alpha=sweeper.options.family_alpha, max_runs=max_runs, reference=sweeper.sweep.baseline_trial)
@@ -45,7 +62,7 @@ def confirmation_runs(sweeper: Sweeper, stacked: Candidate, selection: set[str])
     return runs, gain
 
 
-def confirm_stack(sweeper: Sweeper, stacked: Candidate, semantics: list[str]) -> None:
+def confirm_stack(sweeper: Sweeping, stacked: Candidate, semantics: list[str]) -> None:
     """Recommend ``stacked`` when its confirmation runs show a worthwhile, decided gain; the baseline otherwise."""
     sweep = sweeper.sweep
     selection = {t.name for t in sweeper.runs(stacked.name)}

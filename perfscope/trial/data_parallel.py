@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch import nn
 
 from perfscope.results.config import TrialConfig
-from perfscope.knobs.apply.checkpointing import CheckpointedBlock, find_repeated_blocks
+from perfscope.knobs.apply.checkpointing import shard_blocks
 
 
 @dataclass(frozen=True)
@@ -78,12 +78,6 @@ def init_single_process_group(device: str) -> None:
     if dist.is_initialized():
         return
     dist.init_process_group("nccl" if device == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1)
-
-
-def shard_blocks(model: nn.Module) -> list[nn.Module]:
-    """The modules FSDP2 shards one by one: the repeated blocks (unwrapped from their checkpoint wrappers)."""
-    blocks = find_repeated_blocks(model)
-    return [b.block if isinstance(b, CheckpointedBlock) else b for b in blocks]
 
 
 def wrap_model(model: nn.Module, config: TrialConfig, device: str, *, workload: Any | None = None) -> nn.Module:

@@ -37,7 +37,7 @@ def make_step(workload: Any, config: TrialConfig) -> Any:
         from perfscope.trial.pipeline_parallel import PipelineStep
 
         return PipelineStep(workload, config)
-    from perfscope.trial.loop import TrainStep
+    from perfscope.trial.step import TrainStep
 
     return TrainStep(workload, config)
 

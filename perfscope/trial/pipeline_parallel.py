@@ -37,8 +37,9 @@ from perfscope.measure.bubble import StepRecord
 from perfscope.measure.clock import synchronize
 from perfscope.knobs import active_knobs
 from perfscope.knobs.apply.checkpointing import find_repeated_blocks
-from perfscope.trial.data import endless_batches, map_tensors
-from perfscope.trial.loop import TrainStep
+from perfscope.knobs.apply.tensors import map_tensors
+from perfscope.trial.data import endless_batches
+from perfscope.trial.step import TrainStep
 from perfscope.trial.optimizers import build_optimizer
 
 SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B"}

@@ -28,7 +28,7 @@ from typing import Any
 from torch import nn
 
 from perfscope.results.config import TrialConfig
-from perfscope.knobs.apply.checkpointing import CheckpointedBlock, find_repeated_blocks
+from perfscope.knobs.apply.checkpointing import find_repeated_blocks, shard_blocks, unwrapped
 
 QKV = re.compile(r"(^|[._])(q|k|v|wq|wk|wv|q_proj|k_proj|v_proj|query|key|value|to_q|to_k|to_v)$")
 OUT = re.compile(r"(^|[._])(o|wo|o_proj|out_proj|proj|attn_proj|to_out|dense)$")
@@ -48,10 +48,6 @@ class TpPlan:
     styles: dict[str, str] = field(default_factory=dict)
     source: str = ""
     reason: str | None = None
-
-
-def _unwrapped(block: nn.Module) -> nn.Module:
-    return block.block if isinstance(block, CheckpointedBlock) else block
 
 
 def _heads_of(block: nn.Module) -> list[tuple[str, int]]:
@@ -130,13 +126,13 @@ def derive_plan(model: nn.Module, tp: int, workload: Any | None = None) -> TpPla
     names = {id(m): n for n, m in model.named_modules()}
     styles: dict[str, str] = {}
     for block in blocks:
-        inner = _unwrapped(block)
+        inner = unwrapped(block)
         own, reason = block_plan(inner, tp)
         if reason is not None:
             return TpPlan(reason=reason)
         prefix = names[id(inner)]
         styles.update({f"{prefix}.{name}": style for name, style in own.items()})
-    return TpPlan(styles=styles, source=(f"derived: {len(blocks)} × {type(_unwrapped(blocks[0])).__name__}, q/k/v and MLP "
+    return TpPlan(styles=styles, source=(f"derived: {len(blocks)} × {type(unwrapped(blocks[0])).__name__}, q/k/v and MLP "
                                          "up → ColwiseParallel, attention output and MLP down → RowwiseParallel"))
 
 
@@ -174,8 +170,6 @@ def wrap_tensor_parallel(model: nn.Module, config: TrialConfig, workload: Any | 
     apply_tensor_parallel(model, mesh["tp"], plan)
     if config.data_parallel == "fsdp":
         from torch.distributed.fsdp import fully_shard
-
-        from perfscope.trial.data_parallel import shard_blocks
 
         for block in shard_blocks(model):
             fully_shard(block, mesh=mesh["dp"], reshard_after_forward=config.reshard_after_forward)

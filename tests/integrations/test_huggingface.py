@@ -24,7 +24,15 @@ from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, 
 
 from perfscope.hooks.integrations.huggingface import PerfscopeTrainerCallback  # noqa: E402
 from perfscope.measure.flops import count_step  # noqa: E402
-from tests.integrations.workloads import STALL_S, WallClock, load, visible_text  # noqa: E402
+from tests.integrations.workloads import (  # noqa: E402
+    SIMULATED_COMPUTE_S,
+    SIMULATED_STALL_S,
+    STALL_S,
+    SimulatedTime,
+    WallClock,
+    load,
+    visible_text,
+)
 
 BATCH, SEQ, VOCAB = 8, 32, 256
 WARMUP = 2
@@ -32,17 +40,25 @@ QUIET = dict(warmup_steps=WARMUP, measure_ceiling=False, sample_utilization=Fals
 
 
 class Tokens(torch.utils.data.Dataset):
-    """Random token sequences; with ``stall_every=k``, every k-th sample takes 60 ms to load."""
+    """Random token sequences; with ``stall_every=k``, every k-th sample takes 60 ms to load, or (``simulated``)
+    every k-th sample loaded stalls that simulated time (the Trainer shuffles: the count of loads, not the index,
+    decides, so every k-th batch of a step's fetch stalls)."""
 
-    def __init__(self, n: int, *, stall_every: int | None = None) -> None:
+    def __init__(self, n: int, *, stall_every: int | None = None, simulated: SimulatedTime | None = None) -> None:
         self.ids = torch.randint(0, VOCAB, (n, SEQ), generator=torch.Generator().manual_seed(0))
         self.stall_every = stall_every
+        self.simulated = simulated
+        self.loads = 0
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        if self.stall_every and i % self.stall_every == self.stall_every - 1:
+        self.loads += 1
+        if self.simulated is not None:
+            if self.stall_every and self.loads % self.stall_every == 0:
+                self.simulated.stall()
+        elif self.stall_every and i % self.stall_every == self.stall_every - 1:
             time.sleep(STALL_S)
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
@@ -62,14 +78,18 @@ def training_step_flops(accum: int = 1) -> float:
 
 
 class Clock(TrainerCallback):
-    """The test's wall-clock record, registered after perfscope's callback."""
+    """The test's wall-clock record, registered after perfscope's callback (and, on simulated time, when each
+    optimizer step ended there)."""
 
-    def __init__(self, samples_per_step: int) -> None:
+    def __init__(self, samples_per_step: int, simulated: SimulatedTime | None = None) -> None:
         self.clock = WallClock()
         self.samples_per_step = samples_per_step
+        self.simulated = simulated
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.clock.step_end(state.global_step, self.samples_per_step)
+        if self.simulated is not None:
+            self.simulated.marks[state.global_step] = self.simulated.now
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.clock.pause_done()
@@ -79,15 +99,21 @@ class Clock(TrainerCallback):
 
 
 def train(tmp_path: Path, callback: PerfscopeTrainerCallback, *, steps: int, n: int = 4096, stall_every: int | None = None,
-          accum: int = 1, **args: Any) -> WallClock:
-    clock = Clock(BATCH * accum)
+          accum: int = 1, simulated: SimulatedTime | None = None, **args: Any) -> WallClock:
+    """``simulated``: the run on that simulated time (perfscope's callback must read it: clock=simulated.clock()),
+    each micro-batch's forward spending SIMULATED_COMPUTE_S of it and the loader's stalls their own."""
+    clock = Clock(BATCH * accum, simulated)
     defaults: dict[str, Any] = dict(
         output_dir=str(tmp_path / "hf"), max_steps=steps, per_device_train_batch_size=BATCH, per_device_eval_batch_size=BATCH,
         gradient_accumulation_steps=accum, use_cpu=True, report_to=[], disable_tqdm=True, save_strategy="no",
         logging_steps=5, seed=0,
     )
-    trainer = Trainer(model=tiny_gpt2(), args=TrainingArguments(**{**defaults, **args}), train_dataset=Tokens(n, stall_every=stall_every),
-                      eval_dataset=Tokens(4 * BATCH), callbacks=[callback, clock])
+    model = tiny_gpt2()
+    if simulated is not None:
+        model.register_forward_pre_hook(lambda module, inputs: simulated.spend(SIMULATED_COMPUTE_S))
+    trainer = Trainer(model=model, args=TrainingArguments(**{**defaults, **args}),
+                      train_dataset=Tokens(n, stall_every=stall_every, simulated=simulated), eval_dataset=Tokens(4 * BATCH),
+                      callbacks=[callback, clock])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.train()
@@ -154,19 +180,26 @@ def test_evaluation_and_saving_are_neither_steps_nor_flops(tmp_path: Path) -> No
 
 
 def test_a_stalling_loader_sets_the_throughput_and_is_not_blamed_on_gc(tmp_path: Path) -> None:
-    """Every fourth batch waits 60 ms for a sample (a GPT-2 step here takes about 15 ms, four of them would hide a
-    worker's stall behind its prefetched batches, so the stall is in the main process). The wait is measured in the
-    gap before on_step_begin, where the Trainer fetches a step's batches."""
-    cb = PerfscopeTrainerCallback(tmp_path / "run", **QUIET)
-    clock = train(tmp_path, cb, steps=40, stall_every=4 * BATCH)
+    """A real Trainer on simulated time: every fourth batch's fetch stalls 1/8 s (in the main process), every step's
+    forward computes 1/64 s, and nothing else the Trainer does takes any time. The wait is measured in the gap
+    before on_step_begin, where the Trainer fetches a step's batches; the figures are exact, whatever the load."""
+    simulated = SimulatedTime()
+    cb = PerfscopeTrainerCallback(tmp_path / "run", clock=simulated.clock(), **QUIET)
+    train(tmp_path, cb, steps=40, stall_every=4 * BATCH, simulated=simulated)
     results = load(cb)
     m = results.trials[0].metrics
     assert m is not None and m.typical_step is not None
-    assert m.typical_step.max > 3 * m.typical_step.median, "the fixture should be bimodal"
-    assert m.samples_per_s == pytest.approx(clock.samples_per_s(WARMUP + 1, 40), rel=0.05)
-    assert m.samples_per_s < 0.8 * BATCH / m.typical_step.median
-    assert m.data_wait_share > 0.2
-    assert "PS602" not in {f.rule_id for f in results.findings}
+    first, last = WARMUP + 1, 40  # the warm-up steps, then the FLOP-counting step, are not timed
+    start, end = simulated.marks[first], simulated.marks[last]
+    stalls = simulated.stalls_between(start, end)
+    assert stalls >= 8, "the fixture should stall"  # about one timed step in four
+    wall = (last - first) * SIMULATED_COMPUTE_S + stalls * SIMULATED_STALL_S
+    assert (m.steps, m.wall_s) == (last - first, wall) and end - start == wall
+    assert m.samples_per_s == (last - first) * BATCH / wall  # every step's samples over the whole wall, stalls included
+    assert m.data_wait_share == stalls * SIMULATED_STALL_S / wall  # exactly the stalls' share
+    assert (m.typical_step.median, m.typical_step.max) == (SIMULATED_COMPUTE_S, SIMULATED_COMPUTE_S + SIMULATED_STALL_S)
+    assert m.samples_per_s < 0.5 * BATCH / m.typical_step.median  # far below the batch over the median step
+    assert "PS602" not in {f.rule_id for f in results.findings}  # the slow steps waited for data: not the collector
 
 
 def test_samples_are_counted_from_the_batches_a_short_one_included(tmp_path: Path) -> None:

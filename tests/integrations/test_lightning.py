@@ -23,7 +23,18 @@ pl = pytest.importorskip("lightning.pytorch")
 
 from perfscope.hooks.integrations.lightning import PerfscopeCallback  # noqa: E402
 from perfscope.results import Results  # noqa: E402
-from tests.integrations.workloads import HIDDEN, Points, WallClock, load, mlp, mlp_flops, visible_text  # noqa: E402
+from tests.integrations.workloads import (  # noqa: E402
+    HIDDEN,
+    SIMULATED_COMPUTE_S,
+    SIMULATED_STALL_S,
+    Points,
+    SimulatedTime,
+    WallClock,
+    load,
+    mlp,
+    mlp_flops,
+    visible_text,
+)
 
 BATCH = 32
 WARMUP = 2
@@ -34,14 +45,19 @@ for the test, a sliver apart; with a step this long, a neighbour's process landi
 
 
 class Classifier(pl.LightningModule):
-    def __init__(self, hidden: int = HIDDEN) -> None:
+    """``simulated``: each training step spends SIMULATED_COMPUTE_S of that simulated time."""
+
+    def __init__(self, hidden: int = HIDDEN, simulated: SimulatedTime | None = None) -> None:
         super().__init__()
         self.net = mlp(hidden)
+        self.simulated = simulated
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = batch
         loss = F.cross_entropy(self.net(x), y)
         self.log("loss", loss)
+        if self.simulated is not None:
+            self.simulated.spend(SIMULATED_COMPUTE_S)
         return loss
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
@@ -55,8 +71,9 @@ class Classifier(pl.LightningModule):
 class Clock(pl.Callback):
     """The test's wall-clock record; registered after perfscope's callback, so its hooks run just after."""
 
-    def __init__(self) -> None:
+    def __init__(self, simulated: SimulatedTime | None = None) -> None:
         self.clock = WallClock()
+        self.simulated = simulated  # on simulated time, also when each optimizer step ended there
         self._step = 0
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
@@ -66,6 +83,8 @@ class Clock(pl.Callback):
         if trainer.global_step != self._step:
             self._step = trainer.global_step
             self.clock.step_end(self._step)
+            if self.simulated is not None:
+                self.simulated.marks[self._step] = self.simulated.now
         else:
             self.clock.batch_end()
 
@@ -80,14 +99,18 @@ class Clock(pl.Callback):
         self.clock.end_pause()  # the validation after the last step (on_train_end would come after perfscope's save)
 
 
-def loader(n: int, *, stall: bool = False, workers: int = 0, clock: WallClock | None = None) -> torch.utils.data.DataLoader:
-    dataset = Points(n, stall=stall, on_fetch=clock.fetch if clock is not None and not workers else None)
+def loader(n: int, *, stall: bool = False, workers: int = 0, clock: WallClock | None = None,
+           simulated: SimulatedTime | None = None) -> torch.utils.data.DataLoader:
+    dataset = Points(n, stall=stall, on_fetch=clock.fetch if clock is not None and not workers else None, simulated=simulated)
     return torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=workers)
 
 
 def fit(tmp_path: Path, callback: PerfscopeCallback, *, steps: int, val: bool = False, train_n: int = 8192,
-        stall: bool = False, workers: int = 0, hidden: int = HIDDEN, **trainer_kwargs: Any) -> WallClock:
-    clock = Clock()
+        stall: bool = False, workers: int = 0, hidden: int = HIDDEN, simulated: SimulatedTime | None = None,
+        **trainer_kwargs: Any) -> WallClock:
+    """``simulated``: the fit on that simulated time (perfscope's callback must read it: clock=simulated.clock()),
+    each training step spending SIMULATED_COMPUTE_S of it and the loader's stalls (no workers) their own."""
+    clock = Clock(simulated)
     kwargs: dict[str, Any] = dict(
         max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
         enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path / "lightning",
@@ -96,7 +119,8 @@ def fit(tmp_path: Path, callback: PerfscopeCallback, *, steps: int, val: bool = 
     trainer = pl.Trainer(callbacks=[callback, clock], **kwargs)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*(does not have many workers|LeafSpec|is deprecated).*")
-        trainer.fit(Classifier(hidden), loader(train_n, stall=stall, workers=workers, clock=clock.clock), loader(256) if val else None)
+        trainer.fit(Classifier(hidden, simulated), loader(train_n, stall=stall, workers=workers, clock=clock.clock, simulated=simulated),
+                    loader(256) if val else None)
     return clock.clock
 
 
@@ -183,18 +207,27 @@ def test_validation_inside_an_accumulation_step_moves_the_flop_count(tmp_path: P
 
 
 def test_a_stalling_loader_sets_the_throughput_and_is_not_blamed_on_gc(tmp_path: Path) -> None:
-    """One DataLoader worker whose every 256th sample takes 60 ms: most steps are fast, one in eight waits. The
-    throughput is samples over wall time (not batch / median step), and the tail is the data wait's."""
-    cb = PerfscopeCallback(tmp_path / "run", **QUIET)
-    clock = fit(tmp_path, cb, steps=64, stall=True, workers=1)
+    """A real Lightning fit on simulated time: every 256th sample's load stalls 1/8 s (one batch in eight, in the
+    main process: a worker's time would not be the test's), every training step computes 1/64 s, and nothing else
+    Lightning does takes any time. The throughput is samples over wall time (not batch / median step), the tail is
+    the data wait's, measured through Lightning's fetch hooks; the figures are exact, whatever the load."""
+    simulated = SimulatedTime()
+    cb = PerfscopeCallback(tmp_path / "run", clock=simulated.clock(), **QUIET)
+    fit(tmp_path, cb, steps=64, stall=True, simulated=simulated)
     results = load(cb)
     m = results.trials[0].metrics
     assert m is not None and m.typical_step is not None
-    assert m.typical_step.max > 3 * m.typical_step.median, "the fixture should be bimodal"
-    assert m.samples_per_s == pytest.approx(clock.samples_per_s(WARMUP + 1, 64), rel=0.05)
-    assert m.samples_per_s < 0.8 * BATCH / m.typical_step.median  # far below the median-step figure
-    assert m.data_wait_share > 0.2
-    assert "PS602" not in {f.rule_id for f in results.findings}
+    first, last = WARMUP + 1, 64  # the warm-up steps, then the FLOP-counting step, are not timed
+    start, end = simulated.marks[first], simulated.marks[last]
+    stalls = simulated.stalls_between(start, end)
+    assert stalls >= 7, "the fixture should stall"  # one timed step in eight
+    wall = (last - first) * SIMULATED_COMPUTE_S + stalls * SIMULATED_STALL_S
+    assert (m.steps, m.wall_s) == (last - first, wall) and end - start == wall
+    assert m.samples_per_s == (last - first) * BATCH / wall  # every step's samples over the whole wall, stalls included
+    assert m.data_wait_share == stalls * SIMULATED_STALL_S / wall  # exactly the stalls' share
+    assert (m.typical_step.median, m.typical_step.max) == (SIMULATED_COMPUTE_S, SIMULATED_COMPUTE_S + SIMULATED_STALL_S)
+    assert m.samples_per_s < 0.5 * BATCH / m.typical_step.median  # far below the batch over the median step
+    assert "PS602" not in {f.rule_id for f in results.findings}  # the slow steps waited for data: not the collector
 
 
 def test_a_second_fit_gets_its_own_folder(tmp_path: Path) -> None:

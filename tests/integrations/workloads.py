@@ -1,4 +1,4 @@
-"""Tiny models and data for the framework integration tests, and the tests' own wall-clock truth."""
+"""Tiny models and data for the framework integration tests, the tests' own wall-clock truth, and simulated time."""
 
 from __future__ import annotations
 
@@ -10,11 +10,44 @@ from typing import Any
 
 import torch
 
+from perfscope.measure.clock import HostClock
 from perfscope.measure.flops import linear_training_flops
 from perfscope.results import Results
 
 IN, HIDDEN, CLASSES = 64, 256, 4
 STALL_EVERY, STALL_S = 256, 0.06
+SIMULATED_COMPUTE_S, SIMULATED_STALL_S = 2.0**-6, 2.0**-3
+"""A simulated step's compute and a simulated loader stall: binary fractions, so every sum of them is exact."""
+
+
+@dataclass
+class SimulatedTime:
+    """Time that passes only when the test says so: the Profiler's clock (``clock()``) reads it, the loop ``spend``s
+    it (a step's compute, a loader's stall). What the machine really takes (a loaded neighbour, the framework's own
+    work) is invisible, so every figure the hooks compute from it is exact and cannot move with load.
+
+    ``stalls`` are the simulated times the loader's stalls began, ``marks`` what the test noted (e.g. step ends)."""
+
+    now: float = 0.0
+    stalls: list[float] = field(default_factory=list)
+    marks: dict[int, float] = field(default_factory=dict)
+
+    def __call__(self) -> float:
+        return self.now
+
+    def clock(self) -> HostClock:
+        return HostClock(now=self)
+
+    def spend(self, seconds: float) -> None:
+        self.now += seconds
+
+    def stall(self, seconds: float = SIMULATED_STALL_S) -> None:
+        self.stalls.append(self.now)
+        self.spend(seconds)
+
+    def stalls_between(self, start: float, end: float) -> int:
+        """The stalls that began in [start, end): those inside the steps that ended there."""
+        return sum(start <= t < end for t in self.stalls)
 
 
 def load(callback: Any) -> Results:
@@ -35,14 +68,17 @@ def mlp(hidden: int = HIDDEN) -> torch.nn.Module:
 
 class Points(torch.utils.data.Dataset):
     """Random points and labels; with ``stall``, the loading of every 256th sample takes 60 ms (a data pipeline
-    whose worker stalls now and then: the step times become bimodal, the throughput is set by the stalls).
+    whose worker stalls now and then: the step times become bimodal, the throughput is set by the stalls), or,
+    with ``simulated``, that simulated time's stall instead of a real sleep (in the main process: no workers).
     ``on_fetch`` is called as each sample is loaded (in the main process when there are no workers)."""
 
-    def __init__(self, n: int, *, stall: bool = False, seed: int = 0, on_fetch: Callable[[], None] | None = None) -> None:
+    def __init__(self, n: int, *, stall: bool = False, seed: int = 0, on_fetch: Callable[[], None] | None = None,
+                 simulated: SimulatedTime | None = None) -> None:
         g = torch.Generator().manual_seed(seed)
         self.x, self.y = torch.randn(n, IN, generator=g), torch.randint(0, CLASSES, (n,), generator=g)
         self.stall = stall
         self.on_fetch = on_fetch
+        self.simulated = simulated
 
     def __len__(self) -> int:
         return len(self.x)
@@ -51,7 +87,10 @@ class Points(torch.utils.data.Dataset):
         if self.on_fetch is not None:
             self.on_fetch()
         if self.stall and i % STALL_EVERY == STALL_EVERY - 1:
-            time.sleep(STALL_S)
+            if self.simulated is not None:
+                self.simulated.stall()
+            else:
+                time.sleep(STALL_S)
         return self.x[i], self.y[i]
 
 

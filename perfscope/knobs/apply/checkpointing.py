@@ -48,6 +48,17 @@ def find_repeated_blocks(model: nn.Module) -> list[nn.Module]:
     return best
 
 
+def unwrapped(block: nn.Module) -> nn.Module:
+    """The block inside a checkpoint wrapper (itself when not wrapped)."""
+    return block.block if isinstance(block, CheckpointedBlock) else block
+
+
+def shard_blocks(model: nn.Module) -> list[nn.Module]:
+    """The modules FSDP2 shards one by one (DDP/FSDP2 and the 2-D TP layout alike): the repeated blocks, unwrapped
+    from their checkpoint wrappers."""
+    return [unwrapped(b) for b in find_repeated_blocks(model)]
+
+
 def apply_checkpointing(
     model: nn.Module, select: Callable[[nn.Module], list[nn.Module]] | None = None
 ) -> list[CheckpointedBlock]:
