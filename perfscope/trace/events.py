@@ -183,6 +183,17 @@ class Trace:
     def labelled(self, name: str) -> list[Span]:
         return [e.span for e in self.annotations if e.name == name]
 
+    def issued(self, lo: float, hi: float) -> np.ndarray:
+        """Rows of the device table whose work was issued in [lo, hi]: its launch call's start, else its own."""
+        t = self.columns("device")
+        issued = np.where(t.linked, t.launch_ts, t.ts)
+        return np.flatnonzero((issued >= lo) & (issued <= hi))
+
+    def events(self, kind: str, rows: np.ndarray) -> list[Event]:
+        """The given rows of a table as Event objects (device work: its Event, not the DeviceWork)."""
+        t = self.columns(kind)
+        return [event_at(t, i) for i in rows.tolist()]
+
     def has_kernels(self) -> bool:
         t = self.columns("device")
         return bool(len(t)) and bool(t.by_cat("kernel").any())
@@ -220,10 +231,8 @@ def _columns_of(rows: list[Any], device: bool, shared: tuple[Strings, ...]) -> E
             except TypeError:
                 a = args.id(object())
             args.values[a] = e.args
-        for column, value in zip(grower.lists, (e.ts, e.dur, names.id(e.name), cats.id(e.cat), values.id(e.pid),
-                                                values.id(e.tid), NONE if e.correlation is None else e.correlation,
-                                                ext_code(e.external_id, exts), a)):
-            column.append(value)
+        grower.rows.append((e.ts, e.dur, names.id(e.name), cats.id(e.cat), values.id(e.pid), values.id(e.tid),
+                            NONE if e.correlation is None else e.correlation, ext_code(e.external_id, exts), a))
         if device:
             x = row.launch
             launches.append((np.nan, np.nan, -1, -1, -1) if x is None else
@@ -268,6 +277,8 @@ def build_trace(raw: list[dict[str, Any]]) -> Trace:
 
 
 _CPU, _ANNOTATION, _RUNTIME, _PYTHON, _DEVICE = range(5)
+_BIG = 1 << 62
+"""Ids (correlation, External id) within ±_BIG are kept as int64; others are interned (table.ext_code)."""
 
 
 class TraceBuilder:
@@ -279,120 +290,123 @@ class TraceBuilder:
         self._steps: dict[str, Span] = {}
         self._strings = (Strings(), Strings(), Strings(), Strings(), Strings())  # names, cats, values, args, exts
         self._growers = [Grower() for _ in KINDS]
-        self._flows = Grower()  # ts, pid, tid, and the flow id as "corr"
+        self._flows = Grower()  # ac2g flows: ts, pid, tid, and the flow id as "corr"
         self._flow_ids = Strings()
         self._uncorrelated = False
         self._name_args: dict[int, tuple[str, ...]] = {}
         self._user_frame: dict[int, bool] = {}
         g = self._growers
-        self._kinds: dict[str, tuple[int, Grower, bool, int]] = {
-            "cpu_op": (_CPU, g[_CPU], False, -1), "user_annotation": (_ANNOTATION, g[_ANNOTATION], False, -1),
-            PYTHON: (_PYTHON, g[_PYTHON], False, -1),
-            **{cat: (_RUNTIME, g[_RUNTIME], True, -1) for cat in RUNTIME},
-            **{cat: (_DEVICE, g[_DEVICE], True, i) for i, cat in enumerate(DEVICE_WORK)},
+        self._kinds: dict[str, tuple[int, list[Any], bool, int]] = {
+            "cpu_op": (_CPU, g[_CPU].rows, False, -1), "user_annotation": (_ANNOTATION, g[_ANNOTATION].rows, False, -1),
+            PYTHON: (_PYTHON, g[_PYTHON].rows, False, -1),
+            **{cat: (_RUNTIME, g[_RUNTIME].rows, True, -1) for cat in RUNTIME},
+            **{cat: (_DEVICE, g[_DEVICE].rows, True, i) for i, cat in enumerate(DEVICE_WORK)},
         }
         """Category -> (kind, its rows, linked by correlation, the device work's KEPT_ARGS index)."""
         self._kept_device = [KEPT_ARGS[cat] for cat in DEVICE_WORK]
 
     def add(self, e: Any) -> None:
         """One event (the reader's per-event path, hand-built traces)."""
-        self._one(e)
-        self._flush()
+        try:
+            self.add_batch((e,))
+        except BadEvent as bad:
+            raise bad.cause from None
 
     def add_batch(self, items: Any) -> None:
-        """Keep what the facts read of each event: the per-event work is field extraction into column lists."""
-        n = 0
+        """Keep what the facts read of each event: the per-event work is field extraction into one row tuple per
+        kept event (millions of iterations: everything a local, every lookup a dict's)."""
+        kinds, steps, kernel_devices = self._kinds, self._steps, self.kernel_devices
+        names, cats, values, arg_table, exts = self._strings
+        name_ids, cat_ids, value_ids = names.ids, cats.ids, values.ids
+        user_frame, name_args, kept_device = self._user_frame, self._name_args, self._kept_device
+        flows = self._flows.rows
+        complete, n = 0, 0
         try:
             for n, e in enumerate(items):  # noqa: B007 (n: where an error was)
-                self._one(e)
+                if e.__class__ is not dict:
+                    continue
+                ph = e.get("ph")
+                if ph != "X":
+                    if (ph == "s" or ph == "f") and e.get("cat") == "ac2g" and "id" in e:
+                        pid, tid, ident = e.get("pid"), e.get("tid"), e["id"]
+                        flows.append((float(e.get("ts", 0)), 0.0, 0, 0, values.id(pid), values.id(tid),
+                                      ident if ident.__class__ is int and -_BIG < ident < _BIG else
+                                      ext_code(ident, self._flow_ids), NONE, -1))
+                    continue
+                if "ts" not in e or "dur" not in e:
+                    continue
+                ts, dur = float(e["ts"]), float(e["dur"])
+                complete += 1
+                cat = e.get("cat", "")
+                if cat.__class__ is not str:
+                    cat = str(cat)
+                kind = kinds.get(cat)
+                if kind is None:
+                    continue
+                which, rows, linked, device_args = kind
+                name = e.get("name", "")
+                if name.__class__ is not str:
+                    name = str(name)
+                if which <= _ANNOTATION and name.startswith(STEP_PREFIX):
+                    steps.setdefault(name, (ts, ts + dur))
+                    continue
+                nid = name_ids.get(name)
+                if nid is None:
+                    nid = names.id(name)
+                if which == _PYTHON:
+                    user = user_frame.get(nid)
+                    if user is None:
+                        user = user_frame[nid] = is_user_frame(name)
+                    if not user:
+                        continue
+                args = e.get("args")
+                correlation = external = None
+                a = -1
+                if args and args.__class__ is dict:
+                    if linked:
+                        correlation = args.get("correlation")
+                        if correlation.__class__ is not int:
+                            correlation = None
+                        external = args.get("External id")
+                        if device_args == 0:
+                            device = args.get("device")
+                            if device.__class__ is int and device >= 0:
+                                kernel_devices[device] += 1
+                        kept = kept_device[device_args] if device_args >= 0 else ()
+                    else:
+                        kept = name_args.get(nid)
+                        if kept is None:
+                            kept = name_args[nid] = _host_args(name)
+                        if kept is _MATMUL_ARGS:
+                            external = args.get("External id")
+                    if kept:
+                        small = {k: args[k] for k in kept if k in args}
+                        if small:
+                            a = _intern_args(arg_table, small)
+                if linked and correlation is None:
+                    self._uncorrelated = True
+                cid = cat_ids.get(cat)
+                if cid is None:
+                    cid = cats.id(cat)
+                pid, tid = e.get("pid"), e.get("tid")
+                pid_id = value_ids.get(pid)
+                if pid_id is None:
+                    pid_id = values.id(pid)
+                tid_id = value_ids.get(tid)
+                if tid_id is None:
+                    tid_id = values.id(tid)
+                rows.append((ts, dur, nid, cid, pid_id, tid_id,
+                             correlation if correlation is not None and -_BIG < correlation < _BIG else NONE,
+                             external if external.__class__ is int and -_BIG < external < _BIG else ext_code(external, exts), a))
         except (TypeError, ValueError, KeyError) as exc:
             raise BadEvent(n, exc) from exc
-        self._flush()
-
-    def _flush(self) -> None:
+        finally:
+            self.complete_events += complete
         for grower in self._growers:
-            if len(grower.lists[0]) >= FLUSH:
+            if len(grower.rows) >= FLUSH:
                 grower.flush()
-        if len(self._flows.lists[0]) >= FLUSH:
+        if len(flows) >= FLUSH:
             self._flows.flush()
-
-    def _one(self, e: Any) -> None:
-        if e.__class__ is not dict:
-            return
-        ph = e.get("ph")
-        if ph != "X":
-            if (ph == "s" or ph == "f") and e.get("cat") == "ac2g" and "id" in e:
-                values = self._strings[2]
-                lists = self._flows.lists
-                lists[0].append(float(e.get("ts", 0)))
-                lists[4].append(values.id(e.get("pid")))
-                lists[5].append(values.id(e.get("tid")))
-                lists[6].append(ext_code(e["id"], self._flow_ids))
-            return
-        if "ts" not in e or "dur" not in e:
-            return
-        ts, dur = float(e["ts"]), float(e["dur"])
-        self.complete_events += 1
-        cat = e.get("cat", "")
-        if cat.__class__ is not str:
-            cat = str(cat)
-        kind = self._kinds.get(cat)
-        if kind is None:
-            return
-        which, grower, linked, device_args = kind
-        name = e.get("name", "")
-        if name.__class__ is not str:
-            name = str(name)
-        if which == _CPU or which == _ANNOTATION:
-            if name.startswith(STEP_PREFIX):
-                self._steps.setdefault(name, (ts, ts + dur))
-                return
-        names, cats, values, arg_table, exts = self._strings
-        nid = names.ids.get(name)
-        if nid is None:
-            nid = names.id(name)
-        if which == _PYTHON:
-            user = self._user_frame.get(nid)
-            if user is None:
-                user = self._user_frame[nid] = is_user_frame(name)
-            if not user:
-                return
-        args = e.get("args")
-        correlation = external = None
-        a = -1
-        if args and args.__class__ is dict:
-            if linked:
-                correlation = args.get("correlation")
-                if correlation.__class__ is not int:
-                    correlation = None
-                external = args.get("External id")
-                if device_args == 0:
-                    device = args.get("device")
-                    if device.__class__ is int and device >= 0:
-                        self.kernel_devices[device] += 1
-                kept: tuple[str, ...] = self._kept_device[device_args] if device_args >= 0 else ()
-            else:
-                kept = self._name_args.get(nid)  # type: ignore[assignment]
-                if kept is None:
-                    kept = self._name_args[nid] = _host_args(name)
-                if kept is _MATMUL_ARGS:
-                    external = args.get("External id")
-            if kept:
-                small = {k: args[k] for k in kept if k in args}
-                if small:
-                    a = _intern_args(arg_table, small)
-        if linked and correlation is None:
-            self._uncorrelated = True
-        lists = grower.lists
-        lists[0].append(ts)
-        lists[1].append(dur)
-        lists[2].append(nid)
-        lists[3].append(cats.id(cat))
-        lists[4].append(values.id(e.get("pid")))
-        lists[5].append(values.id(e.get("tid")))
-        lists[6].append(NONE if correlation is None or not -(1 << 62) < correlation < (1 << 62) else correlation)
-        lists[7].append(ext_code(external, exts))
-        lists[8].append(a)
 
     def finish(self) -> Trace:
         names, cats, values, args, exts = self._strings

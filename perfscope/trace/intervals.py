@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import bisect
 
+import numpy as np
+
 Span = tuple[float, float]
 
 
@@ -79,3 +81,104 @@ def subtract(spans: list[Span], remove: list[Span]) -> list[Span]:
         if cursor < end:
             out.append((cursor, end))
     return out
+
+
+# ------------------------------------------------------------------ the same arithmetic on numpy columns
+# Spans as two float64 arrays (starts, ends). The values are the trace's own (no arithmetic but max/min), so a
+# merge here gives exactly the spans merge() gives; sums are taken in the order Python's sum() takes them.
+
+Spans = tuple[np.ndarray, np.ndarray]
+
+
+def merge_arrays(starts: np.ndarray, ends: np.ndarray) -> Spans:
+    """merge() of spans given as arrays."""
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if not len(starts):
+        return starts, ends
+    order = np.lexsort((ends, starts))
+    starts, ends = starts[order], ends[order]
+    reach = np.maximum.accumulate(ends)
+    new = np.empty(len(starts), bool)
+    new[0] = True
+    new[1:] = starts[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:] - 1, len(starts) - 1]
+    return starts[first], reach[last]
+
+
+def clip_arrays(starts: np.ndarray, ends: np.ndarray, window: Span) -> Spans:
+    """clip() of spans given as arrays."""
+    lo, hi = window
+    s, e = np.maximum(starts, lo), np.minimum(ends, hi)
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def gaps_arrays(merged: Spans, window: Span) -> Spans:
+    """gaps() of spans already merged (merge_arrays)."""
+    s, e = clip_arrays(*merged, window)
+    s, e = merge_arrays(s, e)
+    lo, hi = window
+    cursors = np.r_[lo, np.maximum(lo, e)] if len(e) else np.array([lo], float)
+    nexts = np.r_[s, hi]
+    keep = nexts > cursors
+    keep[-1] = cursors[-1] < hi
+    return cursors[keep], nexts[keep]
+
+
+def touches(lo: np.ndarray, hi: np.ndarray, merged: list[Span]) -> np.ndarray:
+    """overlap((lo, hi), merged) > 0 for each pair, exactly: some merged span starts before hi and ends after lo."""
+    if not merged or not len(lo):
+        return np.zeros(len(lo), bool)
+    ms = np.array([s for s, _ in merged])
+    me = np.array([e for _, e in merged])
+    i = np.searchsorted(me, lo, side="right")  # the first span ending after lo
+    inside = i < len(me)
+    out = np.zeros(len(lo), bool)
+    out[inside] = (ms[i[inside]] < hi[inside]) & (hi[inside] > lo[inside])
+    return out
+
+
+def overlaps(lo: np.ndarray, hi: np.ndarray, merged: list[Span]) -> np.ndarray:
+    """overlap((lo, hi), merged) for each pair (computed by overlap() where it is not 0)."""
+    out = np.zeros(len(lo))
+    for k in np.flatnonzero(touches(lo, hi, merged)).tolist():
+        out[k] = overlap((float(lo[k]), float(hi[k])), merged)
+    return out
+
+
+def overlap_arrays(span: Span, merged: Spans) -> float:
+    """overlap() against merged spans given as arrays."""
+    lo, hi = span
+    ms, me = merged
+    i = max(int(np.searchsorted(ms, lo, side="right")) - 1, 0)
+    total = 0.0
+    while i < len(ms) and ms[i] < hi:
+        total += max(0.0, min(float(me[i]), hi) - max(float(ms[i]), lo))
+        i += 1
+    return total
+
+
+def subtract_length(merged: Spans, remove: list[Span]) -> float:
+    """length(subtract(spans, remove)) for spans already merged (merge_arrays), summed in the same order."""
+    s, e = merged
+    removed = merge(remove)
+    hit = np.flatnonzero(touches(s, e, removed))
+    if not len(hit):
+        return seqsum(e - s)
+    parts, at = [], 0
+    for k in hit.tolist():
+        parts.append(e[at:k] - s[at:k])
+        pieces = subtract([(float(s[k]), float(e[k]))], removed)
+        parts.append(np.array([b - a for a, b in pieces], float))
+        at = k + 1
+    parts.append(e[at:] - s[at:])
+    return seqsum(np.concatenate(parts))
+
+
+def seqsum(values: np.ndarray) -> float:
+    """Sum in array order, as Python's sum() adds (numpy's own sum is pairwise and rounds differently)."""
+    if not len(values):
+        return 0.0
+    return float(np.bincount(np.zeros(len(values), np.intp), weights=values, minlength=1)[0])

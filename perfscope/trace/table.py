@@ -39,21 +39,23 @@ class Strings:
 
 
 class Grower:
-    """One kind's rows as they are read: Python lists, turned into numpy chunks every FLUSH rows."""
+    """One kind's rows as they are read: a list of row tuples, turned into numpy column chunks every FLUSH rows."""
 
     COLUMNS = (("ts", np.float64), ("dur", np.float64), ("name", np.int32), ("cat", np.int32), ("pid", np.int32),
                ("tid", np.int32), ("corr", np.int64), ("ext", np.int64), ("args", np.int32))
+    ROW = np.dtype(list(COLUMNS))
 
     def __init__(self) -> None:
-        self.lists: tuple[list[Any], ...] = tuple([] for _ in self.COLUMNS)
+        self.rows: list[tuple[Any, ...]] = []
         self.chunks: list[list[np.ndarray]] = [[] for _ in self.COLUMNS]
 
     def flush(self) -> None:
-        if not self.lists[0]:
+        if not self.rows:
             return
-        for (_, dtype), values, chunks in zip(self.COLUMNS, self.lists, self.chunks):
-            chunks.append(np.array(values, dtype=dtype))
-            values.clear()
+        table = np.array(self.rows, dtype=self.ROW)
+        self.rows.clear()
+        for (key, _), chunks in zip(self.COLUMNS, self.chunks):
+            chunks.append(np.ascontiguousarray(table[key]))
 
     def columns(self) -> dict[str, np.ndarray]:
         self.flush()
@@ -133,13 +135,6 @@ class EventColumns:
                 "launch_pid", "launch_tid", "launch_name")
         return EventColumns({k: getattr(self, k)[mask] for k in keys}, names=self.names, cats=self.cats,
                             values=self.values, args=self.arg_table, exts=self.exts)
-
-
-def seqsum(values: np.ndarray) -> float:
-    """Sum in array order, as Python's sum() adds (numpy's pairwise sum rounds differently)."""
-    if not len(values):
-        return 0.0
-    return float(np.bincount(np.zeros(len(values), np.intp), weights=values, minlength=1)[0])
 
 
 def group_sums(keys: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
