@@ -2,7 +2,8 @@
 
     trace = read_trace(Path("trace/rank0.json.gz"))
     trace.steps                       # host-side ProfilerStep#N spans, in order
-    for work in trace.device:         # kernels, memcpys, memsets
+    t = trace.columns("device")       # numpy columns: t.ts, t.dur, t.name (ids into t.names), t.launch_ts, ...
+    for work in trace.device:         # the same as objects, made on demand: kernels, memcpys, memsets
         work.event.name, work.launch  # the runtime call that launched it (None when the trace does not say)
 
 Why a layer of its own: every trace fact needs the same three decisions, and each was a bug when made
@@ -18,13 +19,15 @@ ad hoc.
 - `cuda_sync` events ("Stream Sync" on the GPU row) record a host synchronization, not GPU work: they are
   never device busy time.
 
-Why events are kept lean: a trace of a few LLM steps is millions of events (1-4 GB of JSON), streamed by
-perfscope.trace.reader one at a time into a TraceBuilder that keeps only what some fact reads. An event kept is a
-slotted record whose name, category, pid and tid are shared strings; its args hold only the keys in KEPT_ARGS (shapes
-only on the matmul and collective ops that are sized by them), the correlation id is a field, Python frames are kept
-only where they are the user's own (the only ones a fact names), ac2g flows are packed arrays read only when an event
-lacks its correlation arg, and every other event (flows of other kinds, metadata, instants, GPU copies of annotations)
-is dropped as it is read.
+Why events are kept as columns: a trace of a few LLM steps is millions of events (1-4 GB of JSON), streamed by
+perfscope.trace.reader a parsed batch at a time into a TraceBuilder that keeps only what some fact reads, as one
+row tuple per kept event turned into numpy columns every 65536 rows (perfscope.trace.table: ~60 bytes a row, where a
+Python record per event was ~250). Names, categories, pids and tids are interned ids; args hold only the keys in
+KEPT_ARGS (shapes only on the matmul and collective ops that are sized by them), interned too (a layer's matmuls
+repeat their shapes); Python frames are kept only where they are the user's own (the only ones a fact names); ac2g
+flows are packed columns read only when an event lacks its correlation arg; every other event (flows of other
+kinds, metadata, instants, GPU copies of annotations) is dropped as it is read. The analyzers read the columns
+(trace.columns(kind)); Event lists (trace.cpu_ops, trace.device, ...) are made from them only when asked for.
 """
 
 from __future__ import annotations
@@ -290,7 +293,7 @@ class TraceBuilder:
         self._steps: dict[str, Span] = {}
         self._strings = (Strings(), Strings(), Strings(), Strings(), Strings())  # names, cats, values, args, exts
         self._growers = [Grower() for _ in KINDS]
-        self._flows = Grower()  # ac2g flows: ts, pid, tid, and the flow id as "corr"
+        self._flows = Grower(Grower.FLOWS)
         self._flow_ids = Strings()
         self._uncorrelated = False
         self._name_args: dict[int, tuple[str, ...]] = {}
@@ -329,9 +332,14 @@ class TraceBuilder:
                 if ph != "X":
                     if (ph == "s" or ph == "f") and e.get("cat") == "ac2g" and "id" in e:
                         pid, tid, ident = e.get("pid"), e.get("tid"), e["id"]
-                        flows.append((float(e.get("ts", 0)), 0.0, 0, 0, values.id(pid), values.id(tid),
-                                      ident if ident.__class__ is int and -_BIG < ident < _BIG else
-                                      ext_code(ident, self._flow_ids), NONE, -1))
+                        pid_id = value_ids.get(pid)
+                        if pid_id is None:
+                            pid_id = values.id(pid)
+                        tid_id = value_ids.get(tid)
+                        if tid_id is None:
+                            tid_id = values.id(tid)
+                        flows.append((float(e.get("ts", 0)), pid_id, tid_id, ident if ident.__class__ is int and
+                                      -_BIG < ident < _BIG else ext_code(ident, self._flow_ids)))
                     continue
                 if "ts" not in e or "dur" not in e:
                     continue
@@ -411,28 +419,28 @@ class TraceBuilder:
     def finish(self) -> Trace:
         names, cats, values, args, exts = self._strings
         shared = dict(names=names.values, cats=cats.values, values=values.values, args=args.values, exts=exts.values)
-        tables = {kind: EventColumns(g.columns(), **shared) for kind, g in zip(KINDS, self._growers)}  # type: ignore[arg-type]
+        growers = dict(zip(KINDS, self._growers))
+        order = np.argsort(growers["device"].ts(), kind="stable")  # device work by start time
+        tables = {kind: EventColumns(g.columns(order if kind == "device" else None), **shared)  # type: ignore[arg-type]
+                  for kind, g in growers.items()}
         runtime, device = tables["runtime"], tables["device"]
         if self._uncorrelated:  # (pid, tid, ts) of a flow end -> correlation id; a later flow wins, as json order
             flows = self._flows.columns()
-            ends = dict(zip(zip(flows["pid"].tolist(), flows["tid"].tolist(), flows["ts"].tolist()), flows["corr"].tolist()))
+            ends = dict(zip(zip(flows["pid"].tolist(), flows["tid"].tolist(), flows["ts"].tolist()), flows["id"].tolist()))
             for t in (runtime, device):
+                t.corr = t.corr.copy()  # a constant view is read-only
                 for i in np.flatnonzero(t.corr == NONE).tolist():
                     t.corr[i] = ends.get((int(t.pid[i]), int(t.tid[i]), float(t.ts[i])), NONE)
-        self._flows = Grower()
+        self._flows = Grower(Grower.FLOWS)
         launch = _launch_rows(runtime.corr, device.corr)
-        order = np.argsort(device.ts, kind="stable")
-        cols = {k: getattr(device, k)[order] for k in ("ts", "dur", "name", "cat", "pid", "tid", "corr", "ext", "args")}
-        launch = launch[order]
         found = launch >= 0
         pick = np.where(found, launch, 0)
-        cols["launch"] = launch
         for key, column, absent in (("launch_ts", runtime.ts, np.nan), ("launch_dur", runtime.dur, np.nan),
                                     ("launch_pid", runtime.pid, -1), ("launch_tid", runtime.tid, -1),
                                     ("launch_name", runtime.name, -1)):
-            cols[key] = np.where(found, column[pick], absent).astype(column.dtype) if len(column) else \
-                np.full(len(launch), absent, column.dtype)
-        tables["device"] = EventColumns(cols, **shared)  # type: ignore[arg-type]
+            setattr(device, key, np.where(found, column[pick], absent).astype(column.dtype) if len(column) else
+                    np.full(len(launch), absent, column.dtype))
+        device.launch = launch
         return Trace(steps=sorted(self._steps.values()), complete_events=self.complete_events,
                      kernel_devices=self.kernel_devices, tables=tables)
 

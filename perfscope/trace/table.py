@@ -43,9 +43,12 @@ class Grower:
 
     COLUMNS = (("ts", np.float64), ("dur", np.float64), ("name", np.int32), ("cat", np.int32), ("pid", np.int32),
                ("tid", np.int32), ("corr", np.int64), ("ext", np.int64), ("args", np.int32))
-    ROW = np.dtype(list(COLUMNS))
+    FLOWS = (("ts", np.float64), ("pid", np.int32), ("tid", np.int32), ("id", np.int64))
+    """An ac2g flow's (pid, tid, ts) and id: the correlation of the event it starts or ends at."""
 
-    def __init__(self) -> None:
+    def __init__(self, columns: tuple[tuple[str, Any], ...] = COLUMNS) -> None:
+        self.COLUMNS = columns
+        self.ROW = np.dtype(list(columns))
         self.rows: list[tuple[Any, ...]] = []
         self.chunks: list[list[np.ndarray]] = [[] for _ in self.COLUMNS]
 
@@ -57,13 +60,25 @@ class Grower:
         for (key, _), chunks in zip(self.COLUMNS, self.chunks):
             chunks.append(np.ascontiguousarray(table[key]))
 
-    def columns(self) -> dict[str, np.ndarray]:
+    def columns(self, order: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The columns, each chunk list joined (and put in ``order``) one column at a time; a column holding one
+        value throughout (no correlation ids on host ops, one category) is a constant view of it, no memory."""
         self.flush()
         out = {}
         for (key, dtype), chunks in zip(self.COLUMNS, self.chunks):
-            out[key] = np.concatenate(chunks) if chunks else np.empty(0, dtype)
+            column = np.concatenate(chunks) if chunks else np.empty(0, dtype)
             chunks.clear()
+            if order is not None:
+                column = column[order]
+            if len(column) > 1 and column.dtype.kind != "f" and (column == column[0]).all():
+                column = np.broadcast_to(column[:1].copy(), column.shape)
+            out[key] = column
         return out
+
+    def ts(self) -> np.ndarray:
+        """The first column (start times) joined, the chunks kept."""
+        self.flush()
+        return np.concatenate(self.chunks[0]) if self.chunks[0] else np.empty(0)
 
 
 class EventColumns:
@@ -83,13 +98,17 @@ class EventColumns:
         self.args: np.ndarray = cols["args"]
         self.names, self.cats, self.values, self.arg_table, self.exts = names, cats, values, args, exts
         n = len(self.ts)
-        self.launch = cols.get("launch", np.full(n, -1, np.int64))
+
+        def absent(key: str, value: Any, dtype: Any) -> np.ndarray:  # host tables: a constant view, no memory
+            return cols[key] if key in cols else np.broadcast_to(np.array(value, dtype), (n,))
+
+        self.launch = absent("launch", -1, np.int64)
         """Device work: the row of its launch call in the runtime table (-1: none)."""
-        self.launch_ts = cols.get("launch_ts", np.full(n, np.nan))
-        self.launch_dur = cols.get("launch_dur", np.full(n, np.nan))
-        self.launch_pid = cols.get("launch_pid", np.full(n, -1, np.int32))
-        self.launch_tid = cols.get("launch_tid", np.full(n, -1, np.int32))
-        self.launch_name = cols.get("launch_name", np.full(n, -1, np.int32))
+        self.launch_ts = absent("launch_ts", np.nan, np.float64)
+        self.launch_dur = absent("launch_dur", np.nan, np.float64)
+        self.launch_pid = absent("launch_pid", -1, np.int32)
+        self.launch_tid = absent("launch_tid", -1, np.int32)
+        self.launch_name = absent("launch_name", -1, np.int32)
 
     def __len__(self) -> int:
         return len(self.ts)
