@@ -13,7 +13,7 @@ import numpy as np
 from perfscope.results.trace_facts import HostTransfers, KernelFacts, KernelStat, PageableCopies
 from perfscope.trace.categories import categorize, gemm_on_tensor_cores
 from perfscope.trace.events import Event, Trace, event_at
-from perfscope.trace.intervals import Span, length, merge, merge_arrays, overlap_arrays, seqsum
+from perfscope.trace.intervals import SpanArray, length, merge, merge_arrays, overlap_arrays, seqsum
 from perfscope.trace.table import EventColumns
 from perfscope.trace.window import Window
 
@@ -99,16 +99,12 @@ def host_transfers(trace: Trace, work: np.ndarray, w: Window) -> HostTransfers:
     )
 
 
-def collective_spans(trace: Trace, w: Window) -> tuple[list[Event], list[Span], list[Span]]:
+def collective_spans(trace: Trace, w: Window) -> tuple[list[Event], SpanArray, SpanArray]:
     """CUDA: the NCCL kernels the window issued, their spans merged, and the other device work's spans merged
     (perfscope.trace.communication's collectives against compute)."""
     t = trace.columns("device")
     rows = trace.issued(*w.bounds)
     nccl = (t.by_cat("kernel") & t.by_name(lambda n: categorize(n) == "communication"))[rows]
     runs, other = rows[nccl], rows[~nccl]
-    return (trace.events("device", runs), _as_list(merge_arrays(t.ts[runs], t.end[runs])),
-            _as_list(merge_arrays(t.ts[other], t.end[other])))
-
-
-def _as_list(spans: tuple[np.ndarray, np.ndarray]) -> list[Span]:
-    return list(zip(spans[0].tolist(), spans[1].tolist()))
+    return (trace.events("device", runs), SpanArray(*merge_arrays(t.ts[runs], t.end[runs]), merged=True),
+            SpanArray(*merge_arrays(t.ts[other], t.end[other]), merged=True))
