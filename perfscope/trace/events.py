@@ -299,13 +299,15 @@ class TraceBuilder:
         self._name_args: dict[int, tuple[str, ...]] = {}
         self._user_frame: dict[int, bool] = {}
         g = self._growers
-        self._kinds: dict[str, tuple[int, list[Any], bool, int]] = {
-            "cpu_op": (_CPU, g[_CPU].rows, False, -1), "user_annotation": (_ANNOTATION, g[_ANNOTATION].rows, False, -1),
-            PYTHON: (_PYTHON, g[_PYTHON].rows, False, -1),
-            **{cat: (_RUNTIME, g[_RUNTIME].rows, True, -1) for cat in RUNTIME},
-            **{cat: (_DEVICE, g[_DEVICE].rows, True, i) for i, cat in enumerate(DEVICE_WORK)},
+        cat_id = self._strings[1].id
+        self._kinds: dict[str, tuple[int, list[Any], bool, int, int]] = {
+            "cpu_op": (_CPU, g[_CPU].rows, False, -1, cat_id("cpu_op")),
+            "user_annotation": (_ANNOTATION, g[_ANNOTATION].rows, False, -1, cat_id("user_annotation")),
+            PYTHON: (_PYTHON, g[_PYTHON].rows, False, -1, cat_id(PYTHON)),
+            **{cat: (_RUNTIME, g[_RUNTIME].rows, True, -1, cat_id(cat)) for cat in RUNTIME},
+            **{cat: (_DEVICE, g[_DEVICE].rows, True, i, cat_id(cat)) for i, cat in enumerate(DEVICE_WORK)},
         }
-        """Category -> (kind, its rows, linked by correlation, the device work's KEPT_ARGS index)."""
+        """Category -> (kind, its rows, linked by correlation, the device work's KEPT_ARGS index, its id)."""
         self._kept_device = [KEPT_ARGS[cat] for cat in DEVICE_WORK]
 
     def add(self, e: Any) -> None:
@@ -320,7 +322,7 @@ class TraceBuilder:
         kept event (millions of iterations: everything a local, every lookup a dict's)."""
         kinds, steps, kernel_devices = self._kinds, self._steps, self.kernel_devices
         names, cats, values, arg_table, exts = self._strings
-        name_ids, cat_ids, value_ids = names.ids, cats.ids, values.ids
+        name_ids, value_ids = names.ids, values.ids
         user_frame, name_args, kept_device = self._user_frame, self._name_args, self._kept_device
         flows = self._flows.rows
         complete, n = 0, 0
@@ -341,9 +343,13 @@ class TraceBuilder:
                         flows.append((float(e.get("ts", 0)), pid_id, tid_id, ident if ident.__class__ is int and
                                       -_BIG < ident < _BIG else ext_code(ident, self._flow_ids)))
                     continue
-                if "ts" not in e or "dur" not in e:
+                ts, dur = e.get("ts"), e.get("dur")
+                if ts is None or dur is None:
+                    if "ts" in e and "dur" in e:  # a null time: the error float() gives it
+                        float(ts)
+                        float(dur)
                     continue
-                ts, dur = float(e["ts"]), float(e["dur"])
+                ts, dur = float(ts), float(dur)
                 complete += 1
                 cat = e.get("cat", "")
                 if cat.__class__ is not str:
@@ -351,7 +357,7 @@ class TraceBuilder:
                 kind = kinds.get(cat)
                 if kind is None:
                     continue
-                which, rows, linked, device_args = kind
+                which, rows, linked, device_args, cid = kind
                 name = e.get("name", "")
                 if name.__class__ is not str:
                     name = str(name)
@@ -387,15 +393,16 @@ class TraceBuilder:
                             kept = name_args[nid] = _host_args(name)
                         if kept is _MATMUL_ARGS:
                             external = args.get("External id")
-                    if kept:
-                        small = {k: args[k] for k in kept if k in args}
-                        if small:
-                            a = _intern_args(arg_table, small)
+                    small = None
+                    for k in kept:
+                        if k in args:
+                            if small is None:
+                                small = {}
+                            small[k] = args[k]
+                    if small is not None:
+                        a = _intern_args(arg_table, small)
                 if linked and correlation is None:
                     self._uncorrelated = True
-                cid = cat_ids.get(cat)
-                if cid is None:
-                    cid = cats.id(cat)
                 pid, tid = e.get("pid"), e.get("tid")
                 pid_id = value_ids.get(pid)
                 if pid_id is None:
@@ -405,7 +412,8 @@ class TraceBuilder:
                     tid_id = values.id(tid)
                 rows.append((ts, dur, nid, cid, pid_id, tid_id,
                              correlation if correlation is not None and -_BIG < correlation < _BIG else NONE,
-                             external if external.__class__ is int and -_BIG < external < _BIG else ext_code(external, exts), a))
+                             NONE if external is None else external if external.__class__ is int and -_BIG < external < _BIG
+                             else ext_code(external, exts), a))
         except (TypeError, ValueError, KeyError) as exc:
             raise BadEvent(n, exc) from exc
         finally:
@@ -446,17 +454,15 @@ class TraceBuilder:
 
 
 def _intern_args(table: Strings, small: dict[str, Any]) -> int:
-    """One id for equal kept args ("Input Dims" of every matmul of a layer repeat): the first dict is kept."""
-    try:
-        key = tuple((k, _freeze(v)) for k, v in small.items())
-        i = table.ids.get(key)
-        if i is None:
-            i = table.id(key)
-            table.values[i] = small
-        return i
-    except TypeError:  # an unhashable leaf (a dict): kept as it is
-        table.values.append(small)
-        return len(table.values) - 1
+    """One id for equal kept args ("Input Dims" of every matmul of a layer repeat): the first dict is kept. The key
+    is the dict's repr: JSON values are equal exactly when their reprs are (1 and 1.0 and true apart, NaN apart
+    from null), and repr is C, where a recursive freeze to tuples was a Python call per nested list."""
+    key = repr(small)
+    i = table.ids.get(key)
+    if i is None:
+        i = table.id(key)
+        table.values[i] = small
+    return i
 
 
 def _launch_rows(runtime_corr: np.ndarray, device_corr: np.ndarray) -> np.ndarray:
