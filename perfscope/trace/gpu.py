@@ -10,6 +10,7 @@ work's columns (perfscope.trace.table): a trace of a few LLM steps has millions 
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -30,8 +31,6 @@ from perfscope.trace.intervals import (
 from perfscope.trace.sync import enclosing, op_name
 from perfscope.trace.table import EventColumns
 from perfscope.trace.window import Window
-
-import re  # noqa: E402,I001
 
 RUNTIME_LAUNCH = re.compile(r"cudaLaunchKernel|cuLaunchKernel|cudaLaunchCooperativeKernel|cudaGraphLaunch", re.I)
 LAUNCH_BOUND_KERNELS, LAUNCH_BOUND_MEDIAN_US = 200, 20.0
@@ -89,7 +88,8 @@ def gpu_timeline(trace: Trace, w: Window, gaps: IdleGaps, *, data: list[Span], b
     per_step = {k: v / w.steps / 1e6 for k, v in idle.items()}
     return GpuTimeline(
         busy_fraction=min(1.0, busy_us / total), idle_fraction=max(0.0, 1.0 - busy_us / total), busy_s=busy_us / w.steps / 1e6,
-        idle=IdleBreakdown(data_wait_s=per_step["data_wait"], sync_s=per_step["sync"], host_s=per_step["host"], other_s=per_step["other"]),
+        idle=IdleBreakdown(data_wait_s=per_step["data_wait"], sync_s=per_step["sync"], host_s=per_step["host"],
+                           other_s=per_step["other"]),
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from perfscope.results.trace_facts import GemmShape, KernelFacts, LaunchFacts
+from perfscope.results.trace_facts import GemmShape, KernelFacts, KernelStat, LaunchFacts
 from perfscope.trace.categories import categorize
 from perfscope.trace.events import GEMM_OPS, Event, Trace, event_at
 from perfscope.trace.gpu import LAUNCH_BOUND_KERNELS, LAUNCH_BOUND_MEDIAN_US
@@ -26,7 +26,6 @@ from perfscope.trace.intervals import Span
 from perfscope.trace.kernels import per_step
 from perfscope.trace.table import NONE
 from perfscope.trace.window import Window
-from perfscope.results.trace_facts import KernelStat
 
 
 def cpu_op_facts(trace: Trace, w: Window, data: list[Span] | None = None) -> tuple[KernelFacts, LaunchFacts]:

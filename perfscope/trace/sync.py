@@ -69,7 +69,8 @@ def blocked_spans(trace: Trace, w: Window) -> list[Span]:
     return merge(clip(spans, w.bounds))
 
 
-def _call_contexts(trace: Trace, rows: np.ndarray, calls: list[Event]) -> list[tuple[Event, list[Event], list[Event], list[Event]]]:
+def _call_contexts(trace: Trace, rows: np.ndarray,
+                   calls: list[Event]) -> list[tuple[Event, list[Event], list[Event], list[Event]]]:
     """Each call with the cpu ops, the record_function labels and the Python frames enclosing it on its thread,
     outermost first."""
     runtime = trace.columns("runtime")
