@@ -45,7 +45,7 @@ import numpy as np
 
 from perfscope.trace.intervals import Span
 from perfscope.trace.reader import BadEvent
-from perfscope.trace.table import FLUSH, NONE, EventColumns, Grower, Strings, ext_code
+from perfscope.trace.table import FLUSH, NONE, EventColumns, Grower, Strings, columns_of, ext_code
 
 HOST_ANNOTATIONS = ("user_annotation", "cpu_op")
 """Categories a ProfilerStep#N or record_function span is read from (cpu_op: torch versions before ~1.13)."""
@@ -152,7 +152,7 @@ class Trace:
         cached = self._built.get(kind)
         if cached is not None and cached[0] == id(rows) and cached[1] == len(rows):
             return cached[2]
-        table = _columns_of(rows, kind == "device", self._shared())
+        table = columns_of(rows, device=kind == "device", shared=self._shared())
         self._built[kind] = (id(rows), len(rows), table)
         return table
 
@@ -218,35 +218,6 @@ def event_at(t: EventColumns, i: int) -> Event:
     return Event(t.names[t.name[i]], t.cats[t.cat[i]], float(t.ts[i]), float(t.dur[i]), t.values[t.pid[i]],
                  t.values[t.tid[i]], t.arg_table[a] if a >= 0 else _NO_ARGS, None if corr == NONE else corr,
                  t.ext_value(i))
-
-
-def _columns_of(rows: list[Any], device: bool, shared: tuple[Strings, ...]) -> EventColumns:
-    """Columns of Event (or DeviceWork) lists: a trace built by hand."""
-    names, cats, values, args, exts = shared
-    grower = Grower()
-    launches: list[tuple[float, float, int, int, int]] = []
-    for row in rows:
-        e = row.event if device else row
-        a = -1
-        if e.args:
-            try:
-                a = args.id(tuple((k, _freeze(v)) for k, v in e.args.items()))
-            except TypeError:
-                a = args.id(object())
-            args.values[a] = e.args
-        grower.rows.append((e.ts, e.dur, names.id(e.name), cats.id(e.cat), values.id(e.pid), values.id(e.tid),
-                            NONE if e.correlation is None else e.correlation, ext_code(e.external_id, exts), a))
-        if device:
-            x = row.launch
-            launches.append((np.nan, np.nan, -1, -1, -1) if x is None else
-                            (x.ts, x.dur, values.id(x.pid), values.id(x.tid), names.id(x.name)))
-    cols = grower.columns()
-    if device:
-        for k, (key, dtype) in enumerate((("launch_ts", np.float64), ("launch_dur", np.float64), ("launch_pid", np.int32),
-                                          ("launch_tid", np.int32), ("launch_name", np.int32))):
-            cols[key] = np.array([x[k] for x in launches], dtype=dtype)
-    return EventColumns(cols, names=names.values, cats=cats.values, values=values.values, args=args.values,
-                        exts=exts.values)
 
 
 def read_trace(path: Path) -> Trace:
@@ -494,7 +465,3 @@ def _host_args(name: str) -> tuple[str, ...]:
 
 
 _MATMUL_ARGS = ("Input Dims", "Input type")
-
-
-def _freeze(value: Any) -> Any:
-    return tuple(_freeze(v) for v in value) if value.__class__ is list else value

@@ -168,3 +168,36 @@ def ext_code(value: Any, exts: Strings) -> int:
     if value.__class__ is int and -(1 << 62) < value < (1 << 62):
         return value
     return NONE + 1 + exts.id(value)
+
+
+def columns_of(rows: list[Any], *, device: bool, shared: tuple[Strings, ...]) -> EventColumns:
+    """Columns of perfscope.trace.events Event (or, ``device``, DeviceWork) lists: a trace built by hand."""
+    names, cats, values, args, exts = shared
+    grower = Grower()
+    launches: list[tuple[float, float, int, int, int]] = []
+    for row in rows:
+        e = row.event if device else row
+        a = -1
+        if e.args:
+            try:
+                a = args.id(tuple((k, _freeze(v)) for k, v in e.args.items()))
+            except TypeError:
+                a = args.id(object())
+            args.values[a] = e.args
+        grower.rows.append((e.ts, e.dur, names.id(e.name), cats.id(e.cat), values.id(e.pid), values.id(e.tid),
+                            NONE if e.correlation is None else e.correlation, ext_code(e.external_id, exts), a))
+        if device:
+            x = row.launch
+            launches.append((np.nan, np.nan, -1, -1, -1) if x is None else
+                            (x.ts, x.dur, values.id(x.pid), values.id(x.tid), names.id(x.name)))
+    cols = grower.columns()
+    if device:
+        for k, (key, dtype) in enumerate((("launch_ts", np.float64), ("launch_dur", np.float64), ("launch_pid", np.int32),
+                                          ("launch_tid", np.int32), ("launch_name", np.int32))):
+            cols[key] = np.array([x[k] for x in launches], dtype=dtype)
+    return EventColumns(cols, names=names.values, cats=cats.values, values=values.values, args=args.values,
+                        exts=exts.values)
+
+
+def _freeze(value: Any) -> Any:
+    return tuple(_freeze(v) for v in value) if value.__class__ is list else value
