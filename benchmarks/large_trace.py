@@ -13,6 +13,8 @@ down; its peak RSS is the child's own ru_maxrss (os.wait4), its CPU time user + 
 - perfscope (old reader): the same command from the commit before the streaming reader (--old-commit, unpacked from
   git into the temporary folder), which json.load-ed the whole file.
 - HTA: `TraceAnalysis(trace_dir=...)` (HolisticTraceAnalysis), which parses the trace into pandas frames.
+- perfscope (reader + facts, no torch): read_trace, trace_facts, communication_facts in a process that does not
+  import perfscope's package __init__ (and so no torch): the reader's and analyzers' own cost (--reader-only-gb).
 - A folder of --ranks rank traces of --rank-mb each (distributedInfo ranks, one straggler), read by perfscope (new).
 """
 
@@ -40,6 +42,25 @@ from benchmarks.synthetic_trace import write_trace  # noqa: E402
 OLD_COMMIT = "613d712"
 """The last commit whose `perfscope trace` read a file with json.load."""
 HTA_SCRIPT = "import sys; from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir=sys.argv[1])"
+READER_SCRIPT = """
+import sys, types
+from pathlib import Path
+package = types.ModuleType("perfscope")  # perfscope/__init__ imports the hooks, and so torch: not this
+package.__path__ = [str(Path(sys.argv[1]) / "perfscope")]
+sys.modules["perfscope"] = package
+from perfscope.trace.communication import communication_facts, exposed_collective_by_step
+from perfscope.trace.events import paused_gc, read_trace
+from perfscope.trace.facts import trace_facts
+path = Path(sys.argv[2])
+trace = read_trace(path)
+with paused_gc():
+    trace_facts(path, device_type="cuda", steps=1, trace=trace)
+    communication_facts(path, rank=0, device_type="cuda", steps=1, world_size=8, trace=trace)
+    exposed_collective_by_step(trace, device_type="cuda")
+assert "torch" not in sys.modules
+"""
+"""The reader and the analyzers alone (what `perfscope trace` runs per rank), in a process that imports no torch:
+their own cost, told apart from the import cost of the command."""
 
 
 @dataclass
@@ -103,6 +124,8 @@ def main() -> None:
     ap.add_argument("--gb", type=float, default=2.0, help="size of the large trace (uncompressed JSON), GB")
     ap.add_argument("--old-gb", type=float, nargs="*", default=[0.25, 1.0], help="sizes for the old reader")
     ap.add_argument("--hta-gb", type=float, nargs="*", default=[0.05, 0.25], help="sizes for HTA")
+    ap.add_argument("--reader-gb", type=float, nargs="*", default=[2.0],
+                    help="sizes for the reader and analyzers alone, without torch")
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--rank-mb", type=float, default=30.0)
     ap.add_argument("--gzip", action="store_true", help="write the traces gzip'ed (.json.gz)")
@@ -150,6 +173,10 @@ def main() -> None:
             for gb in gbs:
                 path = trace_file(gb)
                 perfscope(env_new, "perfscope (new)", path)
+                if gb in args.reader_gb:
+                    runs.append(measure("perfscope (reader + facts, no torch)", _size(path),
+                                        [python, "-c", READER_SCRIPT, str(ROOT), str(path)], env=env_new,
+                                        cap_gb=args.cap_gb, timeout=args.timeout, log=tmp / f"reader_{gb:g}.log"))
                 if gb in args.old_gb:
                     perfscope(env_old, "perfscope (old reader)", path)
                 if gb in args.hta_gb:
@@ -180,7 +207,7 @@ def main() -> None:
             shutil.rmtree(folder)
             if args.out:
                 args.out.write_text(_report(args, runs, load_before, os.getloadavg()))
-        sizes(sorted({*args.old_gb, *args.hta_gb} - {args.gb}))
+        sizes(sorted({*args.old_gb, *args.hta_gb, *args.reader_gb} - {args.gb}))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     report = _report(args, runs, load_before, os.getloadavg())

@@ -13,11 +13,14 @@ The modules, in the order a trace flows through them:
 
     capture.py      the bounded torch.profiler window
     export.py       the file kept: its own folder, training-step labels, distributedInfo (HTA, Perfetto)
-    reader.py       the file streamed one event at a time, every bad input one line with file and position
-    events.py       the trace read once into lean records: host-side annotations only, device work linked to its launch
-    intervals.py    merge / clip / gaps / subtract on (start, end) spans
+    reader.py       the file streamed in parsed batches, every bad input one line with file and position
+    events.py       the trace read once: host-side annotations only, device work linked to its launch
+    table.py        its events as numpy columns, one table per kind (what the analyzers read)
+    intervals.py    merge / clip / gaps / subtract on (start, end) spans, as lists and as numpy columns
     categories.py   kernel and op names -> categories; does a GEMM kernel run on tensor cores
-    facts.py        one analyzer per fact family, and trace_facts() composing them
+    facts.py        trace_facts() composing one analyzer per fact family: window.py (the profiled steps, data
+                    wait), sync.py, gpu.py (timeline, idle gaps, launch-bound), kernels.py, host_ops.py (CPU op
+                    times, GEMM shapes)
     communication.py  collectives against compute on one rank (exposed time, overlap, bus bandwidth)
 
 How each GPU fact is decided is in facts.py's docstring; docs/gpu-verification.md lists what has been

@@ -44,7 +44,6 @@ from pathlib import Path
 
 from perfscope.hardware import bus_bandwidth_gbps
 from perfscope.results.distributed import CollectiveStat, CommunicationFacts
-from perfscope.trace.categories import categorize
 from perfscope.trace.events import COMM_NAMESPACES, GLOO_PREFIX, Event, Trace, read_trace
 from perfscope.trace.facts import Window, data_spans, window
 from perfscope.trace.intervals import Span, clip, length, merge, subtract
@@ -138,15 +137,10 @@ def _host_spans(trace: Trace, w: Window) -> tuple[list[tuple[str, Event]], list[
 
 def _device_spans(trace: Trace, w: Window) -> tuple[list[tuple[str, Event]], list[Span], list[Span]]:
     """CUDA: (NCCL kernels (op, event), their spans, other device work's spans), for the work the window issued."""
-    runs, compute = [], []
-    for x in trace.device:
-        if not w.contains(x.issued):
-            continue
-        if x.event.cat == "kernel" and categorize(x.event.name) == "communication":
-            runs.append((collective_op(x.event.name) or "other", x.event))
-        else:
-            compute.append(x.event.span)
-    return runs, merge([e.span for _, e in runs]), merge(compute)
+    from perfscope.trace.kernels import collective_spans  # numpy over the device table's columns
+
+    runs, collective, compute = collective_spans(trace, w)
+    return [(collective_op(e.name) or "other", e) for e in runs], collective, compute
 
 
 def communication_facts(trace_path: Path, *, rank: int, device_type: str, steps: int, world_size: int,
@@ -159,7 +153,7 @@ def communication_facts(trace_path: Path, *, rank: int, device_type: str, steps:
     trace = trace if trace is not None else read_trace(Path(trace_path))
     w = window(trace, steps)
     notes = [] if trace.steps else [f"no ProfilerStep#N spans in the trace: its whole span was taken as {w.steps} steps"]
-    on_device = device_type == "cuda" and any(w.contains(x.issued) for x in trace.device)
+    on_device = device_type == "cuda" and bool(len(trace.issued(*w.bounds)))
     if on_device:
         runs, collective, compute = _device_spans(trace, w)
         source = "NCCL kernels against the other device work"
@@ -194,7 +188,7 @@ def exposed_collective_by_step(trace: Trace, *, device_type: str) -> list[float]
     out = []
     for span in trace.steps:
         w = Window(spans=[span], steps=1)
-        on_device = device_type == "cuda" and any(w.contains(x.issued) for x in trace.device)
+        on_device = device_type == "cuda" and bool(len(trace.issued(*w.bounds)))
         _, collective, compute = (_device_spans if on_device else _host_spans)(trace, w)
         data = data_spans(trace, w)
         out.append(length(subtract(collective, subtract(compute, data) + data)) / 1e6)

@@ -2,7 +2,8 @@
 
     trace = read_trace(Path("trace/rank0.json.gz"))
     trace.steps                       # host-side ProfilerStep#N spans, in order
-    for work in trace.device:         # kernels, memcpys, memsets
+    t = trace.columns("device")       # numpy columns: t.ts, t.dur, t.name (ids into t.names), t.launch_ts, ...
+    for work in trace.device:         # the same as objects, made on demand: kernels, memcpys, memsets
         work.event.name, work.launch  # the runtime call that launched it (None when the trace does not say)
 
 Why a layer of its own: every trace fact needs the same three decisions, and each was a bug when made
@@ -18,28 +19,33 @@ ad hoc.
 - `cuda_sync` events ("Stream Sync" on the GPU row) record a host synchronization, not GPU work: they are
   never device busy time.
 
-Why events are kept lean: a trace of a few LLM steps is millions of events (1-4 GB of JSON), streamed by
-perfscope.trace.reader one at a time into a TraceBuilder that keeps only what some fact reads. An event kept is a
-slotted record whose name, category, pid and tid are shared strings; its args hold only the keys in KEPT_ARGS (shapes
-only on the matmul and collective ops that are sized by them), the correlation id is a field, Python frames are kept
-only where they are the user's own (the only ones a fact names), ac2g flows are packed arrays read only when an event
-lacks its correlation arg, and every other event (flows of other kinds, metadata, instants, GPU copies of annotations)
-is dropped as it is read.
+Why events are kept as columns: a trace of a few LLM steps is millions of events (1-4 GB of JSON), streamed by
+perfscope.trace.reader a parsed batch at a time into a TraceBuilder that keeps only what some fact reads, as one
+row tuple per kept event turned into numpy columns every 65536 rows (perfscope.trace.table: ~60 bytes a row, where a
+Python record per event was ~250). Names, categories, pids and tids are interned ids; args hold only the keys in
+KEPT_ARGS (shapes only on the matmul and collective ops that are sized by them), interned too (a layer's matmuls
+repeat their shapes); Python frames are kept only where they are the user's own (the only ones a fact names); ac2g
+flows are packed columns read only when an event lacks its correlation arg; every other event (flows of other
+kinds, metadata, instants, GPU copies of annotations) is dropped as it is read. The analyzers read the columns
+(trace.columns(kind)); Event lists (trace.cpu_ops, trace.device, ...) are made from them only when asked for.
 """
 
 from __future__ import annotations
 
 import gc
 import re
-from array import array
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from perfscope.trace.intervals import Span
+from perfscope.trace.reader import BadEvent
+from perfscope.trace.table import FLUSH, NONE, EventColumns, Grower, Strings, columns_of, ext_code
 
 HOST_ANNOTATIONS = ("user_annotation", "cpu_op")
 """Categories a ProfilerStep#N or record_function span is read from (cpu_op: torch versions before ~1.13)."""
@@ -110,25 +116,108 @@ class DeviceWork:
         return self.launch.ts if self.launch is not None else self.event.ts
 
 
-@dataclass(kw_only=True)
+KINDS = ("cpu_ops", "annotations", "runtime", "python", "device")
+"""The tables of a Trace (perfscope.trace.table): host ops, host record_function spans, runtime calls, the user's
+Python frames, device work."""
+
+
 class Trace:
-    steps: list[Span] = field(default_factory=list)
-    """Host-side ProfilerStep#N spans, sorted."""
-    annotations: list[Event] = field(default_factory=list)
+    """The kept events, as columns (``columns(kind)``, what the analyzers read) and, on demand, as Event lists
+    (``cpu_ops``, ``device``, ...: made from the columns when first asked for; a trace built by hand from lists is
+    turned into columns instead)."""
+
+    def __init__(self, *, steps: list[Span] | None = None, complete_events: int = 0,
+                 kernel_devices: Counter[int] | None = None, tables: dict[str, EventColumns] | None = None,
+                 **lists: list[Any]) -> None:
+        self.steps: list[Span] = steps if steps is not None else []
+        """Host-side ProfilerStep#N spans, sorted."""
+        self.complete_events = complete_events
+        """Complete ("X") events with a start and a duration in the file, kept or not."""
+        self.kernel_devices: Counter[int] = kernel_devices if kernel_devices is not None else Counter()
+        """Kernels by their "device" arg (a device index): which GPU of the host the rank ran on."""
+        self._tables = tables
+        self._lists: dict[str, list[Any]] = {}
+        self._built: dict[str, tuple[int, int, EventColumns]] = {}
+        self._strings: tuple[Strings, Strings, Strings, Strings, Strings] | None = None
+        for kind, value in lists.items():
+            if kind not in KINDS:
+                raise TypeError(f"Trace() got an unexpected keyword argument {kind!r}")
+            setattr(self, kind, value)
+
+    def columns(self, kind: str) -> EventColumns:
+        """One kind's events as columns (device work sorted by start, with its launch call's columns)."""
+        if self._tables is not None:
+            return self._tables[kind]
+        rows = self._list(kind)
+        cached = self._built.get(kind)
+        if cached is not None and cached[0] == id(rows) and cached[1] == len(rows):
+            return cached[2]
+        table = columns_of(rows, device=kind == "device", shared=self._shared())
+        self._built[kind] = (id(rows), len(rows), table)
+        return table
+
+    def _shared(self) -> tuple[Strings, Strings, Strings, Strings, Strings]:
+        if self._strings is None:
+            self._strings = (Strings(), Strings(), Strings(), Strings(), Strings())
+        return self._strings
+
+    def _list(self, kind: str) -> list[Any]:
+        rows = self._lists.get(kind)
+        if rows is None:
+            rows = self._lists[kind] = _events_of(self, kind) if self._tables is not None else []
+        return rows
+
+    def _set(self, kind: str, rows: list[Any]) -> None:
+        if self._tables is not None:  # the lists become what the trace is
+            for other in KINDS:
+                self._list(other)
+            self._tables = None
+        self._lists[kind] = rows
+
+    cpu_ops = property(lambda self: self._list("cpu_ops"), lambda self, v: self._set("cpu_ops", v))
+    annotations = property(lambda self: self._list("annotations"), lambda self, v: self._set("annotations", v))
     """Host-side record_function spans (user_annotation), ProfilerStep#N excluded."""
-    cpu_ops: list[Event] = field(default_factory=list)
-    runtime: list[Event] = field(default_factory=list)
-    python: list[Event] = field(default_factory=list)
+    runtime = property(lambda self: self._list("runtime"), lambda self, v: self._set("runtime", v))
+    python = property(lambda self: self._list("python"), lambda self, v: self._set("python", v))
     """The user's own Python frames (is_user_frame), when the trace was recorded with stacks."""
-    device: list[DeviceWork] = field(default_factory=list)
-    """Sorted by start time."""
-    complete_events: int = 0
-    """Complete ("X") events with a start and a duration in the file, kept or not."""
-    kernel_devices: Counter[int] = field(default_factory=Counter)
-    """Kernels by their "device" arg (a device index): which GPU of the host the rank ran on."""
+    device = property(lambda self: self._list("device"), lambda self, v: self._set("device", v))
+    """DeviceWork, sorted by start time."""
 
     def labelled(self, name: str) -> list[Span]:
         return [e.span for e in self.annotations if e.name == name]
+
+    def issued(self, lo: float, hi: float) -> np.ndarray:
+        """Rows of the device table whose work was issued in [lo, hi]: its launch call's start, else its own."""
+        t = self.columns("device")
+        issued = np.where(t.linked, t.launch_ts, t.ts)
+        return np.flatnonzero((issued >= lo) & (issued <= hi))
+
+    def events(self, kind: str, rows: np.ndarray) -> list[Event]:
+        """The given rows of a table as Event objects (device work: its Event, not the DeviceWork)."""
+        t = self.columns(kind)
+        return [event_at(t, i) for i in rows.tolist()]
+
+    def has_kernels(self) -> bool:
+        t = self.columns("device")
+        return bool(len(t)) and bool(t.by_cat("kernel").any())
+
+
+def _events_of(trace: Trace, kind: str) -> list[Any]:
+    """Event objects of a columnar trace's table (DeviceWork for device work, its launch from the runtime list)."""
+    t = trace.columns(kind)
+    out = [event_at(t, i) for i in range(len(t))]
+    if kind != "device":
+        return out
+    runtime = trace.runtime
+    return [DeviceWork(e, runtime[j] if j >= 0 else None) for e, j in zip(out, t.launch.tolist())]
+
+
+def event_at(t: EventColumns, i: int) -> Event:
+    """Row ``i`` of a table as an Event."""
+    corr, a = int(t.corr[i]), int(t.args[i])
+    return Event(t.names[t.name[i]], t.cats[t.cat[i]], float(t.ts[i]), float(t.dur[i]), t.values[t.pid[i]],
+                 t.values[t.tid[i]], t.arg_table[a] if a >= 0 else _NO_ARGS, None if corr == NONE else corr,
+                 t.ext_value(i))
 
 
 def read_trace(path: Path) -> Trace:
@@ -137,14 +226,14 @@ def read_trace(path: Path) -> Trace:
 
     builder = TraceBuilder()
     with paused_gc():
-        stream_trace(Path(path), builder.add)
+        stream_trace(Path(path), builder.add, on_batch=builder.add_batch)
         return builder.finish()
 
 
 @contextmanager
 def paused_gc() -> Iterator[None]:
-    """The cyclic garbage collector off while millions of acyclic records are made: each of its full passes walks
-    every one of them (a tenth of the read time of a 50 MB trace, growing with the trace); refcounting frees them."""
+    """The cyclic garbage collector off while millions of objects are made: each of its full passes walks every
+    one of them; refcounting frees them."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -157,115 +246,211 @@ def paused_gc() -> Iterator[None]:
 def build_trace(raw: list[dict[str, Any]]) -> Trace:
     """The Trace of events already in memory (hand-built traces, tests)."""
     builder = TraceBuilder()
-    for e in raw:
-        builder.add(e)
+    builder.add_batch(raw)
     return builder.finish()
 
 
+_CPU, _ANNOTATION, _RUNTIME, _PYTHON, _DEVICE = range(5)
+_BIG = 1 << 62
+"""Ids (correlation, External id) within ±_BIG are kept as int64; others are interned (table.ext_code)."""
+
+
 class TraceBuilder:
-    """Events in, one at a time, in file order; finish() links device work to its launch and sorts."""
+    """Events in, a batch at a time, in file order, into columns; finish() links device work to its launch and sorts."""
 
     def __init__(self) -> None:
-        self.trace = Trace()
+        self.complete_events = 0
+        self.kernel_devices: Counter[int] = Counter()
         self._steps: dict[str, Span] = {}
-        self._device: list[Event] = []
-        self._shared: dict[Any, Any] = {}
-        self._flow_ts = array("d")
-        self._flow_ids: list[Any] = []
-        self._flow_where: list[tuple[Any, Any]] = []
+        self._strings = (Strings(), Strings(), Strings(), Strings(), Strings())  # names, cats, values, args, exts
+        self._growers = [Grower() for _ in KINDS]
+        self._flows = Grower(Grower.FLOWS)
+        self._flow_ids = Strings()
         self._uncorrelated = False
-        self._host_args: dict[str, tuple[str, ...]] = {}
-        self._shapes: dict[Any, Any] = {}
-        t = self.trace
-        self._kinds: dict[str, tuple[list[Event], tuple[str, ...] | None, bool]] = {
-            "cpu_op": (t.cpu_ops, None, False), "user_annotation": (t.annotations, None, False), PYTHON: (t.python, (), False),
-            **{cat: (t.runtime, (), True) for cat in RUNTIME},
-            **{cat: (self._device, KEPT_ARGS[cat], True) for cat in DEVICE_WORK},
+        self._name_args: dict[int, tuple[str, ...]] = {}
+        self._user_frame: dict[int, bool] = {}
+        g = self._growers
+        cat_id = self._strings[1].id
+        self._kinds: dict[str, tuple[int, list[Any], bool, int, int]] = {
+            "cpu_op": (_CPU, g[_CPU].rows, False, -1, cat_id("cpu_op")),
+            "user_annotation": (_ANNOTATION, g[_ANNOTATION].rows, False, -1, cat_id("user_annotation")),
+            PYTHON: (_PYTHON, g[_PYTHON].rows, False, -1, cat_id(PYTHON)),
+            **{cat: (_RUNTIME, g[_RUNTIME].rows, True, -1, cat_id(cat)) for cat in RUNTIME},
+            **{cat: (_DEVICE, g[_DEVICE].rows, True, i, cat_id(cat)) for i, cat in enumerate(DEVICE_WORK)},
         }
-        """Category -> (where its events go, the args kept (None: by op name), linked by correlation)."""
+        """Category -> (kind, its rows, linked by correlation, the device work's KEPT_ARGS index, its id)."""
+        self._kept_device = [KEPT_ARGS[cat] for cat in DEVICE_WORK]
 
     def add(self, e: Any) -> None:
-        """Keep what the facts read of one event (millions of calls: kept short, shared strings, positional)."""
-        if e.__class__ is not dict:
-            return
-        ph = e.get("ph")
-        if ph != "X":
-            if (ph == "s" or ph == "f") and e.get("cat") == "ac2g" and "id" in e:
-                share = self._shared.setdefault
-                pid, tid = e.get("pid"), e.get("tid")
-                self._flow_where.append((share(pid, pid), share(tid, tid)))
-                self._flow_ts.append(float(e.get("ts", 0)))
-                self._flow_ids.append(e["id"])
-            return
-        if "ts" not in e or "dur" not in e:
-            return
-        ts, dur = float(e["ts"]), float(e["dur"])
-        self.trace.complete_events += 1
-        cat = e.get("cat", "")
-        if cat.__class__ is not str:
-            cat = str(cat)
-        name = e.get("name", "")
-        if name.__class__ is not str:
-            name = str(name)
-        kind = self._kinds.get(cat)
-        if kind is None:
-            return
-        kept, names, linked = kind
-        if cat in HOST_ANNOTATIONS and name.startswith(STEP_PREFIX):
-            self._steps.setdefault(name, (ts, ts + dur))
-            return
-        if kept is self.trace.python and not is_user_frame(name):
-            return
-        args = e.get("args")
-        correlation = small = external = None
-        if args and args.__class__ is dict:
-            if linked:
-                correlation = args.get("correlation")
-                if correlation.__class__ is not int:
-                    correlation = None
-                external = args.get("External id")
-                if cat == "kernel":
-                    device = args.get("device")
-                    if device.__class__ is int and device >= 0:
-                        self.trace.kernel_devices[device] += 1
-            if names is None:
-                names = self._host_args.get(name)
-                if names is None:
-                    names = self._host_args[name] = _host_args(name)
-                if names is _MATMUL_ARGS:
-                    external = args.get("External id")
-            if names:
-                small = {k: self._frozen(args[k]) for k in names if k in args}
-        if linked and correlation is None:
-            self._uncorrelated = True
-        share = self._shared.setdefault
-        pid, tid = e.get("pid"), e.get("tid")
-        kept.append(Event(share(name, name), share(cat, cat), ts, dur, share(pid, pid), share(tid, tid),
-                          small or _NO_ARGS, correlation, external))
-
-    def _frozen(self, value: Any) -> Any:
-        """One shared object for equal shape lists ("Input Dims" of every matmul of a layer repeat; never mutated)."""
-        if value.__class__ is not list:
-            return value
+        """One event (the reader's per-event path, hand-built traces)."""
         try:
-            return self._shapes.setdefault(_freeze(value), value)
-        except TypeError:  # an unhashable leaf (a dict): kept as it is
-            return value
+            self.add_batch((e,))
+        except BadEvent as bad:
+            raise bad.cause from None
+
+    def add_batch(self, items: Any) -> None:
+        """Keep what the facts read of each event: the per-event work is field extraction into one row tuple per
+        kept event (millions of iterations: everything a local, every lookup a dict's)."""
+        kinds, steps, kernel_devices = self._kinds, self._steps, self.kernel_devices
+        names, cats, values, arg_table, exts = self._strings
+        name_ids, value_ids = names.ids, values.ids
+        user_frame, name_args, kept_device = self._user_frame, self._name_args, self._kept_device
+        flows = self._flows.rows
+        complete, n = 0, 0
+        try:
+            for n, e in enumerate(items):  # noqa: B007 (n: where an error was)
+                if e.__class__ is not dict:
+                    continue
+                ph = e.get("ph")
+                if ph != "X":
+                    if (ph == "s" or ph == "f") and e.get("cat") == "ac2g" and "id" in e:
+                        pid, tid, ident = e.get("pid"), e.get("tid"), e["id"]
+                        pid_id = value_ids.get(pid)
+                        if pid_id is None:
+                            pid_id = values.id(pid)
+                        tid_id = value_ids.get(tid)
+                        if tid_id is None:
+                            tid_id = values.id(tid)
+                        flows.append((float(e.get("ts", 0)), pid_id, tid_id, ident if ident.__class__ is int and
+                                      -_BIG < ident < _BIG else ext_code(ident, self._flow_ids)))
+                    continue
+                ts, dur = e.get("ts"), e.get("dur")
+                if ts is None or dur is None:
+                    if "ts" in e and "dur" in e:  # a null time: the error float() gives it
+                        float(ts)
+                        float(dur)
+                    continue
+                ts, dur = float(ts), float(dur)
+                complete += 1
+                cat = e.get("cat", "")
+                if cat.__class__ is not str:
+                    cat = str(cat)
+                kind = kinds.get(cat)
+                if kind is None:
+                    continue
+                which, rows, linked, device_args, cid = kind
+                name = e.get("name", "")
+                if name.__class__ is not str:
+                    name = str(name)
+                if which <= _ANNOTATION and name.startswith(STEP_PREFIX):
+                    steps.setdefault(name, (ts, ts + dur))
+                    continue
+                nid = name_ids.get(name)
+                if nid is None:
+                    nid = names.id(name)
+                if which == _PYTHON:
+                    user = user_frame.get(nid)
+                    if user is None:
+                        user = user_frame[nid] = is_user_frame(name)
+                    if not user:
+                        continue
+                args = e.get("args")
+                correlation = external = None
+                a = -1
+                if args and args.__class__ is dict:
+                    if linked:
+                        correlation = args.get("correlation")
+                        if correlation.__class__ is not int:
+                            correlation = None
+                        external = args.get("External id")
+                        if device_args == 0:
+                            device = args.get("device")
+                            if device.__class__ is int and device >= 0:
+                                kernel_devices[device] += 1
+                        kept = kept_device[device_args] if device_args >= 0 else ()
+                    else:
+                        kept = name_args.get(nid)
+                        if kept is None:
+                            kept = name_args[nid] = _host_args(name)
+                        if kept is _MATMUL_ARGS:
+                            external = args.get("External id")
+                    small = None
+                    for k in kept:
+                        if k in args:
+                            if small is None:
+                                small = {}
+                            small[k] = args[k]
+                    if small is not None:
+                        a = _intern_args(arg_table, small)
+                if linked and correlation is None:
+                    self._uncorrelated = True
+                pid, tid = e.get("pid"), e.get("tid")
+                pid_id = value_ids.get(pid)
+                if pid_id is None:
+                    pid_id = values.id(pid)
+                tid_id = value_ids.get(tid)
+                if tid_id is None:
+                    tid_id = values.id(tid)
+                rows.append((ts, dur, nid, cid, pid_id, tid_id,
+                             correlation if correlation is not None and -_BIG < correlation < _BIG else NONE,
+                             NONE if external is None else external if external.__class__ is int and -_BIG < external < _BIG
+                             else ext_code(external, exts), a))
+        except (TypeError, ValueError, KeyError) as exc:
+            raise BadEvent(n, exc) from exc
+        finally:
+            self.complete_events += complete
+        for grower in self._growers:
+            if len(grower.rows) >= FLUSH:
+                grower.flush()
+        if len(flows) >= FLUSH:
+            self._flows.flush()
 
     def finish(self) -> Trace:
-        trace = self.trace
-        trace.steps = sorted(self._steps.values())
-        flows: dict[tuple[Any, Any, float], Any] = {}
+        names, cats, values, args, exts = self._strings
+        shared = dict(names=names.values, cats=cats.values, values=values.values, args=args.values, exts=exts.values)
+        growers = dict(zip(KINDS, self._growers))
+        order = np.argsort(growers["device"].ts(), kind="stable")  # device work by start time
+        tables = {kind: EventColumns(g.columns(order if kind == "device" else None), **shared)  # type: ignore[arg-type]
+                  for kind, g in growers.items()}
+        runtime, device = tables["runtime"], tables["device"]
         if self._uncorrelated:  # (pid, tid, ts) of a flow end -> correlation id; a later flow wins, as json order
-            flows = {(*where, ts): ident for where, ts, ident in zip(self._flow_where, self._flow_ts, self._flow_ids)}
-        self._flow_where, self._flow_ts, self._flow_ids = [], array("d"), []
-        launches = {c: e for e in trace.runtime if (c := _correlation(e, flows)) is not None}
-        trace.device = sorted(
-            (DeviceWork(event=e, launch=launches.get(_correlation(e, flows))) for e in self._device),  # type: ignore[arg-type]
-            key=lambda w: w.event.ts,
-        )
-        self._device = []
-        return trace
+            flows = self._flows.columns()
+            ends = dict(zip(zip(flows["pid"].tolist(), flows["tid"].tolist(), flows["ts"].tolist()), flows["id"].tolist()))
+            for t in (runtime, device):
+                t.corr = t.corr.copy()  # a constant view is read-only
+                for i in np.flatnonzero(t.corr == NONE).tolist():
+                    t.corr[i] = ends.get((int(t.pid[i]), int(t.tid[i]), float(t.ts[i])), NONE)
+        self._flows = Grower(Grower.FLOWS)
+        launch = _launch_rows(runtime.corr, device.corr)
+        found = launch >= 0
+        pick = np.where(found, launch, 0)
+        for key, column, absent in (("launch_ts", runtime.ts, np.nan), ("launch_dur", runtime.dur, np.nan),
+                                    ("launch_pid", runtime.pid, -1), ("launch_tid", runtime.tid, -1),
+                                    ("launch_name", runtime.name, -1)):
+            setattr(device, key, np.where(found, column[pick], absent).astype(column.dtype) if len(column) else
+                    np.full(len(launch), absent, column.dtype))
+        device.launch = launch
+        return Trace(steps=sorted(self._steps.values()), complete_events=self.complete_events,
+                     kernel_devices=self.kernel_devices, tables=tables)
+
+
+def _intern_args(table: Strings, small: dict[str, Any]) -> int:
+    """One id for equal kept args ("Input Dims" of every matmul of a layer repeat): the first dict is kept. The key
+    is the dict's repr: JSON values are equal exactly when their reprs are (1 and 1.0 and true apart, NaN apart
+    from null), and repr is C, where a recursive freeze to tuples was a Python call per nested list."""
+    key = repr(small)
+    i = table.ids.get(key)
+    if i is None:
+        i = table.id(key)
+        table.values[i] = small
+    return i
+
+
+def _launch_rows(runtime_corr: np.ndarray, device_corr: np.ndarray) -> np.ndarray:
+    """For each device row, the runtime row with its correlation id (the last one, as a dict keeps it); -1: none."""
+    out = np.full(len(device_corr), -1, np.int64)
+    known = np.flatnonzero(runtime_corr != NONE)
+    if not len(known) or not len(device_corr):
+        return out
+    order = known[np.argsort(runtime_corr[known], kind="stable")]
+    keys = runtime_corr[order]
+    last = np.r_[keys[1:] != keys[:-1], True]  # the last of each run of equal ids: the latest in file order
+    keys, rows = keys[last], order[last]
+    j = np.searchsorted(keys, device_corr)
+    j = np.minimum(j, len(keys) - 1)
+    hit = (keys[j] == device_corr) & (device_corr != NONE)
+    out[hit] = rows[j[hit]]
+    return out
 
 
 def _host_args(name: str) -> tuple[str, ...]:
@@ -280,13 +465,3 @@ def _host_args(name: str) -> tuple[str, ...]:
 
 
 _MATMUL_ARGS = ("Input Dims", "Input type")
-
-
-def _freeze(value: Any) -> Any:
-    return tuple(_freeze(v) for v in value) if value.__class__ is list else value
-
-
-def _correlation(e: Event, flows: dict[tuple[Any, Any, float], Any]) -> int | None:
-    if e.correlation is not None:
-        return e.correlation
-    return flows.get((e.pid, e.tid, e.ts)) if flows else None

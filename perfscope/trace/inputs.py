@@ -123,7 +123,7 @@ def load_rank(file: Path, *, steps: int | None) -> RankTrace:
     """One trace file streamed into its events and metadata, checked; its rank is decided by assign_ranks."""
     builder = TraceBuilder()
     with paused_gc():
-        data = stream_trace(file, builder.add)
+        data = stream_trace(file, builder.add, on_batch=builder.add_batch)
         trace = builder.finish()
     if not trace.complete_events:
         raise UserError(f"{file}: a trace with no complete (\"X\") events: nothing ran in it")
@@ -163,8 +163,8 @@ def _device_of(trace: Trace, props: list[dict[str, Any]]) -> dict[str, Any]:
     return props[0]
 
 
-def _kernels(trace: Trace) -> list[Any]:
-    return [x for x in trace.device if x.event.cat == "kernel"]
+def _kernels(trace: Trace) -> bool:
+    return trace.has_kernels()
 
 
 def _distributed(data: dict[str, Any]) -> dict[str, Any]:

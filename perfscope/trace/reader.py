@@ -49,6 +49,14 @@ BATCH_FAILURES = 8
 """Batches that did not parse before a file is read one event at a time (a writer whose events nest "},{")."""
 
 
+class BadEvent(Exception):
+    """Raised by a batch callback: the item at ``index`` of the batch could not be read (``cause``: why)."""
+
+    def __init__(self, index: int, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.index, self.cause = index, cause
+
+
 class _Broken(Exception):
     """Where and why the JSON is broken: turned into the UserError naming the file."""
 
@@ -130,9 +138,13 @@ class _Buffer:
             return obj
 
 
-def stream_trace(path: Path, on_event: Callable[[Any], None]) -> dict[str, Any]:
+def stream_trace(path: Path, on_event: Callable[[Any], None],
+                 on_batch: Callable[[list[Any]], None] | None = None) -> dict[str, Any]:
     """Call ``on_event`` with each item of the trace's traceEvents (a bare top-level list is the events); return
-    the other top-level keys. UserError, naming the file, on anything that is not a readable trace."""
+    the other top-level keys. UserError, naming the file, on anything that is not a readable trace.
+
+    ``on_batch``: called instead with each parsed batch of items (a list, in file order; one Python call per ~1000
+    events rather than per event); it raises BadEvent(index, cause) for an item it cannot read."""
     path = Path(path)
     try:
         if path.stat().st_size == 0:
@@ -141,7 +153,7 @@ def stream_trace(path: Path, on_event: Callable[[Any], None]) -> dict[str, Any]:
         with opener(path, "rt", encoding="utf-8") as fh:  # type: ignore[operator]
             reader = _Buffer(fh)
             try:
-                return _top_level(path, reader, on_event)
+                return _top_level(path, reader, on_event, on_batch)
             except _Broken as exc:
                 line, column = reader.where(exc.pos)
                 raise UserError(f"{path}: not JSON ({exc.msg} at line {line}, column {column})") from None
@@ -157,10 +169,11 @@ def stream_trace(path: Path, on_event: Callable[[Any], None]) -> dict[str, Any]:
         raise UserError(f"{path}: cannot read it: {exc.strerror or exc}") from None
 
 
-def _top_level(path: Path, reader: _Buffer, on_event: Callable[[Any], None]) -> dict[str, Any]:
+def _top_level(path: Path, reader: _Buffer, on_event: Callable[[Any], None],
+               on_batch: Callable[[list[Any]], None] | None) -> dict[str, Any]:
     first = reader.peek()
     if first == "[":
-        _events(path, reader, on_event)
+        _events(path, reader, on_event, on_batch)
         _end(reader)
         return {}
     if first != "{":
@@ -178,7 +191,7 @@ def _top_level(path: Path, reader: _Buffer, on_event: Callable[[Any], None]) -> 
             key = reader.value()
             reader.expect(":", "':' delimiter")
             if key == "traceEvents" and reader.peek() == "[":
-                _events(path, reader, on_event)
+                _events(path, reader, on_event, on_batch)
                 streamed = True
             else:
                 metadata[key] = reader.value()
@@ -195,7 +208,8 @@ def _top_level(path: Path, reader: _Buffer, on_event: Callable[[Any], None]) -> 
     return metadata
 
 
-def _events(path: Path, reader: _Buffer, on_event: Callable[[Any], None]) -> None:
+def _events(path: Path, reader: _Buffer, on_event: Callable[[Any], None],
+            on_batch: Callable[[list[Any]], None] | None) -> None:
     """The traceEvents array, its opening bracket next: each item to ``on_event`` as soon as it is read."""
     reader.i += 1
     if reader.peek() == "]":
@@ -206,11 +220,11 @@ def _events(path: Path, reader: _Buffer, on_event: Callable[[Any], None]) -> Non
         if failures < BATCH_FAILURES:
             batch, cut = _batch(reader)
             if batch is not None:
-                _deliver(path, reader, batch, on_event)
+                _deliver(path, reader, batch, on_event, on_batch)
                 reader.i = cut + 2  # past the "},"
                 continue
             failures += cut >= 0
-        _deliver(path, reader, [reader.value()], on_event)
+        _deliver(path, reader, [reader.value()], on_event, on_batch)
         comma = _COMMA.match(reader.buf, reader.i)
         if comma is not None and comma.end() < len(reader.buf):  # the next event follows in the buffer
             reader.i = comma.end()
@@ -249,20 +263,31 @@ def _batch(reader: _Buffer) -> tuple[list[Any] | None, int]:
     return batch, cut
 
 
-def _deliver(path: Path, reader: _Buffer, items: list[Any], on_event: Callable[[Any], None]) -> None:
-    """Each item to ``on_event``; an item it cannot read is named by its line: the items of a batch before it are
-    stepped over again (without being delivered twice) to find where it ends."""
+def _deliver(path: Path, reader: _Buffer, items: list[Any], on_event: Callable[[Any], None],
+             on_batch: Callable[[list[Any]], None] | None) -> None:
+    """Each item to ``on_event`` (or the batch to ``on_batch``); an item it cannot read is named by its line: the
+    items of a batch before it are stepped over again (without being delivered twice) to find where it ends."""
+    if on_batch is not None:
+        try:
+            on_batch(items)
+        except BadEvent as bad:
+            _bad_item(path, reader, items, bad.index, bad.cause)
+        return
     for n, item in enumerate(items):
         try:
             on_event(item)
         except (TypeError, ValueError, KeyError) as exc:
-            if len(items) > 1:
-                for _ in range(n):
-                    reader.value()
-                    reader.expect(",", "',' delimiter")
-                reader.value()
-            line, _ = reader.where(reader.i)
-            raise UserError(f"{path}: a malformed trace event (at line {line}: {type(exc).__name__}: {exc})") from None
+            _bad_item(path, reader, items, n, exc)
+
+
+def _bad_item(path: Path, reader: _Buffer, items: list[Any], n: int, exc: Exception) -> None:
+    if len(items) > 1:
+        for _ in range(n):
+            reader.value()
+            reader.expect(",", "',' delimiter")
+        reader.value()
+    line, _ = reader.where(reader.i)
+    raise UserError(f"{path}: a malformed trace event (at line {line}: {type(exc).__name__}: {exc})") from None
 
 
 def _end(reader: _Buffer) -> None:
@@ -270,4 +295,4 @@ def _end(reader: _Buffer) -> None:
         raise _Broken("Extra data", reader.i)
 
 
-__all__ = ["stream_trace"]
+__all__ = ["BadEvent", "stream_trace"]

@@ -1,0 +1,188 @@
+"""Host ops: a CPU-only run's op self times (its launch-bound equivalent), and the hot matmuls by shape.
+
+    kernels, launch = cpu_op_facts(trace, w, data)            # op self time by category; dispatch-bound?
+    gemm_shapes(trace, w, on_device=True)                     # [GemmShape]: time per (op, m×k×n, dtype)
+
+On a CPU-only run the op times are self CPU times (ops inside the data spans, the Dataset's, left out), and the
+launch-bound equivalent is a step of ≥ 200 aten ops with a median self time < 20 µs spending at least half of
+its op time in such tiny ops (dispatch-bound). GEMM shape times are, on a GPU, the device time of the kernels each
+matmul op launched, found through the launch's correlation id and the op that encloses the launch on its thread
+(host op durations are microseconds of launch overhead on CUDA).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from perfscope.results.trace_facts import GemmShape, KernelFacts, KernelStat, LaunchFacts
+from perfscope.trace.categories import categorize
+from perfscope.trace.events import GEMM_OPS, Event, Trace, event_at
+from perfscope.trace.gpu import LAUNCH_BOUND_KERNELS, LAUNCH_BOUND_MEDIAN_US
+from perfscope.trace.intervals import Span
+from perfscope.trace.kernels import per_step
+from perfscope.trace.table import NONE
+from perfscope.trace.window import Window
+
+
+def cpu_op_facts(trace: Trace, w: Window, data: list[Span] | None = None) -> tuple[KernelFacts, LaunchFacts]:
+    """A CPU-only run: op self times by category, and the dispatch-bound equivalent of launch-bound.
+
+    Ops inside the data spans are the Dataset's (__getitem__ and collate run in the loop's next() without
+    workers): they are the data wait, not the step's compute, so they are left out."""
+    data = data or []
+    t = trace.columns("cpu_ops")
+    keep = w.mask(t.ts)
+    if data:
+        starts = np.array([s for s, _ in data])
+        ends = np.array([e for _, e in data])
+        i = np.searchsorted(starts, t.ts, side="right") - 1
+        keep &= ~((i >= 0) & (t.ts < ends[np.maximum(i, 0)]))
+    ops = [event_at(t, i) for i in np.flatnonzero(keep).tolist()]
+    self_time = _self_times(ops)
+    by_cat: dict[str, float] = defaultdict(float)
+    by_op: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for i, e in enumerate(ops):
+        s = max(self_time[i], 0.0)
+        by_cat[categorize(e.name)] += s
+        by_op[e.name][0] += s
+        by_op[e.name][1] += 1
+    aten_ops = [(e.name, max(self_time[i], 0.0)) for i, e in enumerate(ops) if e.name.startswith("aten::")]
+    aten = [s for _, s in aten_ops]
+    launch = LaunchFacts(
+        launch_bound=False,
+        kernels_per_step=len(aten) / w.steps,
+        median_kernel_us=statistics.median(aten) if aten else None,
+        tiny_op_time_fraction=_tiny_time_fraction(aten_ops),
+    )
+    launch.launch_bound = bool(
+        launch.kernels_per_step >= LAUNCH_BOUND_KERNELS
+        and (launch.median_kernel_us or 0) < LAUNCH_BOUND_MEDIAN_US
+        and (launch.tiny_op_time_fraction or 0) >= 0.5  # most op time in tiny ops, not in a few big matmuls
+    )
+    top = [KernelStat(name=name, time_s=s / w.steps / 1e6, count=c / w.steps, category=categorize(name))
+           for name, (s, c) in sorted(by_op.items(), key=lambda kv: -kv[1][0])[:15]]
+    return KernelFacts(source="cpu ops", time_by_category=per_step(by_cat, w), top=top), launch
+
+
+def _tiny_time_fraction(ops: list[tuple[str, float]]) -> float | None:
+    """Share of op time spent in ops whose typical self time is under the launch-bound threshold.
+
+    Typical = each op name's median self time × its calls: on a loaded CPU a few calls that were preempted
+    carry milliseconds of someone else's time, and a plain sum let them outweigh thousands of 1 µs ops (a
+    dispatch-bound MLP read 10% tiny under load, 57% quiet)."""
+    by_name: dict[str, list[float]] = defaultdict(list)
+    for name, t in ops:
+        by_name[name].append(t)
+    typical = {name: (statistics.median(ts), len(ts)) for name, ts in by_name.items()}
+    total = sum(m * n for m, n in typical.values())
+    if not total:
+        return None
+    return sum(m * n for m, n in typical.values() if m < LAUNCH_BOUND_MEDIAN_US) / total
+
+
+def _self_times(ops: list[Event]) -> dict[int, float]:
+    """Self time of each cpu_op (duration minus direct children on the same thread), by index in ``ops``."""
+    self_time = {i: e.dur for i, e in enumerate(ops)}
+    by_thread: dict[Any, list[int]] = defaultdict(list)
+    for i, e in enumerate(ops):
+        by_thread[(e.pid, e.tid)].append(i)
+    for indices in by_thread.values():
+        indices.sort(key=lambda i: (ops[i].ts, -ops[i].dur))
+        stack: list[int] = []
+        for i in indices:
+            while stack and ops[stack[-1]].end <= ops[i].ts:
+                stack.pop()
+            if stack:
+                self_time[stack[-1]] -= ops[i].dur
+            stack.append(i)
+    return self_time
+
+
+def gemm_shapes(trace: Trace, w: Window, *, on_device: bool) -> list[GemmShape]:
+    """Hot matmuls by (op, m×k×n, dtype) from recorded shapes, with their time per step: on a GPU the device
+    time of the kernels they launched, on CPU the op's own duration."""
+    t = trace.columns("cpu_ops")
+    ops = np.flatnonzero(t.by_name(lambda n: n in GEMM_OPS) & w.mask(t.ts))
+    times = _device_time_by_op(trace, ops) if on_device else t.dur[ops]
+    shapes: dict[tuple[int, int], Any] = {}
+    groups: dict[tuple[str, tuple[int, int, int], str], GemmShape] = {}
+    index: dict[tuple[str, tuple[int, int, int], str], int] = {}
+    of = np.full(len(ops), -1, np.int64)
+    for k, (n, a) in enumerate(zip(t.name[ops].tolist(), t.args[ops].tolist())):
+        mkn = shapes.get((n, a), False)
+        if mkn is False:
+            mkn = shapes[(n, a)] = _mkn(t.names[n], t.arg_table[a] if a >= 0 else {})
+        if mkn is None:
+            continue
+        key = (t.names[n], *mkn)
+        if key not in groups:
+            groups[key] = GemmShape(op=t.names[n], shape=list(mkn[0]), dtype=mkn[1], count=0.0, time_s=0.0,
+                                    time_source="kernels" if on_device else "cpu op")
+            index[key] = len(index)
+        of[k] = index[key]
+    found = of >= 0
+    counts = np.bincount(of[found], minlength=len(index))
+    seconds = np.bincount(of[found], weights=times[found] / 1e6, minlength=len(index))
+    for key, g in groups.items():
+        g.count, g.time_s = float(counts[index[key]]), float(seconds[index[key]])
+        multiple = 8 if any(s in g.dtype.lower() for s in ("half", "bfloat16", "bf16", "fp16")) else 4
+        g.misaligned = [name for name, v in zip("mkn", g.shape) if v % multiple]
+        g.count /= w.steps
+        g.time_s /= w.steps
+    return sorted(groups.values(), key=lambda g: -g.time_s)[:20]
+
+
+def _device_time_by_op(trace: Trace, ops: np.ndarray) -> np.ndarray:
+    """Device µs of the work each op launched (by position in ``ops``, rows of the op table): the op enclosing the
+    launch call on its thread; for work with no linked launch, the op with the same "External id" (torch ≥ 2.4
+    writes it)."""
+    t, device = trace.columns("cpu_ops"), trace.columns("device")
+    target = np.full(len(device), -1, np.int64)
+    if not len(ops) or not len(device):
+        return np.zeros(len(ops))
+    threads, launch_threads = t.thread()[ops], device.launch_thread()
+    linked = device.linked
+    for key in np.unique(threads).tolist():
+        mine = np.flatnonzero(threads == key)
+        s, e = t.ts[ops][mine], t.end[ops][mine]
+        order = np.lexsort((mine, e, s))
+        s, e, mine = s[order], e[order], mine[order]
+        work = np.flatnonzero(linked & (launch_threads == key))
+        j = np.searchsorted(s, device.launch_ts[work], side="right") - 1
+        ok = (j >= 0) & (e[np.maximum(j, 0)] >= device.launch_ts[work])
+        target[work[ok]] = mine[j[ok]]
+    ext = t.ext[ops]
+    has = np.flatnonzero(ext != NONE)
+    if len(has):
+        order = has[np.argsort(ext[has], kind="stable")]
+        keys = ext[order]
+        last = np.r_[keys[1:] != keys[:-1], True]  # the last op with an id, as a dict keeps it
+        keys, rows = keys[last], order[last]
+        work = np.flatnonzero(~linked & (device.ext != NONE))
+        j = np.minimum(np.searchsorted(keys, device.ext[work]), len(keys) - 1)
+        hit = keys[j] == device.ext[work]
+        target[work[hit]] = rows[j[hit]]
+    found = target >= 0
+    return np.bincount(target[found], weights=device.dur[found], minlength=len(ops))
+
+
+def _mkn(name: str, args: dict[str, Any]) -> tuple[tuple[int, int, int], str] | None:
+    """(m, k, n) and the dtype of a matmul op from its recorded inputs, read by position: addmm/baddbmm are
+    (bias, a, b, …), mm/bmm (a, b, …); the rest (beta, alpha, an `out=` buffer, as Inductor passes one) is not
+    an operand. m folds the leading dims of a (bmm: batch × rows)."""
+    dims = args.get("Input Dims") or []
+    types = list(args.get("Input type") or []) + [""] * len(dims)
+    first = 1 if name in ("aten::addmm", "aten::baddbmm") else 0
+    if len(dims) < first + 2:
+        return None
+    a, b = dims[first], dims[first + 1]
+    if not (isinstance(a, list) and isinstance(b, list) and len(a) >= 2 and len(b) >= 2):
+        return None
+    m = 1
+    for v in a[:-1]:
+        m *= int(v)
+    return (m, int(a[-1]), int(b[-1])), str(types[first])

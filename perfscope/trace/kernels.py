@@ -1,0 +1,110 @@
+"""Device work by kind: time by category and by kernel name, pageable copies, host↔device traffic.
+
+    kernel_facts(trace, work, w)      # KernelFacts: per-step device time by category, the top kernels
+    host_transfers(trace, work, w)    # HostTransfers: bytes each way, copy time, the share hidden under kernels
+
+``work``: the rows of the device table (perfscope.trace.table) that the window issued, in start order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfscope.results.trace_facts import HostTransfers, KernelFacts, KernelStat, PageableCopies
+from perfscope.trace.categories import categorize, gemm_on_tensor_cores
+from perfscope.trace.events import Event, Trace, event_at
+from perfscope.trace.intervals import SpanArray, length, merge, merge_arrays, overlap_arrays, seqsum
+from perfscope.trace.table import EventColumns
+from perfscope.trace.window import Window
+
+_COPY_CATEGORY = {"gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+
+
+def kernel_facts(trace: Trace, work: np.ndarray, w: Window) -> KernelFacts:
+    """Device time by category and by kernel name; the share of GEMM time in fp32 (non-tensor-core) kernels."""
+    t = trace.columns("device")
+    name, dur = t.name[work], t.dur[work]
+    used, inverse = np.unique((name.astype(np.int64) << 32) | t.cat[work].astype(np.int64), return_inverse=True)
+    labels: dict[str, int] = {}
+    cat_of, gemm, fp32 = [], [], []
+    for k in used.tolist():  # each distinct (name, category) once
+        n, c = t.names[k >> 32], t.cats[k & 0xFFFFFFFF]
+        category = _COPY_CATEGORY.get(c) or categorize(n)
+        cat_of.append(labels.setdefault(category, len(labels)))
+        gemm.append(category == "gemm" and c == "kernel")
+        fp32.append(gemm[-1] and gemm_on_tensor_cores(n) is False)
+    by_cat = _first_seen_sums(np.array(cat_of, np.int64)[inverse], dur, list(labels))
+    gemm_us = seqsum(dur[np.array(gemm, bool)[inverse]])
+    fp32_us = seqsum(dur[np.array(fp32, bool)[inverse]])
+    return KernelFacts(source="kernels", time_by_category=per_step(by_cat, w), top=top_names(t, name, dur, w),
+                       fp32_gemm_fraction=fp32_us / gemm_us if gemm_us else None)
+
+
+def _first_seen_sums(keys: np.ndarray, values: np.ndarray, labels: list[str]) -> dict[str, float]:
+    """{label: the sum of its values in order}, the labels in the order they first appear in ``keys``."""
+    if not len(keys):
+        return {}
+    _, first = np.unique(keys, return_index=True)
+    totals = np.bincount(keys, weights=values, minlength=len(labels))
+    return {labels[k]: float(totals[k]) for k in keys[np.sort(first)].tolist()}
+
+
+def top_names(t: EventColumns, name: np.ndarray, dur: np.ndarray, w: Window, n: int = 15) -> list[KernelStat]:
+    """The ``n`` names with the most time (ties: first seen first), per step."""
+    if not len(name):
+        return []
+    used, first, inverse = np.unique(name, return_index=True, return_inverse=True)
+    totals = np.bincount(inverse, weights=dur, minlength=len(used))
+    counts = np.bincount(inverse, minlength=len(used))
+    seen = np.argsort(first, kind="stable")
+    ranked = sorted(seen.tolist(), key=lambda k: -totals[k])[:n]
+    return [KernelStat(name=t.names[used[k]], time_s=float(totals[k]) / w.steps / 1e6, count=int(counts[k]) / w.steps,
+                       category=categorize(t.names[used[k]])) for k in ranked]
+
+
+def per_step(us_by_key: dict[str, float], w: Window) -> dict[str, float]:
+    return {k: v / w.steps / 1e6 for k, v in sorted(us_by_key.items(), key=lambda kv: -kv[1])}
+
+
+def _copies(trace: Trace, work: np.ndarray) -> list[Event]:
+    t = trace.columns("device")
+    return [event_at(t, i) for i in work[t.by_cat("gpu_memcpy")[work]].tolist()]
+
+
+def pageable_memcpy(trace: Trace, work: np.ndarray, w: Window) -> PageableCopies:
+    """Host-to-device copies from pageable memory: staged by the driver, blocking the host."""
+    pageable = [e for e in _copies(trace, work) if "Pageable" in e.name and "HtoD" in e.name]
+    return PageableCopies(
+        count=len(pageable) / w.steps,
+        bytes=sum(float(e.args.get("bytes", 0)) for e in pageable) / w.steps,
+        time_s=sum(e.dur for e in pageable) / w.steps / 1e6,
+    )
+
+
+def host_transfers(trace: Trace, work: np.ndarray, w: Window) -> HostTransfers:
+    """Every host↔device copy (pinned or pageable): bytes each way, device time, and the share of that time a
+    kernel ran beside it (copies overlapping compute cost no step time)."""
+    t = trace.columns("device")
+    copies = [e for e in _copies(trace, work) if "HtoD" in e.name or "DtoH" in e.name]
+    spans = merge([e.span for e in copies])
+    kernels = work[t.by_cat("kernel")[work]]
+    merged = merge_arrays(t.ts[kernels], t.end[kernels])
+    copy_us = length(spans)
+    hidden_us = sum(overlap_arrays(span, merged) for span in spans)
+    return HostTransfers(
+        h2d_bytes=sum(float(e.args.get("bytes", 0)) for e in copies if "HtoD" in e.name) / w.steps,
+        d2h_bytes=sum(float(e.args.get("bytes", 0)) for e in copies if "DtoH" in e.name) / w.steps,
+        time_s=copy_us / w.steps / 1e6,
+        overlapped_fraction=hidden_us / copy_us if copy_us > 0 else None,
+    )
+
+
+def collective_spans(trace: Trace, w: Window) -> tuple[list[Event], SpanArray, SpanArray]:
+    """CUDA: the NCCL kernels the window issued, their spans merged, and the other device work's spans merged
+    (perfscope.trace.communication's collectives against compute)."""
+    t = trace.columns("device")
+    rows = trace.issued(*w.bounds)
+    nccl = (t.by_cat("kernel") & t.by_name(lambda n: categorize(n) == "communication"))[rows]
+    runs, other = rows[nccl], rows[~nccl]
+    return (trace.events("device", runs), SpanArray(*merge_arrays(t.ts[runs], t.end[runs]), merged=True),
+            SpanArray(*merge_arrays(t.ts[other], t.end[other]), merged=True))

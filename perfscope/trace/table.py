@@ -1,0 +1,203 @@
+"""The kept events of a trace as numpy columns: one table per kind (cpu ops, annotations, runtime calls, Python
+frames, device work), filled in batches as the file streams.
+
+    t = trace.columns("device")       # EventColumns
+    t.ts, t.dur, t.end                # float64 µs, in file order (device work: sorted by start)
+    t.names[t.name]                   # interned strings: t.name is an int32 id into the trace's shared table
+    t.launch_ts                       # device work: the launch call's start (NaN when no launch is linked)
+
+Why columns: a trace of a few LLM steps is millions of events; a Python object per event costs ~250 bytes and a
+Python loop per fact; a row here is ~60 bytes and a fact is a few numpy passes. Strings (names, categories,
+pids, tids) and the few args a fact reads are interned: the column holds an id, the table each distinct value once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+NONE = np.iinfo(np.int64).min
+"""An id column's "absent" (correlation, External id)."""
+FLUSH = 1 << 16
+"""Rows appended to Python lists before they become numpy chunks."""
+
+
+class Strings:
+    """Interned values (names, categories, pid/tid values, args dicts): a value's id is its index."""
+
+    def __init__(self) -> None:
+        self.ids: dict[Any, int] = {}
+        self.values: list[Any] = []
+
+    def id(self, value: Any) -> int:
+        i = self.ids.get(value)
+        if i is None:
+            i = self.ids[value] = len(self.values)
+            self.values.append(value)
+        return i
+
+
+class Grower:
+    """One kind's rows as they are read: a list of row tuples, turned into numpy column chunks every FLUSH rows."""
+
+    COLUMNS = (("ts", np.float64), ("dur", np.float64), ("name", np.int32), ("cat", np.int32), ("pid", np.int32),
+               ("tid", np.int32), ("corr", np.int64), ("ext", np.int64), ("args", np.int32))
+    FLOWS = (("ts", np.float64), ("pid", np.int32), ("tid", np.int32), ("id", np.int64))
+    """An ac2g flow's (pid, tid, ts) and id: the correlation of the event it starts or ends at."""
+
+    def __init__(self, columns: tuple[tuple[str, Any], ...] = COLUMNS) -> None:
+        self.COLUMNS = columns
+        self.ROW = np.dtype(list(columns))
+        self.rows: list[tuple[Any, ...]] = []
+        self.chunks: list[list[np.ndarray]] = [[] for _ in self.COLUMNS]
+
+    def flush(self) -> None:
+        if not self.rows:
+            return
+        table = np.array(self.rows, dtype=self.ROW)
+        self.rows.clear()
+        for (key, _), chunks in zip(self.COLUMNS, self.chunks):
+            chunks.append(np.ascontiguousarray(table[key]))
+
+    def columns(self, order: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The columns, each chunk list joined (and put in ``order``) one column at a time; a column holding one
+        value throughout (no correlation ids on host ops, one category) is a constant view of it, no memory."""
+        self.flush()
+        out = {}
+        for (key, dtype), chunks in zip(self.COLUMNS, self.chunks):
+            column = np.concatenate(chunks) if chunks else np.empty(0, dtype)
+            chunks.clear()
+            if order is not None:
+                column = column[order]
+            if len(column) > 1 and column.dtype.kind != "f" and (column == column[0]).all():
+                column = np.broadcast_to(column[:1].copy(), column.shape)
+            out[key] = column
+        return out
+
+    def ts(self) -> np.ndarray:
+        """The first column (start times) joined, the chunks kept."""
+        self.flush()
+        return np.concatenate(self.chunks[0]) if self.chunks[0] else np.empty(0)
+
+
+class EventColumns:
+    """One kind's events as columns; ``names``, ``cats``, ``values`` (pid/tid) and ``args`` are the shared tables
+    the id columns index."""
+
+    def __init__(self, cols: dict[str, np.ndarray], *, names: list[str], cats: list[str], values: list[Any],
+                 args: list[dict[str, Any]], exts: list[Any]) -> None:
+        self.ts: np.ndarray = cols["ts"]
+        self.dur: np.ndarray = cols["dur"]
+        self.name: np.ndarray = cols["name"]
+        self.cat: np.ndarray = cols["cat"]
+        self.pid: np.ndarray = cols["pid"]
+        self.tid: np.ndarray = cols["tid"]
+        self.corr: np.ndarray = cols["corr"]
+        self.ext: np.ndarray = cols["ext"]
+        self.args: np.ndarray = cols["args"]
+        self.names, self.cats, self.values, self.arg_table, self.exts = names, cats, values, args, exts
+        n = len(self.ts)
+
+        def absent(key: str, value: Any, dtype: Any) -> np.ndarray:  # host tables: a constant view, no memory
+            return cols[key] if key in cols else np.broadcast_to(np.array(value, dtype), (n,))
+
+        self.launch = absent("launch", -1, np.int64)
+        """Device work: the row of its launch call in the runtime table (-1: none)."""
+        self.launch_ts = absent("launch_ts", np.nan, np.float64)
+        self.launch_dur = absent("launch_dur", np.nan, np.float64)
+        self.launch_pid = absent("launch_pid", -1, np.int32)
+        self.launch_tid = absent("launch_tid", -1, np.int32)
+        self.launch_name = absent("launch_name", -1, np.int32)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.ts + self.dur
+
+    @property
+    def linked(self) -> np.ndarray:
+        """Device work: whether its launch call is known."""
+        return self.launch_name >= 0
+
+    def thread(self) -> np.ndarray:
+        """(pid, tid) as one int64 key."""
+        return self.pid.astype(np.int64) << 32 | self.tid.astype(np.int64)
+
+    def launch_thread(self) -> np.ndarray:
+        return self.launch_pid.astype(np.int64) << 32 | self.launch_tid.astype(np.int64)
+
+    def by_name(self, test: Any) -> np.ndarray:
+        """Rows whose name passes ``test`` (called once per distinct name)."""
+        if not len(self):
+            return np.zeros(0, bool)
+        used = np.unique(self.name)
+        keep = np.zeros(int(used.max()) + 1, bool)
+        keep[used] = [bool(test(self.names[i])) for i in used]
+        return keep[self.name]
+
+    def by_cat(self, *cats: str) -> np.ndarray:
+        ids = [i for i, c in enumerate(self.cats) if c in cats]
+        return np.isin(self.cat, ids)
+
+    def ext_value(self, i: int) -> Any:
+        code = int(self.ext[i])
+        if code == NONE:
+            return None
+        return self.exts[code - NONE - 1] if code < NONE + 1 + (1 << 40) else code
+
+    def take(self, mask: np.ndarray) -> EventColumns:
+        """The rows where ``mask`` (or at the given indices), as a table of their own."""
+        keys = ("ts", "dur", "name", "cat", "pid", "tid", "corr", "ext", "args", "launch", "launch_ts", "launch_dur",
+                "launch_pid", "launch_tid", "launch_name")
+        return EventColumns({k: getattr(self, k)[mask] for k in keys}, names=self.names, cats=self.cats,
+                            values=self.values, args=self.arg_table, exts=self.exts)
+
+
+def group_sums(keys: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Per key (0..n-1), the sum of its values in array order."""
+    return np.bincount(keys, weights=values, minlength=n) if len(keys) else np.zeros(n)
+
+
+def ext_code(value: Any, exts: Strings) -> int:
+    """An External id as an int64: ints as they are, anything else interned (codes just above NONE)."""
+    if value is None:
+        return NONE
+    if value.__class__ is int and -(1 << 62) < value < (1 << 62):
+        return value
+    return NONE + 1 + exts.id(value)
+
+
+def columns_of(rows: list[Any], *, device: bool, shared: tuple[Strings, ...]) -> EventColumns:
+    """Columns of perfscope.trace.events Event (or, ``device``, DeviceWork) lists: a trace built by hand."""
+    names, cats, values, args, exts = shared
+    grower = Grower()
+    launches: list[tuple[float, float, int, int, int]] = []
+    for row in rows:
+        e = row.event if device else row
+        a = -1
+        if e.args:
+            try:
+                a = args.id(tuple((k, _freeze(v)) for k, v in e.args.items()))
+            except TypeError:
+                a = args.id(object())
+            args.values[a] = e.args
+        grower.rows.append((e.ts, e.dur, names.id(e.name), cats.id(e.cat), values.id(e.pid), values.id(e.tid),
+                            NONE if e.correlation is None else e.correlation, ext_code(e.external_id, exts), a))
+        if device:
+            x = row.launch
+            launches.append((np.nan, np.nan, -1, -1, -1) if x is None else
+                            (x.ts, x.dur, values.id(x.pid), values.id(x.tid), names.id(x.name)))
+    cols = grower.columns()
+    if device:
+        for k, (key, dtype) in enumerate((("launch_ts", np.float64), ("launch_dur", np.float64), ("launch_pid", np.int32),
+                                          ("launch_tid", np.int32), ("launch_name", np.int32))):
+            cols[key] = np.array([x[k] for x in launches], dtype=dtype)
+    return EventColumns(cols, names=names.values, cats=cats.values, values=values.values, args=args.values,
+                        exts=exts.values)
+
+
+def _freeze(value: Any) -> Any:
+    return tuple(_freeze(v) for v in value) if value.__class__ is list else value
