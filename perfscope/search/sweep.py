@@ -33,18 +33,18 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+from perfscope.knobs import REGISTRY, Knob, KnobContext
 from perfscope.ranking import knob_key
 from perfscope.results import Gain, KnobOutcome, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
 from perfscope.search.candidate import BASELINE, Candidate, Measures, SweepOptions
 from perfscope.search.compare import MIN_DECIDING_RUNS, compare, could_still_win, paired_test, relative_gain, run_noise
 from perfscope.search.family import Family
-from perfscope.knobs import REGISTRY, Knob, KnobContext
 from perfscope.search.microbatch import MicroBatchResult, search_micro_batch
 from perfscope.search.numerics import compare_numerics
 from perfscope.search.stacking import Stacking, knobs_as, micro_changes
-from perfscope.workload import Workload
 from perfscope.stats import confidence_text
+from perfscope.workload import Workload
 
 __all__ = ["BASELINE", "Candidate", "Measures", "SweepOptions", "Sweeper", "cannot_tell", "run_sweep"]
 

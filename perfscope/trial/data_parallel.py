@@ -26,8 +26,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from perfscope.results.config import TrialConfig
 from perfscope.knobs.apply.checkpointing import shard_blocks
+from perfscope.results.config import TrialConfig
 
 
 @dataclass(frozen=True)

@@ -33,13 +33,13 @@ from pathlib import Path
 import torch
 
 from perfscope.measure import memory
-from perfscope.measure.clock import clock_for, synchronize
 from perfscope.measure.build import attach_trace, build_trial_metrics
+from perfscope.measure.clock import clock_for, synchronize
 from perfscope.measure.gc_pauses import GcPauses
 from perfscope.measure.observation import FirstStep, FlopCount, MemoryPeaks, RunObservation, Unavailable
 from perfscope.measure.structure import CompileCounters, WindowSyncCounter
-from perfscope.measure.tokens import TokenTally
 from perfscope.measure.tf32 import matmul_tf32 as matmul_tf32_state
+from perfscope.measure.tokens import TokenTally
 from perfscope.measure.utilization import UtilizationSampler
 from perfscope.measure.window import WindowRecorder
 from perfscope.results import TrialMetrics

@@ -33,14 +33,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from perfscope.measure.bubble import StepRecord
-from perfscope.measure.clock import synchronize
 from perfscope.knobs import active_knobs
 from perfscope.knobs.apply.checkpointing import find_repeated_blocks
 from perfscope.knobs.apply.tensors import map_tensors
+from perfscope.measure.bubble import StepRecord
+from perfscope.measure.clock import synchronize
 from perfscope.trial.data import endless_batches
-from perfscope.trial.step import TrainStep
 from perfscope.trial.optimizers import build_optimizer
+from perfscope.trial.step import TrainStep
 
 SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B"}
 

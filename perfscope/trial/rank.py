@@ -38,9 +38,9 @@ from perfscope.trial.data_parallel import (
     init_process_group,
 )
 from perfscope.trial.launch import Launch, rank_result_path
-from perfscope.trial.spec import ChildSpec, FollowSpec, ProbeSpec, SpecError, StopSpec, TrialSpec, spec_from_dict, spec_to_dict
 from perfscope.trial.loop import MeasuredRun, capture_trace_into, nonfinite_loss, run_trial
 from perfscope.trial.model_parallel import parallel_facts, rank_stage_timing
+from perfscope.trial.spec import ChildSpec, FollowSpec, ProbeSpec, SpecError, StopSpec, TrialSpec, spec_from_dict, spec_to_dict
 
 LOCAL_WINDOW_STEPS = (10, 30)
 """Steps of the no-communication window, at least and at most: with 5% step noise, 10 steps find a 30% straggler

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from perfscope.knobs import Knob, active_knobs, loader_options
+from perfscope.knobs.apply.checkpointing import CheckpointedBlock, checkpointing_off
 from perfscope.measure.flops import (
     FALLBACK_COUNT_MICRO_BATCH,
     StepFlopCounter,
@@ -27,8 +29,6 @@ from perfscope.measure.tokens import TokenTally, per_token_scale
 from perfscope.measure.window import WindowRecorder
 from perfscope.results.config import TrialConfig
 from perfscope.results.fingerprint import Fingerprint
-from perfscope.knobs import Knob, active_knobs, loader_options
-from perfscope.knobs.apply.checkpointing import CheckpointedBlock, checkpointing_off
 from perfscope.trial.data import endless_batches, to_device
 from perfscope.trial.data_parallel import gradient_sync, shard_optimizer, wrap_model
 from perfscope.trial.optimizers import build_optimizer

@@ -27,8 +27,8 @@ from typing import Any
 
 from torch import nn
 
-from perfscope.results.config import TrialConfig
 from perfscope.knobs.apply.checkpointing import find_repeated_blocks, shard_blocks, unwrapped
+from perfscope.results.config import TrialConfig
 
 QKV = re.compile(r"(^|[._])(q|k|v|wq|wk|wv|q_proj|k_proj|v_proj|query|key|value|to_q|to_k|to_v)$")
 OUT = re.compile(r"(^|[._])(o|wo|o_proj|out_proj|proj|attn_proj|to_out|dense)$")
