@@ -1,7 +1,6 @@
 """Distributed trials on this CPU (gloo, 2 ranks): per-rank metrics, and a rank that crashes, dies or hangs named in
 the trial's status, with no process left behind. Each test is a real torchrun job of fresh interpreters."""
 
-import time
 from pathlib import Path
 
 import psutil
@@ -87,11 +86,12 @@ def test_a_failing_rank_is_named(tmp_path, monkeypatch, mode, status, message):
 
 def test_a_hanging_rank_is_a_timeout_naming_it_and_leaves_nothing_behind(tmp_path, monkeypatch):
     monkeypatch.setenv("PERFSCOPE_TEST_RANK_MODE", "hang")
-    start = time.monotonic()
     trial = _session(tmp_path, timeout_s=300, collective_timeout_s=5).measure("t", DDP)
     assert trial.status == "timeout"
+    # The collective timeout ended it, not the trial's 300 s: decided on which mechanism reported, not on a wall-clock
+    # bound (torchrun's start alone moves by tens of seconds on a loaded machine).
     assert "rank 1 stopped responding" in trial.error and "rank(s) 0" in trial.error, trial.error
-    assert time.monotonic() - start < 120  # the collective timeout ended it, not the trial's 300 s
+    assert "trial exceeded" not in trial.error, trial.error
     assert _leftovers(tmp_path) == []
 
 
