@@ -19,6 +19,8 @@ WORKLOADS = Path(__file__).parent / "workloads"
 
 def _slow_transform(x: torch.Tensor) -> torch.Tensor:
     time.sleep(0.002)
+    for _ in range(20_000):  # its own Python work (~0.5 ms of self time a call): far above the collate helpers', so
+        pass  # its place in the top 12 does not hang on where a loaded machine's preemptions land
     return x * 2
 
 
@@ -37,7 +39,8 @@ class Stream(torch.utils.data.IterableDataset):
 
 
 def test_profile_times_samples_and_collate_and_names_the_hot_functions():
-    profile = profile_dataset(Squares(), batch_size=8, samples=16)
+    # A budget that cannot bind: the sample count is the claim here, not how many a loaded machine reads in 2 s.
+    profile = profile_dataset(Squares(), batch_size=8, samples=16, budget_s=600)
     assert profile.kind == "map" and profile.samples == 16 and profile.batch_size == 8
     assert profile.getitem_s >= 0.002 and profile.getitem_one_thread_s >= 0.002  # the sleep is in every sample
     assert profile.collate_s is not None and profile.batch_s == pytest.approx(profile.getitem_s * 8 + profile.collate_s)
@@ -50,9 +53,31 @@ def test_profile_times_samples_and_collate_and_names_the_hot_functions():
     assert 0.5 < sum(f.self_share for f in profile.top) <= 1.0 + 1e-9
 
 
-def test_profile_stops_at_its_time_budget_and_reads_iterable_datasets():
-    profile = profile_dataset(Stream(), batch_size=4, samples=1000, budget_s=0.05)
-    assert profile.kind == "iterable" and 4 <= profile.samples < 1000
+class _SimTime:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_profile_stops_at_its_time_budget_and_reads_iterable_datasets(monkeypatch):
+    # On a simulated clock each item costs exactly 2 ms, so where the 50 ms budget stops the passes is the same on
+    # any machine (with real sleeps a loaded machine could spend the budget before the first batch of 4).
+    from perfscope.measure import dataset_profile
+
+    sim = _SimTime()
+    monkeypatch.setattr(dataset_profile, "time", sim)
+
+    class SimStream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            for i in range(1000):
+                sim.now += 0.002
+                yield torch.full((4,), float(i)), i
+
+    profile = dataset_profile.profile_dataset(SimStream(), batch_size=4, samples=1000, budget_s=0.05)
+    assert profile.kind == "iterable" and 4 <= profile.samples <= 0.05 / 0.002 + 1, profile.samples
+    assert profile.getitem_s == pytest.approx(0.002)
 
 
 def test_profile_of_an_empty_dataset_is_an_error():
@@ -62,7 +87,7 @@ def test_profile_of_an_empty_dataset_is_an_error():
 
 def test_profile_round_trips_through_results_json_and_older_files_load_without_it(tmp_path):
     results = make_results([make_trial()])
-    results.trials[0].metrics.dataset_profile = profile_dataset(Squares(), batch_size=8, samples=8)
+    results.trials[0].metrics.dataset_profile = profile_dataset(Squares(), batch_size=8, samples=8, budget_s=600)
     loaded = Results.load(results.save(tmp_path / "results.json"))
     profile = loaded.trials[0].metrics.dataset_profile
     assert isinstance(profile, DatasetProfile) and profile == results.trials[0].metrics.dataset_profile

@@ -1,7 +1,6 @@
 """Distributed trials on this CPU (gloo, 2 ranks): per-rank metrics, and a rank that crashes, dies or hangs named in
 the trial's status, with no process left behind. Each test is a real torchrun job of fresh interpreters."""
 
-import time
 from pathlib import Path
 
 import psutil
@@ -87,11 +86,12 @@ def test_a_failing_rank_is_named(tmp_path, monkeypatch, mode, status, message):
 
 def test_a_hanging_rank_is_a_timeout_naming_it_and_leaves_nothing_behind(tmp_path, monkeypatch):
     monkeypatch.setenv("PERFSCOPE_TEST_RANK_MODE", "hang")
-    start = time.monotonic()
     trial = _session(tmp_path, timeout_s=300, collective_timeout_s=5).measure("t", DDP)
     assert trial.status == "timeout"
+    # The collective timeout ended it, not the trial's 300 s: decided on which mechanism reported, not on a wall-clock
+    # bound (torchrun's start alone moves by tens of seconds on a loaded machine).
     assert "rank 1 stopped responding" in trial.error and "rank(s) 0" in trial.error, trial.error
-    assert time.monotonic() - start < 120  # the collective timeout ended it, not the trial's 300 s
+    assert "trial exceeded" not in trial.error, trial.error
     assert _leftovers(tmp_path) == []
 
 
@@ -104,13 +104,23 @@ def test_the_trial_timeout_kills_the_whole_job(tmp_path, monkeypatch):
 
 
 def test_a_straggler_is_named(tmp_path, monkeypatch):
+    """A real 2-rank job whose ranks time their steps on a simulated clock (tests/workloads/ddp_ranks.py): rank 1's
+    compute is 31 ms a step to rank 0's 1 ms, exactly, so that it is named does not depend on where a loaded
+    machine's preemptions land in rank 0's sub-millisecond steps (a real 30 ms sleep against a burst of 30 ms)."""
+    from perfscope.measure.stragglers import find_stragglers
+
     monkeypatch.setenv("PERFSCOPE_TEST_RANK_MODE", "straggle")
     monkeypatch.setenv("PERFSCOPE_TEST_STRAGGLE_S", "0.03")
+    monkeypatch.setenv("PERFSCOPE_TEST_SIM_CLOCK", "1")
     trial = _session(tmp_path).measure("t", DDP.replace(steps=12))
     assert trial.status == "ok", trial.error
     facts = trial.metrics.distributed
+    local = {r.rank: r.local_step_times_s for r in facts.ranks}
+    assert len(local[0]) == len(local[1]) >= 3, local  # each rank ran its window without gradient communication
+    assert all(abs(t - 0.00105) < 0.00006 for t in local[0]) and all(abs(t - 0.03105) < 0.00006 for t in local[1]), local
     assert [s.rank for s in facts.stragglers] == [1], facts.straggler_method
-    assert facts.stragglers[0].slowest_share > 0.8
+    assert facts.stragglers[0].slowest_share == 1.0 and facts.stragglers[0].slower_by > 20
+    assert (facts.stragglers, facts.straggler_method) == find_stragglers(facts.ranks)  # decided on what the ranks measured
 
 
 def _free_port() -> int:

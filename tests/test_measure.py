@@ -135,23 +135,36 @@ def test_no_nvml_degrades_to_host_only(monkeypatch):
     assert util.gpu_util_percent is None and util.cpu_percent is not None
 
 
-def test_window_on_cpu_measures_each_step_and_data_wait():
+def test_window_on_cpu_measures_each_step_and_data_wait(monkeypatch):
+    # A simulated host clock: the claim is the bookkeeping (what is a data wait, what a step), exact on any machine;
+    # with real sleeps a loaded machine overran a 10 ms sleep by more than the tolerance.
+    from perfscope.measure import clock as clock_module
+    from perfscope.measure import window as window_module
+
+    class _Host:
+        now = 100.0
+
+        def perf_counter(self) -> float:
+            return self.now
+
+    host = _Host()
+    monkeypatch.setattr(window_module, "time", host)
+    monkeypatch.setattr(clock_module, "time", host)
     recorder = WindowRecorder(clock_for("cpu"), contention=False)
     recorder.start()
-    for _ in range(3):
+    for wait in (0.02, 0.03, 0.01):
         recorder.data_begin()
-        time.sleep(0.02)
+        host.now += wait  # next() blocks
         recorder.data_end()
-        time.sleep(0.01)
+        host.now += 0.01  # the step's compute
         recorder.step_end(samples=4)
     window, records = recorder.finish(), recorder.records
     assert len(records) == 3 and window.steps == 3 and window.samples == 12
-    for r in records:
-        assert 0.02 <= r.data_wait_s < r.time_s
-        assert r.time_s == pytest.approx(0.03, abs=0.02)
-    assert window.wall_s == pytest.approx(sum(r.time_s for r in records), rel=1e-6)
+    assert [r.data_wait_s for r in records] == pytest.approx([0.02, 0.03, 0.01])
+    assert [r.time_s for r in records] == pytest.approx([0.03, 0.04, 0.02])
+    assert window.wall_s == pytest.approx(0.09)
     assert window.data_wait_s == pytest.approx(window.host_data_wait_s)  # CPU work is synchronous: all wait is exposed
-    assert 0.06 <= window.data_wait_s < window.wall_s
+    assert window.data_wait_s == pytest.approx(0.06)
 
 
 def test_memory_owners_of_adamw():

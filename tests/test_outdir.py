@@ -3,7 +3,6 @@
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -33,11 +32,21 @@ def test_a_second_claim_is_refused_naming_the_holder(holder):
         claim_output_dir(out)
 
 
-def test_a_second_analyze_into_the_same_out_exits_2_at_once(holder, capsys):
+def test_a_second_analyze_into_the_same_out_exits_2_at_once(holder, capsys, monkeypatch, tmp_path):
     out, proc = holder
-    start = time.perf_counter()
-    assert main(["analyze", str(WORKLOADS / "mlp.py"), "--device", "cpu", "--out", str(out)]) == 2
-    assert time.perf_counter() - start < 2  # before the workload is imported or any process started
+    # "At once": before the workload is imported or any process started, decided on those events themselves (a
+    # wall-clock bound moved with the machine's load). The workload marks its import; starting a process fails.
+    workload = tmp_path / "marked_mlp.py"
+    workload.write_text("import pathlib\npathlib.Path(__file__).with_suffix('.imported').touch()\n"
+                        + (WORKLOADS / "mlp.py").read_text())
+
+    def no_process(*args, **kwargs):
+        raise AssertionError(f"a process was started: {args[:1]}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    monkeypatch.setattr(os, "fork", no_process)
+    assert main(["analyze", str(workload), "--device", "cpu", "--out", str(out)]) == 2
+    assert not workload.with_suffix(".imported").exists(), "the workload was imported before --out was refused"
     err = capsys.readouterr().err
     assert f"pid {proc.pid}" in err and "Traceback" not in err
     assert not (out / "trials").exists()

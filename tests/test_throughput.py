@@ -1,8 +1,12 @@
 """Throughput is work over wall time, in analyze and in the hooks alike — never the batch over a median step.
 
-The workload's step times are bimodal (three fast steps, then one that waits for data): the median step is a fast
-one, so batch / median would overstate the throughput several times. The hooks' case runs on simulated time (the
-Profiler's injected clock), so its figures are exact and no load on the machine can move them.
+The workload's step times are bimodal (three fast steps, then one that waits 120 ms for data): the median
+step is a fast one, so batch / median would overstate the throughput several times.
+
+The bimodal tests run on a simulated host clock: the Dataset's stall and each step's compute advance it, and
+the window reads it (perfscope.measure.window and .clock), so every step time is known exactly. With real sleeps
+a loaded machine stretched the fast steps until the fixture was no longer bimodal enough to decide anything. The
+hooks' case drives the Profiler's injected clock instead (``Profiler(clock=...)``), with its own stalling loader.
 """
 
 from __future__ import annotations
@@ -20,19 +24,60 @@ from perfscope.workload import load_workload
 from tests.integrations.workloads import SIMULATED_COMPUTE_S, SIMULATED_STALL_S, SimulatedTime
 
 WORKLOAD = Path(__file__).parent / "workloads" / "bimodal_loader.py"
+COMPUTE_S = 0.004  # each step's simulated compute
+SLOW_S = 0.12  # the workload's stall on every fourth batch (bimodal_loader.SLOW_S)
+
+
+class _SimTime:
+    """Stands in for the `time` module where the window reads its clock and where the Dataset sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def bimodal(monkeypatch):
+    """The bimodal workload on a simulated clock: (workload, clock)."""
+    from perfscope.measure import clock as clock_module
+    from perfscope.measure import window as window_module
+
+    sim = _SimTime()
+    workload = load_workload(WORKLOAD)
+    monkeypatch.setitem(workload.dataset.__init__.__globals__, "time", sim)  # the workload module's `time`
+    monkeypatch.setattr(window_module, "time", sim)
+    monkeypatch.setattr(clock_module, "time", sim)
+    loss = workload.loss
+
+    def timed_loss(model, batch):
+        sim.now += COMPUTE_S
+        return loss(model, batch)
+
+    workload.loss = timed_loss
+    return workload, sim
 
 
 def _check_bimodal(steps: list[float], samples: int, wall_s: float, samples_per_s: float, data_wait_share: float) -> None:
-    median, mean = statistics.median(steps), statistics.fmean(steps)
-    assert mean > 2 * median, "the fixture should be bimodal"  # guards the test itself
+    slow = [t for t in steps if t > 2 * COMPUTE_S]
+    assert steps == pytest.approx([SLOW_S + COMPUTE_S if t in slow else COMPUTE_S for t in steps])  # the fixture
+    assert len(slow) == len(steps) // 4, steps  # one batch in four stalls
+    median = statistics.median(steps)
+    assert median == pytest.approx(COMPUTE_S)
+    assert wall_s == pytest.approx(sum(steps), rel=1e-9)  # every step, the slow ones included
     assert samples_per_s == pytest.approx(samples / wall_s, rel=1e-9)
-    assert samples_per_s < 0.6 * (samples / len(steps)) / median  # far below the median-based figure
-    assert data_wait_share > 0.5
+    assert samples_per_s < 0.2 * (samples / len(steps)) / median  # far below the median-based figure (exactly 1/8 here)
+    assert data_wait_share == pytest.approx(len(slow) * SLOW_S / wall_s, rel=1e-6)
 
 
 @pytest.mark.slow
-def test_analyze_trial_throughput_counts_the_slow_steps() -> None:
-    run = run_trial(load_workload(WORKLOAD), TrialConfig(micro_batch_size=8, steps=16, warmup_steps=2, device="cpu"))
+def test_analyze_trial_throughput_counts_the_slow_steps(bimodal) -> None:
+    workload, _ = bimodal
+    run = run_trial(workload, TrialConfig(micro_batch_size=8, steps=16, warmup_steps=2, device="cpu"))
     m = run.metrics
     (window,) = m.windows
     assert window.samples == 16 * 8 and m.samples_per_s is not None

@@ -77,8 +77,10 @@ def test_timeout_kills_the_whole_process_group(tmp_path, monkeypatch):
     monkeypatch.setenv("PERFSCOPE_TEST_PID_DIR", str(pid_dir))
     start = time.monotonic()
     trial = _session(tmp_path, "misbehaving.py", timeout_s=8).measure("t", CONFIG.replace(num_workers=2))
-    assert trial.status == "timeout"
-    assert time.monotonic() - start < 30
+    # The trial's own 8 s timeout ended it (the runner's message says which mechanism); the bound below is only a
+    # deadline against a hang in the kill (waiting on pipes the workers hold), generous enough for a loaded machine.
+    assert trial.status == "timeout" and "trial exceeded 8 s and was killed" in (trial.error or ""), trial.error
+    assert time.monotonic() - start < 120
     worker_pids = [int(p.stem) for p in pid_dir.glob("*.pid")]
     assert worker_pids, "the DataLoader workers should have loaded samples"
     survivors = wait_gone(worker_pids, timeout_s=30)  # killed with the group: gone at once, waited for, not guessed
