@@ -87,6 +87,20 @@ def test_persistent_contention_excludes_every_run_and_warns(tmp_path: Path) -> N
     assert "not used as evidence" in warning
 
 
+def test_persistent_contention_is_one_warning_however_often_it_happens(tmp_path: Path) -> None:
+    """A sweep on a busy machine meets persistent load dozens of times: one warning names every measurement it
+    spoiled and how often, rewritten in place (it once wrote one line per time, 47 in one report)."""
+    session = _session(tmp_path, FakeRunner([(10.0, True)] * 3 * (CONTENTION_RETRIES + 1)))
+    session.results.warnings.append("an earlier warning")
+    session.measure("baseline", CONFIG)
+    session.measure("amp_bf16", CONFIG)
+    session.measure("baseline", CONFIG)
+    earlier, warning = session.results.warnings
+    assert earlier == "an earlier warning"
+    assert f"persisted through {CONTENTION_RETRIES + 1} run(s) of a measurement, 3 time(s)" in warning
+    assert "baseline (×2), amp_bf16 (×1)" in warning and "not used as evidence" in warning
+
+
 def test_contention_is_judged_against_the_cores_the_run_may_use() -> None:
     two = CpuBudget(cpus=frozenset({0, 1}))
     assert judge(Contention(other_cpu_cores=1.0, own_cpu_cores=1.0), two).contended

@@ -542,7 +542,7 @@ def check_real_sweep(results, out) -> None:
     for t, after in zip(by_sequence, [*by_sequence[1:], None]):
         if t.excluded and t.excluded.startswith("contended"):
             remeasured = after is not None and after.configuration == t.configuration and after.repeat == t.repeat + 1
-            named = any(f"run(s) of {t.configuration} " in w for w in results.warnings)
+            named = any(f" {t.configuration} (×" in w for w in results.warnings)
             assert remeasured or ("persisted through" in t.excluded and named), (t.name, t.excluded, results.warnings)
     assert sweep.recommended_trial in names
     assert sweep.recommended_trial == "baseline" or sweep.recommended_gain.faster

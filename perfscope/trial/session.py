@@ -100,6 +100,10 @@ class Session:
         results.trials = []
         self._sequence = 0
         self.contention_retries = contention_retries
+        self._spoiled: dict[str, int] = {}
+        """Configuration -> how many of its measurements stayed contended through every retry."""
+        self._load_warning: str | None = None
+        """This session's one persistent-load warning as it stands in results.warnings."""
         self.launch = launch
         """torchrun's arguments for the distributed runs (a config of more than one rank); None: one process."""
 
@@ -130,12 +134,25 @@ class Session:
             why = "; ".join(dict.fromkeys(trial.metrics.contention))
             runs = self.contention_retries + 1
             trial.excluded = f"contended: {why}" + (f" (persisted through {runs} runs)" if runs > 1 else "")
-            warning = (f"other load on this machine persisted through {runs} run(s) of "
-                       f"{configuration} ({why}): those runs are not used as evidence; measure on a quiet machine")
-            if warning not in self.results.warnings:
-                self.results.warnings.append(warning)
-                self.save()
+            self._warn_persistent_load(configuration, why)
         return trial
+
+    def _warn_persistent_load(self, configuration: str, why: str) -> None:
+        """One warning for every measurement the load spoiled, rewritten in place as they come: on a busy machine a
+        sweep meets it dozens of times, and one line per time buried the report's summary under them."""
+        self._spoiled[configuration] = self._spoiled.get(configuration, 0) + 1
+        spoiled = ", ".join(f"{name} (×{count})" for name, count in self._spoiled.items())
+        times = sum(self._spoiled.values())
+        warning = (f"other load on this machine persisted through {self.contention_retries + 1} run(s) of a measurement, "
+                   f"{times} time(s): {spoiled} (the last: {why}): those runs are not used as evidence; "
+                   f"measure on a quiet machine")
+        warnings = self.results.warnings
+        if self._load_warning in warnings:
+            warnings[warnings.index(self._load_warning)] = warning
+        else:
+            warnings.append(warning)
+        self._load_warning = warning
+        self.save()
 
     def _measure_once(self, configuration: str, config: TrialConfig, knobs: list[str] | None) -> Trial:
         name, repeat = self._next_name(configuration)
