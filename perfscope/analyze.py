@@ -210,6 +210,7 @@ def _measure(results: Results, options: AnalyzeOptions, runner: TrialRunner, wor
     session = Session(results, out_dir=options.out_dir, workload_path=workload_path, timeout_s=options.trial_timeout_s,
                       resume=options.resume, progress=progress, runner=runner, launch=options.launch)
     session.save()
+    base: TrialConfig | None = None
     try:
         base = baseline_config(workload, options, device)
         baseline = session.measure(BASELINE, base)
@@ -226,6 +227,12 @@ def _measure(results: Results, options: AnalyzeOptions, runner: TrialRunner, wor
     except KeyboardInterrupt:
         results.notes.append("interrupted by the user: the runs that finished are reported")
         print("\nperfscope: interrupted — saving the finished runs", file=sys.stderr)
+        if (base is not None and base.distributed and sweep_options is not None and results.layouts is None
+                and _layouts_selected(sweep_options)):
+            from perfscope.search.layout import run_layout_search
+
+            # The layouts the sweep already measured (its tensor_parallel and pipeline_parallel runs) still rank.
+            run_layout_search(session, workload, base, not_measuring="the analysis was interrupted before it ran")
         return True
     finally:
         if options.launch is not None and options.launch.nnodes > 1:

@@ -331,3 +331,31 @@ def test_the_search_runs_when_every_baseline_run_was_contended():
     assert dp2.status == "measured" and "measured under load" in dp2.reason
     results.workload.model = None
     assert run_layout_search(session, workload, base) is None and results.notes[-1].startswith("layout search not run")
+
+
+def test_an_interrupted_analysis_still_ranks_the_layouts_it_measured():
+    """Ctrl-C before the layout search: the table is built from the runs the sweep made (dp2 is the baseline, tp2 its
+    tensor_parallel run), nothing new is measured, and every other survivor says why it has no figure."""
+    from perfscope.search.layout import run_layout_search
+    from tests.distributed_factories import make_distributed_results
+
+    results = make_distributed_results(device="cpu", world=2)
+    results.environment.host_memory_bytes = 64 * GiB
+    base = results.trials[0].config.replace(micro_batch_size=8, data_parallel="ddp", precision="fp32", tf32=None)
+    results.trials[0].config = base
+    results.workload.model = ModelFacts(parameter_count=1000, has_conv2d=False, repeated_blocks=4, optimizer_class="AdamW",
+                                        layout=LAYOUT)
+    session = _Session(results, {})
+    workload = Workload(model=lambda: None, loss=lambda m, b: None, batches=lambda n: [], batch_size=8)
+    tp2 = next(c for c in layout_candidates(base, results.workload.model, bytes_per_parameter=16.0,
+                                            memory_limit=32 * GiB, wraps_model=False) if c.row.layout == "tp2")
+    session.rates["tensor_parallel"] = 50.0
+    session.measure("tensor_parallel", tp2.config, ["tensor_parallel"])  # the sweep's own run of the knob
+    session.measured.clear()
+    table = run_layout_search(session, workload, base, not_measuring="the analysis was interrupted before it ran")
+    assert session.measured == []  # nothing new started
+    measured = {r.layout: r.configuration for r in table.measured()}
+    assert measured == {"dp2": "baseline", "tp2": "tensor_parallel"}
+    unmeasured = [r for r in table.rows if r.status != "measured" and "interrupted" in (r.reason or "")]
+    assert unmeasured and all(r.reason == "not measured: the analysis was interrupted before it ran" for r in unmeasured)
+    assert results.layouts is table

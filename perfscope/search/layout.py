@@ -209,8 +209,13 @@ def _bytes_per_parameter(baseline: Trial, model: ModelFacts) -> float:
     return (params + grads + state) / model.parameter_count or 16.0
 
 
-def run_layout_search(session: Any, workload: Any, base: TrialConfig, *, max_trials: int = 8) -> LayoutTable | None:
-    """Prune, measure the survivors (reusing a run of the same configuration the sweep already made), rank."""
+def run_layout_search(session: Any, workload: Any, base: TrialConfig, *, max_trials: int = 8,
+                      not_measuring: str | None = None) -> LayoutTable | None:
+    """Prune, measure the survivors (reusing a run of the same configuration the sweep already made), rank.
+
+    ``not_measuring``: why no new run may start (the analysis was interrupted): the table is built from the runs
+    already made (the sweep measures tensor_parallel and pipeline_parallel itself) and every other survivor says why
+    it was not measured, so a Ctrl-C still reports the layouts that were measured."""
     results = session.results
     model = results.workload.model
     # Any successful baseline run, contended ones included: it gives the state's bytes per parameter, not a speed.
@@ -235,6 +240,9 @@ def run_layout_search(session: Any, workload: Any, base: TrialConfig, *, max_tri
             continue
         trial = _existing(results, cand.config)
         if trial is None:
+            if not_measuring is not None:
+                cand.row.status, cand.row.reason = "pruned", f"not measured: {not_measuring}"
+                continue
             if measured >= max_trials:
                 cand.row.status, cand.row.reason = "pruned", "not measured: the layout search's trial limit was reached"
                 continue
