@@ -12,7 +12,11 @@ process that keeps the first measured run from paying the first-process penalty.
 from __future__ import annotations
 
 import math
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -190,7 +194,8 @@ def _analyze(options: AnalyzeOptions, sweep_options: SweepOptions | None) -> int
         if results.peak is not None:
             print(f"perfscope: MFU denominator {results.peak.tflops:g} TFLOP/s ({results.peak.dtype}; {results.peak.source})",
                   file=sys.stderr)
-        interrupted = _measure(results, options, runner, workload, workload_path, probed.device, sweep_options)
+        with _terminate_as_ctrl_c():
+            interrupted = _measure(results, options, runner, workload, workload_path, probed.device, sweep_options)
     report_path = options.out_dir / "report.html" if options.report else None
     finish(results, options.out_dir, report=options.report)
     print(summary_table(results))
@@ -201,6 +206,25 @@ def _analyze(options: AnalyzeOptions, sweep_options: SweepOptions | None) -> int
         print("perfscope: every run failed — see the errors above and in results.json", file=sys.stderr)
         return EXIT_INTERNAL
     return EXIT_OK
+
+
+@contextmanager
+def _terminate_as_ctrl_c() -> Iterator[None]:
+    """SIGTERM (a cancelled CI job, `timeout`, `kill`) stops the runs as Ctrl-C does, so the finished runs are still
+    reported: a background job ignores SIGINT, and SIGTERM's default would lose the report and the layout table.
+    Only the main thread may install a handler; elsewhere (analyze called from a thread) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _measure(results: Results, options: AnalyzeOptions, runner: TrialRunner, workload: Workload, workload_path: Path,
