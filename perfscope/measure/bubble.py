@@ -29,7 +29,6 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfscope.results.bubble import bubble_formula as bubble_formula  # re-exported: the formula lives in results/
 from perfscope.results.layout import StageTiming
 
 

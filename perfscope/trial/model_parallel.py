@@ -14,13 +14,13 @@ from typing import Any
 
 from perfscope.measure.bubble import (
     Action,
-    bubble_formula,
     imbalance,
     measured_bubble,
     replay_bubble,
     schedule_order,
     stage_timing,
 )
+from perfscope.results.bubble import bubble_formula
 from perfscope.results.config import TrialConfig
 from perfscope.results.layout import ParallelFacts, StageTiming
 
