@@ -15,6 +15,7 @@ Order of work on every rank, and why:
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import time
 from pathlib import Path
@@ -85,6 +86,11 @@ def run_rank(spec: ChildSpec, result_path: Path) -> dict[str, Any]:
         if config.model_parallel > 1:
             job.distributed.parallel = parallel_facts(config, workload, [g[2] for g in gathered])
         write_json(result_path, {"status": "ok", "error": None, "metrics": to_jsonable(job)})
+    # The model (a DDP model holds the process group) must die before the group does, while the interpreter
+    # lives: torch's lazy dynamo import on the first optimizer keeps this frame alive, and a gloo thread that frees
+    # a finished allreduce during interpreter shutdown aborts the rank after its result is written.
+    del run
+    gc.collect()
     dist.barrier()  # no rank leaves (and tears the group down) while rank 0 still writes
     dist.destroy_process_group()
     return {"status": "ok", "error": None}
