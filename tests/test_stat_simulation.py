@@ -107,3 +107,35 @@ def test_a_look_at_a_tiny_error_level_with_one_degree_of_freedom_is_unbounded_no
     candidate's interval reaches past exp(700). The simulation's unequal-variance model hit OverflowError here."""
     gain = PairedTest(mean=0.05, se=0.01, df=1, runs=3, reference_runs=4).gain(1 - 1e-6)
     assert gain.high == math.inf and gain.low < 1 and gain.verdict == "undecided"
+
+
+def test_the_reference_lookups_match_their_definitions_on_random_series():
+    """The sweep's inner loop bisects the reference series; on random series (gaps, runs without a sequence, equal
+    sequences: the scan path) its neighbours and levels equal the definitions in perfscope.search.compare's
+    docstring, computed here the slow way."""
+    from perfscope.search.compare import LEVEL_WINDOW, ReferenceSeries, log_rate
+    from perfscope.search.simulate import _trial
+
+    config = TrialConfig(device="cpu", micro_batch_size=8)
+    rng = random.Random(7)
+    bisected = 0
+    for case in range(400):
+        n = rng.randrange(1, 14)
+        sequences = rng.sample(range(1, 60), n) if case % 3 else [rng.choice([None, 3, 5, 5, 9]) for _ in range(n)]
+        runs = [_trial(f"b{i}", "baseline", i + 1, s, config, [], rng.uniform(50, 150)) for i, s in enumerate(sequences)]
+        rng.shuffle(runs)  # the series puts them in order
+        refs = ReferenceSeries(runs)
+        runs = refs.runs  # in measurement order, runs without a sequence last
+        bisected += refs._ordered
+        for seq in [None, 0, 61, *rng.sample(range(1, 60), 5)]:
+            cand = _trial("c", "c", 1, seq, config, ["k"], 100.0)
+            key = seq if seq is not None else math.inf
+            before = [r for r in runs if (r.sequence if r.sequence is not None else -1) < key]
+            after = [r for r in runs if (r.sequence if r.sequence is not None else -1) > key]
+            chosen = before[-1:] + after[:1]
+            want = (math.fsum(map(log_rate, chosen)) / len(chosen), len(chosen)) if chosen else None
+            assert refs.local(cand) == want
+            at = seq if seq is not None else 0
+            nearest = sorted(runs, key=lambda r: abs((r.sequence if r.sequence is not None else 0) - at))[:LEVEL_WINDOW]
+            assert refs.level(cand) == math.fsum(map(log_rate, nearest)) / len(nearest)
+    assert 200 < bisected < 400  # both paths were exercised

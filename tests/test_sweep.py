@@ -589,6 +589,7 @@ def test_real_oom_during_the_micro_batch_search_is_survived(tmp_path):
     results = Results.load(tmp_path / "results.json")
     sweep = results.sweep
     points = {p.micro_batch_size: p for p in sweep.micro_batch}
+    assert 32 in points, {o.knob: o.reason for o in sweep.knobs}  # why the search stopped short
     assert points[8].status == "ok" and points[16].status == "ok" and points[32].status == "oom"
     assert points[16].grad_accum_steps == 2  # 16 × 2 keeps the user's global batch of 8 × 4
     assert results.trial("mb32").status == "oom"

@@ -36,6 +36,7 @@ The minimum detectable effect is the smallest true change these runs would find 
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import statistics
@@ -87,11 +88,7 @@ def mssd_df(n: int) -> float:
 
 def reference_variance(reference_runs: Sequence[Trial]) -> tuple[float | None, int]:
     """(variance of log throughput between runs, successive differences used) from successive differences."""
-    values = [log_rate(r) for r in _usable(reference_runs)]
-    if len(values) < 2:
-        return None, 0
-    diffs = [b - a for a, b in zip(values, values[1:])]
-    return sum(d * d for d in diffs) / (2 * len(diffs)), len(diffs)
+    return ReferenceSeries(reference_runs).variance()
 
 
 def run_noise(reference_runs: Sequence[Trial]) -> RunNoise:
@@ -102,27 +99,60 @@ def run_noise(reference_runs: Sequence[Trial]) -> RunNoise:
     return RunNoise(runs=n_diffs + 1, sigma=math.sqrt(var), mde=detectable_change(se, mssd_df(n_diffs + 1), CONFIDENCE))
 
 
-def _local_reference(run: Trial, references: list[Trial]) -> tuple[float, int] | None:
-    """Mean log rate of the nearest reference run before and after ``run`` (one side when only one exists)."""
-    seq = run.sequence if run.sequence is not None else math.inf
-    before = [r for r in references if (r.sequence if r.sequence is not None else -1) < seq]
-    after = [r for r in references if (r.sequence if r.sequence is not None else -1) > seq]
-    chosen = ([before[-1]] if before else []) + ([after[0]] if after else [])
-    if not chosen:
-        return None
-    return statistics.fmean(log_rate(r) for r in chosen), len(chosen)
+class ReferenceSeries:
+    """The reference's usable runs in measurement order with their log rates. Build it once and pass it to
+    `paired_test` for every candidate: a sweep judges every candidate after every run, so the lookups below are
+    its inner loop."""
+
+    def __init__(self, runs: Sequence[Trial]) -> None:
+        self.runs = _usable(runs)
+        self.rates = [log_rate(r) for r in self.runs]
+        self._order = [r.sequence if r.sequence is not None else -1 for r in self.runs]
+        # The lookups bisect when every run has its own place in the order (always, for a sweep's runs); else scan.
+        self._ordered = (all(r.sequence is not None for r in self.runs)
+                         and all(a < b for a, b in zip(self._order, self._order[1:])))
+
+    def variance(self) -> tuple[float | None, int]:
+        """(variance of log throughput between runs, successive differences used) from successive differences."""
+        if len(self.rates) < 2:
+            return None, 0
+        diffs = [b - a for a, b in zip(self.rates, self.rates[1:])]
+        return sum(d * d for d in diffs) / (2 * len(diffs)), len(diffs)
+
+    def local(self, run: Trial) -> tuple[float, int] | None:
+        """Mean log rate of the nearest reference run before and after ``run`` (one side when only one exists)."""
+        seq = run.sequence if run.sequence is not None else math.inf
+        if self._ordered:
+            lo, hi = bisect.bisect_left(self._order, seq), bisect.bisect_right(self._order, seq)
+            chosen = ([self.rates[lo - 1]] if lo > 0 else []) + ([self.rates[hi]] if hi < len(self.rates) else [])
+        else:
+            before = [rate for key, rate in zip(self._order, self.rates) if key < seq]
+            after = [rate for key, rate in zip(self._order, self.rates) if key > seq]
+            chosen = before[-1:] + after[:1]
+        if not chosen:
+            return None
+        return statistics.fmean(chosen), len(chosen)
+
+    def level(self, run: Trial) -> float:
+        """Mean log rate of the ``LEVEL_WINDOW`` reference runs nearest ``run`` in the measurement order."""
+        seq = run.sequence if run.sequence is not None else 0
+        if not self._ordered:  # sorted by distance; a tie goes to the earlier run
+            nearest = sorted(range(len(self.runs)),
+                             key=lambda i: abs((self.runs[i].sequence if self.runs[i].sequence is not None else 0) - seq))
+            return statistics.fmean(self.rates[i] for i in nearest[:LEVEL_WINDOW])
+        left = bisect.bisect_left(self._order, seq) - 1  # the window grows from here, the same choice as above
+        right = left + 1
+        while right - left - 1 < min(LEVEL_WINDOW, len(self._order)):
+            if right >= len(self._order) or (left >= 0 and seq - self._order[left] <= self._order[right] - seq):
+                left -= 1
+            else:
+                right += 1
+        return statistics.fmean(self.rates[left + 1:right])
 
 
 LEVEL_WINDOW = 6
 """Reference runs (the nearest in time) whose mean is the machine's level at a candidate run, for the candidate's
 own spread: wide enough that their noise adds little (σ_b²/6), narrow enough to follow slow drift."""
-
-
-def _machine_level(run: Trial, references: list[Trial]) -> float:
-    """Mean log rate of the ``LEVEL_WINDOW`` reference runs nearest ``run`` in the measurement order."""
-    seq = run.sequence if run.sequence is not None else 0
-    nearest = sorted(references, key=lambda r: abs((r.sequence if r.sequence is not None else 0) - seq))[:LEVEL_WINDOW]
-    return statistics.fmean(log_rate(r) for r in nearest)
 
 
 @dataclass(frozen=True)
@@ -167,27 +197,28 @@ class PairedTest:
         return Gain(ratio=ratio, low=low, high=high, verdict=said, mde=detectable_change(self.se, self.df, confidence), **common)  # type: ignore[arg-type]
 
 
-def paired_test(candidate_runs: Sequence[Trial], reference_runs: Sequence[Trial]) -> PairedTest | None:
+def paired_test(candidate_runs: Sequence[Trial], reference_runs: Sequence[Trial] | ReferenceSeries) -> PairedTest | None:
     """The Welch comparison of the candidate's runs with their neighbouring reference runs (module docstring);
     None without a usable run on each side."""
-    candidates, references = _usable(candidate_runs), _usable(reference_runs)
-    paired = [c for c in candidates if _local_reference(c, references) is not None]
-    pairs = [(log_rate(c), local) for c in paired if (local := _local_reference(c, references)) is not None]
+    candidates = _usable(candidate_runs)
+    references = reference_runs if isinstance(reference_runs, ReferenceSeries) else ReferenceSeries(reference_runs)
+    paired = [(c, local) for c in candidates if (local := references.local(c)) is not None]
+    pairs = [(log_rate(c), local) for c, local in paired]
     if not pairs:
         return None
     diffs = [c - ref for c, (ref, _) in pairs]
     k = len(diffs)
     mean = statistics.fmean(diffs)
-    ref_var, n_diffs = reference_variance(references)
+    ref_var, n_diffs = references.variance()
     ref_df = mssd_df(n_diffs + 1)
     share = statistics.fmean(1 / m for _, (_, m) in pairs)  # ā: the averaged neighbours' part of a pair's variance
     if k == 1:
         if ref_var is None:
-            return PairedTest(mean, math.inf, 0.0, 1, len(references))
-        return PairedTest(mean, math.sqrt((SINGLE_RUN_INFLATION ** 2 + share) * ref_var), ref_df, 1, len(references))
+            return PairedTest(mean, math.inf, 0.0, 1, len(references.runs))
+        return PairedTest(mean, math.sqrt((SINGLE_RUN_INFLATION ** 2 + share) * ref_var), ref_df, 1, len(references.runs))
     if ref_var is None:  # no reference spread: the pairs' own spread holds both parts (paired t, k−1 df)
-        return PairedTest(mean, math.sqrt(statistics.variance(diffs) / k), k - 1, k, len(references))
-    own_var = statistics.variance([log_rate(c) - _machine_level(c, references) for c in paired])
+        return PairedTest(mean, math.sqrt(statistics.variance(diffs) / k), k - 1, k, len(references.runs))
+    own_var = statistics.variance([log_rate(c) - references.level(c) for c, _ in paired])
     # Never quieter than the reference: with a few runs the candidate's variance is tiny by chance often enough
     # that Welch's interval, at the family's small levels, would be far too narrow. The floor is the reference's
     # variance, but it keeps the candidate's own k − 1 degrees of freedom: a candidate 3× noisier than the
@@ -198,9 +229,9 @@ def paired_test(candidate_runs: Sequence[Trial], reference_runs: Sequence[Trial]
     theirs = share * ref_var / k
     total = own + theirs
     if total == 0:
-        return PairedTest(mean, 0.0, k - 1 + ref_df, k, len(references))
+        return PairedTest(mean, 0.0, k - 1 + ref_df, k, len(references.runs))
     df = total ** 2 / (own ** 2 / own_df + (theirs ** 2 / ref_df if ref_df > 0 else 0.0))
-    return PairedTest(mean, math.sqrt(total), df, k, len(references))
+    return PairedTest(mean, math.sqrt(total), df, k, len(references.runs))
 
 
 def compare(candidate_runs: Sequence[Trial], reference_runs: Sequence[Trial], *, reference: str = "baseline",

@@ -38,7 +38,15 @@ from perfscope.ranking import knob_key
 from perfscope.results import Gain, KnobOutcome, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
 from perfscope.search.candidate import BASELINE, Candidate, Measures, SweepOptions
-from perfscope.search.compare import MIN_DECIDING_RUNS, compare, could_still_win, paired_test, relative_gain, run_noise
+from perfscope.search.compare import (
+    MIN_DECIDING_RUNS,
+    ReferenceSeries,
+    compare,
+    could_still_win,
+    paired_test,
+    relative_gain,
+    run_noise,
+)
 from perfscope.search.family import Family
 from perfscope.search.microbatch import MicroBatchResult, search_micro_batch
 from perfscope.search.numerics import compare_numerics
@@ -165,8 +173,9 @@ class Sweeper(Stacking):
         numerics guard rejected keeps its gain (the report shows how fast the wrong configuration was); only
         usable ones are refined or stacked."""
         measured = [c for c in self.candidates if c.first is not None and c.first.ok]
+        baseline = ReferenceSeries(self.runs(BASELINE))  # read once for every candidate
         for cand in measured:
-            self.family.record(cand.name, paired_test(self.evidence(cand), self.runs(BASELINE)))
+            self.family.record(cand.name, paired_test(self.evidence(cand), baseline))
         gains = self.family.decide()
         for cand in self.candidates:
             cand.gain = gains.get(cand.name) if cand in measured else None
