@@ -81,6 +81,15 @@ def _as_if_on_an_h100(results: Results) -> Results:
     return results
 
 
+def _as_if_elementwise_bound(results: Results) -> Results:
+    """The same loop with its trace's kernel time 70% elementwise: where PS303 (compile to fuse) fires. The real
+    share of this tiny MLP's microsecond CPU ops moves with load (a preemption lands in whichever op runs)."""
+    kernels = results.trials[0].metrics.trace_facts.kernels
+    kernels.time_by_category = {"elementwise": 0.7, "gemm": 0.3}
+    kernels.top = []
+    return results
+
+
 def _rule_ids(results: Results) -> set[str]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # CPU facts read as a GPU's: rules that need GPU-only facts may warn
@@ -102,7 +111,7 @@ def test_bf16_autocast_compiled_loop_is_recorded_as_such_and_not_told_to_turn_th
     assert "bf16" in results.workload.declared["observed_precision"]
     assert "autocast bf16" in results.workload.declared["observed_precision"]
     assert m.trace_facts is not None
-    assert not _rule_ids(_as_if_on_an_h100(results)) & {"PS101", "PS102", "PS303"}
+    assert not _rule_ids(_as_if_elementwise_bound(_as_if_on_an_h100(results))) & {"PS101", "PS102", "PS303"}
 
 
 def test_plain_fp32_loop_is_observed_as_fp32_and_still_advised(tmp_path: Path) -> None:
@@ -113,8 +122,7 @@ def test_plain_fp32_loop_is_observed_as_fp32_and_still_advised(tmp_path: Path) -
     assert trial.config.compile is None
     assert "no autocast" in results.workload.declared["observed_precision"]
     assert {"PS101", "PS102"} <= _rule_ids(_as_if_on_an_h100(results))
-    # The elementwise chain dominates this CPU trace, so an eager loop is told to compile.
-    assert "PS303" in _rule_ids(results)
+    assert "PS303" in _rule_ids(_as_if_elementwise_bound(results))  # an eager loop is told to compile
 
 
 def test_wrap_marks_each_next_with_a_data_span_in_the_trace(tmp_path: Path) -> None:

@@ -36,16 +36,22 @@ class PipelineBubble(Rule):
             if facts is None or not facts.microbatches or facts.bubble_formula is None:
                 continue
             p, m = facts.pipeline_parallel, facts.microbatches
-            bubble = facts.bubble_measured if facts.bubble_measured is not None else facts.bubble_formula
+            loaded = trial.metrics.contention  # the wall-clock bubble holds the neighbours' load: quote the replay
+            if loaded and facts.bubble_replayed is not None:
+                bubble = facts.bubble_replayed
+            else:
+                bubble = facts.bubble_measured if facts.bubble_measured is not None else facts.bubble_formula
             if bubble <= self.threshold or m >= self.per_stage * p:
                 continue
             target = self.per_stage * p
             evidence = [f"{trial.configuration}: {p} stages, {m} micro-batches ({facts.schedule}): the bubble is "
                         + (f"{pct(facts.bubble_measured)} of the step measured (each rank's step less its own compute)"
                            if facts.bubble_measured is not None else "not measured")
+                        + (f", under load ({loaded[0]})" if loaded and facts.bubble_measured is not None else "")
                         + f"; (p − 1) / (m + p − 1) = {pct(facts.bubble_formula)}"]
             if facts.bubble_replayed is not None:
-                evidence.append(f"replayed from the stages' own compute (no communication, no load): {pct(facts.bubble_replayed)}")
+                evidence.append(f"replayed from the stages' own compute (no communication, no load): {pct(facts.bubble_replayed)}"
+                                + (": the figure quoted, the wall clock being loaded" if loaded else ""))
             if facts.stage_imbalance is not None and facts.stage_imbalance > 0.1:
                 evidence.append(f"the stages are unequal: the busiest rank computes {pct(facts.stage_imbalance)} more than the mean")
             evidence.append(f"{target} micro-batches bring the formula to {pct(bubble_formula(p, target))}")

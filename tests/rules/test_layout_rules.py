@@ -67,6 +67,23 @@ def test_a_pipeline_with_too_few_micro_batches_is_told_how_many_it_needs():
     assert "n_microbatches=8" in f.fix and "-schedule = ScheduleGPipe(stage, n_microbatches=2" in f.fix
 
 
+def test_a_loaded_run_quotes_the_replayed_bubble_not_the_wall_clock():
+    """A neighbour's load inflates the wall-clock bubble (here 60%); the replay from the stages' own compute is
+    what the schedule implies, and what the title quotes then."""
+    from perfscope.results.model import Contention
+
+    results = make_pipeline_results(microbatches=2, bubble=0.6)
+    for window in results.trials[0].metrics.windows:
+        window.contention = Contention(contended=True, reason="2.0 other cores busy")
+    results.trials[0].metrics.distributed.parallel.bubble_replayed = 0.25
+    (f,) = _only(results, "PS807")
+    assert f.title.startswith("The pipeline idles 25% of its step") and f.severity == "medium"
+    assert "60% of the step measured (each rank's step less its own compute), under load (2.0 other cores busy)" in f.evidence[0]
+    assert any(e.endswith("25%: the figure quoted, the wall clock being loaded") for e in f.evidence)
+    (quiet,) = _only(make_pipeline_results(microbatches=2, bubble=0.6), "PS807")
+    assert quiet.title.startswith("The pipeline idles 60% of its step")  # unloaded: the measurement itself
+
+
 def test_a_small_bubble_or_enough_micro_batches_is_silent():
     assert _only(make_pipeline_results(microbatches=4, bubble=0.12), "PS807") == []
     assert _only(make_pipeline_results(microbatches=8, bubble=0.3), "PS807") == []  # enough micro-batches: not this fix
