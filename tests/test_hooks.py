@@ -182,6 +182,7 @@ class FakeDeviceClock:
     """Stands in for CUDA events: a mark completes only when the fake device has caught up with it."""
 
     device_type = "cpu"  # no data-wait event pairs: only the step boundaries are marks
+    now = staticmethod(time.perf_counter)  # the host's own waits
 
     def __init__(self) -> None:
         self.marks = 0

@@ -341,6 +341,7 @@ def test_exposed_data_wait_on_cuda_comes_from_the_device_timeline():
 
     class FakeCudaClock:
         device_type = "cuda"
+        now = staticmethod(time.perf_counter)  # the host's own waits
 
         def __init__(self) -> None:
             self.t = 0.0

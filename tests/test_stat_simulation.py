@@ -17,8 +17,8 @@ from perfscope.results import Trial
 from perfscope.results.config import TrialConfig
 from perfscope.search.compare import PairedTest, paired_test
 from perfscope.search.family import Family
-from perfscope.search.sweep import SweepOptions
 from perfscope.search.simulate import NOISE_MODELS, NoiseModel, SimSession, gate_decision, simulate_sweep
+from perfscope.search.sweep import SweepOptions
 
 
 def _series(model: NoiseModel, effect: float, *, pairs: int, seed: int, scale: float = 1.0) -> tuple[list[Trial], list[Trial]]:

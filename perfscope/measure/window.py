@@ -21,7 +21,6 @@ synchronous, so every host wait is exposed.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -77,7 +76,7 @@ class WindowRecorder:
         first_index: int = 0,
     ) -> None:
         self.clock = clock
-        self._now: Callable[[], float] = getattr(clock, "now", time.perf_counter)  # the host's waits: its clock's
+        self._now: Callable[[], float] = clock.now  # the host's waits, on the clock's own host time
         self.records: list[StepRecord] = []
         self._on_step = on_step or self.records.append
         self._contention = contention
