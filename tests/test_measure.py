@@ -139,7 +139,6 @@ def test_window_on_cpu_measures_each_step_and_data_wait(monkeypatch):
     # A simulated host clock: the claim is the bookkeeping (what is a data wait, what a step), exact on any machine;
     # with real sleeps a loaded machine overran a 10 ms sleep by more than the tolerance.
     from perfscope.measure import clock as clock_module
-    from perfscope.measure import window as window_module
 
     class _Host:
         now = 100.0
@@ -148,7 +147,6 @@ def test_window_on_cpu_measures_each_step_and_data_wait(monkeypatch):
             return self.now
 
     host = _Host()
-    monkeypatch.setattr(window_module, "time", host)
     monkeypatch.setattr(clock_module, "time", host)
     recorder = WindowRecorder(clock_for("cpu"), contention=False)
     recorder.start()

@@ -4,7 +4,7 @@ The workload's step times are bimodal (three fast steps, then one that waits 120
 step is a fast one, so batch / median would overstate the throughput several times.
 
 The bimodal tests run on a simulated host clock: the Dataset's stall and each step's compute advance it, and
-the window reads it (perfscope.measure.window and .clock), so every step time is known exactly. With real sleeps
+the window reads it (through perfscope.measure.clock), so every step time is known exactly. With real sleeps
 a loaded machine stretched the fast steps until the fixture was no longer bimodal enough to decide anything. The
 hooks' case drives the Profiler's injected clock instead (``Profiler(clock=...)``), with its own stalling loader.
 """
@@ -45,12 +45,10 @@ class _SimTime:
 def bimodal(monkeypatch):
     """The bimodal workload on a simulated clock: (workload, clock)."""
     from perfscope.measure import clock as clock_module
-    from perfscope.measure import window as window_module
 
     sim = _SimTime()
     workload = load_workload(WORKLOAD)
     monkeypatch.setitem(workload.dataset.__init__.__globals__, "time", sim)  # the workload module's `time`
-    monkeypatch.setattr(window_module, "time", sim)
     monkeypatch.setattr(clock_module, "time", sim)
     loss = workload.loss
 
