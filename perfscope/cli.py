@@ -329,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=_positive_int, default=1, metavar="N",
                    help="runs of the baseline, each a fresh process (CI: the gate decides on run-to-run spread)")
     p.add_argument("--max-runs", type=_positive_int, default=10, metavar="N",
-                   help="runs of one undecided candidate at most during the sweep (default 10)")
+                   help="measurements of one undecided candidate at most during the sweep, runs measured under load included (default 10)")
     p.add_argument("--batch-size", type=_positive_int, default=None, help="override the workload's micro-batch size")
     p.add_argument("--out", default="perfscope-out", help="output folder (default perfscope-out)")
     p.add_argument("--trial-timeout", type=_seconds, default=600.0, help="seconds before a trial is killed (default 600)")

@@ -424,6 +424,25 @@ def test_non_finite_loss_is_rejected():
 # ----------------------------------------------------------- runs as evidence: luck, drift, repetition
 
 
+def test_a_candidate_whose_later_runs_are_all_contended_stops_at_max_runs():
+    """The load arrives after a candidate's first run: every later run is excluded (the session measured it again
+    and the load was still there), so its evidence stays one run, undecided. --max-runs caps its measurements, not
+    its evidence runs, or refinement never ends."""
+    def contended(trial: Trial) -> None:
+        if trial.configuration == "amp_bf16" and trial.repeat > 1:
+            trial.excluded = "contended: 1.5 other cores busy (persisted through 3 runs)"
+        assert len(session.results.trials) < 200, "refinement did not stop"
+
+    session = FakeSession(_step_time({"amp_bf16": 1.5}), edit=contended)
+    sweeper = _run(_ctx(), session, only=["amp_bf16"], max_runs=4)
+    runs = [t for t in session.results.trials if t.configuration == "amp_bf16"]
+    assert len(runs) == 4 and sweeper.measurements["amp_bf16"] == 4
+    outcome = _outcome(sweeper, "amp_bf16")
+    assert outcome.gain is None or not outcome.gain.faster  # no evidence, no win
+    assert "amp_bf16" not in sweeper.sweep.recommended_knobs
+
+
+
 @pytest.mark.parametrize("seed", [0, 2, 3])
 def test_a_lucky_first_run_is_not_a_win_once_refined(seed):
     """compile's true speed is the baseline's, but its first process ran 8% fast (a clock boost, a quiet

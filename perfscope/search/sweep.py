@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import random
 import statistics
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -69,6 +70,9 @@ class Sweeper(Stacking):
     ) -> None:
         self.session, self.ctx, self.options, self.elapsed = session, ctx, options, elapsed
         self.start = elapsed()
+        self.measurements: Counter[str] = Counter()
+        """Measurements asked of each configuration, whatever became of them: what --max-runs caps. Its evidence
+        runs cannot be the cap: under persistent load every run is excluded and refinement never ended."""
         self.reference = ctx.base.replace(capture_trace=False)
         self.sweep = sweep or Sweep(baseline_trial=BASELINE)
         self.sweep.budget_s = options.budget_s
@@ -108,6 +112,7 @@ class Sweeper(Stacking):
         """One run of ``name`` and one of the baseline, in a random order (seeded per sweep): every candidate run
         has a baseline run beside it, and no position in the pair (a warm cache after the baseline, say)
         systematically favours the candidate."""
+        self.measurements[name] += 1
         baseline_first = self.order.random() < 0.5
         if baseline_first:
             self.session.measure(BASELINE, self.reference, [])
@@ -185,7 +190,7 @@ class Sweeper(Stacking):
         never decides, so every candidate whose one-run interval reaches a worthwhile gain gets a second)."""
         while True:
             self.judge()
-            open_ = [c for c in self.candidates if c.usable and len(self.runs(c.name)) < self.options.max_runs
+            open_ = [c for c in self.candidates if c.usable and self.measurements[c.name] < self.options.max_runs
                      and (could_still_win(c.gain, self.options.min_gain, self.options.max_runs) and not self.family.futile(c.name)
                           or _probably_slower(c.gain) or self._increment_open(c))]
             if not open_ or not self.may_continue():
