@@ -101,6 +101,22 @@ def test_persistent_contention_is_one_warning_however_often_it_happens(tmp_path:
     assert "baseline (×2), amp_bf16 (×1)" in warning and "not used as evidence" in warning
 
 
+def test_a_resumed_session_keeps_one_load_warning(tmp_path: Path) -> None:
+    """--resume replays the kept runs and earns the load warning again: the previous one, in this wording or an
+    older perfscope's (one line per measurement), does not stand beside it; other warnings stay."""
+    first = _session(tmp_path, FakeRunner([(10.0, True)] * (CONTENTION_RETRIES + 1)))
+    first.measure("baseline", CONFIG)
+    results = Results.load(tmp_path / "results.json")
+    results.warnings += ["other load on this machine persisted through 3 runs of baseline (an older wording)",
+                         "an unrelated warning"]
+    resumed = Session(results, out_dir=tmp_path, workload_path=tmp_path / "w.py", timeout_s=60, resume=True,
+                      progress=Progress(stream=io.StringIO()), runner=FakeRunner([]))  # type: ignore[arg-type]
+    resumed.measure("baseline", CONFIG)  # every run kept: the runner is never asked
+    unrelated, warning = resumed.results.warnings
+    assert unrelated == "an unrelated warning"
+    assert "1 time(s): baseline (×1)" in warning
+
+
 def test_contention_is_judged_against_the_cores_the_run_may_use() -> None:
     two = CpuBudget(cpus=frozenset({0, 1}))
     assert judge(Contention(other_cpu_cores=1.0, own_cpu_cores=1.0), two).contended

@@ -32,6 +32,8 @@ from perfscope.trial.spec import TrialSpec
 
 CONTENTION_RETRIES = 2
 """Extra runs of a configuration whose run was contended, before perfscope gives up and says so."""
+LOAD_WARNING = "other load on this machine persisted through"
+"""How the session's one persistent-load warning begins (every wording perfscope has written begins so)."""
 
 
 @dataclass
@@ -98,6 +100,9 @@ class Session:
         # that run finished with the same config; runs the replay does not reach are dropped, not left stale.
         self._previous = {t.name: t for t in results.trials} if resume else {}
         results.trials = []
+        # The replay earns its load warning again from the runs it keeps; the previous one (in any wording an
+        # earlier perfscope wrote) would stand beside it.
+        results.warnings = [w for w in results.warnings if not w.startswith(LOAD_WARNING)]
         self._sequence = 0
         self.contention_retries = contention_retries
         self._spoiled: dict[str, int] = {}
@@ -143,7 +148,7 @@ class Session:
         self._spoiled[configuration] = self._spoiled.get(configuration, 0) + 1
         spoiled = ", ".join(f"{name} (×{count})" for name, count in self._spoiled.items())
         times = sum(self._spoiled.values())
-        warning = (f"other load on this machine persisted through {self.contention_retries + 1} run(s) of a measurement, "
+        warning = (f"{LOAD_WARNING} {self.contention_retries + 1} run(s) of a measurement, "
                    f"{times} time(s): {spoiled} (the last: {why}): those runs are not used as evidence; "
                    f"measure on a quiet machine")
         warnings = self.results.warnings
