@@ -23,7 +23,7 @@ from perfscope.results import (
 )
 from perfscope.results.config import TrialConfig
 from perfscope.trial.runner import Outcome
-from perfscope.trial.session import CONTENTION_RETRIES, Progress, Session
+from perfscope.trial.session import CONTENTION_RETRIES, PERSISTENT_AFTER, Progress, Session
 from perfscope.trial.spec import ChildSpec
 from tests.factories import make_trial
 from tests.waiting import wait_for, wait_gone
@@ -99,6 +99,23 @@ def test_persistent_contention_is_one_warning_however_often_it_happens(tmp_path:
     assert earlier == "an earlier warning"
     assert f"persisted through {CONTENTION_RETRIES + 1} run(s) of a measurement, 3 time(s)" in warning
     assert "baseline (×2), amp_bf16 (×1)" in warning and "not used as evidence" in warning
+
+
+def test_after_persistent_load_spoiled_a_few_measurements_a_contended_run_is_not_measured_again(tmp_path: Path) -> None:
+    """Each retry under persistent load triples the cost of a run that ends excluded anyway: after PERSISTENT_AFTER
+    spoiled measurements a contended run is excluded at once, saying so, and the warning says it too."""
+    measurements = PERSISTENT_AFTER + 2
+    runner = FakeRunner([(10.0, True)] * (PERSISTENT_AFTER * (CONTENTION_RETRIES + 1) + 2) + [(100.0, False)])
+    session = _session(tmp_path, runner)
+    for _ in range(measurements):
+        session.measure("baseline", CONFIG)
+    assert len(runner.specs) == PERSISTENT_AFTER * (CONTENTION_RETRIES + 1) + 2 and len(runner.script) == 1
+    last = session.results.trials[-1]
+    assert last.excluded.endswith(f"(persisted through {PERSISTENT_AFTER} measurements: not measured again)")
+    (warning,) = session.results.warnings
+    assert f"{measurements} time(s): baseline (×{measurements})" in warning
+    assert f"after {PERSISTENT_AFTER} times a contended run was no longer measured again" in warning
+    assert session.measure("baseline", CONFIG).evidence  # a quiet run is evidence again
 
 
 def test_a_resumed_session_keeps_one_load_warning(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ isolation, the same MFU denominator, the same bookkeeping and the same noisy-nei
 window was contended (other processes used the cores, or the GPU) is kept for the record, excluded from
 the evidence, and measured again; if the contention persists, the last run is excluded too and the results
 say so at the top of the report (one run slowed 10× by a neighbour would otherwise be the reference its
-neighbours in time are compared with, and its noise would swamp every interval of the sweep). results.json is rewritten atomically after every run: an interrupted analysis
+neighbours in time are compared with, and its noise would swamp every interval of the sweep). Once the load has
+outlasted the retries `PERSISTENT_AFTER` times, a contended run is excluded without measuring it again. results.json is rewritten atomically after every run: an interrupted analysis
 loses at most the run in flight.
 """
 
@@ -32,6 +33,10 @@ from perfscope.trial.spec import TrialSpec
 
 CONTENTION_RETRIES = 2
 """Extra runs of a configuration whose run was contended, before perfscope gives up and says so."""
+PERSISTENT_AFTER = 3
+"""Measurements the load may spoil through every retry before the session stops measuring again at once: the
+machine is busy, and each retry then only triples the cost of a run that ends excluded anyway (a sweep on a busy
+machine once took 70 runs). Later contended runs are excluded at once; the sweep's own repetition still applies."""
 LOAD_WARNING = "other load on this machine persisted through"
 """How the session's one persistent-load warning begins (every wording perfscope has written begins so)."""
 
@@ -127,8 +132,9 @@ class Session:
 
     def measure(self, configuration: str, config: TrialConfig, knobs: list[str] | None = None) -> Trial:
         """A new run of ``configuration``; re-measured while its window is contended (see the module docstring)."""
+        given_up = sum(self._spoiled.values()) >= PERSISTENT_AFTER
         trial = self._measure_once(configuration, config, knobs)
-        for _ in range(self.contention_retries):
+        for _ in range(0 if given_up else self.contention_retries):
             if not (trial.ok and trial.metrics and trial.metrics.contention):
                 return trial
             trial.excluded = "contended: " + "; ".join(dict.fromkeys(trial.metrics.contention))
@@ -138,7 +144,10 @@ class Session:
         if trial.ok and trial.metrics and trial.metrics.contention:
             why = "; ".join(dict.fromkeys(trial.metrics.contention))
             runs = self.contention_retries + 1
-            trial.excluded = f"contended: {why}" + (f" (persisted through {runs} runs)" if runs > 1 else "")
+            if given_up:
+                trial.excluded = f"contended: {why} (persisted through {PERSISTENT_AFTER} measurements: not measured again)"
+            else:
+                trial.excluded = f"contended: {why}" + (f" (persisted through {runs} runs)" if runs > 1 else "")
             self._warn_persistent_load(configuration, why)
         return trial
 
@@ -149,8 +158,10 @@ class Session:
         spoiled = ", ".join(f"{name} (×{count})" for name, count in self._spoiled.items())
         times = sum(self._spoiled.values())
         warning = (f"{LOAD_WARNING} {self.contention_retries + 1} run(s) of a measurement, "
-                   f"{times} time(s): {spoiled} (the last: {why}): those runs are not used as evidence; "
-                   f"measure on a quiet machine")
+                   f"{times} time(s): {spoiled} (the last: {why}): those runs are not used as evidence"
+                   + (f"; after {PERSISTENT_AFTER} times a contended run was no longer measured again"
+                      if times > PERSISTENT_AFTER and self.contention_retries else "")
+                   + "; measure on a quiet machine")
         warnings = self.results.warnings
         if self._load_warning in warnings:
             warnings[warnings.index(self._load_warning)] = warning
