@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from perfscope.measure.contention import ContentionProbe, judge
 from perfscope.measure.cores import CpuBudget
