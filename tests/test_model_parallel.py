@@ -18,7 +18,7 @@ from perfscope.measure.bubble import (
     schedule_order,
     stage_timing,
 )
-from perfscope.results import Environment, ModelFacts, ModelLayout
+from perfscope.results import Environment, ModelFacts, ModelLayout, Results
 from perfscope.results.bubble import bubble_formula
 from perfscope.results.config import TrialConfig
 from perfscope.knobs import KnobContext, knob
@@ -251,8 +251,8 @@ class _Session:
         pass
 
 
-def test_the_search_reuses_runs_measures_the_rest_and_ranks_per_rank():
-    from perfscope.search.layout import run_layout_search
+def _two_rank_ddp_results() -> tuple[Results, TrialConfig]:
+    """A 2-rank DDP baseline on CPU whose model reports LAYOUT (what the layout search reads), and its config."""
     from tests.distributed_factories import make_distributed_results
 
     results = make_distributed_results(device="cpu", world=2)
@@ -261,6 +261,13 @@ def test_the_search_reuses_runs_measures_the_rest_and_ranks_per_rank():
     results.trials[0].config = base
     results.workload.model = ModelFacts(parameter_count=1000, has_conv2d=False, repeated_blocks=4, optimizer_class="AdamW",
                                         layout=LAYOUT)
+    return results, base
+
+
+def test_the_search_reuses_runs_measures_the_rest_and_ranks_per_rank():
+    from perfscope.search.layout import run_layout_search
+
+    results, base = _two_rank_ddp_results()
     rates = {"layout-tp2": 50.0, "layout-pp2-gpipe-m4": 90.0, "layout-pp2-1f1b-m4": 95.0, "layout-pp2-gpipe-m8": 80.0,
              "layout-pp2-1f1b-m8": 85.0, "layout-pp2-interleaved_1f1b-m2": 60.0, "layout-pp2-interleaved_1f1b-m4": 70.0,
              "layout-pp2-interleaved_1f1b-m8": 75.0}
@@ -338,14 +345,8 @@ def test_an_interrupted_analysis_still_ranks_the_layouts_it_measured():
     """Ctrl-C before the layout search: the table is built from the runs the sweep made (dp2 is the baseline, tp2 its
     tensor_parallel run), nothing new is measured, and every other survivor says why it has no figure."""
     from perfscope.search.layout import run_layout_search
-    from tests.distributed_factories import make_distributed_results
 
-    results = make_distributed_results(device="cpu", world=2)
-    results.environment.host_memory_bytes = 64 * GiB
-    base = results.trials[0].config.replace(micro_batch_size=8, data_parallel="ddp", precision="fp32", tf32=None)
-    results.trials[0].config = base
-    results.workload.model = ModelFacts(parameter_count=1000, has_conv2d=False, repeated_blocks=4, optimizer_class="AdamW",
-                                        layout=LAYOUT)
+    results, base = _two_rank_ddp_results()
     session = _Session(results, {})
     workload = Workload(model=lambda: None, loss=lambda m, b: None, batches=lambda n: [], batch_size=8)
     tp2 = next(c for c in layout_candidates(base, results.workload.model, bytes_per_parameter=16.0,
