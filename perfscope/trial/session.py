@@ -143,11 +143,12 @@ class Session:
             trial = self._measure_once(configuration, config, knobs)
         if trial.ok and trial.metrics and trial.metrics.contention:
             why = "; ".join(dict.fromkeys(trial.metrics.contention))
-            runs = self.contention_retries + 1
             if given_up:
                 trial.excluded = f"contended: {why} (persisted through {PERSISTENT_AFTER} measurements: not measured again)"
+            elif self.contention_retries:
+                trial.excluded = f"contended: {why} (persisted through {self.contention_retries + 1} runs)"
             else:
-                trial.excluded = f"contended: {why}" + (f" (persisted through {runs} runs)" if runs > 1 else "")
+                trial.excluded = f"contended: {why}"
             self._warn_persistent_load(configuration, why)
         return trial
 
