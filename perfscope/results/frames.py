@@ -1,0 +1,125 @@
+"""pandas views of a results file, for notebooks: one DataFrame per table the report shows.
+
+    >>> from perfscope.results import Results, frames
+    >>> results = Results.load("perfscope-out/results.json")
+    >>> frames.trials(results).groupby("configuration")["samples_per_s"].describe()
+    >>> frames.knobs(results).sort_values("ratio", ascending=False)
+
+Why: users of trace tools (HTA) analyse in DataFrames; the typed model stays the source of truth and these are
+flat, read-only copies of it (one row per run, knob, finding, kernel, rank or MFU-gap part). A value the run
+could not give is NaN/None here, its reason stays in the model's ``unavailable`` maps. pandas is imported by this
+module only, so the commands that read files start without it.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from perfscope.results.model import Results
+from perfscope.results.waterfall import mfu_waterfall
+
+__all__ = ["findings", "kernels", "knobs", "ranks", "trials", "waterfall"]
+
+
+def trials(results: Results) -> pd.DataFrame:
+    """One row per run (fresh process): its configuration, status and what its timed windows measured."""
+    rows = []
+    for t in results.trials:
+        m = t.metrics
+        rows.append({
+            "trial": t.name, "configuration": t.configuration, "repeat": t.repeat, "sequence": t.sequence,
+            "status": t.status, "excluded": t.excluded, "knobs": ",".join(t.knobs), "error": t.error,
+            "steps": m.steps if m else None,
+            "wall_s": m.wall_s if m else None,
+            "step_time_s": m.mean_step_time_s if m and m.steps else None,
+            "typical_step_s": m.typical_step.median if m and m.typical_step else None,
+            "samples_per_s": m.samples_per_s if m else None,
+            "tokens_per_s": m.tokens_per_s if m else None,
+            "achieved_tflops": m.achieved_tflops if m else None,
+            "mfu": m.mfu if m else None,
+            "hfu": m.hfu if m else None,
+            "flops_per_step": m.flops_per_step if m else None,
+            "data_wait_share": m.data_wait_share if m else None,
+            "peak_memory_bytes": m.peak_memory_bytes if m else None,
+            "micro_batch_size": m.micro_batch_size if m else None,
+            "grad_accum_steps": m.grad_accum_steps if m else None,
+        })
+    return _frame(rows, index="trial")
+
+
+def knobs(results: Results) -> pd.DataFrame:
+    """One row per knob the sweep tried (or why not): its measured gain over the baseline and verdict."""
+    rows = []
+    for k in results.sweep.knobs if results.sweep else []:
+        g = k.gain
+        rows.append({
+            "knob": k.knob, "title": k.title, "status": k.status, "reason": k.reason, "setting": k.setting,
+            "configuration": k.trial, "verdict": g.verdict if g else None,
+            "ratio": g.ratio if g else None, "low": g.low if g else None, "high": g.high if g else None,
+            "confidence": g.confidence if g else None, "runs": g.runs if g else None,
+            "reference_runs": g.reference_runs if g else None, "mfu": k.mfu,
+            "recommended": bool(results.sweep and k.knob in results.sweep.recommended_knobs),
+            "changes_semantics": "; ".join(k.changes_semantics),
+        })
+    return _frame(rows, index="knob")
+
+
+def findings(results: Results) -> pd.DataFrame:
+    """One row per finding, in the report's order: measured gains beside estimates, never mixed in one column."""
+    rows = []
+    for f in results.findings or []:
+        rows.append({
+            "rule": f.rule_id, "title": f.title, "severity": f.severity,
+            "measured_ratio": f.gain.ratio if f.gain else None,
+            "measured_verdict": f.gain.verdict if f.gain else None,
+            "estimated_ratio": f.estimated_gain, "configuration": f.trial,
+            "addresses": ",".join(f.addresses), "caveats": "; ".join(f.caveats),
+        })
+    return _frame(rows)
+
+
+def kernels(results: Results) -> pd.DataFrame:
+    """The longest kernels (CUDA) or aten ops (CPU) of each profiled run, seconds and launches per step."""
+    rows = []
+    for t in results.trials:
+        facts = t.metrics.trace_facts if t.metrics else None
+        if facts is None or facts.kernels is None:
+            continue
+        for k in facts.kernels.top:
+            rows.append({"trial": t.name, "configuration": t.configuration, "source": facts.kernels.source,
+                         "name": k.name, "category": k.category, "time_s_per_step": k.time_s,
+                         "calls_per_step": k.count})
+    return _frame(rows)
+
+
+def ranks(results: Results) -> pd.DataFrame:
+    """One row per (run, rank) of a distributed run: where a job's ranks differ (stragglers, memory, comm)."""
+    rows = []
+    for t in results.trials:
+        dist = t.metrics.distributed if t.metrics else None
+        for r in dist.ranks if dist else []:
+            rows.append({
+                "trial": t.name, "configuration": t.configuration, "rank": r.rank, "node": r.node,
+                "steps": r.steps, "wall_s": r.wall_s, "samples_per_s": r.samples_per_s,
+                "data_wait_share": r.data_wait_share, "gc_pause_s": r.gc_pause_s,
+                "peak_memory_bytes": r.peak_memory_bytes,
+                "collective_s_per_step": r.collective_s_per_step,
+                "exposed_collective_s_per_step": r.exposed_collective_s_per_step,
+            })
+    return _frame(rows)
+
+
+def waterfall(results: Results) -> pd.DataFrame:
+    """The MFU gap of the baseline run, part by part (points of the 100 %; they sum to 100 − the end bar)."""
+    wf = mfu_waterfall(results)
+    rows = []
+    for p in wf.parts if wf else []:
+        rows.append({"part": p.key, "label": p.label, "group": p.spec.group, "points": p.points,
+                     "seconds_per_step": p.seconds, "evidence": p.evidence, "unavailable": p.unavailable,
+                     "fixes": ",".join(p.fixes)})
+    return _frame(rows, index="part")
+
+
+def _frame(rows: list[dict[str, object]], *, index: str | None = None) -> pd.DataFrame:
+    frame = pd.DataFrame.from_records(rows)
+    return frame.set_index(index) if index and not frame.empty else frame
