@@ -40,10 +40,10 @@ def memory_peaks(device: torch.device) -> MemoryPeaks:
     rss = memory.process_peak_rss_bytes()
     if device.type != "cuda":
         return MemoryPeaks(device_type=device.type, host_rss=rss)
-    index = device.index or 0
-    return MemoryPeaks(device_type="cuda", allocated=int(torch.cuda.max_memory_allocated(index)),
-                       reserved=int(torch.cuda.max_memory_reserved(index)), capacity=memory.device_capacity("cuda", index),
-                       scope="since the process started", host_rss=rss)
+    index = cuda_index(device)
+    allocated, reserved = memory.device_peaks("cuda", index)
+    return MemoryPeaks(device_type="cuda", allocated=allocated, reserved=reserved,
+                       capacity=memory.device_capacity("cuda", index), scope="since the process started", host_rss=rss)
 
 
 def environment(prof: RunState) -> Environment:

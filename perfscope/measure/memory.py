@@ -77,10 +77,11 @@ def reset_peak(device: str) -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
-def device_peaks(device: str) -> tuple[int | None, int | None]:
-    """(peak allocated, peak reserved) since the last reset; (None, None) on CPU."""
+def device_peaks(device: str, index: int | None = None) -> tuple[int | None, int | None]:
+    """(peak allocated, peak reserved) since the last reset, of CUDA device ``index`` (else the current one);
+    (None, None) on CPU."""
     if device == "cuda":
-        return int(torch.cuda.max_memory_allocated()), int(torch.cuda.max_memory_reserved())
+        return int(torch.cuda.max_memory_allocated(index)), int(torch.cuda.max_memory_reserved(index))
     return None, None
 
 
