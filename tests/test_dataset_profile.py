@@ -100,6 +100,25 @@ def test_profile_round_trips_through_results_json_and_older_files_load_without_i
         Results.from_dict(bad)
 
 
+def test_the_profile_belongs_to_the_configuration_when_its_run_was_excluded():
+    """Under load the profiled first run is excluded as contended and a retry, which may not have profiled, becomes the
+    baseline's representative: the rule and the report still show where the Dataset spends its time."""
+    from perfscope.report.markdown import render_markdown
+    from perfscope.rules import run_rules
+
+    profiled = make_trial("baseline", data_wait_fraction=0.6)
+    profiled.metrics.dataset_profile = profile_dataset(Squares(), batch_size=8, samples=8, budget_s=600)
+    profiled.excluded = "contended: 1.4 other cores busy"
+    retry = make_trial("baseline-r2", data_wait_fraction=0.6, seed=1)
+    retry.configuration, retry.repeat, retry.sequence, profiled.sequence = "baseline", 2, 2, 1
+    results = make_results([profiled, retry], device_type="cpu")
+    results.findings = run_rules(results)
+    (finding,) = [f for f in results.findings if f.rule_id == "PS201"]
+    assert any("where __getitem__ and collate spend their time" in e for e in finding.evidence)
+    md = render_markdown(results)
+    assert "Where \\_\\_getitem\\_\\_ and collate" in md or "Where __getitem__ and collate" in md
+
+
 @pytest.mark.slow
 def test_analyze_profiles_the_dataset_in_a_trial_process_and_the_report_shows_it(tmp_path, monkeypatch):
     from perfscope.cli import main

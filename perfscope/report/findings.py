@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from perfscope.ranking import Evidence, RankedFix
 from perfscope.report.format import fmt_percent, fmt_seconds, gain_text
 from perfscope.report.story import Story, gain_words, interval_words
-from perfscope.results import Finding, Gain, Trial
+from perfscope.results import Finding, Gain, Results, Trial
 from perfscope.results.breakdown import WHOLE_STEP, StepSlice, addressed
+from perfscope.results.roles import dataset_profile
 
 
 @dataclass(kw_only=True, slots=True)
@@ -195,9 +196,9 @@ def point_at_breakdown(views: list[FindingView], slices: list[StepSlice]) -> dic
     return marks
 
 
-def dataset_cost(view: FindingView, trial: Trial | None) -> None:
+def dataset_cost(view: FindingView, results: Results, trial: Trial | None) -> None:
     """The data-loader finding carries the baseline's Dataset profile as a table (perfscope.results.dataset_profile)."""
-    profile = trial.metrics.dataset_profile if trial is not None and trial.metrics is not None else None
+    profile = dataset_profile(results, trial) if trial is not None else None
     if view.rule_id != "PS201" or profile is None or not profile.top:
         return
     n = max(profile.samples, 1)

@@ -149,7 +149,7 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
     marks = point_at_breakdown(findings, slices)
     point_at_breakdown(no_change, slices)
     for v in findings + no_change:
-        dataset_cost(v, base)
+        dataset_cost(v, results, base)
     breakdown = baseline_breakdown_chart(slices, marks, base_name or "")
     if breakdown is not None:
         charts.insert(0, breakdown)

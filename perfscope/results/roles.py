@@ -8,6 +8,7 @@ Defined once here because the rules, the report and the CI gate must agree on it
 
 from __future__ import annotations
 
+from perfscope.results.dataset_profile import DatasetProfile
 from perfscope.results.model import Results, Trial
 
 BASELINE = "baseline"
@@ -40,3 +41,16 @@ def baseline_run(results: Results) -> Trial | None:
 def recommended_run(results: Results) -> Trial | None:
     name = recommended_configuration(results)
     return representative(results, name) if name is not None else None
+
+
+def dataset_profile(results: Results, trial: Trial) -> DatasetProfile | None:
+    """The Dataset's profile of ``trial``'s configuration: its own, else the first of its sibling runs that has one.
+
+    Where ``__getitem__`` spends its time belongs to the configuration, not to one run: when the run that profiled it
+    was excluded as contended (or its retry waited less than the profiling threshold), the diagnosis keeps it.
+    """
+    own = trial.metrics.dataset_profile if trial.metrics is not None else None
+    if own is not None:
+        return own
+    siblings = (t for t in results.trials if t.configuration == trial.configuration and t.ok)
+    return next((t.metrics.dataset_profile for t in siblings if t.metrics.dataset_profile is not None), None)

@@ -81,7 +81,7 @@ def loader_estimate(ctx: RuleContext, wait_share: float, workers: int | None = N
     step = ctx.metrics.mean_step_time_s
     wait = step * wait_share
     current = int(ctx.config("num_workers", 0) or 0)
-    profile = ctx.metrics.dataset_profile
+    profile = ctx.dataset_profile
     cores = env.cpu_cores_usable or env.cpu_cores_physical or env.cpu_cores_logical
     cores = float(cores) if cores else None
     cpu = not ctx.cuda
@@ -160,7 +160,7 @@ class DataLoaderStall(Rule):
         est = loader_estimate(ctx, wait)
         batch = ctx.metrics.samples_per_step // max(ctx.metrics.grad_accum_steps, 1) or 1
         env = ctx.results.environment
-        profile = ctx.metrics.dataset_profile
+        profile = ctx.dataset_profile
         evidence = [f"{pct(wait)} of each step is spent blocked on the data iterator (median step {ms(median)})"]
         if profile is not None:
             same_batch = profile.batch_size == batch and int(ctx.config("num_workers", 0) or 0) == 0

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from perfscope.ranking import partition_findings, rank_findings
 from perfscope.results import (
+    DatasetProfile,
     Finding,
     KnobOutcome,
     Results,
@@ -25,7 +26,7 @@ from perfscope.results import (
     Trial,
     TrialMetrics,
 )
-from perfscope.results.roles import baseline_run
+from perfscope.results.roles import baseline_run, dataset_profile
 
 __all__ = ["Rule", "RuleContext", "partition_findings", "run"]
 
@@ -45,6 +46,11 @@ class RuleContext:
         if trial is None or trial.metrics is None:
             return None
         return cls(results=results, baseline=trial, metrics=trial.metrics, facts=trial.metrics.trace_facts)
+
+    @property
+    def dataset_profile(self) -> DatasetProfile | None:
+        """The baseline configuration's Dataset profile (perfscope.results.roles.dataset_profile)."""
+        return dataset_profile(self.results, self.baseline)
 
     @property
     def cuda(self) -> bool:
