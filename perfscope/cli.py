@@ -13,7 +13,6 @@ Exit codes: 0 success; 1 internal error (a perfscope bug) or, for `check`, a reg
 from __future__ import annotations
 
 import argparse
-import inspect
 import math
 import sys
 import traceback
@@ -279,17 +278,16 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
 def _cmd_rules(args: argparse.Namespace) -> int:
     from perfscope.errors import UserError
     from perfscope.rules import all_rules
+    from perfscope.rules.docs import listing, rule_page
 
     rules = all_rules()
     if args.rule_id:
         rule = next((r for r in rules if r.id == args.rule_id.upper()), None)
         if rule is None:
             raise UserError(f"no rule {args.rule_id!r}; known: {', '.join(r.id for r in rules)}")
-        print(f"{rule.id} {rule.name}  [{', '.join(rule.groups)}]\n")
-        print(inspect.cleandoc(type(rule).__doc__ or ""))
+        print(rule_page(rule))
         return EXIT_OK
-    for rule in rules:
-        print(f"{rule.id}  {rule.name:<24} {rule.summary()}")
+    print(listing(rules))
     return EXIT_OK
 
 

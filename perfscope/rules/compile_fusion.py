@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from perfscope.results import Finding, KernelStat, KnobOutcome
 from perfscope.rules._text import pct
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.snippets import compile_change
 
 FUSIBLE = ("elementwise", "normalization")
@@ -32,6 +32,14 @@ class CompileFusion(Rule):
 
     id = "PS303"
     name = "compile-fusion"
+    doc = RuleDoc(
+        detects="unfused elementwise/normalization work",
+        threshold="≥ 25 % of kernel time, or compile measured",
+        evidence="category times, compile time",
+        fix="`torch.compile(model)`",
+        gain="measured (`compile`)",
+        guard='silent when compiled; measured no better → "did not help here"',
+    )
     groups = ("compute",)
     knobs = ("compile",)
     addresses = ("elementwise", "normalization")

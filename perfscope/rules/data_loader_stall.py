@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from perfscope.results import DatasetProfile, Finding, KnobOutcome
 from perfscope.results.dataset_profile import PROFILE_AT_DATA_WAIT
 from perfscope.rules._text import ms, pct
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.stats import confidence_text
 
 MAX_WORKERS = 8
@@ -144,6 +144,18 @@ class DataLoaderStall(Rule):
 
     id = "PS201"
     name = "data-loader-stall"
+    doc = RuleDoc(
+        detects="the step waits for data",
+        threshold="data wait ≥ 10 % of the step",
+        evidence="data-wait share; the Dataset profiled in the trial (per-sample cost on the training's threads and on one "
+                 "thread, collate, top functions by cProfile self time); usable cores (affinity, cgroup quota)",
+        fix="DataLoader with the run's batch and the estimate's worker count; options measured as no better left out; when "
+            "workers cannot help, the Dataset's hottest functions",
+        gain="measured (`dataloader_workers`); else estimated: step / (max(compute, batch cost in a worker / k) × max(1, "
+             "(training threads + k) / cores)), the fewest k reaching the best; bound: the usable cores the training's "
+             "threads and the workers share",
+        guard="no estimate below 1.05×; says when workers cannot close the gap, and why (the cores)",
+    )
     groups = ("input",)
     knobs = ("dataloader_workers",)
     addresses = ("data_wait",)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from perfscope.results import DistributedFacts, Finding, KnobOutcome, ShardingMemory
 from perfscope.rules._distributed import distributed_facts, measured_outcomes
 from perfscope.rules._text import gib, pct
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.rules.memory_headroom import MemoryHeadroom
 from perfscope.rules.near_oom import NearOom
 
@@ -43,6 +43,17 @@ class DataParallelMemory(Rule):
 
     id = "PS803"
     name = "data-parallel-memory"
+    doc = RuleDoc(
+        detects="plain DDP near the memory capacity",
+        threshold="the fullest rank reserves ≥ 90 % (PS502's threshold), or the micro-batch search ran out of memory",
+        evidence="the memory model (`ShardingMemory`: DDP vs ZeRO-1/2/3 per rank, measured where run), the ranks' peaks",
+        fix="the lightest ZeRO stage that at least doubles the micro-batch (ZeroRedundancyOptimizer, FSDP2 `fully_shard` "
+            "with / without resharding), else the one that unlocks the most",
+        gain="measured (`zero1`, `fsdp2`: one finding each, with the micro-batch the run used); limit: the replicated state "
+             "the stage frees; the micro-batch that fills 90 % of the device (PS501's)",
+        guard="DDP only (FSDP / ZeRO-1 already shard); the capacity check on GPUs only (device memory), the search's OOM on "
+              "any device; memory rule, addresses no step slice",
+    )
     groups = ("memory", "distributed")
     knobs = SHARDING_KNOBS
     threshold: float = NearOom.threshold

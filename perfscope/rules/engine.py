@@ -28,7 +28,7 @@ from perfscope.results import (
 )
 from perfscope.results.roles import baseline_run, dataset_profile
 
-__all__ = ["Rule", "RuleContext", "partition_findings", "run"]
+__all__ = ["Rule", "RuleContext", "RuleDoc", "partition_findings", "run"]
 
 
 @dataclass(frozen=True)
@@ -72,11 +72,28 @@ class RuleContext:
         return next((o for o in sweep.knobs if o.knob == knob_id), None) if sweep else None
 
 
+@dataclass(frozen=True, kw_only=True)
+class RuleDoc:
+    """A rule's catalogue entry, declared beside its code: docs/rules.md and `perfscope rules ID` are generated from
+    it and the docstring (perfscope.rules.docs), so the documentation cannot drift from the rule."""
+
+    detects: str
+    threshold: str
+    evidence: str
+    fix: str
+    gain: str
+    """How the gain is known: measured (which knobs), estimated (the method and its bound), or not quantified."""
+    guard: str
+    """What keeps the rule from firing falsely."""
+
+
 class Rule:
-    """Base class. The subclass docstring is the rule's documentation (anti-pattern, then best practice)."""
+    """Base class. The subclass docstring is the rule's documentation (anti-pattern, then best practice); ``doc`` its
+    catalogue entry."""
 
     id: ClassVar[str]
     name: ClassVar[str]
+    doc: ClassVar[RuleDoc]
     groups: ClassVar[tuple[str, ...]] = ()
     knobs: ClassVar[tuple[str, ...]] = ()
     """Sweep knobs whose measured gain this rule reports (the generic measured-knob rule leaves them alone)."""

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from perfscope.results import CommunicationFacts, DistributedFacts, Finding, KnobOutcome
 from perfscope.rules._distributed import distributed_facts, measured_outcomes
 from perfscope.rules._text import mib, ms, pct
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
 COMM_KNOBS = ("no_sync_accumulation", "ddp_bucket_cap", "grad_compression")
 """The sweep's knobs that cut or hide gradient communication, in the order the fix lists them."""
@@ -43,6 +43,18 @@ class ExposedCommunication(Rule):
 
     id = "PS801"
     name = "exposed-communication"
+    doc = RuleDoc(
+        detects="the step waits for collectives no compute hides",
+        threshold="exposed collective time ≥ 10 % of the traced step",
+        evidence="the baseline's `DistributedFacts.communication` (rank's trace): compute, collective, exposed time per "
+                 "step, overlap %, per op the achieved vs micro-benchmark bus bandwidth",
+        fix="DDP `no_sync()` accumulation (FSDP2 `set_requires_gradient_sync`), `bucket_cap_mb`, overlap kept "
+            "(`static_graph`), bf16 / PowerSGD comm hooks",
+        gain="measured (`no_sync_accumulation`, `ddp_bucket_cap`, `grad_compression`: one finding each); else estimated for "
+             "the unmeasured fixes: 1 / (1 − exposed share); bound: the exposed collective time",
+        guard="data-parallel runs only; says when stragglers make part of the exposed time waiting, and whether the link is "
+              "full (achieved ≈ micro-benchmark) or the collectives wait",
+    )
     groups = ("distributed",)
     knobs = COMM_KNOBS
     addresses = ("communication",)

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from perfscope.results import Finding
 from perfscope.rules._text import gib
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
 
 @dataclass
@@ -18,6 +18,14 @@ class AllocatorFragmentation(Rule):
 
     id = "PS504"
     name = "allocator-fragmentation"
+    doc = RuleDoc(
+        detects="reserved ≫ allocated",
+        threshold="reserved / allocated ≥ 1.3 and ≥ 1 GiB wasted",
+        evidence="peak allocated, reserved",
+        fix="`expandable_segments:True`",
+        gain="measured (`expandable_segments`); limit: at most reserved − allocated returns",
+        guard="GPU only; small absolute waste ignored",
+    )
     groups = ("memory",)
     knobs = ("expandable_segments",)
     ratio: float = 1.3

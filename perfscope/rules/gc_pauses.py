@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from perfscope.results import Finding
 from perfscope.rules._text import ms
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
 
 @dataclass
@@ -18,6 +18,15 @@ class GcPauses(Rule):
 
     id = "PS602"
     name = "gc-pauses"
+    doc = RuleDoc(
+        detects="long step-time tail",
+        threshold="slowest step ≥ 2× the median, or p90 / median ≥ 1.3",
+        evidence="step-time percentiles and the steps",
+        fix="`gc.freeze()` after warm-up",
+        gain="measured (`gc_freeze`); else estimated (upper bound): sum of the steps / sum clipped at the median; bound: "
+             "the median step",
+        guard='needs a typical-step summary; a tail of data waits is PS201\'s; measured no better → "did not help here"',
+    )
     groups = ("host",)
     knobs = ("gc_freeze",)
     addresses = ("host", "launch")

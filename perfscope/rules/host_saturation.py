@@ -3,7 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfscope.results import Finding
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
 
 @dataclass
@@ -17,6 +17,14 @@ class HostCpuSaturation(Rule):
 
     id = "PS701"
     name = "host-cpu-saturation"
+    doc = RuleDoc(
+        detects="host CPU saturated",
+        threshold="median ≥ 90 % on a GPU run",
+        evidence="host CPU utilization",
+        fix="bound the DataLoader workers per GPU",
+        gain="not quantified",
+        guard="silent on CPU runs (the CPU is the device)",
+    )
     groups = ("host",)
     addresses = ("data_wait", "launch")
     threshold: float = 90.0

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from perfscope.results import Finding
 from perfscope.rules._text import pct
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.snippets import compile_change
 
 
@@ -16,6 +16,15 @@ class LaunchBound(Rule):
 
     id = "PS301"
     name = "launch-bound"
+    doc = RuleDoc(
+        detects="many tiny kernels, GPU starved",
+        threshold="trace's launch-bound flag",
+        evidence="kernels/step, median kernel time, starved share, the ops whose launches the GPU waited for",
+        fix='CUDA graphs (`torch.compile(mode="reduce-overhead")`); on a CPU, compile or a larger batch',
+        gain="measured (`compile_reduce_overhead`; CPU: `compile`); else estimated on a GPU: 1 / (1 − launch-idle share); "
+             "bound: the GPU's own time (kernels + the idle launches do not cause)",
+        guard="GPU trace only for the estimate; no starved time, no estimate",
+    )
     groups = ("host",)
     knobs = ("compile_reduce_overhead",)
     addresses = ("launch",)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from perfscope import knobs
 from perfscope.results import Finding
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.stats import confidence_text
 
 
@@ -21,6 +21,14 @@ class MeasuredKnob(Rule):
 
     id = "PS100"
     name = "measured-knob"
+    doc = RuleDoc(
+        detects="a measured knob no diagnosis explains",
+        threshold="—",
+        evidence="the sweep's outcome",
+        fix="the knob's code change",
+        gain="measured",
+        guard="none needed: it reports the measurement as it is; not a win unless decidedly faster",
+    )
     groups = ("sweep",)
 
     def check(self, ctx: RuleContext) -> list[Finding]:

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from perfscope.results import Finding, TrialMetrics
 from perfscope.rules._text import gib, pct
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
 
 @dataclass
@@ -18,6 +18,15 @@ class MemoryHeadroom(Rule):
 
     id = "PS501"
     name = "memory-headroom"
+    doc = RuleDoc(
+        detects="most device memory unused",
+        threshold="peak < 50 % of capacity",
+        evidence="peak, capacity, memory breakdown",
+        fix="larger micro-batch",
+        gain="measured (`micro_batch`; changes the global batch); limit: the micro-batch that fills 90 % of device memory "
+             "(activations scale with it, weights/gradients/optimizer state do not)",
+        guard="GPU only",
+    )
     groups = ("memory",)
     knobs = ("micro_batch",)
     addresses = ("step",)

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from perfscope.results import Finding, GemmAlignment, GemmShape
 from perfscope.rules._text import pct
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
 
 @dataclass
@@ -19,6 +19,15 @@ class MisalignedGemm(Rule):
 
     id = "PS401"
     name = "misaligned-gemm"
+    doc = RuleDoc(
+        detects="GEMM dims not multiples of 8/64",
+        threshold="≥ 5 % of the step",
+        evidence="GEMM shapes, micro-benchmark of padded shape",
+        fix="pad the dimension",
+        gain="estimated: each benchmarked shape's time × its padded/unpadded wall-time ratio, over the step (Amdahl); "
+             "bound: the misaligned matmuls' share of the step (at most 1 / (1 − share))",
+        guard="only shapes measured slower when misaligned; padding measured no faster → no estimate",
+    )
     groups = ("compute",)
     addresses = ("gemm",)
     min_share: float = 0.05

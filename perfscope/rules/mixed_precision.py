@@ -3,7 +3,7 @@ from __future__ import annotations
 from perfscope.results import Finding, KnobOutcome
 from perfscope.rules._precision import matmul_precision
 from perfscope.rules._text import pct
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.snippets import autocast_change
 
 
@@ -17,6 +17,14 @@ class MixedPrecision(Rule):
 
     id = "PS101"
     name = "mixed-precision"
+    doc = RuleDoc(
+        detects="fp32 matmuls",
+        threshold="loop in fp32 (GPU), or amp measured (CPU)",
+        evidence="config precision, fp32 GEMM share (trace), datasheet bf16/fp32 peaks",
+        fix="bf16 autocast (fp16 + GradScaler) for the run's device",
+        gain="measured (`amp_bf16`, `amp_fp16`)",
+        guard='silent when autocast is on; on a CPU only when measured; measured slower → "did not help here" with why',
+    )
     groups = ("compute",)
     knobs = ("amp_bf16", "amp_fp16")
     addresses = ("gemm", "conv", "attention")

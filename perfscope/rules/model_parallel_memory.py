@@ -6,7 +6,7 @@ from perfscope.results import Finding
 from perfscope.rules._distributed import distributed_facts
 from perfscope.rules._text import gib, pct
 from perfscope.rules.data_parallel_memory import stage_of
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
 TP_PP_FIX = ("+from torch.distributed.device_mesh import init_device_mesh\n"
              "+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module\n"
@@ -34,6 +34,16 @@ class ModelParallelMemory(Rule):
 
     id = "PS805"
     name = "model-parallel-memory"
+    doc = RuleDoc(
+        detects="the model's state does not fit one rank even fully sharded",
+        threshold="ZeRO-3's modelled state per rank ≥ 90 % of the device, or the layout search pruned every data-parallel "
+                  'layout as "would not fit" while a TP/PP one fits',
+        evidence="the memory model's ZeRO-3 row, the layout table's pruned and fitting rows",
+        fix='tensor parallelism inside a node on a 2-D mesh with FSDP2 across nodes (`parallelize_module`, '
+            '`fully_shard(mesh=mesh["dp"])`), or pipeline stages across nodes',
+        gain="not quantified (the layout table measures the layouts)",
+        guard="silent on a run that already splits the model",
+    )
     groups = ("memory", "distributed")
     threshold: float = 0.9
     """Fire when ZeRO-3's modelled state per rank passes this share of what a rank may hold."""

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from perfscope.results import Finding
 from perfscope.rules._text import gib, pct
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.snippets import checkpoint_change
 
 
@@ -19,6 +19,15 @@ class NearOom(Rule):
 
     id = "PS502"
     name = "near-oom"
+    doc = RuleDoc(
+        detects="memory nearly full",
+        threshold="reserved ≥ 90 %",
+        evidence="peak, reserved, capacity, memory breakdown",
+        fix="activation checkpointing",
+        gain="measured (`activation_checkpointing`); limit: checkpointing frees at most the activations and temporaries, "
+             "for one more forward",
+        guard="GPU only",
+    )
     groups = ("memory",)
     knobs = ("activation_checkpointing",)
     threshold: float = 0.9

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from perfscope.results import Finding
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.snippets import fp16_to_bf16_change
 
 
@@ -15,6 +15,14 @@ class NonFiniteLoss(Rule):
 
     id = "PS601"
     name = "non-finite-loss"
+    doc = RuleDoc(
+        detects="a configuration produced inf/NaN or diverged",
+        threshold="any rejected/nonfinite run (not an optimizer swap: PS503 reports those)",
+        evidence="the numerics guard's verdict",
+        fix="fix the precision / compile",
+        gain="—",
+        guard="only for rejected runs",
+    )
     groups = ("numerics",)
 
     def check(self, ctx: RuleContext) -> list[Finding]:

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from perfscope.results import Finding
 from perfscope.rules._distributed import distributed_facts
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.versions import at_least
 
 TORCHRUN_BINDING = (2, 9)
@@ -23,6 +23,15 @@ class NumaBinding(Rule):
 
     id = "PS804"
     name = "numa-binding"
+    doc = RuleDoc(
+        detects="ranks not bound to their NUMA node",
+        threshold="the machine has > 1 NUMA node and the run set no binding",
+        evidence="`DistributedFacts.numa_nodes`, `numa_binding`, the torch version",
+        fix="`torchrun --numa-binding node` (PyTorch ≥ 2.9, GPUs); else `numactl --cpunodebind/--membind` per rank through "
+            "`torchrun --no-python`",
+        gain="measured (`numa_binding`); else not quantified",
+        guard="silent on one NUMA node and when the run was bound",
+    )
     groups = ("distributed", "host")
     knobs = ("numa_binding",)
     addresses = ("host", "data_wait")

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from perfscope.results import Finding
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.snippets import pin_memory_change
 
 
@@ -15,6 +15,14 @@ class PageableCopies(Rule):
 
     id = "PS202"
     name = "pageable-copies"
+    doc = RuleDoc(
+        detects="H2D copies from pageable memory",
+        threshold="any in the trace",
+        evidence="memcpy count, bytes, time",
+        fix="`pin_memory=True` + `non_blocking=True`",
+        gain="measured (`pin_memory`)",
+        guard="GPU only; silent when the loader pins",
+    )
     groups = ("input",)
     addresses = ("memcpy", "sync")
     knobs = ("pin_memory",)

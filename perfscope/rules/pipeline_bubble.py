@@ -6,7 +6,7 @@ from perfscope.results import Finding
 from perfscope.results.bubble import bubble_formula
 from perfscope.rules._layout import model_parallel_runs
 from perfscope.rules._text import pct
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
 
 @dataclass
@@ -22,6 +22,16 @@ class PipelineBubble(Rule):
 
     id = "PS807"
     name = "pipeline-bubble"
+    doc = RuleDoc(
+        detects="the pipeline idles for lack of micro-batches",
+        threshold="a PP run's bubble (measured, else the formula; the replay when the run was loaded) > 15 % with fewer "
+                  "than 4 × p micro-batches",
+        evidence="`ParallelFacts`: the measured bubble, (p − 1) / (m + p − 1), the bubble replayed from the stages' "
+                 "compute, stage imbalance",
+        fix="`n_microbatches = 4 × p` with Schedule1F1B (same global batch), or ScheduleInterleaved1F1B",
+        gain="not quantified; the formula at 4 × p stated",
+        guard="silent with ≥ 4 × p micro-batches (a bubble left is imbalance or communication, named by the replay)",
+    )
     groups = ("distributed",)
     addresses = ("idle",)
     """The bubble is time each rank's device sits idle."""

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from perfscope.results import DistributedFacts, Finding, Straggler
 from perfscope.rules._distributed import compute_step_s, distributed_facts, median_of_others
 from perfscope.rules._text import ms, pct
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
 PERSISTENT = 0.8
 """Slowest in at least this share of the steps: the same rank every step (a device, a shard, a host), not chance."""
@@ -47,6 +47,18 @@ class Stragglers(Rule):
 
     id = "PS802"
     name = "stragglers"
+    doc = RuleDoc(
+        detects="a rank computes slower than its peers",
+        threshold="each `Straggler` in the facts (slower than the others' median beyond its own noise)",
+        evidence="the rank's compute step (window without gradient sync) vs the others' median, share of steps it was the "
+                 "slowest, its data wait, GC pauses, other load on its host",
+        fix="by cause: GC (`gc.freeze()`, `gc.disable()` + `gc.collect()` at the same step boundary on every rank), data "
+            "(workers, balanced shards), host contention (other processes, NUMA / affinity), compute (clocks, thermals, a "
+            "bad node)",
+        gain="estimated (upper bound): the job's step less the straggler's excess compute; bound: that excess (the next "
+             "slowest rank takes over)",
+        guard="names whether it is the same rank every step or chance (slowest share vs 1 / world size)",
+    )
     groups = ("distributed",)
     addresses = ("communication",)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfscope.results import Finding
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
 
 @dataclass
@@ -17,6 +17,17 @@ class SyncPoints(Rule):
 
     id = "PS302"
     name = "sync-points"
+    doc = RuleDoc(
+        detects="host waits on the device in the step",
+        threshold="≥ 1 wait per step (a runtime call that waited: `cuda*Synchronize`, blocking memcpy) costing ≥ 1% of the "
+                  "step (the GPU idle in the gaps the waits opened; without a device timeline, the time blocked)",
+        evidence="waits per step by call site (ops, copy direction, the user's Python frame), blocked share, the GPU idle "
+                 "they caused",
+        fix="drop `.item()`/prints from the step; a blocking batch copy → pinned memory + `non_blocking=True`",
+        gain="not quantified",
+        guard="`aten::item` on a host tensor (foreach AdamW's step counters) is no wait; a wait that finds the GPU idle "
+              "anyway costs nothing",
+    )
     groups = ("host",)
     addresses = ("sync",)
     min_syncs: float = 1.0

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from perfscope.results import Finding
 from perfscope.rules._layout import model_parallel_runs
 from perfscope.rules._text import ms, pct
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
 FIX = ("-mesh = init_device_mesh(device, (world,), mesh_dim_names=(\"tp\",))      # TP across a slow link\n"
        "+mesh = init_device_mesh(device, (world // tp, tp), mesh_dim_names=(\"dp\", \"tp\"))   # tp = GPUs of one NVLink domain\n"
@@ -28,6 +28,17 @@ class TensorParallelCommunication(Rule):
 
     id = "PS806"
     name = "tensor-parallel-communication"
+    doc = RuleDoc(
+        detects="TP's all-reduces are exposed on a slow link",
+        threshold="a TP run (baseline, the `tensor_parallel` knob's, or a layout run) whose exposed collective time ≥ 10 % "
+                  "of its traced step",
+        evidence="that run's `DistributedFacts.communication` (its trace): exposed / total collective time, per op calls "
+                 "and bus bandwidth, the backend and node count",
+        fix="TP inside one NVLink domain, FSDP2 across the slower link on a 2-D mesh, fewer TP ranks or pipeline stages "
+            "there",
+        gain="not quantified",
+        guard="reads only TP runs (DDP's exposed time is PS801's)",
+    )
     groups = ("distributed",)
     addresses = ("communication",)
     threshold: float = 0.10

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from perfscope.results import Finding
 from perfscope.rules._precision import matmul_precision
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.snippets import tf32_change
 from perfscope.tf32_api import tf32_api
 
@@ -19,6 +19,14 @@ class Tf32Matmul(Rule):
 
     id = "PS102"
     name = "tf32"
+    doc = RuleDoc(
+        detects="fp32 matmuls without TF32",
+        threshold="Ampere or later GPU",
+        evidence="compute capability, the trial's TF32 setting",
+        fix="the run's torch API for TF32",
+        gain="measured (`tf32`)",
+        guard="silent when the user's file set TF32, on CPUs and pre-Ampere GPUs",
+    )
     groups = ("compute",)
     addresses = ("gemm",)
     knobs = ("tf32",)

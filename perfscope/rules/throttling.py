@@ -3,7 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfscope.results import Finding
-from perfscope.rules.engine import Rule, RuleContext
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
 # NVML clock-event reasons that mean the GPU was slowed against its will (heat, a hardware signal, the power
 # brake). "SW power cap" is not among them: a loaded H100 sits at its power limit routinely and the driver trims
@@ -24,6 +24,14 @@ class Throttling(Rule):
 
     id = "PS702"
     name = "throttling"
+    doc = RuleDoc(
+        detects="GPU clock throttling",
+        threshold="clocks < 85 % of max, or thermal/power brake",
+        evidence="NVML reasons and clocks",
+        fix="cooling / power settings",
+        gain="not quantified",
+        guard="SW power cap is information unless clocks fall far",
+    )
     groups = ("hardware",)
     addresses = ("gemm", "conv", "attention", "elementwise", "normalization", "optimizer", "other", "compute")
     clock_drop: float = 0.85

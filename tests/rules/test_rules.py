@@ -294,15 +294,33 @@ def test_rules_cli(capsys):
     assert main(["rules"]) == 0
     out = capsys.readouterr().out
     assert all(r.id in out for r in all_rules())
-    assert main(["rules", "PS401"]) == 0 and "Anti-pattern" in capsys.readouterr().out
+    assert main(["rules", "PS401"]) == 0
+    page = capsys.readouterr().out
+    assert "Anti-pattern" in page  # the docstring ...
+    ps401 = next(r for r in all_rules() if r.id == "PS401")
+    assert f"Threshold: {ps401.doc.threshold}" in page and f"Gain: {ps401.doc.gain}" in page  # ... and the catalogue entry
     assert main(["rules", "PS000"]) == 2
 
 
-def test_docs_list_every_rule():
+def test_every_rule_documents_itself_and_the_page_is_generated_from_the_rules(tmp_path):
+    """docs/rules.md's catalogue is a rendering of the rules (perfscope.rules.docs): stale or hand-edited, it fails."""
     from pathlib import Path
 
-    doc = (Path(__file__).parents[2] / "docs" / "rules.md").read_text()
-    assert all(r.id in doc for r in all_rules())
+    from perfscope.rules.docs import BEGIN, main, regenerate
+
+    for rule in all_rules():
+        assert all(getattr(rule.doc, key).strip() for key in ("detects", "threshold", "evidence", "fix", "gain", "guard")), rule.id
+        assert (type(rule).__doc__ or "").strip(), rule.id
+    page = Path(__file__).parents[2] / "docs" / "rules.md"
+    assert main(["--check", str(page)]) == 0
+    text = page.read_text()
+    assert all(f"| {r.id} {r.name} |" in text for r in all_rules())
+    edited = tmp_path / "rules.md"
+    edited.write_text(text.replace(f"| {all_rules()[1].doc.detects} |", "| hand-edited |", 1))
+    assert main(["--check", str(edited)]) == 1  # a hand edit is caught ...
+    assert regenerate(edited.read_text(), all_rules()) == text  # ... and regeneration restores the page
+    with pytest.raises(ValueError, match="no generated part"):
+        regenerate(text.replace(BEGIN, ""), all_rules())
 
 
 # ------------------------------------------------------------------------- measured beats believed
