@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from perfscope.results import Peak, Results, Trial, TrialMetrics
-from perfscope.results.job import job_steps_per_s, rank_peak
+from perfscope.results.job import flop_utilization, job_steps_per_s, rank_peak
 
 
 class MetricUnavailable(ValueError):
@@ -87,7 +87,7 @@ def _mfu_factor(side: Side, m: TrialMetrics) -> float:
     if peak is None:
         raise MetricUnavailable("MFU unavailable (no peak FLOP/s recorded); re-run analyze with --peak-tflops, "
                                 "or gate on --metric samples_per_s")
-    return m.flops_per_step / (peak.tflops * 1e12)
+    return flop_utilization(m.flops_per_step, 1.0, peak.tflops)  # per optimizer step per second
 
 
 def _steps_per_s(m: TrialMetrics) -> float:

@@ -13,6 +13,7 @@ one rank's share of it (perfscope.results.job.rank_peak, applied by perfscope.me
 from __future__ import annotations
 
 from perfscope.results import Environment, Peak, TrialMetrics
+from perfscope.results.job import flop_utilization
 
 
 def choose_peak(env: Environment, override_tflops: float | None = None) -> Peak | None:
@@ -52,19 +53,20 @@ def apply_utilization_ratios(metrics: TrialMetrics, peak: Peak | None, env: Envi
         metrics.unavailable["mfu"] = "no timed step"
         return
     rate = steps_per_s if steps_per_s is not None else metrics.steps / metrics.wall_s
-    achieved = metrics.flops_per_step * rate
-    metrics.achieved_tflops = achieved / 1e12
+    flops = metrics.flops_per_step
+    metrics.achieved_tflops = flop_utilization(flops, rate, 1.0)  # FLOP/s over 1 TFLOP/s: TFLOP/s
     if peak is None:
         metrics.unavailable["mfu"] = "no peak FLOP/s known for this device (pass --peak-tflops)"
     else:
-        metrics.mfu = _plausible(metrics, "mfu", achieved / (peak.tflops * 1e12), f"the {peak.tflops:g} TFLOP/s peak ({peak.source})")
+        metrics.mfu = _plausible(metrics, "mfu", flop_utilization(flops, rate, peak.tflops),
+                                 f"the {peak.tflops:g} TFLOP/s peak ({peak.source})")
         if metrics.hardware_flops_per_step:
-            hardware = metrics.hardware_flops_per_step * rate
-            metrics.hfu = _plausible(metrics, "hfu", hardware / (peak.tflops * 1e12), f"the {peak.tflops:g} TFLOP/s peak")
+            metrics.hfu = _plausible(metrics, "hfu", flop_utilization(metrics.hardware_flops_per_step, rate, peak.tflops),
+                                     f"the {peak.tflops:g} TFLOP/s peak")
     if env.measured_ceiling_tflops:
         ceiling = max(env.measured_ceiling_tflops.values())
         metrics.mfu_vs_measured_ceiling = _plausible(
-            metrics, "mfu_vs_measured_ceiling", achieved / (ceiling * 1e12),
+            metrics, "mfu_vs_measured_ceiling", flop_utilization(flops, rate, ceiling),
             f"the matmul ceiling measured at {ceiling:g} TFLOP/s (a ceiling measured while the machine was busy reads low)",
         )
     else:

@@ -1,13 +1,14 @@
-"""A recorded data-parallel job's rate and MFU denominator: pure functions of its typed results.
+"""MFU, and a recorded data-parallel job's rate and MFU denominator: pure functions of the typed results.
 
+    flop_utilization(flops_per_step, steps_per_s, peak.tflops)   # MFU (model FLOPs) or HFU (hardware FLOPs)
     job_samples_per_s(facts.ranks)                   # all ranks' samples / the slowest rank's window
     job_steps_per_s(facts)                           # optimizer steps per second per rank, over that window
     rank_peak(results.peak, results.environment, facts.nproc_per_node)   # the peak one rank's MFU is a fraction of
 
-A job's MFU is FLOPs per step × job_steps_per_s / rank_peak. The measurement writes it into the results
-(perfscope.measure.job.apply_job: what the report shows) and the CI gate recomputes it from a results file
-(perfscope.check.metrics): both ask here, so an MFU gated is the MFU reported, and the gate never imports the
-measurement layer to get it. Nothing here measures: every input is a field of the results model.
+MFU is FLOPs per step × optimizer steps per second / the peak; a job's uses job_steps_per_s and rank_peak. The
+measurement writes it into the results (perfscope.measure.mfu, perfscope.measure.job.apply_job: what the report shows)
+and the CI gate recomputes it from a results file (perfscope.check.metrics): both ask here, so an MFU gated is the MFU
+reported, and the gate never imports the measurement layer to get it. Nothing here measures.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ import dataclasses
 from perfscope.results.distributed import DistributedFacts, RankMetrics
 from perfscope.results.model import Environment, Peak
 
-__all__ = ["job_samples_per_s", "job_steps_per_s", "rank_peak"]
+__all__ = ["flop_utilization", "job_samples_per_s", "job_steps_per_s", "rank_peak"]
+
+
+def flop_utilization(flops_per_step: float, steps_per_s: float, peak_tflops: float) -> float:
+    """The one MFU formula (HFU with hardware FLOPs, the ceiling's share with a measured ceiling): achieved FLOP/s over
+    the peak, a fraction. The measurement, the CI gate and schema-1 upgrades all compute it here."""
+    return flops_per_step * steps_per_s / (peak_tflops * 1e12)
 
 
 def job_samples_per_s(ranks: list[RankMetrics], model_parallel: int = 1) -> float | None:
