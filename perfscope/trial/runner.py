@@ -278,8 +278,3 @@ def _describe(returncode: int) -> str:
         return f"trial process killed by signal {name}"
     return f"trial process exited with code {returncode}"
 
-
-def run_isolated(spec: ChildSpec, work_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None) -> Outcome:
-    """One trial with a runner of its own (a fresh interpreter: no zygote to start for a single trial)."""
-    with TrialRunner(use_zygote=False) as runner:
-        return runner.run(spec, work_dir, timeout_s=timeout_s, env=env)
