@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from perfscope.knobs import Knob, KnobContext, registered
+from perfscope.pipeline import finish
 from perfscope.results import ModelFacts, Results, Trial, TrialMetrics
 from perfscope.results.config import TrialConfig
 from perfscope.search.numerics import TOLERANCE, compare_numerics
@@ -109,8 +110,9 @@ def _first_run(session: InProcessSession, outcome_trial: str | None) -> Trial:
 
 
 @pytest.mark.slow
-def test_worker_options_pass_the_guard_at_the_same_global_steps_and_workers_are_recommended():
+def test_worker_options_pass_the_guard_at_the_same_global_steps_and_workers_are_recommended(tmp_path):
     sweeper, session = _sweep(WORKER_KNOBS, max_runs=3)
+    finish(session.results, tmp_path)  # rules and report, as `perfscope analyze` ends
     baseline = session.results.trials[0]
     outcomes = {o.knob: o for o in sweeper.sweep.knobs}
     for knob in WORKER_KNOBS:
@@ -128,6 +130,9 @@ def test_worker_options_pass_the_guard_at_the_same_global_steps_and_workers_are_
         assert len(run.metrics.losses_before_window) > WARMUP
         index_diffs = [abs(c - b) / b for b, c in zip(baseline.metrics.losses, run.metrics.losses)]
         assert max(index_diffs) > 5 * TOLERANCE["fp32"], index_diffs
+    # no configuration trained differently: no "non-finite or diverging loss" finding; the report says what was compared
+    assert "PS601" not in {f.rule_id for f in session.results.findings}
+    assert f"global steps {WARMUP}–" in (tmp_path / "report.md").read_text()
     assert "dataloader_workers" in sweeper.sweep.recommended_knobs, [(o.knob, o.gain) for o in sweeper.sweep.knobs]
 
 

@@ -252,6 +252,11 @@ class TrialMetrics:
     """Per-step times in step order (hooks: a uniform sample of them, see ``step_times_sampled``)."""
     step_data_wait_s: list[float] = field(default_factory=list, metadata=SERIES_SECONDS)
     """Exposed data wait per step, aligned with ``step_times_s``."""
+    step_gc_pause_s: list[float] = field(default_factory=list, metadata=SERIES_SECONDS)
+    """Python garbage-collector pauses per step, aligned with ``step_times_s`` (empty: not measured)."""
+    gc_collections: int | None = field(default=None, metadata=NON_NEGATIVE)
+    gc_pause_s: float | None = field(default=None, metadata=SECONDS)
+    """Collections in the window and their total pause (None: not measured, e.g. hooks or older results)."""
     step_times_sampled: bool = False
     typical_step: Summary | None = None
     """Median and percentiles of the per-step times: a description of a typical step, never the throughput."""

@@ -80,6 +80,10 @@ class Finding:
     estimate_bound: str | None = None
     """The limit of this machine that bounds the estimate (e.g. the cores left for DataLoader workers, the device
     memory a larger micro-batch must fit in, the share of the step the fix can shrink)."""
+    cause_share: float | None = field(default=None, metadata=FRACTION)
+    """The share of the baseline's measured time that the cause this finding names took, as the run measured it (the
+    data wait, the collector's pauses); None where the run saw only the symptom. A finding whose cause was measured
+    ranks before any estimate whose cause was not (perfscope.ranking)."""
     addresses: list[str] = field(default_factory=list)
     """Slices of the baseline's step-time breakdown the fix acts on (keys of perfscope.results.breakdown.SLICES;
     "step" for every slice); empty when it acts on memory or numerics, not on step time."""

@@ -140,7 +140,7 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     sampler = UtilizationSampler(device=device) if config.sample_utilization else None
     recorder = WindowRecorder(clock_for(device), nvml_handle=sampler.nvml_handle if sampler is not None else None)
     window_syncs = WindowSyncCounter(device)  # syncs of every timed step, counted without adding one (CUDA)
-    gc_pauses = GcPauses()
+    gc_pauses = GcPauses(step_of=lambda: len(losses))  # the step a collection lands in: the one running
     with step.contexts("window_context"), sampler if sampler is not None else nullcontext(), gc_pauses:
         synchronize(device)  # the window starts from an idle device; no synchronization inside it
         step.window_tokens = TokenTally()
@@ -182,6 +182,8 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
                     env={k: os.environ.get(k) for k in config.env},
                     matmul_flops_by_dtype=metrics.fingerprint.matmul_flops_by_dtype if metrics.fingerprint else None)
     metrics.not_applied = not_applied(config, seen)
+    metrics.gc_collections, metrics.gc_pause_s = gc_pauses.collections, gc_pauses.pause_s
+    metrics.step_gc_pause_s = gc_pauses.per_step(steps)
     return MeasuredRun(metrics=metrics, step=step, gc_pauses=gc_pauses)
 
 
