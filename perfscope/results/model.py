@@ -38,8 +38,8 @@ from perfscope.results.constraints import (
 from perfscope.results.dataset_profile import DatasetProfile
 from perfscope.results.distributed import DistributedFacts
 from perfscope.results.fingerprint import Fingerprint
-from perfscope.results.layout import LayoutTable, ModelLayout
 from perfscope.results.io import load_typed, write_json
+from perfscope.results.layout import LayoutTable, ModelLayout
 from perfscope.results.migrate import upgrade
 from perfscope.results.serde import from_jsonable, to_jsonable
 from perfscope.results.trace_facts import TraceFacts
