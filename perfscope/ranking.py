@@ -16,6 +16,9 @@ The rules, in order (`FINDING_RULES` and `KNOB_RULES` say the same in words for 
   2. Measured wins (decidedly faster here), by measured ratio.
   3. Estimated gains, by estimated ratio (labelled estimates, with their method and bound).
   4. Diagnoses without a number, by severity.
+  Among 3 and 4, a finding whose cause the run measured (`Finding.cause_share`: 60 % of the step blocked on data)
+  comes first, by that share: an estimate never outranks a cause the run measured unless its own cause was measured
+  larger.
   5. Measured, did not help here (slower, same, undecided): set apart, by ratio — measured beats believed.
 Within a tier a higher severity wins a tie on the number; a full tie keeps the rules' registry order (a
 stable sort), so the order is deterministic and a rule's place in the registry is its last tie-breaker.
@@ -81,15 +84,17 @@ def evidence_of(finding: Finding) -> Evidence:
     return Evidence.NOT_QUANTIFIED
 
 
-def finding_key(finding: Finding) -> tuple[int, float, int]:
-    """(tier, -number, severity): sort ascending. Diagnoses have no number; severity orders them."""
+def finding_key(finding: Finding) -> tuple[int, float, int, float, int]:
+    """(tier, -measured cause share, tier, -number, severity): sort ascending. Diagnoses have no number; severity orders
+    them. Estimates and diagnoses share a first place, so a measured cause ranks before either (module docstring)."""
     severity = SEVERITY_ORDER.get(finding.severity, 9)
     tier = tier_of(finding)
     if finding.gain is not None:
-        return (tier, -finding.gain.ratio, severity)
+        return (tier, 0.0, tier, -finding.gain.ratio, severity)
+    cause = -(finding.cause_share or 0.0)
     if finding.estimated_gain is not None:
-        return (tier, -finding.estimated_gain, severity)
-    return (tier, float(severity), severity)
+        return (Tier.ESTIMATE, cause, tier, -finding.estimated_gain, severity)
+    return (Tier.ESTIMATE, cause, tier, float(severity), severity)
 
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:

@@ -15,13 +15,12 @@ from typing import Any
 
 from perfscope.knobs import Knob, KnobContext, Observed, active_knobs, registered
 from perfscope.pipeline import finish
-from perfscope.results import Finding, ModelFacts, Trial
+from perfscope.results import Finding, ModelFacts
 from perfscope.results.config import TrialConfig
 from perfscope.search.sweep import BASELINE, Sweeper, SweepOptions
 from perfscope.trial.applied import not_applied
-from perfscope.trial.loop import run_trial
-from perfscope.workload import Workload, load_workload
-from tests.factories import make_results
+from perfscope.workload import load_workload
+from tests.in_process import InProcessSession
 
 WORKLOAD = Path(__file__).parent / "workloads" / "mlp.py"
 PAUSE_S = 0.02
@@ -57,24 +56,6 @@ class HostPause(Knob):
             yield
 
         return pause()
-
-
-class InProcessSession:
-    """The sweep's `Measures` with real trials run in this process (trial/session.py runs them in children)."""
-
-    def __init__(self, workload: Workload) -> None:
-        self.workload = workload
-        self.results = make_results([], device_type="cpu")
-
-    def measure(self, configuration: str, config: TrialConfig, knobs: list[str] | None = None) -> Trial:
-        repeat = 1 + sum(1 for t in self.results.trials if t.configuration == configuration)
-        start = time.perf_counter()
-        run = run_trial(self.workload, config)
-        trial = Trial(name=configuration if repeat == 1 else f"{configuration}-r{repeat}", configuration=configuration,
-                      repeat=repeat, sequence=len(self.results.trials) + 1, config=config, status="ok",
-                      knobs=list(knobs or []), metrics=run.metrics, wall_time_s=time.perf_counter() - start)
-        self.results.trials.append(trial)
-        return trial
 
 
 def test_a_knob_defined_in_one_place_is_applied_measured_explained_and_reported(tmp_path):

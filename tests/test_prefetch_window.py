@@ -100,11 +100,12 @@ def _fake_steps(clock: _Clock, waits: list[float]):
     """A step whose next() waits the given seconds in turn (then 0), and computes for 10 ms."""
     queue = iter(waits)
 
-    def step(recorder) -> None:
+    def step(recorder) -> tuple[torch.Tensor, None]:
         recorder.data_begin()
         clock.now += next(queue, 0.0)
         recorder.data_end()
         clock.now += 0.01
+        return torch.zeros(()), None  # TrainStep's (loss, grad norm)
 
     return step
 

@@ -30,12 +30,13 @@ def measured(rule: str, ratio: float, verdict: str = "faster", severity: str = "
     return Finding(rule_id=rule, title=rule, severity=severity, evidence=[], fix="", gain=gain(ratio, verdict), trial=trial)  # type: ignore[arg-type]
 
 
-def estimated(rule: str, ratio: float, severity: str = "medium") -> Finding:
-    return Finding(rule_id=rule, title=rule, severity=severity, evidence=[], fix="", estimated_gain=ratio, estimate_method="model")  # type: ignore[arg-type]
+def estimated(rule: str, ratio: float, severity: str = "medium", cause: float | None = None) -> Finding:
+    return Finding(rule_id=rule, title=rule, severity=severity, evidence=[], fix="", estimated_gain=ratio, estimate_method="model",  # type: ignore[arg-type]
+                   cause_share=cause)
 
 
-def diagnosis(rule: str, severity: str) -> Finding:
-    return Finding(rule_id=rule, title=rule, severity=severity, evidence=[], fix="")  # type: ignore[arg-type]
+def diagnosis(rule: str, severity: str, cause: float | None = None) -> Finding:
+    return Finding(rule_id=rule, title=rule, severity=severity, evidence=[], fix="", cause_share=cause)  # type: ignore[arg-type]
 
 
 def knob(name: str, status: str = "measured", ratio: float | None = None, verdict: str = "faster", semantics: tuple[str, ...] = ()) -> KnobOutcome:
@@ -70,6 +71,12 @@ CASES = {
         findings=[measured("slower", 0.8, "slower"), estimated("est", 1.1), measured("undecided", 1.04, "undecided"),
                   measured("same", 1.0, "same")],
         fixes=["est"], tiers=[Tier.ESTIMATE], evidence=[Evidence.ESTIMATED], no_help=["undecided", "same", "slower"]),
+    "a measured cause ranks before any estimate whose cause was not measured, by its share; measured wins stay first": Case(
+        findings=[estimated("est-3", 3.0), diagnosis("data-wait", "high", cause=0.6), estimated("gc", 1.17, "low", cause=0.05),
+                  measured("m-1.1", 1.1), diagnosis("plain", "high")],
+        fixes=["m-1.1", "data-wait", "gc", "est-3", "plain"],
+        tiers=[Tier.MEASURED_WIN, Tier.DIAGNOSIS, Tier.ESTIMATE, Tier.ESTIMATE, Tier.DIAGNOSIS],
+        evidence=[Evidence.MEASURED, Evidence.NOT_QUANTIFIED, Evidence.ESTIMATED, Evidence.ESTIMATED, Evidence.NOT_QUANTIFIED]),
     "a tie on the number goes to the higher severity": Case(
         findings=[estimated("medium", 1.3, "medium"), estimated("high", 1.3, "high")], fixes=["high", "medium"]),
     "a full tie keeps the rules' registry order": Case(

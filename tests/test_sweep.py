@@ -652,7 +652,7 @@ def test_a_faster_recipe_change_is_reported_but_never_recommended():
 def test_an_optimizer_that_trains_worse_over_the_steps_is_rejected_but_one_that_differs_is_not():
     worse = FakeSession(_step_time({}), loss_shift=lambda c: 0.2 if c.optimizer == "adafactor" else 0.0)  # mean loss 10% up
     outcome = _outcome(_run(_ctx(device="cpu"), worse, only=["adafactor"]), "adafactor")
-    assert outcome.status == "rejected" and "mean loss over the measured steps" in outcome.reason and "higher" in outcome.reason
+    assert outcome.status == "rejected" and "mean loss over the compared steps" in outcome.reason and "higher" in outcome.reason
     better = FakeSession(_step_time({}), loss_shift=lambda c: -0.2 if c.optimizer == "adafactor" else 0.0)
     assert _outcome(_run(_ctx(device="cpu"), better, only=["adafactor"]), "adafactor").status == "measured"
 

@@ -49,6 +49,8 @@ def build_trial_metrics(obs: RunObservation) -> TrialMetrics:
         unavailable["losses"] = obs.losses.reason
     elif obs.losses is not None:
         metrics.losses = list(obs.losses)
+        if obs.losses_before_window is not None:
+            metrics.losses_before_window = list(obs.losses_before_window)
     if obs.data_wait is not None:
         unavailable["data_wait_share"] = obs.data_wait.reason
     _first_step(metrics, obs)

@@ -92,6 +92,8 @@ class RunObservation:
     first_step: FirstStep | Unavailable | None = None
     utilization: Utilization | None = None
     losses: list[float] | Unavailable | None = None
+    losses_before_window: list[float] | None = None
+    """The loss of every untimed step before the window (warm-up, prefetch drain), in order."""
     first_grad_norm: float | None = None
     optimizer: str | None = None
     calibration: str | None = None

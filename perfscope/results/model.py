@@ -38,17 +38,26 @@ from perfscope.results.constraints import (
 from perfscope.results.dataset_profile import DatasetProfile
 from perfscope.results.distributed import DistributedFacts
 from perfscope.results.fingerprint import Fingerprint
-from perfscope.results.layout import LayoutTable, ModelLayout
 from perfscope.results.io import load_typed, write_json
+from perfscope.results.layout import LayoutTable, ModelLayout
 from perfscope.results.migrate import upgrade
 from perfscope.results.serde import from_jsonable, to_jsonable
 from perfscope.results.trace_facts import TraceFacts
-from perfscope.results.verdicts import Finding, Gain, KnobOutcome, MicroBatchPoint, RunNoise, Sweep, Verdict
+from perfscope.results.verdicts import (
+    Finding,
+    Gain,
+    KnobOutcome,
+    MicroBatchPoint,
+    NumericsCheck,
+    RunNoise,
+    Sweep,
+    Verdict,
+)
 from perfscope.stats import Summary
 
 __all__ = [
     "FAILED_STATUSES", "SCHEMA_VERSION", "Contention", "Environment", "Finding", "Gain", "KnobOutcome",
-    "MemoryBreakdown", "MicroBatchPoint", "ModelFacts", "Peak", "Results", "RunNoise", "Summary", "Sweep", "Trial", "TrialConfig",
+    "MemoryBreakdown", "MicroBatchPoint", "ModelFacts", "NumericsCheck", "Peak", "Results", "RunNoise", "Summary", "Sweep", "Trial", "TrialConfig",
     "TrialMetrics", "TrialStatus", "Utilization", "UtilizationSample", "Verdict", "Window", "WorkloadInfo",
 ]
 
@@ -243,12 +252,22 @@ class TrialMetrics:
     """Per-step times in step order (hooks: a uniform sample of them, see ``step_times_sampled``)."""
     step_data_wait_s: list[float] = field(default_factory=list, metadata=SERIES_SECONDS)
     """Exposed data wait per step, aligned with ``step_times_s``."""
+    step_gc_pause_s: list[float] = field(default_factory=list, metadata=SERIES_SECONDS)
+    """Python garbage-collector pauses per step, aligned with ``step_times_s`` (empty: not measured)."""
+    gc_collections: int | None = field(default=None, metadata=NON_NEGATIVE)
+    gc_pause_s: float | None = field(default=None, metadata=SECONDS)
+    """Collections in the window and their total pause (None: not measured, e.g. hooks or older results)."""
     step_times_sampled: bool = False
     typical_step: Summary | None = None
     """Median and percentiles of the per-step times: a description of a typical step, never the throughput."""
     tokens_per_s: float | None = field(default=None, metadata=NON_NEGATIVE)
     losses: list[float | None] = field(default_factory=list, metadata=SERIES)
     """Loss per measured step (None = non-finite); read after the window, never inside it."""
+    losses_before_window: list[float | None] | None = field(default=None, metadata=SERIES)
+    """Loss of every untimed step the run took before its window (warm-up, then the prefetch drain), in order:
+    with ``losses`` the loss at every optimizer step from the first, so ``losses[0]`` is global step
+    ``len(losses_before_window)``. Runs differ in how many steps precede their window (the drain runs only with
+    DataLoader workers): the numerics guard compares the same global step. None in results written before it."""
     first_grad_norm: float | None = field(default=None, metadata=NON_NEGATIVE)
     optimizer: str | None = None
     """The optimizer class the trial stepped, module-qualified ("torch.optim._adafactor.Adafactor"): what a knob
@@ -343,6 +362,9 @@ class Trial:
     """Why this run is not used as evidence (contended, outlier); it stays in the file for the record."""
     wall_time_s: float | None = field(default=None, metadata=SECONDS)
     started_at: str | None = None
+    numerics: NumericsCheck | None = None
+    """The numerics guard's comparison of this run with the baseline's (the run the sweep judged a configuration
+    by); None for runs it did not judge."""
 
     def __post_init__(self) -> None:
         if not self.configuration:

@@ -14,7 +14,7 @@ from typing import Literal
 
 from perfscope.results.constraints import FRACTION, NAME, NON_NEGATIVE, SECONDS
 
-__all__ = ["Finding", "Gain", "KnobOutcome", "MicroBatchPoint", "RunNoise", "Sweep", "Verdict"]
+__all__ = ["Finding", "Gain", "KnobOutcome", "MicroBatchPoint", "NumericsCheck", "RunNoise", "Sweep", "Verdict"]
 
 
 Verdict = Literal["faster", "slower", "same", "undecided"]
@@ -80,6 +80,10 @@ class Finding:
     estimate_bound: str | None = None
     """The limit of this machine that bounds the estimate (e.g. the cores left for DataLoader workers, the device
     memory a larger micro-batch must fit in, the share of the step the fix can shrink)."""
+    cause_share: float | None = field(default=None, metadata=FRACTION)
+    """The share of the baseline's measured time that the cause this finding names took, as the run measured it (the
+    data wait, the collector's pauses); None where the run saw only the symptom. A finding whose cause was measured
+    ranks before any estimate whose cause was not (perfscope.ranking)."""
     addresses: list[str] = field(default_factory=list)
     """Slices of the baseline's step-time breakdown the fix acts on (keys of perfscope.results.breakdown.SLICES;
     "step" for every slice); empty when it acts on memory or numerics, not on step time."""
@@ -99,6 +103,55 @@ class Finding:
     def measured_no_help(self) -> bool:
         """Measured here as slower, the same, or undecided: measured beats believed, it is not a ranked fix."""
         return self.gain is not None and not self.measured_win
+
+
+@dataclass(kw_only=True)
+class NumericsCheck:
+    """What the numerics guard compared between a run and the baseline's run (perfscope.search.numerics), and its
+    verdict: recorded on the run, so the results say which steps and samples a rejection or an acceptance rests on.
+
+    Steps are global optimizer steps: 0 is the first a run takes from the shared seed, its warm-up and prefetch-drain
+    steps counted, so step g of two runs with the same micro-batch and accumulation trained on the same samples
+    (positions g × samples_per_step onwards of the data stream) after the same g updates.
+    """
+
+    reference: str = field(metadata=NAME)
+    """The run compared against (the baseline's first run)."""
+    method: Literal["step by step", "loss level", "recipe"]
+    """Each step's loss; the mean loss (another micro-batch or accumulation: other samples per step); the mean
+    loss and the first-step gradient norm (another optimizer)."""
+    first_step: int = field(metadata=NON_NEGATIVE)
+    last_step: int = field(metadata=NON_NEGATIVE)
+    global_steps: bool = True
+    """False: a run recorded before perfscope counted its steps before the window; the steps are then indices of
+    the measured steps, which need not be the same global steps in both runs."""
+    samples_per_step: int | None = field(default=None, metadata=NON_NEGATIVE)
+    """Samples per step of both runs when they are the same (step by step), else None."""
+    ok: bool = True
+    reason: str | None = None
+    max_relative_diff: float | None = field(default=None, metadata=NON_NEGATIVE)
+    tolerance: float = field(default=0.0, metadata=NON_NEGATIVE)
+
+    @property
+    def steps_words(self) -> str:
+        """"global steps 2–9 (samples 64–319 of the data stream, after the same updates)"."""
+        span = f"{self.first_step}–{self.last_step}" if self.last_step > self.first_step else f"{self.first_step}"
+        if not self.global_steps:
+            return f"measured steps {span} (global steps not recorded by the perfscope that ran them)"
+        words = f"global step{'s' if self.last_step > self.first_step else ''} {span}"
+        if self.samples_per_step:
+            first, last = self.first_step * self.samples_per_step, (self.last_step + 1) * self.samples_per_step - 1
+            return f"{words} (samples {first}–{last} of the data stream, after the same updates)"
+        return f"{words} (after the same number of updates; other samples per step)"
+
+    @property
+    def words(self) -> str:
+        """The verdict in one line, as the knob table shows it."""
+        if not self.ok:
+            return f"numerics guard: {self.reason}; compared {self.steps_words}"
+        diff = f"within {self.max_relative_diff:.1%}" if self.max_relative_diff is not None else "compared"
+        what = "losses at" if self.method == "step by step" else "mean loss over"
+        return f"numerics guard: {what} {self.steps_words} {diff} of the baseline's (tolerance {self.tolerance:.0%})"
 
 
 @dataclass(kw_only=True)

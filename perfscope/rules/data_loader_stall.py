@@ -197,7 +197,7 @@ class DataLoaderStall(Rule):
         outcome = ctx.knob("dataloader_workers")
         won = outcome is not None and outcome.status == "measured" and outcome.gain is not None and outcome.gain.faster
         finding = Finding(
-            rule_id=self.id, title=title, severity="high" if wait >= 0.3 else "medium", evidence=evidence,
+            rule_id=self.id, title=title, severity="high" if wait >= 0.3 else "medium", evidence=evidence, cause_share=wait,
             # Workers are the fix only where they can help (or were measured helping); else the Dataset's own cost is.
             fix=self.fix_text(ctx, batch, est.workers) if helps or won else self.dataset_fix(profile),
             estimated_gain=est.gain if helps else None,
@@ -214,7 +214,7 @@ class DataLoaderStall(Rule):
         assert g is not None
         diagnosis = Finding(
             rule_id=self.id, title="The step waits for data: the Dataset is too slow for this machine's cores",
-            severity=finding.severity,
+            severity=finding.severity, cause_share=wait,
             evidence=evidence + [f"DataLoader workers measured here: {g.ratio:.2f}× ({confidence_text(g.confidence)} CI {g.low:.2f}–{g.high:.2f}), "
                                  "not a speed-up; cut the Dataset's own cost (__getitem__, transforms, collate)"],
             fix=self.dataset_fix(profile),

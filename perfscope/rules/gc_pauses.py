@@ -3,71 +3,73 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfscope.results import Finding
-from perfscope.rules._text import ms
+from perfscope.rules._text import ms, pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
 
 @dataclass
 class GcPauses(Rule):
-    """Step times have a long tail: Python GC pauses (or other host hiccups) hit random steps.
+    """Step times have a long tail and the garbage collector's measured pauses explain it.
 
     Anti-pattern: a full garbage collection walks every tracked object — with large Python-side state it
     can take tens of milliseconds in a random step. Best practice: `gc.freeze()` after start-up (or
     `gc.disable()` and collect every N steps), and avoid creating many Python objects per step.
+    A tail alone names no cause (a data-bound loop's slow steps are waits on the loader): the trial times every
+    collection in the window and attributes it to its step, and the rule fires only where those pauses make up
+    ``explains`` of the tail steps' time above the median, or where the gc_freeze knob measured a win.
     """
 
     id = "PS602"
     name = "gc-pauses"
     doc = RuleDoc(
-        detects="long step-time tail",
-        threshold="slowest step ≥ 2× the median, or p90 / median ≥ 1.3",
-        evidence="step-time percentiles and the steps",
+        detects="long step-time tail the collector's pauses explain",
+        threshold="slowest step ≥ 2× the median, or p90 / median ≥ 1.3, and the collections timed in the window (attributed "
+                  "to their steps) make up ≥ 50% of the tail steps' time above the median",
+        evidence="step-time percentiles, the collections and their pauses",
         fix="`gc.freeze()` after warm-up",
-        gain="measured (`gc_freeze`); else estimated (upper bound): sum of the steps / sum clipped at the median; bound: "
-             "the median step",
-        guard='needs a typical-step summary; a tail of data waits is PS201\'s; measured no better → "did not help here"',
+        gain="measured (`gc_freeze`); else estimated (upper bound): the window without the measured pauses; bound: those "
+             "pauses",
+        guard='a tail without collector pauses in it (a loader\'s waits, a neighbour) names no cause: no finding; measured no '
+              'better → "did not help here"',
     )
     groups = ("host",)
     knobs = ("gc_freeze",)
     addresses = ("host", "launch")
     spread: float = 2.0
-    """Fire when the slowest step is at least this many times the median ..."""
+    """A tail: the slowest step is at least this many times the median ..."""
     tail: float = 1.3
-    """... or p90 / median reaches this, or the gc_freeze knob measured a significant win."""
+    """... or p90 / median reaches this."""
+    explains: float = 0.5
+    """The share of the tail steps' excess over the median that measured collector pauses must account for."""
 
     def check(self, ctx: RuleContext) -> list[Finding]:
-        st = ctx.metrics.typical_step
+        m, st = ctx.metrics, ctx.metrics.typical_step
         if st is None:
             return []
         outcome = ctx.knob("gc_freeze")
         won = outcome is not None and outcome.gain is not None and outcome.gain.faster
-        if not won and st.max < self.spread * st.median and st.p90 < self.tail * st.median:
-            return []
-        if not won and self._tail_is_data(ctx, st.p90):
-            return []  # the slow steps waited for data: the data-loader rule's case, not the collector's
+        has_tail = st.max >= self.spread * st.median or st.p90 >= self.tail * st.median
+        pauses = m.step_gc_pause_s if len(m.step_gc_pause_s) == len(m.step_times_s) else []
+        tail = [(t - st.median, p) for t, p in zip(m.step_times_s, pauses) if t >= st.p90 and t > st.median]
+        excess = sum(e for e, _ in tail)
+        explained = min(sum(p for _, p in tail), excess) / excess if excess > 0 else 0.0
+        if not won and (not has_tail or not m.gc_pause_s or explained < self.explains):
+            return []  # no tail, or a tail the collector's measured pauses do not explain: not the collector's case
+        evidence = [f"median step {ms(st.median)}, p90 {ms(st.p90)}, slowest {ms(st.max)}"]
+        if m.gc_pause_s:
+            evidence.append(f"{m.gc_collections} garbage collection(s) paused the window {ms(m.gc_pause_s)} "
+                            f"({pct(m.gc_pause_s / m.wall_s) if m.wall_s else '?'} of it); they make up {pct(explained)} of "
+                            "the slowest steps' time above the median")
         finding = Finding(
-            rule_id=self.id, title="Long-tail steps: freeze the garbage collector", severity="low",
-            evidence=[f"median step {ms(st.median)}, p90 {ms(st.p90)}, slowest {ms(st.max)}"],
+            rule_id=self.id, title="Long-tail steps: freeze the garbage collector", severity="low", evidence=evidence,
             fix="+import gc\n+gc.collect(); gc.freeze()   # after the model, optimizer and loader are built",
             reference="https://docs.python.org/3/library/gc.html#gc.freeze",
         )
-        times = ctx.metrics.step_times_s
-        if times and st.median > 0:
-            clipped = sum(min(t, st.median) for t in times)
-            gain = sum(times) / clipped if clipped > 0 else 1.0
-            if gain > 1.0:
-                finding.estimated_gain = gain
-                finding.estimate_method = ("upper bound: every step slower than the median runs at the median (sum of the steps / "
-                                           "sum of the steps clipped at the median); assumes the whole tail is collector pauses — "
-                                           "gc.freeze() only spares the objects alive when it is called")
-                finding.estimate_bound = (f"the typical step: {ms(st.median)} (median of {len(times)} timed steps); freezing the "
-                                          "collector shortens only the steps above it")
+        if m.gc_pause_s and m.wall_s > m.gc_pause_s:
+            finding.cause_share = m.gc_pause_s / m.wall_s
+            finding.estimated_gain = m.wall_s / (m.wall_s - m.gc_pause_s)
+            finding.estimate_method = ("upper bound: the window without the collector's measured pauses (window / (window − "
+                                       "pauses)); gc.freeze() spares only the objects alive when it is called")
+            finding.estimate_bound = (f"the collector's measured pauses: {ms(m.gc_pause_s)} of a {ms(m.wall_s)} window; "
+                                      "freezing cannot win more than them")
         return [self.measured(ctx, finding, "gc_freeze")]
-
-    @staticmethod
-    def _tail_is_data(ctx: RuleContext, p90: float) -> bool:
-        """Half or more of the tail steps' time is exposed data wait."""
-        m = ctx.metrics
-        tail = [(t, w) for t, w in zip(m.step_times_s, m.step_data_wait_s) if t >= p90]
-        total = sum(t for t, _ in tail)
-        return total > 0 and sum(w for _, w in tail) / total >= 0.5

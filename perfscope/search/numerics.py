@@ -4,8 +4,14 @@
     if not verdict.ok: ...   # rejected from the recommendation, with verdict.reason
 
 Every trial starts from the same seed, hence the same initial weights and the same batches, so the
-candidate's per-step losses over the measured steps and its first-step gradient norm can be compared
-with the baseline's directly. Tolerances are relative and depend on the numerics the candidate runs:
+candidate's per-step losses and its first-step gradient norm can be compared with the baseline's directly —
+at the same *global* step: trials differ in how many untimed steps precede their window (the prefetch drain
+runs only with DataLoader workers, trial/prefetch.py), so the n-th measured step of one is not the n-th of
+another. Every trial records its losses from its first step (`TrialMetrics.losses_before_window`), and the
+guard compares the steps both took after both warm-ups (torch.compile and CUDA-graph recording happen there):
+the same samples after the same number of updates, by construction. Nothing is added to the timed window.
+Which steps it compared is recorded on the candidate's run (`Trial.numerics`) and shown in the report. Results
+written before the global step was recorded are compared on their measured steps, as they were. Tolerances are relative and depend on the numerics the candidate runs:
 
     fp32 / TF32 / same precision   2%   (fused kernels, compile and TF32 reassociate sums; dropout RNG may differ)
     bf16 / fp16 autocast           8%   (8- / 11-bit mantissas in the matmuls)
@@ -40,7 +46,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from perfscope.results import Trial, TrialMetrics
+from perfscope.results import NumericsCheck, Trial, TrialMetrics
 
 TOLERANCE = {"fp32": 0.02, "bf16": 0.08, "fp16": 0.08}
 ACCUM_GRAD_NORM_TOLERANCE = 0.25
@@ -51,6 +57,39 @@ class NumericsVerdict:
     ok: bool
     reason: str | None
     max_relative_loss_diff: float | None = None
+    check: NumericsCheck | None = None
+    """What was compared, for the candidate's record (None: nothing could be)."""
+
+
+@dataclass(frozen=True)
+class AlignedLosses:
+    """Both runs' losses at the same steps: global steps ``first`` onwards (measured-step indices when
+    ``global_steps`` is False: a run recorded before perfscope counted the steps before its window)."""
+
+    first: int
+    base: list[float | None]
+    cand: list[float | None]
+    global_steps: bool = True
+
+    @property
+    def last(self) -> int:
+        return self.first + max(len(self.base), 1) - 1
+
+    def step_words(self, i: int) -> str:
+        return f"{'global' if self.global_steps else 'measured'} step {self.first + i}"
+
+
+def aligned_losses(bm: TrialMetrics, cm: TrialMetrics) -> AlignedLosses:
+    """The losses of the global steps both runs took after both warm-ups (from step 0 if they share none)."""
+    if bm.losses_before_window is None or cm.losses_before_window is None:
+        n = min(len(bm.losses), len(cm.losses))
+        return AlignedLosses(0, list(bm.losses[:n]), list(cm.losses[:n]), global_steps=False)
+    base = [*bm.losses_before_window, *bm.losses]
+    cand = [*cm.losses_before_window, *cm.losses]
+    end = min(len(base), len(cand))
+    start = max(bm.warmup_steps, cm.warmup_steps)
+    start = start if start < end else 0
+    return AlignedLosses(start, base[start:end], cand[start:end])
 
 
 def _rel(a: float, b: float) -> float:
@@ -65,45 +104,60 @@ def compare_numerics(baseline: Trial, candidate: Trial) -> NumericsVerdict:
     """Is the candidate training the same model as the baseline, within the candidate's tolerance?"""
     if baseline.metrics is None or candidate.metrics is None:
         return NumericsVerdict(False, "no losses to compare")
-    base_losses = baseline.metrics.losses
-    cand_losses = candidate.metrics.losses
-    if any(v is None or not math.isfinite(v) for v in cand_losses):
-        return NumericsVerdict(False, "the loss became non-finite (inf/NaN): overflow or a broken configuration")
-    if any(v is None for v in base_losses) or not base_losses or not cand_losses:
-        return NumericsVerdict(True, None)  # nothing trustworthy to compare against
-    tol = tolerance_for(candidate)
     bm, cm = baseline.metrics, candidate.metrics
+    if any(v is None or not math.isfinite(v) for v in cm.losses):
+        return NumericsVerdict(False, "the loss became non-finite (inf/NaN): overflow or a broken configuration")
+    if any(v is None for v in bm.losses) or not bm.losses or not cm.losses:
+        return NumericsVerdict(True, None)  # nothing trustworthy to compare against
+    aligned = aligned_losses(bm, cm)
+    if any(v is None for v in aligned.base) or not aligned.base:
+        return NumericsVerdict(True, None)  # the baseline's own loss was non-finite at a compared step
+    if any(v is None or not math.isfinite(v) for v in aligned.cand):
+        return NumericsVerdict(False, "the loss became non-finite (inf/NaN): overflow or a broken configuration")
+    tol = tolerance_for(candidate)
     if candidate.config.optimizer != baseline.config.optimizer:
-        return _compare_recipe(baseline, candidate, tol)
-    if (bm.micro_batch_size, bm.grad_accum_steps) != (cm.micro_batch_size, cm.grad_accum_steps):
-        return _compare_levels(baseline, candidate, tol)
-    pairs = list(zip(base_losses, cand_losses))
-    diffs = [_rel(c, b) for b, c in pairs if b is not None and c is not None]
+        verdict = _compare_recipe(baseline, candidate, aligned, tol)
+        method = "recipe"
+    elif (bm.micro_batch_size, bm.grad_accum_steps) != (cm.micro_batch_size, cm.grad_accum_steps):
+        verdict, method = _compare_levels(baseline, candidate, aligned, tol), "loss level"
+    else:
+        verdict, method = _compare_steps(bm, cm, aligned, tol), "step by step"
+    check = NumericsCheck(
+        reference=baseline.name, method=method, first_step=aligned.first, last_step=aligned.last,
+        global_steps=aligned.global_steps, samples_per_step=bm.samples_per_step if method == "step by step" else None,
+        ok=verdict.ok, reason=verdict.reason, max_relative_diff=verdict.max_relative_loss_diff, tolerance=tol)
+    return NumericsVerdict(verdict.ok, verdict.reason, verdict.max_relative_loss_diff, check)
+
+
+def _compare_steps(bm: TrialMetrics, cm: TrialMetrics, aligned: AlignedLosses, tol: float) -> NumericsVerdict:
+    """Same micro-batch and accumulation: each aligned step's loss, then the first-step gradient norm."""
+    pairs = [(b, c) for b, c in zip(aligned.base, aligned.cand) if b is not None and c is not None]
+    diffs = [_rel(c, b) for b, c in pairs]
     worst = max(diffs) if diffs else 0.0
     if worst > tol:
         step = diffs.index(worst)
         b, c = pairs[step]
         return NumericsVerdict(
-            False, f"loss at measured step {step} is {c:.4g} vs baseline {b:.4g} ({worst:.1%} apart; tolerance {tol:.0%})", worst
+            False, f"loss at {aligned.step_words(step)} is {c:.4g} vs baseline {b:.4g} ({worst:.1%} apart; tolerance {tol:.0%})", worst
         )
-    bn, cn = baseline.metrics.first_grad_norm, candidate.metrics.first_grad_norm
+    bn, cn = bm.first_grad_norm, cm.first_grad_norm
     if bn and cn is not None and _rel(cn, bn) > 2 * tol:
         return NumericsVerdict(False, f"first-step gradient norm {cn:.4g} vs baseline {bn:.4g} (tolerance {2 * tol:.0%})", worst)
     return NumericsVerdict(True, None, worst)
 
 
-def _mean_losses(bm: TrialMetrics, cm: TrialMetrics) -> tuple[float, float, float]:
-    """(baseline's mean loss, candidate's, their relative difference) over the measured steps' finite losses."""
-    base_mean = statistics.fmean(v for v in bm.losses if v is not None)
-    cand_mean = statistics.fmean(v for v in cm.losses if v is not None)
+def _mean_losses(aligned: AlignedLosses) -> tuple[float, float, float]:
+    """(baseline's mean loss, candidate's, their relative difference) over the aligned steps' finite losses."""
+    base_mean = statistics.fmean(v for v in aligned.base if v is not None)
+    cand_mean = statistics.fmean(v for v in aligned.cand if v is not None)
     return base_mean, cand_mean, _rel(cand_mean, base_mean)
 
 
-def _compare_levels(baseline: Trial, candidate: Trial, tol: float) -> NumericsVerdict:
+def _compare_levels(baseline: Trial, candidate: Trial, aligned: AlignedLosses, tol: float) -> NumericsVerdict:
     """Different micro-batch / accumulation: loss level, and the gradient norm when the global batch is the same."""
     bm, cm = baseline.metrics, candidate.metrics
     assert bm is not None and cm is not None
-    base_mean, cand_mean, diff = _mean_losses(bm, cm)
+    base_mean, cand_mean, diff = _mean_losses(aligned)
     if diff > 2 * tol:
         return NumericsVerdict(
             False, f"mean loss {cand_mean:.4g} vs baseline {base_mean:.4g} ({diff:.1%} apart; tolerance {2 * tol:.0%} "
@@ -116,14 +170,14 @@ def _compare_levels(baseline: Trial, candidate: Trial, tol: float) -> NumericsVe
     return NumericsVerdict(True, None, diff)
 
 
-def _compare_recipe(baseline: Trial, candidate: Trial, tol: float) -> NumericsVerdict:
+def _compare_recipe(baseline: Trial, candidate: Trial, aligned: AlignedLosses, tol: float) -> NumericsVerdict:
     """Another optimizer: the same model and loss (first-step gradient norm), and no worse a loss over the steps."""
     bm, cm = baseline.metrics, candidate.metrics
     assert bm is not None and cm is not None
-    base_mean, cand_mean, diff = _mean_losses(bm, cm)
+    base_mean, cand_mean, diff = _mean_losses(aligned)
     if cand_mean > base_mean and diff > 2 * tol:
         return NumericsVerdict(
-            False, f"with {cm.optimizer or candidate.config.optimizer} the mean loss over the measured steps is {cand_mean:.4g} vs "
+            False, f"with {cm.optimizer or candidate.config.optimizer} the mean loss over the compared steps is {cand_mean:.4g} vs "
             f"baseline {base_mean:.4g} ({diff:.1%} higher; tolerance {2 * tol:.0%}): it trains slower at this learning rate", diff)
     same_steps = (bm.micro_batch_size, bm.grad_accum_steps) == (cm.micro_batch_size, cm.grad_accum_steps)
     norm_tol = 2 * tol if same_steps else ACCUM_GRAD_NORM_TOLERANCE

@@ -164,8 +164,9 @@ class Sweeper(Stacking):
     def _check_numerics(self, cand: Candidate) -> None:
         if cand.first is not None and cand.first.ok:
             verdict = compare_numerics(self.baseline, cand.first)
+            cand.first.numerics = verdict.check  # on the run's record: which steps and samples it rests on
             if not verdict.ok:
-                cand.rejected = f"numerics guard: {verdict.reason}"
+                cand.rejected = verdict.check.words if verdict.check is not None else f"numerics guard: {verdict.reason}"
 
     def evidence(self, cand: Candidate) -> list[Trial]:
         """The candidate's runs that may judge it: without its selection runs once it has others."""
@@ -285,6 +286,8 @@ class Sweeper(Stacking):
         mfu = first.metrics.mfu if first.metrics else None
         if cand.rejected:
             return KnobOutcome(status="rejected", reason="; ".join([cand.rejected, *notes]), gain=gain, mfu=mfu, **common)
+        if first.numerics is not None:
+            notes.append(first.numerics.words)
         return KnobOutcome(status="measured", reason="; ".join(notes) or None, gain=gain, mfu=mfu, **common)
 
     # ------------------------------------------------------------------------------------ run

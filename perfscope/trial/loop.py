@@ -9,7 +9,9 @@ Order of work, and why:
 2. Warm-up steps (untimed, each synchronized): allocator growth, cuDNN autotuning, torch.compile (≥ 1
    step) and CUDA-graph recording (≥ 3). The first step's time is the compile time; the others calibrate
    how many steps make a window of at least `min_window_s` (pyperf-style). With DataLoader workers, more
-   steps until the prefetch queue is in steady state (trial/prefetch.py).
+   steps until the prefetch queue is in steady state (trial/prefetch.py). Their losses are kept: a trial
+   that took more steps before its window (the drain) is compared with the baseline at the same global
+   step, the same samples after the same number of updates (perfscope.search.numerics).
 3. One timed window (perfscope.measure.window): step boundaries and data waits as clock marks — CUDA
    events, no per-step synchronization —, other processes' load recorded, NVML/psutil sampled in a
    thread, losses kept on the device and read after. Recompilations inside the window are counted.
@@ -111,19 +113,22 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     matmul_tf32 = matmul_tf32_state().enabled
 
     warmup_times: list[float] = []
+    before: list[torch.Tensor] = []  # every step's loss before the window: the guard compares global steps
     first_grad_norm = None
     for i in range(config.effective_warmup_steps):
         synchronize(device)
         start = time.perf_counter()
-        _, norm = step(grad_norm=i == 0)
+        loss, norm = step(grad_norm=i == 0)
         synchronize(device)
         warmup_times.append(time.perf_counter() - start)
+        before.append(loss)
         if i == 0:
             first_grad_norm = norm
             compile_counters.mark_first_step()
     drain = drain_prefetch(step, config, warmup_times) if workload.dataset is not None else None
     steps, calibration = calibrate_steps(config, drain.calibration_times if drain else warmup_times)
     calibration += f"; {drain.words}" if drain else ""
+    before += drain.losses if drain else []
     if (agreed := agree_on_steps(steps, device)) != steps:
         steps, calibration = agreed, f"{agreed} steps: the most any rank calibrated (this rank: {calibration})"
     if config.compile is not None and (why := compile_not_applied(_compiled_graphs(compile_counters))):
@@ -135,7 +140,7 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     sampler = UtilizationSampler(device=device) if config.sample_utilization else None
     recorder = WindowRecorder(clock_for(device), nvml_handle=sampler.nvml_handle if sampler is not None else None)
     window_syncs = WindowSyncCounter(device)  # syncs of every timed step, counted without adding one (CUDA)
-    gc_pauses = GcPauses()
+    gc_pauses = GcPauses(step_of=lambda: len(losses))  # the step a collection lands in: the one running
     with step.contexts("window_context"), sampler if sampler is not None else nullcontext(), gc_pauses:
         synchronize(device)  # the window starts from an idle device; no synchronization inside it
         step.window_tokens = TokenTally()
@@ -167,6 +172,7 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
         first_step=FirstStep(seconds=warmup_times[0], compiled=config.compile is not None) if warmup_times else None,
         utilization=sampler.result() if sampler is not None else None,
         losses=[float(v) for v in torch.stack(losses).cpu()], first_grad_norm=first_grad_norm,
+        losses_before_window=[float(v) for v in torch.stack(before).cpu()] if before else [],
         optimizer=optimizer_name(local_optimizer(step.optimizer)), calibration=calibration,
         recompiles_in_window=frames_after - frames_before if frames_before is not None and frames_after is not None else None,
         matmul_tf32=matmul_tf32 if matmul_tf32 is not None else Unavailable(matmul_tf32_state().reason or "unknown"),
@@ -176,6 +182,8 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
                     env={k: os.environ.get(k) for k in config.env},
                     matmul_flops_by_dtype=metrics.fingerprint.matmul_flops_by_dtype if metrics.fingerprint else None)
     metrics.not_applied = not_applied(config, seen)
+    metrics.gc_collections, metrics.gc_pause_s = gc_pauses.collections, gc_pauses.pause_s
+    metrics.step_gc_pause_s = gc_pauses.per_step(steps)
     return MeasuredRun(metrics=metrics, step=step, gc_pauses=gc_pauses)
 
 

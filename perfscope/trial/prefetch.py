@@ -58,6 +58,9 @@ class PrefetchDrain:
     """Micro-batches the queue holds: num_workers × prefetch_factor."""
     times: list[float] = field(default_factory=list)
     """Wall time of each extra warm-up step."""
+    losses: list[torch.Tensor] = field(default_factory=list)
+    """Each extra step's loss (device tensors): steps the trial took before its window, which the numerics guard
+    counts so that it compares the same global step in every trial (perfscope.search.numerics)."""
     drained: bool = False
 
     @property
@@ -88,7 +91,7 @@ def _any_rank(flag: bool, device: str) -> bool:
     return bool(value.item())
 
 
-def drain_prefetch(step: Callable[[Any], Any], config: TrialConfig, warmup_times: list[float]) -> PrefetchDrain | None:
+def drain_prefetch(step: Callable[[Any], tuple[torch.Tensor, Any]], config: TrialConfig, warmup_times: list[float]) -> PrefetchDrain | None:
     """Untimed steps until the prefetch queue is in steady state (see the module docstring); None without workers
     or when the user's batches() feeds the loop (no DataLoader perfscope controls)."""
     if not config.num_workers:
@@ -103,9 +106,10 @@ def drain_prefetch(step: Callable[[Any], Any], config: TrialConfig, warmup_times
         waits = DataWaits()
         synchronize(config.device)
         start = time.perf_counter()
-        step(waits)
+        loss, _ = step(waits)
         synchronize(config.device)
         drain.times.append(time.perf_counter() - start)
+        drain.losses.append(loss)
         if i < first_depth:  # the warm-up's backlog: what taking a ready batch costs
             ready += waits.waits
             continue
