@@ -37,6 +37,10 @@ class Stacking:
     runs: Callable[[str], list[Trial]]
     may_continue: Callable[..., bool]
     _check_numerics: Callable[[Candidate], None]
+    stacked: Candidate | None
+    """The stack as far as its joins were measured: what a stopped sweep recommends (perfscope.search.decided)."""
+    unstacked: list[Candidate]
+    """Winners not tried on the stack yet (pending, in flight, or left out when the budget ended)."""
 
     def worthwhile(self, gain: Gain | None) -> bool:
         """Decidedly faster, and by at least ``min_gain``: worth a code change. A 1.5% gain that many runs made
@@ -68,6 +72,7 @@ class Stacking:
         current: Candidate | None = None
         touched: set[str] = set()
         pending = self._winners()
+        self.unstacked = list(pending)
         progressed = True
         while pending and progressed:
             progressed = False
@@ -78,20 +83,26 @@ class Stacking:
                 pending.remove(cand)
                 progressed = True
                 fields = set(cand.changes)
-                if fields & touched:  # e.g. bf16 and fp16 both set precision: the better one is already in
+                if fields & touched or (current is not None and not cand.knob.compatible(current.config)):
+                    # bf16 and fp16 both set precision: the better one is already in; a DDP bucket size once FSDP2 is
+                    self.unstacked.remove(cand)
                     continue
-                if current is not None and not cand.knob.compatible(current.config):
-                    continue  # e.g. a DDP bucket size once FSDP2 is in the stack
                 if current is None and cand.requires is None:
                     current, touched = cand, fields
+                    self.stacked = current
+                    self.unstacked.remove(cand)
                     continue
                 if current is None or not self.may_continue():
-                    continue
+                    continue  # the budget ended: it stays unstacked, named as not finished
                 joined = self._joined(current, cand.knob, cand.changes)
+                self.unstacked.remove(cand)
                 if joined is not None:
                     current, touched = joined, touched | fields
+                    self.stacked = current
+        self.unstacked = [c for c in self.unstacked if all(c is not p for p in pending)]  # their prerequisite never joined
         if grad_accum_search is not None and micro_knob is not None:
             current = self._stack_micro_batch(grad_accum_search, current, micro_knob)
+        self.stacked = current
         return current
 
     def _joined(self, current: Candidate, knob: Knob, changes: dict[str, Any]) -> Candidate | None:

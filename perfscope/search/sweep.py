@@ -39,6 +39,7 @@ from perfscope.ranking import knob_key
 from perfscope.results import Gain, KnobOutcome, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
 from perfscope.search.candidate import BASELINE, Candidate, Measures, SweepOptions
+from perfscope.search.decided import STOPPED_BY_USER, record_unreached, recommend_decided
 from perfscope.search.compare import (
     MIN_DECIDING_RUNS,
     ReferenceSeries,
@@ -78,6 +79,9 @@ class Sweeper(Stacking):
         self.sweep.budget_s = options.budget_s
         self.candidates: list[Candidate] = []
         self.outcomes: dict[int, KnobOutcome] = {}  # id(candidate) -> its outcome, for re-judging after more runs
+        self.recorded = False  # the knobs' outcomes are in the sweep (a stop before that records them itself)
+        self.stacked: Candidate | None = None  # the stack as far as it was measured (perfscope.search.decided)
+        self.unstacked: list[Candidate] = []  # winners the stacking has not tried yet
         self.family = Family(alpha=options.family_alpha, max_runs=options.max_runs, reference=BASELINE)
         seed = options.order_seed if options.order_seed is not None else random.SystemRandom().randrange(2**31)
         self.order = random.Random(seed)
@@ -153,6 +157,7 @@ class Sweeper(Stacking):
             cand = Candidate(knob, changes, name, config, knobs, requires=on_top)
             self._first_run(cand)
             out.append(cand)
+            self.candidates.append(cand)  # at once: a stop during the next variant keeps this one's verdict
         return out
 
     def _first_run(self, cand: Candidate) -> None:
@@ -290,6 +295,29 @@ class Sweeper(Stacking):
     # ------------------------------------------------------------------------------------ run
 
     def run(self) -> Sweep:
+        """The whole search. A stop (Ctrl-C, SIGTERM: KeyboardInterrupt) still leaves a judged sweep with the
+        configuration decided so far recommended (perfscope.search.decided), then goes on up to `analyze`."""
+        try:
+            self._search()
+        except KeyboardInterrupt:
+            self._stopped()
+            raise
+        finally:
+            self.sweep.noise = run_noise(self.runs(BASELINE))
+            self.sweep.knobs.sort(key=knob_key)  # perfscope.ranking: the report lists the knobs in this order
+            self.sweep.elapsed_s = self.elapsed() - self.start
+        return self.sweep
+
+    def _stopped(self) -> None:
+        """After a stop: every knob's outcome so far, those not reached, and the decided recommendation."""
+        self.sweep.stopped_early = STOPPED_BY_USER
+        if not self.recorded:
+            self._record_outcomes()
+        record_unreached(self, {o.knob for o in self.sweep.knobs} | {c.knob.id for c in self.candidates})
+        if self.sweep.recommended_trial is None:
+            recommend_decided(self, ["its confirmation runs"])
+
+    def _search(self) -> None:
         by_knob: dict[str, list[Candidate]] = {}
         search_knobs: list[Knob] = []  # measured by the one micro-batch search
         deferred: list[Knob] = []  # free activations: on a GPU measured only paired with the micro-batch they allow
@@ -317,7 +345,6 @@ class Sweeper(Stacking):
                     paired.append(knob)
             if knob.id in by_knob and not by_knob[knob.id]:
                 self._outcome(knob, "skipped", self.sweep.stopped_early or "budget exhausted")
-            self.candidates += by_knob.get(knob.id, [])
         micro: MicroBatchResult | None = None
         if search_knobs and self.may_continue():
             micro = self.micro_batch(search_knobs)
@@ -338,10 +365,6 @@ class Sweeper(Stacking):
         self.refine()
         self._record_outcomes()
         self.recommend(micro, next((k for k in search_knobs if k.keeps_global_batch), None))
-        self.sweep.noise = run_noise(self.runs(BASELINE))
-        self.sweep.knobs.sort(key=knob_key)  # perfscope.ranking: the report lists the knobs in this order
-        self.sweep.elapsed_s = self.elapsed() - self.start
-        return self.sweep
 
     def _best(self, cands: list[Candidate]) -> Candidate | None:
         """The fastest usable variant of a knob (by its gain's point estimate)."""
@@ -364,6 +387,7 @@ class Sweeper(Stacking):
                                                               "which may overstate the true gain (winner's curse)"]))
             self.outcomes[id(best)] = outcome
             self.sweep.knobs.append(outcome)
+        self.recorded = True
 
 
 def _probably_slower(gain: Gain | None) -> bool:
