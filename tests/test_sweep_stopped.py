@@ -101,3 +101,22 @@ def test_a_budget_that_ends_during_stacking_recommends_the_decided_stack():
     assert sweep.recommended_trial == "stack2-compile" and sweep.recommended_knobs == ["amp_bf16", "compile"]
     assert any("fused" in u.lower() and u.startswith("stacking") for u in sweep.unfinished)
     assert any("confirmation" in u for u in sweep.unfinished)
+
+
+@pytest.mark.parametrize("budget", [30, 45, 60])
+def test_a_budget_keeps_its_time_for_the_stack_and_its_confirmation(budget):
+    """A simulated clock, one second a run: the sweep never runs past its budget, and the repetition of undecided
+    knobs stops short of the runs the stacking and the confirmation need, so the recommendation is decided within
+    it — and whatever the budget left undone is named."""
+    session = FakeSession(_step_time(FACTORS), noise=0.03)
+    ctx = _ctx(device="cpu")
+    session.measure(BASELINE, ctx.base, [])
+    sweeper = Sweeper(session=session, ctx=ctx, elapsed=lambda: float(len(session.results.trials)), start=0.0,
+                      options=SweepOptions(order_seed=0, budget_s=budget))
+    sweep = sweeper.run()
+    assert len(session.results.trials) <= budget
+    assert sweep.recommended_knobs[:1] == ["amp_bf16"] and sweep.recommended_gain is not None and sweep.recommended_gain.faster
+    assert "confirmation run(s) measured after it was selected" in " ".join(sweep.notes)  # confirmed, not a leftover
+    compile_ = next(o for o in sweep.knobs if o.knob == "compile")
+    if "compile" not in sweep.recommended_knobs and compile_.gain is not None and compile_.gain.faster:
+        assert any("torch.compile" in u for u in sweep.unfinished)  # a winner the budget kept out is named

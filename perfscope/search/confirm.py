@@ -20,7 +20,7 @@ from perfscope.results import Gain, Sweep, Trial
 from perfscope.results.config import TrialConfig
 from perfscope.search.candidate import Candidate, SweepOptions
 from perfscope.search.compare import could_still_win, paired_test
-from perfscope.search.decided import Deciding, recommend_decided
+from perfscope.search.decided import Deciding, left_over, recommend_decided
 from perfscope.search.family import Family
 
 CONFIRMATION = "confirmation"
@@ -73,6 +73,9 @@ def confirm_stack(sweeper: Sweeping, stacked: Candidate, semantics: list[str]) -
         sweep.recommended_trial, sweep.recommended_knobs, sweep.recommended_gain = stacked.name, stacked.knobs, gain
         sweep.notes.append(f"the recommendation's gain comes from {len(runs)} confirmation run(s) measured after it was "
                            f"selected ({len(selection)} selection run(s) left out: the winner's curse)")
+        if left := left_over(sweeper, stacked):  # confirmed, but the budget kept a winner from joining it
+            sweep.unfinished = left
+            sweep.notes.append(f"the budget left undone: {'; '.join(left)}")
         if semantics:
             sweep.notes.append("the recommended configuration changes training semantics: " + "; ".join(dict.fromkeys(semantics)))
         return

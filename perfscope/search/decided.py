@@ -93,15 +93,21 @@ def record_unreached(sweeper: Deciding, known: set[str]) -> None:
                                                code_change=knob.code_change(sweeper.ctx)))
 
 
+def left_over(sweeper: Deciding, chosen: Candidate | None) -> list[str]:
+    """What the budget or a stop left undone around ``chosen``, in words: winners not stacked onto it, knobs not
+    measured. Empty when nothing was."""
+    waiting = not_stacked(sweeper, chosen) if chosen is not None else []
+    knobs_left = not_measured(sweeper.sweep)
+    return (([f"stacking {', '.join(_words(c) for c in waiting)} onto it"] if waiting else [])
+            + ([f"measuring {', '.join(knobs_left)}"] if knobs_left else []))
+
+
 def recommend_decided(sweeper: Deciding, unfinished: list[str]) -> None:
     """Recommend the decided configuration, naming ``unfinished`` (what the sweep did not get to) and the winners
     not stacked; the baseline when nothing was decided faster."""
     sweep = sweeper.sweep
     choice = decided(sweeper)
-    knobs_left = not_measured(sweep)
-    waiting = not_stacked(sweeper, choice[0]) if choice else []
-    left = [f"stacking {', '.join(_words(c) for c in waiting)} onto it"] if waiting else []
-    left += ([f"measuring {', '.join(knobs_left)}"] if knobs_left else []) + unfinished
+    left = left_over(sweeper, choice[0] if choice else None) + unfinished
     sweep.unfinished = left
     why = sweep.stopped_early or "the sweep stopped early"
     if choice is None:
