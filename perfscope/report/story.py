@@ -150,6 +150,6 @@ def closest_line(story: Story) -> str:
     if story.recommended is not None:
         return ""
     if c is None:
-        return "no other configuration that keeps training semantics was measured (see the knobs, the notes and the warnings)"
+        return "no other configuration that keeps your training recipe was measured (see the knobs, the notes and the warnings)"
     verdict = {"slower": "slower", "same": "no change", "undecided": "not significant"}.get(c.gain.verdict, "not in the recommendation")
     return f"closest measured: {c.label}: {gain_words(c.gain)} ({interval_words(c.gain)}), {verdict}"

@@ -229,8 +229,19 @@ class Sweeper(Stacking):
                 self.sweep.notes.append(f"more runs of {', '.join(c.name for c in open_)} (undecided) were left out: the "
                                         f"budget's last {held} run(s) are kept for the stacking and the confirmation")
                 return
-            best = max(open_, key=lambda c: c.gain.high if c.gain else 0.0)
+            best = max(open_, key=self._promise)
             self.measure(best.name, best.config, best.knobs)
+
+    def _promise(self, cand: Candidate) -> tuple[bool, float]:
+        """Which undecided candidate gets the next run. Unbounded: the highest upper bound (the one that could win
+        most). Under a budget, runs go where they change the recommendation: first the candidates that could join it
+        (never a recipe or global-batch change, which are only reported), then the best point estimate — a likely win
+        decided beats a long shot measured again."""
+        high = cand.gain.high if cand.gain else 0.0
+        if self.options.budget_s is None:
+            return True, high
+        could_join = not cand.knob.changes_recipe and cand.config.samples_per_step == self.ctx.base.samples_per_step
+        return could_join, cand.gain.ratio if cand.gain else 0.0
 
     def _increment_open(self, cand: Candidate) -> bool:
         """A knob measured on top of another is judged by what it adds (`outcome`): decidedly faster than the

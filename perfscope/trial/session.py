@@ -143,7 +143,7 @@ class Session:
                 return trial
             trial.excluded = "contended: " + "; ".join(dict.fromkeys(trial.metrics.contention))
             if not self.may_retry():
-                trial.excluded += " (not measured again: the budget would not allow it)"
+                trial.excluded += "; not measured again: the budget would not allow it"
                 self.progress.note(f"{trial.name} was measured under load ({trial.excluded})")
                 return trial
             self.progress.note(f"{trial.name} was measured under load ({trial.excluded}): measuring again")
