@@ -67,7 +67,8 @@ def confirm_stack(sweeper: Sweeping, stacked: Candidate, semantics: list[str]) -
     runs, gain = confirmation_runs(sweeper, stacked, selection)
     if sweep.stopped_early and (gain is None or gain.verdict == "undecided"):
         # The budget ended the confirmation before it could decide: the stack its joins decided stands, unconfirmed.
-        recommend_decided(sweeper, [f"its confirmation runs ({len(runs)} measured, undecided)" if runs else "its confirmation runs"])
+        left = f"its confirmation runs ({len(runs)} measured, undecided)" if runs else "its confirmation runs"
+        recommend_decided(sweeper, [left])
         return
     if sweeper.worthwhile(gain):
         sweep.recommended_trial, sweep.recommended_knobs, sweep.recommended_gain = stacked.name, stacked.knobs, gain

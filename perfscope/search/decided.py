@@ -88,7 +88,8 @@ def record_unreached(sweeper: Deciding, known: set[str]) -> None:
         if knob.id in known:
             continue
         inapplicable = knob.applies(sweeper.ctx)
-        status, reason = ("inapplicable", inapplicable) if inapplicable else ("skipped", f"not reached: the sweep was {STOPPED_BY_USER}")
+        status, reason = (("inapplicable", inapplicable) if inapplicable
+                          else ("skipped", f"not reached: the sweep was {STOPPED_BY_USER}"))
         sweeper.sweep.knobs.append(KnobOutcome(knob=knob.id, title=knob.title, status=status, reason=reason,  # type: ignore[arg-type]
                                                code_change=knob.code_change(sweeper.ctx)))
 

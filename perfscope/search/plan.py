@@ -48,7 +48,8 @@ class Plan:
     def words(self, run_s: float, source: str) -> list[str]:
         """The announcement, two lines: what will be measured in how many runs, and the expected time with the budget
         that bounds it."""
-        shown = ", ".join(self.configurations[:8]) + (f", … ({len(self.configurations) - 8} more)" if len(self.configurations) > 8 else "")
+        more = len(self.configurations) - 8
+        shown = ", ".join(self.configurations[:8]) + (f", … ({more} more)" if more > 0 else "")
         what = (f"{len(self.configurations)} configurations beside the baseline ({shown}), each repeated until decided, "
                 "the winners stacked and confirmed" if self.configurations else "the baseline")
         unbounded = self.runs * run_s
@@ -58,7 +59,8 @@ class Plan:
         if self.budget_s is None:
             return [plan, f"expected time: about {minutes(unbounded)} (no budget: --budget S bounds it)"]
         if unbounded <= self.budget_s:
-            expected = f"expected time: about {minutes(unbounded)}, within its budget of {minutes(self.budget_s)} (--budget S, --no-budget)"
+            expected = (f"expected time: about {minutes(unbounded)}, within its budget of {minutes(self.budget_s)} "
+                        "(--budget S, --no-budget)")
         else:
             expected = (f"expected time: {minutes(self.budget_s)}, its budget (--budget S, --no-budget; unbounded about "
                         f"{minutes(unbounded)}): the sweep then recommends what it decided and names what it did not finish")

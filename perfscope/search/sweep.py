@@ -447,7 +447,8 @@ def knob_context(results: Results, workload: Workload, base_config: TrialConfig)
     model = results.workload.model
     if model is None:
         raise RuntimeError("the probe did not describe the model (results.workload.model is None)")
-    return KnobContext(workload=workload, base=base_config.replace(capture_trace=False), environment=results.environment, model=model)
+    return KnobContext(workload=workload, base=base_config.replace(capture_trace=False), environment=results.environment,
+                       model=model)
 
 
 def run_sweep(session: Any, workload: Workload, base_config: TrialConfig, options: SweepOptions) -> Sweep:
