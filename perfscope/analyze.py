@@ -44,11 +44,13 @@ from perfscope.results import (
 from perfscope.results.config import TrialConfig
 from perfscope.results.constraints import MAX_SECONDS, MAX_TFLOPS
 from perfscope.results.outdir import claim_output_dir
-from perfscope.search.sweep import BASELINE, SweepOptions, run_sweep
+from perfscope.search.candidate import DEFAULT_BUDGET_S
+from perfscope.search.plan import plan_sweep, run_estimate
+from perfscope.search.sweep import BASELINE, SweepOptions, knob_context, run_sweep
 from perfscope.trial.launch import Launch
 from perfscope.trial.runner import TrialRunner
-from perfscope.trial.spec import ProbeSpec
 from perfscope.trial.session import Progress, Session
+from perfscope.trial.spec import ProbeSpec
 from perfscope.workload import Workload, file_sha256, load_workload
 
 PROBE_TIMEOUT_FLOOR_S = 120.0
@@ -75,7 +77,8 @@ class AnalyzeOptions:
     """False: measure the baseline only (what a CI job runs)."""
     repeat: int = 1
     """Runs of the baseline (fresh processes) when there is no sweep: the CI gate's evidence."""
-    budget_s: float | None = None
+    budget_s: float | None = DEFAULT_BUDGET_S
+    """Wall seconds for the analysis from its first run (None: unbounded): announced before it, kept by the sweep."""
     max_runs: int = 10
     only: list[str] = field(default_factory=list)
     skip: list[str] = field(default_factory=list)
@@ -99,6 +102,10 @@ class Probe:
     device: str
     environment: Environment
     model: ModelFacts | None
+    wall_s: float = 0.0
+    """The probe process's wall time (import, model, two steps)."""
+    step_s: float | None = None
+    """Its second step's wall time at the workload's micro-batch: with ``wall_s``, a run's cost before any run."""
 
 
 def probe(runner: TrialRunner, device: str, out_dir: Path, timeout_s: float, workload_path: Path | None = None) -> Probe:
@@ -112,7 +119,8 @@ def probe(runner: TrialRunner, device: str, out_dir: Path, timeout_s: float, wor
         raise UserError(f"probing the {device} device failed ({outcome.status}): {outcome.error}")
     payload: dict[str, Any] = outcome.payload
     model = from_jsonable(ModelFacts, payload["model"]) if payload.get("model") else None
-    return Probe(payload["device"], from_jsonable(Environment, payload["environment"]), model)
+    return Probe(payload["device"], from_jsonable(Environment, payload["environment"]), model, outcome.wall_time_s,
+                 payload.get("step_s"))
 
 
 def baseline_config(workload: Workload, options: AnalyzeOptions, device: str) -> TrialConfig:
@@ -195,7 +203,7 @@ def _analyze(options: AnalyzeOptions, sweep_options: SweepOptions | None) -> int
             print(f"perfscope: MFU denominator {results.peak.tflops:g} TFLOP/s ({results.peak.dtype}; {results.peak.source})",
                   file=sys.stderr)
         with _terminate_as_ctrl_c():
-            interrupted = _measure(results, options, runner, workload, workload_path, probed.device, sweep_options)
+            interrupted = _measure(results, options, runner, workload, workload_path, probed, sweep_options)
     report_path = options.out_dir / "report.html" if options.report else None
     finish(results, options.out_dir, report=options.report)
     print(summary_table(results))
@@ -228,18 +236,33 @@ def _terminate_as_ctrl_c() -> Iterator[None]:
 
 
 def _measure(results: Results, options: AnalyzeOptions, runner: TrialRunner, workload: Workload, workload_path: Path,
-             device: str, sweep_options: SweepOptions | None) -> bool:
+             probed: Probe, sweep_options: SweepOptions | None) -> bool:
     """Every run of the analysis; True when Ctrl-C interrupted it (the finished runs are kept)."""
-    progress = Progress(budget_s=options.budget_s)
+    device = probed.device
+    progress = Progress(budget_s=sweep_options.budget_s if sweep_options is not None else None)
     session = Session(results, out_dir=options.out_dir, workload_path=workload_path, timeout_s=options.trial_timeout_s,
                       resume=options.resume, progress=progress, runner=runner, launch=options.launch)
     session.save()
+    if progress.budget_s is not None:  # the baseline's retries under load count against the budget too
+        budget = progress.budget_s
+        session.may_retry = lambda: progress.elapsed() + (results.trials[-1].wall_time_s or 0.0) <= budget
     base: TrialConfig | None = None
     try:
         base = baseline_config(workload, options, device)
+        model_known = results.workload.model is not None
+        plan = plan_sweep(knob_context(results, workload, base), sweep_options, options.repeat) if model_known else None
+        estimate = run_estimate(probed.wall_s, probed.step_s, base)
+        if plan is not None:  # before the first run: how long the analysis will take
+            step = f"{probed.step_s * 1e3:.0f} ms a step" if probed.step_s else "no step timed"
+            _announce(plan.words(estimate, f"from the probe: {probed.wall_s:.1f} s a process, {step}"))
         baseline = session.measure(BASELINE, base)
         for _ in range(options.repeat - 1):
             session.measure(BASELINE, base.replace(capture_trace=False))
+        if plan is not None and plan.configurations and baseline.ok and baseline.wall_time_s:
+            measured = baseline.wall_time_s
+            if abs(plan.expected_s(measured) - plan.expected_s(estimate)) > 0.25 * plan.expected_s(estimate):
+                again = plan.words(measured, "the baseline run")[1]
+                _announce([f"the baseline run took {measured:.1f} s (estimated {estimate:.1f} s): {again}"])
         if sweep_options is not None and baseline.ok:
             run_sweep(session, workload, base, sweep_options)
             if base.distributed and _layouts_selected(sweep_options):
@@ -265,6 +288,11 @@ def _measure(results: Results, options: AnalyzeOptions, runner: TrialRunner, wor
             print("perfscope: telling the other nodes' workers that the analysis is over ...", file=sys.stderr)
             stop_followers(options.launch, options.out_dir / "trials" / "_stop", device=device)
     return False
+
+
+def _announce(lines: list[str]) -> None:
+    for line in lines:
+        print(f"perfscope: {line}", file=sys.stderr, flush=True)
 
 
 def _layouts_selected(options: SweepOptions) -> bool:

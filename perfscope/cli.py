@@ -80,7 +80,7 @@ def _knob_list(values: list[str] | None) -> list[str]:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    from perfscope.analyze import AnalyzeOptions, analyze
+    from perfscope.analyze import DEFAULT_BUDGET_S, AnalyzeOptions, analyze
     from perfscope.results.outdir import check_output_dir
 
     check_output_dir(args.out)  # Path("") would be the current folder
@@ -98,7 +98,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         peak_tflops=args.peak_tflops,
         resume=args.resume,
         sweep=not args.no_sweep,
-        budget_s=args.budget,
+        budget_s=None if args.no_budget else args.budget or DEFAULT_BUDGET_S,
         only=_knob_list(args.only),
         skip=_knob_list(args.skip),
         capture_trace=not args.no_trace,
@@ -334,7 +334,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peak-tflops", type=_tflops, default=None, help="MFU denominator in TFLOP/s (overrides the datasheet)")
     p.add_argument("--resume", action="store_true", help="keep finished trials from OUT/results.json and run the rest")
     p.add_argument("--no-sweep", action="store_true", help="measure the baseline only (what a CI job runs)")
-    p.add_argument("--budget", type=_seconds, default=None, metavar="S", help="wall seconds for the whole sweep")
+    p.add_argument("--budget", type=_seconds, default=None, metavar="S",
+                   help="wall seconds for the analysis from its first run (default 300: announced before it, kept by "
+                        "the sweep, which then recommends what it decided)")
+    p.add_argument("--no-budget", action="store_true", help="no time limit: the sweep runs until every knob is decided")
     p.add_argument("--only", action="append", metavar="IDS", help="comma-separated knob ids to try (see docs/sweep.md)")
     p.add_argument("--skip", action="append", metavar="IDS", help="comma-separated knob ids not to try")
     p.add_argument("--no-trace", action="store_true", help="do not capture profiler traces")

@@ -187,9 +187,10 @@ class Ranking:
     recommendation: Recommendation | None = None
     """The sweep's recommendation (fix #1); None: keep the baseline."""
     alternative: KnobOutcome | None = None
-    """The fastest measured knob that changes semantics and beats the recommendation (or 1.0 without one)."""
+    """The fastest measured knob that changes the training recipe (`changes_recipe`) and beats the recommendation
+    (or 1.0 without one)."""
     closest: KnobOutcome | None = None
-    """No recommendation: the measured knob (keeping semantics, not the baseline) that came closest."""
+    """No recommendation: the measured knob (keeping the recipe, not the baseline) that came closest."""
 
 
 def _knob_of(results: Results, finding: Finding) -> KnobOutcome | None:
@@ -238,12 +239,19 @@ def _gains(results: Results, knobs: list[KnobOutcome]) -> list[GainRow]:
     return [row for _, row in keyed]
 
 
+def changes_recipe(outcome: KnobOutcome) -> bool:
+    """Whether adopting the knob changes the training recipe (a larger global batch, another optimizer), not only its
+    numerics: a numerics change (every caveat "numerics: …": mixed precision, TF32) passed the numerics guard to be
+    measured, and may be recommended with its caveat; a recipe change is only ever the alternative."""
+    return any(not s.startswith("numerics:") for s in outcome.changes_semantics)
+
+
 def _alternative(results: Results, rec: Recommendation | None) -> KnobOutcome | None:
     floor = rec.gain.ratio if rec else 1.0
     best: tuple[KnobOutcome, float] | None = None
     for o in results.sweep.knobs if results.sweep else []:
         gain = gain_of(results, o)
-        if o.status != "measured" or gain is None or not gain.faster or not o.changes_semantics:
+        if o.status != "measured" or gain is None or not gain.faster or not changes_recipe(o):
             continue
         if rec is not None and o.knob in rec.knobs:
             continue
@@ -259,8 +267,8 @@ def _closest(results: Results, rec: Recommendation | None) -> KnobOutcome | None
     best: tuple[KnobOutcome, float] | None = None
     for o in results.sweep.knobs:
         gain = gain_of(results, o)
-        if o.status != "measured" or gain is None or o.trial == base or o.changes_semantics:
-            continue  # options that change semantics are the alternative's business
+        if o.status != "measured" or gain is None or o.trial == base or changes_recipe(o):
+            continue  # options that change the recipe are the alternative's business
         if best is None or gain.ratio > best[1]:
             best = (o, gain.ratio)
     return best[0] if best else None

@@ -91,9 +91,18 @@ CASES = {
                knob("rej", "rejected", ratio=2.0), knob("fail", "failed"), knob("und", ratio=1.05, verdict="undecided"),
                knob("win", ratio=1.02)],
         knob_order=["win", "und", "slow", "rej", "fail", "skip"], folded=["n/a"], gains=["win", "und", "slow", "rej"], closest="und"),
-    "the alternative changes semantics and must beat the recommendation; no finding: the sweep's own item": Case(
-        knobs=[knob("r", ratio=1.5), knob("sem-slow", ratio=1.4, semantics=("numerics",)), knob("sem-fast", ratio=1.8, semantics=("numerics",))],
+    "the alternative changes the recipe and must beat the recommendation; no finding: the sweep's own item": Case(
+        knobs=[knob("r", ratio=1.5), knob("sem-slow", ratio=1.4, semantics=("global batch 8 → 16",)),
+               knob("sem-fast", ratio=1.8, semantics=("training recipe: another optimizer",))],
         recommended=("r", ("r",), 1.5), fixes=["sweep"], knob_order=["sem-fast", "r", "sem-slow"], alternative="sem-fast"),
+    "mixed precision that passed the numerics guard is no alternative: it may be recommended, or be the closest": Case(
+        knobs=[knob("amp", ratio=1.3, verdict="undecided", semantics=("numerics: bf16 matmuls",)),
+               knob("keep", ratio=1.01, verdict="undecided"), knob("bf16-fast", ratio=1.8, semantics=("numerics: bf16",))],
+        recommended=("r", ("keep",), 1.1), fixes=["sweep"], knob_order=["bf16-fast", "amp", "keep"], alternative=None),
+    "no recommendation: a numerics change is the closest, a recipe change the alternative": Case(
+        knobs=[knob("amp", ratio=1.3, verdict="undecided", semantics=("numerics: bf16 matmuls",)),
+               knob("mb", ratio=1.9, semantics=("global batch 8 → 32",))],
+        knob_order=["mb", "amp"], alternative="mb", closest="amp"),
     "no recommendation: the closest keeps semantics, and nothing measured is not a fix": Case(
         knobs=[knob("sem", ratio=1.9, semantics=("global batch",)), knob("keep", ratio=1.01, verdict="undecided")],
         knob_order=["sem", "keep"], alternative="sem", closest="keep"),

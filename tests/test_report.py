@@ -354,4 +354,4 @@ def test_headline_says_why_only_the_baseline_is_shown():
     results = make_results()
     assert "no sweep" in build_view(results).headline.lead
     results.sweep = Sweep(baseline_trial="baseline", recommended_trial="baseline")
-    assert build_view(results).headline.recommendation.startswith("Keep your configuration: nothing that keeps training semantics")
+    assert build_view(results).headline.recommendation.startswith("Keep your configuration: nothing that keeps your training recipe")

@@ -52,6 +52,9 @@ class Story:
     """The baseline's own settings in words ("micro-batch 8 × accumulation 1", "fp32", ...): what "keep" keeps."""
     closest: Option | None = None
     """When the baseline is kept: the measured option that came closest (its gain and interval, not significant)."""
+    unfinished: list[str] = field(default_factory=list)
+    """A sweep that stopped early (budget, Ctrl-C, SIGTERM): what it did not finish; its recommendation is what it
+    decided before (perfscope.search.decided)."""
 
 
 def _setting(outcome: KnobOutcome | None, knob: str) -> str:
@@ -85,7 +88,8 @@ def build_story(results: Results, ranking: Ranking | None = None) -> Story | Non
     runs = results.runs(base)
     reference = runs[0] if runs else next((t for t in results.trials if t.configuration == base), None)
     return Story(recommended=recommended, alternative=alternative, baseline=base, baseline_runs=len(runs), noise=sweep.noise,
-                 baseline_settings=settings_words(reference.config, reference.unknown_settings) if reference else [], closest=closest)
+                 baseline_settings=settings_words(reference.config, reference.unknown_settings) if reference else [], closest=closest,
+                 unfinished=list(sweep.unfinished))
 
 
 def settings_words(config: TrialConfig, unknown: list[str] | None = None) -> list[str]:
@@ -124,9 +128,12 @@ def noise_words(noise: RunNoise | None) -> str:
 
 def recommendation_line(story: Story) -> str:
     r = story.recommended
+    stopped = f" (the sweep stopped early; not finished: {'; '.join(story.unfinished)})" if story.unfinished else ""
     if r is None:
-        return "Keep your configuration: nothing that keeps training semantics was measured decidedly faster"
-    return f"{r.label}: {gain_words(r.gain)}"
+        return "Keep your configuration: nothing that keeps your training recipe was measured decidedly faster" + stopped
+    if stopped:
+        stopped = f", decided before the sweep stopped; not finished: {'; '.join(story.unfinished)}"
+    return f"{r.label}: {gain_words(r.gain)}{stopped}"
 
 
 def alternative_line(story: Story) -> str:
@@ -143,6 +150,6 @@ def closest_line(story: Story) -> str:
     if story.recommended is not None:
         return ""
     if c is None:
-        return "no other configuration that keeps training semantics was measured (see the knobs, the notes and the warnings)"
+        return "no other configuration that keeps your training recipe was measured (see the knobs, the notes and the warnings)"
     verdict = {"slower": "slower", "same": "no change", "undecided": "not significant"}.get(c.gain.verdict, "not in the recommendation")
     return f"closest measured: {c.label}: {gain_words(c.gain)} ({interval_words(c.gain)}), {verdict}"

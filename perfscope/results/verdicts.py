@@ -212,4 +212,7 @@ class Sweep:
     budget_s: float | None = field(default=None, metadata=SECONDS)
     elapsed_s: float | None = field(default=None, metadata=SECONDS)
     stopped_early: str | None = None  # e.g. "budget exhausted", "interrupted"
+    unfinished: list[str] = field(default_factory=list)
+    """What a sweep that stopped early did not finish (knobs not measured, winners not stacked, the confirmation
+    runs): its recommendation is the configuration decided before it (perfscope.search.decided)."""
     notes: list[str] = field(default_factory=list)

@@ -17,6 +17,13 @@ from perfscope.results.config import TrialConfig
 from perfscope.search.family import FAMILY_ALPHA
 
 BASELINE = "baseline"
+DEFAULT_BUDGET_S = 300.0
+"""`perfscope analyze`'s budget when none is given (--no-budget: none): five minutes, what a user waits for an answer
+(the GPU acceptance's GPT-2 target); a sweep that ends by it recommends what it decided (perfscope.search.decided)."""
+JOIN_RUNS = 4
+"""Runs a knob's join to the stack usually takes (two pairs): what a budget holds back for each winner."""
+CONFIRMATION_RUNS = 6
+"""Runs the confirmation usually takes (three pairs): what a budget holds back for it."""
 
 
 class Measures(Protocol):

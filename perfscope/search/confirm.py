@@ -20,12 +20,13 @@ from perfscope.results import Gain, Sweep, Trial
 from perfscope.results.config import TrialConfig
 from perfscope.search.candidate import Candidate, SweepOptions
 from perfscope.search.compare import could_still_win, paired_test
+from perfscope.search.decided import Deciding, left_over, recommend_decided
 from perfscope.search.family import Family
 
 CONFIRMATION = "confirmation"
 
 
-class Sweeping(Protocol):
+class Sweeping(Deciding, Protocol):
     """What the confirmation needs of the sweep (perfscope.search.sweep.Sweeper, which calls it through its
     stacking phase): typed here, so this module never imports the sweep back."""
 
@@ -37,10 +38,6 @@ class Sweeping(Protocol):
     def measure(self, name: str, config: TrialConfig, knobs: list[str]) -> Trial: ...
 
     def runs(self, name: str) -> list[Trial]: ...
-
-    def gain(self, name: str) -> Gain | None: ...
-
-    def worthwhile(self, gain: Gain | None) -> bool: ...
 
 
 def confirmation_runs(sweeper: Sweeping, stacked: Candidate, selection: set[str]) -> tuple[list[Trial], Gain | None]:
@@ -68,10 +65,18 @@ def confirm_stack(sweeper: Sweeping, stacked: Candidate, semantics: list[str]) -
     selection = {t.name for t in sweeper.runs(stacked.name)}
     before = sweeper.gain(stacked.name)
     runs, gain = confirmation_runs(sweeper, stacked, selection)
+    if sweep.stopped_early and (gain is None or gain.verdict == "undecided"):
+        # The budget ended the confirmation before it could decide: the stack its joins decided stands, unconfirmed.
+        left = f"its confirmation runs ({len(runs)} measured, undecided)" if runs else "its confirmation runs"
+        recommend_decided(sweeper, [left])
+        return
     if sweeper.worthwhile(gain):
         sweep.recommended_trial, sweep.recommended_knobs, sweep.recommended_gain = stacked.name, stacked.knobs, gain
         sweep.notes.append(f"the recommendation's gain comes from {len(runs)} confirmation run(s) measured after it was "
                            f"selected ({len(selection)} selection run(s) left out: the winner's curse)")
+        if left := left_over(sweeper, stacked):  # confirmed, but the budget kept a winner from joining it
+            sweep.unfinished = left
+            sweep.notes.append(f"the budget left undone: {'; '.join(left)}")
         if semantics:
             sweep.notes.append("the recommended configuration changes training semantics: " + "; ".join(dict.fromkeys(semantics)))
         return

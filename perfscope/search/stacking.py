@@ -17,9 +17,10 @@ from typing import Any
 from perfscope.knobs import Knob, KnobContext
 from perfscope.results import Gain, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
-from perfscope.search.candidate import BASELINE, Candidate, SweepOptions
+from perfscope.search.candidate import BASELINE, CONFIRMATION_RUNS, Candidate, SweepOptions
 from perfscope.search.compare import compare_gains
 from perfscope.search.confirm import confirm_stack
+from perfscope.search.decided import recommend_decided
 from perfscope.search.microbatch import MicroBatchResult, search_micro_batch
 from perfscope.search.stack_failures import record_stack_failure, stack_failure
 
@@ -37,6 +38,12 @@ class Stacking:
     runs: Callable[[str], list[Trial]]
     may_continue: Callable[..., bool]
     _check_numerics: Callable[[Candidate], None]
+    stacked: Candidate | None
+    """The stack as far as its joins were measured: what a stopped sweep recommends (perfscope.search.decided)."""
+    unstacked: list[Candidate]
+    """Winners not tried on the stack yet (pending, in flight, or left out or cut short when the budget ended)."""
+    join_cut: bool = False
+    """The last join ended undecided because the budget did."""
 
     def worthwhile(self, gain: Gain | None) -> bool:
         """Decidedly faster, and by at least ``min_gain``: worth a code change. A 1.5% gain that many runs made
@@ -68,6 +75,7 @@ class Stacking:
         current: Candidate | None = None
         touched: set[str] = set()
         pending = self._winners()
+        self.unstacked = list(pending)
         progressed = True
         while pending and progressed:
             progressed = False
@@ -78,20 +86,28 @@ class Stacking:
                 pending.remove(cand)
                 progressed = True
                 fields = set(cand.changes)
-                if fields & touched:  # e.g. bf16 and fp16 both set precision: the better one is already in
+                if fields & touched or (current is not None and not cand.knob.compatible(current.config)):
+                    # bf16 and fp16 both set precision: the better one is already in; a DDP bucket size once FSDP2 is
+                    self.unstacked.remove(cand)
                     continue
-                if current is not None and not cand.knob.compatible(current.config):
-                    continue  # e.g. a DDP bucket size once FSDP2 is in the stack
                 if current is None and cand.requires is None:
                     current, touched = cand, fields
+                    self.stacked = current
+                    self.unstacked.remove(cand)
                     continue
-                if current is None or not self.may_continue():
-                    continue
+                if current is None or not self.may_continue(keep=CONFIRMATION_RUNS):
+                    continue  # the budget ended: it stays unstacked, named as not finished
+                self.join_cut = False
                 joined = self._joined(current, cand.knob, cand.changes)
+                if not self.join_cut:
+                    self.unstacked.remove(cand)
                 if joined is not None:
                     current, touched = joined, touched | fields
+                    self.stacked = current
+        self.unstacked = [c for c in self.unstacked if all(c is not p for p in pending)]  # their prerequisite never joined
         if grad_accum_search is not None and micro_knob is not None:
             current = self._stack_micro_batch(grad_accum_search, current, micro_knob)
+        self.stacked = current
         return current
 
     def _joined(self, current: Candidate, knob: Knob, changes: dict[str, Any]) -> Candidate | None:
@@ -113,7 +129,10 @@ class Stacking:
             ratio, decided = compare_gains(stacked.gain, current.gain)
             if decided and ratio >= 1 + self.options.min_gain:
                 return stacked
-            if stacked.gain.high < current.gain.low or len(self.runs(name)) >= self.options.max_runs or not self.may_continue():
+            if stacked.gain.high < current.gain.low or len(self.runs(name)) >= self.options.max_runs:
+                return None
+            if not self.may_continue(keep=CONFIRMATION_RUNS):
+                self.join_cut = True  # undecided when the budget ended: named as not finished, not as rejected
                 return None
             self.measure(name, config, knobs)
         return None
@@ -160,6 +179,9 @@ class Stacking:
         """The stack, confirmed by runs that did not select it (perfscope.search.confirm); ``micro_knob`` (the
         micro-batch-search knob that keeps the global batch) joins it last with its point of ``search``."""
         stacked = self.stack(search if micro_knob is not None else None, micro_knob)
+        if stacked is None and self.sweep.stopped_early:
+            recommend_decided(self, [])  # nothing decided: the baseline, naming what the budget left unmeasured
+            return
         if stacked is None:
             self.sweep.recommended_trial = BASELINE
             self.sweep.notes.append(f"no knob made the baseline decidedly faster, by {self.options.min_gain:.0%} or more: "

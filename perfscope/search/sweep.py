@@ -38,7 +38,7 @@ from perfscope.knobs import REGISTRY, Knob, KnobContext
 from perfscope.ranking import knob_key
 from perfscope.results import Gain, KnobOutcome, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
-from perfscope.search.candidate import BASELINE, Candidate, Measures, SweepOptions
+from perfscope.search.candidate import BASELINE, CONFIRMATION_RUNS, JOIN_RUNS, Candidate, Measures, SweepOptions
 from perfscope.search.compare import (
     MIN_DECIDING_RUNS,
     ReferenceSeries,
@@ -48,14 +48,16 @@ from perfscope.search.compare import (
     relative_gain,
     run_noise,
 )
+from perfscope.search.decided import STOPPED_BY_USER, recommend_decided, record_unreached
 from perfscope.search.family import Family
 from perfscope.search.microbatch import MicroBatchResult, search_micro_batch
 from perfscope.search.numerics import compare_numerics
+from perfscope.search.plan import CPU_MICRO_FACTOR, GPU_MICRO_FACTOR
 from perfscope.search.stacking import Stacking, knobs_as, micro_changes
 from perfscope.stats import confidence_text
 from perfscope.workload import Workload
 
-__all__ = ["BASELINE", "Candidate", "Measures", "SweepOptions", "Sweeper", "cannot_tell", "run_sweep"]
+__all__ = ["BASELINE", "Candidate", "Measures", "SweepOptions", "Sweeper", "cannot_tell", "knob_context", "run_sweep"]
 
 
 class Sweeper(Stacking):
@@ -67,9 +69,12 @@ class Sweeper(Stacking):
         options: SweepOptions,
         elapsed: Callable[[], float] = lambda: 0.0,
         sweep: Sweep | None = None,
+        start: float | None = None,
     ) -> None:
         self.session, self.ctx, self.options, self.elapsed = session, ctx, options, elapsed
-        self.start = elapsed()
+        self.start = elapsed() if start is None else start
+        """Where the budget's clock starts (`analyze`: its first run, so the announced time is the one kept)."""
+        self.pair_s: list[float] = []  # wall time of each measurement (a run and its baseline neighbour, retries included)
         self.measurements: Counter[str] = Counter()
         """Measurements asked of each configuration, whatever became of them: what --max-runs caps. Its evidence
         runs cannot be the cap: under persistent load every run is excluded and refinement never ended."""
@@ -78,6 +83,9 @@ class Sweeper(Stacking):
         self.sweep.budget_s = options.budget_s
         self.candidates: list[Candidate] = []
         self.outcomes: dict[int, KnobOutcome] = {}  # id(candidate) -> its outcome, for re-judging after more runs
+        self.recorded = False  # the knobs' outcomes are in the sweep (a stop before that records them itself)
+        self.stacked: Candidate | None = None  # the stack as far as it was measured (perfscope.search.decided)
+        self.unstacked: list[Candidate] = []  # winners the stacking has not tried yet
         self.family = Family(alpha=options.family_alpha, max_runs=options.max_runs, reference=BASELINE)
         seed = options.order_seed if options.order_seed is not None else random.SystemRandom().randrange(2**31)
         self.order = random.Random(seed)
@@ -97,29 +105,50 @@ class Sweeper(Stacking):
         runs = self.runs(BASELINE) or [t for t in self.results.trials if t.configuration == BASELINE]
         return runs[0]
 
-    def may_continue(self, runs: int = 2) -> bool:
-        """False when ``runs`` more runs (at the median run's wall time so far) would overrun the budget."""
+    def run_s(self) -> float:
+        """A run's wall time so far: half the median measurement (retries under load included), or before the
+        first measurement the median run's."""
+        if self.pair_s:
+            return statistics.median(self.pair_s) / 2
+        walls = [t.wall_time_s for t in self.results.trials if t.wall_time_s]
+        return statistics.median(walls) if walls else 0.0
+
+    def may_continue(self, runs: int = 2, *, keep: int = 0) -> bool:
+        """False when ``runs`` more runs, ``keep`` runs held back for a later phase that decides (the stacking, the
+        confirmation: `held_back`) and one for the report would probably overrun the budget. Only a budget too
+        short for the runs themselves stops the sweep (`stopped_early`); one short of what is held back moves on."""
         if self.options.budget_s is None:
             return True
-        walls = [t.wall_time_s for t in self.results.trials if t.wall_time_s]
-        estimate = statistics.median(walls) * runs if walls else 0.0
-        if self.elapsed() - self.start + estimate > self.options.budget_s:
-            self.sweep.stopped_early = self.sweep.stopped_early or f"budget of {self.options.budget_s:g} s exhausted"
+        left = self.options.budget_s - (self.elapsed() - self.start)
+        run_s = self.run_s()
+        if (runs + keep + 1) * run_s <= left:
+            return True
+        if keep and (runs + 1) * run_s <= left:
             return False
-        return True
+        self.sweep.stopped_early = self.sweep.stopped_early or f"budget of {self.options.budget_s:g} s exhausted"
+        return False
+
+    def held_back(self) -> int:
+        """Runs the later phases need of the budget: two pairs for each winner to join the stack, three for the
+        confirmation. The repetition of undecided knobs stops short of them: a decided stack, confirmed, changes
+        the recommendation; one more run of a knob that is probably no help does not."""
+        return JOIN_RUNS * max(0, len(self._winners()) - 1) + CONFIRMATION_RUNS
 
     def measure(self, name: str, config: TrialConfig, knobs: list[str]) -> Trial:
         """One run of ``name`` and one of the baseline, in a random order (seeded per sweep): every candidate run
         has a baseline run beside it, and no position in the pair (a warm cache after the baseline, say)
         systematically favours the candidate."""
         self.measurements[name] += 1
+        began = self.elapsed()
         baseline_first = self.order.random() < 0.5
         if baseline_first:
             self.session.measure(BASELINE, self.reference, [])
         trial = self.session.measure(name, config, knobs)
         if not baseline_first:
             self.session.measure(BASELINE, self.reference, [])
-        self.sweep.elapsed_s = self.elapsed() - self.start
+        now = self.elapsed()
+        self.pair_s.append(now - began)
+        self.sweep.elapsed_s = now - self.start
         return trial
 
     def gain(self, name: str) -> Gain | None:
@@ -153,6 +182,7 @@ class Sweeper(Stacking):
             cand = Candidate(knob, changes, name, config, knobs, requires=on_top)
             self._first_run(cand)
             out.append(cand)
+            self.candidates.append(cand)  # at once: a stop during the next variant keeps this one's verdict
         return out
 
     def _first_run(self, cand: Candidate) -> None:
@@ -194,10 +224,25 @@ class Sweeper(Stacking):
             open_ = [c for c in self.candidates if c.usable and self.measurements[c.name] < self.options.max_runs
                      and (could_still_win(c.gain, self.options.min_gain, self.options.max_runs) and not self.family.futile(c.name)
                           or _probably_slower(c.gain) or self._increment_open(c))]
-            if not open_ or not self.may_continue():
+            if not open_:
                 return
-            best = max(open_, key=lambda c: c.gain.high if c.gain else 0.0)
+            if not self.may_continue(keep=(held := self.held_back())):
+                self.sweep.notes.append(f"more runs of {', '.join(c.name for c in open_)} (undecided) were left out: the "
+                                        f"budget's last {held} run(s) are kept for the stacking and the confirmation")
+                return
+            best = max(open_, key=self._promise)
             self.measure(best.name, best.config, best.knobs)
+
+    def _promise(self, cand: Candidate) -> tuple[bool, float]:
+        """Which undecided candidate gets the next run. Unbounded: the highest upper bound (the one that could win
+        most). Under a budget, runs go where they change the recommendation: first the candidates that could join it
+        (never a recipe or global-batch change, which are only reported), then the best point estimate — a likely win
+        decided beats a long shot measured again."""
+        high = cand.gain.high if cand.gain else 0.0
+        if self.options.budget_s is None:
+            return True, high
+        could_join = not cand.knob.changes_recipe and cand.config.samples_per_step == self.ctx.base.samples_per_step
+        return could_join, cand.gain.ratio if cand.gain else 0.0
 
     def _increment_open(self, cand: Candidate) -> bool:
         """A knob measured on top of another is judged by what it adds (`outcome`): decidedly faster than the
@@ -212,7 +257,7 @@ class Sweeper(Stacking):
         """Search once for all the knobs measured by the micro-batch search (`Knob.search`); each reports its
         point: the fastest overall (``micro_batch``, flagged when it changes the global batch), or the fastest
         that keeps the user's global batch through accumulation (``grad_accum``: `Knob.keeps_global_batch`)."""
-        max_factor = 64 if self.ctx.cuda else 4  # CPU: no memory wall to find, so keep the search short
+        max_factor = GPU_MICRO_FACTOR if self.ctx.cuda else CPU_MICRO_FACTOR  # CPU: no memory wall to find, so keep it short
         result = search_micro_batch(lambda n, c, k: self.measure(n, c, k), self.reference, self.baseline,
                                     max_factor=max_factor, may_continue=self.may_continue)
         self.sweep.micro_batch = result.points
@@ -293,6 +338,29 @@ class Sweeper(Stacking):
     # ------------------------------------------------------------------------------------ run
 
     def run(self) -> Sweep:
+        """The whole search. A stop (Ctrl-C, SIGTERM: KeyboardInterrupt) still leaves a judged sweep with the
+        configuration decided so far recommended (perfscope.search.decided), then goes on up to `analyze`."""
+        try:
+            self._search()
+        except KeyboardInterrupt:
+            self._stopped()
+            raise
+        finally:
+            self.sweep.noise = run_noise(self.runs(BASELINE))
+            self.sweep.knobs.sort(key=knob_key)  # perfscope.ranking: the report lists the knobs in this order
+            self.sweep.elapsed_s = self.elapsed() - self.start
+        return self.sweep
+
+    def _stopped(self) -> None:
+        """After a stop: every knob's outcome so far, those not reached, and the decided recommendation."""
+        self.sweep.stopped_early = STOPPED_BY_USER
+        if not self.recorded:
+            self._record_outcomes()
+        record_unreached(self, {o.knob for o in self.sweep.knobs} | {c.knob.id for c in self.candidates})
+        if self.sweep.recommended_trial is None:
+            recommend_decided(self, ["its confirmation runs"])
+
+    def _search(self) -> None:
         by_knob: dict[str, list[Candidate]] = {}
         search_knobs: list[Knob] = []  # measured by the one micro-batch search
         deferred: list[Knob] = []  # free activations: on a GPU measured only paired with the micro-batch they allow
@@ -320,7 +388,6 @@ class Sweeper(Stacking):
                     paired.append(knob)
             if knob.id in by_knob and not by_knob[knob.id]:
                 self._outcome(knob, "skipped", self.sweep.stopped_early or "budget exhausted")
-            self.candidates += by_knob.get(knob.id, [])
         micro: MicroBatchResult | None = None
         if search_knobs and self.may_continue():
             micro = self.micro_batch(search_knobs)
@@ -341,10 +408,6 @@ class Sweeper(Stacking):
         self.refine()
         self._record_outcomes()
         self.recommend(micro, next((k for k in search_knobs if k.keeps_global_batch), None))
-        self.sweep.noise = run_noise(self.runs(BASELINE))
-        self.sweep.knobs.sort(key=knob_key)  # perfscope.ranking: the report lists the knobs in this order
-        self.sweep.elapsed_s = self.elapsed() - self.start
-        return self.sweep
 
     def _best(self, cands: list[Candidate]) -> Candidate | None:
         """The fastest usable variant of a knob (by its gain's point estimate)."""
@@ -367,6 +430,7 @@ class Sweeper(Stacking):
                                                               "which may overstate the true gain (winner's curse)"]))
             self.outcomes[id(best)] = outcome
             self.sweep.knobs.append(outcome)
+        self.recorded = True
 
 
 def _probably_slower(gain: Gain | None) -> bool:
@@ -381,13 +445,25 @@ def cannot_tell(gain: Gain) -> str:
     return f"cannot tell at this machine's noise level ({confidence_text(gain.confidence)} interval {gain.low:.2f}–{gain.high:.2f}{mde})"
 
 
-def run_sweep(session: Any, workload: Workload, base_config: TrialConfig, options: SweepOptions) -> Sweep:
-    """Entry point from `perfscope analyze`: builds the knob context and runs the sweep through the session."""
-    results = session.results
+def knob_context(results: Results, workload: Workload, base_config: TrialConfig) -> KnobContext:
+    """What every knob asks of the run: the workload, the baseline's settings, the machine and the model's facts."""
     model = results.workload.model
     if model is None:
         raise RuntimeError("the probe did not describe the model (results.workload.model is None)")
-    ctx = KnobContext(workload=workload, base=base_config.replace(capture_trace=False), environment=results.environment, model=model)
+    return KnobContext(workload=workload, base=base_config.replace(capture_trace=False), environment=results.environment,
+                       model=model)
+
+
+def run_sweep(session: Any, workload: Workload, base_config: TrialConfig, options: SweepOptions) -> Sweep:
+    """Entry point from `perfscope analyze`: builds the knob context and runs the sweep through the session. The
+    budget's clock is the session's, started before the baseline: the time announced then is the time kept."""
+    results = session.results
+    ctx = knob_context(results, workload, base_config)
     sweep = Sweep(baseline_trial=BASELINE)
     results.sweep = sweep  # saved with every run, so an interrupted sweep keeps what it found
-    return Sweeper(session=session, ctx=ctx, options=options, elapsed=session.progress.elapsed, sweep=sweep).run()
+    sweeper = Sweeper(session=session, ctx=ctx, options=options, elapsed=session.progress.elapsed, sweep=sweep, start=0.0)
+    session.may_retry = lambda: sweeper.may_continue(1)  # a contended run's retry counts against the budget too
+    try:
+        return sweeper.run()
+    finally:
+        session.may_retry = lambda: True

@@ -100,7 +100,7 @@ def _run_probe(spec: ProbeSpec) -> dict[str, Any]:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     elif device == "cuda" and not torch.cuda.is_available():
         return {"status": "invalid", "error": "--device cuda was requested but CUDA is not available (torch.cuda.is_available() is False)"}
-    facts = None
+    facts, step_s = None, None
     if spec.workload_path:
         try:
             workload = load_workload(spec.workload_path)
@@ -108,12 +108,13 @@ def _run_probe(spec: ProbeSpec) -> dict[str, Any]:
                 from perfscope.trial.data_parallel import init_single_process_group
 
                 init_single_process_group(device)
-            validate_workload(workload, spec.workload_path, device=device)
+            step_s = validate_workload(workload, spec.workload_path, device=device)
             facts = inspect_model(workload)
         except WorkloadError as exc:
             return {"status": "invalid", "error": str(exc)}
     env = collect_environment(device, measure_ceiling=spec.measure_ceiling)
-    return {"status": "ok", "error": None, "device": device, "environment": to_jsonable(env), "model": to_jsonable(facts)}
+    return {"status": "ok", "error": None, "device": device, "environment": to_jsonable(env), "model": to_jsonable(facts),
+            "step_s": step_s}
 
 
 def _run_rank_of_job(spec: ChildSpec, result_path: Path) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -116,6 +117,9 @@ class Session:
         """This session's one persistent-load warning as it stands in results.warnings."""
         self.launch = launch
         """torchrun's arguments for the distributed runs (a config of more than one rank); None: one process."""
+        self.may_retry: Callable[[], bool] = lambda: True
+        """Whether a contended run may be measured again now (the sweep's budget sets it: a retry that would overrun
+        the announced time is not made, and the run stays excluded)."""
 
     def __enter__(self) -> Session:
         return self
@@ -138,6 +142,10 @@ class Session:
             if not (trial.ok and trial.metrics and trial.metrics.contention):
                 return trial
             trial.excluded = "contended: " + "; ".join(dict.fromkeys(trial.metrics.contention))
+            if not self.may_retry():
+                trial.excluded += "; not measured again: the budget would not allow it"
+                self.progress.note(f"{trial.name} was measured under load ({trial.excluded})")
+                return trial
             self.progress.note(f"{trial.name} was measured under load ({trial.excluded}): measuring again")
             self.save()
             trial = self._measure_once(configuration, config, knobs)

@@ -1,0 +1,106 @@
+"""How long an analysis will take, said before its first run: the sweep's plan in runs, times a run's wall time.
+
+    plan = plan_sweep(ctx, options)
+    plan.words(probe.wall_s, "the probe")     # ["plan: 8 configurations ... about 59 run(s) ...", "expected time: ..."]
+
+Why. A sweep of about 100 fresh-process runs once took 12.7 minutes on a model whose step takes 0.28 s, with no word
+beforehand of how long it would be. The count follows the sweep's own rules (perfscope.search.sweep): the variants
+of every applicable, selected knob and the micro-batch search's points, each run beside a baseline run; then what a
+sweep usually adds — runs until a verdict (compare.MIN_DECIDING_RUNS) for each, a stacking join, the confirmation.
+It is an expectation, not a promise; the budget is the promise: the sweep starts no run that would probably
+overrun it (`Sweeper.may_continue`) and recommends what it decided by then (perfscope.search.decided).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from perfscope.knobs import REGISTRY, KnobContext
+from perfscope.results.config import TrialConfig
+from perfscope.search.candidate import CONFIRMATION_RUNS, JOIN_RUNS, SweepOptions
+from perfscope.search.compare import MIN_DECIDING_RUNS
+
+CPU_MICRO_FACTOR, GPU_MICRO_FACTOR = 4, 64
+"""How far the micro-batch search doubles (perfscope.search.sweep.Sweeper.micro_batch): its points at most."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    configurations: list[str]
+    """What the sweep's first pass measures beside the baseline: knob variants, then micro-batch points."""
+    budget_s: float | None
+    baseline_runs: int = 1
+    """Runs of the baseline before the sweep (`--repeat` without a sweep)."""
+
+    @property
+    def runs(self) -> int:
+        """The baseline, then each configuration until a verdict (each run beside a baseline run), a join and the
+        confirmation."""
+        if not self.configurations:
+            return self.baseline_runs
+        return self.baseline_runs + 2 * MIN_DECIDING_RUNS * len(self.configurations) + JOIN_RUNS + CONFIRMATION_RUNS
+
+    def expected_s(self, run_s: float) -> float:
+        unbounded = self.runs * run_s
+        return min(unbounded, self.budget_s) if self.budget_s is not None else unbounded
+
+    def words(self, run_s: float, source: str) -> list[str]:
+        """The announcement, two lines: what will be measured in how many runs, and the expected time with the budget
+        that bounds it."""
+        more = len(self.configurations) - 8
+        shown = ", ".join(self.configurations[:8]) + (f", … ({more} more)" if more > 0 else "")
+        what = (f"{len(self.configurations)} configurations beside the baseline ({shown}), each repeated until decided, "
+                "the winners stacked and confirmed" if self.configurations else "the baseline")
+        unbounded = self.runs * run_s
+        plan = f"plan: {what}: about {self.runs} run(s) of ~{run_s:.1f} s ({source})"
+        if not self.configurations:
+            return [plan, f"expected time: about {minutes(unbounded)}"]
+        if self.budget_s is None:
+            return [plan, f"expected time: about {minutes(unbounded)} (no budget: --budget S bounds it)"]
+        if unbounded <= self.budget_s:
+            expected = (f"expected time: about {minutes(unbounded)}, within its budget of {minutes(self.budget_s)} "
+                        "(--budget S, --no-budget)")
+        else:
+            expected = (f"expected time: {minutes(self.budget_s)}, its budget (--budget S, --no-budget; unbounded about "
+                        f"{minutes(unbounded)}): the sweep then recommends what it decided and names what it did not finish")
+        return [plan, expected]
+
+
+def run_estimate(process_s: float, step_s: float | None, config: TrialConfig) -> float:
+    """A run's wall time before any run measured one: the probe process's own (start, import, model, its steps), plus
+    the run's warm-up and calibrated window at the probe's step time (`perfscope.trial.loop.calibrate_steps`)."""
+    if not step_s:
+        return process_s
+    window = config.steps or min(max(math.ceil(config.min_window_s / step_s), config.min_steps), config.max_steps)
+    return process_s + (config.warmup_steps + window) * step_s
+
+
+def minutes(seconds: float) -> str:
+    """"45 s", "4 min 10 s": a duration as a person reads it."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    whole, rest = divmod(round(seconds), 60)
+    return f"{whole} min" + (f" {rest} s" if rest else "")
+
+
+def plan_sweep(ctx: KnobContext, options: SweepOptions | None, baseline_runs: int = 1) -> Plan:
+    """The configurations the sweep's first pass will measure, by its own rules (None: no sweep)."""
+    if options is None:
+        return Plan(configurations=[], budget_s=None, baseline_runs=baseline_runs)
+    planned: list[str] = []
+    micro = False
+    for knob in REGISTRY:
+        if knob.applies(ctx) is not None or (options.only and knob.id not in options.only) or knob.id in options.skip:
+            continue
+        if knob.search == "micro_batch":
+            micro = True
+        elif knob.frees == "activations" and ctx.cuda:
+            continue  # measured only paired with a micro-batch the search finds out of memory
+        elif knob.builds_on is None or knob.prerequisite_met(ctx.base) or knob.builds_on in planned:
+            variants = len(knob.variants(ctx))
+            planned += [knob.id] + [f"{knob.id}-{i}" for i in range(2, variants + 1)]
+    if micro:
+        factor = GPU_MICRO_FACTOR if ctx.cuda else CPU_MICRO_FACTOR
+        planned += [f"micro-batch ×{2 ** i}" for i in range(1, int(math.log2(factor)) + 1)]
+    return Plan(configurations=planned, budget_s=options.budget_s)
