@@ -145,7 +145,9 @@ def test_steps_option_for_a_trace_without_profiler_steps(tmp_path: Path) -> None
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 400, "pid": 1, "tid": 1},
         {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 500, "dur": 500, "pid": 1, "tid": 1},
     ]}))
-    assert run_trace(trace, tmp_path / "refused") == 2  # without --steps its steps cannot be found
+    assert run_trace(trace, tmp_path / "one") == 0  # without --steps: one window, said so (not refused)
+    one = Results.load(tmp_path / "one" / "results.json")
+    assert one.trials[0].metrics.steps == 1 and any("whole span was taken as 1 step" in n for n in one.notes)
     assert run_trace(trace, tmp_path / "out", "--steps", "2") == 0
     m = Results.load(tmp_path / "out" / "results.json").trials[0].metrics
     assert m is not None and m.steps == 2 and m.wall_s == pytest.approx(1e-3) and "step_times_s" in m.unavailable
@@ -222,8 +224,8 @@ BAD_INPUTS = {
     "other.json": (lambda p: p.write_text('{"schema_version": 2, "trials": []}'), "JSON of another shape"),
     "number.json": (lambda p: p.write_text("42"), "JSON of another shape"),
     "instant.json": (lambda p: p.write_text('{"traceEvents": [{"ph": "i", "ts": 1, "name": "x"}]}'), "no complete"),
-    "nosteps.json": (lambda p: p.write_text('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, '
-                                            '"dur": 5, "pid": 1, "tid": 1}]}'), "no ProfilerStep#N spans and no GPU kernels"),
+    "broken.json": (lambda p: p.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm", "ts": NaN, '
+                                           '"dur": 5, "pid": 1, "tid": 1}]}'), "1 with a NaN timestamp or duration"),
 }
 
 
