@@ -386,7 +386,7 @@ class TraceBuilder:
                         kept = name_args.get(nid)
                         if kept is None:
                             kept = name_args[nid] = _host_args(name)
-                        if kept is _MATMUL_ARGS:
+                        if kept is _MATMUL_ARGS or kept is SIZE_ARGS:  # links kernels to a matmul / collective op
                             external = args.get("External id")
                     small = None
                     for k in kept:
