@@ -34,6 +34,8 @@ class GcPauses(Rule):
         won = outcome is not None and outcome.gain is not None and outcome.gain.faster
         if not won and st.max < self.spread * st.median and st.p90 < self.tail * st.median:
             return []
+        if not won and ctx.results.source == "trace":
+            return []  # a trace records no collector pause: a slow step there is evidence of a tail, not of its cause
         if not won and self._tail_is_data(ctx, st.p90):
             return []  # the slow steps waited for data: the data-loader rule's case, not the collector's
         finding = Finding(

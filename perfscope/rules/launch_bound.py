@@ -25,6 +25,8 @@ class LaunchBound(Rule):
         if facts is None or not facts.launch.launch_bound:
             return []
         launch = facts.launch
+        if ctx.cuda and (facts.gpu is None or not launch.kernels_per_step or not launch.starved_fraction):
+            return []  # no GPU kernels or no launch idle in the trace: nothing backs a launch-bound claim
         if not ctx.cuda:
             return [self.measured(ctx, Finding(
                 rule_id=self.id, title="Dispatch-bound step: many tiny ops — compile them or raise the batch", severity="high",
