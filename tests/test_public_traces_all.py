@@ -248,3 +248,69 @@ def test_a_cpu_loop_profiled_with_a_slow_dataloader_shows_the_loader_first(tmp_p
     assert results.trials[0].metrics.data_wait_share > 0.5
     findings = run_rules(results)
     assert findings[0].rule_id == "PS201"
+
+
+def _distributed(t: KinetoTrace, path: Path, world_size: int = 2) -> Path:
+    doc = t.to_json()
+    doc["distributedInfo"] = {"backend": "nccl", "rank": 0, "world_size": world_size}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_deepep_dispatch_and_combine_are_communication_named_and_advised_as_moe(tmp_path):
+    """An H800 MoE step's DeepEP kernels (about half the kernel time, nothing beside them) are collectives of their
+    kind, and the fix is overlap, not DDP's buckets."""
+    t = KinetoTrace()
+    for n in range(3):
+        with t.step(n):
+            for _ in range(2):
+                with t.op("aten::mm", dims=[[4096, 4096], [4096, 4096]], types=["c10::BFloat16"] * 2):
+                    t.launch("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT", 400)
+                t.launch("void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*)", 200)
+                t.launch("void deep_ep::intranode::combine<nv_bfloat16, 8, 768>(int4*, float*)", 200)
+            with t.op("aten::item"):  # the loss read at the end of the step: host and device in step
+                t.synchronize()
+    path = _distributed(t, tmp_path / "moe.json")
+    facts = trace_facts(path, device_type="cuda", steps=1)
+    time = facts.kernels.time_by_category
+    assert time["communication"] / sum(time.values()) == pytest.approx(0.5, abs=0.01)
+    results = trace_results(path)
+    comm = results.trials[0].metrics.distributed.communication
+    assert {c.op for c in comm.collectives} == {"moe_dispatch", "moe_combine"} and "no collectives in the traced steps" not in comm.notes
+    assert comm.compute_s <= comm.step_s
+    (f,) = [f for f in run_rules(results) if f.rule_id == "PS801"]
+    assert "MoE" in f.title and "bucket_cap_mb" not in f.fix and "no_sync" not in f.fix
+
+
+def test_a_kernel_launched_by_record_param_comms_is_communication_whatever_its_name(tmp_path):
+    t = KinetoTrace()
+    for n in range(2):
+        with t.step(n):
+            with t.op("aten::mm", dims=[[512, 512], [512, 512]]):
+                t.launch("volta_sgemm_128x64_nn", 300)
+            with t.op("record_param_comms"):
+                t.launch("void my_custom_exchange_kernel<float>(float*)", 100)
+    path = tmp_path / "custom.json"
+    path.write_text(json.dumps(t.to_json()))
+    time = trace_facts(path, device_type="cuda", steps=1).kernels.time_by_category
+    assert time["communication"] == pytest.approx(100e-6) and time["gemm"] == pytest.approx(300e-6)
+
+
+def test_gpu_idle_inside_the_dataloaders_next_is_data_wait_not_sync(tmp_path):
+    """The ResNet-50 shape of issue 34: a 175 ms step whose single-process loader takes ~69 ms after a short sync."""
+    t = KinetoTrace()
+    for n in range(3):
+        with t.step(n):
+            with t.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"):
+                t.work(69_000)
+            for _ in range(20):
+                with t.op("aten::conv2d"):
+                    t.launch("void cudnn::cnn::conv2d_grouped_direct_kernel<float>", 5_000)
+            with t.op("aten::item"):
+                t.synchronize()
+    path = tmp_path / "resnet.json"
+    path.write_text(json.dumps(t.to_json()))
+    facts = trace_facts(path, device_type="cuda", steps=1)
+    assert facts.gpu.idle.data_wait_s == pytest.approx(0.069, rel=0.02) and facts.gpu.idle.sync_s < 0.001
+    findings = run_rules(trace_results(path))
+    assert findings[0].rule_id == "PS201"
