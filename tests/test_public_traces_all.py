@@ -13,6 +13,7 @@ import dataclasses
 import gzip
 import json
 import math
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -44,11 +45,16 @@ def raw_count(path: Path) -> dict[str, float] | None:
     """The figures from the JSON alone; None when the file is not a training trace (no steps or no device work).
     Steps: the ProfilerStep#N spans, else end to end between Optimizer.step#... spans, leading steps over twice the
     median of the rest dropped (one-time set-up)."""
-    data = json.load(gzip.open(path, "rt"))
+    with gzip.open(path, "rt") as fh:
+        data = json.load(fh)
     events = [e for e in (data["traceEvents"] if isinstance(data, dict) else data) if isinstance(e, dict) and e.get("ph") == "X"]
     events = [e for e in events if math.isfinite(float(e.get("ts", "nan"))) and 0 <= float(e.get("dur", -1)) <= 86_400e6]
-    cat = lambda e: str(e.get("cat", "")).lower()  # noqa: E731
-    name = lambda e: str(e.get("name", ""))  # noqa: E731
+    def cat(e: dict) -> str:
+        return str(e.get("cat", "")).lower()
+
+    def name(e: dict) -> str:
+        return str(e.get("name", ""))
+
     marks: dict[str, tuple[float, float]] = {}
     for e in events:
         if cat(e) in HOST and name(e).startswith("ProfilerStep#"):
@@ -56,7 +62,7 @@ def raw_count(path: Path) -> dict[str, float] | None:
     spans = sorted(marks.values())
     if not spans:
         ends = sorted(float(e["ts"]) + float(e["dur"]) for e in events if cat(e) in HOST and name(e).startswith("Optimizer.step#"))
-        spans = list(zip(ends, ends[1:]))
+        spans = list(pairwise(ends))
         while len(spans) >= 3 and spans[0][1] - spans[0][0] > 2 * _median([b - a for a, b in spans[1:]]):
             spans = spans[1:]
     device = [e for e in events if cat(e) in DEVICE]

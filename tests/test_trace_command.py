@@ -68,7 +68,8 @@ def test_cpu_trace_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     summary = md.split("## Ranked fixes")[0]
     assert "| MFU |" not in summary and "| Throughput |" not in summary  # no row a trace cannot fill
     assert "Step time" in summary
-    assert printed.startswith("# perfscope report: mlp_data_wait") and TRACE_LEAD in printed
+    first = next(line for line in md.splitlines() if line.startswith("### 1. "))  # the report's first ranked fix
+    assert printed.startswith(f"Top finding: {first.removeprefix('### 1. ')}") and "\n# perfscope report: mlp_data_wait" in printed and TRACE_LEAD in printed
     again = tmp_path / "again.md"  # results.json alone re-renders the same trace report anywhere
     assert main(["report", str(tmp_path / "out" / "results.json"), "--format", "md", "-o", str(again)]) == 0
     assert TRACE_LEAD in again.read_text()

@@ -11,6 +11,7 @@ is left.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 MAX_DURATION_US = 86_400e6
@@ -19,9 +20,9 @@ MAX_DURATION_US = 86_400e6
 
 def why_broken(ts: float, dur: float) -> str:
     """Why a complete event's times are unusable, in a reader's words."""
-    if ts != ts or dur != dur:
+    if math.isnan(ts) or math.isnan(dur):
         return "a NaN timestamp or duration"
-    if ts - ts != 0.0 or dur - dur != 0.0:
+    if math.isinf(ts) or math.isinf(dur):
         return "an infinite timestamp or duration"
     return "a negative duration" if dur < 0 else "a duration longer than a day"
 

@@ -46,8 +46,8 @@ from perfscope.hardware import bus_bandwidth_gbps
 from perfscope.results.distributed import CollectiveStat, CommunicationFacts
 from perfscope.trace.events import COMM_NAMESPACES, GLOO_PREFIX, Event, Trace, read_trace
 from perfscope.trace.facts import Window, data_spans, step_note, window
-from perfscope.trace.steps import PROFILER_STEPS
 from perfscope.trace.intervals import Span, clip, length, merge, subtract
+from perfscope.trace.steps import PROFILER_STEPS
 
 _DISPATCHER_OP = re.compile(r"^\w+::\w+$")
 _NCCL_OP = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|AllToAll|Send|Recv)", re.I)
@@ -232,4 +232,4 @@ def _per_op(runs: list[tuple[str, Event]], w: Window, *, world_size: int, payloa
     return sorted(stats, key=lambda s: -s.time_s_per_step)
 
 
-__all__ = ["bus_bandwidth_gbps", "collective_op", "kernel_collective", "communication_facts", "exposed_collective_by_step", "payload_bytes_of"]
+__all__ = ["bus_bandwidth_gbps", "collective_op", "communication_facts", "exposed_collective_by_step", "kernel_collective", "payload_bytes_of"]

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from perfscope.results.trace_facts import HostTransfers, PageableCopies, TraceFacts
+from perfscope.trace.broken import unusable_text
 from perfscope.trace.events import Trace, read_trace
 from perfscope.trace.gpu import (
     LAUNCH_BOUND_KERNELS,
@@ -51,7 +52,6 @@ from perfscope.trace.gpu import (
     starved_by,
 )
 from perfscope.trace.host_ops import cpu_op_facts, gemm_shapes
-from perfscope.trace.broken import unusable_text
 from perfscope.trace.intervals import length
 from perfscope.trace.kernels import host_transfers, kernel_facts, pageable_memcpy
 from perfscope.trace.steps import PROFILER_STEPS

@@ -40,9 +40,9 @@ from perfscope.stats import summarize
 from perfscope.trace.communication import communication_facts, exposed_collective_by_step
 from perfscope.trace.events import paused_gc
 from perfscope.trace.facts import DATA_LABEL, trace_facts
-from perfscope.trace.window import loader_spans
 from perfscope.trace.inputs import RankTrace, assign_ranks, load_rank, trace_files
 from perfscope.trace.rank_stragglers import trace_stragglers
+from perfscope.trace.window import loader_spans
 
 TRIAL = "baseline"
 NO_SAMPLES = "a trace does not record the batch: there are no samples to divide the wall time by"

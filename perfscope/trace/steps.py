@@ -19,17 +19,28 @@ HTA's convention differs: it reads only ProfilerStep#N spans and treats a trace 
 from __future__ import annotations
 
 from collections import Counter
+from itertools import pairwise
+from typing import Protocol
 
 import numpy as np
 
-from perfscope.trace.events import Trace
 from perfscope.trace.intervals import Span
+from perfscope.trace.table import EventColumns
 
 OPTIMIZER_STEP = "Optimizer.step#"
 MIN_MARKS = 3
 WARMUP_RATIO = 2.0
 """A leading step this many times the median of the others is one-time set-up, not the loop."""
 PROFILER_STEPS = "ProfilerStep#N spans"
+
+
+class Trace(Protocol):
+    """What this module reads of perfscope.trace.events.Trace (which calls it as it finishes reading a file)."""
+
+    steps: list[Span]
+    steps_from: str
+
+    def columns(self, kind: str) -> EventColumns: ...
 
 
 def find_steps(trace: Trace) -> list[Span]:
@@ -64,7 +75,7 @@ def _optimizer_steps(trace: Trace) -> tuple[list[Span], str] | None:
         name = names.most_common(1)[0][0]
         rows = rows[np.array([t.names[t.name[i]] == name for i in rows.tolist()])]
         ends = sorted(t.end[rows].tolist())
-        steps = [(a, b) for a, b in zip(ends, ends[1:]) if b > a]
+        steps = [(a, b) for a, b in pairwise(ends) if b > a]
         if steps:
             return steps, (f"the {len(ends)} {name} spans, each step from the end of one to the end of the next "
                            "(the first iteration, before the first one ended, left out)")
@@ -86,7 +97,7 @@ def _repeated_marks(trace: Trace) -> tuple[list[Span], str] | None:
         return None
     name = best[0][0]
     starts = sorted(t.ts[rows[t.name[rows] == name]].tolist())
-    steps = [(a, b) for a, b in zip(starts, starts[1:]) if b > a]
+    steps = [(a, b) for a, b in pairwise(starts) if b > a]
     if not steps:
         return None
     return steps, (f"the {len(starts)} record_function marks {t.names[name]!r}, each step from the start of one to the "
