@@ -165,9 +165,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _cmd_trace(args: argparse.Namespace) -> int:
     from perfscope.pipeline import finish
-    from perfscope.report.markdown import summary_headline
+    from perfscope.report.markdown import summary_headline, top_finding
     from perfscope.report.waterfall_chart import waterfall_lines
-    from perfscope.results.outdir import claim_output_dir, check_output_dir
+    from perfscope.results.outdir import check_output_dir, claim_output_dir
     from perfscope.trace.inputs import check_out_apart
     from perfscope.trace.offline import trace_results
 
@@ -176,6 +176,9 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     results = trace_results(Path(args.path), steps=args.steps, command=["perfscope", *sys.argv[1:]])
     with claim_output_dir(args.out):
         path = finish(results, Path(args.out))
+    top = top_finding(results)
+    if top:  # what to do first, before the figures it rests on
+        print(top + "\n")
     print(summary_headline(results))
     print("\n" + "\n".join(waterfall_lines(results)))
     print(f"wrote {path}, {path.with_name('report.html')}, {path.with_name('report.md')}", file=sys.stderr)

@@ -32,7 +32,7 @@ class PublicTrace:
     what: str
 
 
-TRACES: dict[str, PublicTrace] = {t.path.removesuffix(".json.gz"): t for t in [
+TRACES: dict[str, PublicTrace] = {t.path.removesuffix(".json.gz").removesuffix(".gz"): t for t in [
     PublicTrace("nccl_parser_config/nccl_data.json.gz",
                 "c1cf9c575fdcd7bdc6326ceab834f94b351f81ae55577a7471aa9e328fb8b58e",
                 "A100 (PG509-200), rank 0 of a 2-rank NCCL job, 3 profiler steps, 21 NCCL kernels"),
@@ -63,8 +63,62 @@ TRACES: dict[str, PublicTrace] = {t.path.removesuffix(".json.gz"): t for t in [
     PublicTrace("critical_path/cuda_event_sync/event_sync_trace.json.gz",
                 "63074c678eb92a77410d7911b64ed39c0e859d0998f74ee9b862de7a12cd7616",
                 "A100: cudaEventSynchronize between streams"),
+    # The rest of HTA's tests/data (issue 34): how users' files really look, training or not.
+    PublicTrace("cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+                "b2ff87b29bd604b0c30bca65915af4388b53a7f421f0897c68a7862e1559b6e5", "CPU-only rank, one profiler step"),
+    PublicTrace("critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
+                "b9febb1abc8cc729a2890fb6a4171de9867ba72c944437ee046067e7c89912dc", "A100, param AlexNet benchmark, no steps"),
+    PublicTrace("critical_path/cuda_event_sync_multi_stream/event_sync_trace.json.gz",
+                "3e79d573357fd8f764206cc2e514e4a1be4ef43808269689056ed400972ff09c", "A100, event sync across streams, no steps"),
+    PublicTrace("critical_path/end_to_end/simple_add/input/trace.json.gz",
+                "8866b9c04126fc8fff1256b6e39851166739913c2cebb0016d8a4f863872fc3f", "A100, param torch.add benchmark"),
+    PublicTrace("critical_path/end_to_end/simple_add/output/overlaid_critical_path_trace.json.gz",
+                "36e89621c59a8834394764aabdb0ca952c70d95799e1b82a3ee273778841b2e7", "the same, HTA's critical path overlaid"),
+    PublicTrace("critical_path/simple_add/benchmark_result_493459_1694039959_trace.json.gz",
+                "8866b9c04126fc8fff1256b6e39851166739913c2cebb0016d8a4f863872fc3f", "A100, param torch.add benchmark"),
+    PublicTrace("cupti_profiler/benchmark_result_924719_1679055439_trace.json.gz",
+                "07e7e02da9cfda66f5b6fc5fd17e1f93185321504496f4c00e8d375fb162bf84", "A100, CUPTI counters, no kernels"),
+    PublicTrace("df_index_resolver/df_index_resolver.json.gz",
+                "769af9ab5262468eb7baf6a7bfdb138ef15542264c72c0c313758d951b16dc15", "V100-SXM2-32GB, 5 profiler steps"),
+    PublicTrace("distributed_info_unavailable/distributed_info_not_found.json.gz",
+                "2294b134930afc9253c9cc80c31ff7b40709f4114b51a37301dc7a19046bf7d2", "A100 listed, no GPU kernel (CPU ops only)"),
+    PublicTrace("execution_trace/benchmark_simple_add_et.json.gz",
+                "7ce1b653978fea1f893ae00c6fa916e0aad069cf9aa456a7b42db43bcbfad7d5", "an execution trace (Chakra ET), not Kineto"),
+    PublicTrace("execution_trace/benchmark_simple_add_trace.json.gz",
+                "7f7e72221e263d763ac840686991321d238801cbea75d9febb59d3e3859d2b02", "A100, the Kineto trace beside it"),
+    PublicTrace("memory_analysis/memory_timeline.raw.gz",
+                "9298e87c3ee81bc00dd5f6df0fa3877e79c2e5ac86de3b09b8c6aaa2a756feb2", "a memory-timeline dump, not a trace"),
+    PublicTrace("mixed_files/rank_non_gpu.json.gz",
+                "7abc3802f28155bf163a2b71d08ee57d3f759d2ffc6a190480e6556f328e4476", "a rank with no GPU, CPU ops only"),
+    PublicTrace("mtia_inference_trace/mtia_inference_rank_0.json.gz",
+                "ed1b118e53f23f3a3a055dec52f6cc45eaf32c6354e8693335cfca608cff84f5", "MTIA inference, no steps"),
+    PublicTrace("mtia_trace_single_rank/mtia_rank_0.json.gz",
+                "74786104b3c45f02b805a5c346a8202c3ecc318a566a65e0b47c56d706374f80", "MTIA, one profiler step"),
+    PublicTrace("rank_non_gpu/rank_non_gpu.json.gz",
+                "7abc3802f28155bf163a2b71d08ee57d3f759d2ffc6a190480e6556f328e4476", "a rank with no GPU, CPU ops only"),
+    PublicTrace("rank_unavailable/rank_not_found.json.gz",
+                "5d7c951ffc8455aceef0deaa2378cc5718d247173abcaec9f45af6d0826864b5", "no distributedInfo rank"),
+    PublicTrace("timeline_analysis/sampled_rank-0.json.gz",
+                "71b98c30a2751cc56d9bf78f8fb76467acd56e0be6a1f0da23c600941d29aafd", "the same file as trace_filter/sampled_rank-0"),
+    PublicTrace("trace_compare/base/base.json.gz",
+                "92291fc17b2307b3084e59d7d04b589e2e8cbe06cb0639f70c4a145a7cfce8b7", "a hand-made 2-step trace (HTA's compare test)"),
+    PublicTrace("trace_compare/test/test.json.gz",
+                "da79a9c430a45e587b728055a7bb97ed3acf54f960eb5fdfe0bf2c6da254f782", "a hand-made 2-step trace (HTA's compare test)"),
+    PublicTrace("trace_file_list/inference_rank_1.json.gz",
+                "4c37e0ca5cae61bd6f9d46cc6db0e7e09260df07990d1bf6bbb253f0f636d5e8",
+                "inference, old category spellings (Kernel, Runtime), no steps"),
+    PublicTrace("../param/linear_kineto.json.gz",
+                "c2c4a2661c767ca22e89f18c945b7ba9aeb9d050b2e48f9adfbb2c45a59a9d42",
+                "facebookresearch/param et_replay/tests/inputs@1e115ff: a linear model, 40 SGD steps on an RTX 2080 Ti, no "
+                "ProfilerStep spans (profiled without a schedule)"),
 ]}
-"""By name: the path without ``.json.gz`` (``nccl_parser_config/nccl_data``, ``trace_filter/sampled_rank-0``)."""
+"""By name: the path without ``.json.gz`` (``nccl_parser_config/nccl_data``, ``trace_filter/sampled_rank-0``); param's
+trace is ``../param/linear_kineto`` (beside HTA's folder)."""
+NOT_TRACES = {
+    "execution_trace/benchmark_simple_add_et": "JSON of another shape",
+    "memory_analysis/memory_timeline.raw": "no complete",
+}
+"""The files that are not Kineto traces, and the words of their one-line refusal."""
 
 
 def root() -> Path:

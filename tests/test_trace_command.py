@@ -68,7 +68,8 @@ def test_cpu_trace_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     summary = md.split("## Ranked fixes")[0]
     assert "| MFU |" not in summary and "| Throughput |" not in summary  # no row a trace cannot fill
     assert "Step time" in summary
-    assert printed.startswith("# perfscope report: mlp_data_wait") and TRACE_LEAD in printed
+    first = next(line for line in md.splitlines() if line.startswith("### 1. "))  # the report's first ranked fix
+    assert printed.startswith(f"Top finding: {first.removeprefix('### 1. ')}") and "\n# perfscope report: mlp_data_wait" in printed and TRACE_LEAD in printed
     again = tmp_path / "again.md"  # results.json alone re-renders the same trace report anywhere
     assert main(["report", str(tmp_path / "out" / "results.json"), "--format", "md", "-o", str(again)]) == 0
     assert TRACE_LEAD in again.read_text()
@@ -145,7 +146,9 @@ def test_steps_option_for_a_trace_without_profiler_steps(tmp_path: Path) -> None
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 400, "pid": 1, "tid": 1},
         {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 500, "dur": 500, "pid": 1, "tid": 1},
     ]}))
-    assert run_trace(trace, tmp_path / "refused") == 2  # without --steps its steps cannot be found
+    assert run_trace(trace, tmp_path / "one") == 0  # without --steps: one window, said so (not refused)
+    one = Results.load(tmp_path / "one" / "results.json")
+    assert one.trials[0].metrics.steps == 1 and any("whole span was taken as 1 step" in n for n in one.notes)
     assert run_trace(trace, tmp_path / "out", "--steps", "2") == 0
     m = Results.load(tmp_path / "out" / "results.json").trials[0].metrics
     assert m is not None and m.steps == 2 and m.wall_s == pytest.approx(1e-3) and "step_times_s" in m.unavailable
@@ -222,8 +225,8 @@ BAD_INPUTS = {
     "other.json": (lambda p: p.write_text('{"schema_version": 2, "trials": []}'), "JSON of another shape"),
     "number.json": (lambda p: p.write_text("42"), "JSON of another shape"),
     "instant.json": (lambda p: p.write_text('{"traceEvents": [{"ph": "i", "ts": 1, "name": "x"}]}'), "no complete"),
-    "nosteps.json": (lambda p: p.write_text('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, '
-                                            '"dur": 5, "pid": 1, "tid": 1}]}'), "no ProfilerStep#N spans and no GPU kernels"),
+    "broken.json": (lambda p: p.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm", "ts": NaN, '
+                                           '"dur": 5, "pid": 1, "tid": 1}]}'), "1 with a NaN timestamp or duration"),
 }
 
 

@@ -29,7 +29,7 @@ class FindingView:
     title: str
     severity: str
     gain_kind: str  # "measured" | "estimated" | "not quantified"
-    gain_text: str  # "1.42× faster" or "≈1.30× faster"
+    gain_text: str  # "1.42× faster", "≈1.30× faster" or, for an upper bound, "up to 5.3× faster"
     interval: str  # "95 % CI [1.35, 1.50]" (measured only)
     estimate_method: str
     evidence: list[str]
@@ -92,7 +92,9 @@ def _finding_view(rank: int, f: Finding, evidence: Evidence, gain: Gain | None) 
     if evidence is Evidence.MEASURED and gain is not None:
         text, interval = gain_words(gain), interval_words(gain)
     elif evidence is Evidence.ESTIMATED and f.estimated_gain is not None:
-        text, interval = "≈" + gain_text(f.estimated_gain), ""
+        # A bound is worded as one: "up to 5.3× faster", never a promise of 5.3×.
+        bound = (f.estimate_method or "").startswith("upper bound")
+        text, interval = ("up to " if bound else "≈") + gain_text(f.estimated_gain), ""
     else:
         text, interval = "", ""
     ref = f.reference or ""

@@ -16,6 +16,7 @@ from perfscope.report.layout import LayoutView
 from perfscope.report.view import FindingView, ReportView, build_view
 from perfscope.report.waterfall_chart import WaterfallView
 from perfscope.results import Results
+from perfscope.rules._trace_only import TRACE_ESTIMATE
 
 MAX_ERROR_LINES = 20
 _MD_SPECIAL = re.compile(r"([\\`*<>|])")  # brackets stay: a link needs "](" or a definition we never emit
@@ -254,6 +255,24 @@ def render_view_markdown(view: ReportView) -> str:
 
 def render_markdown(results: Results) -> str:
     return render_view_markdown(build_view(results))
+
+
+def top_finding(results: Results, evidence: int = 4) -> str:
+    """The first ranked finding as the terminal shows it first: its title and gain, its first evidence lines, its fix;
+    "" when there is none."""
+    views = build_view(results).findings
+    if not views:
+        return ""
+    f = views[0]
+    gain = f"{f.gain_text} ({f.gain_kind})" if f.gain_text else f"gain {f.gain_kind}"
+    lines = [f"Top finding: {f.title} — {gain}  [{f.rule_id}]"]
+    shown = [e for e in f.evidence if e != TRACE_ESTIMATE]  # "(estimated)" and the summary say it
+    lines += [f"- {e}" for e in shown[:evidence]]
+    if f.estimate_bound:
+        lines.append(f"- bounded by: {f.estimate_bound}")
+    if f.fix:
+        lines += ["", *(line.text for line in f.fix)]
+    return "\n".join(lines)
 
 
 def summary_headline(results: Results) -> str:

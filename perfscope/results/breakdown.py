@@ -30,6 +30,7 @@ SLICES: dict[str, str] = {
     "attention": "attention",
     "elementwise": "elementwise",
     "normalization": "normalization",
+    "embedding": "embedding lookups",
     "optimizer": "optimizer",
     "memcpy": "copies",
     "memset": "memset",
@@ -38,7 +39,7 @@ SLICES: dict[str, str] = {
     "compute": "compute & other",
 }
 """Slice key -> label: the vocabulary of `Finding.addresses` and of the breakdown chart."""
-COMPUTE = frozenset({"gemm", "conv", "attention", "elementwise", "normalization", "optimizer", "memcpy", "memset",
+COMPUTE = frozenset({"gemm", "conv", "attention", "elementwise", "embedding", "normalization", "optimizer", "memcpy", "memset",
                      "communication", "other", "host", "launch"})
 """Keys that are part of "compute & other" when no trace split it."""
 MIN_SHARE = 0.01

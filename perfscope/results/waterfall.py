@@ -42,7 +42,7 @@ __all__ = ["MATMUL", "NON_GEMM", "PARTS", "MfuWaterfall", "PartSpec", "Waterfall
 
 MATMUL = ("gemm", "conv", "attention")
 """Kernel categories whose FLOPs MFU counts (perfscope.trace.categories)."""
-NON_GEMM = ("elementwise", "normalization", "optimizer", "memcpy", "memset", "other")
+NON_GEMM = ("elementwise", "embedding", "normalization", "optimizer", "memcpy", "memset", "other")
 _TIME = frozenset({"data_wait", "sync", "launch", "idle", "communication", "non_gemm", "unsplit"})
 """Parts that are time (seconds per step); the others are FLOPs at the peak, or the residual."""
 TOLERANCE_POINTS = 2.0

@@ -25,6 +25,30 @@ BUCKET = ("-model = DistributedDataParallel(model)\n"
 COMPRESSION = ("+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
                "+model.register_comm_hook(None, default_hooks.bf16_compress_hook)   # half the bytes on the wire (numerics change)")
 FIXES = {"no_sync_accumulation": NO_SYNC, "ddp_bucket_cap": BUCKET, "grad_compression": COMPRESSION}
+NOT_GRADIENT = ("all_to_all", "moe_dispatch", "moe_combine", "send", "recv", "send_recv")
+"""Collectives that are not gradient synchronization: their fix is overlap or layout, not DDP's knobs."""
+KIND_FIX = {
+    "moe": ("Exposed MoE all-to-all (expert dispatch/combine): overlap it with compute",
+            " # MoE token dispatch/combine (an all-to-all per MoE layer) waits with nothing beside it\n"
+            "+# overlap it: split the batch in two and run one half's dispatch/combine under the other's expert compute\n"
+            "+# (DeepEP: low-latency mode with its receive hook; Megatron: --overlap-moe-expert-parallel-comm)\n"
+            "+# keep expert parallelism inside a node (NVLink) where it fits, and cap tokens per expert (capacity factor)",
+            "https://github.com/deepseek-ai/DeepEP"),
+    "embedding": ("Exposed embedding all-to-all: pipeline the sparse features' distribution",
+                  "-for batch in loader: loss = model(batch); loss.backward(); opt.step()\n"
+                  "+pipeline = TrainPipelineSparseDist(model, opt, device)   # torchrec: the next batch's input all-to-all\n"
+                  "+while True: pipeline.progress(loader_iter)                # overlaps this batch's dense compute",
+                  "https://pytorch.org/torchrec/"),
+    "all_to_all": ("Exposed all-to-all: overlap it with compute", " # an all-to-all the step waits on\n"
+                   "+# issue it asynchronously (dist.all_to_all_single(..., async_op=True)) and wait just before its result is used;\n"
+                   "+# split the batch so one part's all-to-all runs under the other's compute", 
+                   "https://pytorch.org/docs/stable/distributed.html"),
+    "send": ("Exposed pipeline send/recv: more micro-batches, an interleaved schedule",
+             "+# pipeline parallelism: point-to-point sends wait between stages\n"
+             "+schedule = ScheduleInterleaved1F1B(stages, n_microbatches=4 * len(stages))   # torch.distributed.pipelining\n"
+             "+# more micro-batches per flush and virtual stages keep every stage computing while it sends",
+             "https://pytorch.org/docs/stable/distributed.pipelining.html"),
+}
 
 
 @dataclass
@@ -71,6 +95,9 @@ class ExposedCommunication(Rule):
             return []
         evidence = self.evidence(facts, comm, share)
         severity = "high" if share >= 0.3 else "medium"
+        kind = comm.collectives[0].op if comm.collectives else ""
+        if kind in NOT_GRADIENT:  # an all-to-all or a send/recv: DDP's buckets and no_sync do not touch it
+            return [self.other_kind(ctx, kind, comm, share, evidence, severity)]
         fsdp = facts.data_parallel == "fsdp"
         findings = []
         for o in measured_outcomes(ctx, COMM_KNOBS):
@@ -109,6 +136,24 @@ class ExposedCommunication(Rule):
         if f.estimated_gain is None:
             f.estimate_method = f.estimate_bound = None
         return findings + [f]
+
+    @staticmethod
+    def other_kind(ctx: RuleContext, kind: str, comm: CommunicationFacts, share: float, evidence: list[str],
+                   severity: str) -> Finding:
+        """The finding for exposed communication that is not gradient synchronization, its fix fit to the kind."""
+        embedding = bool(ctx.facts and ctx.facts.kernels.time_by_category.get("embedding"))
+        key = ("moe" if kind.startswith("moe_") else "embedding" if kind == "all_to_all" and embedding
+               else "all_to_all" if kind == "all_to_all" else "send")
+        title, fix, reference = KIND_FIX[key]
+        return Finding(
+            rule_id=ExposedCommunication.id, title=title, severity=severity,
+            evidence=evidence + [f"the largest collective is {kind.replace('_', ' ')}: not gradient synchronization, so "
+                                 "DDP's bucket size, no_sync and gradient compression do not change it"],
+            fix=fix, reference=reference, estimated_gain=1 / (1 - share) if share < 1 else None,
+            estimate_method=(f"upper bound: every exposed collective hidden behind compute, 1 / (1 − exposed share of the "
+                             f"step); from rank {comm.rank}'s trace") if share < 1 else None,
+            estimate_bound=(f"the exposed collective time: {ms(comm.exposed_collective_s)} of the {ms(comm.step_s)} traced "
+                            f"step ({pct(share)})") if share < 1 else None)
 
     @staticmethod
     def evidence(facts: DistributedFacts, comm: CommunicationFacts, share: float) -> list[str]:

@@ -34,6 +34,8 @@ class LaunchBound(Rule):
         if facts is None or not facts.launch.launch_bound:
             return []
         launch = facts.launch
+        if ctx.cuda and (facts.gpu is None or not launch.kernels_per_step or not launch.starved_fraction):
+            return []  # no GPU kernels or no launch idle in the trace: nothing backs a launch-bound claim
         if not ctx.cuda:
             return [self.measured(ctx, Finding(
                 rule_id=self.id, title="Dispatch-bound step: many tiny ops — compile them or raise the batch", severity="high",
@@ -58,7 +60,7 @@ class LaunchBound(Rule):
         if 0.0 < starved < 1.0:
             busy = facts.gpu.busy_fraction if facts.gpu else None
             finding.estimated_gain = 1.0 / (1.0 - starved)
-            finding.estimate_method = ("step / (step − launch idle): CUDA graphs replay the step's kernels without host launches, "
+            finding.estimate_method = ("upper bound: step / (step − launch idle): CUDA graphs replay the step's kernels without host launches, "
                                        "so the GPU's idle time waiting on them goes; assumes the kernels keep their durations and "
                                        "the step can be captured (static shapes, no host sync inside)")
             finding.estimate_bound = (f"the GPU's own time: {pct(1.0 - starved)} of the step is not launch idle"

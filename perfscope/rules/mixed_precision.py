@@ -4,7 +4,15 @@ from perfscope.results import Finding, KnobOutcome
 from perfscope.rules._precision import matmul_precision
 from perfscope.rules._text import pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
-from perfscope.snippets import autocast_change
+from perfscope.snippets import autocast_change, fp16_scaler_change
+
+
+def bf16_capable(compute_capability: str | None) -> bool | None:
+    """Whether a CUDA device has bf16 tensor cores (compute capability 8.0, Ampere, and later); None when unknown."""
+    try:
+        return float(compute_capability) >= 8.0 if compute_capability else None
+    except ValueError:
+        return None
 
 
 class MixedPrecision(Rule):
@@ -41,15 +49,27 @@ class MixedPrecision(Rule):
         evidence = [precision.evidence]
         if fp32_share is not None:
             evidence.append(f"{pct(fp32_share)} of GEMM kernel time is in fp32 (non-tensor-core) kernels")
-        peaks = ctx.results.environment.datasheet_peaks_tflops
-        if peaks.get("bf16") and peaks.get("fp32"):
-            evidence.append(f"this device's dense bf16 peak is {peaks['bf16'] / peaks['fp32']:.0f}× its fp32 peak")
+        env = ctx.results.environment
+        bf16 = bf16_capable(env.compute_capability) if ctx.cuda else True
         best = max(measured, key=lambda o: o.gain.ratio, default=None)  # type: ignore[union-attr]
-        knob = best.knob if best else "amp_bf16"
+        if best is not None and best.knob == "amp_bf16" and bf16 is False:
+            best = None  # a device without bf16 is never told to use it, whatever a run recorded
+        knob = best.knob if best else "amp_bf16" if bf16 else "amp_fp16"
+        dtype = "bf16" if knob == "amp_bf16" else "fp16"
+        peaks = env.datasheet_peaks_tflops
+        if peaks.get(dtype) and peaks.get("fp32"):
+            evidence.append(f"this device's dense {dtype} peak is {peaks[dtype] / peaks['fp32']:.0f}× its fp32 peak")
+        if bf16 is False:
+            evidence.append(f"compute capability {env.compute_capability}: no bf16 tensor cores (they need 8.0, Ampere, "
+                            "and later): fp16 autocast with a GradScaler")
+        elif bf16 is None and ctx.cuda:
+            evidence.append("the device's compute capability is unknown: bf16 needs 8.0 (Ampere) or later; before it, use "
+                            "fp16 autocast with a GradScaler")
         finding = Finding(
             rule_id=self.id, title="Matmuls run in fp32: use bf16 autocast" if knob == "amp_bf16" else "Matmuls run in fp32: use fp16 autocast + GradScaler",
             severity="high" if ctx.cuda else "medium", evidence=evidence,
-            fix=best.code_change if best and best.code_change else autocast_change(ctx.device, "bfloat16"),
+            fix=best.code_change if best and best.code_change else (
+                autocast_change(ctx.device, "bfloat16") if knob == "amp_bf16" else fp16_scaler_change(ctx.device)),
             caveats=["numerics: reduced-precision matmuls; compare the loss curve over a few hundred steps"],
             reference="https://pytorch.org/docs/stable/amp.html",
         )
@@ -57,7 +77,16 @@ class MixedPrecision(Rule):
 
     def why_not_here(self, ctx: RuleContext, outcome: KnobOutcome) -> str | None:
         if not ctx.cuda:
-            return ("bf16 autocast on a CPU without bf16 matrix units (AMX, AVX-512 BF16) is slower than fp32: the casts "
-                    "cost more than the matmuls save; on a GPU with tensor cores it is typically 2–3× faster")
+            ceiling = ctx.results.environment.measured_ceiling_tflops
+            if ceiling.get("bf16") and ceiling.get("fp32"):  # what this CPU's matmuls measured, not a guess at its ISA
+                ratio = ceiling["bf16"] / ceiling["fp32"]
+                return (f"this CPU's measured bf16 matmul ceiling is {ceiling['bf16']:.3g} TFLOP/s against fp32's "
+                        f"{ceiling['fp32']:.3g} ({ratio:.2f}×): " + (
+                            "its matmuls gain from bf16, but the casts around them and the step's other ops cost more here"
+                            if ratio > 1 else "bf16 matmuls are no faster on it, and the casts cost time on top")
+                        + "; on a GPU with bf16 tensor cores it is typically 2–3× faster")
+            return ("bf16 autocast on this CPU was measured slower than fp32: the casts cost more than the matmuls save "
+                    "(a CPU's bf16 matmul speed depends on its matrix units; its ceiling was not measured here); on a GPU "
+                    "with bf16 tensor cores it is typically 2–3× faster")
         return ("reduced precision speeds up the matmuls only; on this run they are too small a share of the step "
                 "(or too small to fill the tensor cores) for it to show")

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from perfscope.results import Finding
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
-from perfscope.snippets import fp16_to_bf16_change
+from perfscope.rules.mixed_precision import bf16_capable
+from perfscope.snippets import fp16_scaler_change, fp16_to_bf16_change
 
 
 class NonFiniteLoss(Rule):
@@ -36,7 +37,9 @@ class NonFiniteLoss(Rule):
         return [Finding(
             rule_id=self.id, title="Non-finite or diverging loss in some configurations", severity="high" if ctx.baseline.status == "nonfinite" else "medium",
             evidence=evidence,
-            fix=fp16_to_bf16_change(ctx.device),
+            # bf16 only where the device has it (compute capability 8.0+); before Ampere, fp16 with a default GradScaler.
+            fix=fp16_scaler_change(ctx.device) if ctx.cuda and bf16_capable(ctx.results.environment.compute_capability) is False
+            else fp16_to_bf16_change(ctx.device),
             reference="https://pytorch.org/docs/stable/amp.html#gradient-scaling",
         )]
 

@@ -54,6 +54,12 @@ class SyncPoints(Rule):
         if idle is not None:
             evidence.append(f"the GPU then idles {idle * 1e3:.2f} ms per step ({cost:.1%} of the step): the wait drained "
                             "its queue, so the host work after it ran with the GPU idle")
+            gpu = ctx.facts.gpu if ctx.facts else None
+            if gpu is not None:  # the same gaps as the step breakdown, split as it splits them
+                gap = gpu.idle
+                evidence.append(f"in the step breakdown's terms (one gap accounting): sync {gap.sync_s * 1e3:.2f} ms, data wait "
+                                f"{gap.data_wait_s * 1e3:.2f} ms, host launches {gap.host_s * 1e3:.2f} ms, other "
+                                f"{gap.other_s * 1e3:.2f} ms of GPU idle per step")
         top = next(iter(where), "")
         if "HtoD copy" in top:
             fix = ("-    x = x.to(device)\n+    x = x.to(device, non_blocking=True)   # from pinned memory: "

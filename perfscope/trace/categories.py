@@ -16,14 +16,21 @@ from __future__ import annotations
 import functools
 import re
 
-# First match wins. Attention and conv come before gemm (flash kernels and implicit-GEMM convolutions
+# First match wins. Communication first, by what the kernel is rather than one library's name: NCCL and RCCL,
+# NVSHMEM, DeepEP's MoE dispatch/combine, gloo, MSCCL/TCCL, custom all-to-all/all-gather kernels, send/recv
+# (perfscope.trace.kernels also takes any kernel a record_param_comms / c10d:: op launched). Embedding lookups come
+# before gemm: FBGEMM's `fbgemm_gpu::split_embedding_codegen_forward_...` contains "gemm" as a substring and is a
+# gather, not a matmul. Attention and conv come before gemm (flash kernels and implicit-GEMM convolutions
 # contain "gemm"/"cutlass"); normalization before conv (cuDNN batch-norm kernels contain "cudnn");
 # optimizer before elementwise (multi_tensor_apply kernels are elementwise in form). Names seen in real public
 # GPU traces (HTA's tests/data) and not matched otherwise: cuDNN's weight-gradient engines (`wgrad_alg0_engine`),
 # ATen's layer-norm kernels (`GammaBetaBackwardCUDAKernel`, `RowwiseMomentsCUDAKernel`), pooling, and Inductor's
 # fused kernels as older versions named them (`triton__0d1d2d`).
 CATEGORIES: list[tuple[str, re.Pattern[str]]] = [
-    ("communication", re.compile(r"nccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|c10d", re.I)),
+    ("communication", re.compile(
+        r"nccl|rccl|nvshmem|deep_?ep|gloo|msccl|tccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|"
+        r"c10d|record_param_comms|(?:^|[_:\s])(?:send|recv|send_?recv|isend|irecv)(?:$|[_<(\s])", re.I)),
+    ("embedding", re.compile(r"embedding|embed_|fbgemm_gpu::.*(?:lookup|pooled|bounds_check|jagged)|\bindex_select", re.I)),
     ("attention", re.compile(r"flash|fmha|attention|sdpa|softmax_.*attn|mem_eff", re.I)),
     ("normalization", re.compile(
         r"(?:layer|group|batch|instance|rms|weight)_?norm|welford|\bbn_|cudnn::bn|GammaBetaBackward|RowwiseMoments", re.I)),

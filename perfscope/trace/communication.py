@@ -45,11 +45,15 @@ from pathlib import Path
 from perfscope.hardware import bus_bandwidth_gbps
 from perfscope.results.distributed import CollectiveStat, CommunicationFacts
 from perfscope.trace.events import COMM_NAMESPACES, GLOO_PREFIX, Event, Trace, read_trace
-from perfscope.trace.facts import Window, data_spans, window
+from perfscope.trace.facts import Window, data_spans, step_note, window
 from perfscope.trace.intervals import Span, clip, length, merge, subtract
+from perfscope.trace.steps import PROFILER_STEPS
 
 _DISPATCHER_OP = re.compile(r"^\w+::\w+$")
 _NCCL_OP = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|AllToAll|Send|Recv)", re.I)
+_KIND = re.compile(r"(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|send_?recv|dispatch|combine|"
+                   r"send|recv)", re.I)
+"""The collective a kernel outside NCCL's naming runs; DeepEP's dispatch/combine are a MoE's all-to-all."""
 DTYPE_BYTES = {
     "float": 4, "float32": 4, "double": 8, "float64": 8, "c10::half": 2, "half": 2, "float16": 2, "c10::bfloat16": 2,
     "bfloat16": 2, "long int": 8, "int64": 8, "long": 8, "int": 4, "int32": 4, "short int": 2, "int16": 2,
@@ -72,6 +76,17 @@ def collective_op(name: str) -> str | None:
     if namespace in COMM_NAMESPACES and op and op not in ("wait", "wait_tensor", "barrier", "monitored_barrier"):
         return _snake(op)
     return None
+
+
+def kernel_collective(name: str) -> str:
+    """The collective a communication kernel runs: collective_op's reading, else (RCCL, NVSHMEM, DeepEP, MSCCL,
+    custom all-to-all / send-recv kernels) the kind its name says; "other" when it says none."""
+    op = collective_op(name)
+    if op is not None:
+        return op
+    m = _KIND.search(name)
+    kind = m.group(1).lower() if m else "other"
+    return f"moe_{kind}" if kind in ("dispatch", "combine") else _snake(kind.replace("_", ""))
 
 
 def _snake(op: str) -> str:
@@ -140,7 +155,7 @@ def _device_spans(trace: Trace, w: Window) -> tuple[list[tuple[str, Event]], lis
     from perfscope.trace.kernels import collective_spans  # numpy over the device table's columns
 
     runs, collective, compute = collective_spans(trace, w)
-    return [(collective_op(e.name) or "other", e) for e in runs], collective, compute
+    return [(kernel_collective(e.name), e) for e in runs], collective, compute
 
 
 def communication_facts(trace_path: Path, *, rank: int, device_type: str, steps: int, world_size: int,
@@ -152,11 +167,11 @@ def communication_facts(trace_path: Path, *, rank: int, device_type: str, steps:
     already read."""
     trace = trace if trace is not None else read_trace(Path(trace_path))
     w = window(trace, steps)
-    notes = [] if trace.steps else [f"no ProfilerStep#N spans in the trace: its whole span was taken as {w.steps} steps"]
+    notes = [step_note(trace, w)] if not trace.steps or trace.steps_from not in ("", PROFILER_STEPS) else []
     on_device = device_type == "cuda" and bool(len(trace.issued(*w.bounds)))
     if on_device:
         runs, collective, compute = _device_spans(trace, w)
-        source = "NCCL kernels against the other device work"
+        source = "communication kernels (NCCL, RCCL, NVSHMEM, DeepEP, ...) against the other device work"
     else:
         runs, collective, compute = _host_spans(trace, w)
         source = "gloo collective threads against the dispatcher ops of the other threads"
@@ -217,4 +232,4 @@ def _per_op(runs: list[tuple[str, Event]], w: Window, *, world_size: int, payloa
     return sorted(stats, key=lambda s: -s.time_s_per_step)
 
 
-__all__ = ["bus_bandwidth_gbps", "collective_op", "communication_facts", "exposed_collective_by_step", "payload_bytes_of"]
+__all__ = ["bus_bandwidth_gbps", "collective_op", "communication_facts", "exposed_collective_by_step", "kernel_collective", "payload_bytes_of"]

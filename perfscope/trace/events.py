@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from perfscope.trace.broken import MAX_DURATION_US, why_broken
 from perfscope.trace.intervals import Span
 from perfscope.trace.reader import BadEvent
 from perfscope.trace.table import FLUSH, NONE, EventColumns, Grower, Strings, columns_of, ext_code
@@ -69,6 +70,12 @@ KEPT_ARGS = {
 }
 """The args a fact reads of device work (NCCL kernels' sizes, copies' bytes); a host op's are decided by its name
 (_host_args). The "External id" is a field of its own, the kernels' "device" a count (Trace.kernel_devices)."""
+CATEGORY_SPELLINGS = {"kernel": "kernel", "operator": "cpu_op", "runtime": "cuda_runtime", "driver": "cuda_driver",
+                      "memcpy": "gpu_memcpy", "memset": "gpu_memset", "user_annotation": "user_annotation",
+                      "cpu_op": "cpu_op", "python_function": PYTHON, "cuda_runtime": "cuda_runtime",
+                      "cuda_driver": "cuda_driver", "gpu_memcpy": "gpu_memcpy", "gpu_memset": "gpu_memset"}
+"""Categories as any Kineto spelled them, lower-cased -> today's: torch 1.8-1.9 (and some tools) wrote "Kernel",
+"Operator", "Runtime", "Memcpy", "Memset"; HTA reads them, and so does perfscope."""
 _NO_ARGS: dict[str, Any] = {}
 """Shared by every event with no kept args: never mutated."""
 
@@ -128,11 +135,14 @@ class Trace:
 
     def __init__(self, *, steps: list[Span] | None = None, complete_events: int = 0,
                  kernel_devices: Counter[int] | None = None, tables: dict[str, EventColumns] | None = None,
-                 **lists: list[Any]) -> None:
+                 unusable: Counter[str] | None = None, **lists: list[Any]) -> None:
         self.steps: list[Span] = steps if steps is not None else []
-        """Host-side ProfilerStep#N spans, sorted."""
+        """Host-side ProfilerStep#N spans, sorted; else the steps perfscope.trace.steps found (``steps_from`` says how)."""
+        self.steps_from = "ProfilerStep#N spans" if self.steps else ""
         self.complete_events = complete_events
-        """Complete ("X") events with a start and a duration in the file, kept or not."""
+        """Complete ("X") events with a usable start and duration in the file, kept or not."""
+        self.unusable: Counter[str] = unusable if unusable is not None else Counter()
+        """Complete events skipped as broken, by why (a NaN or infinite timestamp, a negative duration, ...)."""
         self.kernel_devices: Counter[int] = kernel_devices if kernel_devices is not None else Counter()
         """Kernels by their "device" arg (a device index): which GPU of the host the rank ran on."""
         self._tables = tables
@@ -223,11 +233,14 @@ def event_at(t: EventColumns, i: int) -> Event:
 def read_trace(path: Path) -> Trace:
     """Parse a Chrome trace (.json or .json.gz; an object with traceEvents, or a bare list), streamed."""
     from perfscope.trace.reader import stream_trace  # the reader names the file in its errors
+    from perfscope.trace.steps import find_steps  # it reads a Trace
 
     builder = TraceBuilder()
     with paused_gc():
         stream_trace(Path(path), builder.add, on_batch=builder.add_batch)
-        return builder.finish()
+        trace = builder.finish()
+    find_steps(trace)
+    return trace
 
 
 @contextmanager
@@ -245,9 +258,13 @@ def paused_gc() -> Iterator[None]:
 
 def build_trace(raw: list[dict[str, Any]]) -> Trace:
     """The Trace of events already in memory (hand-built traces, tests)."""
+    from perfscope.trace.steps import find_steps
+
     builder = TraceBuilder()
     builder.add_batch(raw)
-    return builder.finish()
+    trace = builder.finish()
+    find_steps(trace)
+    return trace
 
 
 _CPU, _ANNOTATION, _RUNTIME, _PYTHON, _DEVICE = range(5)
@@ -261,6 +278,7 @@ class TraceBuilder:
     def __init__(self) -> None:
         self.complete_events = 0
         self.kernel_devices: Counter[int] = Counter()
+        self.unusable: Counter[str] = Counter()
         self._steps: dict[str, Span] = {}
         self._strings = (Strings(), Strings(), Strings(), Strings(), Strings())  # names, cats, values, args, exts
         self._growers = [Grower() for _ in KINDS]
@@ -321,13 +339,19 @@ class TraceBuilder:
                         float(dur)
                     continue
                 ts, dur = float(ts), float(dur)
+                if not (ts - ts == 0.0 and 0.0 <= dur <= MAX_DURATION_US):  # NaN, ±inf, negative, absurd
+                    self.unusable[why_broken(ts, dur)] += 1
+                    continue
                 complete += 1
                 cat = e.get("cat", "")
                 if cat.__class__ is not str:
                     cat = str(cat)
                 kind = kinds.get(cat)
                 if kind is None:
-                    continue
+                    same = CATEGORY_SPELLINGS.get(cat.lower())
+                    if same is None or same not in kinds:
+                        continue
+                    kind = kinds[cat] = kinds[same]  # an old spelling, read as today's from now on
                 which, rows, linked, device_args, cid = kind
                 name = e.get("name", "")
                 if name.__class__ is not str:
@@ -362,7 +386,7 @@ class TraceBuilder:
                         kept = name_args.get(nid)
                         if kept is None:
                             kept = name_args[nid] = _host_args(name)
-                        if kept is _MATMUL_ARGS:
+                        if kept is _MATMUL_ARGS or kept is SIZE_ARGS:  # links kernels to a matmul / collective op
                             external = args.get("External id")
                     small = None
                     for k in kept:
@@ -421,7 +445,8 @@ class TraceBuilder:
                     np.full(len(launch), absent, column.dtype))
         device.launch = launch
         return Trace(steps=sorted(self._steps.values()), complete_events=self.complete_events,
-                     kernel_devices=self.kernel_devices, tables=tables)
+                     kernel_devices=self.kernel_devices, tables=tables, unusable=self.unusable)
+
 
 
 def _intern_args(table: Strings, small: dict[str, Any]) -> int:

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from perfscope.results.trace_facts import HostTransfers, PageableCopies, TraceFacts
+from perfscope.trace.broken import unusable_text
 from perfscope.trace.events import Trace, read_trace
 from perfscope.trace.gpu import (
     LAUNCH_BOUND_KERNELS,
@@ -53,6 +54,7 @@ from perfscope.trace.gpu import (
 from perfscope.trace.host_ops import cpu_op_facts, gemm_shapes
 from perfscope.trace.intervals import length
 from perfscope.trace.kernels import host_transfers, kernel_facts, pageable_memcpy
+from perfscope.trace.steps import PROFILER_STEPS
 from perfscope.trace.sync import SYNC_CALL, blocked_spans, sync_facts
 from perfscope.trace.window import DATA_LABEL, Window, data_spans, window
 
@@ -64,7 +66,10 @@ def trace_facts(trace_path: Path, *, device_type: str, steps: int, trace: Trace 
     w = window(trace, steps)
     work = issued_in(trace, w)
     on_device = device_type == "cuda" and bool(len(work))
-    notes = [] if trace.steps else [f"no ProfilerStep#N spans in the trace: its whole span was taken as {w.steps} steps"]
+    notes = [step_note(trace, w)] if not trace.steps or trace.steps_from not in ("", PROFILER_STEPS) else []
+    broken = unusable_text(trace.unusable)
+    if broken:
+        notes.append(broken)
     data = data_spans(trace, w)
     sync = sync_facts(trace, w)
     if on_device:
@@ -86,6 +91,14 @@ def trace_facts(trace_path: Path, *, device_type: str, steps: int, trace: Trace 
         gpu=timeline, pageable_memcpy=copies, host_transfers=transfers, gemm_shapes=gemm_shapes(trace, w, on_device=on_device),
         trace_bytes=Path(trace_path).stat().st_size, notes=notes,
     )
+
+
+def step_note(trace: Trace, w: Window) -> str:
+    """Which steps were used when the trace has no ProfilerStep#N spans."""
+    if trace.steps:
+        return f"no ProfilerStep#N spans in the trace: {w.steps} steps found from {trace.steps_from}"
+    return (f"no ProfilerStep#N spans and no step marks in the trace: its whole span was taken as {w.steps} step(s), "
+            "one-time set-up included (figures per step are bounds, not the loop's)")
 
 
 def issued_in(trace: Trace, w: Window) -> np.ndarray:

@@ -12,8 +12,10 @@ folder works too: its `results.json` is not a trace and is skipped, and its trac
 
 What makes a file a usable Kineto trace, each failure a one-line error naming the file: it is not empty, it
 decompresses (a truncated gzip is named as such), it is JSON, it is an object with a `traceEvents` list (or a bare
-list of events), it has complete ("X") events, and its steps can be found: ProfilerStep#N spans, or GPU kernels,
-or a step count given by the user (--steps). The file is streamed (perfscope.trace.reader, which words the errors):
+list of events), and it has complete ("X") events with usable times (broken ones are counted, skipped and named in
+the notes: perfscope.trace.broken). Its steps are its ProfilerStep#N spans, else the steps it marks otherwise
+(Optimizer.step spans, repeated record_function marks: perfscope.trace.steps), else its whole span as one window
+(or --steps N of it), said in the notes. The file is streamed (perfscope.trace.reader, which words the errors):
 a folder of many large rank traces is read one rank at a time (perfscope.trace.offline), so only one rank's events
 are ever held.
 """
@@ -25,9 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from perfscope.errors import UserError
+from perfscope.trace.broken import unusable_text
 from perfscope.trace.events import Trace, TraceBuilder, paused_gc
 from perfscope.trace.intervals import Span
 from perfscope.trace.reader import stream_trace
+from perfscope.trace.steps import find_steps
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 RESULTS_FILE = "results.json"
@@ -56,7 +60,10 @@ class RankTrace:
     declared_rank: int | None = None
     """distributedInfo.rank; None when the trace does not say (then ``rank`` comes from the file order)."""
     steps: list[Span] = field(default_factory=list)
-    """The ProfilerStep#N spans, kept when the events are released."""
+    """The ProfilerStep#N spans (else the steps the trace marks otherwise, perfscope.trace.steps), kept when the
+    events are released."""
+    steps_from: str = ""
+    """How the steps were found ("" when they were not: the whole trace is the window)."""
     trace: Trace | None = None
     """The parsed events (perfscope.trace.events); None once released (a folder of large traces is analysed one
     rank at a time)."""
@@ -125,11 +132,11 @@ def load_rank(file: Path, *, steps: int | None) -> RankTrace:
     with paused_gc():
         data = stream_trace(file, builder.add, on_batch=builder.add_batch)
         trace = builder.finish()
+    broken = unusable_text(trace.unusable)
     if not trace.complete_events:
-        raise UserError(f"{file}: a trace with no complete (\"X\") events: nothing ran in it")
-    if not trace.steps and not _kernels(trace) and steps is None:
-        raise UserError(f"{file}: no ProfilerStep#N spans and no GPU kernels: its steps cannot be found (profile with a "
-                        "schedule and call prof.step() every step, or pass --steps N for a trace of N whole steps)")
+        raise UserError(f"{file}: a trace with no complete (\"X\") events: nothing ran in it"
+                        + (f" ({broken}, nothing usable left)" if broken else ""))
+    find_steps(trace)
     return _rank_trace(file, data, trace)
 
 
@@ -145,7 +152,7 @@ def _rank_trace(file: Path, data: dict[str, Any], trace: Trace) -> RankTrace:
         path=file, rank=-1, rank_from="", world_size=world if _is_int(world) and world > 0 else None,
         backend=str(info.get("backend") or ""), device_type="cuda" if cuda else "cpu",
         device_name=str(name) if name else None, device_properties=device, host_name=str(data.get("host_name") or ""),
-        declared_rank=rank if _is_int(rank) else None, steps=list(trace.steps), trace=trace,
+        declared_rank=rank if _is_int(rank) else None, steps=list(trace.steps), steps_from=trace.steps_from, trace=trace,
     )
 
 

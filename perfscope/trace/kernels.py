@@ -8,16 +8,32 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from perfscope.results.trace_facts import HostTransfers, KernelFacts, KernelStat, PageableCopies
 from perfscope.trace.categories import categorize, gemm_on_tensor_cores
 from perfscope.trace.events import Event, Trace, event_at
 from perfscope.trace.intervals import SpanArray, length, merge, merge_arrays, overlap_arrays, seqsum
-from perfscope.trace.table import EventColumns
+from perfscope.trace.table import NONE, EventColumns
 from perfscope.trace.window import Window
 
 _COPY_CATEGORY = {"gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+COMM_OP = re.compile(r"^(?:record_param_comms$|c10d::|_c10d_functional::|c10d_functional::|nccl:|gloo:)")
+"""Host ops whose kernels are communication whatever their names: torch's record_param_comms and c10d ops."""
+
+
+def communication_mask(trace: Trace) -> np.ndarray:
+    """Which device rows are communication kernels: by what the name says (perfscope.trace.categories), or by the
+    trace's own evidence, a kernel launched by a record_param_comms / c10d:: op (its External id)."""
+    t, ops = trace.columns("device"), trace.columns("cpu_ops")
+    mask = t.by_cat("kernel") & t.by_name(lambda n: categorize(n) == "communication")
+    if len(ops) and len(t):
+        comm = ops.ext[ops.by_name(COMM_OP.match) & (ops.ext != NONE)]
+        if len(comm):
+            mask |= t.by_cat("kernel") & np.isin(t.ext, comm) & (t.ext != NONE)
+    return mask
 
 
 def kernel_facts(trace: Trace, work: np.ndarray, w: Window) -> KernelFacts:
@@ -33,9 +49,13 @@ def kernel_facts(trace: Trace, work: np.ndarray, w: Window) -> KernelFacts:
         cat_of.append(labels.setdefault(category, len(labels)))
         gemm.append(category == "gemm" and c == "kernel")
         fp32.append(gemm[-1] and gemm_on_tensor_cores(n) is False)
-    by_cat = _first_seen_sums(np.array(cat_of, np.int64)[inverse], dur, list(labels))
-    gemm_us = seqsum(dur[np.array(gemm, bool)[inverse]])
-    fp32_us = seqsum(dur[np.array(fp32, bool)[inverse]])
+    keys = np.array(cat_of, np.int64)[inverse]
+    comm = communication_mask(trace)[work]
+    if comm.any():  # launched by a collective op, whatever the kernel's name
+        keys = np.where(comm, labels.setdefault("communication", len(labels)), keys)
+    by_cat = _first_seen_sums(keys, dur, list(labels))
+    gemm_us = seqsum(dur[np.array(gemm, bool)[inverse] & ~comm])
+    fp32_us = seqsum(dur[np.array(fp32, bool)[inverse] & ~comm])
     return KernelFacts(source="kernels", time_by_category=per_step(by_cat, w), top=top_names(t, name, dur, w),
                        fp32_gemm_fraction=fp32_us / gemm_us if gemm_us else None)
 
@@ -100,11 +120,11 @@ def host_transfers(trace: Trace, work: np.ndarray, w: Window) -> HostTransfers:
 
 
 def collective_spans(trace: Trace, w: Window) -> tuple[list[Event], SpanArray, SpanArray]:
-    """CUDA: the NCCL kernels the window issued, their spans merged, and the other device work's spans merged
+    """CUDA: the communication kernels the window issued (communication_mask), their spans merged, and the other device work's spans merged
     (perfscope.trace.communication's collectives against compute)."""
     t = trace.columns("device")
     rows = trace.issued(*w.bounds)
-    nccl = (t.by_cat("kernel") & t.by_name(lambda n: categorize(n) == "communication"))[rows]
+    nccl = communication_mask(trace)[rows]
     runs, other = rows[nccl], rows[~nccl]
     return (trace.events("device", runs), SpanArray(*merge_arrays(t.ts[runs], t.end[runs]), merged=True),
             SpanArray(*merge_arrays(t.ts[other], t.end[other]), merged=True))

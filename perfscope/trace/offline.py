@@ -42,6 +42,7 @@ from perfscope.trace.events import paused_gc
 from perfscope.trace.facts import DATA_LABEL, trace_facts
 from perfscope.trace.inputs import RankTrace, assign_ranks, load_rank, trace_files
 from perfscope.trace.rank_stragglers import trace_stragglers
+from perfscope.trace.window import loader_spans
 
 TRIAL = "baseline"
 NO_SAMPLES = "a trace does not record the batch: there are no samples to divide the wall time by"
@@ -137,7 +138,7 @@ def _analyse(r: RankTrace, *, device_type: str, steps: int, world_size: int) -> 
     except ValueError as exc:  # the window the analyzers read has no duration, no events
         raise UserError(f"{r.path}: not a usable trace: {exc}") from None
     return RankAnalysis(source=r, facts=facts, communication=comm, own_work_s=own, device_type=device_type,
-                        world_size=world_size, data_labelled=bool(trace.labelled(DATA_LABEL)))
+                        world_size=world_size, data_labelled=bool(trace.labelled(DATA_LABEL) or loader_spans(trace)))
 
 
 def _metrics(a: RankAnalysis) -> TrialMetrics:
@@ -154,9 +155,10 @@ def _metrics(a: RankAnalysis) -> TrialMetrics:
     }
     if not a.data_labelled:
         unavailable["data_wait_share"] = (f"the trace has no {DATA_LABEL} spans (perfscope marks the loop's next() with "
-                                          "them): its data wait is not marked, and 0 is not a measurement")
+                                          "them) and no DataLoader __next__ spans: its data wait is not marked, and 0 is "
+                                          "not a measurement")
     if not times:
-        unavailable["step_times_s"] = f"no ProfilerStep#N spans: the trace's whole span was taken as {facts.steps} step(s)"
+        unavailable["step_times_s"] = f"no ProfilerStep#N spans or step marks: the trace's whole span was taken as {facts.steps} step(s)"
     return TrialMetrics(
         steps=facts.steps, warmup_steps=0, micro_batch_size=0, grad_accum_steps=0, samples_per_step=0,
         windows=[Window(steps=facts.steps, samples=None, wall_s=wall, data_wait_s=facts.data_wait_fraction * wall,
@@ -164,7 +166,7 @@ def _metrics(a: RankAnalysis) -> TrialMetrics:
         samples_per_s=None, wall_s=wall, data_wait_share=facts.data_wait_fraction,
         host_data_wait_share=facts.data_wait_fraction, step_times_s=times,
         typical_step=summarize(times) if times else None,
-        calibration=f"{facts.steps} traced step(s) ({'ProfilerStep#N spans' if times else 'the whole trace, --steps'})",
+        calibration=f"{facts.steps} traced step(s) ({a.source.steps_from or 'the whole trace, --steps'})",
         trace_path=str(a.source.path.resolve()), trace_facts=facts, unavailable=unavailable,
     )
 

@@ -14,6 +14,9 @@ from perfscope.trace.events import Trace
 from perfscope.trace.intervals import Span, clip, merge
 
 DATA_LABEL = "perfscope::data"
+LOADER_PREFIX = "enumerate(DataLoader)#"
+"""torch's own span around every DataLoader ``__next__`` (`enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`,
+`..._MultiProcessingDataLoaderIter.__next__`), in every PyTorch trace: the loop waiting for its batch."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,18 @@ def labelled(trace: Trace, name: str) -> list[Span]:
     return list(zip(t.ts[rows].tolist(), t.end[rows].tolist()))
 
 
+def loader_spans(trace: Trace) -> list[Span]:
+    """The spans of torch's DataLoader ``__next__`` marks (a user_annotation; a cpu_op in older torch)."""
+    out: list[Span] = []
+    for kind in ("annotations", "cpu_ops"):
+        t = trace.columns(kind)
+        if len(t):
+            rows = t.by_name(lambda n: n.startswith(LOADER_PREFIX))
+            out += zip(t.ts[rows].tolist(), t.end[rows].tolist())
+    return out
+
+
 def data_spans(trace: Trace, w: Window) -> list[Span]:
-    """Host time inside perfscope::data spans: the loop's `next()` on the data iterator."""
-    return merge(clip(labelled(trace, DATA_LABEL), w.bounds))
+    """Host time waiting for data: inside perfscope::data spans (the loop's `next()` on the data iterator, as perfscope
+    marks it) or torch's own DataLoader ``__next__`` spans."""
+    return merge(clip(labelled(trace, DATA_LABEL) + loader_spans(trace), w.bounds))

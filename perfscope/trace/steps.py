@@ -1,0 +1,119 @@
+"""The training steps of a trace that has no ProfilerStep#N spans (profiled without a schedule).
+
+    found = find_steps(trace)      # sets trace.steps and trace.steps_from when the trace marks its steps otherwise
+    trace.steps_from               # "ProfilerStep#N spans", "the 40 Optimizer.step#SGD.step spans (...)", or ""
+
+Why: a trace profiled with a bare `with torch.profiler.profile():` has no step spans, and reading its whole span as
+one step takes the first iteration's one-time set-up (cuBLAS handles, allocator growth, autotuning) for the loop's
+cost: a 2.0 s trace whose first second is set-up reads as launch-bound. What the trace does mark, in order:
+- `Optimizer.step#<Class>.step` spans (torch writes one per optimizer step, profiled or not): a step runs from the end
+  of one to the end of the next, so everything before the first one's end (the first iteration, set-up included)
+  is left out;
+- else a record_function mark the user repeated (a name seen at least MIN_MARKS times, never inside another
+  annotation): a step runs from one mark's start to the next.
+Then the one-time warm-up still at the front (a step over WARMUP_RATIO times the median of the rest) is dropped,
+and ``steps_from`` says which steps were used. With none of these, the steps stay unknown (the caller decides).
+HTA's convention differs: it reads only ProfilerStep#N spans and treats a trace without them as one window.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from itertools import pairwise
+from typing import Protocol
+
+import numpy as np
+
+from perfscope.trace.intervals import Span
+from perfscope.trace.table import EventColumns
+
+OPTIMIZER_STEP = "Optimizer.step#"
+MIN_MARKS = 3
+WARMUP_RATIO = 2.0
+"""A leading step this many times the median of the others is one-time set-up, not the loop."""
+PROFILER_STEPS = "ProfilerStep#N spans"
+
+
+class Trace(Protocol):
+    """What this module reads of perfscope.trace.events.Trace (which calls it as it finishes reading a file)."""
+
+    steps: list[Span]
+    steps_from: str
+
+    def columns(self, kind: str) -> EventColumns: ...
+
+
+def find_steps(trace: Trace) -> list[Span]:
+    """The trace's steps, set on it (``trace.steps``, ``trace.steps_from``); [] when it marks none."""
+    if trace.steps:
+        trace.steps_from = PROFILER_STEPS
+        return trace.steps
+    found, how = _optimizer_steps(trace) or _repeated_marks(trace) or ([], "")
+    if not found:
+        return []
+    kept, dropped = drop_warmup(found)
+    trace.steps = kept
+    trace.steps_from = how + (f"; the first {dropped} step(s) left out as one-time warm-up (over {WARMUP_RATIO:g}× the "
+                              f"median of the rest)" if dropped else "")
+    return kept
+
+
+def _spans(trace: Trace, kind: str, rows: np.ndarray) -> list[Span]:
+    t = trace.columns(kind)
+    return sorted(zip(t.ts[rows].tolist(), t.end[rows].tolist()))
+
+
+def _optimizer_steps(trace: Trace) -> tuple[list[Span], str] | None:
+    for kind in ("annotations", "cpu_ops"):
+        t = trace.columns(kind)
+        if not len(t):
+            continue
+        rows = np.flatnonzero(t.by_name(lambda n: n.startswith(OPTIMIZER_STEP)))
+        if len(rows) < 2:
+            continue
+        names = Counter(t.names[i] for i in t.name[rows].tolist())
+        name = names.most_common(1)[0][0]
+        rows = rows[np.array([t.names[t.name[i]] == name for i in rows.tolist()])]
+        ends = sorted(t.end[rows].tolist())
+        steps = [(a, b) for a, b in pairwise(ends) if b > a]
+        if steps:
+            return steps, (f"the {len(ends)} {name} spans, each step from the end of one to the end of the next "
+                           "(the first iteration, before the first one ended, left out)")
+    return None
+
+
+def _repeated_marks(trace: Trace) -> tuple[list[Span], str] | None:
+    t = trace.columns("annotations")
+    if not len(t):
+        return None
+    order = np.lexsort((-t.dur, t.ts))
+    reach = np.maximum.accumulate(t.end[order])
+    top = np.ones(len(order), bool)
+    top[1:] = t.ts[order][1:] >= reach[:-1]  # starts after every earlier annotation ended: inside none
+    rows = order[top]
+    counts = Counter(t.name[rows].tolist())
+    best = [(n, c) for n, c in counts.most_common() if c >= MIN_MARKS]
+    if not best:
+        return None
+    name = best[0][0]
+    starts = sorted(t.ts[rows[t.name[rows] == name]].tolist())
+    steps = [(a, b) for a, b in pairwise(starts) if b > a]
+    if not steps:
+        return None
+    return steps, (f"the {len(starts)} record_function marks {t.names[name]!r}, each step from the start of one to the "
+                   "start of the next")
+
+
+def drop_warmup(steps: list[Span]) -> tuple[list[Span], int]:
+    """The steps without the leading ones over WARMUP_RATIO × the median of the rest; how many were dropped."""
+    dropped = 0
+    while len(steps) - dropped >= 3:
+        rest = [b - a for a, b in steps[dropped + 1:]]
+        first = steps[dropped][1] - steps[dropped][0]
+        if first <= WARMUP_RATIO * float(np.median(rest)):
+            break
+        dropped += 1
+    return steps[dropped:], dropped
+
+
+__all__ = ["OPTIMIZER_STEP", "PROFILER_STEPS", "drop_warmup", "find_steps"]
