@@ -258,7 +258,7 @@ def _cmd_ab(args: argparse.Namespace) -> int:
     options = ABOptions(baseline_path=Path(args.baseline_file), candidate_path=Path(args.candidate_file),
                         out_dir=Path(args.out), rounds=args.rounds, device=args.device, steps=args.steps,
                         warmup_steps=args.warmup, min_window_s=args.min_window, trial_timeout_s=args.trial_timeout,
-                        max_drop=args.max_drop, peak_tflops=args.peak_tflops)
+                        max_drop=args.max_drop, peak_tflops=args.peak_tflops, seed=args.seed)
     with claim_output_dir(options.out_dir):
         report = run_ab(options)
     return _gate_exit(report, args)
@@ -408,14 +408,17 @@ def build_parser() -> argparse.ArgumentParser:
         "ab",
         help="CI gate, A/B mode: measure the baseline revision and the candidate interleaved in this job",
         description="Runs BASELINE_FILE and CANDIDATE_FILE (the same benchmark workload at two revisions) as fresh "
-        "processes, alternately B C B ... B, on this machine, and gates the candidate's samples/s on the paired runs: "
+        "processes on this machine, one run of each per round in a random order (warm-up runs discarded), and gates "
+        "the candidate's samples/s on the paired runs: "
         "immune to machine and day offsets. Exit 0 no regression, 1 regression, 2 unusable input, 3 inconclusive. "
         "See docs/ci-gate.md.",
     )
     p.add_argument("baseline_file", help="the baseline revision's workload file (e.g. from a git worktree of main)")
     p.add_argument("candidate_file", help="the candidate's workload file")
-    p.add_argument("--rounds", type=_positive_int, default=5, metavar="N",
-                   help="candidate runs, each between two baseline runs (default 5; at least 2)")
+    p.add_argument("--rounds", type=_positive_int, default=8, metavar="N",
+                   help="runs of each revision, one of each per round in a random order, after one discarded warm-up "
+                   "run each (default 8; at least 2); the verdict states its power and the rounds that reach 80%%")
+    p.add_argument("--seed", type=int, default=None, help="seed of the rounds' order (default: fresh, printed)")
     p.add_argument("--max-drop", type=_max_drop, default=0.05, metavar="PCT", help="tolerated fall of samples/s (default 5%%)")
     p.add_argument("--out", default="perfscope-ab", help="output folder: baseline/ and candidate/ results (default perfscope-ab)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="default: cuda if available")

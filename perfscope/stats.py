@@ -165,6 +165,17 @@ def detectable_change(se: float, df: float, confidence: float, power: float = 0.
     return exp_or_inf((t_quantile(1 - (1 - confidence) / 2, df) + t_quantile(power, df)) * se) - 1
 
 
+def power_at(se: float, df: float, effect: float, confidence: float) -> float | None:
+    """The chance that a two-sided test at ``confidence`` finds a log change of ``effect`` significant; the same
+    chance that the interval of identical code excludes a change of ``effect`` (the gate's PASS). None when
+    nothing says how noisy the runs are."""
+    if df < 1 or not math.isfinite(se) or se <= 0:
+        return None
+    from scipy.special import stdtr
+
+    return float(stdtr(df, abs(effect) / se - t_quantile(1 - (1 - confidence) / 2, df)))
+
+
 # ---- slower than its peers: the straggler test of measure/stragglers.py (local windows) and trace/rank_stragglers.py
 # (traced steps), one implementation so that both name a straggler on the same evidence -----------------------------
 

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from perfscope.check.paired import decide_paired
+from perfscope.ab import WARMUP, measurement_order
+from perfscope.check.paired import decide_paired, rounds_for_power
 from perfscope.cli import main
-from perfscope.results import Gain, Results
-from perfscope.search.compare import compare
+from perfscope.results import Results
+from perfscope.search.compare import PairedTest, paired_test
 
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
 EXTRA_FLOPS = 8 * 2 * 160**3
@@ -19,26 +20,46 @@ EXTRA_FLOPS = 8 * 2 * 160**3
 RUN = ["--device", "cpu", "--rounds", "3", "--min-window", "0.2", "--warmup", "2", "--trial-timeout", "120"]
 
 
-def gain(ratio, low, high, *, runs=5, mde=0.03):
-    return Gain(ratio=ratio, low=low, high=high, confidence=0.99, runs=runs, reference_runs=runs + 1, mde=mde)
+def paired(ratio, se, *, runs=8, df=10.0):
+    return PairedTest(mean=math.log(ratio), se=se, df=df, runs=runs, reference_runs=runs)
 
 
-@pytest.mark.parametrize("g, status", [
-    (gain(0.80, 0.75, 0.85), "regression"),  # past the tolerance, the whole interval below 1
-    (gain(0.90, 0.70, 1.10), "inconclusive"),  # past the tolerance, the interval reaches 1
-    (gain(0.99, 0.96, 1.02), "pass"),
-    (gain(1.20, 1.10, 1.30), "pass"),  # faster
-    (gain(0.80, 0.0, math.inf, runs=1, mde=None), "inconclusive"),  # one run each: no interval
+@pytest.mark.parametrize("test, status", [
+    (paired(0.80, 0.02), "regression"),  # past the tolerance, the whole interval below 1
+    (paired(0.90, 0.08), "inconclusive"),  # past the tolerance, the interval reaches 1
+    (paired(0.99, 0.01), "pass"),  # the interval excludes a 5% drop
+    (paired(0.99, 0.04), "inconclusive"),  # identical code, but a 5% drop is not excluded: no pass
+    (paired(1.20, 0.02), "pass"),  # faster
+    (paired(0.80, math.inf, runs=1, df=0.0), "inconclusive"),  # one run each: no interval
     (None, "inconclusive"),  # nothing counted as evidence
 ])
-def test_the_paired_decision(g, status):
-    verdict = decide_paired(g, max_drop=0.05)
+def test_the_paired_decision(test, status):
+    verdict = decide_paired(test, max_drop=0.05)
     assert verdict.status == status, verdict.message
 
 
-def test_a_pass_that_could_not_resolve_the_tolerance_says_so():
-    verdict = decide_paired(gain(0.99, 0.85, 1.15, mde=0.2), max_drop=0.05)
-    assert verdict.status == "pass" and "could pass unseen" in verdict.warnings[0]
+def test_the_verdict_states_its_power_and_the_rounds_that_reach_80_percent():
+    """se 2.5% on 5 rounds: a 5% drop (log 0.051) is 2 se away: power well under 80%; rounds ∝ se²."""
+    test = paired(1.0, 0.025, runs=5, df=8.0)
+    verdict = decide_paired(test, max_drop=0.05)
+    assert verdict.power is not None and 0.2 < verdict.power < 0.6
+    needed = rounds_for_power(test, 0.05)
+    assert needed == math.ceil(5 * (0.025 * (1.959964 + 0.841621) / -math.log(0.95)) ** 2)
+    assert f"--rounds {needed} would reach 80%" in verdict.message
+    quiet = decide_paired(paired(1.0, 0.005, runs=5, df=8.0), max_drop=0.05)
+    assert quiet.power > 0.99 and "would reach" not in quiet.message
+
+
+def test_each_round_runs_both_revisions_in_a_random_order_after_a_discarded_warmup():
+    """The baseline always first handed its warm-up penalty to the candidate (issue 35); each round is now a random
+    pair, the first one discarded, and the order is fixed by the seed."""
+    order = measurement_order(40, seed=3)
+    assert order[:2] == [(order[0][0], True), (order[1][0], True)] and not any(w for _, w in order[2:])
+    pairs = [tuple(n for n, _ in order[i:i + 2]) for i in range(0, len(order), 2)]
+    assert all(set(p) == {"baseline", "candidate"} for p in pairs)
+    firsts = [p[0] for p in pairs]
+    assert 10 < firsts.count("baseline") < 31  # both orders occur (binomial(41, 1/2): outside 11-30 has p < 0.01)
+    assert measurement_order(40, seed=3) == order and measurement_order(40, seed=4) != order
 
 
 def test_the_same_file_twice_or_one_round_is_refused(tmp_path, capsys):
@@ -57,15 +78,16 @@ def _assert_interleaved(out: Path) -> None:
     base, cand = _sides(out)
     order = sorted([(t.sequence, "B") for t in base.trials] + [(t.sequence, "C") for t in cand.trials])
     assert len({s for s, _ in order}) == len(order)  # one measurement order across both files
-    measured = "".join(side for _, side in order)
-    collapsed = "".join(side for i, side in enumerate(measured) if i == 0 or measured[i - 1] != side)
-    assert collapsed == "BCBCBCB", measured  # B, then C B per round (a contended run is measured again at once)
+    for side in (base, cand):  # the first run of each revision is the discarded warm-up
+        first = min(side.trials, key=lambda t: t.sequence)
+        assert first.excluded is None or first.excluded.startswith("warm-up") or "load" in first.excluded
+        assert sum(t.excluded == WARMUP for t in side.trials) == 1
 
 
 def _owed_exit(out: Path) -> int:
     """The exit code `ab` owes the runs it wrote: the paired decision recomputed from its two files."""
     base, cand = _sides(out)
-    verdict = decide_paired(compare(cand.runs("candidate"), base.runs("baseline"), reference="baseline"), max_drop=0.05)
+    verdict = decide_paired(paired_test(cand.runs("candidate"), base.runs("baseline")), max_drop=0.05)
     return {"pass": 0, "regression": 1, "inconclusive": 3}[verdict.status]
 
 

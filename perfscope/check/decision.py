@@ -60,6 +60,7 @@ class Verdict:
     n_current: int = 0
     run_noise: float | None = None  # pooled standard deviation of log values between runs
     mde: float | None = None  # smallest relative change these runs detect with 80% power
+    power: float | None = None  # `ab`: the chance, at this noise, that identical code passes (and a drop of max_drop is significant)
     step_p_value: float | None = None  # secondary: Mann-Whitney on per-step values
     sessions: int | None = None  # stored baseline sessions the interval rests on (None: one population)
     between_sd: float | None = None  # sd of session offsets used (log units): estimated, stated or assumed
