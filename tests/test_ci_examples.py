@@ -123,8 +123,8 @@ def test_the_github_actions_workflow_runs_ab_on_the_merge_base_and_the_change(tm
     job = yaml.safe_load((EXAMPLES / "github-actions.yml").read_text())["jobs"]["perf-ab"]
     summary = tmp_path / "step-summary.md"
     summary.touch()
-    env = _env(repo, **{k: str(v) for k, v in job["env"].items()}, PERFSCOPE_AB_ARGS=FAST,
-               GITHUB_STEP_SUMMARY=str(summary))
+    env = _env(repo, **{**{k: str(v) for k, v in job["env"].items()}, "PERFSCOPE_AB_ARGS": FAST,
+                        "GITHUB_STEP_SUMMARY": str(summary)})
     failed, ab_rc = False, None
     for step in job["steps"]:
         if "run" not in step or step.get("name") == "Install" or (failed and step.get("if") != "always()"):
@@ -145,8 +145,8 @@ def test_the_github_actions_workflow_runs_ab_on_the_merge_base_and_the_change(tm
 def test_the_gitlab_ci_job_runs_ab_on_the_merge_base_and_the_change(tmp_path):
     repo, base = two_commits(tmp_path)
     job = yaml.safe_load((EXAMPLES / "gitlab-ci.yml").read_text())["perfscope-ab"]
-    env = _env(repo, **{k: str(v) for k, v in job["variables"].items()}, PERFSCOPE_AB_ARGS=FAST,
-               CI_MERGE_REQUEST_DIFF_BASE_SHA=base)
+    env = _env(repo, **{**{k: str(v) for k, v in job["variables"].items()}, "PERFSCOPE_AB_ARGS": FAST,
+                        "CI_MERGE_REQUEST_DIFF_BASE_SHA": base})
     ab_rc = _bash("\n".join(job["script"]), repo, env)
     assert _bash("\n".join(job["after_script"]), repo, env) == 0
     _check_outputs(repo, ab_rc)
