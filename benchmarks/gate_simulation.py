@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.stat_simulation import wilson
+from benchmarks.stat_simulation import rate
 from perfscope.check import GateOptions, run_gate
 from perfscope.check.history import BaselineHistory
 from perfscope.results import Results, Trial
@@ -133,11 +133,6 @@ def simulate(scenario: Scenario, jobs: int, *, seed: int = 0) -> Counter[str]:
     return outcomes
 
 
-def _rate(count: int, n: int) -> str:
-    low, high = wilson(count, n)
-    return f"{count / n:6.1%} [{low:5.1%}, {high:5.1%}]"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000, help="simulated CI runs per scenario")
@@ -145,11 +140,11 @@ def main() -> None:
     print(f"# python benchmarks/gate_simulation.py --jobs {args.jobs}   (run_gate, samples/s, {BASE_RUNS} runs per stored "
           f"session, {CURRENT_RUNS} current runs, run noise {RUN_SD:.0%}, --max-drop {MAX_DROP:.0%}; rates with Wilson 95%)")
     outcomes = ("pass", "regression", "inconclusive", "not_comparable")
-    print(f"{'scenario':<66} {'needed':<40} " + " ".join(f"{o:<22}" for o in outcomes))
+    print(f"{'scenario':<66} {'needed':<40} " + " ".join(f"{o:<30}" for o in outcomes))
     for scenario in SCENARIOS:
         start = time.perf_counter()
         counts = simulate(scenario, args.jobs)
-        cells = " ".join(f"{_rate(counts[o], args.jobs):<22}" for o in outcomes)
+        cells = " ".join(f"{rate(counts[o], args.jobs):<30}" for o in outcomes)
         print(f"{scenario.name:<66} {scenario.expect:<40} {cells}  ({time.perf_counter() - start:.0f} s)", flush=True)
 
 

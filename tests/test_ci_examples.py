@@ -97,7 +97,7 @@ def _env(repo: Path, **extra: str) -> dict[str, str]:
 
 
 def _bash(script: str, repo: Path, env: dict[str, str]) -> int:
-    done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script], cwd=repo, env=env,
+    done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script], cwd=repo, env=env, check=False,
                           timeout=600, capture_output=True, text=True)
     print(script, done.stdout[-3000:], done.stderr[-3000:], sep="\n")
     return done.returncode
