@@ -410,7 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Runs BASELINE_FILE and CANDIDATE_FILE (the same benchmark workload at two revisions) as fresh "
         "processes on this machine, one run of each per round in a random order (warm-up runs discarded), and gates "
         "the candidate's samples/s on the paired runs: "
-        "immune to machine and day offsets. Exit 0 no regression, 1 regression, 2 unusable input, 3 inconclusive. "
+        "immune to machine and day offsets. Exit 0 pass (a drop beyond --max-drop is excluded), 1 regression, "
+        "2 unusable input, 3 inconclusive (the verdict names the --rounds that would decide). "
         "See docs/ci-gate.md.",
     )
     p.add_argument("baseline_file", help="the baseline revision's workload file (e.g. from a git worktree of main)")
