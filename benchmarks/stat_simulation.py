@@ -1,12 +1,12 @@
-"""Error rates of the sweep's and the gate's decisions, from simulated runs fed to the real decision code.
+"""Error rates of the sweep's decisions, from simulated runs fed to the real decision code.
 
     python benchmarks/stat_simulation.py --sweeps 1000 --models cpu --max-runs 4
 
 Per noise model (perfscope.search.simulate.NOISE_MODELS): the family-wise error rate of ``--sweeps`` sweeps of
 ``--knobs`` no-effect knobs (P(any knob called faster or slower)), the rate of a recommendation with no
 effect behind it, and the power (share of knobs with a true effect called faster) at 3/5/10% effects, two
-effect knobs among the rest; and the CI gate's false alarms (A/A) and detections at 3/5/10% drops (5 baseline
-runs, 3 current, --max-drop 5%). Every rate with its Wilson 95% interval.
+effect knobs among the rest. Every rate with its Wilson 95% interval. The CI gate's rates are
+benchmarks/gate_simulation.py's (through run_gate, the CLI's path).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfscope.search.simulate import NOISE_MODELS, simulate_gate, simulate_sweep  # noqa: E402
+from perfscope.search.simulate import NOISE_MODELS, simulate_sweep  # noqa: E402
 
 
 def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -41,14 +41,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweeps", type=int, default=1000, help="null sweeps per model")
     parser.add_argument("--power-sweeps", type=int, default=200, help="sweeps per effect size")
-    parser.add_argument("--gates", type=int, default=2000, help="gate decisions per scenario")
     parser.add_argument("--knobs", type=int, default=20)
     parser.add_argument("--max-runs", type=int, default=4)
     parser.add_argument("--models", default=",".join(NOISE_MODELS))
     parser.add_argument("--effects", default="0.03,0.05,0.10")
     args = parser.parse_args()
     print(f"# python benchmarks/stat_simulation.py --sweeps {args.sweeps} --power-sweeps {args.power_sweeps} "
-          f"--gates {args.gates} --knobs {args.knobs} --max-runs {args.max_runs} --models {args.models} --effects {args.effects}")
+          f"--knobs {args.knobs} --max-runs {args.max_runs} --models {args.models} --effects {args.effects}")
     effects = [float(e) for e in args.effects.split(",") if e]
     for name in args.models.split(","):
         model = NOISE_MODELS[name]
@@ -67,10 +66,6 @@ def main() -> None:
             print(f"sweep  +{effect:.0%} on 2 of {args.knobs} knobs  power (effect knob called faster)     {rate(found, total)}")
             print(f"sweep  +{effect:.0%} on 2 of {args.knobs} knobs  family-wise error on the others        {rate(sum(o.false_discoveries > 0 for o in outs), len(outs))}")
             print(f"sweep  +{effect:.0%} on 2 of {args.knobs} knobs  a recommendation                      {rate(sum(bool(o.recommended) for o in outs), len(outs))}")
-        for drop in [0.0, *effects]:
-            verdicts = [simulate_gate(model, drop, seed=seed) for seed in range(args.gates)]
-            label = "false alarm (A/A)" if drop == 0 else f"regression found at -{drop:.0%}"
-            print(f"gate   5 v 3 runs, max-drop 5%      {label:<38}    {rate(verdicts.count('regression'), len(verdicts))}")
         print(f"({time.perf_counter() - start:.0f} s)", flush=True)
 
 

@@ -7,7 +7,8 @@
     perfscope trace traces/ --out perfscope-trace-out
 
 Exit codes: 0 success; 1 internal error (a perfscope bug) or, for `check`, a regression; 2 user error
-(bad file, bad arguments, unusable input); 3 `check` inconclusive; 130 interrupted.
+(bad file, bad arguments, unusable input); 3 `check` inconclusive; 4 `check` not comparable (another kind of
+machine or software than the baseline's); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from perfscope._version import __version__
 from perfscope.errors import (
     EXIT_INCONCLUSIVE,
+    EXIT_NOT_COMPARABLE,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -224,6 +226,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         allow_mismatch=args.allow_mismatch,
         fail_on_structure=args.fail_on_structure or (),
         between_session=args.between_session,
+        between_host=args.between_host,
     )
     baseline = BaselineHistory.load(args.baseline)
     current = [Results.load(path) for path in args.current]
@@ -235,12 +238,13 @@ def _gate_exit(report: Any, args: argparse.Namespace) -> int:
     """Print the gate's table, write the requested summaries, map the outcome to `check`'s exit code."""
     from perfscope.check.render import render_junit, render_markdown, render_table, write_text
 
-    print(render_table(report), file=sys.stderr if report.outcome == "unusable" else sys.stdout)
+    print(render_table(report), file=sys.stderr if report.outcome in ("unusable", "not_comparable") else sys.stdout)
     if args.markdown:
         write_text(args.markdown, render_markdown(report))
     if args.junit:
         write_text(args.junit, render_junit(report))
-    return {"pass": EXIT_OK, "regression": EXIT_REGRESSION, "inconclusive": EXIT_INCONCLUSIVE}.get(
+    return {"pass": EXIT_OK, "regression": EXIT_REGRESSION, "inconclusive": EXIT_INCONCLUSIVE,
+            "not_comparable": EXIT_NOT_COMPARABLE}.get(
         report.outcome, EXIT_USER
     )
 
@@ -256,7 +260,7 @@ def _cmd_ab(args: argparse.Namespace) -> int:
     options = ABOptions(baseline_path=Path(args.baseline_file), candidate_path=Path(args.candidate_file),
                         out_dir=Path(args.out), rounds=args.rounds, device=args.device, steps=args.steps,
                         warmup_steps=args.warmup, min_window_s=args.min_window, trial_timeout_s=args.trial_timeout,
-                        max_drop=args.max_drop, peak_tflops=args.peak_tflops)
+                        max_drop=args.max_drop, peak_tflops=args.peak_tflops, seed=args.seed)
     with claim_output_dir(options.out_dir):
         report = run_ab(options)
     return _gate_exit(report, args)
@@ -374,8 +378,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "check",
         help="CI gate: fail when MFU dropped beyond a tolerance since the baseline",
-        description="Exit 0 no regression, 1 regression, 2 unusable input or mismatched runs, 3 inconclusive. "
-        "Decided on run-to-run variance: give it several runs on each side (analyze --repeat). "
+        description="Exit 0 no regression (the interval excludes a drop beyond --max-drop), 1 regression, 2 unusable "
+        "input, 3 inconclusive (the interval is too wide to say), 4 not comparable (another kind of machine or "
+        "software than the baseline's). For CI, `perfscope ab` (both revisions on one runner) is the design that "
+        "can decide from its first run. "
         "The decision rule is in docs/ci-gate.md.",
     )
     p.add_argument("current", nargs="+", help="results.json of the run(s) under test (several: their runs are pooled)")
@@ -393,8 +399,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "recompiles, ops, copies, memory; thresholds where amounts, e.g. flops:5%%,ops:20 "
                    "(changes are always named; see docs/ci-gate.md)")
     p.add_argument("--between-session", type=_max_drop, default=None, metavar="PCT",
-                   help="state how much sessions (machines, days) differ, e.g. 2%%, instead of estimating it from the "
-                   "baseline's stored sessions; lets a one-session baseline decide (0%% = the old within-session rule)")
+                   help="state how much sessions on one host (days, jobs) differ, e.g. 2%% (an A/A measurement of this "
+                   "runner), instead of estimating it from >= 5 stored sessions or assuming 5%% (0%% = one job)")
+    p.add_argument("--between-host", type=_max_drop, default=None, metavar="PCT",
+                   help="state how much hosts of one kind differ, e.g. 3%%, instead of estimating it from >= 5 hosts in "
+                   "the history or assuming 5%%")
     p.add_argument("--markdown", metavar="FILE", default=None, help="also write a Markdown summary")
     p.add_argument("--junit", metavar="FILE", default=None, help="also write JUnit XML (one testcase per metric)")
     p.set_defaults(handler=_cmd_check)
@@ -403,14 +412,18 @@ def build_parser() -> argparse.ArgumentParser:
         "ab",
         help="CI gate, A/B mode: measure the baseline revision and the candidate interleaved in this job",
         description="Runs BASELINE_FILE and CANDIDATE_FILE (the same benchmark workload at two revisions) as fresh "
-        "processes, alternately B C B ... B, on this machine, and gates the candidate's samples/s on the paired runs: "
-        "immune to machine and day offsets. Exit 0 no regression, 1 regression, 2 unusable input, 3 inconclusive. "
+        "processes on this machine, one run of each per round in a random order (warm-up runs discarded), and gates "
+        "the candidate's samples/s on the paired runs: "
+        "immune to machine and day offsets. Exit 0 pass (a drop beyond --max-drop is excluded), 1 regression, "
+        "2 unusable input, 3 inconclusive (the verdict names the --rounds that would decide). "
         "See docs/ci-gate.md.",
     )
     p.add_argument("baseline_file", help="the baseline revision's workload file (e.g. from a git worktree of main)")
     p.add_argument("candidate_file", help="the candidate's workload file")
-    p.add_argument("--rounds", type=_positive_int, default=5, metavar="N",
-                   help="candidate runs, each between two baseline runs (default 5; at least 2)")
+    p.add_argument("--rounds", type=_positive_int, default=8, metavar="N",
+                   help="runs of each revision, one of each per round in a random order, after one discarded warm-up "
+                   "run each (default 8; at least 2); the verdict states its power and the rounds that reach 80%%")
+    p.add_argument("--seed", type=int, default=None, help="seed of the rounds' order (default: fresh, printed)")
     p.add_argument("--max-drop", type=_max_drop, default=0.05, metavar="PCT", help="tolerated fall of samples/s (default 5%%)")
     p.add_argument("--out", default="perfscope-ab", help="output folder: baseline/ and candidate/ results (default perfscope-ab)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="default: cuda if available")

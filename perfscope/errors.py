@@ -16,6 +16,9 @@ EXIT_USER = 2
 """Bad input: a file, an argument, mismatched runs."""
 EXIT_INCONCLUSIVE = 3
 """`check`: the runs cannot tell a regression from noise; never a silent pass."""
+EXIT_NOT_COMPARABLE = 4
+"""`check`: the current runs ran on another kind of machine or software than the baseline's, which its history
+cannot judge (cores, CPU model, GPU, torch ...): neither a pass nor an input error."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C: what finished is saved."""
 

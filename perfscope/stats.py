@@ -1,18 +1,19 @@
-"""Summaries and uncertainty for per-step samples, shared by the sweep and the CI gate.
+"""Summaries and uncertainty shared by the sweep, the CI gate and the analysis: the t machinery (quantiles,
+detectable change, power), a rank test, and the straggler test.
 
-    >>> from perfscope.stats import summarize, ratio_of_medians
+    >>> from perfscope.stats import summarize, detectable_change
     >>> summarize([0.10, 0.11, 0.12]).median
     0.11
 
-Why here and not inline: a gain reported without its uncertainty is how profilers mislead, so every
-comparison in perfscope goes through the same two functions: `ratio_of_medians` (a bootstrap interval)
-and `mann_whitney_p` (a rank test that does not assume normal step times).
+Why here and not inline: a gain reported without its uncertainty is how profilers mislead, so the comparisons
+share one implementation: run-level t intervals on log throughput (perfscope.search.compare for the sweep and
+`ab`, perfscope.check.decision for the gate, both Welch), their detectable change and power at a tolerance
+(`detectable_change`, `power_at`), and `mann_whitney_p` (a rank test on steps, reported, never deciding).
 """
 
 from __future__ import annotations
 
 import math
-import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,52 +62,6 @@ def summarize(samples: Sequence[float]) -> Summary:
         stdev=statistics.stdev(values) if len(values) > 1 else 0.0,
         min=values[0],
         max=values[-1],
-    )
-
-
-@dataclass(kw_only=True)
-class RatioEstimate:
-    """median(numerator) / median(denominator) with a bootstrap confidence interval."""
-
-    ratio: float
-    low: float
-    high: float
-    confidence: float
-
-    @property
-    def significant(self) -> bool:
-        """True when the interval excludes 1.0 — only then is a change a change."""
-        return self.low > 1.0 or self.high < 1.0
-
-
-def ratio_of_medians(
-    numerator: Sequence[float],
-    denominator: Sequence[float],
-    *,
-    confidence: float = 0.95,
-    resamples: int = 2000,
-    seed: int = 0,
-) -> RatioEstimate:
-    """Percentile-bootstrap interval of median(numerator)/median(denominator).
-
-    Used for speed-ups as ``ratio_of_medians(baseline_times, candidate_times)``: > 1 means faster.
-    Seeded so that the same samples always give the same interval (reports are reproducible).
-    """
-    if not numerator or not denominator:
-        raise ValueError("both samples must be non-empty")
-    rng = random.Random(seed)
-    num, den = list(numerator), list(denominator)
-    point = statistics.median(num) / statistics.median(den)
-    ratios = sorted(
-        statistics.median(rng.choices(num, k=len(num))) / statistics.median(rng.choices(den, k=len(den)))
-        for _ in range(resamples)
-    )
-    alpha = (1.0 - confidence) / 2
-    return RatioEstimate(
-        ratio=point,
-        low=_percentile(ratios, alpha),
-        high=_percentile(ratios, 1 - alpha),
-        confidence=confidence,
     )
 
 
@@ -163,6 +118,17 @@ def detectable_change(se: float, df: float, confidence: float, power: float = 0.
     if df < 1 or not math.isfinite(se):
         return None
     return exp_or_inf((t_quantile(1 - (1 - confidence) / 2, df) + t_quantile(power, df)) * se) - 1
+
+
+def power_at(se: float, df: float, effect: float, confidence: float) -> float | None:
+    """The chance that a two-sided test at ``confidence`` finds a log change of ``effect`` significant; the same
+    chance that the interval of identical code excludes a change of ``effect`` (the gate's PASS). None when
+    nothing says how noisy the runs are."""
+    if df < 1 or not math.isfinite(se) or se <= 0:
+        return None
+    from scipy.special import stdtr
+
+    return float(stdtr(df, abs(effect) / se - t_quantile(1 - (1 - confidence) / 2, df)))
 
 
 # ---- slower than its peers: the straggler test of measure/stragglers.py (local windows) and trace/rank_stragglers.py

@@ -104,7 +104,7 @@ def test_check_gates_the_jobs_throughput(job: Path, capsys: pytest.CaptureFixtur
     assert samples.baseline == pytest.approx(snap.trials[0].metrics.samples_per_s)  # the job's, not rank 0's
     assert len(report.verdicts) == 3 and samples.n_current == 2
     path = str(job / "job" / "results.json")
-    assert cli_main(["check", path, path, "--baseline", path, "--metric", "samples_per_s"]) == 0
+    assert cli_main(["check", path, path, "--baseline", path, "--metric", "samples_per_s", "--between-session", "0%"]) == 0
     assert "samples/s" in capsys.readouterr().out
 
 

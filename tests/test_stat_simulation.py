@@ -1,7 +1,7 @@
-"""The sweep's and the gate's error rates, measured by feeding simulated runs to the real decision code.
+"""The sweep's error rates, measured by feeding simulated runs to the real decision code.
 
 Seeded simulations (perfscope.search.simulate drives the real Sweeper: Welch test, Holm family, refinement,
-confirmation; and the CI gate's MetricCheck through its adapter), smaller than benchmarks/stat_simulation.py's,
+confirmation), smaller than benchmarks/stat_simulation.py's,
 with bounds that hold with margin at these seeds. The unit tests of the pieces come first.
 """
 
@@ -17,7 +17,7 @@ from perfscope.results import Trial
 from perfscope.results.config import TrialConfig
 from perfscope.search.compare import PairedTest, paired_test
 from perfscope.search.family import Family
-from perfscope.search.simulate import NOISE_MODELS, NoiseModel, SimSession, gate_decision, simulate_sweep
+from perfscope.search.simulate import NOISE_MODELS, NoiseModel, SimSession, simulate_sweep
 from perfscope.search.sweep import SweepOptions
 
 
@@ -77,11 +77,6 @@ def test_looks_split_alpha_so_more_looks_cost_each_one():
     few, many = Family(max_runs=3), Family(max_runs=8)
     assert few.weight(3) == 1.0 and many.weight(8) == 0.5 and many.weight(4) == pytest.approx(0.1)
     assert sum(many.weight(k) for k in range(3, 9)) == pytest.approx(1.0)
-
-
-def test_the_gate_adapter_calls_the_real_decision():
-    assert gate_decision([100, 101, 99, 100, 100], [80, 81, 79], max_drop=0.05) == "regression"
-    assert gate_decision([100, 101, 99, 100, 100], [100, 99, 101], max_drop=0.05) == "pass"
 
 
 def test_family_wise_error_on_no_effect_sweeps_is_at_most_5_percent():

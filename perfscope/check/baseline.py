@@ -22,6 +22,7 @@ from typing import Literal
 from perfscope.check.compat import find_differences
 from perfscope.check.history import DEFAULT_KEEP, BaselineHistory
 from perfscope.check.metrics import Side
+from perfscope.check.sessions import DEFAULT_BETWEEN_SESSION, MIN_SPREAD_DF
 from perfscope.errors import UserError
 from perfscope.results import Results, ResultsError
 
@@ -92,10 +93,12 @@ def save_baseline(results_paths: list[str | os.PathLike[str]] | str | os.PathLik
     stored = [(s, f"{dest} session {i + 1}") for i, s in enumerate(previous.sessions)]
     check_sessions_agree(stored + loaded)
     counts = _runs_per_session(history)
-    if len(history.sessions) < 2:
-        warnings.append("one stored session: the gate cannot tell a code change from a machine/day offset and will "
-                        "not call a regression on it; add sessions from other jobs with `perfscope baseline update` "
-                        "(or use `perfscope ab`, or state `check --between-session PCT`)")
+    if len(history.sessions) < MIN_SPREAD_DF + 1:
+        warnings.append(f"{len(history.sessions)} stored session(s): too few to estimate how far days differ, so the gate "
+                        f"assumes {DEFAULT_BETWEEN_SESSION:.0%} (docs/ci-gate.md): it fails drops of about 20% or more, and "
+                        "identical code comes out INCONCLUSIVE (exit 3) rather than PASS at a 5% tolerance; store "
+                        f"{MIN_SPREAD_DF + 1} sessions (`perfscope baseline update`), state `check --between-session PCT` "
+                        "(an A/A measurement of this runner), or gate with `perfscope ab` (both revisions in one job)")
     if sum(counts) < 3:
         warnings.append(f"{sum(counts)} run(s) in the baseline: the gate needs at least 3 runs in all to know this "
                         "machine's run-to-run noise (use `perfscope analyze --repeat 5`)")

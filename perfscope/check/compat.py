@@ -5,9 +5,11 @@
 
 A faster GPU, fewer usable cores (affinity or a cgroup quota), another torch, CUDA or driver, another dtype or
 an edited workload changes the numbers for reasons that are not a regression of the code under test, so such a
-pair is refused (exit 2, every differing field with both values) unless the user accepts it with
---allow-mismatch. Another host or another physical GPU of the same model is named but not refused: that offset
-is what the between-session spread of a baseline's history (perfscope.check.sessions) or `perfscope ab` covers.
+pair is not compared unless the user accepts it with --allow-mismatch: a difference of the machine or its
+software (`host=True`: cores, CPU model, GPU, torch, CUDA, driver) is the outcome "not comparable" (exit 4: the
+history cannot judge that change, and CI may treat it apart), a difference of the input (workload, dtype, batch,
+FLOPs, peak) is unusable input (exit 2). Another host or another physical GPU of the same model is named but not refused: that offset
+is what the between-host spread of a baseline's history (perfscope.check.sessions) or `perfscope ab` covers.
 A field an older file did not record only warns. Each property is one small `Attribute`; adding one is one entry in ATTRIBUTES.
 """
 
@@ -29,6 +31,12 @@ class Difference:
     current: str
     blocking: bool  # False: worth a warning, never refuses the comparison (e.g. torch version)
     hint: str = ""
+    host: bool = False  # the machine or its software changed (not comparable), not the input (unusable)
+
+    @property
+    def change(self) -> str:
+        """"cores 2.0 → 4.0": the short form of a not-comparable headline."""
+        return f"{self.what} {self.baseline} → {self.current}"
 
     def __str__(self) -> str:
         text = f"{self.what}: baseline {self.baseline}, current {self.current}"
@@ -46,6 +54,7 @@ class Attribute:
     hint: str = ""
     needs_metrics: bool = False  # read from TrialMetrics: skipped when a trial failed and has none
     unknown_blocks: bool = True  # False: a value missing from one file (older writer, hooks) only warns
+    host: bool = False  # a property of the machine or its software stack, not of the input
 
     def differs(self, current: Side, baseline: Side, metric_ids: Collection[str]) -> Difference | None:
         if self.only_for is not None and not self.only_for & set(metric_ids):
@@ -58,7 +67,8 @@ class Attribute:
         unknown = cur is None or base is None
         blocking = self.blocking and (self.unknown_blocks or not unknown)
         hint = "not recorded in one file" if unknown and not self.unknown_blocks else self.hint
-        return Difference(what=self.what, baseline=repr(base), current=repr(cur), blocking=blocking, hint=hint)
+        return Difference(what=self.what, baseline=repr(base), current=repr(cur), blocking=blocking, hint=hint,
+                          host=self.host)
 
 
 def _same(a: object, b: object) -> bool:
@@ -79,8 +89,8 @@ def _world_size(side: Side) -> int:
 
 
 ATTRIBUTES: list[Attribute] = [
-    Attribute(what="device type", get=lambda s: s.results.environment.device_type),
-    Attribute(what="device name", get=lambda s: s.results.environment.device_name),
+    Attribute(what="device type", get=lambda s: s.results.environment.device_type, host=True),
+    Attribute(what="device name", get=lambda s: s.results.environment.device_name, host=True),
     Attribute(what="dtype (trial precision)", get=lambda s: None if "precision" in s.trial.unknown_settings else s.trial.config.precision,
               unknown_blocks=False),
     Attribute(what="workload name", get=lambda s: s.results.workload.name),
@@ -119,19 +129,21 @@ ATTRIBUTES: list[Attribute] = [
         what="usable CPU cores (affinity, cgroup quota)",
         get=lambda s: s.results.environment.cpu_cores_usable,
         unknown_blocks=False,
+        host=True,
         hint="fewer cores slow the data path, the host side and CPU ops: gate on runners of one size",
     ),
-    Attribute(what="CPU model", get=lambda s: s.results.environment.cpu_model, unknown_blocks=False,
+    Attribute(what="CPU model", get=lambda s: s.results.environment.cpu_model, unknown_blocks=False, host=True,
               hint="the host CPU feeds the device and runs the data path"),
     Attribute(
         what="torch version",
         get=lambda s: s.results.environment.torch_version or None,
         unknown_blocks=False,
+        host=True,
         hint="a torch upgrade moves performance by itself: re-record the baseline (`perfscope baseline update --replace`)",
     ),
-    Attribute(what="CUDA version", get=lambda s: s.results.environment.cuda_version, unknown_blocks=False,
+    Attribute(what="CUDA version", get=lambda s: s.results.environment.cuda_version, unknown_blocks=False, host=True,
               hint="another CUDA build of torch picks other kernels"),
-    Attribute(what="GPU driver version", get=lambda s: s.results.environment.driver_version, unknown_blocks=False,
+    Attribute(what="GPU driver version", get=lambda s: s.results.environment.driver_version, unknown_blocks=False, host=True,
               hint="drivers change clocks, power management and kernels"),
     Attribute(what="host", get=lambda s: s.results.environment.hostname or None, blocking=False,
               hint="another machine of the same kind: its offset is what the between-session spread covers"),

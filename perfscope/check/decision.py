@@ -5,26 +5,24 @@
 
 The rule. Each side is a set of runs (fresh processes) of the gated configuration; a run's value is work /
 wall time of its windows. On log values, q = geometric-mean ratio current / baseline in the metric's own
-units; its interval [lo, hi] is a t-interval whose variance pools both sides' run-to-run variances
-(df = runs − 2). d = --max-drop; the limit L = 1 − d where higher is better (MFU, samples/s), 1 + d for
-step time. In "higher is better" terms:
+units; [lo, hi] is its 95% t-interval. Its variance is perfscope.check.sessions's: each side's own run-to-run
+variance (Welch), plus the offsets between days and hosts when the baseline is a stored history; its degrees of
+freedom are Welch-Satterthwaite's. d = --max-drop; the limit L = 1 − d where higher is better (MFU,
+samples/s), 1 + d for step time. In "higher is better" terms:
 
 1. Fewer than 3 runs in all, or one side without runs -> INCONCLUSIVE: nothing says how noisy this
-   machine is between runs (save a baseline of several runs; `perfscope analyze --repeat N`).
+   machine is between runs.
 2. REGRESSION when q is past L *and* the drop is significant: the whole interval is below 1 (asv's rule:
-   significant and beyond the factor). The false-alarm rate on identical code is at most 2.5%.
-3. INCONCLUSIVE when q is past L but the interval reaches 1: possibly a regression, possibly noise.
-4. PASS otherwise (q within the tolerance). The verdict states the smallest drop these runs could have
-   detected (minimum detectable effect, 80% power); when that is larger than d, a warning says a drop of
-   d could have passed unseen, and how many runs would resolve it.
+   significant and beyond the factor). Identical code fails in at most 2.5% of checks (one side of a 95%
+   interval) where the model's spreads hold: benchmarks/gate_simulation.py measures it through run_gate.
+3. PASS only when the interval excludes a drop larger than d: lo > L (equivalence, two one-sided tests at
+   2.5%): a real drop of d passes in at most 2.5% of checks.
+4. INCONCLUSIVE otherwise: the interval is too wide to say; the verdict names what would decide it (runs per
+   side, stored sessions, a stated spread, or `perfscope ab`).
 
-Across sessions (a stored baseline: `evaluate(..., sessions=...)`): the baseline is the mean of its stored
-sessions' means, and the variance and degrees of freedom are the spread between sessions'
-(perfscope.check.sessions); with one stored session and no stated allowance, a change past L is INCONCLUSIVE
-(nothing tells a code change from a machine/day offset). Rules 2-4 then apply as written.
-
-Secondary, never deciding: a Mann-Whitney test on the per-step values of all runs, reported for reading.
-Runs measured while other processes loaded the machine are named in the verdict.
+The verdict states the smallest drop these runs could have detected (80% power). Secondary, never deciding: a
+Mann-Whitney test on the per-step values of all runs, reported for reading. Runs measured while other
+processes loaded the machine are named in the verdict.
 """
 
 from __future__ import annotations
@@ -35,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from perfscope.check.metrics import Metric, MetricUnavailable, Side
-from perfscope.check.sessions import session_spread
+from perfscope.check.sessions import MIN_SPREAD_DF, SessionSpread, StoredSession, session_spread
 from perfscope.stats import confidence_text, detectable_change, exp_or_inf, t_quantile
 
 Status = Literal["pass", "regression", "inconclusive"]
@@ -62,9 +60,12 @@ class Verdict:
     n_current: int = 0
     run_noise: float | None = None  # pooled standard deviation of log values between runs
     mde: float | None = None  # smallest relative change these runs detect with 80% power
+    power: float | None = None  # `ab`: the chance, at this noise, that identical code passes (and a drop of max_drop is significant)
     step_p_value: float | None = None  # secondary: Mann-Whitney on per-step values
     sessions: int | None = None  # stored baseline sessions the interval rests on (None: one population)
-    between_sd: float | None = None  # estimated sd of session offsets (log units)
+    between_sd: float | None = None  # sd of session offsets used (log units): estimated, stated or assumed
+    host_sd: float | None = None  # sd of host offsets used (None: the current host is in the history)
+    new_host: bool = False
     warnings: tuple[str, ...] = ()
 
 
@@ -93,14 +94,14 @@ class MetricCheck:
         """The ratio current/baseline beyond which the metric counts as dropped by more than max_drop."""
         return 1 - self.max_drop if self.metric.higher_is_better else 1 + self.max_drop
 
-    def evaluate(self, current: Side, baseline: Side, *, sessions: list[Side] | None = None,
-                 allowance: float | None = None) -> Verdict:
+    def evaluate(self, current: Side, baseline: Side, *, sessions: list[StoredSession] | None = None,
+                 current_host: str = "", between_session: float | None = None,
+                 between_host: float | None = None) -> Verdict:
         """Apply the module's decision rule. Raises MetricUnavailable when a side lacks the metric.
 
-        ``sessions``: the stored baseline's runs, one Side per session (``baseline`` holds them all): the
-        comparison then crosses sessions and their spread joins the variance (perfscope.check.sessions);
-        ``allowance`` is the user's stated between-session sd instead. None: both sides are one session
-        (same job, same machine), the run-to-run variance alone."""
+        ``sessions``: the stored baseline's runs by session, log values of this metric (``baseline`` holds them
+        all), with their hosts; the current runs ran on ``current_host``. None: both sides are one session on
+        one host (the same job), the run-to-run variance alone."""
         base, cur = self.metric.per_run(baseline), self.metric.per_run(current)
         title = self.metric.title
         warnings = tuple(_contention(baseline, "baseline") + _contention(current, "current"))
@@ -118,42 +119,28 @@ class MetricCheck:
                 f"{title}: {len(base)} baseline run(s) and {len(cur)} current run(s) cannot separate a regression "
                 "from this machine's run-to-run noise; save a baseline of several runs (`perfscope analyze --repeat 5`, "
                 "then `perfscope baseline save`) and check current runs from `--repeat 3`"))
-        if sessions is not None:
-            return self._across_sessions(lc, [[math.log(v) for v in self.metric.per_run(s)] for s in sessions],
-                                         allowance, common)
-        df = len(base) + len(cur) - 2
-        pooled = ((len(base) - 1) * _var(lb) + (len(cur) - 1) * _var(lc)) / df
-        se = math.sqrt(pooled * (1 / len(base) + 1 / len(cur)))
-        diff = statistics.fmean(lc) - statistics.fmean(lb)
-        common |= dict(run_noise=math.sqrt(pooled))
-        return self._decide(diff, se, df, common, runs_needed=_runs_needed(pooled, self.max_drop))
-
-    def _across_sessions(self, lc: list[float], sessions: list[list[float]], allowance: float | None,
-                         common: dict[str, Any]) -> Verdict:
-        """The rule with the stored sessions' spread added to the variance (perfscope.check.sessions)."""
-        spread = session_spread(sessions, lc, allowance=allowance)
-        common |= dict(baseline=math.exp(spread.baseline_level), sessions=spread.sessions, between_sd=spread.between_sd,
-                       run_noise=spread.within_sd)
+        one_job = sessions is None
+        stored = sessions if sessions is not None else [StoredSession(values=lb)]
+        spread = session_spread(stored, lc, current_host=current_host,
+                                between_session=0.0 if one_job else between_session, between_host=between_host)
+        common |= dict(baseline=math.exp(spread.baseline_level), run_noise=spread.within_sd)
+        if not one_job:
+            common |= dict(sessions=spread.sessions, between_sd=spread.between_sd, host_sd=spread.host_sd,
+                           new_host=spread.new_host)
         if spread.variance is None:
-            q = math.exp(spread.current_level - spread.baseline_level)
-            sign = 1 if self.metric.higher_is_better else -1
-            title, tolerance = self.metric.title, f"{self.max_drop:.1%} tolerance"
-            if sign * (q - self.limit) < 0:
-                return Verdict(status="inconclusive", change=q - 1, **common,
-                               message=f"{title} {q - 1:+.1%}: past the {tolerance}, but {spread.refusal}")
-            common["warnings"] = (*common["warnings"], f"{title}: {spread.refusal}; a drop hidden by a faster machine "
-                                  "would pass unseen")
-            return Verdict(status="pass", change=q - 1, **common,
-                           message=f"{title} {q - 1:+.1%}: within the {tolerance} (no interval: {spread.refusal})")
-        diff = spread.current_level - spread.baseline_level
-        return self._decide(diff, math.sqrt(spread.variance), spread.df, common, basis=spread.how,
-                            runs_needed="more stored sessions (`perfscope baseline update`) or `perfscope ab` would resolve it")
+            return Verdict(status="inconclusive", change=math.exp(spread.current_level - spread.baseline_level) - 1,
+                           **common, message=f"{title}: no interval: {spread.refusal}")
+        if one_job:
+            decides = _runs_needed((spread.within_sd or 0.0) ** 2, self.max_drop)
+        else:
+            decides = _what_decides(spread)
+        return self._decide(spread.current_level - spread.baseline_level, math.sqrt(spread.variance), spread.df,
+                            common, decides=decides, basis="" if one_job else spread.how)
 
-    def _decide(self, diff: float, se: float, df: float, common: dict[str, Any], *, runs_needed: str,
+    def _decide(self, diff: float, se: float, df: float, common: dict[str, Any], *, decides: str,
                 basis: str = "") -> Verdict:
-        """Regression, inconclusive or pass from the log difference, its standard error and degrees of freedom."""
+        """Regression, pass or inconclusive from the log difference, its standard error and degrees of freedom."""
         title = self.metric.title
-        warnings = common["warnings"]
         n_base, n_cur = common["n_baseline"], common["n_current"]
         half = t_quantile(1 - (1 - self.confidence) / 2, df) * se
         q, lo, hi = exp_or_inf(diff), exp_or_inf(diff - half), exp_or_inf(diff + half)
@@ -162,24 +149,20 @@ class MetricCheck:
         sign = 1 if self.metric.higher_is_better else -1
         beyond = sign * (q - self.limit) < 0
         significant = (hi < 1) if sign > 0 else (lo > 1)
+        excluded = (lo > self.limit) if sign > 0 else (hi < self.limit)  # no drop beyond d inside the interval
         where = f"; {basis}" if basis else ""
         change = (f"{q - 1:+.1%} ({confidence_text(self.confidence)} interval {lo - 1:+.1%} .. {hi - 1:+.1%}; "
                   f"{n_cur} vs {n_base} runs{where})")
         tolerance = f"{self.max_drop:.1%} tolerance"
-        noise = "the noise between sessions" if basis else "this machine's run-to-run noise"
         if beyond and significant:
             return Verdict(status="regression", message=f"{title} {change}: worse than the {tolerance}", **common)
-        if beyond:
-            return Verdict(status="inconclusive", **common, message=(
-                f"{title} {change}: past the {tolerance}, but within {noise} "
-                f"(it resolves changes of about {mde:.0%}); {'add runs on both sides' if not basis else runs_needed}"))
-        extra = ()
-        if mde > self.max_drop:
-            extra = (f"{title}: these runs resolve changes of about {mde:.0%}, more than the {tolerance}: "
-                     f"a drop of {self.max_drop:.0%} could pass unseen; {runs_needed}",)
-        common["warnings"] = warnings + extra
-        return Verdict(status="pass", message=f"{title} {change}: within the {tolerance}", **common)
-
+        if excluded:
+            return Verdict(status="pass", message=f"{title} {change}: within the {tolerance}", **common)
+        noise = "the noise between sessions" if basis else "this machine's run-to-run noise"
+        why = (f"past the {tolerance}, but within {noise}" if beyond else
+               f"the interval reaches past the {tolerance}: a drop larger than it is not excluded")
+        mde_text = f" (it resolves changes of about {mde:.0%})" if mde is not None else ""
+        return Verdict(status="inconclusive", **common, message=f"{title} {change}: {why}{mde_text}; {decides}")
     def _step_test(self, current: Side, baseline: Side) -> float | None:
         from perfscope.stats import mann_whitney_p
 
@@ -192,17 +175,25 @@ class MetricCheck:
         return mann_whitney_p(a[:20_000], b[:20_000])
 
 
-def _var(values: list[float]) -> float:
-    return statistics.variance(values) if len(values) > 1 else 0.0
-
 
 def _runs_needed(pooled_var: float, max_drop: float) -> str:
-    """Runs per side that would resolve ``max_drop`` at this noise (normal approximation)."""
+    """Runs per side that would exclude a drop of ``max_drop`` on identical code with 80% power (normal approx.)."""
     if pooled_var <= 0:
-        return "more runs on both sides would resolve it"
+        return "more runs on both sides would decide it"
     z = 1.96 + 0.84
     n = math.ceil(2 * (z * math.sqrt(pooled_var) / math.log(1 / (1 - max_drop))) ** 2)
-    return f"about {n} runs per side would resolve it at this noise"
+    return f"about {max(n, 2)} runs per side would decide it at this noise"
+
+
+def _what_decides(spread: SessionSpread) -> str:
+    """What would narrow an interval across sessions: the term that dominates it is the spread between days or hosts."""
+    if spread.new_host and spread.host_sd is not None:
+        return (f"the history has not seen this host: store sessions from {MIN_SPREAD_DF + 1} hosts, state "
+                "--between-host, or use `perfscope ab` (both revisions on this runner)")
+    if spread.assumed:
+        return (f"{spread.sessions} stored session(s) cannot estimate the spread between days: store "
+                f"{MIN_SPREAD_DF + 1} (`perfscope baseline update`), state --between-session, or use `perfscope ab`")
+    return "more stored sessions (`perfscope baseline update`), more runs, or `perfscope ab` would decide it"
 
 
 __all__ = ["MetricCheck", "MetricUnavailable", "Status", "Verdict"]

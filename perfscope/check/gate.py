@@ -1,7 +1,7 @@
 """The gate: pick the runs, refuse incomparable runs, evaluate every metric check, collect the verdicts.
 
     >>> report = run_gate(Results.load("current.json"), Results.load("baseline.json"), GateOptions())
-    >>> report.outcome          # "pass" | "regression" | "inconclusive" | "unusable"
+    >>> report.outcome          # "pass" | "regression" | "inconclusive" | "not_comparable" | "unusable"
 
 Every verdict is collected before anything is reported (pytest-benchmark's compare does the same), so
 one run shows every regressed metric at once. Exit codes belong to the CLI; this returns data.
@@ -17,13 +17,14 @@ from typing import Literal
 from perfscope.check.compat import Difference, find_differences
 from perfscope.check.decision import MetricCheck, Verdict
 from perfscope.check.history import BaselineHistory
-from perfscope.check.metrics import METRICS, MetricUnavailable, Side
+from perfscope.check.metrics import METRICS, Metric, MetricUnavailable, Side
+from perfscope.check.sessions import StoredSession
 from perfscope.check.structure import NoteCode, StructureDiff, StructureGate, StructureNote, diff_fingerprints
 from perfscope.results import Results, Trial
 from perfscope.results.fingerprint import Fingerprint, consensus
 from perfscope.results.roles import recommended_configuration
 
-Outcome = Literal["pass", "regression", "inconclusive", "unusable"]
+Outcome = Literal["pass", "regression", "inconclusive", "not_comparable", "unusable"]
 
 RECOMMENDED = "recommended"
 """--trial value meaning "each file's sweep-recommended trial" (their names may differ)."""
@@ -70,8 +71,10 @@ class GateOptions:
     fail_on_structure: tuple[StructureGate, ...] = ()
     """Structural changes that fail the job (perfscope.check.structure); every change is named regardless."""
     between_session: float | None = None
-    """The user's stated relative sd of session offsets (machines, days); None: estimated from the baseline's
-    stored sessions, and with one session no regression is called (perfscope.check.sessions)."""
+    """The user's stated relative sd of day-to-day offsets on one host; None: estimated from the baseline's
+    stored sessions, or a conservative default where they are too few (perfscope.check.sessions)."""
+    between_host: float | None = None
+    """The user's stated relative sd of offsets between hosts of one kind; None: estimated or the default."""
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.metrics if m not in METRICS]
@@ -79,8 +82,10 @@ class GateOptions:
             raise ValueError(f"unknown metrics {unknown}; choose from {sorted(METRICS)}")
         if not 0 <= self.max_drop < 1:
             raise ValueError(f"max_drop must be in [0, 1), got {self.max_drop}")
-        if self.between_session is not None and not 0 <= self.between_session < 1:
-            raise ValueError(f"between_session must be in [0, 1), got {self.between_session}")
+        for name in ("between_session", "between_host"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < 1:
+                raise ValueError(f"{name} must be in [0, 1), got {value}")
 
 
 @dataclass(kw_only=True)
@@ -123,11 +128,13 @@ class GateReport:
 
     @property
     def outcome(self) -> Outcome:
-        comparable = not (self.blocking_differences and not self.options.allow_mismatch)
-        if self.structure_failed and comparable:
+        refused = self.blocking_differences if not self.options.allow_mismatch else []
+        if self.structure_failed and not refused:
             return "regression"  # exact: holds even when the timing had no evidence (every run contended)
-        if self.errors or (self.blocking_differences and not self.options.allow_mismatch):
+        if self.errors or any(not d.host for d in refused):
             return "unusable"
+        if refused:
+            return "not_comparable"  # another machine or software stack: the history cannot judge it
         statuses = {v.status for v in self.verdicts}
         if "regression" in statuses or self.structure_failed:
             return "regression"
@@ -240,6 +247,12 @@ def _side(files: list[Results], options: GateOptions, role: str, source: str, re
     return Side(results=files[0], runs=runs, source=source, files=files)
 
 
+def _stored(sessions: list[Side], metric: Metric) -> list[StoredSession]:
+    """The metric's log values per stored session, with the host each ran on."""
+    return [StoredSession(values=[math.log(v) for v in metric.per_run(s) if v > 0 and math.isfinite(v)],
+                          host=s.results.environment.hostname or "") for s in sessions]
+
+
 def _session_sides(history: BaselineHistory, options: GateOptions, base_side: Side) -> list[Side]:
     """One Side per stored session: its evidence runs of the gated configuration, the baseline's MFU peak."""
     return [Side(results=s, runs=[t for t in _pick_runs(s, options.trial, "baseline")[1] if t.evidence],
@@ -323,7 +336,9 @@ def run_gate(
             ))
             continue
         try:
-            verdict = check.evaluate(cur_side, base_side, sessions=sessions, allowance=options.between_session)
+            verdict = check.evaluate(cur_side, base_side, sessions=_stored(sessions, check.metric),
+                                     current_host=cur_side.results.environment.hostname or "",
+                                     between_session=options.between_session, between_host=options.between_host)
         except MetricUnavailable as exc:
             report.error(ErrorCode.METRIC_UNAVAILABLE, f"{metric_id}: {exc}")
             continue

@@ -19,9 +19,10 @@ HEADLINE = {
     "pass": "PASS: no regression",
     "regression": "REGRESSION",
     "inconclusive": "INCONCLUSIVE: too few or too noisy samples to decide (not a pass)",
+    "not_comparable": "NOT COMPARABLE: another kind of machine or software than the baseline's (not a pass)",
     "unusable": "NOT COMPARED: unusable input",
 }
-_ICON = {"pass": "✅", "regression": "❌", "inconclusive": "⚠️", "unusable": "⛔"}
+_ICON = {"pass": "✅", "regression": "❌", "inconclusive": "⚠️", "not_comparable": "↔️", "unusable": "⛔"}
 COLUMNS = ("metric", "baseline", "current", "change", "interval", "runs (cur/base)", "resolves", "verdict")
 
 
@@ -59,6 +60,12 @@ class Problem:
 
 def _problems(report: GateReport) -> list[Problem]:
     """Why nothing was compared: input errors, then the differences that refused the comparison."""
+    if report.outcome == "not_comparable":
+        changes = "; ".join(d.change for d in report.blocking_differences)
+        return [Problem(text=f"not comparable: {changes}: the baseline's history cannot judge this change of machine; "
+                             "gate with `perfscope ab` on this runner, record a baseline here (`perfscope baseline update "
+                             "--replace`), or pass --allow-mismatch"),
+                *(Problem(text=str(d), detail=True) for d in report.blocking_differences)]
     if report.outcome != "unusable":
         return []
     lines = [Problem(text=e.text) for e in report.errors]
@@ -148,10 +155,11 @@ def render_junit(report: GateReport) -> str:
     suite = ET.Element("testsuite", name="perfscope check")
     classname = _xml(f"perfscope.check.{report.current_trial or report.options.trial}")
     failures = errors = 0
-    if report.outcome == "unusable":
+    if report.outcome in ("unusable", "not_comparable"):
         case = ET.SubElement(suite, "testcase", classname=classname, name="comparability", time="0")
         summary = " ".join(p.text for p in _problems(report))
-        error = ET.SubElement(case, "error", type="unusable", message=_xml(summary))
+        kind = "not-comparable" if report.outcome == "not_comparable" else "unusable"
+        error = ET.SubElement(case, "error", type=kind, message=_xml(summary))
         error.text = _xml("\n".join(_problem_lines(report)))
         errors += 1
     for v in report.verdicts:
@@ -166,7 +174,7 @@ def render_junit(report: GateReport) -> str:
             ET.SubElement(case, "system-out").text = _xml(v.message)
     structure = _structure_lines(report)
     compared = report.structure is not None and report.structure.compared
-    if structure and compared and report.outcome != "unusable":
+    if structure and compared and report.outcome not in ("unusable", "not_comparable"):
         case = ET.SubElement(suite, "testcase", classname=classname, name="structure", time="0")
         text = _xml("\n".join(structure))
         if report.structure_failed:

@@ -1,18 +1,26 @@
-"""How far a new session's mean may stray from a stored baseline's: the between-session variance.
+"""How far a new session's mean may stray from a stored baseline's: run noise, days and hosts, each apart.
 
-    spread = session_spread([[l1, l2, l3], [l4, l5, l6]], current=[c1, c2, c3], allowance=None)
-    spread.variance, spread.df      # of (current mean - mean of the session means), log values
+    spread = session_spread([StoredSession([l1, l2, l3], host="a"), ...], current=[c1, c2, c3], current_host="a")
+    spread.variance, spread.df      # of (current mean - baseline level), log values
 
-The model (one-way random effects, on log values): a run's value = level + session offset (variance tau^2: the
-machine, the day, the power cap, the runner's cores) + run noise (variance sigma^2). The baseline level is the
-mean of its J session means; the current session is one more draw of an offset. So
+The model (nested random effects, on log values): a run's value = level + host offset (sd eta: another machine
+of the same kind, its power cap, its neighbours) + session offset (sd tau: the day, the job, on one host) + run
+noise (sd sigma). Each term is estimated from the history where it spans enough of it, else taken from what is
+known: a stated spread (`--between-session`, `--between-host`), else a documented conservative default
+(DEFAULT_BETWEEN_SESSION, DEFAULT_BETWEEN_HOST). Enough = MIN_SPREAD_DF degrees of freedom (5 sessions on the
+host, 5 hosts): fewer give a t quantile of 4-13 that no regression ever crosses (issue 35: two sessions made
+the README's gate unable to fail a 29% drop). A default is an upper guess, so an identical change rarely
+passes with it (the interval is wide: INCONCLUSIVE, saying what would decide), while a large drop fails from
+the first day.
 
-    Var(current mean - baseline level) = tau^2 (1 + 1/J) + sigma^2 (1/m + mean(1/n_j) / J)
+- Current on a host of the history: the baseline level is that host's session means' mean (J_h sessions);
+  Var = tau^2 (1 + 1/J_h) + run noise of both sides (Welch: each side's own variance).
+- Current on a host the history has not seen: the baseline level is the mean of the host means (H hosts);
+  Var = eta^2 (1 + 1/H) + tau^2 (1 + 1/J) + run noise. Estimated from >= 5 hosts, the spread of the host means
+  (which holds eta^2 + tau^2/J_h + ...) is used as is, with H - 1 df: what hosted runners, a new host per
+  job, give.
 
-Across sessions the unit of replication is the session, as the run is within one: the spread of the J session
-means, s_b^2 (J - 1 degrees of freedom), estimates tau^2 + sigma^2 mean(1/n_j) directly, so it is used as is,
-with J - 1 degrees of freedom (few sessions: a wide t quantile, never a confident guess). One session has no
-spread: nothing can tell a code change from a machine offset, unless the user states an allowance for tau.
+Degrees of freedom by Welch-Satterthwaite over the estimated terms (a stated or default term counts as known).
 """
 
 from __future__ import annotations
@@ -21,66 +29,158 @@ import math
 import statistics
 from dataclasses import dataclass
 
-ONE_SESSION = (
-    "one stored session cannot tell a code change from a machine/day offset: store >= 2 sessions with "
-    "`perfscope baseline update`, or use `perfscope ab` (baseline and candidate interleaved in one job)"
-)
+DEFAULT_BETWEEN_SESSION = 0.05
+"""Assumed sd of day-to-day offsets on one host when the history cannot estimate it: above the 1-4% seen between
+jobs on one CI runner (issue 25, 35), so that identical code rarely fails while a 29% drop does."""
+DEFAULT_BETWEEN_HOST = 0.05
+"""Assumed sd of offsets between hosts of one hardware kind (power caps, clocks: two H100 nodes 6% apart)."""
+MIN_SPREAD_DF = 4
+"""Degrees of freedom from which a spread is estimated from the history rather than assumed."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredSession:
+    values: list[float]  # log values of its runs
+    host: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
 class SessionSpread:
     """The variance of the comparison across sessions, the baseline level, and what they rest on."""
 
-    baseline_level: float  # mean of the session means (log)
-    current_level: float  # mean of the current runs (log)
+    baseline_level: float  # log
+    current_level: float
     sessions: int  # stored sessions with at least one run
+    hosts: int
+    new_host: bool  # the current host is not in the history
     variance: float | None  # of current_level - baseline_level; None: cannot be estimated
     df: float
-    between_sd: float | None  # estimated sd of the session offsets (tau), log units
-    within_sd: float | None  # pooled run-to-run sd within sessions (sigma)
+    between_sd: float | None  # sd of session offsets used (tau), log units
+    host_sd: float | None  # sd of host offsets used (eta); None: not part of this comparison
+    within_sd: float | None  # pooled run-to-run sd (sigma)
     how: str
+    assumed: bool = False  # a default stood in for a spread the history cannot estimate
     refusal: str = ""  # why variance is None
 
 
-def _pooled_within(groups: list[list[float]]) -> tuple[float | None, int]:
-    df = sum(len(g) - 1 for g in groups if len(g) > 1)
-    if df == 0:
-        return None, 0
-    ss = sum((len(g) - 1) * statistics.variance(g) for g in groups if len(g) > 1)
-    return ss / df, df
+def _var(values: list[float]) -> float:
+    return statistics.variance(values) if len(values) > 1 else 0.0
 
 
-def session_spread(baseline_sessions: list[list[float]], current: list[float], *, allowance: float | None) -> SessionSpread:
+def _satterthwaite(terms: list[tuple[float, float]]) -> float:
+    """df of a sum of variance terms (value, df); df = inf for a known term."""
+    total = sum(v for v, _ in terms)
+    denominator = sum(v * v / df for v, df in terms if math.isfinite(df) and df > 0 and v > 0)
+    return total * total / denominator if denominator > 0 else math.inf
+
+
+def _run_noise(groups: list[list[float]], current: list[float]) -> tuple[list[tuple[float, float]], float | None, float]:
+    """Welch terms of the run noise (current side, baseline sessions), the pooled sigma, its df. Without two
+    runs on the current side, both sides share the pooled variance."""
+    j = len(groups)
+    m = len(current)
+    h = statistics.fmean(1 / len(g) for g in groups)
+    df_b = sum(len(g) - 1 for g in groups)
+    s_b2 = sum((len(g) - 1) * _var(g) for g in groups) / df_b if df_b else None
+    df_all = df_b + max(0, m - 1)
+    pooled = (sum((len(g) - 1) * _var(g) for g in [*groups, current]) / df_all) if df_all else None
+    if pooled is None:
+        return [], None, 0
+    if m >= 2 and s_b2 is not None:
+        return [(_var(current) / m, m - 1), (s_b2 * h / j, df_b)], math.sqrt(pooled), df_all
+    return [(pooled * (1 / m + h / j), df_all)], math.sqrt(pooled), df_all
+
+
+def _spread(means: list[float], stated: float | None, default: float, what: str) -> tuple[float, float, str, bool]:
+    """(variance of the offsets, its df, how, assumed) from the means of the units (sessions or hosts)."""
+    if stated is not None:
+        return math.log1p(stated) ** 2, math.inf, f"{what} {stated:.1%} (stated)", False
+    df = len(means) - 1
+    observed = _var(means)
+    if df >= MIN_SPREAD_DF:
+        return observed, df, f"{what} from {len(means)} {_units(what)} ({df} df): about {math.sqrt(observed):.1%}", False
+    guess = math.log1p(default) ** 2
+    if observed > guess:
+        return observed, math.inf, f"{what} {math.sqrt(observed):.1%} observed, above the default", True
+    return guess, math.inf, (f"{what} assumed {default:.0%} (default: {len(means)} {_units(what)} cannot estimate it; "
+                             f"{MIN_SPREAD_DF + 1} can)"), True
+
+
+def _units(what: str) -> str:
+    return "hosts" if "host" in what else "sessions"
+
+
+def session_spread(baseline_sessions: list[StoredSession], current: list[float], *, current_host: str = "",
+                   between_session: float | None = None, between_host: float | None = None) -> SessionSpread:
     """The comparison's variance from the stored sessions' log values and the current runs' (see the module).
 
-    ``allowance``: the user's stated relative sd of session offsets (0.03: machines and days differ by about
-    3%); it replaces the estimate from the history (and lets one stored session decide).
-    """
-    groups = [g for g in baseline_sessions if g]
-    j, m = len(groups), len(current)
-    means = [statistics.fmean(g) for g in groups]
-    base, cur = statistics.fmean(means), statistics.fmean(current)
-    sigma2, df_w = _pooled_within([*groups, current])
-    h = statistics.fmean(1 / len(g) for g in groups)
-    within = sigma2 * (1 / m + h / j) if sigma2 is not None else None
-    common = dict(baseline_level=base, current_level=cur, sessions=j,
-                  within_sd=math.sqrt(sigma2) if sigma2 is not None else None)
-    if allowance is not None:
-        tau2 = math.log1p(allowance) ** 2
-        if within is None:
-            return SessionSpread(variance=None, df=0, between_sd=math.sqrt(tau2), **common,
-                                 how="", refusal="no session has two runs: the run-to-run noise is unknown")
-        return SessionSpread(variance=tau2 * (1 + 1 / j) + within, df=df_w, between_sd=math.sqrt(tau2), **common,
-                             how=f"between-session allowance {allowance:.1%} (stated with --between-session)")
-    if j < 2:
-        return SessionSpread(variance=None, df=0, between_sd=None, how="", refusal=ONE_SESSION, **common)
-    s_b2 = statistics.variance(means)
-    variance = s_b2 * (1 + 1 / j) + (max(0.0, sigma2 * (1 / m - h)) if sigma2 is not None else 0.0)
-    if within is not None:
-        variance = max(variance, within)  # never tighter than the run-to-run noise alone
-    tau2 = max(0.0, s_b2 - (sigma2 or 0.0) * h)
-    return SessionSpread(variance=variance, df=j - 1, between_sd=math.sqrt(tau2), **common,
-                         how=f"between-session spread from {j} stored sessions ({j - 1} df): about {math.sqrt(tau2):.1%}")
+    ``between_session`` / ``between_host``: the user's stated relative sd of day and host offsets (0.03: about
+    3%); they replace the estimate (or the default)."""
+    stored = [s for s in baseline_sessions if s.values]
+    groups = [s.values for s in stored]
+    hosts: dict[str, list[list[float]]] = {}
+    for s in stored:
+        hosts.setdefault(s.host, []).append(s.values)
+    cur = statistics.fmean(current)
+    new_host = current_host not in hosts
+    noise, sigma, _ = _run_noise(groups, current)
+    # day-to-day on one host: session means around their host's mean, pooled over hosts
+    deviations = [statistics.fmean(g) - statistics.fmean(statistics.fmean(x) for x in hs)
+                  for hs in hosts.values() for g in hs]
+    df_tau = len(groups) - len(hosts)
+    estimated = between_session is None and df_tau >= MIN_SPREAD_DF
+    if between_session is not None:
+        tau2, tau_df, how, assumed = math.log1p(between_session) ** 2, math.inf, f"between-session {between_session:.1%} (stated)", False
+    elif estimated:
+        tau2 = sum(d * d for d in deviations) / df_tau
+        tau_df, assumed = df_tau, False
+        how = f"between-session spread from {len(groups)} stored sessions ({df_tau} df): about {math.sqrt(tau2):.1%}"
+    else:
+        observed = sum(d * d for d in deviations) / df_tau if df_tau else 0.0
+        tau2, tau_df, assumed = max(math.log1p(DEFAULT_BETWEEN_SESSION) ** 2, observed), math.inf, True
+        how = (f"between-session spread assumed {math.sqrt(tau2):.0%} ({len(groups)} stored session(s) cannot estimate it: "
+               f"{MIN_SPREAD_DF + 1} on one host can, or state --between-session)")
+    if sigma is None:
+        return SessionSpread(baseline_level=statistics.fmean(statistics.fmean(g) for g in groups), current_level=cur,
+                             sessions=len(groups), hosts=len(hosts), new_host=new_host, variance=None, df=0,
+                             between_sd=math.sqrt(tau2), host_sd=None, within_sd=None, how="",
+                             refusal="no session has two runs: the run-to-run noise is unknown")
+    eta = None
+    if not new_host:
+        mine = hosts[current_host]
+        base = statistics.fmean(statistics.fmean(g) for g in mine)
+        j = len(mine)
+        if estimated:
+            # the spread of session means holds sigma^2/n too: use it as is, the current side's extra noise added
+            h = statistics.fmean(1 / len(g) for g in mine)
+            extra = max(0.0, (sigma ** 2) * (1 / len(current) - h))
+            terms = [(tau2 * (1 + 1 / j), tau_df), (extra, math.inf)]
+            terms = max(terms, noise, key=lambda t: sum(v for v, _ in t))  # never tighter than the run noise alone
+        else:
+            terms = [(tau2 * (1 + 1 / j), tau_df), *noise]
+    else:
+        host_means = [statistics.fmean(statistics.fmean(g) for g in hs) for hs in hosts.values()]
+        base = statistics.fmean(host_means)
+        k = len(host_means)
+        if between_host is None and k - 1 >= MIN_SPREAD_DF:
+            # hosts' mean spread holds eta^2 + tau^2/J_h + sigma^2/(n J_h): as is, plus what a new session adds
+            s_h2 = _var(host_means)
+            share = statistics.fmean(1 / len(hs) for hs in hosts.values())
+            terms = [(s_h2 * (1 + 1 / k), k - 1), (tau2 * (1 - share), tau_df), *noise]
+            eta = math.sqrt(max(0.0, s_h2 - tau2 * share))
+            if share == 1:  # one session per host (hosted runners): the host spread holds the days' too
+                how, assumed = "", False
+            how = f"between-host spread from {k} hosts ({k - 1} df): about {math.sqrt(s_h2):.1%}" + (f"; {how}" if how else "")
+        else:
+            eta2, eta_df, host_how, host_assumed = _spread(host_means, between_host, DEFAULT_BETWEEN_HOST, "between-host spread")
+            terms = [(eta2 * (1 + 1 / k), eta_df), (tau2 * (1 + 1 / len(groups)), tau_df), *noise]
+            eta, assumed = math.sqrt(eta2), assumed or host_assumed
+            how = f"{current_host or 'this host'} is not in the history ({k} host(s)): {host_how}; {how}"
+    variance = sum(v for v, _ in terms)
+    return SessionSpread(baseline_level=base, current_level=cur, sessions=len(groups), hosts=len(hosts),
+                         new_host=new_host, variance=variance, df=_satterthwaite(terms), between_sd=math.sqrt(tau2),
+                         host_sd=eta, within_sd=sigma, how=how, assumed=assumed)
 
 
-__all__ = ["ONE_SESSION", "SessionSpread", "session_spread"]
+__all__ = ["DEFAULT_BETWEEN_HOST", "DEFAULT_BETWEEN_SESSION", "MIN_SPREAD_DF", "SessionSpread",
+           "StoredSession", "session_spread"]

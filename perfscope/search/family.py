@@ -11,7 +11,7 @@ compared with the baseline in one sweep; its error rate is the probability that 
 effect is called faster or slower.
 
 The rule (FWER ≤ ``alpha``, whatever the candidates' true effects and the looks' correlation):
-- Looks. A candidate's look after its k-th run (k = 2 … max_runs; one run never decides) is a test at a
+- Looks. A candidate's look after its k-th run (k = 3 … max_runs: MIN_DECIDING_RUNS; fewer never decide) is a test at a
   share w_k of the candidate's alpha — weighted Bonferroni across the looks it could have: the last look
   (max_runs) gets half, the earlier ones share the other half equally (as O'Brien–Fleming, little is spent
   early, where few runs decide little anyway). The candidate's p-value is p* = min over its looks of p_k / w_k.

@@ -1,15 +1,14 @@
-"""Simulated sweeps and gate decisions: the error rates of the real decision code under known truths.
+"""Simulated sweeps: the error rates of the sweep's real decision code under known truths.
 
     model = NOISE_MODELS["cpu"]
     outcome = simulate_sweep(model, effects=[0.0] * 20, seed=7)    # SweepOutcome(false=0, found=0, ...)
-    verdict = simulate_gate(model, drop=0.10, seed=7)              # "regression" / "pass" / "inconclusive"
 
 Why. Real A/A experiments on this machine cost ~2 s a run and bound a false-alarm rate only below 10-35%;
 a stated rate needs thousands of decisions. Here synthetic run throughputs (log-rate noise drawn from a
 `NoiseModel`) feed the product's own code, not a copy: the sweep's `Sweeper.measure` (the random order within
 pairs), `judge` (perfscope.search.compare's Welch test, perfscope.search.family's Holm and look split),
-`refine` (adaptive repetition), `recommend` (stacking and the confirmation runs), and the CI gate's
-`MetricCheck.evaluate` (perfscope.check.decision) through `gate_decision`, a thin adapter.
+`refine` (adaptive repetition) and `recommend` (stacking and the confirmation runs). The CI gate is simulated
+on its own path, run_gate, by benchmarks/gate_simulation.py.
 
 A simulated sweep: one baseline run, then each of ``len(effects)`` knobs once (interleaved with the baseline),
 refinement, and the recommendation. Knob i multiplies throughput by 1 + effects[i]; a stack by the product.
@@ -186,38 +185,3 @@ def simulate_sweep(model: NoiseModel, effects: list[float], *, seed: int, max_ru
         recommended_false=bool(recommended) and set(recommended) <= null,
         runs=len(session.results.trials),
     )
-
-
-def gate_decision(baseline_rates: list[float], current_rates: list[float], *, max_drop: float) -> str:
-    """The CI gate's verdict on samples/s for these runs: a thin adapter over perfscope.check.decision's public
-    `MetricCheck.evaluate` (its rule is the check package's; only the inputs are built here)."""
-    from perfscope.check.decision import MetricCheck
-    from perfscope.check.metrics import SAMPLES_PER_S, Side
-
-    config = TrialConfig(device="cpu", micro_batch_size=8)
-
-    def side(rates: list[float], label: str) -> Side:
-        runs = [_trial(f"{label}{i}", label, i + 1, i + 1, config, [], r) for i, r in enumerate(rates)]
-        return Side(results=_results(), runs=runs, source=label)
-
-    check = MetricCheck(metric=SAMPLES_PER_S, max_drop=max_drop)
-    return check.evaluate(side(current_rates, "current"), side(baseline_rates, "baseline")).status
-
-
-def simulate_gate(model: NoiseModel, drop: float, *, seed: int, baseline_runs: int = 5, current_runs: int = 3,
-                  max_drop: float = 0.05) -> str:
-    """One gate decision: ``baseline_runs`` saved runs, then ``current_runs`` runs slower by ``drop`` (another
-    session, so the machine's drift has moved on between the two)."""
-    rng = random.Random(seed)
-    level = 0.0
-
-    def runs(n: int, truth: float) -> list[float]:
-        nonlocal level
-        out = []
-        for _ in range(n):
-            level += rng.gauss(0.0, model.drift) if model.drift else 0.0
-            out.append(100.0 * math.exp(truth + level + model.noise(rng, candidate=False)))
-        return out
-
-    base = runs(baseline_runs, 0.0)
-    return gate_decision(base, runs(current_runs, math.log1p(-drop)), max_drop=max_drop)
