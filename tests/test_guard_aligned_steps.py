@@ -150,6 +150,9 @@ def test_the_guard_rejects_a_wrong_loss_scale_and_another_data_order():
     shuffled = _first_run(session, outcomes["shuffled_order"].trial).numerics
     assert shuffled is not None and shuffled.max_relative_diff > 5 * TOLERANCE["fp32"]
     assert sweeper.sweep.recommended_trial == BASELINE
+    # every run also timed the collector in its window, step by step (what PS602 needs before it names it)
+    m = session.results.trials[0].metrics
+    assert m.gc_pause_s is not None and len(m.step_gc_pause_s) == len(m.step_times_s) == m.steps
 
 
 def _metrics(losses: list[float], before: list[float] | None, *, warmup: int = WARMUP) -> TrialMetrics:
