@@ -191,6 +191,16 @@ def test_a_run_whose_window_opens_later_is_compared_at_the_same_global_steps(tmp
     assert loaded.trial("dataloader_workers").metrics.losses_before_window == SERIES[:7]
 
 
+def test_another_micro_batch_is_compared_on_the_mean_loss_over_the_same_global_steps():
+    base = _trial(BASELINE, _metrics(SERIES[2:8], SERIES[:2]))
+    larger = _metrics([v * 0.99 for v in SERIES[2:12]], SERIES[:2])
+    larger.micro_batch_size = larger.samples_per_step = 32
+    check = compare_numerics(base, _trial("micro_batch", larger)).check
+    assert check is not None and check.ok and check.method == "loss level" and (check.first_step, check.last_step) == (2, 7)
+    assert check.words.endswith("(after the same number of updates; other samples per step) within 1.0% of the baseline's "
+                                "(tolerance 4%)")
+
+
 def test_runs_recorded_before_global_steps_are_compared_on_their_measured_steps():
     base = _trial(BASELINE, _metrics(SERIES[2:8], None))
     same = _trial("old", _metrics(SERIES[2:8], None))
