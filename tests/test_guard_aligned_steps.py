@@ -150,6 +150,9 @@ def test_the_guard_rejects_a_wrong_loss_scale_and_another_data_order():
     shuffled = _first_run(session, outcomes["shuffled_order"].trial).numerics
     assert shuffled is not None and shuffled.max_relative_diff > 5 * TOLERANCE["fp32"]
     assert sweeper.sweep.recommended_trial == BASELINE
+    # every run also timed the collector in its window, step by step (what PS602 needs before it names it)
+    m = session.results.trials[0].metrics
+    assert m.gc_pause_s is not None and len(m.step_gc_pause_s) == len(m.step_times_s) == m.steps
 
 
 def _metrics(losses: list[float], before: list[float] | None, *, warmup: int = WARMUP) -> TrialMetrics:
@@ -186,6 +189,16 @@ def test_a_run_whose_window_opens_later_is_compared_at_the_same_global_steps(tmp
     loaded = Results.load(tmp_path / "results.json")
     assert loaded.trial("dataloader_workers").numerics == check
     assert loaded.trial("dataloader_workers").metrics.losses_before_window == SERIES[:7]
+
+
+def test_another_micro_batch_is_compared_on_the_mean_loss_over_the_same_global_steps():
+    base = _trial(BASELINE, _metrics(SERIES[2:8], SERIES[:2]))
+    larger = _metrics([v * 0.99 for v in SERIES[2:12]], SERIES[:2])
+    larger.micro_batch_size = larger.samples_per_step = 32
+    check = compare_numerics(base, _trial("micro_batch", larger)).check
+    assert check is not None and check.ok and check.method == "loss level" and (check.first_step, check.last_step) == (2, 7)
+    assert check.words.endswith("(after the same number of updates; other samples per step) within 1.0% of the baseline's "
+                                "(tolerance 4%)")
 
 
 def test_runs_recorded_before_global_steps_are_compared_on_their_measured_steps():

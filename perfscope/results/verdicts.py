@@ -82,7 +82,8 @@ class Finding:
     memory a larger micro-batch must fit in, the share of the step the fix can shrink)."""
     cause_share: float | None = field(default=None, metadata=FRACTION)
     """The share of the baseline's measured time that the cause this finding names took, as the run measured it (the
-    data wait, the collector's pauses); None where the run saw only the symptom. A finding whose cause was measured
+    data wait, the collector's pauses, the GPU idle on launches, exposed collectives, a straggler's excess); None where
+    the run saw only the symptom. A finding whose cause was measured
     ranks before any estimate whose cause was not (perfscope.ranking)."""
     addresses: list[str] = field(default_factory=list)
     """Slices of the baseline's step-time breakdown the fix acts on (keys of perfscope.results.breakdown.SLICES;

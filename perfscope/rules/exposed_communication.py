@@ -124,6 +124,7 @@ class ExposedCommunication(Rule):
                                   "global batch), then one all-reduce serves k micro-batches")
         if left:
             f.estimated_gain = 1 / (1 - share) if share < 1 else None
+            f.cause_share = min(share, 1.0)  # measured in the trace: the exposed collectives' share of the step
             f.estimate_method = ("upper bound: every exposed collective hidden behind compute or removed, 1 / (1 − exposed share "
                                  f"of the step); from rank {comm.rank}'s trace ({comm.source or 'profiled steps'}); assumes the "
                                  "compute keeps its speed and no collective becomes slower")
