@@ -404,6 +404,12 @@ def test_numerics_guard_with_a_different_micro_batch():
     # a diverging loss level: rejected whatever the batch
     diverged = _run_trial("mb64", base_cfg.replace(micro_batch_size=64, grad_accum_steps=1), 100.0, loss_shift=1.0)
     assert not compare_numerics(base, diverged).ok
+    # a larger global batch that trains faster per update (a lower loss after the same updates): no fault
+    learns_faster = _run_trial("mb64", base_cfg.replace(micro_batch_size=64, grad_accum_steps=1), 100.0, loss_shift=-0.2)
+    assert compare_numerics(base, learns_faster).ok
+    # ... but a smaller global batch is held to the level both ways
+    smaller = _run_trial("mb4", base_cfg.replace(micro_batch_size=4, grad_accum_steps=1), 100.0, loss_shift=-0.2)
+    assert not compare_numerics(base, smaller).ok
     # the same micro-batch: step-by-step at 2% (fp32)
     assert not compare_numerics(base, _run_trial("x", base_cfg, 80.0, loss_shift=0.1)).ok
     assert compare_numerics(base, _run_trial("x", base_cfg.replace(precision="bf16"), 80.0, loss_shift=0.1)).ok
