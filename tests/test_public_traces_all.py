@@ -320,3 +320,16 @@ def test_gpu_idle_inside_the_dataloaders_next_is_data_wait_not_sync(tmp_path):
     assert facts.gpu.idle.data_wait_s == pytest.approx(0.069, rel=0.02) and facts.gpu.idle.sync_s < 0.001
     findings = run_rules(trace_results(path))
     assert findings[0].rule_id == "PS201"
+
+
+def test_torchrecs_all_to_all_is_named_by_the_op_that_launched_its_sendrecv_kernels():
+    """The 128-rank DLRM job's embedding all-to-all runs as NCCL SendRecv kernels; its c10d::alltoall_base_ op and
+    nccl:all_to_all span say what it is, and the fix is torchrec's pipelining, not DDP's buckets or a pipeline schedule."""
+    from tests.public_traces import public_folder
+
+    results = trace_results(public_folder("trace_filter"))
+    comm = results.trials[0].metrics.distributed.communication
+    ops = {c.op: c for c in comm.collectives}
+    assert set(ops) == {"all_to_all", "all_gather", "all_reduce"} and comm.collectives[0].op == "all_to_all"
+    (f,) = [f for f in run_rules(results) if f.rule_id == "PS801"]
+    assert "embedding all-to-all" in f.title and "TrainPipelineSparseDist" in f.fix and "bucket_cap_mb" not in f.fix
