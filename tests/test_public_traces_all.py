@@ -333,3 +333,22 @@ def test_torchrecs_all_to_all_is_named_by_the_op_that_launched_its_sendrecv_kern
     assert set(ops) == {"all_to_all", "all_gather", "all_reduce"} and comm.collectives[0].op == "all_to_all"
     (f,) = [f for f in run_rules(results) if f.rule_id == "PS801"]
     assert "embedding all-to-all" in f.title and "TrainPipelineSparseDist" in f.fix and "bucket_cap_mb" not in f.fix
+
+
+def test_a_trace_marked_only_by_the_users_record_function_is_split_at_its_marks_warm_up_dropped(tmp_path):
+    """No ProfilerStep, no optimizer span: five `train_step` marks; the first iteration (one-time set-up, 10× the
+    others) is left out and the notes say which steps were used."""
+    t = KinetoTrace()
+    for n in range(6):
+        with t.annotation("train_step"):
+            with t.annotation("forward"):
+                with t.op("aten::mm", dims=[[512, 512], [512, 512]]):
+                    t.launch("volta_sgemm_128x64_nn", 300)
+            with t.op("aten::item"):
+                t.synchronize()
+            t.work(20_000 if n == 0 else 2_000)
+    path = tmp_path / "marks.json"
+    path.write_text(json.dumps(t.to_json()))
+    facts = trace_facts(path, device_type="cuda", steps=1)
+    assert facts.steps == 4 and facts.step_time_s < 0.003
+    assert any("'train_step'" in n and "1 step(s) left out as one-time warm-up" in n for n in facts.notes)
