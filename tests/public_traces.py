@@ -107,6 +107,15 @@ TRACES: dict[str, PublicTrace] = {t.path.removesuffix(".json.gz").removesuffix("
     PublicTrace("trace_file_list/inference_rank_1.json.gz",
                 "4c37e0ca5cae61bd6f9d46cc6db0e7e09260df07990d1bf6bbb253f0f636d5e8",
                 "inference, old category spellings (Kernel, Runtime), no steps"),
+    # Not in ../shared/public-traces (yet): pytorch/kineto's TensorBoard-plugin samples (BSD licence), torch 1.9 on a
+    # V100, old category spellings; skipped with the reason where absent. `git show COMMIT:PATH > ../kineto/...`.
+    PublicTrace("../kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+                "a91798b500ce9d6e21c416ce32dcd8ecf4788489df86f59ba2f944906c90b853",
+                "pytorch/kineto@be239c0 tb_plugin/samples: ResNet-50 on a Tesla V100-DGXS (sm 7.0), num_workers=0: the "
+                "loader takes ~60 ms of a 175 ms step"),
+    PublicTrace("../kineto/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz",
+                "c290eb249e74824736f81886587614fc5d96660d3e60d0c256dee4b4a0e268f6",
+                "pytorch/kineto@c6e5fe2 tb_plugin/samples: the same ResNet-50 with num_workers=4"),
     PublicTrace("../param/linear_kineto.json.gz",
                 "c2c4a2661c767ca22e89f18c945b7ba9aeb9d050b2e48f9adfbb2c45a59a9d42",
                 "facebookresearch/param et_replay/tests/inputs@1e115ff: a linear model, 40 SGD steps on an RTX 2080 Ti, no "

@@ -84,12 +84,21 @@ def raw_count(path: Path) -> dict[str, float] | None:
     durs = [float(e["dur"]) for e in issued if DEVICE[cat(e)] == "kernel"]
     is_comm = [any(w in n for w in COMM) for n in kernels]
     is_gemm = [any(w in n for w in GEMM) and not any(w in n for w in NOT_GEMM) and not c for n, c in zip(kernels, is_comm)]
+    loader = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events
+                    if cat(e) in HOST and name(e).startswith("enumerate(DataLoader)#"))
+    loader_union: list[list[float]] = []
+    for s, t in loader:
+        if loader_union and s <= loader_union[-1][1]:
+            loader_union[-1][1] = max(loader_union[-1][1], t)
+        else:
+            loader_union.append([s, t])
     waits = sum(1 for e in runtime if first <= float(e["ts"]) <= last
                 and (name(e).endswith("Synchronize") or name(e) in ("cudaMemcpy", "hipMemcpyWithStream")))
     return {"steps": len(spans), "step_us": steps_us / len(spans),
             "busy": sum(max(0.0, min(t, b) - max(s, a)) for s, t in union for a, b in spans) / steps_us,
             "communication": sum(d for d, c in zip(durs, is_comm) if c) / total,
-            "gemm": sum(d for d, g in zip(durs, is_gemm) if g) / total, "waits": waits / len(spans)}
+            "gemm": sum(d for d, g in zip(durs, is_gemm) if g) / total, "waits": waits / len(spans),
+            "data_wait": sum(max(0.0, min(t, b) - max(s, a)) for s, t in loader_union for a, b in spans) / steps_us}
 
 
 # ------------------------------------------------------------------------------------------ every public file
@@ -116,6 +125,8 @@ TRAINING = [
     "ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace", "timeline_analysis/sampled_rank-0", "trace_compare/base/base",
     "trace_compare/test/test", "trace_diff/control/control", "trace_diff/test/test", "trace_filter/sampled_rank-0",
     "trace_filter/sampled_rank-1", "triton_example/triton_example",
+    "../kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace",
+    "../kineto/resnet50_num_workers_4/worker0.1623212756351.pt.trace",
 ]
 """Files with steps (ProfilerStep#N, else Optimizer.step#...) and device work; the others hold no step or no kernel."""
 
@@ -136,6 +147,7 @@ def test_each_training_traces_figures_agree_with_an_independent_count(name):
     assert time.get("communication", 0.0) / total == pytest.approx(raw["communication"], abs=0.02)
     assert time.get("gemm", 0.0) / total == pytest.approx(raw["gemm"], abs=0.02)
     assert sum(facts.sync.events_per_step.values()) == pytest.approx(raw["waits"], abs=0.02)
+    assert facts.data_wait_fraction == pytest.approx(raw["data_wait"], abs=0.02)
 
 
 def test_a_trace_without_step_markers_is_read_from_its_optimizer_steps_set_up_left_out():
@@ -352,3 +364,16 @@ def test_a_trace_marked_only_by_the_users_record_function_is_split_at_its_marks_
     facts = trace_facts(path, device_type="cuda", steps=1)
     assert facts.steps == 4 and facts.step_time_s < 0.003
     assert any("'train_step'" in n and "1 step(s) left out as one-time warm-up" in n for n in facts.notes)
+
+
+def test_the_kineto_resnet50_with_a_single_process_loader_is_loader_bound_on_a_v100():
+    """Issue 34's ResNet-50: torch 1.9's spellings (Operator, Kernel, Runtime), a 175 ms step whose loader takes
+    ~60 ms with the GPU idle; read, the loader is the top finding, and the V100's advice is fp16, not bf16."""
+    path = public_trace("../kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace")
+    results = trace_results(path)
+    facts = results.trials[0].metrics.trace_facts
+    assert facts.gpu.idle.data_wait_s > 10 * facts.gpu.idle.sync_s
+    findings = run_rules(results)
+    assert findings[0].rule_id == "PS201"
+    (amp,) = [f for f in findings if f.rule_id == "PS101"]
+    assert "fp16" in amp.title and not any("bf16" in f.title or "TF32" in f.title for f in findings)
