@@ -236,8 +236,9 @@ def test_a_trace_claiming_sm_70_gets_fp16_with_a_grad_scaler_never_bf16_or_tf32(
 
 
 def test_a_cpu_loop_profiled_with_a_slow_dataloader_shows_the_loader_first(tmp_path):
-    """torch.profiler on a real CPU training loop, num_workers=0 and a Dataset that costs 15 ms a batch: the
-    DataLoader's own __next__ spans are the data wait, and the loader is the top finding."""
+    """torch.profiler on a real CPU training loop, num_workers=0 and a Dataset whose transform costs far more than the
+    model's step: the DataLoader's own __next__ spans are the data wait (the Dataset's aten ops inside them are not the
+    step's compute), and the loader is the top finding."""
     torch = pytest.importorskip("torch")
     import time
 
@@ -246,8 +247,11 @@ def test_a_cpu_loop_profiled_with_a_slow_dataloader_shows_the_loader_first(tmp_p
             return 64
 
         def __getitem__(self, i: int):
-            time.sleep(0.015 / 8)  # a batch of 8 costs 15 ms
-            return torch.randn(32), torch.randn(1)
+            x = torch.randn(128, 128)  # a costly transform: ~17 MFLOP of matmuls a sample, in the training process
+            for _ in range(4):
+                x = torch.tanh(x @ x / 128)
+            time.sleep(0.001)  # and a read from storage
+            return x[0, :32].clone(), torch.randn(1)
 
     model = torch.nn.Linear(32, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
