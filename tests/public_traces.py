@@ -154,3 +154,20 @@ def public_trace(name: str) -> Path:
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     assert digest == trace.sha256, f"{path} is not the pinned file from {HTA_REPOSITORY}@{HTA_COMMIT[:10]}"
     return path
+
+
+def union(intervals: list[tuple[float, float]]) -> list[list[float]]:
+    """The union of (start, end) intervals, merged and sorted: the independent counts' one interval helper (none of
+    perfscope's trace code)."""
+    merged: list[list[float]] = []
+    for s, t in sorted(intervals):
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], t)
+        else:
+            merged.append([s, t])
+    return merged
+
+
+def inside(merged: list[list[float]], spans: list[tuple[float, float]]) -> float:
+    """The time of ``merged`` that falls inside ``spans``."""
+    return sum(max(0.0, min(t, b) - max(s, a)) for s, t in merged for a, b in spans)

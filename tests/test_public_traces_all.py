@@ -23,7 +23,7 @@ from perfscope.rules import run_rules
 from perfscope.trace.facts import trace_facts
 from perfscope.trace.offline import trace_results
 from tests.kineto import KinetoTrace
-from tests.public_traces import NOT_TRACES, TRACES, public_trace
+from tests.public_traces import NOT_TRACES, TRACES, inside, public_trace, union
 
 COMM = ("nccl", "rccl", "nvshmem", "deep_ep", "gloo", "msccl", "alltoall", "all_to_all", "allreduce", "all_reduce",
         "allgather", "all_gather", "reducescatter", "reduce_scatter")
@@ -55,6 +55,9 @@ def raw_count(path: Path) -> dict[str, float] | None:
     def name(e: dict) -> str:
         return str(e.get("name", ""))
 
+    def span(e: dict) -> tuple[float, float]:
+        return float(e["ts"]), float(e["ts"]) + float(e["dur"])
+
     marks: dict[str, tuple[float, float]] = {}
     for e in events:
         if cat(e) in HOST and name(e).startswith("ProfilerStep#"):
@@ -72,33 +75,20 @@ def raw_count(path: Path) -> dict[str, float] | None:
     runtime = [e for e in events if cat(e) in ("cuda_runtime", "cuda_driver", "runtime")]
     launched = {(e.get("args") or {}).get("correlation"): float(e["ts"]) for e in runtime}
     issued = [e for e in device if first <= launched.get((e.get("args") or {}).get("correlation"), float(e["ts"])) <= last]
-    union: list[list[float]] = []
-    for s, t in sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in device):
-        if union and s <= union[-1][1]:
-            union[-1][1] = max(union[-1][1], t)
-        else:
-            union.append([s, t])
     steps_us = sum(b - a for a, b in spans)
     total = sum(float(e["dur"]) for e in issued) or 1.0
     kernels = [name(e).lower() for e in issued if DEVICE[cat(e)] == "kernel"]
     durs = [float(e["dur"]) for e in issued if DEVICE[cat(e)] == "kernel"]
     is_comm = [any(w in n for w in COMM) for n in kernels]
     is_gemm = [any(w in n for w in GEMM) and not any(w in n for w in NOT_GEMM) and not c for n, c in zip(kernels, is_comm)]
-    loader = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events
-                    if cat(e) in HOST and name(e).startswith("enumerate(DataLoader)#"))
-    loader_union: list[list[float]] = []
-    for s, t in loader:
-        if loader_union and s <= loader_union[-1][1]:
-            loader_union[-1][1] = max(loader_union[-1][1], t)
-        else:
-            loader_union.append([s, t])
+    loader = union([span(e) for e in events if cat(e) in HOST and name(e).startswith("enumerate(DataLoader)#")])
     waits = sum(1 for e in runtime if first <= float(e["ts"]) <= last
                 and (name(e).endswith("Synchronize") or name(e) in ("cudaMemcpy", "hipMemcpyWithStream")))
     return {"steps": len(spans), "step_us": steps_us / len(spans),
-            "busy": sum(max(0.0, min(t, b) - max(s, a)) for s, t in union for a, b in spans) / steps_us,
+            "busy": inside(union([span(e) for e in device]), spans) / steps_us,
             "communication": sum(d for d, c in zip(durs, is_comm) if c) / total,
             "gemm": sum(d for d, g in zip(durs, is_gemm) if g) / total, "waits": waits / len(spans),
-            "data_wait": sum(max(0.0, min(t, b) - max(s, a)) for s, t in loader_union for a, b in spans) / steps_us}
+            "data_wait": inside(loader, spans) / steps_us}
 
 
 # ------------------------------------------------------------------------------------------ every public file
@@ -357,9 +347,8 @@ def test_a_trace_marked_only_by_the_users_record_function_is_split_at_its_marks_
     t = KinetoTrace()
     for n in range(6):
         with t.annotation("train_step"):
-            with t.annotation("forward"):
-                with t.op("aten::mm", dims=[[512, 512], [512, 512]]):
-                    t.launch("volta_sgemm_128x64_nn", 300)
+            with t.annotation("forward"), t.op("aten::mm", dims=[[512, 512], [512, 512]]):
+                t.launch("volta_sgemm_128x64_nn", 300)
             with t.op("aten::item"):
                 t.synchronize()
             t.work(20_000 if n == 0 else 2_000)
