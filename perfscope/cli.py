@@ -372,7 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", help="a trace (.json, .json.gz, .pt.trace.json) or a folder of rank traces (HTA's layout)")
     p.add_argument("--out", default="perfscope-trace-out", help="output folder (default perfscope-trace-out)")
     p.add_argument("--steps", type=_positive_int, default=None, metavar="N",
-                   help="steps the trace holds, for a trace without ProfilerStep#N spans (default: read from the spans)")
+                   help="steps the trace holds, for a trace with neither ProfilerStep#N spans nor step marks (Optimizer.step, "
+                        "repeated record_function spans) (default: read from them, else the whole trace as one window)")
     p.set_defaults(handler=_cmd_trace)
 
     p = sub.add_parser(

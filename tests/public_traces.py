@@ -1,6 +1,6 @@
 """Real GPU training traces that nobody here wrote: Holistic Trace Analysis' own test data.
 
-Why not committed: the files are HTA's (facebookresearch/HolisticTraceAnalysis, tests/data, MIT licence), and
+Why not committed: the files are HTA's (and a few of param's and kineto's, each with its repository and commit) (facebookresearch/HolisticTraceAnalysis, tests/data, MIT licence), and
 this workplace keeps other repositories' data out of the project's commits; they live beside the project, in
 ``../shared/public-traces/hta/`` (the layout of HTA's tests/data), or wherever ``PERFSCOPE_PUBLIC_TRACES`` points.
 ``python scripts/public_traces.py --from-git HTA_CHECKOUT`` copies them there from a clone of HTA and checks
@@ -27,9 +27,17 @@ ROOT_ENV = "PERFSCOPE_PUBLIC_TRACES"
 @dataclass(frozen=True)
 class PublicTrace:
     path: str
-    """Relative to HTA's tests/data."""
+    """Relative to HTA's tests/data (the folder the tests look in); other repositories' files beside it (``../param/``)."""
     sha256: str
     what: str
+    repository: str = HTA_REPOSITORY
+    commit: str = HTA_COMMIT
+    source: str = ""
+    """Its path in ``repository`` at ``commit`` (default: tests/data/ + path)."""
+
+    @property
+    def source_path(self) -> str:
+        return self.source or f"tests/data/{self.path}"
 
 
 TRACES: dict[str, PublicTrace] = {t.path.removesuffix(".json.gz").removesuffix(".gz"): t for t in [
@@ -107,10 +115,23 @@ TRACES: dict[str, PublicTrace] = {t.path.removesuffix(".json.gz").removesuffix("
     PublicTrace("trace_file_list/inference_rank_1.json.gz",
                 "4c37e0ca5cae61bd6f9d46cc6db0e7e09260df07990d1bf6bbb253f0f636d5e8",
                 "inference, old category spellings (Kernel, Runtime), no steps"),
+    # Not in ../shared/public-traces (yet): pytorch/kineto's TensorBoard-plugin samples (BSD licence), torch 1.9 on a
+    # V100, old category spellings; skipped with the reason where absent (scripts/public_traces.py --from-git KINETO).
+    PublicTrace("../kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+                "a91798b500ce9d6e21c416ce32dcd8ecf4788489df86f59ba2f944906c90b853",
+                "pytorch/kineto@be239c0 tb_plugin/samples: ResNet-50 on a Tesla V100-DGXS (sm 7.0), num_workers=0: the "
+                "loader takes ~60 ms of a 175 ms step", "pytorch/kineto", "be239c044d2f4b62982e1ff64144097acd69f59a",
+                "tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"),
+    PublicTrace("../kineto/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz",
+                "c290eb249e74824736f81886587614fc5d96660d3e60d0c256dee4b4a0e268f6",
+                "pytorch/kineto@c6e5fe2 tb_plugin/samples: the same ResNet-50 with num_workers=4", "pytorch/kineto",
+                "c6e5fe205a8be11181aac547f88424cb3a28c8f8",
+                "tb_plugin/samples/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz"),
     PublicTrace("../param/linear_kineto.json.gz",
                 "c2c4a2661c767ca22e89f18c945b7ba9aeb9d050b2e48f9adfbb2c45a59a9d42",
                 "facebookresearch/param et_replay/tests/inputs@1e115ff: a linear model, 40 SGD steps on an RTX 2080 Ti, no "
-                "ProfilerStep spans (profiled without a schedule)"),
+                "ProfilerStep spans (profiled without a schedule)", "facebookresearch/param", "1e115ff",
+                "et_replay/tests/inputs/linear_kineto.json.gz"),
 ]}
 """By name: the path without ``.json.gz`` (``nccl_parser_config/nccl_data``, ``trace_filter/sampled_rank-0``); param's
 trace is ``../param/linear_kineto`` (beside HTA's folder)."""
@@ -143,5 +164,22 @@ def public_trace(name: str) -> Path:
     if not path.is_file():
         pytest.skip(f"real public trace not available here: {path} (see tests/public_traces.py)")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    assert digest == trace.sha256, f"{path} is not the pinned file from {HTA_REPOSITORY}@{HTA_COMMIT[:10]}"
+    assert digest == trace.sha256, f"{path} is not the pinned file from {trace.repository}@{trace.commit[:10]}"
     return path
+
+
+def union(intervals: list[tuple[float, float]]) -> list[list[float]]:
+    """The union of (start, end) intervals, merged and sorted: the independent counts' one interval helper (none of
+    perfscope's trace code)."""
+    merged: list[list[float]] = []
+    for s, t in sorted(intervals):
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], t)
+        else:
+            merged.append([s, t])
+    return merged
+
+
+def inside(merged: list[list[float]], spans: list[tuple[float, float]]) -> float:
+    """The time of ``merged`` that falls inside ``spans``."""
+    return sum(max(0.0, min(t, b) - max(s, a)) for s, t in merged for a, b in spans)

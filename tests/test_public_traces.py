@@ -35,7 +35,7 @@ from perfscope.trace.events import read_trace
 from perfscope.trace.facts import trace_facts
 from perfscope.trace.intervals import clip, length, merge
 from tests.factories import make_results
-from tests.public_traces import public_trace
+from tests.public_traces import inside, public_trace, union
 
 GPU_TRAINING = [
     "nccl_parser_config/nccl_data",  # A100, DDP rank 0 of 2, host-bound (GPU 24% busy)
@@ -85,15 +85,8 @@ def raw_count(path: Path) -> RawCount:
                 if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in (e.get("args") or {})}
     device = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     # busy: the union of device intervals inside the profiled steps, over the steps' time
-    intervals = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in device)
-    union: list[list[float]] = []
-    for s, t in intervals:
-        if union and s <= union[-1][1]:
-            union[-1][1] = max(union[-1][1], t)
-        else:
-            union.append([s, t])
     step_total = sum(t - s for s, t in spans)
-    busy = sum(max(0.0, min(t, b) - max(s, a)) for s, t in union for a, b in spans)
+    busy = inside(union([(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in device]), spans)
     # work of the steps: launched inside them (or, with no launch in the trace, started inside them)
     issued = [e for e in device if first <= launches.get((e.get("args") or {}).get("correlation"), float(e["ts"])) <= last]
     total = sum(float(e["dur"]) for e in issued)

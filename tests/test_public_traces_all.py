@@ -23,7 +23,7 @@ from perfscope.rules import run_rules
 from perfscope.trace.facts import trace_facts
 from perfscope.trace.offline import trace_results
 from tests.kineto import KinetoTrace
-from tests.public_traces import NOT_TRACES, TRACES, public_trace
+from tests.public_traces import NOT_TRACES, TRACES, inside, public_trace, union
 
 COMM = ("nccl", "rccl", "nvshmem", "deep_ep", "gloo", "msccl", "alltoall", "all_to_all", "allreduce", "all_reduce",
         "allgather", "all_gather", "reducescatter", "reduce_scatter")
@@ -55,6 +55,9 @@ def raw_count(path: Path) -> dict[str, float] | None:
     def name(e: dict) -> str:
         return str(e.get("name", ""))
 
+    def span(e: dict) -> tuple[float, float]:
+        return float(e["ts"]), float(e["ts"]) + float(e["dur"])
+
     marks: dict[str, tuple[float, float]] = {}
     for e in events:
         if cat(e) in HOST and name(e).startswith("ProfilerStep#"):
@@ -72,24 +75,20 @@ def raw_count(path: Path) -> dict[str, float] | None:
     runtime = [e for e in events if cat(e) in ("cuda_runtime", "cuda_driver", "runtime")]
     launched = {(e.get("args") or {}).get("correlation"): float(e["ts"]) for e in runtime}
     issued = [e for e in device if first <= launched.get((e.get("args") or {}).get("correlation"), float(e["ts"])) <= last]
-    union: list[list[float]] = []
-    for s, t in sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in device):
-        if union and s <= union[-1][1]:
-            union[-1][1] = max(union[-1][1], t)
-        else:
-            union.append([s, t])
     steps_us = sum(b - a for a, b in spans)
     total = sum(float(e["dur"]) for e in issued) or 1.0
     kernels = [name(e).lower() for e in issued if DEVICE[cat(e)] == "kernel"]
     durs = [float(e["dur"]) for e in issued if DEVICE[cat(e)] == "kernel"]
     is_comm = [any(w in n for w in COMM) for n in kernels]
     is_gemm = [any(w in n for w in GEMM) and not any(w in n for w in NOT_GEMM) and not c for n, c in zip(kernels, is_comm)]
+    loader = union([span(e) for e in events if cat(e) in HOST and name(e).startswith("enumerate(DataLoader)#")])
     waits = sum(1 for e in runtime if first <= float(e["ts"]) <= last
                 and (name(e).endswith("Synchronize") or name(e) in ("cudaMemcpy", "hipMemcpyWithStream")))
     return {"steps": len(spans), "step_us": steps_us / len(spans),
-            "busy": sum(max(0.0, min(t, b) - max(s, a)) for s, t in union for a, b in spans) / steps_us,
+            "busy": inside(union([span(e) for e in device]), spans) / steps_us,
             "communication": sum(d for d, c in zip(durs, is_comm) if c) / total,
-            "gemm": sum(d for d, g in zip(durs, is_gemm) if g) / total, "waits": waits / len(spans)}
+            "gemm": sum(d for d, g in zip(durs, is_gemm) if g) / total, "waits": waits / len(spans),
+            "data_wait": inside(loader, spans) / steps_us}
 
 
 # ------------------------------------------------------------------------------------------ every public file
@@ -116,6 +115,8 @@ TRAINING = [
     "ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace", "timeline_analysis/sampled_rank-0", "trace_compare/base/base",
     "trace_compare/test/test", "trace_diff/control/control", "trace_diff/test/test", "trace_filter/sampled_rank-0",
     "trace_filter/sampled_rank-1", "triton_example/triton_example",
+    "../kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace",
+    "../kineto/resnet50_num_workers_4/worker0.1623212756351.pt.trace",
 ]
 """Files with steps (ProfilerStep#N, else Optimizer.step#...) and device work; the others hold no step or no kernel."""
 
@@ -136,6 +137,7 @@ def test_each_training_traces_figures_agree_with_an_independent_count(name):
     assert time.get("communication", 0.0) / total == pytest.approx(raw["communication"], abs=0.02)
     assert time.get("gemm", 0.0) / total == pytest.approx(raw["gemm"], abs=0.02)
     assert sum(facts.sync.events_per_step.values()) == pytest.approx(raw["waits"], abs=0.02)
+    assert facts.data_wait_fraction == pytest.approx(raw["data_wait"], abs=0.02)
 
 
 def test_a_trace_without_step_markers_is_read_from_its_optimizer_steps_set_up_left_out():
@@ -224,8 +226,9 @@ def test_a_trace_claiming_sm_70_gets_fp16_with_a_grad_scaler_never_bf16_or_tf32(
 
 
 def test_a_cpu_loop_profiled_with_a_slow_dataloader_shows_the_loader_first(tmp_path):
-    """torch.profiler on a real CPU training loop, num_workers=0 and a Dataset that costs 15 ms a batch: the
-    DataLoader's own __next__ spans are the data wait, and the loader is the top finding."""
+    """torch.profiler on a real CPU training loop, num_workers=0 and a Dataset whose transform costs far more than the
+    model's step: the DataLoader's own __next__ spans are the data wait (the Dataset's aten ops inside them are not the
+    step's compute), and the loader is the top finding."""
     torch = pytest.importorskip("torch")
     import time
 
@@ -234,8 +237,11 @@ def test_a_cpu_loop_profiled_with_a_slow_dataloader_shows_the_loader_first(tmp_p
             return 64
 
         def __getitem__(self, i: int):
-            time.sleep(0.015 / 8)  # a batch of 8 costs 15 ms
-            return torch.randn(32), torch.randn(1)
+            x = torch.randn(128, 128)  # a costly transform: ~17 MFLOP of matmuls a sample, in the training process
+            for _ in range(4):
+                x = torch.tanh(x @ x / 128)
+            time.sleep(0.001)  # and a read from storage
+            return x[0, :32].clone(), torch.randn(1)
 
     model = torch.nn.Linear(32, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -320,3 +326,47 @@ def test_gpu_idle_inside_the_dataloaders_next_is_data_wait_not_sync(tmp_path):
     assert facts.gpu.idle.data_wait_s == pytest.approx(0.069, rel=0.02) and facts.gpu.idle.sync_s < 0.001
     findings = run_rules(trace_results(path))
     assert findings[0].rule_id == "PS201"
+
+
+def test_torchrecs_all_to_all_is_named_by_the_op_that_launched_its_sendrecv_kernels():
+    """The 128-rank DLRM job's embedding all-to-all runs as NCCL SendRecv kernels; its c10d::alltoall_base_ op and
+    nccl:all_to_all span say what it is, and the fix is torchrec's pipelining, not DDP's buckets or a pipeline schedule."""
+    from tests.public_traces import public_folder
+
+    results = trace_results(public_folder("trace_filter"))
+    comm = results.trials[0].metrics.distributed.communication
+    ops = {c.op: c for c in comm.collectives}
+    assert set(ops) == {"all_to_all", "all_gather", "all_reduce"} and comm.collectives[0].op == "all_to_all"
+    (f,) = [f for f in run_rules(results) if f.rule_id == "PS801"]
+    assert "embedding all-to-all" in f.title and "TrainPipelineSparseDist" in f.fix and "bucket_cap_mb" not in f.fix
+
+
+def test_a_trace_marked_only_by_the_users_record_function_is_split_at_its_marks_warm_up_dropped(tmp_path):
+    """No ProfilerStep, no optimizer span: five `train_step` marks; the first iteration (one-time set-up, 10× the
+    others) is left out and the notes say which steps were used."""
+    t = KinetoTrace()
+    for n in range(6):
+        with t.annotation("train_step"):
+            with t.annotation("forward"), t.op("aten::mm", dims=[[512, 512], [512, 512]]):
+                t.launch("volta_sgemm_128x64_nn", 300)
+            with t.op("aten::item"):
+                t.synchronize()
+            t.work(20_000 if n == 0 else 2_000)
+    path = tmp_path / "marks.json"
+    path.write_text(json.dumps(t.to_json()))
+    facts = trace_facts(path, device_type="cuda", steps=1)
+    assert facts.steps == 4 and facts.step_time_s < 0.003
+    assert any("'train_step'" in n and "1 step(s) left out as one-time warm-up" in n for n in facts.notes)
+
+
+def test_the_kineto_resnet50_with_a_single_process_loader_is_loader_bound_on_a_v100():
+    """Issue 34's ResNet-50: torch 1.9's spellings (Operator, Kernel, Runtime), a 175 ms step whose loader takes
+    ~60 ms with the GPU idle; read, the loader is the top finding, and the V100's advice is fp16, not bf16."""
+    path = public_trace("../kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace")
+    results = trace_results(path)
+    facts = results.trials[0].metrics.trace_facts
+    assert facts.gpu.idle.data_wait_s > 10 * facts.gpu.idle.sync_s
+    findings = run_rules(results)
+    assert findings[0].rule_id == "PS201"
+    (amp,) = [f for f in findings if f.rule_id == "PS101"]
+    assert "fp16" in amp.title and not any("bf16" in f.title or "TF32" in f.title for f in findings)

@@ -355,3 +355,13 @@ def test_headline_says_why_only_the_baseline_is_shown():
     assert "no sweep" in build_view(results).headline.lead
     results.sweep = Sweep(baseline_trial="baseline", recommended_trial="baseline")
     assert build_view(results).headline.recommendation.startswith("Keep your configuration: nothing that keeps your training recipe")
+
+
+def test_an_upper_bound_estimate_is_worded_as_a_bound():
+    """"up to 5.3× faster" for an estimate its rule calls an upper bound; "≈" only for a point estimate."""
+    results = make_full_results()
+    estimated = next(f for f in results.findings if f.estimated_gain is not None and f.gain is None)
+    estimated.estimate_method = "upper bound: every exposed collective hidden"
+    view = build_view(results)
+    (shown,) = [f for f in view.findings if f.rule_id == estimated.rule_id]
+    assert shown.gain_text.startswith("up to ") and "≈" not in shown.gain_text

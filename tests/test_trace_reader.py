@@ -250,9 +250,9 @@ def test_a_folder_is_read_one_rank_at_a_time(tmp_path: Path, monkeypatch: pytest
     held: list[weakref.ref[Trace]] = []
     load = offline.load_rank
 
-    def watched(file: Path, *, steps: int | None) -> Any:
+    def watched(file: Path) -> Any:
         assert all(ref() is None for ref in held), "an earlier rank's events are still in memory"
-        loaded = load(file, steps=steps)
+        loaded = load(file)
         held.append(weakref.ref(loaded.trace))
         return loaded
 

@@ -143,7 +143,7 @@ def _communication(facts: DistributedFacts) -> tuple[list[Fact], str, list[Colle
     share = comm.exposed_collective_s / comm.step_s if comm.step_s > 0 else None
     rows = [
         Fact(label="Traced step", value=fmt_seconds(comm.step_s)),
-        Fact(label="Compute", value=fmt_seconds(comm.compute_s) + (f" ({comm.compute_s / comm.step_s * 100:.0f} % of the step)" if comm.step_s > 0 else "")),
+        Fact(label="Compute", value=fmt_seconds(comm.compute_s) + _share_of_step(comm.compute_s, comm.step_s)),
         Fact(label="Collectives", value=fmt_seconds(comm.collective_s)),
         Fact(label="Exposed collectives", value=fmt_seconds(comm.exposed_collective_s) + (f" ({share * 100:.0f} % of the step)" if share is not None else "")),
         Fact(label="Overlap", value=fmt_percent(comm.overlap_share, 0) + " of the collective time hidden behind compute"
@@ -197,3 +197,13 @@ def distributed_view(results: Results, *, baseline: Trial | None, recommended: T
         sharding=_sharding(facts.memory_model, _current_stage(trial, facts)),
         chart=rank_step_chart(facts), notes=notes,
     )
+
+
+def _share_of_step(seconds: float, step_s: float) -> str:
+    """" (42 % of the step)"; past the step (the device work a step launched runs on after its host span: the GPU
+    trails the host), said as that rather than as a share over 100 %."""
+    if step_s <= 0:
+        return ""
+    if seconds > step_s * 1.005:
+        return " (longer than the traced step: the device work it launched runs on after the host's step ends)"
+    return f" ({seconds / step_s * 100:.0f} % of the step)"

@@ -21,8 +21,8 @@ from perfscope.rules.launch_bound import LaunchBound
 from perfscope.rules.measured_knob import MeasuredKnob
 from perfscope.rules.memory_headroom import MemoryHeadroom
 from perfscope.rules.misaligned_gemm import MisalignedGemm
-from perfscope.rules.model_parallel_memory import ModelParallelMemory
 from perfscope.rules.mixed_precision import MixedPrecision
+from perfscope.rules.model_parallel_memory import ModelParallelMemory
 from perfscope.rules.near_oom import NearOom
 from perfscope.rules.nonfinite import NonFiniteLoss
 from perfscope.rules.numa_binding import NumaBinding

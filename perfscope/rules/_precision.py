@@ -44,3 +44,11 @@ def matmul_precision(ctx: RuleContext) -> MatmulPrecision:
     if gemm_fp32 is not None and gemm_fp32 >= MOSTLY:
         return MatmulPrecision(True, "the loop's precision was not observed; its GEMM kernels' names say fp32")
     return MatmulPrecision(False, "")
+
+
+def bf16_capable(compute_capability: str | None) -> bool | None:
+    """Whether a CUDA device has bf16 tensor cores (compute capability 8.0, Ampere, and later); None when unknown."""
+    try:
+        return float(compute_capability) >= 8.0 if compute_capability else None
+    except ValueError:
+        return None

@@ -4,6 +4,7 @@ from dataclasses import dataclass
 
 from perfscope.results import CommunicationFacts, DistributedFacts, Finding, KnobOutcome
 from perfscope.rules._distributed import distributed_facts, measured_outcomes
+from perfscope.rules._precision import bf16_capable
 from perfscope.rules._text import mib, ms, pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
@@ -102,7 +103,7 @@ class ExposedCommunication(Rule):
         findings = []
         for o in measured_outcomes(ctx, COMM_KNOBS):
             f = Finding(rule_id=self.id, title=f"Exposed communication: {o.title}, measured", severity=severity,
-                        evidence=list(evidence), fix=o.code_change or self.fix_text([o.knob], fsdp),
+                        evidence=list(evidence), fix=o.code_change or self.fix_text([o.knob], fsdp, bf16=self.bf16(ctx)),
                         reference="https://pytorch.org/docs/stable/notes/ddp.html")
             findings.append(self.measured(ctx, f, o.knob))
         if any(f.measured_win for f in findings):
@@ -111,7 +112,7 @@ class ExposedCommunication(Rule):
         measured = {o.knob for o in measured_outcomes(ctx, COMM_KNOBS)}
         left = [k for k in COMM_KNOBS if k not in measured and k not in self.already_on(ctx, fsdp)]
         f = Finding(rule_id=self.id, title="Exposed communication: accumulate with no_sync, size the buckets, overlap",
-                    severity=severity, evidence=list(evidence), fix=self.fix_text(left, fsdp),
+                    severity=severity, evidence=list(evidence), fix=self.fix_text(left, fsdp, bf16=self.bf16(ctx)),
                     reference="https://pytorch.org/docs/stable/notes/ddp.html")
         if "no_sync_accumulation" in left:
             accum = ctx.metrics.grad_accum_steps
@@ -194,9 +195,16 @@ class ExposedCommunication(Rule):
         return on | ({"ddp_bucket_cap", "grad_compression"} if fsdp else set())
 
     @staticmethod
-    def fix_text(knobs: list[str], fsdp: bool) -> str:
+    def bf16(ctx: RuleContext) -> bool:
+        """bf16 gradients on the wire where the device has bf16 (compute capability 8.0+, or unknown); fp16 before."""
+        return not (ctx.cuda and bf16_capable(ctx.results.environment.compute_capability) is False)
+
+    @staticmethod
+    def fix_text(knobs: list[str], fsdp: bool, *, bf16: bool = True) -> str:
         order = ("ddp_bucket_cap", "grad_compression", "no_sync_accumulation")  # the wrapper's lines, then the loop's
-        parts = [FSDP_NO_SYNC if fsdp and k == "no_sync_accumulation" else FIXES[k] for k in order if k in knobs]
+        parts = [FSDP_NO_SYNC if fsdp and k == "no_sync_accumulation" else
+                 FIXES[k] if bf16 or k != "grad_compression" else COMPRESSION.replace("bf16_compress_hook", "fp16_compress_hook")
+                 for k in order if k in knobs]
         parts.append(" # keep backward's overlap: static_graph=True when the used parameters never change, no find_unused_parameters")
         return "\n".join(parts)
 

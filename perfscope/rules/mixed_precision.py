@@ -1,18 +1,10 @@
 from __future__ import annotations
 
 from perfscope.results import Finding, KnobOutcome
-from perfscope.rules._precision import matmul_precision
+from perfscope.rules._precision import bf16_capable, matmul_precision
 from perfscope.rules._text import pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.snippets import autocast_change, fp16_scaler_change
-
-
-def bf16_capable(compute_capability: str | None) -> bool | None:
-    """Whether a CUDA device has bf16 tensor cores (compute capability 8.0, Ampere, and later); None when unknown."""
-    try:
-        return float(compute_capability) >= 8.0 if compute_capability else None
-    except ValueError:
-        return None
 
 
 class MixedPrecision(Rule):

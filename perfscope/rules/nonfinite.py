@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 from perfscope.results import Finding
+from perfscope.rules._precision import bf16_capable
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
-from perfscope.rules.mixed_precision import bf16_capable
 from perfscope.snippets import fp16_scaler_change, fp16_to_bf16_change
 
 

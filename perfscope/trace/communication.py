@@ -39,8 +39,11 @@ What is a collective, what is compute, and why:
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections import defaultdict
 from pathlib import Path
+
+import numpy as np
 
 from perfscope.hardware import bus_bandwidth_gbps
 from perfscope.results.distributed import CollectiveStat, CommunicationFacts
@@ -49,6 +52,7 @@ from perfscope.trace.facts import Window, data_spans, step_note, window
 from perfscope.trace.intervals import Span, clip, length, merge, subtract
 from perfscope.trace.steps import PROFILER_STEPS
 
+NCCL_PREFIX = "nccl:"
 _DISPATCHER_OP = re.compile(r"^\w+::\w+$")
 _NCCL_OP = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|AllToAll|Send|Recv)", re.I)
 _KIND = re.compile(r"(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|send_?recv|dispatch|combine|"
@@ -67,8 +71,8 @@ def collective_op(name: str) -> str | None:
 
     `gloo:all_reduce`, `ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)`, `c10d::allreduce_`,
     `c10d::_reduce_scatter_base_`, `_c10d_functional::all_gather_into_tensor` all name one."""
-    if name.startswith(GLOO_PREFIX):
-        return _snake(name[len(GLOO_PREFIX):])
+    if name.startswith((GLOO_PREFIX, NCCL_PREFIX)):  # record_function spans: "gloo:all_reduce", "nccl:all_to_all"
+        return _snake(name.partition(":")[2])
     if name.lower().startswith("nccl"):
         m = _NCCL_OP.search(name[4:])
         return _snake(re.sub(r"(?<=[a-z])(?=[A-Z])", "_", m.group(1))) if m else "other"
@@ -154,8 +158,43 @@ def _device_spans(trace: Trace, w: Window) -> tuple[list[tuple[str, Event]], lis
     """CUDA: (NCCL kernels (op, event), their spans, other device work's spans), for the work the window issued."""
     from perfscope.trace.kernels import collective_spans  # numpy over the device table's columns
 
-    runs, collective, compute = collective_spans(trace, w)
-    return [(kernel_collective(e.name), e) for e in runs], collective, compute
+    rows, collective, compute = collective_spans(trace, w)
+    named = launched_by(trace, rows)
+    return [(named[i] or kernel_collective(e.name), e) for i, e in enumerate(trace.events("device", rows))], collective, compute
+
+
+def launched_by(trace: Trace, rows: np.ndarray) -> list[str | None]:
+    """For each device row, the collective the host op that launched it names (`c10d::alltoall_base_`, an
+    `nccl:all_to_all` annotation), or None: the trace's own word on a kernel whose name may say less (torchrec's
+    all-to-all runs as NCCL SendRecv kernels)."""
+    t = trace.columns("device")
+    spans: dict[int, list[tuple[float, float, str]]] = defaultdict(list)
+    for kind in ("cpu_ops", "annotations"):
+        c = trace.columns(kind)
+        if not len(c):
+            continue
+        keys = c.thread()
+        for i in np.flatnonzero(c.by_name(lambda n: collective_op(n) is not None)).tolist():
+            spans[int(keys[i])].append((float(c.ts[i]), float(c.end[i]), collective_op(c.names[c.name[i]]) or ""))
+    if not spans or not len(rows):
+        return [None] * len(rows)
+    for ops in spans.values():
+        ops.sort()
+    starts = {k: [s for s, _, _ in ops] for k, ops in spans.items()}
+    threads, linked = t.launch_thread()[rows], t.linked[rows]
+    out: list[str | None] = []
+    for row, key, has in zip(rows.tolist(), threads.tolist(), linked.tolist()):
+        ops = spans.get(int(key)) if has else None
+        found = None
+        if ops:
+            at = float(t.launch_ts[row])
+            j = bisect_right(starts[int(key)], at)
+            for s, e, op in reversed(ops[max(0, j - 8):j]):  # the nearest enclosing of the last few that started
+                if s <= at <= e:
+                    found = op
+                    break
+        out.append(found)
+    return out
 
 
 def communication_facts(trace_path: Path, *, rank: int, device_type: str, steps: int, world_size: int,

@@ -448,7 +448,6 @@ class TraceBuilder:
                      kernel_devices=self.kernel_devices, tables=tables, unusable=self.unusable)
 
 
-
 def _intern_args(table: Strings, small: dict[str, Any]) -> int:
     """One id for equal kept args ("Input Dims" of every matmul of a layer repeat): the first dict is kept. The key
     is the dict's repr: JSON values are equal exactly when their reprs are (1 and 1.0 and true apart, NaN apart

@@ -74,10 +74,10 @@ class RankTrace:
         return [(end - start) / 1e6 for start, end in self.steps]
 
 
-def rank_traces(path: Path, *, steps: int | None = None) -> list[RankTrace]:
+def rank_traces(path: Path) -> list[RankTrace]:
     """The rank traces at ``path`` (a trace file or a folder of them), checked and sorted by rank, every one's events
     held: for a few small files. perfscope.trace.offline reads a folder one rank at a time instead."""
-    return assign_ranks(path, [load_rank(file, steps=steps) for file in trace_files(path)])
+    return assign_ranks(path, [load_rank(file) for file in trace_files(path)])
 
 
 def assign_ranks(path: Path, loaded: list[RankTrace]) -> list[RankTrace]:
@@ -126,7 +126,7 @@ def _listed(folder: Path) -> list[Path]:
                   if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and p.name != RESULTS_FILE)
 
 
-def load_rank(file: Path, *, steps: int | None) -> RankTrace:
+def load_rank(file: Path) -> RankTrace:
     """One trace file streamed into its events and metadata, checked; its rank is decided by assign_ranks."""
     builder = TraceBuilder()
     with paused_gc():

@@ -119,12 +119,12 @@ def host_transfers(trace: Trace, work: np.ndarray, w: Window) -> HostTransfers:
     )
 
 
-def collective_spans(trace: Trace, w: Window) -> tuple[list[Event], SpanArray, SpanArray]:
-    """CUDA: the communication kernels the window issued (communication_mask), their spans merged, and the other device work's spans merged
+def collective_spans(trace: Trace, w: Window) -> tuple[np.ndarray, SpanArray, SpanArray]:
+    """CUDA: the communication kernels the window issued (communication_mask: their device rows), their spans merged, and the other device work's spans merged
     (perfscope.trace.communication's collectives against compute)."""
     t = trace.columns("device")
     rows = trace.issued(*w.bounds)
     nccl = communication_mask(trace)[rows]
     runs, other = rows[nccl], rows[~nccl]
-    return (trace.events("device", runs), SpanArray(*merge_arrays(t.ts[runs], t.end[runs]), merged=True),
+    return (runs, SpanArray(*merge_arrays(t.ts[runs], t.end[runs]), merged=True),
             SpanArray(*merge_arrays(t.ts[other], t.end[other]), merged=True))

@@ -76,7 +76,7 @@ def trace_results(path: Path, *, steps: int | None = None, command: list[str] | 
     files = trace_files(path)
     analysed: list[RankAnalysis] = []
     for file in files:
-        rank = load_rank(file, steps=steps)
+        rank = load_rank(file)
         analysed.append(_analyse(rank, device_type=_device_type([a.source for a in analysed] + [rank]),
                                  steps=steps or 1, world_size=_world_size(len(files), [a.source for a in analysed] + [rank])))
         rank.trace = None  # released: only the summaries are kept across ranks
@@ -84,7 +84,7 @@ def trace_results(path: Path, *, steps: int | None = None, command: list[str] | 
     device_type, world_size = _device_type(ranks), _world_size(len(files), ranks)
     for i, a in enumerate(analysed):
         if (a.device_type, a.world_size) != (device_type, world_size):
-            again = load_rank(a.source.path, steps=steps)
+            again = load_rank(a.source.path)
             again.rank, again.rank_from = a.source.rank, a.source.rank_from
             analysed[i] = _analyse(again, device_type=device_type, steps=steps or 1, world_size=world_size)
             again.trace = None

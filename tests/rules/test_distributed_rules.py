@@ -31,6 +31,13 @@ def test_exposed_communication_states_the_numbers_and_an_estimate_bounded_by_the
     assert f.addresses == ["communication"]
 
 
+def test_gradient_compression_is_fp16_on_a_device_without_bf16():
+    results = make_distributed_results(exposed_share=0.3)
+    results.environment.compute_capability = "7.0"  # a V100
+    (f,) = _only(results, "PS801")
+    assert "fp16_compress_hook" in f.fix and "bf16" not in f.fix
+
+
 def test_a_full_link_is_told_apart_from_waiting_collectives():
     (f,) = _only(make_distributed_results(exposed_share=0.3, bus_gbps=36.0), "PS801")
     assert any("the link is the limit" in e for e in f.evidence) and not any("wait more" in e for e in f.evidence)
