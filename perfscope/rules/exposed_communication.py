@@ -73,8 +73,10 @@ class ExposedCommunication(Rule):
         threshold="exposed collective time ≥ 10 % of the traced step",
         evidence="the baseline's `DistributedFacts.communication` (rank's trace): compute, collective, exposed time per "
                  "step, overlap %, per op the achieved vs micro-benchmark bus bandwidth",
-        fix="DDP `no_sync()` accumulation (FSDP2 `set_requires_gradient_sync`), `bucket_cap_mb`, overlap kept "
-            "(`static_graph`), bf16 / PowerSGD comm hooks",
+        fix="by the collectives' kind: for gradient all-reduce, DDP `no_sync()` accumulation (FSDP2 "
+            "`set_requires_gradient_sync`), `bucket_cap_mb`, overlap kept (`static_graph`), bf16 (fp16 below compute "
+            "capability 8.0) / PowerSGD comm hooks; for MoE dispatch/combine, embedding all-to-all or pipeline send/recv, "
+            "the fix of that kind (never DDP buckets)",
         gain="measured (`no_sync_accumulation`, `ddp_bucket_cap`, `grad_compression`: one finding each); else estimated for "
              "the unmeasured fixes: 1 / (1 − exposed share); bound: the exposed collective time",
         guard="data-parallel runs only; says when stragglers make part of the exposed time waiting, and whether the link is "

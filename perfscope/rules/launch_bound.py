@@ -23,7 +23,8 @@ class LaunchBound(Rule):
         fix='CUDA graphs (`torch.compile(mode="reduce-overhead")`); on a CPU, compile or a larger batch',
         gain="measured (`compile_reduce_overhead`; CPU: `compile`); else estimated on a GPU: 1 / (1 − launch-idle share); "
              "bound: the GPU's own time (kernels + the idle launches do not cause)",
-        guard="GPU trace only for the estimate; no starved time, no estimate",
+        guard='a CUDA trace with GPU kernels and launch idle (no finding with 0 % launch idle); the estimate is an upper '
+              'bound, worded "up to"',
     )
     groups = ("host",)
     knobs = ("compile_reduce_overhead",)

@@ -21,9 +21,11 @@ class MixedPrecision(Rule):
         detects="fp32 matmuls",
         threshold="loop in fp32 (GPU), or amp measured (CPU)",
         evidence="config precision, fp32 GEMM share (trace), datasheet bf16/fp32 peaks",
-        fix="bf16 autocast (fp16 + GradScaler) for the run's device",
+        fix="bf16 autocast on GPUs with bf16 tensor cores (compute capability ≥ 8.0) and CPUs; fp16 autocast + GradScaler "
+            "below 8.0; says what it cannot know when the capability is unknown",
         gain="measured (`amp_bf16`, `amp_fp16`)",
-        guard='silent when autocast is on; on a CPU only when measured; measured slower → "did not help here" with why',
+        guard='silent when autocast is on; on a CPU only when measured, a slowdown explained by the measured bf16/fp32 '
+              'matmul ceilings; measured slower → "did not help here" with why',
     )
     groups = ("compute",)
     knobs = ("amp_bf16", "amp_fp16")

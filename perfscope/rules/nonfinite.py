@@ -20,7 +20,7 @@ class NonFiniteLoss(Rule):
         detects="a configuration produced inf/NaN or diverged",
         threshold="any rejected/nonfinite run (not an optimizer swap: PS503 reports those)",
         evidence="the numerics guard's verdict",
-        fix="fix the precision / compile",
+        fix="fix the precision / compile: bf16 where the device has it, else fp16 + GradScaler",
         gain="—",
         guard="only for rejected runs",
     )
