@@ -249,7 +249,8 @@ def test_knob_attributes(k):
 def test_knob_declares_real_fields_and_slices(k):
     """What other modules read from a knob must name real things: TrialConfig fields (the hooks' unknown settings,
     `active`) and breakdown slices (a finding's `addresses`)."""
-    assert k.fields and set(k.fields) <= {f.name for f in dataclasses.fields(TrialConfig)}
+    assert set(k.fields) <= {f.name for f in dataclasses.fields(TrialConfig)}  # none: it lives in knob_settings
+    assert k.settings == (k.fields or (f"knob_settings.{k.id}",))
     assert set(k.addresses) <= set(SLICES) | {"step"}
     assert k.search in ("variants", "micro_batch")
     assert not k.active(ctx().base), "the default configuration runs no knob"
