@@ -24,8 +24,8 @@ from torch import nn
 from perfscope.hooks.profiler import Profiler
 from perfscope.knobs import Knob, KnobContext, Loop, Observed, active_knobs, registered
 from perfscope.pipeline import finish
-from perfscope.results import Finding, ModelFacts
 from perfscope.report.waterfall_chart import part_fixes
+from perfscope.results import Finding, ModelFacts
 from perfscope.results.config import TrialConfig
 from perfscope.search.candidate import Candidate
 from perfscope.search.sweep import BASELINE, Sweeper, SweepOptions
