@@ -43,9 +43,6 @@ class Observed:
 
     compiled_graphs: int | None = None
     """Graphs dynamo compiled in this trial (None: not compiling, or dynamo never imported)."""
-    matmul_tf32: bool | None = None
-    """Matmul TF32 as torch reports it (None: torch cannot tell); read by the measure layer, which the run's
-    metrics record it with."""
     env: dict[str, str | None] = field(default_factory=dict)
     """The config's environment variables as this process sees them (None: unset)."""
     matmul_flops_by_dtype: dict[str, float] | None = None

@@ -1,6 +1,6 @@
 """Did the run do what its config says? A knob whose trial did not apply it was not measured.
 
-    seen = Observed(compiled_graphs=2, matmul_tf32=True, recorded={"gc_freeze": ...})   # after the timed steps
+    seen = Observed(compiled_graphs=2, recorded={"tf32": True, "gc_freeze": {...}})   # after the timed steps
     metrics.not_applied = not_applied(config, seen)          # {"tf32": "... the workload's code set it back"}
 
 Why: a trial that says "torch.compile" but ran eager, or "TF32 on" while the user's code switched it off in

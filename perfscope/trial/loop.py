@@ -177,7 +177,7 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
         matmul_tf32=matmul_tf32 if matmul_tf32 is not None else Unavailable(matmul_tf32_state().reason or "unknown"),
     ))
     seen = Observed(compiled_graphs=_compiled_graphs(compile_counters) if config.compile is not None else None,
-                    matmul_tf32=matmul_tf32_state().enabled, recorded=recorded,
+                    recorded=recorded,
                     env={k: os.environ.get(k) for k in config.env},
                     matmul_flops_by_dtype=metrics.fingerprint.matmul_flops_by_dtype if metrics.fingerprint else None)
     metrics.not_applied = not_applied(config, seen)
