@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from perfscope.hooks.profiler import Profiler
-from perfscope.knobs import Knob, KnobContext, Loop, Observed, active_knobs, registered
+from perfscope.knobs import Knob, KnobContext, Loop, Observed, active_knobs, observe_loop, registered
 from perfscope.pipeline import finish
 from perfscope.report.waterfall_chart import part_fixes
 from perfscope.results import Finding, ModelFacts
@@ -200,6 +200,20 @@ def loss(model, batch):
 def workload():
     return perfscope.Workload(model=mlp.make_model, batches=mlp.batches, loss=loss, batch_size=8)
 """
+
+
+class BrokenObserve(HostPause):
+    id = "broken_observe"
+
+    def observe(self, loop: Loop) -> dict[str, Any] | None:
+        raise RuntimeError("a plugin's bug")
+
+
+def test_a_knob_whose_observe_raises_leaves_its_setting_unknown_never_the_run():
+    with registered(BrokenObserve()), registered(CudnnBenchmark()):
+        known, unknown = observe_loop(Loop(device="cpu"))
+    assert "knob_settings.broken_observe" in unknown and "knob_settings.cudnn_benchmark" not in unknown
+    assert "broken_observe" not in known.get("knob_settings", {})
 
 
 def test_a_trial_records_what_the_knob_needs_and_names_its_setting_not_applied(tmp_path, cudnn_benchmark_restored):

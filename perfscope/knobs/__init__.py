@@ -125,19 +125,17 @@ def loader_options(config: TrialConfig) -> dict[str, Any]:
     return options
 
 
-def unobserved_fields() -> list[str]:
-    """TrialConfig fields a Profiler in the user's own loop cannot observe (`Knob.observed_by_hooks`)."""
-    return list(dict.fromkeys(f for k in REGISTRY if not k.observed_by_hooks for f in k.fields))
-
-
 def observe_loop(loop: Loop) -> tuple[dict[str, Any], list[str]]:
     """What every registered knob reads of a Profiler's loop (`Knob.observe`): the TrialConfig changes observed,
     and the settings nothing observed — a knob's own reading wins over `observed_by_hooks`; a knob with no field
-    is unknown unless it reads itself."""
+    is unknown unless it reads itself. A reading that raises is no reading: a knob never costs the user's results."""
     known: dict[str, Any] = {}
     unknown: list[str] = []
     for k in REGISTRY:
-        seen = k.observe(loop)
+        try:
+            seen = k.observe(loop)
+        except Exception:  # noqa: BLE001 - a plugin knob's bug leaves its setting unknown, never the run
+            seen = None
         if seen is not None:
             settings = {**known.get("knob_settings", {}), **seen.get("knob_settings", {})}
             known.update(seen)
@@ -149,4 +147,4 @@ def observe_loop(loop: Loop) -> tuple[dict[str, Any], list[str]]:
 
 
 __all__ = ["REGISTRY", "Knob", "KnobContext", "Loop", "ModelFacts", "Observed", "active_knobs", "knob", "knob_ids",
-           "loader_options", "observe_loop", "register", "registered", "unobserved_fields"]
+           "loader_options", "observe_loop", "register", "registered"]
