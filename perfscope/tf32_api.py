@@ -173,3 +173,37 @@ def _has_attr(obj: object, name: str) -> bool:
     except (AttributeError, RuntimeError):
         return False
     return True
+
+
+@dataclass(frozen=True)
+class MatmulTf32:
+    """The matmul TF32 state: enabled is None when torch itself refuses to tell (then `reason` says why)."""
+
+    enabled: bool | None
+    source: str
+    """Which setting decided it, e.g. 'torch.backends.cuda.matmul.fp32_precision == "tf32"'."""
+    reason: str | None = None
+
+
+def matmul_tf32() -> MatmulTf32:
+    """The current matmul TF32 state, on every torch >= 2.3; never raises. Here, not in perfscope.measure.tf32, so
+    that the tf32 knob records it at the end of a trial's window (`Knob.record`) without the measure layer."""
+    import torch
+
+    matmul = torch.backends.cuda.matmul
+    if has_new_api():
+        try:
+            precision = matmul.fp32_precision
+        except RuntimeError:  # pragma: no cover - not seen in torch 2.9-2.13; the legacy read below decides
+            precision = "none"
+        if precision == "tf32":
+            return MatmulTf32(True, 'torch.backends.cuda.matmul.fp32_precision == "tf32"')
+        if precision == "ieee":
+            return MatmulTf32(False, 'torch.backends.cuda.matmul.fp32_precision == "ieee"')
+        # "none": inherits the generic setting, i.e. the legacy flag / set_float32_matmul_precision.
+    try:
+        enabled = bool(matmul.allow_tf32)
+    except RuntimeError as exc:  # a mix of the legacy and new APIs: torch refuses to resolve it
+        first = str(exc).split(",")[0]
+        return MatmulTf32(None, "torch.backends.cuda.matmul.allow_tf32", reason=f"torch cannot tell: {first}")
+    return MatmulTf32(enabled, "torch.backends.cuda.matmul.allow_tf32")

@@ -22,7 +22,7 @@ def _config(**changes) -> TrialConfig:
 
 
 def test_a_config_the_run_followed_has_nothing_not_applied():
-    seen = Observed(compiled_graphs=3, matmul_tf32=True, gc_enabled=True, gc_frozen_objects=1200,
+    seen = Observed(compiled_graphs=3, recorded={"tf32": True, "gc_freeze": {"enabled": True, "frozen_objects": 1200}},
                     env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, matmul_flops_by_dtype={"bf16": 1e9, "fp32": 1e6})
     config = _config(compile="default", tf32=True, gc_mode="freeze", precision="bf16",
                      env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
@@ -33,9 +33,9 @@ def test_a_config_the_run_followed_has_nothing_not_applied():
 @pytest.mark.parametrize(("config", "seen", "key", "words"), [
     (_config(compile="default"), Observed(compiled_graphs=0), "compile", "compiled no graph"),
     (_config(compile="default"), Observed(compiled_graphs=None), "compile", "never ran dynamo"),
-    (_config(tf32=True), Observed(matmul_tf32=False), "tf32", "set it back"),
-    (_config(gc_mode="freeze"), Observed(gc_frozen_objects=0), "gc_mode", "gc.unfreeze()"),
-    (_config(gc_mode="disable"), Observed(gc_enabled=True), "gc_mode", "gc.enable()"),
+    (_config(tf32=True), Observed(recorded={"tf32": False}), "tf32", "set it back"),
+    (_config(gc_mode="freeze"), Observed(recorded={"gc_freeze": {"enabled": True, "frozen_objects": 0}}), "gc_mode", "gc.unfreeze()"),
+    (_config(gc_mode="disable"), Observed(recorded={"gc_freeze": {"enabled": True, "frozen_objects": 0}}), "gc_mode", "gc.enable()"),
     (_config(env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}), Observed(env={"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"}),
      "env", "max_split_size_mb:128"),
     (_config(precision="bf16"), Observed(matmul_flops_by_dtype={"fp32": 1e9}), "precision", "changed no matmul"),
@@ -47,7 +47,7 @@ def test_what_the_run_did_not_apply_is_named(config, seen, key, words):
 
 def test_unknown_state_is_not_a_violation():
     # torch cannot tell the TF32 state; the fingerprint counted no matmul: nothing to contradict the config.
-    assert not_applied(_config(tf32=True, precision="bf16"), Observed(matmul_tf32=None, matmul_flops_by_dtype={})) == {}
+    assert not_applied(_config(tf32=True, precision="bf16"), Observed(recorded={"tf32": None}, matmul_flops_by_dtype={})) == {}
 
 
 def test_compile_that_entered_frames_but_compiled_no_graph_is_not_applied():

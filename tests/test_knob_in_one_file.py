@@ -1,6 +1,8 @@
 """Adding a knob = one file + a registry line + a test row: a knob defined here, through the public registry
-alone (no edit of the config, the loop, the sweep, the rules or the report), runs in real CPU trials, is
-measured by the sweep, explained by the rules and rendered in the report.
+alone (no edit of the config, the loop, the sweep, the rules, the hooks, the waterfall or the report), runs in
+real CPU trials, is measured by the sweep, explained by the rules, linked to the MFU gap's parts and rendered in
+the report; a Profiler in the user's own loop observes it (`Knob.observe`), and a trial whose workload switched it
+back names it not applied (`Knob.record` + `Knob.not_applied`).
 
 The trials run in this process (`run_trial`, as the trial child runs them), so the knob registered here is
 the one the loop sees; a real analysis forks its trials from a process that imported the registry.
@@ -9,17 +11,28 @@ the one the loop sees; a real analysis forks its trials from a process that impo
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from perfscope.knobs import Knob, KnobContext, Observed, active_knobs, registered
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from perfscope.hooks.profiler import Profiler
+from perfscope.knobs import Knob, KnobContext, Loop, Observed, active_knobs, observe_loop, registered
 from perfscope.pipeline import finish
+from perfscope.report.waterfall_chart import part_fixes
 from perfscope.results import Finding, ModelFacts
 from perfscope.results.config import TrialConfig
+from perfscope.search.candidate import Candidate
 from perfscope.search.sweep import BASELINE, Sweeper, SweepOptions
-from perfscope.trial.applied import not_applied
+from perfscope.trial.applied import not_applied, record
+from perfscope.trial.loop import run_trial
 from perfscope.workload import load_workload
+from tests.factories import make_trial
 from tests.in_process import InProcessSession
 
 WORKLOAD = Path(__file__).parent / "workloads" / "mlp.py"
@@ -57,6 +70,48 @@ class HostPause(Knob):
 
         return pause()
 
+    def record(self, config: TrialConfig) -> Any:
+        return self.entered  # at the end of the timed window
+
+    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+        return "no micro-batch paused" if seen.recorded.get(self.id) == 0 else None
+
+
+class CudnnBenchmark(Knob):
+    """A throwaway knob whose setting is process-wide state a user's loop sets itself (readable on a CPU)."""
+
+    id = "cudnn_benchmark"
+    title = "cuDNN autotuning"
+    reference = "https://pytorch.org/docs/stable/backends.html#torch.backends.cudnn.benchmark"
+    addresses = ("conv",)
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        return "+torch.backends.cudnn.benchmark = True\n model = MyNet()"
+
+    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
+        return [{"knob_settings": {self.id: True}}]
+
+    def before_steps(self, config: TrialConfig) -> None:
+        torch.backends.cudnn.benchmark = True
+
+    def record(self, config: TrialConfig) -> Any:
+        return torch.backends.cudnn.benchmark
+
+    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+        if seen.recorded.get(self.id, True):
+            return None
+        return "cudnn.benchmark was off at the end of the timed steps: the workload's code set it back"
+
+    def observe(self, loop: Loop) -> dict[str, Any] | None:
+        return {"knob_settings": {self.id: True}} if torch.backends.cudnn.benchmark else {}
+
+
+@pytest.fixture
+def cudnn_benchmark_restored() -> Iterator[None]:
+    before = torch.backends.cudnn.benchmark
+    yield
+    torch.backends.cudnn.benchmark = before
+
 
 def test_a_knob_defined_in_one_place_is_applied_measured_explained_and_reported(tmp_path):
     workload = load_workload(WORKLOAD)
@@ -74,6 +129,7 @@ def test_a_knob_defined_in_one_place_is_applied_measured_explained_and_reported(
                                                                        trace_recommended=False)).run()
         session.results.sweep = sweep
         finish(session.results, tmp_path)
+        assert "host_pause" in part_fixes("launch")  # the MFU waterfall links it from its `addresses` (host → launch)
 
     assert knob.entered >= 2 * 8, "the loop ran the knob's context around its micro-batches"
     outcome = next(o for o in sweep.knobs if o.knob == "host_pause")
@@ -84,10 +140,13 @@ def test_a_knob_defined_in_one_place_is_applied_measured_explained_and_reported(
 
     finding: Finding = next(f for f in session.results.findings if f.trial == outcome.trial)
     assert finding.addresses == ["host"]  # the rules read the slice the knob declared
+    assert outcome.trial and not next(t for t in session.results.trials if t.name == outcome.trial).metrics.not_applied
     assert finding.title.startswith(knob.title) and finding.fix == outcome.code_change
     for report in ("report.md", "report.html"):
         text = (tmp_path / report).read_text()
         assert knob.title in text, report
+    gap_row = next(line for line in (tmp_path / "report.md").read_text().splitlines() if line.startswith("| launch & host"))
+    assert "host_pause" in gap_row  # the waterfall's "Acts on it" column, rendered
     saved = (tmp_path / "results.json").read_text()
     assert '"host_pause"' in saved and '"knob_settings"' in saved
 
@@ -99,3 +158,88 @@ def test_a_knob_the_trial_process_does_not_know_is_not_applied_never_measured():
     assert "no knob host_pause is registered" in not_applied(config, Observed())["knob_settings"]
     with registered(HostPause()):
         assert not_applied(config, Observed()) == {}
+
+
+def _profiled_loop(*, user_sets_benchmark: bool) -> TrialConfig:
+    """A user's own loop under a Profiler; returns the observed config (and its unknown settings via the trial)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch.backends.cudnn.benchmark = user_sets_benchmark  # the user's code, not perfscope, sets it
+    prof = Profiler(model, opt, device="cpu", warmup_steps=1, count_flops=False, measure_ceiling=False,
+                    sample_utilization=False, peak_tflops=1.0)
+    for _ in range(4):
+        F.cross_entropy(model(torch.randn(4, 8)), torch.randint(0, 4, (4,))).backward()
+        opt.step()
+        opt.zero_grad()
+        prof.step()
+    return prof.results().trials[0]
+
+
+def test_a_profiler_observes_a_knob_through_its_own_observe_and_leaves_the_rest_unknown(cudnn_benchmark_restored):
+    with registered(CudnnBenchmark()), registered(HostPause()):
+        on = _profiled_loop(user_sets_benchmark=True)
+        off = _profiled_loop(user_sets_benchmark=False)
+    assert on.config.knob_settings == {"cudnn_benchmark": True} and "knob_settings.cudnn_benchmark" not in on.unknown_settings
+    assert off.config.knob_settings == {} and "knob_settings.cudnn_benchmark" not in off.unknown_settings  # observed off
+    assert "knob_settings.host_pause" in on.unknown_settings  # the default `observe`: not observed, never assumed off
+    assert "cudnn_benchmark" not in [k.id for k in active_knobs(on.config)]  # the registry is left as it was
+    with registered(CudnnBenchmark()):
+        assert "cudnn_benchmark" in [k.id for k in active_knobs(on.config)]  # the observed loop runs the knob
+
+
+SWITCHES_BACK = """
+import torch
+import perfscope
+from tests.workloads import mlp
+
+def loss(model, batch):
+    torch.backends.cudnn.benchmark = False  # the user's loss undoes what the trial set before the steps
+    return mlp.loss(model, batch)
+
+def workload():
+    return perfscope.Workload(model=mlp.make_model, batches=mlp.batches, loss=loss, batch_size=8)
+"""
+
+
+class BrokenObserve(HostPause):
+    id = "broken_observe"
+
+    def observe(self, loop: Loop) -> dict[str, Any] | None:
+        raise RuntimeError("a plugin's bug")
+
+
+def test_a_knob_whose_observe_raises_leaves_its_setting_unknown_never_the_run():
+    with registered(BrokenObserve()), registered(CudnnBenchmark()):
+        known, unknown = observe_loop(Loop(device="cpu"))
+    assert "knob_settings.broken_observe" in unknown and "knob_settings.cudnn_benchmark" not in unknown
+    assert "broken_observe" not in known.get("knob_settings", {})
+
+
+def test_a_trial_records_what_the_knob_needs_and_names_its_setting_not_applied(tmp_path, cudnn_benchmark_restored):
+    (tmp_path / "switches_back.py").write_text(SWITCHES_BACK)
+    workload = load_workload(tmp_path / "switches_back.py")
+    config = TrialConfig(device="cpu", micro_batch_size=8, steps=3, warmup_steps=1, count_flops=False,
+                         sample_utilization=False, knob_settings={"cudnn_benchmark": True})
+    with registered(CudnnBenchmark()):
+        found = run_trial(workload, config).metrics.not_applied
+        assert run_trial(load_workload(WORKLOAD), config).metrics.not_applied == {}  # kept on: applied
+    assert list(found) == ["knob_settings.cudnn_benchmark"] and "set it back" in found["knob_settings.cudnn_benchmark"]
+
+
+def test_a_setting_the_workload_switched_back_is_not_applied_and_its_run_not_a_measurement(cudnn_benchmark_restored):
+    knob = CudnnBenchmark()
+    config = TrialConfig(micro_batch_size=8, knob_settings={"cudnn_benchmark": True})
+    with registered(knob):
+        knob.before_steps(config)
+        assert not_applied(config, Observed(recorded=record(active_knobs(config), config))) == {}
+        torch.backends.cudnn.benchmark = False  # the workload's loss, say, switched it back during the steps
+        found = not_applied(config, Observed(recorded=record(active_knobs(config), config)))
+        assert list(found) == ["knob_settings.cudnn_benchmark"] and "set it back" in found["knob_settings.cudnn_benchmark"]
+        trial = make_trial("cudnn_benchmark-1")
+        trial.metrics.not_applied = found
+        cand = Candidate(knob=knob, changes=knob.variants(None)[0], name="cudnn_benchmark", config=config,  # type: ignore[arg-type]
+                         knobs=["cudnn_benchmark"], first=trial)
+        assert cand.not_applied and not cand.usable  # the sweep reports it failed, never measured
+        assert "cudnn_benchmark" in part_fixes("gemm")  # conv is matmul-class: the GEMM-efficiency part
+    assert "cudnn_benchmark" not in part_fixes("gemm")  # gone with the knob

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from perfscope.knobs import REGISTRY, Knob, KnobContext, active_knobs, knob, knob_ids, loader_options, unobserved_fields
+from perfscope.knobs import REGISTRY, Knob, KnobContext, Loop, active_knobs, knob, knob_ids, loader_options, observe_loop
 from perfscope.knobs.adamw_8bit import installed_version as REAL_INSTALLED_VERSION
 from perfscope.results import Environment, ModelFacts, ModelLayout
 from perfscope.results.config import TrialConfig
@@ -249,7 +249,8 @@ def test_knob_attributes(k):
 def test_knob_declares_real_fields_and_slices(k):
     """What other modules read from a knob must name real things: TrialConfig fields (the hooks' unknown settings,
     `active`) and breakdown slices (a finding's `addresses`)."""
-    assert k.fields and set(k.fields) <= {f.name for f in dataclasses.fields(TrialConfig)}
+    assert set(k.fields) <= {f.name for f in dataclasses.fields(TrialConfig)}  # none: it lives in knob_settings
+    assert k.settings == (k.fields or (f"knob_settings.{k.id}",))
     assert set(k.addresses) <= set(SLICES) | {"step"}
     assert k.search in ("variants", "micro_batch")
     assert not k.active(ctx().base), "the default configuration runs no knob"
@@ -272,8 +273,9 @@ def test_the_loop_asks_the_registry_which_knobs_a_config_runs():
         "amp_fp16", "tf32"]  # knobs sharing a field each claim their own value
     assert loader_options(config) == {"num_workers": 2, "prefetch_factor": 4, "pin_memory": False}  # pinning: GPU only
     assert loader_options(config.replace(device="cuda"))["pin_memory"] is True
-    assert unobserved_fields() == ["optimizer_impl", "channels_last", "gc_mode", "activation_checkpointing",
-                                   "offload_activations"]
+    # What no built-in knob reads itself and the hooks cannot see (observed_by_hooks=False): unknown, never the default.
+    assert observe_loop(Loop(device="cpu")) == ({}, ["optimizer_impl", "channels_last", "gc_mode",
+                                                     "activation_checkpointing", "offload_activations"])
 
 
 @pytest.mark.parametrize("k", REGISTRY, ids=lambda k: k.id)

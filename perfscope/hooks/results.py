@@ -200,9 +200,12 @@ def trial_config(prof: RunState, micro_batch: int, accum: int) -> tuple[TrialCon
             known["prefetch_factor"] = prof.loader_config.get("prefetch_factor")
     else:
         unknown += ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor"]
-    from perfscope.knobs import unobserved_fields
+    from perfscope.knobs import Loop, observe_loop
 
-    unknown += unobserved_fields()  # the knobs a loop's observations cannot see (Knob.observed_by_hooks)
+    # Every registered knob reads its own setting (Knob.observe); what none read is unknown, never the default.
+    knob_known, knob_unknown = observe_loop(Loop(device=prof.device.type, model=prof.model, optimizer=prof.optimizer))
+    known.update(knob_known)
+    unknown = [name for name in unknown + knob_unknown if name not in knob_known]
     if prof.place is not None:
         from perfscope.hooks.distributed import data_parallel_of, ddp_settings, layout
 

@@ -6,7 +6,7 @@
 
 Everything that needs to know about knobs asks here: the sweep (which to try, and how), the trial loop and
 data set-up (`active_knobs`, `loader_options`), the rules (`knob(id).addresses`), the report
-(`Knob.config_words`) and the hooks (`unobserved_fields`). `register` adds a knob at run time (a plugin, a test).
+(`Knob.config_words`) and the hooks (`observe_loop`). `register` adds a knob at run time (a plugin, a test).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from perfscope.knobs.adafactor import Adafactor
 from perfscope.knobs.adamw_8bit import AdamW8bit
 from perfscope.knobs.allocator import ExpandableSegments
 from perfscope.knobs.amp import AmpBf16, AmpFp16
-from perfscope.knobs.base import Knob, KnobContext, ModelFacts, Observed
+from perfscope.knobs.base import Knob, KnobContext, Loop, ModelFacts, Observed
 from perfscope.knobs.channels_last import ChannelsLast
 from perfscope.knobs.checkpointing import ActivationCheckpointing
 from perfscope.knobs.compile import Compile, CompileReduceOverhead
@@ -125,10 +125,26 @@ def loader_options(config: TrialConfig) -> dict[str, Any]:
     return options
 
 
-def unobserved_fields() -> list[str]:
-    """TrialConfig fields a Profiler in the user's own loop cannot observe (`Knob.observed_by_hooks`)."""
-    return list(dict.fromkeys(f for k in REGISTRY if not k.observed_by_hooks for f in k.fields))
+def observe_loop(loop: Loop) -> tuple[dict[str, Any], list[str]]:
+    """What every registered knob reads of a Profiler's loop (`Knob.observe`): the TrialConfig changes observed,
+    and the settings nothing observed — a knob's own reading wins over `observed_by_hooks`; a knob with no field
+    is unknown unless it reads itself. A reading that raises is no reading: a knob never costs the user's results."""
+    known: dict[str, Any] = {}
+    unknown: list[str] = []
+    for k in REGISTRY:
+        try:
+            seen = k.observe(loop)
+        except Exception:  # noqa: BLE001 - a plugin knob's bug leaves its setting unknown, never the run
+            seen = None
+        if seen is not None:
+            settings = {**known.get("knob_settings", {}), **seen.get("knob_settings", {})}
+            known.update(seen)
+            if settings:
+                known["knob_settings"] = settings
+        elif not (k.fields and k.observed_by_hooks):
+            unknown += k.settings
+    return known, list(dict.fromkeys(unknown))
 
 
-__all__ = ["REGISTRY", "Knob", "KnobContext", "ModelFacts", "Observed", "active_knobs", "knob", "knob_ids", "loader_options",
-           "register", "registered", "unobserved_fields"]
+__all__ = ["REGISTRY", "Knob", "KnobContext", "Loop", "ModelFacts", "Observed", "active_knobs", "knob", "knob_ids",
+           "loader_options", "observe_loop", "register", "registered"]

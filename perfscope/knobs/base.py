@@ -38,19 +38,27 @@ from perfscope.workload import Workload
 @dataclass(frozen=True, kw_only=True)
 class Observed:
     """What the trial process actually ran with, read at the end of the timed window (perfscope.trial.applied
-    reads it; each knob's `Knob.not_applied` judges its own setting from it)."""
+    reads it; each knob's `Knob.not_applied` judges its own setting from it): facts of the run several knobs read,
+    and what each active knob recorded for itself (`Knob.record`)."""
 
     compiled_graphs: int | None = None
     """Graphs dynamo compiled in this trial (None: not compiling, or dynamo never imported)."""
-    matmul_tf32: bool | None = None
-    """Matmul TF32 as torch reports it (None: torch cannot tell)."""
-    gc_enabled: bool = True
-    gc_frozen_objects: int = 0
-    """gc.get_freeze_count(): objects in the permanent generation."""
     env: dict[str, str | None] = field(default_factory=dict)
     """The config's environment variables as this process sees them (None: unset)."""
     matmul_flops_by_dtype: dict[str, float] | None = None
     """Matmul FLOPs by input dtype from the structural fingerprint (None: not counted)."""
+    recorded: dict[str, Any] = field(default_factory=dict)
+    """Knob id -> what its `Knob.record` returned at the end of the timed window (absent: nothing recorded)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Loop:
+    """What a Profiler in the user's own loop shows a knob (`Knob.observe`): the objects it was given."""
+
+    device: str
+    """The loop's device type ("cpu" | "cuda")."""
+    model: Any = None
+    optimizer: Any = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,7 +106,8 @@ class Knob:
     reference: ClassVar[str] = ""
     fields: ClassVar[tuple[str, ...]] = ()
     """The TrialConfig fields its variants set: `active` reads them, the report names them, and a Profiler in
-    the user's own loop lists them as unknown when `observed_by_hooks` is False."""
+    the user's own loop lists them as unknown when `observed_by_hooks` is False. Empty: the knob's setting lives in
+    ``TrialConfig.knob_settings[id]`` (`settings` names it either way)."""
     addresses: ClassVar[tuple[str, ...]] = ()
     """The slices of the step-time breakdown (keys of perfscope.results.breakdown.SLICES, "step" for all) it
     acts on: a finding about it says which part of the step it can shrink. Empty for memory knobs."""
@@ -110,8 +119,12 @@ class Knob:
     """A micro-batch-search knob: its point is the fastest that keeps the user's global batch (accumulation
     traded for micro-batch) and it joins the recommendation last; False: the fastest point overall."""
     observed_by_hooks: ClassVar[bool] = True
-    """False when a Profiler in the user's loop cannot see its setting (a checkpointed block looks like any
-    other): its `fields` are then the run's unknown settings."""
+    """For a knob with `fields`: True when the hooks' own reading of the loop settles them (precision, compile,
+    TF32, the DataLoader, the wrapper); False when nothing can (a checkpointed block looks like any other). A knob
+    whose `observe` returns a reading is observed either way; one with no `fields` only through `observe`."""
+    gap_parts: ClassVar[tuple[str, ...]] = ()
+    """Parts of the MFU waterfall (keys of perfscope.results.waterfall.PARTS) it acts on beyond those its
+    `addresses` reach: a part with no slice of the step (activation checkpointing's "recompute")."""
     builds_on: ClassVar[str | None] = None
     """Id of a knob this one refines (persistent_workers needs dataloader_workers). When the baseline does not
     satisfy `prerequisite_met`, the sweep measures this knob on top of that knob's best variant, and stacks it
@@ -131,6 +144,12 @@ class Knob:
     traced: ClassVar[bool] = False
     """True when what the knob costs is read from a profiler trace (offloading's PCIe copies): the sweep traces
     its first run, after the timed window as always."""
+
+    @property
+    def settings(self) -> tuple[str, ...]:
+        """Where its setting lives in a TrialConfig: its `fields`, else ``knob_settings.<id>``. The keys of
+        `Trial.unknown_settings` and `TrialMetrics.not_applied` for this knob."""
+        return self.fields or (f"knob_settings.{self.id}",)
 
     def compatible(self, config: TrialConfig) -> bool:
         """False when the knob's settings cannot be applied on top of ``config`` (a DDP bucket size on an FSDP2
@@ -228,9 +247,22 @@ class Knob:
         """A loss scaler the step scales backward and steps the optimizer through (fp16's GradScaler)."""
         return None
 
+    def record(self, config: TrialConfig) -> Any:
+        """What `not_applied` needs, read at the end of the timed window, still inside the window contexts (the
+        process state the steps left: gc.get_freeze_count()); kept in ``Observed.recorded[id]``. None: nothing."""
+        return None
+
     def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
         """Why the run did not run with this knob after all, from what the trial saw at the end of its timed
         steps (perfscope.trial.applied: the user's code switched it back); None when it did, or cannot tell."""
+        return None
+
+    # ------------------------------------------------------- a Profiler in the user's own loop (perfscope.hooks)
+
+    def observe(self, loop: Loop) -> dict[str, Any] | None:
+        """Its setting as the user's loop runs it, read when the Profiler builds its results: TrialConfig changes
+        as `variants` writes them (``{}``: observed, at its default). None: not observed, so `settings` are the
+        run's unknown settings (a knob with `fields` and `observed_by_hooks` is read by the hooks themselves)."""
         return None
 
 

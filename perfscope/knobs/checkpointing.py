@@ -22,6 +22,7 @@ class ActivationCheckpointing(Knob):
     observed_by_hooks = False
     frees = "activations"
     cost = "recompute"
+    gap_parts = ("recompute",)  # the FLOPs done again (HFU − MFU): no slice of the step holds them
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return checkpoint_change()

@@ -40,10 +40,18 @@ class GcFreeze(Knob):
     def window_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
         return gc_mode(config.gc_mode)
 
+    def record(self, config: TrialConfig) -> Any:
+        import gc
+
+        return {"enabled": gc.isenabled(), "frozen_objects": gc.get_freeze_count()}  # inside the GC mode's context
+
     def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
-        if config.gc_mode == "freeze" and seen.gc_frozen_objects == 0:
+        state = seen.recorded.get(self.id)
+        if state is None:
+            return None
+        if config.gc_mode == "freeze" and state["frozen_objects"] == 0:
             return "gc.freeze() was undone during the timed steps (no frozen objects left: the workload called gc.unfreeze())"
-        if config.gc_mode == "disable" and seen.gc_enabled:
+        if config.gc_mode == "disable" and state["enabled"]:
             return "the garbage collector was enabled again during the timed steps (the workload called gc.enable())"
         return None
 

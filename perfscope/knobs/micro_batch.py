@@ -19,6 +19,7 @@ class MicroBatch(Knob):
     reference = "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"
     fields = ("micro_batch_size", "grad_accum_steps")
     addresses = ("step",)
+    gap_parts = ("idle", "gemm")  # larger GEMMs run nearer their peak, fewer launches leave the device idle
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return ("-loader = DataLoader(ds, batch_size=B)\n"

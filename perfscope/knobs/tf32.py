@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from perfscope.knobs.base import Knob, KnobContext
 from perfscope.results.config import TrialConfig
 from perfscope.snippets import tf32_change
-from perfscope.tf32_api import set_matmul_tf32, tf32_api
+from perfscope.tf32_api import matmul_tf32, set_matmul_tf32, tf32_api
 
 if TYPE_CHECKING:
     from perfscope.knobs.base import Observed
@@ -50,8 +50,12 @@ class Tf32(Knob):
         # After the user's file and model factory ran: tf32=None (inactive) keeps, and the loop records, their setting.
         set_matmul_tf32(bool(config.tf32))
 
+    def record(self, config: TrialConfig) -> Any:
+        return matmul_tf32().enabled  # None: torch cannot tell
+
     def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
-        if seen.matmul_tf32 is None or seen.matmul_tf32 == config.tf32:
+        enabled = seen.recorded.get(self.id)
+        if enabled is None or enabled == config.tf32:
             return None
         return (f"the trial set matmul TF32 {'on' if config.tf32 else 'off'} but it was "
-                f"{'on' if seen.matmul_tf32 else 'off'} at the end of the timed steps: the workload's code set it back")
+                f"{'on' if enabled else 'off'} at the end of the timed steps: the workload's code set it back")

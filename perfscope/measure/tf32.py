@@ -16,13 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-
-import torch
 
 from perfscope.tf32_api import (
+    MatmulTf32,
     Tf32Snapshot,
     has_new_api,
+    matmul_tf32,
     restore_matmul_tf32,
     set_matmul_tf32,
     snapshot_matmul_tf32,
@@ -30,37 +29,6 @@ from perfscope.tf32_api import (
 
 __all__ = ["MatmulTf32", "Tf32Snapshot", "apply_matmul_tf32", "has_new_api", "matmul_tf32", "matmul_tf32_as",
            "matmul_tf32_enabled", "restore_matmul_tf32", "set_matmul_tf32", "snapshot_matmul_tf32"]
-
-
-@dataclass(frozen=True)
-class MatmulTf32:
-    """The matmul TF32 state: enabled is None when torch itself refuses to tell (then `reason` says why)."""
-
-    enabled: bool | None
-    source: str
-    """Which setting decided it, e.g. 'torch.backends.cuda.matmul.fp32_precision == "tf32"'."""
-    reason: str | None = None
-
-
-def matmul_tf32() -> MatmulTf32:
-    """The current matmul TF32 state, on every torch >= 2.3; never raises."""
-    matmul = torch.backends.cuda.matmul
-    if has_new_api():
-        try:
-            precision = matmul.fp32_precision
-        except RuntimeError:  # pragma: no cover - not seen in torch 2.9-2.13; the legacy read below decides
-            precision = "none"
-        if precision == "tf32":
-            return MatmulTf32(True, 'torch.backends.cuda.matmul.fp32_precision == "tf32"')
-        if precision == "ieee":
-            return MatmulTf32(False, 'torch.backends.cuda.matmul.fp32_precision == "ieee"')
-        # "none": inherits the generic setting, i.e. the legacy flag / set_float32_matmul_precision.
-    try:
-        enabled = bool(matmul.allow_tf32)
-    except RuntimeError as exc:  # a mix of the legacy and new APIs: torch refuses to resolve it
-        first = str(exc).split(",")[0]
-        return MatmulTf32(None, "torch.backends.cuda.matmul.allow_tf32", reason=f"torch cannot tell: {first}")
-    return MatmulTf32(enabled, "torch.backends.cuda.matmul.allow_tf32")
 
 
 def matmul_tf32_enabled() -> bool | None:

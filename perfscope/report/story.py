@@ -98,7 +98,7 @@ def settings_words(config: TrialConfig, unknown: list[str] | None = None) -> lis
     observe (``unknown``) left out."""
     unknown = unknown or []
     ordered = sorted(knobs.REGISTRY, key=lambda k: k.search == "variants")  # the micro-batch first
-    words = [w for k in ordered if not set(k.fields) & set(unknown) and (w := k.config_words(config))]
+    words = [w for k in ordered if not set(k.settings) & set(unknown) and (w := k.config_words(config))]
     return list(dict.fromkeys(words))
 
 

@@ -7,20 +7,24 @@
 Why bars with a ``base`` and not plotly's waterfall trace: the report inlines plotly.js's basic bundle (scatter,
 bar, pie; perfscope/report/vendor/README.md), which does not register the waterfall trace type; a floating
 bar (``base`` = the level the step ends at) draws the same chart with the bundle the page already carries.
-Each part names the ranked fixes (#N) that act on it: a finding whose rule or knob the part links to, or whose
-`addresses` are the part's slices of the step.
+Each part names the ranked fixes (#N) that act on it: a finding whose rule or knob acts on the part (`part_fixes`:
+derived from the rules' and knobs' own `addresses` and `gap_parts`, never listed here), or whose `addresses` are
+the part's slices of the step.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
+from perfscope import knobs
 from perfscope.report.charts.base import BLUE, FONT, GREEN, GREY, ORANGE, PURPLE, RED, TEAL, Chart
 from perfscope.report.escaping import plotly_text
 from perfscope.report.format import fmt_seconds
 from perfscope.results import Results
-from perfscope.results.waterfall import MfuWaterfall, WaterfallPart, mfu_waterfall
+from perfscope.results.waterfall import PARTS, MfuWaterfall, WaterfallPart, mfu_waterfall
+from perfscope.rules import all_rules
 
 GROUP_COLORS = {"host idle": ORANGE, "exposed communication": PURPLE, "non-GEMM kernels": TEAL, "GEMM efficiency": RED,
                 "recompute": "#9D755D", "padding": "#9D755D", "not split": GREY, "residual": GREY}
@@ -53,15 +57,27 @@ class WaterfallView:
     chart: Chart | None = None
 
 
+def part_fixes(key: str) -> tuple[str, ...]:
+    """The rule and knob ids that act on a part: their `addresses` meet its slices, or their `gap_parts` name it."""
+    return _part_fixes(key, tuple(k.id for k in knobs.REGISTRY))  # a knob registered at run time shows at once
+
+
+@cache
+def _part_fixes(key: str, knob_ids: tuple[str, ...]) -> tuple[str, ...]:
+    slices = set(PARTS[key].slices)
+    actors = [*all_rules(), *(knobs.knob(i) for i in knob_ids)]
+    return tuple(a.id for a in actors if set(a.addresses) & slices or key in a.gap_parts)
+
+
 def _marks(wf: MfuWaterfall, findings: list[Any], knob_of: dict[str, str]) -> dict[str, list[int]]:
     """Part key -> ranks of the findings that act on it (``findings``: the report's FindingViews)."""
     out: dict[str, list[int]] = {}
     for p in wf.parts:
         if p.points is None:
             continue
-        spec = p.spec
+        spec, fixes = p.spec, part_fixes(p.key)
         hits = [f.rank for f in findings
-                if f.rule_id in spec.fixes or knob_of.get(f.trial, "") in spec.fixes or set(f.addresses_keys) & set(spec.slices)]
+                if f.rule_id in fixes or knob_of.get(f.trial, "") in fixes or set(f.addresses_keys) & set(spec.slices)]
         if hits:
             out[p.key] = sorted(set(hits))
     return out
@@ -74,7 +90,7 @@ def _points(p: WaterfallPart) -> str:
 
 
 def _fixes(p: WaterfallPart) -> str:
-    return ", ".join(p.spec.fixes) if p.spec.fixes else p.spec.no_fix
+    return "; ".join(words for words in (", ".join(part_fixes(p.key)), p.spec.no_fix) if words)
 
 
 def waterfall_view(results: Results, findings: list[Any] | None = None) -> WaterfallView | None:

@@ -51,35 +51,28 @@ TOLERANCE_POINTS = 2.0
 
 @dataclass(frozen=True, kw_only=True)
 class PartSpec:
-    """What a part is and what acts on it: rule ids (perfscope.rules) and knob ids (perfscope.knobs)."""
+    """What a part is. What acts on it is derived by the report (perfscope.report.waterfall_chart.part_fixes):
+    the rules and knobs whose `addresses` meet its `slices`, or that name it in their `gap_parts`."""
 
     label: str
     group: str
     slices: tuple[str, ...]
     """Keys of perfscope.results.breakdown.SLICES this part's time is (a finding's `addresses` act on it)."""
-    fixes: tuple[str, ...] = ()
     no_fix: str = ""
-    """Why nothing is linked, where nothing is."""
+    """Why nothing acts on it: a part no slice, rule or knob can reach."""
 
 
 PARTS: dict[str, PartSpec] = {
-    "data_wait": PartSpec(label="data wait", group="host idle", slices=("data_wait",),
-                          fixes=("PS201", "PS701", "dataloader_workers", "prefetch_factor", "persistent_workers")),
-    "sync": PartSpec(label="sync (host waits on the device)", group="host idle", slices=("sync",),
-                     fixes=("PS302", "PS202", "pin_memory")),
-    "launch": PartSpec(label="launch & host overhead", group="host idle", slices=("launch", "host"),
-                       fixes=("PS301", "PS602", "compile_reduce_overhead", "compile", "gc_freeze")),
-    "idle": PartSpec(label="other device idle", group="host idle", slices=("idle",),
-                     fixes=("PS501", "micro_batch")),
-    "communication": PartSpec(label="exposed communication", group="exposed communication", slices=("communication",),
-                              fixes=("PS801", "PS802", "no_sync_accumulation", "ddp_bucket_cap", "grad_compression")),
-    "non_gemm": PartSpec(label="non-GEMM kernels", group="non-GEMM kernels", slices=NON_GEMM,
-                         fixes=("PS303", "compile", "fused_optimizer", "PS202")),
-    "gemm": PartSpec(label="GEMM efficiency", group="GEMM efficiency", slices=MATMUL,
-                     fixes=("PS101", "PS102", "PS401", "amp_bf16", "amp_fp16", "tf32", "channels_last", "micro_batch")),
+    "data_wait": PartSpec(label="data wait", group="host idle", slices=("data_wait",)),
+    "sync": PartSpec(label="sync (host waits on the device)", group="host idle", slices=("sync",)),
+    "launch": PartSpec(label="launch & host overhead", group="host idle", slices=("launch", "host")),
+    "idle": PartSpec(label="other device idle", group="host idle", slices=("idle",)),
+    "communication": PartSpec(label="exposed communication", group="exposed communication", slices=("communication",)),
+    "non_gemm": PartSpec(label="non-GEMM kernels", group="non-GEMM kernels", slices=NON_GEMM),
+    "gemm": PartSpec(label="GEMM efficiency", group="GEMM efficiency", slices=MATMUL),
     "ceiling": PartSpec(label="measured matmul ceiling below the peak", group="GEMM efficiency", slices=(),
                         no_fix="the device's own best matmul stays below its datasheet peak here: no code change closes it"),
-    "recompute": PartSpec(label="recompute (HFU − MFU)", group="recompute", slices=(), fixes=("activation_checkpointing",)),
+    "recompute": PartSpec(label="recompute (HFU − MFU)", group="recompute", slices=()),
     "padding": PartSpec(label="padding", group="padding", slices=(),
                         no_fix="not measured, so nothing to act on (see the part's reason)"),
     "unsplit": PartSpec(label="compute below peak, not split", group="not split", slices=("compute",),
@@ -112,10 +105,6 @@ class WaterfallPart:
     @property
     def label(self) -> str:
         return self.name or self.spec.label
-
-    @property
-    def fixes(self) -> tuple[str, ...]:
-        return self.spec.fixes
 
 
 @dataclass(frozen=True, kw_only=True)

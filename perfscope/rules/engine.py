@@ -100,6 +100,9 @@ class Rule:
     addresses: ClassVar[tuple[str, ...]] = ()
     """Slices of the step-time breakdown its fix acts on (perfscope.results.breakdown.SLICES keys); the engine puts
     them on every finding of the rule that does not name its own. Empty: the fix acts on memory or numerics."""
+    gap_parts: ClassVar[tuple[str, ...]] = ()
+    """Parts of the MFU waterfall (perfscope.results.waterfall.PARTS keys) its fix acts on beyond those its
+    `addresses` reach (a "step"-wide fix: the parts it shrinks most)."""
 
     def check(self, ctx: RuleContext) -> list[Finding]:
         raise NotImplementedError

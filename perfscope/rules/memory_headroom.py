@@ -30,6 +30,7 @@ class MemoryHeadroom(Rule):
     groups = ("memory",)
     knobs = ("micro_batch",)
     addresses = ("step",)
+    gap_parts = ("idle",)  # a larger micro-batch fills the device's idle gaps between small kernels
     threshold: float = 0.5
     """Fire when peak memory is below this share of device capacity."""
     usable: float = 0.9

@@ -90,7 +90,8 @@ class Candidate:
     def not_applied(self) -> str | None:
         """Why its run did not run with the knob's own setting (perfscope.trial.applied); None when it did."""
         metrics = self.first.metrics if self.first is not None else None
-        hits = [why for key, why in (metrics.not_applied.items() if metrics is not None else ()) if key in self.changes]
+        own = {*self.changes, *(f"knob_settings.{k}" for k in self.changes.get("knob_settings", {}))}
+        hits = [why for key, why in (metrics.not_applied.items() if metrics is not None else ()) if key in own]
         return "; ".join(hits) or None
 
     @property

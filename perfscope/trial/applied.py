@@ -1,6 +1,6 @@
 """Did the run do what its config says? A knob whose trial did not apply it was not measured.
 
-    seen = Observed(compiled_graphs=2, matmul_tf32=True, gc_enabled=gc.isenabled(), ...)   # after the timed steps
+    seen = Observed(compiled_graphs=2, recorded={"tf32": True, "gc_freeze": {...}})   # after the timed steps
     metrics.not_applied = not_applied(config, seen)          # {"tf32": "... the workload's code set it back"}
 
 Why: a trial that says "torch.compile" but ran eager, or "TF32 on" while the user's code switched it off in
@@ -12,25 +12,32 @@ Compile that compiled nothing is caught earlier still (before the window, `Compi
 
 from __future__ import annotations
 
-from perfscope.knobs import Observed, active_knobs
+from typing import Any
+
+from perfscope.knobs import Knob, Observed, active_knobs
 from perfscope.knobs.compile import compile_not_applied
 from perfscope.results.config import TrialConfig
 
-__all__ = ["Observed", "compile_not_applied", "not_applied"]
+__all__ = ["Observed", "compile_not_applied", "not_applied", "record"]
 """Observed is defined with the Knob interface (perfscope.knobs.base: `Knob.not_applied` reads it); the trial
 fills it in, and these names are the trial's."""
+
+
+def record(knobs: list[Knob], config: TrialConfig) -> dict[str, Any]:
+    """What each of ``knobs`` records for its `Knob.not_applied` at the end of the timed window."""
+    return {k.id: value for k in knobs if (value := k.record(config)) is not None}
 
 
 def not_applied(config: TrialConfig, seen: Observed) -> dict[str, str]:
     """TrialConfig field -> why this run did not run with it (empty: it did everything its config says).
 
-    Each active knob judges its own setting (`Knob.not_applied`), keyed by its first field (``knob_settings`` for a
-    knob with none); the environment is checked here, whoever set it (a knob or the user)."""
+    Each active knob judges its own setting (`Knob.not_applied`), keyed by its first setting (``knob_settings.<id>``
+    for a knob with no field); the environment is checked here, whoever set it (a knob or the user)."""
     out: dict[str, str] = {}
     knobs = active_knobs(config)
     for knob in knobs:
         if (why := knob.not_applied(config, seen)) is not None:
-            out[knob.fields[0] if knob.fields else "knob_settings"] = why
+            out[knob.settings[0]] = why
     if orphans := sorted(set(config.knob_settings) - {k.id for k in knobs}):
         # A knob registered at run time in the analyze process is unknown to a trial process started afresh.
         out["knob_settings"] = (f"no knob {', '.join(orphans)} is registered in the trial process: its setting was "

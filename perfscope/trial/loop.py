@@ -22,7 +22,6 @@ Exceptions propagate: the trial process classifies them (OOM, error).
 
 from __future__ import annotations
 
-import gc
 import math
 import os
 import statistics
@@ -47,7 +46,7 @@ from perfscope.measure.window import WindowRecorder
 from perfscope.results import TrialMetrics
 from perfscope.results.config import TrialConfig
 from perfscope.results.fingerprint import Fingerprint
-from perfscope.trial.applied import Observed, compile_not_applied, not_applied
+from perfscope.trial.applied import Observed, compile_not_applied, not_applied, record
 from perfscope.trial.data_parallel import agree_on_steps, local_optimizer
 from perfscope.trial.optimizers import optimizer_name
 from perfscope.trial.prefetch import drain_prefetch
@@ -154,7 +153,7 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
                 recorder.step_end(samples=config.samples_per_step, micro_steps=config.grad_accum_steps)
         window = recorder.finish()
         tokens, step.window_tokens = step.window_tokens, None
-        gc_enabled, gc_frozen = gc.isenabled(), gc.get_freeze_count()  # inside the GC mode: what the steps ran with
+        recorded = record(step.knobs, config)  # inside the knobs' window contexts: what the steps ran with
     frames_after = _compiled_frames()
     peak_allocated, peak_reserved = memory.device_peaks(device)
     peaks = MemoryPeaks(device_type=device, allocated=peak_allocated, reserved=peak_reserved,
@@ -178,7 +177,7 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
         matmul_tf32=matmul_tf32 if matmul_tf32 is not None else Unavailable(matmul_tf32_state().reason or "unknown"),
     ))
     seen = Observed(compiled_graphs=_compiled_graphs(compile_counters) if config.compile is not None else None,
-                    matmul_tf32=matmul_tf32_state().enabled, gc_enabled=gc_enabled, gc_frozen_objects=gc_frozen,
+                    recorded=recorded,
                     env={k: os.environ.get(k) for k in config.env},
                     matmul_flops_by_dtype=metrics.fingerprint.matmul_flops_by_dtype if metrics.fingerprint else None)
     metrics.not_applied = not_applied(config, seen)
