@@ -52,6 +52,7 @@ from perfscope.hooks.arguments import check_arguments, resolve_device
 from perfscope.hooks.capture import CaptureWindow
 from perfscope.hooks.flopstep import FlopStep
 from perfscope.hooks.framework import DATA_SPAN, FrameworkCalls
+from perfscope.hooks.loggers import Loggers, as_loggers
 from perfscope.hooks.ondemand import LiveControl
 from perfscope.hooks.pausing import Pausing
 from perfscope.hooks.sampling import BoundedSampler
@@ -109,6 +110,8 @@ class Profiler(FrameworkCalls, Pausing, Handover):
             (every rank must call save(); a rank that has not reported by then is named in the results).
         live: accept `perfscope capture` requests from the first timed step (SIGUSR2 where it is free; a path: a
             control folder the ranks share, read every 0.5 s; PERFSCOPE_LIVE_DIR too); False: none.
+        loggers: write perfscope's figures every 50 timed steps and at save() to TensorBoard (a SummaryWriter),
+            W&B (a Run, "wandb") or MLflow ("mlflow", a Run); `Loggers([...], every=N)` for another interval.
         enabled: False (or PERFSCOPE_DISABLE=1 in the environment) makes every call a near-free no-op.
         clock: the boundary and host clock (default: the device's; perfscope.measure.clock), e.g. a test's simulated one.
     """
@@ -137,6 +140,7 @@ class Profiler(FrameworkCalls, Pausing, Handover):
         flush_every: int = 50,
         gather_timeout_s: float = 300.0,
         live: bool | str | os.PathLike[str] = True,
+        loggers: Loggers | Iterable[Any] = (),
         enabled: bool = True,
         clock: Clock | None = None,
     ) -> None:
@@ -207,6 +211,10 @@ class Profiler(FrameworkCalls, Pausing, Handover):
         self._declared: dict[str, Any] = {}
         shared = os.environ.get("PERFSCOPE_LIVE_DIR") or None if live is True else live or None
         self._live = LiveControl(shared, rank=int(os.environ.get("RANK", "0")), enabled=live is not False)
+        self._loggers = as_loggers(loggers, device=self.device, peak_tflops=peak_tflops,
+                                   flops_per_step=lambda: self.user_flops_per_step or (self._flop.flops or (None,))[0])
+        feed = [c.add for c in (self._loggers,) if c is not None]  # what else reads each timed step as it is read
+        self._on_record = self._reservoir.add if not feed else lambda r: [f(r) for f in (self._reservoir.add, *feed)]
 
     # ----------------------------------------------------------------------------- public, hot path
 
@@ -434,7 +442,7 @@ class Profiler(FrameworkCalls, Pausing, Handover):
         from perfscope.measure.window import WindowRecorder
 
         handle = self._sampler.nvml_handle if self._sampler is not None else None
-        self._recorder = WindowRecorder(self._clock, on_step=self._reservoir.add, nvml_handle=handle,
+        self._recorder = WindowRecorder(self._clock, on_step=self._on_record, nvml_handle=handle,
                                         flush_every=self.flush_every, first_index=self._step_index)
         self._recorder.start()
 

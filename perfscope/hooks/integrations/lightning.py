@@ -70,8 +70,25 @@ def trainer_settings(trainer: Any) -> tuple[str | None, dict[str, Any]]:
     return precision, {k: v for k, v in declared.items() if v is not None}
 
 
+def trainer_loggers(trainer: Any) -> list[Any]:
+    """The experiments of the Trainer's TensorBoard, W&B and MLflow loggers, that perfscope's figures go to as well
+    (rank 0's: Lightning's loggers write from rank 0 only). perfscope.hooks.loggers has the names."""
+    if (getattr(trainer, "global_rank", 0) or 0) != 0:
+        return []
+    found: list[Any] = []
+    for logger in getattr(trainer, "loggers", None) or []:
+        kind = type(logger).__name__
+        if kind in ("TensorBoardLogger", "WandbLogger"):
+            found.append(logger.experiment)  # a SummaryWriter; a wandb Run
+        elif kind == "MLFlowLogger":
+            found.append((logger.experiment, logger.run_id))  # an MlflowClient and the logger's run
+    return found
+
+
 class PerfscopeCallback(pl.Callback):
-    """Profiles `trainer.fit`; ``profiler_kwargs`` go to perfscope.Profiler (name, warmup_steps, capture_steps, ...)."""
+    """Profiles `trainer.fit`; ``profiler_kwargs`` go to perfscope.Profiler (name, warmup_steps, capture_steps, ...).
+
+    perfscope's figures go to the Trainer's TensorBoard, W&B and MLflow loggers too (``loggers=[]`` to keep them out)."""
 
     def __init__(self, out_dir: str | os.PathLike[str] = "perfscope-run", **profiler_kwargs: Any) -> None:
         super().__init__()
@@ -89,7 +106,8 @@ class PerfscopeCallback(pl.Callback):
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         precision, declared = trainer_settings(trainer)
         optimizers = getattr(trainer, "optimizers", None) or [None]
-        kwargs = {"device": pl_module.device, "name": type(pl_module).__name__, "precision": precision, **self.profiler_kwargs}
+        kwargs = {"device": pl_module.device, "name": type(pl_module).__name__, "precision": precision,
+                  "loggers": trainer_loggers(trainer), **self.profiler_kwargs}
         self.profiler = prof = Profiler(pl_module, optimizer=optimizers[0], **kwargs)
         self.folder = claim_fit_folder(self.out_dir, rank=getattr(trainer, "global_rank", 0) or 0,
                                        world_size=getattr(trainer, "world_size", 1) or 1, job=prof.rank_place is not None)
