@@ -1,4 +1,4 @@
-"""`python live_job.py WORKDIR [--live DIR] [--slow-from K] [--watch]`: a training loop that runs until WORKDIR/stop
+"""`python live_job.py WORKDIR [--live DIR] [--slow-from K] [--wait S] [--compute S] [--watch]`: a training loop that runs until WORKDIR/stop
 appears, with perfscope.Profiler as a user writes it, for `perfscope capture` and the watch to act on.
 
 Run by tests/test_live.py. Its loader injects a data wait: every batch sleeps DATA_WAIT_S (from step K on with
@@ -53,6 +53,7 @@ def main() -> None:
     parser.add_argument("--slow-from", type=int, default=None)
     parser.add_argument("--wait", type=float, default=DATA_WAIT_S)
     parser.add_argument("--watch", action="store_true")
+    parser.add_argument("--compute", type=float, default=0.0, help="seconds each step sleeps besides its compute")
     args = parser.parse_args()
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
     torch.set_num_threads(1)
@@ -66,6 +67,7 @@ def main() -> None:
     steps = args.work / "steps"
     for x, y in prof.wrap(batches(args.work, args.slow_from, args.wait)):
         F.cross_entropy(model(x), y).backward()
+        time.sleep(args.compute)
         opt.step()
         opt.zero_grad(set_to_none=True)
         prof.step()

@@ -1,7 +1,7 @@
 """On-demand capture of a running hooked loop: `perfscope capture PID` (or a request file) → a trace of its next steps.
 
-    live = LiveControl(control=None, rank=0)     # the Profiler makes it; start() at the first timed step
-    live.start(lambda: steps_seen)               # registers the process, installs the signal handler or a poller
+    live = LiveControl(None, rank=0, steps=lambda: steps_seen)   # the Profiler's
+    live.start()                                 # at the first timed step: registers, installs a signal handler or poller
     if live.flag: live.end_of_step(k)            # at each step boundary, the Profiler: one attribute read
     if live.flag: live.take(k + 1)               # otherwise; take() before deciding whether step k+1 is timed
     if live.flag: live.begin(k + 1, "cuda")      # (covers()), begin() after: the profiler starts in step k+1
@@ -75,8 +75,8 @@ def _remove_if_empty(folder: Path) -> None:
 class LiveControl:
     """One profiler's end of the protocol: see the module docstring."""
 
-    def __init__(self, control: str | os.PathLike[str] | None, *, rank: int, poll_s: float = 0.5,
-                 enabled: bool = True) -> None:
+    def __init__(self, control: str | os.PathLike[str] | None, *, rank: int, steps: Callable[[], int],
+                 poll_s: float = 0.5, enabled: bool = True) -> None:
         self.flag = False
         """A request may be waiting, or a capture runs: the only thing the loop reads between captures."""
         self.enabled = enabled
@@ -89,26 +89,27 @@ class LiveControl:
         self._requested_step = self._last_ended = 0
         self._done: set[str] = set()
         self._status: p.Status | None = None
-        self._steps: Callable[[], int] = lambda: 0
+        self._steps = steps
+        """The optimizer steps the loop has completed (the Profiler's count)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._seen_mtime = 0.0
 
     # ------------------------------------------------------------------------------------ lifecycle
 
-    def start(self, steps: Callable[[], int]) -> None:
+    def start(self) -> None:
         """Register this process and start listening (a signal, or a poller); a failure is one warning."""
         if not self.enabled or self._status is not None:
             return
         try:
-            self._start(steps)
+            self._start()
         except Exception as exc:  # noqa: BLE001 - capture on demand is a convenience, never the job's problem
             self.enabled = False
             warnings.warn(f"perfscope: on-demand capture unavailable ({type(exc).__name__}: {exc})", RuntimeWarning,
                           stacklevel=4)
 
-    def _start(self, steps: Callable[[], int]) -> None:
-        self._steps = steps
+    def _start(self) -> None:
+        steps = self._steps
         sig = _install(name) if (name := signal_name()) else None
         polling = self.shared or sig is None
         self._status = p.Status(pid=self.pid, host=self.host, rank=self.rank, control=str(self.control), signal=sig,
@@ -167,6 +168,9 @@ class LiveControl:
     def begin(self, k: int, device_type: str) -> bool:
         """Start the profiler when step ``k`` is the window's first (its warm-up step); True when it started."""
         window = self.window
+        if window is not None and not window.running and k > window.first:  # its first step went by: the next ones
+            start, stop = window.capture_steps
+            window = self.window = CaptureWindow((k + 1, k + 1 + stop - start), window.trace_dir)
         if window is None or window.running or k != window.first:
             return False
         try:
@@ -176,6 +180,15 @@ class LiveControl:
         except Exception as exc:  # noqa: BLE001
             self._fail(exc)
         return False
+
+    def capture_now(self, steps: int, trace_dir: Path) -> bool:
+        """A capture asked from inside the process (the watch): from the step after the next boundary, into
+        ``trace_dir``, answered to no one; False when one already runs or waits."""
+        if self.window is not None:
+            return False
+        first = self._steps() + 2  # whether the boundary of the step in progress has been counted yet or not
+        self.window, self.request, self.flag = CaptureWindow((first, first + steps), trace_dir), None, True
+        return True
 
     def end_of_step(self, k: int) -> None:
         """Step ``k`` ended: the running capture records it, and answers after its last step. Never raises."""

@@ -59,6 +59,7 @@ from perfscope.hooks.sampling import BoundedSampler
 from perfscope.hooks.state import Handover
 from perfscope.hooks.tally import Reservoir as _Reservoir  # the name tests and older code import
 from perfscope.hooks.tally import StepTally
+from perfscope.hooks.watch import WatchConfig, as_watch
 from perfscope.measure.samples import leading_dim  # re-exported: the integrations count samples the same way
 
 if TYPE_CHECKING:
@@ -110,6 +111,8 @@ class Profiler(FrameworkCalls, Pausing, Handover):
             (every rank must call save(); a rank that has not reported by then is named in the results).
         live: accept `perfscope capture` requests from the first timed step (SIGUSR2 where it is free; a path: a
             control folder the ranks share, read every 0.5 s; PERFSCOPE_LIVE_DIR too); False: none.
+        watch: catch a lasting step-time shift (a change-point test), log one warning, write what changed and trace
+            the steps after it (perfscope.hooks.watch; WatchConfig or its fields as a dict to tune it).
         loggers: write perfscope's figures every 50 timed steps and at save() to TensorBoard (a SummaryWriter),
             W&B (a Run, "wandb") or MLflow ("mlflow", a Run); `Loggers([...], every=N)` for another interval.
         enabled: False (or PERFSCOPE_DISABLE=1 in the environment) makes every call a near-free no-op.
@@ -140,6 +143,7 @@ class Profiler(FrameworkCalls, Pausing, Handover):
         flush_every: int = 50,
         gather_timeout_s: float = 300.0,
         live: bool | str | os.PathLike[str] = True,
+        watch: bool | WatchConfig | dict[str, Any] = False,
         loggers: Loggers | Iterable[Any] = (),
         enabled: bool = True,
         clock: Clock | None = None,
@@ -210,11 +214,14 @@ class Profiler(FrameworkCalls, Pausing, Handover):
         self._described_config: dict[str, Any] = {}  # describe(): TrialConfig fields, and free-form settings
         self._declared: dict[str, Any] = {}
         shared = os.environ.get("PERFSCOPE_LIVE_DIR") or None if live is True else live or None
-        self._live = LiveControl(shared, rank=int(os.environ.get("RANK", "0")), enabled=live is not False)
+        self._live = LiveControl(shared, rank=int(os.environ.get("RANK", "0")), steps=lambda: self._step_index,
+                                 enabled=live is not False)
+        self._watch = as_watch(watch, capture=self._live.capture_now, graphs=observe.graphs_compiled, notes=self._results_notes)
         self._loggers = as_loggers(loggers, device=self.device, peak_tflops=peak_tflops,
                                    flops_per_step=lambda: self.user_flops_per_step or (self._flop.flops or (None,))[0])
-        feed = [c.add for c in (self._loggers,) if c is not None]  # what else reads each timed step as it is read
+        feed = [c.add for c in (self._loggers, self._watch) if c is not None]  # what else reads each timed step as it is read
         self._on_record = self._reservoir.add if not feed else lambda r: [f(r) for f in (self._reservoir.add, *feed)]
+        self._poll_every = 1 if feed else flush_every  # what reads each step reads it at its end (events ready)
 
     # ----------------------------------------------------------------------------- public, hot path
 
@@ -425,7 +432,7 @@ class Profiler(FrameworkCalls, Pausing, Handover):
             else:
                 self._flop.start(self.model, self.device.type)
         self._since_flush += 1
-        if self._since_flush >= self.flush_every:
+        if self._since_flush >= self._poll_every:
             self._since_flush = 0
             if self._recorder is not None:
                 self._recorder.poll()
@@ -436,7 +443,7 @@ class Profiler(FrameworkCalls, Pausing, Handover):
         """The first timed step: start what only a run past its warm-up needs (sampler thread, capture requests)."""
         if self._sampler is not None:
             self._sampler.start()  # before the window's first mark: thread start-up is not timed
-        self._live.start(lambda: self._step_index)
+        self._live.start()
 
     def _open_window(self) -> None:
         from perfscope.measure.window import WindowRecorder
