@@ -22,6 +22,7 @@ answer's error, which `perfscope capture` prints; an answer that cannot be writt
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import threading
@@ -43,6 +44,22 @@ _INSTALLED: list[int] = []
 def _wake(signum: int, frame: object) -> None:
     for control in list(_CONTROLS):
         control.flag = True
+
+
+def _close_all() -> None:
+    """At exit: every live profiler unregisters (the registry keeps no dead process)."""
+    for control in list(_CONTROLS):
+        control.close()
+
+
+atexit.register(_close_all)
+
+
+def _uninstall() -> None:
+    """The last live profiler closed: the signal's default action back (only the main thread may set it)."""
+    if _INSTALLED and not _CONTROLS and threading.current_thread() is threading.main_thread():
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(_INSTALLED.pop(), signal.SIG_DFL)
 
 
 def _install(name: str) -> str | None:
@@ -119,7 +136,6 @@ class LiveControl:
         self._write_status()
         p.write_json(self._registration(), self._status)
         _CONTROLS.add(self)
-        atexit.register(self.close)
         if polling:
             self._thread = threading.Thread(target=self._poll, name="perfscope-live", daemon=True)
             self._thread.start()
@@ -127,6 +143,7 @@ class LiveControl:
     def close(self) -> None:
         """Unregister (idempotent); a capture still running ends with its steps so far."""
         _CONTROLS.discard(self)
+        _uninstall()
         self._stop.set()
         if self.window is not None:
             self.window.teardown()
@@ -203,9 +220,11 @@ class LiveControl:
             self._fail(exc)
 
     def _take(self, k: int) -> None:
+        seen = self._seen_mtime
         request = p.read_json(self.control / p.REQUEST, p.Request)
         if request is None or request.id in self._done:
-            self.flag = False  # woken for nothing (an old request, a stray signal)
+            if self._seen_mtime == seen:  # the poller saw no newer request meanwhile
+                self.flag = False  # woken for nothing (an old request, a stray signal)
             return
         self._done.add(request.id)
         # The step after the one in progress, or the one every rank was asked to start at (if not already past).

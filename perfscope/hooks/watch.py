@@ -106,21 +106,21 @@ class Watch:
 
     def add(self, record: StepRecord) -> None:
         """One timed step; never raises into the loop (a failure turns the watch off, with one warning)."""
-        if len(self.findings) >= self.config.max_alarms or record.time_s <= 0:
+        c = self.config
+        if len(self.findings) >= c.max_alarms or record.time_s <= 0:
             return
-        seen = _Seen(record.index, record.time_s, record.data_wait_s, time.time())
-        if len(self._reference) < self.config.reference_steps:
-            self._reference.append(seen)
-            if len(self._reference) == self.config.reference_steps:
+        if len(self._reference) < c.reference_steps:
+            self._reference.append(_Seen(record.index, record.time_s, record.data_wait_s, time.time()))
+            if len(self._reference) == c.reference_steps:
                 self._set_reference()
             return
-        c = self.config
-        z = max(-c.clip, min(c.clip, (math.log(seen.time_s) - self._mu) / self._sigma))
+        z = max(-c.clip, min(c.clip, (math.log(record.time_s) - self._mu) / self._sigma))
         self._s = max(0.0, self._s + z - c.drift)
         if self._s == 0.0:
-            self._since.clear()
+            if self._since:
+                self._since.clear()
             return
-        self._since.append(seen)
+        self._since.append(_Seen(record.index, record.time_s, record.data_wait_s, time.time()))
         if self._s > c.threshold:
             try:
                 self._alarm(record.index)

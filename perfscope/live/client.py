@@ -132,6 +132,7 @@ def capture(target: Target, *, steps: int, out: Path, timeout_s: float, command:
             with contextlib.suppress(OSError):
                 folder.rmdir()
     results = trace_results(out / "trace", command=command)
+    results.workload.name = f"capture of process {target.pid}" if target.pid is not None else f"capture of {control.name}"
     for a in answers:
         ended = f" (the job ended after {a.last_step - a.first_step + 1} of the {steps} steps)" if (  # type: ignore[operator]
             a.last_step - a.first_step + 1 < steps) else ""  # type: ignore[operator]
