@@ -27,7 +27,7 @@ from perfscope.results import Results
 
 JOB = Path(__file__).parent / "live_job.py"
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="signals and /proc")
+pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="signals and /proc"), pytest.mark.slow]
 
 
 class Job:

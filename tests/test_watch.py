@@ -69,6 +69,7 @@ def test_recompiles_are_named(tmp_path: Path) -> None:
     assert watch.findings[0].capture is None
 
 
+@pytest.mark.slow
 def test_a_real_loop_slowed_at_step_k_is_caught_captured_and_named(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PERFSCOPE_LIVE_ROOT", str(tmp_path / "registry"))

@@ -26,6 +26,7 @@ The Trainer needs `accelerate`: `pip install "perfscope[hf]"` installs both.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -87,10 +88,14 @@ def reported_to(args: Any) -> list[Any]:
     report_to = [report_to] if isinstance(report_to, str) else list(report_to)
     found: list[Any] = [name for name in ("wandb", "mlflow") if name in report_to]
     if "tensorboard" in report_to:
-        from torch.utils.tensorboard import SummaryWriter
-
         folder = os.getenv("TENSORBOARD_LOGGING_DIR") or getattr(args, "logging_dir", None)
-        found.append(SummaryWriter(log_dir=folder or os.path.join(args.output_dir, "runs", "perfscope")))
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            found.append(SummaryWriter(log_dir=folder or os.path.join(args.output_dir, "runs", "perfscope")))
+        except Exception as exc:  # noqa: BLE001 - no tensorboard package, a folder not writable: not the run's problem
+            warnings.warn(f"perfscope: not logging to TensorBoard ({type(exc).__name__}: {exc})", RuntimeWarning,
+                          stacklevel=2)
     return found
 
 

@@ -24,6 +24,7 @@ What it sees of the loop Lightning runs, and how:
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -78,10 +79,13 @@ def trainer_loggers(trainer: Any) -> list[Any]:
     found: list[Any] = []
     for logger in getattr(trainer, "loggers", None) or []:
         kind = type(logger).__name__
-        if kind in ("TensorBoardLogger", "WandbLogger"):
-            found.append(logger.experiment)  # a SummaryWriter; a wandb Run
-        elif kind == "MLFlowLogger":
-            found.append((logger.experiment, logger.run_id))  # an MlflowClient and the logger's run
+        try:
+            if kind in ("TensorBoardLogger", "WandbLogger"):
+                found.append(logger.experiment)  # a SummaryWriter; a wandb Run
+            elif kind == "MLFlowLogger":
+                found.append((logger.experiment, logger.run_id))  # an MlflowClient and the logger's run
+        except Exception as exc:  # noqa: BLE001 - the logger's own problem, which its own calls will show
+            warnings.warn(f"perfscope: not logging to {kind} ({type(exc).__name__}: {exc})", RuntimeWarning, stacklevel=2)
     return found
 
 
