@@ -39,7 +39,7 @@ import itertools
 import os
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -60,6 +60,7 @@ from perfscope.hooks.state import Handover
 from perfscope.hooks.tally import Reservoir as _Reservoir  # the name tests and older code import
 from perfscope.hooks.tally import StepTally
 from perfscope.hooks.watch import WatchConfig, as_watch
+from perfscope.live.protocol import DIR_ENV as LIVE_DIR_ENV
 from perfscope.measure.samples import leading_dim  # re-exported: the integrations count samples the same way
 
 if TYPE_CHECKING:
@@ -78,6 +79,13 @@ __all__ = ["DATA_SPAN", "DISABLE_ENV", "Profiler", "_Reservoir", "disabled_by_en
 
 def disabled_by_env() -> bool:
     return os.environ.get(DISABLE_ENV, "").strip().lower() in _TRUTHY
+
+
+def _fan_out(feeds: list[Callable[[Any], None]]) -> Callable[[Any], None]:
+    def on_record(record: Any) -> None:
+        for feed in feeds:
+            feed(record)
+    return on_record
 
 
 class Profiler(FrameworkCalls, Pausing, Handover):
@@ -213,15 +221,15 @@ class Profiler(FrameworkCalls, Pausing, Handover):
         self._results_notes: list[str] = []
         self._described_config: dict[str, Any] = {}  # describe(): TrialConfig fields, and free-form settings
         self._declared: dict[str, Any] = {}
-        shared = os.environ.get("PERFSCOPE_LIVE_DIR") or None if live is True else live or None
+        shared = (os.environ.get(LIVE_DIR_ENV) or None) if live is True else (live or None)  # a control folder
         self._live = LiveControl(shared, rank=int(os.environ.get("RANK", "0")), steps=lambda: self._step_index,
                                  enabled=live is not False)
         self._watch = as_watch(watch, capture=self._live.capture_now, graphs=observe.graphs_compiled, notes=self._results_notes)
         self._loggers = as_loggers(loggers, device=self.device, peak_tflops=peak_tflops,
                                    flops_per_step=lambda: self.user_flops_per_step or (self._flop.flops or (None,))[0])
-        feed = [c.add for c in (self._loggers, self._watch) if c is not None]  # what else reads each timed step as it is read
-        self._on_record = self._reservoir.add if not feed else lambda r: [f(r) for f in (self._reservoir.add, *feed)]
-        self._poll_every = 1 if feed else flush_every  # what reads each step reads it at its end (events ready)
+        feeds = [c.add for c in (self._reservoir, self._loggers, self._watch) if c is not None]  # each timed step, as read
+        self._on_record = feeds[0] if len(feeds) == 1 else _fan_out(feeds)
+        self._poll_every = flush_every if len(feeds) == 1 else 1  # the watch and loggers read each step at its end
 
     # ----------------------------------------------------------------------------- public, hot path
 
@@ -260,7 +268,6 @@ class Profiler(FrameworkCalls, Pausing, Handover):
         """``with prof.step_context(): ...`` = the body, then `step()` (not when the body raises)."""
         yield
         self.step(samples)
-
 
     # ------------------------------------------------------------------------------ public, end of run
 
