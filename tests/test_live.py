@@ -198,3 +198,18 @@ def test_perfscope_capture_imports_no_torch(job: Job, tmp_path: Path) -> None:
 
     result = run_cli(tmp_path, "capture", job.pid, "--steps", "2", "--out", tmp_path / "out")
     assert result["torch"] == [] and (tmp_path / "out" / "report.html").is_file()
+
+
+def test_a_killed_jobs_registration_is_pruned_by_the_next_one(tmp_path: Path, registry: Path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a PID that no longer runs, registered as a job killed before it could unregister would leave it
+    stale = protocol.Status(pid=gone.pid, host=protocol.host(), rank=0, control=str(registry / str(gone.pid)),
+                            signal="SIGUSR2", poll_s=None)
+    protocol.write_json(registry / f"{gone.pid}.json", stale)
+    protocol.write_json(registry / str(gone.pid) / protocol.REQUEST, protocol.new_request(3))
+    running = Job(tmp_path / "job")
+    try:
+        running.wait_registered(registry / f"{running.pid}.json")
+        assert not (registry / f"{gone.pid}.json").exists() and not (registry / str(gone.pid)).exists()
+    finally:
+        assert running.stop() == 0

@@ -134,6 +134,7 @@ class LiveControl:
                                 proc_start=p.proc_start(self.pid))
         self._done = {r.id} if (r := p.read_json(self.control / p.REQUEST, p.Request)) is not None else set()
         self._write_status()
+        p.prune(p.registry_root())
         p.write_json(self._registration(), self._status)
         _CONTROLS.add(self)
         if polling:

@@ -15,6 +15,7 @@ Every write is atomic (a temporary file renamed), so a reader sees the old file 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -153,6 +154,19 @@ def alive(status: Status, now: float | None = None) -> bool:
         stat = _stat(status.pid)  # a zombie (exited, not yet reaped) is gone; a reused PID is another process
         return stat is None or (stat[0] != "Z" and status.proc_start in (None, stat[19]))
     return status.poll_s is not None and (now or time.time()) - status.updated < 3 * HEARTBEAT_S
+
+
+def prune(root: Path) -> None:
+    """Drop the registrations of this host's processes that are gone (killed before they could unregister)."""
+    for path in root.glob("*.json"):
+        status = read_json(path, Status)
+        if status is not None and status.host == host() and not alive(status):
+            path.unlink(missing_ok=True)
+            folder = root / str(status.pid)
+            for leftover in (folder / REQUEST, folder / f"status-{member(status.pid, status.host)}.json"):
+                leftover.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def answer_path(control: Path, request_id: str, status: Status) -> Path:
