@@ -10,6 +10,8 @@ faults per timed step show the allocator's state (memory handed back to the kern
 depending on the machine's load. Loops:
 - compute: a 3-layer MLP, batch 64, one intra-op thread (about 4-5 ms a step on a server core);
 - data: the same model fed by a DataLoader with 2 workers whose samples cost CPU time to build.
+Modes besides plain and hooks (defaults): the hooks without one part each (benchmarks/allocator_state.py), without
+the capture listener (hooks-nolive) or with the watch (hooks-watch: benchmarks/live_overhead.py).
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--loop", choices=("compute", "data"), required=True)
     parser.add_argument("--mode", choices=("plain", "hooks", "hooks-nosampler", "hooks-noflops", "hooks-bare",
-                                                "import-only", "construct-only"), required=True)
+                                                "hooks-nolive", "hooks-watch", "import-only", "construct-only"),
+                        required=True)
     parser.add_argument("--skip", type=int, default=60)
     parser.add_argument("--steps", type=int, default=900)
     parser.add_argument("--no-save", action="store_true", help="hooks: skip prof.save() at the end")
@@ -104,8 +107,10 @@ def main() -> None:
 
         t1 = time.perf_counter()
         phases.setdefault("import_s", t1 - t0)
-        prof = Profiler(model, opt, sample_utilization=args.mode in ("hooks", "hooks-noflops"),
-                        count_flops=args.mode in ("hooks", "hooks-nosampler"))
+        full = ("hooks", "hooks-nolive", "hooks-watch")  # at the defaults; no capture listener; with the watch
+        prof = Profiler(model, opt, sample_utilization=args.mode in (*full, "hooks-noflops"),
+                        count_flops=args.mode in (*full, "hooks-nosampler"), live=args.mode != "hooks-nolive",
+                        watch=args.mode == "hooks-watch")
         batches = prof.wrap(batches)
         phases["construct_s"] = time.perf_counter() - t1
 

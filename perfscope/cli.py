@@ -5,6 +5,7 @@
     perfscope check current.json --baseline baseline.json --max-drop 5%
     perfscope ab ../base/bench/workload.py bench/workload.py --rounds 5
     perfscope trace traces/ --out perfscope-trace-out
+    perfscope capture 12345 --steps 5 --out perfscope-capture
 
 Exit codes: 0 success; 1 internal error (a perfscope bug) or, for `check`, a regression; 2 user error
 (bad file, bad arguments, unusable input); 3 `check` inconclusive; 4 `check` not comparable (another kind of
@@ -167,8 +168,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _cmd_trace(args: argparse.Namespace) -> int:
     from perfscope.pipeline import finish
-    from perfscope.report.markdown import summary_headline, top_finding
-    from perfscope.report.waterfall_chart import waterfall_lines
     from perfscope.results.outdir import check_output_dir, claim_output_dir
     from perfscope.trace.inputs import check_out_apart
     from perfscope.trace.offline import trace_results
@@ -178,6 +177,13 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     results = trace_results(Path(args.path), steps=args.steps, command=["perfscope", *sys.argv[1:]])
     with claim_output_dir(args.out):
         path = finish(results, Path(args.out))
+    return _print_diagnosis(results, path)
+
+
+def _print_diagnosis(results: Results, path: Path) -> int:
+    from perfscope.report.markdown import summary_headline, top_finding
+    from perfscope.report.waterfall_chart import waterfall_lines
+
     top = top_finding(results)
     if top:  # what to do first, before the figures it rests on
         print(top + "\n")
@@ -185,6 +191,21 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     print("\n" + "\n".join(waterfall_lines(results)))
     print(f"wrote {path}, {path.with_name('report.html')}, {path.with_name('report.md')}", file=sys.stderr)
     return EXIT_OK
+
+
+def _cmd_capture(args: argparse.Namespace) -> int:
+    from perfscope.live.client import Target, capture
+    from perfscope.pipeline import finish
+    from perfscope.results.outdir import check_output_dir, claim_output_dir
+
+    if (args.pid is None) == (args.dir is None):
+        raise UserError("give the job's PID, or --dir with the control folder its ranks share (not both)")
+    check_output_dir(args.out)
+    with claim_output_dir(args.out):
+        results, _ = capture(Target(pid=args.pid, control=args.dir and Path(args.dir)), steps=args.steps,
+                             out=Path(args.out), timeout_s=args.timeout, command=["perfscope", *sys.argv[1:]])
+        path = finish(results, Path(args.out))
+    return _print_diagnosis(results, path)
 
 
 def _max_drop(text: str) -> float:
@@ -375,6 +396,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="steps the trace holds, for a trace with neither ProfilerStep#N spans nor step marks (Optimizer.step, "
                         "repeated record_function spans) (default: read from them, else the whole trace as one window)")
     p.set_defaults(handler=_cmd_trace)
+
+    p = sub.add_parser("capture", help="trace the next steps of a running job that uses perfscope's hooks, and diagnose them",
+                       description="Asks the job (SIGUSR2, or a request file in the control folder its ranks share) to "
+                       "trace its next steps; it keeps training. Then diagnoses the trace as `perfscope trace` does. "
+                       "See docs/hooks.md, \"Capture a running job\".")
+    p.add_argument("pid", nargs="?", type=_positive_int, help="the job's process ID (any rank's, on this machine)")
+    p.add_argument("--dir", help="instead of a PID: the control folder the job's ranks share (Profiler(live=DIR))")
+    p.add_argument("--steps", type=_positive_int, default=5, help="steps to trace (default 5)")
+    p.add_argument("--out", default="perfscope-capture", help="output folder (default perfscope-capture)")
+    p.add_argument("--timeout", type=_seconds, default=300.0, help="seconds to wait for the trace (default 300)")
+    p.set_defaults(handler=_cmd_capture)
 
     p = sub.add_parser(
         "check",

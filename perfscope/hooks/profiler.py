@@ -19,6 +19,8 @@ builder turns into metrics (perfscope.hooks.results → perfscope.measure.build)
   callbacks: `batch_begin()` where a step's compute starts (the FLOP count starts there, so nothing a
   framework runs between steps is counted), `data_begin()`/`data_end()` around their fetches,
   `exclude_since_step()` for work they report once done, `describe()` for the settings they know.
+- Pauses: perfscope.hooks.pausing. A running job can be captured on demand (`perfscope capture PID`:
+  perfscope.hooks.ondemand) and watched for a lasting slowdown (perfscope.hooks.watch).
 - Samples per step: perfscope.hooks.tally. Per-step times kept for the description of a typical step are a
   uniform reservoir sample (seeded) of at most `max_step_samples` steps.
 
@@ -37,7 +39,7 @@ import itertools
 import os
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -50,10 +52,15 @@ from perfscope.hooks.arguments import check_arguments, resolve_device
 from perfscope.hooks.capture import CaptureWindow
 from perfscope.hooks.flopstep import FlopStep
 from perfscope.hooks.framework import DATA_SPAN, FrameworkCalls
+from perfscope.hooks.loggers import Loggers, as_loggers
+from perfscope.hooks.ondemand import LiveControl
+from perfscope.hooks.pausing import Pausing
 from perfscope.hooks.sampling import BoundedSampler
 from perfscope.hooks.state import Handover
 from perfscope.hooks.tally import Reservoir as _Reservoir  # the name tests and older code import
 from perfscope.hooks.tally import StepTally
+from perfscope.hooks.watch import WatchConfig, as_watch
+from perfscope.live.protocol import DIR_ENV as LIVE_DIR_ENV
 from perfscope.measure.samples import leading_dim  # re-exported: the integrations count samples the same way
 
 if TYPE_CHECKING:
@@ -74,7 +81,14 @@ def disabled_by_env() -> bool:
     return os.environ.get(DISABLE_ENV, "").strip().lower() in _TRUTHY
 
 
-class Profiler(FrameworkCalls, Handover):
+def _fan_out(feeds: list[Callable[[Any], None]]) -> Callable[[Any], None]:
+    def on_record(record: Any) -> None:
+        for feed in feeds:
+            feed(record)
+    return on_record
+
+
+class Profiler(FrameworkCalls, Pausing, Handover):
     """Measure a training loop you already have; see the module docstring for what and how.
 
     Args:
@@ -103,6 +117,12 @@ class Profiler(FrameworkCalls, Handover):
         flush_every: read finished CUDA events every this many steps (bounds the pending events).
         gather_timeout_s: in a torchrun job, how long rank 0's save() waits for the other ranks' summaries
             (every rank must call save(); a rank that has not reported by then is named in the results).
+        live: accept `perfscope capture` requests from the first timed step (SIGUSR2 where it is free; a path: a
+            control folder the ranks share, read every 0.5 s; PERFSCOPE_LIVE_DIR too); False: none.
+        watch: catch a lasting step-time shift (a change-point test), log one warning, write what changed and trace
+            the steps after it (perfscope.hooks.watch; WatchConfig or its fields as a dict to tune it).
+        loggers: write perfscope's figures every 50 timed steps and at save() to TensorBoard (a SummaryWriter),
+            W&B (a Run, "wandb") or MLflow ("mlflow", a Run); `Loggers([...], every=N)` for another interval.
         enabled: False (or PERFSCOPE_DISABLE=1 in the environment) makes every call a near-free no-op.
         clock: the boundary and host clock (default: the device's; perfscope.measure.clock), e.g. a test's simulated one.
     """
@@ -130,6 +150,9 @@ class Profiler(FrameworkCalls, Handover):
         max_step_samples: int = 2048,
         flush_every: int = 50,
         gather_timeout_s: float = 300.0,
+        live: bool | str | os.PathLike[str] = True,
+        watch: bool | WatchConfig | dict[str, Any] = False,
+        loggers: Loggers | Iterable[Any] = (),
         enabled: bool = True,
         clock: Clock | None = None,
     ) -> None:
@@ -198,6 +221,15 @@ class Profiler(FrameworkCalls, Handover):
         self._results_notes: list[str] = []
         self._described_config: dict[str, Any] = {}  # describe(): TrialConfig fields, and free-form settings
         self._declared: dict[str, Any] = {}
+        shared = (os.environ.get(LIVE_DIR_ENV) or None) if live is True else (live or None)  # a control folder
+        self._live = LiveControl(shared, rank=int(os.environ.get("RANK", "0")), steps=lambda: self._step_index,
+                                 enabled=live is not False)
+        self._watch = as_watch(watch, capture=self._live.capture_now, graphs=observe.graphs_compiled, notes=self._results_notes)
+        self._loggers = as_loggers(loggers, device=self.device, peak_tflops=peak_tflops,
+                                   flops_per_step=lambda: self.user_flops_per_step or (self._flop.flops or (None,))[0])
+        feeds = [c.add for c in (self._reservoir, self._loggers, self._watch) if c is not None]  # each timed step, as read
+        self._on_record = feeds[0] if len(feeds) == 1 else _fan_out(feeds)
+        self._poll_every = flush_every if len(feeds) == 1 else 1  # the watch and loggers read each step at its end
 
     # ----------------------------------------------------------------------------- public, hot path
 
@@ -236,56 +268,6 @@ class Profiler(FrameworkCalls, Handover):
         """``with prof.step_context(): ...`` = the body, then `step()` (not when the body raises)."""
         yield
         self.step(samples)
-
-    def pause(self, reason: str = "paused") -> None:
-        """Stop timing until `resume()`: evaluation, checkpoint saving, logging — work that is not a training step.
-
-        The open window ends at the last step boundary, and the paused time, reported apart by reason, counts
-        from there (or from the last resume) when the step in progress had not begun its compute: what a
-        framework does between a step's end and its evaluation is the evaluation's. A pause for another reason
-        while paused (evaluation, then the checkpoint it triggers) ends the first reason's share there.
-        """
-        if not self._on or self._pause_reason == reason:
-            return
-        if self._pause_reason is not None:
-            now = self._clock.now()
-            self._excluded_s[self._pause_reason] += now - self._pause_t0
-            self._excluded[self._pause_reason] += 1
-            self._pause_reason, self._pause_t0 = reason, now
-            return
-        try:
-            self._close_window()
-            if self._flop.running:
-                self._flop.discard(self._step_index, reason)
-            self._pause_reason = reason
-            self._pause_t0 = self._clock.now() if self._step_begun() else self._since_t
-        except Exception as exc:  # noqa: BLE001
-            self._fail("pause()", exc)
-
-    def resume(self) -> None:
-        """Timing restarts with the step in progress (its start is this call), or with the next one when the
-        step in progress had already begun its compute before the pause (a step timed in part is no step)."""
-        if not self._on or self._pause_reason is None:
-            return
-        try:
-            now = self._clock.now()
-            self._excluded_s[self._pause_reason] += now - self._pause_t0
-            self._excluded[self._pause_reason] += 1
-            self._pause_reason = None
-            self._since_t = now
-            if self._step_index >= self.warmup_steps and not self._excluded_step(self._step_index) and not self._step_begun():
-                self._open_window()
-        except Exception as exc:  # noqa: BLE001
-            self._fail("resume()", exc)
-
-    @contextmanager
-    def paused(self, reason: str = "paused") -> Iterator[None]:
-        """``with prof.paused("evaluation"): evaluate()``."""
-        self.pause(reason)
-        try:
-            yield
-        finally:
-            self.resume()
 
     # ------------------------------------------------------------------------------ public, end of run
 
@@ -371,7 +353,7 @@ class Profiler(FrameworkCalls, Handover):
         return self._tally.begun or self._batch_begun
 
     def _excluded_step(self, index: int) -> bool:
-        in_capture = self._capture is not None and self._capture.covers(index)
+        in_capture = (self._capture is not None and self._capture.covers(index)) or self._live.covers(index)
         return in_capture or (index == self._flop.index and self._flop.wanted)
 
     def _wrapped(self, loader: Iterable[Any]) -> Iterator[Any]:
@@ -416,10 +398,13 @@ class Profiler(FrameworkCalls, Handover):
         flop_step = self._flop.running
         if flop_step:
             self._flop.stop(k)
-        capture = self._capture
+        capture, live = self._capture, self._live
         if capture is not None and capture.running:
             self._excluded["profiler capture"] += 1
             capture.step(k)
+        if live.flag and live.running:
+            self._excluded["on-demand capture"] += 1
+            live.end_of_step(k)
         counted, micro = self._tally.end_step(samples)
         if flop_step:
             self._excluded["FLOP counting"] += 1
@@ -433,8 +418,10 @@ class Profiler(FrameworkCalls, Handover):
         self._since_t = self._clock.now()
         self._step_index = k = k + 1
         # The boundary just marked starts step k: open, keep or close the window for it.
-        if k == self.warmup_steps and self._sampler is not None:
-            self._sampler.start()  # before the window's first mark: thread start-up is not timed
+        if k == self.warmup_steps:
+            self._timing_starts()
+        if live.flag:
+            live.take(k)  # a request waiting: the steps it covers are not timed
         timed = k >= self.warmup_steps and not self._excluded_step(k) and self._pause_reason is None
         if timed and self._recorder is None:
             self._open_window()
@@ -444,24 +431,32 @@ class Profiler(FrameworkCalls, Handover):
         if capture is not None and k == capture.first and capture.start(self.device.type):
             if self._flop.flops is None and self._flop.index < capture.end:
                 self._flop.index = capture.end  # count FLOPs outside the profiled window
+        if live.flag and live.begin(k, self.device.type) and self._flop.index in range(k, live.end):
+            self._flop.index = live.end
         if k == self._flop.index and self._flop.wanted:
             if self._live_wraps or self._batch_hooks:
                 self._flop.armed = True  # entered when wrap() yields the next batch, or at the next batch_begin()
             else:
                 self._flop.start(self.model, self.device.type)
         self._since_flush += 1
-        if self._since_flush >= self.flush_every:
+        if self._since_flush >= self._poll_every:
             self._since_flush = 0
             if self._recorder is not None:
                 self._recorder.poll()
             if self._sampler is not None:
                 self._sampler.check()
 
+    def _timing_starts(self) -> None:
+        """The first timed step: start what only a run past its warm-up needs (sampler thread, capture requests)."""
+        if self._sampler is not None:
+            self._sampler.start()  # before the window's first mark: thread start-up is not timed
+        self._live.start()
+
     def _open_window(self) -> None:
         from perfscope.measure.window import WindowRecorder
 
         handle = self._sampler.nvml_handle if self._sampler is not None else None
-        self._recorder = WindowRecorder(self._clock, on_step=self._reservoir.add, nvml_handle=handle,
+        self._recorder = WindowRecorder(self._clock, on_step=self._on_record, nvml_handle=handle,
                                         flush_every=self.flush_every, first_index=self._step_index)
         self._recorder.start()
 
@@ -493,6 +488,7 @@ class Profiler(FrameworkCalls, Handover):
         self._flop.teardown()
         if self._capture is not None:
             self._capture.teardown()
+        self._live.close()
         try:
             if self._sampler is not None:
                 self._sampler.stop()

@@ -36,11 +36,13 @@ def save_alone(prof: Saving, out_dir: Path, final: bool, results: Results | None
     from perfscope.pipeline import finish
 
     try:
-        return finish(results, out_dir, trace_source=prof.trace())
+        path = finish(results, out_dir, trace_source=prof.trace())
     except Exception as exc:  # noqa: BLE001
         warnings.warn(f"perfscope: could not save results to {out_dir}: {type(exc).__name__}: {exc}", RuntimeWarning,
                       stacklevel=4)
         return None
+    prof.saved(results)
+    return path
 
 
 def save_job(prof: Saving, place: RankPlace, out_dir: Path, final: bool) -> Path | None:

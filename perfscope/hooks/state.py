@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from perfscope.hooks.capture import CaptureWindow
     from perfscope.hooks.distributed import RankPlace
     from perfscope.hooks.flopstep import FlopStep
+    from perfscope.hooks.loggers import Loggers
     from perfscope.hooks.sampling import BoundedSampler
     from perfscope.hooks.tally import Reservoir, StepTally
     from perfscope.measure.clock import Clock
@@ -94,6 +95,8 @@ class Saving:
     gather_timeout_s: float
     key: str
     """What this save()'s rank summaries travel under: the same on every rank of a job."""
+    saved: Callable[[Results], None] = lambda results: None
+    """Called with the results just saved (the user's loggers get the run's figures)."""
 
 
 class Handover:
@@ -134,6 +137,7 @@ class Handover:
     _results_notes: list[str]
     _environment: Environment | None
     _failed: str | None
+    _loggers: Loggers | None
     _instance: int
     _saves: int
 
@@ -165,4 +169,5 @@ class Handover:
         return Saving(close=self.close, results=lambda ratios: self._results(ratios=ratios), failure=lambda: self._failed,
                       trace=lambda: self._capture.trace_path if self._capture is not None else None, model=self.model,
                       optimizer=self.optimizer, device=self.device, gather_timeout_s=self.gather_timeout_s,
-                      key=f"perfscope/hooks/{self._instance}/{self._saves}")
+                      key=f"perfscope/hooks/{self._instance}/{self._saves}",
+                      saved=lambda r: self._loggers.final(r, self._step_index) if self._loggers is not None else None)

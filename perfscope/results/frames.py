@@ -110,13 +110,13 @@ def ranks(results: Results) -> pd.DataFrame:
 
 
 def waterfall(results: Results) -> pd.DataFrame:
-    """The MFU gap of the baseline run, part by part (points of the 100 %; they sum to 100 − the end bar)."""
+    """The MFU gap of the baseline run, part by part (points of the 100 %; they sum to 100 − the end bar). Which
+    fixes act on each part is the report's (perfscope.report.waterfall_chart.part_fixes)."""
     wf = mfu_waterfall(results)
     rows = []
     for p in wf.parts if wf else []:
         rows.append({"part": p.key, "label": p.label, "group": p.spec.group, "points": p.points,
-                     "seconds_per_step": p.seconds, "evidence": p.evidence, "unavailable": p.unavailable,
-                     "fixes": ",".join(p.fixes)})
+                     "seconds_per_step": p.seconds, "evidence": p.evidence, "unavailable": p.unavailable})
     return _frame(rows, index="part")
 
 

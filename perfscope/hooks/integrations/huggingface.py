@@ -26,6 +26,7 @@ The Trainer needs `accelerate`: `pip install "perfscope[hf]"` installs both.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,28 @@ def args_settings(args: Any, model: Any) -> tuple[str | None, dict[str, Any], di
     return precision, config, {k: v for k, v in declared.items() if v is not None}
 
 
+def reported_to(args: Any) -> list[Any]:
+    """Where the Trainer reports (``report_to``) and perfscope can write too, from the main process: W&B's and
+    MLflow's active runs (their callbacks start them), and for TensorBoard a SummaryWriter of perfscope's own: in
+    TENSORBOARD_LOGGING_DIR (or the older ``logging_dir``) when set, where the Trainer writes too, else in
+    <output_dir>/runs/perfscope, a run beside the Trainer's time-stamped one under <output_dir>/runs."""
+    if not getattr(args, "should_log", True):
+        return []
+    report_to = getattr(args, "report_to", None) or []
+    report_to = [report_to] if isinstance(report_to, str) else list(report_to)
+    found: list[Any] = [name for name in ("wandb", "mlflow") if name in report_to]
+    if "tensorboard" in report_to:
+        folder = os.getenv("TENSORBOARD_LOGGING_DIR") or getattr(args, "logging_dir", None)
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            found.append(SummaryWriter(log_dir=folder or os.path.join(args.output_dir, "runs", "perfscope")))
+        except Exception as exc:  # noqa: BLE001 - no tensorboard package, a folder not writable: not the run's problem
+            warnings.warn(f"perfscope: not logging to TensorBoard ({type(exc).__name__}: {exc})", RuntimeWarning,
+                          stacklevel=2)
+    return found
+
+
 class PerfscopeTrainerCallback(TrainerCallback):
     """Profiles `trainer.train()`; ``profiler_kwargs`` go to perfscope.Profiler (name, warmup_steps, capture_steps, ...)."""
 
@@ -97,7 +120,8 @@ class PerfscopeTrainerCallback(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
                        train_dataloader: Any = None, **kwargs: Any) -> None:
         precision, config, declared = args_settings(args, model)
-        defaults = {"device": args.device, "name": type(model).__name__ if model is not None else "hf-trainer", "precision": precision}
+        defaults = {"device": args.device, "name": type(model).__name__ if model is not None else "hf-trainer", "precision": precision,
+                    "loggers": reported_to(args) if "loggers" not in self.profiler_kwargs else ()}
         self.profiler = prof = Profiler(model, optimizer=optimizer, **{**defaults, **self.profiler_kwargs})
         self.folder = claim_fit_folder(self.out_dir, rank=getattr(args, "process_index", 0) or 0,
                                        world_size=getattr(args, "world_size", 1) or 1, job=prof.rank_place is not None)

@@ -24,6 +24,7 @@ What it sees of the loop Lightning runs, and how:
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +71,28 @@ def trainer_settings(trainer: Any) -> tuple[str | None, dict[str, Any]]:
     return precision, {k: v for k, v in declared.items() if v is not None}
 
 
+def trainer_loggers(trainer: Any) -> list[Any]:
+    """The experiments of the Trainer's TensorBoard, W&B and MLflow loggers, that perfscope's figures go to as well
+    (rank 0's: Lightning's loggers write from rank 0 only). perfscope.hooks.loggers has the names."""
+    if (getattr(trainer, "global_rank", 0) or 0) != 0:
+        return []
+    found: list[Any] = []
+    for logger in getattr(trainer, "loggers", None) or []:
+        kind = type(logger).__name__
+        try:
+            if kind in ("TensorBoardLogger", "WandbLogger"):
+                found.append(logger.experiment)  # a SummaryWriter; a wandb Run
+            elif kind == "MLFlowLogger":
+                found.append((logger.experiment, logger.run_id))  # an MlflowClient and the logger's run
+        except Exception as exc:  # noqa: BLE001 - the logger's own problem, which its own calls will show
+            warnings.warn(f"perfscope: not logging to {kind} ({type(exc).__name__}: {exc})", RuntimeWarning, stacklevel=2)
+    return found
+
+
 class PerfscopeCallback(pl.Callback):
-    """Profiles `trainer.fit`; ``profiler_kwargs`` go to perfscope.Profiler (name, warmup_steps, capture_steps, ...)."""
+    """Profiles `trainer.fit`; ``profiler_kwargs`` go to perfscope.Profiler (name, warmup_steps, capture_steps, ...).
+
+    perfscope's figures go to the Trainer's TensorBoard, W&B and MLflow loggers too (``loggers=[]`` to keep them out)."""
 
     def __init__(self, out_dir: str | os.PathLike[str] = "perfscope-run", **profiler_kwargs: Any) -> None:
         super().__init__()
@@ -89,7 +110,8 @@ class PerfscopeCallback(pl.Callback):
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         precision, declared = trainer_settings(trainer)
         optimizers = getattr(trainer, "optimizers", None) or [None]
-        kwargs = {"device": pl_module.device, "name": type(pl_module).__name__, "precision": precision, **self.profiler_kwargs}
+        kwargs = {"device": pl_module.device, "name": type(pl_module).__name__, "precision": precision,
+                  "loggers": trainer_loggers(trainer), **self.profiler_kwargs}
         self.profiler = prof = Profiler(pl_module, optimizer=optimizers[0], **kwargs)
         self.folder = claim_fit_folder(self.out_dir, rank=getattr(trainer, "global_rank", 0) or 0,
                                        world_size=getattr(trainer, "world_size", 1) or 1, job=prof.rank_place is not None)

@@ -1,0 +1,188 @@
+"""The watch: a lasting step-time shift in a long job, caught by a change-point test, captured and named.
+
+    prof = perfscope.Profiler(model, opt, watch=True)                  # or watch=WatchConfig(out="watch/", ...)
+
+Each timed step feeds `Watch.add` (the window recorder's on_step: the step time and its exposed data wait, a
+few float operations). The test is a one-sided CUSUM on the log step time (Page 1954):
+
+    z = clip((log t − μ) / σ, −clip, +clip);   S = max(0, S + z − drift);   alarm when S > threshold
+
+μ is the median and σ the scaled MAD (floored at ``noise_floor``) of the first ``reference_steps`` timed steps. The
+change is dated at the step after S last left zero. The drift of 1σ tunes it to shifts of 2σ or more (10 % at the
+default noise floor of 5 %; smaller ones are not worth a warning). False alarms: for Gaussian noise (drift 1,
+threshold 8) the average run length before a false alarm is ~4·10⁷ steps (Siegmund's approximation); the clip at 3σ
+means no alarm before 5 slow steps in a row (at most 2 added per step), so single outliers (a GC pause, a logging
+step; tests/test_watch.py feeds 1 % of 3× outliers for 20,000 steps) raise none. Real step times are heavier-tailed
+than Gaussian, hence the floor: a 2× slowdown is flagged at its 5th step, a 15 % one within ~15.
+
+At an alarm: one warning on the `perfscope` logger (Python logging, the job's own log), a finding in
+``<out>/watch-step<N>.json`` naming what changed (step time, data-wait share, torch.compile recompiles) and when it
+began, a note in the run's results, and a capture of the next ``capture_steps`` steps into ``<out>/capture-step<N>/``
+(`perfscope trace` reads it). The watch then takes a new reference, so a second change is caught too (at most
+``max_alarms``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import statistics
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from perfscope.measure.window import StepRecord
+
+LOG = logging.getLogger("perfscope")
+MAD_TO_SIGMA = 1.4826
+
+
+@dataclass
+class WatchConfig:
+    out: str | None = None
+    """Where findings and captures go (default: a perfscope-watch-* temporary folder, named in the warning)."""
+    reference_steps: int = 30
+    noise_floor: float = 0.05
+    """The least σ of log step time assumed (0.05 ≈ 5 %)."""
+    drift: float = 1.0
+    threshold: float = 8.0
+    clip: float = 3.0
+    capture_steps: int = 5
+    max_alarms: int = 5
+
+
+@dataclass
+class WatchFinding:
+    """What changed, from when: the watch's alarm as written to watch-step<N>.json."""
+
+    began_step: int
+    began_at: str
+    """Wall-clock time (UTC, ISO 8601) the first shifted step ended."""
+    detected_step: int
+    step_time_s: tuple[float, float]
+    """Median step time: the reference's, and since the change."""
+    data_wait_share: tuple[float, float]
+    recompiles: int | None
+    """torch.compile graphs compiled between the reference and the alarm (None: nothing compiled)."""
+    capture: str | None
+    changes: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return (f"step time shifted at step {self.began_step} ({self.began_at}), detected at step {self.detected_step}: "
+                + "; ".join(self.changes))
+
+
+@dataclass(slots=True)
+class _Seen:
+    index: int
+    time_s: float
+    wait_s: float
+    at: float
+
+
+class Watch:
+    """The CUSUM over timed steps; see the module docstring."""
+
+    def __init__(self, config: WatchConfig, *, capture: Callable[[int, Path], bool],
+                 graphs: Callable[[], int | None] = lambda: None, notes: list[str] | None = None) -> None:
+        self.config = config
+        self.out = Path(config.out) if config.out else Path(tempfile.mkdtemp(prefix="perfscope-watch-"))
+        self._capture, self._graphs, self._notes = capture, graphs, notes if notes is not None else []
+        self.findings: list[WatchFinding] = []
+        self._reference: list[_Seen] = []
+        self._since: deque[_Seen] = deque(maxlen=1000)
+        self._mu = self._sigma = 0.0
+        self._ref_wait = self._ref_time = 0.0
+        self._ref_graphs: int | None = None
+        self._s = 0.0
+
+    def add(self, record: StepRecord) -> None:
+        """One timed step; never raises into the loop (a failure turns the watch off, with one warning)."""
+        c = self.config
+        if len(self.findings) >= c.max_alarms or record.time_s <= 0:
+            return
+        if len(self._reference) < c.reference_steps:
+            self._reference.append(_Seen(record.index, record.time_s, record.data_wait_s, time.time()))
+            if len(self._reference) == c.reference_steps:
+                self._set_reference()
+            return
+        z = max(-c.clip, min(c.clip, (math.log(record.time_s) - self._mu) / self._sigma))
+        self._s = max(0.0, self._s + z - c.drift)
+        if self._s == 0.0:
+            if self._since:
+                self._since.clear()
+            return
+        self._since.append(_Seen(record.index, record.time_s, record.data_wait_s, time.time()))
+        if self._s > c.threshold:
+            try:
+                self._alarm(record.index)
+            except Exception as exc:  # noqa: BLE001 - the watch is never the job's problem
+                self.config.max_alarms = 0
+                LOG.warning("perfscope: the watch stopped after an error: %s: %s", type(exc).__name__, exc)
+
+    def _set_reference(self) -> None:
+        logs = [math.log(s.time_s) for s in self._reference]
+        self._mu = statistics.median(logs)
+        mad = statistics.median(abs(x - self._mu) for x in logs)
+        self._sigma = max(MAD_TO_SIGMA * mad, self.config.noise_floor)
+        self._ref_time = sum(s.time_s for s in self._reference)
+        self._ref_wait = sum(s.wait_s for s in self._reference)
+        self._ref_graphs = self._graphs()
+        self._s = 0.0
+        self._since.clear()
+
+    def _alarm(self, index: int) -> None:
+        since = list(self._since)
+        before = statistics.median(s.time_s for s in self._reference)
+        after = statistics.median(s.time_s for s in since)
+        wait_before = self._ref_wait / self._ref_time if self._ref_time > 0 else 0.0
+        after_time = sum(s.time_s for s in since)
+        wait_after = sum(s.wait_s for s in since) / after_time if after_time > 0 else 0.0
+        graphs = self._graphs()
+        recompiles = graphs - (self._ref_graphs or 0) if graphs is not None else None
+        changes = [f"step time {_ms(before)} → {_ms(after)} ({after / before - 1:+.0%})",
+                   f"data wait {wait_before:.0%} → {wait_after:.0%} of the step"]
+        if recompiles:
+            changes.append(f"{recompiles} torch.compile graph(s) compiled since the reference")
+        added = after_time / len(since) - self._ref_time / len(self._reference)  # per step, means
+        added_wait = sum(s.wait_s for s in since) / len(since) - self._ref_wait / len(self._reference)
+        if added > 0 and added_wait >= 0.5 * added:
+            changes.append(f"the wait for data is {added_wait / added:.0%} of the {_ms(added)} added per step")
+        capture_dir = self.out / f"capture-step{index}"
+        captured = self._capture(self.config.capture_steps, capture_dir)
+        began = since[0]
+        finding = WatchFinding(began_step=began.index, began_at=_iso(began.at), detected_step=index,
+                               step_time_s=(before, after), data_wait_share=(wait_before, wait_after),
+                               recompiles=recompiles, capture=str(capture_dir) if captured else None, changes=changes)
+        self.findings.append(finding)
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / f"watch-step{index}.json").write_text(json.dumps(asdict(finding), indent=2) + "\n")
+        where = (f"; its next {self.config.capture_steps} steps are traced into {capture_dir} (`perfscope trace` "
+                 "reads them)") if captured else ""
+        LOG.warning("perfscope watch: %s%s", finding.text, where)
+        self._notes.append(f"watch: {finding.text}")
+        self._reference = []  # a new reference from here: a later change is caught against the new regime
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms"
+
+
+def _iso(at: float) -> str:
+    return datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="seconds")
+
+
+def as_watch(watch: bool | WatchConfig | dict[str, Any], **kwargs: Any) -> Watch | None:
+    """The Profiler's `watch=` argument as a Watch (None when off)."""
+    if watch is False or watch is None:
+        return None
+    config = watch if isinstance(watch, WatchConfig) else WatchConfig(**watch) if isinstance(watch, dict) else WatchConfig()
+    return Watch(config, **kwargs)

@@ -1,0 +1,141 @@
+"""`perfscope capture`: ask a running hooked job for a trace of its next steps, wait, and diagnose it.
+
+    results, answers = capture(Target(pid=1234), steps=5, out=Path("perfscope-capture"), timeout_s=300)
+
+The diagnosis is `perfscope trace`'s (perfscope.trace.offline.trace_results, then perfscope.pipeline.finish): the same
+facts, rules and report, on the trace the job wrote into its control folder (copied to <out>/trace/). Torch-free.
+Every failure the job cannot report itself — no hooks, a process gone mid-capture, no answer (a full disk) — is a
+UserError here, one line; the job is never stopped (perfscope.hooks.ondemand catches its own failures).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfscope.errors import UserError
+from perfscope.live import protocol as p
+from perfscope.results import Results
+
+HOW_TO_ENABLE = ("add `prof = perfscope.Profiler(model, optimizer)` and `prof.step()` after each optimizer step "
+                 "(or `for batch in prof.wrap(loader)`), or the Lightning / Hugging Face callback "
+                 "(perfscope.hooks.integrations); a job accepts requests once its warm-up steps are done")
+START_MARGIN_STEPS = 2
+"""Steps of slack, beyond the pollers' delay, before the first step every rank is asked to record."""
+
+
+@dataclass(frozen=True)
+class Target:
+    pid: int | None = None
+    control: Path | None = None
+    """A control folder the ranks share (the job's live_dir), instead of a PID."""
+
+
+def members(target: Target) -> tuple[Path, list[p.Status]]:
+    """The control folder and the live processes that will answer; UserError when there is none."""
+    if target.pid is not None:
+        pid = target.pid
+        registered = p.read_json(p.registry_root() / f"{pid}.json", p.Status)
+        if registered is None or not p.alive(registered):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                raise UserError(f"no process {pid}") from None
+            except PermissionError:
+                pass
+            raise UserError(f"process {pid} runs no perfscope hooks that accept captures: {HOW_TO_ENABLE}")
+        control = Path(registered.control)
+    else:
+        assert target.control is not None
+        control = target.control
+        if not control.is_dir():
+            raise UserError(f"--dir {control}: no such folder")
+    found = [s for s in p.statuses(control) if p.alive(s)]
+    if target.pid is not None and not any(s.pid == target.pid for s in found):
+        found.append(registered)
+    if not found:
+        raise UserError(f"--dir {control}: no live hooked process is registered there ({HOW_TO_ENABLE}, with "
+                        f"Profiler(live=\"{control}\") or {p.DIR_ENV}={control})")
+    return control, found
+
+
+def start_step(found: list[p.Status], now: float) -> int | None:
+    """For more than one process: a step every rank reaches after it has read the request (by its last heartbeat's
+    step and rate, plus its polling delay and START_MARGIN_STEPS); one process starts at its next step."""
+    if len(found) < 2:
+        return None
+    ahead = [s.step + s.steps_per_s * (now - s.updated + 2 * (s.poll_s or 0) + 1) for s in found]
+    return int(max(ahead)) + START_MARGIN_STEPS
+
+
+def ask(control: Path, found: list[p.Status], steps: int) -> p.Request:
+    """Write the request, then signal the processes of this host that listen for one."""
+    request = p.new_request(steps, start_step(found, time.time()))
+    p.write_json(control / p.REQUEST, request)
+    for status in found:
+        if status.signal and status.host == p.host():
+            try:
+                os.kill(status.pid, getattr(signal, status.signal))
+            except (ProcessLookupError, PermissionError, AttributeError):
+                pass  # its poller (if any) reads the request; otherwise it is reported as gone below
+    return request
+
+
+def wait(control: Path, request: p.Request, found: list[p.Status], timeout_s: float) -> list[p.Answer]:
+    """Every process's answer; UserError naming the processes that exited or never answered."""
+    deadline = time.monotonic() + timeout_s
+    answers: dict[int, p.Answer] = {}
+    while True:
+        for i, status in enumerate(found):
+            if i not in answers and (a := p.read_json(p.answer_path(control, request.id, status), p.Answer)) is not None:
+                answers[i] = a
+        missing = [s for i, s in enumerate(found) if i not in answers]
+        if not missing:
+            return [answers[i] for i in range(len(found))]
+        gone = [s for s in missing if not p.alive(s)]
+        if gone:
+            raise UserError(f"process {', '.join(str(s.pid) for s in gone)} exited before its capture finished "
+                            f"(request {request.id})")
+        if time.monotonic() > deadline:
+            raise UserError(f"no answer from process {', '.join(str(s.pid) for s in missing)} within {timeout_s:g} s "
+                            f"(still before step {request.start_step or 'its next'}? is its loop stalled, or {control} "
+                            "full or not writable?); the job keeps running")
+        time.sleep(0.1)
+
+
+def capture(target: Target, *, steps: int, out: Path, timeout_s: float, command: list[str] | None = None,
+            ) -> tuple[Results, list[p.Answer]]:
+    """Ask, wait, copy the traces into ``out/trace/`` and read them as `perfscope trace` does (not yet saved)."""
+    from perfscope.results.io import copy_file
+    from perfscope.trace.offline import trace_results
+
+    control, found = members(target)
+    request = ask(control, found, steps)
+    answers = wait(control, request, found, timeout_s)
+    failed = [a for a in answers if a.trace is None]
+    if failed:
+        raise UserError("; ".join(f"process {a.pid} (rank {a.rank}) could not capture: {a.error}" for a in failed))
+    (out / "trace").mkdir(parents=True, exist_ok=True)
+    ranks = [a.rank for a in answers] if len({a.rank for a in answers}) == len(answers) else range(len(answers))
+    for answer, rank in zip(answers, ranks):
+        copy_file(Path(answer.trace), out / "trace" / f"rank{rank}.json.gz")  # type: ignore[arg-type]
+    shutil.rmtree(control / "captures" / request.id, ignore_errors=True)  # the job's folder keeps no copy
+    for status in found:
+        p.answer_path(control, request.id, status).unlink(missing_ok=True)
+    for folder in (control / "captures", control):  # emptied: a process's own folder when it ended meanwhile
+        if folder.parent != control.parent or control.parent == p.registry_root():  # never a folder the user made
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+    results = trace_results(out / "trace", command=command)
+    results.workload.name = f"capture of process {target.pid}" if target.pid is not None else f"capture of {control.name}"
+    for a in answers:
+        ended = f" (the job ended after {a.last_step - a.first_step + 1} of the {steps} steps)" if (  # type: ignore[operator]
+            a.last_step - a.first_step + 1 < steps) else ""  # type: ignore[operator]
+        results.notes.append(f"captured on demand: steps {a.first_step}-{a.last_step} of process {a.pid} on {a.host} "
+                             f"(rank {a.rank}), requested while it ran step {a.requested_step}{ended}")
+    return results, answers

@@ -1,0 +1,95 @@
+"""The watch (perfscope.hooks.watch): a lasting step-time shift caught within a few steps, none raised without one.
+
+The detector itself on seeded synthetic step times (what load cannot move: the same records, the same decisions),
+then a real loop in a separate process (tests/live_job.py) whose loader slows down at step K: decided on step indices
+and on the data-wait share the finding names (0 % of the step before K, most of it after: no wall-clock threshold).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from perfscope.hooks.watch import Watch, WatchConfig
+from perfscope.measure.window import StepRecord
+from tests.test_live import Job, traced_steps
+
+
+def feed(watch: Watch, times: list[float], waits: list[float] | None = None) -> None:
+    for i, t in enumerate(times):
+        watch.add(StepRecord(index=i, time_s=t, data_wait_s=(waits or [0.0] * len(times))[i], host_data_wait_s=0.0,
+                             samples=8, micro_steps=1))
+
+
+def noisy(n: int, seed: int, *, sigma: float = 0.05, outliers: float = 0.01) -> list[float]:
+    """Log-normal step times around 10 ms, with single-step outliers (a GC pause, a logging step) of 3×."""
+    rng = random.Random(seed)
+    return [0.01 * rng.lognormvariate(0, sigma) * (3.0 if rng.random() < outliers else 1.0) for _ in range(n)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_no_change_raises_no_alarm_over_20000_steps(seed: int, tmp_path: Path) -> None:
+    captured: list[int] = []
+    watch = Watch(WatchConfig(out=str(tmp_path)), capture=lambda n, d: bool(captured.append(n)) or True)
+    feed(watch, noisy(20_000, seed))
+    assert watch.findings == [] and captured == [] and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_data_wait_shift_is_caught_within_a_few_steps_and_named(seed: int, tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    k, n = 500, 700
+    times = noisy(n, seed)
+    waits = [0.0002] * k + [0.008] * (n - k)  # 2 % of the step, then 8 ms more per step, all of it waiting for data
+    times = [t + (0.008 if i >= k else 0.0) for i, t in enumerate(times)]
+    watch = Watch(WatchConfig(out=str(tmp_path)), capture=lambda n, d: True)
+    with caplog.at_level(logging.WARNING, logger="perfscope"):
+        feed(watch, times, waits)
+    assert len(watch.findings) == 1
+    found = watch.findings[0]
+    assert k <= found.began_step <= k + 1 and found.detected_step <= k + 6
+    assert found.data_wait_share[0] < 0.05 and found.data_wait_share[1] > 0.3
+    assert re.search(r"data wait 2% → \d\d% of the step", found.text)
+    assert "the wait for data is" in found.text
+    assert [r.getMessage().startswith("perfscope watch: step time shifted at step") for r in caplog.records] == [True]
+    written = json.loads((tmp_path / f"watch-step{found.detected_step}.json").read_text())
+    assert written["began_step"] == found.began_step and written["capture"].endswith(f"capture-step{found.detected_step}")
+
+
+def test_recompiles_are_named(tmp_path: Path) -> None:
+    graphs = iter([3] + [5] * 1000)
+    watch = Watch(WatchConfig(out=str(tmp_path)), capture=lambda n, d: False, graphs=lambda: next(graphs))
+    feed(watch, [0.01] * 100 + [0.03] * 20)
+    assert len(watch.findings) == 1 and "2 torch.compile graph(s) compiled since the reference" in watch.findings[0].text
+    assert watch.findings[0].capture is None
+
+
+@pytest.mark.slow
+def test_a_real_loop_slowed_at_step_k_is_caught_captured_and_named(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PERFSCOPE_LIVE_ROOT", str(tmp_path / "registry"))
+    k = 60
+    job = Job(tmp_path / "job", "--watch", "--wait", "0", "--compute", "0.02", "--slow-from", str(k))
+    watch_dir = job.work / "watch"
+    try:
+        job.wait_steps(k + 40, timeout_s=300)
+    finally:
+        assert job.stop() == 0, (job.work / "log").read_text()[-3000:]
+    (path,) = watch_dir.glob("watch-step*.json")
+    found = json.loads(path.read_text())
+    # dated at the step after the CUSUM last left zero: a slow step just before K (load) may date it a step early
+    assert k - 2 <= found["began_step"] <= k + 1 and k <= found["detected_step"] <= k + 6
+    # a few generated tensors of a 20 ms step, then 0.2 s of sleep in a ~0.22 s one: far apart at any load
+    assert found["data_wait_share"][0] < 0.3 and found["data_wait_share"][1] > 0.6
+    assert "the wait for data is" in " ".join(found["changes"])
+    log = (job.work / "log").read_text()
+    assert log.count("perfscope watch: step time shifted at step") == 1  # one warning, on the job's own log
+    steps = traced_steps(Path(found["capture"]) / "rank0.json.gz")
+    assert len(steps) == 5 and steps[0] > found["detected_step"]
+    notes = json.loads((job.work / "out" / "results.json").read_text())["notes"]
+    assert any(note.startswith("watch: step time shifted at step") for note in notes)
