@@ -22,7 +22,7 @@ def _analyze(tmp_path: Path, workload: Path, *extra: str) -> Results:
 
 
 def test_heavy_dataset_gets_the_data_loader_finding_first(tmp_path):
-    results = _analyze(tmp_path, ROOT / "examples" / "cpu_heavy_dataset.py", "--only", "dataloader_workers")
+    results = _analyze(tmp_path, ROOT / "examples" / "cpu_heavy_dataset.py", "--only", "dataloader_workers", "--no-budget")
     workers_evidence = [t for t in results.trials if t.configuration.startswith("dataloader_workers") and t.evidence]
     # Load-immune: the diagnosis comes from the baseline's data wait, which a neighbour can only lengthen.
     data_loader = [f for f in results.findings if f.rule_id == "PS201"]

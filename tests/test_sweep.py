@@ -589,7 +589,7 @@ def test_real_sweep_on_the_tiny_example(tmp_path):
 
     example = Path(__file__).parent.parent / "examples" / "tiny_transformer.py"
     code = main(["analyze", str(example), "--device", "cpu", "--out", str(tmp_path), "--steps", "8", "--warmup", "2",
-                 "--only", "amp_bf16,gc_freeze", "--no-trace"])
+                 "--only", "amp_bf16,gc_freeze", "--no-trace", "--no-budget"])  # what the sweep does, not what a budget cuts
     assert code == 0
     check_real_sweep(Results.load(tmp_path / "results.json"), tmp_path)
 
@@ -604,7 +604,7 @@ def test_real_oom_during_the_micro_batch_search_is_survived(tmp_path):
 
     workload = Path(__file__).parent / "workloads" / "sweep_oom.py"
     code = main(["analyze", str(workload), "--device", "cpu", "--out", str(tmp_path), "--steps", "6", "--warmup", "1",
-                 "--only", "grad_accum,micro_batch,activation_checkpointing", "--no-trace"])
+                 "--only", "grad_accum,micro_batch,activation_checkpointing", "--no-trace", "--no-budget"])
     assert code == 0
     results = Results.load(tmp_path / "results.json")
     sweep = results.sweep
