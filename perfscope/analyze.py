@@ -103,9 +103,10 @@ class Probe:
     environment: Environment
     model: ModelFacts | None
     wall_s: float = 0.0
-    """The probe process's wall time (import, model, two steps)."""
+    """The probe process's wall time (import, model, one step)."""
     step_s: float | None = None
-    """Its second step's wall time at the workload's micro-batch: with ``wall_s``, a run's cost before any run."""
+    """Its dry-run step's wall time scaled to the workload's micro-batch: with ``wall_s``, a run's cost before any run
+    (an overestimate: a first step's one-time costs; re-announced once the baseline ran)."""
 
 
 def probe(runner: TrialRunner, device: str, out_dir: Path, timeout_s: float, workload_path: Path | None = None) -> Probe:

@@ -144,3 +144,18 @@ def test_check_outputs_are_checked_before_the_verdict(results_file, capsys, tmp_
 def test_baseline_to_an_unusable_path_exits_2(results_file, capsys, tmp_path):
     assert main(["baseline", "save", results_file, "--to", str(tmp_path / "results.json" / "b.json")]) == 2
     assert "not a folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flags", "budget"), [([], 300.0), (["--budget", "90"], 90.0), (["--no-budget"], None)])
+def test_analyze_has_a_default_budget_and_no_budget_removes_it(monkeypatch, tmp_path, flags, budget):
+    import perfscope.analyze
+
+    seen = {}
+
+    def analyze(options):
+        seen["budget"] = options.budget_s
+        return 0
+
+    monkeypatch.setattr(perfscope.analyze, "analyze", analyze)
+    assert main(["analyze", "x.py", "--out", str(tmp_path / "out"), *flags]) == 0
+    assert seen["budget"] == budget

@@ -175,7 +175,8 @@ def test_communication_heavy_training_gets_no_sync_measured_and_ranked(tmp_path,
 
     monkeypatch.delenv("PERFSCOPE_TEST_RANK_MODE", raising=False)
     code = main(["analyze", str(WORKLOADS / "ddp_comm_heavy.py"), "--device", "cpu", "--nproc-per-node", "2",
-                 "--out", str(tmp_path), "--only", "no_sync_accumulation", "--warmup", "2", "--steps", "8", "--max-runs", "2"])
+                 "--out", str(tmp_path), "--only", "no_sync_accumulation", "--warmup", "2", "--steps", "8", "--max-runs", "2",
+                 "--no-budget"])
     assert code == 0
     results = Results.load(tmp_path / "results.json")
     baseline = results.trial("baseline")

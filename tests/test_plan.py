@@ -17,7 +17,8 @@ def test_the_plan_lists_what_the_first_pass_measures_by_the_sweeps_rules():
     assert cpu.configurations[-2:] == ["micro-batch ×2", "micro-batch ×4"]  # the CPU search stops at 4×
     only = plan_sweep(_ctx(device="cpu"), SweepOptions(only=["amp_bf16", "compile"]))
     assert only.configurations == ["amp_bf16", "compile"]
-    assert only.runs == 1 + 2 * 3 * 2 + 4 + 6  # the baseline; each to a verdict (3 runs, each beside a baseline run); a join; the confirmation
+    # the baseline; each to a verdict (3 runs, each beside a baseline run); a join; the confirmation
+    assert only.runs == 1 + 2 * 3 * 2 + 4 + 6
     gpu = plan_sweep(_ctx(device="cuda"), SweepOptions(skip=["micro_batch", "grad_accum"]))
     assert "activation_checkpointing" not in gpu.configurations  # on a GPU only paired with the micro-batch search
     assert plan_sweep(_ctx(device="cpu"), None, baseline_runs=3).runs == 3  # --no-sweep --repeat 3
@@ -26,7 +27,8 @@ def test_the_plan_lists_what_the_first_pass_measures_by_the_sweeps_rules():
 def test_the_announcement_says_the_time_and_whether_the_budget_ends_it_first():
     plan = Plan(configurations=["amp_bf16", "compile"], budget_s=300)
     within = plan.words(5.0, "from the probe")
-    assert within[0].startswith("plan: 2 configurations beside the baseline (amp_bf16, compile)") and "about 23 run(s) of ~5.0 s" in within[0]
+    assert within[0].startswith("plan: 2 configurations beside the baseline (amp_bf16, compile)")
+    assert "about 23 run(s) of ~5.0 s" in within[0]
     assert within[1] == "expected time: about 1 min 55 s, within its budget of 5 min (--budget S, --no-budget)"
     cut = plan.words(20.0, "from the probe")[1]
     assert cut.startswith("expected time: 5 min, its budget") and "unbounded about 7 min 40 s" in cut and "what it decided" in cut

@@ -75,6 +75,14 @@ def test_a_contended_run_is_excluded_and_measured_again(tmp_path: Path) -> None:
     assert session.results.warnings == []
 
 
+def test_a_contended_run_is_not_measured_again_when_the_budget_would_not_allow_it(tmp_path: Path) -> None:
+    session = _session(tmp_path, FakeRunner([(10.0, True), (100.0, False)]))
+    session.may_retry = lambda: False  # what the sweep sets when a retry would overrun its budget
+    trial = session.measure("baseline", CONFIG)
+    assert [t.name for t in session.results.trials] == ["baseline"] and not trial.evidence
+    assert trial.excluded and trial.excluded.startswith("contended") and trial.excluded.endswith("the budget would not allow it")
+
+
 def test_persistent_contention_excludes_every_run_and_warns(tmp_path: Path) -> None:
     session = _session(tmp_path, FakeRunner([(10.0, True)] * (CONTENTION_RETRIES + 1)))
     trial = session.measure("baseline", CONFIG)

@@ -8,6 +8,7 @@ import pytest
 
 from perfscope.ranking import rank_results
 from perfscope.report.story import build_story, recommendation_line
+from perfscope.report.text import answer_lines
 from perfscope.results import Trial
 from perfscope.search.sweep import BASELINE, Sweeper, SweepOptions
 from tests.test_sweep import FakeSession, _ctx, _step_time
@@ -56,6 +57,9 @@ def test_a_sweep_stopped_mid_stack_recommends_the_part_of_the_stack_already_meas
     assert line.startswith("bf16 autocast (AMP)") and " + torch.compile" in line
     assert "decided before the sweep stopped" in line and "fused" in line and "confirmation runs" in line
     assert rank_results(session.results).fixes[0].recommended
+    text = answer_lines(session.results, None)  # the terminal's last lines after `analyze` was stopped
+    assert "recommendation: bf16 autocast (AMP)" in text and "decided before the sweep stopped" in text
+    assert "\n  changes: numerics: matmuls/convolutions in bf16" in text and "accept a change in semantics" not in text
 
 
 def test_a_sweep_stopped_before_stacking_recommends_its_best_decided_knob_and_names_the_others():

@@ -64,13 +64,14 @@ def _first_samples(workload: Workload, path: Path, count: int) -> Any:
         raise WorkloadError(describe_user_exception(exc, path, "collating a batch")) from exc
 
 
-def validate_workload(workload: Workload, path: str | Path, *, dry_run_batch: int = 2, device: str = "cpu") -> float | None:
+def validate_workload(workload: Workload, path: str | Path, *, dry_run_batch: int = 2, device: str = "cpu") -> float:
     """One training step with a small batch on ``device``: catches contract errors before any trial starts.
 
     The dataset is also probed at its declared batch size (index by index), so a sample that raises
-    is named. Raises WorkloadError. Returns the wall time of a second step on the same batch, scaled to the
-    workload's micro-batch (0.0 when it failed): the step time the analysis announces its duration from, before
-    any run measured one (the first step pays one-time costs, so it is not the one timed).
+    is named. Raises WorkloadError. Returns that step's wall time (loss, backward, optimizer step) scaled to the
+    workload's micro-batch: the step time the analysis announces its duration from before any run measured one —
+    an overestimate (a first step pays one-time costs), corrected once the baseline ran. Never a second call into the
+    workload: a loss that fails, hangs or exits on its second call must fail in a trial, where it is recorded.
     """
     path = Path(path).resolve()
     if workload.dataset is not None:
@@ -93,6 +94,7 @@ def validate_workload(workload: Workload, path: str | Path, *, dry_run_batch: in
         raise WorkloadError(describe_user_exception(exc, path, "optimizer(params)")) from exc
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise WorkloadError(f"{path}: optimizer(params) returned {type(optimizer).__name__}, expected a torch.optim.Optimizer")
+    start = _now(device)
     try:
         loss = workload.loss(model, batch)
     except Exception as exc:  # noqa: BLE001
@@ -109,23 +111,13 @@ def validate_workload(workload: Workload, path: str | Path, *, dry_run_batch: in
         optimizer.zero_grad(set_to_none=True)
     except Exception as exc:  # noqa: BLE001
         raise WorkloadError(describe_user_exception(exc, path, "backward/optimizer step")) from exc
-    return _timed_step(workload, model, optimizer, batch, device) * workload.batch_size / min(dry_run_batch, workload.batch_size)
+    return (_now(device) - start) * workload.batch_size / min(dry_run_batch, workload.batch_size)
 
 
-def _timed_step(workload: Workload, model: nn.Module, optimizer: torch.optim.Optimizer, batch: Any, device: str) -> float:
-    """The wall time of one more training step on ``batch`` (device work waited for); 0.0 when it fails (the first
-    step validated the contract: a failure here only costs the estimate)."""
+def _now(device: str) -> float:
+    """The wall clock once the device's queued work is done (a CUDA step is asynchronous)."""
     import time
 
-    try:
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        workload.loss(model, batch).backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - start
-    except Exception:  # noqa: BLE001
-        return 0.0
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter()
