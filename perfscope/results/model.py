@@ -343,6 +343,8 @@ class Trial:
     """Why this run is not used as evidence (contended, outlier); it stays in the file for the record."""
     wall_time_s: float | None = field(default=None, metadata=SECONDS)
     started_at: str | None = None
+    lane: int | None = field(default=None, metadata=NON_NEGATIVE)
+    """The lane it ran on in a parallel sweep (perfscope.lanes): it is compared only with its lane's reference runs."""
 
     def __post_init__(self) -> None:
         if not self.configuration:

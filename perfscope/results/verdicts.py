@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from perfscope.results.constraints import FRACTION, NAME, NON_NEGATIVE, SECONDS
+from perfscope.results.lanes import ParallelSweep
 
 __all__ = ["Finding", "Gain", "KnobOutcome", "MicroBatchPoint", "RunNoise", "Sweep", "Verdict"]
 
@@ -160,3 +161,5 @@ class Sweep:
     elapsed_s: float | None = field(default=None, metadata=SECONDS)
     stopped_early: str | None = None  # e.g. "budget exhausted", "interrupted"
     notes: list[str] = field(default_factory=list)
+    parallel: ParallelSweep | None = None
+    """The lanes the sweep ran on (perfscope.lanes); None for a sweep on one lane, one run after another."""

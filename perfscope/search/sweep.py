@@ -157,9 +157,13 @@ class Sweeper(Stacking):
 
     def _first_run(self, cand: Candidate) -> None:
         """A candidate's first run (traced when its costs are read from a trace), then the numerics guard."""
-        traced = cand.knob.traced and self.options.trace_recommended
-        cand.first = self.measure(cand.name, cand.config.replace(capture_trace=True) if traced else cand.config, cand.knobs)
+        cand.first = self.measure(cand.name, self.first_config(cand), cand.knobs)
         self._check_numerics(cand)
+
+    def first_config(self, cand: Candidate) -> TrialConfig:
+        """The configuration of a candidate's first run: traced when its costs are read from a trace."""
+        traced = cand.knob.traced and self.options.trace_recommended
+        return cand.config.replace(capture_trace=True) if traced else cand.config
 
     def _check_numerics(self, cand: Candidate) -> None:
         if cand.first is not None and cand.first.ok:
@@ -190,13 +194,17 @@ class Sweeper(Stacking):
         never decides, so every candidate whose one-run interval reaches a worthwhile gain gets a second)."""
         while True:
             self.judge()
-            open_ = [c for c in self.candidates if c.usable and self.measurements[c.name] < self.options.max_runs
-                     and (could_still_win(c.gain, self.options.min_gain, self.options.max_runs) and not self.family.futile(c.name)
-                          or _probably_slower(c.gain) or self._increment_open(c))]
+            open_ = self.open_candidates()
             if not open_ or not self.may_continue():
                 return
             best = max(open_, key=lambda c: c.gain.high if c.gain else 0.0)
             self.measure(best.name, best.config, best.knobs)
+
+    def open_candidates(self) -> list[Candidate]:
+        """The candidates another run could still decide (as judged last), in the sweep's order."""
+        return [c for c in self.candidates if c.usable and self.measurements[c.name] < self.options.max_runs
+                and (could_still_win(c.gain, self.options.min_gain, self.options.max_runs) and not self.family.futile(c.name)
+                     or _probably_slower(c.gain) or self._increment_open(c))]
 
     def _increment_open(self, cand: Candidate) -> bool:
         """A knob measured on top of another is judged by what it adds (`outcome`): decidedly faster than the
@@ -378,8 +386,10 @@ def cannot_tell(gain: Gain) -> str:
     return f"cannot tell at this machine's noise level ({confidence_text(gain.confidence)} interval {gain.low:.2f}–{gain.high:.2f}{mde})"
 
 
-def run_sweep(session: Any, workload: Workload, base_config: TrialConfig, options: SweepOptions) -> Sweep:
-    """Entry point from `perfscope analyze`: builds the knob context and runs the sweep through the session."""
+def run_sweep(session: Any, workload: Workload, base_config: TrialConfig, options: SweepOptions,
+              sweeper: Callable[..., Sweeper] | None = None) -> Sweep:
+    """Entry point from `perfscope analyze`: builds the knob context and runs the sweep through the session
+    (``sweeper``: how to build the Sweeper, e.g. perfscope.lanes' parallel one; None: the sequential sweep)."""
     results = session.results
     model = results.workload.model
     if model is None:
@@ -387,4 +397,4 @@ def run_sweep(session: Any, workload: Workload, base_config: TrialConfig, option
     ctx = KnobContext(workload=workload, base=base_config.replace(capture_trace=False), environment=results.environment, model=model)
     sweep = Sweep(baseline_trial=BASELINE)
     results.sweep = sweep  # saved with every run, so an interrupted sweep keeps what it found
-    return Sweeper(session=session, ctx=ctx, options=options, elapsed=session.progress.elapsed, sweep=sweep).run()
+    return (sweeper or Sweeper)(session=session, ctx=ctx, options=options, elapsed=session.progress.elapsed, sweep=sweep).run()
