@@ -48,8 +48,8 @@ from perfscope.results.outdir import claim_output_dir
 from perfscope.search.sweep import BASELINE, SweepOptions, run_sweep
 from perfscope.trial.launch import Launch
 from perfscope.trial.runner import TrialRunner
-from perfscope.trial.spec import ProbeSpec
 from perfscope.trial.session import Progress, Session
+from perfscope.trial.spec import ProbeSpec
 from perfscope.workload import Workload, file_sha256, load_workload
 
 PROBE_TIMEOUT_FLOOR_S = 120.0

@@ -181,7 +181,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     from perfscope.pipeline import finish
     from perfscope.report.markdown import summary_headline
     from perfscope.report.waterfall_chart import waterfall_lines
-    from perfscope.results.outdir import claim_output_dir, check_output_dir
+    from perfscope.results.outdir import check_output_dir, claim_output_dir
     from perfscope.trace.inputs import check_out_apart
     from perfscope.trace.offline import trace_results
 

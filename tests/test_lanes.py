@@ -9,14 +9,17 @@ import random
 import pytest
 
 from benchmarks.stat_simulation import wilson
-from perfscope.errors import UserError
+from perfscope.cli import main
+from perfscope.errors import EXIT_USER, UserError
 from perfscope.lanes.aa import check_lanes
 from perfscope.lanes.executors import LaneFailure
 from perfscope.lanes.plan import Lane, plan_lanes
 from perfscope.lanes.run import LaneOptions
 from perfscope.lanes.simulate import LaneModel, SimLane, SimLaneSession, simulate_lane_sweep
 from perfscope.lanes.sweep import LaneSweeper
+from perfscope.report.lanes import lane_notes
 from perfscope.results.config import TrialConfig
+from perfscope.results.lanes import LaneRecord, ParallelSweep
 from perfscope.search.candidate import BASELINE, SweepOptions
 from perfscope.search.compare import ReferenceSeries, paired_test
 from perfscope.search.simulate import NOISE_MODELS, NoiseModel, _context
@@ -153,3 +156,19 @@ def test_a_real_effect_is_found_across_unequal_lanes():
 
 def test_a_lane_descriptor_names_its_device_and_cores():
     assert Lane(1, frozenset({2, 3}), "1").describe() == "lane 1: GPU 1, cores 2,3"
+
+
+def test_the_report_lists_each_lane_and_the_time_saved():
+    parallel = ParallelSweep(executor="slurm", aa_spread=0.031, wall_s=300.0, sequential_estimate_s=1100.0, lanes=[
+        LaneRecord(index=0, device="0", cpus=[0, 1], level=1.0, runs=30),
+        LaneRecord(index=1, device="1", cpus=[2, 3], level=0.66, runs=2, failures=1, dropped="slurm job 7 NODE_FAIL")])
+    notes = lane_notes(parallel)
+    assert notes[0] == ("Parallel sweep on 2 lane(s) through the slurm executor: 5.0 min of wall time, where its runs one "
+                        "after another would have taken about 18.3 min; lane-to-lane A/A spread 3.1%.")
+    assert notes[2] == ("Lane 1 (GPU 1, cores 2,3), A/A level 0.66× the median lane's: 2 run(s), 1 failed; "
+                        "dropped: slurm job 7 NODE_FAIL.")
+
+
+def test_an_executor_without_lanes_is_a_usage_error(capsys):
+    assert main(["analyze", "x.py", "--executor", "ray"]) == EXIT_USER
+    assert "--executor needs --lanes N or --devices LIST" in capsys.readouterr().err

@@ -18,7 +18,6 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
-from perfscope.errors import UserError
 from perfscope.lanes.plan import Lane
 from perfscope.trial.runner import Outcome, TrialRunner
 from perfscope.trial.session import LaneRunner
@@ -78,19 +77,3 @@ class LocalExecutor:
     def close(self) -> None:
         for runner in self._runners:
             runner.close()
-
-
-def make_executor(name: str, work_dir: Path, *, partition: str | None = None, gpus_per_node: int | None = None,
-                  timeout_s: float = 600.0) -> Executor:
-    """The executor ``name`` (local | ray | slurm); ray and slurm need their extra installed."""
-    if name == "local":
-        return LocalExecutor(work_dir)
-    if name == "ray":
-        from perfscope.lanes.ray import RayExecutor
-
-        return RayExecutor(work_dir)
-    if name == "slurm":
-        from perfscope.lanes.slurm import SlurmExecutor
-
-        return SlurmExecutor(work_dir, partition=partition, gpus_per_node=gpus_per_node, timeout_s=timeout_s)
-    raise UserError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")

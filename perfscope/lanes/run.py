@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from perfscope.errors import UserError
-from perfscope.lanes.executors import EXECUTORS, make_executor
+from perfscope.lanes.executors import EXECUTORS, Executor, LocalExecutor
 from perfscope.lanes.plan import plan_lanes
 from perfscope.lanes.sweep import lane_sweeper
 
@@ -46,8 +46,6 @@ def parallel_sweep(options: LaneOptions | None, work_dir: Path, *, timeout_s: fl
         yield None
         return
     lanes = plan_lanes(options.lanes, options.devices)
-    if options.executor == "slurm":  # Slurm pins each job to its own allocation: the driver's cores mean nothing there
-        lanes = [type(lane)(lane.index, frozenset(), lane.device) for lane in lanes]
     executor = make_executor(options.executor, work_dir, partition=options.slurm_partition,
                              gpus_per_node=options.slurm_gpus_per_node, timeout_s=timeout_s)
     print(f"perfscope: parallel sweep on {len(lanes)} lane(s) through the {executor.name} executor: "
@@ -57,3 +55,19 @@ def parallel_sweep(options: LaneOptions | None, work_dir: Path, *, timeout_s: fl
         yield lane_sweeper(runners, executor.name, executor.cancel)
     finally:
         executor.close()
+
+
+def make_executor(name: str, work_dir: Path, *, partition: str | None = None, gpus_per_node: int | None = None,
+                  timeout_s: float = 600.0) -> Executor:
+    """The executor ``name`` (local | ray | slurm); ray and slurm need their extra installed."""
+    if name == "local":
+        return LocalExecutor(work_dir)
+    if name == "ray":
+        from perfscope.lanes.ray import RayExecutor
+
+        return RayExecutor(work_dir)
+    if name == "slurm":
+        from perfscope.lanes.slurm import SlurmExecutor
+
+        return SlurmExecutor(work_dir, partition=partition, gpus_per_node=gpus_per_node, timeout_s=timeout_s)
+    raise UserError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")

@@ -65,6 +65,7 @@ class LaneSweeper(Sweeper):
         self._rotation = 0
         self._queued: list[Candidate] = []
         self._aa_names: set[str] = set()
+        self._cancelled = False
         self._pool = ThreadPoolExecutor(max_workers=len(self.lanes)) if parallel and len(self.lanes) > 1 else None
         if cores:
             self.sweep.parallel.notes.append(f"knobs sized for a lane's {min(cores)} core(s), not the machine's")
@@ -133,7 +134,7 @@ class LaneSweeper(Sweeper):
     def aa_check(self) -> None:
         """The baseline `AA_RUNS` times on every lane; outlying lanes dropped (perfscope.lanes.aa)."""
         def series(lane: LaneRunner) -> list[Trial]:
-            return [self.session.measure(BASELINE, self.reference, [], lane=lane) for _ in range(AA_RUNS)]
+            return [self._on(lane, BASELINE, self.reference, []) for _ in range(AA_RUNS)]
 
         done = self._run_wave([(lane, series) for lane in self.active])
         rates: dict[int, list[float]] = {}
@@ -188,12 +189,14 @@ class LaneSweeper(Sweeper):
         return [t for t in out if t is not None]
 
     def _pair(self, name: str, config: TrialConfig, knobs: list[str], baseline_first: bool, lane: LaneRunner) -> Trial:
-        if baseline_first:
-            self.session.measure(BASELINE, self.reference, [], lane=lane)
-        trial = self.session.measure(name, config, knobs, lane=lane)
-        if not baseline_first:
-            self.session.measure(BASELINE, self.reference, [], lane=lane)
-        return trial
+        runs = [(BASELINE, self.reference, []), (name, config, knobs)]
+        measured = [self._on(lane, *run) for run in (runs if baseline_first else runs[::-1])]
+        return measured[1] if baseline_first else measured[0]
+
+    def _on(self, lane: LaneRunner, name: str, config: TrialConfig, knobs: list[str]) -> Trial:
+        if self._cancelled:  # Ctrl-C: a lane between two runs starts no more
+            raise LaneFailure("cancelled by Ctrl-C")
+        return self.session.measure(name, config, knobs, lane=lane)
 
     def _pick(self, name: str, free: list[LaneRunner]) -> LaneRunner:
         """The free lane where ``name`` has run least (ties rotate), so a knob's runs spread over the lanes."""
@@ -234,8 +237,10 @@ class LaneSweeper(Sweeper):
     def _interrupted(self, futures: list[Future[Any]]) -> None:
         """Ctrl-C: cancel what the executor has in flight, let the lanes return, and mark the cancelled runs."""
         in_flight = {t.name for t in self.results.trials if t.error == IN_FLIGHT}
+        self._cancelled = True
         said = self.cancel()
-        wait(futures)
+        while wait(futures, timeout=2.0).not_done:  # a run that started just as the first cancel went out
+            self.cancel()
         for trial in self.results.trials:
             if trial.name in in_flight:
                 trial.excluded = "cancelled: the sweep was interrupted (Ctrl-C) while it ran"

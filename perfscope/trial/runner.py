@@ -201,10 +201,7 @@ class TrialRunner:
 
     def run(self, spec: ChildSpec, work_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None) -> Outcome:
         """Run ``spec`` (see perfscope.trial.child) in a fresh process; classify how it ended."""
-        work_dir.mkdir(parents=True, exist_ok=True)
-        spec_path, result_path, log_path = work_dir / "spec.json", work_dir / "result.json", work_dir / "trial.log"
-        result_path.unlink(missing_ok=True)
-        write_spec(spec_path, dataclasses.replace(spec, result_path=str(result_path)))
+        spec_path, result_path, log_path = prepare_trial(spec, work_dir)
         env = dict(env or {})
         if isinstance(spec, TrialSpec) and spec.launch is not None:  # a torchrun job of fresh interpreters
             job = run_job(spec_path, result_path, log_path, launch=spec.launch, timeout_s=timeout_s, env=env,
@@ -242,7 +239,7 @@ class TrialRunner:
 
     @staticmethod
     def _timeout(timeout_s: float, log_path: Path, start: float) -> Outcome:
-        return Outcome("timeout", f"trial exceeded {timeout_s:g} s and was killed\n{log_tail(log_path)}", {}, time.perf_counter() - start)
+        return timed_out(timeout_s, log_path, time.perf_counter() - start)
 
     @staticmethod
     def classify(returncode: int, result_path: Path, log_path: Path, wall: float) -> Outcome:
@@ -267,6 +264,21 @@ class TrialRunner:
                 payload["metrics"].setdefault("unavailable", {})["trace"] = f"the trial process {died} during trace capture"
             return Outcome(payload.get("status", "error"), error, payload, wall)
         return Outcome("crashed", f"{_describe(returncode)} without a result\n{log_tail(log_path)}", {}, wall)
+
+
+def prepare_trial(spec: ChildSpec, work_dir: Path) -> tuple[Path, Path, Path]:
+    """The trial's folder with its spec written and no stale result: (spec, result, log) paths. Any executor that
+    runs the child (perfscope.lanes) starts from here, so the driver reads every result the same way."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    spec_path, result_path, log_path = work_dir / "spec.json", work_dir / "result.json", work_dir / "trial.log"
+    result_path.unlink(missing_ok=True)
+    write_spec(spec_path, dataclasses.replace(spec, result_path=str(result_path)))
+    return spec_path, result_path, log_path
+
+
+def timed_out(timeout_s: float, log_path: Path, wall_s: float) -> Outcome:
+    """The outcome of a trial killed at its timeout."""
+    return Outcome("timeout", f"trial exceeded {timeout_s:g} s and was killed\n{log_tail(log_path)}", {}, wall_s)
 
 
 def _describe(returncode: int) -> str:
