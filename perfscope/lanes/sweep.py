@@ -25,7 +25,7 @@ import dataclasses
 import functools
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 from perfscope.lanes.aa import AA_RUNS, check_lanes
@@ -218,7 +218,7 @@ class LaneSweeper(Sweeper):
             return out
         futures: list[Future[T]] = [self._pool.submit(task, lane) for lane, task in tasks]
         try:
-            while wait(futures, timeout=WAIT_TICK_S, return_when=FIRST_EXCEPTION).not_done:
+            while wait(futures, timeout=WAIT_TICK_S).not_done:
                 pass
         except KeyboardInterrupt:
             self._interrupted(futures)
