@@ -53,8 +53,8 @@ ENDED = ("BOOT_FAIL", "CANCELLED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_ME
 def _state(job_id: str) -> str | None:
     """The job's state from squeue (None once it has left the queue)."""
     try:
-        out = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True, timeout=30,
-                             check=False)
+        out = subprocess.run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T"], capture_output=True,
+                             text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return "UNKNOWN"
     return out.stdout.strip().split("\n")[0] or None if out.returncode == 0 else None
