@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -165,8 +166,8 @@ def slurm(tmp_path_factory):
     try:
         env, pids = _start_slurm(root)
     except (RuntimeError, subprocess.CalledProcessError, OSError) as exc:
-        print(f"\nSlurm could not start here ({exc}): the Slurm executor runs through submitit's LocalExecutor",
-              file=sys.stderr)
+        warnings.warn(f"Slurm could not start here ({exc}): the Slurm executor's tests run through submitit's "
+                      "LocalExecutor, and those that need a real Slurm skip", stacklevel=1)
         yield "local"
         return
     saved = {k: os.environ.get(k) for k in env}
