@@ -104,6 +104,35 @@ def test_the_ray_executor_reaches_the_same_recommendation(tmp_path, ray_env):
     check_sweep(_analyze(tmp_path / "out", "ray"), "ray")
 
 
+@pytest.mark.skipif(not TWO_CORES, reason="2 lanes of 1 core need 2 cores")
+def test_a_ray_worker_killed_mid_sweep_drops_its_lane_and_the_sweep_goes_on(tmp_path, ray_env):
+    import psutil
+
+    killed: list[int] = []
+
+    def kill_one() -> None:  # the first Ray worker seen running a trial, SIGKILLed from outside (a dead worker)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not killed:
+            for proc in psutil.process_iter(["cmdline"]):
+                if (proc.info["cmdline"] or [""])[0].startswith("ray::run_trial_job"):
+                    proc.kill()
+                    killed.append(proc.pid)
+                    break
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=kill_one, daemon=True)
+    thread.start()
+    results = _analyze(tmp_path / "out", "ray")
+    thread.join(timeout=1)
+    assert killed
+    dropped = [r for r in results.sweep.parallel.lanes if r.dropped]
+    assert len(dropped) == 1 and dropped[0].dropped.startswith(f"ray task on lane {dropped[0].index}: "), dropped
+    assert "Worker" in dropped[0].dropped or "died" in dropped[0].dropped, dropped[0].dropped
+    kept = next(r.index for r in results.sweep.parallel.lanes if not r.dropped)
+    last = max(t.sequence for t in results.trials)
+    assert next(t for t in results.trials if t.sequence == last).lane == kept  # the sweep went on on the other lane
+
+
 # ---------------------------------------------------------------------------------------------------- Slurm
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -149,7 +150,7 @@ class LaneSweeper(Sweeper):
         assert parallel is not None
         parallel.aa_spread = check.spread
         for index, level in check.levels.items():
-            self.records[index].level = round(2.718281828459045 ** level, 4)
+            self.records[index].level = round(math.exp(level), 4)
         for index, why in check.outliers.items():
             self._drop(next(lane for lane in self.active if lane.index == index), why)
         spread = f"{check.spread:.1%}" if check.spread is not None else "n/a"
