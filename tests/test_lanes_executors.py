@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -108,29 +109,42 @@ def test_the_ray_executor_reaches_the_same_recommendation(tmp_path, ray_env):
 def test_a_ray_worker_killed_mid_sweep_drops_its_lane_and_the_sweep_goes_on(tmp_path, ray_env):
     import psutil
 
-    killed: list[int] = []
+    def kill_one() -> int | None:  # a Ray worker running a trial, SIGKILLed from outside (a dead worker)
+        for proc in psutil.process_iter(["cmdline"]):
+            if (proc.info["cmdline"] or [""])[0].startswith("ray::run_trial_job"):
+                proc.kill()
+                return proc.pid
+        return None
 
-    def kill_one() -> None:  # the first Ray worker seen running a trial, SIGKILLed from outside (a dead worker)
+    _, _, dropped = sweep_losing_a_lane(tmp_path / "out", "ray", kill_one)
+    assert dropped.dropped.startswith(f"ray task on lane {dropped.index}: "), dropped
+    assert "Worker" in dropped.dropped or "died" in dropped.dropped, dropped.dropped
+
+
+def sweep_losing_a_lane(out: Path, executor: str, end_one: Callable[[], object | None]):
+    """The sweep while ``end_one`` (polled from a thread until it returns what it ended) ends one lane's job from
+    outside: (results, what it ended, the dropped lane's record), once the lane is dropped and the sweep went on."""
+    ended: list[object] = []
+
+    def poll() -> None:
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not killed:
-            for proc in psutil.process_iter(["cmdline"]):
-                if (proc.info["cmdline"] or [""])[0].startswith("ray::run_trial_job"):
-                    proc.kill()
-                    killed.append(proc.pid)
-                    break
+        while time.monotonic() < deadline and not ended:
+            if (what := end_one()) is not None:
+                ended.append(what)
             time.sleep(0.5)
 
-    thread = threading.Thread(target=kill_one, daemon=True)
+    thread = threading.Thread(target=poll, daemon=True)
     thread.start()
-    results = _analyze(tmp_path / "out", "ray")
+    results = _analyze(out, executor)
     thread.join(timeout=1)
-    assert killed
+    assert ended
     dropped = [r for r in results.sweep.parallel.lanes if r.dropped]
-    assert len(dropped) == 1 and dropped[0].dropped.startswith(f"ray task on lane {dropped[0].index}: "), dropped
-    assert "Worker" in dropped[0].dropped or "died" in dropped[0].dropped, dropped[0].dropped
+    assert len(dropped) == 1, results.sweep.parallel
     kept = next(r.index for r in results.sweep.parallel.lanes if not r.dropped)
     last = max(t.sequence for t in results.trials)
     assert next(t for t in results.trials if t.sequence == last).lane == kept  # the sweep went on on the other lane
+    assert results.sweep.recommended_trial is not None
+    return results, ended[0], dropped[0]
 
 
 # ---------------------------------------------------------------------------------------------------- Slurm
@@ -236,28 +250,16 @@ def _jobs() -> list[str]:
 def test_a_slurm_job_cancelled_mid_sweep_drops_its_lane_and_the_sweep_goes_on(tmp_path, slurm_cluster):
     if slurm_cluster != "slurm":
         pytest.skip("needs a real Slurm to scancel a job (Slurm could not start here)")
-    cancelled: list[str] = []
 
-    def cancel_one() -> None:  # the first job seen running once the lanes have started, cancelled from outside
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not cancelled:
-            jobs = _jobs()
-            if len(jobs) >= 2:
-                subprocess.run(["scancel", jobs[-1]], check=True)
-                cancelled.append(jobs[-1])
-            time.sleep(0.5)
+    def cancel_one() -> str | None:  # a job seen running once both lanes have started, cancelled from outside
+        jobs = _jobs()
+        if len(jobs) < 2:
+            return None
+        subprocess.run(["scancel", jobs[-1]], check=True)
+        return jobs[-1]
 
-    thread = threading.Thread(target=cancel_one, daemon=True)
-    thread.start()
-    results = _analyze(tmp_path / "out", "slurm")
-    thread.join(timeout=1)
-    assert cancelled
-    dropped = [r for r in results.sweep.parallel.lanes if r.dropped]
-    assert len(dropped) == 1 and f"slurm job {cancelled[0]} CANCELLED" in dropped[0].dropped, results.sweep.parallel
-    kept = next(r.index for r in results.sweep.parallel.lanes if not r.dropped)
-    last = max(t.sequence for t in results.trials)
-    assert next(t for t in results.trials if t.sequence == last).lane == kept  # the sweep went on on the other lane
-    assert results.sweep.recommended_trial is not None
+    _, job, dropped = sweep_losing_a_lane(tmp_path / "out", "slurm", cancel_one)
+    assert f"slurm job {job} CANCELLED" in dropped.dropped, dropped
 
 
 # ---------------------------------------------------------------------------------------------------- Ctrl-C
