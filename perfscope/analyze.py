@@ -30,6 +30,7 @@ from perfscope.errors import (
     UserError,
     WorkloadError,
 )
+from perfscope.lanes.run import LaneOptions, parallel_sweep
 from perfscope.measure.mfu import choose_peak
 from perfscope.pipeline import finish
 from perfscope.report.text import answer_lines, summary_table
@@ -87,6 +88,8 @@ class AnalyzeOptions:
     """torchrun's arguments: every run is a job of launch.world_size ranks (None: one process)."""
     report: bool = True
     command: list[str] = field(default_factory=list)
+    parallel: LaneOptions | None = None
+    """Run the sweep on lanes (perfscope.lanes: --lanes / --devices / --executor); None: one run at a time."""
 
     def __post_init__(self) -> None:
         """The library's own check of what the CLI checks with argparse: a bad value never reaches a run."""
@@ -95,6 +98,9 @@ class AnalyzeOptions:
             value = getattr(self, name)
             if value is not None and not (isinstance(value, int | float) and math.isfinite(value) and 0 < value <= limit):
                 raise UserError(f"{name} must be a finite number in (0, {limit:g}], got {value!r}")
+        if self.parallel is not None and self.launch is not None and self.launch.world_size > 1:
+            raise UserError("--lanes/--devices with torchrun trials is not supported yet: a job of several ranks needs "
+                            "its devices as a group, and the lanes would split them")
 
 
 @dataclass
@@ -265,7 +271,8 @@ def _measure(results: Results, options: AnalyzeOptions, runner: TrialRunner, wor
                 again = plan.words(measured, "the baseline run")[1]
                 _announce([f"the baseline run took {measured:.1f} s (estimated {estimate:.1f} s): {again}"])
         if sweep_options is not None and baseline.ok:
-            run_sweep(session, workload, base, sweep_options)
+            with parallel_sweep(options.parallel, options.out_dir / "trials", timeout_s=options.trial_timeout_s) as sweeper:
+                run_sweep(session, workload, base, sweep_options, sweeper=sweeper)
             if base.distributed and _layouts_selected(sweep_options):
                 from perfscope.search.layout import run_layout_search
 

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 from perfscope._version import __version__
 from perfscope.errors import (
     EXIT_INCONCLUSIVE,
-    EXIT_NOT_COMPARABLE,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
+    EXIT_NOT_COMPARABLE,
     EXIT_OK,
     EXIT_REGRESSION,
     EXIT_USER,
@@ -107,8 +107,22 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         capture_trace=not args.no_trace,
         launch=_launch(args),
         command=["perfscope", *sys.argv[1:]],
+        parallel=_lanes(args),
     )
     return analyze(options)
+
+
+def _lanes(args: argparse.Namespace) -> Any:
+    """The parallel sweep's options (perfscope.lanes), or None for one run at a time."""
+    if args.lanes is None and args.devices is None:
+        if args.executor != "local":
+            raise UserError("--executor needs --lanes N or --devices LIST")
+        return None
+    from perfscope.lanes.run import LaneOptions
+
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
+    return LaneOptions(lanes=args.lanes, devices=devices, executor=args.executor, slurm_partition=args.slurm_partition,
+                       slurm_gpus_per_node=args.slurm_gpus_per_node)
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
@@ -336,6 +350,19 @@ def _add_launch_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds a collective waits for a peer before the run fails as a hang (default 120)")
 
 
+def _add_lane_arguments(p: argparse.ArgumentParser) -> None:
+    """The parallel sweep's lanes and executor (docs/parallel.md)."""
+    g = p.add_argument_group("parallel sweep (lanes: a device and its own cores each; docs/parallel.md)")
+    g.add_argument("--lanes", type=_positive_int, default=None, metavar="N",
+                   help="run the sweep's pairs on N lanes at once, each on its own share of the cores")
+    g.add_argument("--devices", default=None, metavar="LIST", help="one lane per GPU, e.g. 0,1,2,3")
+    g.add_argument("--executor", choices=["local", "ray", "slurm"], default="local",
+                   help="where the lanes' trials run: local subprocesses (default), Ray tasks, Slurm jobs (submitit)")
+    g.add_argument("--slurm-partition", default=None, metavar="NAME", help="the Slurm partition for --executor slurm")
+    g.add_argument("--slurm-gpus-per-node", type=_positive_int, default=None, metavar="N",
+                   help="GPUs each Slurm job asks for (--executor slurm; one lane per job)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perfscope",
@@ -370,6 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip", action="append", metavar="IDS", help="comma-separated knob ids not to try")
     p.add_argument("--no-trace", action="store_true", help="do not capture profiler traces")
     _add_launch_arguments(p)
+    _add_lane_arguments(p)
     p.set_defaults(handler=_cmd_analyze)
 
     p = sub.add_parser("worker", help="lend this node's ranks to a multi-node analysis run on node 0")

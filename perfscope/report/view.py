@@ -20,7 +20,6 @@ from pathlib import Path
 from perfscope.ranking import rank_results
 from perfscope.report.charts import Chart, baseline_breakdown_chart, build_charts, gain_chart
 from perfscope.report.distributed import DistributedView, distributed_view
-from perfscope.report.layout import LayoutView, layout_view
 from perfscope.report.findings import (
     DiffLine,
     FindingView,
@@ -33,6 +32,8 @@ from perfscope.report.findings import (
 )
 from perfscope.report.format import fmt_seconds
 from perfscope.report.headline import Headline, headline_view, tell
+from perfscope.report.lanes import lane_notes
+from perfscope.report.layout import LayoutView, layout_view
 from perfscope.report.story import build_story
 from perfscope.report.structure import knob_effects
 from perfscope.report.tables import (
@@ -163,6 +164,8 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
     if sweep and sweep.elapsed_s is not None:
         budget = f" of a {fmt_seconds(sweep.budget_s)} budget" if sweep.budget_s else ""
         sweep_notes.append(f"Search time {fmt_seconds(sweep.elapsed_s)}{budget}.")
+    if sweep and sweep.parallel is not None:
+        sweep_notes += lane_notes(sweep.parallel)
     kernel_rows, kernels_trial = kernels(results, [base_name, rec_name])
     peak = results.peak
     env = results.environment

@@ -365,6 +365,8 @@ class Trial:
     numerics: NumericsCheck | None = None
     """The numerics guard's comparison of this run with the baseline's (the run the sweep judged a configuration
     by); None for runs it did not judge."""
+    lane: int | None = field(default=None, metadata=NON_NEGATIVE)
+    """The lane it ran on in a parallel sweep (perfscope.lanes): it is compared only with its lane's reference runs."""
 
     def __post_init__(self) -> None:
         if not self.configuration:

@@ -111,16 +111,34 @@ class ReferenceSeries:
         # The lookups bisect when every run has its own place in the order (always, for a sweep's runs); else scan.
         self._ordered = (all(r.sequence is not None for r in self.runs)
                          and all(a < b for a, b in zip(self._order, self._order[1:])))
+        # Runs of a parallel sweep (perfscope.lanes) are compared within their lane only: each lane is its own series,
+        # so a lane's speed cancels in every ratio and its successive differences never span two devices.
+        lanes = {r.lane for r in self.runs}
+        self._lanes = ({lane: ReferenceSeries([r for r in self.runs if r.lane == lane]) for lane in lanes}
+                       if len(lanes) > 1 else None)
 
     def variance(self) -> tuple[float | None, int]:
-        """(variance of log throughput between runs, successive differences used) from successive differences."""
+        """(variance of log throughput between runs, successive differences used) from successive differences
+        (pooled over the lanes' own series in a parallel sweep)."""
+        if self._lanes is not None:
+            parts = [(v, n) for v, n in (s.variance() for s in self._lanes.values()) if v is not None]
+            n_all = sum(n for _, n in parts)
+            return (sum(v * n for v, n in parts) / n_all, n_all) if n_all else (None, 0)
         if len(self.rates) < 2:
             return None, 0
         diffs = [b - a for a, b in zip(self.rates, self.rates[1:])]
         return sum(d * d for d in diffs) / (2 * len(diffs)), len(diffs)
 
+    def _lane_of(self, run: Trial) -> ReferenceSeries | None:
+        """In a parallel sweep, the series of ``run``'s own lane (None when that lane has no reference run)."""
+        assert self._lanes is not None
+        return self._lanes.get(run.lane)
+
     def local(self, run: Trial) -> tuple[float, int] | None:
         """Mean log rate of the nearest reference run before and after ``run`` (one side when only one exists)."""
+        if self._lanes is not None:
+            series = self._lane_of(run)
+            return series.local(run) if series is not None else None
         seq = run.sequence if run.sequence is not None else math.inf
         if self._ordered:
             lo, hi = bisect.bisect_left(self._order, seq), bisect.bisect_right(self._order, seq)
@@ -135,6 +153,10 @@ class ReferenceSeries:
 
     def level(self, run: Trial) -> float:
         """Mean log rate of the ``LEVEL_WINDOW`` reference runs nearest ``run`` in the measurement order."""
+        if self._lanes is not None:
+            series = self._lane_of(run)
+            assert series is not None, "level() of a run paired by local() has reference runs on its lane"
+            return series.level(run)
         seq = run.sequence if run.sequence is not None else 0
         if not self._ordered:  # sorted by distance; a tie goes to the earlier run
             nearest = sorted(range(len(self.runs)),

@@ -169,6 +169,11 @@ def simulate_sweep(model: NoiseModel, effects: list[float], *, seed: int, max_ru
         cand.first = sweeper.measure(cand.name, cand.config, cand.knobs)
         sweeper.candidates.append(cand)
     sweeper.refine()
+    return tally(sweeper, knobs, effects, recommend=recommend)
+
+
+def tally(sweeper: Sweeper, knobs: list[SimKnob], effects: list[float], *, recommend: bool = True) -> SweepOutcome:
+    """What a simulated sweep decided about ``knobs`` (true effects ``effects``), recommending first if asked."""
     sweeper.judge()
     null = {k.id for k, e in zip(knobs, effects) if e == 0}
     verdicts = {c.name: (c.gain.verdict if c.gain else "undecided") for c in sweeper.candidates}
@@ -183,5 +188,5 @@ def simulate_sweep(model: NoiseModel, effects: list[float], *, seed: int, max_ru
         effective=sum(e > 0 for e in effects),
         recommended=recommended,
         recommended_false=bool(recommended) and set(recommended) <= null,
-        runs=len(session.results.trials),
+        runs=len(sweeper.results.trials),
     )

@@ -187,9 +187,13 @@ class Sweeper(Stacking):
 
     def _first_run(self, cand: Candidate) -> None:
         """A candidate's first run (traced when its costs are read from a trace), then the numerics guard."""
-        traced = cand.knob.traced and self.options.trace_recommended
-        cand.first = self.measure(cand.name, cand.config.replace(capture_trace=True) if traced else cand.config, cand.knobs)
+        cand.first = self.measure(cand.name, self.first_config(cand), cand.knobs)
         self._check_numerics(cand)
+
+    def first_config(self, cand: Candidate) -> TrialConfig:
+        """The configuration of a candidate's first run: traced when its costs are read from a trace."""
+        traced = cand.knob.traced and self.options.trace_recommended
+        return cand.config.replace(capture_trace=True) if traced else cand.config
 
     def _check_numerics(self, cand: Candidate) -> None:
         if cand.first is not None and cand.first.ok:
@@ -221,17 +225,20 @@ class Sweeper(Stacking):
         never decides, so every candidate whose one-run interval reaches a worthwhile gain gets a second)."""
         while True:
             self.judge()
-            open_ = [c for c in self.candidates if c.usable and self.measurements[c.name] < self.options.max_runs
-                     and (could_still_win(c.gain, self.options.min_gain, self.options.max_runs) and not self.family.futile(c.name)
-                          or _probably_slower(c.gain) or self._increment_open(c))]
-            if not open_:
-                return
-            if not self.may_continue(keep=(held := self.held_back())):
-                self.sweep.notes.append(f"more runs of {', '.join(c.name for c in open_)} (undecided) were left out: the "
-                                        f"budget's last {held} run(s) are kept for the stacking and the confirmation")
+            open_ = self.open_candidates()
+            if not open_ or self._budget_ends_refinement(open_):
                 return
             best = max(open_, key=self._promise)
             self.measure(best.name, best.config, best.knobs)
+
+    def _budget_ends_refinement(self, open_: list[Candidate]) -> bool:
+        """True when the budget leaves no run for the undecided ``open_`` beyond the runs held back for the stacking and
+        the confirmation (said in the sweep's notes)."""
+        if self.may_continue(keep=(held := self.held_back())):
+            return False
+        self.sweep.notes.append(f"more runs of {', '.join(c.name for c in open_)} (undecided) were left out: the "
+                                f"budget's last {held} run(s) are kept for the stacking and the confirmation")
+        return True
 
     def _promise(self, cand: Candidate) -> tuple[bool, float]:
         """Which undecided candidate gets the next run. Unbounded: the highest upper bound (the one that could win
@@ -243,6 +250,12 @@ class Sweeper(Stacking):
             return True, high
         could_join = not cand.knob.changes_recipe and cand.config.samples_per_step == self.ctx.base.samples_per_step
         return could_join, cand.gain.ratio if cand.gain else 0.0
+
+    def open_candidates(self) -> list[Candidate]:
+        """The candidates another run could still decide (as judged last), in the sweep's order."""
+        return [c for c in self.candidates if c.usable and self.measurements[c.name] < self.options.max_runs
+                and (could_still_win(c.gain, self.options.min_gain, self.options.max_runs) and not self.family.futile(c.name)
+                     or _probably_slower(c.gain) or self._increment_open(c))]
 
     def _increment_open(self, cand: Candidate) -> bool:
         """A knob measured on top of another is judged by what it adds (`outcome`): decidedly faster than the
@@ -454,16 +467,19 @@ def knob_context(results: Results, workload: Workload, base_config: TrialConfig)
                        model=model)
 
 
-def run_sweep(session: Any, workload: Workload, base_config: TrialConfig, options: SweepOptions) -> Sweep:
-    """Entry point from `perfscope analyze`: builds the knob context and runs the sweep through the session. The
+def run_sweep(session: Any, workload: Workload, base_config: TrialConfig, options: SweepOptions,
+              sweeper: Callable[..., Sweeper] | None = None) -> Sweep:
+    """Entry point from `perfscope analyze`: builds the knob context and runs the sweep through the session
+    (``sweeper``: how to build the Sweeper, e.g. perfscope.lanes' parallel one; None: the sequential sweep). The
     budget's clock is the session's, started before the baseline: the time announced then is the time kept."""
     results = session.results
     ctx = knob_context(results, workload, base_config)
     sweep = Sweep(baseline_trial=BASELINE)
     results.sweep = sweep  # saved with every run, so an interrupted sweep keeps what it found
-    sweeper = Sweeper(session=session, ctx=ctx, options=options, elapsed=session.progress.elapsed, sweep=sweep, start=0.0)
-    session.may_retry = lambda: sweeper.may_continue(1)  # a contended run's retry counts against the budget too
+    running = (sweeper or Sweeper)(session=session, ctx=ctx, options=options, elapsed=session.progress.elapsed, sweep=sweep,
+                                   start=0.0)
+    session.may_retry = lambda: running.may_continue(1)  # a contended run's retry counts against the budget too
     try:
-        return sweeper.run()
+        return running.run()
     finally:
         session.may_retry = lambda: True

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from perfscope.results import to_jsonable, write_json
+from perfscope.trial.pin import pin_to_lane
 from perfscope.trial.spec import ChildSpec, ProbeSpec, SpecError, TrialSpec, read_spec
 
 OOM_MESSAGES = ("out of memory", "can't allocate memory", "not enough memory", "cannot allocate memory")
@@ -139,6 +140,7 @@ def _run_rank_of_job(spec: ChildSpec, result_path: Path) -> int:
 
 
 def main(argv: list[str]) -> int:
+    pin_to_lane()  # a parallel sweep's lane: its cores only (perfscope.trial.pin); nothing without PERFSCOPE_LANE_CPUS
     spec = read_spec(Path(argv[1]))  # a SpecError here is a perfscope bug: the traceback, and no result (crashed)
     result_path = Path(spec.result_path or "")
     if not isinstance(spec, ProbeSpec) and spec.launch is not None:  # a rank of a torchrun job: trial, follow, stop

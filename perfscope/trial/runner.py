@@ -38,14 +38,16 @@ from perfscope.errors import ResultsError
 from perfscope.results.io import open_log, read_json
 from perfscope.trial.launch import run_job
 from perfscope.trial.logs import log_tail
+from perfscope.trial.pin import LANE_CPUS_ENV
 from perfscope.trial.spec import ChildSpec, TrialSpec, write_spec
 from perfscope.trial.zygote import ForkRequest
 
 KILL_GRACE_S = 5.0
 ZYGOTE_START_TIMEOUT_S = 120.0
 ISOLATION_ENV = "PERFSCOPE_ISOLATION"
-LATE_READ_ENV = frozenset({"PYTORCH_CUDA_ALLOC_CONF"})
-"""Environment variables torch reads when first used, not at import: safe to set in a forked child."""
+LATE_READ_ENV = frozenset({"PYTORCH_CUDA_ALLOC_CONF", LANE_CPUS_ENV})
+"""Environment variables torch reads when first used, not at import, or that the trial applies itself (a lane's
+cores, perfscope.trial.pin): safe to set in a forked child."""
 
 
 @dataclass
@@ -155,6 +157,8 @@ class TrialRunner:
         self.use_zygote = use_zygote
         self._holder: list[_Zygote] = []
         self._zygote_failed: str | None = None
+        self._running: set[int] = set()
+        """Process groups of the trials in flight: what `kill_running` ends (a parallel sweep's Ctrl-C)."""
         # A runner dropped without close() (a library caller, a test) must not leave its zygote behind for the
         # life of the calling process: the finalizer closes it when the runner is collected.
         self._finalizer = weakref.finalize(self, _close_all, self._holder)
@@ -176,6 +180,14 @@ class TrialRunner:
     def close(self) -> None:
         _close_all(self._holder)
 
+    def kill_running(self) -> int:
+        """SIGKILL the process group of every trial in flight (from another thread: a parallel sweep's lanes block in
+        `run`, and Ctrl-C reaches only the main thread); each `run` then returns its trial as killed. How many."""
+        running = list(self._running)
+        for pgid in running:
+            _killpg(pgid, signal.SIGKILL)
+        return len(running)
+
     def _zygote_for(self, work_dir: Path) -> _Zygote | None:
         if not self.use_zygote or self._zygote_failed is not None:
             return None
@@ -189,10 +201,7 @@ class TrialRunner:
 
     def run(self, spec: ChildSpec, work_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None) -> Outcome:
         """Run ``spec`` (see perfscope.trial.child) in a fresh process; classify how it ended."""
-        work_dir.mkdir(parents=True, exist_ok=True)
-        spec_path, result_path, log_path = work_dir / "spec.json", work_dir / "result.json", work_dir / "trial.log"
-        result_path.unlink(missing_ok=True)
-        write_spec(spec_path, dataclasses.replace(spec, result_path=str(result_path)))
+        spec_path, result_path, log_path = prepare_trial(spec, work_dir)
         env = dict(env or {})
         if isinstance(spec, TrialSpec) and spec.launch is not None:  # a torchrun job of fresh interpreters
             job = run_job(spec_path, result_path, log_path, launch=spec.launch, timeout_s=timeout_s, env=env,
@@ -202,6 +211,7 @@ class TrialRunner:
         start = time.perf_counter()
         if zygote is not None:
             pid = zygote.start(spec_path, log_path, env)
+            self._running.add(pid)
             try:
                 returncode = zygote.wait(pid, timeout_s)
                 if returncode is None and zygote.alive:
@@ -214,42 +224,27 @@ class TrialRunner:
             except BaseException:  # Ctrl-C in the parent: take the trial down with us, then re-raise
                 _killpg(pid, signal.SIGKILL)
                 raise
+            finally:
+                self._running.discard(pid)
         else:
-            returncode = self._run_fresh(spec_path, log_path, env, timeout_s)
+            returncode = self._run_fresh(spec_path, log_path, env, timeout_s, self._running)
             if returncode is None:
                 return self._timeout(timeout_s, log_path, start)
         return self._classify(returncode, result_path, log_path, time.perf_counter() - start)
 
     @staticmethod
-    def _run_fresh(spec_path: Path, log_path: Path, env: dict[str, str], timeout_s: float) -> int | None:
-        with open_log(log_path) as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "perfscope.trial.child", str(spec_path)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
-                start_new_session=True,
-            )
-            try:
-                return proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                _killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=KILL_GRACE_S)  # the trial itself, reaped: no waiting on zombies
-                except subprocess.TimeoutExpired:
-                    pass
-                _killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                return None
-            except BaseException:
-                _killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                raise
-            finally:
-                _killpg(proc.pid, signal.SIGKILL)  # leftover DataLoader workers of a finished trial
+    def _run_fresh(spec_path: Path, log_path: Path, env: dict[str, str], timeout_s: float,
+                   running: set[int] | None = None) -> int | None:
+        return run_in_fresh_interpreter(spec_path, log_path, env, timeout_s, running)
 
     @staticmethod
     def _timeout(timeout_s: float, log_path: Path, start: float) -> Outcome:
-        return Outcome("timeout", f"trial exceeded {timeout_s:g} s and was killed\n{log_tail(log_path)}", {}, time.perf_counter() - start)
+        return timed_out(timeout_s, log_path, time.perf_counter() - start)
+
+    @staticmethod
+    def classify(returncode: int, result_path: Path, log_path: Path, wall: float) -> Outcome:
+        """How a trial ended, from its result file (written by perfscope.trial.child) and its return code."""
+        return TrialRunner._classify(returncode, result_path, log_path, wall)
 
     @staticmethod
     def _classify(returncode: int, result_path: Path, log_path: Path, wall: float) -> Outcome:
@@ -271,6 +266,21 @@ class TrialRunner:
         return Outcome("crashed", f"{_describe(returncode)} without a result\n{log_tail(log_path)}", {}, wall)
 
 
+def prepare_trial(spec: ChildSpec, work_dir: Path) -> tuple[Path, Path, Path]:
+    """The trial's folder with its spec written and no stale result: (spec, result, log) paths. Any executor that
+    runs the child (perfscope.lanes) starts from here, so the driver reads every result the same way."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    spec_path, result_path, log_path = work_dir / "spec.json", work_dir / "result.json", work_dir / "trial.log"
+    result_path.unlink(missing_ok=True)
+    write_spec(spec_path, dataclasses.replace(spec, result_path=str(result_path)))
+    return spec_path, result_path, log_path
+
+
+def timed_out(timeout_s: float, log_path: Path, wall_s: float) -> Outcome:
+    """The outcome of a trial killed at its timeout."""
+    return Outcome("timeout", f"trial exceeded {timeout_s:g} s and was killed\n{log_tail(log_path)}", {}, wall_s)
+
+
 def _describe(returncode: int) -> str:
     if returncode < 0:
         sig = -returncode
@@ -278,3 +288,36 @@ def _describe(returncode: int) -> str:
         return f"trial process killed by signal {name}"
     return f"trial process exited with code {returncode}"
 
+
+def run_in_fresh_interpreter(spec_path: Path, log_path: Path, env: dict[str, str], timeout_s: float,
+                             running: set[int] | None = None) -> int | None:
+    """`python -m perfscope.trial.child SPEC` in its own session: its return code, or None when it timed out (its
+    group killed). ``running`` holds its process group while it runs. Also what a Slurm or Ray job runs on its node."""
+    with open_log(log_path) as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "perfscope.trial.child", str(spec_path)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,
+        )
+        if running is not None:
+            running.add(proc.pid)
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=KILL_GRACE_S)  # the trial itself, reaped: no waiting on zombies
+            except subprocess.TimeoutExpired:
+                pass
+            _killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return None
+        except BaseException:
+            _killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        finally:
+            _killpg(proc.pid, signal.SIGKILL)  # leftover DataLoader workers of a finished trial
+            if running is not None:
+                running.discard(proc.pid)

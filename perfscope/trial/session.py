@@ -17,20 +17,21 @@ loses at most the run in flight.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from perfscope.measure.job import apply_job
 from perfscope.measure.mfu import apply_utilization_ratios
 from perfscope.results import Results, ResultsError, Trial, TrialMetrics, from_jsonable
 from perfscope.results.config import TrialConfig
 from perfscope.trial.launch import Launch
-from perfscope.trial.runner import TrialRunner
-from perfscope.trial.spec import TrialSpec
+from perfscope.trial.runner import Outcome, TrialRunner
+from perfscope.trial.spec import ChildSpec, TrialSpec
 
 CONTENTION_RETRIES = 2
 """Extra runs of a configuration whose run was contended, before perfscope gives up and says so."""
@@ -38,8 +39,18 @@ PERSISTENT_AFTER = 3
 """Measurements the load may spoil through every retry before the session stops measuring again at once: the
 machine is busy, and each retry then only triples the cost of a run that ends excluded anyway (a sweep on a busy
 machine once took 70 runs). Later contended runs are excluded at once; the sweep's own repetition still applies."""
+IN_FLIGHT = "in flight on its lane"
+"""The error of a parallel run's placeholder until its lane returns (what stays of it when the sweep is interrupted)."""
 LOAD_WARNING = "other load on this machine persisted through"
 """How the session's one persistent-load warning begins (every wording perfscope has written begins so)."""
+
+
+class LaneRunner(Protocol):
+    """Where a parallel sweep's run goes (perfscope.lanes): a lane's index and its executor's way to run a trial."""
+
+    index: int
+
+    def run(self, spec: ChildSpec, work_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None) -> Outcome: ...
 
 
 @dataclass
@@ -120,6 +131,8 @@ class Session:
         self.may_retry: Callable[[], bool] = lambda: True
         """Whether a contended run may be measured again now (the sweep's budget sets it: a retry that would overrun
         the announced time is not made, and the run stays excluded)."""
+        self._lock = threading.RLock()
+        """Held while a run is named, numbered and recorded: a parallel sweep's lanes measure from threads."""
 
     def __enter__(self) -> Session:
         return self
@@ -128,16 +141,19 @@ class Session:
         self.runner.close()
 
     def save(self) -> None:
-        self.results.save(self.results_path)
+        with self._lock:
+            self.results.save(self.results_path)
 
     def _next_name(self, configuration: str) -> tuple[str, int]:
         repeat = 1 + sum(1 for t in self.results.trials if t.configuration == configuration)
         return (configuration if repeat == 1 else f"{configuration}-r{repeat}"), repeat
 
-    def measure(self, configuration: str, config: TrialConfig, knobs: list[str] | None = None) -> Trial:
-        """A new run of ``configuration``; re-measured while its window is contended (see the module docstring)."""
+    def measure(self, configuration: str, config: TrialConfig, knobs: list[str] | None = None, *,
+                lane: LaneRunner | None = None) -> Trial:
+        """A new run of ``configuration``; re-measured while its window is contended (see the module docstring).
+        ``lane``: run it there (a parallel sweep, perfscope.lanes) instead of through this session's runner."""
         given_up = sum(self._spoiled.values()) >= PERSISTENT_AFTER
-        trial = self._measure_once(configuration, config, knobs)
+        trial = self._measure_once(configuration, config, knobs, lane)
         for _ in range(0 if given_up else self.contention_retries):
             if not (trial.ok and trial.metrics and trial.metrics.contention):
                 return trial
@@ -148,7 +164,7 @@ class Session:
                 return trial
             self.progress.note(f"{trial.name} was measured under load ({trial.excluded}): measuring again")
             self.save()
-            trial = self._measure_once(configuration, config, knobs)
+            trial = self._measure_once(configuration, config, knobs, lane)
         if trial.ok and trial.metrics and trial.metrics.contention:
             why = "; ".join(dict.fromkeys(trial.metrics.contention))
             if given_up:
@@ -163,6 +179,10 @@ class Session:
     def _warn_persistent_load(self, configuration: str, why: str) -> None:
         """One warning for every measurement the load spoiled, rewritten in place as they come: on a busy machine a
         sweep meets it dozens of times, and one line per time buried the report's summary under them."""
+        with self._lock:
+            self._record_spoiled(configuration, why)
+
+    def _record_spoiled(self, configuration: str, why: str) -> None:
         self._spoiled[configuration] = self._spoiled.get(configuration, 0) + 1
         spoiled = ", ".join(f"{name} (×{count})" for name, count in self._spoiled.items())
         times = sum(self._spoiled.values())
@@ -179,23 +199,31 @@ class Session:
         self._load_warning = warning
         self.save()
 
-    def _measure_once(self, configuration: str, config: TrialConfig, knobs: list[str] | None) -> Trial:
-        name, repeat = self._next_name(configuration)
-        self._sequence += 1
-        previous = self._previous.get(name)
-        if previous is not None and previous.config == config and previous.status != "skipped":
-            self.progress.note(f"{name}: kept from the previous run ({previous.status})")
-            previous.sequence = self._sequence
-            self.results.upsert(previous)
-            return previous
-        self.progress.begin(name)
+    def _measure_once(self, configuration: str, config: TrialConfig, knobs: list[str] | None,
+                      lane: LaneRunner | None = None) -> Trial:
+        with self._lock:  # named and numbered at once: two lanes never take the same name or place in the order
+            name, repeat = self._next_name(configuration)
+            self._sequence += 1
+            sequence = self._sequence
+            previous = self._previous.get(name)
+            if previous is not None and previous.config == config and previous.status != "skipped" and lane is None:
+                self.progress.note(f"{name}: kept from the previous run ({previous.status})")
+                previous.sequence = self._sequence
+                self.results.upsert(previous)
+                return previous
+            if lane is not None:  # the name is taken now: a placeholder holds it while the run is in flight on its lane
+                self.results.upsert(Trial(name=name, configuration=configuration, repeat=repeat, sequence=sequence,
+                                          config=config, status="skipped", knobs=list(knobs or []), error=IN_FLIGHT,
+                                          lane=lane.index))
+            self.progress.begin(name if lane is None else f"{name} [lane {lane.index}]")
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         if config.distributed and self.launch is None:
             raise ValueError(f"{name}: a configuration of {config.world_size} ranks needs a launch (Session(launch=...))")
         spec = TrialSpec(workload_path=str(self.workload_path), config=config,
                          artifacts_dir=str(self.out_dir / "trials" / name),
                          launch=self.launch if config.distributed else None)
-        outcome = self.runner.run(spec, self.out_dir / "trials" / name, timeout_s=self.timeout_s, env=config.env)
+        runner = lane if lane is not None else self.runner
+        outcome = runner.run(spec, self.out_dir / "trials" / name, timeout_s=self.timeout_s, env=config.env)
         metrics = None
         status, error = outcome.status, outcome.error
         if "metrics" in outcome.payload:
@@ -215,7 +243,7 @@ class Session:
             name=name,
             configuration=configuration,
             repeat=repeat,
-            sequence=self._sequence,
+            sequence=sequence,
             config=config,
             status=status,  # type: ignore[arg-type]
             knobs=list(knobs or []),
@@ -223,8 +251,10 @@ class Session:
             metrics=metrics,
             wall_time_s=outcome.wall_time_s,
             started_at=started_at,
+            lane=lane.index if lane is not None else None,
         )
-        self.results.upsert(trial)
-        self.save()
-        self.progress.end(trial)
+        with self._lock:
+            self.results.upsert(trial)
+            self.save()
+            self.progress.end(trial)
         return trial

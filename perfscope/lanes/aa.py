@@ -1,0 +1,58 @@
+"""The A/A check at the start of a parallel sweep: the baseline on every lane, the lanes compared, an outlier dropped.
+
+    check = check_lanes({0: [log_rate, log_rate], 1: [...], ...})    # AACheck(levels, spread, outliers)
+
+Why. Lanes differ: GPUs of one model vary by up to ~8 % (clocks, power caps, thermals), a lane's cores may share a
+socket with a busy neighbour, a card may sit behind a congested PCIe switch. Every comparison stays within one
+lane, so a lane's speed cancels in its ratios; but a lane far off the others is usually a *broken* one (a throttled
+card, a contended socket) whose gains need not be the others' gains, and its runs take longer. So each lane runs
+the baseline `AA_RUNS` times first; the spread of the lanes' levels is stated, and a lane whose level is further
+from the median lane than `OUTLIER_RATIO` (and than `MAD_LIMIT` robust standard deviations of the lanes' levels) is dropped,
+saying so. With fewer than 3 lanes there is no median to be an outlier from: nothing is dropped, the spread is
+still stated.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+AA_RUNS = 2
+"""Baseline runs per lane in the A/A check."""
+OUTLIER_RATIO = 1.25
+"""A lane this much faster or slower than the median lane is an outlier (the GPU-to-GPU spread of one model is ~8 %)."""
+MAD_LIMIT = 2.5
+"""... and further than this many robust standard deviations (1.4826 × the median absolute deviation) of the lanes'
+levels: a machine whose lanes all spread widely does not lose its slowest lane for being at one end of the spread."""
+MIN_LANES_FOR_OUTLIERS = 3
+
+
+@dataclass
+class AACheck:
+    levels: dict[int, float]
+    """Lane -> its mean log baseline throughput over the median lane's (0 = the median lane)."""
+    spread: float | None
+    """Standard deviation of the kept lanes' levels (log): the lane-to-lane spread."""
+    outliers: dict[int, str] = field(default_factory=dict)
+    """Lane -> why it was dropped."""
+
+
+def check_lanes(rates: dict[int, list[float]]) -> AACheck:
+    """``rates``: each lane's A/A log throughputs (a lane without any has failed and is not judged here)."""
+    means = {lane: statistics.fmean(r) for lane, r in rates.items() if r}
+    if not means:
+        return AACheck({}, None)
+    middle = statistics.median(means.values())
+    levels = {lane: m - middle for lane, m in means.items()}
+    outliers: dict[int, str] = {}
+    if len(means) >= MIN_LANES_FOR_OUTLIERS:
+        mad = statistics.median(abs(v) for v in levels.values()) * 1.4826
+        limit = max(math.log(OUTLIER_RATIO), MAD_LIMIT * mad)
+        for lane, level in levels.items():
+            if abs(level) > limit:
+                outliers[lane] = (f"A/A outlier: its baseline ran at {math.exp(level):.2f}× the median lane's "
+                                  f"(the limit is {math.exp(limit):.2f}×): dropped before the sweep")
+    kept = [v for lane, v in levels.items() if lane not in outliers]
+    spread = statistics.stdev(kept) if len(kept) >= 2 else None
+    return AACheck(levels, spread, outliers)

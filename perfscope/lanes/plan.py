@@ -1,0 +1,85 @@
+"""Split the machine into lanes: one device each (when there are devices) and a disjoint set of CPU cores.
+
+    plan_lanes(2)                          # [Lane(0, cpus={0}), Lane(1, cpus={1})] on a 2-core machine
+    plan_lanes(devices=["0", "1"])         # one lane per GPU, each with half the cores (its NUMA node's when known)
+
+Why disjoint cores: two trials on the same cores measure each other (the contention guard would exclude both);
+DataLoader workers, the intra-op thread pool and the trial itself stay inside the lane's cores
+(perfscope.trial.pin). Cores are taken NUMA node by node where the machine has several, so a lane never spans
+two nodes when the lanes divide the nodes evenly.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from perfscope.errors import UserError
+from perfscope.trial.pin import LANE_CPUS_ENV
+
+NODE_DIR = Path("/sys/devices/system/node")
+
+
+@dataclass(frozen=True)
+class Lane:
+    """A device (a CUDA_VISIBLE_DEVICES value; None on CPU) and the cores its trials are pinned to."""
+
+    index: int
+    cpus: frozenset[int] = field(default_factory=frozenset)
+    device: str | None = None
+
+    def env(self) -> dict[str, str]:
+        """What a trial on this lane is started with (perfscope.trial.pin applies the cores)."""
+        env: dict[str, str] = {}
+        if self.cpus:
+            env[LANE_CPUS_ENV] = ",".join(str(c) for c in sorted(self.cpus))
+        if self.device is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.device
+        return env
+
+    def describe(self) -> str:
+        cores = f"cores {','.join(str(c) for c in sorted(self.cpus))}" if self.cpus else "cores not pinned"
+        return f"lane {self.index}: " + (f"GPU {self.device}, " if self.device is not None else "") + cores
+
+
+def numa_nodes(node_dir: Path = NODE_DIR) -> list[frozenset[int]]:
+    """Each NUMA node's CPUs from sysfs (empty when the machine does not say)."""
+    from perfscope.trial.pin import parse_cpus
+
+    nodes = []
+    for path in sorted(node_dir.glob("node[0-9]*/cpulist"), key=lambda p: int(p.parent.name[4:])):
+        try:
+            nodes.append(parse_cpus(path.read_text().strip()))
+        except (OSError, ValueError):
+            return []
+    return nodes
+
+
+def plan_lanes(count: int | None = None, devices: list[str] | None = None, *, cpus: frozenset[int] | None = None,
+               nodes: list[frozenset[int]] | None = None) -> list[Lane]:
+    """``count`` lanes (or one per device), each with an equal share of ``cpus`` (this process's affinity)."""
+    if devices:
+        if count is not None and count != len(devices):
+            raise UserError(f"--lanes {count} and --devices {','.join(devices)} disagree: give one of them")
+        count = len(devices)
+    if count is None or count < 1:
+        raise UserError(f"--lanes must be at least 1, got {count}")
+    available = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
+    if count > len(available):
+        raise UserError(f"{count} lanes need at least {count} CPU cores, and this process may use {len(available)}: "
+                        "each lane owns its cores")
+    nodes = numa_nodes() if nodes is None else nodes
+    groups = [sorted(set(n) & set(available)) for n in nodes]
+    groups = [g for g in groups if g]
+    if len(groups) < 2 or count % len(groups) or any(len(g) < count // len(groups) for g in groups):
+        groups = [available]  # one node, or lanes that cannot divide the nodes evenly: one pool of cores
+    lanes: list[Lane] = []
+    per_group = count // len(groups)
+    for group in groups:
+        share = len(group) // per_group
+        for j in range(per_group):
+            index = len(lanes)
+            device = devices[index] if devices else None
+            lanes.append(Lane(index, frozenset(group[j * share:(j + 1) * share]), device))
+    return lanes

@@ -1,0 +1,138 @@
+"""The Slurm executor (`--executor slurm`, extra `perfscope[slurm]`): each trial is a Slurm job, submitted through
+submitit from wherever `perfscope analyze` runs (a login node: no sbatch script to write).
+
+    perfscope analyze train.py --lanes 8 --executor slurm --slurm-partition gpu --slurm-gpus-per-node 1
+
+A lane is a stream of one-trial jobs, one in flight at a time: the sweep decides what runs next from each result,
+so its jobs cannot be submitted ahead as an array. Each job asks for the lane's share of cores (and
+``gpus_per_node`` GPUs); Slurm pins it to its allocation and sets CUDA_VISIBLE_DEVICES, so the driver pins
+nothing. The trial writes its result into the output folder, which must be on a file system the nodes share.
+A job Slurm ends before the trial finished (a node failure, a pre-emption, its time limit, a `scancel`) is the
+lane's failure, with the job's state as the reason; Ctrl-C cancels every job in flight (`scancel`, through
+submitit's `job.cancel`).
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from perfscope.errors import UserError
+from perfscope.lanes.executors import LaneFailure
+from perfscope.lanes.plan import Lane
+from perfscope.lanes.remote import first_line, read_back, run_trial_job
+from perfscope.trial.runner import Outcome, prepare_trial
+from perfscope.trial.spec import ChildSpec
+
+CLUSTER = "slurm"
+"""submitit's cluster: always Slurm (a login node without Slurm must fail, not run the trials where it stands);
+the tests set "local" only where no Slurm can start, and say so."""
+JOB_OVERHEAD_S = 300.0
+"""Minutes asked of Slurm beyond the trial's own timeout: the job's start-up, the interpreter's imports."""
+
+
+def _submitit() -> Any:
+    try:
+        import submitit
+    except ImportError:
+        raise UserError("--executor slurm needs submitit: pip install 'perfscope[slurm]'") from None
+    return submitit
+
+
+CHECK_EVERY_S = 10.0
+"""How often a waiting lane asks squeue for its job's state (the result file is checked every second): submitit
+learns a job's end from sacct, which a cluster without accounting lacks, and a scancelled job would be waited for
+forever."""
+ENDED = ("BOOT_FAIL", "CANCELLED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT")
+
+
+def _state(job_id: str) -> str | None:
+    """The job's state from squeue (None once it has left the queue)."""
+    try:
+        out = subprocess.run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T"], capture_output=True,
+                             text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "UNKNOWN"
+    return out.stdout.strip().split("\n")[0] or None if out.returncode == 0 else None
+
+
+def _wait(job: Any) -> None:
+    """Until the job's result is written; LaneFailure when Slurm ended the job first (with its state)."""
+    checked = time.monotonic()
+    while not job.done():
+        time.sleep(1.0)
+        if time.monotonic() - checked < CHECK_EVERY_S:
+            continue
+        checked = time.monotonic()
+        state = _state(job.job_id)
+        if state is None or state.split()[0] in ENDED:
+            time.sleep(2.0)  # a result written just before the end
+            if not job.done():
+                raise LaneFailure(f"slurm job {job.job_id} {state or 'left the queue'} before its trial finished")
+
+
+class SlurmRunner:
+    def __init__(self, executor: SlurmExecutor, lane: Lane, cpus: int) -> None:
+        self.executor, self.lane, self.cpus, self.index = executor, lane, cpus, lane.index
+
+    def run(self, spec: ChildSpec, work_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None) -> Outcome:
+        submitit = _submitit()
+        spec_path, _, log_path = prepare_trial(spec, work_dir)
+        start = time.perf_counter()
+        job = self.executor.submit(self.cpus, str(spec_path), str(log_path), dict(env or {}), timeout_s)
+        try:
+            _wait(job)
+            returncode = job.result()
+        except (submitit.core.utils.UncompletedJobError, submitit.core.utils.FailedJobError) as exc:
+            raise LaneFailure(f"slurm job {job.job_id} {job.state}: {first_line(exc)}") from None
+        finally:
+            self.executor.track(job, False)
+        return read_back(returncode, spec_path, timeout_s, time.perf_counter() - start)
+
+
+class SlurmExecutor:
+    name = "slurm"
+
+    def __init__(self, work_dir: Path, *, partition: str | None = None, gpus_per_node: int | None = None,
+                 timeout_s: float = 600.0) -> None:
+        submitit = _submitit()
+        self.folder = work_dir / "_slurm"
+        self.executor = submitit.AutoExecutor(folder=self.folder / "%j", cluster=CLUSTER)
+        parameters: dict[str, Any] = {"timeout_min": math.ceil((timeout_s + JOB_OVERHEAD_S) / 60), "nodes": 1,
+                                      "tasks_per_node": 1, "name": "perfscope-trial"}
+        if partition:
+            parameters["slurm_partition"] = partition
+        if gpus_per_node:
+            parameters["gpus_per_node"] = gpus_per_node
+        self.executor.update_parameters(**parameters)
+        self._jobs: set[Any] = set()
+        self._lock = threading.Lock()
+
+    def runner(self, lane: Lane) -> SlurmRunner:
+        # Slurm pins the job to its allocation and assigns its GPUs: the driver's core numbers mean nothing there.
+        return SlurmRunner(self, Lane(lane.index), max(1, len(lane.cpus)))
+
+    def submit(self, cpus: int, *args: Any) -> Any:
+        with self._lock:  # update_parameters and submit on one executor object: one lane at a time
+            self.executor.update_parameters(cpus_per_task=cpus)
+            job = self.executor.submit(run_trial_job, *args)
+            self._jobs.add(job)
+        return job
+
+    def track(self, job: Any, running: bool) -> None:
+        with self._lock:
+            (self._jobs.add if running else self._jobs.discard)(job)
+
+    def cancel(self) -> str:
+        with self._lock:
+            jobs = list(self._jobs)
+        for job in jobs:
+            job.cancel(check=False)
+        return f"{len(jobs)} Slurm job(s) cancelled (scancel {' '.join(str(j.job_id) for j in jobs)})".replace(" ()", "")
+
+    def close(self) -> None:
+        pass

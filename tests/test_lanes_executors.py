@@ -1,0 +1,301 @@
+"""The parallel sweep through each executor, with real trials on this machine's 2 cores (2 lanes of 1 core each):
+local subprocesses, Ray started locally, and a real single-node Slurm (Debian's slurm-wlm and munge, configured
+and started here; submitit's local executor only where Slurm cannot start, saying so in the skip reason's place:
+the log and the test's name).
+
+What the load on a shared machine cannot move decides: which lane each run ran on, that it could use only its
+lane's core, the pause-bound gain of the larger micro-batch in every pair (a sleep: 4 pauses per 16 samples against
+1), the recommendation where the runs were evidence, a lane's failure and the executor's reason, and what Ctrl-C
+leaves behind.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from perfscope.cli import main
+from perfscope.errors import EXIT_INTERRUPTED
+from perfscope.results import Results
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOAD = ROOT / "tests" / "workloads" / "step_pause.py"
+ARGS = ["--device", "cpu", "--only", "grad_accum", "--max-runs", "3", "--no-trace", "--steps", "6", "--warmup", "2",
+        "--lanes", "2"]
+TWO_CORES = len(os.sched_getaffinity(0)) >= 2
+
+
+def _analyze(out: Path, executor: str) -> Results:
+    code = main(["analyze", str(WORKLOAD), "--out", str(out), "--executor", executor, *ARGS])
+    assert code == 0
+    return Results.load(out / "results.json")
+
+
+def _neighbour_ratio(results: Results, run) -> float:
+    """The run's samples/s over its lane's nearest baseline runs' (before and after), excluded runs included: a
+    sleep-bound gain that no neighbour's load can hide."""
+    base = sorted((t for t in results.trials if t.configuration == "baseline" and t.lane == run.lane and t.ok),
+                  key=lambda t: t.sequence)
+    near = [t for t in base if t.sequence < run.sequence][-1:] + [t for t in base if t.sequence > run.sequence][:1]
+    level = sum(math.log(t.metrics.samples_per_s) for t in near) / len(near)
+    return run.metrics.samples_per_s / math.exp(level)
+
+
+def check_sweep(results: Results, executor: str) -> None:
+    parallel = results.sweep.parallel
+    assert parallel is not None and parallel.executor == executor
+    assert [r.index for r in parallel.lanes] == [0, 1] and not any(r.dropped for r in parallel.lanes)
+    on_lanes = [t for t in results.trials if t.lane is not None]
+    assert {t.lane for t in on_lanes} == {0, 1}
+    for trial in on_lanes:  # pinned to the lane's core (local and Ray: perfscope.trial.pin; Slurm: its allocation)
+        assert trial.ok, (trial.name, trial.error)
+        assert {w.contention.usable_cores for w in trial.metrics.windows if w.contention} == {1.0}, trial.name
+    accum = [t for t in on_lanes if t.configuration != "baseline" and t.config.micro_batch_size == 16]
+    assert accum and all(_neighbour_ratio(results, t) > 2.0 for t in accum), [_neighbour_ratio(results, t) for t in accum]
+    outcome = next(o for o in results.sweep.knobs if o.knob == "grad_accum")
+    if outcome.gain is not None and outcome.gain.verdict == "faster":
+        assert results.sweep.recommended_knobs == ["grad_accum"], results.sweep.recommended_knobs
+    else:  # a neighbour's load spoiled the evidence: never a win, and the results say why
+        assert results.sweep.recommended_trial == "baseline"
+        assert any("persisted" in w for w in results.warnings), results.warnings
+    assert parallel.wall_s and parallel.sequential_estimate_s
+
+
+@pytest.mark.skipif(not TWO_CORES, reason="2 lanes of 1 core need 2 cores")
+def test_the_local_executor_sweeps_on_two_pinned_lanes(tmp_path):
+    check_sweep(_analyze(tmp_path / "out", "local"), "local")
+
+
+# ------------------------------------------------------------------------------------------------------ Ray
+
+
+@pytest.fixture
+def ray_env(monkeypatch):
+    """Ray started locally with this machine's 2 cores (the executor then uses it, as it would a user's cluster)."""
+    ray = pytest.importorskip("ray", reason="Ray is the optional extra perfscope[ray]")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # a throwaway local cluster: no token to generate
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    from perfscope.errors import UserError
+    from perfscope.lanes.ray import _init
+
+    try:
+        _init(ray, None, 2)  # ray.init(num_cpus=2), retried: Ray gives its raylet a fixed 30 s to come up
+    except UserError as exc:
+        pytest.skip(f"Ray could not start on this machine under its current load: {exc}")
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.skipif(not TWO_CORES, reason="2 lanes of 1 core need 2 cores")
+def test_the_ray_executor_reaches_the_same_recommendation(tmp_path, ray_env):
+    check_sweep(_analyze(tmp_path / "out", "ray"), "ray")
+
+
+@pytest.mark.skipif(not TWO_CORES, reason="2 lanes of 1 core need 2 cores")
+def test_a_ray_worker_killed_mid_sweep_drops_its_lane_and_the_sweep_goes_on(tmp_path, ray_env):
+    import psutil
+
+    def kill_one() -> int | None:  # a Ray worker running a trial, SIGKILLed from outside (a dead worker)
+        for proc in psutil.process_iter(["cmdline"]):
+            if (proc.info["cmdline"] or [""])[0].startswith("ray::run_trial_job"):
+                proc.kill()
+                return proc.pid
+        return None
+
+    _, _, dropped = sweep_losing_a_lane(tmp_path / "out", "ray", kill_one)
+    assert dropped.dropped.startswith(f"ray task on lane {dropped.index}: "), dropped
+    assert "Worker" in dropped.dropped or "died" in dropped.dropped, dropped.dropped
+
+
+def sweep_losing_a_lane(out: Path, executor: str, end_one: Callable[[], object | None]):
+    """The sweep while ``end_one`` (polled from a thread until it returns what it ended) ends one lane's job from
+    outside: (results, what it ended, the dropped lane's record), once the lane is dropped and the sweep went on."""
+    ended: list[object] = []
+
+    def poll() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not ended:
+            if (what := end_one()) is not None:
+                ended.append(what)
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    results = _analyze(out, executor)
+    thread.join(timeout=1)
+    assert ended
+    dropped = [r for r in results.sweep.parallel.lanes if r.dropped]
+    assert len(dropped) == 1, results.sweep.parallel
+    kept = next(r.index for r in results.sweep.parallel.lanes if not r.dropped)
+    last = max(t.sequence for t in results.trials)
+    assert next(t for t in results.trials if t.sequence == last).lane == kept  # the sweep went on on the other lane
+    assert results.sweep.recommended_trial is not None
+    return results, ended[0], dropped[0]
+
+
+# ---------------------------------------------------------------------------------------------------- Slurm
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_slurm(root: Path) -> tuple[dict[str, str], list[Path]]:
+    """munged, slurmctld and slurmd of a one-node cluster of this machine, under ``root``; (env, pid files)."""
+    for tool in ("munged", "slurmctld", "slurmd", "sbatch"):
+        if shutil.which(tool) is None:
+            raise RuntimeError(f"{tool} is not installed (apt-get install slurm-wlm munge)")
+    node = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
+    munge = root / "munge"
+    munge.mkdir(mode=0o700, parents=True)
+    socket_path = munge / "munge.socket"
+    subprocess.run(["munged", "--force", f"--socket={socket_path}", f"--pid-file={munge / 'munged.pid'}",
+                    f"--log-file={munge / 'munged.log'}", f"--seed-file={munge / 'seed'}"], check=True)
+    conf = root / "slurm.conf"
+    conf.write_text("\n".join([
+        "ClusterName=perfscope", f"SlurmctldHost={socket.gethostname()}", "SlurmUser=root", "SlurmdUser=root",
+        "AuthType=auth/munge", f"AuthInfo=socket={socket_path}", f"StateSaveLocation={root / 'state'}",
+        f"SlurmdSpoolDir={root / 'spool'}", f"SlurmctldPidFile={root / 'slurmctld.pid'}",
+        f"SlurmdPidFile={root / 'slurmd.pid'}", f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",
+        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/affinity", "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core", "ReturnToService=2", "MpiDefault=none",
+        f"SlurmctldLogFile={root / 'slurmctld.log'}", f"SlurmdLogFile={root / 'slurmd.log'}",
+        "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
+        node.replace(node.split()[0], f"NodeName={socket.gethostname()}"),
+        "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""]))
+    env = {"SLURM_CONF": str(conf)}
+    pids = [munge / "munged.pid", root / "slurmctld.pid", root / "slurmd.pid"]
+    for daemon in ("slurmctld", "slurmd"):
+        subprocess.run([daemon, "-f", str(conf)], check=True, env={**os.environ, **env})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        state = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, check=False,
+                               env={**os.environ, **env})
+        if state.stdout.strip() == "idle":
+            return env, pids
+        time.sleep(1)
+    raise RuntimeError(f"the node did not come up: {state.stdout or state.stderr}; see {root}")
+
+
+def _stop(pid_files: list[Path]) -> None:
+    for path in reversed(pid_files):  # slurmd, slurmctld, then munged: the processes this fixture started
+        try:
+            os.kill(int(path.read_text().strip()), signal.SIGTERM)
+        except (OSError, ValueError):
+            pass
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """A real Slurm where it can start; else submitit's local executor, said on stderr (never a mock of Slurm)."""
+    pytest.importorskip("submitit", reason="submitit is the optional extra perfscope[slurm]")
+    root = Path("/tmp") / f"perfscope-slurm-{os.getpid()}"  # short: a unix socket's path must fit 108 bytes
+    try:
+        env, pids = _start_slurm(root)
+    except (RuntimeError, subprocess.CalledProcessError, OSError) as exc:
+        warnings.warn(f"Slurm could not start here ({exc}): the Slurm executor's tests run through submitit's "
+                      "LocalExecutor, and those that need a real Slurm skip", stacklevel=1)
+        yield "local"
+        return
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield "slurm"
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        _stop(pids)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def slurm_cluster(slurm, monkeypatch):
+    import perfscope.lanes.slurm as executor
+
+    monkeypatch.setattr(executor, "CLUSTER", slurm)
+    monkeypatch.setattr(executor, "CHECK_EVERY_S", 2.0)
+    return slurm
+
+
+@pytest.mark.skipif(not TWO_CORES, reason="2 lanes of 1 core need 2 cores")
+def test_the_slurm_executor_reaches_the_same_recommendation(tmp_path, slurm_cluster):
+    check_sweep(_analyze(tmp_path / "out", "slurm"), "slurm")
+
+
+def _jobs() -> list[str]:
+    out = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i"], capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+@pytest.mark.skipif(not TWO_CORES, reason="2 lanes of 1 core need 2 cores")
+def test_a_slurm_job_cancelled_mid_sweep_drops_its_lane_and_the_sweep_goes_on(tmp_path, slurm_cluster):
+    if slurm_cluster != "slurm":
+        pytest.skip("needs a real Slurm to scancel a job (Slurm could not start here)")
+
+    def cancel_one() -> str | None:  # a job seen running once both lanes have started, cancelled from outside
+        jobs = _jobs()
+        if len(jobs) < 2:
+            return None
+        subprocess.run(["scancel", jobs[-1]], check=True)
+        return jobs[-1]
+
+    _, job, dropped = sweep_losing_a_lane(tmp_path / "out", "slurm", cancel_one)
+    assert f"slurm job {job} CANCELLED" in dropped.dropped, dropped
+
+
+# ---------------------------------------------------------------------------------------------------- Ctrl-C
+
+
+@pytest.mark.skipif(not TWO_CORES, reason="2 lanes of 1 core need 2 cores")
+@pytest.mark.parametrize("executor", ["local", "slurm", "ray"])
+def test_ctrl_c_cancels_the_lanes_runs_and_still_reports(tmp_path, executor, request):
+    if executor == "slurm" and request.getfixturevalue("slurm") != "slurm":
+        pytest.skip("needs a real Slurm to scancel its jobs (Slurm could not start here)")
+    if executor == "ray":
+        pytest.importorskip("ray", reason="Ray is the optional extra perfscope[ray]")
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "perfscope", "analyze", str(WORKLOAD), "--out", str(out), *ARGS, "--executor", executor]
+    args[args.index("--steps") + 1] = "100"  # 400 pauses of 15 ms a run: long enough to be interrupted
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_AUTH_MODE": "disabled"}
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "[lane 1]: running" in line:
+            break
+    else:
+        if executor == "ray" and "Ray did not start" in "".join(seen):
+            pytest.skip("Ray could not start on this machine under its current load: " + seen[-1].strip())
+    time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=240)
+    assert proc.returncode == EXIT_INTERRUPTED, "".join(seen) + (rest or "")
+    results = Results.load(out / "results.json")
+    cancelled = [t for t in results.trials if t.lane is not None and t.error and "cancelled by Ctrl-C" in t.error]
+    assert {t.lane for t in cancelled} == {0, 1}, [(t.name, t.status, t.error) for t in results.trials]
+    assert any(n.startswith("interrupted: ") for n in results.sweep.parallel.notes), results.sweep.parallel.notes
+    assert results.sweep.parallel.lanes[0].runs >= 1  # the lanes table is still reported
+    if executor == "slurm":  # every job it submitted was scancelled
+        left = subprocess.run(["squeue", "-h", "-t", "PENDING,RUNNING", "-o", "%i"], capture_output=True, text=True,
+                              check=True)
+        assert not left.stdout.split(), left.stdout

@@ -1,0 +1,23 @@
+"""The tiny MLP of mlp.py, with a fixed 15 ms pause on the host in every micro-batch (a per-step overhead: a sleep,
+so it costs no CPU and no neighbour's load can move it). Micro-batches of 4 with 4 accumulation steps: a micro-batch
+of 16 with one step keeps the global batch and pays the pause once instead of 4 times — a large, certain gain that
+the sweep's grad_accum knob finds on any machine, on a lane of one core as on a whole machine."""
+
+import runpy
+import time
+from pathlib import Path
+
+import perfscope
+
+PAUSE_S = 0.015
+_MLP = runpy.run_path(str(Path(__file__).with_name("mlp.py")))
+
+
+def loss(model, batch):
+    time.sleep(PAUSE_S)
+    return _MLP["loss"](model, batch)
+
+
+def workload() -> perfscope.Workload:
+    return perfscope.Workload(model=_MLP["make_model"], batches=_MLP["batches"], loss=loss, batch_size=4,
+                              grad_accum_steps=4)
