@@ -231,7 +231,7 @@ def paired_test(candidate_runs: Sequence[Trial], reference_runs: Sequence[Trial]
     if total == 0:
         return PairedTest(mean, 0.0, k - 1 + ref_df, k, len(references.runs))
     df = total ** 2 / (own ** 2 / own_df + (theirs ** 2 / ref_df if ref_df > 0 else 0.0))
-    return PairedTest(mean, math.sqrt(total), df, k, len(references.runs))
+    return PairedTest(mean, math.sqrt(total), min(df, own_df), k, len(references.runs))
 
 
 def compare(candidate_runs: Sequence[Trial], reference_runs: Sequence[Trial], *, reference: str = "baseline",

@@ -76,7 +76,7 @@ class Family:
         grow = self.max_runs / test.runs
         level = self.alpha / max(1, len(self.looks)) * self.weight(self.max_runs)
         optimistic = abs(test.mean) + test.se  # one standard error kinder than the estimate: stop only the hopeless
-        return optimistic / (test.se / grow ** 0.5) < t_quantile(1 - level / 2, test.df * grow)
+        return optimistic / (test.se / grow ** 0.5) < t_quantile(1 - level / 2, (test.df + 1) * grow - 1)
 
     def adjusted_p(self, name: str) -> float:
         """p* = min over the candidate's looks of p_k / w_k (weighted Bonferroni across looks), capped at 1."""
