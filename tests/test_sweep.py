@@ -208,7 +208,7 @@ def test_a_slower_knob_is_reported_as_a_slowdown_and_not_recommended():
     assert compile_outcome.status == "measured"
     assert compile_outcome.gain.verdict == "slower" and compile_outcome.gain.low <= 0.7 <= compile_outcome.gain.high
     assert compile_outcome.gain.ratio == pytest.approx(0.7, rel=0.05)
-    assert compile_outcome.gain.runs == 3  # fewer runs never decide: a probable slowdown gets the runs that can
+    assert compile_outcome.gain.runs == 4  # fewer runs never decide: a probable slowdown gets the runs that can (k − 1 df)
     assert "compile" not in sweeper.sweep.recommended_knobs
     assert sweeper.sweep.recommended_knobs == ["amp_bf16"]
 
@@ -330,10 +330,18 @@ def test_stack_slower_than_its_parts_recommends_the_baseline():
     assert sweep.recommended_gain.ratio == pytest.approx(1.5, rel=0.03) and sweep.recommended_gain.faster
     assert session.results.runs("stack2-amp_bf16") or session.results.runs("stack2-compile")  # the stack was measured
 
-    # The re-measured (traced) run of the recommendation comes out slower than the baseline: over all its runs,
+    # The re-measured runs of the recommendation (the traced one and the confirmation runs after it) come out slower
+    # than the baseline: over its confirmation runs,
     # the configuration is not decidedly faster, so the baseline stays, and the disagreement is stated.
-    session = FakeSession(lambda c: 0.1 / (1.5 if c.precision == "bf16" else 1.0),
-                          luck=lambda configuration, repeat, config: (0.1 / 1.5) / 0.12 if config.capture_trace else 1.0)
+    remeasured: list[int] = []  # from the traced run on, the configuration runs slower than the baseline
+
+    def luck(configuration: str, repeat: int, config: TrialConfig) -> float:
+        if config.capture_trace or (remeasured and configuration == "amp_bf16"):
+            remeasured.append(repeat)
+            return (0.1 / 1.5) / 0.12
+        return 1.0
+
+    session = FakeSession(lambda c: 0.1 / (1.5 if c.precision == "bf16" else 1.0), luck=luck)
     sweep = _run(_ctx(), session, only=["amp_bf16"]).sweep
     assert any(r.config.capture_trace for r in session.results.runs("amp_bf16"))  # the recommendation was re-measured
     assert sweep.recommended_trial == "baseline" and sweep.recommended_knobs == [] and sweep.recommended_gain is None

@@ -24,8 +24,8 @@ estimator, robust to slow drift; its effective degrees of freedom are 2(n−1)²
 the candidate's own, from the sample variance of its k log rates around the machine's level at each (the mean
 of the 6 nearest reference runs; k−1 degrees of freedom; that level's own noise, σ_b²/6, only widens it). The candidate is never assumed to vary like the reference: a configuration that varies
 more (autotuned kernels, a lucky process) has its own spread in the interval. The interval is Welch's: a t
-interval with Welch–Satterthwaite degrees of freedom from both parts, exponentiated into a ratio of
-throughputs (> 1 is faster).
+interval with Welch–Satterthwaite degrees of freedom from both parts, never more than the candidate's k − 1 (the
+conservative Welch choice), exponentiated into a ratio of throughputs (> 1 is faster).
 
 One candidate run says nothing about its own spread. Its interval assumes σ_c = 3·σ_b
 (`SINGLE_RUN_INFLATION`) and it never carries a verdict: it only decides whether a second run is worth it.
@@ -60,7 +60,7 @@ it is tiny by chance often enough that Welch's interval at the family's small le
 simulation, no-effect knobs were called faster or slower in ~10% of 20-knob sweeps); with three it holds."""
 METHOD = (
     "fresh-process runs, each paired with the reference runs measured just before and after it; "
-    "Welch t-interval on log throughput (candidate and reference run-to-run variances, Welch–Satterthwaite df)"
+    "Welch t-interval on log throughput (candidate and reference run-to-run variances, Welch–Satterthwaite df, at most k−1)"
 )
 
 
@@ -251,9 +251,13 @@ def paired_test(candidate_runs: Sequence[Trial], reference_runs: Sequence[Trial]
     theirs = share * ref_var / k
     total = own + theirs
     if total == 0:
-        return PairedTest(mean, 0.0, k - 1 + ref_df, k, len(references.runs))
+        return PairedTest(mean, 0.0, k - 1, k, len(references.runs))
     df = total ** 2 / (own ** 2 / own_df + (theirs ** 2 / ref_df if ref_df > 0 else 0.0))
-    return PairedTest(mean, math.sqrt(total), df, k, len(references.runs))
+    # Never more df than the candidate's own k − 1. Welch's df come from the candidate's sample variance: when a noisy
+    # candidate's runs land close together by chance (the floor above then engages) they rose from 2 to ~4.5 in
+    # exactly the looks whose t is large — 8× noisier, p < 0.002 came 2.7× as often as it should, and 20-knob sweeps
+    # of such candidates broke the family-wise bound (tests/test_stat_simulation.py, benchmarks/stat_simulation.py).
+    return PairedTest(mean, math.sqrt(total), min(df, own_df), k, len(references.runs))
 
 
 def compare(candidate_runs: Sequence[Trial], reference_runs: Sequence[Trial], *, reference: str = "baseline",

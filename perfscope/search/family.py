@@ -63,7 +63,7 @@ class Family:
 
     def futile(self, name: str, min_runs: int = 3) -> bool:
         """Futility stop (as in sequential trials): with the estimate held one standard error above where it is, would the last look
-        (max_runs runs: the standard error shrunk by √(k/max_runs), the degrees of freedom grown alike, the most
+        (max_runs runs: the standard error shrunk by √(k/max_runs), the k − 1 degrees of freedom grown alike, the most
         stringent Holm level) still not decide? Then the remaining runs most likely end "cannot tell" too, and
         they cost as much as runs that find something: the sweep spends them elsewhere. Stopping early only
         ever removes chances to reject, so it cannot raise the family's error rate."""
@@ -76,7 +76,7 @@ class Family:
         grow = self.max_runs / test.runs
         level = self.alpha / max(1, len(self.looks)) * self.weight(self.max_runs)
         optimistic = abs(test.mean) + test.se  # one standard error kinder than the estimate: stop only the hopeless
-        return optimistic / (test.se / grow ** 0.5) < t_quantile(1 - level / 2, test.df * grow)
+        return optimistic / (test.se / grow ** 0.5) < t_quantile(1 - level / 2, (test.df + 1) * grow - 1)
 
     def adjusted_p(self, name: str) -> float:
         """p* = min over the candidate's looks of p_k / w_k (weighted Bonferroni across looks), capped at 1."""

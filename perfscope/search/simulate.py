@@ -146,6 +146,12 @@ class SweepOutcome:
     recommended_false: bool
     """A configuration recommended although none of its knobs has an effect."""
     runs: int
+    reported_gain: float | None = None
+    """The recommendation's reported gain (from its confirmation runs); None when the baseline is recommended."""
+    true_gain: float | None = None
+    """The recommended knobs' true gain: the product of their effects."""
+    confirmation_runs: int = 0
+    """The runs behind the reported gain."""
 
 
 def _context() -> KnobContext:
@@ -178,9 +184,14 @@ def tally(sweeper: Sweeper, knobs: list[SimKnob], effects: list[float], *, recom
     null = {k.id for k, e in zip(knobs, effects) if e == 0}
     verdicts = {c.name: (c.gain.verdict if c.gain else "undecided") for c in sweeper.candidates}
     recommended: tuple[str, ...] = ()
+    reported = truth = None
+    confirmation = 0
     if recommend:
         sweeper.recommend(None)
         recommended = tuple(sweeper.sweep.recommended_knobs)
+        if recommended and sweeper.sweep.recommended_gain is not None:
+            reported, confirmation = sweeper.sweep.recommended_gain.ratio, sweeper.sweep.recommended_gain.runs
+            truth = math.prod(1 + sweeper.session.effects.get(k, 0.0) for k in recommended)
     return SweepOutcome(
         false_discoveries=sum(verdicts[k] in ("faster", "slower") for k in null),
         false_faster=sum(verdicts[k] == "faster" for k in null),
@@ -189,4 +200,7 @@ def tally(sweeper: Sweeper, knobs: list[SimKnob], effects: list[float], *, recom
         recommended=recommended,
         recommended_false=bool(recommended) and set(recommended) <= null,
         runs=len(sweeper.results.trials),
+        reported_gain=reported,
+        true_gain=truth,
+        confirmation_runs=confirmation,
     )

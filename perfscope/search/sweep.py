@@ -447,9 +447,12 @@ class Sweeper(Stacking):
 
 
 def _probably_slower(gain: Gain | None) -> bool:
-    """Too few runs to decide (compare.MIN_DECIDING_RUNS), and an interval below 1 (one run's spread assumed 3×
-    the baseline's): a probable slowdown gets the runs that can state it."""
-    return gain is not None and gain.runs < MIN_DECIDING_RUNS and gain.high < 1.0
+    """A probable slowdown gets the runs that can state it: too few runs to decide (compare.MIN_DECIDING_RUNS) and
+    an interval below 1 (one run's spread assumed 3× the baseline's); or undecided, its estimate a slowdown and its
+    interval short of +2% (at k − 1 df three runs rarely decide at the family's levels)."""
+    if gain is None or gain.verdict != "undecided":
+        return False
+    return gain.high < 1.0 if gain.runs < MIN_DECIDING_RUNS else gain.ratio < 0.98 and gain.high < 1.02
 
 
 
