@@ -95,7 +95,7 @@ class LaneOutcome:
     """Lanes the A/A check dropped."""
 
 
-def simulate_lane_sweep(model: NoiseModel, lanes: LaneModel, effects: list[float], *, seed: int, max_runs: int = 4,
+def simulate_lane_sweep(model: NoiseModel, lanes: LaneModel, effects: list[float], *, seed: int, max_runs: int = 10,
                         recommend: bool = True) -> LaneOutcome:
     """One sweep through the real LaneSweeper: the A/A check, every knob's first run one per lane, refinement, then
     (``recommend``) stacking and confirmation."""
