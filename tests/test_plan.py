@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from perfscope.results.config import TrialConfig
-from perfscope.search.plan import Plan, minutes, plan_sweep, run_estimate
+from perfscope.search.plan import RUNS_PER_VERDICT, Plan, minutes, plan_sweep, run_estimate
 from perfscope.search.sweep import SweepOptions
 from tests.test_sweep import _ctx
 
@@ -18,7 +18,7 @@ def test_the_plan_lists_what_the_first_pass_measures_by_the_sweeps_rules():
     only = plan_sweep(_ctx(device="cpu"), SweepOptions(only=["amp_bf16", "compile"]))
     assert only.configurations == ["amp_bf16", "compile"]
     # the baseline; each to a verdict (3 runs, each beside a baseline run); a join; the confirmation
-    assert only.runs == 1 + 2 * 3 * 2 + 4 + 6
+    assert only.runs == 1 + 2 * RUNS_PER_VERDICT * 2 + 4 + 6
     gpu = plan_sweep(_ctx(device="cuda"), SweepOptions(skip=["micro_batch", "grad_accum"]))
     assert "activation_checkpointing" not in gpu.configurations  # on a GPU only paired with the micro-batch search
     assert plan_sweep(_ctx(device="cpu"), None, baseline_runs=3).runs == 3  # --no-sweep --repeat 3
@@ -28,11 +28,11 @@ def test_the_announcement_says_the_time_and_whether_the_budget_ends_it_first():
     plan = Plan(configurations=["amp_bf16", "compile"], budget_s=300)
     within = plan.words(5.0, "from the probe")
     assert within[0].startswith("plan: 2 configurations beside the baseline (amp_bf16, compile)")
-    assert "about 23 run(s) of ~5.0 s" in within[0]
-    assert within[1] == "expected time: about 1 min 55 s, within its budget of 5 min (--budget S, --no-budget)"
+    assert f"about {1 + 2 * RUNS_PER_VERDICT * 2 + 4 + 6} run(s) of ~5.0 s" in within[0]
+    assert within[1] == "expected time: about 2 min 15 s, within its budget of 5 min (--budget S, --no-budget)"
     cut = plan.words(20.0, "from the probe")[1]
-    assert cut.startswith("expected time: 5 min, its budget") and "unbounded about 7 min 40 s" in cut and "what it decided" in cut
-    assert plan.expected_s(20.0) == 300 and plan.expected_s(5.0) == 115
+    assert cut.startswith("expected time: 5 min, its budget") and "unbounded about 9 min" in cut and "what it decided" in cut
+    assert plan.expected_s(20.0) == 300 and plan.expected_s(5.0) == 135
     assert "no budget" in Plan(configurations=["x"], budget_s=None).words(1.0, "probe")[1]
     assert [minutes(s) for s in (45, 89.6, 90, 300, 461)] == ["45 s", "90 s", "1 min 30 s", "5 min", "7 min 41 s"]
 

@@ -6,7 +6,7 @@
 Why. A sweep of about 100 fresh-process runs once took 12.7 minutes on a model whose step takes 0.28 s, with no word
 beforehand of how long it would be. The count follows the sweep's own rules (perfscope.search.sweep): the variants
 of every applicable, selected knob and the micro-batch search's points, each run beside a baseline run; then what a
-sweep usually adds — runs until a verdict (compare.MIN_DECIDING_RUNS) for each, a stacking join, the confirmation.
+sweep usually adds — runs until a verdict (RUNS_PER_VERDICT) for each, a stacking join, the confirmation.
 It is an expectation, not a promise; the budget is the promise: the sweep starts no run that would probably
 overrun it (`Sweeper.may_continue`) and recommends what it decided by then (perfscope.search.decided).
 """
@@ -19,11 +19,15 @@ from dataclasses import dataclass
 from perfscope.knobs import REGISTRY, KnobContext
 from perfscope.results.config import TrialConfig
 from perfscope.search.candidate import CONFIRMATION_RUNS, JOIN_RUNS, SweepOptions
-from perfscope.search.compare import MIN_DECIDING_RUNS
 
 CPU_MICRO_FACTOR, GPU_MICRO_FACTOR = 4, 64
 """How far the micro-batch search doubles (perfscope.search.sweep.Sweeper.micro_batch): its points at most."""
 
+
+RUNS_PER_VERDICT = 4
+"""Runs a configuration usually takes to a verdict: verdicts start at 3 (compare.MIN_DECIDING_RUNS), and with Welch's
+degrees of freedom capped at k − 1 a winner is mostly decided at its 4th (the quick start: 67 runs where 3 per verdict
+planned 59)."""
 
 @dataclass(frozen=True)
 class Plan:
@@ -39,7 +43,7 @@ class Plan:
         confirmation."""
         if not self.configurations:
             return self.baseline_runs
-        return self.baseline_runs + 2 * MIN_DECIDING_RUNS * len(self.configurations) + JOIN_RUNS + CONFIRMATION_RUNS
+        return self.baseline_runs + 2 * RUNS_PER_VERDICT * len(self.configurations) + JOIN_RUNS + CONFIRMATION_RUNS
 
     def expected_s(self, run_s: float) -> float:
         unbounded = self.runs * run_s
