@@ -34,7 +34,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD = ROOT / "tests" / "workloads" / "step_pause.py"
-ARGS = ["--device", "cpu", "--only", "grad_accum", "--max-runs", "3", "--no-trace", "--steps", "6", "--warmup", "2",
+ARGS = ["--device", "cpu", "--only", "grad_accum", "--max-runs", "5", "--no-trace", "--steps", "6", "--warmup", "2",
         "--lanes", "2"]
 TWO_CORES = len(os.sched_getaffinity(0)) >= 2
 
