@@ -65,6 +65,15 @@ def summarize(samples: Sequence[float]) -> Summary:
     )
 
 
+MAD_TO_SIGMA = 1.4826
+"""The median absolute deviation × this estimates σ of a normal sample, unmoved by a few outliers."""
+
+
+def robust_sigma(values: Sequence[float], center: float) -> float:
+    """σ from the median absolute deviation around ``center`` (the watch's reference steps, the A/A lane levels)."""
+    return MAD_TO_SIGMA * statistics.median(abs(v - center) for v in values)
+
+
 def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
     """Two-sided Mann-Whitney U p-value (scipy: exact for small samples, tie-corrected otherwise)."""
     from scipy.stats import (

@@ -37,11 +37,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perfscope.stats import robust_sigma
+
 if TYPE_CHECKING:
     from perfscope.measure.window import StepRecord
 
 LOG = logging.getLogger("perfscope")
-MAD_TO_SIGMA = 1.4826
 
 
 @dataclass
@@ -131,8 +132,7 @@ class Watch:
     def _set_reference(self) -> None:
         logs = [math.log(s.time_s) for s in self._reference]
         self._mu = statistics.median(logs)
-        mad = statistics.median(abs(x - self._mu) for x in logs)
-        self._sigma = max(MAD_TO_SIGMA * mad, self.config.noise_floor)
+        self._sigma = max(robust_sigma(logs, self._mu), self.config.noise_floor)
         self._ref_time = sum(s.time_s for s in self._reference)
         self._ref_wait = sum(s.wait_s for s in self._reference)
         self._ref_graphs = self._graphs()

@@ -18,6 +18,8 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from perfscope.stats import robust_sigma
+
 AA_RUNS = 2
 """Baseline runs per lane in the A/A check."""
 OUTLIER_RATIO = 1.25
@@ -47,8 +49,7 @@ def check_lanes(rates: dict[int, list[float]]) -> AACheck:
     levels = {lane: m - middle for lane, m in means.items()}
     outliers: dict[int, str] = {}
     if len(means) >= MIN_LANES_FOR_OUTLIERS:
-        mad = statistics.median(abs(v) for v in levels.values()) * 1.4826
-        limit = max(math.log(OUTLIER_RATIO), MAD_LIMIT * mad)
+        limit = max(math.log(OUTLIER_RATIO), MAD_LIMIT * robust_sigma(list(levels.values()), 0.0))
         for lane, level in levels.items():
             if abs(level) > limit:
                 outliers[lane] = (f"A/A outlier: its baseline ran at {math.exp(level):.2f}× the median lane's "
