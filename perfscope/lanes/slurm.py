@@ -75,6 +75,20 @@ def _wait(job: Any) -> None:
                 raise LaneFailure(f"slurm job {job.job_id} {state or 'left the queue'} before its trial finished")
 
 
+def _raise_if_ended(job_id: str, settle_s: float = 5.0) -> None:
+    """LaneFailure when Slurm ended the job that returned a failed trial: a `scancel` or a pre-emption signals the
+    trial first, and submitit's job, which outlives the signal, writes the killed child's return code as its result,
+    which would read as the trial's own failure."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        state = _state(job_id)
+        if state is not None and state.split()[0] in ENDED:
+            raise LaneFailure(f"slurm job {job_id} {state} before its trial finished")
+        if state is None or state.split()[0] == "COMPLETED" or time.monotonic() > deadline:
+            return
+        time.sleep(0.5)
+
+
 class SlurmRunner:
     def __init__(self, executor: SlurmExecutor, lane: Lane, cpus: int) -> None:
         self.executor, self.lane, self.cpus, self.index = executor, lane, cpus, lane.index
@@ -87,6 +101,8 @@ class SlurmRunner:
         try:
             _wait(job)
             returncode = job.result()
+            if returncode:
+                _raise_if_ended(job.job_id)
         except (submitit.core.utils.UncompletedJobError, submitit.core.utils.FailedJobError) as exc:
             raise LaneFailure(f"slurm job {job.job_id} {job.state}: {first_line(exc)}") from None
         finally:
