@@ -5,6 +5,7 @@
             train_step(); cap.step()
     cap.path, cap.note        # trace/rank0.json.gz (Perfetto, HTA), or None and why
     cap.steps                 # the training steps it recorded, as its ProfilerStep#N labels name them
+    TraceCapture(..., memory=True).memory   # the window's memory by category (memory-rank<R>.json beside the trace)
 
 Profiler traces grow fast (GBs for a few steps of a large model, and viewers fail above ~500 MB), so the
 window is a few steps (schedule wait/warmup/active), the file is gzipped, and a trace over the size cap is
@@ -19,12 +20,15 @@ import tempfile
 import warnings
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from perfscope.trace.export import distributed_info, trace_file_name, write_trace
+
+if TYPE_CHECKING:
+    from perfscope.trace.memory_categories import MemoryBreakdown
 
 
 class TraceCapture:
@@ -37,13 +41,17 @@ class TraceCapture:
 
     def __init__(
         self, trace_dir: str | Path, *, device: str, first_step: int = 0, wait: int = 1, warmup: int = 1, active: int = 3,
-        max_bytes: int = 50_000_000,
+        max_bytes: int = 50_000_000, memory: bool = False,
     ) -> None:
         self.trace_dir = Path(trace_dir)
         self.device = device
         self.first_step = first_step
         self.wait, self.warmup, self.active = wait, warmup, active
         self.max_bytes = max_bytes
+        self.memory_wanted = memory
+        """Profile memory too (with_stack, which torch's categorisation needs: a larger trace) and break it down."""
+        self.memory: MemoryBreakdown | None = None
+        self.memory_path: Path | None = None
         self.path: Path | None = None
         self.note: str | None = None
         self._prof: Any = None
@@ -65,6 +73,8 @@ class TraceCapture:
 
     def _export(self, prof: Any) -> None:
         """on_trace_ready: torch's Chrome trace to a temp file, then rewritten and gzipped into the trace folder."""
+        if self.memory_wanted:
+            self._memory(prof)
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 raw = Path(tmp) / "trace.json"
@@ -83,6 +93,20 @@ class TraceCapture:
             self.path, self._exported = out_path, True
         except Exception as exc:  # noqa: BLE001 - a failed export is a note, not a crash
             self.note = f"trace export failed: {type(exc).__name__}: {exc}"
+
+    def _memory(self, prof: Any) -> None:
+        """The window's memory by category into memory-rank<R>.json; a failure is a note, the trace goes on."""
+        try:
+            from perfscope.trace.memory_categories import memory_breakdown
+
+            device = f"cuda:{torch.cuda.current_device()}" if self.device == "cuda" else self.device
+            self.memory = memory_breakdown(prof, device)
+            self.trace_dir.mkdir(parents=True, exist_ok=True)
+            path = self.trace_dir / f"memory-{trace_file_name(distributed_info()).split('.')[0]}.json"
+            self.memory.write(path)
+            self.memory_path = path
+        except Exception as exc:  # noqa: BLE001 - a failed breakdown is a note, not a crash
+            self.note = f"memory breakdown failed: {type(exc).__name__}: {exc}"
 
     def __enter__(self) -> TraceCapture:
         if torch.autograd.profiler._is_profiler_enabled:
@@ -103,6 +127,7 @@ class TraceCapture:
                 # are read from; stacks (with_stack) only name a sync's Python line, and multiply the trace's size with
                 # python_function frames, so they stay off; the window is a few steps and the file capped (max_bytes).
                 record_shapes=True,
+                profile_memory=self.memory_wanted, with_stack=self.memory_wanted,
             )
             self._prof.__enter__()
         except Exception as exc:  # noqa: BLE001

@@ -1,0 +1,104 @@
+"""Memory by category from torch.profiler's own categorisation (perfscope.trace.memory_categories), on CPU.
+
+Byte counts, not times: what a loaded machine cannot move. The MLP's parameter, gradient and AdamW-state bytes are
+known exactly (fp32: 4 B per parameter each for the weights and gradients; AdamW keeps exp_avg and exp_avg_sq,
+8 B per parameter, and one fp32 step counter per parameter tensor).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+from torch.utils.checkpoint import checkpoint
+
+from perfscope.trace.capture import TraceCapture
+from perfscope.trace.memory_categories import MemoryBreakdown, memory_breakdown
+
+
+def _profile(model: torch.nn.Module, x: torch.Tensor, *, foreach: bool = True, active: int = 1) -> MemoryBreakdown:
+    """One untraced step (AdamW's state exists from then on), one warm-up step, ``active`` profiled steps."""
+    opt = torch.optim.AdamW(model.parameters(), foreach=foreach)
+
+    def step() -> None:
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    step()
+    seen: list[MemoryBreakdown] = []
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=active),
+                 profile_memory=True, record_shapes=True, with_stack=True,
+                 on_trace_ready=lambda prof: seen.append(memory_breakdown(prof, "cpu"))) as prof:
+        for _ in range(1 + active):
+            step()
+            prof.step()
+    return seen[0]
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+def test_parameters_gradients_and_adamw_state_are_the_bytes_they_must_be(foreach: bool) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64))
+    n, tensors = sum(p.numel() for p in model.parameters()), len(list(model.parameters()))
+    mem = _profile(model, torch.randn(16, 64), foreach=foreach, active=2)
+    assert mem.max_bytes["parameter"] == 4 * n
+    assert mem.max_bytes["gradient"] == 4 * n
+    assert mem.max_bytes["optimizer_state"] == 8 * n + 4 * tensors
+    assert mem.at_peak["parameter"] == 4 * n and mem.at_peak["optimizer_state"] == 8 * n + 4 * tensors
+    assert mem.peak_bytes == sum(mem.at_peak.values())
+    if not foreach:
+        # torch names the single-tensor AdamW's exp_avg_sq.sqrt() a parameter; born and freed in the window, it is
+        # booked as a temporary (one per parameter tensor, in the first profiled step).
+        assert mem.reclassified_bytes == 4 * n
+
+
+class _Encoder(torch.nn.Module):
+    def __init__(self, checkpointed: bool) -> None:
+        super().__init__()
+        self.checkpointed = checkpointed
+        self.layers = torch.nn.ModuleList(torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+                                          for _ in range(2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = checkpoint(layer, x, use_reentrant=False) if self.checkpointed else layer(x)
+        return x
+
+
+def test_a_small_transformer_peaks_on_activations_and_checkpointing_moves_the_peak() -> None:
+    x = torch.randn(8, 64, 32)
+    torch.manual_seed(0)
+    plain = _profile(_Encoder(checkpointed=False), x)
+    torch.manual_seed(0)
+    ckpt = _profile(_Encoder(checkpointed=True), x)
+    assert plain.peak_category == "activation"
+    assert plain.at_peak["activation"] > plain.peak_bytes / 2
+    # Checkpointed, the forward keeps only each layer's input; the peak moves into the backward's recomputation
+    # (torch calls what it holds there autograd detail) and is lower.
+    assert ckpt.peak_category != "activation"
+    assert ckpt.at_peak["activation"] < plain.at_peak["activation"] / 4
+    assert ckpt.peak_bytes < plain.peak_bytes
+    assert "activation" in plain.text() and plain.device == "cpu"
+
+
+def test_a_capture_window_with_memory_writes_the_breakdown_beside_its_trace(tmp_path) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(32, 32)
+    opt = torch.optim.AdamW(model.parameters())
+    with TraceCapture(tmp_path, device="cpu", wait=0, warmup=1, active=1, memory=True) as cap:
+        for _ in range(cap.total_steps):
+            model(torch.randn(4, 32)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            cap.step()
+    assert cap.path is not None and cap.memory_path is not None, cap.note
+    assert cap.memory is not None and cap.memory.max_bytes["parameter"] == 4 * (32 * 32 + 32)
+    assert cap.memory_path.name == "memory-rank0.json" and '"peak_category"' in cap.memory_path.read_text()
+
+
+def test_a_breakdown_needs_the_profilers_memory_options() -> None:
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        torch.ones(3).sum()
+    with pytest.raises(ValueError, match="profile_memory=True"):
+        memory_breakdown(prof, "cpu")
