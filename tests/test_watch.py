@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from perfscope.hooks.clocks import ClockReading
 from perfscope.hooks.watch import Watch, WatchConfig
 from perfscope.measure.window import StepRecord
+from tests.public_traces import public_trace
 from tests.test_live import Job, traced_steps
 
 
@@ -34,10 +36,11 @@ def noisy(n: int, seed: int, *, sigma: float = 0.05, outliers: float = 0.01) -> 
 
 @pytest.mark.parametrize("seed", range(5))
 def test_no_change_raises_no_alarm_over_20000_steps(seed: int, tmp_path: Path) -> None:
-    captured: list[int] = []
-    watch = Watch(WatchConfig(out=str(tmp_path)), capture=lambda n, d: bool(captured.append(n)) or True)
+    captured: list[str] = []
+    watch = Watch(WatchConfig(out=str(tmp_path)), capture=lambda n, d: bool(captured.append(d.name)) or True)
     feed(watch, noisy(20_000, seed))
-    assert watch.findings == [] and captured == [] and not list(tmp_path.iterdir())
+    # the one capture is the reference's (for new syncs), at the 30th step; it wrote no trace here, so nothing waits
+    assert watch.findings == [] and captured == ["reference-step29"] and not list(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -69,6 +72,41 @@ def test_recompiles_are_named(tmp_path: Path) -> None:
     assert watch.findings[0].capture is None
 
 
+def test_a_clock_that_fell_or_a_new_throttle_reason_is_named(tmp_path: Path) -> None:
+    gpu = iter([ClockReading("GPU SM clock", 1980.0), ClockReading("GPU SM clock", 1410.0, ("HW thermal slowdown",))])
+    watch = Watch(WatchConfig(out=str(tmp_path)), capture=lambda n, d: False, clocks=lambda: next(gpu))
+    feed(watch, [0.01] * 100 + [0.014] * 20)
+    assert "GPU SM clock 1980 → 1410 MHz (-29%); throttling: HW thermal slowdown (NVML)" in watch.findings[0].changes
+    # A CPU governor's 5 % is not throttling worth naming; no reading (no cpufreq) names nothing either.
+    for readings in ([ClockReading("CPU clock", 3000.0), ClockReading("CPU clock", 2850.0)], [None, None]):
+        seen = iter(readings)
+        watch = Watch(WatchConfig(out=str(tmp_path / "cpu")), capture=lambda n, d: False, clocks=lambda seen=seen: next(seen))
+        feed(watch, [0.01] * 100 + [0.014] * 20)
+        assert not any("clock" in change for change in watch.findings[0].changes)
+
+
+def test_a_sync_that_the_alarms_capture_adds_is_named(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Two real GPU traces (HTA's trace_diff pair) as the captures: the reference's waits mostly in
+    cudaStreamSynchronize; the alarm's adds `.item()` and device-to-host `.to()` waits."""
+    traces = iter([public_trace("trace_diff/control/control"), public_trace("trace_diff/test/test")])
+
+    def capture(steps: int, folder: Path) -> bool:
+        folder.mkdir(parents=True)
+        (folder / "rank0.json.gz").write_bytes(next(traces).read_bytes())
+        return True
+
+    watch = Watch(WatchConfig(out=str(tmp_path)), capture=capture)
+    with caplog.at_level(logging.WARNING, logger="perfscope"):
+        feed(watch, [0.01] * 100 + [0.014] * 20)
+        watch.settle(timeout_s=120)
+    (found,) = watch.findings
+    assert "a new sync: aten::item > aten::_local_scalar_dense (DtoH copy) 2.5 per step (was 0)" in found.changes
+    assert not any("cudaStreamSynchronize" in change for change in found.changes)  # it waits less often: not new
+    written = json.loads((tmp_path / f"watch-step{found.detected_step}.json").read_text())
+    assert written["changes"] == found.changes
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["perfscope watch"] * 2
+
+
 @pytest.mark.slow
 def test_a_real_loop_slowed_at_step_k_is_caught_captured_and_named(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,3 +131,14 @@ def test_a_real_loop_slowed_at_step_k_is_caught_captured_and_named(tmp_path: Pat
     assert len(steps) == 5 and steps[0] > found["detected_step"]
     notes = json.loads((job.work / "out" / "results.json").read_text())["notes"]
     assert any(note.startswith("watch: step time shifted at step") for note in notes)
+
+
+def test_a_clock_reader_never_raises_where_there_is_nothing_to_read() -> None:
+    import torch
+
+    from perfscope.hooks.clocks import clock_reader
+
+    if not torch.cuda.is_available():
+        assert clock_reader(torch.device("cuda"))() is None  # no NVML device for CUDA: None, no exception
+    reading = clock_reader(torch.device("cpu"))()
+    assert reading is None or (reading.source == "CPU clock" and reading.mhz and reading.mhz > 0)

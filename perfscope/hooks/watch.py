@@ -16,10 +16,15 @@ step; tests/test_watch.py feeds 1 % of 3× outliers for 20,000 steps) raise none
 than Gaussian, hence the floor: a 2× slowdown is flagged at its 5th step, a 15 % one within ~15.
 
 At an alarm: one warning on the `perfscope` logger (Python logging, the job's own log), a finding in
-``<out>/watch-step<N>.json`` naming what changed (step time, data-wait share, torch.compile recompiles) and when it
-began, a note in the run's results, and a capture of the next ``capture_steps`` steps into ``<out>/capture-step<N>/``
-(`perfscope trace` reads it). The watch then takes a new reference, so a second change is caught too (at most
-``max_alarms``).
+``<out>/watch-step<N>.json`` naming what changed (step time, data-wait share, torch.compile recompiles, a clock that
+fell or a new throttle reason: perfscope.hooks.clocks) and when it began, a note in the run's results, and a capture
+of the next ``capture_steps`` steps into ``<out>/capture-step<N>/`` (`perfscope trace` reads it). The watch then
+takes a new reference, so a second change is caught too (at most ``max_alarms``).
+
+A new sync: with ``reference_capture`` the watch also traces ``capture_steps`` steps when it first sets its reference
+(``<out>/reference-step<N>/``, once per job). When an alarm's capture is written, a background thread compares the
+call sites waiting on the device in the two (perfscope.trace.sync_change); a site that waits more often is added to
+the finding's file and notes, with one more warning. Each capture becomes the reference of the next.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import logging
 import math
 import statistics
 import tempfile
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -37,10 +43,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perfscope.hooks.clocks import ClockReading, throttled
 from perfscope.stats import robust_sigma
 
 if TYPE_CHECKING:
     from perfscope.measure.window import StepRecord
+    from perfscope.results.trace_facts import SyncFacts
 
 LOG = logging.getLogger("perfscope")
 
@@ -57,6 +65,8 @@ class WatchConfig:
     clip: float = 3.0
     capture_steps: int = 5
     max_alarms: int = 5
+    reference_capture: bool = True
+    """Trace capture_steps steps once, at the first reference: what an alarm's capture is compared with (new syncs)."""
 
 
 @dataclass
@@ -93,7 +103,9 @@ class Watch:
     """The CUSUM over timed steps; see the module docstring."""
 
     def __init__(self, config: WatchConfig, *, capture: Callable[[int, Path], bool],
-                 graphs: Callable[[], int | None] = lambda: None, notes: list[str] | None = None) -> None:
+                 graphs: Callable[[], int | None] = lambda: None, notes: list[str] | None = None,
+                 clocks: Callable[[], ClockReading | None] = lambda: None,
+                 syncs: Callable[[Path], SyncFacts | None] | None = None) -> None:
         self.config = config
         self.out = Path(config.out) if config.out else Path(tempfile.mkdtemp(prefix="perfscope-watch-"))
         self._capture, self._graphs, self._notes = capture, graphs, notes if notes is not None else []
@@ -104,16 +116,25 @@ class Watch:
         self._ref_wait = self._ref_time = 0.0
         self._ref_graphs: int | None = None
         self._s = 0.0
+        self._clocks, self._syncs = clocks, syncs
+        self._ref_clock: ClockReading | None = None
+        self._ref_syncs: SyncFacts | None = None
+        self._pending: tuple[Path, WatchFinding | None, int] | None = None
+        """A capture whose trace is awaited: its folder, the alarm's finding (None: the reference's), the last step
+        it can still be written by."""
+        self._analysis: threading.Thread | None = None
 
     def add(self, record: StepRecord) -> None:
         """One timed step; never raises into the loop (a failure turns the watch off, with one warning)."""
         c = self.config
+        if self._pending is not None:
+            self._collect(record.index)
         if len(self.findings) >= c.max_alarms or record.time_s <= 0:
             return
         if len(self._reference) < c.reference_steps:
             self._reference.append(_Seen(record.index, record.time_s, record.data_wait_s, time.time()))
             if len(self._reference) == c.reference_steps:
-                self._set_reference()
+                self._set_reference(record.index)
             return
         z = max(-c.clip, min(c.clip, (math.log(record.time_s) - self._mu) / self._sigma))
         self._s = max(0.0, self._s + z - c.drift)
@@ -129,7 +150,12 @@ class Watch:
                 self.config.max_alarms = 0
                 LOG.warning("perfscope: the watch stopped after an error: %s: %s", type(exc).__name__, exc)
 
-    def _set_reference(self) -> None:
+    def settle(self, timeout_s: float | None = None) -> None:
+        """Wait for the comparison of the last capture (tests; a job's end does not wait for it)."""
+        if self._analysis is not None:
+            self._analysis.join(timeout_s)
+
+    def _set_reference(self, index: int) -> None:
         logs = [math.log(s.time_s) for s in self._reference]
         self._mu = statistics.median(logs)
         self._sigma = max(robust_sigma(logs, self._mu), self.config.noise_floor)
@@ -138,6 +164,50 @@ class Watch:
         self._ref_graphs = self._graphs()
         self._s = 0.0
         self._since.clear()
+        self._ref_clock = self._clocks()
+        if self.config.reference_capture and not self.findings and self._ref_syncs is None and self._pending is None:
+            self._request(self.out / f"reference-step{index}", None, index)
+
+    def _request(self, folder: Path, finding: WatchFinding | None, index: int) -> bool:
+        """Ask for a capture of the next capture_steps steps into ``folder``; its trace is compared once written."""
+        captured = self._capture(self.config.capture_steps, folder)
+        if captured:
+            self._pending = (folder, finding, index + self.config.capture_steps + 10)
+        return captured
+
+    def _collect(self, index: int) -> None:
+        """At each timed step while a capture is awaited: once its trace is there, compare it in the background."""
+        from perfscope.trace.sync_change import rank_trace  # here: the trace readers load only once one is needed
+
+        assert self._pending is not None
+        folder, finding, by = self._pending
+        if rank_trace(folder).is_file():
+            self._pending = None
+            previous = self._analysis
+            self._analysis = threading.Thread(target=self._compare, args=(folder, finding, previous),
+                                              name="perfscope-watch", daemon=True)
+            self._analysis.start()
+        elif index > by:
+            self._pending = None  # the capture wrote nothing (a profiler of the user's ran, the disk is full)
+
+    def _compare(self, folder: Path, finding: WatchFinding | None, previous: threading.Thread | None) -> None:
+        """This capture's host waits against the reference's: a new sync is added to the finding."""
+        from perfscope.trace.sync_change import capture_syncs, new_syncs
+
+        if previous is not None:
+            previous.join()
+        try:
+            syncs = (self._syncs or capture_syncs)(folder)
+        except Exception as exc:  # noqa: BLE001 - a trace the watch cannot read is not the job's problem
+            LOG.info("perfscope watch: could not read the syncs of %s: %s: %s", folder, type(exc).__name__, exc)
+            return
+        before, self._ref_syncs = self._ref_syncs, syncs
+        if finding is None or before is None or syncs is None or not (changes := new_syncs(before, syncs)):
+            return
+        finding.changes.extend(changes)
+        (self.out / f"watch-step{finding.detected_step}.json").write_text(json.dumps(asdict(finding), indent=2) + "\n")
+        LOG.warning("perfscope watch: the steps traced after step %d show %s", finding.detected_step, "; ".join(changes))
+        self._notes.append(f"watch: the steps traced after step {finding.detected_step} show {'; '.join(changes)}")
 
     def _alarm(self, index: int) -> None:
         since = list(self._since)
@@ -152,16 +222,19 @@ class Watch:
                    f"data wait {wait_before:.0%} → {wait_after:.0%} of the step"]
         if recompiles:
             changes.append(f"{recompiles} torch.compile graph(s) compiled since the reference")
+        if clock := throttled(self._ref_clock, self._clocks()):
+            changes.append(clock)
         added = after_time / len(since) - self._ref_time / len(self._reference)  # per step, means
         added_wait = sum(s.wait_s for s in since) / len(since) - self._ref_wait / len(self._reference)
         if added > 0 and added_wait >= 0.5 * added:
             changes.append(f"the wait for data is {added_wait / added:.0%} of the {_ms(added)} added per step")
         capture_dir = self.out / f"capture-step{index}"
-        captured = self._capture(self.config.capture_steps, capture_dir)
         began = since[0]
         finding = WatchFinding(began_step=began.index, began_at=_iso(began.at), detected_step=index,
                                step_time_s=(before, after), data_wait_share=(wait_before, wait_after),
-                               recompiles=recompiles, capture=str(capture_dir) if captured else None, changes=changes)
+                               recompiles=recompiles, capture=None, changes=changes)
+        captured = self._request(capture_dir, finding, index)
+        finding.capture = str(capture_dir) if captured else None
         self.findings.append(finding)
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / f"watch-step{index}.json").write_text(json.dumps(asdict(finding), indent=2) + "\n")

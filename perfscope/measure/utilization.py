@@ -26,7 +26,7 @@ from perfscope.stats import summarize
 MAX_TIMELINE_SAMPLES = 600
 
 
-def _throttle_names(pynvml: Any, mask: int) -> list[str]:
+def throttle_names(pynvml: Any, mask: int) -> list[str]:
     """Decode NVML's clocks-event/throttle bitmask into the reasons that slow compute."""
     names = {
         "SW power cap": "nvmlClocksThrottleReasonSwPowerCap",
@@ -101,7 +101,7 @@ class UtilizationSampler:
             ("gpu_memory_used_bytes", lambda: int(nv.nvmlDeviceGetMemoryInfo(h).used)),
             ("power_w", lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0),
             ("sm_clock_mhz", lambda: float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))),
-            ("throttle_reasons", lambda: _throttle_names(nv, reasons(h))),
+            ("throttle_reasons", lambda: throttle_names(nv, reasons(h))),
         ):
             if field_name in self._unavailable:
                 continue

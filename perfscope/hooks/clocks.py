@@ -1,0 +1,95 @@
+"""The watch's clock readings: did the device (or the CPU) slow its clock when the step time shifted?
+
+    read = clock_reader(torch.device("cuda"))    # NVML's SM clock and throttle reasons; psutil's CPU clock on CPU
+    throttled(read_at_reference, read_at_alarm)  # "GPU SM clock 1980 → 1410 MHz (-29%); throttling: HW thermal ..."
+
+Read once when the watch takes its reference and once at an alarm (an NVML call is microseconds, psutil's CPU
+frequency ~0.2 ms), never per step: the sampler of perfscope.measure.utilization stops after `utilization_max_s`,
+and the slowdown at hour five is long past it. A clock drop under 10 % (a GPU's boost moving with load, a CPU
+governor) is not named; a throttle reason NVML did not report at the reference is, whatever the clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+CLOCK_DROP = 0.10
+"""The least relative clock drop named as throttling."""
+
+
+@dataclass(frozen=True)
+class ClockReading:
+    source: str
+    """What was read: "GPU SM clock" (NVML) or "CPU clock" (psutil)."""
+    mhz: float | None
+    reasons: tuple[str, ...] = ()
+    """NVML's active throttle (clocks event) reasons that slow compute."""
+
+
+def throttled(before: ClockReading | None, after: ClockReading | None) -> str | None:
+    """The change worth naming between two readings, or None (no reading, no drop, no new reason)."""
+    if before is None or after is None or before.source != after.source:
+        return None
+    new = [r for r in after.reasons if r not in before.reasons]
+    fell = bool(before.mhz and after.mhz and after.mhz < (1 - CLOCK_DROP) * before.mhz)
+    if not new and not fell:
+        return None
+    parts = []
+    if before.mhz and after.mhz:
+        parts.append(f"{before.source} {before.mhz:.0f} → {after.mhz:.0f} MHz ({after.mhz / before.mhz - 1:+.0%})")
+    if new:
+        parts.append(f"throttling: {', '.join(new)} (NVML)")
+    return "; ".join(parts)
+
+
+def clock_reader(device: torch.device) -> Callable[[], ClockReading | None]:
+    """A reader for ``device``'s clock; it returns None where nothing can be read (no NVML, no cpufreq) and never
+    raises. NVML is opened at the first reading (the watch's reference), not when the profiler is made."""
+    return _NvmlClock(device.index) if device.type == "cuda" else _cpu_clock
+
+
+def _cpu_clock() -> ClockReading | None:
+    try:
+        import psutil
+
+        freq = psutil.cpu_freq()
+    except Exception:  # noqa: BLE001 - no cpufreq (containers, some VMs): nothing to name
+        return None
+    return ClockReading("CPU clock", float(freq.current)) if freq and freq.current else None
+
+
+class _NvmlClock:
+    def __init__(self, index: int | None) -> None:
+        self.index = index
+        self._nvml: Any = None
+        self._handle: Any = None
+        self._failed = False
+
+    def __call__(self) -> ClockReading | None:
+        if self._failed:
+            return None
+        try:
+            if self._handle is None:
+                import pynvml
+
+                from perfscope.measure.nvml import current_cuda_index, nvml_handle
+
+                pynvml.nvmlInit()
+                self._nvml = pynvml
+                self._handle, _ = nvml_handle(pynvml, current_cuda_index() if self.index is None else self.index)
+            return self._read()
+        except Exception:  # noqa: BLE001 - no NVML (MIG, no driver): the watch names what else changed
+            self._failed = True
+            return None
+
+    def _read(self) -> ClockReading:
+        from perfscope.measure.utilization import throttle_names
+
+        nv, h = self._nvml, self._handle
+        reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        return ClockReading("GPU SM clock", float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+                            tuple(throttle_names(nv, reasons(h))))
