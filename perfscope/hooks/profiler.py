@@ -50,6 +50,7 @@ import torch
 import perfscope.hooks.observe as observe
 from perfscope.hooks.arguments import check_arguments, resolve_device
 from perfscope.hooks.capture import CaptureWindow
+from perfscope.hooks.clocks import clock_reader
 from perfscope.hooks.flopstep import FlopStep
 from perfscope.hooks.framework import DATA_SPAN, FrameworkCalls
 from perfscope.hooks.loggers import Loggers, as_loggers
@@ -61,6 +62,7 @@ from perfscope.hooks.tally import Reservoir as _Reservoir  # the name tests and 
 from perfscope.hooks.tally import StepTally
 from perfscope.hooks.watch import WatchConfig, as_watch
 from perfscope.live.protocol import DIR_ENV as LIVE_DIR_ENV
+from perfscope.measure.allocator_snapshot import on_oom_snapshot
 from perfscope.measure.samples import leading_dim  # re-exported: the integrations count samples the same way
 
 if TYPE_CHECKING:
@@ -221,10 +223,12 @@ class Profiler(FrameworkCalls, Pausing, Handover):
         self._results_notes: list[str] = []
         self._described_config: dict[str, Any] = {}  # describe(): TrialConfig fields, and free-form settings
         self._declared: dict[str, Any] = {}
+        self._oom = on_oom_snapshot(self.device, self.trace_dir, self._results_notes)  # CUDA: the allocator's state at an OOM
         shared = (os.environ.get(LIVE_DIR_ENV) or None) if live is True else (live or None)  # a control folder
         self._live = LiveControl(shared, rank=int(os.environ.get("RANK", "0")), steps=lambda: self._step_index,
                                  enabled=live is not False)
-        self._watch = as_watch(watch, capture=self._live.capture_now, graphs=observe.graphs_compiled, notes=self._results_notes)
+        self._watch = as_watch(watch, capture=self._live.capture_now, graphs=observe.graphs_compiled, notes=self._results_notes,
+                               clocks=clock_reader(self.device))
         self._loggers = as_loggers(loggers, device=self.device, peak_tflops=peak_tflops,
                                    flops_per_step=lambda: self.user_flops_per_step or (self._flop.flops or (None,))[0])
         feeds = [c.add for c in (self._reservoir, self._loggers, self._watch) if c is not None]  # each timed step, as read

@@ -145,6 +145,7 @@ def main(argv: list[str]) -> int:
     result_path = Path(spec.result_path or "")
     if not isinstance(spec, ProbeSpec) and spec.launch is not None:  # a rank of a torchrun job: trial, follow, stop
         return _run_rank_of_job(spec, result_path)
+    oom = _oom_snapshot(spec, result_path)
     try:
         match spec:
             case ProbeSpec():
@@ -155,8 +156,21 @@ def main(argv: list[str]) -> int:
                 raise SpecError(f"a {spec.mode} spec runs only as a rank of a torchrun job")
     except BaseException as exc:  # noqa: BLE001 - every failure is a recorded status
         outcome = {"status": classify_exception(exc), "error": f"{type(exc).__name__}: {exc}", "traceback": error_tail(exc)}
+        if oom is not None and oom.summary is not None:  # what held the memory, and the snapshot memory_viz opens
+            outcome["error"] += f"\n{oom.summary.text()}"
     write_json(result_path, outcome)
     return 0
+
+
+def _oom_snapshot(spec: ChildSpec, result_path: Path) -> Any:
+    """A CUDA trial's allocator snapshot at an out-of-memory, beside its result (history off: it costs nothing
+    before the OOM, and the timed steps are not slowed by a stack per allocation)."""
+    if not isinstance(spec, TrialSpec) or spec.config.device != "cuda":
+        return None
+    from perfscope.measure.allocator_snapshot import OomSnapshot
+
+    oom = OomSnapshot(result_path.parent)
+    return oom if oom.start() else None
 
 
 if __name__ == "__main__":
