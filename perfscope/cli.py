@@ -180,7 +180,8 @@ def _cmd_capture(args: argparse.Namespace) -> int:
     check_output_dir(args.out)
     with claim_output_dir(args.out):
         results, _ = capture(Target(pid=args.pid, control=args.dir and Path(args.dir)), steps=args.steps,
-                             out=Path(args.out), timeout_s=args.timeout, command=["perfscope", *sys.argv[1:]])
+                             out=Path(args.out), timeout_s=args.timeout, command=["perfscope", *sys.argv[1:]],
+                             memory=args.memory)
         path = finish(results, Path(args.out))
     return _print_diagnosis(results, path)
 

@@ -166,6 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=_positive_int, default=5, help="steps to trace (default 5)")
     p.add_argument("--out", default="perfscope-capture", help="output folder (default perfscope-capture)")
     p.add_argument("--timeout", type=_seconds, default=300.0, help="seconds to wait for the trace (default 300)")
+    p.add_argument("--memory", action="store_true", help="also profile memory: the bytes by category (parameters, "
+                   "gradients, optimizer state, activations, ...) and the one holding the peak; a larger, slower window")
 
     p = sub.add_parser(
         "check",

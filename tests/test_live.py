@@ -122,6 +122,20 @@ def test_a_running_loop_is_captured_twice_and_keeps_training(job: Job, tmp_path:
     assert Results.load(job.work / "out" / "results.json").trials[0].ok  # the job's own results, saved at its end
 
 
+def test_a_capture_with_memory_breaks_the_jobs_memory_down_by_category(job: Job, tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    job.wait_steps(5)
+    out = tmp_path / "mem"
+    rc, _, err = capture(capsys, job.pid, "--steps", "2", "--memory", "--out", out)
+    assert rc == 0, err
+    memory = json.loads((out / "memory-rank0.json").read_text())
+    # live_job.py's model: Linear(32, 64) and Linear(64, 16) in fp32; plain SGD keeps no state
+    assert memory["max_bytes"]["parameter"] == 4 * (32 * 64 + 64 + 64 * 16 + 16)
+    assert memory["max_bytes"]["optimizer_state"] == 0
+    notes = Results.load(out / "results.json").notes
+    assert any(n.startswith("memory on rank 0: peak ") and "memory-rank0.json" in n for n in notes), notes
+
+
 def test_a_pid_without_hooks_gets_one_line_saying_how(tmp_path: Path, registry: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

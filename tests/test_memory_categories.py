@@ -94,7 +94,10 @@ def test_a_capture_window_with_memory_writes_the_breakdown_beside_its_trace(tmp_
             cap.step()
     assert cap.path is not None and cap.memory_path is not None, cap.note
     assert cap.memory is not None and cap.memory.max_bytes["parameter"] == 4 * (32 * 32 + 32)
-    assert cap.memory_path.name == "memory-rank0.json" and '"peak_category"' in cap.memory_path.read_text()
+    assert cap.memory_path.name == "memory-rank0.json" and MemoryBreakdown.read(cap.memory_path) == cap.memory
+    (tmp_path / "bad.json").write_text('{"peak": 1}')
+    with pytest.raises(ValueError, match=r"bad\.json: not a memory breakdown"):
+        MemoryBreakdown.read(tmp_path / "bad.json")
 
 
 def test_a_breakdown_needs_the_profilers_memory_options() -> None:

@@ -22,9 +22,11 @@ class CaptureWindow:
     """From `first` (one warm-up step before capture_steps where there is one, so the recorded steps do not pay
     the profiler's start-up) the profiler records exactly capture_steps."""
 
-    def __init__(self, capture_steps: tuple[int, int], trace_dir: Path | None) -> None:
+    def __init__(self, capture_steps: tuple[int, int], trace_dir: Path | None, *, memory: bool = False) -> None:
         start, stop = capture_steps
-        self.capture_steps, self.trace_dir = capture_steps, trace_dir
+        self.capture_steps, self.trace_dir, self.memory = capture_steps, trace_dir, memory
+        self.memory_path: Path | None = None
+        """The window's memory by category (memory=True: perfscope.trace.memory_categories), once written."""
         self.first, self.stop_step = (start - 1 if start >= 2 else start), stop
         self.end = -1
         """The step the running capture ends at (its own count of steps may be longer than asked)."""
@@ -61,7 +63,7 @@ class CaptureWindow:
         first, (start, stop) = self.first, self.capture_steps
         # trace_dir/rank<R>.json.gz, its ProfilerStep#N labelled by the optimizer step (capture_steps' numbering).
         capture = TraceCapture(trace_dir, device=device_type, first_step=first, wait=0, warmup=start - first,
-                               active=stop - start)
+                               active=stop - start, memory=self.memory)
         capture.__enter__()
         self.capture = capture
         needed = getattr(capture, "total_steps", None) or stop - first
@@ -77,7 +79,7 @@ class CaptureWindow:
     def stop(self) -> None:
         capture, self.capture = self.capture, None
         capture.__exit__(None, None, None)
-        self.trace_path = capture.path
+        self.trace_path, self.memory_path = capture.path, capture.memory_path
         self.active_steps = getattr(capture, "active_steps", None)
         if capture.path is None:
             self.notes.append(getattr(capture, "note", None) or "trace unavailable")

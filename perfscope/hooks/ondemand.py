@@ -188,7 +188,7 @@ class LiveControl:
         window = self.window
         if window is not None and not window.running and k > window.first:  # its first step went by: the next ones
             start, stop = window.capture_steps
-            window = self.window = CaptureWindow((k + 1, k + 1 + stop - start), window.trace_dir)
+            window = self.window = CaptureWindow((k + 1, k + 1 + stop - start), window.trace_dir, memory=window.memory)
         if window is None or window.running or k != window.first:
             return False
         try:
@@ -231,7 +231,8 @@ class LiveControl:
         # The step after the one in progress, or the one every rank was asked to start at (if not already past).
         first = max(k + 1, request.start_step or 0)
         trace_dir = p.capture_dir(self.control, request.id, self.pid, self.host)
-        self.window, self.request, self._requested_step = CaptureWindow((first, first + request.steps), trace_dir), request, k
+        window = CaptureWindow((first, first + request.steps), trace_dir, memory=request.memory)
+        self.window, self.request, self._requested_step = window, request, k
 
     def _finished(self, window: CaptureWindow) -> None:
         if self.request is not None:
@@ -241,7 +242,8 @@ class LiveControl:
                                         requested_step=self._requested_step, first_step=start,
                                         last_step=min(stop - 1, self._last_ended),
                                         trace=str(trace) if trace is not None else None,
-                                        error=None if trace is not None else window.missing()))
+                                        error=None if trace is not None else window.missing(),
+                                        memory=str(window.memory_path) if window.memory_path else None))
         self.window, self.request, self.flag = None, None, False
 
     def _fail(self, exc: BaseException) -> None:

@@ -73,9 +73,9 @@ def start_step(found: list[p.Status], now: float) -> int | None:
     return int(max(ahead)) + START_MARGIN_STEPS
 
 
-def ask(control: Path, found: list[p.Status], steps: int) -> p.Request:
+def ask(control: Path, found: list[p.Status], steps: int, *, memory: bool = False) -> p.Request:
     """Write the request, then signal the processes of this host that listen for one."""
-    request = p.new_request(steps, start_step(found, time.time()))
+    request = p.new_request(steps, start_step(found, time.time()), memory=memory)
     p.write_json(control / p.REQUEST, request)
     for status in found:
         if status.signal and status.host == p.host():
@@ -109,13 +109,14 @@ def wait(control: Path, request: p.Request, found: list[p.Status], timeout_s: fl
 
 
 def capture(target: Target, *, steps: int, out: Path, timeout_s: float, command: list[str] | None = None,
-            ) -> tuple[Results, list[p.Answer]]:
-    """Ask, wait, copy the traces into ``out/trace/`` and read them as `perfscope trace` does (not yet saved)."""
+            memory: bool = False) -> tuple[Results, list[p.Answer]]:
+    """Ask, wait, copy the traces into ``out/trace/`` and read them as `perfscope trace` does (not yet saved);
+    ``memory``: each rank's memory by category too, into ``out/memory-rank<R>.json`` and a note."""
     from perfscope.results.io import copy_file
     from perfscope.trace.offline import trace_results
 
     control, found = members(target)
-    request = ask(control, found, steps)
+    request = ask(control, found, steps, memory=memory)
     answers = wait(control, request, found, timeout_s)
     failed = [a for a in answers if a.trace is None]
     if failed:
@@ -124,6 +125,8 @@ def capture(target: Target, *, steps: int, out: Path, timeout_s: float, command:
     ranks = [a.rank for a in answers] if len({a.rank for a in answers}) == len(answers) else range(len(answers))
     for answer, rank in zip(answers, ranks):
         copy_file(Path(answer.trace), out / "trace" / f"rank{rank}.json.gz")  # type: ignore[arg-type]
+        if answer.memory:
+            copy_file(Path(answer.memory), out / f"memory-rank{rank}.json")
     shutil.rmtree(control / "captures" / request.id, ignore_errors=True)  # the job's folder keeps no copy
     for status in found:
         p.answer_path(control, request.id, status).unlink(missing_ok=True)
@@ -138,4 +141,15 @@ def capture(target: Target, *, steps: int, out: Path, timeout_s: float, command:
             a.last_step - a.first_step + 1 < steps) else ""  # type: ignore[operator]
         results.notes.append(f"captured on demand: steps {a.first_step}-{a.last_step} of process {a.pid} on {a.host} "
                              f"(rank {a.rank}), requested while it ran step {a.requested_step}{ended}")
+    for rank in ranks if memory else ():
+        results.notes.append(_memory_note(out / f"memory-rank{rank}.json", rank))
     return results, answers
+
+
+def _memory_note(path: Path, rank: int) -> str:
+    """The note a rank's memory breakdown makes (written by the job, read back)."""
+    from perfscope.trace.memory_categories import MemoryBreakdown
+
+    if not path.is_file():
+        return f"memory on rank {rank}: no breakdown was written (the profiler's memory profile failed in the job)"
+    return f"memory on rank {rank}: {MemoryBreakdown.read(path).text()}; each category's maximum in {path.name}"

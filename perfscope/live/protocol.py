@@ -65,6 +65,8 @@ class Request:
     start_step: int | None = None
     """The first step to record (every rank the same); None: the step after the one in progress."""
     created: float = 0.0
+    memory: bool = False
+    """Profile memory too: the window's bytes by category (perfscope.trace.memory_categories) beside the trace."""
 
 
 @dataclass
@@ -79,6 +81,8 @@ class Answer:
     last_step: int | None = None
     trace: str | None = None
     error: str | None = None
+    memory: str | None = None
+    """The memory breakdown's file (memory-rank<R>.json), when asked and made."""
 
 
 def registry_root() -> Path:
@@ -109,8 +113,9 @@ def proc_start(pid: int) -> str | None:
     return stat[19] if stat is not None else None
 
 
-def new_request(steps: int, start_step: int | None = None) -> Request:
-    return Request(id=f"{int(time.time())}-{uuid.uuid4().hex[:8]}", steps=steps, start_step=start_step, created=time.time())
+def new_request(steps: int, start_step: int | None = None, *, memory: bool = False) -> Request:
+    return Request(id=f"{int(time.time())}-{uuid.uuid4().hex[:8]}", steps=steps, start_step=start_step, created=time.time(),
+                   memory=memory)
 
 
 def write_json(path: Path, obj: Any) -> None:

@@ -23,8 +23,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 CATEGORIES = ("parameter", "gradient", "optimizer_state", "activation", "input", "temporary", "autograd_detail",
               "unknown")
 PERSISTENT = ("parameter", "optimizer_state")
@@ -55,6 +53,14 @@ class MemoryBreakdown:
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2) + "\n")
 
+    @classmethod
+    def read(cls, path: Path) -> MemoryBreakdown:
+        """A breakdown written by write(); ValueError naming the file when it is not one."""
+        try:
+            return cls(**json.loads(Path(path).read_text()))
+        except (OSError, ValueError, TypeError) as exc:
+            raise ValueError(f"{path}: not a memory breakdown ({exc})") from exc
+
 
 def _mb(n: int) -> str:
     return f"{n / 1e6:.3g} MB"
@@ -74,6 +80,7 @@ def memory_breakdown(prof: Any, device: str) -> MemoryBreakdown:
 def breakdown_of(timeline: Any, category_of: Any, device: str) -> MemoryBreakdown:
     """The coalescing of torch's MemoryProfileTimeline over ``timeline`` ((t_ns, Action, (key, version), bytes)
     tuples, t = -1 for pre-existing) with ``category_of(key, version)``, plus the temporary correction."""
+    import torch
     from torch.profiler._memory_profiler import Action, TensorKey
 
     dev = torch.device(device)
