@@ -13,10 +13,10 @@ from torch.profiler import ProfilerActivity, profile, schedule
 from torch.utils.checkpoint import checkpoint
 
 from perfscope.trace.capture import TraceCapture
-from perfscope.trace.memory_categories import MemoryBreakdown, memory_breakdown
+from perfscope.trace.memory_categories import MemoryByCategory, memory_breakdown
 
 
-def _profile(model: torch.nn.Module, x: torch.Tensor, *, foreach: bool = True, active: int = 1) -> MemoryBreakdown:
+def _profile(model: torch.nn.Module, x: torch.Tensor, *, foreach: bool = True, active: int = 1) -> MemoryByCategory:
     """One untraced step (AdamW's state exists from then on), one warm-up step, ``active`` profiled steps."""
     opt = torch.optim.AdamW(model.parameters(), foreach=foreach)
 
@@ -26,7 +26,7 @@ def _profile(model: torch.nn.Module, x: torch.Tensor, *, foreach: bool = True, a
         opt.zero_grad()
 
     step()
-    seen: list[MemoryBreakdown] = []
+    seen: list[MemoryByCategory] = []
     with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=active),
                  profile_memory=True, record_shapes=True, with_stack=True,
                  on_trace_ready=lambda prof: seen.append(memory_breakdown(prof, "cpu"))) as prof:
@@ -94,10 +94,10 @@ def test_a_capture_window_with_memory_writes_the_breakdown_beside_its_trace(tmp_
             cap.step()
     assert cap.path is not None and cap.memory_path is not None, cap.note
     assert cap.memory is not None and cap.memory.max_bytes["parameter"] == 4 * (32 * 32 + 32)
-    assert cap.memory_path.name == "memory-rank0.json" and MemoryBreakdown.read(cap.memory_path) == cap.memory
+    assert cap.memory_path.name == "memory-rank0.json" and MemoryByCategory.read(cap.memory_path) == cap.memory
     (tmp_path / "bad.json").write_text('{"peak": 1}')
     with pytest.raises(ValueError, match=r"bad\.json: not a memory breakdown"):
-        MemoryBreakdown.read(tmp_path / "bad.json")
+        MemoryByCategory.read(tmp_path / "bad.json")
 
 
 def test_a_breakdown_needs_the_profilers_memory_options() -> None:

@@ -148,8 +148,8 @@ def capture(target: Target, *, steps: int, out: Path, timeout_s: float, command:
 
 def _memory_note(path: Path, rank: int) -> str:
     """The note a rank's memory breakdown makes (written by the job, read back)."""
-    from perfscope.trace.memory_categories import MemoryBreakdown
+    from perfscope.trace.memory_categories import MemoryByCategory
 
     if not path.is_file():
         return f"memory on rank {rank}: no breakdown was written (the profiler's memory profile failed in the job)"
-    return f"memory on rank {rank}: {MemoryBreakdown.read(path).text()}; each category's maximum in {path.name}"
+    return f"memory on rank {rank}: {MemoryByCategory.read(path).text()}; each category's maximum in {path.name}"

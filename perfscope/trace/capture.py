@@ -28,7 +28,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 from perfscope.trace.export import distributed_info, trace_file_name, write_trace
 
 if TYPE_CHECKING:
-    from perfscope.trace.memory_categories import MemoryBreakdown
+    from perfscope.trace.memory_categories import MemoryByCategory
 
 
 class TraceCapture:
@@ -50,7 +50,7 @@ class TraceCapture:
         self.max_bytes = max_bytes
         self.memory_wanted = memory
         """Profile memory too (with_stack, which torch's categorisation needs: a larger trace) and break it down."""
-        self.memory: MemoryBreakdown | None = None
+        self.memory: MemoryByCategory | None = None
         self.memory_path: Path | None = None
         self.path: Path | None = None
         self.note: str | None = None

@@ -1,7 +1,7 @@
 """A profiled window's memory by what holds it, from torch.profiler's own categorisation (works on CPU too).
 
     with profile(..., profile_memory=True, record_shapes=True, with_stack=True) as prof: ...
-    mem = memory_breakdown(prof, "cpu")    # MemoryBreakdown: the peak, the category holding most of it, each category
+    mem = memory_breakdown(prof, "cpu")    # MemoryByCategory: the peak, the category holding most of it, each category
     mem.peak_category                      # "activation": checkpointing; "optimizer_state": Adafactor, 8-bit, ZeRO
 
 torch's MemoryProfile (the one behind `export_memory_timeline`) follows every tensor of the window through the
@@ -30,7 +30,7 @@ PERSISTENT = ("parameter", "optimizer_state")
 
 
 @dataclass
-class MemoryBreakdown:
+class MemoryByCategory:
     """Bytes on one device over a profiled window, by category."""
 
     device: str
@@ -54,7 +54,7 @@ class MemoryBreakdown:
         path.write_text(json.dumps(asdict(self), indent=2) + "\n")
 
     @classmethod
-    def read(cls, path: Path) -> MemoryBreakdown:
+    def read(cls, path: Path) -> MemoryByCategory:
         """A breakdown written by write(); ValueError naming the file when it is not one."""
         try:
             return cls(**json.loads(Path(path).read_text()))
@@ -70,14 +70,14 @@ def _name(category: Any) -> str:
     return "unknown" if category is None else category.name.lower()
 
 
-def memory_breakdown(prof: Any, device: str) -> MemoryBreakdown:
+def memory_breakdown(prof: Any, device: str) -> MemoryByCategory:
     """The breakdown of ``prof`` (a torch.profiler.profile run with profile_memory, record_shapes and with_stack)
     on ``device``; raises ValueError naming the missing option (torch's message) when one is off."""
     profile = prof._memory_profile()
     return breakdown_of(profile.timeline, profile._categories.get, device)
 
 
-def breakdown_of(timeline: Any, category_of: Any, device: str) -> MemoryBreakdown:
+def breakdown_of(timeline: Any, category_of: Any, device: str) -> MemoryByCategory:
     """The coalescing of torch's MemoryProfileTimeline over ``timeline`` ((t_ns, Action, (key, version), bytes)
     tuples, t = -1 for pre-existing) with ``category_of(key, version)``, plus the temporary correction."""
     import torch
@@ -128,5 +128,5 @@ def breakdown_of(timeline: Any, category_of: Any, device: str) -> MemoryBreakdow
         close_instant()
         points += 1
     held = max(best, key=best.__getitem__) if peak else "unknown"
-    return MemoryBreakdown(device=str(dev), peak_bytes=peak, peak_category=held, at_peak=best, max_bytes=maxima,
+    return MemoryByCategory(device=str(dev), peak_bytes=peak, peak_category=held, at_peak=best, max_bytes=maxima,
                            reclassified_bytes=reclassified, points=points)
