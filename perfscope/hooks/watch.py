@@ -205,7 +205,10 @@ class Watch:
         if finding is None or before is None or syncs is None or not (changes := new_syncs(before, syncs)):
             return
         finding.changes.extend(changes)
-        (self.out / f"watch-step{finding.detected_step}.json").write_text(json.dumps(asdict(finding), indent=2) + "\n")
+        path = self.out / f"watch-step{finding.detected_step}.json"
+        tmp = path.with_suffix(".tmp")  # the job may end meanwhile (a daemon thread): the file is whole or as it was
+        tmp.write_text(json.dumps(asdict(finding), indent=2) + "\n")
+        tmp.replace(path)
         LOG.warning("perfscope watch: the steps traced after step %d show %s", finding.detected_step, "; ".join(changes))
         self._notes.append(f"watch: the steps traced after step {finding.detected_step} show {'; '.join(changes)}")
 
