@@ -132,8 +132,10 @@ def test_a_capture_with_memory_breaks_the_jobs_memory_down_by_category(job: Job,
     # live_job.py's model: Linear(32, 64) and Linear(64, 16) in fp32; plain SGD keeps no state
     assert memory["max_bytes"]["parameter"] == 4 * (32 * 64 + 64 + 64 * 16 + 16)
     assert memory["max_bytes"]["optimizer_state"] == 0
-    notes = Results.load(out / "results.json").notes
-    assert any(n.startswith("memory on rank 0: peak ") and "memory-rank0.json" in n for n in notes), notes
+    results = Results.load(out / "results.json")
+    assert any(n.startswith("memory on rank 0: peak ") and "memory-rank0.json" in n for n in results.notes), results.notes
+    owners = results.trials[0].metrics.memory_breakdown  # the owners at the peak, as the memory rules read them
+    assert owners is not None and owners.parameters == memory["at_peak"]["parameter"] and owners.optimizer_state == 0
 
 
 def test_a_pid_without_hooks_gets_one_line_saying_how(tmp_path: Path, registry: Path,

@@ -47,6 +47,10 @@ def test_parameters_gradients_and_adamw_state_are_the_bytes_they_must_be(foreach
     assert mem.max_bytes["optimizer_state"] == 8 * n + 4 * tensors
     assert mem.at_peak["parameter"] == 4 * n and mem.at_peak["optimizer_state"] == 8 * n + 4 * tensors
     assert mem.peak_bytes == sum(mem.at_peak.values())
+    owners = mem.owners()  # the results' breakdown by owner at the peak: the rest is activations and temporaries
+    assert (owners.parameters, owners.gradients, owners.optimizer_state) == (mem.at_peak["parameter"],
+                                                                            mem.at_peak["gradient"], 8 * n + 4 * tensors)
+    assert owners.activations_and_temporaries == mem.peak_bytes - 4 * n - mem.at_peak["gradient"] - (8 * n + 4 * tensors)
     if not foreach:
         # torch names the single-tensor AdamW's exp_avg_sq.sqrt() a parameter; born and freed in the window, it is
         # booked as a temporary (one per parameter tensor, in the first profiled step).

@@ -141,15 +141,23 @@ def capture(target: Target, *, steps: int, out: Path, timeout_s: float, command:
             a.last_step - a.first_step + 1 < steps) else ""  # type: ignore[operator]
         results.notes.append(f"captured on demand: steps {a.first_step}-{a.last_step} of process {a.pid} on {a.host} "
                              f"(rank {a.rank}), requested while it ran step {a.requested_step}{ended}")
-    for rank in ranks if memory else ():
-        results.notes.append(_memory_note(out / f"memory-rank{rank}.json", rank))
+    if memory:
+        _add_memory(results, out, sorted(ranks))
     return results, answers
 
 
-def _memory_note(path: Path, rank: int) -> str:
-    """The note a rank's memory breakdown makes (written by the job, read back)."""
+def _add_memory(results: Results, out: Path, ranks: list[int]) -> None:
+    """Each rank's memory by category as a note; the lowest rank's (the trial's rank, as `perfscope trace` takes
+    it) as the trial's breakdown by owner at the peak."""
     from perfscope.trace.memory_categories import MemoryByCategory
 
-    if not path.is_file():
-        return f"memory on rank {rank}: no breakdown was written (the profiler's memory profile failed in the job)"
-    return f"memory on rank {rank}: {MemoryByCategory.read(path).text()}; each category's maximum in {path.name}"
+    for rank in ranks:
+        path = out / f"memory-rank{rank}.json"
+        if not path.is_file():
+            results.notes.append(f"memory on rank {rank}: no breakdown was written (the profiler's memory profile "
+                                 "failed in the job)")
+            continue
+        memory = MemoryByCategory.read(path)
+        results.notes.append(f"memory on rank {rank}: {memory.text()}; each category's maximum in {path.name}")
+        if rank == ranks[0] and results.trials:
+            results.trials[0].metrics.memory_breakdown = memory.owners()

@@ -21,7 +21,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from perfscope.results import MemoryBreakdown
 
 CATEGORIES = ("parameter", "gradient", "optimizer_state", "activation", "input", "temporary", "autograd_detail",
               "unknown")
@@ -52,6 +55,17 @@ class MemoryByCategory:
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+    def owners(self) -> MemoryBreakdown:
+        """The results' breakdown by owner at the peak (what the memory rules and the report's chart read): the
+        categories other than parameters, gradients and optimizer state are its activations and temporaries."""
+        from perfscope.results import MemoryBreakdown
+
+        held = self.at_peak
+        owned = {"parameter", "gradient", "optimizer_state"}
+        return MemoryBreakdown(parameters=held.get("parameter", 0), gradients=held.get("gradient", 0),
+                               optimizer_state=held.get("optimizer_state", 0),
+                               activations_and_temporaries=sum(b for c, b in held.items() if c not in owned))
 
     @classmethod
     def read(cls, path: Path) -> MemoryByCategory:
