@@ -665,7 +665,7 @@ def test_capture_window_is_profiled_untimed_and_saved(tmp_path: Path, monkeypatc
         prof.step()
     (cap,) = FakeTraceCapture.instances
     assert cap.steps == 4  # step 1 (the profiler's warm-up), then the window: steps 2, 3, 4
-    assert cap.window == {"first_step": 1, "wait": 0, "warmup": 1, "active": 3}
+    assert cap.window == {"first_step": 1, "wait": 0, "warmup": 1, "active": 3, "memory": False}
     path = prof.save(tmp_path / "run")
     results = Results.load(path)
     m = results.trials[0].metrics

@@ -79,7 +79,7 @@ class CaptureWindow:
     def stop(self) -> None:
         capture, self.capture = self.capture, None
         capture.__exit__(None, None, None)
-        self.trace_path, self.memory_path = capture.path, capture.memory_path
+        self.trace_path, self.memory_path = capture.path, getattr(capture, "memory_path", None)
         self.active_steps = getattr(capture, "active_steps", None)
         if capture.path is None:
             self.notes.append(getattr(capture, "note", None) or "trace unavailable")
