@@ -40,6 +40,7 @@ from perfscope.results.distributed import DistributedFacts
 from perfscope.results.fingerprint import Fingerprint
 from perfscope.results.io import load_typed, write_json
 from perfscope.results.layout import LayoutTable, ModelLayout
+from perfscope.results.messages import Message
 from perfscope.results.migrate import upgrade
 from perfscope.results.serde import from_jsonable, to_jsonable
 from perfscope.results.trace_facts import TraceFacts
@@ -61,7 +62,7 @@ __all__ = [
     "TrialMetrics", "TrialStatus", "Utilization", "UtilizationSample", "Verdict", "Window", "WorkloadInfo",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 TrialStatus = Literal["ok", "oom", "error", "crashed", "timeout", "nonfinite", "skipped"]
 FAILED_STATUSES: frozenset[str] = frozenset({"oom", "error", "crashed", "timeout", "nonfinite"})
@@ -401,7 +402,7 @@ class Results:
     findings: list[Finding] | None = None
     layouts: LayoutTable | None = None
     """The (dp, tp, pp) layout search (perfscope.search.layout), when the run had more than one rank."""
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[Message] = field(default_factory=list)
     """Measurement problems a reader must see first (persistent contention, implausible figures)."""
     notes: list[str] = field(default_factory=list)
 
@@ -436,7 +437,7 @@ class Results:
         try:
             data = upgrade(data)
         except (TypeError, ValueError, AttributeError, KeyError, OverflowError, ZeroDivisionError) as exc:
-            raise ResultsError(f"a schema-1 file that cannot be upgraded: {type(exc).__name__}: {exc}") from None
+            raise ResultsError(f"a schema-{show(data.get('schema_version'))} file that cannot be upgraded: {type(exc).__name__}: {exc}") from None
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ResultsError(
