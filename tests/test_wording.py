@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import perfscope
-from perfscope.report.wording import WORDING, words
 from perfscope.results import Results, to_jsonable
 from perfscope.results.messages import Message, legacy, msg
+from perfscope.wording import WORDING, words
 
 ROOT = Path(perfscope.__file__).parent
 
@@ -54,7 +54,7 @@ def test_the_scan_sees_the_calls() -> None:
 
 @pytest.mark.parametrize(("where", "code", "given"), CALLS, ids=[w for w, _, _ in CALLS])
 def test_every_message_has_a_wording_that_gets_its_parameters(where: str, code: str, given: set[str]) -> None:
-    assert code in WORDING, f"{where}: no wording for {code!r} in perfscope/report/wording.py"
+    assert code in WORDING, f"{where}: no wording for {code!r} in perfscope.wording.py"
     required, allowed = _params(code)
     assert required <= given <= allowed, f"{where}: {code!r} given {sorted(given)}, its wording takes {sorted(allowed)}"
 

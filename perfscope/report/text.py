@@ -18,8 +18,8 @@ from perfscope.report.story import (
     reference_words,
 )
 from perfscope.report.view import build_view
-from perfscope.report.wording import words
 from perfscope.results import Results
+from perfscope.wording import words
 
 
 def summary_table(results: Results) -> str:

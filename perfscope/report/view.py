@@ -57,7 +57,6 @@ from perfscope.report.tables import (
 )
 from perfscope.report.trace_only import trace_headline, trace_peak, trace_trials
 from perfscope.report.waterfall_chart import WaterfallView, waterfall_view
-from perfscope.report.wording import words
 from perfscope.results import Results
 from perfscope.results.breakdown import step_breakdown
 from perfscope.results.roles import (
@@ -66,6 +65,7 @@ from perfscope.results.roles import (
     recommended_configuration,
     recommended_run,
 )
+from perfscope.wording import words
 
 __all__ = ["DiffLine", "FindingView", "ReportView", "baseline_name", "build_view", "diff_lines", "recommended_name", "trace_href"]
 

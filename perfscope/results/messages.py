@@ -4,7 +4,7 @@
     msg("nvml_error", error="NVMLError: not supported")   # parameters are JSON values, or other messages
 
 Warnings, the reasons in every ``unavailable`` map and the metrics' flags are Messages. The words live in one
-place, perfscope.report.wording (keyed by code), so tests assert codes and parameters, code finds its own
+place, perfscope.wording (keyed by code), so tests assert codes and parameters, code finds its own
 records by code rather than by the start of a sentence, and the wording can change without touching results.
 """
 
@@ -20,7 +20,7 @@ LEGACY = "legacy"
 
 @dataclass(frozen=True)
 class Message:
-    """A code (a key of perfscope.report.wording.WORDING) and the parameters its wording fills in."""
+    """A code (a key of perfscope.wording.WORDING) and the parameters its wording fills in."""
 
     code: str
     params: dict[str, Any] = field(default_factory=dict)
@@ -53,3 +53,8 @@ def _typed(value: Any) -> Any:
     if isinstance(value, list):
         return [_typed(v) for v in value]
     return value
+
+
+def error(exc: BaseException) -> str:
+    """An exception as a message parameter: its type and text (the words around it are the wording's)."""
+    return f"{type(exc).__name__}: {exc}"

@@ -49,6 +49,7 @@ def _v2(data: dict[str, Any]) -> dict[str, Any]:
     Old prose cannot be parsed back into parameters, so it is kept verbatim under the code "legacy"."""
     out = copy.deepcopy(data)
     out["schema_version"] = 3
+    _prose_to_messages(out)
     if isinstance(out.get("warnings"), list):
         out["warnings"] = [_message(w, load=True) for w in out["warnings"]]
     return out

@@ -117,7 +117,7 @@ class Environment:
     measured_ceiling_how: str = ""
     """Where the ceiling came from: "measured in this run", or when and where a cached reading of this machine was
     measured (perfscope.measure.ceiling_cache); "" in results recorded before it existed."""
-    unavailable: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, Message] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,7 +180,7 @@ class Utilization:
     cpu_percent: Summary | None = None  # whole-host CPU utilization, 0..100
     throttle_reasons_seen: list[str] = field(default_factory=list)
     samples: list[UtilizationSample] = field(default_factory=list, metadata=SERIES)  # bounded timeline for charts
-    unavailable: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, Message] = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)
@@ -320,9 +320,9 @@ class TrialMetrics:
     """Settings of the config this run did not actually run with (TrialConfig field -> why): e.g. compile that
     fell back to eager, TF32 or GC the user's code set back during the run. A knob whose own setting is here was
     not measured (perfscope.trial.applied)."""
-    flags: list[str] = field(default_factory=list)
+    flags: list[Message] = field(default_factory=list)
     """Figures that cannot be true as measured (e.g. MFU above 100%), with why; the report shows them."""
-    unavailable: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, Message] = field(default_factory=dict)
 
     @property
     def mean_step_time_s(self) -> float:
