@@ -7,6 +7,7 @@ template, a template naming a parameter no call supplies, or a template nothing 
 from __future__ import annotations
 
 import ast
+import json
 import inspect
 import string
 from pathlib import Path
@@ -82,3 +83,31 @@ def test_a_schema2_file_keeps_its_prose_as_legacy_messages() -> None:
     results = Results.from_dict(data)
     assert [w.code for w in results.warnings] == ["persistent_load_v2", "legacy"]
     assert [words(w) for w in results.warnings] == data["warnings"]
+
+
+def test_a_recorded_schema2_file_keeps_every_reason_word_for_word() -> None:
+    """A real schema-2 results file (tests/data/reports): every `unavailable` reason, at any depth, loads as a legacy
+    message whose words are the prose the file holds."""
+    path = Path(__file__).parent / "data" / "reports" / "quick_start_cpu.json"
+    old = json.loads(path.read_text(encoding="utf-8"))
+    assert old["schema_version"] == 2
+    results = Results.load(path)
+    before, after = _reasons(old), _reasons(to_jsonable(results))
+    assert len(before) > 100 and set(before) == set(after)
+    assert all(after[k] == {"code": "legacy", "params": {"text": text}} for k, text in before.items())
+    assert words(results.environment.unavailable["driver_version"]) == old["environment"]["unavailable"]["driver_version"]
+
+
+def _reasons(node: object, where: str = "") -> dict[str, object]:
+    """Every `unavailable` entry of a results document, by its JSON path."""
+    found: dict[str, object] = {}
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "unavailable" and isinstance(value, dict):
+                found.update({f"{where}.unavailable.{k}": v for k, v in value.items()})
+            else:
+                found.update(_reasons(value, f"{where}.{key}"))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found.update(_reasons(value, f"{where}[{i}]"))
+    return found

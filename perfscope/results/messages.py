@@ -48,7 +48,8 @@ def legacy(text: str) -> Message:
 
 
 def _typed(value: Any) -> Any:
-    if isinstance(value, dict) and set(value) == {"code", "params"} and isinstance(value["params"], dict):
+    if (isinstance(value, dict) and set(value) == {"code", "params"} and isinstance(value["code"], str) and value["code"]
+            and isinstance(value["params"], dict)):
         return Message(value["code"], value["params"])
     if isinstance(value, list):
         return [_typed(v) for v in value]
