@@ -27,7 +27,7 @@ from hypothesis import strategies as st  # noqa: E402
 from perfscope.results import SCHEMA_VERSION, Results, ResultsError  # noqa: E402
 from perfscope.results.config import TrialConfig  # noqa: E402
 from perfscope.results.constraints import INT64, Constraint, of  # noqa: E402
-from perfscope.results.messages import Message  # noqa: E402
+from perfscope.results.messages import Message
 
 # derandomize: CI gives the same verdict on the same code (a property run found the unknown-key NaN; run
 # `pytest tests/test_properties.py --hypothesis-seed=random` with more examples to search further).

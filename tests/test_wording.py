@@ -7,8 +7,8 @@ template, a template naming a parameter no call supplies, or a template nothing 
 from __future__ import annotations
 
 import ast
-import json
 import inspect
+import json
 import string
 from pathlib import Path
 
