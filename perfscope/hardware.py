@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from perfscope.results.messages import Message, msg
+
 HOPPER_SMS = ("NVIDIA H100 Tensor Core GPU Architecture whitepaper (https://resources.nvidia.com/en-us-tensor-core/"
               "gtc22-whitepaper-hopper): H100 SXM5 132 SMs, H100 PCIe 114 SMs; H100 NVL and H200 are the same GH100 "
               "configuration as the SXM5 (16,896 FP32 cores = 132 SMs)")
@@ -110,7 +112,7 @@ def is_mig_name(device_name: str) -> bool:
     return re.search(r"\bMIG\b", device_name) is not None
 
 
-def slice_peak(peak: DevicePeak, device_sms: int | None, *, mig: bool) -> tuple[DevicePeak | None, str | None]:
+def slice_peak(peak: DevicePeak, device_sms: int | None, *, mig: bool) -> tuple[DevicePeak | None, Message | None]:
     """The datasheet peak of the part of the GPU this process can use: (peak, None), or (None, why not).
 
     A MIG slice runs on a fraction of the GPU's SMs (an A100 1g.5gb: 14 of 108), so the full GPU's peak would
@@ -123,8 +125,7 @@ def slice_peak(peak: DevicePeak, device_sms: int | None, *, mig: bool) -> tuple[
         return peak, None
     what = "a MIG slice" if mig else f"{device_sms} SMs"
     if not device_sms or not peak.sm_count:
-        return None, (f"{what} of an {peak.name}: the slice's SM share is unknown, so the full GPU's datasheet peak "
-                      "would overstate it; MFU uses the measured matmul ceiling")
+        return None, msg("slice_share_unknown", what=what, gpu=peak.name)
     share = device_sms / peak.sm_count
     return DevicePeak(
         name=f"{peak.name}, {what} ({device_sms}/{peak.sm_count} SMs)",

@@ -18,6 +18,7 @@ from perfscope.measure.observation import FirstStep, FlopCount, MemoryPeaks, Run
 from perfscope.measure.window import StepRecord
 from perfscope.results import MemoryBreakdown, Window
 from perfscope.results.fingerprint import Fingerprint
+from perfscope.results.messages import msg
 
 OWNERS = MemoryBreakdown(parameters=100, gradients=100, optimizer_state=200, activations_and_temporaries=None)
 
@@ -57,25 +58,26 @@ def test_rates_are_work_over_wall_and_every_observed_figure_lands() -> None:
 def test_what_was_not_observed_is_unavailable_with_its_reason() -> None:
     m = build_trial_metrics(observation(
         device_type="cpu", memory=MemoryPeaks(device_type="cpu", host_rss=4096),
-        owners=Unavailable("needs Profiler(model, optimizer=...)"), flops=Unavailable("FLOP counting disabled"),
-        fingerprint=Unavailable("structure counting failed: boom"), first_step=Unavailable("no first step"),
-        losses=Unavailable("never read"), matmul_tf32=Unavailable("unknown API"), window_syncs=Unavailable("not counted"),
-        data_wait=Unavailable("not measured"),
+        owners=Unavailable(msg("hooks_owners_need_optimizer")), flops=Unavailable(msg("flops_disabled")),
+        fingerprint=Unavailable(msg("structure_failed", error="boom")),
+        first_step=Unavailable(msg("hooks_first_step_needs_wrap")), losses=Unavailable(msg("hooks_losses_not_read")),
+        matmul_tf32=Unavailable(msg("tf32_state_unknown", why="unknown API")),
+        window_syncs=Unavailable(msg("window_syncs_on_cpu")), data_wait=Unavailable(msg("hooks_data_wait_needs_wrap")),
     ))
     assert m.peak_memory_bytes == 4096 and m.unavailable["peak_memory_bytes"] == CPU_PEAK_IS_RSS
-    assert m.peak_reserved_bytes is None and "peak_reserved_bytes" in m.unavailable
-    assert m.unavailable["memory_breakdown"] == "needs Profiler(model, optimizer=...)" and m.memory_breakdown is None
-    assert m.unavailable["flops_per_step"] == "FLOP counting disabled" and m.flops_per_step is None
-    assert m.unavailable["fingerprint"] == "structure counting failed: boom" and m.fingerprint is None
-    assert m.unavailable["first_step_s"] == "no first step" and m.compile_time_s is None
-    assert m.unavailable["losses"] == "never read" and m.losses == []
-    assert m.unavailable["matmul_tf32"] == "unknown API" and m.matmul_tf32 is None
-    assert m.unavailable["data_wait_share"] == "not measured"
+    assert m.peak_reserved_bytes is None and m.unavailable["peak_reserved_bytes"].code == "cpu_no_reserved"
+    assert m.unavailable["memory_breakdown"].code == "hooks_owners_need_optimizer" and m.memory_breakdown is None
+    assert m.unavailable["flops_per_step"].code == "flops_disabled" and m.flops_per_step is None
+    assert m.unavailable["fingerprint"] == msg("structure_failed", error="boom") and m.fingerprint is None
+    assert m.unavailable["first_step_s"].code == "hooks_first_step_needs_wrap" and m.compile_time_s is None
+    assert m.unavailable["losses"].code == "hooks_losses_not_read" and m.losses == []
+    assert m.unavailable["matmul_tf32"].params == {"why": "unknown API"} and m.matmul_tf32 is None
+    assert m.unavailable["data_wait_share"].code == "hooks_data_wait_needs_wrap"
 
 
 def test_on_cpu_the_breakdown_has_no_rest_and_the_fingerprint_no_memory() -> None:
     m = build_trial_metrics(observation(device_type="cpu", memory=MemoryPeaks(device_type="cpu", host_rss=1),
-                                        window_syncs=Unavailable("CPU: no device to wait for")))
+                                        window_syncs=Unavailable(msg("window_syncs_on_cpu"))))
     assert m.memory_breakdown == OWNERS  # parameters, gradients, state counted; no allocator peak to split
     assert "memory_breakdown.activations_and_temporaries" in m.unavailable
     assert m.fingerprint is not None and m.fingerprint.memory is None
@@ -84,8 +86,8 @@ def test_on_cpu_the_breakdown_has_no_rest_and_the_fingerprint_no_memory() -> Non
 
 def test_unknown_samples_and_recompiles_are_said() -> None:
     m = build_trial_metrics(observation(windows=[Window(steps=4, samples=None, wall_s=2.0)], recompiles_in_window=2))
-    assert m.samples_per_s is None and "samples per step unknown" in m.unavailable["samples_per_s"]
-    assert m.recompiles_in_window == 2 and "recompiled 2 time(s)" in m.flags[0]
+    assert m.samples_per_s is None and m.unavailable["samples_per_s"].code == "samples_per_step_unknown"
+    assert m.recompiles_in_window == 2 and m.flags == [msg("recompiled_in_window", times=2)]
 
 
 def test_a_trace_that_cannot_be_analysed_costs_its_facts_only(tmp_path: Path) -> None:
@@ -94,7 +96,7 @@ def test_a_trace_that_cannot_be_analysed_costs_its_facts_only(tmp_path: Path) ->
     bad.write_bytes(b"not a trace")
     attach_trace(m, bad, device_type="cuda", steps=None)
     assert m.trace_path == str(bad) and m.trace_facts is None
-    assert m.unavailable["trace_facts"].startswith("trace analysis failed:")
+    assert m.unavailable["trace_facts"].code == "trace_analysis_failed"
 
 
 def test_trials_and_hooks_build_the_same_metrics_from_the_same_observation(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,6 +23,7 @@ from perfscope.check.gate import ErrorCode
 from perfscope.check.metrics import MFU, SAMPLES_PER_S, STEP_TIME, Side
 from perfscope.measure.job import combine_ranks
 from perfscope.results import Contention, Peak, RankMetrics, Sweep
+from perfscope.results.messages import msg
 from perfscope.stats import mann_whitney_min_p
 from tests.factories import make_results, make_runs, make_trial
 
@@ -438,7 +439,7 @@ def test_unavailable_mfu_is_unusable_with_the_alternative():
     for r in (cur, base):
         for t in r.trials:
             t.metrics.flops_per_step = None
-            t.metrics.unavailable["flops_per_step"] = "FlopCounterMode failed"
+            t.metrics.unavailable["flops_per_step"] = msg("flops_failed", error="FlopCounterMode failed")
     report = run_gate(cur, base, GateOptions(between_session=0.0))
     assert report.outcome == "unusable"
     assert report.errors[0].code is ErrorCode.METRIC_UNAVAILABLE

@@ -14,6 +14,7 @@ from perfscope.check.gate import ErrorCode
 from perfscope.check.render import render_junit, render_markdown, render_table
 from perfscope.check.structure import KINDS, diff_fingerprints, parse_structure_gates
 from perfscope.results.fingerprint import CopyStat, Fingerprint, MemoryPeak
+from perfscope.results.messages import msg
 from tests.factories import make_results, make_runs
 from tests.test_fingerprint import ITEM_LINE
 from tests.test_fingerprint import _fingerprint as fingerprint
@@ -166,7 +167,7 @@ def test_runs_agree_though_only_one_was_traced_and_their_allocator_peaks_move():
     runs = []
     for i, peak in enumerate((1000, 1003, 998, 1001, 1002)):
         fp = Fingerprint(method="t", op_calls=10, memory=MemoryPeak(bytes=peak * 2**20, tolerance=0.02, source="t"),
-                         unavailable={"kernel_launches": "CUDA only, from the profiled window"})
+                         unavailable={"kernel_launches": msg("kernel_launches_from_trace")})
         if i == 0:
             fp.kernel_launches, fp.unavailable = {"compute kernels": 312}, {}
         runs.append(fp)

@@ -37,7 +37,8 @@ def test_heavy_dataset_gets_the_data_loader_finding_first(tmp_path):
         # the baseline. Not a skip: what perfscope must then do is decided — say so at the top of the results, naming
         # the side and the load, and credit the workers with no measured win.
         if not workers_evidence:
-            assert any("persisted" in w and "dataloader_workers" in w for w in results.warnings), results.warnings
+            assert any(w.code == "persistent_load" and "dataloader_workers" in w.params["spoiled"]
+                       for w in results.warnings), results.warnings
         if not results.runs("baseline"):
             _assert_contention_reported(results, "baseline")
         assert not any(f.measured_win or f.gain is not None for f in data_loader), [f.gain for f in data_loader]
@@ -60,7 +61,8 @@ def _assert_contention_reported(results: Results, configuration: str) -> None:
     assert runs and all(t.excluded and t.excluded.startswith("contended: ") for t in runs), [t.excluded for t in runs]
     # each series of runs that stayed contended ends in a run that says so, with the load it saw
     persisted = [t for t in runs if "(persisted" in t.excluded]
-    warnings = [w for w in results.warnings if "persisted" in w and f" {configuration} (×{len(persisted)})" in w]
+    warnings = [w for w in results.warnings
+                if w.code == "persistent_load" and w.params["spoiled"].get(configuration) == len(persisted)]
     assert persisted and len(warnings) == 1, (results.warnings, [t.excluded for t in runs])
 
 

@@ -191,7 +191,7 @@ def test_communication_heavy_training_gets_no_sync_measured_and_ranked(tmp_path,
     if not measured or not results.runs("baseline"):
         # Every run of a side measured a neighbour's load. Not a skip: what perfscope must then do is decided — say
         # so at the top of the results, and recommend nothing it could not measure.
-        assert any("persisted" in w for w in results.warnings), results.warnings
+        assert any(w.code == "persistent_load" for w in results.warnings), results.warnings
         assert "no_sync_accumulation" not in results.sweep.recommended_knobs
         return
     assert outcome.gain is not None and outcome.gain.runs >= 1

@@ -18,6 +18,7 @@ from perfscope.measure.structure import (
 )
 from perfscope.results.config import TrialConfig
 from perfscope.results.fingerprint import Fingerprint
+from perfscope.results.messages import msg
 from perfscope.results.serde import from_jsonable, to_jsonable
 from perfscope.trial.loop import run_trial
 from perfscope.workload import load_workload
@@ -187,7 +188,7 @@ def test_kernel_launches_host_launch_calls_and_cuda_graph_replays_come_from_the_
                 trace.launch("graph_kernel", 200, api="cudaGraphLaunch")
     facts = trace_facts(trace.write(tmp_path / "t.json.gz"), device_type="cuda", steps=2)
     assert facts.launch.launch_calls_per_step == {"cudaGraphLaunch": 1.0, "cudaLaunchKernel": 3.0}
-    fp = Fingerprint(method="t", unavailable={"kernel_launches": "CUDA only"})
+    fp = Fingerprint(method="t", unavailable={"kernel_launches": msg("kernel_launches_from_trace")})
     fill_kernel_launches(fp, facts)
     assert fp.kernel_launches == {"compute kernels": 4, "host launch calls": 3, "CUDA graph replays": 1}
     assert fp.unavailable == {}
@@ -271,7 +272,7 @@ def test_a_sync_every_n_steps_is_counted_over_the_whole_window_without_adding_on
     mine = WindowSyncCounter("cuda", get_mode=lambda: 2, set_mode=modes.append)
     with mine:
         pass
-    assert mine.result(40) is None and "already set" in (mine.reason or "") and modes == [1, 0]
+    assert mine.result(40) is None and mine.reason == msg("sync_debug_mode_already_set") and modes == [1, 0]
     with WindowSyncCounter("cpu") as on_cpu:
         pass
     assert on_cpu.result(40) is None and on_cpu.reason == WINDOW_SYNCS_ON_CPU
@@ -279,4 +280,4 @@ def test_a_sync_every_n_steps_is_counted_over_the_whole_window_without_adding_on
 
 def test_a_cpu_trial_says_its_syncs_cover_one_step():
     fp = _fingerprint("base")
-    assert fp.steps == 1 and fp.window_syncs is None and "every N steps" in fp.unavailable["window_syncs"]
+    assert fp.steps == 1 and fp.window_syncs is None and fp.unavailable["window_syncs"].code == "window_syncs_on_cpu"

@@ -331,7 +331,8 @@ def test_user_profiler_is_left_alone() -> None:
     names = {e.key for e in user_prof.key_averages()}
     assert "aten::addmm" in names  # the user's profiler recorded the whole loop
     m = prof.results().trials[0].metrics
-    assert "already running" in m.unavailable["trace"] and m.trace_path is None
+    assert m.unavailable["trace"].code == "trace_not_captured" and m.trace_path is None
+    assert any("already running" in note for note in m.unavailable["trace"].params["notes"])
 
 
 def test_numerics_and_rng_unchanged(tmp_path: Path) -> None:
@@ -611,7 +612,7 @@ def test_a_loop_described_as_compiled(monkeypatch: pytest.MonkeyPatch, set_stanc
     if set_stance:
         assert m.flops_per_step == mlp_flops(BATCH)
     else:
-        assert m.flops_per_step is None and "torch.compile" in m.unavailable["flops_per_step"]
+        assert m.flops_per_step is None and m.unavailable["flops_per_step"].code == "compiled_flops_unseen"
 
 
 # ------------------------------------------------------------------------------------------ adapters

@@ -92,7 +92,8 @@ def test_a_rank_that_never_saves_is_named_and_no_job_figure_is_guessed(job: Path
     late = Results.load(job / "late" / "results.json")
     m = late.trials[0].metrics
     assert m.distributed.world_size == 2 and [r.rank for r in m.distributed.ranks] == [0]
-    assert m.samples_per_s is None and "rank(s) 1 did not report" in m.unavailable["samples_per_s"]
+    why = m.unavailable["samples_per_s"]
+    assert m.samples_per_s is None and why.code == "job_figure_unknown" and why.params["why"].params["ranks"] == [1]
     assert any("rank(s) 1 did not report" in note for note in late.notes)
 
 
@@ -119,7 +120,7 @@ def test_the_peers_load_is_the_job_not_a_neighbour() -> None:
     reports = [report(0, "a", 1.5, 1.0), report(1, "a", 1.25, 1.0), report(2, "b", 0.5, 1.0), report(3, "b", 2.0, None)]
     without_peers(reports)
     assert [r.metrics.other_cpu_cores for r in reports] == [0.5, 0.25, 0.5, 1.0]  # rank 2's peer (3) is unknown
-    assert "other ranks" in reports[2].metrics.unavailable["other_cpu_cores"]
+    assert reports[2].metrics.unavailable["other_cpu_cores"].code == "includes_peer_ranks"
     place = RankPlace(rank=0, world_size=4, local_rank=0, local_world_size=None, node="a", backend="gloo")
     assert layout(place, reports) == (2, 2)
     assert layout(place, reports[:3]) == (1, 4)  # a rank missing and no LOCAL_WORLD_SIZE: one node assumed

@@ -24,6 +24,7 @@ PURE_HELPERS = (
     "perfscope.versions",   # the one version parser (a recorded run's torch version)
     "perfscope.tf32_api",   # which TF32 setter a code change shows (torch-free at import)
     "perfscope.snippets",   # the code changes a finding prints
+    "perfscope.wording",    # the words of the messages a run records (knobs and rules quote a reason in theirs)
     "perfscope.precision",  # the precision names
     "perfscope.errors",     # exit codes and user errors
 )

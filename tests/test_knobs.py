@@ -17,6 +17,7 @@ from perfscope.knobs.adamw_8bit import installed_version as REAL_INSTALLED_VERSI
 from perfscope.results import Environment, ModelFacts, ModelLayout
 from perfscope.results.config import TrialConfig
 from perfscope.results.breakdown import SLICES
+from perfscope.results.messages import msg
 from perfscope.trial.inspect import inspect_model
 from perfscope.workload import Workload, load_workload
 
@@ -31,7 +32,7 @@ NUMA2 = Environment(device_type="cuda", device_name="NVIDIA H100 80GB HBM3", com
                     torch_version="2.9.0+cu128", numa_nodes=2)
 NUMA1 = dataclasses.replace(NUMA2, numa_nodes=1)
 NUMA2_OLD_TORCH = dataclasses.replace(NUMA2, torch_version="2.8.0+cu128")
-NUMA_UNKNOWN = dataclasses.replace(NUMA2, numa_nodes=None, unavailable={"numa_nodes": "this platform is darwin"})
+NUMA_UNKNOWN = dataclasses.replace(NUMA2, numa_nodes=None, unavailable={"numa_nodes": msg("numa_not_linux", system="darwin")})
 
 
 @pytest.fixture(autouse=True)
@@ -193,7 +194,7 @@ CASES = [
     ("numa_binding", dp(machine=NUMA2, numa_binding="node"), "already bound (--numa-binding=node)"),
     ("numa_binding", dp(machine=NUMA1), "one NUMA node"),
     ("numa_binding", dp(machine=NUMA2_OLD_TORCH), "needs PyTorch ≥ 2.9 (this run: 2.8.0+cu128)"),
-    ("numa_binding", dp(machine=NUMA_UNKNOWN), "NUMA node count is unknown (this platform is darwin)"),
+    ("numa_binding", dp(machine=NUMA_UNKNOWN), "NUMA node count is unknown (read from /sys/devices/system/node on Linux; this platform is darwin)"),
     ("numa_binding", dp(machine=CPU2), "this run has no GPU"),
     ("numa_binding", ctx(machine=NUMA2), "one process"),
     ("tensor_parallel", split(dp()), None),
@@ -490,7 +491,7 @@ def test_offloading_notes_report_the_copies_it_adds_from_the_trace():
     assert notes[0].startswith("adds 128.0 MiB of host↔device copies per step (129.0 MiB in all; device→host 64.0 MiB")
     assert notes[1] == "75% of the copy time overlapped kernels (12.0 ms of copies per step, from the trace)"
     untraced = _run("activation_offloading-mb32", state=0, optimizer="x")
-    untraced.metrics.unavailable["trace"] = "trace capture failed: boom"
+    untraced.metrics.unavailable["trace"] = msg("trace_capture_failed", error="boom")
     assert knob("activation_offloading").measured_notes(ctx(), baseline, untraced) == [
         "host↔device copy traffic unknown: trace capture failed: boom"]
 

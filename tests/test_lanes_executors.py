@@ -71,7 +71,7 @@ def check_sweep(results: Results, executor: str) -> None:
         assert results.sweep.recommended_knobs == ["grad_accum"], results.sweep.recommended_knobs
     else:  # a neighbour's load spoiled the evidence: never a win, and the results say why
         assert results.sweep.recommended_trial == "baseline"
-        assert any("persisted" in w for w in results.warnings), results.warnings
+        assert any(w.code == "persistent_load" for w in results.warnings), results.warnings
     assert parallel.wall_s and parallel.sequential_estimate_s
 
 

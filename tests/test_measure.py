@@ -12,6 +12,7 @@ from perfscope.measure import memory
 from perfscope.measure.clock import clock_for
 from perfscope.measure.utilization import UtilizationSampler
 from perfscope.measure.window import WindowRecorder
+from perfscope.results.messages import msg
 from tests.waiting import wait_for
 
 # NVML's view of the machine, in NVML (PCI) order: the UUID and what each GPU reports.
@@ -88,7 +89,7 @@ def test_nvml_sampler_summarizes_device_and_host(monkeypatch):
 def test_unsupported_nvml_field_is_null_with_reason(monkeypatch):
     util = _sample(monkeypatch, fail_power=True)
     assert util.power_w is None
-    assert "Not Supported" in util.unavailable["power_w"]
+    assert util.unavailable["power_w"].code == "nvml_error" and "Not Supported" in util.unavailable["power_w"].params["error"]
     assert util.gpu_util_percent.median == 87  # the other fields still sampled
 
 
@@ -115,7 +116,8 @@ def test_no_current_cuda_device_is_no_gpu_sample_with_the_reason(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "current_device", no_device)
     util = _sample(monkeypatch, index=None)
-    assert util.gpu_util_percent is None and "No CUDA GPUs are available" in util.unavailable["gpu"]
+    assert util.gpu_util_percent is None
+    assert util.unavailable["gpu"] == msg("no_cuda_device", error="RuntimeError: No CUDA GPUs are available")
 
 
 def test_nvml_finds_a_mig_instance_by_its_mig_uuid(monkeypatch):
@@ -125,13 +127,13 @@ def test_nvml_finds_a_mig_instance_by_its_mig_uuid(monkeypatch):
 
 def test_unknown_uuid_is_no_gpu_sample_never_another_gpu(monkeypatch):
     util = _sample(monkeypatch, cuda=("99999999-ffff",))
-    assert util.gpu_util_percent is None and "not found" in util.unavailable["gpu"]
+    assert util.gpu_util_percent is None and util.unavailable["gpu"].code == "nvml_device_not_found"
     assert util.cpu_percent is not None
 
 
 def test_no_nvml_degrades_to_host_only(monkeypatch):
     util = _sample(monkeypatch, fail_init=True)
-    assert "NVML unavailable" in util.unavailable["gpu"]
+    assert util.unavailable["gpu"].code == "nvml_unavailable"
     assert util.gpu_util_percent is None and util.cpu_percent is not None
 
 
@@ -242,7 +244,8 @@ def test_a_mig_slice_of_unknown_size_falls_back_to_the_measured_ceiling_with_the
     from perfscope.measure.mfu import choose_peak
 
     env = _cuda_env(monkeypatch, "NVIDIA A100-SXM4-40GB MIG 3g.20gb", None, measured={"bf16": 120.0})
-    assert env.datasheet_peaks_tflops == {} and "MIG slice" in env.unavailable["datasheet_peaks_tflops"]
+    assert env.datasheet_peaks_tflops == {}
+    assert env.unavailable["datasheet_peaks_tflops"] == msg("slice_share_unknown", what="a MIG slice", gpu="NVIDIA A100")
     peak = choose_peak(env)
     assert peak.tflops == 120.0 and "MIG slice" in peak.source and "measured matmul ceiling" in peak.source
 
@@ -293,7 +296,7 @@ def test_every_null_of_a_cpu_environment_has_its_reason():
 
     env = collect_environment("cpu", measure_ceiling=False)
     assert _nulls_without_reason(env) == []
-    assert env.driver_version is None and "CPU" in env.unavailable["driver_version"]
+    assert env.driver_version is None and env.unavailable["driver_version"].code == "cpu_not_applicable"
     assert env.cuda_version is None and "cuda_version" in env.unavailable
 
 
@@ -316,7 +319,7 @@ def test_unreadable_cpu_facts_are_null_with_a_reason_not_stand_ins(monkeypatch):
     monkeypatch.setattr(platform, "processor", lambda: platform.machine())
     monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: None)
     env = collect_environment("cpu", measure_ceiling=False)
-    assert env.cpu_model is None and "architecture" in env.unavailable["cpu_model"]  # "x86_64" is not a CPU model
+    assert env.cpu_model is None and env.unavailable["cpu_model"].code == "cpu_model_unknown"  # "x86_64" is not a CPU model
     assert env.cpu_cores_physical is None and env.cpu_cores_logical is None
     assert _nulls_without_reason(env) == []
 
@@ -328,8 +331,8 @@ def test_driver_and_cuda_versions_without_nvml_or_a_cuda_build_are_null_with_rea
     monkeypatch.setattr(torch.version, "cuda", None)
     _fake_cuda(monkeypatch, [{"name": "NVIDIA H100 80GB HBM3", "uuid": "11111111-bbbb"}])
     env = collect_environment("cuda", measure_ceiling=False)
-    assert env.driver_version is None and "NVML unavailable" in env.unavailable["driver_version"]
-    assert env.cuda_version is None and "no CUDA" in env.unavailable["cuda_version"]
+    assert env.driver_version is None and env.unavailable["driver_version"].code == "nvml_unavailable"
+    assert env.cuda_version is None and env.unavailable["cuda_version"] == msg("no_cuda_build")
     assert _nulls_without_reason(env) == []
 
 
@@ -382,18 +385,18 @@ def test_numa_nodes_count_the_nodes_with_cpus(tmp_path):
         (tmp_path / name / "cpulist").write_text(cpus)
     (tmp_path / "possible").write_text("0-2\n")
     assert numa_nodes(tmp_path, "linux") == (2, None)
-    assert numa_nodes(tmp_path / "absent", "linux")[0] is None and "unreadable" in numa_nodes(tmp_path / "absent", "linux")[1]
-    assert numa_nodes(tmp_path, "darwin") == (None, "read from /sys/devices/system/node on Linux; this platform is darwin")
+    assert numa_nodes(tmp_path / "absent", "linux")[0] is None and numa_nodes(tmp_path / "absent", "linux")[1].code == "unreadable"
+    assert numa_nodes(tmp_path, "darwin") == (None, msg("numa_not_linux", system="darwin"))
     (tmp_path / "empty").mkdir()
-    assert "no node with CPUs" in numa_nodes(tmp_path / "empty", "linux")[1]
+    assert numa_nodes(tmp_path / "empty", "linux")[1] == msg("numa_no_cpus", path=str(tmp_path / "empty"))
 
 
 def test_environment_records_numa_nodes_or_why_not(monkeypatch):
     import perfscope.measure.environment as environment
 
-    monkeypatch.setattr(environment, "numa_nodes", lambda: (None, "this platform is win32"))
+    monkeypatch.setattr(environment, "numa_nodes", lambda: (None, msg("numa_not_linux", system="win32")))
     env = environment.collect_environment("cpu", measure_ceiling=False)
-    assert env.numa_nodes is None and env.unavailable["numa_nodes"] == "this platform is win32"
+    assert env.numa_nodes is None and env.unavailable["numa_nodes"] == msg("numa_not_linux", system="win32")
     monkeypatch.setattr(environment, "numa_nodes", lambda: (2, None))
     env = environment.collect_environment("cpu", measure_ceiling=False)
     assert env.numa_nodes == 2 and "numa_nodes" not in env.unavailable

@@ -27,6 +27,7 @@ from hypothesis import strategies as st  # noqa: E402
 from perfscope.results import SCHEMA_VERSION, Results, ResultsError  # noqa: E402
 from perfscope.results.config import TrialConfig  # noqa: E402
 from perfscope.results.constraints import INT64, Constraint, of  # noqa: E402
+from perfscope.results.messages import Message
 
 # derandomize: CI gives the same verdict on the same code (a property run found the unknown-key NaN; run
 # `pytest tests/test_properties.py --hypothesis-seed=random` with more examples to search further).
@@ -49,7 +50,9 @@ TRIAL_CONFIGS = st.builds(
     env=st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=8), max_size=2),
     seed=st.integers(0, 2**31),
 )
-SPECIAL: dict[Any, st.SearchStrategy[Any]] = {TrialConfig: TRIAL_CONFIGS}
+MESSAGES = st.builds(Message, code=st.text(min_size=1, max_size=12),
+                     params=st.dictionaries(st.text(max_size=8), JSON_VALUES, max_size=3))
+SPECIAL: dict[Any, st.SearchStrategy[Any]] = {TrialConfig: TRIAL_CONFIGS, Message: MESSAGES}
 """Types whose own __post_init__ rules (e.g. prefetch_factor needs workers) a generic strategy would break."""
 FIXED: dict[tuple[Any, str], st.SearchStrategy[Any]] = {(Results, "schema_version"): st.just(SCHEMA_VERSION)}
 """Fields checked before typing (another schema version is refused, not validated)."""

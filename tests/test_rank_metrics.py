@@ -12,6 +12,7 @@ from perfscope.measure.gc_pauses import GcPauses
 from perfscope.measure.metrics import assemble_metrics
 from perfscope.measure.ranks import rank_metrics
 from perfscope.results import Contention, MemoryBreakdown, Window
+from perfscope.results.messages import msg
 
 PLACE = RankPlace(rank=1, world_size=2, local_rank=1, local_world_size=2, node="host-a", backend="gloo")
 
@@ -60,7 +61,7 @@ def test_gradient_bytes_do_not_depend_on_whether_grads_are_present() -> None:
     present = hooks_rank_metrics(PLACE, None, model, opt, "warm-up only")
     assert freed.gradient_bytes == present.gradient_bytes == memory.trainable_parameter_bytes(model)
     assert freed.gradient_bytes < memory.parameter_bytes(model)  # the frozen weight has no gradient
-    assert freed.unavailable["steps"] == "warm-up only"
+    assert freed.unavailable["steps"] == msg("exception", error="warm-up only")
 
 
 def test_trials_and_hooks_summarise_a_rank_alike() -> None:

@@ -30,6 +30,7 @@ from perfscope.report.view import (
     trace_href,
 )
 from perfscope.results import Finding, Gain, KernelStat, Results, UtilizationSample
+from perfscope.results.messages import msg
 from tests.factories import (
     make_full_results,
     make_results,
@@ -66,7 +67,7 @@ def test_empty_findings_list_means_nothing_found_not_not_run():
 def test_missing_mfu_shows_na_with_its_reason():
     trial = make_trial()
     trial.metrics.mfu = None
-    trial.metrics.unavailable["mfu"] = "no datasheet peak for this CPU; pass --peak-tflops"
+    trial.metrics.unavailable["mfu"] = msg("no_peak")
     results = make_results([trial], device_type="cpu")
     results.peak = None
     view = build_view(results)

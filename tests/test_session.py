@@ -21,6 +21,7 @@ from perfscope.results import (
     to_jsonable,
 )
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import legacy, msg
 from perfscope.trial.runner import Outcome
 from perfscope.trial.session import CONTENTION_RETRIES, PERSISTENT_AFTER, Progress, Session
 from perfscope.trial.spec import ChildSpec
@@ -91,21 +92,22 @@ def test_persistent_contention_excludes_every_run_and_warns(tmp_path: Path) -> N
     assert session.results.runs("baseline") == []  # runs() lists evidence only
     assert "persisted through" in (trial.excluded or "")
     (warning,) = session.results.warnings
-    assert "not used as evidence" in warning
+    assert warning == msg("persistent_load", runs=CONTENTION_RETRIES + 1, spoiled={"baseline": 1},
+                          last=warning.params["last"], gave_up_after=None)
 
 
 def test_persistent_contention_is_one_warning_however_often_it_happens(tmp_path: Path) -> None:
     """A sweep on a busy machine meets persistent load dozens of times: one warning names every measurement it
     spoiled and how often, rewritten in place (it once wrote one line per time, 47 in one report)."""
     session = _session(tmp_path, FakeRunner([(10.0, True)] * 3 * (CONTENTION_RETRIES + 1)))
-    session.results.warnings.append("an earlier warning")
+    session.results.warnings.append(msg("stack_failed", knobs=["a", "b"], reason="crashed", joining="b", trial="s"))
     session.measure("baseline", CONFIG)
     session.measure("amp_bf16", CONFIG)
     session.measure("baseline", CONFIG)
     earlier, warning = session.results.warnings
-    assert earlier == "an earlier warning"
-    assert f"persisted through {CONTENTION_RETRIES + 1} run(s) of a measurement, 3 time(s)" in warning
-    assert "baseline (×2), amp_bf16 (×1)" in warning and "not used as evidence" in warning
+    assert earlier.code == "stack_failed"
+    assert warning.code == "persistent_load" and warning.params["runs"] == CONTENTION_RETRIES + 1
+    assert warning.params["spoiled"] == {"baseline": 2, "amp_bf16": 1}  # in the order they came
 
 
 def test_after_persistent_load_spoiled_a_few_measurements_a_contended_run_is_not_measured_again(tmp_path: Path) -> None:
@@ -120,8 +122,7 @@ def test_after_persistent_load_spoiled_a_few_measurements_a_contended_run_is_not
     last = session.results.trials[-1]
     assert last.excluded.endswith(f"(persisted through {PERSISTENT_AFTER} measurements: not measured again)")
     (warning,) = session.results.warnings
-    assert f"{measurements} time(s): baseline (×{measurements})" in warning
-    assert f"after {PERSISTENT_AFTER} times a contended run was no longer measured again" in warning
+    assert warning.params["spoiled"] == {"baseline": measurements} and warning.params["gave_up_after"] == PERSISTENT_AFTER
     assert session.measure("baseline", CONFIG).evidence  # a quiet run is evidence again
 
 
@@ -131,14 +132,17 @@ def test_a_resumed_session_keeps_one_load_warning(tmp_path: Path) -> None:
     first = _session(tmp_path, FakeRunner([(10.0, True)] * (CONTENTION_RETRIES + 1)))
     first.measure("baseline", CONFIG)
     results = Results.load(tmp_path / "results.json")
-    results.warnings += ["other load on this machine persisted through 3 runs of baseline (an older wording)",
-                         "an unrelated warning"]
+    data = results.to_dict() | {"schema_version": 2}  # as an older perfscope wrote them: prose
+    data["warnings"] = ["other load on this machine persisted through 3 runs of baseline (an older wording)",
+                        "an unrelated warning"]
+    results = Results.from_dict(data)
+    results.warnings.append(msg("persistent_load", runs=3, spoiled={"amp": 1}, last="x"))  # this wording's
     resumed = Session(results, out_dir=tmp_path, workload_path=tmp_path / "w.py", timeout_s=60, resume=True,
                       progress=Progress(stream=io.StringIO()), runner=FakeRunner([]))  # type: ignore[arg-type]
     resumed.measure("baseline", CONFIG)  # every run kept: the runner is never asked
     unrelated, warning = resumed.results.warnings
-    assert unrelated == "an unrelated warning"
-    assert "1 time(s): baseline (×1)" in warning
+    assert unrelated == legacy("an unrelated warning")
+    assert warning.code == "persistent_load" and warning.params["spoiled"] == {"baseline": 1}
 
 
 def test_contention_is_judged_against_the_cores_the_run_may_use() -> None:

@@ -575,7 +575,7 @@ def check_real_sweep(results, out) -> None:
     for t, after in zip(by_sequence, [*by_sequence[1:], None]):
         if t.excluded and t.excluded.startswith("contended"):
             remeasured = after is not None and after.configuration == t.configuration and after.repeat == t.repeat + 1
-            named = any(f" {t.configuration} (×" in w for w in results.warnings)
+            named = any(t.configuration in w.params.get("spoiled", {}) for w in results.warnings)
             refused = t.excluded.endswith("not measured again: the budget would not allow it")  # the budget, not the load
             assert remeasured or ("persisted through" in t.excluded and named) or refused, (t.name, t.excluded, results.warnings)
     assert sweep.recommended_trial in names
@@ -730,7 +730,8 @@ def test_a_stack_that_fails_is_reported_with_its_reason_never_silently_dropped()
     assert compile_outcome.status == "measured" and compile_outcome.gain.faster  # alone it wins ...
     assert "did not join the stack: stack2-compile failed (crashed: torch._dynamo" in compile_outcome.reason  # ... and why not
     (warning,) = results.warnings
-    assert "tf32 + compile together failed" in warning and "stack2-compile" in warning
+    assert warning.code == "stack_failed" and warning.params["knobs"] == ["tf32", "compile"]
+    assert warning.params["joining"] == "compile" and warning.params["trial"] == "stack2-compile"
 
 
 def test_a_stack_the_numerics_guard_rejects_is_a_note_not_a_warning():

@@ -59,8 +59,8 @@ def test_cpu_trace_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert m is not None and m.trace_facts is not None
     assert m.step_times_s == pytest.approx(profiler_steps_s(CPU))  # measured: the trace's own steps
     assert m.wall_s == pytest.approx(sum(m.step_times_s))
-    assert m.samples_per_s is None and "batch" in m.unavailable["samples_per_s"]  # unknown, said why
-    assert m.mfu is None and "FLOP" in m.unavailable["mfu"]
+    assert m.samples_per_s is None and m.unavailable["samples_per_s"].code == "trace_no_samples"  # unknown, said why
+    assert m.mfu is None and m.unavailable["mfu"].code == "trace_no_flops"
     assert results.findings and all(TRACE_ESTIMATE in f.evidence for f in results.findings)
     md = (tmp_path / "out" / "report.md").read_text()
     page = html.unescape((tmp_path / "out" / "report.html").read_text())
@@ -305,7 +305,7 @@ def test_real_two_ranks_of_a_128_rank_job(tmp_path: Path) -> None:
     assert d is not None and d.world_size == 128 and [r.rank for r in d.ranks] == [0, 1]
     assert all(r.exposed_collective_s_per_step and r.exposed_collective_s_per_step > 0 for r in d.ranks)
     env = results.environment
-    assert env.device_name == "unknown GPU" and "deviceProperties" in env.unavailable["device_name"]
+    assert env.device_name == "unknown GPU" and env.unavailable["device_name"].code == "trace_no_device_properties"
     md = (tmp_path / "out" / "report.md").read_text()
     table = md.split("## Distributed")[1].split("## Trials")[0]
     assert table.count("| 0") + table.count("| 1 ") >= 2 and "2 of the job's 128 ranks traced" in md

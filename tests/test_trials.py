@@ -107,4 +107,5 @@ def test_a_crash_during_trace_capture_keeps_the_timed_measurement(tmp_path, monk
     monkeypatch.setenv("PERFSCOPE_TEST_FAILURE", "segfault_in_trace")
     trial = _session(tmp_path, "misbehaving.py").measure("t", CONFIG.replace(capture_trace=True))
     assert trial.status == "ok" and trial.metrics is not None and trial.metrics.samples_per_s
-    assert "SIGSEGV" in trial.metrics.unavailable["trace"] and "trace capture" in trial.metrics.unavailable["trace"]
+    why = trial.metrics.unavailable["trace"]
+    assert why.code == "trial_died_in_trace" and "SIGSEGV" in why.params["how"]

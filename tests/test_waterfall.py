@@ -27,6 +27,7 @@ from perfscope.results import (
     SyncFacts,
     TraceFacts,
 )
+from perfscope.results.messages import msg
 from perfscope.results.waterfall import PARTS, TOLERANCE_POINTS, MfuWaterfall, mfu_waterfall
 from perfscope.rules import all_rules, run_rules
 from perfscope.trace.offline import trace_results
@@ -89,8 +90,8 @@ def test_each_part_is_the_measured_share_the_identity_gives():
     assert p["recompute"] == pytest.approx(5.0)
     assert p["residual"] == pytest.approx(0.0, abs=1e-9)
     assert wf.end_points == pytest.approx(30.0) and wf.mfu_points == pytest.approx(30.0)
-    assert wf.basis == "peak" and "989.4" in wf.denominator
-    assert p["padding"] is None and "padding included" in wf.part("padding").unavailable
+    assert wf.basis == "peak" and wf.denominator.params["tflops"] == 989.4
+    assert p["padding"] is None and wf.part("padding").unavailable == msg("padding_unknown")
     assert p["communication"] is None  # one process: no collectives
     assert_adds_up(wf)
 
@@ -130,18 +131,18 @@ def test_without_a_trace_only_the_measured_parts_and_the_unsplit_rest():
     assert p["data_wait"] == pytest.approx(10.0) and p["recompute"] == pytest.approx(5.0)
     assert p["unsplit"] == pytest.approx(90.0 - 35.0)
     for key in ("sync", "launch", "non_gemm", "gemm"):
-        assert p[key] is None and "no profiler trace" in wf.part(key).unavailable
+        assert p[key] is None and wf.part(key).unavailable == msg("waterfall_no_trace", traced=False)
     assert_adds_up(wf)
 
 
 def test_without_flops_mfu_is_unknown_and_the_chart_ends_at_the_matmul_share():
     results = _run(mfu=None, hfu=None, facts=_gpu_facts())
-    results.trials[0].metrics.unavailable["mfu"] = "a trace has no FLOP count"
+    results.trials[0].metrics.unavailable["mfu"] = why = msg("trace_no_flops")
     wf = mfu_waterfall(results)
-    assert wf.basis == "step time" and wf.mfu_points is None and "MFU unknown" in wf.denominator
-    assert wf.end_points == pytest.approx(45.0)
+    assert wf.basis == "step time" and wf.mfu_points is None and wf.denominator.code == "denominator_step"
+    assert wf.denominator.params["why"] == why and wf.end_points == pytest.approx(45.0)
     for key in ("gemm", "recompute", "padding"):
-        assert wf.part(key).points is None and "a trace has no FLOP count" in wf.part(key).unavailable
+        assert wf.part(key).points is None and wf.part(key).unavailable == msg("mfu_unknown", why=why)
     assert_adds_up(wf)
 
 
@@ -149,7 +150,7 @@ def test_a_cpu_run_without_a_ceiling_has_no_peak_and_says_so():
     results = _run(mfu=None, hfu=None, facts=None)
     results.peak = None
     wf = mfu_waterfall(results)
-    assert wf.basis == "step time" and "no peak" in wf.denominator
+    assert wf.basis == "step time" and wf.denominator.params["why"] == msg("no_peak_for_device")
     assert wf.end_label.startswith("rest of the step") and wf.end_points == pytest.approx(90.0)
     assert_adds_up(wf)
 
@@ -305,4 +306,5 @@ def test_the_accounting_reads_only_the_typed_results():
     tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    assert {m for m in imported if m.startswith("perfscope")} <= {"perfscope.results.model", "perfscope.results.roles"}
+    assert {m for m in imported if m.startswith("perfscope")} <= {"perfscope.results.model", "perfscope.results.roles",
+                                                                   "perfscope.results.messages"}

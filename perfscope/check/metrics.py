@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from perfscope.results import Peak, Results, Trial, TrialMetrics
 from perfscope.results.job import flop_utilization, job_steps_per_s, rank_peak
+from perfscope.wording import reason
 
 
 class MetricUnavailable(ValueError):
@@ -79,7 +80,7 @@ def _checked(run: Trial) -> TrialMetrics:
 
 def _mfu_factor(side: Side, m: TrialMetrics) -> float:
     if m.flops_per_step is None:
-        why = m.unavailable.get("flops_per_step") or m.unavailable.get("mfu") or "no FLOP count recorded"
+        why = reason(m.unavailable, "flops_per_step") or reason(m.unavailable, "mfu") or "no FLOP count recorded"
         raise MetricUnavailable(f"MFU unavailable ({why}); gate on --metric samples_per_s or step_time instead")
     peak = side.mfu_peak
     if peak is not None and m.distributed is not None:  # the report's denominator: one rank's share on CPU
@@ -96,7 +97,7 @@ def _steps_per_s(m: TrialMetrics) -> float:
     if m.distributed is not None:
         rate = job_steps_per_s(m.distributed)
         if rate is None:
-            why = m.distributed.unavailable.get("job_samples_per_s", "a rank's window is missing")
+            why = reason(m.distributed.unavailable, "job_samples_per_s", "a rank's window is missing")
             raise MetricUnavailable(f"the job's step rate is unknown ({why})")
         return rate
     return m.steps / m.wall_s
@@ -124,7 +125,7 @@ STEP_TIME = Metric(
 
 def _samples_per_s(m: TrialMetrics) -> float:
     if m.samples_per_s is None:
-        raise MetricUnavailable(f"samples/s unavailable ({m.unavailable.get('samples_per_s', 'not recorded')}); "
+        raise MetricUnavailable(f"samples/s unavailable ({reason(m.unavailable, 'samples_per_s', 'not recorded')}); "
                                 "gate on --metric step_time instead")
     return m.samples_per_s
 

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from perfscope.results.distributed import RankMetrics
+from perfscope.results.messages import msg
 from perfscope.results.serde import from_jsonable, to_jsonable
 
 
@@ -142,7 +143,7 @@ def rank_metrics(place: RankPlace, metrics: Any, model: torch.nn.Module | None,
 
         owners = memory.breakdown(model, optimizer, None, grads_present=False)
     return measured_rank(metrics, rank=place.rank, local_rank=place.local_rank, node=place.node, owners=owners,
-                         why_none=why_none)
+                         why_none=msg("exception", error=why_none) if why_none else None)
 
 
 def own_cpu_cores(metrics: Any) -> float | None:
@@ -161,7 +162,7 @@ def without_peers(reports: list[RankReport]) -> None:
             continue
         peers = [r for r in reports if r is not report and r.metrics is not None and r.metrics.node == mine.node]
         if any(p.own_cpu_cores is None for p in peers):
-            mine.unavailable["other_cpu_cores"] = "includes the job's other ranks on this node (their load is unknown)"
+            mine.unavailable["other_cpu_cores"] = msg("includes_peer_ranks")
             continue
         mine.other_cpu_cores = max(mine.other_cpu_cores - sum(p.own_cpu_cores or 0.0 for p in peers), 0.0)
 

@@ -22,6 +22,7 @@ import perfscope.hooks.observe as observe
 
 if TYPE_CHECKING:  # imported when counted: `import perfscope.hooks` stays light (no results model)
     from perfscope.measure.observation import FlopCount, Unavailable
+    from perfscope.results.messages import Message
 
 MAX_FLOP_RESTARTS = 5
 """FLOP counts discarded because a pause fell inside the counted step, before giving up on counting."""
@@ -41,7 +42,7 @@ class FlopStep:
         self.flops: tuple[float, int | None, list[str]] | None = None
         """(model FLOPs, samples in the counted step, notes)."""
         self.hardware_per_model = 1.0
-        self.unavailable: str | None = None
+        self.unavailable: Message | None = None
         self.restarts: list[str] = []
         self.fingerprint: Any = None
         self.precision_seen: observe.Observation | None = None
@@ -89,8 +90,9 @@ class FlopStep:
         self.stop_observer()
         self.restarts.append(f"step {step_index} ({reason} inside it)")
         if len(self.restarts) >= MAX_FLOP_RESTARTS:
-            self.unavailable = (f"{reason} ran inside each of the {len(self.restarts)} steps the FLOP "
-                                "count was tried on (pass Profiler(flops_per_step=...))")
+            from perfscope.results.messages import msg
+
+            self.unavailable = msg("flop_count_paused", reason=reason, tries=len(self.restarts))
         else:
             self.index = step_index + 1
 
@@ -124,7 +126,9 @@ class FlopStep:
                 counter.__exit__(None, None, None)
             except Exception:  # noqa: BLE001
                 pass
-            self.unavailable = self.unavailable or "the run ended during the FLOP-counting step"
+            from perfscope.results.messages import msg
+
+            self.unavailable = self.unavailable or msg("run_ended_in_flop_step")
         try:
             self.stop_observer()  # whether or not the counter started: the stance must not outlive the Profiler
         except Exception:  # noqa: BLE001
@@ -133,6 +137,7 @@ class FlopStep:
     def count(self, samples_per_step: int | None) -> FlopCount | Unavailable:
         """FLOPs per optimizer step: the user's, else the counted step's scaled to the typical step's samples."""
         from perfscope.measure.observation import FlopCount, Unavailable
+        from perfscope.results.messages import msg
 
         if self.user_flops is not None:
             return FlopCount(model=float(self.user_flops), convention="user supplied (Profiler(flops_per_step=...))")
@@ -140,8 +145,8 @@ class FlopStep:
             if self.unavailable is not None:
                 return Unavailable(self.unavailable)
             if not self.count_flops:
-                return Unavailable("FLOP counting disabled (Profiler(count_flops=False))")
-            return Unavailable(f"the FLOP-counting step (step {self.index}) was not reached")
+                return Unavailable(msg("hooks_flops_disabled"))
+            return Unavailable(msg("flop_step_not_reached", step=self.index))
         total, counted_samples, notes = self.flops
         notes = list(notes)
         if counted_samples and samples_per_step and counted_samples != samples_per_step:
@@ -158,8 +163,9 @@ class FlopStep:
     def structure(self, flops: FlopCount | Unavailable) -> Any:
         """The fingerprint counted at this step, or why there is none."""
         from perfscope.measure.observation import Unavailable
+        from perfscope.results.messages import msg
 
         if self.fingerprint is not None:
             return self.fingerprint
-        why = flops.reason if isinstance(flops, Unavailable) else "that step was not counted"
-        return Unavailable("counted at the FLOP-counting step: " + why)
+        why = flops.reason if isinstance(flops, Unavailable) else msg("step_not_counted")
+        return Unavailable(msg("counted_at_flop_step", why=why))

@@ -29,6 +29,7 @@ import torch
 
 if TYPE_CHECKING:  # perfscope.results is not imported until results are built (a disabled Profiler stays light)
     from perfscope.results.config import CompileMode
+    from perfscope.results.messages import Message
 
 _AUTOCAST_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 _REDUCED = ("bf16", "fp16")
@@ -51,11 +52,13 @@ def eager_counting_available() -> bool:
     return callable(getattr(getattr(torch, "compiler", None), "set_stance", None))
 
 
-def compiled_flops_unavailable(what: str) -> str | None:
+def compiled_flops_unavailable(what: str) -> Message | None:
     """Why a compiled model gets no FLOP count: None where the counted step can run it eagerly (torch >= 2.6)."""
     if eager_counting_available():
         return None
-    return f"{what}: the FLOP counter cannot see into compiled graphs on this torch (pass Profiler(flops_per_step=...))"
+    from perfscope.results.messages import msg
+
+    return msg("compiled_flops_unseen", what=what)
 
 
 def graphs_compiled() -> int | None:

@@ -21,16 +21,15 @@ import torch
 import perfscope.hooks.observe as observe
 from perfscope.hooks.tally import most_common
 from perfscope.measure.observation import FirstStep, MemoryPeaks, RunObservation, Unavailable
+from perfscope.results.messages import msg
 
 if TYPE_CHECKING:
     from perfscope.hooks.state import RunState
     from perfscope.results import Environment, Results, TrialConfig, WorkloadInfo
 
 CUDA_PEAKS_SINCE_START = "CUDA memory peaks are since the process started (perfscope does not reset them)"
-LOSSES_NOT_READ = "hooks never read the loss (reading it is a device sync)"
-WINDOW_SYNCS_NOT_COUNTED = ("hooks: not counted over the window (your process's warning filters and CUDA sync debug "
-                            "mode are left alone); a sync every N steps is in the fingerprint only when the counted "
-                            "step hits it")
+LOSSES_NOT_READ = msg("hooks_losses_not_read")
+WINDOW_SYNCS_NOT_COUNTED = msg("hooks_window_syncs_not_counted")
 
 
 def memory_peaks(device: torch.device) -> MemoryPeaks:
@@ -84,11 +83,11 @@ def observation(prof: RunState, windows: list[Any], peaks: MemoryPeaks, micro_ba
         first_step = FirstStep(seconds=prof.clock.elapsed_s(start, end),
                                compiled=prof.model is not None and hasattr(prof.model, "_orig_mod"))
     else:
-        first_step = Unavailable("measured only when the first step's batch comes through prof.wrap()")
+        first_step = Unavailable(msg("hooks_first_step_needs_wrap"))
     if prof.model is not None and prof.optimizer is not None:
         owners: Any = memory.breakdown(prof.model, prof.optimizer, None, grads_present=False)
     else:
-        owners = Unavailable("needs Profiler(model, optimizer=...)")
+        owners = Unavailable(msg("hooks_owners_need_optimizer"))
     return RunObservation(
         device_type=prof.device.type, windows=windows, records=records, micro_batch_size=micro_batch,
         grad_accum_steps=most_common(tally.per_step_micro) or 1, warmup_steps=prof.warmup_steps,
@@ -98,8 +97,7 @@ def observation(prof: RunState, windows: list[Any], peaks: MemoryPeaks, micro_ba
         first_step=first_step, utilization=prof.sampler.result() if prof.sampler is not None else None,
         losses=Unavailable(LOSSES_NOT_READ),
         excluded_s={why: round(s, 6) for why, s in prof.excluded_s.items() if s},
-        data_wait=None if prof.data_wait_measured else Unavailable(
-            "not measured: iterate with prof.wrap(loader) to measure the time blocked on data"),
+        data_wait=None if prof.data_wait_measured else Unavailable(msg("hooks_data_wait_needs_wrap")),
     )
 
 
@@ -150,7 +148,7 @@ def build_results(prof: RunState, *, ratios: bool = True) -> Results:
     capture = prof.capture
     if capture is not None:
         if capture.trace_path is None:
-            metrics.unavailable["trace"] = capture.missing()
+            metrics.unavailable["trace"] = msg("trace_not_captured", notes=list(capture.notes))
         else:
             attach_trace(metrics, capture.trace_path, device_type=prof.device.type, steps=capture.active_steps)
     if ratios:  # a job's are applied once every rank reported (perfscope.measure.job.apply_job)

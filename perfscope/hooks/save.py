@@ -90,6 +90,8 @@ def make_job(place: RankPlace, results: Results, reports: list[RankReport | None
     from perfscope.hooks.distributed import layout, without_peers
     from perfscope.measure.job import apply_job, combine_ranks
     from perfscope.results.distributed import RankMetrics
+    from perfscope.results.messages import msg
+    from perfscope.wording import words
 
     received = [r for r in reports if r is not None]
     missing = [rank for rank, r in enumerate(reports) if r is None]
@@ -98,7 +100,7 @@ def make_job(place: RankPlace, results: Results, reports: list[RankReport | None
     for report in received:
         rank = report.metrics or RankMetrics(rank=report.rank)
         if report.error:
-            rank.unavailable["steps"] = f"its profiler disabled itself after an internal error: {report.error}"
+            rank.unavailable["steps"] = msg("profiler_disabled_itself", error=report.error)
         ranks.append(rank)
     trial = results.trials[0]
     nnodes, nproc = layout(place, received)
@@ -107,13 +109,12 @@ def make_job(place: RankPlace, results: Results, reports: list[RankReport | None
                           nproc_per_node=nproc, global_batch=trial.config.global_batch)
     facts.world_size = place.world_size
     if missing:
-        why = (f"rank(s) {', '.join(map(str, missing))} did not report within {gather_timeout_s:g} s of rank 0's "
-               "save() (every rank must call prof.save())")
+        why = msg("ranks_did_not_report", ranks=missing, timeout_s=gather_timeout_s)
         facts.job_samples_per_s = None
         facts.unavailable["job_samples_per_s"] = why
-        results.notes.append(f"job figures unavailable: {why}")
+        results.notes.append(f"job figures unavailable: {words(why)}")
     elif facts.job_samples_per_s is None:
-        facts.unavailable["job_samples_per_s"] = "a rank has no timed window, or its sample count is unknown"
+        facts.unavailable["job_samples_per_s"] = msg("rank_without_window")
     assert trial.metrics is not None
     apply_job(trial.metrics, facts, peak=results.peak, env=results.environment)
     results.notes.append(

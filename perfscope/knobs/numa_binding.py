@@ -13,6 +13,7 @@ from typing import Any
 
 from perfscope.knobs.base import Knob, KnobContext
 from perfscope.versions import major_minor
+from perfscope.wording import reason
 
 MIN_TORCH = (2, 9)
 
@@ -42,7 +43,7 @@ class NumaBinding(Knob):
             return f"torchrun --numa-binding needs PyTorch ≥ 2.9 (this run: {ctx.environment.torch_version or 'unknown'})"
         nodes = ctx.environment.numa_nodes
         if nodes is None:
-            why = ctx.environment.unavailable.get("numa_nodes", "not recorded")
+            why = reason(ctx.environment.unavailable, "numa_nodes", "not recorded")
             return f"the machine's NUMA node count is unknown ({why})"
         if nodes < 2:
             return "this machine has one NUMA node: every CPU is equally close to the GPUs, there is nothing to bind"

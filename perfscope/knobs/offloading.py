@@ -16,6 +16,7 @@ from typing import Any
 from perfscope.knobs.base import Knob, KnobContext, size
 from perfscope.results import Trial
 from perfscope.results.config import TrialConfig
+from perfscope.wording import reason
 
 
 class ActivationOffloading(Knob):
@@ -56,7 +57,7 @@ class ActivationOffloading(Knob):
         facts = trial.metrics.trace_facts if trial.metrics is not None else None
         copies = facts.host_transfers if facts is not None else None
         if copies is None:
-            why = trial.metrics.unavailable.get("trace") if trial.metrics is not None else None
+            why = reason(trial.metrics.unavailable, "trace") if trial.metrics is not None else None
             return [f"host↔device copy traffic unknown: {why or 'no trace of this run'}"]
         base_facts = baseline.metrics.trace_facts if baseline.metrics is not None else None
         base = base_facts.host_transfers if base_facts is not None else None

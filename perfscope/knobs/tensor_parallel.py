@@ -16,6 +16,7 @@ from typing import Any
 
 from perfscope.knobs.base import Knob, KnobContext, data_parallel_reason, size
 from perfscope.results import Trial
+from perfscope.wording import reason
 
 
 def tp_reason(ctx: KnobContext, tp: int) -> str | None:
@@ -86,5 +87,5 @@ class TensorParallel(Knob):
             notes.append(f"collectives {comm.collective_s * 1e3:.1f} ms per step, {comm.exposed_collective_s * 1e3:.1f} ms "
                          "of it exposed (from the trace)")
         else:
-            notes.append(f"TP communication unavailable: {facts.unavailable.get('communication', 'no trace')}")
+            notes.append(f"TP communication unavailable: {reason(facts.unavailable, 'communication', 'no trace')}")
         return notes

@@ -19,15 +19,16 @@ from perfscope.measure.metrics import assemble_metrics
 from perfscope.measure.observation import FirstStep, FlopCount, RunObservation, Unavailable
 from perfscope.results import TrialMetrics
 from perfscope.results.fingerprint import Fingerprint, MemoryPeak
+from perfscope.results.messages import error, msg
 
 MEMORY_PEAK_TOLERANCE = 0.02
 """The CUDA allocator peak of identical code moves a little (cuBLAS workspaces, allocator rounding): 2%."""
 
-CPU_PEAK_IS_RSS = "CPU has no allocator peak: this is the process's peak host RSS"
-CPU_NO_RESERVED = "CPU: no caching allocator"
-ACTIVATIONS_NEED_PEAK = "needs the CUDA allocator peak"
-CPU_NO_FINGERPRINT_MEMORY = "CPU: no allocator peak (host RSS varies between identical runs)"
-KERNEL_LAUNCHES_FROM_TRACE = "CUDA only, from the profiled window"
+CPU_PEAK_IS_RSS = msg("cpu_peak_is_rss")
+CPU_NO_RESERVED = msg("cpu_no_reserved")
+ACTIVATIONS_NEED_PEAK = msg("activations_need_peak")
+CPU_NO_FINGERPRINT_MEMORY = msg("cpu_no_fingerprint_memory")
+KERNEL_LAUNCHES_FROM_TRACE = msg("kernel_launches_from_trace")
 
 
 def build_trial_metrics(obs: RunObservation) -> TrialMetrics:
@@ -57,9 +58,7 @@ def build_trial_metrics(obs: RunObservation) -> TrialMetrics:
     if obs.recompiles_in_window is not None:
         metrics.recompiles_in_window = obs.recompiles_in_window
         if obs.recompiles_in_window:
-            metrics.flags.append(
-                f"torch.compile recompiled {obs.recompiles_in_window} time(s) inside the timed window "
-                "(a new input shape or a guard failure): compile time is in the measured time")
+            metrics.flags.append(msg("recompiled_in_window", times=obs.recompiles_in_window))
     if isinstance(obs.matmul_tf32, Unavailable):
         unavailable["matmul_tf32"] = obs.matmul_tf32.reason
     else:
@@ -156,4 +155,4 @@ def attach_trace(metrics: TrialMetrics, trace: Path, *, device_type: str, steps:
         if metrics.fingerprint is not None:
             fill_kernel_launches(metrics.fingerprint, facts)
     except Exception as exc:  # noqa: BLE001 - the trace is context; the measurement stands without it
-        metrics.unavailable["trace_facts"] = f"trace analysis failed: {type(exc).__name__}: {exc}"
+        metrics.unavailable["trace_facts"] = msg("trace_analysis_failed", error=error(exc))

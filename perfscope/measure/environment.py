@@ -24,36 +24,37 @@ from perfscope.measure.cores import usable_cores
 from perfscope.measure.nvml import cuda_uuid, is_mig_uuid, nvml_handle
 from perfscope.measure.peaks import ceiling_dtypes, measure_matmul_tflops
 from perfscope.results import Environment
+from perfscope.results.messages import Message, error, msg
 
 
-def _cpu_model() -> tuple[str | None, str | None]:
+def _cpu_model() -> tuple[str | None, Message | None]:
     """(model name, None), or (None, why): the architecture ("x86_64") is not a CPU model, so it is not given as one."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             for line in fh:
                 if line.startswith("model name"):
                     return line.split(":", 1)[1].strip(), None
-        why = "/proc/cpuinfo has no 'model name'"
+        why = msg("cpuinfo_no_model")
     except OSError as exc:
-        why = f"/proc/cpuinfo unreadable ({exc.strerror or exc})"
+        why = msg("unreadable", path="/proc/cpuinfo", error=str(exc.strerror or exc))
     processor = platform.processor()
     if processor and processor != platform.machine():
         return processor, None
-    return None, f"{why}; the platform reports only the architecture ({platform.machine() or 'unknown'})"
+    return None, msg("cpu_model_unknown", why=why, machine=platform.machine() or "unknown")
 
 
-def numa_nodes(root: Path = Path("/sys/devices/system/node"), system: str = sys.platform) -> tuple[int | None, str | None]:
+def numa_nodes(root: Path = Path("/sys/devices/system/node"), system: str = sys.platform) -> tuple[int | None, Message | None]:
     """(NUMA nodes with CPUs, None), or (None, why). Linux lists one ``nodeN`` directory per online node; nodes
     without CPUs (a GH200's GPU memory, CXL memory) are not counted: no rank can be bound to them."""
     if not system.startswith("linux"):
-        return None, f"read from /sys/devices/system/node on Linux; this platform is {system}"
+        return None, msg("numa_not_linux", system=system)
     try:
         nodes = [p for p in root.iterdir() if re.fullmatch(r"node\d+", p.name)]
         with_cpus = [p for p in nodes if (p / "cpulist").read_text().strip()]
     except OSError as exc:
-        return None, f"{root} unreadable ({exc.strerror or exc})"
+        return None, msg("unreadable", path=str(root), error=str(exc.strerror or exc))
     if not with_cpus:
-        return None, f"{root} lists no node with CPUs (a kernel without NUMA support?)"
+        return None, msg("numa_no_cpus", path=str(root))
     return len(with_cpus), None
 
 
@@ -62,7 +63,7 @@ class _NvmlFacts:
     driver_version: str | None = None
     device_uuid: str | None = None  # NVML's spelling: "GPU-..." or "MIG-..."
     mig_mode: bool | None = None  # MIG enabled on the (parent) GPU
-    unavailable: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, Message] = field(default_factory=dict)
 
 
 def _nvml_facts(index: int) -> _NvmlFacts:
@@ -73,19 +74,19 @@ def _nvml_facts(index: int) -> _NvmlFacts:
 
         pynvml.nvmlInit()
     except Exception as exc:  # noqa: BLE001 - NVML absent (CPU box, WSL, container without driver)
-        facts.unavailable["driver_version"] = f"NVML unavailable: {type(exc).__name__}: {exc}"
+        facts.unavailable["driver_version"] = msg("nvml_unavailable", error=error(exc))
         return facts
     try:
         version = pynvml.nvmlSystemGetDriverVersion()
         facts.driver_version = version.decode() if isinstance(version, bytes) else str(version)
     except Exception as exc:  # noqa: BLE001
-        facts.unavailable["driver_version"] = f"NVML: {type(exc).__name__}: {exc}"
+        facts.unavailable["driver_version"] = msg("nvml_error", error=error(exc))
     try:
         handle, facts.device_uuid = nvml_handle(pynvml, index)
         if not is_mig_uuid(facts.device_uuid):
             facts.mig_mode = int(pynvml.nvmlDeviceGetMigMode(handle)[0]) == int(getattr(pynvml, "NVML_DEVICE_MIG_ENABLE", 1))
     except Exception as exc:  # noqa: BLE001 - NOT_SUPPORTED on GPUs without MIG, an old torch without uuid, ...
-        facts.unavailable["mig"] = f"NVML: {type(exc).__name__}: {exc}"
+        facts.unavailable["mig"] = msg("nvml_error", error=error(exc))
     finally:
         try:
             pynvml.nvmlShutdown()
@@ -107,13 +108,11 @@ def _datasheet(env: Environment, sm_count: int | None, mig: bool) -> None:
     """The datasheet peak of what this process can use: the whole GPU, or its MIG slice's SM share of it."""
     peak = datasheet_peak(env.device_name)
     if peak is None:
-        env.unavailable["datasheet_peaks_tflops"] = (
-            f"no datasheet entry for {env.device_name!r}; MFU uses the measured matmul ceiling (or --peak-tflops)"
-        )
+        env.unavailable["datasheet_peaks_tflops"] = msg("no_datasheet_entry", device=env.device_name)
         return
     scaled, reason = slice_peak(peak, sm_count, mig=mig)
     if scaled is None:
-        env.unavailable["datasheet_peaks_tflops"] = reason or "no datasheet peak"
+        env.unavailable["datasheet_peaks_tflops"] = reason or msg("no_datasheet_peak")
         return
     env.datasheet_peaks_tflops = dict(scaled.tflops)
     env.datasheet_source = f"{scaled.name}: {scaled.source}"
@@ -162,7 +161,7 @@ def collect_environment(device: str, *, device_index: int = 0, measure_ceiling: 
         env.mig = is_mig_name(env.device_name) or is_mig_uuid(nvml.device_uuid) or bool(nvml.mig_mode)
         _datasheet(env, env.multiprocessor_count, env.mig)
     else:
-        env.unavailable["datasheet_peaks_tflops"] = "CPUs have no comparable datasheet peak; MFU uses the measured matmul ceiling"
+        env.unavailable["datasheet_peaks_tflops"] = msg("cpu_no_datasheet_peak")
     if measure_ceiling:
         _measure_ceilings(env, device, device_index, cache_ceiling)
     explain_missing(env)
@@ -180,7 +179,7 @@ def _measure_ceilings(env: Environment, device: str, device_index: int, cache: b
         with torch.cuda.device(device_index):
             got = measure_each(dtypes, lambda dtype: measure_matmul_tflops(device, dtype))
     env.measured_ceiling_tflops.update({dtype: round(tflops, 4) for dtype, tflops in got.tflops.items()})
-    env.unavailable.update({f"measured_ceiling_tflops.{dtype}": why for dtype, why in got.errors.items()})
+    env.unavailable.update({f"measured_ceiling_tflops.{dtype}": msg("exception", error=why) for dtype, why in got.errors.items()})
     env.measured_ceiling_how = got.how
 
 
@@ -197,14 +196,14 @@ def explain_missing(env: Environment) -> None:
         if getattr(env, f.name) is not None or _REASON_KEY.get(f.name, f.name) in env.unavailable:
             continue
         if f.name in _CUDA_ONLY and env.device_type == "cpu":
-            why = "not applicable: the run used the CPU"
+            why = msg("cpu_not_applicable")
         elif f.name == "cuda_version":
             hip = getattr(torch.version, "hip", None)
-            why = f"this PyTorch is a ROCm build (HIP {hip})" if hip else "this PyTorch build has no CUDA (torch.version.cuda is None)"
+            why = msg("rocm_build", hip=hip) if hip else msg("no_cuda_build")
         elif f.name.startswith(("cpu_cores", "host_memory")):
-            why = "psutil cannot read it on this platform"
+            why = msg("psutil_cannot_read")
         elif f.name == "device_memory_bytes" and env.device_type == "cpu":
-            why = "CPU: host memory is the device memory"
+            why = msg("cpu_host_memory")
         else:
-            why = "not reported by torch or NVML on this machine"
+            why = msg("not_reported")
         env.unavailable[f.name] = why

@@ -17,6 +17,7 @@ from perfscope.measure.stragglers import find_stragglers
 from perfscope.results import Environment, Peak, TrialMetrics
 from perfscope.results.distributed import DistributedFacts, RankMetrics
 from perfscope.results.job import job_samples_per_s, job_steps_per_s, rank_peak
+from perfscope.results.messages import msg
 
 
 def combine_ranks(ranks: list[RankMetrics], *, backend: str, data_parallel: str, nnodes: int, nproc_per_node: int,
@@ -43,9 +44,9 @@ def apply_job(metrics: TrialMetrics, facts: DistributedFacts, *, peak: Peak | No
     metrics.distributed = facts
     rate = job_steps_per_s(facts)
     if facts.job_samples_per_s is None or rate is None:
-        why = facts.unavailable.get("job_samples_per_s") or "a rank's samples or timed window are unknown"
+        why = facts.unavailable.get("job_samples_per_s") or msg("rank_window_unknown")
         for name in ("samples_per_s", "tokens_per_s", "mfu"):
-            metrics.unavailable[name] = f"the job's figure is unknown: {why}"
+            metrics.unavailable[name] = msg("job_figure_unknown", why=why)
         metrics.samples_per_s = metrics.tokens_per_s = None
         return
     if metrics.tokens_per_s is not None and metrics.samples_per_s:

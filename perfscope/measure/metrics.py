@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from perfscope.measure.window import StepRecord
+from perfscope.results.messages import Message, msg
 from perfscope.results.model import TrialMetrics, Window
 from perfscope.stats import summarize
 
@@ -40,15 +41,12 @@ def assemble_metrics(
 ) -> TrialMetrics:
     """TrialMetrics with every rate from work / wall time; FLOPs, memory and MFU are filled in later."""
     steps, samples, wall = window_totals(windows)
-    unavailable: dict[str, str] = {}
+    unavailable: dict[str, Message] = {}
     samples_per_s = samples / wall if samples is not None and wall > 0 else None
     if samples is None:
-        unavailable["samples_per_s"] = (
-            "samples per step unknown: iterate with prof.wrap(loader) over tensor batches, "
-            "or pass Profiler(samples_per_step=...) / prof.step(samples=...)"
-        )
+        unavailable["samples_per_s"] = msg("samples_per_step_unknown")
     elif wall <= 0:
-        unavailable["samples_per_s"] = "no timed step"
+        unavailable["samples_per_s"] = msg("no_timed_step")
     times = [r.time_s for r in records]
     metrics = TrialMetrics(
         steps=steps,

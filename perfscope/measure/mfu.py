@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from perfscope.results import Environment, Peak, TrialMetrics
 from perfscope.results.job import flop_utilization
+from perfscope.results.messages import Message, msg
+from perfscope.wording import words
 
 
 def choose_peak(env: Environment, override_tflops: float | None = None) -> Peak | None:
@@ -27,7 +29,8 @@ def choose_peak(env: Environment, override_tflops: float | None = None) -> Peak 
     if env.measured_ceiling_tflops:
         dtype = max(env.measured_ceiling_tflops, key=env.measured_ceiling_tflops.__getitem__)
         # Why there is no datasheet peak: unknown device, or a MIG slice whose SM share is unknown.
-        why = "CPU" if env.device_type == "cpu" else env.unavailable.get("datasheet_peaks_tflops", f"no datasheet entry for {env.device_name}")
+        reason = env.unavailable.get("datasheet_peaks_tflops")
+        why = "CPU" if env.device_type == "cpu" else (words(reason) if reason else f"no datasheet entry for {env.device_name}")
         return Peak(
             tflops=env.measured_ceiling_tflops[dtype],
             dtype=dtype,
@@ -47,37 +50,36 @@ def apply_utilization_ratios(metrics: TrialMetrics, peak: Peak | None, env: Envi
     measured while the machine was busy): it is not reported; the reason goes to ``unavailable`` and ``flags``.
     """
     if not metrics.flops_per_step:
-        metrics.unavailable.setdefault("mfu", metrics.unavailable.get("flops_per_step", "no FLOP count"))
+        metrics.unavailable.setdefault("mfu", metrics.unavailable.get("flops_per_step", msg("no_flop_count")))
         return
     if metrics.wall_s <= 0 or metrics.steps <= 0:
-        metrics.unavailable["mfu"] = "no timed step"
+        metrics.unavailable["mfu"] = msg("no_timed_step")
         return
     rate = steps_per_s if steps_per_s is not None else metrics.steps / metrics.wall_s
     flops = metrics.flops_per_step
     metrics.achieved_tflops = flop_utilization(flops, rate, 1.0)  # FLOP/s over 1 TFLOP/s: TFLOP/s
     if peak is None:
-        metrics.unavailable["mfu"] = "no peak FLOP/s known for this device (pass --peak-tflops)"
+        metrics.unavailable["mfu"] = msg("no_peak")
     else:
         metrics.mfu = _plausible(metrics, "mfu", flop_utilization(flops, rate, peak.tflops),
-                                 f"the {peak.tflops:g} TFLOP/s peak ({peak.source})")
+                                 msg("against_peak", tflops=peak.tflops, source=peak.source))
         if metrics.hardware_flops_per_step:
             metrics.hfu = _plausible(metrics, "hfu", flop_utilization(metrics.hardware_flops_per_step, rate, peak.tflops),
-                                     f"the {peak.tflops:g} TFLOP/s peak")
+                                     msg("against_peak", tflops=peak.tflops))
     if env.measured_ceiling_tflops:
         ceiling = max(env.measured_ceiling_tflops.values())
         metrics.mfu_vs_measured_ceiling = _plausible(
             metrics, "mfu_vs_measured_ceiling", flop_utilization(flops, rate, ceiling),
-            f"the matmul ceiling measured at {ceiling:g} TFLOP/s (a ceiling measured while the machine was busy reads low)",
+            msg("against_ceiling", tflops=ceiling),
         )
     else:
-        metrics.unavailable["mfu_vs_measured_ceiling"] = "no measured ceiling"
+        metrics.unavailable["mfu_vs_measured_ceiling"] = msg("no_measured_ceiling")
 
 
-def _plausible(metrics: TrialMetrics, name: str, value: float, against: str) -> float | None:
+def _plausible(metrics: TrialMetrics, name: str, value: float, against: Message) -> float | None:
     if value <= 1.0:
         return value
-    why = (f"{name} computed as {value:.0%} of {against}: above 100% cannot be true; the FLOP count per step "
-           f"({metrics.flops_per_step:.3g}) or the denominator is wrong, so it is not reported")
+    why = msg("implausible_ratio", name=name, value=value, against=against, flops=metrics.flops_per_step)
     metrics.unavailable[name] = why
     metrics.flags.append(why)
     return None

@@ -2,7 +2,7 @@
 
     obs = RunObservation(device_type="cpu", windows=[window], records=records, micro_batch_size=8,
                          grad_accum_steps=1, warmup_steps=3, memory=MemoryPeaks(device_type="cpu", host_rss=...),
-                         flops=Unavailable("FLOP counting disabled for this trial"), ...)
+                         flops=Unavailable(msg("flops_disabled")), ...)
     metrics = build_trial_metrics(obs)
 
 Why a typed observation: the trials (perfscope.trial.loop) and the hooks (perfscope.hooks) watch a loop in
@@ -20,13 +20,14 @@ from perfscope.measure.flops import FLOP_CONVENTION
 from perfscope.measure.window import StepRecord
 from perfscope.results import MemoryBreakdown, Utilization, Window
 from perfscope.results.fingerprint import CompileFacts, Fingerprint, WindowSyncs
+from perfscope.results.messages import Message
 
 
 @dataclass(frozen=True)
 class Unavailable:
     """A value the run could not observe, and why (it becomes ``TrialMetrics.unavailable[name]``)."""
 
-    reason: str
+    reason: Message
 
 
 @dataclass(frozen=True, kw_only=True)

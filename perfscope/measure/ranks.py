@@ -26,8 +26,9 @@ from perfscope.measure.gc_pauses import GcPauses
 from perfscope.measure.metrics import window_totals
 from perfscope.results import MemoryBreakdown, TrialMetrics, Window
 from perfscope.results.distributed import RankMetrics
+from perfscope.results.messages import Message, msg
 
-NO_GC_TRACKING = "Python GC was not tracked in this run's window"
+NO_GC_TRACKING = msg("gc_not_tracked")
 
 
 def window_mean(windows: Sequence[Window], reading: str) -> float | None:
@@ -41,7 +42,7 @@ def window_mean(windows: Sequence[Window], reading: str) -> float | None:
 
 def rank_metrics(metrics: TrialMetrics | None, *, rank: int, local_rank: int, node: str,
                  owners: MemoryBreakdown | None = None, gc_pauses: GcPauses | None = None,
-                 why_none: str = "") -> RankMetrics:
+                 why_none: Message | None = None) -> RankMetrics:
     """This rank's RankMetrics from its own TrialMetrics (None: nothing timed, ``why_none`` says why).
 
     ``owners``: the memory owners when ``metrics`` has none (a rank with no timed step still holds its shards).
@@ -53,13 +54,13 @@ def rank_metrics(metrics: TrialMetrics | None, *, rank: int, local_rank: int, no
         ranked.gradient_bytes = owners.gradients
         ranked.optimizer_state_bytes = owners.optimizer_state
     else:
-        ranked.unavailable["parameter_bytes"] = "the memory owners were not counted (no model and optimizer)"
+        ranked.unavailable["parameter_bytes"] = msg("owners_not_counted")
     if gc_pauses is not None:
         ranked.gc_collections, ranked.gc_pause_s = gc_pauses.collections, gc_pauses.pause_s
     else:
         ranked.unavailable["gc_collections"] = NO_GC_TRACKING
     if metrics is None:
-        ranked.unavailable["steps"] = why_none or "no timed step"
+        ranked.unavailable["steps"] = why_none or msg("no_timed_step")
         return ranked
     ranked.steps, ranked.wall_s = metrics.steps, metrics.wall_s
     ranked.samples = window_totals(metrics.windows)[1] if metrics.windows else None
@@ -69,5 +70,5 @@ def rank_metrics(metrics: TrialMetrics | None, *, rank: int, local_rank: int, no
     ranked.peak_memory_bytes = metrics.peak_memory_bytes
     ranked.other_cpu_cores = window_mean(metrics.windows, "other_cpu_cores")
     if ranked.other_cpu_cores is None:
-        ranked.unavailable["other_cpu_cores"] = "no window measured the machine's load"
+        ranked.unavailable["other_cpu_cores"] = msg("no_load_measured")
     return ranked

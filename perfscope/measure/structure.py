@@ -32,6 +32,7 @@ from torch.utils._pytree import tree_flatten
 
 from perfscope.measure.flops import StepFlopCounter
 from perfscope.results.fingerprint import CompileFacts, CopyStat, Fingerprint, SyncSite, WindowSyncs
+from perfscope.results.messages import Message, error, msg
 from perfscope.results.trace_facts import TraceFacts
 
 SYNC_OPS: dict[str, str] = {
@@ -343,8 +344,7 @@ def fill_kernel_launches(fingerprint: Fingerprint, facts: TraceFacts) -> None:
 SYNC_WARNING = "called a synchronizing CUDA operation"
 """What torch's CUDA sync debug mode warns at each synchronizing call (c10/cuda: warn_or_error_on_sync)."""
 
-WINDOW_SYNCS_ON_CPU = ("CPU: no device to wait for and no sync debug mode; syncs are counted on the one counted step "
-                       "(a sync every N steps is seen only when that step hits it)")
+WINDOW_SYNCS_ON_CPU = msg("window_syncs_on_cpu")
 
 
 def _measurement_sync() -> bool:
@@ -378,7 +378,7 @@ class WindowSyncCounter:
         self._get_mode = get_mode or (lambda: int(torch.cuda.get_sync_debug_mode()))
         self._set_mode = set_mode or torch.cuda.set_sync_debug_mode
         self.sites: Counter[str] = Counter()
-        self.reason: str | None = WINDOW_SYNCS_ON_CPU if device != "cuda" else None
+        self.reason: Message | None = WINDOW_SYNCS_ON_CPU if device != "cuda" else None
         self._warnings: Any = None
 
     def __enter__(self) -> WindowSyncCounter:
@@ -386,7 +386,7 @@ class WindowSyncCounter:
             return self
         try:
             if self._get_mode() != 0:
-                self.reason = "the CUDA sync debug mode was already set (by your code): left alone, not counted"
+                self.reason = msg("sync_debug_mode_already_set")
                 return self
             self._warnings = warnings.catch_warnings()  # restores the filters and showwarning on exit
             self._warnings.__enter__()
@@ -404,7 +404,7 @@ class WindowSyncCounter:
             self._set_mode(1)
         except Exception as exc:  # noqa: BLE001 - counting must never cost the measurement
             self._restore()
-            self.reason = f"the CUDA sync debug mode could not be set: {type(exc).__name__}: {exc}"
+            self.reason = msg("sync_debug_mode_failed", error=error(exc))
         return self
 
     def _restore(self) -> None:

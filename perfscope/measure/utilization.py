@@ -21,6 +21,7 @@ import psutil
 
 from perfscope.measure.nvml import current_cuda_index, nvml_handle
 from perfscope.results import Utilization, UtilizationSample
+from perfscope.results.messages import Message, error, msg
 from perfscope.stats import summarize
 
 MAX_TIMELINE_SAMPLES = 600
@@ -46,7 +47,7 @@ class UtilizationSampler:
         self._samples: list[UtilizationSample] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._unavailable: dict[str, str] = {}
+        self._unavailable: dict[str, Message] = {}
         self._nvml: Any = None
         self._handle: Any = None
         self._sm_clock_max: float | None = None
@@ -56,11 +57,11 @@ class UtilizationSampler:
             try:
                 index = current_cuda_index() if device_index is None else device_index
             except Exception as exc:  # noqa: BLE001 - no CUDA device to ask: no GPU sample, with the reason
-                self._unavailable["gpu"] = f"no current CUDA device: {type(exc).__name__}: {exc}"
+                self._unavailable["gpu"] = msg("no_cuda_device", error=error(exc))
             else:
                 self._open_nvml(index)
         else:
-            self._unavailable["gpu"] = "CPU trial: no GPU to sample"
+            self._unavailable["gpu"] = msg("cpu_no_gpu_sample")
 
     def _open_nvml(self, index: int) -> None:
         """NVML handle of CUDA device ``index``, found by UUID (NVML's indices ignore CUDA_VISIBLE_DEVICES and
@@ -70,13 +71,13 @@ class UtilizationSampler:
 
             pynvml.nvmlInit()
         except Exception as exc:  # noqa: BLE001 - degrade: no NVML is a recorded reason, not a failure
-            self._unavailable["gpu"] = f"NVML unavailable: {type(exc).__name__}: {exc}"
+            self._unavailable["gpu"] = msg("nvml_unavailable", error=error(exc))
             return
         try:
             self._handle, self.nvml_uuid = nvml_handle(pynvml, index)
             self._nvml = pynvml
         except Exception as exc:  # noqa: BLE001 - never fall back to an index: that samples the wrong GPU
-            self._unavailable["gpu"] = f"NVML device of CUDA device {index} not found: {type(exc).__name__}: {exc}"
+            self._unavailable["gpu"] = msg("nvml_device_not_found", index=index, error=error(exc))
             try:
                 pynvml.nvmlShutdown()
             except Exception:  # noqa: BLE001
@@ -85,7 +86,7 @@ class UtilizationSampler:
         try:  # read once: the reference the throttling rule compares the sampled clocks with
             self._sm_clock_max = float(pynvml.nvmlDeviceGetMaxClockInfo(self._handle, pynvml.NVML_CLOCK_SM))
         except Exception as exc:  # noqa: BLE001
-            self._unavailable["sm_clock_max_mhz"] = f"NVML: {type(exc).__name__}: {exc}"
+            self._unavailable["sm_clock_max_mhz"] = msg("nvml_error", error=error(exc))
 
     @property
     def nvml_handle(self) -> Any:
@@ -108,7 +109,7 @@ class UtilizationSampler:
             try:
                 setattr(sample, field_name, read())
             except Exception as exc:  # noqa: BLE001 - e.g. NVML_ERROR_NOT_SUPPORTED under MIG
-                self._unavailable[field_name] = f"NVML: {type(exc).__name__}: {exc}"
+                self._unavailable[field_name] = msg("nvml_error", error=error(exc))
 
     def _run(self) -> None:
         t0 = time.perf_counter()
@@ -138,7 +139,7 @@ class UtilizationSampler:
         samples = self._samples
         util = Utilization(unavailable=dict(self._unavailable))
         if not samples:
-            util.unavailable.setdefault("samples", "the measured region was shorter than one sampling interval")
+            util.unavailable.setdefault("samples", msg("shorter_than_sampling"))
             return util
 
         def summary(name: str) -> Any:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from perfscope.report.charts import Chart, rank_step_chart
 from perfscope.report.format import NA, fmt_bytes, fmt_percent, fmt_rate, fmt_seconds
 from perfscope.results import DistributedFacts, RankMetrics, Results, ShardingMemory, Trial
+from perfscope.wording import words
 
 CAUSES = {"gc": "garbage collection", "data": "data loading", "host contention": "host contention", "compute": "slow device or node",
           "unknown": "cause unknown"}
@@ -185,7 +186,7 @@ def distributed_view(results: Results, *, baseline: Trial | None, recommended: T
     stragglers = [f"rank {s.rank}: {s.slower_by * 100:.0f} % slower than the others' median compute step, slowest in "
                   f"{s.slowest_share * 100:.0f} % of the steps ({CAUSES.get(s.cause, s.cause)})"
                   + (f" — {'; '.join(s.evidence)}" if s.evidence else "") for s in facts.stragglers]
-    notes = [f"{k}: {v}" for k, v in facts.unavailable.items()]
+    notes = [f"{k}: {words(v)}" for k, v in facts.unavailable.items()]
     if facts.communication is not None:
         notes += list(facts.communication.notes)
     return DistributedView(

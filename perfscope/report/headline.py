@@ -22,6 +22,7 @@ from perfscope.report.story import (
     reference_words,
 )
 from perfscope.results import Gain, Results, Trial
+from perfscope.wording import reason
 
 
 @dataclass(kw_only=True, slots=True)
@@ -61,7 +62,7 @@ class Headline:
 
 def _reason(trial: Trial, metric: str) -> str:
     m = trial.metrics
-    return (m.unavailable.get(metric, "") if m else "") or "not measured"
+    return (reason(m.unavailable, metric) if m else "") or "not measured"
 
 
 def step_cell(trial: Trial, scale: float = 1.0) -> Cell:

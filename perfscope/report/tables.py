@@ -17,6 +17,7 @@ from perfscope.report.story import gain_words
 from perfscope.report.structure import StructuralEffect
 from perfscope.results import FAILED_STATUSES, KnobOutcome, Results, Trial
 from perfscope.results.trace_diff import diff_facts
+from perfscope.wording import words
 
 MAX_KERNEL_ROWS = 15
 MAX_KERNEL_NAME = 160
@@ -214,7 +215,7 @@ def environment(results: Results) -> list[Row]:
         Row(label="Measured matmul ceiling", value=", ".join(f"{k} {v:g} TFLOP/s" for k, v in env.measured_ceiling_tflops.items())
             + (f" ({env.measured_ceiling_how})" if env.measured_ceiling_tflops and env.measured_ceiling_how else "")),
     ]
-    rows += [Row(label=f"{k} (unavailable)", value=v) for k, v in env.unavailable.items()]
+    rows += [Row(label=f"{k} (unavailable)", value=words(v)) for k, v in env.unavailable.items()]
     return [r for r in rows if r.value.strip()]
 
 

@@ -19,6 +19,7 @@ from perfscope.report.story import (
 )
 from perfscope.report.view import build_view
 from perfscope.results import Results
+from perfscope.wording import words
 
 
 def summary_table(results: Results) -> str:
@@ -49,7 +50,7 @@ def summary_table(results: Results) -> str:
 def answer_lines(results: Results, report_path: Path | None) -> str:
     """What to do, in the headline's words and numbers (perfscope.report.story), then where to read more."""
     lines = [""]
-    lines += [f"warning: {w}" for w in results.warnings]
+    lines += [f"warning: {words(w)}" for w in results.warnings]
     story = build_story(results)
     if story is not None:
         r = story.recommended

@@ -17,6 +17,7 @@ from perfscope.report.format import NA
 from perfscope.report.headline import Headline
 from perfscope.report.tables import TrialRow
 from perfscope.results import Environment
+from perfscope.wording import reason
 
 TRACE_LEAD = ("Read from a trace, with no rerun: nothing was measured, so every finding below is an estimate from the "
               "trace; step times are the trace's own, throughput and MFU are unknown (a trace has no batch and no FLOP count).")
@@ -38,7 +39,7 @@ def trace_peak(env: Environment) -> tuple[str, str]:
     if env.datasheet_peaks_tflops:
         peaks = ", ".join(f"{dtype} {tflops:g}" for dtype, tflops in env.datasheet_peaks_tflops.items())
         return f"datasheet {peaks} TFLOP/s", f"{env.datasheet_source}; MFU is n/a: a trace has no FLOP count"
-    why = env.unavailable.get("datasheet_peaks_tflops", "a CPU has no datasheet peak here")
+    why = reason(env.unavailable, "datasheet_peaks_tflops", "a CPU has no datasheet peak here")
     return "unknown", why + "; MFU is n/a: a trace has no FLOP count"
 
 

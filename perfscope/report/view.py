@@ -65,6 +65,7 @@ from perfscope.results.roles import (
     recommended_configuration,
     recommended_run,
 )
+from perfscope.wording import words
 
 __all__ = ["DiffLine", "FindingView", "ReportView", "baseline_name", "build_view", "diff_lines", "recommended_name", "trace_href"]
 
@@ -201,7 +202,7 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
         notes=list(results.notes),
         recommended_structure=recommended_structure(results, effects),
         structure_notes=list(dict.fromkeys(n for e in effects.values() if not e.compared for n in e.notes)),
-        warnings=list(results.warnings),
+        warnings=[words(w) for w in results.warnings],
         breakdown=[SliceRow(label=x.label, time=fmt_seconds(x.seconds), share=f"{x.share * 100:.0f} %",
                             fixes=", ".join(f"#{r}" for r in marks.get(x.key, []))) for x in slices],
         distributed=distributed_view(results, baseline=base, recommended=rec),

@@ -25,6 +25,7 @@ from perfscope.report.format import fmt_seconds
 from perfscope.results import Results
 from perfscope.results.waterfall import PARTS, MfuWaterfall, WaterfallPart, mfu_waterfall
 from perfscope.rules import all_rules
+from perfscope.wording import words
 
 GROUP_COLORS = {"host idle": ORANGE, "exposed communication": PURPLE, "non-GEMM kernels": TEAL, "GEMM efficiency": RED,
                 "recompute": "#9D755D", "padding": "#9D755D", "not split": GREY, "residual": GREY}
@@ -103,8 +104,8 @@ def waterfall_view(results: Results, findings: list[Any] | None = None) -> Water
     rows = [WaterfallRow(label=p.label, group=p.spec.group, points=_points(p),
                          time=fmt_seconds(p.seconds) if p.seconds is not None else "",
                          evidence=p.evidence, fixes=_fixes(p), ranked=", ".join(f"#{r}" for r in marks.get(p.key, [])),
-                         unavailable=p.unavailable) for p in wf.parts]
-    start = f"100 % = {wf.denominator}"
+                         unavailable=words(p.unavailable) if p.unavailable else "") for p in wf.parts]
+    start = f"100 % = {words(wf.denominator)}"
     end = f"{wf.end_label}: {wf.end_points:.1f} %"
     return WaterfallView(trial=wf.trial, start=start, end=end, rows=rows, notes=list(wf.notes),
                          chart=waterfall_figure(wf, marks))
@@ -116,7 +117,7 @@ def waterfall_figure(wf: MfuWaterfall, marks: dict[str, list[int]]) -> Chart | N
     if not [p for p in shown if p.key != "residual"]:
         return None
     start = "100 % (peak)" if wf.basis == "peak" else "100 % (step)"
-    labels, bases, heights, colors, texts, hovers = [start], [0.0], [100.0], [GREY], ["100 %"], [plotly_text(wf.denominator)]
+    labels, bases, heights, colors, texts, hovers = [start], [0.0], [100.0], [GREY], ["100 %"], [plotly_text(words(wf.denominator))]
     level = 100.0
     for p in shown:
         pts = p.points or 0.0
@@ -150,8 +151,8 @@ def waterfall_figure(wf: MfuWaterfall, marks: dict[str, list[int]]) -> Chart | N
             "bargap": 0.25,
         },
     }
-    missing = [f"{p.label} ({p.unavailable})" for p in wf.parts if p.points is None]
-    caption = (f"From 100 % ({wf.denominator}) down to {wf.end_label} ({wf.end_points:.1f} %), each bar a measured share of "
+    missing = [f"{p.label} ({words(p.unavailable) if p.unavailable else ''})" for p in wf.parts if p.points is None]
+    caption = (f"From 100 % ({words(wf.denominator)}) down to {wf.end_label} ({wf.end_points:.1f} %), each bar a measured share of "
                f"{wf.trial}'s step; the parts and the grey residual add up to the gap by construction "
                "(docs/measurement.md). Each bar names the ranked fixes that act on it (fix #N).")
     if missing:

@@ -18,6 +18,7 @@ from typing import Literal
 
 from perfscope.results.constraints import FRACTION, NAME, NON_NEGATIVE, SECONDS, SERIES, SERIES_SECONDS
 from perfscope.results.layout import ParallelFacts
+from perfscope.results.messages import Message
 
 DataParallel = Literal["none", "ddp", "fsdp", "zero1"]
 """How the harness wraps the model: not at all (one process, or the user's own wrapper), DistributedDataParallel,
@@ -57,7 +58,7 @@ class RankMetrics:
     """Time in collectives per step, from the rank's trace (a rank waiting for a slower peer waits in here)."""
     exposed_collective_s_per_step: float | None = field(default=None, metadata=SECONDS)
     """Collective time no compute overlapped (the step waited for the network or for a peer)."""
-    unavailable: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, Message] = field(default_factory=dict)
 
     @property
     def mean_step_time_s(self) -> float | None:
@@ -166,7 +167,7 @@ class DistributedFacts:
     """torchrun --numa-binding as run, None when off."""
     parallel: ParallelFacts | None = None
     """Tensor / pipeline parallelism (perfscope.results.layout); None for a pure data-parallel run."""
-    unavailable: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, Message] = field(default_factory=dict)
 
     def rank(self, rank: int) -> RankMetrics | None:
         return next((r for r in self.ranks if r.rank == rank), None)

@@ -18,6 +18,8 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 
+from perfscope.results.messages import Message
+
 
 @dataclass(kw_only=True)
 class SyncSite:
@@ -114,7 +116,7 @@ class Fingerprint:
     """CUDA allocator peak (max allocated); None on a CPU (host RSS is not an allocator peak)."""
     window_syncs: WindowSyncs | None = None
     """Syncs over the whole timed window (CUDA); None with the reason in `unavailable` elsewhere."""
-    unavailable: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, Message] = field(default_factory=dict)
 
     @property
     def syncs_per_step(self) -> int:

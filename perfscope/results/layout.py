@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from perfscope.results.constraints import FRACTION, NAME, NON_NEGATIVE, SECONDS, SERIES
+from perfscope.results.messages import Message
 
 PruneReason = Literal["would not fit", "communication bound", "bubble", "inapplicable", "not needed"]
 
@@ -89,7 +90,7 @@ class ParallelFacts:
     """Slowest rank's busy time / the mean busy time − 1."""
     bubble_method: str = ""
     notes: list[str] = field(default_factory=list)
-    unavailable: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, Message] = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)

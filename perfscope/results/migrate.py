@@ -20,6 +20,8 @@ import copy
 import math
 from typing import Any
 
+from perfscope.results.messages import legacy, msg
+
 NOTE_V1 = (
     "read from a schema-1 file: throughput and MFU recomputed as work / wall time from its per-step times; "
     "its sweep gains came from median step times within single runs and are not comparable with run-based gains"
@@ -27,10 +29,53 @@ NOTE_V1 = (
 
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:
-    """A schema-2 document from a schema-1 or schema-2 one (others are returned untouched for the caller to refuse)."""
+    """A schema-3 document from a schema-1, 2 or 3 one (others are returned untouched for the caller to refuse)."""
     if data.get("schema_version") == 1:
         data = _v1(data)
+    if data.get("schema_version") == 2:
+        data = _v2(data)
     return _typed_trace_facts(data)
+
+
+# ------------------------------------------------------------------------------ schema 2: prose messages
+
+LOAD_WARNING_V2 = "other load on this machine persisted through"
+"""How every persistent-load warning perfscope wrote as prose began: read back as the code "persistent_load_v2",
+which a resumed session replaces like its own (perfscope.trial.session)."""
+
+
+def _v2(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2 wrote warnings, `unavailable` reasons and flags as prose; schema 3 as messages (code + params).
+    Old prose cannot be parsed back into parameters, so it is kept verbatim under the code "legacy"."""
+    out = copy.deepcopy(data)
+    out["schema_version"] = 3
+    _prose_to_messages(out)
+    if isinstance(out.get("warnings"), list):
+        out["warnings"] = [_message(w, load=True) for w in out["warnings"]]
+    return out
+
+
+def _message(text: Any, load: bool = False) -> Any:
+    """The JSON of the message holding an old prose string (anything else is left for the loader to judge)."""
+    if not isinstance(text, str):
+        return text
+    m = msg("persistent_load_v2", text=text) if load and text.startswith(LOAD_WARNING_V2) else legacy(text)
+    return {"code": m.code, "params": dict(m.params)}
+
+
+def _prose_to_messages(node: Any) -> None:
+    """Every `unavailable` map's reasons and every TrialMetrics' flags, at any depth, in place."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "unavailable" and isinstance(value, dict):
+                node[key] = {k: _message(v) for k, v in value.items()}
+            elif key == "flags" and isinstance(value, list) and "samples_per_s" in node:  # TrialMetrics.flags
+                node[key] = [_message(v) for v in value]
+            else:
+                _prose_to_messages(value)
+    elif isinstance(node, list):
+        for value in node:
+            _prose_to_messages(value)
 
 
 def _v1(data: dict[str, Any]) -> dict[str, Any]:

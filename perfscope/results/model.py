@@ -40,6 +40,7 @@ from perfscope.results.distributed import DistributedFacts
 from perfscope.results.fingerprint import Fingerprint
 from perfscope.results.io import load_typed, write_json
 from perfscope.results.layout import LayoutTable, ModelLayout
+from perfscope.results.messages import Message
 from perfscope.results.migrate import upgrade
 from perfscope.results.serde import from_jsonable, to_jsonable
 from perfscope.results.trace_facts import TraceFacts
@@ -61,7 +62,7 @@ __all__ = [
     "TrialMetrics", "TrialStatus", "Utilization", "UtilizationSample", "Verdict", "Window", "WorkloadInfo",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 TrialStatus = Literal["ok", "oom", "error", "crashed", "timeout", "nonfinite", "skipped"]
 FAILED_STATUSES: frozenset[str] = frozenset({"oom", "error", "crashed", "timeout", "nonfinite"})
@@ -116,7 +117,7 @@ class Environment:
     measured_ceiling_how: str = ""
     """Where the ceiling came from: "measured in this run", or when and where a cached reading of this machine was
     measured (perfscope.measure.ceiling_cache); "" in results recorded before it existed."""
-    unavailable: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, Message] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,7 +180,7 @@ class Utilization:
     cpu_percent: Summary | None = None  # whole-host CPU utilization, 0..100
     throttle_reasons_seen: list[str] = field(default_factory=list)
     samples: list[UtilizationSample] = field(default_factory=list, metadata=SERIES)  # bounded timeline for charts
-    unavailable: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, Message] = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)
@@ -319,9 +320,9 @@ class TrialMetrics:
     """Settings of the config this run did not actually run with (TrialConfig field -> why): e.g. compile that
     fell back to eager, TF32 or GC the user's code set back during the run. A knob whose own setting is here was
     not measured (perfscope.trial.applied)."""
-    flags: list[str] = field(default_factory=list)
+    flags: list[Message] = field(default_factory=list)
     """Figures that cannot be true as measured (e.g. MFU above 100%), with why; the report shows them."""
-    unavailable: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, Message] = field(default_factory=dict)
 
     @property
     def mean_step_time_s(self) -> float:
@@ -401,7 +402,7 @@ class Results:
     findings: list[Finding] | None = None
     layouts: LayoutTable | None = None
     """The (dp, tp, pp) layout search (perfscope.search.layout), when the run had more than one rank."""
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[Message] = field(default_factory=list)
     """Measurement problems a reader must see first (persistent contention, implausible figures)."""
     notes: list[str] = field(default_factory=list)
 
@@ -436,7 +437,7 @@ class Results:
         try:
             data = upgrade(data)
         except (TypeError, ValueError, AttributeError, KeyError, OverflowError, ZeroDivisionError) as exc:
-            raise ResultsError(f"a schema-1 file that cannot be upgraded: {type(exc).__name__}: {exc}") from None
+            raise ResultsError(f"a schema-{show(data.get('schema_version'))} file that cannot be upgraded: {type(exc).__name__}: {exc}") from None
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ResultsError(

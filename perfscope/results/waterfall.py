@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from perfscope.results.messages import Message, msg
 from perfscope.results.model import Results, Trial, TrialMetrics
 from perfscope.results.roles import baseline_run
 
@@ -82,8 +83,7 @@ PARTS: dict[str, PartSpec] = {
 }
 """Every part, in the chart's order."""
 
-PADDING_UNKNOWN = ("not measured: perfscope counts every token position of a batch, padding included, as model FLOPs "
-                   "(pad positions are not marked), so padded FLOPs sit inside the measured MFU, not in the gap")
+PADDING_UNKNOWN = msg("padding_unknown")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,7 +94,7 @@ class WaterfallPart:
     seconds: float | None = None
     """Seconds per step, for the time parts."""
     evidence: str = ""
-    unavailable: str = ""
+    unavailable: Message | None = None
     name: str = ""
     """The label where the device words it differently (a CPU has no launches: "host overhead")."""
 
@@ -114,7 +114,7 @@ class MfuWaterfall:
     trial: str
     basis: str
     """What 100 % is: "peak" (the MFU's denominator) or "step time" (no FLOPs: MFU unknown)."""
-    denominator: str
+    denominator: Message
     """The 100 % in words (the peak and its source, or the step)."""
     step_s: float
     end_label: str
@@ -217,15 +217,14 @@ def trial_waterfall(results: Results, trial: Trial) -> MfuWaterfall | None:
     traced = _trace_seconds(m)
     shares: dict[str, float] = {}
     notes: list[str] = []
-    unavailable: dict[str, str] = {}
+    unavailable: dict[str, Message] = {}
     window_src = "trace" if results.source == "trace" else "timed window"
     if "data_wait_share" in m.unavailable:
         unavailable["data_wait"] = m.unavailable["data_wait_share"]
         notes.append("the data wait is not marked: time the host spent loading data counts as launch & host overhead")
     else:
         shares["data_wait"] = dw
-    no_trace = ("no profiler trace of this run" if m.trace_facts is None else "its trace has no step time") + \
-        ": the step is not split beyond its data wait"
+    no_trace = msg("waterfall_no_trace", traced=m.trace_facts is not None)
     if traced is not None:
         sec, trace_notes = traced
         notes += trace_notes
@@ -233,7 +232,7 @@ def trial_waterfall(results: Results, trial: Trial) -> MfuWaterfall | None:
         for k, v in sec.items():
             shares[k] = (1.0 - dw) * v / total if total > 0 else 0.0
         if "communication" not in shares:
-            unavailable["communication"] = "no collectives in the trace (one process)"
+            unavailable["communication"] = msg("no_collectives_traced")
     else:
         for k in ("sync", "launch", "idle", "communication", "non_gemm"):
             unavailable[k] = no_trace
@@ -244,9 +243,9 @@ def trial_waterfall(results: Results, trial: Trial) -> MfuWaterfall | None:
     peak = results.peak
     if mfu is not None and peak is not None:
         basis, end_label, end = "peak", "MFU", mfu
-        denominator = f"{peak.tflops:g} TFLOP/s ({peak.dtype}): {peak.source}"
+        denominator = msg("denominator_peak", tflops=peak.tflops, dtype=peak.dtype, source=peak.source)
         if m.hfu is None:
-            unavailable["recompute"] = m.unavailable.get("hfu", "no hardware FLOP count: recompute taken as 0")
+            unavailable["recompute"] = m.unavailable.get("hfu", msg("no_hardware_flops"))
         parts["recompute"] = max(hfu - mfu, 0.0)
         unavailable["padding"] = PADDING_UNKNOWN
         if matmul is not None:
@@ -261,14 +260,14 @@ def trial_waterfall(results: Results, trial: Trial) -> MfuWaterfall | None:
             unavailable["gemm"] = no_trace
         else:
             parts["unsplit"] = max(parts.pop("unsplit", 0.0) - hfu, 0.0)
-            unavailable["gemm"] = "the trace has no matmul-class kernels to hold the FLOPs MFU counts"
+            unavailable["gemm"] = msg("no_matmul_kernels")
     else:
         basis, end_label = "step time", "matmul-class kernels (MFU's ceiling at peak)"
         end = matmul if matmul is not None else 0.0
-        why = m.unavailable.get("mfu") or ("no peak FLOP/s for this device" if peak is None else "no FLOP count")
-        denominator = f"the {_ms(step)} step (MFU unknown: {why})"
+        why = m.unavailable.get("mfu") or (msg("no_peak_for_device") if peak is None else msg("no_flop_count"))
+        denominator = msg("denominator_step", step=_ms(step), why=why)
         for k in ("gemm", "recompute", "padding"):
-            unavailable[k] = f"MFU unknown: {why}"
+            unavailable[k] = msg("mfu_unknown", why=why)
         if matmul is None:
             end_label = "rest of the step (not split: no trace)" if traced is None else "matmul-class kernels (none traced)"
             if traced is None:
@@ -285,7 +284,7 @@ def trial_waterfall(results: Results, trial: Trial) -> MfuWaterfall | None:
             share = parts[key]
             out.append(WaterfallPart(key=key, points=share * 100, seconds=share * step if key in _TIME else None,
                                      evidence=_part_evidence(key, share, step, m, hfu, matmul, window_src),
-                                     unavailable=unavailable.get(key, ""), name=names.get(key, "")))
+                                     unavailable=unavailable.get(key), name=names.get(key, "")))
         elif key in unavailable:
             out.append(WaterfallPart(key=key, points=None, unavailable=unavailable[key]))
     return MfuWaterfall(trial=trial.name, basis=basis, denominator=denominator, step_s=step, end_label=end_label,

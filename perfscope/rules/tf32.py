@@ -5,6 +5,7 @@ from perfscope.rules._precision import matmul_precision
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.snippets import tf32_change
 from perfscope.tf32_api import tf32_api
+from perfscope.wording import reason
 
 
 class Tf32Matmul(Rule):
@@ -43,7 +44,7 @@ class Tf32Matmul(Rule):
             rule_id=self.id, title="fp32 matmuls without TF32", severity="medium",
             evidence=[f"compute capability {cc} supports TF32; " + (
                 "the loop leaves it off" if tf32_on is False else
-                f"the loop's TF32 setting could not be read ({ctx.metrics.unavailable.get('matmul_tf32', 'unknown')})")],
+                f"the loop's TF32 setting could not be read ({reason(ctx.metrics.unavailable, 'matmul_tf32', 'unknown')})")],
             # In the API of the torch that measured the run (perfscope.tf32_api: the one its trials applied).
             fix=tf32_change(tf32_api(ctx.results.environment.torch_version or None)),
             caveats=["numerics: fp32 matmuls with a 10-bit mantissa"],

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfscope.results import KnobOutcome, Results, Sweep, Trial
+from perfscope.results.messages import msg
 
 
 @dataclass(frozen=True)
@@ -58,5 +59,5 @@ def record_stack_failure(failure: StackFailure, sweep: Sweep, results: Results) 
         stacked = f"did not join the stack: {failure.name} {'failed' if failure.failed else 'was not usable'} ({failure.reason})"
         outcome.reason = "; ".join(filter(None, [outcome.reason, stacked]))
     if failure.failed:
-        results.warnings.append(f"{' + '.join(failure.knobs)} together failed ({failure.reason}), though {failure.joining} "
-                                f"alone and the stack without it ran: see the failed trial {failure.name}")
+        results.warnings.append(msg("stack_failed", knobs=list(failure.knobs), reason=failure.reason,
+                                    joining=failure.joining, trial=failure.name))

@@ -35,6 +35,7 @@ from perfscope.results import (
     WorkloadInfo,
 )
 from perfscope.results.distributed import CommunicationFacts, DistributedFacts, RankMetrics
+from perfscope.results.messages import msg
 from perfscope.results.trace_facts import TraceFacts
 from perfscope.stats import summarize
 from perfscope.trace.communication import communication_facts, exposed_collective_by_step
@@ -45,8 +46,8 @@ from perfscope.trace.rank_stragglers import trace_stragglers
 from perfscope.trace.window import loader_spans
 
 TRIAL = "baseline"
-NO_SAMPLES = "a trace does not record the batch: there are no samples to divide the wall time by"
-NO_FLOPS = "a trace has no FLOP count (nothing was run to count them)"
+NO_SAMPLES = msg("trace_no_samples")
+NO_FLOPS = msg("trace_no_flops")
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -148,17 +149,13 @@ def _metrics(a: RankAnalysis) -> TrialMetrics:
     unavailable = {
         "samples_per_s": NO_SAMPLES, "tokens_per_s": NO_SAMPLES, "flops_per_step": NO_FLOPS, "achieved_tflops": NO_FLOPS,
         "mfu": NO_FLOPS, "hfu": NO_FLOPS,
-        "peak_memory_bytes": "not read from a trace (memory is measured by a run)",
-        "utilization": "nothing was sampled: a trace has no device or host utilization",
-        "micro_batch_size": "a trace does not record the batch", "grad_accum_steps": "a trace does not say how many "
-        "micro-batches an optimizer step accumulates",
+        "peak_memory_bytes": msg("trace_no_memory"), "utilization": msg("trace_no_utilization"),
+        "micro_batch_size": msg("trace_no_batch"), "grad_accum_steps": msg("trace_no_accumulation"),
     }
     if not a.data_labelled:
-        unavailable["data_wait_share"] = (f"the trace has no {DATA_LABEL} spans (perfscope marks the loop's next() with "
-                                          "them) and no DataLoader __next__ spans: its data wait is not marked, and 0 is "
-                                          "not a measurement")
+        unavailable["data_wait_share"] = msg("trace_no_data_spans", label=DATA_LABEL)
     if not times:
-        unavailable["step_times_s"] = f"no ProfilerStep#N spans or step marks: the trace's whole span was taken as {facts.steps} step(s)"
+        unavailable["step_times_s"] = msg("trace_no_step_marks", steps=facts.steps)
     return TrialMetrics(
         steps=facts.steps, warmup_steps=0, micro_batch_size=0, grad_accum_steps=0, samples_per_step=0,
         windows=[Window(steps=facts.steps, samples=None, wall_s=wall, data_wait_s=facts.data_wait_fraction * wall,
@@ -181,8 +178,7 @@ def _distributed(analysed: list[RankAnalysis], *, world_size: int) -> Distribute
         backend="/".join(backends), data_parallel="unknown", slowest_rank=slowest.source.rank, ranks=ranks,
         stragglers=stragglers, straggler_method=method, communication=slowest.communication,
         unavailable={
-            "nnodes": "a trace does not record the job's layout of nodes and ranks per node",
-            "data_parallel": "a trace does not say how the model was wrapped (DDP, FSDP, ...)",
+            "nnodes": msg("trace_no_layout"), "data_parallel": msg("trace_no_wrapping"),
             "job_samples_per_s": NO_SAMPLES, "global_batch": NO_SAMPLES,
         },
     )
@@ -195,15 +191,14 @@ def _rank_metrics(a: RankAnalysis) -> RankMetrics:
         step_times_s=a.source.step_times_s, data_wait_share=facts.data_wait_fraction,
         collective_s_per_step=comm.collective_s if comm else None,
         exposed_collective_s_per_step=comm.exposed_collective_s if comm else None,
-        unavailable={"samples_per_s": NO_SAMPLES, "local_step_times_s": "a trace has no window without gradient "
-                     "communication: stragglers are tested on the traced step minus its exposed collective time",
-                     "peak_memory_bytes": "not read from a trace"},
+        unavailable={"samples_per_s": NO_SAMPLES, "local_step_times_s": msg("trace_no_local_window"),
+                     "peak_memory_bytes": msg("trace_no_rank_memory")},
     )
 
 
 def _environment(ranks: list[RankTrace], device_type: str) -> Environment:
     """The device the trace names (deviceProperties) and its datasheet peaks, so facts can be read against it."""
-    unavailable = {"torch_version": "not recorded in a trace", "cpu_model": "not recorded in a trace"}
+    unavailable = {"torch_version": msg("trace_not_recorded"), "cpu_model": msg("trace_not_recorded")}
     names = sorted({r.device_name for r in ranks if r.device_name})
     props = next((r.device_properties for r in ranks if r.device_properties), {})
     name = " / ".join(names) or ("CPU" if device_type == "cpu" else "unknown GPU")
@@ -211,7 +206,7 @@ def _environment(ranks: list[RankTrace], device_type: str) -> Environment:
                       device_count=len(ranks) if device_type == "cuda" else 0,
                       hostname=", ".join(sorted({r.host_name for r in ranks if r.host_name})), unavailable=unavailable)
     if device_type == "cuda" and not names:
-        unavailable["device_name"] = "the trace has no deviceProperties"
+        unavailable["device_name"] = msg("trace_no_device_properties")
     if {"computeMajor", "computeMinor"} <= props.keys():
         env.compute_capability = f"{props['computeMajor']}.{props['computeMinor']}"
     if isinstance(props.get("totalGlobalMem"), int):
@@ -224,9 +219,9 @@ def _environment(ranks: list[RankTrace], device_type: str) -> Environment:
         if sliced is not None:
             env.datasheet_peaks_tflops, env.datasheet_source = dict(sliced.tflops), sliced.source
         else:
-            unavailable["datasheet_peaks_tflops"] = why or ""
+            unavailable["datasheet_peaks_tflops"] = why or msg("no_datasheet_peak")
     elif device_type == "cuda":
-        unavailable["datasheet_peaks_tflops"] = "no datasheet entry for this device" if names else "the device is unknown"
+        unavailable["datasheet_peaks_tflops"] = msg("trace_no_datasheet_entry") if names else msg("trace_device_unknown")
     return env
 
 

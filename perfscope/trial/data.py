@@ -19,6 +19,7 @@ from perfscope.measure.dataset_profile import PROFILE_AT_DATA_WAIT, profile_data
 from perfscope.measure.samples import leading_dim
 from perfscope.results import TrialMetrics
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import error, msg
 from perfscope.workload import Workload
 
 
@@ -103,4 +104,4 @@ def profile_dataset_cost(workload: Workload, config: TrialConfig, metrics: Trial
         metrics.dataset_profile = profile_dataset(workload.dataset(), batch_size=config.micro_batch_size,
                                                   collate_fn=workload.collate_fn)
     except Exception as exc:  # noqa: BLE001 - the profile is a diagnosis, the measurement is already safe
-        metrics.unavailable["dataset_profile"] = f"profiling the Dataset failed: {type(exc).__name__}: {exc}"
+        metrics.unavailable["dataset_profile"] = msg("dataset_profile_failed", error=error(exc))

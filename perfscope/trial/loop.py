@@ -46,6 +46,7 @@ from perfscope.measure.window import WindowRecorder
 from perfscope.results import TrialMetrics
 from perfscope.results.config import TrialConfig
 from perfscope.results.fingerprint import Fingerprint
+from perfscope.results.messages import error, msg
 from perfscope.trial.applied import Observed, compile_not_applied, not_applied, record
 from perfscope.trial.data_parallel import agree_on_steps, local_optimizer
 from perfscope.trial.optimizers import optimizer_name
@@ -174,7 +175,8 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
         losses_before_window=[float(v) for v in torch.stack(before).cpu()] if before else [],
         optimizer=optimizer_name(local_optimizer(step.optimizer)), calibration=calibration,
         recompiles_in_window=frames_after - frames_before if frames_before is not None and frames_after is not None else None,
-        matmul_tf32=matmul_tf32 if matmul_tf32 is not None else Unavailable(matmul_tf32_state().reason or "unknown"),
+        matmul_tf32=matmul_tf32 if matmul_tf32 is not None else Unavailable(
+            msg("tf32_state_unknown", why=matmul_tf32_state().reason or "unknown")),
     ))
     seen = Observed(compiled_graphs=_compiled_graphs(compile_counters) if config.compile is not None else None,
                     recorded=recorded,
@@ -189,11 +191,11 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
 def _flop_count(step: TrainStep, config: TrialConfig, tokens: TokenTally | None) -> FlopCount | Unavailable:
     """FLOPs of one step (TrainStep.count_flops); a failure (an OOM too) costs the count, never the timing."""
     if not config.count_flops:
-        return Unavailable("FLOP counting disabled for this trial")
+        return Unavailable(msg("flops_disabled"))
     try:
         model_flops, hardware_flops, notes = step.count_flops(tokens)
     except Exception as exc:  # noqa: BLE001
-        return Unavailable(f"FLOP counting failed: {type(exc).__name__}: {exc}")
+        return Unavailable(msg("flops_failed", error=error(exc)))
     return FlopCount(model=model_flops, hardware=hardware_flops, notes=notes)
 
 
@@ -203,7 +205,7 @@ def _structure(step: TrainStep) -> Fingerprint | Unavailable:
     try:
         return step.count_structure()
     except Exception as exc:  # noqa: BLE001 - an OOM or an op the mode cannot pass must not lose the timing
-        return Unavailable(f"structure counting failed: {type(exc).__name__}: {exc}")
+        return Unavailable(msg("structure_failed", error=error(exc)))
 
 
 class CompileNotApplied(RuntimeError):
@@ -220,7 +222,7 @@ def capture_trace(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) ->
     try:
         from perfscope.trace.capture import TraceCapture
     except ImportError as exc:
-        metrics.unavailable["trace"] = f"trace capture not available: {exc}"
+        metrics.unavailable["trace"] = msg("trace_capture_unavailable", error=str(exc))
         return
     try:
         # A folder of its own (HTA loads every trace in a folder), steps labelled by the run's step count.
@@ -229,10 +231,10 @@ def capture_trace(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) ->
                 run.step()
                 cap.step()
     except Exception as exc:  # noqa: BLE001
-        metrics.unavailable["trace"] = f"trace capture failed: {type(exc).__name__}: {exc}"
+        metrics.unavailable["trace"] = msg("trace_capture_failed", error=error(exc))
         return
     if cap.path is None:
-        metrics.unavailable["trace"] = cap.note or "trace unavailable"
+        metrics.unavailable["trace"] = msg("trace_not_captured", notes=[cap.note or "trace unavailable"])
         return
     attach_trace(metrics, cap.path, device_type=config.device, steps=cap.active_steps, alignment_precision=config.precision)
 
@@ -253,4 +255,4 @@ def capture_trace_into(run: MeasuredRun, config: TrialConfig, artifacts_dir: Pat
     try:
         capture_trace(run, config, artifacts_dir)
     except Exception as exc:  # noqa: BLE001 - the trace is optional, the measurement is not
-        run.metrics.unavailable["trace"] = f"trace capture failed: {type(exc).__name__}: {exc}"
+        run.metrics.unavailable["trace"] = msg("trace_capture_failed", error=error(exc))

@@ -23,6 +23,7 @@ from perfscope.measure.bubble import (
 from perfscope.results.bubble import bubble_formula
 from perfscope.results.config import TrialConfig
 from perfscope.results.layout import ParallelFacts, StageTiming
+from perfscope.results.messages import msg
 
 BUBBLE_METHOD = ("per pipeline rank: 1 − (its stages' forward_one_chunk + backward_one_chunk + loss seconds) / "
                  "the schedule's step() wall time, median over the timed window's steps, then the mean over ranks; "
@@ -115,12 +116,12 @@ def parallel_facts(config: TrialConfig, workload: Any, gathered: list[Any]) -> P
         if config.pipeline_schedule == "interleaved_1f1b":  # the multi-stage runtime's order is the one it executes
             order = next((extra["order"] for _, extra in entries if extra["order"]), None)
             if order is None:
-                facts.unavailable["bubble_replayed"] = "the schedule exposes no action order (pipeline_order)"
+                facts.unavailable["bubble_replayed"] = msg("no_pipeline_order")
                 return facts
             actions = {int(r): [Action(*a) for a in acts] for r, acts in order.items()}
         else:
             actions = schedule_order(config.pipeline_schedule, config.pipeline_parallel, config.grad_accum_steps)
         facts.bubble_replayed = replay_bubble(actions, forward, backward)
     except (ValueError, KeyError) as exc:
-        facts.unavailable["bubble_replayed"] = f"replay failed: {exc}"
+        facts.unavailable["bubble_replayed"] = msg("replay_failed", error=str(exc))
     return facts

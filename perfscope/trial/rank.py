@@ -31,6 +31,7 @@ from perfscope.measure.job import combine_ranks
 from perfscope.measure.ranks import rank_metrics as measured_rank
 from perfscope.results import RankMetrics, to_jsonable, write_json
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import error, msg
 from perfscope.trace.communication import communication_facts
 from perfscope.trial.data_parallel import (
     RankInfo,
@@ -121,9 +122,9 @@ def rank_metrics(run: MeasuredRun, info: RankInfo, config: TrialConfig) -> RankM
     if can_skip_all_communication(config):
         ranked.local_step_times_s = local_compute_window(run, min(max(m.steps, LOCAL_WINDOW_STEPS[0]), LOCAL_WINDOW_STEPS[1]))
     else:
-        why = ("tensor / pipeline parallelism: forward and backward exchange activations between the ranks"
-               if config.model_parallel > 1 else f"{config.data_parallel}: forward gathers parameters from the peers")
-        ranked.unavailable["local_step_times_s"] = f"{why}, so no step runs without communication"
+        why = (msg("model_parallel_exchanges") if config.model_parallel > 1
+               else msg("forward_gathers_parameters", strategy=config.data_parallel))
+        ranked.unavailable["local_step_times_s"] = msg("no_step_without_communication", why=why)
     return ranked
 
 
@@ -161,15 +162,15 @@ def communication_of(run: MeasuredRun, info: RankInfo, config: TrialConfig, rank
             bench[op] = (size, benchmark_collective(op, size, device=config.device))
         except Exception as exc:  # noqa: BLE001 - the benchmark is context, not the measurement
             bench[op] = (size, None)
-            ranked.unavailable[f"microbench.{op}"] = f"{type(exc).__name__}: {exc}"
+            ranked.unavailable[f"microbench.{op}"] = msg("exception", error=error(exc))
     if not metrics.trace_path:
-        ranked.unavailable["collective_s_per_step"] = metrics.unavailable.get("trace", "no trace captured")
+        ranked.unavailable["collective_s_per_step"] = metrics.unavailable.get("trace", msg("no_trace_captured"))
         return None
     try:
         facts = communication_facts(Path(metrics.trace_path), rank=info.rank, device_type=config.device,
                                     steps=3, world_size=info.world_size, payload_bytes=payload)
     except Exception as exc:  # noqa: BLE001
-        ranked.unavailable["collective_s_per_step"] = f"trace analysis failed: {type(exc).__name__}: {exc}"
+        ranked.unavailable["collective_s_per_step"] = msg("trace_analysis_failed", error=error(exc))
         return None
     for stat in facts.collectives:
         if stat.op in bench:
@@ -249,7 +250,7 @@ def job_result(metrics: Any, config: TrialConfig, info: RankInfo, gathered: list
         # The rank that waited least in collectives: its exposed time is the network's, not a wait for a peer.
         facts.communication = min(comms, key=lambda c: c.exposed_collective_s)
     else:
-        facts.unavailable["communication"] = metrics.unavailable.get("trace", "no trace captured")
+        facts.unavailable["communication"] = metrics.unavailable.get("trace", msg("no_trace_captured"))
     facts.memory_model = memory_model(ranks, config)
     facts.numa_nodes = numa_node_count()
     facts.numa_binding = config.numa_binding

@@ -36,6 +36,8 @@ from typing import IO, Any
 
 from perfscope.errors import ResultsError
 from perfscope.results.io import open_log, read_json
+from perfscope.results.messages import msg
+from perfscope.results.serde import to_jsonable
 from perfscope.trial.launch import run_job
 from perfscope.trial.logs import log_tail
 from perfscope.trial.pin import LANE_CPUS_ENV
@@ -261,7 +263,7 @@ class TrialRunner:
             if payload.get("phase") == "timed" and "metrics" in payload:
                 # Died after the timing was written: the measurement stands, the trace is what was lost.
                 died = _describe(returncode) if returncode != 0 else "ended"
-                payload["metrics"].setdefault("unavailable", {})["trace"] = f"the trial process {died} during trace capture"
+                payload["metrics"].setdefault("unavailable", {})["trace"] = to_jsonable(msg("trial_died_in_trace", how=died))
             return Outcome(payload.get("status", "error"), error, payload, wall)
         return Outcome("crashed", f"{_describe(returncode)} without a result\n{log_tail(log_path)}", {}, wall)
 

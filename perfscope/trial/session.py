@@ -29,6 +29,7 @@ from perfscope.measure.job import apply_job
 from perfscope.measure.mfu import apply_utilization_ratios
 from perfscope.results import Results, ResultsError, Trial, TrialMetrics, from_jsonable
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import Message, msg
 from perfscope.trial.launch import Launch
 from perfscope.trial.runner import Outcome, TrialRunner
 from perfscope.trial.spec import ChildSpec, TrialSpec
@@ -41,8 +42,8 @@ machine is busy, and each retry then only triples the cost of a run that ends ex
 machine once took 70 runs). Later contended runs are excluded at once; the sweep's own repetition still applies."""
 IN_FLIGHT = "in flight on its lane"
 """The error of a parallel run's placeholder until its lane returns (what stays of it when the sweep is interrupted)."""
-LOAD_WARNING = "other load on this machine persisted through"
-"""How the session's one persistent-load warning begins (every wording perfscope has written begins so)."""
+LOAD_WARNINGS = frozenset({"persistent_load", "persistent_load_v2"})
+"""The codes of the session's one persistent-load warning: its own, and one an older perfscope wrote as prose."""
 
 
 class LaneRunner(Protocol):
@@ -119,12 +120,12 @@ class Session:
         results.trials = []
         # The replay earns its load warning again from the runs it keeps; the previous one (in any wording an
         # earlier perfscope wrote) would stand beside it.
-        results.warnings = [w for w in results.warnings if not w.startswith(LOAD_WARNING)]
+        results.warnings = [w for w in results.warnings if w.code not in LOAD_WARNINGS]
         self._sequence = 0
         self.contention_retries = contention_retries
         self._spoiled: dict[str, int] = {}
         """Configuration -> how many of its measurements stayed contended through every retry."""
-        self._load_warning: str | None = None
+        self._load_warning: Message | None = None
         """This session's one persistent-load warning as it stands in results.warnings."""
         self.launch = launch
         """torchrun's arguments for the distributed runs (a config of more than one rank); None: one process."""
@@ -184,15 +185,11 @@ class Session:
 
     def _record_spoiled(self, configuration: str, why: str) -> None:
         self._spoiled[configuration] = self._spoiled.get(configuration, 0) + 1
-        spoiled = ", ".join(f"{name} (×{count})" for name, count in self._spoiled.items())
-        times = sum(self._spoiled.values())
-        warning = (f"{LOAD_WARNING} {self.contention_retries + 1} run(s) of a measurement, "
-                   f"{times} time(s): {spoiled} (the last: {why}): those runs are not used as evidence"
-                   + (f"; after {PERSISTENT_AFTER} times a contended run was no longer measured again"
-                      if times > PERSISTENT_AFTER and self.contention_retries else "")
-                   + "; measure on a quiet machine")
+        gave_up = sum(self._spoiled.values()) > PERSISTENT_AFTER and self.contention_retries
+        warning = msg("persistent_load", runs=self.contention_retries + 1, spoiled=dict(self._spoiled), last=why,
+                      gave_up_after=PERSISTENT_AFTER if gave_up else None)
         warnings = self.results.warnings
-        if self._load_warning in warnings:
+        if self._load_warning is not None and self._load_warning in warnings:
             warnings[warnings.index(self._load_warning)] = warning
         else:
             warnings.append(warning)

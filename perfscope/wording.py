@@ -1,0 +1,207 @@
+"""The words of every message a run records (perfscope.results.messages): one template per code.
+
+    words(msg("no_timed_step"))    # "no timed step"
+
+The only place a warning, an `unavailable` reason or a flag becomes prose: the HTML page, the Markdown, the terminal
+and `perfscope check` alike. A pure helper beside perfscope.snippets rather than inside report/, because the knobs and
+rules (which report/ imports) still quote a reason in their own prose. A template is a str.format string over the
+message's parameters, or a keyword-only function of them; a parameter that is itself a message is worded first.
+tests/test_wording.py checks that every code perfscope writes has a template that gets its parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from perfscope.results.messages import Message
+
+
+def _persistent_load(*, runs: int, spoiled: dict[str, int], last: str, gave_up_after: int | None = None) -> str:
+    listed = ", ".join(f"{name} (×{count})" for name, count in spoiled.items())
+    return (f"other load on this machine persisted through {runs} run(s) of a measurement, "
+            f"{sum(spoiled.values())} time(s): {listed} (the last: {last}): those runs are not used as evidence"
+            + (f"; after {gave_up_after} times a contended run was no longer measured again" if gave_up_after else "")
+            + "; measure on a quiet machine")
+
+
+def _stack_failed(*, knobs: list[str], reason: str, joining: str, trial: str) -> str:
+    return (f"{' + '.join(knobs)} together failed ({reason}), though {joining} "
+            f"alone and the stack without it ran: see the failed trial {trial}")
+
+
+def _against_peak(*, tflops: float, source: str | None = None) -> str:
+    return f"the {tflops:g} TFLOP/s peak" + (f" ({source})" if source is not None else "")
+
+
+def _trace_not_captured(*, notes: list[str]) -> str:
+    return "; ".join(notes) or "the capture window was not reached"
+
+
+def _ranks_did_not_report(*, ranks: list[int], timeout_s: float) -> str:
+    return (f"rank(s) {', '.join(map(str, ranks))} did not report within {timeout_s:g} s of rank 0's "
+            "save() (every rank must call prof.save())")
+
+
+def _waterfall_no_trace(*, traced: bool) -> str:
+    return ("its trace has no step time" if traced else "no profiler trace of this run") + \
+        ": the step is not split beyond its data wait"
+
+
+Wording = str | Callable[..., str]
+
+WORDING: dict[str, Wording] = {
+    # read from files written before messages were records (perfscope.results.migrate)
+    "legacy": "{text}",
+    "persistent_load_v2": "{text}",
+    # results-level warnings
+    "persistent_load": _persistent_load,
+    "stack_failed": _stack_failed,
+    # unavailable: sampling the device
+    "no_cuda_device": "no current CUDA device: {error}",
+    "cpu_no_gpu_sample": "CPU trial: no GPU to sample",
+    "nvml_unavailable": "NVML unavailable: {error}",
+    "nvml_device_not_found": "NVML device of CUDA device {index} not found: {error}",
+    "nvml_error": "NVML: {error}",
+    "shorter_than_sampling": "the measured region was shorter than one sampling interval",
+    # unavailable: the run's figures
+    "samples_per_step_unknown": ("samples per step unknown: iterate with prof.wrap(loader) over tensor batches, "
+                                 "or pass Profiler(samples_per_step=...) / prof.step(samples=...)"),
+    "no_timed_step": "no timed step",
+    "no_flop_count": "no FLOP count",
+    "no_peak": "no peak FLOP/s known for this device (pass --peak-tflops)",
+    "no_measured_ceiling": "no measured ceiling",
+    "against_peak": _against_peak,
+    "against_ceiling": "the matmul ceiling measured at {tflops:g} TFLOP/s (a ceiling measured while the machine was busy reads low)",
+    "implausible_ratio": ("{name} computed as {value:.0%} of {against}: above 100% cannot be true; the FLOP count per step "
+                          "({flops:.3g}) or the denominator is wrong, so it is not reported"),
+    # unavailable: the machine
+    "exception": "{error}",
+    "unreadable": "{path} unreadable ({error})",
+    "cpuinfo_no_model": "/proc/cpuinfo has no 'model name'",
+    "cpu_model_unknown": "{why}; the platform reports only the architecture ({machine})",
+    "numa_not_linux": "read from /sys/devices/system/node on Linux; this platform is {system}",
+    "numa_no_cpus": "{path} lists no node with CPUs (a kernel without NUMA support?)",
+    "no_datasheet_entry": "no datasheet entry for {device!r}; MFU uses the measured matmul ceiling (or --peak-tflops)",
+    "no_datasheet_peak": "no datasheet peak",
+    "cpu_no_datasheet_peak": "CPUs have no comparable datasheet peak; MFU uses the measured matmul ceiling",
+    "slice_share_unknown": ("{what} of an {gpu}: the slice's SM share is unknown, so the full GPU's datasheet peak "
+                            "would overstate it; MFU uses the measured matmul ceiling"),
+    "cpu_not_applicable": "not applicable: the run used the CPU",
+    "rocm_build": "this PyTorch is a ROCm build (HIP {hip})",
+    "no_cuda_build": "this PyTorch build has no CUDA (torch.version.cuda is None)",
+    "psutil_cannot_read": "psutil cannot read it on this platform",
+    "cpu_host_memory": "CPU: host memory is the device memory",
+    "not_reported": "not reported by torch or NVML on this machine",
+    # unavailable: the ranks of a distributed run
+    "gc_not_tracked": "Python GC was not tracked in this run's window",
+    "owners_not_counted": "the memory owners were not counted (no model and optimizer)",
+    "no_load_measured": "no window measured the machine's load",
+    "cpu_peak_is_rss": "CPU has no allocator peak: this is the process's peak host RSS",
+    "cpu_no_reserved": "CPU: no caching allocator",
+    "activations_need_peak": "needs the CUDA allocator peak",
+    "cpu_no_fingerprint_memory": "CPU: no allocator peak (host RSS varies between identical runs)",
+    "kernel_launches_from_trace": "CUDA only, from the profiled window",
+    "trace_analysis_failed": "trace analysis failed: {error}",
+    # flags: figures that cannot be true as measured
+    "recompiled_in_window": ("torch.compile recompiled {times} time(s) inside the timed window "
+                             "(a new input shape or a guard failure): compile time is in the measured time"),
+    "rank_window_unknown": "a rank's samples or timed window are unknown",
+    "job_figure_unknown": "the job's figure is unknown: {why}",
+    # unavailable: what the hooks cannot see in the user's loop
+    "hooks_losses_not_read": "hooks never read the loss (reading it is a device sync)",
+    "hooks_window_syncs_not_counted": ("hooks: not counted over the window (your process's warning filters and CUDA sync "
+                                       "debug mode are left alone); a sync every N steps is in the fingerprint only when "
+                                       "the counted step hits it"),
+    "hooks_first_step_needs_wrap": "measured only when the first step's batch comes through prof.wrap()",
+    "hooks_owners_need_optimizer": "needs Profiler(model, optimizer=...)",
+    "hooks_data_wait_needs_wrap": "not measured: iterate with prof.wrap(loader) to measure the time blocked on data",
+    "trace_not_captured": _trace_not_captured,
+    # unavailable: FLOPs
+    "flops_disabled": "FLOP counting disabled for this trial",
+    "flops_failed": "FLOP counting failed: {error}",
+    "structure_failed": "structure counting failed: {error}",
+    "hooks_flops_disabled": "FLOP counting disabled (Profiler(count_flops=False))",
+    "flop_step_not_reached": "the FLOP-counting step (step {step}) was not reached",
+    "flop_count_paused": ("{reason} ran inside each of the {tries} steps the FLOP count was tried on "
+                          "(pass Profiler(flops_per_step=...))"),
+    "run_ended_in_flop_step": "the run ended during the FLOP-counting step",
+    "step_not_counted": "that step was not counted",
+    "counted_at_flop_step": "counted at the FLOP-counting step: {why}",
+    "compiled_flops_unseen": ("{what}: the FLOP counter cannot see into compiled graphs on this torch "
+                              "(pass Profiler(flops_per_step=...))"),
+    "includes_peer_ranks": "includes the job's other ranks on this node (their load is unknown)",
+    "profiler_disabled_itself": "its profiler disabled itself after an internal error: {error}",
+    "ranks_did_not_report": _ranks_did_not_report,
+    "rank_without_window": "a rank has no timed window, or its sample count is unknown",
+    # unavailable: what a trace the user brought cannot tell (perfscope trace)
+    "trace_no_samples": "a trace does not record the batch: there are no samples to divide the wall time by",
+    "trace_no_flops": "a trace has no FLOP count (nothing was run to count them)",
+    "trace_no_memory": "not read from a trace (memory is measured by a run)",
+    "trace_no_utilization": "nothing was sampled: a trace has no device or host utilization",
+    "trace_no_batch": "a trace does not record the batch",
+    "trace_no_accumulation": "a trace does not say how many micro-batches an optimizer step accumulates",
+    "trace_no_data_spans": ("the trace has no {label} spans (perfscope marks the loop's next() with them) and no "
+                            "DataLoader __next__ spans: its data wait is not marked, and 0 is not a measurement"),
+    "trace_no_step_marks": "no ProfilerStep#N spans or step marks: the trace's whole span was taken as {steps} step(s)",
+    "trace_no_layout": "a trace does not record the job's layout of nodes and ranks per node",
+    "trace_no_wrapping": "a trace does not say how the model was wrapped (DDP, FSDP, ...)",
+    "trace_no_local_window": ("a trace has no window without gradient communication: stragglers are tested on the "
+                              "traced step minus its exposed collective time"),
+    "trace_no_rank_memory": "not read from a trace",
+    "trace_not_recorded": "not recorded in a trace",
+    "trace_no_device_properties": "the trace has no deviceProperties",
+    "trace_no_datasheet_entry": "no datasheet entry for this device",
+    "trace_device_unknown": "the device is unknown",
+    # unavailable: structure, TF32, trace
+    "window_syncs_on_cpu": ("CPU: no device to wait for and no sync debug mode; syncs are counted on the one counted "
+                            "step (a sync every N steps is seen only when that step hits it)"),
+    "sync_debug_mode_already_set": "the CUDA sync debug mode was already set (by your code): left alone, not counted",
+    "sync_debug_mode_failed": "the CUDA sync debug mode could not be set: {error}",
+    "tf32_state_unknown": "{why}",
+    "trace_capture_unavailable": "trace capture not available: {error}",
+    "trace_capture_failed": "trace capture failed: {error}",
+    "trial_died_in_trace": "the trial process {how} during trace capture",
+    "no_trace_captured": "no trace captured",
+    "dataset_profile_failed": "profiling the Dataset failed: {error}",
+    # unavailable: distributed and model-parallel trials
+    "model_parallel_exchanges": "tensor / pipeline parallelism: forward and backward exchange activations between the ranks",
+    "forward_gathers_parameters": "{strategy}: forward gathers parameters from the peers",
+    "no_step_without_communication": "{why}, so no step runs without communication",
+    "no_pipeline_order": "the schedule exposes no action order (pipeline_order)",
+    "replay_failed": "replay failed: {error}",
+    # unavailable: the MFU waterfall's parts (perfscope.results.waterfall)
+    "padding_unknown": ("not measured: perfscope counts every token position of a batch, padding included, as model FLOPs "
+                        "(pad positions are not marked), so padded FLOPs sit inside the measured MFU, not in the gap"),
+    "waterfall_no_trace": _waterfall_no_trace,
+    "no_collectives_traced": "no collectives in the trace (one process)",
+    "no_hardware_flops": "no hardware FLOP count: recompute taken as 0",
+    "no_matmul_kernels": "the trace has no matmul-class kernels to hold the FLOPs MFU counts",
+    "no_peak_for_device": "no peak FLOP/s for this device",
+    "mfu_unknown": "MFU unknown: {why}",
+    "denominator_peak": "{tflops:g} TFLOP/s ({dtype}): {source}",
+    "denominator_step": "the {step} step (MFU unknown: {why})",
+}
+
+
+def words(message: Message) -> str:
+    """The prose of ``message``; a code without a template is a bug, said with the code rather than raised."""
+    template = WORDING.get(message.code)
+    params = {k: _param(v) for k, v in message.params.items()}
+    if template is None:
+        return f"[{message.code}] {params}"
+    return template.format(**params) if isinstance(template, str) else template(**params)
+
+
+def _param(value: Any) -> Any:
+    if isinstance(value, Message):
+        return words(value)
+    if isinstance(value, list):
+        return [_param(v) for v in value]
+    return value
+
+
+def reason(unavailable: Mapping[str, Message], key: str, default: str = "") -> str:
+    """The words of ``unavailable[key]``, or ``default`` when the map has no reason for it."""
+    found = unavailable.get(key)
+    return words(found) if found is not None else default

@@ -1,0 +1,113 @@
+"""Every message perfscope records has words, and every wording gets the parameters it names.
+
+The calls are read from the source (`msg("code", name=...)` anywhere under perfscope/), so a new code without a
+template, a template naming a parameter no call supplies, or a template nothing writes, fails here.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import string
+from pathlib import Path
+
+import pytest
+
+import perfscope
+from perfscope.results import Results, to_jsonable
+from perfscope.results.messages import Message, legacy, msg
+from perfscope.wording import WORDING, words
+
+ROOT = Path(perfscope.__file__).parent
+
+
+def _calls() -> list[tuple[str, str, set[str]]]:
+    """(where, code, keyword names) of every msg(...) call in perfscope/."""
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "msg":
+                where = f"{path.relative_to(ROOT.parent)}:{node.lineno}"
+                first = node.args[0] if node.args else None
+                assert isinstance(first, ast.Constant) and isinstance(first.value, str), f"{where}: a literal code"
+                assert all(k.arg for k in node.keywords), f"{where}: parameters by name, no **splat"
+                found.append((where, first.value, {k.arg for k in node.keywords if k.arg}))
+    return found
+
+
+def _params(code: str) -> tuple[set[str], set[str]]:
+    """(required, allowed) parameters of ``code``'s wording."""
+    template = WORDING[code]
+    if isinstance(template, str):
+        names = {f.split(".")[0].split("[")[0] for _, f, _, _ in string.Formatter().parse(template) if f}
+        return names, names
+    signature = inspect.signature(template).parameters.values()
+    return ({p.name for p in signature if p.default is inspect.Parameter.empty}, {p.name for p in signature})
+
+
+CALLS = _calls()
+
+
+def test_the_scan_sees_the_calls() -> None:
+    assert {"persistent_load", "stack_failed"} <= {code for _, code, _ in CALLS}
+
+
+@pytest.mark.parametrize(("where", "code", "given"), CALLS, ids=[w for w, _, _ in CALLS])
+def test_every_message_has_a_wording_that_gets_its_parameters(where: str, code: str, given: set[str]) -> None:
+    assert code in WORDING, f"{where}: no wording for {code!r} in perfscope.wording.py"
+    required, allowed = _params(code)
+    assert required <= given <= allowed, f"{where}: {code!r} given {sorted(given)}, its wording takes {sorted(allowed)}"
+
+
+def test_every_wording_is_written_somewhere() -> None:
+    written = {code for _, code, _ in CALLS} | {legacy("").code}
+    assert set(WORDING) - written == set()
+
+
+def test_a_message_round_trips_through_results_json_with_nested_messages() -> None:
+    inner = msg("legacy", text="NVMLError: not supported")
+    outer = Message("stack_failed", {"knobs": ["tf32", "compile"], "reason": inner, "joining": "compile", "trial": "s"})
+    data = {"schema_version": 3, "environment": {"device_type": "cpu", "device_name": "cpu"},
+            "workload": {"path": "w.py", "sha256": "0", "name": "w"}, "warnings": [to_jsonable(outer)]}
+    results = Results.from_dict(Results.from_dict(data).to_dict())
+    assert results.warnings == [outer] and isinstance(results.warnings[0].params["reason"], Message)
+    assert words(outer) == ("tf32 + compile together failed (NVMLError: not supported), though compile alone and the "
+                            "stack without it ran: see the failed trial s")
+
+
+def test_a_schema2_file_keeps_its_prose_as_legacy_messages() -> None:
+    data = {"schema_version": 2, "environment": {"device_type": "cpu", "device_name": "cpu"},
+            "workload": {"path": "w.py", "sha256": "0", "name": "w"},
+            "warnings": ["other load on this machine persisted through 3 run(s) ...", "something else"]}
+    results = Results.from_dict(data)
+    assert [w.code for w in results.warnings] == ["persistent_load_v2", "legacy"]
+    assert [words(w) for w in results.warnings] == data["warnings"]
+
+
+def test_a_recorded_schema2_file_keeps_every_reason_word_for_word() -> None:
+    """A real schema-2 results file (tests/data/reports): every `unavailable` reason, at any depth, loads as a legacy
+    message whose words are the prose the file holds."""
+    path = Path(__file__).parent / "data" / "reports" / "quick_start_cpu.json"
+    old = json.loads(path.read_text(encoding="utf-8"))
+    assert old["schema_version"] == 2
+    results = Results.load(path)
+    before, after = _reasons(old), _reasons(to_jsonable(results))
+    assert len(before) > 100 and set(before) == set(after)
+    assert all(after[k] == {"code": "legacy", "params": {"text": text}} for k, text in before.items())
+    assert words(results.environment.unavailable["driver_version"]) == old["environment"]["unavailable"]["driver_version"]
+
+
+def _reasons(node: object, where: str = "") -> dict[str, object]:
+    """Every `unavailable` entry of a results document, by its JSON path."""
+    found: dict[str, object] = {}
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "unavailable" and isinstance(value, dict):
+                found.update({f"{where}.unavailable.{k}": v for k, v in value.items()})
+            else:
+                found.update(_reasons(value, f"{where}.{key}"))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found.update(_reasons(value, f"{where}[{i}]"))
+    return found
