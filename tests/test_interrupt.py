@@ -12,19 +12,12 @@ import psutil
 import pytest
 
 from perfscope.results import Results
-from tests.waiting import read_until, wait_for, wait_gone
+from tests.waiting import ctrl_c_reaches_it, read_until, wait_for, wait_gone
 
 WORKLOADS = Path(__file__).parent / "workloads"
 pytestmark = pytest.mark.slow
 HANG_GUARD_S = 300
 """A deadline for a hang, not for speed: generous enough that no load reaches it, loud when a run does hang."""
-
-
-def _ctrl_c_reaches_it() -> None:
-    """A terminal's Ctrl-C, whatever ran this suite: a job started in the background (`cmd &`, nohup) ignores SIGINT,
-    and Python started with SIGINT ignored never raises KeyboardInterrupt, so the run would wait out HANG_GUARD_S.
-    Restoring the default before exec gives the child Python's own handler, as in a terminal."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _signal_a_hanging_trial(tmp_path: Path, signum: int,
@@ -57,7 +50,7 @@ def _signal_a_hanging_trial(tmp_path: Path, signum: int,
 
 
 def test_ctrl_c_saves_and_leaves_no_processes(tmp_path):
-    proc, err, children = _signal_a_hanging_trial(tmp_path, signal.SIGINT, preexec_fn=_ctrl_c_reaches_it)
+    proc, err, children = _signal_a_hanging_trial(tmp_path, signal.SIGINT, preexec_fn=ctrl_c_reaches_it)
     assert proc.returncode == 130, err
     assert "interrupted" in err
     results = Results.load(tmp_path / "out" / "results.json")

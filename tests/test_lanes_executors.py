@@ -29,6 +29,7 @@ import pytest
 from perfscope.cli import main
 from perfscope.errors import EXIT_INTERRUPTED
 from perfscope.results import Results
+from tests.waiting import ctrl_c_reaches_it
 
 pytestmark = pytest.mark.slow
 
@@ -276,7 +277,8 @@ def test_ctrl_c_cancels_the_lanes_runs_and_still_reports(tmp_path, executor, req
     args = [sys.executable, "-m", "perfscope", "analyze", str(WORKLOAD), "--out", str(out), *ARGS, "--executor", executor]
     args[args.index("--steps") + 1] = "100"  # 400 pauses of 15 ms a run: long enough to be interrupted
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_AUTH_MODE": "disabled"}
-    proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+                            preexec_fn=ctrl_c_reaches_it)
     assert proc.stderr is not None
     seen = []
     for line in proc.stderr:

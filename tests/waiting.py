@@ -13,6 +13,7 @@ never happened.
 from __future__ import annotations
 
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -81,3 +82,10 @@ def read_until(stream: IO[str], marker: str, *, timeout_s: float = 120.0) -> str
 
 
 __all__ = ["alive", "read_until", "wait_for", "wait_gone"]
+
+
+def ctrl_c_reaches_it() -> None:
+    """A Popen preexec_fn for a terminal's Ctrl-C, whatever ran this suite: a job started in the background (`cmd &`,
+    nohup) ignores SIGINT, and Python started with SIGINT ignored never raises KeyboardInterrupt. Restoring the
+    default before exec gives the child Python's own handler, as in a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
