@@ -73,8 +73,14 @@ class RawCount:
     memory_share: float
 
 
+def _raw_events(path: Path) -> list[dict]:
+    with gzip.open(path, "rt") as fh:
+        return json.load(fh)["traceEvents"]
+
+
+@cache
 def raw_count(path: Path) -> RawCount:
-    events = json.load(gzip.open(path, "rt"))["traceEvents"]
+    events = _raw_events(path)
     steps = {}
     for e in events:
         if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation") and str(e.get("name", "")).startswith("ProfilerStep#"):
@@ -160,6 +166,7 @@ def hta_convention_overlap(path: Path) -> float:
 # ------------------------------------------------------------------------------------------ the checks
 
 
+@cache  # parsed once per file for the whole module: the checks below read the same facts
 def _facts(name: str):
     return trace_facts(public_trace(name), device_type="cuda", steps=1)
 
@@ -221,7 +228,7 @@ def test_no_host_item_is_counted_as_a_sync(name):
     """Every wait counted is a runtime call that waited; aten::item on host tensors (hundreds per step in the
     16-rank job's optimizer) is not one."""
     facts = _facts(name)
-    raw_waits = sum(1 for e in json.load(gzip.open(public_trace(name), "rt"))["traceEvents"]
+    raw_waits = sum(1 for e in _raw_events(public_trace(name))
                     if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("name", "").endswith("Synchronize")
                     or e.get("name") in ("cudaMemcpy", "hipMemcpyWithStream"))
     assert sum(facts.sync.events_per_step.values()) * facts.steps <= raw_waits
