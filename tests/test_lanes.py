@@ -4,7 +4,9 @@ the lane choice, a lost lane, and the family-wise bound on 8 lanes of unequal sp
 from __future__ import annotations
 
 import math
+import os
 import random
+import subprocess
 
 import pytest
 
@@ -12,9 +14,10 @@ from benchmarks.stat_simulation import wilson
 from perfscope.cli import main
 from perfscope.errors import EXIT_USER, UserError
 from perfscope.lanes.aa import check_lanes
-from perfscope.lanes.executors import LaneFailure
+from perfscope.lanes.executors import LaneFailure, LocalRunner
 from perfscope.lanes.plan import Lane, plan_lanes
 from perfscope.lanes.run import LaneOptions
+from perfscope.measure.contention import sweep_env
 from perfscope.lanes.simulate import LaneModel, SimLane, SimLaneSession, simulate_lane_sweep
 from perfscope.lanes.sweep import LaneSweeper
 from perfscope.report.lanes import lane_notes
@@ -23,7 +26,8 @@ from perfscope.results.lanes import LaneRecord, ParallelSweep
 from perfscope.search.candidate import BASELINE, SweepOptions
 from perfscope.search.compare import ReferenceSeries, paired_test
 from perfscope.search.simulate import NOISE_MODELS, NoiseModel, _context
-from perfscope.trial.pin import LANE_CPUS_ENV, parse_cpus
+from perfscope.trial.pin import LANE_CPUS_ENV, born_on, parse_cpus
+from perfscope.trial.runner import needs_fresh_interpreter
 
 QUIET = NoiseModel("quiet", sigma=1e-9)
 
@@ -31,16 +35,32 @@ QUIET = NoiseModel("quiet", sigma=1e-9)
 def test_lanes_split_the_cores_disjointly_and_follow_numa_nodes():
     lanes = plan_lanes(2, cpus=frozenset({0, 1}), nodes=[])
     assert [sorted(lane.cpus) for lane in lanes] == [[0], [1]]
-    assert lanes[0].env() == {LANE_CPUS_ENV: "0"} and lanes[1].device is None
+    assert lanes[0].env() == {LANE_CPUS_ENV: "0", **sweep_env()} and lanes[1].device is None
     gpus = plan_lanes(devices=["0", "1"], cpus=frozenset(range(8)), nodes=[frozenset(range(4)), frozenset(range(4, 8))])
     assert [sorted(lane.cpus) for lane in gpus] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # one node each
-    assert gpus[1].env() == {LANE_CPUS_ENV: "4,5,6,7", "CUDA_VISIBLE_DEVICES": "1"}
+    assert gpus[1].env() == {LANE_CPUS_ENV: "4,5,6,7", "CUDA_VISIBLE_DEVICES": "1", **sweep_env()}
     three = plan_lanes(3, cpus=frozenset(range(8)), nodes=[frozenset(range(4)), frozenset(range(4, 8))])
     assert sorted(c for lane in three for c in lane.cpus) == list(range(6))  # 3 cannot divide 2 nodes: one pool
     with pytest.raises(UserError, match="need at least 3 CPU cores"):
         plan_lanes(3, cpus=frozenset({0, 1}), nodes=[])
     with pytest.raises(UserError, match="disagree"):
         plan_lanes(3, devices=["0", "1"], cpus=frozenset({0, 1}))
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+def test_what_a_lane_starts_is_born_on_its_cores_and_still_forks_from_its_zygote(tmp_path):
+    """The lane's zygote and fresh interpreters start inside born_on: the child runs on the lane's core from its
+    first instruction (here `grep` reading its own mask), the starting thread gets its mask back, and the lane's
+    environment keeps its trials forked from the lane's zygote (no variable that needs a fresh interpreter)."""
+    mine = os.sched_getaffinity(0)
+    core = max(mine)
+    with born_on(frozenset({core})):
+        child = subprocess.run(["grep", "Cpus_allowed_list", "/proc/self/status"], capture_output=True, text=True)
+    assert child.stdout.split()[-1] == str(core)
+    assert os.sched_getaffinity(0) == mine
+    lane = plan_lanes(1, cpus=frozenset({core}), nodes=[])[0]
+    assert not needs_fresh_interpreter(lane.env())
+    assert LocalRunner(lane, tmp_path).cpus == frozenset({core})
 
 
 def test_cpu_lists_parse_as_taskset_writes_them():

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfscope.errors import UserError
+from perfscope.measure.contention import sweep_env
 from perfscope.trial.pin import LANE_CPUS_ENV
 
 NODE_DIR = Path("/sys/devices/system/node")
@@ -31,7 +32,7 @@ class Lane:
 
     def env(self) -> dict[str, str]:
         """What a trial on this lane is started with (perfscope.trial.pin applies the cores)."""
-        env: dict[str, str] = {}
+        env = sweep_env()  # the sweep's own processes are not a neighbour of its runs (perfscope.measure.contention)
         if self.cpus:
             env[LANE_CPUS_ENV] = ",".join(str(c) for c in sorted(self.cpus))
         if self.device is not None:
