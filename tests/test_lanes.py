@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from benchmarks.stat_simulation import wilson
+from tests.factories import make_results
 from perfscope.cli import main
 from perfscope.errors import EXIT_USER, UserError
 from perfscope.lanes.aa import check_lanes
@@ -20,9 +21,12 @@ from perfscope.lanes.run import LaneOptions
 from perfscope.measure.contention import sweep_env
 from perfscope.lanes.simulate import LaneModel, SimLane, SimLaneSession, simulate_lane_sweep
 from perfscope.lanes.sweep import LaneSweeper
-from perfscope.report.lanes import lane_notes
+from perfscope.report.html import render_view_html
+from perfscope.report.markdown import render_view_markdown
+from perfscope.report.view import build_view
 from perfscope.results.config import TrialConfig
 from perfscope.results.lanes import LaneRecord, ParallelSweep
+from perfscope.results.verdicts import Sweep
 from perfscope.search.candidate import BASELINE, SweepOptions
 from perfscope.search.compare import ReferenceSeries, paired_test
 from perfscope.search.simulate import NOISE_MODELS, NoiseModel, _context
@@ -178,15 +182,26 @@ def test_a_lane_descriptor_names_its_device_and_cores():
     assert Lane(1, frozenset({2, 3}), "1").describe() == "lane 1: GPU 1, cores 2,3"
 
 
-def test_the_report_lists_each_lane_and_the_time_saved():
-    parallel = ParallelSweep(executor="slurm", aa_spread=0.031, wall_s=300.0, sequential_estimate_s=1100.0, lanes=[
-        LaneRecord(index=0, device="0", cpus=[0, 1], level=1.0, runs=30),
-        LaneRecord(index=1, device="1", cpus=[2, 3], level=0.66, runs=2, failures=1, dropped="slurm job 7 NODE_FAIL")])
-    notes = lane_notes(parallel)
-    assert notes[0] == ("Parallel sweep on 2 lane(s) through the slurm executor: 5.0 min of wall time, where its runs one "
-                        "after another would have taken about 18.3 min; lane-to-lane A/A spread 3.1%.")
-    assert notes[2] == ("Lane 1 (GPU 1, cores 2,3), A/A level 0.66× the median lane's: 2 run(s), 1 failed; "
-                        "dropped: slurm job 7 NODE_FAIL.")
+def test_the_report_has_a_lanes_table_with_the_time_saved():
+    """Its own section in the HTML and the Markdown (not lines among the sweep's notes): each lane's device, cores,
+    A/A level, runs, failures and why it was dropped, and the wall time beside the sequential estimate."""
+    results = make_results()
+    results.sweep = Sweep(baseline_trial="baseline", parallel=ParallelSweep(
+        executor="slurm", aa_spread=0.031, wall_s=300.0, sequential_estimate_s=1100.0, notes=["A/A check: 2 runs"],
+        lanes=[LaneRecord(index=0, device="0", cpus=[0, 1], level=1.0, runs=30),
+               LaneRecord(index=1, device="1", cpus=[2, 3], level=0.66, runs=2, failures=1,
+                          dropped="slurm job 7 NODE_FAIL")]))
+    view = build_view(results)
+    assert view.lanes is not None and not any("lane" in n.lower() for n in view.sweep_notes)
+    assert view.lanes.summary == ("Parallel sweep on 2 lane(s) through the slurm executor: 5.0 min of wall time, where "
+                                  "its runs one after another would have taken about 18.3 min (3.7× faster); "
+                                  "lane-to-lane A/A spread 3.1%.")
+    markdown = render_view_markdown(view)
+    assert "## Lanes" in markdown and "| 1 | GPU 1 | 2,3 | 0.66× | 2 | 1 | slurm job 7 NODE_FAIL |" in markdown
+    html = render_view_html(view)
+    assert '<section id="lanes">' in html and '<a href="#lanes">' in html and "slurm job 7 NODE_FAIL" in html
+    results.sweep.parallel = None
+    assert build_view(results).lanes is None and "Lanes" not in render_view_markdown(build_view(results))
 
 
 def test_an_executor_without_lanes_is_a_usage_error(capsys):
