@@ -257,7 +257,8 @@ def _measure(results: Results, options: AnalyzeOptions, runner: TrialRunner, wor
     try:
         base = baseline_config(workload, options, device)
         model_known = results.workload.model is not None
-        plan = plan_sweep(knob_context(results, workload, base), sweep_options, options.repeat) if model_known else None
+        lanes = options.parallel.count if options.parallel is not None else 1
+        plan = plan_sweep(knob_context(results, workload, base), sweep_options, options.repeat, lanes) if model_known else None
         estimate = run_estimate(probed.wall_s, probed.step_s, base)
         if plan is not None:  # before the first run: how long the analysis will take
             step = f"{probed.step_s * 1e3:.0f} ms a step" if probed.step_s else "no step timed"

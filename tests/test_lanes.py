@@ -80,6 +80,14 @@ def test_lane_options_are_checked_before_anything_runs():
         LaneOptions(lanes=2, slurm_partition="gpu")
 
 
+def test_the_plans_time_estimate_counts_the_aa_checks_runs():
+    from perfscope.lanes.aa import AA_RUNS
+    from perfscope.search.plan import LANE_AA_RUNS
+
+    assert LANE_AA_RUNS == AA_RUNS
+    assert LaneOptions(lanes=3).count == 3 and LaneOptions(devices=["0", "1"]).count == 2
+
+
 def test_the_aa_check_drops_an_outlier_lane_and_states_the_spread():
     rates = {i: [math.log(100 * s)] * 2 for i, s in enumerate([1.0, 0.95, 0.9, 0.85, 0.62])}
     check = check_lanes(rates)

@@ -38,6 +38,11 @@ class LaneOptions:
         if self.executor != "slurm" and (self.slurm_partition or self.slurm_gpus_per_node):
             raise UserError("--slurm-partition and --slurm-gpus-per-node go with --executor slurm")
 
+    @property
+    def count(self) -> int:
+        """How many lanes these options ask for (what the plan's time estimate divides among)."""
+        return len(self.devices) if self.devices else self.lanes or 1
+
 
 @contextmanager
 def parallel_sweep(options: LaneOptions | None, work_dir: Path, *, timeout_s: float) -> Iterator[Callable[..., Any] | None]:
