@@ -94,6 +94,10 @@ def test_a_distributed_jobs_probe_reads_the_whole_machine(monkeypatch: pytest.Mo
     monkeypatch.setattr(contention, "own_cpu_seconds", lambda: 0.0)
     ContentionProbe("cpu").finish()
     assert seen == [None, None]
+    monkeypatch.setenv(contention.LANE_CPUS_ENV, "0,1")  # ... unless the job is on a lane: all of it on the lane's cores
+    seen.clear()
+    ContentionProbe("cpu").finish()
+    assert seen == [TWO_CPUS.cpus, TWO_CPUS.cpus]
 
 
 # ------------------------------------------------------------------------------------ a parallel sweep's own load

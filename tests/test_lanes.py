@@ -7,6 +7,7 @@ import math
 import os
 import random
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -30,7 +31,7 @@ from perfscope.results.verdicts import Sweep
 from perfscope.search.candidate import BASELINE, SweepOptions
 from perfscope.search.compare import ReferenceSeries, paired_test
 from perfscope.search.simulate import NOISE_MODELS, NoiseModel, _context
-from perfscope.trial.pin import LANE_CPUS_ENV, born_on, parse_cpus
+from perfscope.trial.pin import LANE_CPUS_ENV, born_on, lane_threads, parse_cpus
 from perfscope.trial.runner import needs_fresh_interpreter
 
 QUIET = NoiseModel("quiet", sigma=1e-9)
@@ -65,6 +66,28 @@ def test_what_a_lane_starts_is_born_on_its_cores_and_still_forks_from_its_zygote
     lane = plan_lanes(1, cpus=frozenset({core}), nodes=[])[0]
     assert not needs_fresh_interpreter(lane.env())
     assert LocalRunner(lane, tmp_path).cpus == frozenset({core})
+
+
+def test_a_torchrun_trial_takes_its_lanes_devices_as_a_group():
+    """--devices 0,1,2,3 with 2 ranks a trial: 2 lanes of 2 GPUs (in the order given) and half the cores each; the
+    ranks share the lane's cores (threads divided among them); what cannot group is a usage error."""
+    lanes = plan_lanes(devices=["0", "1", "2", "3"], cpus=frozenset(range(8)), nodes=[], ranks=2)
+    assert [(lane.device, sorted(lane.cpus)) for lane in lanes] == [("0,1", [0, 1, 2, 3]), ("2,3", [4, 5, 6, 7])]
+    assert lanes[1].env()["CUDA_VISIBLE_DEVICES"] == "2,3" and lanes[1].describe() == "lane 1: GPUs 2,3, cores 4,5,6,7"
+    assert lane_threads(lanes[0].cpus, {"LOCAL_WORLD_SIZE": "2"}) == 2 and lane_threads(lanes[0].cpus, {}) == 4
+    with pytest.raises(UserError, match="do not divide into groups of 2"):
+        plan_lanes(devices=["0", "1", "2"], cpus=frozenset(range(8)), nodes=[], ranks=2)
+    assert LaneOptions(devices=["0", "1", "2", "3"], ranks=2).count == 2
+    with pytest.raises(UserError, match="local executor only"):
+        LaneOptions(lanes=2, executor="ray", ranks=2)
+    from perfscope.analyze import AnalyzeOptions
+    from perfscope.trial.launch import Launch
+
+    options = AnalyzeOptions(workload_path=Path("x.py"), launch=Launch(nproc_per_node=2), parallel=LaneOptions(lanes=2))
+    assert options.parallel.ranks == 2
+    with pytest.raises(UserError, match="multi-node"):
+        AnalyzeOptions(workload_path=Path("x.py"), launch=Launch(nproc_per_node=2, nnodes=2, rdzv_endpoint="h:1"),
+                       parallel=LaneOptions(lanes=2))
 
 
 def test_cpu_lists_parse_as_taskset_writes_them():

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import psutil
 
-from perfscope.measure.cores import CpuBudget, cpu_budget
+from perfscope.measure.cores import LANE_CPUS_ENV, CpuBudget, cpu_budget
 from perfscope.results.model import Contention
 
 MIN_OTHER_CORES = 0.05
@@ -208,7 +208,8 @@ class ContentionProbe:
         self._budget = cpu_budget()
         # A distributed job's own time spans every rank, whose CPUs may differ (NUMA binding): the whole machine's
         # busy time is then the one it can be subtracted from (a neighbour anywhere counts: conservative).
-        self._cpus = None if _job_root() is not None else self._budget.cpus
+        # On a lane (perfscope.lanes) the whole job is pinned to the lane's cores: those are the ones to read.
+        self._cpus = None if _job_root() is not None and not os.environ.get(LANE_CPUS_ENV) else self._budget.cpus
         self._wall0 = time.perf_counter()
         self._sweep = _sweep_root()
         self._sweep0 = self._sweep_seconds()
@@ -228,7 +229,7 @@ class ContentionProbe:
     def _sweep_seconds(self) -> dict[int, float]:
         if self._sweep is None:
             return {}
-        me = psutil.Process()
+        me = _job_root() or psutil.Process()  # a rank's own time is its whole job's (own_cpu_seconds)
         try:
             mine = {me.pid, *(c.pid for c in me.children(recursive=True))}
         except psutil.Error:

@@ -19,7 +19,9 @@ import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-LANE_CPUS_ENV = "PERFSCOPE_LANE_CPUS"
+from perfscope.measure.cores import LANE_CPUS_ENV
+
+__all__ = ["LANE_CPUS_ENV", "born_on", "lane_cpus", "lane_threads", "parse_cpus", "pin_to_lane"]
 
 
 def parse_cpus(text: str) -> frozenset[int]:
@@ -71,5 +73,15 @@ def pin_to_lane() -> frozenset[int] | None:
     os.sched_setaffinity(0, cpus)
     import torch
 
-    torch.set_num_threads(len(cpus))
+    torch.set_num_threads(lane_threads(cpus, os.environ))
     return cpus
+
+
+def lane_threads(cpus: frozenset[int], env: Mapping[str, str]) -> int:
+    """Intra-op threads of one process on the lane: its cores, shared among a torchrun job's ranks on the lane
+    (torchrun's LOCAL_WORLD_SIZE), so that the ranks together never oversubscribe them."""
+    try:
+        ranks = max(int(env.get("LOCAL_WORLD_SIZE", "1")), 1)
+    except ValueError:
+        ranks = 1
+    return max(len(cpus) // ranks, 1)
