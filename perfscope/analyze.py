@@ -12,7 +12,6 @@ process that keeps the first measured run from paying the first-process penalty.
 from __future__ import annotations
 
 import dataclasses
-
 import math
 import signal
 import sys

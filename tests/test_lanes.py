@@ -12,16 +12,15 @@ from pathlib import Path
 import pytest
 
 from benchmarks.stat_simulation import wilson
-from tests.factories import make_results
 from perfscope.cli import main
 from perfscope.errors import EXIT_USER, UserError
 from perfscope.lanes.aa import check_lanes
 from perfscope.lanes.executors import LaneFailure, LocalRunner
 from perfscope.lanes.plan import Lane, plan_lanes
 from perfscope.lanes.run import LaneOptions
-from perfscope.measure.contention import sweep_env
 from perfscope.lanes.simulate import LaneModel, SimLane, SimLaneSession, simulate_lane_sweep
 from perfscope.lanes.sweep import LaneSweeper
+from perfscope.measure.contention import sweep_env
 from perfscope.report.html import render_view_html
 from perfscope.report.markdown import render_view_markdown
 from perfscope.report.view import build_view
@@ -33,6 +32,7 @@ from perfscope.search.compare import ReferenceSeries, paired_test
 from perfscope.search.simulate import NOISE_MODELS, NoiseModel, _context
 from perfscope.trial.pin import LANE_CPUS_ENV, born_on, lane_threads, parse_cpus
 from perfscope.trial.runner import needs_fresh_interpreter
+from tests.factories import make_results
 
 QUIET = NoiseModel("quiet", sigma=1e-9)
 
@@ -60,7 +60,7 @@ def test_what_a_lane_starts_is_born_on_its_cores_and_still_forks_from_its_zygote
     mine = os.sched_getaffinity(0)
     core = max(mine)
     with born_on(frozenset({core})):
-        child = subprocess.run(["grep", "Cpus_allowed_list", "/proc/self/status"], capture_output=True, text=True)
+        child = subprocess.run(["grep", "Cpus_allowed_list", "/proc/self/status"], capture_output=True, text=True, check=True)
     assert child.stdout.split()[-1] == str(core)
     assert os.sched_getaffinity(0) == mine
     lane = plan_lanes(1, cpus=frozenset({core}), nodes=[])[0]
