@@ -225,7 +225,7 @@ def test_the_report_has_a_lanes_table_with_the_time_saved():
     view = build_view(results)
     assert view.lanes is not None and not any("lane" in n.lower() for n in view.sweep_notes)
     assert view.lanes.summary == ("Parallel sweep on 2 lane(s) through the slurm executor: 5.0 min of wall time, where "
-                                  "its runs one after another would have taken about 18.3 min (3.7× faster); "
+                                  "its runs one after another would have taken about 18.3 min (speed-up 3.7×); "
                                   "lane-to-lane A/A spread 3.1%.")
     markdown = render_view_markdown(view)
     assert "## Lanes" in markdown and "| 1 | GPU 1 | 2,3 | 0.66× | 2 | 1 | slurm job 7 NODE_FAIL |" in markdown

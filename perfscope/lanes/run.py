@@ -58,9 +58,11 @@ def parallel_sweep(options: LaneOptions | None, work_dir: Path, *, timeout_s: fl
     lanes = plan_lanes(options.lanes, options.devices, ranks=options.ranks)
     executor = make_executor(options.executor, work_dir, partition=options.slurm_partition,
                              gpus_per_node=options.slurm_gpus_per_node, timeout_s=timeout_s)
-    group = (f"; each trial is a {options.ranks}-rank torchrun job on its lane's devices and cores, which no other "
-             "trial uses; the lanes share this node's links (PCIe, NVLink switches), as in every comparison within a "
-             "lane" if options.ranks > 1 else "")
+    group = ""
+    if options.ranks > 1:
+        group = f"; each trial is a {options.ranks}-rank torchrun job on its lane's devices and cores, which no other trial uses"
+        if options.devices:
+            group += "; the lanes share this node's links (PCIe, NVLink switches): each comparison stays within a lane"
     print(f"perfscope: parallel sweep on {len(lanes)} lane(s) through the {executor.name} executor: "
           + "; ".join(lane.describe() for lane in lanes) + group, file=sys.stderr, flush=True)
     try:

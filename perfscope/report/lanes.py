@@ -43,7 +43,7 @@ class LanesView:
         timing = ""
         if self.sequential != NA:
             timing = (f": {self.wall} of wall time, where its runs one after another would have taken about "
-                      f"{self.sequential}" + (f" ({self.speedup} faster)" if self.speedup else ""))
+                      f"{self.sequential}" + (f" (speed-up {self.speedup})" if self.speedup else ""))
         spread = f"; lane-to-lane A/A spread {self.spread}" if self.spread != NA else ""
         return f"Parallel sweep on {len(self.lines)} lane(s) through the {self.executor} executor{timing}{spread}."
 
