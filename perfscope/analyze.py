@@ -11,6 +11,7 @@ process that keeps the first measured run from paying the first-process penalty.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import signal
 import sys
@@ -98,9 +99,11 @@ class AnalyzeOptions:
             value = getattr(self, name)
             if value is not None and not (isinstance(value, int | float) and math.isfinite(value) and 0 < value <= limit):
                 raise UserError(f"{name} must be a finite number in (0, {limit:g}], got {value!r}")
-        if self.parallel is not None and self.launch is not None and self.launch.world_size > 1:
-            raise UserError("--lanes/--devices with torchrun trials is not supported yet: a job of several ranks needs "
-                            "its devices as a group, and the lanes would split them")
+        if self.parallel is not None and self.launch is not None and self.launch.nnodes > 1:
+            raise UserError("--lanes/--devices with a multi-node torchrun job is not supported: a lane is on one node")
+        if self.parallel is not None and self.launch is not None and self.launch.nproc_per_node > 1:
+            # a lane per group of devices: each torchrun trial takes its devices together (perfscope.lanes.plan)
+            self.parallel = dataclasses.replace(self.parallel, ranks=self.launch.nproc_per_node)
 
 
 @dataclass
@@ -257,7 +260,8 @@ def _measure(results: Results, options: AnalyzeOptions, runner: TrialRunner, wor
     try:
         base = baseline_config(workload, options, device)
         model_known = results.workload.model is not None
-        plan = plan_sweep(knob_context(results, workload, base), sweep_options, options.repeat) if model_known else None
+        lanes = options.parallel.count if options.parallel is not None else 1
+        plan = plan_sweep(knob_context(results, workload, base), sweep_options, options.repeat, lanes) if model_known else None
         estimate = run_estimate(probed.wall_s, probed.step_s, base)
         if plan is not None:  # before the first run: how long the analysis will take
             step = f"{probed.step_s * 1e3:.0f} ms a step" if probed.step_s else "no step timed"

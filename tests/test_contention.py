@@ -94,3 +94,90 @@ def test_a_distributed_jobs_probe_reads_the_whole_machine(monkeypatch: pytest.Mo
     monkeypatch.setattr(contention, "own_cpu_seconds", lambda: 0.0)
     ContentionProbe("cpu").finish()
     assert seen == [None, None]
+    monkeypatch.setenv(contention.LANE_CPUS_ENV, "0,1")  # ... unless the job is on a lane: all of it on the lane's cores
+    seen.clear()
+    ContentionProbe("cpu").finish()
+    assert seen == [TWO_CPUS.cpus, TWO_CPUS.cpus]
+
+
+# ------------------------------------------------------------------------------------ a parallel sweep's own load
+
+
+class _Proc:
+    """What the probe reads of one of the sweep's processes (psutil.Process's pid, cpu_affinity, cpu_times)."""
+
+    def __init__(self, pid: int, cpus: set[int], seconds: list[float], children: list[_Proc] = ()) -> None:
+        self.pid, self._cpus, self._seconds, self._children = pid, cpus, iter(seconds), list(children)
+
+    def children(self, recursive: bool = False) -> list[_Proc]:
+        return self._children
+
+    def cpu_affinity(self) -> list[int]:
+        return sorted(self._cpus)
+
+    def cpu_times(self):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(user=next(self._seconds), system=0.0)
+
+
+def _two_lane_probe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cpu0_after: str, sweep: _Proc) -> Contention:
+    """Lane 0's probe (CPU 0) over a 2 s window of a 2-lane sweep, from recorded /proc/stat lines at its start and
+    end: CPU 1 is lane 1's, busy all the window with its own trial."""
+    before, after = tmp_path / "stat0", tmp_path / "stat1"
+    before.write_text("cpu  2000 0 200 5000 0 0 0 0 0 0\ncpu0 1000 0 100 2500 0 0 0 0 0 0\n"
+                      "cpu1 1000 0 100 2500 0 0 0 0 0 0\n")
+    after.write_text(f"cpu  2400 0 200 5000 0 0 0 0 0 0\n{cpu0_after}\ncpu1 1200 0 100 2500 0 0 0 0 0 0\n")
+    stats = iter([before, after])
+    real_busy = contention._cpu_busy
+    clock = _FakeClock()
+    own = iter([5.0, 5.0 + 200 * contention._TICK_S * 0.9])  # the run used 0.9 of its core's busy ticks
+    monkeypatch.setattr(contention, "time", clock)
+    monkeypatch.setattr(contention, "cpu_budget", lambda: CpuBudget(cpus=frozenset({0})))
+    monkeypatch.setattr(contention, "_cpu_busy", lambda cpus: real_busy(cpus, next(stats)))
+    monkeypatch.setattr(contention, "own_cpu_seconds", lambda: next(own))
+    monkeypatch.setattr(contention, "_sweep_root", lambda: sweep)
+    probe = ContentionProbe("cpu")
+    clock.now += 2.0
+    return probe.finish()
+
+
+def _sweep(driver_seconds: list[float]) -> _Proc:
+    """The driver (unpinned) with lane 1's zygote and trial (pinned to CPU 1, busy 2 s of the window)."""
+    lane1 = [_Proc(9001, {1}, [1.0, 1.0]), _Proc(9002, {1}, [0.0, 2.0])]
+    return _Proc(9000, {0, 1}, driver_seconds, lane1)
+
+
+def test_another_lanes_trial_and_the_driver_are_not_a_lanes_neighbours(monkeypatch, tmp_path) -> None:
+    """CPU 0 busy 2.0 s: 1.8 s the run's own, 0.2 s the driver reading lane 1's result. Lane 1's busy trial is on
+    CPU 1, which lane 0 does not read; the driver's time is the sweep's own: not contended (it was, before)."""
+    reading = _two_lane_probe(monkeypatch, tmp_path, "cpu0 1200 0 100 2500 0 0 0 0 0 0", _sweep([3.0, 3.2]))
+    assert reading.other_cpu_cores == pytest.approx(0.0, abs=1e-9)
+    assert reading.sweep_cpu_cores == pytest.approx(0.1)  # the driver's 0.2 s; lane 1's 2 s on CPU 1 not subtracted
+    assert not reading.contended
+
+
+def test_a_real_neighbour_on_a_lanes_core_is_still_contention(monkeypatch, tmp_path) -> None:
+    """CPU 0 busy 2.6 s: the run's 1.8 s, the driver's 0.2 s, and 0.6 s of a process outside the sweep."""
+    reading = _two_lane_probe(monkeypatch, tmp_path, "cpu0 1260 0 100 2500 0 0 0 0 0 0", _sweep([3.0, 3.2]))
+    assert reading.other_cpu_cores == pytest.approx(0.3)
+    assert reading.contended and "0.30 cores of the 1 CPUs" in (reading.reason or "")
+
+
+def test_the_sweeps_processes_are_read_where_they_may_run() -> None:
+    """Pinned elsewhere: left out; the trial's own tree: left out (counted as its own); born in between: all of it;
+    ended in between: unknown, so it stays a neighbour's."""
+    tree = _Proc(1, {0, 1}, [1.0], [_Proc(2, {1}, [5.0]), _Proc(3, {0}, [0.5]), _Proc(4, {0, 1}, [9.0])])
+    seconds = contention.sweep_cpu_seconds(tree, frozenset({0}), mine={4})
+    assert seconds == {1: 1.0, 3: 0.5}
+    assert contention.sweep_delta({1: 1.0, 3: 0.5, 7: 2.0}, {1: 1.25, 3: 0.5, 8: 0.125}) == pytest.approx(0.375)
+
+
+def test_a_sweep_on_another_host_names_no_process_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Slurm or Ray node elsewhere: the driver's pid means nothing there, so nothing is subtracted."""
+    import os
+
+    monkeypatch.setenv(contention.SWEEP_ROOT_ENV, f"{os.getpid()}@not-{contention.socket.gethostname()}")
+    assert contention._sweep_root() is None
+    monkeypatch.setenv(contention.SWEEP_ROOT_ENV, contention.sweep_env()[contention.SWEEP_ROOT_ENV])
+    assert contention._sweep_root().pid == os.getpid()

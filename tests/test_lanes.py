@@ -4,7 +4,10 @@ the lane choice, a lost lane, and the family-wise bound on 8 lanes of unequal sp
 from __future__ import annotations
 
 import math
+import os
 import random
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -12,18 +15,24 @@ from benchmarks.stat_simulation import wilson
 from perfscope.cli import main
 from perfscope.errors import EXIT_USER, UserError
 from perfscope.lanes.aa import check_lanes
-from perfscope.lanes.executors import LaneFailure
+from perfscope.lanes.executors import LaneFailure, LocalRunner
 from perfscope.lanes.plan import Lane, plan_lanes
 from perfscope.lanes.run import LaneOptions
 from perfscope.lanes.simulate import LaneModel, SimLane, SimLaneSession, simulate_lane_sweep
 from perfscope.lanes.sweep import LaneSweeper
-from perfscope.report.lanes import lane_notes
+from perfscope.measure.contention import sweep_env
+from perfscope.report.html import render_view_html
+from perfscope.report.markdown import render_view_markdown
+from perfscope.report.view import build_view
 from perfscope.results.config import TrialConfig
 from perfscope.results.lanes import LaneRecord, ParallelSweep
+from perfscope.results.verdicts import Sweep
 from perfscope.search.candidate import BASELINE, SweepOptions
 from perfscope.search.compare import ReferenceSeries, paired_test
 from perfscope.search.simulate import NOISE_MODELS, NoiseModel, _context
-from perfscope.trial.pin import LANE_CPUS_ENV, parse_cpus
+from perfscope.trial.pin import LANE_CPUS_ENV, born_on, lane_threads, parse_cpus
+from perfscope.trial.runner import needs_fresh_interpreter
+from tests.factories import make_results
 
 QUIET = NoiseModel("quiet", sigma=1e-9)
 
@@ -31,16 +40,54 @@ QUIET = NoiseModel("quiet", sigma=1e-9)
 def test_lanes_split_the_cores_disjointly_and_follow_numa_nodes():
     lanes = plan_lanes(2, cpus=frozenset({0, 1}), nodes=[])
     assert [sorted(lane.cpus) for lane in lanes] == [[0], [1]]
-    assert lanes[0].env() == {LANE_CPUS_ENV: "0"} and lanes[1].device is None
+    assert lanes[0].env() == {LANE_CPUS_ENV: "0", **sweep_env()} and lanes[1].device is None
     gpus = plan_lanes(devices=["0", "1"], cpus=frozenset(range(8)), nodes=[frozenset(range(4)), frozenset(range(4, 8))])
     assert [sorted(lane.cpus) for lane in gpus] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # one node each
-    assert gpus[1].env() == {LANE_CPUS_ENV: "4,5,6,7", "CUDA_VISIBLE_DEVICES": "1"}
+    assert gpus[1].env() == {LANE_CPUS_ENV: "4,5,6,7", "CUDA_VISIBLE_DEVICES": "1", **sweep_env()}
     three = plan_lanes(3, cpus=frozenset(range(8)), nodes=[frozenset(range(4)), frozenset(range(4, 8))])
     assert sorted(c for lane in three for c in lane.cpus) == list(range(6))  # 3 cannot divide 2 nodes: one pool
     with pytest.raises(UserError, match="need at least 3 CPU cores"):
         plan_lanes(3, cpus=frozenset({0, 1}), nodes=[])
     with pytest.raises(UserError, match="disagree"):
         plan_lanes(3, devices=["0", "1"], cpus=frozenset({0, 1}))
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+def test_what_a_lane_starts_is_born_on_its_cores_and_still_forks_from_its_zygote(tmp_path):
+    """The lane's zygote and fresh interpreters start inside born_on: the child runs on the lane's core from its
+    first instruction (here `grep` reading its own mask), the starting thread gets its mask back, and the lane's
+    environment keeps its trials forked from the lane's zygote (no variable that needs a fresh interpreter)."""
+    mine = os.sched_getaffinity(0)
+    core = max(mine)
+    with born_on(frozenset({core})):
+        child = subprocess.run(["grep", "Cpus_allowed_list", "/proc/self/status"], capture_output=True, text=True, check=True)
+    assert child.stdout.split()[-1] == str(core)
+    assert os.sched_getaffinity(0) == mine
+    lane = plan_lanes(1, cpus=frozenset({core}), nodes=[])[0]
+    assert not needs_fresh_interpreter(lane.env())
+    assert LocalRunner(lane, tmp_path).cpus == frozenset({core})
+
+
+def test_a_torchrun_trial_takes_its_lanes_devices_as_a_group():
+    """--devices 0,1,2,3 with 2 ranks a trial: 2 lanes of 2 GPUs (in the order given) and half the cores each; the
+    ranks share the lane's cores (threads divided among them); what cannot group is a usage error."""
+    lanes = plan_lanes(devices=["0", "1", "2", "3"], cpus=frozenset(range(8)), nodes=[], ranks=2)
+    assert [(lane.device, sorted(lane.cpus)) for lane in lanes] == [("0,1", [0, 1, 2, 3]), ("2,3", [4, 5, 6, 7])]
+    assert lanes[1].env()["CUDA_VISIBLE_DEVICES"] == "2,3" and lanes[1].describe() == "lane 1: GPUs 2,3, cores 4,5,6,7"
+    assert lane_threads(lanes[0].cpus, {"LOCAL_WORLD_SIZE": "2"}) == 2 and lane_threads(lanes[0].cpus, {}) == 4
+    with pytest.raises(UserError, match="do not divide into groups of 2"):
+        plan_lanes(devices=["0", "1", "2"], cpus=frozenset(range(8)), nodes=[], ranks=2)
+    assert LaneOptions(devices=["0", "1", "2", "3"], ranks=2).count == 2
+    with pytest.raises(UserError, match="local executor only"):
+        LaneOptions(lanes=2, executor="ray", ranks=2)
+    from perfscope.analyze import AnalyzeOptions
+    from perfscope.trial.launch import Launch
+
+    options = AnalyzeOptions(workload_path=Path("x.py"), launch=Launch(nproc_per_node=2), parallel=LaneOptions(lanes=2))
+    assert options.parallel.ranks == 2
+    with pytest.raises(UserError, match="multi-node"):
+        AnalyzeOptions(workload_path=Path("x.py"), launch=Launch(nproc_per_node=2, nnodes=2, rdzv_endpoint="h:1"),
+                       parallel=LaneOptions(lanes=2))
 
 
 def test_cpu_lists_parse_as_taskset_writes_them():
@@ -54,6 +101,14 @@ def test_lane_options_are_checked_before_anything_runs():
         LaneOptions(lanes=2, executor="kubernetes")
     with pytest.raises(UserError, match="go with --executor slurm"):
         LaneOptions(lanes=2, slurm_partition="gpu")
+
+
+def test_the_plans_time_estimate_counts_the_aa_checks_runs():
+    from perfscope.lanes.aa import AA_RUNS
+    from perfscope.search.plan import LANE_AA_RUNS
+
+    assert LANE_AA_RUNS == AA_RUNS
+    assert LaneOptions(lanes=3).count == 3 and LaneOptions(devices=["0", "1"]).count == 2
 
 
 def test_the_aa_check_drops_an_outlier_lane_and_states_the_spread():
@@ -158,15 +213,26 @@ def test_a_lane_descriptor_names_its_device_and_cores():
     assert Lane(1, frozenset({2, 3}), "1").describe() == "lane 1: GPU 1, cores 2,3"
 
 
-def test_the_report_lists_each_lane_and_the_time_saved():
-    parallel = ParallelSweep(executor="slurm", aa_spread=0.031, wall_s=300.0, sequential_estimate_s=1100.0, lanes=[
-        LaneRecord(index=0, device="0", cpus=[0, 1], level=1.0, runs=30),
-        LaneRecord(index=1, device="1", cpus=[2, 3], level=0.66, runs=2, failures=1, dropped="slurm job 7 NODE_FAIL")])
-    notes = lane_notes(parallel)
-    assert notes[0] == ("Parallel sweep on 2 lane(s) through the slurm executor: 5.0 min of wall time, where its runs one "
-                        "after another would have taken about 18.3 min; lane-to-lane A/A spread 3.1%.")
-    assert notes[2] == ("Lane 1 (GPU 1, cores 2,3), A/A level 0.66× the median lane's: 2 run(s), 1 failed; "
-                        "dropped: slurm job 7 NODE_FAIL.")
+def test_the_report_has_a_lanes_table_with_the_time_saved():
+    """Its own section in the HTML and the Markdown (not lines among the sweep's notes): each lane's device, cores,
+    A/A level, runs, failures and why it was dropped, and the wall time beside the sequential estimate."""
+    results = make_results()
+    results.sweep = Sweep(baseline_trial="baseline", parallel=ParallelSweep(
+        executor="slurm", aa_spread=0.031, wall_s=300.0, sequential_estimate_s=1100.0, notes=["A/A check: 2 runs"],
+        lanes=[LaneRecord(index=0, device="0", cpus=[0, 1], level=1.0, runs=30),
+               LaneRecord(index=1, device="1", cpus=[2, 3], level=0.66, runs=2, failures=1,
+                          dropped="slurm job 7 NODE_FAIL")]))
+    view = build_view(results)
+    assert view.lanes is not None and not any("lane" in n.lower() for n in view.sweep_notes)
+    assert view.lanes.summary == ("Parallel sweep on 2 lane(s) through the slurm executor: 5.0 min of wall time, where "
+                                  "its runs one after another would have taken about 18.3 min (speed-up 3.7×); "
+                                  "lane-to-lane A/A spread 3.1%.")
+    markdown = render_view_markdown(view)
+    assert "## Lanes" in markdown and "| 1 | GPU 1 | 2,3 | 0.66× | 2 | 1 | slurm job 7 NODE_FAIL |" in markdown
+    html = render_view_html(view)
+    assert '<section id="lanes">' in html and '<a href="#lanes">' in html and "slurm job 7 NODE_FAIL" in html
+    results.sweep.parallel = None
+    assert build_view(results).lanes is None and "Lanes" not in render_view_markdown(build_view(results))
 
 
 def test_an_executor_without_lanes_is_a_usage_error(capsys):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from perfscope.results.config import TrialConfig
-from perfscope.search.plan import RUNS_PER_VERDICT, Plan, minutes, plan_sweep, run_estimate
+from perfscope.search.plan import LANE_AA_RUNS, RUNS_PER_VERDICT, Plan, minutes, plan_sweep, run_estimate
 from perfscope.search.sweep import SweepOptions
 from tests.test_sweep import _ctx
 
@@ -35,6 +35,20 @@ def test_the_announcement_says_the_time_and_whether_the_budget_ends_it_first():
     assert plan.expected_s(20.0) == 300 and plan.expected_s(5.0) == 135
     assert "no budget" in Plan(configurations=["x"], budget_s=None).words(1.0, "probe")[1]
     assert [minutes(s) for s in (45, 89.6, 90, 300, 461)] == ["45 s", "90 s", "1 min 30 s", "5 min", "7 min 41 s"]
+
+
+def test_with_lanes_the_knobs_runs_are_shared_and_the_rest_goes_run_by_run():
+    """4 knob variants and 2 micro-batch points on 4 lanes: the variants' 4 × 8 runs take 8 run times; the baseline,
+    the micro-batch points' 2 × 8, the join and the confirmation go run by run; the A/A check adds 2."""
+    configurations = ["a", "b", "c", "d", "micro-batch ×2", "micro-batch ×4"]
+    one, four = Plan(configurations=configurations, budget_s=None), Plan(configurations=configurations, budget_s=None, lanes=4)
+    assert one.run_times == one.runs == 1 + 2 * RUNS_PER_VERDICT * 6 + 4 + 6
+    in_turn = 1 + 2 * RUNS_PER_VERDICT * 2 + 4 + 6
+    assert four.runs == one.runs and four.run_times == in_turn + LANE_AA_RUNS + 2 * RUNS_PER_VERDICT * 4 // 4
+    assert four.expected_s(10.0) == 10.0 * four.run_times
+    assert f"on 4 lanes at once (about {four.run_times} run times" in four.words(10.0, "probe")[0]
+    assert "lanes" not in one.words(10.0, "probe")[0]
+    assert plan_sweep(_ctx(device="cpu"), SweepOptions(), lanes=2).lanes == 2
 
 
 @pytest.mark.parametrize(("step_s", "expected"), [(0.28, 2.0 + (5 + 10) * 0.28), (0.02, 2.0 + (5 + 25) * 0.02), (None, 2.0)])

@@ -46,7 +46,7 @@ class LocalRunner(TrialRunner):
     """A TrialRunner for one lane: its own zygote, the lane's cores and device in every trial's environment."""
 
     def __init__(self, lane: Lane, work_dir: Path) -> None:
-        super().__init__(work_dir / f"_lane{lane.index}")
+        super().__init__(work_dir / f"_lane{lane.index}", cpus=lane.cpus or None)
         self.lane = lane
         self.index = lane.index
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfscope.errors import UserError
+from perfscope.measure.contention import sweep_env
 from perfscope.trial.pin import LANE_CPUS_ENV
 
 NODE_DIR = Path("/sys/devices/system/node")
@@ -31,7 +32,7 @@ class Lane:
 
     def env(self) -> dict[str, str]:
         """What a trial on this lane is started with (perfscope.trial.pin applies the cores)."""
-        env: dict[str, str] = {}
+        env = sweep_env()  # the sweep's own processes are not a neighbour of its runs (perfscope.measure.contention)
         if self.cpus:
             env[LANE_CPUS_ENV] = ",".join(str(c) for c in sorted(self.cpus))
         if self.device is not None:
@@ -40,7 +41,8 @@ class Lane:
 
     def describe(self) -> str:
         cores = f"cores {','.join(str(c) for c in sorted(self.cpus))}" if self.cpus else "cores not pinned"
-        return f"lane {self.index}: " + (f"GPU {self.device}, " if self.device is not None else "") + cores
+        gpus = f"GPU{'s' if ',' in self.device else ''} {self.device}, " if self.device is not None else ""
+        return f"lane {self.index}: {gpus}{cores}"
 
 
 def numa_nodes(node_dir: Path = NODE_DIR) -> list[frozenset[int]]:
@@ -57,12 +59,18 @@ def numa_nodes(node_dir: Path = NODE_DIR) -> list[frozenset[int]]:
 
 
 def plan_lanes(count: int | None = None, devices: list[str] | None = None, *, cpus: frozenset[int] | None = None,
-               nodes: list[frozenset[int]] | None = None) -> list[Lane]:
-    """``count`` lanes (or one per device), each with an equal share of ``cpus`` (this process's affinity)."""
+               nodes: list[frozenset[int]] | None = None, ranks: int = 1) -> list[Lane]:
+    """``count`` lanes (or one per ``ranks`` devices), each with an equal share of ``cpus`` (this process's affinity).
+    ``ranks``: a torchrun trial's processes on this node; its lane takes that many devices as a group, in the order
+    given (list the devices that share a switch or an NVLink island together), and its ranks share the lane's cores."""
     if devices:
-        if count is not None and count != len(devices):
+        if len(devices) % ranks:
+            raise UserError(f"--devices {','.join(devices)}: {len(devices)} devices do not divide into groups of "
+                            f"{ranks} (a {ranks}-rank torchrun trial takes its devices as a group)")
+        groups_of = [",".join(devices[i:i + ranks]) for i in range(0, len(devices), ranks)]
+        if count is not None and count != len(groups_of):
             raise UserError(f"--lanes {count} and --devices {','.join(devices)} disagree: give one of them")
-        count = len(devices)
+        devices, count = groups_of, len(groups_of)
     if count is None or count < 1:
         raise UserError(f"--lanes must be at least 1, got {count}")
     available = sorted(cpus if cpus is not None else os.sched_getaffinity(0))

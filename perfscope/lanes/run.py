@@ -29,6 +29,8 @@ class LaneOptions:
     executor: str = "local"
     slurm_partition: str | None = None
     slurm_gpus_per_node: int | None = None
+    ranks: int = 1
+    """Processes of a torchrun trial on this node (--nproc-per-node): each lane takes that many devices as a group."""
 
     def __post_init__(self) -> None:
         if self.executor not in EXECUTORS:
@@ -37,6 +39,14 @@ class LaneOptions:
             raise UserError("a parallel sweep needs --lanes N or --devices LIST")
         if self.executor != "slurm" and (self.slurm_partition or self.slurm_gpus_per_node):
             raise UserError("--slurm-partition and --slurm-gpus-per-node go with --executor slurm")
+        if self.ranks > 1 and self.executor != "local":
+            raise UserError(f"torchrun trials ({self.ranks} ranks) run on lanes through the local executor only: the "
+                            f"{self.executor} executor runs a lane's trial as one process")
+
+    @property
+    def count(self) -> int:
+        """How many lanes these options ask for (what the plan's time estimate divides among)."""
+        return len(self.devices) // self.ranks if self.devices else self.lanes or 1
 
 
 @contextmanager
@@ -45,11 +55,16 @@ def parallel_sweep(options: LaneOptions | None, work_dir: Path, *, timeout_s: fl
     if options is None:
         yield None
         return
-    lanes = plan_lanes(options.lanes, options.devices)
+    lanes = plan_lanes(options.lanes, options.devices, ranks=options.ranks)
     executor = make_executor(options.executor, work_dir, partition=options.slurm_partition,
                              gpus_per_node=options.slurm_gpus_per_node, timeout_s=timeout_s)
+    group = ""
+    if options.ranks > 1:
+        group = f"; each trial is a {options.ranks}-rank torchrun job on its lane's devices and cores, which no other trial uses"
+        if options.devices:
+            group += "; the lanes share this node's links (PCIe, NVLink switches): each comparison stays within a lane"
     print(f"perfscope: parallel sweep on {len(lanes)} lane(s) through the {executor.name} executor: "
-          + "; ".join(lane.describe() for lane in lanes), file=sys.stderr, flush=True)
+          + "; ".join(lane.describe() for lane in lanes) + group, file=sys.stderr, flush=True)
     try:
         runners = [executor.runner(lane) for lane in lanes]
         yield lane_sweeper(runners, executor.name, executor.cancel)

@@ -97,7 +97,7 @@ class SlurmRunner:
         submitit = _submitit()
         spec_path, _, log_path = prepare_trial(spec, work_dir)
         start = time.perf_counter()
-        job = self.executor.submit(self.cpus, str(spec_path), str(log_path), dict(env or {}), timeout_s)
+        job = self.executor.submit(self.cpus, str(spec_path), str(log_path), {**(env or {}), **self.lane.env()}, timeout_s)
         try:
             _wait(job)
             returncode = job.result()

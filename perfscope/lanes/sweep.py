@@ -55,8 +55,12 @@ class LaneSweeper(Sweeper):
                  parallel: bool = True, **kw: Any) -> None:
         ctx = kw["ctx"]
         cores = [len(c) for r in lanes if (c := getattr(getattr(r, "lane", None), "cpus", None))]
-        if cores:  # the knobs see the lane's cores (DataLoader workers, threads), not the machine's
-            kw["ctx"] = dataclasses.replace(ctx, environment=dataclasses.replace(ctx.environment, cpu_cores_logical=min(cores)))
+        if cores:  # the knobs see the lane's cores (DataLoader workers, threads), not the machine's; NUMA binding is
+            # the lane plan's (perfscope.lanes.plan): a rank's pinning to its lane would undo torchrun's --numa-binding
+            env = ctx.environment
+            kw["ctx"] = dataclasses.replace(ctx, environment=dataclasses.replace(
+                env, cpu_cores_logical=min(cores), numa_nodes=None,
+                unavailable={**env.unavailable, "numa_nodes": "the lanes fix each run's cores, NUMA node by node"}))
         super().__init__(**kw)
         self.lanes, self.active = list(lanes), list(lanes)
         self.cancel, self.parallel = cancel, parallel

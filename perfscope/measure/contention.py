@@ -27,17 +27,25 @@ that hurt most through. 0.05 cores is above an idle machine's kernel threads and
 busy time in clock ticks, so a short window's threshold is raised to its tick resolution (`resolution_cores`)
 so that rounding alone never makes a window contended. Hypervisor steal of at least `MIN_STEAL_CORES` and any
 other compute process on the device are contention on their own.
+
+A parallel sweep (perfscope.lanes) is not its own neighbour. Its lanes own disjoint cores and everything a lane
+starts is born on them (perfscope.trial.pin), so another lane's trial never shows on this lane's CPUs. What may
+still land there is the sweep's own unpinned machinery: the driver reading another lane's result, a local Ray's
+raylet, the `squeue` it polls Slurm with. Those processes are named by `SWEEP_ROOT_ENV` (the driver, whose tree they
+are) and their CPU time is not counted as a neighbour's (`sweep_cpu_seconds`); a process of the tree pinned
+to other cores cannot have run here and is not subtracted, so another lane's load never hides a real neighbour.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import time
 from pathlib import Path
 
 import psutil
 
-from perfscope.measure.cores import CpuBudget, cpu_budget
+from perfscope.measure.cores import LANE_CPUS_ENV, CpuBudget, cpu_budget
 from perfscope.results.model import Contention
 
 MIN_OTHER_CORES = 0.05
@@ -46,6 +54,8 @@ PROC_STAT = Path("/proc/stat")
 _TICK_S = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
 JOB_ROOT_ENV = "PERFSCOPE_JOB_ROOT_PID"
 """Set by a distributed trial's ranks to their torchrun agent's pid: the job's other ranks are not neighbours."""
+SWEEP_ROOT_ENV = "PERFSCOPE_SWEEP_ROOT"
+"""Set on a parallel sweep's trials to its driver as 'pid@host': the sweep's own processes are not neighbours."""
 
 
 def _cpu_busy(cpus: frozenset[int] | None, stat: Path = PROC_STAT) -> tuple[float, float]:
@@ -128,6 +138,49 @@ def _tree_cpu_seconds(root: psutil.Process) -> float:
     return total
 
 
+def sweep_env() -> dict[str, str]:
+    """What a parallel sweep's driver gives its trials: itself, as the root of the sweep's processes."""
+    return {SWEEP_ROOT_ENV: f"{os.getpid()}@{socket.gethostname()}"}
+
+
+def _sweep_root() -> psutil.Process | None:
+    """The sweep's driver when this trial runs on its host (a Slurm or Ray node elsewhere has other pids)."""
+    pid, _, host = os.environ.get(SWEEP_ROOT_ENV, "").partition("@")
+    if not pid or host != socket.gethostname():
+        return None
+    try:
+        return psutil.Process(int(pid))
+    except (ValueError, psutil.Error):
+        return None
+
+
+def sweep_cpu_seconds(root: psutil.Process, cpus: frozenset[int] | None, mine: set[int]) -> dict[int, float]:
+    """CPU seconds so far of each of the sweep's processes (``root`` and its descendants, ``mine`` left out: this
+    trial's own) that may run on ``cpus``: one pinned to other cores (another lane's) cannot have used them."""
+    try:
+        family = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        family = [root]
+    seconds: dict[int, float] = {}
+    for proc in family:
+        if proc.pid in mine:
+            continue
+        try:
+            if cpus is not None and not cpus & set(proc.cpu_affinity()):
+                continue
+            ct = proc.cpu_times()
+            seconds[proc.pid] = ct.user + ct.system
+        except psutil.Error:  # ended between listing and reading
+            pass
+    return seconds
+
+
+def sweep_delta(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds the sweep's processes used between two readings: each one's growth (all of it for one born in
+    between). One that ended in between is not known and stays counted as a neighbour: never an under-count."""
+    return sum(max(t - before.get(pid, 0.0), 0.0) for pid, t in after.items())
+
+
 def judge(reading: Contention, budget: CpuBudget, *, wall_s: float | None = None) -> Contention:
     """Fill ``contended`` and ``reason`` (see the module docstring): the same neighbour gives the same verdict
     whatever the run's own load."""
@@ -155,8 +208,11 @@ class ContentionProbe:
         self._budget = cpu_budget()
         # A distributed job's own time spans every rank, whose CPUs may differ (NUMA binding): the whole machine's
         # busy time is then the one it can be subtracted from (a neighbour anywhere counts: conservative).
-        self._cpus = None if _job_root() is not None else self._budget.cpus
+        # On a lane (perfscope.lanes) the whole job is pinned to the lane's cores: those are the ones to read.
+        self._cpus = None if _job_root() is not None and not os.environ.get(LANE_CPUS_ENV) else self._budget.cpus
         self._wall0 = time.perf_counter()
+        self._sweep = _sweep_root()
+        self._sweep0 = self._sweep_seconds()
         self._busy0, self._steal0 = _cpu_busy(self._cpus)
         self._own0 = own_cpu_seconds()
 
@@ -164,9 +220,21 @@ class ContentionProbe:
         wall = max(time.perf_counter() - self._wall0, 1e-9)
         busy, steal = _cpu_busy(self._cpus)
         own = own_cpu_seconds() - self._own0
-        other = max((busy - self._busy0) - own, 0.0) / wall
+        sweep = sweep_delta(self._sweep0, self._sweep_seconds())
+        other = max((busy - self._busy0) - own - sweep, 0.0) / wall
         return judge(Contention(other_cpu_cores=other, own_cpu_cores=own / wall, steal_cores=(steal - self._steal0) / wall,
+                                sweep_cpu_cores=sweep / wall if self._sweep is not None else None,
                                 device_other_processes=self._device_others()), self._budget, wall_s=wall)
+
+    def _sweep_seconds(self) -> dict[int, float]:
+        if self._sweep is None:
+            return {}
+        me = _job_root() or psutil.Process()  # a rank's own time is its whole job's (own_cpu_seconds)
+        try:
+            mine = {me.pid, *(c.pid for c in me.children(recursive=True))}
+        except psutil.Error:
+            mine = {me.pid}
+        return sweep_cpu_seconds(self._sweep, self._cpus, mine)
 
     def _device_others(self) -> list[str]:
         if self._nvml_handle is None:

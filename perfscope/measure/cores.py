@@ -16,6 +16,10 @@ from pathlib import Path
 
 import psutil
 
+LANE_CPUS_ENV = "PERFSCOPE_LANE_CPUS"
+"""The cores of a parallel sweep's lane, set on its trials (applied by perfscope.trial.pin; read by the
+contention guard, perfscope.measure.contention)."""
+
 
 def cgroup_quota_cores(root: Path = Path("/sys/fs/cgroup")) -> float | None:
     """The cgroup CPU quota in cores (v2 `cpu.max`, else v1 `cpu.cfs_quota_us`); None when unlimited or unreadable."""

@@ -1,24 +1,70 @@
-"""A parallel sweep's lanes in the report: one line for the sweep (executor, wall time beside the sequential
-estimate, the A/A spread) and one per lane (device, cores, A/A level, runs, failures, why it was dropped)."""
+"""The report's "Lanes" section for a parallel sweep: the wall time beside the sequential estimate, the A/A
+spread, and a table of the lanes (device and cores, A/A level, runs, failures, why a lane was dropped).
+
+    view = lanes_view(results.sweep.parallel)     # None for a sweep on one lane
+
+Its own section rather than lines among the sweep's notes: a lane that was dropped, or one much slower than the
+others, is what a reader checks before trusting a parallel sweep's verdicts. Every value is formatted here, from
+the results model alone (perfscope.results.lanes), so the HTML (reports/templates/_lanes.html.j2) and the Markdown
+(perfscope.report.markdown.lanes_markdown) agree.
+"""
 
 from __future__ import annotations
 
-from perfscope.report.format import fmt_seconds
-from perfscope.results.lanes import ParallelSweep
+from dataclasses import dataclass, field
+
+from perfscope.report.format import NA, fmt_seconds
+from perfscope.results.lanes import LaneRecord, ParallelSweep
 
 
-def lane_notes(parallel: ParallelSweep) -> list[str]:
-    lanes = parallel.lanes
-    spread = f"; lane-to-lane A/A spread {parallel.aa_spread:.1%}" if parallel.aa_spread is not None else ""
-    timing = ""
-    if parallel.wall_s is not None and parallel.sequential_estimate_s:
-        timing = (f": {fmt_seconds(parallel.wall_s)} of wall time, where its runs one after another would have taken "
-                  f"about {fmt_seconds(parallel.sequential_estimate_s)}")
-    out = [f"Parallel sweep on {len(lanes)} lane(s) through the {parallel.executor} executor{timing}{spread}."]
-    for lane in lanes:
-        where = ", ".join(filter(None, [f"GPU {lane.device}" if lane.device is not None else None,
-                                        f"cores {','.join(map(str, lane.cpus))}" if lane.cpus else "cores not pinned"]))
-        level = f", A/A level {lane.level:.2f}× the median lane's" if lane.level is not None else ""
-        dropped = f"; dropped: {lane.dropped}" if lane.dropped else ""
-        out.append(f"Lane {lane.index} ({where}){level}: {lane.runs} run(s), {lane.failures} failed{dropped}.")
-    return out + list(parallel.notes)
+@dataclass(kw_only=True, slots=True)
+class LaneLine:
+    lane: str
+    device: str  # "GPU 1" or "—" (a CPU lane)
+    cores: str  # "2,3" or "not pinned" (a Slurm job's allocation, a remote Ray node)
+    level: str  # "0.66×" the median lane's A/A baseline, or n/a
+    runs: str
+    failures: str
+    dropped: str  # why the lane took no more runs, or ""
+
+
+@dataclass(kw_only=True, slots=True)
+class LanesView:
+    executor: str
+    wall: str  # the parallel sweep's wall time
+    sequential: str  # its runs' wall times summed: about the same runs one after another
+    speedup: str  # sequential / wall, or ""
+    spread: str  # the lane-to-lane A/A spread
+    lines: list[LaneLine] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        timing = ""
+        if self.sequential != NA:
+            timing = (f": {self.wall} of wall time, where its runs one after another would have taken about "
+                      f"{self.sequential}" + (f" (speed-up {self.speedup})" if self.speedup else ""))
+        spread = f"; lane-to-lane A/A spread {self.spread}" if self.spread != NA else ""
+        return f"Parallel sweep on {len(self.lines)} lane(s) through the {self.executor} executor{timing}{spread}."
+
+
+def _line(lane: LaneRecord) -> LaneLine:
+    return LaneLine(lane=str(lane.index), device=f"GPU {lane.device}" if lane.device is not None else "—",
+                    cores=",".join(map(str, lane.cpus)) if lane.cpus else "not pinned",
+                    level=f"{lane.level:.2f}×" if lane.level is not None else NA, runs=str(lane.runs),
+                    failures=str(lane.failures), dropped=lane.dropped or "")
+
+
+def lanes_view(parallel: ParallelSweep | None) -> LanesView | None:
+    if parallel is None:
+        return None
+    wall, sequential = parallel.wall_s, parallel.sequential_estimate_s
+    return LanesView(
+        executor=parallel.executor,
+        wall=fmt_seconds(wall) if wall is not None else NA,
+        sequential=fmt_seconds(sequential) if sequential else NA,
+        speedup=f"{sequential / wall:.1f}×" if wall and sequential else "",
+        spread=f"{parallel.aa_spread:.1%}" if parallel.aa_spread is not None else NA,
+        lines=[_line(lane) for lane in parallel.lanes],
+        notes=list(parallel.notes),
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from perfscope.report.distributed import DistributedView
+from perfscope.report.lanes import LanesView
 from perfscope.report.layout import LayoutView
 from perfscope.report.view import FindingView, ReportView, build_view
 from perfscope.report.waterfall_chart import WaterfallView
@@ -154,6 +155,18 @@ def layout_markdown(view: LayoutView | None) -> list[str]:
     return out + [md(n) for n in view.notes] + ([""] if view.notes else [])
 
 
+def lanes_markdown(view: LanesView | None) -> list[str]:
+    """A parallel sweep's section (perfscope.report.lanes): the time it took, and each lane."""
+    if view is None:
+        return []
+    rows = [[md(x.lane), md(x.device), md(x.cores), md(x.level), md(x.runs), md(x.failures), md(x.dropped or "—")]
+            for x in view.lines]
+    out = ["## Lanes", "", md(view.summary), ""]
+    out += _table(["Lane", "Device", "Cores", "A/A level (vs the median lane)", "Runs", "Failed", "Dropped"], rows,
+                  ["r", "l", "l", "r", "r", "r", "l"]) + [""]
+    return out + [f"- {md(n)}" for n in view.notes] + ([""] if view.notes else [])
+
+
 def render_view_markdown(view: ReportView) -> str:
     out = [f"# perfscope report: {md(view.title)}", ""]
     out += [f"Device: {md(view.device)} · Peak: {md(view.peak)} ({md(view.peak_source)})" + (f" · Run: {md(view.created_at)}" if view.created_at else ""), ""]
@@ -223,6 +236,7 @@ def render_view_markdown(view: ReportView) -> str:
         # One line, not a table: these knobs mean nothing on this run (Markdown has no folding without raw HTML).
         out += [f"Did not apply to this run ({len(view.inapplicable)}): " + "; ".join(f"{code(k.knob)} ({md(k.reason)})" for k in view.inapplicable), ""]
     out += [md(n) for n in view.sweep_notes] + ([""] if view.sweep_notes else [])
+    out += lanes_markdown(view.lanes)
 
     out += _distributed(view.distributed)
     out += layout_markdown(view.layout)

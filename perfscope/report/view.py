@@ -32,7 +32,7 @@ from perfscope.report.findings import (
 )
 from perfscope.report.format import fmt_seconds
 from perfscope.report.headline import Headline, headline_view, tell
-from perfscope.report.lanes import lane_notes
+from perfscope.report.lanes import LanesView, lanes_view
 from perfscope.report.layout import LayoutView, layout_view
 from perfscope.report.story import build_story
 from perfscope.report.structure import knob_effects
@@ -109,6 +109,7 @@ class ReportView:
     distributed: DistributedView | None = None  # every rank, communication and sharding memory of a data-parallel run
     waterfall: WaterfallView | None = None  # the MFU gap, part by part (perfscope.report.waterfall_chart)
     layout: LayoutView | None = None  # the (dp, tp, pp) layout search's table (perfscope.report.layout)
+    lanes: LanesView | None = None  # a parallel sweep's lanes (perfscope.report.lanes)
     perfetto_url: str = PERFETTO_URL
     hta_url: str = HTA_URL
 
@@ -165,8 +166,6 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
     if sweep and sweep.elapsed_s is not None:
         budget = f" of a {fmt_seconds(sweep.budget_s)} budget" if sweep.budget_s else ""
         sweep_notes.append(f"Search time {fmt_seconds(sweep.elapsed_s)}{budget}.")
-    if sweep and sweep.parallel is not None:
-        sweep_notes += lane_notes(sweep.parallel)
     kernel_rows, kernels_trial = kernels(results, [base_name, rec_name])
     peak = results.peak
     env = results.environment
@@ -208,6 +207,7 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
         distributed=distributed_view(results, baseline=base, recommended=rec),
         waterfall=waterfall,
         layout=layout_view(results),
+        lanes=lanes_view(sweep.parallel if sweep else None),
     )
     if results.source == "trace":  # a trace the user brought: nothing ran (perfscope.report.trace_only)
         trace_headline(view.headline)

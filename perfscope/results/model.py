@@ -191,6 +191,9 @@ class Contention:
     """Average CPU cores used by processes other than the trial and its children (DataLoader workers), on the
     CPUs the trial may run on."""
     own_cpu_cores: float | None = None
+    sweep_cpu_cores: float | None = field(default=None, metadata=NON_NEGATIVE)
+    """A parallel sweep's own other processes (its driver, a local Ray's daemons) that could run on those CPUs:
+    not counted in ``other_cpu_cores`` (perfscope.measure.contention); None outside a parallel sweep."""
     usable_cores: float | None = field(default=None, metadata=NON_NEGATIVE)
     """Cores the trial may use (affinity CPUs capped by the cgroup quota): what the neighbour was judged against."""
     min_other_cores: float | None = field(default=None, metadata=NON_NEGATIVE)

@@ -7,7 +7,9 @@ Why. A sweep of about 100 fresh-process runs once took 12.7 minutes on a model w
 beforehand of how long it would be. The count follows the sweep's own rules (perfscope.search.sweep): the variants
 of every applicable, selected knob and the micro-batch search's points, each run beside a baseline run; then what a
 sweep usually adds — runs until a verdict (RUNS_PER_VERDICT) for each, a stacking join, the confirmation.
-It is an expectation, not a promise; the budget is the promise: the sweep starts no run that would probably
+With lanes (perfscope.lanes) the runs that the sweep measures one pair per lane at a time (knob variants' runs)
+take a lane's share of the waves; the micro-batch search, the join and the confirmation still go run by run, and
+an A/A check (LANE_AA_RUNS per lane, at once) opens the sweep. It is an expectation, not a promise; the budget is the promise: the sweep starts no run that would probably
 overrun it (`Sweeper.may_continue`) and recommends what it decided by then (perfscope.search.decided).
 """
 
@@ -29,6 +31,10 @@ RUNS_PER_VERDICT = 4
 degrees of freedom capped at k − 1 a winner is mostly decided at its 4th (the quick start: 67 runs where 3 per verdict
 planned 59)."""
 
+LANE_AA_RUNS = 2
+"""The parallel sweep's A/A check: baseline runs per lane, all lanes at once (perfscope.lanes.aa.AA_RUNS)."""
+
+
 @dataclass(frozen=True)
 class Plan:
     configurations: list[str]
@@ -36,6 +42,8 @@ class Plan:
     budget_s: float | None
     baseline_runs: int = 1
     """Runs of the baseline before the sweep (`--repeat` without a sweep)."""
+    lanes: int = 1
+    """Lanes the sweep runs on (`--lanes`, `--devices`)."""
 
     @property
     def runs(self) -> int:
@@ -45,8 +53,19 @@ class Plan:
             return self.baseline_runs
         return self.baseline_runs + 2 * RUNS_PER_VERDICT * len(self.configurations) + JOIN_RUNS + CONFIRMATION_RUNS
 
+    @property
+    def run_times(self) -> int:
+        """Runs one after another the analysis takes: all of them on one lane; with lanes, the knob variants' runs
+        shared among the lanes, the rest (baseline, micro-batch points, join, confirmation) run by run, plus the
+        A/A check."""
+        if self.lanes <= 1 or not self.configurations:
+            return self.runs
+        micro = sum(c.startswith("micro-batch") for c in self.configurations)
+        in_turn = self.baseline_runs + 2 * RUNS_PER_VERDICT * micro + JOIN_RUNS + CONFIRMATION_RUNS
+        return in_turn + LANE_AA_RUNS + math.ceil((self.runs - in_turn) / self.lanes)
+
     def expected_s(self, run_s: float) -> float:
-        unbounded = self.runs * run_s
+        unbounded = self.run_times * run_s
         return min(unbounded, self.budget_s) if self.budget_s is not None else unbounded
 
     def words(self, run_s: float, source: str) -> list[str]:
@@ -56,8 +75,10 @@ class Plan:
         shown = ", ".join(self.configurations[:8]) + (f", … ({more} more)" if more > 0 else "")
         what = (f"{len(self.configurations)} configurations beside the baseline ({shown}), each repeated until decided, "
                 "the winners stacked and confirmed" if self.configurations else "the baseline")
-        unbounded = self.runs * run_s
-        plan = f"plan: {what}: about {self.runs} run(s) of ~{run_s:.1f} s ({source})"
+        unbounded = self.run_times * run_s
+        lanes = (f" on {self.lanes} lanes at once (about {self.run_times} run times, an A/A check included)"
+                 if self.run_times != self.runs else "")
+        plan = f"plan: {what}: about {self.runs} run(s) of ~{run_s:.1f} s ({source}){lanes}"
         if not self.configurations:
             return [plan, f"expected time: about {minutes(unbounded)}"]
         if self.budget_s is None:
@@ -88,8 +109,8 @@ def minutes(seconds: float) -> str:
     return f"{whole} min" + (f" {rest} s" if rest else "")
 
 
-def plan_sweep(ctx: KnobContext, options: SweepOptions | None, baseline_runs: int = 1) -> Plan:
-    """The configurations the sweep's first pass will measure, by its own rules (None: no sweep)."""
+def plan_sweep(ctx: KnobContext, options: SweepOptions | None, baseline_runs: int = 1, lanes: int = 1) -> Plan:
+    """The configurations the sweep's first pass will measure, by its own rules (None: no sweep), on ``lanes``."""
     if options is None:
         return Plan(configurations=[], budget_s=None, baseline_runs=baseline_runs)
     planned: list[str] = []
@@ -107,4 +128,4 @@ def plan_sweep(ctx: KnobContext, options: SweepOptions | None, baseline_runs: in
     if micro:
         factor = GPU_MICRO_FACTOR if ctx.cuda else CPU_MICRO_FACTOR
         planned += [f"micro-batch ×{2 ** i}" for i in range(1, int(math.log2(factor)) + 1)]
-    return Plan(configurations=planned, budget_s=options.budget_s)
+    return Plan(configurations=planned, budget_s=options.budget_s, lanes=lanes)

@@ -34,6 +34,7 @@ import psutil
 from perfscope.errors import ResultsError
 from perfscope.results.io import open_log, read_json
 from perfscope.trial.logs import log_tail
+from perfscope.trial.pin import born_on, lane_cpus
 
 KILL_GRACE_S = 5.0
 COLLECTIVE_FAILURE = re.compile(
@@ -136,12 +137,13 @@ def run_job(spec_path: Path, result_path: Path, log_path: Path, *, launch: Launc
     start = time.perf_counter()
     timed_out = False
     with open_log(log_path) as log:
-        proc = subprocess.Popen(
-            command(spec_path, launch, numa_binding=numa_binding),
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
-            start_new_session=True,
-        )
+        with born_on(lane_cpus(env or {})):  # a lane's job: the agent and its ranks on the lane's cores (trial.pin)
+            proc = subprocess.Popen(
+                command(spec_path, launch, numa_binding=numa_binding),
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,
+            )
         try:
             try:
                 proc.wait(timeout=timeout_s)

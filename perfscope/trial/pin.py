@@ -6,13 +6,22 @@ Why in the trial rather than around it: trials are forked from a zygote that imp
 serves every lane; a fork inherits its parent's mask, so each trial sets its own. DataLoader workers it starts
 inherit the mask, so a lane's workers never spill onto another lane's cores; the intra-op thread pool is sized
 to the lane (torch's default is the machine's core count, which would oversubscribe the lane's cores).
+
+Pinning in the trial comes after the interpreter started and imported what it needs to read its spec, and a fork
+costs its parent time: a lane's zygote and its fresh interpreters are therefore also *born* on the lane's cores
+(`born_on`), so nothing a lane starts ever runs on another lane's cores, where the contention guard of that lane's
+run would rightly count it as a neighbour (perfscope.measure.contention).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
-LANE_CPUS_ENV = "PERFSCOPE_LANE_CPUS"
+from perfscope.measure.cores import LANE_CPUS_ENV
+
+__all__ = ["LANE_CPUS_ENV", "born_on", "lane_cpus", "lane_threads", "parse_cpus", "pin_to_lane"]
 
 
 def parse_cpus(text: str) -> frozenset[int]:
@@ -29,6 +38,32 @@ def parse_cpus(text: str) -> frozenset[int]:
     return frozenset(cpus)
 
 
+def lane_cpus(env: Mapping[str, str]) -> frozenset[int] | None:
+    """The lane's CPUs named in ``env`` (a trial's environment), or None outside a parallel sweep."""
+    text = env.get(LANE_CPUS_ENV)
+    return parse_cpus(text) if text else None
+
+
+@contextmanager
+def born_on(cpus: frozenset[int] | None) -> Iterator[None]:
+    """Processes started inside run on ``cpus`` from their first instruction. Linux keeps the affinity mask per
+    thread and a child inherits its forking thread's mask, so the calling thread takes the lane's mask for the
+    spawn and gets its own back: no pre-exec hook in the child, and the driver's other threads are unaffected."""
+    if not cpus or not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    saved = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, cpus)
+    except OSError:  # CPUs this machine lacks (a lane planned elsewhere): the child's own pin_to_lane says so
+        yield
+        return
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, saved)
+
+
 def pin_to_lane() -> frozenset[int] | None:
     """Apply ``PERFSCOPE_LANE_CPUS`` to this process (no-op without it); the CPUs pinned to, or None."""
     text = os.environ.get(LANE_CPUS_ENV)
@@ -38,5 +73,15 @@ def pin_to_lane() -> frozenset[int] | None:
     os.sched_setaffinity(0, cpus)
     import torch
 
-    torch.set_num_threads(len(cpus))
+    torch.set_num_threads(lane_threads(cpus, os.environ))
     return cpus
+
+
+def lane_threads(cpus: frozenset[int], env: Mapping[str, str]) -> int:
+    """Intra-op threads of one process on the lane: its cores, shared among a torchrun job's ranks on the lane
+    (torchrun's LOCAL_WORLD_SIZE), so that the ranks together never oversubscribe them."""
+    try:
+        ranks = max(int(env.get("LOCAL_WORLD_SIZE", "1")), 1)
+    except ValueError:
+        ranks = 1
+    return max(len(cpus) // ranks, 1)

@@ -35,21 +35,22 @@ from pathlib import Path
 from typing import IO, Any
 
 from perfscope.errors import ResultsError
+from perfscope.measure.contention import SWEEP_ROOT_ENV
 from perfscope.results.io import open_log, read_json
 from perfscope.results.messages import msg
 from perfscope.results.serde import to_jsonable
 from perfscope.trial.launch import run_job
 from perfscope.trial.logs import log_tail
-from perfscope.trial.pin import LANE_CPUS_ENV
+from perfscope.trial.pin import LANE_CPUS_ENV, born_on, lane_cpus
 from perfscope.trial.spec import ChildSpec, TrialSpec, write_spec
 from perfscope.trial.zygote import ForkRequest
 
 KILL_GRACE_S = 5.0
 ZYGOTE_START_TIMEOUT_S = 120.0
 ISOLATION_ENV = "PERFSCOPE_ISOLATION"
-LATE_READ_ENV = frozenset({"PYTORCH_CUDA_ALLOC_CONF", LANE_CPUS_ENV})
+LATE_READ_ENV = frozenset({"PYTORCH_CUDA_ALLOC_CONF", LANE_CPUS_ENV, SWEEP_ROOT_ENV})
 """Environment variables torch reads when first used, not at import, or that the trial applies itself (a lane's
-cores, perfscope.trial.pin): safe to set in a forked child."""
+cores, perfscope.trial.pin; its sweep's driver, perfscope.measure.contention): safe to set in a forked child."""
 
 
 @dataclass
@@ -77,14 +78,15 @@ def _killpg(pgid: int, sig: signal.Signals) -> None:
 class _Zygote:
     """The fork server process and a reader thread that sorts its replies."""
 
-    def __init__(self, log_path: Path) -> None:
+    def __init__(self, log_path: Path, cpus: frozenset[int] | None = None) -> None:
         self._log = open_log(log_path)  # lives as long as the zygote
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "perfscope.trial.zygote"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            start_new_session=True,  # deaf to the terminal's Ctrl-C: the runner decides what dies
-        )
+        with born_on(cpus):  # a lane's zygote, and every trial it forks, on the lane's cores (perfscope.trial.pin)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "perfscope.trial.zygote"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,  # deaf to the terminal's Ctrl-C: the runner decides what dies
+            )
         self._pids: queue.Queue[int] = queue.Queue()
         self._exits: dict[int, int] = {}
         self._cond = threading.Condition()
@@ -154,9 +156,12 @@ def _close_all(holder: list[_Zygote]) -> None:
 class TrialRunner:
     """Starts trials (forked from a zygote when possible), times them out, classifies how they ended."""
 
-    def __init__(self, work_dir: Path | None = None, *, use_zygote: bool = True) -> None:
+    def __init__(self, work_dir: Path | None = None, *, use_zygote: bool = True,
+                 cpus: frozenset[int] | None = None) -> None:
         self.work_dir = work_dir
         self.use_zygote = use_zygote
+        self.cpus = cpus
+        """A parallel sweep's lane: the zygote is started on these cores (None: wherever this process may run)."""
         self._holder: list[_Zygote] = []
         self._zygote_failed: str | None = None
         self._running: set[int] = set()
@@ -195,7 +200,7 @@ class TrialRunner:
             return None
         if self._zygote is None or not self._zygote.alive:
             try:
-                self._zygote = _Zygote((self.work_dir or work_dir.parent) / "zygote.log")
+                self._zygote = _Zygote((self.work_dir or work_dir.parent) / "zygote.log", self.cpus)
             except Exception as exc:  # noqa: BLE001 - fall back to fresh interpreters, and say why once
                 self._zygote_failed = f"{type(exc).__name__}: {exc}"
                 self._zygote = None
@@ -296,12 +301,13 @@ def run_in_fresh_interpreter(spec_path: Path, log_path: Path, env: dict[str, str
     """`python -m perfscope.trial.child SPEC` in its own session: its return code, or None when it timed out (its
     group killed). ``running`` holds its process group while it runs. Also what a Slurm or Ray job runs on its node."""
     with open_log(log_path) as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "perfscope.trial.child", str(spec_path)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
-            start_new_session=True,
-        )
+        with born_on(lane_cpus(env)):  # a lane's trial starts on its cores (perfscope.trial.pin)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "perfscope.trial.child", str(spec_path)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,
+            )
         if running is not None:
             running.add(proc.pid)
         try:
