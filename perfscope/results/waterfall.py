@@ -132,11 +132,6 @@ class MfuWaterfall:
     def residual_points(self) -> float:
         return next((p.points or 0.0 for p in self.parts if p.key == "residual"), 0.0)
 
-    @property
-    def gap_points(self) -> float:
-        """100 − the end bar: what the parts explain."""
-        return 100.0 - self.end_points
-
     def part(self, key: str) -> WaterfallPart | None:
         return next((p for p in self.parts if p.key == key), None)
 

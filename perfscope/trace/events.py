@@ -256,17 +256,6 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-def build_trace(raw: list[dict[str, Any]]) -> Trace:
-    """The Trace of events already in memory (hand-built traces, tests)."""
-    from perfscope.trace.steps import find_steps
-
-    builder = TraceBuilder()
-    builder.add_batch(raw)
-    trace = builder.finish()
-    find_steps(trace)
-    return trace
-
-
 _CPU, _ANNOTATION, _RUNTIME, _PYTHON, _DEVICE = range(5)
 _BIG = 1 << 62
 """Ids (correlation, External id) within ±_BIG are kept as int64; others are interned (table.ext_code)."""

@@ -58,11 +58,6 @@ def find_steps(trace: Trace) -> list[Span]:
     return kept
 
 
-def _spans(trace: Trace, kind: str, rows: np.ndarray) -> list[Span]:
-    t = trace.columns(kind)
-    return sorted(zip(t.ts[rows].tolist(), t.end[rows].tolist()))
-
-
 def _optimizer_steps(trace: Trace) -> tuple[list[Span], str] | None:
     for kind in ("annotations", "cpu_ops"):
         t = trace.columns(kind)

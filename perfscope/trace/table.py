@@ -148,19 +148,6 @@ class EventColumns:
             return None
         return self.exts[code - NONE - 1] if code < NONE + 1 + (1 << 40) else code
 
-    def take(self, mask: np.ndarray) -> EventColumns:
-        """The rows where ``mask`` (or at the given indices), as a table of their own."""
-        keys = ("ts", "dur", "name", "cat", "pid", "tid", "corr", "ext", "args", "launch", "launch_ts", "launch_dur",
-                "launch_pid", "launch_tid", "launch_name")
-        return EventColumns({k: getattr(self, k)[mask] for k in keys}, names=self.names, cats=self.cats,
-                            values=self.values, args=self.arg_table, exts=self.exts)
-
-
-def group_sums(keys: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """Per key (0..n-1), the sum of its values in array order."""
-    return np.bincount(keys, weights=values, minlength=n) if len(keys) else np.zeros(n)
-
-
 def ext_code(value: Any, exts: Strings) -> int:
     """An External id as an int64: ints as they are, anything else interned (codes just above NONE)."""
     if value is None:

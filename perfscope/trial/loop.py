@@ -237,10 +237,6 @@ def capture_trace(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) ->
     attach_trace(metrics, cap.path, device_type=config.device, steps=cap.active_steps, alignment_precision=config.precision)
 
 
-def all_finite(values: list[float]) -> bool:
-    return all(math.isfinite(v) for v in values)
-
-
 def nonfinite_loss(losses: list[float]) -> str | None:
     """"loss became nan at measured step 3", or None when every measured loss is finite."""
     bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
