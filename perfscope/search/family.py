@@ -23,7 +23,7 @@ The rule (FWER ≤ ``alpha``, whatever the candidates' true effects and the look
   knobs work, and its intervals have a plain meaning (below).
 - Intervals. A rejected candidate's interval is the one of its deciding look at level 1 − alpha_j/(looks),
   so it excludes 1 exactly when the rule rejects; the others are shown at the first unrejected step's level.
-The simulation in perfscope.search.simulate measures the rate this rule achieves (benchmarks/stat_simulation.py).
+The simulation in benchmarks.sweep_model measures the rate this rule achieves (benchmarks/stat_simulation.py).
 """
 
 from __future__ import annotations
