@@ -2,11 +2,7 @@
 
     perfscope analyze examples/tiny_transformer.py --device cpu --out perfscope-out
 
-Stages, each usable alone: measurement writes results.json (run by run) → rules add findings → the report
-renders. A broken workload file fails here in seconds, before any run starts: the import and workload()
-run in this process; the device check, a one-step dry run and the model inspection run in the probe
-process — this process never builds the model nor touches a device. The probe is also the untimed warm-up
-process that keeps the first measured run from paying the first-process penalty.
+Design notes: docs/internals.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,6 @@
 """The one ranking: what comes first, what is the recommended fix, what is measured or estimated, what is set apart.
 
-    ranking = rank_results(results)
-    ranking.fixes        # RankedFix: the recommendation first, then measured wins, estimates, diagnoses
-    ranking.no_help      # measured here as slower, the same or undecided: listed apart, never ranked
-    ranking.knobs        # the sweep's knobs best first (ranking.folded: inapplicable ones)
-    ranking.gains        # every measured configuration for the gain chart, in the knobs' order
-
-Why one module: the rules engine, the sweep's knob list, the headline story, the HTML and Markdown ranked
-fixes and the gain chart each sorted on their own and could disagree on what is "#1". Every one of them now
-reads this order. It imports only results/ (never report/ or search/), so every stage may use it.
-
-The rules, in order (`FINDING_RULES` and `KNOB_RULES` say the same in words for the docs and the tests):
-  1. The sweep's recommendation (when it is not the baseline and has a gain) is fix #1, with the gain measured
-     over all its runs; the findings of its knobs are folded into it.
-  2. Measured wins (decidedly faster here), by measured ratio.
-  3. Estimated gains, by estimated ratio (labelled estimates, with their method and bound).
-  4. Diagnoses without a number, by severity.
-  Among 3 and 4, a finding whose cause the run measured (`Finding.cause_share`: 60 % of the step blocked on data)
-  comes first, by that share: an estimate never outranks a cause the run measured unless its own cause was measured
-  larger.
-  5. Measured, did not help here (slower, same, undecided): set apart, by ratio — measured beats believed.
-Within a tier a higher severity wins a tie on the number; a full tie keeps the rules' registry order (a
-stable sort), so the order is deterministic and a rule's place in the registry is its last tie-breaker.
+Design notes: docs/internals.md.
 """
 
 from __future__ import annotations

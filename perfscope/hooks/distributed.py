@@ -5,16 +5,7 @@
     reports = exchange(place, report, key="perfscope/hooks/0/0", timeout_s=300, device=device)
     # rank 0: every rank's report in rank order (None for a rank that did not report in time); other ranks: None
 
-Each rank measures its own window exactly as a single process does; nothing is synchronized per step. Only
-`Profiler.save()` exchanges anything, once, and every rank must call it.
-
-Why the rendezvous store and not a collective: a rank that is sent nothing never waits. The other ranks put
-their summary in the job's key-value store (the TCPStore torchrun and `init_process_group` already share) and
-return at once; rank 0 waits for each key with a deadline, then writes what it has and names the ranks that
-did not report. A collective (`gather_object`) would hang rank 0 until the process group's timeout when one
-rank never calls save() — the common `if rank == 0: prof.save(...)` — and, on NCCL, goes through the user's
-communicator and needs each rank's CUDA device current. It is the fallback only where the default group has
-no store (an MPI backend), with the device set for NCCL.
+Design notes: docs/distributed.md.
 """
 
 from __future__ import annotations

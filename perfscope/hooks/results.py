@@ -2,11 +2,7 @@
 
     results = build_results(prof._state(), ratios=True)    # prof.results() calls this
 
-The Profiler (perfscope.hooks.profiler) is the step/window state machine; this module reads its state once, at
-results time, as the RunState it hands over (perfscope.hooks.state; this module never imports the Profiler): the
-windows (the open one as a snapshot), the memory peaks (before the environment probe, whose matmuls allocate),
-the FLOP step, the trace. The metrics themselves come from perfscope.measure.build, as a
-trial's do — what is hooks-specific here is only how each observation was made, and the notes that say so.
+Design notes: docs/hooks.md.
 """
 
 from __future__ import annotations

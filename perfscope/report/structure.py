@@ -4,12 +4,7 @@
     effects["amp_bf16"].lines()              # ["matmul FLOPs in bf16 0% → 100% (fp32 100% → 0%)",
                                              #  "op calls per step 1781 → 1980 (aten::_to_copy +199)"]
 
-A gain says how much faster; the fingerprints say what changed: the casts bf16 autocast added, the optimizer
-ops a fused implementation removed, the recompute checkpointing added, the graphs torch.compile made. Each
-configuration's fingerprint (the most common of its runs, perfscope.results.fingerprint.consensus) is diffed
-against the baseline's by perfscope.check.structure.diff_fingerprints — the diff `perfscope check` runs — so
-the report and the CI gate name a change in the same words. The exposed data wait is not structure (it is
-timed); it is added, marked as measured, because it is what DataLoader workers change.
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations

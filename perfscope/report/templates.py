@@ -3,13 +3,7 @@
     >>> env = template_environment()
     >>> env.get_template("base.html.j2")
 
-Compiled templates are kept in perfscope's cache folder (perfscope.cache_dir, ``templates/``): compiling the
-page's templates was ~0.06 s of CPU in every `Profiler.save()` and `perfscope report`. Jinja2 keys each entry by
-the template's source checksum, so an edited template is compiled again; a folder that cannot be created
-means no cache, not an error.
-
-Why two places: a wheel ships reports/templates/ as the package ``perfscope._templates``; a source
-checkout uses its own reports/templates/ (an editable install may map the package to another checkout).
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations

@@ -6,12 +6,7 @@ Trace facts were a free-form dict before they were typed (perfscope.results.trac
 shape is rewritten into the typed one, keeping every figure it has, malformed parts dropped, and a note on
 the facts saying where they came from (their GEMM times were host launch times on CUDA).
 
-Schema 1 computed throughput, MFU and every gain from the *median* step, and treated the steps of one
-process as independent evidence. Its per-step times were contiguous boundary-to-boundary intervals, so
-their sum is the window's wall time: throughput and MFU are recomputed exactly as work / wall time. Its
-sweep gains cannot be recomputed from runs (one run per configuration), so they are kept, marked
-"undecided" unless they were significant, and the results carry a note saying so — the CI gate then has one
-run per side and says it cannot separate a regression from run-to-run noise.
+Design notes: docs/results.md.
 """
 
 from __future__ import annotations

@@ -2,11 +2,7 @@
 
     class Sweeper(Stacking): ...          # perfscope.search.sweep: the sweep measures, this part stacks
 
-The best winner first; each next one joins only if the stack with it is decidedly faster than the stack
-without it. Never a knob that changes the training recipe, nor one that changes the global batch; the
-micro-batch that keeps the global batch (a knob with `keeps_global_batch`) joins last, re-searched on the
-stack when memory limited the search and the stack changed memory. Why a module of its own: it is the
-sweep's last phase, and sweep.py stays under the house's 500 lines.
+Design notes: docs/sweep.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
 """A short, bounded torch.profiler window that never breaks the training loop it observes.
 
-    with TraceCapture(out_dir / "trace", device="cuda", first_step=run.step.steps_done) as cap:
-        for _ in range(cap.total_steps):
-            train_step(); cap.step()
-    cap.path, cap.note        # trace/rank0.json.gz (Perfetto, HTA), or None and why
-    cap.steps                 # the training steps it recorded, as its ProfilerStep#N labels name them
-
-Profiler traces grow fast (GBs for a few steps of a large model, and viewers fail above ~500 MB), so the
-window is a few steps (schedule wait/warmup/active), the file is gzipped, and a trace over the size cap is
-dropped with a note. Any profiler failure — one already running on this thread, a double stop, an empty
-trace — becomes "trace unavailable", never an exception in the user's loop. What the file holds beyond
-torch's export (training-step labels, distributedInfo, its own folder) is perfscope.trace.export's.
+Design notes: docs/trace.md.
 """
 
 from __future__ import annotations

@@ -1,33 +1,6 @@
 """A Chrome/Kineto trace read once and sorted by what each event is, with device work linked to its launch.
 
-    trace = read_trace(Path("trace/rank0.json.gz"))
-    trace.steps                       # host-side ProfilerStep#N spans, in order
-    t = trace.columns("device")       # numpy columns: t.ts, t.dur, t.name (ids into t.names), t.launch_ts, ...
-    for work in trace.device:         # the same as objects, made on demand: kernels, memcpys, memsets
-        work.event.name, work.launch  # the runtime call that launched it (None when the trace does not say)
-
-Why a layer of its own: every trace fact needs the same three decisions, and each was a bug when made
-ad hoc.
-- Annotations are read on the host only. On CUDA, Kineto writes every record_function span twice: a
-  `user_annotation` on the host thread and a `gpu_user_annotation` copy on the GPU timeline (spanning the
-  kernels launched inside it). Counting both doubled the step count. Older torch recorded ProfilerStep#N
-  as a `cpu_op`, so that category counts too.
-- Device work is linked to its launching runtime call by correlation id: the event's "correlation" arg,
-  or, when a trace lacks it, the `ac2g` flow event (id = correlation) that starts at the runtime call and
-  ends at the kernel. The launch time says which step the kernel belongs to (a GPU-bound step's kernels run
-  after its host span ends) and whether the GPU was waiting for the host.
-- `cuda_sync` events ("Stream Sync" on the GPU row) record a host synchronization, not GPU work: they are
-  never device busy time.
-
-Why events are kept as columns: a trace of a few LLM steps is millions of events (1-4 GB of JSON), streamed by
-perfscope.trace.reader a parsed batch at a time into a TraceBuilder that keeps only what some fact reads, as one
-row tuple per kept event turned into numpy columns every 65536 rows (perfscope.trace.table: ~60 bytes a row, where a
-Python record per event was ~250). Names, categories, pids and tids are interned ids; args hold only the keys in
-KEPT_ARGS (shapes only on the matmul and collective ops that are sized by them), interned too (a layer's matmuls
-repeat their shapes); Python frames are kept only where they are the user's own (the only ones a fact names); ac2g
-flows are packed columns read only when an event lacks its correlation arg; every other event (flows of other
-kinds, metadata, instants, GPU copies of annotations) is dropped as it is read. The analyzers read the columns
-(trace.columns(kind)); Event lists (trace.cpu_ops, trace.device, ...) are made from them only when asked for.
+Design notes: docs/trace.md.
 """
 
 from __future__ import annotations

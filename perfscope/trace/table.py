@@ -1,14 +1,7 @@
 """The kept events of a trace as numpy columns: one table per kind (cpu ops, annotations, runtime calls, Python
 frames, device work), filled in batches as the file streams.
 
-    t = trace.columns("device")       # EventColumns
-    t.ts, t.dur, t.end                # float64 µs, in file order (device work: sorted by start)
-    t.names[t.name]                   # interned strings: t.name is an int32 id into the trace's shared table
-    t.launch_ts                       # device work: the launch call's start (NaN when no launch is linked)
-
-Why columns: a trace of a few LLM steps is millions of events; a Python object per event costs ~250 bytes and a
-Python loop per fact; a row here is ~60 bytes and a fact is a few numpy passes. Strings (names, categories,
-pids, tids) and the few args a fact reads are interned: the column holds an id, the table each distinct value once.
+Design notes: docs/trace.md.
 """
 
 from __future__ import annotations

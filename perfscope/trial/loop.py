@@ -4,20 +4,7 @@
     run.metrics.samples_per_s                      # samples in the window / its wall time
     capture_trace(run, config, artifacts_dir)      # afterwards, once the timing is safely recorded
 
-Order of work, and why:
-1. Build everything from the same seed, so every trial starts from the same weights and batches.
-2. Warm-up steps (untimed, each synchronized): allocator growth, cuDNN autotuning, torch.compile (≥ 1
-   step) and CUDA-graph recording (≥ 3). The first step's time is the compile time; the others calibrate
-   how many steps make a window of at least `min_window_s` (pyperf-style). With DataLoader workers, more
-   steps until the prefetch queue is in steady state (trial/prefetch.py). Their losses are kept: a trial
-   that took more steps before its window (the drain) is compared with the baseline at the same global
-   step, the same samples after the same number of updates (perfscope.search.numerics).
-3. One timed window (perfscope.measure.window): step boundaries and data waits as clock marks — CUDA
-   events, no per-step synchronization —, other processes' load recorded, NVML/psutil sampled in a
-   thread, losses kept on the device and read after. Recompilations inside the window are counted.
-4. Outside the window: memory owners, FLOPs of one step on the eager model. The profiler trace is a
-   separate, later window (`capture_trace`), so nothing it does can cost the measurement.
-Exceptions propagate: the trial process classifies them (OOM, error).
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
 """One rank of a distributed trial (runs in each process torchrun starts; see perfscope.trial.launch).
 
-Order of work on every rank, and why:
-1. Join the process group (collectives with a timeout: a hung peer becomes an error here, not a hung sweep).
-2. The same measured loop as a single-process trial (perfscope.trial.loop), on the wrapped model and this rank's
-   data shard; each rank times its own window, with no synchronization beyond the training's own collectives.
-3. A short window without gradient communication (DDP `no_sync`, no optimizer step): the rank's own compute,
-   which no peer can slow down — how a straggler is told from the ranks that wait for it.
-4. The trace (every rank: trace/rank<R>.json.gz) and this rank's communication facts from it; a micro-benchmark
-   of the same collective on the same group, to compare the achieved bus bandwidth with.
-5. Every rank writes its own result (result.rank<R>.json: the launcher names a failing rank from it); rank 0
-   gathers the ranks' measurements over the process group and writes the job's result.json.
+Design notes: docs/distributed.md.
 """
 
 from __future__ import annotations
