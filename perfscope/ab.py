@@ -25,7 +25,7 @@ from perfscope.check.paired import decide_paired
 from perfscope.check.structure import diff_fingerprints
 from perfscope.errors import UserError
 from perfscope.measure.mfu import choose_peak
-from perfscope.results import Results, Trial, WorkloadInfo
+from perfscope.results import Environment, Results, Trial, WorkloadInfo
 from perfscope.results.fingerprint import consensus
 from perfscope.search.compare import paired_test
 from perfscope.trial.runner import TrialRunner
@@ -75,7 +75,6 @@ def _side(path: Path, options: ABOptions, out: Path) -> tuple[Results, AnalyzeOp
 
 
 def _placeholder_environment():  # replaced by the probe's reading of the machine
-    from perfscope.results import Environment
 
     return Environment(device_type="unknown", device_name="(probing)")
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from perfscope.check.metrics import Metric, MetricUnavailable, Side
 from perfscope.check.sessions import MIN_SPREAD_DF, SessionSpread, StoredSession, session_spread
-from perfscope.stats import confidence_text, detectable_change, exp_or_inf, t_quantile
+from perfscope.stats import confidence_text, detectable_change, exp_or_inf, mann_whitney_p, t_quantile
 
 Status = Literal["pass", "regression", "inconclusive"]
 CONFIDENCE = 0.95
@@ -145,8 +145,6 @@ class MetricCheck:
         mde_text = f" (it resolves changes of about {mde:.0%})" if mde is not None else ""
         return Verdict(status="inconclusive", **common, message=f"{title} {change}: {why}{mde_text}; {decides}")
     def _step_test(self, current: Side, baseline: Side) -> float | None:
-        from perfscope.stats import mann_whitney_p
-
         try:
             a, b = self.metric.steps(current), self.metric.steps(baseline)
         except MetricUnavailable:

@@ -20,6 +20,9 @@ from typing import Any
 
 import torch
 
+from perfscope.measure import memory
+from perfscope.measure.ranks import rank_metrics as measured_rank
+from perfscope.measure.ranks import window_mean
 from perfscope.results.distributed import RankMetrics
 from perfscope.results.serde import from_jsonable, to_jsonable
 
@@ -125,12 +128,8 @@ def rank_metrics(place: RankPlace, metrics: Any, model: torch.nn.Module | None,
                  optimizer: torch.optim.Optimizer | None, why_none: str = "") -> RankMetrics:
     """This rank's RankMetrics from its own TrialMetrics (None: nothing timed, ``why_none`` says why): the one
     summary of perfscope.measure.ranks, with the memory owners counted here when nothing was timed."""
-    from perfscope.measure.ranks import rank_metrics as measured_rank
-
     owners = None
     if (metrics is None or metrics.memory_breakdown is None) and model is not None and optimizer is not None:
-        from perfscope.measure import memory
-
         owners = memory.breakdown(model, optimizer, None, grads_present=False)
     return measured_rank(metrics, rank=place.rank, local_rank=place.local_rank, node=place.node, owners=owners,
                          why_none=why_none)
@@ -138,8 +137,6 @@ def rank_metrics(place: RankPlace, metrics: Any, model: torch.nn.Module | None,
 
 def own_cpu_cores(metrics: Any) -> float | None:
     """This process's cores over its windows (wall-weighted), from the windows' contention readings."""
-    from perfscope.measure.ranks import window_mean
-
     return window_mean(metrics.windows, "own_cpu_cores") if metrics is not None else None
 
 

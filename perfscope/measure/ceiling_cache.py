@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from perfscope.cache_dir import DIR_ENV, cache_dir  # noqa: F401 - DIR_ENV re-exported for the tests
+from perfscope.results.io import write_json
 
 CACHE_ENV = "PERFSCOPE_CEILING_CACHE"
 """Set to 0 (or false/no/off) to measure the ceiling in every run without reading or writing the cache."""
@@ -119,8 +120,6 @@ def cached_ceilings(keys: dict[str, CeilingKey], measure: Callable[[str], float]
         for dtype in fresh:
             entries[keys[dtype].id()] = {"tflops": out.tflops[dtype], "measured_at": now}
         try:
-            from perfscope.results.io import write_json
-
             write_json(path, {"format": FORMAT, "entries": entries})
             stored = f"now cached in {path}"
         except Exception as exc:  # noqa: BLE001 - a read-only home only costs the next run a measurement

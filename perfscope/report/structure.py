@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from statistics import fmean
 
+from perfscope.check.structure import NoteCode, diff_fingerprints
 from perfscope.results import Results, Trial
 from perfscope.results.fingerprint import CompileFacts, Fingerprint, consensus
 from perfscope.results.roles import baseline_configuration
@@ -84,7 +85,6 @@ def structural_effect(results: Results, configuration: str) -> StructuralEffect 
     base_fp, base_variants = configuration_fingerprint(results, base_name)
     cur_fp, cur_variants = configuration_fingerprint(results, configuration)
     # Imported here: perfscope.check loads the whole CI gate, which a single-run report (the hooks') never needs.
-    from perfscope.check.structure import NoteCode, diff_fingerprints
 
     diff = diff_fingerprints(base_fp, cur_fp)
     if not diff.compared:  # check's note speaks of "the current run": name the configuration instead

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import jinja2
 
+from perfscope.cache_dir import cache_dir
+
 TEMPLATE_PACKAGE = "perfscope._templates"
 SOURCE_TEMPLATES = Path(__file__).resolve().parents[2] / "reports" / "templates"
 
@@ -46,8 +48,6 @@ def _loader(root: Traversable) -> jinja2.BaseLoader:
 
 
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
-    from perfscope.cache_dir import cache_dir
-
     folder = cache_dir() / "templates"
     try:
         folder.mkdir(parents=True, exist_ok=True)

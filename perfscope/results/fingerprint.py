@@ -13,6 +13,8 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 
+from perfscope.results.serde import to_jsonable
+
 
 @dataclass(kw_only=True)
 class SyncSite:
@@ -137,8 +139,6 @@ def consensus(prints: list[Fingerprint]) -> tuple[Fingerprint | None, int]:
     pooled (more steps resolve rarer syncs). (None, 0) without fingerprints.
     The CI gate and the report pick a configuration's fingerprint with this one function.
     """
-    from perfscope.results.serde import to_jsonable
-
     if not prints:
         return None, 0
 

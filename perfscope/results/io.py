@@ -19,6 +19,7 @@ from typing import IO, Any
 
 from perfscope.errors import ResultsError, UserError
 from perfscope.results import limits
+from perfscope.results.serde import to_jsonable
 
 STDOUT = "-"
 """The path that means standard output."""
@@ -198,8 +199,6 @@ def copy_file(source: str | os.PathLike[str], path: str | os.PathLike[str]) -> P
 
 def write_json(path: str | os.PathLike[str], data: Any) -> Path:
     """Serialize strictly (no NaN/Infinity) first, then write: a failure leaves the old file intact."""
-    from perfscope.results.serde import to_jsonable
-
     return write_text(path, json.dumps(to_jsonable(data), indent=1, allow_nan=False))
 
 

@@ -15,6 +15,8 @@ import copy
 import math
 from typing import Any
 
+from perfscope.results.config import TrialConfig
+
 NOTE_V1 = (
     "read from a schema-1 file: throughput and MFU recomputed as work / wall time from its per-step times; "
     "its sweep gains came from median step times within single runs and are not comparable with run-based gains"
@@ -59,8 +61,6 @@ def _v1(data: dict[str, Any]) -> dict[str, Any]:
 
 def _config_v1(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Hooks wrote partial configs in schema 1: fill the required fields and say which were not observed."""
-    from perfscope.results.config import TrialConfig
-
     known = {f for f in TrialConfig.__dataclass_fields__}
     clean = {k: v for k, v in config.items() if k in known}
     unknown: list[str] = []

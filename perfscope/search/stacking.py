@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from perfscope import knobs
 from perfscope.knobs import Knob, KnobContext
 from perfscope.results import Gain, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
@@ -193,8 +194,6 @@ class Stacking:
 
 def micro_search_ids() -> set[str]:
     """The knobs measured by the micro-batch search (`Knob.search`): their points are the search's runs."""
-    from perfscope import knobs
-
     return {k.id for k in knobs.REGISTRY if k.search == "micro_batch"}
 
 

@@ -22,6 +22,7 @@ from perfscope.results.distributed import CollectiveStat, CommunicationFacts
 from perfscope.trace.events import COMM_NAMESPACES, GLOO_PREFIX, Event, Trace, read_trace
 from perfscope.trace.facts import Window, data_spans, step_note, window
 from perfscope.trace.intervals import Span, clip, length, merge, subtract
+from perfscope.trace.kernels import collective_spans
 from perfscope.trace.steps import PROFILER_STEPS
 
 NCCL_PREFIX = "nccl:"
@@ -128,8 +129,6 @@ def _host_spans(trace: Trace, w: Window) -> tuple[list[tuple[str, Event]], list[
 
 def _device_spans(trace: Trace, w: Window) -> tuple[list[tuple[str, Event]], list[Span], list[Span]]:
     """CUDA: (NCCL kernels (op, event), their spans, other device work's spans), for the work the window issued."""
-    from perfscope.trace.kernels import collective_spans  # numpy over the device table's columns
-
     rows, collective, compute = collective_spans(trace, w)
     named = launched_by(trace, rows)
     return [(named[i] or kernel_collective(e.name), e) for i, e in enumerate(trace.events("device", rows))], collective, compute

@@ -18,7 +18,8 @@ import numpy as np
 
 from perfscope.trace.broken import MAX_DURATION_US, why_broken
 from perfscope.trace.intervals import Span
-from perfscope.trace.reader import BadEvent
+from perfscope.trace.reader import BadEvent, stream_trace
+from perfscope.trace.steps import find_steps
 from perfscope.trace.table import FLUSH, NONE, EventColumns, Grower, Strings, columns_of, ext_code
 
 HOST_ANNOTATIONS = ("user_annotation", "cpu_op")
@@ -205,9 +206,6 @@ def event_at(t: EventColumns, i: int) -> Event:
 
 def read_trace(path: Path) -> Trace:
     """Parse a Chrome trace (.json or .json.gz; an object with traceEvents, or a bare list), streamed."""
-    from perfscope.trace.reader import stream_trace  # the reader names the file in its errors
-    from perfscope.trace.steps import find_steps  # it reads a Trace
-
     builder = TraceBuilder()
     with paused_gc():
         stream_trace(Path(path), builder.add, on_batch=builder.add_batch)

@@ -19,6 +19,7 @@ from perfscope.measure.dataset_profile import PROFILE_AT_DATA_WAIT, profile_data
 from perfscope.measure.samples import leading_dim
 from perfscope.results import TrialMetrics
 from perfscope.results.config import TrialConfig
+from perfscope.trial.data_parallel import data_rank, shard_sampler
 from perfscope.workload import Workload
 
 
@@ -27,8 +28,6 @@ def endless_batches(workload: Workload, config: TrialConfig) -> Iterator[Any]:
 
     In a data-parallel rank each rank reads its own shard: a DistributedSampler over a map-style dataset, every
     world-size-th batch of an iterable one, and a batches() generator seeded by the rank (synthetic data)."""
-    from perfscope.trial.data_parallel import data_rank, shard_sampler
-
     rank = data_rank(config)
     if workload.batches is not None:
         if rank is not None:

@@ -35,6 +35,7 @@ from perfscope.results.config import TrialConfig
 from perfscope.results.fingerprint import Fingerprint
 from perfscope.trial.applied import Observed, compile_not_applied, not_applied, record
 from perfscope.trial.data_parallel import agree_on_steps, local_optimizer
+from perfscope.trial.model_parallel import make_step
 from perfscope.trial.optimizers import optimizer_name
 from perfscope.trial.prefetch import drain_prefetch
 from perfscope.trial.step import TrainStep
@@ -89,7 +90,6 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     """Measure one configuration; see the module docstring for the order of work."""
     device = config.device
     compile_counters = CompileCounters()
-    from perfscope.trial.model_parallel import make_step
 
     step = make_step(workload, config)  # TrainStep, or a pipeline rank's PipelineStep
     # After the user's file, workload() and model() ran: a knob that is off (tf32=None) keeps, and the run

@@ -19,6 +19,7 @@ import torch
 
 from perfscope.measure.clock import synchronize
 from perfscope.results.config import TrialConfig
+from perfscope.trial.data_parallel import current_rank
 
 DRAIN_DEPTHS = 4
 DRAIN_WAIT_S = 1e-3
@@ -68,8 +69,6 @@ class PrefetchDrain:
 
 def _any_rank(flag: bool, device: str) -> bool:
     """True when any data-parallel rank says so: every rank must take the same number of steps (collectives)."""
-    from perfscope.trial.data_parallel import current_rank
-
     if current_rank() is None:
         return flag
     import torch.distributed as dist

@@ -16,6 +16,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from perfscope.results.io import open_log
+
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -75,7 +77,6 @@ def _run_child(job: ForkRequest) -> int:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     devnull = os.open(os.devnull, os.O_RDONLY)
-    from perfscope.results.io import open_log
 
     with open_log(job.log) as log:
         os.dup2(devnull, 0)
