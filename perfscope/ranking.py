@@ -5,6 +5,7 @@ Design notes: docs/internals.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 
@@ -15,6 +16,9 @@ SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 KNOB_STATUS_ORDER = {"measured": 1, "rejected": 2, "failed": 3, "skipped": 4, "inapplicable": 5}
 """A knob's place after the measured wins (group 0): the other measured knobs, then those the numerics guard
 rejected, then failed, skipped and inapplicable ones."""
+
+GainOf = Callable[[KnobOutcome], Gain | None]
+"""A knob's gain as ranked (`gain_of`, computed once per `rank_results`)."""
 
 
 class Tier(IntEnum):
@@ -170,6 +174,16 @@ class Ranking:
     (or 1.0 without one)."""
     closest: KnobOutcome | None = None
     """No recommendation: the measured knob (keeping the recipe, not the baseline) that came closest."""
+    knob_gains: dict[tuple[str, str, str], Gain | None] = field(default_factory=dict)
+    """Each knob's gain (`gain_of`), decided once here; renderers read it through `gain`."""
+
+    def gain(self, outcome: KnobOutcome) -> Gain | None:
+        """The gain every view shows for this knob (`gain_of`, as ranked)."""
+        return self.knob_gains.get(_outcome_key(outcome), outcome.gain)
+
+
+def _outcome_key(outcome: KnobOutcome) -> tuple[str, str, str]:
+    return (outcome.knob, outcome.trial or "", outcome.setting or "")
 
 
 def _knob_of(results: Results, finding: Finding) -> KnobOutcome | None:
@@ -179,14 +193,14 @@ def _knob_of(results: Results, finding: Finding) -> KnobOutcome | None:
     return next((o for o in sweep.knobs if o.trial and o.trial == finding.trial), None)
 
 
-def _shown_gain(results: Results, finding: Finding) -> Gain | None:
+def _shown_gain(results: Results, finding: Finding, gain: GainOf) -> Gain | None:
     knob = _knob_of(results, finding)
-    if knob is not None and finding.gain is not None and (g := gain_of(results, knob)) is not None:
+    if knob is not None and finding.gain is not None and (g := gain(knob)) is not None:
         return g
     return finding.gain
 
 
-def _fixes(results: Results, ranked: list[Finding], rec: Recommendation | None) -> list[RankedFix]:
+def _fixes(results: Results, ranked: list[Finding], rec: Recommendation | None, gain: GainOf) -> list[RankedFix]:
     rest = list(ranked)
     out: list[RankedFix] = []
     if rec is not None:
@@ -195,7 +209,7 @@ def _fixes(results: Results, ranked: list[Finding], rec: Recommendation | None) 
         out.append(RankedFix(rank=1, tier=Tier.RECOMMENDED, evidence=Evidence.MEASURED, findings=mine, gain=rec.gain,
                              recommendation=rec))
     for f in rest:
-        out.append(RankedFix(rank=len(out) + 1, tier=tier_of(f), evidence=evidence_of(f), findings=(f,), gain=_shown_gain(results, f)))
+        out.append(RankedFix(rank=len(out) + 1, tier=tier_of(f), evidence=evidence_of(f), findings=(f,), gain=_shown_gain(results, f, gain)))
     return out
 
 
@@ -203,11 +217,11 @@ def _label(outcome: KnobOutcome) -> str:
     return outcome.title + (f" · {outcome.setting}" if outcome.setting and outcome.setting not in outcome.title else "")
 
 
-def _gains(results: Results, knobs: list[KnobOutcome]) -> list[GainRow]:
+def _gains(results: Results, knobs: list[KnobOutcome], gain: GainOf) -> list[GainRow]:
     sweep = results.sweep
     keyed: list[tuple[tuple[int, float], GainRow]] = []
     for o in knobs:
-        g = gain_of(results, o)
+        g = gain(o)
         if o.status in ("measured", "rejected") and g is not None:
             keyed.append((knob_key(o, g), GainRow(label=_label(o), gain=g, rejected=o.status == "rejected", knob=o.knob)))
     if sweep is not None and sweep.recommended_gain is not None and len(sweep.recommended_knobs) > 1:
@@ -225,11 +239,11 @@ def changes_recipe(outcome: KnobOutcome) -> bool:
     return any(not s.startswith("numerics:") for s in outcome.changes_semantics)
 
 
-def _alternative(results: Results, rec: Recommendation | None) -> KnobOutcome | None:
+def _alternative(results: Results, rec: Recommendation | None, gain_by: GainOf) -> KnobOutcome | None:
     floor = rec.gain.ratio if rec else 1.0
     best: tuple[KnobOutcome, float] | None = None
     for o in results.sweep.knobs if results.sweep else []:
-        gain = gain_of(results, o)
+        gain = gain_by(o)
         if o.status != "measured" or gain is None or not gain.faster or not changes_recipe(o):
             continue
         if rec is not None and o.knob in rec.knobs:
@@ -239,13 +253,13 @@ def _alternative(results: Results, rec: Recommendation | None) -> KnobOutcome | 
     return best[0] if best else None
 
 
-def _closest(results: Results, rec: Recommendation | None) -> KnobOutcome | None:
+def _closest(results: Results, rec: Recommendation | None, gain_by: GainOf) -> KnobOutcome | None:
     if rec is not None or results.sweep is None:
         return None
     base = baseline_configuration(results)
     best: tuple[KnobOutcome, float] | None = None
     for o in results.sweep.knobs:
-        gain = gain_of(results, o)
+        gain = gain_by(o)
         if o.status != "measured" or gain is None or o.trial == base or changes_recipe(o):
             continue  # options that change the recipe are the alternative's business
         if best is None or gain.ratio > best[1]:
@@ -258,15 +272,21 @@ def rank_results(results: Results) -> Ranking:
     rec = recommendation(results)
     ranked, no_help = partition_findings(list(results.findings or []))
     sweep_knobs = results.sweep.knobs if results.sweep else []
-    ordered = sorted(sweep_knobs, key=lambda o: knob_key(o, gain_of(results, o)))
+    gains = {_outcome_key(o): gain_of(results, o) for o in sweep_knobs}  # once per knob; every view reads these
+
+    def gain(o: KnobOutcome) -> Gain | None:
+        return gains[_outcome_key(o)]
+
+    ordered = sorted(sweep_knobs, key=lambda o: knob_key(o, gain(o)))
     return Ranking(
-        fixes=_fixes(results, ranked, rec),
+        fixes=_fixes(results, ranked, rec, gain),
         no_help=[RankedFix(rank=i, tier=Tier.NO_HELP, evidence=Evidence.MEASURED, findings=(f,), gain=f.gain)
                  for i, f in enumerate(no_help, 1)],
         knobs=[o for o in ordered if o.status != "inapplicable"],
         folded=[o for o in ordered if o.status == "inapplicable"],
-        gains=_gains(results, ordered),
+        gains=_gains(results, ordered, gain),
         recommendation=rec,
-        alternative=_alternative(results, rec),
-        closest=_closest(results, rec),
+        alternative=_alternative(results, rec, gain),
+        closest=_closest(results, rec, gain),
+        knob_gains=gains,
     )

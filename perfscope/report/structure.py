@@ -75,17 +75,16 @@ def _evidence(results: Results, configuration: str) -> list[Trial]:
     return results.runs(configuration) or [t for t in results.trials if t.configuration == configuration and t.ok]
 
 
-def structural_effect(results: Results, configuration: str) -> StructuralEffect | None:
+def structural_effect(results: Results, configuration: str,
+                      baseline: tuple[Fingerprint | None, int] | None = None) -> StructuralEffect | None:
     """What ``configuration`` changed against the baseline; None for the baseline itself or a configuration
-    without a successful run."""
+    without a successful run. ``baseline``: its `configuration_fingerprint`, when the caller derived it once."""
     base_name = baseline_configuration(results)
     runs = _evidence(results, configuration)
     if configuration == base_name or not runs:
         return None
-    base_fp, base_variants = configuration_fingerprint(results, base_name)
+    base_fp, base_variants = baseline or configuration_fingerprint(results, base_name)
     cur_fp, cur_variants = configuration_fingerprint(results, configuration)
-    # Imported here: perfscope.check loads the whole CI gate, which a single-run report (the hooks') never needs.
-
     diff = diff_fingerprints(base_fp, cur_fp)
     if not diff.compared:  # check's note speaks of "the current run": name the configuration instead
         missing = f"the baseline ({base_name})" if base_fp is None else configuration
@@ -125,8 +124,9 @@ def knob_effects(results: Results) -> dict[str, StructuralEffect]:
         return {}
     names = [k.trial for k in sweep.knobs if k.trial] + ([sweep.recommended_trial] if sweep.recommended_trial else [])
     effects = {}
+    baseline = configuration_fingerprint(results, baseline_configuration(results))  # once, not once per knob
     for name in dict.fromkeys(names):
-        effect = structural_effect(results, name)
+        effect = structural_effect(results, name, baseline)
         if effect is not None:
             effects[name] = effect
     return effects
