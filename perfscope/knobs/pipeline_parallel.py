@@ -9,7 +9,7 @@ from typing import Any
 
 from perfscope.knobs.base import Knob, KnobContext, data_parallel_reason
 from perfscope.results import Trial
-from perfscope.results.bubble import bubble_formula
+from perfscope.results.layout import bubble_formula
 
 MICROBATCHES_PER_STAGE = 2
 """m = 2 × p micro-batches: a bubble of (p − 1) / (3p − 1), 1/5 at p = 2, without shrinking each micro-batch much."""

@@ -209,6 +209,15 @@ def open_log(path: str | os.PathLike[str]) -> IO[bytes]:
     return open(path, "wb")  # noqa: SIM115 - the caller hands it to a child process and closes it
 
 
+def log_tail(path: Path, lines: int = 15) -> str:
+    """The last lines of a child's log, for an error message (empty when unreadable)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").rstrip().splitlines()
+    except OSError:
+        return ""
+    return "\n".join(text[-lines:])
+
+
 def load_typed(path: str | os.PathLike[str], build: Callable[[Any], Any]) -> Any:
     """``build(read_json(path))``; any ResultsError names the file once (results and baseline files alike)."""
     try:

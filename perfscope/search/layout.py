@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfscope.results import LayoutRow, LayoutTable, ModelFacts, Trial
-from perfscope.results.bubble import bubble_formula
 from perfscope.results.config import TrialConfig
+from perfscope.results.layout import bubble_formula
 
 MAX_BUBBLE = 0.25
 """A pipeline idle more than a quarter of the step by the formula is pruned (its m is too small)."""

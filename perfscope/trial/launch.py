@@ -22,8 +22,7 @@ from typing import Any
 import psutil
 
 from perfscope.errors import ResultsError
-from perfscope.results.io import open_log, read_json
-from perfscope.trial.logs import log_tail
+from perfscope.results.io import log_tail, open_log, read_json
 
 KILL_GRACE_S = 5.0
 COLLECTIVE_FAILURE = re.compile(

@@ -20,9 +20,8 @@ from perfscope.measure.bubble import (
     schedule_order,
     stage_timing,
 )
-from perfscope.results.bubble import bubble_formula
 from perfscope.results.config import TrialConfig
-from perfscope.results.layout import ParallelFacts, StageTiming
+from perfscope.results.layout import ParallelFacts, StageTiming, bubble_formula
 from perfscope.trial.pipeline_parallel import PipelineStep
 from perfscope.trial.step import TrainStep
 from perfscope.trial.tensor_parallel import derive_plan

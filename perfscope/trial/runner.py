@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from perfscope.errors import ResultsError
-from perfscope.results.io import open_log, read_json
+from perfscope.results.io import log_tail, open_log, read_json
 from perfscope.trial.launch import run_job
-from perfscope.trial.logs import log_tail
 from perfscope.trial.pin import LANE_CPUS_ENV
 from perfscope.trial.spec import ChildSpec, TrialSpec, write_spec
 from perfscope.trial.zygote import ForkRequest
