@@ -24,11 +24,11 @@ GainOf = Callable[[KnobOutcome], Gain | None]
 class Tier(IntEnum):
     """Where a fix ranks; lower is shown first."""
 
-    RECOMMENDED = 0
-    MEASURED_WIN = 1
-    ESTIMATE = 2
-    DIAGNOSIS = 3
-    NO_HELP = 4
+    RECOMMENDED = 0  # the sweep's recommendation, with its all-runs gain, its knobs' findings folded in
+    MEASURED_WIN = 1  # measured decidedly faster here, by measured ratio
+    ESTIMATE = 2  # estimated gain, by estimated ratio
+    DIAGNOSIS = 3  # no number, by severity
+    NO_HELP = 4  # measured and did not help here: set apart, by ratio
 
 
 class Evidence(str, Enum):
@@ -37,15 +37,6 @@ class Evidence(str, Enum):
     MEASURED = "measured"
     ESTIMATED = "estimated"
     NOT_QUANTIFIED = "not quantified"
-
-
-FINDING_RULES: dict[Tier, str] = {
-    Tier.RECOMMENDED: "the sweep's recommendation, with its all-runs gain, its knobs' findings folded in",
-    Tier.MEASURED_WIN: "measured decidedly faster here, by measured ratio",
-    Tier.ESTIMATE: "estimated gain, by estimated ratio",
-    Tier.DIAGNOSIS: "no number, by severity",
-    Tier.NO_HELP: "measured and did not help here: set apart, by ratio",
-}
 
 
 def tier_of(finding: Finding) -> Tier:
