@@ -31,7 +31,7 @@ from perfscope.workload import file_sha256
 
 if TYPE_CHECKING:
     from perfscope.hooks.state import RunState
-    from perfscope.results import Environment, Results, TrialConfig, WorkloadInfo
+    from perfscope.results import Environment
 
 CUDA_PEAKS_SINCE_START = "CUDA memory peaks are since the process started (perfscope does not reset them)"
 LOSSES_NOT_READ = "hooks never read the loss (reading it is a device sync)"
