@@ -1,5 +1,5 @@
 """The family-wise error and power of the parallel sweep on unequal lanes, from simulated runs fed to the real
-LaneSweeper (perfscope.lanes.simulate): 8 lanes whose speeds differ by up to 20 %, plus one 1.5× slower than the
+LaneSweeper (benchmarks.lanes_model): 8 lanes whose speeds differ by up to 20 %, plus one 1.5× slower than the
 median lane.
 
     python benchmarks/lanes_simulation.py [--sweeps 200] [--knobs 20] [--model cpu] [--max-runs 10]
@@ -15,9 +15,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.lanes_model import LaneModel, simulate_lane_sweep
 from benchmarks.stat_simulation import wilson
-from perfscope.lanes.simulate import LaneModel, simulate_lane_sweep
-from perfscope.search.simulate import NOISE_MODELS
+from benchmarks.sweep_model import NOISE_MODELS
 
 
 def main() -> int:

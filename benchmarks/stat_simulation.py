@@ -2,7 +2,7 @@
 
     python benchmarks/stat_simulation.py --sweeps 1000 --models cpu --max-runs 4
 
-Per noise model (perfscope.search.simulate.NOISE_MODELS): the family-wise error rate of ``--sweeps`` sweeps of
+Per noise model (benchmarks.sweep_model.NOISE_MODELS): the family-wise error rate of ``--sweeps`` sweeps of
 ``--knobs`` no-effect knobs (P(any knob called faster or slower)), the rate of a recommendation with no
 effect behind it, and the power (share of knobs with a true effect called faster) at 3/5/10% effects, two
 effect knobs among the rest. Every rate with its Wilson 95% interval. The CI gate's rates are
@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfscope.search.simulate import NOISE_MODELS, simulate_sweep  # noqa: E402
+from benchmarks.sweep_model import NOISE_MODELS, simulate_sweep  # noqa: E402
 from perfscope.search.sweep import SweepOptions  # noqa: E402
 
 

@@ -2,15 +2,7 @@
 
     perfscope ab ../main/bench/workload.py bench/workload.py --rounds 5 --max-drop 5%
 
-A stored baseline was measured on another day, often on another machine; no statistic separates that offset from
-a code change without a history of sessions (perfscope.check.sessions). Measured here — one warm-up run of each
-revision, discarded (the job's first processes pay for cold caches), then per round one run of each in a random
-order (a fixed order would hand any warm-up or drift penalty to one side: with the baseline always first, the
-detection of a 10% drop fell from 77% to 54%) — as fresh processes through the same machinery `analyze --no-sweep
---repeat N` uses (the probe, perfscope.trial.session.Session, the runner and its zygote, the noisy-neighbour
-guard), the two revisions share the machine, its clocks and the day, and each candidate run is paired with the
-baseline runs around it (perfscope.search.compare). The decision is perfscope.check.paired's. Exit codes as
-`check`.
+Design notes: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -33,7 +25,7 @@ from perfscope.check.paired import decide_paired
 from perfscope.check.structure import diff_fingerprints
 from perfscope.errors import UserError
 from perfscope.measure.mfu import choose_peak
-from perfscope.results import Results, Trial, WorkloadInfo
+from perfscope.results import Environment, Results, Trial, WorkloadInfo
 from perfscope.results.fingerprint import consensus
 from perfscope.search.compare import paired_test
 from perfscope.trial.runner import TrialRunner
@@ -83,7 +75,6 @@ def _side(path: Path, options: ABOptions, out: Path) -> tuple[Results, AnalyzeOp
 
 
 def _placeholder_environment():  # replaced by the probe's reading of the machine
-    from perfscope.results import Environment
 
     return Environment(device_type="unknown", device_name="(probing)")
 

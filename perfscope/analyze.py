@@ -2,11 +2,7 @@
 
     perfscope analyze examples/tiny_transformer.py --device cpu --out perfscope-out
 
-Stages, each usable alone: measurement writes results.json (run by run) → rules add findings → the report
-renders. A broken workload file fails here in seconds, before any run starts: the import and workload()
-run in this process; the device check, a one-step dry run and the model inspection run in the probe
-process — this process never builds the model nor touches a device. The probe is also the untimed warm-up
-process that keeps the first measured run from paying the first-process penalty.
+Design notes: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -47,8 +43,10 @@ from perfscope.results.config import TrialConfig
 from perfscope.results.constraints import MAX_SECONDS, MAX_TFLOPS
 from perfscope.results.outdir import claim_output_dir
 from perfscope.search.candidate import DEFAULT_BUDGET_S
+from perfscope.search.layout import run_layout_search
 from perfscope.search.plan import plan_sweep, run_estimate
 from perfscope.search.sweep import BASELINE, SweepOptions, knob_context, run_sweep
+from perfscope.trial.follower import stop_followers
 from perfscope.trial.launch import Launch
 from perfscope.trial.runner import TrialRunner
 from perfscope.trial.session import Progress, Session
@@ -278,8 +276,6 @@ def _measure(results: Results, options: AnalyzeOptions, runner: TrialRunner, wor
             with parallel_sweep(options.parallel, options.out_dir / "trials", timeout_s=options.trial_timeout_s) as sweeper:
                 run_sweep(session, workload, base, sweep_options, sweeper=sweeper)
             if base.distributed and _layouts_selected(sweep_options):
-                from perfscope.search.layout import run_layout_search
-
                 run_layout_search(session, workload, base)
         elif sweep_options is not None:
             results.notes.append(f"no sweep: the baseline run did not succeed ({baseline.status})")
@@ -288,15 +284,11 @@ def _measure(results: Results, options: AnalyzeOptions, runner: TrialRunner, wor
         print("\nperfscope: interrupted — saving the finished runs", file=sys.stderr)
         if (base is not None and base.distributed and sweep_options is not None and results.layouts is None
                 and _layouts_selected(sweep_options)):
-            from perfscope.search.layout import run_layout_search
-
             # The layouts the sweep already measured (its tensor_parallel and pipeline_parallel runs) still rank.
             run_layout_search(session, workload, base, not_measuring="the analysis was interrupted before it ran")
         return True
     finally:
         if options.launch is not None and options.launch.nnodes > 1:
-            from perfscope.trial.follower import stop_followers
-
             print("perfscope: telling the other nodes' workers that the analysis is over ...", file=sys.stderr)
             stop_followers(options.launch, options.out_dir / "trials" / "_stop", device=device)
     return False

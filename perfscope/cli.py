@@ -1,15 +1,6 @@
 """The `perfscope` command: parse, call the library, map outcomes to exit codes. Nothing else lives here.
 
-    perfscope analyze examples/tiny_transformer.py --out perfscope-out
-    perfscope report perfscope-out/results.json -o report.html
-    perfscope check current.json --baseline baseline.json --max-drop 5%
-    perfscope ab ../base/bench/workload.py bench/workload.py --rounds 8
-    perfscope trace traces/ --out perfscope-trace-out
-    perfscope capture 12345 --steps 5 --out perfscope-capture
-
-Exit codes: 0 success; 1 internal error (a perfscope bug) or, for `check`, a regression; 2 user error
-(bad file, bad arguments, unusable input); 3 `check` inconclusive; 4 `check` not comparable (another kind of
-machine or software than the baseline's); 130 interrupted.
+Design notes: docs/internals.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
 """What the hardware does on paper: datasheet dense FLOP/s per device (and a MIG slice's share), and the bus-bandwidth
 convention of NCCL-tests. Pure and torch-free, below both layers that read figures against them.
 
-    >>> datasheet_peak("NVIDIA H100 80GB HBM3")
-    DevicePeak(name='NVIDIA H100 SXM', tflops={'fp32': 66.9, 'tf32': 494.7, 'bf16': 989.4, ...}, ...)
-    >>> bus_bandwidth_gbps("all_reduce", 4 << 20, 0.002, world_size=2)    # GB/s each rank's link carries
-    2.097152
-
-Who reads it: perfscope.measure.environment (a run's device → its datasheet peaks), perfscope.trace.offline (the
-device a trace names), perfscope.measure.collectives (a collective measured alone) and perfscope.trace.communication
-(the step's collectives), which must compute the same figures. Here, not in measure/, because trace/ sits below
-measure/ (measure.build attaches a trace's facts) and `perfscope trace` must not import torch; the measured matmul
-ceiling, which needs a device, stays in perfscope.measure.peaks.
-
-Datasheet peaks. The datasheet is what MFU is conventionally quoted against. An unknown device gets no guessed
-peak — a hard-coded A100 peak once reported 104% MFU on an H100 (nanoGPT #464) — and MFU then falls back to the
-measured ceiling, marked as such. All figures are DENSE: datasheets print 2:4-sparse figures, twice these. A MIG
-slice gets the full GPU's figures × its share of the GPU's SMs (`slice_peak`; the full SM counts are in the table
-with their source), or no datasheet peak when that share is unknown.
+Design notes: docs/internals.md.
 """
 
 from __future__ import annotations

@@ -1,31 +1,11 @@
 """The one ranking: what comes first, what is the recommended fix, what is measured or estimated, what is set apart.
 
-    ranking = rank_results(results)
-    ranking.fixes        # RankedFix: the recommendation first, then measured wins, estimates, diagnoses
-    ranking.no_help      # measured here as slower, the same or undecided: listed apart, never ranked
-    ranking.knobs        # the sweep's knobs best first (ranking.folded: inapplicable ones)
-    ranking.gains        # every measured configuration for the gain chart, in the knobs' order
-
-Why one module: the rules engine, the sweep's knob list, the headline story, the HTML and Markdown ranked
-fixes and the gain chart each sorted on their own and could disagree on what is "#1". Every one of them now
-reads this order. It imports only results/ (never report/ or search/), so every stage may use it.
-
-The rules, in order (`FINDING_RULES` and `KNOB_RULES` say the same in words for the docs and the tests):
-  1. The sweep's recommendation (when it is not the baseline and has a gain) is fix #1, with the gain measured
-     over all its runs; the findings of its knobs are folded into it.
-  2. Measured wins (decidedly faster here), by measured ratio.
-  3. Estimated gains, by estimated ratio (labelled estimates, with their method and bound).
-  4. Diagnoses without a number, by severity.
-  Among 3 and 4, a finding whose cause the run measured (`Finding.cause_share`: 60 % of the step blocked on data)
-  comes first, by that share: an estimate never outranks a cause the run measured unless its own cause was measured
-  larger.
-  5. Measured, did not help here (slower, same, undecided): set apart, by ratio — measured beats believed.
-Within a tier a higher severity wins a tie on the number; a full tie keeps the rules' registry order (a
-stable sort), so the order is deterministic and a rule's place in the registry is its last tie-breaker.
+Design notes: docs/internals.md.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 
@@ -37,15 +17,18 @@ KNOB_STATUS_ORDER = {"measured": 1, "rejected": 2, "failed": 3, "skipped": 4, "i
 """A knob's place after the measured wins (group 0): the other measured knobs, then those the numerics guard
 rejected, then failed, skipped and inapplicable ones."""
 
+GainOf = Callable[[KnobOutcome], Gain | None]
+"""A knob's gain as ranked (`gain_of`, computed once per `rank_results`)."""
+
 
 class Tier(IntEnum):
     """Where a fix ranks; lower is shown first."""
 
-    RECOMMENDED = 0
-    MEASURED_WIN = 1
-    ESTIMATE = 2
-    DIAGNOSIS = 3
-    NO_HELP = 4
+    RECOMMENDED = 0  # the sweep's recommendation, with its all-runs gain, its knobs' findings folded in
+    MEASURED_WIN = 1  # measured decidedly faster here, by measured ratio
+    ESTIMATE = 2  # estimated gain, by estimated ratio
+    DIAGNOSIS = 3  # no number, by severity
+    NO_HELP = 4  # measured and did not help here: set apart, by ratio
 
 
 class Evidence(str, Enum):
@@ -54,15 +37,6 @@ class Evidence(str, Enum):
     MEASURED = "measured"
     ESTIMATED = "estimated"
     NOT_QUANTIFIED = "not quantified"
-
-
-FINDING_RULES: dict[Tier, str] = {
-    Tier.RECOMMENDED: "the sweep's recommendation, with its all-runs gain, its knobs' findings folded in",
-    Tier.MEASURED_WIN: "measured decidedly faster here, by measured ratio",
-    Tier.ESTIMATE: "estimated gain, by estimated ratio",
-    Tier.DIAGNOSIS: "no number, by severity",
-    Tier.NO_HELP: "measured and did not help here: set apart, by ratio",
-}
 
 
 def tier_of(finding: Finding) -> Tier:
@@ -191,6 +165,16 @@ class Ranking:
     (or 1.0 without one)."""
     closest: KnobOutcome | None = None
     """No recommendation: the measured knob (keeping the recipe, not the baseline) that came closest."""
+    knob_gains: dict[tuple[str, str, str], Gain | None] = field(default_factory=dict)
+    """Each knob's gain (`gain_of`), decided once here; renderers read it through `gain`."""
+
+    def gain(self, outcome: KnobOutcome) -> Gain | None:
+        """The gain every view shows for this knob (`gain_of`, as ranked)."""
+        return self.knob_gains.get(_outcome_key(outcome), outcome.gain)
+
+
+def _outcome_key(outcome: KnobOutcome) -> tuple[str, str, str]:
+    return (outcome.knob, outcome.trial or "", outcome.setting or "")
 
 
 def _knob_of(results: Results, finding: Finding) -> KnobOutcome | None:
@@ -200,14 +184,14 @@ def _knob_of(results: Results, finding: Finding) -> KnobOutcome | None:
     return next((o for o in sweep.knobs if o.trial and o.trial == finding.trial), None)
 
 
-def _shown_gain(results: Results, finding: Finding) -> Gain | None:
+def _shown_gain(results: Results, finding: Finding, gain: GainOf) -> Gain | None:
     knob = _knob_of(results, finding)
-    if knob is not None and finding.gain is not None and (g := gain_of(results, knob)) is not None:
+    if knob is not None and finding.gain is not None and (g := gain(knob)) is not None:
         return g
     return finding.gain
 
 
-def _fixes(results: Results, ranked: list[Finding], rec: Recommendation | None) -> list[RankedFix]:
+def _fixes(results: Results, ranked: list[Finding], rec: Recommendation | None, gain: GainOf) -> list[RankedFix]:
     rest = list(ranked)
     out: list[RankedFix] = []
     if rec is not None:
@@ -216,7 +200,7 @@ def _fixes(results: Results, ranked: list[Finding], rec: Recommendation | None) 
         out.append(RankedFix(rank=1, tier=Tier.RECOMMENDED, evidence=Evidence.MEASURED, findings=mine, gain=rec.gain,
                              recommendation=rec))
     for f in rest:
-        out.append(RankedFix(rank=len(out) + 1, tier=tier_of(f), evidence=evidence_of(f), findings=(f,), gain=_shown_gain(results, f)))
+        out.append(RankedFix(rank=len(out) + 1, tier=tier_of(f), evidence=evidence_of(f), findings=(f,), gain=_shown_gain(results, f, gain)))
     return out
 
 
@@ -224,11 +208,11 @@ def _label(outcome: KnobOutcome) -> str:
     return outcome.title + (f" · {outcome.setting}" if outcome.setting and outcome.setting not in outcome.title else "")
 
 
-def _gains(results: Results, knobs: list[KnobOutcome]) -> list[GainRow]:
+def _gains(results: Results, knobs: list[KnobOutcome], gain: GainOf) -> list[GainRow]:
     sweep = results.sweep
     keyed: list[tuple[tuple[int, float], GainRow]] = []
     for o in knobs:
-        g = gain_of(results, o)
+        g = gain(o)
         if o.status in ("measured", "rejected") and g is not None:
             keyed.append((knob_key(o, g), GainRow(label=_label(o), gain=g, rejected=o.status == "rejected", knob=o.knob)))
     if sweep is not None and sweep.recommended_gain is not None and len(sweep.recommended_knobs) > 1:
@@ -246,11 +230,11 @@ def changes_recipe(outcome: KnobOutcome) -> bool:
     return any(not s.startswith("numerics:") for s in outcome.changes_semantics)
 
 
-def _alternative(results: Results, rec: Recommendation | None) -> KnobOutcome | None:
+def _alternative(results: Results, rec: Recommendation | None, gain_by: GainOf) -> KnobOutcome | None:
     floor = rec.gain.ratio if rec else 1.0
     best: tuple[KnobOutcome, float] | None = None
     for o in results.sweep.knobs if results.sweep else []:
-        gain = gain_of(results, o)
+        gain = gain_by(o)
         if o.status != "measured" or gain is None or not gain.faster or not changes_recipe(o):
             continue
         if rec is not None and o.knob in rec.knobs:
@@ -260,13 +244,13 @@ def _alternative(results: Results, rec: Recommendation | None) -> KnobOutcome | 
     return best[0] if best else None
 
 
-def _closest(results: Results, rec: Recommendation | None) -> KnobOutcome | None:
+def _closest(results: Results, rec: Recommendation | None, gain_by: GainOf) -> KnobOutcome | None:
     if rec is not None or results.sweep is None:
         return None
     base = baseline_configuration(results)
     best: tuple[KnobOutcome, float] | None = None
     for o in results.sweep.knobs:
-        gain = gain_of(results, o)
+        gain = gain_by(o)
         if o.status != "measured" or gain is None or o.trial == base or changes_recipe(o):
             continue  # options that change the recipe are the alternative's business
         if best is None or gain.ratio > best[1]:
@@ -279,15 +263,21 @@ def rank_results(results: Results) -> Ranking:
     rec = recommendation(results)
     ranked, no_help = partition_findings(list(results.findings or []))
     sweep_knobs = results.sweep.knobs if results.sweep else []
-    ordered = sorted(sweep_knobs, key=lambda o: knob_key(o, gain_of(results, o)))
+    gains = {_outcome_key(o): gain_of(results, o) for o in sweep_knobs}  # once per knob; every view reads these
+
+    def gain(o: KnobOutcome) -> Gain | None:
+        return gains[_outcome_key(o)]
+
+    ordered = sorted(sweep_knobs, key=lambda o: knob_key(o, gain(o)))
     return Ranking(
-        fixes=_fixes(results, ranked, rec),
+        fixes=_fixes(results, ranked, rec, gain),
         no_help=[RankedFix(rank=i, tier=Tier.NO_HELP, evidence=Evidence.MEASURED, findings=(f,), gain=f.gain)
                  for i, f in enumerate(no_help, 1)],
         knobs=[o for o in ordered if o.status != "inapplicable"],
         folded=[o for o in ordered if o.status == "inapplicable"],
-        gains=_gains(results, ordered),
+        gains=_gains(results, ordered, gain),
         recommendation=rec,
-        alternative=_alternative(results, rec),
-        closest=_closest(results, rec),
+        alternative=_alternative(results, rec, gain),
+        closest=_closest(results, rec, gain),
+        knob_gains=gains,
     )

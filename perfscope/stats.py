@@ -83,19 +83,6 @@ def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
     return float(mannwhitneyu(list(a), list(b), alternative="two-sided").pvalue)
 
 
-def mann_whitney_min_p(n_a: int, n_b: int) -> float:
-    """The smallest two-sided p-value `mann_whitney_p` can return for samples of these sizes.
-
-    With few samples even perfectly separated data cannot reach a strict threshold (5 vs 5 steps: the
-    exact test bottoms out at 2/252 ≈ 0.008), so a caller that demands p < 0.002 must know when the test
-    is powerless and fall back on an interval instead of reading "not significant" as "no change".
-    Computed by running the test on perfectly separated samples, so it matches scipy's method choice.
-    """
-    if n_a < 1 or n_b < 1:
-        raise ValueError("both sample sizes must be >= 1")
-    return mann_whitney_p([float(i) for i in range(n_a)], [float(n_a + i) for i in range(n_b)])
-
-
 def confidence_text(confidence: float) -> str:
     """A confidence level as a reader can trust it: "99%", "99.8%", "99.995%" — never "100%", which the family's
     small per-look error levels rounded to (an interval at 100% would claim certainty)."""

@@ -4,14 +4,7 @@
     tf32_api("2.8.0+cu121")    # a recorded run's torch: decided from its version (it cannot be probed here)
                                # (so is any torch in a process that has not imported it: trace, report)
 
-Why: torch 2.9 added `torch.backends.cuda.matmul.fp32_precision` and, with it, a consistency check: after the
-new setter alone, every *legacy* read (`matmul.allow_tf32`, `torch.get_float32_matmul_precision()`) raises
-"you have used mix of the legacy and new APIs". torch's own compile stack still makes legacy reads (inductor's
-mm lowerings on 2.9-2.11, pytorch#166387; inductor's autotune cache key and dynamo's graph_region_tracker on
-2.13), so `fp32_precision = "tf32"` alone crashes `torch.compile` there. The legacy setter writes both states
-(`allow_tf32 = True` also makes `fp32_precision == "tf32"`), so every reader agrees: it is the API to use for
-as long as a torch keeps that check. The new API is chosen only for a torch whose probe shows legacy reads
-survive the new setter. Torch-free at import (rules and the report read it): torch is imported by the probe.
+Design notes: docs/internals.md.
 """
 
 from __future__ import annotations

@@ -4,11 +4,7 @@
     major_minor("2.6.0a0+git123")    # (2, 6): a nightly of 2.6 counts as 2.6
     at_least("2.5.1+cu124", (2, 9))  # False; None when the string has no version in it
 
-Why one: knobs, rules and the TF32 decision each matched their own regex, and a gate that reads a version
-differently from its neighbour says "needs torch ≥ 2.9" beside a fix that assumes 2.9. Why not packaging.version:
-it is not a dependency of perfscope (nor of torch), and every gate here compares (major, minor) only — a local
-label (+cu124) or a pre-release (a0) never decides whether an API exists in our gates. Pure: rules and the report
-use it on a recorded run's version, without importing torch.
+Design notes: docs/internals.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,6 @@
 """The workload contract: what a user's file gives perfscope, and how it is loaded and checked.
 
-    # my_model.py
-    import perfscope, torch, torch.nn.functional as F
-    def workload() -> perfscope.Workload:
-        return perfscope.Workload(
-            model=lambda: MyNet(),
-            dataset=lambda: MyDataset(),          # or batches=lambda batch_size: iterator of ready batches
-            loss=lambda model, batch: F.cross_entropy(model(batch[0]), batch[1]),
-            optimizer=lambda params: torch.optim.AdamW(params, lr=3e-4),
-            batch_size=8,
-        )
-
-The user gives factories, not a loop, because the harness must rebuild the workload in every trial
-process and control batch size, precision, data loading and the loop itself. Factories may be lambdas
-and closures: a trial re-imports the file by path instead of pickling them.
-
-Every contract violation raises `WorkloadError`, whose message names the file and, where it applies,
-the line — a broken file must cost the user seconds, not a sweep.
+Design notes: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -34,7 +18,7 @@ from perfscope.errors import WorkloadError
 from perfscope.precision import Precision
 
 if TYPE_CHECKING:  # torch only in annotations: the knob registry imports Workload, and `perfscope report` reads the
-    import torch   # knobs' words without importing torch (~1.5 s, ~300 MB; tests/test_torch_free.py)
+    import torch  # knobs' words without importing torch (~1.5 s, ~300 MB; tests/test_torch_free.py)
     from torch import nn
 
 

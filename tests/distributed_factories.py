@@ -89,8 +89,8 @@ def make_distributed_results(device: str = "cuda", **facts_kw) -> Results:
 
 def make_pipeline_results(*, microbatches: int = 2, stages: int = 2, bubble: float | None = 0.4, schedule: str = "gpipe") -> Results:
     """A baseline whose loop is a pipeline (tests of PS807): its parallel facts, measured bubble and formula."""
-    from perfscope.results.bubble import bubble_formula
     from perfscope.results import ParallelFacts
+    from perfscope.results.layout import bubble_formula
 
     results = make_distributed_results(world=stages)
     trial = results.trials[0]

@@ -103,6 +103,7 @@ def test_trials_and_hooks_build_the_same_metrics_from_the_same_observation(monke
     """The trial loop and the Profiler both hand their observation to build_trial_metrics: capture what each handed
     over on the same workload, and each observation, built again, gives exactly the metrics that run reported."""
     from perfscope.hooks import Profiler
+    from perfscope.hooks import results as hook_results
     from perfscope.measure import build
     from perfscope.results.config import TrialConfig
     from perfscope.trial import loop
@@ -119,6 +120,7 @@ def test_trials_and_hooks_build_the_same_metrics_from_the_same_observation(monke
 
     monkeypatch.setattr(loop, "build_trial_metrics", spy)
     monkeypatch.setattr(build, "build_trial_metrics", spy)
+    monkeypatch.setattr(hook_results, "build_trial_metrics", spy)
     from tests.test_hooks import make_loader, make_model, train_step
 
     model, opt = make_model()

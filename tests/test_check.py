@@ -24,7 +24,6 @@ from perfscope.check.metrics import MFU, SAMPLES_PER_S, STEP_TIME, Side
 from perfscope.measure.job import combine_ranks
 from perfscope.results import Contention, Peak, RankMetrics, Sweep
 from perfscope.results.messages import msg
-from perfscope.stats import mann_whitney_min_p
 from tests.factories import make_results, make_runs, make_trial
 
 
@@ -215,11 +214,6 @@ def test_runs_measured_under_load_are_named():
     cur[1].metrics.windows[0].contention = Contention(contended=True, reason="other processes used 1.2 of 2 CPU cores")
     verdict = evaluate(base, cur)
     assert any("current run baseline-r2 was measured under load" in w for w in verdict.warnings)
-
-
-def test_mann_whitney_min_p_matches_the_exact_test():
-    assert mann_whitney_min_p(5, 5) == pytest.approx(2 / 252)
-    assert mann_whitney_min_p(30, 30) < 1e-6
 
 
 def test_messages_state_the_tolerance():

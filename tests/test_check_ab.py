@@ -136,8 +136,8 @@ def test_ab_runs_for_real_decide_on_their_runs_and_count_the_extra_work(tmp_path
 
 def _simulated_job(order, truth, seed, *, warmup_penalty, sd=0.03):
     """One `ab` job's verdict on simulated runs in ``order``: the job's first process pays ``warmup_penalty`` (log)."""
+    from benchmarks.sweep_model import _trial
     from perfscope.results.config import TrialConfig
-    from perfscope.search.simulate import _trial
 
     rng, config = random.Random(seed), TrialConfig(device="cpu", micro_batch_size=8)
     runs = {"baseline": [], "candidate": []}

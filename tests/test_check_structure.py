@@ -4,7 +4,6 @@ its own --fail-on-structure kind only; identical fingerprints name nothing; the 
 from __future__ import annotations
 
 # between_session=0.0: both files are one setup; the session term is tests/test_check_sessions.py's.
-
 import copy
 
 import pytest

@@ -7,17 +7,14 @@ import pytest
 import torch
 from torch import nn
 
-from perfscope.measure.flops import (
-    linear_training_flops,
-    transformer_training_flops_per_token,
-)
-from perfscope.measure.mfu import apply_utilization_ratios, choose_peak
 from perfscope.hardware import datasheet_peak
+from perfscope.measure.mfu import apply_utilization_ratios, choose_peak
 from perfscope.results import Environment
 from perfscope.results.config import TrialConfig
 from perfscope.trial.loop import TrainStep
 from perfscope.workload import Workload, load_workload
 from tests.factories import make_trial
+from tests.flops_oracle import linear_training_flops, transformer_training_flops_per_token
 
 ROOT = Path(__file__).parent.parent
 

@@ -16,9 +16,9 @@ from torch import nn
 
 import perfscope
 from perfscope.hooks.profiler import Profiler, _Reservoir, leading_dim
-from perfscope.measure.flops import linear_training_flops
 from perfscope.measure.window import StepRecord, WindowRecorder
 from perfscope.results import Results
+from tests.flops_oracle import linear_training_flops
 
 IN, HIDDEN, OUT, BATCH = 32, 64, 16, 8
 
@@ -299,9 +299,9 @@ def test_internal_error_becomes_one_warning_and_disables(monkeypatch: pytest.Mon
 
 
 def test_error_while_saving_is_a_warning_not_an_exception(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import perfscope.measure.environment as environment
+    import perfscope.hooks.results as hook_results
 
-    monkeypatch.setattr(environment, "collect_environment", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(hook_results, "collect_environment", lambda *a, **k: 1 / 0)
     prof = Profiler(device="cpu", warmup_steps=1, **quiet())
     for _ in prof.wrap([torch.zeros(2)] * 4):
         prof.step()
@@ -687,7 +687,7 @@ def test_memory_peaks_are_read_before_the_ceiling_probe_allocates(monkeypatch: p
 
     real_peaks = hooks_results.memory_peaks
     monkeypatch.setattr(hooks_results, "memory_peaks", lambda device: order.append("peaks") or real_peaks(device))
-    monkeypatch.setattr(environment, "collect_environment", lambda *a, **k: order.append("probe") or real_collect(*a, **{**k, "measure_ceiling": False}))
+    monkeypatch.setattr(hooks_results, "collect_environment", lambda *a, **k: order.append("probe") or real_collect(*a, **{**k, "measure_ceiling": False}))
     model, opt = make_model()
     prof = Profiler(model, opt, device="cpu", warmup_steps=1, count_flops=False, measure_ceiling=True, sample_utilization=False)
     for batch in prof.wrap(make_loader(40)):

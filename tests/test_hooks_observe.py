@@ -305,7 +305,7 @@ def test_the_counted_step_neither_recompiles_nor_changes_the_count(backend: str)
     eager module computes (the analytic FLOPs of the two linears)."""
     from torch._dynamo.utils import counters
 
-    from perfscope.measure.flops import linear_training_flops
+    from tests.flops_oracle import linear_training_flops
 
     net = nn.Sequential(nn.Linear(IN, HIDDEN), nn.GELU(), nn.Linear(HIDDEN, OUT))
     model, opt = torch.compile(net, backend=backend), torch.optim.SGD(net.parameters(), lr=0.1)

@@ -15,8 +15,8 @@ import pytest
 from perfscope.knobs import REGISTRY, Knob, KnobContext, Loop, active_knobs, knob, knob_ids, loader_options, observe_loop
 from perfscope.knobs.adamw_8bit import installed_version as REAL_INSTALLED_VERSION
 from perfscope.results import Environment, ModelFacts, ModelLayout
-from perfscope.results.config import TrialConfig
 from perfscope.results.breakdown import SLICES
+from perfscope.results.config import TrialConfig
 from perfscope.results.messages import msg
 from perfscope.trial.inspect import inspect_model
 from perfscope.workload import Workload, load_workload

@@ -1,5 +1,5 @@
 """Parallel sweeps' pieces without real trials: the lane plan, the pinning, the A/A check, within-lane comparisons,
-the lane choice, a lost lane, and the family-wise bound on 8 lanes of unequal speed (perfscope.lanes.simulate)."""
+the lane choice, a lost lane, and the family-wise bound on 8 lanes of unequal speed (benchmarks.lanes_model)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.lanes_model import LaneModel, SimLane, SimLaneSession, simulate_lane_sweep
 from benchmarks.stat_simulation import wilson
+from benchmarks.sweep_model import NOISE_MODELS, NoiseModel, _context
 from perfscope.cli import main
 from perfscope.errors import EXIT_USER, UserError
 from perfscope.lanes.aa import check_lanes
 from perfscope.lanes.executors import LaneFailure, LocalRunner
 from perfscope.lanes.plan import Lane, plan_lanes
 from perfscope.lanes.run import LaneOptions
-from perfscope.lanes.simulate import LaneModel, SimLane, SimLaneSession, simulate_lane_sweep
 from perfscope.lanes.sweep import LaneSweeper
 from perfscope.measure.contention import sweep_env
 from perfscope.report.html import render_view_html
@@ -29,7 +30,6 @@ from perfscope.results.lanes import LaneRecord, ParallelSweep
 from perfscope.results.verdicts import Sweep
 from perfscope.search.candidate import BASELINE, SweepOptions
 from perfscope.search.compare import ReferenceSeries, paired_test
-from perfscope.search.simulate import NOISE_MODELS, NoiseModel, _context
 from perfscope.trial.pin import LANE_CPUS_ENV, born_on, lane_threads, parse_cpus
 from perfscope.trial.runner import needs_fresh_interpreter
 from tests.factories import make_results

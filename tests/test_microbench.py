@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import perfscope.measure.microbench as microbench
+from perfscope.measure.alignment import benchmark_alignment
 from perfscope.measure.microbench import median_seconds
 from perfscope.measure.peaks import measure_matmul_tflops
 from perfscope.results import GemmShape
-from perfscope.measure.alignment import benchmark_alignment
 
 
 class FakeEventClock:

@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from perfscope.knobs import KnobContext, knob
 from perfscope.measure.bubble import (
     StepRecord,
     imbalance,
@@ -19,9 +20,8 @@ from perfscope.measure.bubble import (
     stage_timing,
 )
 from perfscope.results import Environment, ModelFacts, ModelLayout, Results
-from perfscope.results.bubble import bubble_formula
 from perfscope.results.config import TrialConfig
-from perfscope.knobs import KnobContext, knob
+from perfscope.results.layout import bubble_formula
 from perfscope.search.layout import layout_candidates, state_per_rank
 from perfscope.trial.pipeline_parallel import concat, model_inputs, rows, split_points
 from perfscope.trial.tensor_parallel import derive_plan
@@ -111,7 +111,7 @@ def test_1f1b_runs_p_minus_s_forwards_first_and_a_slow_stage_grows_the_bubble():
 
 
 def test_the_bubble_formula_has_one_definition():
-    """results/bubble.py holds it (the rule, the layout search and the trial read it there); measure.bubble, where it
+    """results/layout.py holds it (the rule, the layout search and the trial read it there); measure.bubble, where it
     once lived, neither defines nor re-exports it."""
     from perfscope.measure import bubble
 

@@ -203,3 +203,15 @@ def test_html_markdown_story_and_charts_follow_the_ranking() -> None:
     breakdown = next(c for c in view.charts if c.id == "baseline-breakdown")
     marked = [int(m) for text in breakdown.figure["data"][0]["text"] for m in re.findall(r"#(\d+)", text)]
     assert set(marked) <= {fix.rank for fix in ranking.fixes}
+
+
+def test_the_report_asks_for_each_knobs_gain_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One Ranking per view: its gains are decided once per knob and every part of the page reads them."""
+    import perfscope.ranking as ranking_module
+
+    results = one_results()
+    asked: list[str] = []
+    real = ranking_module.gain_of
+    monkeypatch.setattr(ranking_module, "gain_of", lambda r, o: asked.append(o.knob) or real(r, o))
+    build_view(results)
+    assert results.sweep is not None and sorted(asked) == sorted(o.knob for o in results.sweep.knobs)

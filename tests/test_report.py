@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 import pytest
 
 from perfscope.cli import main
+from perfscope.ranking import partition_findings
 from perfscope.report import (
     facts,
     render_html,
@@ -20,7 +21,6 @@ from perfscope.report import (
     templates,
     write_report,
 )
-from perfscope.ranking import partition_findings
 from perfscope.report.charts import MAX_POINTS_PER_CHART, build_charts
 from perfscope.report.view import (
     baseline_name,

@@ -126,9 +126,9 @@ def test_the_terminal_ends_with_the_headlines_answer(tmp_path):
 
 def test_no_code_change_of_a_cpu_run_mentions_cuda():
     """Every rule and every knob, on a CPU run: the advice is written for the CPU."""
+    from perfscope.knobs import REGISTRY, KnobContext
     from perfscope.results import ModelFacts
     from perfscope.results.config import TrialConfig
-    from perfscope.knobs import REGISTRY, KnobContext
     from perfscope.workload import Workload
     from tests.rules.test_rules import CASES
 

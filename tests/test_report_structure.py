@@ -95,3 +95,14 @@ def test_call_sites_and_break_reasons_stay_text():
     assert "<script>alert(1)" not in render_html(results)
     line = next(line for line in render_markdown(results).splitlines() if line.startswith("- `amp_bf16`"))
     assert "\\<script\\>" in line and "\\|x.py:1" in line
+
+
+def test_the_baselines_fingerprint_is_derived_once_for_every_knob(monkeypatch):
+    import perfscope.report.structure as structure
+
+    results = _results({"baseline": BASE, "amp_bf16": _bf16(), "channels_last": BASE, "dataloader_workers": BASE})
+    asked: list[str] = []
+    real = structure.configuration_fingerprint
+    monkeypatch.setattr(structure, "configuration_fingerprint", lambda r, name: asked.append(name) or real(r, name))
+    effects = knob_effects(results)
+    assert len(effects) >= 3 and asked.count("baseline") == 1

@@ -1,6 +1,6 @@
 """The sweep's error rates, measured by feeding simulated runs to the real decision code.
 
-Seeded simulations (perfscope.search.simulate drives the real Sweeper: Welch test, Holm family, refinement,
+Seeded simulations (benchmarks.sweep_model drives the real Sweeper: Welch test, Holm family, refinement,
 confirmation), smaller than benchmarks/stat_simulation.py's,
 with bounds that hold with margin at these seeds. The unit tests of the pieces come first.
 """
@@ -13,11 +13,11 @@ import random
 import pytest
 
 from benchmarks.stat_simulation import wilson
+from benchmarks.sweep_model import NOISE_MODELS, NoiseModel, SimSession, simulate_sweep
 from perfscope.results import Trial
 from perfscope.results.config import TrialConfig
 from perfscope.search.compare import PairedTest, paired_test
 from perfscope.search.family import Family
-from perfscope.search.simulate import NOISE_MODELS, NoiseModel, SimSession, simulate_sweep
 from perfscope.search.sweep import SweepOptions
 
 
@@ -141,8 +141,8 @@ def test_the_reference_lookups_match_their_definitions_on_random_series():
     """The sweep's inner loop bisects the reference series; on random series (gaps, runs without a sequence, equal
     sequences: the scan path) its neighbours and levels equal the definitions in perfscope.search.compare's
     docstring, computed here the slow way."""
+    from benchmarks.sweep_model import _trial
     from perfscope.search.compare import LEVEL_WINDOW, ReferenceSeries, log_rate
-    from perfscope.search.simulate import _trial
 
     config = TrialConfig(device="cpu", micro_batch_size=8)
     rng = random.Random(7)

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from perfscope.measure.stragglers import find_stragglers
-from perfscope.stats import t_9999
 from perfscope.results.distributed import RankMetrics
+from perfscope.stats import t_9999
 
 
 def _rank(rank: int, mean_s: float, *, seed: int, n: int = 20, cv: float = 0.05, spikes: float = 0.0,

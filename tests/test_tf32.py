@@ -9,13 +9,14 @@ import pytest
 import torch
 from torch import nn
 
-from perfscope.measure.peaks import measure_matmul_tflops
 from perfscope import tf32_api as api_module
+from perfscope.measure.peaks import measure_matmul_tflops
 from perfscope.measure.tf32 import (
     matmul_tf32,
     matmul_tf32_as,
     set_matmul_tf32,
 )
+from perfscope.results.config import TrialConfig
 from perfscope.snippets import tf32_change
 from perfscope.tf32_api import (
     LEGACY_ONLY,
@@ -26,7 +27,6 @@ from perfscope.tf32_api import (
     snapshot_matmul_tf32,
     tf32_api,
 )
-from perfscope.results.config import TrialConfig
 from perfscope.trial.loop import run_trial
 from perfscope.workload import Workload
 

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from perfscope.trace.events import build_trace
+from perfscope.trace.events import Trace, TraceBuilder
 from perfscope.trace.intervals import (
     SpanArray,
     clip,
@@ -24,7 +24,17 @@ from perfscope.trace.intervals import (
     subtract_length,
     touches,
 )
+from perfscope.trace.steps import find_steps
 from perfscope.trace.sync import _stack_walk, enclosing
+
+
+def build_trace(raw: list[dict]) -> Trace:
+    """The Trace of hand-built events already in memory."""
+    builder = TraceBuilder()
+    builder.add_batch(raw)
+    trace = builder.finish()
+    find_steps(trace)
+    return trace
 
 
 def spans(rng: random.Random, n: int, *, grid: bool) -> list[tuple[float, float]]:

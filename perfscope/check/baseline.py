@@ -4,12 +4,7 @@
     perfscope baseline update next-job/results.json              # appends a session (keeps the last 10)
     perfscope baseline update run/results.json --replace         # starts the history again
 
-The gate decides on run-to-run variance within a session and on the spread between sessions across them
-(perfscope.check.sessions), so each results file is stored as its own session: one CI job's `analyze
---repeat N`, with the environment it ran in. `save` refuses to overwrite (a baseline silently replaced hides
-every regression since it was taken); `update` adds sessions; `--replace` is the explicit way to restart the
-history (after an intended performance change, a torch upgrade, new runners). Sessions that describe different
-machines' hardware, software or workloads (perfscope.check.compat) are refused.
+Design notes: docs/ci-gate.md.
 """
 
 from __future__ import annotations

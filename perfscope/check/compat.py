@@ -3,14 +3,7 @@
     >>> [str(d) for d in find_differences(current_side, baseline_side, metric_ids={"mfu"})]
     ["device name: baseline 'NVIDIA A100-SXM4-80GB', current 'NVIDIA H100 80GB HBM3'"]
 
-A faster GPU, fewer usable cores (affinity or a cgroup quota), another torch, CUDA or driver, another dtype or
-an edited workload changes the numbers for reasons that are not a regression of the code under test, so such a
-pair is not compared unless the user accepts it with --allow-mismatch: a difference of the machine or its
-software (`host=True`: cores, CPU model, GPU, torch, CUDA, driver) is the outcome "not comparable" (exit 4: the
-history cannot judge that change, and CI may treat it apart), a difference of the input (workload, dtype, batch,
-FLOPs, peak) is unusable input (exit 2). Another host or another physical GPU of the same model is named but not refused: that offset
-is what the between-host spread of a baseline's history (perfscope.check.sessions) or `perfscope ab` covers.
-A field an older file did not record only warns. Each property is one small `Attribute`; adding one is one entry in ATTRIBUTES.
+Design notes: docs/ci-gate.md.
 """
 
 from __future__ import annotations

@@ -3,26 +3,7 @@
     >>> MetricCheck(metric=SAMPLES_PER_S, max_drop=0.10).evaluate(current_side, baseline_side).status
     'pass'
 
-The rule. Each side is a set of runs (fresh processes) of the gated configuration; a run's value is work /
-wall time of its windows. On log values, q = geometric-mean ratio current / baseline in the metric's own
-units; [lo, hi] is its 95% t-interval. Its variance is perfscope.check.sessions's: each side's own run-to-run
-variance (Welch), plus the offsets between days and hosts when the baseline is a stored history; its degrees of
-freedom are Welch-Satterthwaite's. d = --max-drop; the limit L = 1 − d where higher is better (MFU,
-samples/s), 1 + d for step time. In "higher is better" terms:
-
-1. Fewer than 3 runs in all, or one side without runs -> INCONCLUSIVE: nothing says how noisy this
-   machine is between runs.
-2. REGRESSION when q is past L *and* the drop is significant: the whole interval is below 1 (asv's rule:
-   significant and beyond the factor). Identical code fails in at most 2.5% of checks (one side of a 95%
-   interval) where the model's spreads hold: benchmarks/gate_simulation.py measures it through run_gate.
-3. PASS only when the interval excludes a drop larger than d: lo > L (equivalence, two one-sided tests at
-   2.5%): a real drop of d passes in at most 2.5% of checks.
-4. INCONCLUSIVE otherwise: the interval is too wide to say; the verdict names what would decide it (runs per
-   side, stored sessions, a stated spread, or `perfscope ab`).
-
-The verdict states the smallest drop these runs could have detected (80% power). Secondary, never deciding: a
-Mann-Whitney test on the per-step values of all runs, reported for reading. Runs measured while other
-processes loaded the machine are named in the verdict.
+Design notes: docs/ci-gate.md.
 """
 
 from __future__ import annotations
@@ -34,7 +15,7 @@ from typing import Any, Literal
 
 from perfscope.check.metrics import Metric, MetricUnavailable, Side
 from perfscope.check.sessions import MIN_SPREAD_DF, SessionSpread, StoredSession, session_spread
-from perfscope.stats import confidence_text, detectable_change, exp_or_inf, t_quantile
+from perfscope.stats import confidence_text, detectable_change, exp_or_inf, mann_whitney_p, t_quantile
 
 Status = Literal["pass", "regression", "inconclusive"]
 CONFIDENCE = 0.95
@@ -164,8 +145,6 @@ class MetricCheck:
         mde_text = f" (it resolves changes of about {mde:.0%})" if mde is not None else ""
         return Verdict(status="inconclusive", **common, message=f"{title} {change}: {why}{mde_text}; {decides}")
     def _step_test(self, current: Side, baseline: Side) -> float | None:
-        from perfscope.stats import mann_whitney_p
-
         try:
             a, b = self.metric.steps(current), self.metric.steps(baseline)
         except MetricUnavailable:

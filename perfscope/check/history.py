@@ -3,13 +3,7 @@
     history = BaselineHistory.load("perfscope-baseline.json")   # a schema-1 baseline loads as one session
     history.sessions[-1].environment.hostname
 
-Why sessions: runs of one CI job share that job's machine and day (its clocks, power cap, neighbours, the
-runner's cores); runs of two jobs do not. Pooling every stored run as one population counts a machine or day
-offset as signal. Keeping each job's runs apart lets the gate estimate how far session means stray from each
-other (perfscope.check.sessions) and add that to the comparison's variance.
-
-The file is versioned: `{"perfscope_baseline": 2, "sessions": [<results document>, ...]}`. A plain results
-document (what `baseline save` wrote before, schema 1 of the baseline) is read as a history of one session.
+Design notes: docs/ci-gate.md.
 """
 
 from __future__ import annotations

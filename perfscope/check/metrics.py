@@ -2,12 +2,7 @@
 
     >>> SAMPLES_PER_S.per_run(side)        # [412.0, 398.5, 405.1]: one value per fresh-process run
 
-The gate decides on runs, never on steps: steps of one process share its luck (clocks, neighbours, the
-allocator's layout), so the noise that matters between two CI runs is between processes. Every metric is
-work / wall time of a run's windows — samples/s; MFU = FLOPs per step × steps / wall / peak; step time =
-wall / steps — so the three agree on what "faster" means. A data-parallel job's are the job's: samples/s of
-every rank, and steps per rank over the slowest rank's window. Per-step values are kept for a secondary,
-informative test only.
+Design notes: docs/ci-gate.md.
 """
 
 from __future__ import annotations

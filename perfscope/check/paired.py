@@ -2,17 +2,7 @@
 
     verdict = decide_paired(paired_test(candidate_runs, baseline_runs), max_drop=0.05)
 
-Why this design: two revisions measured in the same job, as fresh processes in a random order within each round
-(after one discarded warm-up run of each), share the machine, its clocks, power cap and neighbours, and the day:
-no machine or day offset can enter the comparison (asv's `continuous` and CodSpeed's same-runner comparisons
-rest on the same idea), and no fixed order can favour one side. Each candidate run is paired with the baseline
-runs just before and after it, so slow drift cancels too (perfscope.search.compare's paired test, Welch).
-
-The rule is `check`'s (perfscope.check.decision), on the 95% interval of the paired ratio, in "higher is better"
-terms with L = 1 - max_drop: a regression when the ratio is past L and the whole interval is below 1; a pass
-only when the interval's lower end is above L; inconclusive otherwise, or when there is no interval. Every
-verdict states the power at the tolerance (the chance that identical code passes, and that a drop of max_drop
-is found significant, at this noise) and, below 80%, the --rounds that reach it.
+Design notes: docs/ci-gate.md.
 """
 
 from __future__ import annotations

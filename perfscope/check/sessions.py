@@ -3,24 +3,7 @@
     spread = session_spread([StoredSession([l1, l2, l3], host="a"), ...], current=[c1, c2, c3], current_host="a")
     spread.variance, spread.df      # of (current mean - baseline level), log values
 
-The model (nested random effects, on log values): a run's value = level + host offset (sd eta: another machine
-of the same kind, its power cap, its neighbours) + session offset (sd tau: the day, the job, on one host) + run
-noise (sd sigma). Each term is estimated from the history where it spans enough of it, else taken from what is
-known: a stated spread (`--between-session`, `--between-host`), else a documented conservative default
-(DEFAULT_BETWEEN_SESSION, DEFAULT_BETWEEN_HOST). Enough = MIN_SPREAD_DF degrees of freedom (5 sessions on the
-host, 5 hosts): fewer give a t quantile of 4-13 that no regression ever crosses (issue 35: two sessions made
-the README's gate unable to fail a 29% drop). A default is an upper guess, so an identical change rarely
-passes with it (the interval is wide: INCONCLUSIVE, saying what would decide), while a large drop fails from
-the first day.
-
-- Current on a host of the history: the baseline level is that host's session means' mean (J_h sessions);
-  Var = tau^2 (1 + 1/J_h) + run noise of both sides (Welch: each side's own variance).
-- Current on a host the history has not seen: the baseline level is the mean of the host means (H hosts);
-  Var = eta^2 (1 + 1/H) + tau^2 (1 + 1/J) + run noise. Estimated from >= 5 hosts, the spread of the host means
-  (which holds eta^2 + tau^2/J_h + ...) is used as is, with H - 1 df: what hosted runners, a new host per
-  job, give.
-
-Degrees of freedom by Welch-Satterthwaite over the estimated terms (a stated or default term counts as known).
+Design notes: docs/ci-gate.md.
 """
 
 from __future__ import annotations

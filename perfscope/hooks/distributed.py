@@ -5,16 +5,7 @@
     reports = exchange(place, report, key="perfscope/hooks/0/0", timeout_s=300, device=device)
     # rank 0: every rank's report in rank order (None for a rank that did not report in time); other ranks: None
 
-Each rank measures its own window exactly as a single process does; nothing is synchronized per step. Only
-`Profiler.save()` exchanges anything, once, and every rank must call it.
-
-Why the rendezvous store and not a collective: a rank that is sent nothing never waits. The other ranks put
-their summary in the job's key-value store (the TCPStore torchrun and `init_process_group` already share) and
-return at once; rank 0 waits for each key with a deadline, then writes what it has and names the ranks that
-did not report. A collective (`gather_object`) would hang rank 0 until the process group's timeout when one
-rank never calls save() — the common `if rank == 0: prof.save(...)` — and, on NCCL, goes through the user's
-communicator and needs each rank's CUDA device current. It is the fallback only where the default group has
-no store (an MPI backend), with the device set for NCCL.
+Design notes: docs/distributed.md.
 """
 
 from __future__ import annotations
@@ -29,6 +20,9 @@ from typing import Any
 
 import torch
 
+from perfscope.measure import memory
+from perfscope.measure.ranks import rank_metrics as measured_rank
+from perfscope.measure.ranks import window_mean
 from perfscope.results.distributed import RankMetrics
 from perfscope.results.messages import msg
 from perfscope.results.serde import from_jsonable, to_jsonable
@@ -135,12 +129,8 @@ def rank_metrics(place: RankPlace, metrics: Any, model: torch.nn.Module | None,
                  optimizer: torch.optim.Optimizer | None, why_none: str = "") -> RankMetrics:
     """This rank's RankMetrics from its own TrialMetrics (None: nothing timed, ``why_none`` says why): the one
     summary of perfscope.measure.ranks, with the memory owners counted here when nothing was timed."""
-    from perfscope.measure.ranks import rank_metrics as measured_rank
-
     owners = None
     if (metrics is None or metrics.memory_breakdown is None) and model is not None and optimizer is not None:
-        from perfscope.measure import memory
-
         owners = memory.breakdown(model, optimizer, None, grads_present=False)
     return measured_rank(metrics, rank=place.rank, local_rank=place.local_rank, node=place.node, owners=owners,
                          why_none=msg("exception", error=why_none) if why_none else None)
@@ -148,8 +138,6 @@ def rank_metrics(place: RankPlace, metrics: Any, model: torch.nn.Module | None,
 
 def own_cpu_cores(metrics: Any) -> float | None:
     """This process's cores over its windows (wall-weighted), from the windows' contention readings."""
-    from perfscope.measure.ranks import window_mean
-
     return window_mean(metrics.windows, "own_cpu_cores") if metrics is not None else None
 
 

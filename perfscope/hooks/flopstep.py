@@ -1,15 +1,6 @@
 """The one step of the user's loop the hooks count FLOPs and structure on (a dispatch mode: slow, so untimed).
 
-    flop = FlopStep(index=5, wanted=True)
-    flop.start(model, "cuda")                  # after warm-up, when the step's batch is in hand
-    ...the user's step...
-    flop.stop(step_index=5, samples=8)
-    flop.count(samples_per_step=8)             # FlopCount (scaled to the typical step), or Unavailable(why)
-
-Why one step and why it can move: counting runs under a Python dispatch mode (many times slower), so it is one
-step, excluded from the windows. A pause inside it (evaluation is a forward pass over other data) would put other
-work in the count: that count is dropped and the next step counted, at most a few times. What the loop really
-runs (precision, torch.compile) is watched during the same step (perfscope.hooks.observe).
+Design notes: docs/hooks.md.
 """
 
 from __future__ import annotations

@@ -5,16 +5,7 @@
     observer.precision(fingerprint.matmul_flops_by_dtype)   # Observation("bf16", "…", known=True)
     compile_state(model, graphs_before)                     # Observation("default", "…", known=True)
 
-Why: a hooks loop is not built by perfscope, so its TrialConfig cannot be read off a config file. Assuming the
-defaults (fp32, eager) tells a bf16 + torch.compile loop to turn on bf16 and compile. The precision is read
-from the dtypes of the matmul/conv/attention inputs the structure pass already counts (below autocast, so they
-are the dtypes autocast chose), with autocast's own state read where the model's forward starts; compile from
-the model object (`OptimizedModule`, `nn.Module.compile()`, a compiled `forward`) and from the graphs dynamo
-compiled while the Profiler watched. What cannot be observed is `known=False`, with the reason.
-
-Compiled graphs are opaque to a dispatch mode (FlopCounterMode sees no inductor kernel): the counted step runs
-under `torch.compiler.set_stance("force_eager")` (torch >= 2.6), so its FLOPs and ops are those of the eager
-module underneath, as analyze counts them (perfscope.trial.loop: "FLOPs of one step on the eager model").
+Design notes: docs/hooks.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,6 @@
 """On-demand capture of a running hooked loop: `perfscope capture PID` (or a request file) → a trace of its next steps.
 
-    live = LiveControl(None, rank=0, steps=lambda: steps_seen)   # the Profiler's
-    live.start()                                 # at the first timed step: registers, installs a signal handler or poller
-    if live.flag: live.end_of_step(k)            # at each step boundary, the Profiler: one attribute read
-    if live.flag: live.take(k + 1)               # otherwise; take() before deciding whether step k+1 is timed
-    if live.flag: live.begin(k + 1, "cuda")      # (covers()), begin() after: the profiler starts in step k+1
-
-How a request arrives (perfscope.live.protocol has the files):
-- SIGUSR2, by default, only where the signal is free: its default action kills the process, so no program
-  relies on receiving it, and the handler only sets a flag (Python runs it between bytecodes, in the main thread).
-  A handler someone else installed is left alone; PERFSCOPE_LIVE_SIGNAL names another signal, or "off".
-- a control folder the ranks share (Profiler(live_dir=...) or PERFSCOPE_LIVE_DIR), or no signal to use: a daemon
-  thread reads the folder every `poll_s` and sets the same flag; its status file is the heartbeat the command
-  reads the ranks' step counts from, to name a first step every rank records.
-Between captures the loop pays one attribute read per step; the request is read at the next step boundary, one
-warm-up step runs under the profiler, then the requested steps are recorded (not timed, as `capture_steps` are).
-Nothing here raises into the loop: a capture that fails (disk full, a profiler already running) becomes the
-answer's error, which `perfscope capture` prints; an answer that cannot be written leaves the command to time out.
+Design notes: docs/hooks.md.
 """
 
 from __future__ import annotations

@@ -1,36 +1,6 @@
 """Profiling hooks for a training loop you already have: the metrics of `perfscope analyze`, no toggling.
 
-    prof = perfscope.Profiler(model, optimizer=opt, device="cuda", name="my-run")
-    for batch in prof.wrap(loader):          # measures the time blocked in next(loader)
-        loss = compute_loss(model, batch); loss.backward(); opt.step(); opt.zero_grad()
-        prof.step()                           # the end of one OPTIMIZER step (or `with prof.step_context():`)
-    prof.save("run/")                         # results.json + findings + report.html
-
-This module is the step/window state machine; what it observed becomes a RunObservation that the trials' own
-builder turns into metrics (perfscope.hooks.results → perfscope.measure.build). docs/hooks.md has the long version:
-- Step boundaries and data waits are recorded by perfscope.measure.window on the clock of
-  perfscope.measure.clock (CUDA events read lazily, never a device-wide synchronize), in windows of
-  contiguous timed steps; throughput is samples / wall time of the windows (perfscope.measure.metrics).
-- The first `warmup_steps` optimizer steps are not timed; neither are the step that counts FLOPs (a slow
-  Python dispatch mode, once, after warm-up), the steps of a `capture_steps` profiler window, and anything
-  between `pause()` and `resume()` (evaluation, checkpoint saving): each of them closes the window, and
-  the next timed step opens a new one. Their wall time is reported apart (`excluded_s`, by reason).
-- Frameworks that own the loop (perfscope.hooks.integrations) drive the same profiler through their
-  callbacks: `batch_begin()` where a step's compute starts (the FLOP count starts there, so nothing a
-  framework runs between steps is counted), `data_begin()`/`data_end()` around their fetches,
-  `exclude_since_step()` for work they report once done, `describe()` for the settings they know.
-- Pauses: perfscope.hooks.pausing. A running job can be captured on demand (`perfscope capture PID`:
-  perfscope.hooks.ondemand) and watched for a lasting slowdown (perfscope.hooks.watch).
-- Samples per step: perfscope.hooks.tally. Per-step times kept for the description of a typical step are a
-  uniform reservoir sample (seeded) of at most `max_step_samples` steps.
-
-In a torchrun job (an initialized process group of more than one rank) every rank measures its own window, with
-no per-step synchronization; at save(), which every rank calls, rank 0 gathers their summaries and writes the
-job's one results.json (perfscope.hooks.distributed; docs/hooks.md, "Distributed (torchrun)").
-
-Safe to leave in production code: `enabled=False` or PERFSCOPE_DISABLE=1 makes `wrap()` return the loader's
-own iterator and `step()` a no-op; an internal error becomes one `warnings.warn` and the profiler disables
-itself; it never reads a loss, resets allocator statistics or draws from the user's random generators.
+Design notes: docs/hooks.md.
 """
 
 from __future__ import annotations

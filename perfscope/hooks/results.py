@@ -2,11 +2,7 @@
 
     results = build_results(prof._state(), ratios=True)    # prof.results() calls this
 
-The Profiler (perfscope.hooks.profiler) is the step/window state machine; this module reads its state once, at
-results time, as the RunState it hands over (perfscope.hooks.state; this module never imports the Profiler): the
-windows (the open one as a snapshot), the memory peaks (before the environment probe, whose matmuls allocate),
-the FLOP step, the trace. The metrics themselves come from perfscope.measure.build, as a
-trial's do — what is hooks-specific here is only how each observation was made, and the notes that say so.
+Design notes: docs/hooks.md.
 """
 
 from __future__ import annotations
@@ -19,13 +15,24 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 import perfscope.hooks.observe as observe
+from perfscope._version import __version__
+from perfscope.hooks.distributed import data_parallel_of, ddp_settings, layout
 from perfscope.hooks.tally import most_common
+from perfscope.knobs import Loop, observe_loop
+from perfscope.measure import memory
+from perfscope.measure.build import attach_trace, build_trial_metrics
+from perfscope.measure.environment import collect_environment
+from perfscope.measure.mfu import apply_utilization_ratios, choose_peak
+from perfscope.measure.nvml import current_cuda_index
 from perfscope.measure.observation import FirstStep, MemoryPeaks, RunObservation, Unavailable
+from perfscope.measure.tf32 import matmul_tf32_enabled
+from perfscope.results import Results, Trial, TrialConfig, WorkloadInfo
 from perfscope.results.messages import msg
+from perfscope.workload import file_sha256
 
 if TYPE_CHECKING:
     from perfscope.hooks.state import RunState
-    from perfscope.results import Environment, Results, TrialConfig, WorkloadInfo
+    from perfscope.results import Environment
 
 CUDA_PEAKS_SINCE_START = "CUDA memory peaks are since the process started (perfscope does not reset them)"
 LOSSES_NOT_READ = msg("hooks_losses_not_read")
@@ -34,8 +41,6 @@ WINDOW_SYNCS_NOT_COUNTED = msg("hooks_window_syncs_not_counted")
 
 def memory_peaks(device: torch.device) -> MemoryPeaks:
     """Peaks since the process started: resetting them would change what the user's own code reads."""
-    from perfscope.measure import memory
-
     rss = memory.process_peak_rss_bytes()
     if device.type != "cuda":
         return MemoryPeaks(device_type=device.type, host_rss=rss)
@@ -50,7 +55,6 @@ def environment(prof: RunState) -> Environment:
     keeps the Results' environment for the next results())."""
     if prof.environment is not None:
         return prof.environment
-    from perfscope.measure.environment import collect_environment
 
     devices = [cuda_index(prof.device)] if prof.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices), (torch.cuda.device(prof.device) if devices else _nothing()):
@@ -63,15 +67,11 @@ def environment(prof: RunState) -> Environment:
 def cuda_index(device: torch.device) -> int:
     """The GPU this rank trains on: the device's own index, else (plain "cuda") the process's current device,
     which a torchrun rank sets from its LOCAL_RANK; never a blanket 0."""
-    from perfscope.measure.nvml import current_cuda_index
-
     return device.index if device.index is not None else current_cuda_index()
 
 
 def observation(prof: RunState, windows: list[Any], peaks: MemoryPeaks, micro_batch: int) -> RunObservation:
     """What the profiler saw, in the measurement core's terms."""
-    from perfscope.measure import memory
-
     tally = prof.tally
     records = prof.reservoir.in_order()
     typical_samples = most_common(tally.per_step_samples)
@@ -103,11 +103,6 @@ def observation(prof: RunState, windows: list[Any], peaks: MemoryPeaks, micro_ba
 
 def build_results(prof: RunState, *, ratios: bool = True) -> Results:
     """The run's Results (source "hooks"): one trial, "skipped" with why when no step was timed."""
-    from perfscope._version import __version__
-    from perfscope.measure.build import attach_trace, build_trial_metrics
-    from perfscope.measure.mfu import apply_utilization_ratios, choose_peak
-    from perfscope.results import Results, Trial
-
     windows = list(prof.windows)
     peaks = memory_peaks(prof.device)  # before the environment probe: its matmuls allocate
     env = environment(prof)
@@ -158,9 +153,6 @@ def build_results(prof: RunState, *, ratios: bool = True) -> Results:
 
 
 def workload_info(prof: RunState) -> WorkloadInfo:
-    from perfscope.results import WorkloadInfo
-    from perfscope.workload import file_sha256
-
     script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
     path, sha = "<interactive>", ""
     if script is not None and script.is_file():
@@ -182,9 +174,6 @@ def workload_info(prof: RunState) -> WorkloadInfo:
 
 def trial_config(prof: RunState, micro_batch: int, accum: int) -> tuple[TrialConfig, list[str]]:
     """What is known about the user's loop as a TrialConfig, and the fields that were not observed."""
-    from perfscope.measure.tf32 import matmul_tf32_enabled
-    from perfscope.results import TrialConfig
-
     unknown = []
     known: dict[str, Any] = {"device": prof.device.type, "warmup_steps": prof.warmup_steps,
                              "micro_batch_size": max(1, micro_batch), "grad_accum_steps": max(1, accum),
@@ -198,15 +187,12 @@ def trial_config(prof: RunState, micro_batch: int, accum: int) -> tuple[TrialCon
             known["prefetch_factor"] = prof.loader_config.get("prefetch_factor")
     else:
         unknown += ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor"]
-    from perfscope.knobs import Loop, observe_loop
 
     # Every registered knob reads its own setting (Knob.observe); what none read is unknown, never the default.
     knob_known, knob_unknown = observe_loop(Loop(device=prof.device.type, model=prof.model, optimizer=prof.optimizer))
     known.update(knob_known)
     unknown = [name for name in unknown + knob_unknown if name not in knob_known]
     if prof.place is not None:
-        from perfscope.hooks.distributed import data_parallel_of, ddp_settings, layout
-
         known["nnodes"], known["nproc_per_node"] = layout(prof.place, [])
         known["data_parallel"] = data_parallel_of(prof.model, prof.optimizer)
         known.update(ddp_settings(prof.model))

@@ -17,7 +17,23 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from perfscope.hooks.distributed import RankPlace, RankReport, exchange, find_place, own_cpu_cores, rank_metrics
+from perfscope.hooks.distributed import (
+    RankPlace,
+    RankReport,
+    exchange,
+    find_place,
+    layout,
+    own_cpu_cores,
+    rank_metrics,
+    without_peers,
+)
+from perfscope.measure.job import apply_job, combine_ranks
+from perfscope.measure.mfu import apply_utilization_ratios
+from perfscope.pipeline import finish
+from perfscope.results.distributed import RankMetrics
+from perfscope.results.io import copy_file
+from perfscope.results.messages import msg
+from perfscope.wording import words
 
 if TYPE_CHECKING:
     from perfscope.hooks.state import Saving
@@ -33,7 +49,6 @@ def save_alone(prof: Saving, out_dir: Path, final: bool, results: Results | None
     results = results if results is not None else prof.results(True)
     if results is None:
         return None
-    from perfscope.pipeline import finish
 
     try:
         path = finish(results, out_dir, trace_source=prof.trace())
@@ -78,8 +93,6 @@ def save_job(prof: Saving, place: RankPlace, out_dir: Path, final: bool) -> Path
             warnings.warn(f"perfscope: the job's figures could not be combined: {type(exc).__name__}: {exc}; "
                           "results.json holds rank 0's own", RuntimeWarning, stacklevel=4)
     if metrics is not None and metrics.distributed is None:
-        from perfscope.measure.mfu import apply_utilization_ratios
-
         apply_utilization_ratios(metrics, results.peak, results.environment)
     return save_alone(prof, out_dir, final=False, results=results)
 
@@ -87,12 +100,6 @@ def save_job(prof: Saving, place: RankPlace, out_dir: Path, final: bool) -> Path
 def make_job(place: RankPlace, results: Results, reports: list[RankReport | None], out_dir: Path, *,
              gather_timeout_s: float) -> None:
     """Rank 0: every rank's metrics into ``metrics.distributed``, the trial's figures the job's, traces copied."""
-    from perfscope.hooks.distributed import layout, without_peers
-    from perfscope.measure.job import apply_job, combine_ranks
-    from perfscope.results.distributed import RankMetrics
-    from perfscope.results.messages import msg
-    from perfscope.wording import words
-
     received = [r for r in reports if r is not None]
     missing = [rank for rank, r in enumerate(reports) if r is None]
     without_peers(received)
@@ -126,7 +133,6 @@ def make_job(place: RankPlace, results: Results, reports: list[RankReport | None
             continue
         source = Path(report.trace)
         if source.is_file():  # the same node, or a trace_dir on a shared filesystem
-            from perfscope.results.io import copy_file
 
             (out_dir / "trace").mkdir(parents=True, exist_ok=True)
             copy_file(source, out_dir / "trace" / source.name)

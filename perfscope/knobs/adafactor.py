@@ -1,10 +1,6 @@
 """Adafactor (torch.optim.Adafactor, torch >= 2.5) in place of Adam/AdamW: factored second moment, no first.
 
-Its state is a row and a column mean of the squared gradient per matrix (a full second moment only for 1-D
-parameters): for a 4096×4096 weight 32 KiB instead of AdamW's 128 MiB. It runs on CPU and GPU. torch's Adafactor
-reads lr as the cap on a relative step (a weight moves by at most lr × its tensor's RMS), not as Adam's
-absolute step: the user's lr is kept per parameter group, and the caveat says it must be re-tuned. Its
-per-parameter `.item()` calls (relative step, update clipping) synchronize the host with a GPU.
+Design notes: docs/sweep.md.
 """
 
 from __future__ import annotations

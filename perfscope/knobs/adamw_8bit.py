@@ -1,11 +1,6 @@
 """8-bit Adam/AdamW: the same algorithm with both moments block-quantized to 8 bits (Dettmers et al. 2022).
 
-2 B of state per parameter instead of 8 — about 75% of AdamW's state freed. Two implementations, whichever is
-installed (both are tried when both are; the sweep keeps the faster):
-- torchao's `torchao.optim.AdamW8bit` (the `lowmem` extra): pure Python on tensor subclasses, its step compiled
-  by torch.compile, so it needs what torch.compile needs (a host C/C++ compiler); tested by torchao on CPU and CUDA.
-- bitsandbytes' `bnb.optim.AdamW8bit`: CUDA kernels; perfscope measures it on CUDA only.
-Installed packages are read from their metadata (nothing is imported here: the analyze process stays light).
+Design notes: docs/sweep.md.
 """
 
 from __future__ import annotations

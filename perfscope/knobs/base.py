@@ -1,26 +1,6 @@
 """What a knob is: one optimization, everything perfscope knows about it, in the knob's own file.
 
-    class AmpBf16(Knob):
-        id = "amp_bf16"; title = "bf16 autocast"
-        fields = ("precision",); addresses = ("gemm", "conv", "attention")
-        def applies(self, ctx): ...                        # None, or why not (the analyze process)
-        def variants(self, ctx): return [{"precision": "bf16"}]
-        def active(self, config): return config.precision == "bf16"
-        def loss_context(self, config): return torch.autocast(config.device, torch.bfloat16)   # the trial
-
-Two sides, one class. In the analyze process: whether it applies, its variants (TrialConfig changes), the
-code change it stands for, how it changes training semantics, the step-time slices it acts on (the rules'
-`addresses`), its setting in words (the report). In the trial process: the hooks trial/loop.py and
-trial/data.py call for every knob `active` in the run's config, each a no-op by default — so the loop has
-no if-chain on config fields, and a new knob is one file plus a registry line. A hook imports torch, and the
-torch helpers of perfscope.knobs.apply, inside itself: loading the registry for its words (the analyze process,
-the rules, the report) loads neither. A knob imports only results/, workload, pure helpers and other knobs, never
-trial/, measure/ or search/: they all ask the knobs (docs/architecture.md). A knob never knows how it is ranked (the
-sweep's and the rules engine's business). `variants` lets one knob try a few settings (num_workers 2 and
-4); the sweep keeps the best.
-
-A knob with no TrialConfig field of its own keeps its setting in ``TrialConfig.knob_settings[knob.id]``
-(its variants: ``{"knob_settings": {"my_knob": value}}``), so adding one needs no edit of config.py.
+Design notes: docs/sweep.md.
 """
 
 from __future__ import annotations

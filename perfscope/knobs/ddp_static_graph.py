@@ -1,10 +1,6 @@
 """DDP `static_graph=True`: DDP learns the graph in the first step and stops re-checking it.
 
-With the set of parameters that receive gradients known, DDP skips the per-step search for unused parameters
-and can order its buckets by the gradients' real ready order, and it also supports reentrant checkpointing
-and some unused-parameter patterns that fail otherwise. The condition is a promise by the user's code: the
-same parameters must be used, in a graph of the same shape, every step — a model that skips a branch on some
-steps (mixture-of-experts routing, optional heads) breaks it, and then gradients are wrong or DDP errors.
+Design notes: docs/sweep.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """FSDP2 (`fully_shard`): every rank keeps 1/N of the parameters, gradients and optimizer state.
 
-Reshard after forward frees the gathered parameters once a unit's forward is done and gathers them again in
-backward (≈ ZeRO-3: the least memory, one more all-gather per unit and step); without it they stay gathered
-until backward (≈ ZeRO-2: gradients and optimizer state sharded, the parameters whole during the step). The
-price is communication: an all-gather per unit in forward (and in backward under ZeRO-3) and a reduce-scatter
-instead of DDP's all-reduce. It pays where memory is the limit: the optimizer state it frees lets a larger
-micro-batch fit, so on a GPU whose micro-batch search ran out of memory the sweep also measures it paired with
-that micro-batch (perfscope.measure.sharding models the bytes per rank of each strategy).
+Design notes: docs/sweep.md.
 """
 
 from __future__ import annotations

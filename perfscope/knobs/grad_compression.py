@@ -1,11 +1,6 @@
 """Gradient communication compression: DDP communication hooks that all-reduce smaller gradients.
 
-`bf16_compress_hook` / `fp16_compress_hook` halve the bytes each all-reduce moves (gradients cast down for the
-wire, back up after). They pay only where the exposed gradient communication is a real share of the step (many
-ranks, a slow interconnect), and they change the numerics of the update, so the numerics guard checks the runs.
-Measured variants: fp16 everywhere, bf16 on CUDA only (torch refuses `bf16_compress_hook` without CUDA and NCCL
-≥ 2.10, so a gloo/CPU run cannot try it). PowerSGD is not measured: its low-rank compression starts only after
-`start_powerSGD_iter` steps (1,000 by default) and needs its rank tuned, which a few measured steps cannot show.
+Design notes: docs/sweep.md.
 """
 
 from __future__ import annotations

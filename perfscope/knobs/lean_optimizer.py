@@ -1,14 +1,6 @@
 """What the memory-lean optimizer knobs (adafactor, adamw_8bit) share: they replace the user's optimizer.
 
-AdamW keeps two fp32 moments per parameter (8 B), often more memory than the weights. A leaner optimizer frees
-most of it — memory that pays back through a larger micro-batch, so on a GPU whose micro-batch search ran into
-memory the sweep also measures the knob at the first micro-batch that did not fit without it. Each run records
-the optimizer it stepped (`TrialMetrics.optimizer`) and its optimizer state's bytes, so what it freed is
-measured, not assumed.
-
-Replacing the optimizer changes the training recipe: the sweep never stacks these knobs into the
-recommendation, the numerics guard checks only that the loss stays in line with the baseline's over the
-trial's steps (perfscope.search.numerics), and every outcome carries the learning-rate and convergence caveat.
+Design notes: docs/sweep.md.
 """
 
 from __future__ import annotations

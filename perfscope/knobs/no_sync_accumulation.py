@@ -1,12 +1,7 @@
 """Gradient accumulation without a gradient sync on every micro-batch (DDP `no_sync()`, FSDP2
 `set_requires_gradient_sync(False)`): one all-reduce per optimizer step instead of one per micro-batch.
 
-A loop that accumulates but syncs every backward moves the same gradients ACCUM times per step for nothing: the
-knob keeps its global batch and only drops the redundant syncs. A loop that does not accumulate has one sync per
-micro-batch already; accumulating 2 or 4 micro-batches per step cuts the syncs per sample by as much — the lever
-when the network is the bottleneck — but makes the global batch (micro-batch × accumulation × ranks) 2 or 4 times
-larger: measured and reported with that caveat, never recommended (the recommendation keeps the global batch).
-Under FSDP2 the skipped reduce-scatters keep whole (unsharded) gradients until the last micro-batch: more memory.
+Design notes: docs/sweep.md.
 """
 
 from __future__ import annotations

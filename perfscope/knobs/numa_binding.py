@@ -1,10 +1,6 @@
 """torchrun `--numa-binding=node` (PyTorch ≥ 2.9): each rank runs on the CPUs of its GPU's NUMA node.
 
-On a machine with several NUMA nodes a rank the scheduler places on the far node reaches its GPU, its pinned
-host buffers and its DataLoader workers' memory across the inter-socket link, and may share cores with a rank
-of the other node. Binding keeps a rank, its threads and the memory they allocate local to its GPU; PyTorch's
-docs expect 1-10% typically. It binds by GPU (the node of the GPU whose index is the local rank), so it has
-nothing to bind a CPU run to, and a machine with one NUMA node has nothing to gain.
+Design notes: docs/sweep.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """Activation offloading: saved activations wait in pinned host memory between forward and backward.
 
-`torch.autograd.graph.save_on_cpu(pin_memory=True)` copies every tensor the forward saves for backward to
-pinned host memory, and back when backward needs it: device memory for activations drops to about one layer's
-worth, paid for in host↔device traffic (every saved byte crosses the link twice per step) and, unless the
-copies overlap compute, in time. Like checkpointing it pays only through the larger micro-batch the memory
-allows, so on a GPU it is measured paired with it; its first run is traced, and the outcome reports the copy
-traffic per step it adds and how much of the copy time kernels overlapped (from the trace).
+Design notes: docs/sweep.md.
 """
 
 from __future__ import annotations

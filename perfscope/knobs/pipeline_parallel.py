@@ -1,11 +1,6 @@
 """Pipeline parallelism (`torch.distributed.pipelining`): each rank runs a contiguous share of the blocks.
 
-The model is split at block boundaries (pipeline() + SplitPoint, perfscope.trial.pipeline_parallel); the step's
-batch goes through as m micro-batches, so the global batch is kept with micro-batch × m = the replicas' batch.
-Each rank holds 1/p of the model's state and sends only one activation per micro-batch to the next stage (cheap
-over any interconnect); the price is the bubble, (p − 1) / (m + p − 1) of the step idle at equal stages, which
-more micro-batches shrink. Measured with GPipe and 1F1B (ScheduleInterleaved1F1B where the blocks allow two
-stages per rank); never stacked: a layout is chosen from the layout table (perfscope.search.layout).
+Design notes: docs/sweep.md.
 """
 
 from __future__ import annotations
@@ -14,7 +9,7 @@ from typing import Any
 
 from perfscope.knobs.base import Knob, KnobContext, data_parallel_reason
 from perfscope.results import Trial
-from perfscope.results.bubble import bubble_formula
+from perfscope.results.layout import bubble_formula
 
 MICROBATCHES_PER_STAGE = 2
 """m = 2 × p micro-batches: a bubble of (p − 1) / (3p − 1), 1/5 at p = 2, without shrinking each micro-batch much."""

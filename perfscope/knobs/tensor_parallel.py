@@ -1,13 +1,6 @@
 """Tensor parallelism (`parallelize_module`): the ranks split each block's matmuls instead of replicating the model.
 
-Each rank holds 1/tp of every attention and MLP projection (Megatron's column/row split, perfscope.trial.
-tensor_parallel) and all ranks of a TP group compute the same samples, so at the same global batch each group
-takes tp × the micro-batch. What it frees is parameters, gradients and optimizer state of the split Linears
-(ZeRO-3/FSDP2 frees them too, but must gather them back for every block's compute); what it costs is an
-all-reduce of the activations per block in forward and another in backward, on the critical path — cheap over
-NVLink, ruinous over a slow interconnect. It pays where one rank cannot hold a block's state even sharded, or
-where the per-rank batch is too small for the GPU; on this harness it is measured like every knob, and never
-stacked: a layout is chosen from the layout table (perfscope.search.layout), not combined with DDP settings.
+Design notes: docs/sweep.md.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ The micro-batch search, stacking and confirmation decide run by run: they measur
 
 Every comparison is within a lane: a candidate run's local reference is its own lane's baseline runs
 (perfscope.search.compare), so a lane's speed cancels in each ratio, the between-lane spread of a knob's effect
-lands in the candidate's own variance, and the family's error bound holds as on one lane (perfscope.lanes.simulate).
+lands in the candidate's own variance, and the family's error bound holds as on one lane (benchmarks.lanes_model).
 A candidate's runs rotate over the lanes (each run on the free lane where it has run least), so no knob is
 tied to a slow card. An A/A check (perfscope.lanes.aa) opens the sweep. A lane the executor loses is dropped with
 its reason; its finished runs count; the pair it was running goes to another lane.

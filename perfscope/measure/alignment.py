@@ -3,17 +3,7 @@
     facts.gemm_alignment = benchmark_alignment(facts.gemm_shapes, device="cuda", dtype="bf16")
     facts.gemm_alignment = benchmark_alignment_for(facts.gemm_shapes, device="cuda", precision="fp32")  # fp32 + bf16
 
-Tensor-core kernels want dimensions that are multiples of 8 (16-bit) — better 64 — and fall back to
-slower tiles otherwise (GPT-2's vocab 50257 → 50304 made a whole bf16 step 1.47× faster on an H100 80GB HBM3,
-measured by this project: torch 2.11, GPT-2 124M, seq 1024, batch 8). The gain
-is measured, not assumed: the matmul at its shape vs padded to multiples of 64, random inputs, warm-up,
-each repeat timed with CUDA events on a GPU (perfscope.measure.microbench), median of repeats; compared per
-FLOP because the padded one does more work.
-
-In which dtype: the one the advice will run in. Padding pays far more on 16-bit tensor-core tiles than in fp32,
-and the trace that finds the shapes is usually the baseline's (fp32) while the recommendation runs bf16
-autocast: an fp32 run therefore also benchmarks its shapes in bf16 (`alignment_dtypes`), and PS401 reads the
-rows of the recommended configuration's precision.
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations

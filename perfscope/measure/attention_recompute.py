@@ -1,16 +1,6 @@
 """The QKᵀ recompute inside attention backward: counted in hardware FLOPs (HFU), not in model FLOPs (MFU).
 
-Fused attention kernels (flash, memory-efficient, CPU flash, cuDNN) do not keep the score matrix: their
-backward recomputes S = QKᵀ before the four gradient matmuls. torch.utils.flop_counter counts that recompute
-(`sdpa_backward_flop_count`, "Step 1": bmm of (b·h_q, s_q, d_q) × (b·h_q, d_q, s_k) = 2·b·h_q·s_q·s_k·d_q).
-PaLM's MFU (appendix B) counts attention as 12·L·H·Q·T per token — forward 2 matmuls, backward 4 — with no
-recompute: it is work the kernel chose to redo, like activation checkpointing, so it belongs to HFU only.
-
-    tally = RecomputeTally()
-    FlopCounterMode(custom_mapping={**mapping, **tally.wrap(mapping)})
-    model_flops = counter_total - tally.flops
-
-flex_attention's backward is not wrapped (its sparsity hint scales the count): its recompute stays in both.
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations

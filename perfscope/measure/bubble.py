@@ -1,26 +1,10 @@
 """The pipeline bubble: the share of a step each pipeline rank spends idle, measured and predicted.
 
-    bubble_formula(2, 4)                           # (p − 1) / (m + p − 1) = 0.2: perfscope.results.bubble
+    bubble_formula(2, 4)                           # (p − 1) / (m + p − 1) = 0.2: perfscope.results.layout
     timing = stage_timing(rank=0, stages=[0], steps=records)   # medians of the rank's own compute per step
     replay_bubble(order, forward_s={0: .01, 1: .01}, backward_s={0: .02, 1: .02})
 
-Three figures, each for a reason:
-- measured: 1 − busy / step on every rank, where busy is timed around the stage's own compute calls (forward,
-  backward, the loss) and the step is the wall time of the schedule's step(): everything that is not the rank's
-  own work — waiting for the previous stage's activations or the next stage's gradients, p2p that compute did
-  not hide, and a neighbour's load stretching a peer — counts as bubble. That is the honest figure.
-- the formula, (p − 1) / (v·m + p − 1) (GPipe, 1F1B: v = 1; interleaved with v stages per rank): the ideal for
-  equal stages and free communication (perfscope.results.bubble: pure arithmetic the rules also predict with).
-- replayed: the schedule's action order replayed with each stage's compute per forward and per backward call
-  and free communication: the bubble the schedule and the stages' balance alone imply. The compute of a call is
-  load-immune: on CPU the calling thread's CPU time (time.thread_time: the stage computes on that one thread when
-  torch runs one intra-op thread, as torchrun sets; else the process's CPU time), median over the calls; on CUDA
-  the fastest synchronized call (timeit's convention). Measured − replayed is what communication and load added.
-
-Why the replay and not only the wall clock: on a loaded 2-core machine the waits cost more than the compute —
-a rank woken from a receive waits its turn in the run queue, and a rank sending its activations shares its core
-with gloo's send thread (a call's wall time measured 3–8× its CPU time on this machine while the peer computed).
-The wall-clock bubble then says "this machine", the replay "this pipeline".
+Design notes: docs/distributed.md.
 """
 
 from __future__ import annotations

@@ -14,12 +14,15 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from perfscope.measure.alignment import benchmark_alignment_for
 from perfscope.measure.flops import FLOP_CONVENTION
 from perfscope.measure.metrics import assemble_metrics
 from perfscope.measure.observation import FirstStep, FlopCount, RunObservation, Unavailable
+from perfscope.measure.structure import fill_kernel_launches
 from perfscope.results import TrialMetrics
 from perfscope.results.fingerprint import Fingerprint, MemoryPeak
 from perfscope.results.messages import error, msg
+from perfscope.trace.facts import trace_facts
 
 MEMORY_PEAK_TOLERANCE = 0.02
 """The CUDA allocator peak of identical code moves a little (cuBLAS workspaces, allocator rounding): 2%."""
@@ -142,13 +145,9 @@ def attach_trace(metrics: TrialMetrics, trace: Path, *, device_type: str, steps:
     device; the hooks leave the user's device alone)."""
     metrics.trace_path = str(trace)
     try:
-        from perfscope.measure.structure import fill_kernel_launches
-        from perfscope.trace.facts import trace_facts
 
         facts = trace_facts(trace, device_type=device_type, steps=steps)
         if alignment_precision is not None:
-            from perfscope.measure.alignment import benchmark_alignment_for
-
             facts.gemm_alignment = benchmark_alignment_for(facts.gemm_shapes, device=device_type,
                                                            precision=alignment_precision)
         metrics.trace_facts = facts

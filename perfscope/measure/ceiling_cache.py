@@ -5,16 +5,7 @@
     # got.tflops {"fp32": 0.09, "bf16": 0.01}; got.how "measured on this machine at 2026-11-24T16:40:03+00:00,
     # cached in ~/.cache/perfscope/matmul-ceilings.json"
 
-Why: on a CPU the ceiling probe (fp32 and bf16 matmuls) took 0.5 s of every `Profiler.save()` — most of the
-hooks' fixed cost on a short run (benchmarks/hook_overhead.py) and of every `analyze` trial. The ceiling is a
-property of the machine, not of the run, so it is measured at most once per key: host, CPU model, usable cores,
-torch's intra-op threads, torch version, dtype and this module's METHOD (bumped when the probe changes). The
-report says where the figure came from (``how``), so a cached reading is never passed off as this run's.
-GPUs are not cached: their probe takes milliseconds, and clocks, power caps and MIG slices change under the
-same name. PERFSCOPE_CEILING_CACHE=0 (or ``enabled=False``) measures every time and leaves the file alone;
-PERFSCOPE_CACHE_DIR, else $XDG_CACHE_HOME/perfscope, else ~/.cache/perfscope, holds the file. A file that
-cannot be read or parsed, or an entry that is not a positive finite number, is re-measured and rewritten
-(atomically: perfscope.results.io); a cache that cannot be written only costs the next run a measurement.
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations
@@ -31,6 +22,7 @@ from pathlib import Path
 import torch
 
 from perfscope.cache_dir import DIR_ENV, cache_dir  # noqa: F401 - DIR_ENV re-exported for the tests
+from perfscope.results.io import write_json
 
 CACHE_ENV = "PERFSCOPE_CEILING_CACHE"
 """Set to 0 (or false/no/off) to measure the ceiling in every run without reading or writing the cache."""
@@ -128,8 +120,6 @@ def cached_ceilings(keys: dict[str, CeilingKey], measure: Callable[[str], float]
         for dtype in fresh:
             entries[keys[dtype].id()] = {"tflops": out.tflops[dtype], "measured_at": now}
         try:
-            from perfscope.results.io import write_json
-
             write_json(path, {"format": FORMAT, "entries": entries})
             stored = f"now cached in {path}"
         except Exception as exc:  # noqa: BLE001 - a read-only home only costs the next run a measurement

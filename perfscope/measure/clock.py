@@ -4,15 +4,7 @@
     a = clock.mark(); ...work...; b = clock.mark()
     if clock.ready(b): seconds = clock.elapsed_s(a, b)
 
-On CUDA a mark is an event recorded on the current stream: recording adds no synchronization (the host
-keeps running ahead of the GPU exactly as it does without perfscope), and the elapsed time between two
-marks is the *device-timeline* distance — which includes any time the GPU sat idle waiting for the host
-or for data. Marks are read lazily (`ready` is a non-blocking cudaEventQuery; `wait` blocks on one event,
-never on the whole device). On CPU work is synchronous and `time.perf_counter` at the boundary is exact.
-
-`now` is the host's own clock (what the host waits for: a data fetch, a pause), `time.perf_counter` unless one is
-injected: `HostClock(now=simulated)` makes every boundary and host wait a test's simulated time, so a figure
-decided on it (throughput, data-wait share) cannot move with the machine's load.
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations

@@ -2,19 +2,7 @@
 
     gbps = benchmark_collective("all_reduce", 25 << 20, device="cuda")     # every rank of the group calls it
 
-The trial runs it after its measured window, at the payload size its trace showed, so the achieved bandwidth in
-the step (perfscope.trace.communication; both use perfscope.hardware's formula) is read against what the same
-group moves with nothing else running:
-far below it, the step's collectives waited (for a late peer, for compute sharing the cores, for small
-buckets' latency); near it, the link itself is the limit.
-
-How: float32 tensors of random data (a link or a reduction can be faster on zeros; torch.empty may hold
-anything), warm-up calls first (NCCL builds its communicator and channels on the first call), then each call
-timed by perfscope.measure.microbench (CUDA events on the current stream, which the collective's stream joins
-when the call returns; perf_counter on CPU). A rank that enters a collective first waits for the others inside
-it, so each call's time is taken from the rank that waited least (the minimum over ranks, one all-reduce of
-the per-call times) and the fastest call is kept: the ceiling, as the matmul one is. Every rank returns the
-same figure.
+Design notes: docs/distributed.md.
 """
 
 from __future__ import annotations

@@ -5,35 +5,7 @@
     reading = probe.finish()              # Contention(other_cpu_cores=1.4, steal_cores=0.0, ...)
     reading.contended, reading.reason
 
-A window measured while another job used the cores (or the hypervisor stole them, or another process
-ran kernels on the same GPU) measures the neighbour as much as the workload: on a 2-core CI runner a
-busy neighbour once turned into a "53× faster" recommendation. perfscope therefore records, per window,
-the CPU time the rest of the machine used (system busy time from psutil minus this process and its
-children — DataLoader workers included, alive or already reaped; in a distributed trial the whole job, its
-agent and sibling ranks included, named by `JOB_ROOT_ENV`) and, on a GPU, the other processes NVML sees on the
-device. Contended windows are re-measured by the sweep and named in the report and the gate.
-
-The verdict is judged against the CPUs this run may use (`measure/cores.py`: the affinity mask, capped by the
-cgroup quota), reading busy time of those CPUs only (`/proc/stat` per CPU): a neighbour pinned elsewhere, or on
-CPUs a quota forbids the run anyway (`CpuBudget.spare`), takes nothing from it. It does not depend on the run's
-own load: a 1-thread baseline and a 2-thread candidate under the same neighbour get the same verdict, so a
-comparison never keeps one side's runs and drops the other's for the same disturbance.
-
-Threshold, and why it is small: other processes using at least `MIN_OTHER_CORES` (0.05) cores beyond the spare
-ones. With one OpenMP thread per core, a neighbour that takes a core for a few milliseconds stalls every parallel
-region at its barrier (this project's notes: a tiny GPT-2 step went from 12 ms to a second on the shared 2-core
-machine, tests/integrations/conftest.py, docs/hooks.md), so the old 0.25-core floor let exactly the neighbours
-that hurt most through. 0.05 cores is above an idle machine's kernel threads and monitors; the kernel counts
-busy time in clock ticks, so a short window's threshold is raised to its tick resolution (`resolution_cores`)
-so that rounding alone never makes a window contended. Hypervisor steal of at least `MIN_STEAL_CORES` and any
-other compute process on the device are contention on their own.
-
-A parallel sweep (perfscope.lanes) is not its own neighbour. Its lanes own disjoint cores and everything a lane
-starts is born on them (perfscope.trial.pin), so another lane's trial never shows on this lane's CPUs. What may
-still land there is the sweep's own unpinned machinery: the driver reading another lane's result, a local Ray's
-raylet, the `squeue` it polls Slurm with. Those processes are named by `SWEEP_ROOT_ENV` (the driver, whose tree they
-are) and their CPU time is not counted as a neighbour's (`sweep_cpu_seconds`); a process of the tree pinned
-to other cores cannot have run here and is not subtracted, so another lane's load never hides a real neighbour.
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations

@@ -3,16 +3,7 @@
     profile = profile_dataset(workload.dataset(), batch_size=32, collate_fn=None)
     profile.getitem_s, profile.getitem_one_thread_s, profile.top[0].function
 
-Runs inside a trial process after its timed window (never in the analyze parent, which never builds the
-user's objects), and only when the step waited for data (perfscope.results.dataset_profile.PROFILE_AT_DATA_WAIT),
-so it never costs a run that is not data-bound. Three passes over the same samples, each in the trial process
-(no DataLoader workers):
-1. timed, on the process's torch threads: the per-sample cost the training process pays with num_workers=0;
-2. timed, with torch.set_num_threads(1): the cost a DataLoader worker pays (workers run one torch thread,
-   so a __getitem__ built on torch ops can be slower in a worker than in the main process) — interleaved with
-   pass 1 sample by sample, so their ratio survives a machine whose speed drifts;
-3. under cProfile (the stdlib's deterministic profiler): which functions take the time, as shares.
-The passes are bounded by a sample count and a time budget, whichever ends first.
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations

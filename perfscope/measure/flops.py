@@ -5,22 +5,7 @@
     ...     loss = loss_fn(model, batch); counter.mark_forward(); loss.backward()
     >>> counter.total, counter.forward, counter.notes
 
-Conventions (recorded in every trial as `flop_convention`): 1 MAC = 2 FLOP; a matmul (m×k)(k×n) is
-2·m·n·k; training ≈ forward + 2× forward for the backward; *model* FLOPs exclude activation-checkpoint
-recompute (that is HFU). The counter sees matmuls, convolutions and attention only — elementwise ops,
-norms, softmax and the optimizer are not counted; attention is counted without causal halving, and the
-QKᵀ recompute of fused attention backward is hardware FLOPs only (`attention_recompute.py`: PaLM's model
-FLOPs have none). Known gaps are filled or flagged in `notes`:
-- CPU SDPA (`_scaled_dot_product_flash_attention_for_cpu`) has no formula in torch: we register one
-  with torch's own SDPA formulas, so CPU and CUDA count attention alike.
-- Compiled graphs are opaque to the counter: perfscope always counts on the eager module.
-The counter is a Python dispatch mode on every op (slow): count one step, outside the timed region.
-
-Counting must not need the memory of a real step: the trials that matter most run near capacity (the
-checkpointing pair runs twice the micro-batch that fit without checkpointing, and counting runs its blocks
-un-checkpointed). `count_step_on_fake_tensors` runs the step on fake copies of the parameters, buffers and
-batch (FakeTensorMode: shapes and dtypes only, no memory, no compute); where an op has no fake kernel or the
-step is data-dependent, `count_step` counts one real step at a small micro-batch, which the caller scales.
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations
@@ -183,19 +168,3 @@ def count_step_on_fake_tensors(
             counter.mark_forward()
             loss.backward()
     return counter
-
-
-# ------------------------------------------------------------------------------- analytic formulas
-
-
-def linear_training_flops(batch: int, in_features: int, out_features: int, *, input_requires_grad: bool) -> int:
-    """Forward 2·b·i·o; backward: weight grad 2·b·i·o, plus input grad 2·b·i·o unless it is the first layer."""
-    per_gemm = 2 * batch * in_features * out_features
-    return per_gemm * (3 if input_requires_grad else 2)
-
-
-def transformer_training_flops_per_token(
-    *, n_params_non_embedding: int, n_layers: int, d_model: int, seq_len: int
-) -> float:
-    """6·N + 12·L·d·T (PaLM appendix B; nanoGPT estimate_mfu): matmul FLOPs per token, fwd + bwd, no causal halving."""
-    return 6.0 * n_params_non_embedding + 12.0 * n_layers * d_model * seq_len

@@ -4,11 +4,7 @@
         ...timed steps...
     pauses.collections, pauses.pause_s, pauses.per_step(steps)
 
-Why: a GC pause stalls the rank it lands in, and in synchronous data parallelism every other rank waits for it at
-the next all-reduce; counting collections per rank is how a GC straggler is told from a slow device. And a long
-tail of slow steps is blamed on the collector only where its pauses, attributed to the steps they landed in
-(``step_of``: the index of the step running), explain it (rules/gc_pauses.py). The callback costs two clock reads
-per collection, nothing per step.
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations

@@ -3,11 +3,7 @@
     peak = choose_peak(environment, override_tflops=None)
     apply_utilization_ratios(metrics, peak, environment)
 
-MFU = model FLOPs in the windows / their wall time / peak (PaLM's definition). HFU counts the FLOPs the hardware
-really executed, including activation-checkpoint recompute, so HFU ≥ MFU. Every trial of a run uses the
-same denominator — the device's best dense matmul peak — so a precision change shows up as an MFU gain
-equal to its throughput gain instead of being hidden by a dtype-specific peak. A data-parallel job's MFU is over
-one rank's share of it (perfscope.results.job.rank_peak, applied by perfscope.measure.job.apply_job).
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations

@@ -2,13 +2,7 @@
 
     seconds = median_seconds(lambda: torch.mm(a, b), "cuda", warmup=3, repeats=10)
 
-Why this shape: a single host-timed call after one warm-up measures launch latency, clock ramp-up and
-whatever the host did in between as much as the kernel. So: warm-up calls first (cuBLAS heuristics and
-workspace, the allocator, autotuning), one synchronize so earlier work cannot leak into the first timing,
-then each of ``repeats`` calls between two marks of perfscope.measure.clock — CUDA events on the current
-stream (device time; no synchronize between calls, so the host queues the next call while the GPU runs
-this one), perf_counter on CPU (synchronous work) — and the median, which ignores the odd preempted call.
-The last mark is waited on (that event only) before any is read.
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations

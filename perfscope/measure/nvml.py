@@ -2,12 +2,7 @@
 
     handle, nvml_uuid = nvml_handle(pynvml, cuda_index)   # after pynvml.nvmlInit()
 
-NVML numbers every GPU of the machine in PCI bus order and ignores CUDA_VISIBLE_DEVICES; CUDA numbers only
-the visible devices, fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID. `nvmlDeviceGetHandleByIndex(i)` with a
-CUDA index therefore samples another GPU whenever the orders differ — a job given GPU 3 would report GPU 0's
-utilization, power and clocks. The UUID is the same on both sides: torch reports it without a prefix
-(`torch.cuda.get_device_properties(i).uuid`), NVML as "GPU-<uuid>" for a whole GPU and "MIG-<uuid>" for a MIG
-compute instance (a MIG slice's CUDA UUID is the instance's own, so the "MIG-" form is tried as well).
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations

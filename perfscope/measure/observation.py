@@ -5,11 +5,7 @@
                          flops=Unavailable(msg("flops_disabled")), ...)
     metrics = build_trial_metrics(obs)
 
-Why a typed observation: the trials (perfscope.trial.loop) and the hooks (perfscope.hooks) watch a loop in
-different ways — one owns it, the other is a guest in the user's — but what they see is the same kind of thing.
-Each collects a RunObservation; one builder turns it into metrics, so the same observation gives the same
-metrics, with the same words for what is missing. A value that could not be observed is an `Unavailable` with
-its reason, never a silent None: the reason is what the report shows.
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations

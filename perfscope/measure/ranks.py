@@ -6,16 +6,7 @@ Rank 0 combines every rank's summary into the job's figures (perfscope.measure.j
 (perfscope.trial.rank) and the hooks (perfscope.hooks.distributed) must summarise a rank the same way. The
 semantics, and why:
 
-- ``samples``: every window's samples, or None when any window's are unknown. The job's throughput is all ranks'
-  samples over the slowest rank's wall time of *all* its windows; a sum that skipped an unknown window would
-  understate it without saying so, where None makes the job's figure unavailable with its reason.
-- ``other_cpu_cores``: the wall-weighted mean over the windows that measured the machine's load (a pause splits
-  a hooks run into several windows; the first alone is not the run), unavailable with why when none did.
-- ``parameter_bytes`` / ``gradient_bytes`` / ``optimizer_state_bytes``: the run's memory owners
-  (TrialMetrics.memory_breakdown, perfscope.measure.memory.breakdown). Gradients are sized from the trainable
-  parameters — the bytes a step holds at its peak — not from the ``.grad`` tensors present when the summary is
-  made: those depend on whether the loop's zero_grad(set_to_none=True) ran just before, and the sharding model
-  (perfscope.measure.sharding) needs the step's figure.
+Design notes: docs/distributed.md.
 """
 
 from __future__ import annotations

@@ -3,30 +3,7 @@
     rows = sharding_memory(parameter_bytes=P, gradient_bytes=G, optimizer_state_bytes=O, world_size=8)
     [(r.strategy, r.total) for r in rows]
 
-Plain data parallelism keeps a whole replica of the parameters, the gradients and the optimizer state on every
-rank; the ZeRO stages shard them over the N ranks one after the other: the optimizer state (ZeRO-1:
-ZeroRedundancyOptimizer), then the gradients (ZeRO-2: FSDP2 without reshard after forward), then the parameters
-(ZeRO-3: FSDP2 resharding after forward). A shard is rounded up (FSDP2 pads each parameter's first dimension).
-
-The inputs are one unsharded replica, in whatever dtypes the run keeps, so the model follows the run's own
-convention. Example, a 10B-parameter model trained with fp32 AdamW — 4 B parameters + 4 B gradients + 8 B
-moments = 16 B/parameter — on 8 ranks (GB = 10⁹ B):
-
-    DDP      40 + 40 + 80       = 160 GB per rank (fits no 80 GB GPU)
-    ZeRO-1   40 + 40 + 80/8     =  90 GB
-    ZeRO-2   40 + 40/8 + 80/8   =  55 GB
-    ZeRO-3   (40 + 40 + 80) / 8 =  20 GB
-
-The issue's "~80 GB plain DP vs ~20 GB under ZeRO-3" matches these only in part: 80 GB is the parameters and
-gradients alone (8 B/parameter), without the optimizer state; 20 GB is ZeRO-3 on 8 ranks, not a limit at large
-N (ZeRO-3's share keeps falling as 1/N). The mixed-precision convention of the ZeRO paper (bf16 parameters and
-gradients, fp32 master weights and moments: 2 + 2 + 12 B) gives the same 160 GB and 20 GB, but 55 GB for ZeRO-1
-and 37.5 GB for ZeRO-2.
-
-Not modelled: activations and temporaries (they do not shard with data parallelism), DDP's gradient buckets
-(a second gradient-sized buffer unless gradient_as_bucket_view), and ZeRO-3's transient gathered parameters (one
-fully_shard unit at a time, the whole model under ZeRO-2 during the step). ZeRO-2's row counts the parameters whole
-because they stay gathered from forward through backward; at rest, after the step, FSDP2 holds them sharded too.
+Design notes: docs/distributed.md.
 """
 
 from __future__ import annotations

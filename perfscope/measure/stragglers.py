@@ -2,25 +2,7 @@
 
     stragglers, method = find_stragglers(ranks)     # list[Straggler], how they were decided
 
-Why compute, not step time: in synchronous data parallelism every rank's step ends at the same all-reduce, so
-step times are equal by construction and a slow rank shows up as its peers' waiting. Each rank therefore also
-runs a short window without gradient communication (RankMetrics.local_step_times_s): its own compute, which no
-peer can slow down. Which rank is slowest in each step says whether it is the same rank every step (a slow
-device, a data shard, a busy host) or chance.
-
-The test, per rank: its mean local step against the median of the other ranks' means. A straggler is more than
-5% slower (smaller gaps are not worth a finding) AND slower beyond the noise: a one-sided Welch t-test at
-p < 0.0001 (Welch–Satterthwaite degrees of freedom: at least 3.7 standard errors, 6.4 with 5 steps a rank),
-strict because every rank of every trial is tested (at p < 0.001, 750 simulated jobs of equal, noisy ranks
-named 4 stragglers, two over 12% slower; tests/test_stragglers.py) and step noise on a busy host is burstier
-than a t-test assumes. The price is evidence: with 5% step noise a 30% straggler is named every time from 10
-local steps a rank, a 10% one 19 times in 20 from 20 steps; from 5 steps, 2 times in 3. The reference's
-standard error is taken as one rank's (its pooled step variance over one rank's step count), not as that of
-the median of many: conservative, because every rank is tested and a finding on noise sends someone chasing a
-slow GPU that is not there. The cause is what accounts for at least half of the gap, in seconds per step: the
-rank's extra data wait, or its extra GC pause; else clearly more cores used by other processes on its machine
-("host contention"); else its compute itself ("compute": a slower device, a larger shard, throttling).
-The test is perfscope.stats.slower_than_peers, the one trace/rank_stragglers.py applies to traced steps.
+Design notes: docs/distributed.md.
 """
 
 from __future__ import annotations

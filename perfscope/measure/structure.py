@@ -4,15 +4,7 @@
         train_step()                      # one real optimizer step, outside the timed window
     fingerprint = counter.fingerprint(method="...")
 
-Why a dispatch mode on a real step: every aten op passes the dispatcher below autograd and autocast, so
-the mode sees the forward, the backward and the optimizer with the dtypes autocast chose, and sees the
-ops that synchronize the host with the device (`.item()` is `aten::_local_scalar_dense`) even on a CPU,
-where they cost nothing and timing cannot see them. It counts, never times: identical code gives an
-identical count. The FLOPs come from torch's own FLOP counter (perfscope.measure.flops) stacked under
-this mode, read before and after each op, so their convention is the FLOP counter's.
-
-A Python stack is read only for the rare synchronizing ops (the first frame outside torch and perfscope:
-the user's line). The mode is slow (Python on every op): use it for one step, never in a timed window.
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations

@@ -4,12 +4,7 @@
     set_matmul_tf32(True)                 # through the setter perfscope.tf32_api picks for this torch
     with matmul_tf32_as(False): ...       # save, set, restore (snapshot_matmul_tf32 / restore_matmul_tf32)
 
-Why a module of its own: torch 2.9 added `torch.backends.cuda.matmul.fp32_precision` ("ieee" | "tf32" |
-"none" = inherit) and deprecated `allow_tf32`; once a program has used the new API alone, *reading* the old
-flag raises RuntimeError ("you have used mix of the legacy and new APIs"). A profiler that reads the old flag
-therefore crashes on exactly the programs that follow torch's current advice. Which setter to use (and print)
-is decided in perfscope.tf32_api. Only the cuBLAS matmul setting is touched here: cuDNN's TF32 (convolutions)
-is on by default and perfscope leaves it to the user, so a convnet baseline runs as the user's loop does.
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations

@@ -4,11 +4,7 @@
     scaled = per_token_scale(counted_batch, tally)
     if scaled: flops_per_micro_batch = counted_flops * scaled.factor   # FLOPs per token × the window's tokens
 
-Why: FLOPs are counted on one batch after the window. With a fixed shape that batch stands for every step; with
-dynamic padding (each batch padded to its own longest sequence) it may be a short or a long one, and MFU would
-carry its luck. So the count is taken per token and multiplied by the tokens the window really processed.
-Attention's T² term makes FLOPs per token grow with T: the per-token figure is exact for the matmuls of the
-weights (6·N per token) and approximate for attention, which the note says.
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,6 @@
 """A measured window: step boundaries, data waits and samples, recorded without per-step synchronization.
 
-    recorder = WindowRecorder(clock_for(device))
-    recorder.start()
-    for _ in range(steps):
-        recorder.data_begin(); batch = next(it); recorder.data_end()
-        train_step(batch)
-        recorder.step_end(samples=len(batch))
-    window, steps = recorder.finish()           # Window (the measurement) + StepRecords (the description)
-
-Shared by the trial loop and the hooks, so `perfscope analyze` and `perfscope.Profiler` measure a loop the
-same way. Boundaries and the data-wait pair are clock marks (CUDA events on a GPU): nothing here waits for
-the device except `finish()` (once) and `poll()` when too many marks are pending (then on an old one).
-
-Exposed data wait, on a GPU: an event right before `next()` reaches the device when the work queued
-before it is done; one right after `next()` reaches it when the host returned *or* that work is done,
-whichever is later. The device-timeline distance between the two is exactly the time the GPU sat idle
-because the host was waiting for data — a wait hidden behind queued GPU work counts zero. On CPU, work is
-synchronous, so every host wait is exposed.
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations

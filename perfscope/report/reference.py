@@ -3,11 +3,7 @@
     figures = gain_figures(results, gain, candidate="fused_optimizer")   # GainFigures(rate=461.4, reference_rate=409.2, ...)
     figures.rate / figures.reference_rate == gain.ratio
 
-Why: a gain is exp(mean of log candidate rate − mean log rate of the reference runs measured just before and
-after it) over many fresh-process runs (search/compare.py). Showing the first baseline run's samples/s next to
-it (434 when its 19 runs averaged ~410) puts two figures side by side whose ratio is not the gain. The report
-shows this pair instead; `Gain.rate` / `Gain.reference_rate` when the comparison recorded them, else recomputed
-here from the runs with the same pairing — and used only when it reproduces ``gain.ratio``.
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@
 
 Why one module: the headline, the ranked fixes, the knob table, the gain chart, the Markdown summary and the
 terminal's last lines must say the same thing with the same numbers. Which option is recommended, the
-alternative and the closest, and each configuration's gain (`gain_of`, re-exported here), are decided once in
-perfscope.ranking; this module words them.
+alternative and the closest, and each configuration's gain (`Ranking.gain`), are decided once in perfscope.ranking;
+this module words them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from perfscope import knobs
-from perfscope.ranking import Ranking, gain_of, rank_results
+from perfscope.ranking import Ranking, rank_results
 from perfscope.report.format import fmt_interval, fmt_ratio
 from perfscope.results import Gain, KnobOutcome, Results, RunNoise
 from perfscope.results.config import TrialConfig
@@ -80,10 +80,10 @@ def build_story(results: Results, ranking: Ranking | None = None) -> Story | Non
                              settings=[_setting(outcomes.get(k), k) for k in rec.knobs],
                              gain=rec.gain, caveats=list(dict.fromkeys(caveats)))
     alternative = closest = None
-    if (a := ranking.alternative) is not None and (gain := gain_of(results, a)) is not None:
+    if (a := ranking.alternative) is not None and (gain := ranking.gain(a)) is not None:
         alternative = Option(configuration=a.trial or a.knob, knobs=[a.knob], settings=[_setting(a, a.knob)],
                              gain=gain, caveats=list(a.changes_semantics))
-    if (c := ranking.closest) is not None and (gain := gain_of(results, c)) is not None:
+    if (c := ranking.closest) is not None and (gain := ranking.gain(c)) is not None:
         closest = Option(configuration=c.trial or c.knob, knobs=[c.knob], settings=[_setting(c, c.knob)], gain=gain)
     runs = results.runs(base)
     reference = runs[0] if runs else next((t for t in results.trials if t.configuration == base), None)

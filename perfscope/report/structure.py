@@ -4,12 +4,7 @@
     effects["amp_bf16"].lines()              # ["matmul FLOPs in bf16 0% → 100% (fp32 100% → 0%)",
                                              #  "op calls per step 1781 → 1980 (aten::_to_copy +199)"]
 
-A gain says how much faster; the fingerprints say what changed: the casts bf16 autocast added, the optimizer
-ops a fused implementation removed, the recompute checkpointing added, the graphs torch.compile made. Each
-configuration's fingerprint (the most common of its runs, perfscope.results.fingerprint.consensus) is diffed
-against the baseline's by perfscope.check.structure.diff_fingerprints — the diff `perfscope check` runs — so
-the report and the CI gate name a change in the same words. The exposed data wait is not structure (it is
-timed); it is added, marked as measured, because it is what DataLoader workers change.
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations
@@ -17,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from statistics import fmean
 
+from perfscope.check.structure import NoteCode, diff_fingerprints
 from perfscope.results import Results, Trial
 from perfscope.results.fingerprint import CompileFacts, Fingerprint, consensus
 from perfscope.results.roles import baseline_configuration
@@ -79,18 +75,16 @@ def _evidence(results: Results, configuration: str) -> list[Trial]:
     return results.runs(configuration) or [t for t in results.trials if t.configuration == configuration and t.ok]
 
 
-def structural_effect(results: Results, configuration: str) -> StructuralEffect | None:
+def structural_effect(results: Results, configuration: str,
+                      baseline: tuple[Fingerprint | None, int] | None = None) -> StructuralEffect | None:
     """What ``configuration`` changed against the baseline; None for the baseline itself or a configuration
-    without a successful run."""
+    without a successful run. ``baseline``: its `configuration_fingerprint`, when the caller derived it once."""
     base_name = baseline_configuration(results)
     runs = _evidence(results, configuration)
     if configuration == base_name or not runs:
         return None
-    base_fp, base_variants = configuration_fingerprint(results, base_name)
+    base_fp, base_variants = baseline or configuration_fingerprint(results, base_name)
     cur_fp, cur_variants = configuration_fingerprint(results, configuration)
-    # Imported here: perfscope.check loads the whole CI gate, which a single-run report (the hooks') never needs.
-    from perfscope.check.structure import NoteCode, diff_fingerprints
-
     diff = diff_fingerprints(base_fp, cur_fp)
     if not diff.compared:  # check's note speaks of "the current run": name the configuration instead
         missing = f"the baseline ({base_name})" if base_fp is None else configuration
@@ -130,8 +124,9 @@ def knob_effects(results: Results) -> dict[str, StructuralEffect]:
         return {}
     names = [k.trial for k in sweep.knobs if k.trial] + ([sweep.recommended_trial] if sweep.recommended_trial else [])
     effects = {}
+    baseline = configuration_fingerprint(results, baseline_configuration(results))  # once, not once per knob
     for name in dict.fromkeys(names):
-        effect = structural_effect(results, name)
+        effect = structural_effect(results, name, baseline)
         if effect is not None:
             effects[name] = effect
     return effects

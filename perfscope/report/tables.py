@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from urllib.parse import quote
 
-from perfscope.ranking import gain_of
+from perfscope.ranking import Ranking
 from perfscope.report import facts
 from perfscope.report.format import NA, fmt_bytes, fmt_count, fmt_interval, fmt_percent, fmt_rate, fmt_seconds
 from perfscope.report.headline import Cell, step_cell
@@ -101,12 +101,12 @@ def _knob_list(knobs: list[str]) -> str:
 
 
 
-def knob_rows(results: Results, knobs: list[KnobOutcome], effects: dict[str, StructuralEffect]) -> list[KnobRow]:
+def knob_rows(ranking: Ranking, knobs: list[KnobOutcome], effects: dict[str, StructuralEffect]) -> list[KnobRow]:
     """The knobs in the order given (perfscope.ranking), with the gain the headline and the ranked fixes show for
-    each (ranking.gain_of) and what it changed in the step (perfscope.report.structure)."""
+    each (`Ranking.gain`) and what it changed in the step (perfscope.report.structure)."""
     rows = []
     for k in knobs:
-        g = gain_of(results, k)
+        g = ranking.gain(k)
         effect = effects.get(k.trial or "")
         rows.append(
             KnobRow(

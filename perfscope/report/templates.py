@@ -3,13 +3,7 @@
     >>> env = template_environment()
     >>> env.get_template("base.html.j2")
 
-Compiled templates are kept in perfscope's cache folder (perfscope.cache_dir, ``templates/``): compiling the
-page's templates was ~0.06 s of CPU in every `Profiler.save()` and `perfscope report`. Jinja2 keys each entry by
-the template's source checksum, so an edited template is compiled again; a folder that cannot be created
-means no cache, not an error.
-
-Why two places: a wheel ships reports/templates/ as the package ``perfscope._templates``; a source
-checkout uses its own reports/templates/ (an editable install may map the package to another checkout).
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations
@@ -20,6 +14,8 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import jinja2
+
+from perfscope.cache_dir import cache_dir
 
 TEMPLATE_PACKAGE = "perfscope._templates"
 SOURCE_TEMPLATES = Path(__file__).resolve().parents[2] / "reports" / "templates"
@@ -52,8 +48,6 @@ def _loader(root: Traversable) -> jinja2.BaseLoader:
 
 
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
-    from perfscope.cache_dir import cache_dir
-
     folder = cache_dir() / "templates"
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -4,11 +4,7 @@
     >>> view = build_view(Results.load("perfscope-out/results.json"))
     >>> view.headline.rows[0].label, [c.text for c in view.headline.rows[0].values]
 
-Why a view model: deciding what to show (which trial is the baseline, when a gain counts, what "n/a"
-means) is logic that deserves unit tests; Jinja templates are hard to test and easy to clutter. The HTML
-and the Markdown renderers share this model, so they never disagree. The order of the ranked fixes, the knobs
-and the gain chart is perfscope.ranking's; each section is built in its own module (headline.py, findings.py,
-tables.py, charts/), and this one assembles them.
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations
@@ -183,8 +179,8 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
         findings_state=state,
         findings=findings,
         no_change=no_change,
-        knobs=knob_rows(results, ranking.knobs, effects),
-        inapplicable=knob_rows(results, ranking.folded, effects),
+        knobs=knob_rows(ranking, ranking.knobs, effects),
+        inapplicable=knob_rows(ranking, ranking.folded, effects),
         sweep_notes=sweep_notes,
         trials=trial_rows(results, base_name, rec_name),
         failures=failures(results),

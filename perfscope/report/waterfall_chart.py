@@ -4,12 +4,7 @@
     wv.chart                                        # Chart: 100 % → each part → MFU, a plotly bar spec
     print("\\n".join(waterfall_lines(results)))      # what `perfscope trace` prints
 
-Why bars with a ``base`` and not plotly's waterfall trace: the report inlines plotly.js's basic bundle (scatter,
-bar, pie; perfscope/report/vendor/README.md), which does not register the waterfall trace type; a floating
-bar (``base`` = the level the step ends at) draws the same chart with the bundle the page already carries.
-Each part names the ranked fixes (#N) that act on it: a finding whose rule or knob acts on the part (`part_fixes`:
-derived from the rules' and knobs' own `addresses` and `gap_parts`, never listed here), or whose `addresses` are
-the part's slices of the step.
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ from perfscope.errors import ResultsError
 from perfscope.results.dataset_profile import DatasetProfile, ProfiledFunction
 from perfscope.results.distributed import *  # noqa: F403 - the distributed facts are part of the model
 from perfscope.results.distributed import __all__ as _distributed_all
+from perfscope.results.io import read_json, write_json, write_text
 from perfscope.results.layout import *  # noqa: F403 - model-parallel facts and the layout table
 from perfscope.results.layout import __all__ as _layout_all
-from perfscope.results.io import read_json, write_json, write_text
 from perfscope.results.messages import Message, msg
 from perfscope.results.model import *  # noqa: F403 - the model is this package's API
 from perfscope.results.model import __all__ as _model_all

@@ -3,12 +3,7 @@
     slices = step_breakdown(trial.metrics)        # [StepSlice(key="data_wait", seconds=0.097, share=0.97), ...]
     addressed(slices, finding.addresses)          # the slices a finding's fix acts on
 
-The step (wall / steps of the timed window) is split into the exposed data wait (measured in the window) and
-the rest; a profiler trace splits the rest further, in the trace's proportions: on a GPU into device compute
-by kernel category and the device's idle time by what it waited for (the host's launches, a sync, queued work),
-on a CPU into op time by category and the host's own overhead (Python, dispatch). The slices add up to the
-step. Rules name the slice keys their fix acts on (`Finding.addresses`); the report draws the slices first and
-marks each with the ranked fixes that address it, so a reader sees which part of the step each fix shrinks.
+Design notes: docs/results.md.
 """
 
 from __future__ import annotations

@@ -4,17 +4,7 @@
     mfu: float | None = field(default=None, metadata=NON_NEGATIVE)
     name: str = field(metadata=NAME)                                # at most MAX_NAME_CHARS characters
 
-A results file is input perfscope did not necessarily write: a baseline from a CI cache can be corrupt or
-hostile, and the CI gate must refuse it (exit 2, naming the field) rather than pass on a NaN or a step time
-of 1e308. The rule lives in the field's metadata, next to the field and its docstring, so the model says
-what its numbers may be and serde.py enforces it in one place while building the typed model.
-
-How a constraint applies: bounds (ge, gt, le) to every number in the field's value — the field itself, or
-the items of a list, or the values of a dict; max_len to the field's own length (a string's characters, a
-list's items, a dict's entries). Two rules hold for every field whether declared or not: a float is finite
-(the model stores a missing value as null, with its reason in ``unavailable``), and an int fits in 64 bits.
-Bounds are what no real measurement can exceed ("absurd"), never a judgement of a plausible run: a result
-perfscope wrote must always load again.
+Design notes: docs/results.md.
 """
 
 from __future__ import annotations

@@ -4,11 +4,7 @@
     profile.batch_s, profile.batch_one_thread_s   # one batch's cost on the main process's threads / on one thread
     profile.top[0].function, profile.top[0].self_share
 
-Why it is measured: when the step waits for data, DataLoader workers only overlap the loading with compute
-on cores of their own; on a machine with few free cores what is left to change is the Dataset itself, and the
-reader needs to know where `__getitem__` and collate spend their time. Written by
-perfscope.measure.dataset_profile, read by the data-loader rule (its estimate uses the one-thread cost, the
-cost a worker pays) and shown next to the data-loader finding in the report.
+Design notes: docs/results.md.
 """
 
 from __future__ import annotations

@@ -3,12 +3,7 @@
     fp = trial.metrics.fingerprint
     fp.syncs_per_step, fp.op_calls, fp.matmul_dtype_shares(), fp.compile.graph_breaks
 
-Wall time in CI is noisy; most training-speed regressions have a structural cause that one run counts
-exactly: a new host↔device sync, a graph break or recompile, matmuls that left bf16, more ops (a lost
-fusion), more FLOPs, a pageable copy, a higher memory peak. The same code gives the same fingerprint
-(perfscope.measure.structure counts one real step under a dispatch mode, outside the timed window), so
-`perfscope check` can diff it against the baseline's exactly and name each change (perfscope.check.structure).
-The one field that can vary between identical runs, the allocator peak, carries its tolerance.
+Design notes: docs/results.md.
 """
 
 from __future__ import annotations
@@ -19,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from perfscope.results.messages import Message
+from perfscope.results.serde import to_jsonable
 
 
 @dataclass(kw_only=True)
@@ -144,8 +140,6 @@ def consensus(prints: list[Fingerprint]) -> tuple[Fingerprint | None, int]:
     pooled (more steps resolve rarer syncs). (None, 0) without fingerprints.
     The CI gate and the report pick a configuration's fingerprint with this one function.
     """
-    from perfscope.results.serde import to_jsonable
-
     if not prints:
         return None, 0
 

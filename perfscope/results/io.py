@@ -1,22 +1,6 @@
 """The one place perfscope writes and reads its files.
 
-    check_writable("run/report.md")         # before any work: UserError naming the path and the reason
-    write_text("run/report.md", text)       # regular file: atomic, readers see the old file or the new one
-    write_text("-", text)                   # standard output
-    write_text("/dev/stdout", text)         # a device, FIFO or /dev/fd link: written through, left in place
-    write_json("run/results.json", data)    # strict JSON (no NaN/Infinity), then as write_text
-    write_gzip("run/trace/rank0.json.gz", chunks)   # bytes streamed through gzip into a regular file, atomic
-    copy_file(src, "run/trace/rank0.json.gz")       # a copy that readers see whole or not at all
-    read_json("run/results.json")           # size, encoding and nesting checked before parsing (limits.py)
-    open_log("run/trials/x/trial.log")      # a child process's output stream (appended as it runs)
-
-Atomic writes are a temp file in the same folder, fsync, rename over the target: a reader (a CI step, a
-browser, `perfscope report`) sees the old file or the new one, never half of one, and an interrupted run
-never leaves a truncated results.json. A rename must only ever replace a *regular* file: renaming over
-/dev/stdout once turned a machine's symlink into a regular file. So a character device, a FIFO, a socket,
-or a link to a process's descriptor (/dev/stdout, /dev/fd/N, /proc/self/fd/N) is opened and written, and a
-symlink to a regular file is followed (its target is replaced; the link stays). Write failures are user
-errors (exit 2) that name the path: a full disk or a read-only folder is not a perfscope bug.
+Design notes: docs/results.md.
 """
 
 from __future__ import annotations
@@ -35,6 +19,7 @@ from typing import IO, Any
 
 from perfscope.errors import ResultsError, UserError
 from perfscope.results import limits
+from perfscope.results.serde import to_jsonable
 
 STDOUT = "-"
 """The path that means standard output."""
@@ -214,8 +199,6 @@ def copy_file(source: str | os.PathLike[str], path: str | os.PathLike[str]) -> P
 
 def write_json(path: str | os.PathLike[str], data: Any) -> Path:
     """Serialize strictly (no NaN/Infinity) first, then write: a failure leaves the old file intact."""
-    from perfscope.results.serde import to_jsonable
-
     return write_text(path, json.dumps(to_jsonable(data), indent=1, allow_nan=False))
 
 
@@ -224,6 +207,15 @@ def open_log(path: str | os.PathLike[str]) -> IO[bytes]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     return open(path, "wb")  # noqa: SIM115 - the caller hands it to a child process and closes it
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    """The last lines of a child's log, for an error message (empty when unreadable)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").rstrip().splitlines()
+    except OSError:
+        return ""
+    return "\n".join(text[-lines:])
 
 
 def load_typed(path: str | os.PathLike[str], build: Callable[[Any], Any]) -> Any:

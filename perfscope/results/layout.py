@@ -3,6 +3,7 @@
     facts = trial.metrics.distributed.parallel       # None for a pure data-parallel run
     facts.bubble_measured, facts.bubble_formula      # the pipeline's idle share: measured vs (p − 1) / (m + p − 1)
     results.layouts.rows                             # every (dp, tp, pp, micro-batch, checkpointing) candidate
+    bubble_formula(stages=2, microbatches=4)         # the idle share a pipeline's shape alone implies: 0.2
 
 Kept apart from model.py and distributed.py so the schema grows by optional fields only: a results file written
 before these existed reads back with ``parallel`` and ``layouts`` None (serde ignores nothing it needs, and every new
@@ -139,3 +140,13 @@ class LayoutTable:
 
 
 __all__ = ["LayoutRow", "LayoutTable", "ModelLayout", "ParallelFacts", "PruneReason", "StageTiming"]
+
+
+def bubble_formula(stages: int, microbatches: int, virtual: int = 1) -> float:
+    """Idle share of a fill-drain pipeline of ``stages`` equal stages and ``microbatches`` micro-batches (``virtual``
+    stages per rank with an interleaved schedule), communication free: (p − 1) / (v·m + p − 1). Pure arithmetic on a
+    recorded layout, here so that the measurement, the pipeline-bubble rule, the layout search and the pipeline knob
+    share one definition without a reader of results importing the measurement layer."""
+    if stages < 1 or microbatches < 1 or virtual < 1:
+        raise ValueError("stages, microbatches and virtual stages must be >= 1")
+    return (stages - 1) / (virtual * microbatches + stages - 1)

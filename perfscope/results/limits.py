@@ -2,14 +2,7 @@
 
     data = parse_json(raw_bytes)        # ResultsError("not UTF-8 ...", "nested deeper than 64 ...", ...)
 
-A results or baseline file is input from elsewhere (a CI cache, an artifact, a colleague) and `perfscope
-check` runs unattended, so a hostile or corrupt file must be refused with exit 2 and one line, quickly —
-never a traceback, never minutes of work. These checks run *before* the parser because the parser itself
-is what a hostile file attacks: 10,000 nested brackets exhaust Python's stack (RecursionError), a 200 MB
-file exhausts time and memory, and bytes that are not UTF-8 end in a UnicodeDecodeError. Every check here is
-linear in the file's size and runs in C (regex, bytes.translate, numpy), so a file at the size cap is
-refused or accepted in well under a second. Field-level rules (finite, >= 0, lengths) live in
-constraints.py and are applied while the typed model is built (serde.py).
+Design notes: docs/results.md.
 """
 
 from __future__ import annotations

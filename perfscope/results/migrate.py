@@ -6,12 +6,7 @@ Trace facts were a free-form dict before they were typed (perfscope.results.trac
 shape is rewritten into the typed one, keeping every figure it has, malformed parts dropped, and a note on
 the facts saying where they came from (their GEMM times were host launch times on CUDA).
 
-Schema 1 computed throughput, MFU and every gain from the *median* step, and treated the steps of one
-process as independent evidence. Its per-step times were contiguous boundary-to-boundary intervals, so
-their sum is the window's wall time: throughput and MFU are recomputed exactly as work / wall time. Its
-sweep gains cannot be recomputed from runs (one run per configuration), so they are kept, marked
-"undecided" unless they were significant, and the results carry a note saying so — the CI gate then has one
-run per side and says it cannot separate a regression from run-to-run noise.
+Design notes: docs/results.md.
 """
 
 from __future__ import annotations
@@ -20,6 +15,7 @@ import copy
 import math
 from typing import Any
 
+from perfscope.results.config import TrialConfig
 from perfscope.results.messages import legacy, msg
 
 NOTE_V1 = (
@@ -109,8 +105,6 @@ def _v1(data: dict[str, Any]) -> dict[str, Any]:
 
 def _config_v1(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Hooks wrote partial configs in schema 1: fill the required fields and say which were not observed."""
-    from perfscope.results.config import TrialConfig
-
     known = {f for f in TrialConfig.__dataclass_fields__}
     clean = {k: v for k, v in config.items() if k in known}
     unknown: list[str] = []

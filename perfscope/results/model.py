@@ -4,14 +4,7 @@
     >>> results = Results.load("perfscope-out/results.json")
     >>> [t.metrics.mfu for t in results.ok_trials()]
 
-Every stage after measurement (rules, report, the CI gate) reads this model and nothing else, so a GPU
-run's results can be re-rendered or gated on any machine. Rules of the format:
-- ``schema_version`` bumps on any incompatible change; loading another version is an error, not a guess.
-- No bare NaN/Infinity: a number the machine could not give is ``null`` and its reason is recorded in the
-  owning object's ``unavailable`` map (metric name -> why).
-- Files are written atomically (temp file + rename), so an interrupted run never leaves half a file.
-- Loading checks every value: types, finite numbers, and the constraint declared in each field's metadata
-  (``field(metadata=SECONDS)``: see constraints.py); a violation is a ResultsError naming the JSON path.
+Design notes: docs/results.md.
 """
 
 from __future__ import annotations

@@ -3,16 +3,7 @@
     with claim_output_dir(Path("perfscope-out")):   # UserError (exit 2): a file, unwritable, or in use
         ...                                         # this process alone writes results.json here
 
-Why: two `perfscope analyze` runs into one --out each rewrite results.json after every trial, so the file
-silently ends up with one run's trials under the other's environment — measurements swapped without a
-word. A claim turns that into an immediate exit 2 naming the process that holds the folder.
-
-How: OUT/.perfscope.lock is locked with flock(2) and holds the holder's pid and host. The kernel drops the
-lock when its process dies however it dies (SIGKILL, OOM killer, power loss of a container), so a lock file
-left by a dead run is simply taken over: no stale-lock cleanup, and a reused pid cannot fool it. Where the
-filesystem has no flock (some network mounts), the pid is checked instead: a live process on this host
-keeps the folder, a dead one's claim is taken over. The lock file is removed on release, and a folder the
-claim created is removed again if nothing was written into it (a run refused early leaves nothing behind).
+Design notes: docs/results.md.
 """
 
 from __future__ import annotations

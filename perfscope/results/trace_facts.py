@@ -5,12 +5,7 @@
     facts.gpu.idle.data_wait_s if facts.gpu else None
     facts.launch.launch_bound, facts.sync.points_per_step, facts.gemm_shapes[0].time_s
 
-Written by perfscope.trace.facts (one analyzer per family below), stored in results.json, read by the rules,
-the report and the trace diff. Typed because those readers used to look keys up by string in a free-form
-dict, where a renamed key silently emptied a report section or muted a rule. Conventions: seconds are PER
-PROFILED STEP unless named otherwise; fractions are of the mean profiled step time; a family the trace
-cannot give is None (the GPU timeline of a CPU run). Results files written before these types existed
-hold a plain dict; perfscope.results.migrate rewrites it into this shape on load.
+Design notes: docs/results.md.
 """
 
 from __future__ import annotations

@@ -4,30 +4,7 @@
     [(p.label, p.points) for p in wf.parts]        # [("data wait", 0.4), ..., ("other / unattributed", 0.0)]
     wf.end_points                                  # the measured MFU in points (or, without FLOPs, the matmul share)
 
-Why an accounting identity and not a list of estimates: parts that are each "about right" never add up, and a
-reader cannot tell which one is off. Over the run's timed window (T = wall / steps; P = the MFU's peak, one
-denominator for the whole chart):
-
-    T   = data wait + sync + launch/host + other idle + exposed comm + non-GEMM kernels + matmul-class kernels (G)
-    MFU = model FLOPs / (T·P)          HFU = (model + recomputed FLOPs) / (T·P)
-    1 − MFU = [idle + comm + non-GEMM] / T  +  (G/T − HFU)  +  (HFU − MFU)  +  padding
-
-so each part is a share of the step, and 100 % − MFU is their sum with nothing left over: (G/T − HFU) is the
-time the matmul-class kernels spent beyond what their FLOPs need at peak (GEMM efficiency), HFU − MFU the
-FLOPs done again (activation checkpointing, fused attention backward's QKᵀ). Where a measured ceiling sits
-below a datasheet peak, GEMM efficiency splits into "below the measured ceiling" (the code's) and "ceiling
-below peak" (the device's). Conventions, each stated in the parts' evidence:
-- The time shares are the trace's proportions applied to the timed window's step, after the window's own
-  measured data wait (perfscope.results.breakdown's convention: profiling slows a step a little).
-- Matmul-class = the kernel categories whose FLOPs MFU counts: GEMM, convolution and attention
-  (torch.utils.flop_counter counts SDPA). Attention must sit on this side of the line: its FLOPs are in HFU,
-  so its time cannot also be charged as non-GEMM loss without the identity breaking.
-- Overlapping kernels (streams) share the GPU's busy union in proportion to their summed durations; exposed
-  communication is the collective time no compute overlapped (perfscope.trace.communication).
-- A part the sources contradict (G/T below HFU: the FLOPs would need more matmul time than the trace shows) is
-  clamped to 0 and the difference is the explicit "other / unattributed" part, never spread over the others.
-Without FLOPs (a trace, or no peak) MFU is unknown: the time parts are shown, the chart ends at the matmul
-share of the step (MFU's ceiling had they all run at peak), and the FLOP parts say why they are missing.
+Design notes: docs/results.md.
 """
 
 from __future__ import annotations
@@ -131,11 +108,6 @@ class MfuWaterfall:
     @property
     def residual_points(self) -> float:
         return next((p.points or 0.0 for p in self.parts if p.key == "residual"), 0.0)
-
-    @property
-    def gap_points(self) -> float:
-        """100 − the end bar: what the parts explain."""
-        return 100.0 - self.end_points
 
     def part(self, key: str) -> WaterfallPart | None:
         return next((p for p in self.parts if p.key == key), None)

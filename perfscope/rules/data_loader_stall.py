@@ -68,12 +68,6 @@ class LoaderEstimate:
     def helps(self) -> bool:
         return self.cores is None or (self.workers >= 1 and self.gain >= MIN_GAIN)
 
-    @property
-    def closes_gap(self) -> bool:
-        """Whether the assumed workers bring batches as fast as the step computes them (the wait disappears)."""
-        return self.workers >= 1 and self.load_s / self.workers <= self.compute_s
-
-
 def loader_estimate(ctx: RuleContext, wait_share: float, workers: int | None = None) -> LoaderEstimate:
     """The model's inputs from the baseline run (and its Dataset profile); ``workers`` fixes the count, else the
     fewest workers that reach the best step on this machine."""

@@ -3,11 +3,7 @@
     findings = run_rules(results)                  # ranked: measured gains, then estimates, then diagnoses
     ranked, not_significant = partition_findings(findings)
 
-A rule reads facts (results, the baseline's metrics and trace facts, the sweep) and returns `Finding`s;
-it never measures and never ranks. The engine returns them in the one order of perfscope.ranking: measured
-wins first (by ratio), then estimated gains (labelled with their method and the machine limit that bounds
-them), then diagnoses by severity. Measured beats believed: a fix measured here as slower, the same, or
-undecided is kept apart ("measured, did not help here"), never ranked, whatever its rule estimated.
+Design notes: docs/rules.md.
 """
 
 from __future__ import annotations

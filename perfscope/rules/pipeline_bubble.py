@@ -3,7 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfscope.results import Finding
-from perfscope.results.bubble import bubble_formula
+from perfscope.results.layout import bubble_formula
 from perfscope.rules._layout import model_parallel_runs
 from perfscope.rules._text import pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc

@@ -4,34 +4,7 @@
     test = paired_test(candidate_runs, baseline_runs)      # PairedTest(mean=0.36, se=0.03, df=7.4, runs=3, ...)
     gain = compare(candidate_runs, baseline_runs)          # Gain(ratio=1.43, low=1.31, high=1.56, verdict="faster")
 
-The design follows three tools that measure for a living:
-- pyperf: a value is a whole process's measurement (calibrated to last long enough), never a step;
-  steps of one process share its luck (clocks, neighbours, allocator layout, the first-process penalty).
-- asv: configurations are measured in interleaved rounds, so slow drift of the machine hits both sides.
-- Chromium's pinpoint: a comparison answers faster / slower / same / "need more runs", and runs are added
-  to the undecided ones until they are decided or the budget is spent.
-
-The statistics. Each run's throughput is samples / wall time of its window. The reference configuration
-(the baseline) is re-measured through the whole sweep, in fresh processes interleaved with the candidates.
-For a candidate run i, r_i = log(candidate rate_i) − log(local reference_i), where the local reference is
-the mean log rate of the reference runs measured just before and just after it: slow drift cancels, and no
-single outlying baseline run is the reference for every gain. The estimate is mean(r_i) over k runs, and
-
-    Var(mean r) = (σ_c² + ā·σ_b²) / k,    ā = mean over runs of 1 / (reference neighbours)
-
-with σ_b² the reference's run-to-run variance, from successive differences of its series (von Neumann's
-estimator, robust to slow drift; its effective degrees of freedom are 2(n−1)²/(3n−4), not n−1), and σ_c²
-the candidate's own, from the sample variance of its k log rates around the machine's level at each (the mean
-of the 6 nearest reference runs; k−1 degrees of freedom; that level's own noise, σ_b²/6, only widens it). The candidate is never assumed to vary like the reference: a configuration that varies
-more (autotuned kernels, a lucky process) has its own spread in the interval. The interval is Welch's: a t
-interval with Welch–Satterthwaite degrees of freedom from both parts, never more than the candidate's k − 1 (the
-conservative Welch choice), exponentiated into a ratio of throughputs (> 1 is faster).
-
-One candidate run says nothing about its own spread. Its interval assumes σ_c = 3·σ_b
-(`SINGLE_RUN_INFLATION`) and it never carries a verdict: it only decides whether a second run is worth it.
-Verdicts start at three runs (`MIN_DECIDING_RUNS`); across the sweep they are family-wise controlled
-(perfscope.search.family).
-The minimum detectable effect is the smallest true change these runs would find with 80% power.
+Design notes: docs/sweep.md.
 """
 
 from __future__ import annotations

@@ -2,16 +2,7 @@
 
     confirm_stack(sweeper, stacked, semantics)   # sets sweep.recommended_* or recommends the baseline
 
-Why. The stack is chosen because its runs looked fast: its knobs won their comparisons, and each join was kept
-because the stack's runs beat the stack without it. Reusing those runs for the reported gain reports the
-selection's luck as well as the knobs' effect (the winner's curse): among twenty no-effect knobs, the best
-one's runs are the luckiest. So the recommended configuration is measured again, in new runs interleaved with
-the baseline (the first traced), and only those runs judge it: a hypothesis of its own (a family of one),
-judged once, after a fixed number of runs (`CONFIRMATION_RUNS`, or ``max_runs`` when smaller, never fewer than
-MIN_DECIDING_RUNS; only the budget ends it sooner). Not stopped once decided: a sequential stop ends on a lucky
-run, and the gain it reports is biased upward (+0.8 points of log gain on the CPU noise model; with a fixed count
-the bias is within ±0.3 points, benchmarks/results/stat_simulation.txt). If they do not confirm a worthwhile
-gain, the baseline is the recommendation.
+Design notes: docs/sweep.md.
 """
 
 from __future__ import annotations

@@ -4,26 +4,7 @@
     family.record("compile", paired_test(compile_runs, baseline_runs))     # after every run: one look
     gains = family.decide()                                                 # {"compile": Gain(verdict=...), ...}
 
-Why. A sweep judges 15-25 candidates, each re-judged after every extra run. At 99% per look, a knob that
-changes nothing is called faster or slower about 3% of the time over four looks, and one of twenty such knobs
-about half the time: the report would almost always name a win that is noise. The family is every candidate
-compared with the baseline in one sweep; its error rate is the probability that *any* candidate with no true
-effect is called faster or slower.
-
-The rule (FWER ≤ ``alpha``, whatever the candidates' true effects and the looks' correlation):
-- Looks. A candidate's look after its k-th run (k = 3 … max_runs: MIN_DECIDING_RUNS; fewer never decide) is a test at a
-  share w_k of the candidate's alpha — weighted Bonferroni across the looks it could have: the last look
-  (max_runs) gets half, the earlier ones share the other half equally (as O'Brien–Fleming, little is spent
-  early, where few runs decide little anyway). The candidate's p-value is p* = min over its looks of p_k / w_k.
-  Valid for any stopping rule (a union bound over every look the rule could take), unlike re-testing at the
-  full level after each run.
-- Candidates. Holm's step-down on the p*: sorted ascending, the j-th is rejected while p*_(j) ≤ alpha/(m−j+1).
-  Holm, not Benjamini–Hochberg: a "faster" verdict is a code change someone makes, and under the full null
-  (nothing helps — the common case on a CPU) both control the same rate; Holm also bounds it when some
-  knobs work, and its intervals have a plain meaning (below).
-- Intervals. A rejected candidate's interval is the one of its deciding look at level 1 − alpha_j/(looks),
-  so it excludes 1 exactly when the rule rejects; the others are shown at the first unrejected step's level.
-The simulation in perfscope.search.simulate measures the rate this rule achieves (benchmarks/stat_simulation.py).
+Design notes: docs/sweep.md.
 """
 
 from __future__ import annotations

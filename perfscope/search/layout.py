@@ -4,24 +4,7 @@ and applicability model, the survivors measured as short trials and ranked by me
     table = layout_candidates(base, model, state_bytes_per_parameter=16.0, memory_limit=80e9)  # rows, nothing run
     run_layout_search(session, workload, base)       # measures the survivors; results.layouts
 
-Why a search over layouts and not more knobs: a layout is one decision with several coupled numbers (how many
-ranks replicate, split, or pipeline; the micro-batch that keeps the global batch; whether checkpointing is needed
-to fit), so it is compared as a whole, at the user's global batch, by measured throughput per rank.
-
-The pruning model, and why each prune is safe:
-- would not fit: the training state per rank (parameters + gradients + optimizer state, in the baseline's bytes
-  per parameter) over what one rank may hold (the GPU's memory; on CPU the host's memory / ranks per node).
-  TP divides the Linears its plan splits by tp and keeps the rest whole; PP divides the blocks by pp and keeps
-  every other parameter on one stage (the bound for the stage holding the embeddings or the head); FSDP2 across
-  dp replicas divides what is left by dp (perfscope.measure.sharding). Activations are not modelled: a layout
-  that fits its state but not its activations fails its trial as an OOM, which the table shows as measured.
-- communication bound: TP across nodes (its per-block all-reduces on the inter-node network).
-- bubble: a pipeline whose (p − 1) / (v·m + p − 1) exceeds MAX_BUBBLE: the same pipeline with more micro-batches
-  is in the table (GPipe and 1F1B; ScheduleInterleaved1F1B, v = 2 stages per rank, where the blocks split in 2p).
-- inapplicable: no correct TP plan (packed q/k/v, heads or features not divisible by tp), layers not divisible
-  by pp, TP × PP together (3-D) and DP × PP (not run by perfscope), a model the user's factory wraps itself.
-- not needed: activation checkpointing on a layout whose state fits and whose trial did not run out of memory
-  (it only adds recompute).
+Design notes: docs/distributed.md.
 """
 
 from __future__ import annotations
@@ -30,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfscope.results import LayoutRow, LayoutTable, ModelFacts, Trial
-from perfscope.results.bubble import bubble_formula
 from perfscope.results.config import TrialConfig
+from perfscope.results.layout import bubble_formula
 
 MAX_BUBBLE = 0.25
 """A pipeline idle more than a quarter of the step by the formula is pruned (its m is too small)."""

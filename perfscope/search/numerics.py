@@ -3,45 +3,7 @@
     verdict = compare_numerics(baseline_trial, candidate_trial)
     if not verdict.ok: ...   # rejected from the recommendation, with verdict.reason
 
-Every trial starts from the same seed, hence the same initial weights and the same batches, so the
-candidate's per-step losses and its first-step gradient norm can be compared with the baseline's directly —
-at the same *global* step: trials differ in how many untimed steps precede their window (the prefetch drain
-runs only with DataLoader workers, trial/prefetch.py), so the n-th measured step of one is not the n-th of
-another. Every trial records its losses from its first step (`TrialMetrics.losses_before_window`), and the
-guard compares the steps both took after both warm-ups (torch.compile and CUDA-graph recording happen there):
-the same samples after the same number of updates, by construction. Nothing is added to the timed window.
-Which steps it compared is recorded on the candidate's run (`Trial.numerics`) and shown in the report. Results
-written before the global step was recorded are compared on their measured steps, as they were.
-
-Tolerances are relative and depend on the numerics the candidate runs:
-
-    fp32 / TF32 / same precision   2%   (fused kernels, compile and TF32 reassociate sums; dropout RNG may differ)
-    bf16 / fp16 autocast           8%   (8- / 11-bit mantissas in the matmuls)
-
-The first-step gradient norm gets twice the loss tolerance (a norm sums many small differences).
-
-A broken compile, an fp16 overflow (inf/NaN), or a wrong accumulation scale (gradients off by ×accum) land
-far outside these.
-
-When the micro-batch or the accumulation differs from the baseline, a step is no longer made of provably the
-same samples: a batch generator may draw differently at another batch size, and a larger global batch averages
-over more samples. Step-by-step comparison would then reject correct configurations, so the guard is
-restricted, explicitly, to:
-- the loss *level*: the mean loss over the compared steps, at twice the tolerance; a larger global batch sees more
-  samples per update, so after the same updates a *lower* loss is expected of it and only a higher one is a fault
-  (on a loss that moves batch to batch, micro-batch 64 against 16 measured 18% lower: no configuration error);
-- the first-step gradient norm, only when the global batch (samples per step) is unchanged, within
-  ``ACCUM_GRAD_NORM_TOLERANCE`` (25%): loose enough for a different sample composition, tight enough for an
-  accumulation-scale error, which is a factor of at least 2.
-
-When the candidate steps another optimizer than the baseline (a memory-lean optimizer knob: Adafactor, 8-bit
-Adam), its losses are *expected* to move away from the baseline's after the first update: the training recipe
-changed, and the report says so. The guard then asks only what the compared steps can answer:
-- the model and the loss are unchanged: the first-step gradient norm (taken before any optimizer step) is the
-  baseline's, within twice the tolerance (25% when the micro-batch differs but the global batch does not);
-- it does not train worse over the same steps: its mean loss over the compared steps is at most twice the
-  tolerance *above* the baseline's (lower is no fault of the configuration). An optimizer whose step the user's
-  learning rate makes too small or too large shows here; whether it converges as well cannot, in a few steps.
+Design notes: docs/sweep.md.
 """
 
 from __future__ import annotations

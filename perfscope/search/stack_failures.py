@@ -1,11 +1,6 @@
 """A stacked configuration that could not be used: said where a reader looks, never a knob quietly missing.
 
-Why its own module: greedy stacking keeps a knob only when the stack with it is faster. A stack whose run
-crashed (e.g. TF32 + torch.compile raising in inductor, pytorch#166387), was rejected by the numerics guard, or
-did not run the knob's setting used to end like a stack that was merely not faster: the knob absent from the
-recommendation while its own row said it wins. Here that becomes a note on the sweep, a reason on the knob's
-outcome and, for a run that failed, a warning (a user who applies both changes by hand meets the same crash).
-The failed run itself is in results.trials, so the report's failed-trials section shows its error text.
+Design notes: docs/sweep.md.
 """
 
 from __future__ import annotations

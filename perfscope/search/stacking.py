@@ -2,11 +2,7 @@
 
     class Sweeper(Stacking): ...          # perfscope.search.sweep: the sweep measures, this part stacks
 
-The best winner first; each next one joins only if the stack with it is decidedly faster than the stack
-without it. Never a knob that changes the training recipe, nor one that changes the global batch; the
-micro-batch that keeps the global batch (a knob with `keeps_global_batch`) joins last, re-searched on the
-stack when memory limited the search and the stack changed memory. Why a module of its own: it is the
-sweep's last phase, and sweep.py stays under the house's 500 lines.
+Design notes: docs/sweep.md.
 """
 
 from __future__ import annotations
@@ -14,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from perfscope import knobs
 from perfscope.knobs import Knob, KnobContext
 from perfscope.results import Gain, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
@@ -197,8 +194,6 @@ class Stacking:
 
 def micro_search_ids() -> set[str]:
     """The knobs measured by the micro-batch search (`Knob.search`): their points are the search's runs."""
-    from perfscope import knobs
-
     return {k.id for k in knobs.REGISTRY if k.search == "micro_batch"}
 
 

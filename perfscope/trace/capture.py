@@ -7,11 +7,7 @@
     cap.steps                 # the training steps it recorded, as its ProfilerStep#N labels name them
     TraceCapture(..., memory=True).memory   # the window's memory by category (memory-rank<R>.json beside the trace)
 
-Profiler traces grow fast (GBs for a few steps of a large model, and viewers fail above ~500 MB), so the
-window is a few steps (schedule wait/warmup/active), the file is gzipped, and a trace over the size cap is
-dropped with a note. Any profiler failure — one already running on this thread, a double stop, an empty
-trace — becomes "trace unavailable", never an exception in the user's loop. What the file holds beyond
-torch's export (training-step labels, distributedInfo, its own folder) is perfscope.trace.export's.
+Design notes: docs/trace.md.
 """
 
 from __future__ import annotations

@@ -4,11 +4,7 @@
     categorize("void at::native::vectorized_elementwise_kernel<4, ...{lambda(float)#1}...>")  # "elementwise"
     gemm_on_tensor_cores("ampere_sgemm_128x64_nn")                         # False (fp32 SIMT)
 
-Names are matched by ordered patterns, first match wins, the way HTA and the TensorBoard plugin classify
-kernels. The order and the word boundaries matter because ATen kernel names are long template
-instantiations: nearly every elementwise/reduce kernel contains `{lambda(...)#1}` (so a bare `lamb` would
-call it an optimizer kernel), dtype conversions contain "conv", and H100 cuBLAS (CUDA ≥ 12.8) launches
-`nvjet_*` GEMMs whose names contain neither "gemm" nor a dtype spelled out.
+Design notes: docs/trace.md.
 """
 
 from __future__ import annotations

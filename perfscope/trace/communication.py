@@ -5,35 +5,7 @@
     [(c.op, c.calls_per_step, c.bus_gbps) for c in facts.collectives]
     bus_bandwidth_gbps("all_reduce", 4 << 20, 0.002, world_size=2)          # NCCL-tests convention
 
-What is a collective, what is compute, and why:
-- **CUDA (NCCL).** Collectives are the `nccl*` kernels on the GPU streams; compute is every other kernel,
-  memcpy and memset (their union: streams overlapping each other count once). Host ops do not count: on a GPU
-  they launch work, and exposed communication is about the device waiting for the network. Payload sizes come
-  from the kernels' "In msg nelems"/"Out msg nelems"/"dtype" args, which Kineto copies from torch's
-  record_param_comms.
-- **CPU (gloo).** gloo runs each collective on a thread of its own (`gloo:all_reduce` user annotations on the
-  pt_gloo_runloop threads, with the tensor's shape and dtype) after the main thread enqueues it (the
-  `c10d::allreduce_` cpu_op). Both are collective time. Compute is the union of the spans of dispatcher ops
-  (`namespace::op`, one `::`: `aten::mm`, `fsdp::chunk_cat`) on the other threads, collective ops (`c10d::`,
-  `_c10d_functional::`) and ops on the gloo threads left out (the copies gloo does are part of the collective).
-  Wrapper spans are not compute: `autograd::engine::evaluate_function: …`, autograd nodes
-  (`AddmmBackward0`, `RegisterPostBackwardFunctionBackward`), `torch::autograd::AccumulateGrad`, DDP's
-  `torch::distributed::reducer::…`, and record_function spans (`FSDP::pre_backward`, `Optimizer.step#…`).
-  In real DDP and FSDP2 gloo traces these enclose the wait for a collective: FSDP2's post-backward reduce
-  waits 14 ms inside `RegisterPostBackwardFunctionBackward` with no op beneath it, and its pre-forward waits
-  for the all-gather inside `FSDP::pre_forward`; counting their self time as compute would call waiting
-  "overlap". The ops beneath a wrapper are counted, so its real work is.
-  On CPU gloo's threads share the cores with the compute, so "overlapped" time still competes for them (a
-  note says so).
-- **Exposed** collective time is the collective union minus compute and the data loader's
-  `perfscope::data` spans (work the step must do anyway, which faster communication would not save). Ops
-  inside those spans (the Dataset's) are data wait, not compute, as in perfscope.trace.facts.
-  Overlap share = 1 − exposed / collective.
-- Per op (all_reduce, all_gather, reduce_scatter, broadcast, …): calls and time per step from the spans that
-  run it (gloo annotations, NCCL kernels; the c10d ops only when a trace has neither). Bytes per step are the
-  caller's ``payload_bytes`` when given (what the strategy must move: the gradient bytes for DDP), else read
-  from the trace. A collective's time includes waiting for a late peer, so its achieved bandwidth is a floor
-  of what the link does (perfscope.measure.collectives measures the same collective alone).
+Design notes: docs/trace.md.
 """
 
 from __future__ import annotations
@@ -50,6 +22,7 @@ from perfscope.results.distributed import CollectiveStat, CommunicationFacts
 from perfscope.trace.events import COMM_NAMESPACES, GLOO_PREFIX, Event, Trace, read_trace
 from perfscope.trace.facts import Window, data_spans, step_note, window
 from perfscope.trace.intervals import Span, clip, length, merge, subtract
+from perfscope.trace.kernels import collective_spans
 from perfscope.trace.steps import PROFILER_STEPS
 
 NCCL_PREFIX = "nccl:"
@@ -156,8 +129,6 @@ def _host_spans(trace: Trace, w: Window) -> tuple[list[tuple[str, Event]], list[
 
 def _device_spans(trace: Trace, w: Window) -> tuple[list[tuple[str, Event]], list[Span], list[Span]]:
     """CUDA: (NCCL kernels (op, event), their spans, other device work's spans), for the work the window issued."""
-    from perfscope.trace.kernels import collective_spans  # numpy over the device table's columns
-
     rows, collective, compute = collective_spans(trace, w)
     named = launched_by(trace, rows)
     return [(named[i] or kernel_collective(e.name), e) for i, e in enumerate(trace.events("device", rows))], collective, compute

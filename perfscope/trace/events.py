@@ -1,33 +1,6 @@
 """A Chrome/Kineto trace read once and sorted by what each event is, with device work linked to its launch.
 
-    trace = read_trace(Path("trace/rank0.json.gz"))
-    trace.steps                       # host-side ProfilerStep#N spans, in order
-    t = trace.columns("device")       # numpy columns: t.ts, t.dur, t.name (ids into t.names), t.launch_ts, ...
-    for work in trace.device:         # the same as objects, made on demand: kernels, memcpys, memsets
-        work.event.name, work.launch  # the runtime call that launched it (None when the trace does not say)
-
-Why a layer of its own: every trace fact needs the same three decisions, and each was a bug when made
-ad hoc.
-- Annotations are read on the host only. On CUDA, Kineto writes every record_function span twice: a
-  `user_annotation` on the host thread and a `gpu_user_annotation` copy on the GPU timeline (spanning the
-  kernels launched inside it). Counting both doubled the step count. Older torch recorded ProfilerStep#N
-  as a `cpu_op`, so that category counts too.
-- Device work is linked to its launching runtime call by correlation id: the event's "correlation" arg,
-  or, when a trace lacks it, the `ac2g` flow event (id = correlation) that starts at the runtime call and
-  ends at the kernel. The launch time says which step the kernel belongs to (a GPU-bound step's kernels run
-  after its host span ends) and whether the GPU was waiting for the host.
-- `cuda_sync` events ("Stream Sync" on the GPU row) record a host synchronization, not GPU work: they are
-  never device busy time.
-
-Why events are kept as columns: a trace of a few LLM steps is millions of events (1-4 GB of JSON), streamed by
-perfscope.trace.reader a parsed batch at a time into a TraceBuilder that keeps only what some fact reads, as one
-row tuple per kept event turned into numpy columns every 65536 rows (perfscope.trace.table: ~60 bytes a row, where a
-Python record per event was ~250). Names, categories, pids and tids are interned ids; args hold only the keys in
-KEPT_ARGS (shapes only on the matmul and collective ops that are sized by them), interned too (a layer's matmuls
-repeat their shapes); Python frames are kept only where they are the user's own (the only ones a fact names); ac2g
-flows are packed columns read only when an event lacks its correlation arg; every other event (flows of other
-kinds, metadata, instants, GPU copies of annotations) is dropped as it is read. The analyzers read the columns
-(trace.columns(kind)); Event lists (trace.cpu_ops, trace.device, ...) are made from them only when asked for.
+Design notes: docs/trace.md.
 """
 
 from __future__ import annotations
@@ -45,7 +18,8 @@ import numpy as np
 
 from perfscope.trace.broken import MAX_DURATION_US, why_broken
 from perfscope.trace.intervals import Span
-from perfscope.trace.reader import BadEvent
+from perfscope.trace.reader import BadEvent, stream_trace
+from perfscope.trace.steps import find_steps
 from perfscope.trace.table import FLUSH, NONE, EventColumns, Grower, Strings, columns_of, ext_code
 
 HOST_ANNOTATIONS = ("user_annotation", "cpu_op")
@@ -232,9 +206,6 @@ def event_at(t: EventColumns, i: int) -> Event:
 
 def read_trace(path: Path) -> Trace:
     """Parse a Chrome trace (.json or .json.gz; an object with traceEvents, or a bare list), streamed."""
-    from perfscope.trace.reader import stream_trace  # the reader names the file in its errors
-    from perfscope.trace.steps import find_steps  # it reads a Trace
-
     builder = TraceBuilder()
     with paused_gc():
         stream_trace(Path(path), builder.add, on_batch=builder.add_batch)
@@ -254,17 +225,6 @@ def paused_gc() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
-
-
-def build_trace(raw: list[dict[str, Any]]) -> Trace:
-    """The Trace of events already in memory (hand-built traces, tests)."""
-    from perfscope.trace.steps import find_steps
-
-    builder = TraceBuilder()
-    builder.add_batch(raw)
-    trace = builder.finish()
-    find_steps(trace)
-    return trace
 
 
 _CPU, _ANNOTATION, _RUNTIME, _PYTHON, _DEVICE = range(5)

@@ -4,22 +4,7 @@
     path = trace_dir / trace_file_name(info)     # trace/rank0.json.gz: a folder of traces only
     write_trace(Path("raw.json"), path, first_step=10, info=info)   # ProfilerStep#0 → #10, …; gzipped, atomic
 
-What torch's exporter leaves to the caller:
-- **A folder of its own.** HTA's `TraceAnalysis(trace_dir=...)` loads every `*.json`/`*.gz` file in a
-  folder as one rank's trace, so a trace never shares its folder with results.json or a report; the file is
-  named by its rank, as a multi-rank folder needs.
-- **Training-step numbers.** torch labels `ProfilerStep#N` by the profiler's own count, from 0 when the
-  profiler was created: a capture of training steps 10–12 read #2–#4. `first_step` (the training step
-  during which the profiler started) is added to every label, so the trace names the steps the run did.
-- **distributedInfo.** HTA reads a trace's rank from it (without it: a warning and a guess of rank 0).
-  torch writes it only inside an initialized process group; otherwise perfscope writes rank 0 of a world of
-  1 with no backend (`"backend": null`), the same keys torch uses.
-
-Streamed line by line, never parsed: a trace can be hundreds of MB of JSON. That is exact whatever the
-layout, because a JSON string never spans lines (a newline inside one is escaped): a `"ProfilerStep#N"`
-string is renamed where it appears (host annotation, its GPU copy), and the metadata is inserted right
-after the document's opening brace, where torch puts its own header keys (HTA's rank lookup scans the file
-for `"rank": N`, so an early, spaced key is what it finds first).
+Design notes: docs/trace.md.
 """
 
 from __future__ import annotations

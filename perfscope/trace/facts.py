@@ -3,31 +3,7 @@
     facts = trace_facts(Path("trials/baseline/trace/rank0.json.gz"), device_type="cuda", steps=3)
     facts.gpu.idle_fraction, facts.gpu.idle.sync_s, facts.kernels.time_by_category, facts.launch.launch_bound
 
-One analyzer per fact family, each a function of the parsed trace's columns (perfscope.trace.events, .table) and
-the profiled window (window.py): data wait (window.py), host synchronization (sync.py), the GPU timeline, what its
-idle time waited for and launch-boundness (gpu.py), kernels by category, pageable copies and host↔device traffic
-(kernels.py), a CPU run's op times and GEMM shapes (host_ops.py). Everything is per profiled step, and every
-analyzer is a few numpy passes over columns (sorts, searchsorted, interval unions, bincount), with sums taken in
-the order the per-event loops they replaced took them (the same figures to the last bit).
-
-How the GPU facts are decided, and why:
-- Device work belongs to the step whose host span LAUNCHED it (a GPU-bound step's kernels run after its host
-  span ends); GPU busy time is the union of kernel/memcpy/memset intervals on every stream, clipped to the
-  window, so overlapping streams are not counted twice.
-- An idle gap on the GPU is caused by the host when the work that ends it was launched after the gap began.
-  That time goes to the data wait where the host was inside a `perfscope::data` span, to sync where the host
-  was blocked on the device (synchronizing calls, pageable copies: after one, the queue is empty), and the
-  rest to the host itself (launch overhead and host work). A gap whose next work was already queued waited
-  for something else (a cross-stream dependency): "other".
-- Launch-bound needs all of: many short kernels (≥ 200 a step, median < 20 µs), the GPU starved by the host
-  for ≥ 10% of the step, and the host's unblocked op time (syncs and data waits subtracted) at least the
-  GPU's busy time. Many small kernels alone are common in GPU-bound steps.
-- GEMM shape times are the device time of the kernels each matmul op launched, found through the launch's
-  correlation id and the op that encloses the launch on its thread (host op durations are microseconds of
-  launch overhead on CUDA).
-On a CPU-only run the op times are self CPU times (ops inside the data spans, the Dataset's, left out), and the
-launch-bound equivalent is a step of ≥ 200 aten ops with a median self time < 20 µs spending at least half of
-its op time in such tiny ops (dispatch-bound).
+Design notes: docs/trace.md.
 """
 
 from __future__ import annotations

@@ -3,11 +3,7 @@
     kernels, launch = cpu_op_facts(trace, w, data)            # op self time by category; dispatch-bound?
     gemm_shapes(trace, w, on_device=True)                     # [GemmShape]: time per (op, m×k×n, dtype)
 
-On a CPU-only run the op times are self CPU times (ops inside the data spans, the Dataset's, left out), and the
-launch-bound equivalent is a step of ≥ 200 aten ops with a median self time < 20 µs spending at least half of
-its op time in such tiny ops (dispatch-bound). GEMM shape times are, on a GPU, the device time of the kernels each
-matmul op launched, found through the launch's correlation id and the op that encloses the launch on its thread
-(host op durations are microseconds of launch overhead on CUDA).
+Design notes: docs/trace.md.
 """
 
 from __future__ import annotations

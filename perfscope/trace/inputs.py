@@ -3,21 +3,7 @@
     ranks = rank_traces(Path("traces/"))          # list[RankTrace], by rank; UserError (exit 2) on bad input
     ranks[0].rank, ranks[0].world_size, ranks[0].device_type, ranks[0].device_name
 
-How a folder is read, as Holistic Trace Analysis reads one (hta.common.trace_file): every `*.json` / `*.json.gz`
-file directly inside it is one rank's trace (`*.pt.trace.json[.gz]` included), its rank from the trace's
-`distributedInfo.rank`. Where HTA defaults a missing rank to 0 and lets a later file replace an earlier one of the
-same rank, here a file without a rank takes the lowest free rank in file-name order, and two files claiming one
-rank are an error naming both: silently dropping a rank would hide the one that straggles. A perfscope output
-folder works too: its `results.json` is not a trace and is skipped, and its traces live in `trace/`.
-
-What makes a file a usable Kineto trace, each failure a one-line error naming the file: it is not empty, it
-decompresses (a truncated gzip is named as such), it is JSON, it is an object with a `traceEvents` list (or a bare
-list of events), and it has complete ("X") events with usable times (broken ones are counted, skipped and named in
-the notes: perfscope.trace.broken). Its steps are its ProfilerStep#N spans, else the steps it marks otherwise
-(Optimizer.step spans, repeated record_function marks: perfscope.trace.steps), else its whole span as one window
-(or --steps N of it), said in the notes. The file is streamed (perfscope.trace.reader, which words the errors):
-a folder of many large rank traces is read one rank at a time (perfscope.trace.offline), so only one rank's events
-are ever held.
+Design notes: docs/trace.md.
 """
 
 from __future__ import annotations

@@ -3,16 +3,7 @@
     results = trace_results(Path("traces/"))          # a trace file, or a folder of rank traces
     finish(results, Path("perfscope-trace-out"))      # rules → results.json → report.html + report.md
 
-Nothing is run, so only what a trace records is reported, and as what it is:
-- measured from the trace: step times (the ProfilerStep#N spans), every TraceFacts family (perfscope.trace.facts),
-  communication against compute per rank (perfscope.trace.communication), and stragglers across ranks
-  (perfscope.trace.rank_stragglers);
-- unknown, with the reason in the `unavailable` maps: samples (a trace does not record the batch), hence
-  throughput; FLOPs, hence achieved TFLOP/s and MFU; memory, utilization, the loop's settings
-  (`Trial.unknown_settings`), how the model was wrapped, the torch version.
-One trial, "baseline" (the user's run as it is); a job of more than one rank gets the distributed section
-`analyze` writes for a multi-rank run (DistributedFacts): its trial fields are the lowest traced rank's, its
-communication section the slowest traced rank's, every traced rank in its per-rank table.
+Design notes: docs/trace.md.
 """
 
 from __future__ import annotations

@@ -2,14 +2,7 @@
 
     stragglers, method = trace_stragglers({0: [0.101, 0.099, 0.1], 1: [0.142, 0.139, 0.141]})
 
-Why a rank's traced step minus its exposed collective time: in synchronous data parallelism every rank's step
-ends at the same collective, so traced step times are equal by construction and a slow rank shows up as its
-peers' waiting inside their collectives. What a rank did not spend waiting for the network or a peer is its own
-work, which no peer can slow down — the trace's stand-in for the no-communication window `analyze` measures
-(perfscope.measure.stragglers). The test is that module's, perfscope.stats.slower_than_peers, with its thresholds:
-over 5% slower than the median of the other ranks' means AND slower beyond the step-to-step noise (one-sided Welch
-t-test, p < 0.0001), at least 3 steps a rank. A trace holds few steps (Kineto schedules profile 1–5), so only a large, steady gap can
-pass; the cause cannot be told from a trace (no GC, contention or data-loader measurement), so it is "unknown".
+Design notes: docs/trace.md.
 """
 
 from __future__ import annotations

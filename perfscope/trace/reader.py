@@ -6,16 +6,7 @@
 Why streamed: traces of a few LLM steps are 1-4 GB of JSON (kineto issues 595, 760) and json.load holds all of it
 as Python dicts, ten times the file in memory. Here only the current event is a dict; the caller keeps what it needs.
 
-Why the standard library's ``JSONDecoder.raw_decode`` on a sliding text buffer rather than ijson: raw_decode is the
-same C scanner json.load uses, applied to one event at a time, and it read a 35 MB trace as fast as ijson's yajl2_c
-backend (0.42 s against 0.44 s, json.load 0.45 s). ijson streams one prefix only, so reading both the top-level
-metadata (deviceProperties, distributedInfo, which may sit after traceEvents) and the events in one pass would need
-its token-level parse() loop in Python, several times slower; and its errors carry a byte context, not the line and
-column this reader reports. No new dependency, and the same JSON dialect as before (NaN, Infinity accepted).
-
-What the errors say (perfscope.errors.UserError, exit 2): an empty file, a truncated or invalid gzip, text that is
-not UTF-8, JSON that is broken or ends early (with its line and column), JSON of another shape (no traceEvents list),
-an event the caller cannot read (its line).
+Design notes: docs/trace.md.
 """
 
 from __future__ import annotations

@@ -3,17 +3,7 @@
     found = find_steps(trace)      # sets trace.steps and trace.steps_from when the trace marks its steps otherwise
     trace.steps_from               # "ProfilerStep#N spans", "the 40 Optimizer.step#SGD.step spans (...)", or ""
 
-Why: a trace profiled with a bare `with torch.profiler.profile():` has no step spans, and reading its whole span as
-one step takes the first iteration's one-time set-up (cuBLAS handles, allocator growth, autotuning) for the loop's
-cost: a 2.0 s trace whose first second is set-up reads as launch-bound. What the trace does mark, in order:
-- `Optimizer.step#<Class>.step` spans (torch writes one per optimizer step, profiled or not): a step runs from the end
-  of one to the end of the next, so everything before the first one's end (the first iteration, set-up included)
-  is left out;
-- else a record_function mark the user repeated (a name seen at least MIN_MARKS times, never inside another
-  annotation): a step runs from one mark's start to the next.
-Then the one-time warm-up still at the front (a step over WARMUP_RATIO times the median of the rest) is dropped,
-and ``steps_from`` says which steps were used. With none of these, the steps stay unknown (the caller decides).
-HTA's convention differs: it reads only ProfilerStep#N spans and treats a trace without them as one window.
+Design notes: docs/trace.md.
 """
 
 from __future__ import annotations
@@ -56,11 +46,6 @@ def find_steps(trace: Trace) -> list[Span]:
     trace.steps_from = how + (f"; the first {dropped} step(s) left out as one-time warm-up (over {WARMUP_RATIO:g}× the "
                               f"median of the rest)" if dropped else "")
     return kept
-
-
-def _spans(trace: Trace, kind: str, rows: np.ndarray) -> list[Span]:
-    t = trace.columns(kind)
-    return sorted(zip(t.ts[rows].tolist(), t.end[rows].tolist()))
 
 
 def _optimizer_steps(trace: Trace) -> tuple[list[Span], str] | None:

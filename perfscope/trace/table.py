@@ -1,14 +1,7 @@
 """The kept events of a trace as numpy columns: one table per kind (cpu ops, annotations, runtime calls, Python
 frames, device work), filled in batches as the file streams.
 
-    t = trace.columns("device")       # EventColumns
-    t.ts, t.dur, t.end                # float64 µs, in file order (device work: sorted by start)
-    t.names[t.name]                   # interned strings: t.name is an int32 id into the trace's shared table
-    t.launch_ts                       # device work: the launch call's start (NaN when no launch is linked)
-
-Why columns: a trace of a few LLM steps is millions of events; a Python object per event costs ~250 bytes and a
-Python loop per fact; a row here is ~60 bytes and a fact is a few numpy passes. Strings (names, categories,
-pids, tids) and the few args a fact reads are interned: the column holds an id, the table each distinct value once.
+Design notes: docs/trace.md.
 """
 
 from __future__ import annotations
@@ -147,19 +140,6 @@ class EventColumns:
         if code == NONE:
             return None
         return self.exts[code - NONE - 1] if code < NONE + 1 + (1 << 40) else code
-
-    def take(self, mask: np.ndarray) -> EventColumns:
-        """The rows where ``mask`` (or at the given indices), as a table of their own."""
-        keys = ("ts", "dur", "name", "cat", "pid", "tid", "corr", "ext", "args", "launch", "launch_ts", "launch_dur",
-                "launch_pid", "launch_tid", "launch_name")
-        return EventColumns({k: getattr(self, k)[mask] for k in keys}, names=self.names, cats=self.cats,
-                            values=self.values, args=self.arg_table, exts=self.exts)
-
-
-def group_sums(keys: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """Per key (0..n-1), the sum of its values in array order."""
-    return np.bincount(keys, weights=values, minlength=n) if len(keys) else np.zeros(n)
-
 
 def ext_code(value: Any, exts: Strings) -> int:
     """An External id as an int64: ints as they are, anything else interned (codes just above NONE)."""

@@ -3,11 +3,7 @@
     seen = Observed(compiled_graphs=2, recorded={"tf32": True, "gc_freeze": {...}})   # after the timed steps
     metrics.not_applied = not_applied(config, seen)          # {"tf32": "... the workload's code set it back"}
 
-Why: a trial that says "torch.compile" but ran eager, or "TF32 on" while the user's code switched it off in
-its loss, measures the baseline twice; its "no significant change" would be reported as a measurement of the
-knob. The trial records what it saw at the end of the timed window, the user's code having run every step;
-the sweep (perfscope.search.sweep) reports a knob whose own setting is listed here as failed, never as measured.
-Compile that compiled nothing is caught earlier still (before the window, `CompileNotApplied`): no point timing it.
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations

@@ -14,9 +14,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from perfscope.errors import WorkloadError
 from perfscope.results import to_jsonable, write_json
+from perfscope.results.io import open_log
+from perfscope.trial.launch import rank_log_path, rank_result_path
 from perfscope.trial.pin import pin_to_lane
 from perfscope.trial.spec import ChildSpec, ProbeSpec, SpecError, TrialSpec, read_spec
+from perfscope.workload import load_workload
 
 OOM_MESSAGES = ("out of memory", "can't allocate memory", "not enough memory", "cannot allocate memory")
 # Allocator failures that CUDA libraries report with their own status codes instead of torch.OutOfMemoryError:
@@ -63,7 +67,6 @@ def _run_trial(spec: TrialSpec, result_path: Path) -> dict[str, Any]:
     """
     from perfscope.trial.data import profile_dataset_cost
     from perfscope.trial.loop import capture_trace_into, nonfinite_loss, run_trial
-    from perfscope.workload import load_workload
 
     workload = load_workload(spec.workload_path)
     config = spec.config
@@ -89,12 +92,9 @@ def _run_probe(spec: ProbeSpec) -> dict[str, Any]:
     """
     import torch
 
-    from perfscope.errors import WorkloadError
     from perfscope.measure.environment import collect_environment
-    from perfscope.results import to_jsonable
     from perfscope.trial.inspect import inspect_model
     from perfscope.trial.validate import validate_workload
-    from perfscope.workload import load_workload
 
     device = spec.device
     if device == "auto":
@@ -123,8 +123,6 @@ def _run_rank_of_job(spec: ChildSpec, result_path: Path) -> int:
     so that torchrun's agent stops the other ranks at once instead of waiting for them."""
     import os
 
-    from perfscope.results.io import open_log
-    from perfscope.trial.launch import rank_log_path, rank_result_path
     from perfscope.trial.rank import run_rank
 
     rank = int(os.environ.get("RANK", "0"))

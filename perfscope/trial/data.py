@@ -20,6 +20,7 @@ from perfscope.measure.samples import leading_dim
 from perfscope.results import TrialMetrics
 from perfscope.results.config import TrialConfig
 from perfscope.results.messages import error, msg
+from perfscope.trial.data_parallel import data_rank, shard_sampler
 from perfscope.workload import Workload
 
 
@@ -28,8 +29,6 @@ def endless_batches(workload: Workload, config: TrialConfig) -> Iterator[Any]:
 
     In a data-parallel rank each rank reads its own shard: a DistributedSampler over a map-style dataset, every
     world-size-th batch of an iterable one, and a batches() generator seeded by the rank (synthetic data)."""
-    from perfscope.trial.data_parallel import data_rank, shard_sampler
-
     rank = data_rank(config)
     if workload.batches is not None:
         if rank is not None:

@@ -28,6 +28,7 @@ from torch import nn
 
 from perfscope.knobs.apply.checkpointing import shard_blocks
 from perfscope.results.config import TrialConfig
+from perfscope.trial.tensor_parallel import wrap_tensor_parallel
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,6 @@ def init_single_process_group(device: str) -> None:
 def wrap_model(model: nn.Module, config: TrialConfig, device: str, *, workload: Any | None = None) -> nn.Module:
     """The module the step runs: ``model`` wrapped as the config asks (it must already be on its device)."""
     if config.tensor_parallel > 1:  # TP, and FSDP2 on the "dp" mesh dimension when there are replicas
-        from perfscope.trial.tensor_parallel import wrap_tensor_parallel
 
         return wrap_tensor_parallel(model, config, workload)[0]
     if config.data_parallel == "none":

@@ -15,6 +15,7 @@ from perfscope.knobs.apply.checkpointing import find_repeated_blocks
 from perfscope.measure.tf32 import matmul_tf32_enabled
 from perfscope.results.layout import ModelLayout
 from perfscope.results.model import ModelFacts
+from perfscope.trial.tensor_parallel import derive_plan
 from perfscope.workload import Workload
 
 
@@ -45,8 +46,6 @@ TP_DEGREES = (2, 4, 8)
 
 def model_layout(model: nn.Module, workload: Workload, blocks: list[nn.Module]) -> ModelLayout | None:
     """How the model splits: blocks for the pipeline, the TP plan's parameters and where it does not apply."""
-    from perfscope.trial.tensor_parallel import derive_plan
-
     try:
         layout = ModelLayout(blocks=len(blocks), block_parameter_count=sum(p.numel() for b in blocks for p in b.parameters()))
         modules = dict(model.named_modules())

@@ -4,17 +4,7 @@
     outcome = run_job(spec, work_dir, timeout_s=600, launch=launch)
     outcome.status, outcome.error                           # "timeout", "rank 1 stopped responding: ..."
 
-perfscope builds no launcher and no communication layer: the job is `python -m torch.distributed.run ...
--m perfscope.trial.child SPEC.json`, with the rendezvous arguments passed through. What perfscope adds is what a
-sweep needs from a job that may fail:
-- every rank writes its own result (result.rank<R>.json) and log (rank<R>.log), so a failure names its rank;
-- the agent runs with --max-restarts 0: a failed trial is a result, not something to retry;
-- collectives get a timeout (Launch.collective_timeout_s, given to init_process_group), so a rank that hangs
-  makes its peers fail in a collective instead of hanging the sweep; the whole job also has the trial's timeout;
-- torchrun starts each worker in a session of its own, so the job is killed as a process tree (the agent, every
-  rank, their DataLoader workers), found with psutil, and nothing is left behind whatever the ending.
-Rank 0 gathers every rank's measurement over the process group and writes the job's result.json; when it does
-not, the ranks' own files and the agent's failure summary say which rank failed first and why.
+Design notes: docs/distributed.md.
 """
 
 from __future__ import annotations
@@ -32,8 +22,7 @@ from typing import Any
 import psutil
 
 from perfscope.errors import ResultsError
-from perfscope.results.io import open_log, read_json
-from perfscope.trial.logs import log_tail
+from perfscope.results.io import log_tail, open_log, read_json
 from perfscope.trial.pin import born_on, lane_cpus
 
 KILL_GRACE_S = 5.0

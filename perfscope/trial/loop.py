@@ -4,20 +4,7 @@
     run.metrics.samples_per_s                      # samples in the window / its wall time
     capture_trace(run, config, artifacts_dir)      # afterwards, once the timing is safely recorded
 
-Order of work, and why:
-1. Build everything from the same seed, so every trial starts from the same weights and batches.
-2. Warm-up steps (untimed, each synchronized): allocator growth, cuDNN autotuning, torch.compile (≥ 1
-   step) and CUDA-graph recording (≥ 3). The first step's time is the compile time; the others calibrate
-   how many steps make a window of at least `min_window_s` (pyperf-style). With DataLoader workers, more
-   steps until the prefetch queue is in steady state (trial/prefetch.py). Their losses are kept: a trial
-   that took more steps before its window (the drain) is compared with the baseline at the same global
-   step, the same samples after the same number of updates (perfscope.search.numerics).
-3. One timed window (perfscope.measure.window): step boundaries and data waits as clock marks — CUDA
-   events, no per-step synchronization —, other processes' load recorded, NVML/psutil sampled in a
-   thread, losses kept on the device and read after. Recompilations inside the window are counted.
-4. Outside the window: memory owners, FLOPs of one step on the eager model. The profiler trace is a
-   separate, later window (`capture_trace`), so nothing it does can cost the measurement.
-Exceptions propagate: the trial process classifies them (OOM, error).
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations
@@ -49,6 +36,7 @@ from perfscope.results.fingerprint import Fingerprint
 from perfscope.results.messages import error, msg
 from perfscope.trial.applied import Observed, compile_not_applied, not_applied, record
 from perfscope.trial.data_parallel import agree_on_steps, local_optimizer
+from perfscope.trial.model_parallel import make_step
 from perfscope.trial.optimizers import optimizer_name
 from perfscope.trial.prefetch import drain_prefetch
 from perfscope.trial.step import TrainStep
@@ -103,7 +91,6 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     """Measure one configuration; see the module docstring for the order of work."""
     device = config.device
     compile_counters = CompileCounters()
-    from perfscope.trial.model_parallel import make_step
 
     step = make_step(workload, config)  # TrainStep, or a pipeline rank's PipelineStep
     # After the user's file, workload() and model() ran: a knob that is off (tf32=None) keeps, and the run
@@ -237,10 +224,6 @@ def capture_trace(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) ->
         metrics.unavailable["trace"] = msg("trace_not_captured", notes=[cap.note or "trace unavailable"])
         return
     attach_trace(metrics, cap.path, device_type=config.device, steps=cap.active_steps, alignment_precision=config.precision)
-
-
-def all_finite(values: list[float]) -> bool:
-    return all(math.isfinite(v) for v in values)
 
 
 def nonfinite_loss(losses: list[float]) -> str | None:

@@ -20,10 +20,12 @@ from perfscope.measure.bubble import (
     schedule_order,
     stage_timing,
 )
-from perfscope.results.bubble import bubble_formula
 from perfscope.results.config import TrialConfig
-from perfscope.results.layout import ParallelFacts, StageTiming
+from perfscope.results.layout import ParallelFacts, StageTiming, bubble_formula
 from perfscope.results.messages import msg
+from perfscope.trial.pipeline_parallel import PipelineStep
+from perfscope.trial.step import TrainStep
+from perfscope.trial.tensor_parallel import derive_plan
 
 BUBBLE_METHOD = ("per pipeline rank: 1 − (its stages' forward_one_chunk + backward_one_chunk + loss seconds) / "
                  "the schedule's step() wall time, median over the timed window's steps, then the mean over ranks; "
@@ -35,10 +37,7 @@ def make_step(workload: Any, config: TrialConfig) -> Any:
     """The step a trial runs: a pipeline rank's schedule (perfscope.trial.pipeline_parallel), else TrainStep
     (which applies TP in its wrap_model)."""
     if config.pipeline_parallel > 1:
-        from perfscope.trial.pipeline_parallel import PipelineStep
-
         return PipelineStep(workload, config)
-    from perfscope.trial.step import TrainStep
 
     return TrainStep(workload, config)
 
@@ -95,8 +94,6 @@ def parallel_facts(config: TrialConfig, workload: Any, gathered: list[Any]) -> P
     facts = ParallelFacts(data_parallel=config.data_parallel_size, tensor_parallel=config.tensor_parallel,
                           pipeline_parallel=config.pipeline_parallel)
     if config.tensor_parallel > 1:
-        from perfscope.trial.tensor_parallel import derive_plan
-
         plan = derive_plan(_meta_model(workload), config.tensor_parallel, workload)  # the plan every rank applied
         facts.tp_plan, facts.tp_plan_source = plan.styles, plan.source
     if config.pipeline_parallel < 2:

@@ -3,15 +3,7 @@
     optimizer = build_optimizer(workload, model, config)   # config.optimizer: "user" | "adafactor" | "8bit-torchao" | "8bit-bnb"
     optimizer_name(optimizer)                              # "torch.optim.Adafactor": what the trial really ran
 
-A replacement is built from the user's optimizer, group by group: each parameter group keeps its parameters,
-its learning rate and its weight decay; what has no counterpart takes the replacement's default.
-- Adafactor (torch >= 2.5) keeps no first moment and factors the second into row and column means: a few
-  bytes per matrix row and column instead of AdamW's 8 per parameter. torch's Adafactor reads `lr` as the cap
-  on a *relative* step (a step moves a weight by at most lr × its tensor's RMS), not as Adam's absolute step,
-  so the user's lr is kept as the nearest given value, and the recipe change is said plainly wherever the knob
-  is reported. Its weight decay is decoupled and scaled by lr, as AdamW's is.
-- 8-bit Adam/AdamW (torchao's or bitsandbytes'): the same algorithm with both moments block-quantized to
-  8 bits (2 bytes per parameter instead of 8); lr, betas, eps, weight decay and amsgrad carry over unchanged.
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations

@@ -4,23 +4,7 @@
     step()                                  # one optimizer step = one schedule.step() over m micro-batches
     step.records                            # per step: this rank's forward / backward / loss seconds, and the step's
 
-How, and why each choice:
-- The model is split by `torch.distributed.pipelining.pipeline()` (torch.export) at block boundaries
-  (SplitPoint.BEGINNING at equal shares of the repeated blocks, or Workload.pipeline_split), so any model whose
-  forward exports is split without the user rewriting it; each rank builds its stage (two for the interleaved
-  schedule) with `Pipe.build_stage`.
-- The schedules are torch's: ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B. The pipeline's micro-batches
-  are the step's accumulation micro-batches (config.grad_accum_steps of config.micro_batch_size), concatenated
-  into the batch the schedule splits again; the global batch stays micro-batch × m × data-parallel replicas.
-- The user's loss is loss(model, batch): the last stage calls it with a stand-in model that returns the stage's
-  output, on the micro-batch's rows (the schedule's target is the rows' indices). The model's inputs are learned
-  the same way: the loss is called on a stand-in that records what it is given.
-- Busy time is timed around each stage's forward_one_chunk / backward_one_chunk and the loss (CPU compute is
-  synchronous; on CUDA each call is synchronized, which costs the overlap of a call with the next one's launch),
-  on the wall clock and, on CPU, the CPU clock, so the bubble can be measured and replayed from it
-  (perfscope.measure.bubble).
-- The loss lives on the last stage: it is broadcast to every rank once per step (4 bytes), so the trial's
-  losses, checked by the numerics guard, are the job's on every rank.
+Design notes: docs/distributed.md.
 """
 
 from __future__ import annotations

@@ -3,19 +3,7 @@
     drain = drain_prefetch(step, config, warmup_times)     # None without DataLoader workers
     steps, calibration = calibrate_steps(config, drain.calibration_times if drain else warmup_times)
 
-Why: the workers start filling the queue (num_workers × prefetch_factor batches) while the model is built and
-warmed up. A data-bound loop then starts its window with up to that many batches ready: its first steps take
-no data time, and a window of a few queue depths overstated throughput by the share of free batches (a worker
-producing one batch per 40 ms read as ~3× faster over 6 steps). A compute-bound loop keeps its queue full, which
-is its steady state anyway. So after the normal warm-up, untimed steps first use up one queue depth (every
-batch made during the warm-up is gone), then go on until `next()` blocks — the queue is empty and each batch
-now costs what the workers take to make it — or until `DRAIN_DEPTHS` queue depths have been consumed (the loader
-keeps up: its queue stays full). What happened is recorded in the trial's calibration line.
-
-Blocking is judged against what a ready batch costs here, measured on that first queue depth (unpickling and
-shared-memory handles took 1-6 ms on the loaded 2-core machine, so no fixed threshold would do): a wait of at
-least `BLOCKED_OVER_READY` times its median, `DRAIN_WAIT_S`, and `DRAIN_WAIT_SHARE` of a warm-up step after the
-first (which pays one-time costs), whichever is largest.
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations
@@ -31,6 +19,7 @@ import torch
 
 from perfscope.measure.clock import synchronize
 from perfscope.results.config import TrialConfig
+from perfscope.trial.data_parallel import current_rank
 
 DRAIN_DEPTHS = 4
 DRAIN_WAIT_S = 1e-3
@@ -80,8 +69,6 @@ class PrefetchDrain:
 
 def _any_rank(flag: bool, device: str) -> bool:
     """True when any data-parallel rank says so: every rank must take the same number of steps (collectives)."""
-    from perfscope.trial.data_parallel import current_rank
-
     if current_rank() is None:
         return flag
     import torch.distributed as dist

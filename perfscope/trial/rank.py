@@ -1,15 +1,6 @@
 """One rank of a distributed trial (runs in each process torchrun starts; see perfscope.trial.launch).
 
-Order of work on every rank, and why:
-1. Join the process group (collectives with a timeout: a hung peer becomes an error here, not a hung sweep).
-2. The same measured loop as a single-process trial (perfscope.trial.loop), on the wrapped model and this rank's
-   data shard; each rank times its own window, with no synchronization beyond the training's own collectives.
-3. A short window without gradient communication (DDP `no_sync`, no optimizer step): the rank's own compute,
-   which no peer can slow down — how a straggler is told from the ranks that wait for it.
-4. The trace (every rank: trace/rank<R>.json.gz) and this rank's communication facts from it; a micro-benchmark
-   of the same collective on the same group, to compare the achieved bus bandwidth with.
-5. Every rank writes its own result (result.rank<R>.json: the launcher names a failing rank from it); rank 0
-   gathers the ranks' measurements over the process group and writes the job's result.json.
+Design notes: docs/distributed.md.
 """
 
 from __future__ import annotations
@@ -27,9 +18,11 @@ from perfscope.measure import memory
 from perfscope.measure.clock import synchronize
 from perfscope.measure.collectives import benchmark_collective
 from perfscope.measure.contention import JOB_ROOT_ENV
+from perfscope.measure.cores import numa_node_count
 from perfscope.measure.job import combine_ranks
 from perfscope.measure.ranks import rank_metrics as measured_rank
-from perfscope.results import RankMetrics, to_jsonable, write_json
+from perfscope.measure.sharding import sharding_memory, strategy_of
+from perfscope.results import CommunicationFacts, RankMetrics, from_jsonable, to_jsonable, write_json
 from perfscope.results.config import TrialConfig
 from perfscope.results.messages import error, msg
 from perfscope.trace.communication import communication_facts
@@ -43,6 +36,7 @@ from perfscope.trial.launch import Launch, rank_result_path
 from perfscope.trial.loop import MeasuredRun, capture_trace_into, nonfinite_loss, run_trial
 from perfscope.trial.model_parallel import parallel_facts, rank_stage_timing
 from perfscope.trial.spec import ChildSpec, FollowSpec, ProbeSpec, SpecError, StopSpec, TrialSpec, spec_from_dict, spec_to_dict
+from perfscope.workload import load_workload
 
 LOCAL_WINDOW_STEPS = (10, 30)
 """Steps of the no-communication window, at least and at most: with 5% step noise, 10 steps find a 30% straggler
@@ -51,8 +45,6 @@ every time (5 steps: two times in three; perfscope.measure.stragglers' tests).""
 
 def run_rank(spec: ChildSpec, result_path: Path) -> dict[str, Any]:
     """This rank's outcome (also written to its own file); rank 0 also writes the job's ``result_path``."""
-    from perfscope.workload import load_workload
-
     os.environ[JOB_ROOT_ENV] = str(os.getppid())  # the torchrun agent: the job's other ranks are not neighbours
     if isinstance(spec, ProbeSpec) or spec.launch is None:
         raise SpecError(f"a {spec.mode} spec without a launch is not a rank of a torchrun job")
@@ -213,8 +205,6 @@ def memory_model(ranks: list[RankMetrics], config: TrialConfig) -> list[Any]:
     """Bytes per rank of the training state under DDP and ZeRO-1/2/3 (perfscope.measure.sharding), from one whole
     replica — the sum of the ranks' shards where this run sharded — with this run's own row measured: the most any
     rank held, counted from its tensors."""
-    from perfscope.measure.sharding import sharding_memory, strategy_of
-
     if config.model_parallel > 1:
         return []  # a TP/PP rank holds a slice of one replica, not a ZeRO shard: perfscope.search.layout models it
     if not ranks or any(r.parameter_bytes is None or r.gradient_bytes is None or r.optimizer_state_bytes is None
@@ -238,9 +228,6 @@ def memory_model(ranks: list[RankMetrics], config: TrialConfig) -> list[Any]:
 
 def job_result(metrics: Any, config: TrialConfig, info: RankInfo, gathered: list[Any], launch: Launch) -> Any:
     """Rank 0's metrics turned into the job's: every rank's figures, the job's throughput, communication."""
-    from perfscope.measure.cores import numa_node_count
-    from perfscope.results import CommunicationFacts, from_jsonable
-
     ranks = [from_jsonable(RankMetrics, g[0], f"rank[{i}]") for i, g in enumerate(gathered)]
     comms = [from_jsonable(CommunicationFacts, g[1], f"communication[{i}]") for i, g in enumerate(gathered) if g[1]]
     facts = combine_ranks(ranks, backend=info.backend, data_parallel=config.data_parallel,

@@ -4,18 +4,7 @@
         outcome = runner.run(spec, work_dir, timeout_s=600)   # spec: a perfscope.trial.spec.ChildSpec
     outcome.status  # ok | oom | error | crashed | timeout | nonfinite | invalid
 
-Why a fresh process per trial: an OOM may leave memory unreleased (Lightning #7335), a CUDA
-illegal-address error poisons the context for the rest of the process, a hang must be killable — asv
-kills the process group, DeepSpeed autotuning has no timeout and hangs (DeepSpeed #4100) —, and the run,
-not the step, is the unit of evidence: two configurations are compared across processes.
-
-How: trials are forked from a zygote that has imported torch once (perfscope.trial.zygote: ~2.5 s saved
-per trial). A trial whose environment must be set before Python starts (anything but the allocator
-settings torch reads at first use) runs in a fresh interpreter instead, as does every trial when
-PERFSCOPE_ISOLATION=spawn or the platform cannot fork. Either way the trial leads its own session and
-process group: a timeout sends SIGTERM, waits a grace period for the trial itself (not for zombies), then
-SIGKILLs the group, DataLoader workers included; the zygote, a child subreaper on Linux, also kills
-descendants that left the group. docs/reliability.md says what is and is not cleaned up.
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations
@@ -36,11 +25,10 @@ from typing import IO, Any
 
 from perfscope.errors import ResultsError
 from perfscope.measure.contention import SWEEP_ROOT_ENV
-from perfscope.results.io import open_log, read_json
+from perfscope.results.io import log_tail, open_log, read_json
 from perfscope.results.messages import msg
 from perfscope.results.serde import to_jsonable
 from perfscope.trial.launch import run_job
-from perfscope.trial.logs import log_tail
 from perfscope.trial.pin import LANE_CPUS_ENV, born_on, lane_cpus
 from perfscope.trial.spec import ChildSpec, TrialSpec, write_spec
 from perfscope.trial.zygote import ForkRequest

@@ -4,14 +4,7 @@
         run = session.measure("baseline", config)         # a new run of the configuration "baseline"
         run = session.measure("baseline", config)         # ... and another: trial "baseline-r2"
 
-Every run — baseline, knob, micro-batch probe, repeat — goes through `measure`, so each gets the same
-isolation, the same MFU denominator, the same bookkeeping and the same noisy-neighbour guard: a run whose
-window was contended (other processes used the cores, or the GPU) is kept for the record, excluded from
-the evidence, and measured again; if the contention persists, the last run is excluded too and the results
-say so at the top of the report (one run slowed 10× by a neighbour would otherwise be the reference its
-neighbours in time are compared with, and its noise would swamp every interval of the sweep). Once the load has
-outlasted the retries `PERSISTENT_AFTER` times, a contended run is excluded without measuring it again. results.json is rewritten atomically after every run: an interrupted analysis
-loses at most the run in flight.
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
 """What a trial process is asked to do: one typed spec per mode, crossing the process boundary as checked JSON.
 
-    spec = TrialSpec(workload_path="train.py", config=config, artifacts_dir="out/trials/baseline")
-    write_spec(work_dir / "spec.json", replace(spec, result_path=...))   # the parent (perfscope.trial.runner)
-    spec = read_spec(path)                                              # the child: every field checked
-    match spec:
-        case ProbeSpec(): ...
-
-Why typed: the child used to switch on ``spec["mode"]`` over a free-form dict, so a misspelt or missing key was a
-KeyError in a process far from the code that wrote it, and which keys a mode needed was written nowhere. Each mode
-now lists its fields; the dict exists only in the file between the two processes, with the mode as its tag, and
-reading it refuses an unknown mode, a missing or unknown field and a value of the wrong type (SpecError).
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations

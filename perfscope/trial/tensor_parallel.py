@@ -4,19 +4,7 @@
     mesh = layout_mesh(config)                      # DeviceMesh ("tp",) or ("dp", "tp") with FSDP2
     apply_tensor_parallel(model, mesh["tp"], plan)  # torch.distributed.tensor.parallel.parallelize_module
 
-Megatron's split, nothing re-implemented: in each repeated block (perfscope.knobs.apply.checkpointing finds them) the
-attention's q/k/v projections are ColwiseParallel (each rank computes its heads) and the output projection
-RowwiseParallel (one all-reduce per block in forward, one in backward); the MLP's up (and gate) projections are
-ColwiseParallel, the down projection RowwiseParallel. Embeddings, norms and the head stay replicated.
-
-Why the plan is found by names and structure, and when it refuses: a column split is only correct when what
-consumes the projection's output works per head or per element. Separate q/k/v and an expanding-then-contracting
-MLP are the standard shape (Llama, GPT-NeoX, torchtitan); a packed qkv projection is not: its rows are [q; k; v],
-so splitting them gives rank 0 all of q and half of k. Such a model, or heads not divisible by tp, is inapplicable
-with that reason, unless the workload gives its own plan (Workload.tensor_parallel_plan). The local q/k/v hold
-heads/tp heads: the block's code must take the head count from the tensor (``view(b, t, -1, head_dim)``), as
-torchtitan's does; a block that hard-codes it fails its trial with the shape error (DTensor has no CPU attention
-kernel to keep the heads global instead).
+Design notes: docs/distributed.md.
 """
 
 from __future__ import annotations

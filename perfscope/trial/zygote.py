@@ -2,20 +2,7 @@
 
     python -m perfscope.trial.zygote        # started by perfscope.trial.runner; speaks JSON lines
 
-Why: a trial process spends ~2.5 s importing Python, torch and perfscope before it measures anything;
-analyze runs dozens of them (the run, not the step, is the unit of evidence). The zygote imports them
-once and forks a child per trial. The child is a new process in its own session and process group, with
-its own address space, CUDA context (CUDA is never initialized in the zygote, so forking is safe), caching
-allocator and compile caches — as isolated as a fresh interpreter for everything perfscope measures.
-What it shares is the imported modules' code, which is what we wanted to skip re-reading. Settings read
-only at import time cannot differ between trials forked from one zygote: the runner starts such trials
-with a fresh interpreter instead (perfscope.trial.runner.needs_fresh_interpreter).
-
-Protocol (one JSON object per line): the runner writes a ForkRequest {"spec": PATH, "log": PATH, "env": {...}}; the
-zygote answers {"pid": N} once forked and {"exit": N, "returncode": RC} when that child is reaped (RC < 0:
-killed by signal -RC, as subprocess reports it). On Linux the zygote is a child subreaper: descendants a
-trial detaches (a grandchild in a new session) are re-parented to it instead of init, and are killed when
-the trial they belong to has ended, so no trial leaves a process behind.
+Design notes: docs/measurement.md.
 """
 
 from __future__ import annotations
@@ -28,6 +15,8 @@ import signal
 import sys
 from dataclasses import dataclass
 from typing import Any
+
+from perfscope.results.io import open_log
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -88,7 +77,6 @@ def _run_child(job: ForkRequest) -> int:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     devnull = os.open(os.devnull, os.O_RDONLY)
-    from perfscope.results.io import open_log
 
     with open_log(job.log) as log:
         os.dup2(devnull, 0)

@@ -3,24 +3,7 @@
     from perfscope.hooks.integrations.huggingface import PerfscopeTrainerCallback
     trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[PerfscopeTrainerCallback("perfscope-run")])
 
-What it sees of the loop the Trainer runs, and how:
-- A step is the Trainer's optimizer step: on_step_begin (its micro-batches are fetched, its compute starts)
-  to on_step_end; with `gradient_accumulation_steps` each micro-batch is a micro-step (`on_substep_end`).
-- Samples: the first dimension of each micro-batch as the model's forward receives it (a forward pre-hook,
-  active only inside training steps), else `per_device_train_batch_size`. Tokens per sample: the length
-  of `input_ids` when it never varies (padding included), unless `tokens_per_sample=` is given.
-- The time blocked on data is the gap before on_step_begin: the Trainer fetches a step's micro-batches
-  there (from on_step_end, or from the end of logging, evaluation or saving, to the next on_step_begin).
-- Evaluation and checkpoint saving (`eval_steps`, `save_steps`) are reported by the Trainer once done
-  (on_evaluate, on_save): their time since the step's end is excluded from the step times and reported
-  apart. A FLOP count covers on_step_begin..on_step_end only, so it never contains them, nor logging.
-- Precision (`bf16`/`fp16` are autocast through accelerate), accumulation, devices, parallel mode,
-  gradient checkpointing, torch.compile and the DataLoader's settings are read from `TrainingArguments`.
-- In a multi-process run every rank measures itself and rank 0 writes the job's one ``out_dir/results.json``
-  (docs/hooks.md, "Distributed (torchrun)"); a second `trainer.train()` into the same folder writes to
-  ``out_dir/fit-2`` (the first run's results are kept).
-
-The Trainer needs `accelerate`: `pip install "perfscope[hf]"` installs both.
+Design notes: docs/hooks.md.
 """
 
 from __future__ import annotations

@@ -3,22 +3,7 @@
     from perfscope.hooks.integrations.lightning import PerfscopeCallback
     trainer = lightning.Trainer(callbacks=[PerfscopeCallback("perfscope-run")])
 
-What it sees of the loop Lightning runs, and how:
-- A step is an optimizer step (`trainer.global_step` advancing in on_train_batch_end), so
-  `accumulate_grad_batches` shows as micro-steps; samples are read from each batch (first dimension of its
-  first tensor).
-- The time blocked on data is Lightning's own fetch timing: the callback wraps the training epoch loop's
-  fetch hooks (the ones that feed `SimpleProfiler`'s `train_dataloader_next`); where a Lightning version has
-  none, the gap between the end of one batch and the start of the next is taken instead.
-- Validation inside fit (`val_check_interval`, `check_val_every_n_epoch`) and checkpoint saving are paused
-  out of the step times (from on_validation_start, then from on_save_checkpoint, to the next training
-  fetch) and reported apart; a FLOP count never covers them: it starts at on_train_batch_start, and a count that a
-  pause falls into is dropped and taken again on the next step.
-- Precision (`precision="bf16-mixed"` is bf16 autocast), accumulation, devices, strategy and the train
-  DataLoader's settings are read from the trainer.
-- Under a DDP / FSDP strategy every rank measures itself and rank 0 writes the job's one ``out_dir/results.json``
-  (docs/hooks.md, "Distributed (torchrun)"); a second `trainer.fit` into the same folder writes to
-  ``out_dir/fit-2`` (the first fit's results are kept).
+Design notes: docs/hooks.md.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     lanes = LaneModel.spread(8, spread=0.20, outlier=1.5, seed=3)     # 8 lanes, one 1.5× slower
     outcome = simulate_lane_sweep(NOISE_MODELS["cpu"], lanes, effects=[0.0] * 20, seed=7)
 
-Why. On one lane the sweep's error rates are measured by perfscope.search.simulate. On several lanes two things
+Why. On one lane the sweep's error rates are measured by benchmarks.sweep_model. On several lanes two things
 could break them: lanes of different speeds (GPUs of one model differ by up to ~8 %, a lane on a busy socket by
 more) would add their spread to every ratio if a candidate run were compared with another lane's baseline, and a
 knob whose runs landed on a slow lane would look slower. The lane sweep compares within lanes and rotates knobs
@@ -21,11 +21,11 @@ import random
 import statistics
 from dataclasses import dataclass, field
 
+from benchmarks.sweep_model import NoiseModel, SimKnob, SweepOutcome, _context, _results, _trial, tally
 from perfscope.lanes.sweep import LaneSweeper
 from perfscope.results import Trial
 from perfscope.results.config import TrialConfig
 from perfscope.search.candidate import BASELINE, Candidate, SweepOptions
-from perfscope.search.simulate import NoiseModel, SimKnob, SweepOutcome, _context, _results, _trial, tally
 
 
 @dataclass(frozen=True)
