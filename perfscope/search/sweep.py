@@ -16,7 +16,9 @@ The search an expert does by hand, with error bars that come from runs, not step
 3. Adaptive repetition (pinpoint): a candidate still undecided whose interval reaches a worthwhile gain
    gets another run (and its baseline neighbour), most promising first, until it is decided, it has
    `max_runs` runs, or the budget is spent. A win from a single run gets a second one (one lucky process
-   must not make a knob a win) unless it is clear: its interval starts at 1.5× or more.
+   must not make a knob a win) unless it is clear: its interval starts at 1.5× or more. Under a budget the runs go
+   where they change the recommendation (perfscope.search.allocation), and knobs that can only be reported (a recipe
+   change, a search whose points change the global batch) are measured after this phase.
 4. Greedy stacking of the winners, best first (never a knob that changes the training recipe): a knob joins
    only if the stack with it is faster than the stack without it (their gains against the same baseline
    compared with both intervals). The `grad_accum` micro-batch joins last, re-searched on the stack when
@@ -38,16 +40,9 @@ from perfscope.knobs import REGISTRY, Knob, KnobContext
 from perfscope.ranking import knob_key
 from perfscope.results import Gain, KnobOutcome, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
-from perfscope.search.candidate import BASELINE, CONFIRMATION_RUNS, JOIN_RUNS, Candidate, Measures, SweepOptions
-from perfscope.search.compare import (
-    MIN_DECIDING_RUNS,
-    ReferenceSeries,
-    compare,
-    could_still_win,
-    paired_test,
-    relative_gain,
-    run_noise,
-)
+from perfscope.search.allocation import Allocation
+from perfscope.search.candidate import BASELINE, Candidate, Measures, SweepOptions
+from perfscope.search.compare import ReferenceSeries, compare, paired_test, relative_gain, run_noise
 from perfscope.search.decided import STOPPED_BY_USER, recommend_decided, record_unreached
 from perfscope.search.family import Family
 from perfscope.search.microbatch import MicroBatchResult, search_micro_batch
@@ -60,7 +55,7 @@ from perfscope.workload import Workload
 __all__ = ["BASELINE", "Candidate", "Measures", "SweepOptions", "Sweeper", "cannot_tell", "knob_context", "run_sweep"]
 
 
-class Sweeper(Stacking):
+class Sweeper(Allocation, Stacking):
     def __init__(
         self,
         *,
@@ -75,6 +70,7 @@ class Sweeper(Stacking):
         self.start = elapsed() if start is None else start
         """Where the budget's clock starts (`analyze`: its first run, so the announced time is the one kept)."""
         self.pair_s: list[float] = []  # wall time of each measurement (a run and its baseline neighbour, retries included)
+        self.pair_cost: dict[str, float] = {}  # each configuration's latest measurement (a compile run's is 5× another's)
         self.measurements: Counter[str] = Counter()
         """Measurements asked of each configuration, whatever became of them: what --max-runs caps. Its evidence
         runs cannot be the cap: under persistent load every run is excluded and refinement never ended."""
@@ -86,6 +82,8 @@ class Sweeper(Stacking):
         self.recorded = False  # the knobs' outcomes are in the sweep (a stop before that records them itself)
         self.stacked: Candidate | None = None  # the stack as far as it was measured (perfscope.search.decided)
         self.unstacked: list[Candidate] = []  # winners the stacking has not tried yet
+        self.reserve = 0
+        """Runs every measurement must leave to the later phases (`held_back`), while the knobs only reported are measured."""
         self.family = Family(alpha=options.family_alpha, max_runs=options.max_runs, reference=BASELINE)
         seed = options.order_seed if options.order_seed is not None else random.SystemRandom().randrange(2**31)
         self.order = random.Random(seed)
@@ -119,6 +117,7 @@ class Sweeper(Stacking):
         short for the runs themselves stops the sweep (`stopped_early`); one short of what is held back moves on."""
         if self.options.budget_s is None:
             return True
+        keep = max(keep, self.reserve)
         left = self.options.budget_s - (self.elapsed() - self.start)
         run_s = self.run_s()
         if (runs + keep + 1) * run_s <= left:
@@ -127,12 +126,6 @@ class Sweeper(Stacking):
             return False
         self.sweep.stopped_early = self.sweep.stopped_early or f"budget of {self.options.budget_s:g} s exhausted"
         return False
-
-    def held_back(self) -> int:
-        """Runs the later phases need of the budget: two pairs for each winner to join the stack, three for the
-        confirmation. The repetition of undecided knobs stops short of them: a decided stack, confirmed, changes
-        the recommendation; one more run of a knob that is probably no help does not."""
-        return JOIN_RUNS * max(0, len(self._winners()) - 1) + CONFIRMATION_RUNS
 
     def measure(self, name: str, config: TrialConfig, knobs: list[str]) -> Trial:
         """One run of ``name`` and one of the baseline, in a random order (seeded per sweep): every candidate run
@@ -148,6 +141,7 @@ class Sweeper(Stacking):
             self.session.measure(BASELINE, self.reference, [])
         now = self.elapsed()
         self.pair_s.append(now - began)
+        self.pair_cost[name] = now - began
         self.sweep.elapsed_s = now - self.start
         return trial
 
@@ -219,52 +213,6 @@ class Sweeper(Stacking):
         gains = self.family.decide()
         for cand in self.candidates:
             cand.gain = gains.get(cand.name) if cand in measured else None
-
-    def refine(self) -> None:
-        """Adaptive repetition: more runs for undecided candidates that could still be worth it (a single run
-        never decides, so every candidate whose one-run interval reaches a worthwhile gain gets a second)."""
-        while True:
-            self.judge()
-            open_ = self.open_candidates()
-            if not open_ or self._budget_ends_refinement(open_):
-                return
-            best = max(open_, key=self._promise)
-            self.measure(best.name, best.config, best.knobs)
-
-    def _budget_ends_refinement(self, open_: list[Candidate]) -> bool:
-        """True when the budget leaves no run for the undecided ``open_`` beyond the runs held back for the stacking and
-        the confirmation (said in the sweep's notes)."""
-        if self.may_continue(keep=(held := self.held_back())):
-            return False
-        self.sweep.notes.append(f"more runs of {', '.join(c.name for c in open_)} (undecided) were left out: the "
-                                f"budget's last {held} run(s) are kept for the stacking and the confirmation")
-        return True
-
-    def _promise(self, cand: Candidate) -> tuple[bool, float]:
-        """Which undecided candidate gets the next run. Unbounded: the highest upper bound (the one that could win
-        most). Under a budget, runs go where they change the recommendation: first the candidates that could join it
-        (never a recipe or global-batch change, which are only reported), then the best point estimate — a likely win
-        decided beats a long shot measured again."""
-        high = cand.gain.high if cand.gain else 0.0
-        if self.options.budget_s is None:
-            return True, high
-        could_join = not cand.knob.changes_recipe and cand.config.samples_per_step == self.ctx.base.samples_per_step
-        return could_join, cand.gain.ratio if cand.gain else 0.0
-
-    def open_candidates(self) -> list[Candidate]:
-        """The candidates another run could still decide (as judged last), in the sweep's order."""
-        return [c for c in self.candidates if c.usable and self.measurements[c.name] < self.options.max_runs
-                and (could_still_win(c.gain, self.options.min_gain, self.options.max_runs) and not self.family.futile(c.name)
-                     or _probably_slower(c.gain) or self._increment_open(c))]
-
-    def _increment_open(self, cand: Candidate) -> bool:
-        """A knob measured on top of another is judged by what it adds (`outcome`): decidedly faster than the
-        baseline with both is not yet decidedly faster than the prerequisite alone, so its increment can still
-        want runs."""
-        if cand.requires is None or cand.gain is None or cand.requires.gain is None:
-            return False
-        increment = relative_gain(cand.gain, cand.requires.gain, reference=cand.requires.name)
-        return increment.verdict == "undecided" and could_still_win(increment, self.options.min_gain, self.options.max_runs)
 
     def micro_batch(self, knobs: list[Knob]) -> MicroBatchResult:
         """Search once for all the knobs measured by the micro-batch search (`Knob.search`); each reports its
@@ -376,9 +324,8 @@ class Sweeper(Stacking):
     def _search(self) -> None:
         by_knob: dict[str, list[Candidate]] = {}
         search_knobs: list[Knob] = []  # measured by the one micro-batch search
-        deferred: list[Knob] = []  # free activations: on a GPU measured only paired with the micro-batch they allow
-        paired: list[Knob] = []  # free optimizer state: measured alone, and paired too on a GPU when memory limits
-        micro_searched = any(k.search == "micro_batch" and k.id not in self.options.skip for k in REGISTRY)
+        first: list[Knob] = []
+        later: list[Knob] = []  # under a budget, knobs only reported: measured after the refinement of those that can join
         for knob in REGISTRY:
             inapplicable, unselected = knob.applies(self.ctx), self.selected(knob)
             if inapplicable is not None:
@@ -387,9 +334,34 @@ class Sweeper(Stacking):
                 self._outcome(knob, "skipped", unselected)
             elif knob.search == "micro_batch":
                 search_knobs.append(knob)
-            elif knob.frees == "activations" and self.ctx.cuda and micro_searched:
+            else:
+                (later if self.reported_only(knob) else first).append(knob)
+        # The micro-batch search is only reported too when none of its points can join (each changes the global batch)
+        # and no knob waits on it (on a GPU, those that free memory are measured with its points).
+        micro_later = (self.options.budget_s is not None and not any(k.keeps_global_batch for k in search_knobs)
+                       and not (self.ctx.cuda and any(k.frees for k in first)))
+        micro = self._pass(first, [] if micro_later else search_knobs, by_knob, None)
+        self.refine()
+        if later or (micro_later and search_knobs):
+            self.reserve = self.held_back()  # every run of this pass leaves the stacking and the confirmation theirs
+            micro = self._pass(later, search_knobs if micro_later else [], by_knob, micro)
+            self.refine()
+            self.reserve = 0
+        self._record_outcomes()
+        self.recommend(micro, next((k for k in search_knobs if k.keeps_global_batch), None))
+
+    def _pass(self, knobs: list[Knob], search_knobs: list[Knob], by_knob: dict[str, list[Candidate]],
+              micro: MicroBatchResult | None) -> MicroBatchResult | None:
+        """The first runs of ``knobs`` (each alone, or on top of the knob it builds on), the micro-batch search of
+        ``search_knobs``, and the knobs measured paired with its points (``micro``: a search already done)."""
+        deferred: list[Knob] = []  # free activations: on a GPU measured only paired with the micro-batch they allow
+        paired: list[Knob] = []  # free optimizer state: measured alone, and paired too on a GPU when memory limits
+        micro_searched = any(k.search == "micro_batch" and k.id not in self.options.skip for k in REGISTRY)
+        for knob in knobs:
+            if knob.frees == "activations" and self.ctx.cuda and micro_searched:
                 deferred.append(knob)  # on a GPU it pays only through memory: measured with the micro-batch search
-            elif knob.builds_on is not None and not knob.prerequisite_met(self.ctx.base):
+                continue
+            if knob.builds_on is not None and not knob.prerequisite_met(self.ctx.base):
                 prerequisite = self._best(by_knob.get(knob.builds_on, []))
                 if prerequisite is None:
                     self._outcome(knob, "skipped", f"needs {knob.builds_on}, which produced no acceptable run to build on")
@@ -399,14 +371,13 @@ class Sweeper(Stacking):
                 by_knob[knob.id] = self.try_variants(knob)
                 if knob.frees == "optimizer state" and self.ctx.cuda and micro_searched:
                     paired.append(knob)
-            if knob.id in by_knob and not by_knob[knob.id]:
-                self._outcome(knob, "skipped", self.sweep.stopped_early or "budget exhausted")
-        micro: MicroBatchResult | None = None
+            if not by_knob[knob.id]:
+                self._outcome(knob, "skipped", self._unmeasured())
         if search_knobs and self.may_continue():
             micro = self.micro_batch(search_knobs)
         elif search_knobs:
             for knob in search_knobs:
-                self._outcome(knob, "skipped", self.sweep.stopped_early or "budget exhausted")
+                self._outcome(knob, "skipped", self._unmeasured())
         for knob in deferred:
             if micro is not None and micro.hit_oom:
                 self.memory_pair(knob, micro)
@@ -418,9 +389,16 @@ class Sweeper(Stacking):
         for knob in paired:
             if micro is not None and micro.hit_oom and any(c.first is not None and c.first.ok for c in by_knob.get(knob.id, [])):
                 self.memory_pair(knob, micro)
-        self.refine()
-        self._record_outcomes()
-        self.recommend(micro, next((k for k in search_knobs if k.keeps_global_batch), None))
+        return micro
+
+    def _unmeasured(self) -> str:
+        """Why a knob got no run: the sweep stopped, or the budget's last runs went to the recommendation."""
+        if self.sweep.stopped_early:
+            return self.sweep.stopped_early
+        if self.reserve:
+            return (f"budget: its last {self.reserve} run(s) went to the stacking and the confirmation "
+                    "(this knob could only be reported, not recommended)")
+        return "budget exhausted"
 
     def _best(self, cands: list[Candidate]) -> Candidate | None:
         """The fastest usable variant of a knob (by its gain's point estimate)."""
@@ -444,16 +422,6 @@ class Sweeper(Stacking):
             self.outcomes[id(best)] = outcome
             self.sweep.knobs.append(outcome)
         self.recorded = True
-
-
-def _probably_slower(gain: Gain | None) -> bool:
-    """A probable slowdown gets the runs that can state it: too few runs to decide (compare.MIN_DECIDING_RUNS) and
-    an interval below 1 (one run's spread assumed 3× the baseline's); or undecided, its estimate a slowdown and its
-    interval short of +2% (at k − 1 df three runs rarely decide at the family's levels)."""
-    if gain is None or gain.verdict != "undecided":
-        return False
-    return gain.high < 1.0 if gain.runs < MIN_DECIDING_RUNS else gain.ratio < 0.98 and gain.high < 1.02
-
 
 
 def cannot_tell(gain: Gain) -> str:
