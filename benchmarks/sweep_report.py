@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from perfscope.ranking import gain_of
 from perfscope.report.reference import configuration_rate, gain_figures
-from perfscope.report.story import gain_of
 from perfscope.results import Results
 
 
