@@ -161,6 +161,7 @@ WORDING: dict[str, Wording] = {
     "tf32_state_unknown": "{why}",
     "trace_capture_unavailable": "trace capture not available: {error}",
     "trace_capture_failed": "trace capture failed: {error}",
+    "memory_categories_failed": "profiling memory by category failed: {error}",
     "trial_died_in_trace": "the trial process {how} during trace capture",
     "no_trace_captured": "no trace captured",
     "dataset_profile_failed": "profiling the Dataset failed: {error}",

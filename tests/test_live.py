@@ -136,6 +136,8 @@ def test_a_capture_with_memory_breaks_the_jobs_memory_down_by_category(job: Job,
     assert any(n.startswith("memory on rank 0: peak ") and "memory-rank0.json" in n for n in results.notes), results.notes
     owners = results.trials[0].metrics.memory_breakdown  # the owners at the peak, as the memory rules read them
     assert owners is not None and owners.parameters == memory["at_peak"]["parameter"] and owners.optimizer_state == 0
+    held = results.trials[0].metrics.memory_categories  # and the categories, which the memory rules cite
+    assert held is not None and held.peak_bytes == memory["peak_bytes"] and held.peak_category == memory["peak_category"]
 
 
 def test_a_pid_without_hooks_gets_one_line_saying_how(tmp_path: Path, registry: Path,

@@ -30,7 +30,6 @@ ALLOWED: dict[str, tuple[int, str]] = {
     "lanes/plan.py": (1, "owned by the lanes' work in flight (issue 36 left it alone)"),
     "live/client.py": (3, "`perfscope capture` starts without torch; the trace readers load once a trace came back"),
     "trace/capture.py": (1, "torch's memory profiler loads only when a memory breakdown is asked for"),
-    "trace/memory_categories.py": (1, "the results model loads only when a breakdown is filled in"),
     "hooks/loggers.py": (1, "owned by the loggers' work in flight (issue 36 left it alone)"),
 }
 """Per module (relative to perfscope/): how many function-local imports of perfscope modules, and why."""

@@ -7,13 +7,24 @@ known exactly (fp32: 4 B per parameter each for the weights and gradients; AdamW
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 from torch.utils.checkpoint import checkpoint
 
+from perfscope.results import TrialMetrics, from_jsonable, to_jsonable
+from perfscope.results.config import TrialConfig
+from perfscope.rules import run_rules
+from perfscope.rules._text import pct
 from perfscope.trace.capture import TraceCapture
-from perfscope.trace.memory_categories import MemoryByCategory, memory_breakdown
+from perfscope.trace.memory_categories import MemoryByCategory, memory_breakdown, profile_step_memory
+from perfscope.trial.loop import capture_trace, run_trial
+from perfscope.workload import load_workload
+from tests.factories import make_results, make_trial
+
+GiB = 2**30
 
 
 def _profile(model: torch.nn.Module, x: torch.Tensor, *, foreach: bool = True, active: int = 1) -> MemoryByCategory:
@@ -109,3 +120,62 @@ def test_a_breakdown_needs_the_profilers_memory_options() -> None:
         torch.ones(3).sum()
     with pytest.raises(ValueError, match="profile_memory=True"):
         memory_breakdown(prof, "cpu")
+
+
+def _near_oom(held: MemoryByCategory | None):
+    """A CUDA run at 96 % of its device's memory (PS502 fires), AdamW state 40 % of its peak (PS503 fires)."""
+    from perfscope.results import MemoryBreakdown
+
+    results = make_results([make_trial(median_s=0.1)], device_type="cuda")
+    m = results.trials[0].metrics
+    m.peak_memory_bytes, m.peak_reserved_bytes, m.device_memory_capacity_bytes = 74 * GiB, 77 * GiB, 80 * GiB
+    m.memory_breakdown = MemoryBreakdown(parameters=8 * GiB, gradients=8 * GiB, optimizer_state=30 * GiB,
+                                         activations_and_temporaries=28 * GiB)
+    m.memory_categories = held.categories() if held is not None else None
+    return {f.rule_id: f for f in run_rules(results)}
+
+
+def test_the_memory_rules_cite_the_category_at_the_peak_only_when_measured() -> None:
+    """A small transformer's profiled step (its peak is activations) feeds the rules: checkpointing's and the lean
+    optimizers' findings cite each category's share of that peak; without the profile they claim nothing of it."""
+    torch.manual_seed(0)
+    model = _Encoder(checkpointed=False)
+    opt = torch.optim.AdamW(model.parameters())
+    x = torch.randn(8, 64, 32)
+
+    def step() -> None:
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    step()  # AdamW's state exists from here, as in a trial after its warm-up
+    held = profile_step_memory(step, "cpu")
+    assert held.peak_category == "activation"
+    share = held.at_peak["activation"] / held.peak_bytes
+    found = _near_oom(held)
+    assert f"activations hold {pct(share)} of a profiled step's" in " ".join(found["PS502"].evidence)
+    assert "the most of any category (torch.profiler memory categories)" in " ".join(found["PS502"].evidence)
+    state = held.at_peak["optimizer_state"] / held.peak_bytes
+    assert f"optimizer state holds {pct(state)} of a profiled step's" in " ".join(found["PS503"].evidence)
+    assert "activations hold the most" in " ".join(found["PS503"].evidence)
+    unmeasured = _near_oom(None)
+    assert not any("memory categories" in line for f in unmeasured.values() for line in f.evidence)
+    assert unmeasured["PS502"].estimate_bound == found["PS502"].estimate_bound  # the rest is as without it
+
+
+def test_a_traced_trial_records_its_memory_by_category(tmp_path: Path) -> None:
+    """The real trial loop, in this process: after the trace window, a profiled step's categories land in the
+    trial's metrics and survive the results' JSON; results written before the field read it as None."""
+    config = TrialConfig(device="cpu", micro_batch_size=8, steps=2, warmup_steps=1, sample_utilization=False,
+                         count_flops=False, capture_trace=True)
+    run = run_trial(load_workload(Path(__file__).parent / "workloads" / "mlp.py"), config)
+    capture_trace(run, config, tmp_path)
+    held = run.metrics.memory_categories
+    assert held is not None, run.metrics.unavailable
+    params = 4 * (32 * 64 + 64 + 64 * 10 + 10)  # mlp.py's fp32 weights, all touched by every step
+    assert held.at_peak["parameter"] == params and held.peak_bytes == sum(held.at_peak.values())
+    assert held.device == "cpu" and held.peak_category in held.at_peak
+    data = to_jsonable(run.metrics)
+    assert from_jsonable(TrialMetrics, data).memory_categories == held
+    del data["memory_categories"]
+    assert from_jsonable(TrialMetrics, data).memory_categories is None

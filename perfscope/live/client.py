@@ -148,7 +148,7 @@ def capture(target: Target, *, steps: int, out: Path, timeout_s: float, command:
 
 def _add_memory(results: Results, out: Path, ranks: list[int]) -> None:
     """Each rank's memory by category as a note; the lowest rank's (the trial's rank, as `perfscope trace` takes
-    it) as the trial's breakdown by owner at the peak."""
+    it) as the trial's categories and breakdown by owner at the peak."""
     from perfscope.trace.memory_categories import MemoryByCategory
 
     for rank in ranks:
@@ -161,3 +161,4 @@ def _add_memory(results: Results, out: Path, ranks: list[int]) -> None:
         results.notes.append(f"memory on rank {rank}: {memory.text()}; each category's maximum in {path.name}")
         if rank == ranks[0] and results.trials:
             results.trials[0].metrics.memory_breakdown = memory.owners()
+            results.trials[0].metrics.memory_categories = memory.categories()

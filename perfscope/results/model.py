@@ -51,7 +51,7 @@ from perfscope.stats import Summary
 
 __all__ = [
     "FAILED_STATUSES", "SCHEMA_VERSION", "Contention", "Environment", "Finding", "Gain", "KnobOutcome",
-    "MemoryBreakdown", "MicroBatchPoint", "ModelFacts", "NumericsCheck", "Peak", "Results", "RunNoise", "Summary", "Sweep", "Trial", "TrialConfig",
+    "MemoryBreakdown", "MemoryCategories", "MicroBatchPoint", "ModelFacts", "NumericsCheck", "Peak", "Results", "RunNoise", "Summary", "Sweep", "Trial", "TrialConfig",
     "TrialMetrics", "TrialStatus", "Utilization", "UtilizationSample", "Verdict", "Window", "WorkloadInfo",
 ]
 
@@ -148,6 +148,23 @@ class MemoryBreakdown:
     gradients: int = field(metadata=NON_NEGATIVE)
     optimizer_state: int = field(metadata=NON_NEGATIVE)
     activations_and_temporaries: int | None
+
+
+@dataclass(kw_only=True)
+class MemoryCategories:
+    """One profiled step's memory by what torch.profiler's memory profile says holds it (parameter, gradient,
+    optimizer_state, activation, input, temporary, autograd_detail, unknown): perfscope.trace.memory_categories."""
+
+    device: str
+    peak_bytes: int = field(metadata=NON_NEGATIVE)
+    """The highest total of the profiled step's tensors (not the allocator's peak: no cache, no fragmentation)."""
+    peak_category: str
+    """The category holding the most bytes at that peak."""
+    at_peak: dict[str, int] = field(default_factory=dict, metadata=NON_NEGATIVE)
+
+    def share(self, category: str) -> float | None:
+        """``category``'s share of the peak; None when nothing was seen."""
+        return self.at_peak.get(category, 0) / self.peak_bytes if self.peak_bytes else None
 
 
 @dataclass(kw_only=True)
@@ -286,6 +303,9 @@ class TrialMetrics:
     peak_reserved_bytes: int | None = field(default=None, metadata=NON_NEGATIVE)
     device_memory_capacity_bytes: int | None = field(default=None, metadata=NON_NEGATIVE)
     memory_breakdown: MemoryBreakdown | None = None
+    memory_categories: MemoryCategories | None = None
+    """A profiled step's memory by category at its peak (taken after the trace window, traced runs only); None when
+    not profiled, and in results written before it existed."""
     host_rss_peak_bytes: int | None = field(default=None, metadata=NON_NEGATIVE)
     utilization: Utilization | None = None
     compile_time_s: float | None = field(default=None, metadata=SECONDS)

@@ -3,7 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfscope.results import Finding
-from perfscope.rules._text import gib, pct
+from perfscope.rules._text import gib, held_at_peak, pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.snippets import checkpoint_change
 
@@ -22,7 +22,8 @@ class NearOom(Rule):
     doc = RuleDoc(
         detects="memory nearly full",
         threshold="reserved ≥ 90 %",
-        evidence="peak, reserved, capacity, memory breakdown",
+        evidence="peak, reserved, capacity, memory breakdown; activations' share of a profiled step's peak when the run "
+                 "was profiled by category",
         fix="activation checkpointing",
         gain="measured (`activation_checkpointing`); limit: checkpointing frees at most the activations and temporaries, "
              "for one more forward",
@@ -48,6 +49,8 @@ class NearOom(Rule):
             caveats=["checkpointing recomputes the blocks' forward: HFU rises, MFU falls unless a larger micro-batch pays it back"],
             reference="https://pytorch.org/docs/stable/checkpoint.html",
         )
+        if (measured := held_at_peak(m.memory_categories, "activation")) is not None:
+            finding.evidence.append(measured)
         b = m.memory_breakdown
         if b is not None and b.activations_and_temporaries is not None:
             finding.estimate_bound = (f"device memory {gib(m.device_memory_capacity_bytes)}: checkpointing frees at most the "

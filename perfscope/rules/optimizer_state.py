@@ -3,7 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfscope.results import Finding, KnobOutcome, Trial
-from perfscope.rules._text import gib, pct
+from perfscope.rules._text import gib, held_at_peak, pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
 LEAN_OPTIMIZER_KNOBS = ("adafactor", "adamw_8bit")
@@ -27,7 +27,8 @@ class OptimizerState(Rule):
     doc = RuleDoc(
         detects="optimizer state a large share of memory",
         threshold="≥ 25 % of the peak",
-        evidence="memory breakdown; the `adafactor` / `adamw_8bit` runs when measured",
+        evidence="memory breakdown; optimizer state's share of a profiled step's peak when the run was profiled by "
+                 "category; the `adafactor` / `adamw_8bit` runs when measured",
         fix="8-bit optimizer, Adafactor, sharding",
         gain="measured (state freed, micro-batch unlocked, gain) when the sweep ran a lean optimizer, else the state an "
              "8-bit optimizer would free (75%); limit: 8-bit state frees at most 3/4 of the state, sharding (N−1)/N",
@@ -46,6 +47,8 @@ class OptimizerState(Rule):
         per_param = b.optimizer_state / max(b.parameters, 1) * 4  # bytes of state per fp32 parameter
         evidence = [f"optimizer state {gib(b.optimizer_state)} = {pct(b.optimizer_state / peak)} of the peak "
                     f"({per_param:.0f} B per parameter; weights {gib(b.parameters)})"]
+        if (held := held_at_peak(ctx.metrics.memory_categories, "optimizer_state")) is not None:
+            evidence.append(held)
         finding = Finding(
             rule_id=self.id, title="Optimizer state dominates memory: 8-bit optimizer, Adafactor or ZeRO/FSDP", severity="low",
             evidence=evidence,

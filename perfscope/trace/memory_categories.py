@@ -3,6 +3,7 @@
     with profile(..., profile_memory=True, record_shapes=True, with_stack=True) as prof: ...
     mem = memory_breakdown(prof, "cpu")    # MemoryByCategory: the peak, the category holding most of it, each category
     mem.peak_category                      # "activation": checkpointing; "optimizer_state": Adafactor, 8-bit, ZeRO
+    profile_step_memory(train_step, "cuda").categories()   # an analyze trial's: two profiled steps, into its results
 
 torch's MemoryProfile (the one behind `export_memory_timeline`) follows every tensor of the window through the
 autograd and data-flow graphs and names it parameter, gradient, optimizer state, activation, input, temporary or
@@ -19,12 +20,12 @@ The memory seen is the window's: tensors the window never touches (a frozen embe
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from perfscope.results import MemoryBreakdown
+from perfscope.results import MemoryBreakdown, MemoryCategories
 
 CATEGORIES = ("parameter", "gradient", "optimizer_state", "activation", "input", "temporary", "autograd_detail",
               "unknown")
@@ -59,13 +60,16 @@ class MemoryByCategory:
     def owners(self) -> MemoryBreakdown:
         """The results' breakdown by owner at the peak (what the memory rules and the report's chart read): the
         categories other than parameters, gradients and optimizer state are its activations and temporaries."""
-        from perfscope.results import MemoryBreakdown
-
         held = self.at_peak
         owned = {"parameter", "gradient", "optimizer_state"}
         return MemoryBreakdown(parameters=held.get("parameter", 0), gradients=held.get("gradient", 0),
                                optimizer_state=held.get("optimizer_state", 0),
                                activations_and_temporaries=sum(b for c, b in held.items() if c not in owned))
+
+    def categories(self) -> MemoryCategories:
+        """The results' record of the peak (perfscope.results.MemoryCategories): the categories holding bytes."""
+        return MemoryCategories(device=self.device, peak_bytes=self.peak_bytes, peak_category=self.peak_category,
+                                at_peak={c: b for c, b in self.at_peak.items() if b > 0})
 
     @classmethod
     def read(cls, path: Path) -> MemoryByCategory:
@@ -82,6 +86,27 @@ def _mb(n: int) -> str:
 
 def _name(category: Any) -> str:
     return "unknown" if category is None else category.name.lower()
+
+
+def profile_step_memory(step: Callable[[], Any], device: str) -> MemoryByCategory:
+    """Run ``step`` twice under a profiler of its own (a warm-up step, then the profiled one) and break the second
+    down. Its own window, not the trace's: the with_stack that torch's categorisation needs multiplies a trace's
+    size with python_function frames, which would crowd the trace past its cap and into its facts."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    target = f"cuda:{torch.cuda.current_device()}" if device == "cuda" else device
+    seen: list[MemoryByCategory] = []
+    with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=1, repeat=1),
+                 profile_memory=True, record_shapes=True, with_stack=True,
+                 on_trace_ready=lambda prof: seen.append(memory_breakdown(prof, target))) as prof:
+        for _ in range(2):
+            step()
+            prof.step()
+    if not seen:
+        raise RuntimeError("the profiler's memory window ended without a profiled step")
+    return seen[0]
 
 
 def memory_breakdown(prof: Any, device: str) -> MemoryByCategory:

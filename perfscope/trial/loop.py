@@ -2,7 +2,7 @@
 
     run = run_trial(workload, TrialConfig(device="cuda", micro_batch_size=8))
     run.metrics.samples_per_s                      # samples in the window / its wall time
-    capture_trace(run, config, artifacts_dir)      # afterwards, once the timing is safely recorded
+    capture_trace(run, config, artifacts_dir)      # afterwards, once the timing is safely recorded (+ memory by category)
 
 Design notes: docs/measurement.md.
 """
@@ -34,6 +34,7 @@ from perfscope.results import TrialMetrics
 from perfscope.results.config import TrialConfig
 from perfscope.results.fingerprint import Fingerprint
 from perfscope.results.messages import error, msg
+from perfscope.trace.memory_categories import profile_step_memory
 from perfscope.trial.applied import Observed, compile_not_applied, not_applied, record
 from perfscope.trial.data_parallel import agree_on_steps, local_optimizer
 from perfscope.trial.model_parallel import make_step
@@ -222,8 +223,18 @@ def capture_trace(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) ->
         return
     if cap.path is None:
         metrics.unavailable["trace"] = msg("trace_not_captured", notes=[cap.note or "trace unavailable"])
-        return
-    attach_trace(metrics, cap.path, device_type=config.device, steps=cap.active_steps, alignment_precision=config.precision)
+    else:
+        attach_trace(metrics, cap.path, device_type=config.device, steps=cap.active_steps, alignment_precision=config.precision)
+    capture_memory_categories(run, config)
+
+
+def capture_memory_categories(run: MeasuredRun, config: TrialConfig) -> None:
+    """Two more steps under torch.profiler's memory profile: the category that holds the peak, for the memory rules.
+    A failure (a profiler already running, an OOM) costs the record, in ``unavailable``, never the run."""
+    try:
+        run.metrics.memory_categories = profile_step_memory(run.step, config.device).categories()
+    except Exception as exc:  # noqa: BLE001 - the record is optional, the measurement is not
+        run.metrics.unavailable["memory_categories"] = msg("memory_categories_failed", error=error(exc))
 
 
 def nonfinite_loss(losses: list[float]) -> str | None:
