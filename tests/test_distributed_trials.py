@@ -64,6 +64,8 @@ def test_a_ddp_trial_records_every_rank_and_the_job(tmp_path, monkeypatch):
     assert trial.metrics.mfu == pytest.approx(trial.metrics.flops_per_step * 6 / slowest / (0.1e12 / 2))
     assert (tmp_path / "trials" / "baseline" / "trace" / "rank0.json.gz").exists()
     assert (tmp_path / "trials" / "baseline" / "trace" / "rank1.json.gz").exists()
+    held = trial.metrics.memory_categories  # rank 0's profiled step, after the trace window every rank took
+    assert held is not None and held.at_peak["parameter"] == (32 * 64 + 64 + 64 * 10 + 10) * 4, trial.metrics.unavailable
     assert Results.load(tmp_path / "results.json").trial("baseline").metrics.distributed.world_size == 2
     assert _leftovers(tmp_path) == []
 
