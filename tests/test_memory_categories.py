@@ -14,7 +14,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 from torch.utils.checkpoint import checkpoint
 
-from perfscope.results import TrialMetrics, from_jsonable, to_jsonable
+from perfscope.results import Finding, MemoryBreakdown, TrialMetrics, from_jsonable, to_jsonable
 from perfscope.results.config import TrialConfig
 from perfscope.rules import run_rules
 from perfscope.rules._text import pct
@@ -122,10 +122,8 @@ def test_a_breakdown_needs_the_profilers_memory_options() -> None:
         memory_breakdown(prof, "cpu")
 
 
-def _near_oom(held: MemoryByCategory | None):
+def _near_oom(held: MemoryByCategory | None) -> dict[str, Finding]:
     """A CUDA run at 96 % of its device's memory (PS502 fires), AdamW state 40 % of its peak (PS503 fires)."""
-    from perfscope.results import MemoryBreakdown
-
     results = make_results([make_trial(median_s=0.1)], device_type="cuda")
     m = results.trials[0].metrics
     m.peak_memory_bytes, m.peak_reserved_bytes, m.device_memory_capacity_bytes = 74 * GiB, 77 * GiB, 80 * GiB
