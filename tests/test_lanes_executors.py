@@ -126,18 +126,26 @@ def test_the_ray_executor_reaches_the_same_recommendation_when_a_worker_is_kille
     check_sweep(results, "ray", lost=dropped.index)
 
 
-def sweep_losing_a_lane(out: Path, executor: str, end_one: Callable[[], object | None]):
+def sweep_losing_a_lane(out: Path, executor: str, end_one: Callable[[], object | None], hold: Path | None = None):
     """The sweep while ``end_one`` (polled from a thread until it returns what it ended) ends one lane's job from
-    outside: (results, what it ended, the dropped lane's record), once the lane is dropped and the sweep went on."""
+    outside: (results, what it ended, the dropped lane's record), once the lane is dropped and the sweep went on.
+    ``hold``: the workload's hold file (step_pause.HOLD_ENV), created while the job is ended, so that the trials
+    then starting wait before their timed window and the job ended is surely one whose trial has not finished (a
+    job ended after its trial wrote its result has lost nothing, and the lane rightly stays)."""
     ended: list[object] = []
 
     def poll() -> None:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and not ended:
             # after the A/A check (the probe, a baseline and 2 runs per lane): both lanes have candidate runs to lose
-            if len(list(out.glob("trials/*/result.json"))) >= AFTER_RUNS and (what := end_one()) is not None:
-                ended.append(what)
+            if len(list(out.glob("trials/*/result.json"))) >= AFTER_RUNS:
+                if hold is not None:  # the runs in flight finish; the next ones wait in their model's construction
+                    hold.touch()
+                if (what := end_one()) is not None:
+                    ended.append(what)
             time.sleep(0.5)
+        if hold is not None:
+            hold.unlink(missing_ok=True)
 
     thread = threading.Thread(target=poll, daemon=True)
     thread.start()
@@ -248,7 +256,8 @@ def _jobs() -> list[str]:
 
 
 @pytest.mark.skipif(not TWO_CORES, reason="2 lanes of 1 core need 2 cores")
-def test_the_slurm_executor_reaches_the_same_recommendation_when_a_job_is_cancelled_mid_sweep(tmp_path, slurm_cluster):
+def test_the_slurm_executor_reaches_the_same_recommendation_when_a_job_is_cancelled_mid_sweep(tmp_path, slurm_cluster,
+                                                                                            monkeypatch):
     """One sweep shows both (a Slurm sweep costs minutes here): the recommendation through Slurm, and a job
     scancelled after the A/A check drops its lane while the sweep goes on. Where Slurm could not start, submitit's
     LocalExecutor gives the recommendation and nothing can be scancelled."""
@@ -256,14 +265,24 @@ def test_the_slurm_executor_reaches_the_same_recommendation_when_a_job_is_cancel
         check_sweep(_analyze(tmp_path / "out", "slurm"), "slurm")
         return
 
-    def cancel_one() -> str | None:  # a job seen running on both lanes, cancelled from outside
-        jobs = _jobs()
-        if len(jobs) < 2:
+    out, steady = tmp_path / "out", {"since": 0.0, "jobs": (), "results": -1}
+
+    def cancel_one() -> str | None:
+        """A held job, cancelled from outside: the same jobs running for 3 s with no result written meanwhile are
+        held ones (a job that finished its trial leaves the queue in well under that). One lane may be idle then (a
+        wave with one run: a contended run measured again), so one held job is enough."""
+        jobs, results = tuple(sorted(_jobs(), key=int)), len(list(out.glob("trials/*/result.json")))
+        if not jobs or (jobs, results) != (steady["jobs"], steady["results"]):
+            steady.update(since=time.monotonic(), jobs=jobs, results=results)
+            return None
+        if time.monotonic() - steady["since"] < 3.0:
             return None
         subprocess.run(["scancel", jobs[-1]], check=True)
         return jobs[-1]
 
-    results, job, dropped = sweep_losing_a_lane(tmp_path / "out", "slurm", cancel_one)
+    hold = tmp_path / "hold"
+    monkeypatch.setenv("PERFSCOPE_TEST_HOLD_FILE", str(hold))  # sbatch exports it to the jobs
+    results, job, dropped = sweep_losing_a_lane(out, "slurm", cancel_one, hold)
     assert f"slurm job {job} CANCELLED" in dropped.dropped, dropped
     check_sweep(results, "slurm", lost=dropped.index)
 
