@@ -60,6 +60,14 @@ def _state(job_id: str) -> str | None:
     return out.stdout.strip().split("\n")[0] or None if out.returncode == 0 else None
 
 
+def _ended(state: str) -> bool:
+    return state.split()[0] in ENDED
+
+
+def _ended_first(job_id: str, state: str | None) -> LaneFailure:
+    return LaneFailure(f"slurm job {job_id} {state or 'left the queue'} before its trial finished")
+
+
 def _wait(job: Any) -> None:
     """Until the job's result is written; LaneFailure when Slurm ended the job first (with its state)."""
     checked = time.monotonic()
@@ -69,10 +77,10 @@ def _wait(job: Any) -> None:
             continue
         checked = time.monotonic()
         state = _state(job.job_id)
-        if state is None or state.split()[0] in ENDED:
+        if state is None or _ended(state):
             time.sleep(2.0)  # a result written just before the end
             if not job.done():
-                raise LaneFailure(f"slurm job {job.job_id} {state or 'left the queue'} before its trial finished")
+                raise _ended_first(job.job_id, state)
 
 
 def _raise_if_ended(job_id: str, settle_s: float = 5.0) -> None:
@@ -82,8 +90,8 @@ def _raise_if_ended(job_id: str, settle_s: float = 5.0) -> None:
     deadline = time.monotonic() + settle_s
     while True:
         state = _state(job_id)
-        if state is not None and state.split()[0] in ENDED:
-            raise LaneFailure(f"slurm job {job_id} {state} before its trial finished")
+        if state is not None and _ended(state):
+            raise _ended_first(job_id, state)
         if state is None or state.split()[0] == "COMPLETED" or time.monotonic() > deadline:
             return
         time.sleep(0.5)
