@@ -14,14 +14,15 @@ from pathlib import Path
 
 from markupsafe import Markup
 
+from perfscope.report.charts.base import PLOTLY_TRACE_TYPES
 from perfscope.report.escaping import safe_inline_js, script_json
 from perfscope.report.templates import template_environment
 from perfscope.report.view import ReportView, build_view
 from perfscope.results import Results
 
+__all__ = ["PLOTLY_TRACE_TYPES", "charts_json", "plotly_js", "render_html", "render_view_html"]
+
 VENDORED_PLOTLY = Path(__file__).parent / "vendor" / "plotly-basic.min.js"
-PLOTLY_TRACE_TYPES = frozenset({"scatter", "bar", "pie"})
-"""Trace types the basic bundle draws; the charts/ modules use no other (a test checks every chart's traces)."""
 
 
 @functools.cache

@@ -19,7 +19,7 @@ from perfscope.report.escaping import plotly_text
 from perfscope.report.format import fmt_seconds
 from perfscope.results import Results
 from perfscope.results.waterfall import PARTS, MfuWaterfall, WaterfallPart, mfu_waterfall
-from perfscope.rules import all_rules
+from perfscope.rules import all_rules, rule
 from perfscope.wording import words
 
 GROUP_COLORS = {"host idle": ORANGE, "exposed communication": PURPLE, "non-GEMM kernels": TEAL, "GEMM efficiency": RED,
@@ -55,13 +55,14 @@ class WaterfallView:
 
 def part_fixes(key: str) -> tuple[str, ...]:
     """The rule and knob ids that act on a part: their `addresses` meet its slices, or their `gap_parts` name it."""
-    return _part_fixes(key, tuple(k.id for k in knobs.REGISTRY))  # a knob registered at run time shows at once
+    # keyed by the registries' ids: a rule or knob registered at run time shows at once
+    return _part_fixes(key, tuple(r.id for r in all_rules()), tuple(k.id for k in knobs.REGISTRY))
 
 
 @cache
-def _part_fixes(key: str, knob_ids: tuple[str, ...]) -> tuple[str, ...]:
+def _part_fixes(key: str, rule_ids: tuple[str, ...], knob_ids: tuple[str, ...]) -> tuple[str, ...]:
     slices = set(PARTS[key].slices)
-    actors = [*all_rules(), *(knobs.knob(i) for i in knob_ids)]
+    actors = [*(rule(i) for i in rule_ids), *(knobs.knob(i) for i in knob_ids)]
     return tuple(a.id for a in actors if set(a.addresses) & slices or key in a.gap_parts)
 
 

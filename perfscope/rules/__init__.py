@@ -1,4 +1,6 @@
-"""The rules: one diagnosis per module, registered here. Adding a rule = one module + one line + its test.
+"""The rules: one diagnosis per module, registered here. Adding a rule = one module + one line in REGISTRY + its test
+(or `register(MyRule())` from a plugin): the engine, the ranking, the report, `perfscope rules`, docs/rules.md and
+the MFU waterfall's links all read the registry.
 
     from perfscope.rules import run_rules, all_rules
     results.findings = run_rules(results)
@@ -6,13 +8,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from perfscope.results import Finding, Results
 from perfscope.rules import engine
 from perfscope.rules._trace_only import label_trace_estimates
 from perfscope.rules.compile_fusion import CompileFusion
 from perfscope.rules.data_loader_stall import DataLoaderStall
 from perfscope.rules.data_parallel_memory import DataParallelMemory
-from perfscope.rules.engine import Rule, RuleContext, partition_findings
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc, partition_findings
 from perfscope.rules.exposed_communication import ExposedCommunication
 from perfscope.rules.fragmentation import AllocatorFragmentation
 from perfscope.rules.gc_pauses import GcPauses
@@ -36,33 +41,66 @@ from perfscope.rules.tf32 import Tf32Matmul
 from perfscope.rules.throttling import Throttling
 
 
+REGISTRY: list[Rule] = [
+    MeasuredKnob(),
+    MixedPrecision(),
+    Tf32Matmul(),
+    DataLoaderStall(),
+    PageableCopies(),
+    LaunchBound(),
+    SyncPoints(),
+    CompileFusion(),
+    MisalignedGemm(),
+    MemoryHeadroom(),
+    NearOom(),
+    OptimizerState(),
+    AllocatorFragmentation(),
+    NonFiniteLoss(),
+    GcPauses(),
+    HostCpuSaturation(),
+    Throttling(),
+    ExposedCommunication(),
+    Stragglers(),
+    DataParallelMemory(),
+    NumaBinding(),
+    ModelParallelMemory(),
+    TensorParallelCommunication(),
+    PipelineBubble(),
+]
+"""The rules in the order they run (their findings are ranked by perfscope.ranking, whatever this order)."""
+
+
 def all_rules() -> list[Rule]:
-    return [
-        MeasuredKnob(),
-        MixedPrecision(),
-        Tf32Matmul(),
-        DataLoaderStall(),
-        PageableCopies(),
-        LaunchBound(),
-        SyncPoints(),
-        CompileFusion(),
-        MisalignedGemm(),
-        MemoryHeadroom(),
-        NearOom(),
-        OptimizerState(),
-        AllocatorFragmentation(),
-        NonFiniteLoss(),
-        GcPauses(),
-        HostCpuSaturation(),
-        Throttling(),
-        ExposedCommunication(),
-        Stragglers(),
-        DataParallelMemory(),
-        NumaBinding(),
-        ModelParallelMemory(),
-        TensorParallelCommunication(),
-        PipelineBubble(),
-    ]
+    """Every registered rule: the engine, `perfscope rules`, docs/rules.md and the MFU waterfall's links read this."""
+    return list(REGISTRY)
+
+
+def rule(rule_id: str) -> Rule:
+    for r in REGISTRY:
+        if r.id == rule_id:
+            return r
+    raise KeyError(rule_id)
+
+
+def register(new: Rule) -> None:
+    """Add a rule after the built-in ones (a plugin, a test): it runs, is ranked, rendered and documented at once.
+
+    Checked here, so a missing catalogue entry is an error at registration, not in the docs' generation."""
+    if new.id in {r.id for r in REGISTRY}:
+        raise ValueError(f"a rule {new.id!r} is already registered")
+    if not isinstance(getattr(new, "doc", None), RuleDoc) or not (type(new).__doc__ or "").strip():
+        raise TypeError(f"rule {new.id!r} needs a docstring and a `doc = RuleDoc(...)`: its documentation is generated from them")
+    REGISTRY.append(new)
+
+
+@contextmanager
+def registered(new: Rule) -> Iterator[Rule]:
+    """`register` for the length of a block (tests)."""
+    register(new)
+    try:
+        yield new
+    finally:
+        REGISTRY.remove(new)
 
 
 def run_rules(results: Results) -> list[Finding]:
@@ -72,4 +110,4 @@ def run_rules(results: Results) -> list[Finding]:
     return label_trace_estimates(findings) if results.source == "trace" else findings
 
 
-__all__ = ["Rule", "RuleContext", "all_rules", "partition_findings", "run_rules"]
+__all__ = ["REGISTRY", "Rule", "RuleContext", "RuleDoc", "all_rules", "partition_findings", "register", "registered", "rule", "run_rules"]

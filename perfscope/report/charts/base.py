@@ -20,6 +20,8 @@ MIB = 2**20
 FONT = "-apple-system, BlinkMacSystemFont, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
 BLUE, ORANGE, GREEN, RED, TEAL, PURPLE, GREY = "#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#9AA5B1"
 PALETTE = [BLUE, ORANGE, GREEN, RED, TEAL, PURPLE, "#9D755D", GREY]
+PLOTLY_TRACE_TYPES = frozenset({"scatter", "bar", "pie"})
+"""Trace types the page's plotly.js bundle draws (report/html.py): a chart with another is not drawn, and says so."""
 
 
 @dataclass(kw_only=True, slots=True)

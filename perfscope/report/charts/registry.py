@@ -1,15 +1,16 @@
 """The chart registry: the page's charts in order, and how a run without data for one says so in a line.
 
 Adding a chart = one function ``(results, roles) -> Chart | list[Chart] | None`` in a module of this package
-+ one line in CHARTS + a test. A chart with nothing to draw returns None (or an empty figure, which becomes a
++ one line in CHARTS (or `register(my_chart)` from a plugin) + a test. A chart with nothing to draw returns None (or an empty figure, which becomes a
 line of text in the report's "not drawn" list).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
-from perfscope.report.charts.base import Chart, Roles
+from perfscope.report.charts.base import PLOTLY_TRACE_TYPES, Chart, Roles
 from perfscope.report.charts.kernels import kernel_category_chart
 from perfscope.report.charts.micro_batch import micro_batch_charts
 from perfscope.report.charts.timeline import utilization_chart
@@ -36,6 +37,23 @@ CHARTS: list[ChartFunction] = [
 """The run's charts in page order (the answer's gain chart and the baseline's breakdown are placed by the view)."""
 
 
+def register(draw: ChartFunction) -> None:
+    """Add a chart after the built-in ones (a plugin, a test): the next report draws it."""
+    if draw in CHARTS:
+        raise ValueError(f"the chart {getattr(draw, '__name__', draw)!r} is already registered")
+    CHARTS.append(draw)
+
+
+@contextmanager
+def registered(draw: ChartFunction) -> Iterator[ChartFunction]:
+    """`register` for the length of a block (tests)."""
+    register(draw)
+    try:
+        yield draw
+    finally:
+        CHARTS.remove(draw)
+
+
 def _empty(chart: Chart) -> bool:
     """No trace has a single value to draw."""
     return not any(v is not None for t in chart.figure.get("data", []) for v in (t.get("x") or []) + (t.get("y") or []))
@@ -59,6 +77,10 @@ def build_charts(results: Results, *, baseline: str | None, recommended: str | N
     for c in charts:
         if _empty(c):
             absent.append(f"{c.title}: not drawn, this run recorded no data for it.")
+            continue
+        unknown = sorted({str(t.get("type", "scatter")) for t in c.figure.get("data", [])} - PLOTLY_TRACE_TYPES)
+        if unknown:  # the page's plotly bundle would leave an empty box: say why instead
+            absent.append(f"{c.title}: not drawn, the page's plotly bundle has no {', '.join(unknown)} trace.")
             continue
         shown.append(c)
     narrow = [c for c in shown if not c.wide]
