@@ -72,7 +72,7 @@ def test_a_rule_registered_in_one_line_fires_is_ranked_rendered_and_documented(t
     assert found.addresses == ["host"] and found.estimated_gain == pytest.approx(1.25)  # the engine adds `addresses`
     saved = Results.load(tmp_path / "results.json")
     assert [f.rule_id for f in saved.findings if f.rule_id == "PS990"] == ["PS990"]
-    assert re.search(r"^### 2\. Throwaway: the host's bookkeeping slows the step", (tmp_path / "report.md").read_text(), re.M)
+    assert re.search(r"^### 2\. Throwaway: the host's bookkeeping slows the step", (tmp_path / "report.md").read_text(), re.MULTILINE)
     assert "Throwaway: the host&#39;s bookkeeping slows the step" in (tmp_path / "report.html").read_text()
     gap_row = next(line for line in (tmp_path / "report.md").read_text().splitlines() if line.startswith("| launch & host"))
     assert "PS990" in gap_row  # the waterfall's "Acts on it" column, rendered
@@ -119,7 +119,7 @@ def data_wait_chart(results: Results, roles: Roles) -> Chart | None:
 
 def _drawn(html: str) -> dict[str, dict]:
     """The page's chart specs by id, as Plotly.newPlot receives them."""
-    blob = re.search(r'<script type="application/json" id="perfscope-charts">(.*?)</script>', html, re.S)
+    blob = re.search(r'<script type="application/json" id="perfscope-charts">(.*?)</script>', html, re.DOTALL)
     assert blob, "the page carries no chart data"
     return {c["id"]: c["figure"] for c in json.loads(blob.group(1))}
 

@@ -27,6 +27,7 @@ PURE_HELPERS = (
     "perfscope.wording",    # the words of the messages a run records (knobs and rules quote a reason in theirs)
     "perfscope.precision",  # the precision names
     "perfscope.errors",     # exit codes and user errors
+    "perfscope.registry",   # the registries' list type (knobs, rules, charts)
 )
 """Below every stage: the typed results and helpers that import nothing of perfscope's but each other."""
 

@@ -11,8 +11,6 @@ data set-up (`active_knobs`, `loader_options`), the rules (`knob(id).addresses`)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from perfscope.knobs.adafactor import Adafactor
@@ -46,9 +44,10 @@ from perfscope.knobs.pipeline_parallel import PipelineParallel
 from perfscope.knobs.tensor_parallel import TensorParallel
 from perfscope.knobs.tf32 import Tf32
 from perfscope.knobs.zero1 import Zero1
+from perfscope.registry import Registry
 from perfscope.results.config import TrialConfig
 
-REGISTRY: list[Knob] = [
+REGISTRY: Registry[Knob] = Registry([
     AmpBf16(),
     AmpFp16(),
     Tf32(),
@@ -81,7 +80,7 @@ REGISTRY: list[Knob] = [
     PipelineParallel(),
     MicroBatch(),
     GradAccum(),
-]
+], key=lambda k: k.id, what="knob")
 
 
 def knob(knob_id: str) -> Knob:
@@ -95,21 +94,10 @@ def knob_ids() -> list[str]:
     return [k.id for k in REGISTRY]
 
 
-def register(new: Knob) -> None:
-    """Add a knob after the built-in ones (the trial sees it when it runs in this process or a fork of it)."""
-    if new.id in knob_ids():
-        raise ValueError(f"a knob {new.id!r} is already registered")
-    REGISTRY.append(new)
-
-
-@contextmanager
-def registered(new: Knob) -> Iterator[Knob]:
-    """`register` for the length of a block (tests)."""
-    register(new)
-    try:
-        yield new
-    finally:
-        REGISTRY.remove(new)
+register = REGISTRY.register
+"""Add a knob after the built-in ones (the trial sees it when it runs in this process or a fork of it)."""
+registered = REGISTRY.registered
+"""`register` for the length of a block (tests)."""
 
 
 def active_knobs(config: TrialConfig) -> list[Knob]:

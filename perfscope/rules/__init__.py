@@ -8,9 +8,7 @@ the MFU waterfall's links all read the registry.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
+from perfscope.registry import Registry
 from perfscope.results import Finding, Results
 from perfscope.rules import engine
 from perfscope.rules._trace_only import label_trace_estimates
@@ -41,7 +39,13 @@ from perfscope.rules.tf32 import Tf32Matmul
 from perfscope.rules.throttling import Throttling
 
 
-REGISTRY: list[Rule] = [
+def _documented(new: Rule) -> None:
+    """docs/rules.md and `perfscope rules` are generated from a rule's docstring and `doc`: refused without them."""
+    if not isinstance(getattr(new, "doc", None), RuleDoc) or not (type(new).__doc__ or "").strip():
+        raise TypeError(f"rule {new.id!r} needs a docstring and a `doc = RuleDoc(...)`: its documentation is generated from them")
+
+
+REGISTRY: Registry[Rule] = Registry([
     MeasuredKnob(),
     MixedPrecision(),
     Tf32Matmul(),
@@ -66,7 +70,7 @@ REGISTRY: list[Rule] = [
     ModelParallelMemory(),
     TensorParallelCommunication(),
     PipelineBubble(),
-]
+], key=lambda r: r.id, what="rule", check=_documented)
 """The rules in the order they run (their findings are ranked by perfscope.ranking, whatever this order)."""
 
 
@@ -82,25 +86,10 @@ def rule(rule_id: str) -> Rule:
     raise KeyError(rule_id)
 
 
-def register(new: Rule) -> None:
-    """Add a rule after the built-in ones (a plugin, a test): it runs, is ranked, rendered and documented at once.
-
-    Checked here, so a missing catalogue entry is an error at registration, not in the docs' generation."""
-    if new.id in {r.id for r in REGISTRY}:
-        raise ValueError(f"a rule {new.id!r} is already registered")
-    if not isinstance(getattr(new, "doc", None), RuleDoc) or not (type(new).__doc__ or "").strip():
-        raise TypeError(f"rule {new.id!r} needs a docstring and a `doc = RuleDoc(...)`: its documentation is generated from them")
-    REGISTRY.append(new)
-
-
-@contextmanager
-def registered(new: Rule) -> Iterator[Rule]:
-    """`register` for the length of a block (tests)."""
-    register(new)
-    try:
-        yield new
-    finally:
-        REGISTRY.remove(new)
+register = REGISTRY.register
+"""Add a rule after the built-in ones (a plugin, a test): it runs, is ranked, rendered and documented at once."""
+registered = REGISTRY.registered
+"""`register` for the length of a block (tests)."""
 
 
 def run_rules(results: Results) -> list[Finding]:

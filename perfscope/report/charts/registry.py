@@ -7,9 +7,9 @@ line of text in the report's "not drawn" list).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
+from perfscope.registry import Registry
 from perfscope.report.charts.base import PLOTLY_TRACE_TYPES, Chart, Roles
 from perfscope.report.charts.kernels import kernel_category_chart
 from perfscope.report.charts.micro_batch import micro_batch_charts
@@ -25,7 +25,7 @@ from perfscope.results import Results
 
 ChartFunction = Callable[[Results, Roles], "Chart | list[Chart] | None"]
 
-CHARTS: list[ChartFunction] = [
+CHARTS: Registry[ChartFunction] = Registry([
     step_breakdown_chart,
     mfu_chart,
     throughput_chart,
@@ -33,25 +33,14 @@ CHARTS: list[ChartFunction] = [
     micro_batch_charts,
     kernel_category_chart,
     utilization_chart,
-]
+], key=lambda draw: draw, what="chart")
 """The run's charts in page order (the answer's gain chart and the baseline's breakdown are placed by the view)."""
 
 
-def register(draw: ChartFunction) -> None:
-    """Add a chart after the built-in ones (a plugin, a test): the next report draws it."""
-    if draw in CHARTS:
-        raise ValueError(f"the chart {getattr(draw, '__name__', draw)!r} is already registered")
-    CHARTS.append(draw)
-
-
-@contextmanager
-def registered(draw: ChartFunction) -> Iterator[ChartFunction]:
-    """`register` for the length of a block (tests)."""
-    register(draw)
-    try:
-        yield draw
-    finally:
-        CHARTS.remove(draw)
+register = CHARTS.register
+"""Add a chart after the built-in ones (a plugin, a test): the next report draws it."""
+registered = CHARTS.registered
+"""`register` for the length of a block (tests)."""
 
 
 def _empty(chart: Chart) -> bool:
