@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch.utils.checkpoint import checkpoint
 
-import perfscope.trace.memory_categories as memory_categories
 from perfscope.hooks.profiler import Profiler
 from perfscope.results import TrialMetrics
+from perfscope.trace import memory_categories
 
 STEPS = 6
 """Step 0 warm-up, step 1 traced, steps 2-3 the memory window, steps 4-5 timed."""

@@ -143,9 +143,9 @@ class Stepping:
         elif not timed and self._recorder is not None:
             self._close_window()
         # Start-of-step work for step k (after the boundary: it belongs to that untimed step).
-        if capture is not None and k == capture.first and capture.start(self.device.type):
-            if self._flop.flops is None and self._flop.index < capture.end:
-                self._flop.index = capture.end  # count FLOPs outside the profiled window
+        if (capture is not None and k == capture.first and capture.start(self.device.type)
+                and self._flop.flops is None and self._flop.index < capture.end):
+            self._flop.index = capture.end  # count FLOPs outside the profiled window (and its memory steps)
         if live.flag and live.begin(k, self.device.type) and self._flop.index in range(k, live.end):
             self._flop.index = live.end
         if k == self._flop.index and self._flop.wanted:

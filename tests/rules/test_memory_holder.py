@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from perfscope.report.charts import build_charts
-from perfscope.results import MemoryBreakdown, MemoryCategories, Results
+from perfscope.results import Finding, MemoryBreakdown, MemoryCategories, Results
 from perfscope.rules import run_rules
 from perfscope.rules._memory import peak_agreement, peak_holder
 from tests.factories import make_results, make_trial
@@ -30,7 +30,7 @@ def near_oom(at_peak: dict[str, int] | None, *, allocated: int = 74 * GiB, devic
     return results
 
 
-def ps502(results: Results):  # noqa: ANN201
+def ps502(results: Results) -> Finding:
     (finding,) = [f for f in run_rules(results) if f.rule_id == "PS502"]
     return finding
 
