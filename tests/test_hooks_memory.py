@@ -9,27 +9,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils.checkpoint import checkpoint
 
 from perfscope.hooks.profiler import Profiler
 from perfscope.results import TrialMetrics
 from perfscope.trace import memory_categories
+from tests.test_memory_categories import _Encoder as Encoder  # the same two-layer encoder, profiled directly there
 
 STEPS = 6
 """Step 0 warm-up, step 1 traced, steps 2-3 the memory window, steps 4-5 timed."""
-
-
-class Encoder(torch.nn.Module):
-    def __init__(self, checkpointed: bool) -> None:
-        super().__init__()
-        self.checkpointed = checkpointed
-        self.layers = torch.nn.ModuleList(torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
-                                          for _ in range(2))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = checkpoint(layer, x, use_reentrant=False) if self.checkpointed else layer(x)
-        return x
 
 
 def hooked_loop(*, checkpointed: bool = False, memory: bool = True) -> TrialMetrics:
