@@ -97,6 +97,27 @@ def checkpoint_change() -> str:
     )
 
 
+def lean_optimizer_change() -> str:
+    return ("-optimizer = torch.optim.AdamW(model.parameters(), lr=lr)\n"
+            "+optimizer = torchao.optim.AdamW8bit(model.parameters(), lr=lr)   # or bnb.optim.AdamW8bit, FSDP / ZeroRedundancyOptimizer")
+
+
+def sharding_change(stage: int) -> str:
+    """ZeRO-``stage`` over the data-parallel ranks: ZeroRedundancyOptimizer (1), FSDP2 `fully_shard` (2, 3)."""
+    if stage <= 1:
+        return ("-optimizer = torch.optim.AdamW(model.parameters(), lr=lr)\n"
+                "+from torch.distributed.optim import ZeroRedundancyOptimizer\n"
+                "+optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=lr)   # ZeRO-1: state sharded")
+    reshard = "True" if stage >= 3 else "False"
+    what = ("ZeRO-3: parameters, gradients and state sharded" if stage >= 3
+            else "ZeRO-2: gradients and state sharded, parameters kept after forward")
+    return ("-model = DistributedDataParallel(model)\n"
+            "+from torch.distributed.fsdp import fully_shard\n"
+            "+for block in model.blocks:   # the repeated blocks, then the root\n"
+            f"+    fully_shard(block, reshard_after_forward={reshard})\n"
+            f"+fully_shard(model, reshard_after_forward={reshard})   # {what}")
+
+
 # ----------------------------------------------------------------------- data parallel (a torchrun loop)
 
 

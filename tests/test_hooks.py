@@ -670,7 +670,8 @@ def test_capture_window_is_profiled_untimed_and_saved(tmp_path: Path, monkeypatc
     path = prof.save(tmp_path / "run")
     results = Results.load(path)
     m = results.trials[0].metrics
-    assert m.steps == 12 - 2 - 3 - 1  # warm-up, the window, the FLOP step (moved after the window)
+    # warm-up, the window, its two memory-by-category steps, the FLOP step (moved after them)
+    assert m.steps == 12 - 2 - 3 - 2 - 1 and m.memory_categories is not None
     trace = tmp_path / "run" / m.trace_path  # stored relative to the results file: the folder can move
     assert not Path(m.trace_path).is_absolute() and trace.read_bytes() == b"trace"
     assert "trace_facts" in m.unavailable  # no perfscope.trace.facts in this fake

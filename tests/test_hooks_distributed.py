@@ -22,6 +22,7 @@ from perfscope.results import Results
 SCRIPT = Path(__file__).with_name("hooks_ddp_job.py")
 ROOT = Path(__file__).parents[1]
 STEPS, WARMUP, BATCH, TRACED = 25, 2, 8, 3  # per rank (hooks_ddp_job.py): steps 20-22 are traced
+MEMORY = 2  # steps 23-24: the memory-by-category window after the trace (Profiler(memory=True), the default)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,7 @@ def test_rank_0_writes_the_one_results_file_of_the_job(job: Path) -> None:
     assert (facts.backend, facts.nnodes, facts.nproc_per_node, facts.data_parallel) == ("gloo", 1, 2, "ddp")
     assert (trial.config.data_parallel, trial.config.world_size, facts.global_batch) == ("ddp", 2, 2 * BATCH)
     for rank in facts.ranks:
-        assert rank.steps == STEPS - WARMUP - 1 - TRACED  # warm-up, FLOP-counting and traced steps are not timed
+        assert rank.steps == STEPS - WARMUP - 1 - TRACED - MEMORY  # warm-up, FLOP-counting, traced, memory: not timed
         assert rank.samples == rank.steps * BATCH and len(rank.step_times_s) == rank.steps
         assert rank.samples_per_s == pytest.approx(rank.samples / rank.wall_s)
         assert rank.parameter_bytes == rank.gradient_bytes == (32 * 64 + 64 + 64 * 16 + 16) * 4  # replicated (DDP)
@@ -66,6 +67,8 @@ def test_rank_0_writes_the_one_results_file_of_the_job(job: Path) -> None:
     steps_per_rank_s = sum(r.steps for r in facts.ranks) / 2 / max(r.wall_s for r in facts.ranks)
     assert m.mfu == pytest.approx(m.flops_per_step * steps_per_rank_s / (1e12 / 2))
     assert m.steps == facts.ranks[0].steps and m.step_times_s == facts.ranks[0].step_times_s  # the rest is rank 0's
+    held = m.memory_categories  # rank 0's window, every rank having taken it in step (DDP's collectives in both)
+    assert held is not None and held.at_peak["parameter"] == (32 * 64 + 64 + 64 * 16 + 16) * 4, m.unavailable
 
 
 def test_every_ranks_trace_is_in_rank_0s_trace_folder(job: Path) -> None:

@@ -4,8 +4,11 @@
     window.first                    # 9: one profiler warm-up step before the recorded ones
     window.start(); window.step(); ...; window.stop()
     window.trace_path               # <trace_dir>/rank<R>.json.gz, or None and `notes` say why
+    CaptureWindow((10, 13), None, categories=True).categories   # then two more steps: memory by category
 
-Steps inside the window are not timed (the profiler costs them); the trace is analysed at results time.
+Steps inside the window are not timed (the profiler costs them); the trace is analysed at results time. The
+memory window (``categories``) is an analyze trial's (perfscope.trial.loop.capture_memory_categories): its own two
+steps after the trace, since the stacks torch's categorisation needs would swell the trace past its cap.
 """
 
 from __future__ import annotations
@@ -13,39 +16,56 @@ from __future__ import annotations
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from perfscope.trace.memory_categories import MemoryByCategory
 
 
 class CaptureWindow:
     """From `first` (one warm-up step before capture_steps where there is one, so the recorded steps do not pay
     the profiler's start-up) the profiler records exactly capture_steps."""
 
-    def __init__(self, capture_steps: tuple[int, int], trace_dir: Path | None, *, memory: bool = False) -> None:
+    def __init__(self, capture_steps: tuple[int, int], trace_dir: Path | None, *, memory: bool = False,
+                 categories: bool = False) -> None:
         start, stop = capture_steps
         self.capture_steps, self.trace_dir, self.memory = capture_steps, trace_dir, memory
         self.memory_path: Path | None = None
         """The window's memory by category (memory=True: perfscope.trace.memory_categories), once written."""
         self.first, self.stop_step = (start - 1 if start >= 2 else start), stop
+        self.extra = 0
+        """Steps after the trace's under the memory window (``categories``)."""
+        if categories:  # loaded only when asked for: a disabled Profiler imports no results model
+            from perfscope.trace.memory_categories import MEMORY_STEPS
+
+            self.extra = MEMORY_STEPS
         self.end = -1
-        """The step the running capture ends at (its own count of steps may be longer than asked)."""
+        """The step the running capture ends at (its own count of steps may be longer than asked), memory window included."""
+        self.categories: MemoryByCategory | None = None
+        """The memory window's breakdown once it ended (``categories``); else None and `categories_error` says why."""
+        self.categories_error: str | None = None
+        self._memory: Any = None  # the memory window's profiler while it runs
+        self._seen: list[MemoryByCategory] = []
         self.capture: Any = None
         self.trace_path: Path | None = None
         self.notes: list[str] = []
         self.active_steps: Any = None
+        self.device_type = "cpu"
 
     def covers(self, index: int) -> bool:
         """Step ``index`` is profiled (or the profiler's warm-up): not timed."""
-        return self.first <= index < max(self.end, self.stop_step)
+        return self.first <= index < max(self.end, self.stop_step + self.extra)
 
     def after(self, index: int) -> int:
         """``index``, or the first step after the window when ``index`` falls in it."""
-        return self.stop_step if self.first <= index < self.stop_step else index
+        last = self.stop_step + self.extra
+        return last if self.first <= index < last else index
 
     @property
     def running(self) -> bool:
-        return self.capture is not None
+        return self.capture is not None or self._memory is not None
 
     def start(self, device_type: str) -> bool:
         """Start profiling at step `first`; False when a profiler of the user's already runs (left alone)."""
@@ -65,16 +85,56 @@ class CaptureWindow:
         capture = TraceCapture(trace_dir, device=device_type, first_step=first, wait=0, warmup=start - first,
                                active=stop - start, memory=self.memory)
         capture.__enter__()
-        self.capture = capture
+        self.capture, self.device_type = capture, device_type
         needed = getattr(capture, "total_steps", None) or stop - first
-        self.end = first + max(stop - first, needed)
+        self.end = first + max(stop - first, needed) + self.extra
         return True
 
     def step(self, index: int) -> None:
-        """The end of step ``index`` while profiling; the capture stops after its last step."""
+        """The end of step ``index`` while profiling; the capture stops after its last step, then the memory window
+        (``categories``) runs its own."""
+        if self.capture is None:
+            self._memory_step(index)
+            return
         self.capture.step()
-        if index + 1 >= self.end:
+        if index + 1 >= self.end - self.extra:
             self.stop()
+            if self.extra:
+                self._memory_start()
+
+    def _memory_start(self) -> None:
+        if torch.autograd._profiler_enabled():
+            self.categories_error = "a torch.profiler was already running on this thread"
+            return
+        from perfscope.trace.memory_categories import memory_window
+
+        try:
+            self._memory = memory_window(self.device_type, self._seen)
+            self._memory.__enter__()
+        except Exception as exc:  # noqa: BLE001 - the memory record is optional, the user's loop is not
+            self._memory, self.categories_error = None, f"{type(exc).__name__}: {exc}"
+
+    def _memory_step(self, index: int) -> None:
+        """A memory-window step's end; the window's last breaks its profiled step down (torch's memory profile)."""
+        if self._memory is None:
+            return
+        try:
+            self._memory.step()
+            if index + 1 >= self.end:
+                self._memory_stop()
+        except Exception as exc:  # noqa: BLE001
+            self._memory_stop(f"{type(exc).__name__}: {exc}")
+
+    def _memory_stop(self, error: str | None = None) -> None:
+        prof, self._memory = self._memory, None
+        try:
+            if prof is not None:
+                prof.__exit__(None, None, None)
+        except Exception as exc:  # noqa: BLE001
+            error = error or f"{type(exc).__name__}: {exc}"
+        self.categories = self._seen[0] if self._seen else None
+        if self.categories is None:
+            self.categories_error = error or "the memory window ended before its profiled step"
 
     def stop(self) -> None:
         capture, self.capture = self.capture, None
@@ -85,6 +145,8 @@ class CaptureWindow:
             self.notes.append(getattr(capture, "note", None) or "trace unavailable")
 
     def teardown(self) -> None:
+        if self._memory is not None:
+            self._memory_stop()
         if self.capture is not None:
             try:
                 self.stop()

@@ -28,6 +28,7 @@ from perfscope.hooks.ondemand import LiveControl
 from perfscope.hooks.pausing import Pausing
 from perfscope.hooks.sampling import BoundedSampler
 from perfscope.hooks.state import Handover
+from perfscope.hooks.stepping import Stepping
 from perfscope.hooks.tally import Reservoir as _Reservoir  # the name tests and older code import
 from perfscope.hooks.tally import StepTally
 from perfscope.hooks.watch import WatchConfig, as_watch
@@ -60,7 +61,7 @@ def _fan_out(feeds: list[Callable[[Any], None]]) -> Callable[[Any], None]:
     return on_record
 
 
-class Profiler(FrameworkCalls, Pausing, Handover):
+class Profiler(Stepping, FrameworkCalls, Pausing, Handover):
     """Measure a training loop you already have; see the module docstring for what and how.
 
     Args:
@@ -80,6 +81,9 @@ class Profiler(FrameworkCalls, Pausing, Handover):
         capture_steps: (start, stop) optimizer-step indices (0-based, stop excluded) to record with
             torch.profiler via perfscope.trace, labelled ProfilerStep#start … #stop-1 in the trace; those
             steps are not timed, nor the one before them (the profiler's warm-up step).
+        memory: with capture_steps, two more untimed steps after them under torch.profiler's memory profile: the
+            memory by category at the peak (parameters, gradients, optimizer state, activations, ...) that the
+            memory rules read, as an analyze trial records it (perfscope.trace.memory_categories).
         trace_dir: the folder the trace (rank<R>.json.gz) is written to during the run (default: a temporary
             folder); save() copies it into <out>/trace/. A folder of traces only: HTA loads every file in it.
         peak_tflops: the MFU denominator, overriding the datasheet / measured ceiling.
@@ -116,6 +120,7 @@ class Profiler(FrameworkCalls, Pausing, Handover):
         utilization_interval_s: float = 0.1,
         utilization_max_s: float = 600.0,
         capture_steps: tuple[int, int] | None = None,
+        memory: bool = True,
         trace_dir: str | os.PathLike[str] | None = None,
         peak_tflops: float | None = None,
         measure_ceiling: bool = True,
@@ -180,7 +185,7 @@ class Profiler(FrameworkCalls, Pausing, Handover):
         self._wrap_used, self._live_wraps = False, 0
         self._loader_config: dict[str, Any] = {}
         # The trace window, and the one step FLOPs, structure and what the loop runs are counted on.
-        self._capture = CaptureWindow(capture_steps, self.trace_dir) if capture_steps is not None else None
+        self._capture = CaptureWindow(capture_steps, self.trace_dir, categories=memory) if capture_steps is not None else None
         self._flop = FlopStep(index=self._capture.after(warmup_steps) if self._capture else warmup_steps, count_flops=count_flops,
                               user_flops=flops_per_step)
         self._graphs_at_start = observe.graphs_compiled()
@@ -321,125 +326,6 @@ class Profiler(FrameworkCalls, Pausing, Handover):
         return self._step_index if self.enabled else 0
 
     # ------------------------------------------------------------------------------------- internals
-
-    def _step_begun(self) -> bool:
-        """The step in progress has started its compute: timing it from now would count part of it."""
-        return self._tally.begun or self._batch_begun
-
-    def _excluded_step(self, index: int) -> bool:
-        in_capture = (self._capture is not None and self._capture.covers(index)) or self._live.covers(index)
-        return in_capture or (index == self._flop.index and self._flop.wanted)
-
-    def _wrapped(self, loader: Iterable[Any]) -> Iterator[Any]:
-        it = iter(loader)
-        self._live_wraps += 1
-        try:
-            while True:
-                recorder = self._recorder if self._on else None
-                if self._on and self._step_index == 0 and not self._first_marks and self._tally.yields == 0:
-                    self._first_marks.append(self._clock.mark())
-                # The span trace facts book as data wait (perfscope.trace.facts.DATA_LABEL), as analyze's loop marks it.
-                with torch.profiler.record_function(DATA_SPAN):
-                    if recorder is not None:
-                        recorder.data_begin()
-                    try:
-                        batch = next(it)  # the user's errors propagate untouched
-                    except StopIteration:
-                        return
-                    if recorder is not None:
-                        recorder.data_end()
-                if self._on:
-                    try:
-                        self._on_batch(batch)
-                    except Exception as exc:  # noqa: BLE001
-                        self._fail("wrap()", exc)
-                yield batch
-        finally:
-            self._live_wraps -= 1
-
-    def _on_batch(self, batch: Any) -> None:
-        self._tally.batch(batch)
-        # after next() returned: the data loading is not under the dispatch mode
-        self._flop.start_if_armed(self.model, self.device.type)
-
-    def _end_step(self, samples: int | None) -> None:
-        k = self._step_index
-        if k == 0 and self._place is None:
-            from perfscope.hooks.distributed import find_place
-
-            self._place = find_place()
-        # Costly end-of-step work first, so it lands in this (untimed) step, not in the next one.
-        flop_step = self._flop.running
-        if flop_step:
-            self._flop.stop(k)
-        capture, live = self._capture, self._live
-        if capture is not None and capture.running:
-            self._excluded["profiler capture"] += 1
-            capture.step(k)
-        if live.flag and live.running:
-            self._excluded["on-demand capture"] += 1
-            live.end_of_step(k)
-        counted, micro = self._tally.end_step(samples)
-        if flop_step:
-            self._excluded["FLOP counting"] += 1
-            self._flop.counted_samples(counted)
-        if k == 0 and len(self._first_marks) == 1:
-            self._first_marks.append(self._clock.mark())
-        if self._recorder is not None:
-            self._recorder.step_end(samples=counted, micro_steps=micro)
-            self._tally.timed(counted, micro)
-        self._batch_begun = False
-        self._since_t = self._clock.now()
-        self._step_index = k = k + 1
-        # The boundary just marked starts step k: open, keep or close the window for it.
-        if k == self.warmup_steps:
-            self._timing_starts()
-        if live.flag:
-            live.take(k)  # a request waiting: the steps it covers are not timed
-        timed = k >= self.warmup_steps and not self._excluded_step(k) and self._pause_reason is None
-        if timed and self._recorder is None:
-            self._open_window()
-        elif not timed and self._recorder is not None:
-            self._close_window()
-        # Start-of-step work for step k (after the boundary: it belongs to that untimed step).
-        if capture is not None and k == capture.first and capture.start(self.device.type):
-            if self._flop.flops is None and self._flop.index < capture.end:
-                self._flop.index = capture.end  # count FLOPs outside the profiled window
-        if live.flag and live.begin(k, self.device.type) and self._flop.index in range(k, live.end):
-            self._flop.index = live.end
-        if k == self._flop.index and self._flop.wanted:
-            if self._live_wraps or self._batch_hooks:
-                self._flop.armed = True  # entered when wrap() yields the next batch, or at the next batch_begin()
-            else:
-                self._flop.start(self.model, self.device.type)
-        self._since_flush += 1
-        if self._since_flush >= self._poll_every:
-            self._since_flush = 0
-            if self._recorder is not None:
-                self._recorder.poll()
-            if self._sampler is not None:
-                self._sampler.check()
-
-    def _timing_starts(self) -> None:
-        """The first timed step: start what only a run past its warm-up needs (sampler thread, capture requests)."""
-        if self._sampler is not None:
-            self._sampler.start()  # before the window's first mark: thread start-up is not timed
-        self._live.start()
-
-    def _open_window(self) -> None:
-        from perfscope.measure.window import WindowRecorder
-
-        handle = self._sampler.nvml_handle if self._sampler is not None else None
-        self._recorder = WindowRecorder(self._clock, on_step=self._on_record, nvml_handle=handle,
-                                        flush_every=self.flush_every, first_index=self._step_index)
-        self._recorder.start()
-
-    def _close_window(self) -> None:
-        recorder, self._recorder = self._recorder, None
-        if recorder is not None and recorder.started:
-            window = recorder.finish()
-            if window.steps:
-                self._windows.append(window)
 
     def _fail(self, where: str, exc: BaseException) -> None:
         """An internal error: warn once, stop measuring, release what we hold. Never raises."""

@@ -146,6 +146,11 @@ def build_results(prof: RunState, *, ratios: bool = True) -> Results:
             metrics.unavailable["trace"] = msg("trace_not_captured", notes=list(capture.notes))
         else:
             attach_trace(metrics, capture.trace_path, device_type=prof.device.type, steps=capture.active_steps)
+        if capture.extra and capture.categories is not None:  # the memory window after the trace (Profiler(memory=))
+            metrics.memory_categories = capture.categories.categories()
+        elif capture.extra:
+            metrics.unavailable["memory_categories"] = msg("memory_categories_failed",
+                                                           error=capture.categories_error or capture.missing())
     if ratios:  # a job's are applied once every rank reported (perfscope.measure.job.apply_job)
         apply_utilization_ratios(metrics, peak, env)
     trial = Trial(status="ok", metrics=metrics, **common)  # type: ignore[arg-type]

@@ -9,18 +9,11 @@ from perfscope.rules._text import gib, pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.rules.memory_headroom import MemoryHeadroom
 from perfscope.rules.near_oom import NearOom
+from perfscope.snippets import sharding_change
 
 SHARDING_KNOBS = ("zero1", "fsdp2")
 """The sweep's sharding knobs: ZeroRedundancyOptimizer (ZeRO-1) and FSDP2 `fully_shard` (ZeRO-2/3)."""
 
-ZERO1_FIX = ("-optimizer = torch.optim.AdamW(model.parameters(), lr=lr)\n"
-             "+from torch.distributed.optim import ZeroRedundancyOptimizer\n"
-             "+optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=lr)   # ZeRO-1: state sharded")
-FSDP_FIX = ("-model = DistributedDataParallel(model)\n"
-            "+from torch.distributed.fsdp import fully_shard\n"
-            "+for block in model.blocks:   # the repeated blocks, then the root\n"
-            "+    fully_shard(block, reshard_after_forward={reshard})\n"
-            "+fully_shard(model, reshard_after_forward={reshard})   # {stage}")
 
 
 def stage_of(row: ShardingMemory) -> int:
@@ -136,11 +129,7 @@ class DataParallelMemory(Rule):
 
     @staticmethod
     def fix_text(stage: int) -> str:
-        if stage <= 1:
-            return ZERO1_FIX
-        return FSDP_FIX.format(reshard="True" if stage >= 3 else "False",
-                               stage="ZeRO-3: parameters, gradients and state sharded" if stage >= 3
-                               else "ZeRO-2: gradients and state sharded, parameters kept after forward")
+        return sharding_change(stage)
 
     def attach(self, ctx: RuleContext, finding: Finding, stage: int) -> list[Finding]:
         """One finding per sharding knob the sweep measured (its gain replaces the estimate), else the diagnosis."""

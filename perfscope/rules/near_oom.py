@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfscope.results import Finding
+from perfscope.results import Finding, TrialMetrics
+from perfscope.rules._memory import holder_bytes, peak_agreement, peak_holder, size
 from perfscope.rules._text import gib, held_at_peak, pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
-from perfscope.snippets import checkpoint_change
+from perfscope.snippets import checkpoint_change, lean_optimizer_change, sharding_change
 
 
 @dataclass
@@ -13,8 +14,11 @@ class NearOom(Rule):
     """Memory is nearly full: one longer sequence away from an OOM.
 
     Anti-pattern: running at > 90% of device memory leaves the allocator retrying cudaMalloc and makes any
-    input variation an OOM. Best practice: activation checkpointing of the repeated blocks (trade ~33% more
-    compute for activation memory), gradient accumulation with a smaller micro-batch, or expandable segments.
+    input variation an OOM. Best practice: cut what holds the peak. Activations: activation checkpointing of the
+    repeated blocks (trade ~33% more compute for activation memory) or gradient accumulation with a smaller
+    micro-batch. Optimizer state: an 8-bit optimizer, Adafactor, or ZeRO-1 sharding. Weights and gradients: FSDP
+    / ZeRO-3 sharding. Which of them holds the peak, a profiled step's memory categories say; without them,
+    checkpointing (activations grow with the batch, and are the usual holder).
     """
 
     id = "PS502"
@@ -22,11 +26,12 @@ class NearOom(Rule):
     doc = RuleDoc(
         detects="memory nearly full",
         threshold="reserved ≥ 90 %",
-        evidence="peak, reserved, capacity, memory breakdown; activations' share of a profiled step's peak when the run "
-                 "was profiled by category",
-        fix="activation checkpointing",
-        gain="measured (`activation_checkpointing`); limit: checkpointing frees at most the activations and temporaries, "
-             "for one more forward",
+        evidence="peak, reserved, capacity, memory breakdown; what holds a profiled step's peak when the run was profiled "
+                 "by category, and that peak against the allocator's",
+        fix="by what holds the profiled peak: activations → activation checkpointing; optimizer state → 8-bit optimizer, "
+            "Adafactor, ZeRO-1; parameters + gradients → FSDP / ZeRO-3; not profiled → activation checkpointing",
+        gain="measured (`activation_checkpointing`); limit: the fix frees at most the part it cuts (activations and "
+             "temporaries for one more forward; 3/4 of the state for 8-bit; (N−1)/N of what is sharded over N ranks)",
         guard="GPU only",
     )
     groups = ("memory",)
@@ -42,21 +47,71 @@ class NearOom(Rule):
         share = used / m.device_memory_capacity_bytes
         if share < self.threshold:
             return []
+        reserved = f"reserved {gib(used)} of {gib(m.device_memory_capacity_bytes)} ({pct(share)})"
+        holder = peak_holder(m.memory_categories)
+        if holder == "optimizer_state":
+            finding = self._optimizer_state(m, reserved)
+        elif holder == "weights":
+            finding = self._weights(m, reserved)
+        else:
+            finding = self._activations(m, reserved, used)
+        agreement = peak_agreement(m, cuda=True)
+        if agreement is not None and agreement.agrees is False:
+            finding.caveats.append(agreement.text)
+        return [self.measured(ctx, finding, "activation_checkpointing") if holder in (None, "activation") else finding]
+
+    @staticmethod
+    def _activations(m: TrialMetrics, reserved: str, used: int) -> Finding:
+        """Today's default too: without the categories, activations are the part that grows with the batch."""
         finding = Finding(
-            rule_id=self.id, title="Near OOM: checkpoint activations or accumulate gradients", severity="high",
-            evidence=[f"reserved {gib(used)} of {gib(m.device_memory_capacity_bytes)} ({pct(share)})"],
-            fix=checkpoint_change(),
+            rule_id=NearOom.id, title="Near OOM: checkpoint activations or accumulate gradients", severity="high",
+            evidence=[reserved], fix=checkpoint_change(),
             caveats=["checkpointing recomputes the blocks' forward: HFU rises, MFU falls unless a larger micro-batch pays it back"],
             reference="https://pytorch.org/docs/stable/checkpoint.html",
         )
         if (measured := held_at_peak(m.memory_categories, "activation")) is not None:
             finding.evidence.append(measured)
         b = m.memory_breakdown
+        capacity = gib(m.device_memory_capacity_bytes)  # type: ignore[arg-type]
         if b is not None and b.activations_and_temporaries is not None:
-            finding.estimate_bound = (f"device memory {gib(m.device_memory_capacity_bytes)}: checkpointing frees at most the "
+            finding.estimate_bound = (f"device memory {capacity}: checkpointing frees at most the "
                                       f"activations and temporaries, {gib(b.activations_and_temporaries)} of the {gib(m.peak_memory_bytes or used)} "
                                       "peak (weights, gradients and optimizer state stay), for one more forward of the checkpointed blocks")
         else:
-            finding.estimate_bound = (f"device memory {gib(m.device_memory_capacity_bytes)}: checkpointing frees only activation memory "
+            finding.estimate_bound = (f"device memory {capacity}: checkpointing frees only activation memory "
                                       "(the run has no memory breakdown to say how much)")
-        return [self.measured(ctx, finding, "activation_checkpointing")]
+        return finding
+
+    @staticmethod
+    def _optimizer_state(m: TrialMetrics, reserved: str) -> Finding:
+        held = m.memory_categories
+        assert held is not None
+        state = holder_bytes(held, "optimizer_state")
+        return Finding(
+            rule_id=NearOom.id, title="Near OOM: optimizer state holds the peak — 8-bit optimizer, Adafactor or ZeRO-1",
+            severity="high", evidence=[line for line in (reserved, held_at_peak(held, "optimizer_state")) if line],
+            fix=lean_optimizer_change() + "\n# several data-parallel ranks: shard the state instead (ZeRO-1)\n" + sharding_change(1),
+            caveats=["training recipe: quantized or factored optimizer state changes the updates; check convergence",
+                     "checkpointing would not help here: activations are not what holds the peak"],
+            estimate_bound=(f"the optimizer state itself, {size(state)} at the profiled peak: 8-bit state frees at most 3/4 "
+                            "of it, Adafactor nearly all, ZeRO-1 over N ranks (N−1)/N"),
+            reference="https://pytorch.org/docs/stable/distributed.optim.html",
+        )
+
+    @staticmethod
+    def _weights(m: TrialMetrics, reserved: str) -> Finding:
+        held = m.memory_categories
+        assert held is not None
+        weights = holder_bytes(held, "weights")
+        lines = [held_at_peak(held, c) for c in ("parameter", "gradient")]
+        return Finding(
+            rule_id=NearOom.id, title="Near OOM: weights and gradients hold the peak — shard them (FSDP / ZeRO-3)",
+            severity="high", evidence=[reserved] + [line for line in lines if line],
+            fix=sharding_change(3),
+            caveats=[("sharding needs several data-parallel ranks and adds communication (~1.5× DDP's); on one GPU, "
+                      "FSDP's CPUOffload or lower-precision weights free them instead"),
+                     "checkpointing would not help here: activations are not what holds the peak"],
+            estimate_bound=(f"parameters and gradients, {size(weights)} at the profiled peak: sharded over N ranks, each "
+                            "keeps 1/N of them"),
+            reference="https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html",
+        )

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from perfscope.results import Finding, KnobOutcome, Trial
 from perfscope.rules._text import gib, held_at_peak, pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
+from perfscope.snippets import lean_optimizer_change
 
 LEAN_OPTIMIZER_KNOBS = ("adafactor", "adamw_8bit")
 EIGHT_BIT_FREES = 0.75
@@ -52,8 +53,7 @@ class OptimizerState(Rule):
         finding = Finding(
             rule_id=self.id, title="Optimizer state dominates memory: 8-bit optimizer, Adafactor or ZeRO/FSDP", severity="low",
             evidence=evidence,
-            fix="-optimizer = torch.optim.AdamW(model.parameters(), lr=lr)\n"
-                "+optimizer = torchao.optim.AdamW8bit(model.parameters(), lr=lr)   # or bnb.optim.AdamW8bit, FSDP / ZeroRedundancyOptimizer",
+            fix=lean_optimizer_change(),
             caveats=["training recipe: quantized or factored optimizer state changes the updates; check convergence"],
             estimate_bound=(f"the optimizer state itself, {gib(b.optimizer_state)}: 8-bit state frees at most 3/4 of it, "
                             "sharding over N ranks (N−1)/N; activations and weights stay"),

@@ -92,21 +92,32 @@ def profile_step_memory(step: Callable[[], Any], device: str) -> MemoryByCategor
     """Run ``step`` twice under a profiler of its own (a warm-up step, then the profiled one) and break the second
     down. Its own window, not the trace's: the with_stack that torch's categorisation needs multiplies a trace's
     size with python_function frames, which would crowd the trace past its cap and into its facts."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile, schedule
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    target = f"cuda:{torch.cuda.current_device()}" if device == "cuda" else device
     seen: list[MemoryByCategory] = []
-    with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=1, repeat=1),
-                 profile_memory=True, record_shapes=True, with_stack=True,
-                 on_trace_ready=lambda prof: seen.append(memory_breakdown(prof, target))) as prof:
-        for _ in range(2):
+    with memory_window(device, seen) as prof:
+        for _ in range(MEMORY_STEPS):
             step()
             prof.step()
     if not seen:
         raise RuntimeError("the profiler's memory window ended without a profiled step")
     return seen[0]
+
+
+MEMORY_STEPS = 2
+"""A memory window's steps: one warm-up, one profiled."""
+
+
+def memory_window(device: str, seen: list[MemoryByCategory]) -> Any:
+    """The (not yet entered) torch.profiler of a memory window on ``device`` ("cpu", "cuda"): stepped at the end of
+    each of its MEMORY_STEPS steps, it appends the profiled step's breakdown to ``seen`` (the hooks drive one
+    from the user's loop, profile_step_memory from a trial's)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    target = f"cuda:{torch.cuda.current_device()}" if device == "cuda" else device
+    return profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=1, repeat=1),
+                   profile_memory=True, record_shapes=True, with_stack=True,
+                   on_trace_ready=lambda prof: seen.append(memory_breakdown(prof, target)))
 
 
 def memory_breakdown(prof: Any, device: str) -> MemoryByCategory:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from perfscope.registry import Registry
 from perfscope.report.charts.base import PLOTLY_TRACE_TYPES, Chart, Roles
 from perfscope.report.charts.kernels import kernel_category_chart
+from perfscope.report.charts.memory import memory_categories_chart
 from perfscope.report.charts.micro_batch import micro_batch_charts
 from perfscope.report.charts.timeline import utilization_chart
 from perfscope.report.charts.trials import (
@@ -30,6 +31,7 @@ CHARTS: Registry[ChartFunction] = Registry([
     mfu_chart,
     throughput_chart,
     memory_breakdown_chart,
+    memory_categories_chart,
     micro_batch_charts,
     kernel_category_chart,
     utilization_chart,

@@ -1,0 +1,183 @@
+"""The Profiler's step/window state machine: what happens at each step boundary of the user's loop.
+
+    prof.wrap(loader) → _wrapped(): next() timed as data wait, the batch tallied
+    prof.step()       → _end_step(): the step ends; the boundary opens, keeps or closes the timed window
+
+Each boundary decides whether the step it starts is timed: not during warm-up, a capture window (capture_steps,
+an on-demand capture, their memory steps), the FLOP-counting step or a pause. A mixin of the Profiler (as
+perfscope.hooks.framework's calls are): the public API (perfscope.hooks.profiler) is one object, this is its engine.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from perfscope.hooks.framework import DATA_SPAN
+
+if TYPE_CHECKING:
+    from perfscope.hooks.capture import CaptureWindow
+    from perfscope.hooks.distributed import RankPlace
+    from perfscope.hooks.flopstep import FlopStep
+    from perfscope.hooks.ondemand import LiveControl
+    from perfscope.hooks.sampling import BoundedSampler
+    from perfscope.hooks.tally import StepTally
+    from perfscope.measure.clock import Clock
+    from perfscope.measure.window import WindowRecorder
+    from perfscope.results import Window
+
+
+class Stepping:
+    """_wrapped(), _end_step() and the timed windows they open and close."""
+
+    # The Profiler's state the state machine reads and drives.
+    model: torch.nn.Module | None
+    device: torch.device
+    warmup_steps: int
+    flush_every: int
+    _on: bool
+    _place: RankPlace | None
+    _clock: Clock
+    _step_index: int
+    _tally: StepTally
+    _recorder: WindowRecorder | None
+    _windows: list[Window]
+    _excluded: Counter[str]
+    _pause_reason: str | None
+    _since_t: float
+    _batch_begun: bool
+    _batch_hooks: bool
+    _since_flush: int
+    _first_marks: list[Any]
+    _live_wraps: int
+    _capture: CaptureWindow | None
+    _flop: FlopStep
+    _sampler: BoundedSampler | None
+    _live: LiveControl
+    _on_record: Callable[[Any], None]
+    _poll_every: int
+
+    if TYPE_CHECKING:  # the Profiler's own
+        def _fail(self, where: str, exc: BaseException) -> None: ...
+
+    def _step_begun(self) -> bool:
+        """The step in progress has started its compute: timing it from now would count part of it."""
+        return self._tally.begun or self._batch_begun
+
+    def _excluded_step(self, index: int) -> bool:
+        in_capture = (self._capture is not None and self._capture.covers(index)) or self._live.covers(index)
+        return in_capture or (index == self._flop.index and self._flop.wanted)
+
+    def _wrapped(self, loader: Iterable[Any]) -> Iterator[Any]:
+        it = iter(loader)
+        self._live_wraps += 1
+        try:
+            while True:
+                recorder = self._recorder if self._on else None
+                if self._on and self._step_index == 0 and not self._first_marks and self._tally.yields == 0:
+                    self._first_marks.append(self._clock.mark())
+                # The span trace facts book as data wait (perfscope.trace.facts.DATA_LABEL), as analyze's loop marks it.
+                with torch.profiler.record_function(DATA_SPAN):
+                    if recorder is not None:
+                        recorder.data_begin()
+                    try:
+                        batch = next(it)  # the user's errors propagate untouched
+                    except StopIteration:
+                        return
+                    if recorder is not None:
+                        recorder.data_end()
+                if self._on:
+                    try:
+                        self._on_batch(batch)
+                    except Exception as exc:  # noqa: BLE001
+                        self._fail("wrap()", exc)
+                yield batch
+        finally:
+            self._live_wraps -= 1
+
+    def _on_batch(self, batch: Any) -> None:
+        self._tally.batch(batch)
+        # after next() returned: the data loading is not under the dispatch mode
+        self._flop.start_if_armed(self.model, self.device.type)
+
+    def _end_step(self, samples: int | None) -> None:
+        k = self._step_index
+        if k == 0 and self._place is None:
+            from perfscope.hooks.distributed import find_place  # it loads the results model
+
+            self._place = find_place()
+        # Costly end-of-step work first, so it lands in this (untimed) step, not in the next one.
+        flop_step = self._flop.running
+        if flop_step:
+            self._flop.stop(k)
+        capture, live = self._capture, self._live
+        if capture is not None and capture.running:
+            self._excluded["profiler capture"] += 1
+            capture.step(k)
+        if live.flag and live.running:
+            self._excluded["on-demand capture"] += 1
+            live.end_of_step(k)
+        counted, micro = self._tally.end_step(samples)
+        if flop_step:
+            self._excluded["FLOP counting"] += 1
+            self._flop.counted_samples(counted)
+        if k == 0 and len(self._first_marks) == 1:
+            self._first_marks.append(self._clock.mark())
+        if self._recorder is not None:
+            self._recorder.step_end(samples=counted, micro_steps=micro)
+            self._tally.timed(counted, micro)
+        self._batch_begun = False
+        self._since_t = self._clock.now()
+        self._step_index = k = k + 1
+        # The boundary just marked starts step k: open, keep or close the window for it.
+        if k == self.warmup_steps:
+            self._timing_starts()
+        if live.flag:
+            live.take(k)  # a request waiting: the steps it covers are not timed
+        timed = k >= self.warmup_steps and not self._excluded_step(k) and self._pause_reason is None
+        if timed and self._recorder is None:
+            self._open_window()
+        elif not timed and self._recorder is not None:
+            self._close_window()
+        # Start-of-step work for step k (after the boundary: it belongs to that untimed step).
+        if (capture is not None and k == capture.first and capture.start(self.device.type)
+                and self._flop.flops is None and self._flop.index < capture.end):
+            self._flop.index = capture.end  # count FLOPs outside the profiled window (and its memory steps)
+        if live.flag and live.begin(k, self.device.type) and self._flop.index in range(k, live.end):
+            self._flop.index = live.end
+        if k == self._flop.index and self._flop.wanted:
+            if self._live_wraps or self._batch_hooks:
+                self._flop.armed = True  # entered when wrap() yields the next batch, or at the next batch_begin()
+            else:
+                self._flop.start(self.model, self.device.type)
+        self._since_flush += 1
+        if self._since_flush >= self._poll_every:
+            self._since_flush = 0
+            if self._recorder is not None:
+                self._recorder.poll()
+            if self._sampler is not None:
+                self._sampler.check()
+
+    def _timing_starts(self) -> None:
+        """The first timed step: start what only a run past its warm-up needs (sampler thread, capture requests)."""
+        if self._sampler is not None:
+            self._sampler.start()  # before the window's first mark: thread start-up is not timed
+        self._live.start()
+
+    def _open_window(self) -> None:
+        from perfscope.measure.window import WindowRecorder  # a disabled Profiler imports nothing heavy
+
+        handle = self._sampler.nvml_handle if self._sampler is not None else None
+        self._recorder = WindowRecorder(self._clock, on_step=self._on_record, nvml_handle=handle,
+                                        flush_every=self.flush_every, first_index=self._step_index)
+        self._recorder.start()
+
+    def _close_window(self) -> None:
+        recorder, self._recorder = self._recorder, None
+        if recorder is not None and recorder.started:
+            window = recorder.finish()
+            if window.steps:
+                self._windows.append(window)
