@@ -27,9 +27,11 @@ from perfscope.errors import UserError
 from perfscope.measure.mfu import choose_peak
 from perfscope.results import Environment, Results, Trial, WorkloadInfo
 from perfscope.results.fingerprint import consensus
+from perfscope.results.messages import msg
 from perfscope.search.compare import paired_test
 from perfscope.trial.runner import TrialRunner
 from perfscope.trial.session import Progress, Session
+from perfscope.wording import words
 from perfscope.workload import Workload, file_sha256, load_workload
 
 SIDES = ("baseline", "candidate")
@@ -116,7 +118,7 @@ def run_ab(options: ABOptions) -> GateReport:
     return report
 
 
-WARMUP = "warm-up: the job's first run of this revision, discarded (cold caches and first fork)"
+WARMUP = msg("warmup_discarded")
 
 
 def _seed(options: ABOptions) -> int:
@@ -148,7 +150,7 @@ def _decide(base: Results, cand: Results, options: ABOptions) -> GateReport:
     for results, role in ((base, "baseline"), (cand, "candidate")):
         excluded = [t for t in results.trials if t.ok and t.excluded]
         if excluded:
-            reasons = "; ".join(dict.fromkeys(str(t.excluded) for t in excluded))
+            reasons = "; ".join(dict.fromkeys(words(t.excluded) for t in excluded if t.excluded))
             report.notes.append(f"{role}: {len(excluded)} run(s) not used ({reasons})")
     # Comparability and structure from every successful run, contended ones included: a count does not depend on
     # the load (as check's fingerprints), so a busy machine still gets the structural diff.

@@ -24,7 +24,7 @@ from perfscope.check.metrics import MFU, SAMPLES_PER_S, STEP_TIME, Side
 from perfscope.measure.job import combine_ranks
 from perfscope.results import Contention, Peak, RankMetrics, Sweep
 from perfscope.results.messages import msg
-from tests.factories import make_results, make_runs, make_trial
+from tests.factories import contended, load, make_results, make_runs, make_trial
 
 
 def side(runs):
@@ -211,7 +211,7 @@ def test_runs_that_cannot_see_the_tolerance_never_pass():
 
 def test_runs_measured_under_load_are_named():
     base, cur = pair(0.1, seed=0)
-    cur[1].metrics.windows[0].contention = Contention(contended=True, reason="other processes used 1.2 of 2 CPU cores")
+    cur[1].metrics.windows[0].contention = Contention(contended=True, reason=load(1.2))
     verdict = evaluate(base, cur)
     assert any("current run baseline-r2 was measured under load" in w for w in verdict.warnings)
 
@@ -392,7 +392,7 @@ def test_excluded_runs_are_not_evidence_and_are_noted():
     base = runs_file(seed=1)
     cur = runs_file(seed=2, runs=4)
     cur.trials[0] = dataclasses.replace(cur.trials[0], metrics=runs_file(median_s=1.0, runs=1).trials[0].metrics,
-                                        excluded="contended: other processes used 1.9 of 2 CPU cores")
+                                        excluded=contended())
     report = run_gate(cur, base, GateOptions(between_session=0.0))
     assert report.verdicts[0].n_current == 3
     assert report.outcome == "pass"  # the 10x slower excluded run is not counted

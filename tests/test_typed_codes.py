@@ -18,7 +18,7 @@ from perfscope.check.structure import NoteCode, StructureNote, diff_fingerprints
 from perfscope.report.structure import EAGER_COUNT_NOTE, knob_effects
 from perfscope.results import Peak
 from perfscope.results.fingerprint import CompileFacts, Fingerprint, MemoryPeak, SyncSite
-from tests.factories import make_results, make_runs
+from tests.factories import contended, make_results, make_runs
 from tests.test_report_structure import BASE, _results
 
 COMPILED = CompileFacts(graphs=1, graph_breaks=0)
@@ -79,7 +79,7 @@ def test_the_report_hides_the_baselines_not_compiled_note_by_code_whatever_its_w
 def test_a_baseline_without_evidence_is_unusable_by_code():
     base = make_runs(runs=3)
     for t in base:
-        t.excluded = "contended"
+        t.excluded = contended()
     report = run_gate(make_results(make_runs(runs=3)), make_results(base), GateOptions(between_session=0.0))
     assert report.outcome == "unusable" and [e.code for e in report.errors] == [ErrorCode.NO_EVIDENCE]
 

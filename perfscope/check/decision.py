@@ -16,6 +16,7 @@ from typing import Any, Literal
 from perfscope.check.metrics import Metric, MetricUnavailable, Side
 from perfscope.check.sessions import MIN_SPREAD_DF, SessionSpread, StoredSession, session_spread
 from perfscope.stats import confidence_text, detectable_change, exp_or_inf, mann_whitney_p, t_quantile
+from perfscope.wording import words
 
 Status = Literal["pass", "regression", "inconclusive"]
 CONFIDENCE = 0.95
@@ -54,7 +55,7 @@ def _contention(side: Side, label: str) -> list[str]:
     out = []
     for run in side.runs:
         if run.metrics is not None and run.metrics.contention:
-            out.append(f"{label} run {run.name} was measured under load ({'; '.join(run.metrics.contention)})")
+            out.append(f"{label} run {run.name} was measured under load ({'; '.join(map(words, run.metrics.contention))})")
     return out
 
 

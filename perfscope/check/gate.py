@@ -23,6 +23,7 @@ from perfscope.check.structure import NoteCode, StructureDiff, StructureGate, St
 from perfscope.results import Results, Trial
 from perfscope.results.fingerprint import Fingerprint, consensus
 from perfscope.results.roles import recommended_configuration
+from perfscope.wording import words
 
 Outcome = Literal["pass", "regression", "inconclusive", "not_comparable", "unusable"]
 
@@ -237,7 +238,7 @@ def _side(files: list[Results], options: GateOptions, role: str, source: str, re
         runs += [t for t in found if t.evidence]
         excluded = [t for t in found if t.ok and t.excluded]
         if excluded:
-            report.notes.append(f"{role}: {len(excluded)} run(s) not used ({excluded[0].excluded})")
+            report.notes.append(f"{role}: {len(excluded)} run(s) not used ({words(excluded[0].excluded)})")
     if not files or report.errors:
         return None
     if role == "baseline":

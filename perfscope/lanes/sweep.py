@@ -34,6 +34,7 @@ from perfscope.lanes.executors import LaneFailure
 from perfscope.results import Trial
 from perfscope.results.config import TrialConfig
 from perfscope.results.lanes import LaneRecord, ParallelSweep
+from perfscope.results.messages import msg
 from perfscope.search.candidate import BASELINE, Candidate
 from perfscope.search.compare import log_rate
 from perfscope.search.microbatch import MicroBatchResult
@@ -248,7 +249,7 @@ class LaneSweeper(Sweeper):
             self.cancel()
         for trial in self.results.trials:
             if trial.name in in_flight:
-                trial.excluded = "cancelled: the sweep was interrupted (Ctrl-C) while it ran"
+                trial.excluded = msg("cancelled_by_interrupt")
                 if trial.error == IN_FLIGHT or not trial.ok:
                     trial.status, trial.error = "skipped", f"cancelled by Ctrl-C ({said})"
         parallel = self.sweep.parallel

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from perfscope.knobs import REGISTRY, KnobContext
 from perfscope.results import Gain, KnobOutcome, Sweep
+from perfscope.results.messages import msg
 from perfscope.search.candidate import Candidate, SweepOptions
 
 STOPPED_BY_USER = "stopped by the user (Ctrl-C or SIGTERM)"
@@ -113,12 +114,10 @@ def recommend_decided(sweeper: Deciding, unfinished: list[str]) -> None:
     why = sweep.stopped_early or "the sweep stopped early"
     if choice is None:
         sweep.recommended_trial, sweep.recommended_knobs, sweep.recommended_gain = sweep.baseline_trial, [], None
-        sweep.notes.append(f"{why}: no knob had been measured decidedly faster, by {sweeper.options.min_gain:.0%} or more: "
-                           "the baseline is the recommendation")
+        sweep.notes.append(msg("stopped_nothing_decided", why=why, min_gain=sweeper.options.min_gain))
         return
     cand, gain = choice
     gain = replace(gain, method=gain.method + "; from the runs that selected it, not confirmed: the sweep stopped before "
                    "its confirmation runs (the winner's curse may overstate it)")
     sweep.recommended_trial, sweep.recommended_knobs, sweep.recommended_gain = cand.name, list(cand.knobs), gain
-    sweep.notes.append(f"{why}: the recommendation is the configuration decided so far ({', '.join(cand.knobs)}); "
-                       f"not finished: {'; '.join(left)}")
+    sweep.notes.append(msg("stopped_decided_so_far", why=why, knobs=list(cand.knobs), left=list(left)))

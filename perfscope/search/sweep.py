@@ -40,6 +40,7 @@ from perfscope.knobs import REGISTRY, Knob, KnobContext
 from perfscope.ranking import knob_key
 from perfscope.results import Gain, KnobOutcome, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import msg
 from perfscope.search.allocation import Allocation
 from perfscope.search.candidate import BASELINE, Candidate, Measures, SweepOptions
 from perfscope.search.compare import ReferenceSeries, compare, paired_test, relative_gain, run_noise
@@ -87,7 +88,7 @@ class Sweeper(Allocation, Stacking):
         self.family = Family(alpha=options.family_alpha, max_runs=options.max_runs, reference=BASELINE)
         seed = options.order_seed if options.order_seed is not None else random.SystemRandom().randrange(2**31)
         self.order = random.Random(seed)
-        self.sweep.notes.append(f"baseline/candidate order within each pair randomized (seed {seed})")
+        self.sweep.notes.append(msg("order_randomized", seed=seed))
 
     # ----------------------------------------------------------------------------------- runs
 
