@@ -235,13 +235,14 @@ def _cmd_ab(args: argparse.Namespace) -> int:
 
 def _cmd_baseline(args: argparse.Namespace) -> int:
     from perfscope.check.baseline import save_baseline
+    from perfscope.wording import words
     from perfscope.results.io import check_writable
 
     check_writable(args.to)  # before the results are loaded and merged
     mode = "save" if args.action == "save" else ("replace" if args.replace else "update")
     saved = save_baseline(args.results, args.to, mode=mode, keep=args.keep)
     for warning in saved.warnings:
-        print(f"perfscope: warning: {warning}", file=sys.stderr)
+        print(f"perfscope: warning: {words(warning)}", file=sys.stderr)
     verb = {"save": "saved", "update": "updated", "replace": "replaced"}[mode] if saved.replaced or mode == "save" else "saved"
     runs = "/".join(map(str, saved.sessions))
     print(f"{verb} baseline {saved.path}: {len(saved.sessions)} session(s) of {runs} run(s) "

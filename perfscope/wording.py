@@ -84,6 +84,19 @@ def _stack_not_joined(*, knobs: list[str], name: str, failed: bool, reason: str,
             f"{joining} is not in the recommendation, which was measured without it")
 
 
+def _baseline_sessions(*, runs: list[int], hosts: list[str]) -> str:
+    where = f" on {len(hosts)} host(s): {', '.join(hosts)}" if hosts else ""
+    return f"baseline: {len(runs)} stored session(s) of {'/'.join(map(str, runs))} run(s){where}"
+
+
+def _few_sessions(*, sessions: int, assumed: float, needed: int) -> str:
+    return (f"{sessions} stored session(s): too few to estimate how far days differ, so the gate assumes {assumed:.0%} "
+            "(docs/ci-gate.md): it fails drops of about 20% or more, and identical code comes out INCONCLUSIVE (exit 3) "
+            f"rather than PASS at a 5% tolerance; store {needed} sessions (`perfscope baseline update`), state "
+            "`check --between-session PCT` (an A/A measurement of this runner), or gate with `perfscope ab` (both "
+            "revisions in one job)")
+
+
 Wording = str | Callable[..., str]
 
 WORDING: dict[str, Wording] = {
@@ -148,6 +161,20 @@ WORDING: dict[str, Wording] = {
     "runs_held_back": lambda *, undecided, held: (f"more runs of {', '.join(undecided)} (undecided) were left out: the "
                                                   f"budget's last {held} run(s) are kept for the stacking and the confirmation"),
     "stack_not_joined": _stack_not_joined,
+    # perfscope check / ab / baseline: how the comparison was made, and what to beware of
+    "runs_not_used": lambda *, role, runs, why: f"{role}: {runs} run(s) not used ({_joined(why)})",
+    "shared_measured_ceiling": "both peaks are measured matmul ceilings: MFU uses the baseline's for both runs",
+    "baseline_sessions": _baseline_sessions,
+    "run_under_load": lambda *, role, name, load: f"{role} run {name} was measured under load ({_joined(load)})",
+    "ab_order": "order (warm-up first, discarded): {rounds} (--seed {seed})",
+    "ab_one_job": lambda *, host, candidate, baseline: (
+        f"A/B in one job on {host or 'this machine'}: {candidate} candidate run(s) interleaved with {baseline} baseline "
+        "run(s) in a random order per round; machine and day offsets cannot enter"),
+    "no_baseline_configuration": lambda *, usable: (f"no usable run of the configuration 'baseline' (usable: "
+                                                    f"{', '.join(usable)}); pass --trial to check"),
+    "few_sessions": _few_sessions,
+    "few_baseline_runs": ("{runs} run(s) in the baseline: the gate needs at least 3 runs in all to know this machine's "
+                          "run-to-run noise (use `perfscope analyze --repeat 5`)"),
     # unavailable: sampling the device
     "no_cuda_device": "no current CUDA device: {error}",
     "cpu_no_gpu_sample": "CPU trial: no GPU to sample",
