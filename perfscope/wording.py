@@ -97,6 +97,11 @@ def _few_sessions(*, sessions: int, assumed: float, needed: int) -> str:
             "revisions in one job)")
 
 
+def _unusable_events(*, counts: dict[str, int]) -> str:
+    why = ", ".join(f"{n} with {reason}" for reason, n in counts.items())
+    return f"{sum(counts.values())} complete event(s) unusable and skipped: {why}"
+
+
 Wording = str | Callable[..., str]
 
 WORDING: dict[str, Wording] = {
@@ -161,6 +166,18 @@ WORDING: dict[str, Wording] = {
     "runs_held_back": lambda *, undecided, held: (f"more runs of {', '.join(undecided)} (undecided) were left out: the "
                                                   f"budget's last {held} run(s) are kept for the stacking and the confirmation"),
     "stack_not_joined": _stack_not_joined,
+    # notes on the facts read from a trace (TraceFacts.notes, CommunicationFacts.notes)
+    "read_from_untyped_facts": ("read from the untyped trace facts of an older perfscope: idle attribution and "
+                                "launch-bound were decided by its rules, and on CUDA its GEMM shape times are host "
+                                "launch times"),
+    "steps_found_from": "no ProfilerStep#N spans in the trace: {steps} steps found from {source}",
+    "whole_span_as_steps": ("no ProfilerStep#N spans and no step marks in the trace: its whole span was taken as "
+                            "{steps} step(s), one-time set-up included (figures per step are bounds, not the loop's)"),
+    "unusable_events": _unusable_events,
+    "no_device_activity": "no device activity in the CUDA trace (CUPTI off?): {read}",
+    "gloo_shares_cores": ("gloo runs collectives on CPU threads that share the cores with the compute: overlapped "
+                          "time still competes for them"),
+    "no_collectives_in_steps": "no collectives in the traced steps",
     # perfscope check / ab / baseline: how the comparison was made, and what to beware of
     "runs_not_used": lambda *, role, runs, why: f"{role}: {runs} run(s) not used ({_joined(why)})",
     "shared_measured_ceiling": "both peaks are measured matmul ceilings: MFU uses the baseline's for both runs",

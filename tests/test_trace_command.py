@@ -148,7 +148,7 @@ def test_steps_option_for_a_trace_without_profiler_steps(tmp_path: Path) -> None
     ]}))
     assert run_trace(trace, tmp_path / "one") == 0  # without --steps: one window, said so (not refused)
     one = Results.load(tmp_path / "one" / "results.json")
-    assert one.trials[0].metrics.steps == 1 and any("whole span was taken as 1 step" in n.params.get("note", "") for n in one.notes)
+    assert one.trials[0].metrics.steps == 1 and msg("rank_note", rank=0, note=msg("whole_span_as_steps", steps=1)) in one.notes
     assert run_trace(trace, tmp_path / "out", "--steps", "2") == 0
     m = Results.load(tmp_path / "out" / "results.json").trials[0].metrics
     assert m is not None and m.steps == 2 and m.wall_s == pytest.approx(1e-3) and "step_times_s" in m.unavailable

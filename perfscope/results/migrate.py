@@ -94,10 +94,12 @@ def _prose_to_messages(node: Any, fix: bool = True) -> bool:
 
 
 def _holds_messages(node: dict[str, Any], key: str) -> bool:
-    """Whether ``node[key]`` is a list of messages: a TrialMetrics' flags, the Results' or the Sweep's notes."""
+    """Whether ``node[key]`` is a list of messages: a TrialMetrics' flags; the notes of the Results, the Sweep, a
+    trace's facts (typed: a "kernels" object) or a rank's communication."""
     if key == "flags":
         return "samples_per_s" in node
-    return "environment" in node or "baseline_trial" in node
+    return ("environment" in node or "baseline_trial" in node or isinstance(node.get("kernels"), dict)
+            or "exposed_collective_s" in node)
 def _v1(data: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(data)
     out["schema_version"] = 2
@@ -192,10 +194,7 @@ def _gain_v1(g: dict[str, Any]) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------ untyped trace facts
 
-NOTE_TRACE_FACTS = (
-    "read from the untyped trace facts of an older perfscope: idle attribution and launch-bound were decided "
-    "by its rules, and on CUDA its GEMM shape times are host launch times"
-)
+NOTE_TRACE_FACTS = msg("read_from_untyped_facts")
 
 
 def _typed_trace_facts(data: dict[str, Any]) -> dict[str, Any]:
@@ -262,7 +261,7 @@ def trace_facts_from_dict(old: dict[str, Any]) -> dict[str, Any]:
             and all(_float(r.get(k)) is not None for k in ("time_s", "padded_time_s", "speedup_per_flop"))
         ],
         "trace_bytes": int(num("trace_bytes")) if num("trace_bytes") is not None else None,
-        "notes": [NOTE_TRACE_FACTS],
+        "notes": [{"code": NOTE_TRACE_FACTS.code, "params": {}}],
     }
     busy, idle = num("gpu_busy_fraction"), num("gpu_idle_fraction")
     if busy is not None or idle is not None:
