@@ -166,6 +166,12 @@ WORDING: dict[str, Wording] = {
     "runs_held_back": lambda *, undecided, held: (f"more runs of {', '.join(undecided)} (undecided) were left out: the "
                                                   f"budget's last {held} run(s) are kept for the stacking and the confirmation"),
     "stack_not_joined": _stack_not_joined,
+    # notes on a parallel sweep's lanes (ParallelSweep.notes)
+    "knobs_sized_for_lane": "knobs sized for a lane's {cores} core(s), not the machine's",
+    "aa_check": lambda *, runs, spread, dropped: (
+        f"A/A check: {runs} baseline runs per lane; lane-to-lane spread "
+        + (f"{spread:.1%}" if spread is not None else "n/a") + (f"; {dropped} outlier lane(s) dropped" if dropped else "")),
+    "lanes_interrupted": "interrupted: {said}",
     # notes on the facts read from a trace (TraceFacts.notes, CommunicationFacts.notes)
     "read_from_untyped_facts": ("read from the untyped trace facts of an older perfscope: idle attribution and "
                                 "launch-bound were decided by its rules, and on CUDA its GEMM shape times are host "

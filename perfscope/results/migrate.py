@@ -95,11 +95,13 @@ def _prose_to_messages(node: Any, fix: bool = True) -> bool:
 
 def _holds_messages(node: dict[str, Any], key: str) -> bool:
     """Whether ``node[key]`` is a list of messages: a TrialMetrics' flags; the notes of the Results, the Sweep, a
-    trace's facts (typed: a "kernels" object) or a rank's communication."""
+    trace's facts (typed: a "kernels" object), a rank's communication, a parallel sweep, a model-parallel run's
+    facts or the layout table."""
     if key == "flags":
         return "samples_per_s" in node
     return ("environment" in node or "baseline_trial" in node or isinstance(node.get("kernels"), dict)
-            or "exposed_collective_s" in node)
+            or "exposed_collective_s" in node or "executor" in node or "bubble_method" in node
+            or ("world_size" in node and "rows" in node))
 def _v1(data: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(data)
     out["schema_version"] = 2
