@@ -323,6 +323,14 @@ WORDING: dict[str, Wording] = {
     "mfu_unknown": "MFU unknown: {why}",
     "denominator_peak": "{tflops:g} TFLOP/s ({dtype}): {source}",
     "denominator_step": "the {step} step (MFU unknown: {why})",
+    # notes on the MFU waterfall
+    "exposed_communication_from": "exposed communication from {where}",
+    "communication_counted_exposed": ("communication kernels without an overlap measurement: their share of the busy "
+                                      "time is counted as exposed"),
+    "overlapping_kernels_shared": "overlapping kernels share the GPU's busy time in proportion to their summed durations",
+    "data_wait_not_marked": "the data wait is not marked: time the host spent loading data counts as launch & host overhead",
+    "points_unattributed": ("{points:+.1f} points unattributed: the trace's matmul time and the window's FLOPs "
+                            "disagree"),
 }
 
 
