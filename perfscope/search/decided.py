@@ -33,6 +33,7 @@ class Deciding(Protocol):
     candidates: list[Candidate]
     stacked: Candidate | None
     unstacked: list[Candidate]
+    out_of_time: list[str]
 
     def gain(self, name: str) -> Gain | None: ...
 
@@ -77,10 +78,11 @@ def not_stacked(sweeper: Deciding, chosen: Candidate) -> list[Candidate]:
     return out
 
 
-def not_measured(sweep: Sweep) -> list[str]:
-    """Knobs the sweep skipped for lack of time (the budget, or a stop): their titles."""
-    return [o.title for o in sweep.knobs if o.status == "skipped" and o.reason and
-            ("budget" in o.reason or "stopped" in o.reason)]
+def not_measured(sweeper: Deciding) -> list[str]:
+    """Knobs the sweep skipped for lack of time (the budget, or a stop): their titles, as they were skipped (decided
+    where they were, never read back from the words of their reasons)."""
+    skipped = {o.knob: o.title for o in sweeper.sweep.knobs if o.status == "skipped"}
+    return [skipped[k] for k in dict.fromkeys(sweeper.out_of_time) if k in skipped]
 
 
 def record_unreached(sweeper: Deciding, known: set[str]) -> None:
@@ -93,13 +95,15 @@ def record_unreached(sweeper: Deciding, known: set[str]) -> None:
                           else ("skipped", f"not reached: the sweep was {STOPPED_BY_USER}"))
         sweeper.sweep.knobs.append(KnobOutcome(knob=knob.id, title=knob.title, status=status, reason=reason,  # type: ignore[arg-type]
                                                code_change=knob.code_change(sweeper.ctx)))
+        if status == "skipped":
+            sweeper.out_of_time.append(knob.id)
 
 
 def left_over(sweeper: Deciding, chosen: Candidate | None) -> list[str]:
     """What the budget or a stop left undone around ``chosen``, in words: winners not stacked onto it, knobs not
     measured. Empty when nothing was."""
     waiting = not_stacked(sweeper, chosen) if chosen is not None else []
-    knobs_left = not_measured(sweeper.sweep)
+    knobs_left = not_measured(sweeper)
     return (([f"stacking {', '.join(_words(c) for c in waiting)} onto it"] if waiting else [])
             + ([f"measuring {', '.join(knobs_left)}"] if knobs_left else []))
 
