@@ -23,6 +23,7 @@ from perfscope.errors import (
     EXIT_USER,
     UserError,
 )
+from perfscope.wording import words
 
 if TYPE_CHECKING:
     from perfscope.results import Results
@@ -235,7 +236,6 @@ def _cmd_ab(args: argparse.Namespace) -> int:
 
 def _cmd_baseline(args: argparse.Namespace) -> int:
     from perfscope.check.baseline import save_baseline
-    from perfscope.wording import words
     from perfscope.results.io import check_writable
 
     check_writable(args.to)  # before the results are loaded and merged
