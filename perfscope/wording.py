@@ -184,6 +184,16 @@ WORDING: dict[str, Wording] = {
     "gloo_shares_cores": ("gloo runs collectives on CPU threads that share the cores with the compute: overlapped "
                           "time still competes for them"),
     "no_collectives_in_steps": "no collectives in the traced steps",
+    # the structural diff's notes (perfscope.check.structure.StructureNote)
+    "moved_sync_sites": lambda *, op, count, sites: f"{op}: {count} per step as before, at moved call sites ({', '.join(sites)})",
+    "side_not_compiled": lambda *, side: (f"the {'baseline' if side == 'baseline' else 'current run'} is not compiled: "
+                                          "graph breaks and recompiles not compared"),
+    "no_fingerprint": lambda *, side: (f"{'the baseline' if side == 'baseline' else 'the current run'} has no structural "
+                                       "fingerprint (recorded by an older perfscope, or counting failed)"),
+    "memory_not_gated": lambda *, both: (f"memory: no allocator peak on {'both sides' if both else 'one side'} "
+                                         "(CUDA only): not gated"),
+    "fingerprints_differ": ("{role}: the structural fingerprints of its {runs} runs differ ({variants} variants): the "
+                            "most common one is compared"),
     # perfscope check / ab / baseline: how the comparison was made, and what to beware of
     "runs_not_used": lambda *, role, runs, why: f"{role}: {runs} run(s) not used ({_joined(why)})",
     "shared_measured_ceiling": "both peaks are measured matmul ceilings: MFU uses the baseline's for both runs",

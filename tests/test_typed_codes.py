@@ -64,7 +64,7 @@ def test_the_report_hides_the_baselines_not_compiled_note_by_code_whatever_its_w
 
     def reworded(base, cur):
         changes, notes = original(base, cur)
-        return changes, [dataclasses.replace(n, text="reworded: eager on one side") for n in notes]
+        return changes, [dataclasses.replace(n, message=msg("text", text="reworded: eager on one side")) for n in notes]
 
     monkeypatch.setattr(check_structure, "_compile", reworded)
     assert knob_effects(_results({"baseline": BASE, "amp_bf16": compiled}))["amp_bf16"].notes == [EAGER_COUNT_NOTE]
@@ -108,7 +108,7 @@ def test_refusing_differences_nest_under_their_line_by_type_not_by_leading_space
 
 def test_structure_notes_render_as_their_words():
     report = GateReport(options=GateOptions(fail_on_structure=parse_structure_gates("sync")))
-    report.structure = check_structure.StructureDiff(compared=False, notes=[StructureNote(code=NoteCode.NO_FINGERPRINT, text="no print")])
+    report.structure = check_structure.StructureDiff(compared=False, notes=[StructureNote(code=NoteCode.NO_FINGERPRINT, message=msg("text", text="no print"))])
     assert "  not compared: no print" in render_table(report)
     assert report.structure.summary() == "structure not compared (no print)"
 

@@ -172,8 +172,7 @@ def _fingerprint(files: list[Results], trial: str, role: Literal["baseline", "cu
     fingerprint, variants = consensus(prints)
     if variants > 1:
         notes.append(StructureNote(code=NoteCode.FINGERPRINTS_DIFFER, side=role,
-                                   text=f"{role}: the structural fingerprints of its {len(prints)} runs differ "
-                                        f"({variants} variants): the most common one is compared"))
+                                   message=msg("fingerprints_differ", role=role, runs=len(prints), variants=variants)))
     return fingerprint
 
 
