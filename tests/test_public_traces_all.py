@@ -147,7 +147,8 @@ def test_a_trace_without_step_markers_is_read_from_its_optimizer_steps_set_up_le
     facts = trace_facts(path, device_type="cuda", steps=1)
     assert facts.steps == 39 and facts.step_time_s < 0.05
     (found,) = [n for n in facts.notes if n.code == "steps_found_from"]
-    assert found.params["steps"] == 39 and "Optimizer.step#SGD.step" in found.params["source"] and "left out" in found.params["source"]
+    source = found.params["source"]
+    assert found.params["steps"] == 39 and "Optimizer.step#SGD.step" in source and "left out" in source
 
 
 def test_the_old_spellings_file_is_read():

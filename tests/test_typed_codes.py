@@ -108,7 +108,8 @@ def test_refusing_differences_nest_under_their_line_by_type_not_by_leading_space
 
 def test_structure_notes_render_as_their_words():
     report = GateReport(options=GateOptions(fail_on_structure=parse_structure_gates("sync")))
-    report.structure = check_structure.StructureDiff(compared=False, notes=[StructureNote(code=NoteCode.NO_FINGERPRINT, message=msg("text", text="no print"))])
+    note = StructureNote(code=NoteCode.NO_FINGERPRINT, message=msg("text", text="no print"))
+    report.structure = check_structure.StructureDiff(compared=False, notes=[note])
     assert "  not compared: no print" in render_table(report)
     assert report.structure.summary() == "structure not compared (no print)"
 

@@ -68,7 +68,8 @@ def _message(text: Any, load: bool = False, excluded: bool = False) -> Any:
 
 def _prose_to_messages(node: Any, fix: bool = True) -> bool:
     """Every `unavailable` map's reasons, every TrialMetrics' flags, a trial's exclusion, a window's contention and
-    the results' and the sweep's notes, at any depth, in place (``fix=False``: only whether any is prose)."""
+    every list of notes that holds messages (_holds_messages), at any depth, in place (``fix=False``: only whether
+    any is prose)."""
     found = False
     if isinstance(node, dict):
         for key, value in node.items():
@@ -102,6 +103,8 @@ def _holds_messages(node: dict[str, Any], key: str) -> bool:
     return ("environment" in node or "baseline_trial" in node or isinstance(node.get("kernels"), dict)
             or "exposed_collective_s" in node or "executor" in node or "bubble_method" in node
             or ("world_size" in node and "rows" in node))
+
+
 def _v1(data: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(data)
     out["schema_version"] = 2

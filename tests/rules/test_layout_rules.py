@@ -80,7 +80,8 @@ def test_a_loaded_run_quotes_the_replayed_bubble_not_the_wall_clock():
     results.trials[0].metrics.distributed.parallel.bubble_replayed = 0.25
     (f,) = _only(results, "PS807")
     assert f.title.startswith("The pipeline idles 25% of its step") and f.severity == "medium"
-    assert "60% of the step measured (each rank's step less its own compute), under load (" + words(load(2.0)) + ")" in f.evidence[0]
+    loaded = f"under load ({words(load(2.0))})"
+    assert f"60% of the step measured (each rank's step less its own compute), {loaded}" in f.evidence[0]
     assert any(e.endswith("25%: the figure quoted, the wall clock being loaded") for e in f.evidence)
     (quiet,) = _only(make_pipeline_results(microbatches=2, bubble=0.6), "PS807")
     assert quiet.title.startswith("The pipeline idles 60% of its step")  # unloaded: the measurement itself
