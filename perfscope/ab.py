@@ -27,6 +27,7 @@ from perfscope.errors import UserError
 from perfscope.measure.mfu import choose_peak
 from perfscope.results import Environment, Results, Trial, WorkloadInfo
 from perfscope.results.fingerprint import consensus
+from perfscope.results.messages import msg
 from perfscope.search.compare import paired_test
 from perfscope.trial.runner import TrialRunner
 from perfscope.trial.session import Progress, Session
@@ -112,11 +113,11 @@ def run_ab(options: ABOptions) -> GateReport:
             sessions[name].save()
     report = _decide(sides["baseline"][0], sides["candidate"][0], options)
     rounds = " ".join("".join("B" if n == "baseline" else "C" for n, _ in order[i:i + 2]) for i in range(0, len(order), 2))
-    report.notes.append(f"order (warm-up first, discarded): {rounds} (--seed {seed})")
+    report.notes.append(msg("ab_order", rounds=rounds, seed=seed))
     return report
 
 
-WARMUP = "warm-up: the job's first run of this revision, discarded (cold caches and first fork)"
+WARMUP = msg("warmup_discarded")
 
 
 def _seed(options: ABOptions) -> int:
@@ -142,14 +143,13 @@ def _decide(base: Results, cand: Results, options: ABOptions) -> GateReport:
                         current_source=str(options.candidate_path), baseline_source=str(options.baseline_path),
                         current_trial="candidate", baseline_trial="baseline")
     base_runs, cand_runs = base.runs("baseline"), cand.runs("candidate")
-    report.notes.append(f"A/B in one job on {base.environment.hostname or 'this machine'}: {len(cand_runs)} candidate "
-                        f"run(s) interleaved with {len(base_runs)} baseline run(s) in a random order per round; machine and day "
-                        "offsets cannot enter")
+    report.notes.append(msg("ab_one_job", host=base.environment.hostname or None, candidate=len(cand_runs),
+                            baseline=len(base_runs)))
     for results, role in ((base, "baseline"), (cand, "candidate")):
         excluded = [t for t in results.trials if t.ok and t.excluded]
         if excluded:
-            reasons = "; ".join(dict.fromkeys(str(t.excluded) for t in excluded))
-            report.notes.append(f"{role}: {len(excluded)} run(s) not used ({reasons})")
+            why = list(dict.fromkeys(t.excluded for t in excluded if t.excluded))
+            report.notes.append(msg("runs_not_used", role=role, runs=len(excluded), why=why))
     # Comparability and structure from every successful run, contended ones included: a count does not depend on
     # the load (as check's fingerprints), so a busy machine still gets the structural diff.
     base_ok, cand_ok = ([t for t in r.trials if t.ok] for r in (base, cand))

@@ -41,6 +41,7 @@ from perfscope.results import (
 )
 from perfscope.results.config import TrialConfig
 from perfscope.results.constraints import MAX_SECONDS, MAX_TFLOPS
+from perfscope.results.messages import msg
 from perfscope.results.outdir import claim_output_dir
 from perfscope.search.candidate import DEFAULT_BUDGET_S
 from perfscope.search.layout import run_layout_search
@@ -278,9 +279,9 @@ def _measure(results: Results, options: AnalyzeOptions, runner: TrialRunner, wor
             if base.distributed and _layouts_selected(sweep_options):
                 run_layout_search(session, workload, base)
         elif sweep_options is not None:
-            results.notes.append(f"no sweep: the baseline run did not succeed ({baseline.status})")
+            results.notes.append(msg("no_sweep_baseline_failed", status=baseline.status))
     except KeyboardInterrupt:
-        results.notes.append("interrupted by the user: the runs that finished are reported")
+        results.notes.append(msg("interrupted_by_user"))
         print("\nperfscope: interrupted — saving the finished runs", file=sys.stderr)
         if (base is not None and base.distributed and sweep_options is not None and results.layouts is None
                 and _layouts_selected(sweep_options)):

@@ -23,6 +23,7 @@ from perfscope.errors import (
     EXIT_USER,
     UserError,
 )
+from perfscope.wording import words
 
 if TYPE_CHECKING:
     from perfscope.results import Results
@@ -241,7 +242,7 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
     mode = "save" if args.action == "save" else ("replace" if args.replace else "update")
     saved = save_baseline(args.results, args.to, mode=mode, keep=args.keep)
     for warning in saved.warnings:
-        print(f"perfscope: warning: {warning}", file=sys.stderr)
+        print(f"perfscope: warning: {words(warning)}", file=sys.stderr)
     verb = {"save": "saved", "update": "updated", "replace": "replaced"}[mode] if saved.replaced or mode == "save" else "saved"
     runs = "/".join(map(str, saved.sessions))
     print(f"{verb} baseline {saved.path}: {len(saved.sessions)} session(s) of {runs} run(s) "

@@ -17,10 +17,15 @@ from typing import Any
 from perfscope.results.messages import Message
 
 
-def _persistent_load(*, runs: int, spoiled: dict[str, int], last: str, gave_up_after: int | None = None) -> str:
+def _joined(parts: str | list[str]) -> str:
+    """A list parameter's words, "; "-joined (a str: an older file's single reason)."""
+    return parts if isinstance(parts, str) else "; ".join(parts)
+
+
+def _persistent_load(*, runs: int, spoiled: dict[str, int], last: str | list[str], gave_up_after: int | None = None) -> str:
     listed = ", ".join(f"{name} (×{count})" for name, count in spoiled.items())
     return (f"other load on this machine persisted through {runs} run(s) of a measurement, "
-            f"{sum(spoiled.values())} time(s): {listed} (the last: {last}): those runs are not used as evidence"
+            f"{sum(spoiled.values())} time(s): {listed} (the last: {_joined(last)}): those runs are not used as evidence"
             + (f"; after {gave_up_after} times a contended run was no longer measured again" if gave_up_after else "")
             + "; measure on a quiet machine")
 
@@ -48,6 +53,55 @@ def _waterfall_no_trace(*, traced: bool) -> str:
         ": the step is not split beyond its data wait"
 
 
+def _other_processes_busy(*, cores: float, cpus: int, beyond_quota: float) -> str:
+    spare = f" ({beyond_quota:g} of them beyond its quota)" if beyond_quota else ""
+    return f"other processes used {cores:.2f} cores of the {cpus} CPUs this run may use{spare}"
+
+
+def _captured_on_demand(*, first: int, last: int, pid: int, host: str, rank: int, requested: int, steps: int) -> str:
+    ran = last - first + 1
+    ended = f" (the job ended after {ran} of the {steps} steps)" if ran < steps else ""
+    return (f"captured on demand: steps {first}-{last} of process {pid} on {host} (rank {rank}), "
+            f"requested while it ran step {requested}{ended}")
+
+
+def _ranks_traced(*, traced: int, world: int) -> str:
+    if traced == world:
+        return f"all {world} ranks of the job traced"
+    return (f"{traced} of the job's {world} ranks traced: the per-rank table, stragglers and communication "
+            "cover the traced ranks only")
+
+
+def _stack_not_confirmed(*, knobs: list[str], min_gain: float, runs: int, ratio: float | None = None,
+                         low: float | None = None, high: float | None = None, verdict: str | None = None) -> str:
+    why = f"{ratio:.2f}× [{low:.2f}, {high:.2f}], {verdict}" if ratio is not None else "no confirmation run (budget)"
+    return (f"the stacked configuration ({', '.join(knobs)}) was not confirmed decidedly faster than the baseline, "
+            f"by {min_gain:.0%} or more, in {runs} confirmation run(s) ({why}): the baseline is the recommendation")
+
+
+def _stack_not_joined(*, knobs: list[str], name: str, failed: bool, reason: str, joining: str) -> str:
+    return (f"the stack {' + '.join(knobs)} ({name}) {'failed' if failed else 'was not usable'}: {reason}; "
+            f"{joining} is not in the recommendation, which was measured without it")
+
+
+def _baseline_sessions(*, runs: list[int], hosts: list[str]) -> str:
+    where = f" on {len(hosts)} host(s): {', '.join(hosts)}" if hosts else ""
+    return f"baseline: {len(runs)} stored session(s) of {'/'.join(map(str, runs))} run(s){where}"
+
+
+def _few_sessions(*, sessions: int, assumed: float, needed: int) -> str:
+    return (f"{sessions} stored session(s): too few to estimate how far days differ, so the gate assumes {assumed:.0%} "
+            "(docs/ci-gate.md): it fails drops of about 20% or more, and identical code comes out INCONCLUSIVE (exit 3) "
+            f"rather than PASS at a 5% tolerance; store {needed} sessions (`perfscope baseline update`), state "
+            "`check --between-session PCT` (an A/A measurement of this runner), or gate with `perfscope ab` (both "
+            "revisions in one job)")
+
+
+def _unusable_events(*, counts: dict[str, int]) -> str:
+    why = ", ".join(f"{n} with {reason}" for reason, n in counts.items())
+    return f"{sum(counts.values())} complete event(s) unusable and skipped: {why}"
+
+
 Wording = str | Callable[..., str]
 
 WORDING: dict[str, Wording] = {
@@ -57,6 +111,103 @@ WORDING: dict[str, Wording] = {
     # results-level warnings
     "persistent_load": _persistent_load,
     "stack_failed": _stack_failed,
+    # a window's contention (perfscope.measure.contention)
+    "contention": lambda *, parts: _joined(parts),
+    "other_processes_busy": _other_processes_busy,
+    "hypervisor_stole": "the hypervisor stole {cores:.2f} cores",
+    "gpu_neighbours": "{count} other process(es) on the GPU",
+    # why a run is not evidence (Trial.excluded)
+    "contended": lambda *, why: f"contended: {_joined(why)}",
+    "contended_budget": lambda *, why: f"contended: {_joined(why)}; not measured again: the budget would not allow it",
+    "contended_persisted": lambda *, why, runs: f"contended: {_joined(why)} (persisted through {runs} runs)",
+    "contended_given_up": lambda *, why, measurements: (f"contended: {_joined(why)} (persisted through {measurements} "
+                                                        "measurements: not measured again)"),
+    "contended_v2": "{text}",
+    "warmup_discarded": "warm-up: the job's first run of this revision, discarded (cold caches and first fork)",
+    "cancelled_by_interrupt": "cancelled: the sweep was interrupted (Ctrl-C) while it ran",
+    # notes on the run (Results.notes)
+    "text": "{text}",
+    "read_from_schema_1": ("read from a schema-1 file: throughput and MFU recomputed as work / wall time from its "
+                           "per-step times; its sweep gains came from median step times within single runs and are "
+                           "not comparable with run-based gains"),
+    "no_sweep_baseline_failed": "no sweep: the baseline run did not succeed ({status})",
+    "interrupted_by_user": "interrupted by the user: the runs that finished are reported",
+    "layout_search_not_run": "layout search not run: {why}",
+    "captured_on_demand": _captured_on_demand,
+    "rank_memory_not_written": ("memory on rank {rank}: no breakdown was written (the profiler's memory profile "
+                                "failed in the job)"),
+    "rank_memory": "memory on rank {rank}: {memory}; each category's maximum in {file}",
+    "ranks_traced": _ranks_traced,
+    "rank_from_file_order": lambda *, files: f"no distributedInfo.rank in {', '.join(files)}: rank taken from the file order",
+    "rank_note": "rank {rank}: {note}",
+    "job_figures_unavailable": "job figures unavailable: {why}",
+    "torchrun_job": ("a torchrun job of {ranks} ranks ({backend}): samples/s and MFU are the job's (every rank's work "
+                     "over the slowest rank's window; MFU per device); step times, data wait and memory are rank 0's, "
+                     "every rank's are in the per-rank view"),
+    "rank_trace_on_node": "rank {rank}'s trace stays on its node ({trace})",
+    # notes on the sweep (Sweep.notes)
+    "order_randomized": "baseline/candidate order within each pair randomized (seed {seed})",
+    "gain_from_confirmation": ("the recommendation's gain comes from {runs} confirmation run(s) measured after it was "
+                               "selected ({selection} selection run(s) left out: the winner's curse)"),
+    "budget_left_undone": lambda *, left: f"the budget left undone: {'; '.join(left)}",
+    "changes_semantics": lambda *, semantics: ("the recommended configuration changes training semantics: "
+                                               + "; ".join(semantics)),
+    "stack_not_confirmed": _stack_not_confirmed,
+    "earlier_gain_not_confirmed": ("re-measured, {name} did not confirm its earlier {before:.2f}× ({selection} selection "
+                                   "run(s)): {ratio:.2f}× over {runs} confirmation run(s); this machine's run-to-run "
+                                   "noise, not the knobs, may explain the earlier figure"),
+    "stopped_nothing_decided": ("{why}: no knob had been measured decidedly faster, by {min_gain:.0%} or more: "
+                                "the baseline is the recommendation"),
+    "stopped_decided_so_far": lambda *, why, knobs, left: (f"{why}: the recommendation is the configuration decided so "
+                                                           f"far ({', '.join(knobs)}); not finished: {'; '.join(left)}"),
+    "micro_batch_researched": lambda *, knobs, fits, stopped=None: (
+        f"micro-batch re-searched on the stack ({', '.join(knobs)}): fits up to {fits}" + (f" ({stopped})" if stopped else "")),
+    "no_knob_faster": "no knob made the baseline decidedly faster, by {min_gain:.0%} or more: the baseline is the recommendation",
+    "runs_held_back": lambda *, undecided, held: (f"more runs of {', '.join(undecided)} (undecided) were left out: the "
+                                                  f"budget's last {held} run(s) are kept for the stacking and the confirmation"),
+    "stack_not_joined": _stack_not_joined,
+    # notes on a parallel sweep's lanes (ParallelSweep.notes)
+    "knobs_sized_for_lane": "knobs sized for a lane's {cores} core(s), not the machine's",
+    "aa_check": lambda *, runs, spread, dropped: (
+        f"A/A check: {runs} baseline runs per lane; lane-to-lane spread "
+        + (f"{spread:.1%}" if spread is not None else "n/a") + (f"; {dropped} outlier lane(s) dropped" if dropped else "")),
+    "lanes_interrupted": "interrupted: {said}",
+    # notes on the facts read from a trace (TraceFacts.notes, CommunicationFacts.notes)
+    "read_from_untyped_facts": ("read from the untyped trace facts of an older perfscope: idle attribution and "
+                                "launch-bound were decided by its rules, and on CUDA its GEMM shape times are host "
+                                "launch times"),
+    "steps_found_from": "no ProfilerStep#N spans in the trace: {steps} steps found from {source}",
+    "whole_span_as_steps": ("no ProfilerStep#N spans and no step marks in the trace: its whole span was taken as "
+                            "{steps} step(s), one-time set-up included (figures per step are bounds, not the loop's)"),
+    "unusable_events": _unusable_events,
+    "no_device_activity": "no device activity in the CUDA trace (CUPTI off?): {read}",
+    "gloo_shares_cores": ("gloo runs collectives on CPU threads that share the cores with the compute: overlapped "
+                          "time still competes for them"),
+    "no_collectives_in_steps": "no collectives in the traced steps",
+    # the structural diff's notes (perfscope.check.structure.StructureNote)
+    "moved_sync_sites": lambda *, op, count, sites: f"{op}: {count} per step as before, at moved call sites ({', '.join(sites)})",
+    "side_not_compiled": lambda *, side: (f"the {'baseline' if side == 'baseline' else 'current run'} is not compiled: "
+                                          "graph breaks and recompiles not compared"),
+    "no_fingerprint": lambda *, side: (f"{'the baseline' if side == 'baseline' else 'the current run'} has no structural "
+                                       "fingerprint (recorded by an older perfscope, or counting failed)"),
+    "memory_not_gated": lambda *, both: (f"memory: no allocator peak on {'both sides' if both else 'one side'} "
+                                         "(CUDA only): not gated"),
+    "fingerprints_differ": ("{role}: the structural fingerprints of its {runs} runs differ ({variants} variants): the "
+                            "most common one is compared"),
+    # perfscope check / ab / baseline: how the comparison was made, and what to beware of
+    "runs_not_used": lambda *, role, runs, why: f"{role}: {runs} run(s) not used ({_joined(why)})",
+    "shared_measured_ceiling": "both peaks are measured matmul ceilings: MFU uses the baseline's for both runs",
+    "baseline_sessions": _baseline_sessions,
+    "run_under_load": lambda *, role, name, load: f"{role} run {name} was measured under load ({_joined(load)})",
+    "ab_order": "order (warm-up first, discarded): {rounds} (--seed {seed})",
+    "ab_one_job": lambda *, host, candidate, baseline: (
+        f"A/B in one job on {host or 'this machine'}: {candidate} candidate run(s) interleaved with {baseline} baseline "
+        "run(s) in a random order per round; machine and day offsets cannot enter"),
+    "no_baseline_configuration": lambda *, usable: (f"no usable run of the configuration 'baseline' (usable: "
+                                                    f"{', '.join(usable)}); pass --trial to check"),
+    "few_sessions": _few_sessions,
+    "few_baseline_runs": ("{runs} run(s) in the baseline: the gate needs at least 3 runs in all to know this machine's "
+                          "run-to-run noise (use `perfscope analyze --repeat 5`)"),
     # unavailable: sampling the device
     "no_cuda_device": "no current CUDA device: {error}",
     "cpu_no_gpu_sample": "CPU trial: no GPU to sample",
@@ -182,6 +333,14 @@ WORDING: dict[str, Wording] = {
     "mfu_unknown": "MFU unknown: {why}",
     "denominator_peak": "{tflops:g} TFLOP/s ({dtype}): {source}",
     "denominator_step": "the {step} step (MFU unknown: {why})",
+    # notes on the MFU waterfall
+    "exposed_communication_from": "exposed communication from {where}",
+    "communication_counted_exposed": ("communication kernels without an overlap measurement: their share of the busy "
+                                      "time is counted as exposed"),
+    "overlapping_kernels_shared": "overlapping kernels share the GPU's busy time in proportion to their summed durations",
+    "data_wait_not_marked": "the data wait is not marked: time the host spent loading data counts as launch & host overhead",
+    "points_unattributed": ("{points:+.1f} points unattributed: the trace's matmul time and the window's FLOPs "
+                            "disagree"),
 }
 
 

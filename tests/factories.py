@@ -27,7 +27,18 @@ from perfscope.results import (
     WorkloadInfo,
 )
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import Message, msg
 from perfscope.stats import summarize
+
+
+def load(cores: float = 1.9, cpus: int = 2) -> Message:
+    """A window's contention reason: ``cores`` of other processes on a run that may use ``cpus`` CPUs."""
+    return msg("contention", parts=[msg("other_processes_busy", cores=cores, cpus=cpus, beyond_quota=0)])
+
+
+def contended(cores: float = 1.9, cpus: int = 2) -> Message:
+    """A run's exclusion for the load of ``load(cores, cpus)`` (perfscope.trial.session)."""
+    return msg("contended", why=[load(cores, cpus)])
 
 
 def make_environment(device_type: str = "cuda", device_name: str = "NVIDIA H100 80GB HBM3") -> Environment:
@@ -281,7 +292,7 @@ def make_full_results(
         ],
         budget_s=900.0,
         elapsed_s=431.5,
-        notes=["Knobs were stacked greedily in order of measured gain; each addition was kept only if it stayed significant."],
+        notes=[msg("gain_from_confirmation", runs=3, selection=2)],
     )
     findings = [
         Finding(

@@ -24,7 +24,7 @@ from perfscope.check.metrics import MFU, SAMPLES_PER_S, STEP_TIME, Side
 from perfscope.measure.job import combine_ranks
 from perfscope.results import Contention, Peak, RankMetrics, Sweep
 from perfscope.results.messages import msg
-from tests.factories import make_results, make_runs, make_trial
+from tests.factories import contended, load, make_results, make_runs, make_trial
 
 
 def side(runs):
@@ -206,14 +206,14 @@ def test_runs_that_cannot_see_the_tolerance_never_pass():
     assert len(shrugs) >= 4 and all("runs per side would decide it" in v.message for v in shrugs)
     quiet = evaluate(*pair(0.1, seed=0, runs=5, run_cv=0.01))
     assert quiet.status == "pass" and quiet.mde < 0.05
-    assert not any("unseen" in w for w in quiet.warnings)
+    assert quiet.warnings == ()
 
 
 def test_runs_measured_under_load_are_named():
     base, cur = pair(0.1, seed=0)
-    cur[1].metrics.windows[0].contention = Contention(contended=True, reason="other processes used 1.2 of 2 CPU cores")
+    cur[1].metrics.windows[0].contention = Contention(contended=True, reason=load(1.2))
     verdict = evaluate(base, cur)
-    assert any("current run baseline-r2 was measured under load" in w for w in verdict.warnings)
+    assert verdict.warnings == (msg("run_under_load", role="current", name="baseline-r2", load=[load(1.2)]),)
 
 
 def test_messages_state_the_tolerance():
@@ -392,11 +392,11 @@ def test_excluded_runs_are_not_evidence_and_are_noted():
     base = runs_file(seed=1)
     cur = runs_file(seed=2, runs=4)
     cur.trials[0] = dataclasses.replace(cur.trials[0], metrics=runs_file(median_s=1.0, runs=1).trials[0].metrics,
-                                        excluded="contended: other processes used 1.9 of 2 CPU cores")
+                                        excluded=contended())
     report = run_gate(cur, base, GateOptions(between_session=0.0))
     assert report.verdicts[0].n_current == 3
     assert report.outcome == "pass"  # the 10x slower excluded run is not counted
-    assert any("not used" in n and "contended" in n for n in report.warnings)
+    assert msg("runs_not_used", role="current", runs=1, why=[contended()]) in report.notes
 
 
 def test_a_failed_current_trial_is_a_regression():
@@ -493,7 +493,7 @@ def test_measured_cpu_ceilings_do_not_block_mfu_gating():
     base.environment.measured_ceiling_tflops, cur.environment.measured_ceiling_tflops = {"bf16": 0.80}, {"bf16": 0.55}
     report = run_gate(cur, base, GateOptions(between_session=0.0, metrics=("mfu",)))
     assert report.outcome == "pass", report
-    assert any("baseline's" in w for w in report.warnings)
+    assert msg("shared_measured_ceiling") in report.notes
     cur.peak = Peak(tflops=0.55, dtype="user", source="--peak-tflops (user supplied)")
     assert run_gate(cur, base, GateOptions(between_session=0.0, metrics=("mfu",))).outcome == "unusable"
 

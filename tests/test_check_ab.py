@@ -82,7 +82,7 @@ def _assert_interleaved(out: Path, printed: str) -> None:
     assert len({s for s, _ in order}) == len(order)  # one measurement order across both files
     for side in (base, cand):  # the first run of each revision is never evidence: the warm-up (or contended)
         first = min(side.trials, key=lambda t: t.sequence)
-        assert first.excluded == WARMUP or first.excluded.startswith("contended"), first.excluded
+        assert first.excluded == WARMUP or first.contended, first.excluded
     pairs = re.search(r"order \(warm-up first, discarded\): ([BC ]+) \(--seed \d+\)", printed).group(1).split()
     assert len(pairs) == 4 and all(sorted(p) == ["B", "C"] for p in pairs)  # warm-up + --rounds 3, one of each
 

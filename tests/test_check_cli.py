@@ -11,7 +11,7 @@ from perfscope import cli
 from perfscope.check.history import BaselineHistory
 from perfscope.cli import main
 from perfscope.results import SCHEMA_VERSION, Results
-from tests.factories import make_results, make_runs, make_trial
+from tests.factories import contended, make_results, make_runs, make_trial
 
 
 @pytest.fixture
@@ -340,7 +340,7 @@ def _no_timed_window(results):
 
 def _all_excluded(results):
     for t in results.trials:
-        t.excluded = "contended: other processes used 1.9 of 2 CPU cores"
+        t.excluded = contended()
 
 
 @pytest.mark.parametrize("trials, mutate", [

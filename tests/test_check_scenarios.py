@@ -15,7 +15,10 @@ from benchmarks.gate_simulation import SCENARIOS, job, real_run, simulate
 from benchmarks.stat_simulation import wilson
 from perfscope.check import GateOptions, run_gate
 from perfscope.check.history import BaselineHistory
+from perfscope.check.sessions import DEFAULT_BETWEEN_SESSION, MIN_SPREAD_DF
 from perfscope.cli import main
+from perfscope.results import msg
+from perfscope.wording import words
 
 ROW = {s.name: s for s in SCENARIOS}
 
@@ -69,7 +72,8 @@ def test_a_one_session_baseline_says_what_would_decide_and_fails_a_29_percent_dr
 
     saved = tmp_path / "b.json"
     assert main(["baseline", "save", str(make_results(make_runs(runs=5)).save(tmp_path / "r.json")), "--to", str(saved)]) == 0
-    assert "1 stored session(s): too few to estimate how far days differ" in capsys.readouterr().err
+    few = msg("few_sessions", sessions=1, assumed=DEFAULT_BETWEEN_SESSION, needed=MIN_SPREAD_DF + 1)
+    assert words(few) in capsys.readouterr().err
 
 
 def test_a_real_5_percent_regression_against_3_sessions_does_not_pass():

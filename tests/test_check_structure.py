@@ -11,7 +11,7 @@ import pytest
 from perfscope.check import GateOptions, run_gate
 from perfscope.check.gate import ErrorCode
 from perfscope.check.render import render_junit, render_markdown, render_table
-from perfscope.check.structure import KINDS, diff_fingerprints, parse_structure_gates
+from perfscope.check.structure import KINDS, NoteCode, diff_fingerprints, parse_structure_gates
 from perfscope.results.fingerprint import CopyStat, Fingerprint, MemoryPeak
 from perfscope.results.messages import msg
 from tests.factories import make_results, make_runs
@@ -154,7 +154,7 @@ def test_a_structural_gate_without_a_fingerprint_is_unusable_not_a_pass():
     base = make_results(make_runs(runs=5))
     report = run_gate(_results(fingerprint("base")), base, GateOptions(between_session=0.0, fail_on_structure=parse_structure_gates("sync")))
     assert report.outcome == "unusable" and [e.code for e in report.errors] == [ErrorCode.STRUCTURE_NOT_COMPARED]
-    assert "no structural fingerprint" in str(report.errors[0])
+    assert [(n.code, n.side) for n in report.structure.notes] == [(NoteCode.NO_FINGERPRINT, "baseline")]
     assert run_gate(_results(fingerprint("base")), base, GateOptions(between_session=0.0)).outcome != "unusable"  # no gate: a note only
 
 

@@ -10,6 +10,7 @@ import pytest
 from perfscope.measure import contention
 from perfscope.measure.contention import MIN_OTHER_CORES, ContentionProbe, judge, resolution_cores
 from perfscope.measure.cores import CpuBudget
+from perfscope.results.messages import msg
 from perfscope.results.model import Contention
 
 TWO_CPUS = CpuBudget(cpus=frozenset({0, 1}))
@@ -27,7 +28,8 @@ def test_the_verdict_does_not_depend_on_the_runs_own_load(other: float) -> None:
 def test_a_small_neighbour_on_the_runs_cores_is_contention() -> None:
     """0.1 cores was ignored below the old 0.25 floor; with OpenMP threads on every core it stalls each barrier."""
     reading = judge(Contention(other_cpu_cores=0.1, own_cpu_cores=0.9), TWO_CPUS, wall_s=2.0)
-    assert reading.contended and "0.10 cores of the 2 CPUs" in (reading.reason or "")
+    assert reading.contended and reading.reason == msg("contention", parts=[
+        msg("other_processes_busy", cores=pytest.approx(0.1), cpus=2, beyond_quota=0)])
     assert reading.usable_cores == 2.0 and reading.min_other_cores == MIN_OTHER_CORES
 
 
@@ -161,7 +163,8 @@ def test_a_real_neighbour_on_a_lanes_core_is_still_contention(monkeypatch, tmp_p
     """CPU 0 busy 2.6 s: the run's 1.8 s, the driver's 0.2 s, and 0.6 s of a process outside the sweep."""
     reading = _two_lane_probe(monkeypatch, tmp_path, "cpu0 1260 0 100 2500 0 0 0 0 0 0", _sweep([3.0, 3.2]))
     assert reading.other_cpu_cores == pytest.approx(0.3)
-    assert reading.contended and "0.30 cores of the 1 CPUs" in (reading.reason or "")
+    (part,) = reading.reason.params["parts"]
+    assert reading.contended and part.code == "other_processes_busy" and part.params["cpus"] == 1
 
 
 def test_the_sweeps_processes_are_read_where_they_may_run() -> None:

@@ -12,7 +12,7 @@ import torch
 
 from perfscope.measure.dataset_profile import profile_dataset
 from perfscope.results import DatasetProfile, Results, ResultsError
-from tests.factories import make_results, make_trial
+from tests.factories import contended, make_results, make_trial
 
 WORKLOADS = Path(__file__).parent / "workloads"
 
@@ -108,7 +108,7 @@ def test_the_profile_belongs_to_the_configuration_when_its_run_was_excluded():
 
     profiled = make_trial("baseline", data_wait_fraction=0.6)
     profiled.metrics.dataset_profile = profile_dataset(Squares(), batch_size=8, samples=8, budget_s=600)
-    profiled.excluded = "contended: 1.4 other cores busy"
+    profiled.excluded = contended(1.4)
     retry = make_trial("baseline-r2", data_wait_fraction=0.6, seed=1)
     retry.configuration, retry.repeat, retry.sequence, profiled.sequence = "baseline", 2, 2, 1
     results = make_results([profiled, retry], device_type="cpu")

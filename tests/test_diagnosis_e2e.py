@@ -58,9 +58,9 @@ def _assert_contention_reported(results: Results, configuration: str) -> None:
     say at the top that the load persisted, naming the configuration and how often (one warning for all of them:
     each run carries the load it saw)."""
     runs = [t for t in results.trials if t.configuration == configuration and t.ok]
-    assert runs and all(t.excluded and t.excluded.startswith("contended: ") for t in runs), [t.excluded for t in runs]
+    assert runs and all(t.contended for t in runs), [t.excluded for t in runs]
     # each series of runs that stayed contended ends in a run that says so, with the load it saw
-    persisted = [t for t in runs if "(persisted" in t.excluded]
+    persisted = [t for t in runs if t.excluded.code in ("contended_persisted", "contended_given_up")]
     warnings = [w for w in results.warnings
                 if w.code == "persistent_load" and w.params["spoiled"].get(configuration) == len(persisted)]
     assert persisted and len(warnings) == 1, (results.warnings, [t.excluded for t in runs])

@@ -18,6 +18,7 @@ import perfscope
 from perfscope.hooks.profiler import Profiler, _Reservoir, leading_dim
 from perfscope.measure.window import StepRecord, WindowRecorder
 from perfscope.results import Results
+from perfscope.wording import words
 from tests.flops_oracle import linear_training_flops
 
 IN, HIDDEN, OUT, BATCH = 32, 64, 16, 8
@@ -80,7 +81,7 @@ def test_step_count_warmup_and_short_last_batches() -> None:
     expected = sum(4 if i % 13 == 12 else 8 for i in range(4, 26))
     assert m.samples_per_s * m.wall_s == pytest.approx(expected, rel=1e-6)  # samples in the window / its wall time
     assert m.wall_s == pytest.approx(sum(m.step_times_s), rel=1e-6)
-    assert any("varied" in note for note in results.notes)
+    assert any("varied" in note for note in map(words, results.notes))
     assert results.trials[0].config.num_workers == 0
     assert "data_wait_share" not in m.unavailable and all(w >= 0 for w in m.step_data_wait_s)
 
@@ -175,7 +176,7 @@ def test_long_run_keeps_bounded_per_step_samples() -> None:
         prof.step()
     m = prof.results().trials[0].metrics
     assert m.steps == 59 and len(m.step_times_s) == 10
-    assert m.step_times_sampled and any("uniform sample" in n for n in prof.results().notes)
+    assert m.step_times_sampled and any("uniform sample" in n for n in map(words, prof.results().notes))
 
 
 class FakeDeviceClock:
@@ -512,7 +513,7 @@ def test_pauses_are_reported_apart_by_reason() -> None:
     assert m.excluded_s["evaluation"] >= 2 * 0.02 and m.excluded_s["checkpoint saving"] >= 2 * 0.01
     assert m.excluded_s["evaluation"] + m.excluded_s["checkpoint saving"] < results.trials[0].wall_time_s - m.wall_s
     assert [w.steps for w in m.windows] == [2, 2, 3]
-    assert any("evaluation (2 ×, " in note and "of wall time" in note for note in results.notes)
+    assert any("evaluation (2 ×, " in note and "of wall time" in note for note in map(words, results.notes))
 
 
 def test_exclude_since_step_excludes_work_reported_once_done() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from perfscope.results import Results
+from perfscope.results import Results, msg
 from tests.waiting import ctrl_c_reaches_it, read_until, wait_for, wait_gone
 
 WORKLOADS = Path(__file__).parent / "workloads"
@@ -54,7 +54,7 @@ def test_ctrl_c_saves_and_leaves_no_processes(tmp_path):
     assert proc.returncode == 130, err
     assert "interrupted" in err
     results = Results.load(tmp_path / "out" / "results.json")
-    assert any("interrupted" in note for note in results.notes)
+    assert msg("interrupted_by_user") in results.notes
     assert wait_gone(children, timeout_s=HANG_GUARD_S) == []  # each ended, waited for: no grace period guessed
 
 
@@ -63,6 +63,6 @@ def test_sigterm_saves_the_report_and_leaves_no_processes(tmp_path):
     assert proc.returncode == 130, err  # not -15: the handler turned SIGTERM into the Ctrl-C path
     assert "interrupted" in err
     results = Results.load(tmp_path / "out" / "results.json")
-    assert any("interrupted" in note for note in results.notes)
+    assert msg("interrupted_by_user") in results.notes
     assert (tmp_path / "out" / "report.html").exists()
     assert wait_gone(children) == []

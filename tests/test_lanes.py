@@ -27,6 +27,7 @@ from perfscope.report.markdown import render_view_markdown
 from perfscope.report.view import build_view
 from perfscope.results.config import TrialConfig
 from perfscope.results.lanes import LaneRecord, ParallelSweep
+from perfscope.results.messages import msg
 from perfscope.results.verdicts import Sweep
 from perfscope.search.candidate import BASELINE, SweepOptions
 from perfscope.search.compare import ReferenceSeries, paired_test
@@ -218,7 +219,8 @@ def test_the_report_has_a_lanes_table_with_the_time_saved():
     A/A level, runs, failures and why it was dropped, and the wall time beside the sequential estimate."""
     results = make_results()
     results.sweep = Sweep(baseline_trial="baseline", parallel=ParallelSweep(
-        executor="slurm", aa_spread=0.031, wall_s=300.0, sequential_estimate_s=1100.0, notes=["A/A check: 2 runs"],
+        executor="slurm", aa_spread=0.031, wall_s=300.0, sequential_estimate_s=1100.0,
+        notes=[msg("aa_check", runs=2, spread=0.031, dropped=0)],
         lanes=[LaneRecord(index=0, device="0", cpus=[0, 1], level=1.0, runs=30),
                LaneRecord(index=1, device="1", cpus=[2, 3], level=0.66, runs=2, failures=1,
                           dropped="slurm job 7 NODE_FAIL")]))

@@ -319,7 +319,7 @@ def test_ctrl_c_cancels_the_lanes_runs_and_still_reports(tmp_path, executor, req
     results = Results.load(out / "results.json")
     cancelled = [t for t in results.trials if t.lane is not None and t.error and "cancelled by Ctrl-C" in t.error]
     assert {t.lane for t in cancelled} == {0, 1}, [(t.name, t.status, t.error) for t in results.trials]
-    assert any(n.startswith("interrupted: ") for n in results.sweep.parallel.notes), results.sweep.parallel.notes
+    assert "lanes_interrupted" in {n.code for n in results.sweep.parallel.notes}, results.sweep.parallel.notes
     assert results.sweep.parallel.lanes[0].runs >= 1  # the lanes table is still reported
     if executor == "slurm":  # every job it submitted was scancelled
         left = subprocess.run(["squeue", "-h", "-t", "PENDING,RUNNING", "-o", "%i"], capture_output=True, text=True,

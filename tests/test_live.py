@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -23,7 +22,9 @@ import pytest
 
 from perfscope.cli import main
 from perfscope.live import protocol
-from perfscope.results import Results
+from perfscope.results import Results, msg
+from perfscope.trace.memory_categories import MemoryByCategory
+from perfscope.wording import words
 
 JOB = Path(__file__).parent / "live_job.py"
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,7 +116,8 @@ def test_a_running_loop_is_captured_twice_and_keeps_training(job: Job, tmp_path:
         results = Results.load(tmp_path / f"cap{n}" / "results.json")
         assert results.source == "trace"
         assert "PS201" in {f.rule_id for f in results.findings}  # the loader's injected wait, named
-        assert any(f"captured on demand: steps {steps[0]}-{steps[-1]} of process {job.pid}" in note for note in results.notes)
+        assert any(n.code == "captured_on_demand" and (n.params["first"], n.params["last"], n.params["pid"])
+                   == (steps[0], steps[-1], job.pid) for n in results.notes), results.notes
         assert "data wait" in out and f"captured on demand: steps {steps[0]}-{steps[-1]}" in out
         job.wait_steps(previous_last + 5)  # it keeps training after the capture
     assert job.stop() == 0
@@ -133,7 +135,8 @@ def test_a_capture_with_memory_breaks_the_jobs_memory_down_by_category(job: Job,
     assert memory["max_bytes"]["parameter"] == 4 * (32 * 64 + 64 + 64 * 16 + 16)
     assert memory["max_bytes"]["optimizer_state"] == 0
     results = Results.load(out / "results.json")
-    assert any(n.startswith("memory on rank 0: peak ") and "memory-rank0.json" in n for n in results.notes), results.notes
+    assert msg("rank_memory", rank=0, memory=MemoryByCategory.read(out / "memory-rank0.json").text(),
+               file="memory-rank0.json") in results.notes, results.notes
     owners = results.trials[0].metrics.memory_breakdown  # the owners at the peak, as the memory rules read them
     assert owners is not None and owners.parameters == memory["at_peak"]["parameter"] and owners.optimizer_state == 0
     held = results.trials[0].metrics.memory_categories  # and the categories, which the memory rules cite
@@ -170,11 +173,10 @@ def test_a_job_that_ends_mid_capture_answers_with_the_steps_it_recorded(job: Job
     threading.Timer(3.0, lambda: (job.work / "stop").touch()).start()  # its loop ends while 100000 steps are asked for
     rc, out, err = capture(capsys, job.pid, "--steps", "100000", "--out", tmp_path / "out", "--timeout", "100")
     assert rc == 0, err
-    said = re.search(rf"captured on demand: steps (\d+)-(\d+) of process {job.pid} .*\(the job ended after (\d+) of "
-                     r"the 100000 steps\)", out)
-    assert said is not None, out
-    first, last, count = map(int, said.groups())
-    assert last - first + 1 == count
+    (said,) = [n for n in Results.load(tmp_path / "out" / "results.json").notes if n.code == "captured_on_demand"]
+    first, last = said.params["first"], said.params["last"]
+    assert said.params["pid"] == job.pid and said.params["steps"] == 100000 and last - first + 1 < 100000
+    assert words(said) in out  # printed as recorded
     # the trace: those steps, and the one in progress when the loop ended (its last next(), cut short)
     assert traced_steps(tmp_path / "out" / "trace" / "rank0.json.gz") == list(range(first, last + 2))
     assert job.proc.wait(timeout=60) == 0
@@ -202,9 +204,10 @@ def test_ranks_sharing_a_control_folder_capture_the_same_steps(tmp_path: Path, r
         assert rc == 0 and "captured on demand" in out, err
         traced = [traced_steps(tmp_path / "out" / "trace" / f"rank{r}.json.gz") for r in (0, 1)]
         assert traced[0] == traced[1] and len(traced[0]) == 2
-        notes = "\n".join(Results.load(tmp_path / "out" / "results.json").notes)
-        assert all(re.search(rf"steps {traced[0][0]}-{traced[0][1]} of process {job.pid} .*\(rank {r}\)", notes)
-                   for r, job in enumerate(ranks))
+        notes = {n.params["rank"]: n.params for n in Results.load(tmp_path / "out" / "results.json").notes
+                 if n.code == "captured_on_demand"}
+        assert sorted(notes) == list(range(len(ranks))) and all(
+            (notes[r]["first"], notes[r]["last"], notes[r]["pid"]) == (*traced[0], job.pid) for r, job in enumerate(ranks))
         assert not list(control.glob("done-*")) and not (control / "captures" / "x").exists()
     finally:
         assert [job.stop() for job in ranks] == [0, 0]

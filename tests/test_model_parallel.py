@@ -324,9 +324,10 @@ def test_the_new_fields_round_trip_and_older_files_read_without_them():
 def test_the_search_runs_when_every_baseline_run_was_contended():
     from perfscope.search.layout import run_layout_search
     from tests.distributed_factories import make_distributed_results
+    from tests.factories import contended
 
     results = make_distributed_results(device="cpu", world=2)
-    results.trials[0].excluded = "contended: other processes used 1.2 cores"
+    results.trials[0].excluded = contended(1.2)
     base = results.trials[0].config.replace(micro_batch_size=8, data_parallel="ddp", precision="fp32", tf32=None)
     results.trials[0].config = base
     results.workload.model = ModelFacts(parameter_count=1000, has_conv2d=False, repeated_blocks=2, optimizer_class="AdamW",
@@ -338,7 +339,7 @@ def test_the_search_runs_when_every_baseline_run_was_contended():
     dp2 = next(r for r in table.rows if r.layout == "dp2")
     assert dp2.status == "measured" and "measured under load" in dp2.reason
     results.workload.model = None
-    assert run_layout_search(session, workload, base) is None and results.notes[-1].startswith("layout search not run")
+    assert run_layout_search(session, workload, base) is None and results.notes[-1].code == "layout_search_not_run"
 
 
 def test_an_interrupted_analysis_still_ranks_the_layouts_it_measured():

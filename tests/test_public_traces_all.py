@@ -20,6 +20,7 @@ import pytest
 
 from perfscope.errors import UserError
 from perfscope.rules import run_rules
+from perfscope.trace.communication import NO_COLLECTIVES
 from perfscope.trace.facts import trace_facts
 from perfscope.trace.offline import trace_results
 from tests.kineto import KinetoTrace
@@ -145,7 +146,9 @@ def test_a_trace_without_step_markers_is_read_from_its_optimizer_steps_set_up_le
     path = public_trace("../param/linear_kineto")
     facts = trace_facts(path, device_type="cuda", steps=1)
     assert facts.steps == 39 and facts.step_time_s < 0.05
-    assert any("Optimizer.step#SGD.step" in n and "left out" in n for n in facts.notes)
+    (found,) = [n for n in facts.notes if n.code == "steps_found_from"]
+    source = found.params["source"]
+    assert found.params["steps"] == 39 and "Optimizer.step#SGD.step" in source and "left out" in source
 
 
 def test_the_old_spellings_file_is_read():
@@ -209,7 +212,9 @@ def test_a_broken_event_is_counted_skipped_and_said(ts, dur, why, tmp_path):
     bad.write_text(json.dumps(broken))
     facts = trace_facts(bad, device_type="cuda", steps=1)
     assert facts.gpu.busy_fraction == clean.gpu.busy_fraction and facts.kernels == clean.kernels
-    assert any("1 complete event(s) unusable and skipped" in n and why in n for n in facts.notes)
+    (note,) = [n for n in facts.notes if n.code == "unusable_events"]
+    ((reason, count),) = note.params["counts"].items()
+    assert count == 1 and why in reason
 
 
 def test_a_trace_claiming_sm_70_gets_fp16_with_a_grad_scaler_never_bf16_or_tf32(tmp_path):
@@ -288,7 +293,7 @@ def test_deepep_dispatch_and_combine_are_communication_named_and_advised_as_moe(
     assert time["communication"] / sum(time.values()) == pytest.approx(0.5, abs=0.01)
     results = trace_results(path)
     comm = results.trials[0].metrics.distributed.communication
-    assert {c.op for c in comm.collectives} == {"moe_dispatch", "moe_combine"} and "no collectives in the traced steps" not in comm.notes
+    assert {c.op for c in comm.collectives} == {"moe_dispatch", "moe_combine"} and NO_COLLECTIVES not in comm.notes
     assert comm.compute_s <= comm.step_s
     (f,) = [f for f in run_rules(results) if f.rule_id == "PS801"]
     assert "MoE" in f.title and "bucket_cap_mb" not in f.fix and "no_sync" not in f.fix
@@ -356,7 +361,8 @@ def test_a_trace_marked_only_by_the_users_record_function_is_split_at_its_marks_
     path.write_text(json.dumps(t.to_json()))
     facts = trace_facts(path, device_type="cuda", steps=1)
     assert facts.steps == 4 and facts.step_time_s < 0.003
-    assert any("'train_step'" in n and "1 step(s) left out as one-time warm-up" in n for n in facts.notes)
+    (found,) = [n for n in facts.notes if n.code == "steps_found_from"]
+    assert "'train_step'" in found.params["source"] and "1 step(s) left out as one-time warm-up" in found.params["source"]
 
 
 def test_the_kineto_resnet50_with_a_single_process_loader_is_loader_bound_on_a_v100():

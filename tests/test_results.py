@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from perfscope.results import SCHEMA_VERSION, Results, ResultsError, write_json
+from perfscope.results.migrate import NOTE_V1
 from tests.factories import make_results, make_trial
 
 
@@ -79,6 +80,6 @@ def test_a_schema1_file_is_read_with_throughput_recomputed_from_wall_time():
         assert m.samples_per_s == pytest.approx(raw["metrics"]["samples_per_step"] * len(steps) / sum(steps))
         assert m.samples_per_s != pytest.approx(raw["metrics"]["samples_per_s"], rel=1e-9)  # not the median's
         assert m.typical_step.median == pytest.approx(raw["metrics"]["step_time_s"]["median"])
-    assert any("schema-1" in note for note in results.notes)
+    assert NOTE_V1 in results.notes
     round_trip = Results.from_dict(json.loads(json.dumps(results.to_dict())))
     assert round_trip.trials[0].metrics.samples_per_s == results.trials[0].metrics.samples_per_s

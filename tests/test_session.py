@@ -41,7 +41,7 @@ class FakeRunner:
         rate, contended = self.script.pop(0)
         metrics = make_trial(median_s=8 / rate, n=10, noise=0.0, batch=8).metrics
         assert metrics is not None
-        reason = "other processes used 1.00 of 2 CPU cores" if contended else None
+        reason = msg("contention", parts=[msg("other_processes_busy", cores=1.0, cpus=2, beyond_quota=0)]) if contended else None
         metrics.windows[0].contention = Contention(other_cpu_cores=1.0 if contended else 0.0, contended=contended, reason=reason)
         return Outcome(status="ok", error=None, payload={"metrics": to_jsonable(metrics)}, wall_time_s=1.0)
 
@@ -71,7 +71,8 @@ def test_a_contended_run_is_excluded_and_measured_again(tmp_path: Path) -> None:
     session = _session(tmp_path, FakeRunner([(10.0, True), (100.0, False)]))
     trial = session.measure("baseline", CONFIG)
     first = session.results.trial("baseline")
-    assert first is not None and first.excluded and "contended" in first.excluded and not first.evidence
+    assert first is not None and first.excluded and first.excluded.code == "contended" and not first.evidence
+    assert first.contended and first.excluded.params["why"] == first.metrics.contention
     assert trial.name == "baseline-r2" and trial.evidence
     assert session.results.warnings == []
 
@@ -81,7 +82,7 @@ def test_a_contended_run_is_not_measured_again_when_the_budget_would_not_allow_i
     session.may_retry = lambda: False  # what the sweep sets when a retry would overrun its budget
     trial = session.measure("baseline", CONFIG)
     assert [t.name for t in session.results.trials] == ["baseline"] and not trial.evidence
-    assert trial.excluded and trial.excluded.startswith("contended") and trial.excluded.endswith("the budget would not allow it")
+    assert trial.excluded and trial.excluded.code == "contended_budget" and trial.contended
 
 
 def test_persistent_contention_excludes_every_run_and_warns(tmp_path: Path) -> None:
@@ -90,7 +91,7 @@ def test_persistent_contention_excludes_every_run_and_warns(tmp_path: Path) -> N
     runs = [t for t in session.results.trials if t.configuration == "baseline"]
     assert len(runs) == CONTENTION_RETRIES + 1 and not any(r.evidence for r in runs) and not trial.evidence
     assert session.results.runs("baseline") == []  # runs() lists evidence only
-    assert "persisted through" in (trial.excluded or "")
+    assert trial.excluded == msg("contended_persisted", why=trial.metrics.contention, runs=CONTENTION_RETRIES + 1)
     (warning,) = session.results.warnings
     assert warning == msg("persistent_load", runs=CONTENTION_RETRIES + 1, spoiled={"baseline": 1},
                           last=warning.params["last"], gave_up_after=None)
@@ -120,7 +121,7 @@ def test_after_persistent_load_spoiled_a_few_measurements_a_contended_run_is_not
         session.measure("baseline", CONFIG)
     assert len(runner.specs) == PERSISTENT_AFTER * (CONTENTION_RETRIES + 1) + 2 and len(runner.script) == 1
     last = session.results.trials[-1]
-    assert last.excluded.endswith(f"(persisted through {PERSISTENT_AFTER} measurements: not measured again)")
+    assert last.excluded == msg("contended_given_up", why=last.metrics.contention, measurements=PERSISTENT_AFTER)
     (warning,) = session.results.warnings
     assert warning.params["spoiled"] == {"baseline": measurements} and warning.params["gave_up_after"] == PERSISTENT_AFTER
     assert session.measure("baseline", CONFIG).evidence  # a quiet run is evidence again
@@ -149,7 +150,7 @@ def test_contention_is_judged_against_the_cores_the_run_may_use() -> None:
     two = CpuBudget(cpus=frozenset({0, 1}))
     assert judge(Contention(other_cpu_cores=1.0, own_cpu_cores=1.0), two).contended
     assert not judge(Contention(other_cpu_cores=0.01, own_cpu_cores=1.9), two).contended  # background noise
-    assert "stole" in (judge(Contention(steal_cores=0.3), two).reason or "")
+    assert judge(Contention(steal_cores=0.3), two).reason == msg("contention", parts=[msg("hypervisor_stole", cores=0.3)])
     assert judge(Contention(device_other_processes=["4242"]), two).contended
 
 

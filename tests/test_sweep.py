@@ -13,11 +13,13 @@ from perfscope.errors import UserError
 from perfscope.knobs import REGISTRY, Knob, KnobContext, ModelFacts
 from perfscope.results import Environment, Trial, TrialMetrics, Window
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import msg
 from perfscope.search.compare import could_still_win
 from perfscope.search.sweep import BASELINE, Sweeper, SweepOptions
 from perfscope.stats import summarize
+from perfscope.wording import words
 from perfscope.workload import Workload
-from tests.factories import make_results
+from tests.factories import load, make_results
 
 H100 = Environment(device_type="cuda", device_name="NVIDIA H100 80GB HBM3", compute_capability="9.0", cpu_cores_logical=16)
 
@@ -182,7 +184,7 @@ def test_winners_stack_and_the_recommendation_is_remeasured():
     stack_runs = session.results.runs("stack2-compile")
     traced = [i for i, r in enumerate(stack_runs) if r.config.capture_trace]
     assert len(traced) == 1 and traced[0] >= 1 and sweep.recommended_gain.runs == len(stack_runs) - traced[0]
-    assert any("confirmation run(s) measured after it was selected" in n for n in sweep.notes)
+    assert "gain_from_confirmation" in {n.code for n in sweep.notes}
     _interleaved(session)
     assert [o.knob for o in sweep.knobs[:2]] == ["amp_bf16", "compile"]  # ranked best-first
     assert _outcome(sweeper, "amp_bf16").gain.ratio == pytest.approx(1.8, rel=0.03)
@@ -196,7 +198,7 @@ def test_noise_only_recommends_the_baseline_itself(seed):
     sweeper = _run(_ctx(), session, skip=["micro_batch"])
     sweep = sweeper.sweep
     assert sweep.recommended_trial == "baseline" and sweep.recommended_knobs == [] and sweep.recommended_gain is None
-    assert any("the baseline is the recommendation" in n for n in sweep.notes)
+    assert "no_knob_faster" in {n.code for n in sweep.notes}
     assert not any(o.gain and o.gain.faster for o in sweep.knobs)
     assert not any(sweeper.worthwhile(o.gain) for o in sweep.knobs)
 
@@ -345,8 +347,7 @@ def test_stack_slower_than_its_parts_recommends_the_baseline():
     sweep = _run(_ctx(), session, only=["amp_bf16"]).sweep
     assert any(r.config.capture_trace for r in session.results.runs("amp_bf16"))  # the recommendation was re-measured
     assert sweep.recommended_trial == "baseline" and sweep.recommended_knobs == [] and sweep.recommended_gain is None
-    assert any("not confirmed decidedly faster" in n for n in sweep.notes)
-    assert any("re-measured" in n and "did not confirm" in n and "run-to-run noise" in n for n in sweep.notes)
+    assert {"stack_not_confirmed", "earlier_gain_not_confirmed"} <= {n.code for n in sweep.notes}
 
 
 def test_worker_options_are_measured_on_top_of_workers_and_stack_after_them():
@@ -392,7 +393,7 @@ def test_micro_batch_is_re_searched_when_the_stack_frees_memory():
     assert sweep.recommended_knobs == ["amp_bf16", "grad_accum"]
     rec = session.results.runs(sweep.recommended_trial)[-1].config
     assert (rec.precision, rec.micro_batch_size, rec.grad_accum_steps) == ("bf16", 32, 2)
-    assert any("re-searched" in n for n in sweep.notes)
+    assert "micro_batch_researched" in {n.code for n in sweep.notes}
 
 
 def test_numerics_guard_with_a_different_micro_batch():
@@ -444,7 +445,7 @@ def test_a_candidate_whose_later_runs_are_all_contended_stops_at_max_runs():
     its evidence runs, or refinement never ends."""
     def contended(trial: Trial) -> None:
         if trial.configuration == "amp_bf16" and trial.repeat > 1:
-            trial.excluded = "contended: 1.5 other cores busy (persisted through 3 runs)"
+            trial.excluded = msg("contended_persisted", why=[load(1.5)], runs=3)
         assert len(session.results.trials) < 200, "refinement did not stop"
 
     session = FakeSession(_step_time({"amp_bf16": 1.5}), edit=contended)
@@ -570,14 +571,15 @@ def check_real_sweep(results, out) -> None:
         assert t.status in ("ok", "oom", "error", "crashed", "timeout", "nonfinite", "skipped"), (t.name, t.status)
         assert t.status != "ok" or t.metrics is not None, t.name
         if t.metrics is not None and t.metrics.contention:
-            assert t.excluded and t.excluded.startswith("contended"), (t.name, t.excluded)  # never evidence
+            assert t.contended, (t.name, t.excluded)  # never evidence
     by_sequence = sorted(results.trials, key=lambda t: t.sequence)
     for t, after in zip(by_sequence, [*by_sequence[1:], None]):
-        if t.excluded and t.excluded.startswith("contended"):
+        if t.contended:
             remeasured = after is not None and after.configuration == t.configuration and after.repeat == t.repeat + 1
             named = any(t.configuration in w.params.get("spoiled", {}) for w in results.warnings)
-            refused = t.excluded.endswith("not measured again: the budget would not allow it")  # the budget, not the load
-            assert remeasured or ("persisted through" in t.excluded and named) or refused, (t.name, t.excluded, results.warnings)
+            refused = t.excluded.code == "contended_budget"  # the budget, not the load
+            persisted = t.excluded.code in ("contended_persisted", "contended_given_up")
+            assert remeasured or (persisted and named) or refused, (t.name, t.excluded, results.warnings)
     assert sweep.recommended_trial in names
     assert sweep.recommended_trial == "baseline" or sweep.recommended_gain.faster
     by_id = {o.knob: o for o in sweep.knobs}
@@ -589,8 +591,9 @@ def check_real_sweep(results, out) -> None:
     assert by_id["tf32"].status == "inapplicable" and by_id["compile"].status == "skipped"
     report = (out / "report.html").read_text()
     assert "bf16 autocast" in report
-    if results.warnings:
-        assert "persisted through" in report  # the contended runs are labelled where the reader looks
+    for warning in results.warnings:  # the contended runs are labelled where the reader looks
+        said = words(warning)
+        assert said.split(":")[0] in report
 
 
 @pytest.mark.slow
@@ -723,9 +726,9 @@ def test_a_stack_that_fails_is_reported_with_its_reason_never_silently_dropped()
     failed = [t for t in results.trials if t.status == "crashed"]
     assert [t.configuration for t in failed] == ["stack2-compile"]  # the failed run is kept: the report lists it
     assert sweep.recommended_knobs == ["tf32"] and sweep.recommended_trial == "tf32"  # measured without compile
-    (note,) = [n for n in sweep.notes if "stack2-compile" in n]
-    assert "tf32 + compile" in note and "failed" in note and "BackendCompilerFailed" in note
-    assert "compile is not in the recommendation" in note
+    (note,) = [n for n in sweep.notes if n.code == "stack_not_joined"]
+    assert note.params["knobs"] == ["tf32", "compile"] and note.params["name"] == "stack2-compile" and note.params["failed"]
+    assert "BackendCompilerFailed" in note.params["reason"] and note.params["joining"] == "compile"
     compile_outcome = _outcome(sweeper, "compile")
     assert compile_outcome.status == "measured" and compile_outcome.gain.faster  # alone it wins ...
     assert "did not join the stack: stack2-compile failed (crashed: torch._dynamo" in compile_outcome.reason  # ... and why not
@@ -739,7 +742,8 @@ def test_a_stack_the_numerics_guard_rejects_is_a_note_not_a_warning():
                           loss_shift=lambda c: 5.0 if c.tf32 and c.compile == "default" else 0.0)
     sweeper = _run(_ctx(), session, only=["tf32", "compile"])
     assert sweeper.sweep.recommended_knobs == ["tf32"]
-    (note,) = [n for n in sweeper.sweep.notes if "stack2-compile" in n]
-    assert "was not usable: numerics guard" in note
+    (note,) = [n for n in sweeper.sweep.notes if n.code == "stack_not_joined"]
+    assert note.params["name"] == "stack2-compile" and not note.params["failed"]
+    assert note.params["reason"].startswith("numerics guard")
     assert "did not join the stack" in _outcome(sweeper, "compile").reason
     assert session.results.warnings == []

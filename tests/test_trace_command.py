@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from perfscope.cli import main
 from perfscope.report.trace_only import TRACE_LEAD
-from perfscope.results import Results
+from perfscope.results import Results, msg
 from perfscope.rules import run_rules
 from perfscope.rules._trace_only import TRACE_ESTIMATE
 from perfscope.trace.communication import communication_facts
@@ -137,7 +137,7 @@ def test_ranks_from_file_order_without_distributed_info(tmp_path: Path) -> None:
     results = trace_results(folder)
     d = results.trials[0].metrics.distributed  # type: ignore[union-attr]
     assert d is not None and [r.rank for r in d.ranks] == [0, 1]
-    assert any("rank taken from the file order" in n for n in results.notes)
+    assert msg("rank_from_file_order", files=["a.json.gz", "b.json.gz"]) in results.notes
 
 
 def test_steps_option_for_a_trace_without_profiler_steps(tmp_path: Path) -> None:
@@ -148,7 +148,7 @@ def test_steps_option_for_a_trace_without_profiler_steps(tmp_path: Path) -> None
     ]}))
     assert run_trace(trace, tmp_path / "one") == 0  # without --steps: one window, said so (not refused)
     one = Results.load(tmp_path / "one" / "results.json")
-    assert one.trials[0].metrics.steps == 1 and any("whole span was taken as 1 step" in n for n in one.notes)
+    assert one.trials[0].metrics.steps == 1 and msg("rank_note", rank=0, note=msg("whole_span_as_steps", steps=1)) in one.notes
     assert run_trace(trace, tmp_path / "out", "--steps", "2") == 0
     m = Results.load(tmp_path / "out" / "results.json").trials[0].metrics
     assert m is not None and m.steps == 2 and m.wall_s == pytest.approx(1e-3) and "step_times_s" in m.unavailable

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from perfscope.trace.communication import bus_bandwidth_gbps, collective_op, communication_facts
+from perfscope.trace.communication import NO_COLLECTIVES, bus_bandwidth_gbps, collective_op, communication_facts
 
 GLOO = Path(__file__).parent / "data" / "traces" / "gloo"  # written by tests/gloo_traces.py
 
@@ -168,5 +168,5 @@ def test_a_trace_without_collectives(tmp_path):
     events = [_x("ProfilerStep#0", "user_annotation", 0, 100), _x("aten::mm", "cpu_op", 10, 50)]
     facts = communication_facts(_write(tmp_path, events), rank=0, device_type="cpu", steps=1, world_size=2)
     assert facts.collective_s == 0 and facts.exposed_collective_s == 0 and facts.overlap_share is None
-    assert facts.collectives == [] and "no collectives in the traced steps" in facts.notes
+    assert facts.collectives == [] and NO_COLLECTIVES in facts.notes
     assert facts.compute_s == pytest.approx(50e-6)

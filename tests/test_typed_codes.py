@@ -16,9 +16,9 @@ from perfscope.check.gate import ErrorCode, GateError, GateReport, PeakKind, pea
 from perfscope.check.render import render_junit, render_markdown, render_table
 from perfscope.check.structure import NoteCode, StructureNote, diff_fingerprints, parse_structure_gates
 from perfscope.report.structure import EAGER_COUNT_NOTE, knob_effects
-from perfscope.results import Peak
+from perfscope.results import Peak, msg
 from perfscope.results.fingerprint import CompileFacts, Fingerprint, MemoryPeak, SyncSite
-from tests.factories import make_results, make_runs
+from tests.factories import contended, make_results, make_runs
 from tests.test_report_structure import BASE, _results
 
 COMPILED = CompileFacts(graphs=1, graph_breaks=0)
@@ -64,7 +64,7 @@ def test_the_report_hides_the_baselines_not_compiled_note_by_code_whatever_its_w
 
     def reworded(base, cur):
         changes, notes = original(base, cur)
-        return changes, [dataclasses.replace(n, text="reworded: eager on one side") for n in notes]
+        return changes, [dataclasses.replace(n, message=msg("text", text="reworded: eager on one side")) for n in notes]
 
     monkeypatch.setattr(check_structure, "_compile", reworded)
     assert knob_effects(_results({"baseline": BASE, "amp_bf16": compiled}))["amp_bf16"].notes == [EAGER_COUNT_NOTE]
@@ -79,7 +79,7 @@ def test_the_report_hides_the_baselines_not_compiled_note_by_code_whatever_its_w
 def test_a_baseline_without_evidence_is_unusable_by_code():
     base = make_runs(runs=3)
     for t in base:
-        t.excluded = "contended"
+        t.excluded = contended()
     report = run_gate(make_results(make_runs(runs=3)), make_results(base), GateOptions(between_session=0.0))
     assert report.outcome == "unusable" and [e.code for e in report.errors] == [ErrorCode.NO_EVIDENCE]
 
@@ -108,7 +108,8 @@ def test_refusing_differences_nest_under_their_line_by_type_not_by_leading_space
 
 def test_structure_notes_render_as_their_words():
     report = GateReport(options=GateOptions(fail_on_structure=parse_structure_gates("sync")))
-    report.structure = check_structure.StructureDiff(compared=False, notes=[StructureNote(code=NoteCode.NO_FINGERPRINT, text="no print")])
+    note = StructureNote(code=NoteCode.NO_FINGERPRINT, message=msg("text", text="no print"))
+    report.structure = check_structure.StructureDiff(compared=False, notes=[note])
     assert "  not compared: no print" in render_table(report)
     assert report.structure.summary() == "structure not compared (no print)"
 
@@ -137,4 +138,4 @@ def test_measured_ceilings_are_compared_on_the_baselines_whatever_their_source_s
         results.peak = Peak(tflops=tflops, dtype="fp32", source="reworded: this machine's own matmul")
         results.environment.measured_ceiling_tflops = {"fp32": tflops}
     report = run_gate(cur, base, GateOptions(between_session=0.0, metrics=("mfu",)))
-    assert report.outcome == "pass" and any("baseline's for both runs" in n for n in report.notes)
+    assert report.outcome == "pass" and msg("shared_measured_ceiling") in report.notes

@@ -86,8 +86,8 @@ def test_deep_nesting_is_refused_before_parsing(tmp_path):
 
 
 def test_brackets_inside_strings_do_not_count_as_nesting(tmp_path):
-    path = _write(tmp_path, lambda d: d["notes"].append('[{"' * 100 + '\\" ]]'))
-    assert Results.load(path).notes[-1].startswith('[{"[{')
+    path = _write(tmp_path, lambda d: d["notes"].append({"code": "text", "params": {"text": '[{"' * 100 + '\\" ]]'}}))
+    assert Results.load(path).notes[-1].params["text"].startswith('[{"[{')
 
 
 def _bytes_read() -> int:

@@ -111,3 +111,32 @@ def _reasons(node: object, where: str = "") -> dict[str, object]:
         for i, value in enumerate(node):
             found.update(_reasons(value, f"{where}[{i}]"))
     return found
+
+
+def test_a_recorded_schema2_file_keeps_its_exclusions_contention_and_notes_word_for_word() -> None:
+    """tests/data/reports/data_bound_cpu.json (schema 2, measured on a loaded machine): each exclusion is a contended
+    one by its code, and every exclusion, window reason and note reads as the file wrote it."""
+    path = Path(__file__).parent / "data" / "reports" / "data_bound_cpu.json"
+    old = json.loads(path.read_text(encoding="utf-8"))
+    results = Results.load(path)
+    excluded = {t["name"]: t["excluded"] for t in old["trials"] if t.get("excluded")}
+    assert excluded and all(results.trial(name).contended for name in excluded)  # type: ignore[union-attr]
+    assert {name: words(results.trial(name).excluded) for name in excluded} == excluded  # type: ignore[arg-type,union-attr]
+    reasons = [w["contention"]["reason"] for t in old["trials"] for w in (t.get("metrics") or {}).get("windows") or []
+               if (w.get("contention") or {}).get("reason")]
+    loaded = [words(w.contention.reason) for t in results.trials if t.metrics for w in t.metrics.windows
+              if w.contention and w.contention.reason]
+    assert reasons and loaded == reasons
+    assert [words(n) for n in results.notes] == old["notes"]
+    assert [words(n) for n in results.sweep.notes] == old["sweep"]["notes"]  # type: ignore[union-attr]
+
+
+def test_an_early_schema3_file_with_prose_notes_and_exclusions_loads_without_changing_the_callers_data() -> None:
+    """Schema 3 first held messages only in warnings, reasons and flags: its notes and exclusions were still prose."""
+    fresh = Results.load(Path(__file__).parent / "data" / "reports" / "data_bound_cpu.json").to_dict()
+    fresh["notes"] = ["a note in words"]
+    fresh["trials"][0]["excluded"] = "contended: other processes used 1.00 of 2 CPU cores"
+    kept = json.dumps(fresh, sort_keys=True)
+    results = Results.from_dict(fresh)
+    assert results.notes == [legacy("a note in words")] and results.trials[0].contended
+    assert json.dumps(fresh, sort_keys=True) == kept  # upgraded on a copy

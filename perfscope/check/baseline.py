@@ -20,6 +20,7 @@ from perfscope.check.metrics import Side
 from perfscope.check.sessions import DEFAULT_BETWEEN_SESSION, MIN_SPREAD_DF
 from perfscope.errors import UserError
 from perfscope.results import Results, ResultsError
+from perfscope.results.messages import Message, msg
 
 DEFAULT_BASELINE = Path("perfscope-baseline.json")
 Mode = Literal["save", "update", "replace"]
@@ -30,18 +31,18 @@ class SavedBaseline:
     path: Path
     replaced: bool
     trials: list[str]  # successful runs the gate can compare, of the files just stored
-    warnings: list[str]
+    warnings: list[Message]
     sessions: list[int] = field(default_factory=list)  # usable runs of each stored session, oldest first
 
 
-def validate_baseline(results: Results, source: str) -> tuple[list[str], list[str]]:
+def validate_baseline(results: Results, source: str) -> tuple[list[str], list[Message]]:
     """Runs usable as a baseline, and warnings; raises ResultsError when none is usable."""
     usable = [t.name for t in results.trials if t.evidence and t.metrics and t.metrics.steps > 0 and t.metrics.wall_s > 0]
     if not usable:
         raise ResultsError(f"{source}: no successful run with a timed window; not usable as a baseline")
     warnings = []
     if not any(t.configuration == "baseline" for t in results.trials if t.name in usable):
-        warnings.append(f"no usable run of the configuration 'baseline' (usable: {', '.join(usable)}); pass --trial to check")
+        warnings.append(msg("no_baseline_configuration", usable=usable))
     return usable, warnings
 
 
@@ -78,7 +79,7 @@ def save_baseline(results_paths: list[str | os.PathLike[str]] | str | os.PathLik
         raise UserError(f"{dest} exists; use `perfscope baseline update` to add a session, or `--replace`")
     loaded = [(Results.load(p), str(p)) for p in paths]
     usable: list[str] = []
-    warnings: list[str] = []
+    warnings: list[Message] = []
     for results, source in loaded:
         names, more = validate_baseline(results, source)
         usable += names
@@ -89,14 +90,10 @@ def save_baseline(results_paths: list[str | os.PathLike[str]] | str | os.PathLik
     check_sessions_agree(stored + loaded)
     counts = _runs_per_session(history)
     if len(history.sessions) < MIN_SPREAD_DF + 1:
-        warnings.append(f"{len(history.sessions)} stored session(s): too few to estimate how far days differ, so the gate "
-                        f"assumes {DEFAULT_BETWEEN_SESSION:.0%} (docs/ci-gate.md): it fails drops of about 20% or more, and "
-                        "identical code comes out INCONCLUSIVE (exit 3) rather than PASS at a 5% tolerance; store "
-                        f"{MIN_SPREAD_DF + 1} sessions (`perfscope baseline update`), state `check --between-session PCT` "
-                        "(an A/A measurement of this runner), or gate with `perfscope ab` (both revisions in one job)")
+        warnings.append(msg("few_sessions", sessions=len(history.sessions), assumed=DEFAULT_BETWEEN_SESSION,
+                            needed=MIN_SPREAD_DF + 1))
     if sum(counts) < 3:
-        warnings.append(f"{sum(counts)} run(s) in the baseline: the gate needs at least 3 runs in all to know this "
-                        "machine's run-to-run noise (use `perfscope analyze --repeat 5`)")
+        warnings.append(msg("few_baseline_runs", runs=sum(counts)))
     if dest.exists() and mode == "save":  # re-checked after the (slow) loading
         raise UserError(f"{dest} exists; use `perfscope baseline update` to add a session, or `--replace`")
     history.save(dest)

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from perfscope.check.metrics import Metric, MetricUnavailable, Side
 from perfscope.check.sessions import MIN_SPREAD_DF, SessionSpread, StoredSession, session_spread
+from perfscope.results.messages import Message, msg
 from perfscope.stats import confidence_text, detectable_change, exp_or_inf, mann_whitney_p, t_quantile
 
 Status = Literal["pass", "regression", "inconclusive"]
@@ -47,15 +48,12 @@ class Verdict:
     between_sd: float | None = None  # sd of session offsets used (log units): estimated, stated or assumed
     host_sd: float | None = None  # sd of host offsets used (None: the current host is in the history)
     new_host: bool = False
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[Message, ...] = ()
 
 
-def _contention(side: Side, label: str) -> list[str]:
-    out = []
-    for run in side.runs:
-        if run.metrics is not None and run.metrics.contention:
-            out.append(f"{label} run {run.name} was measured under load ({'; '.join(run.metrics.contention)})")
-    return out
+def _contention(side: Side, label: str) -> list[Message]:
+    return [msg("run_under_load", role=label, name=run.name, load=list(run.metrics.contention))
+            for run in side.runs if run.metrics is not None and run.metrics.contention]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,7 +22,9 @@ from perfscope.check.sessions import StoredSession
 from perfscope.check.structure import NoteCode, StructureDiff, StructureGate, StructureNote, diff_fingerprints
 from perfscope.results import Results, Trial
 from perfscope.results.fingerprint import Fingerprint, consensus
+from perfscope.results.messages import Message, msg
 from perfscope.results.roles import recommended_configuration
+from perfscope.wording import words
 
 Outcome = Literal["pass", "regression", "inconclusive", "not_comparable", "unusable"]
 
@@ -100,7 +102,7 @@ class GateReport:
     errors: list[GateError] = field(default_factory=list)  # unusable input: nothing was compared
     differences: list[Difference] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # how the comparison was made, shown with the warnings
+    notes: list[Message] = field(default_factory=list)  # how the comparison was made, shown with the warnings
     failed_current: Trial | None = None  # the current configuration's run failed outright
     structure: StructureDiff | None = None  # the fingerprints' diff (None: no run on a side to take one from)
 
@@ -113,11 +115,12 @@ class GateReport:
 
     @property
     def warnings(self) -> list[str]:
-        """Differences that did not stop the comparison (always-soft ones, or all with --allow-mismatch)."""
-        verdict_warnings = [w for v in self.verdicts for w in v.warnings]
+        """In words: the differences that did not stop the comparison (always-soft ones, or all with
+        --allow-mismatch), the notes and the verdicts' warnings."""
+        said = [words(m) for m in self.notes] + [words(w) for v in self.verdicts for w in v.warnings]
         if self.blocking_differences and not self.options.allow_mismatch:
-            return [str(d) for d in self.differences if not d.blocking] + self.notes + verdict_warnings
-        return [str(d) for d in self.differences] + self.notes + verdict_warnings
+            return [str(d) for d in self.differences if not d.blocking] + said
+        return [str(d) for d in self.differences] + said
 
     @property
     def structure_failed(self) -> bool:
@@ -169,8 +172,7 @@ def _fingerprint(files: list[Results], trial: str, role: Literal["baseline", "cu
     fingerprint, variants = consensus(prints)
     if variants > 1:
         notes.append(StructureNote(code=NoteCode.FINGERPRINTS_DIFFER, side=role,
-                                   text=f"{role}: the structural fingerprints of its {len(prints)} runs differ "
-                                        f"({variants} variants): the most common one is compared"))
+                                   message=msg("fingerprints_differ", role=role, runs=len(prints), variants=variants)))
     return fingerprint
 
 
@@ -237,7 +239,7 @@ def _side(files: list[Results], options: GateOptions, role: str, source: str, re
         runs += [t for t in found if t.evidence]
         excluded = [t for t in found if t.ok and t.excluded]
         if excluded:
-            report.notes.append(f"{role}: {len(excluded)} run(s) not used ({excluded[0].excluded})")
+            report.notes.append(msg("runs_not_used", role=role, runs=len(excluded), why=[excluded[0].excluded]))
     if not files or report.errors:
         return None
     if role == "baseline":
@@ -259,11 +261,9 @@ def _session_sides(history: BaselineHistory, options: GateOptions, base_side: Si
                  peak=base_side.mfu_peak, files=[s]) for s in history.sessions]
 
 
-def _session_note(history: BaselineHistory, sessions: list[Side]) -> str:
+def _session_note(history: BaselineHistory, sessions: list[Side]) -> Message:
     hosts = sorted({s.environment.hostname for s in history.sessions if s.environment.hostname})
-    runs = "/".join(str(len(s.runs)) for s in sessions)
-    where = f" on {len(hosts)} host(s): {', '.join(hosts)}" if hosts else ""
-    return f"baseline: {len(sessions)} stored session(s) of {runs} run(s){where}"
+    return msg("baseline_sessions", runs=[len(s.runs) for s in sessions], hosts=[h for h in hosts if h])
 
 
 def run_gate(
@@ -303,7 +303,7 @@ def run_gate(
         # against the baseline's, so MFU moves exactly with throughput (what a datasheet peak guarantees).
         cur_side = Side(results=cur_side.results, runs=cur_side.runs, source=cur_side.source, peak=baseline.peak,
                         files=cur_side.files)
-        report.notes.append("both peaks are measured matmul ceilings: MFU uses the baseline's for both runs")
+        report.notes.append(msg("shared_measured_ceiling"))
     base_side = Side(results=baseline, runs=base_side.runs, source=base_side.source, peak=baseline.peak,
                      files=base_side.files)
     sessions = _session_sides(history, options, base_side)

@@ -19,6 +19,8 @@ from enum import Enum
 from typing import Literal
 
 from perfscope.results.fingerprint import Fingerprint
+from perfscope.results.messages import Message, msg
+from perfscope.wording import words
 
 KINDS: dict[str, str] = {
     "sync": "host↔device syncs per step (any new one; KIND:N tolerates N more)",
@@ -100,11 +102,15 @@ NoteSide = Literal["baseline", "current", "both"]
 
 @dataclass(frozen=True, kw_only=True)
 class StructureNote:
-    """One note of the structural diff: a code to branch on, the words to show, and the side it is about."""
+    """One note of the structural diff: a code to branch on, the message to show, and the side it is about."""
 
     code: NoteCode
-    text: str
+    message: Message
     side: NoteSide | None = None
+
+    @property
+    def text(self) -> str:
+        return words(self.message)
 
     def __str__(self) -> str:
         return self.text
@@ -176,7 +182,7 @@ def _syncs(base: Fingerprint, cur: Fingerprint) -> tuple[list[StructuralChange],
         if a == b:
             if before != after:
                 notes.append(StructureNote(code=NoteCode.MOVED_SYNC_SITES, side="both",
-                                           text=f"{op}: {a} per step as before, at moved call sites ({', '.join(sorted(after))})"))
+                                           message=msg("moved_sync_sites", op=op, count=a, sites=sorted(after))))
             continue
         sites = sorted((site for site in after if after[site] > before.get(site, 0)), key=lambda s: (-after[s], s))
         if a < b:
@@ -246,9 +252,7 @@ def _compile(base: Fingerprint, cur: Fingerprint) -> tuple[list[StructuralChange
         return [], []
     if base.compile is None or cur.compile is None:
         side: NoteSide = "baseline" if base.compile is None else "current"
-        words = "baseline" if side == "baseline" else "current run"
-        return [], [StructureNote(code=NoteCode.NOT_COMPILED, side=side,
-                                  text=f"the {words} is not compiled: graph breaks and recompiles not compared")]
+        return [], [StructureNote(code=NoteCode.NOT_COMPILED, side=side, message=msg("side_not_compiled", side=side))]
     b, c = base.compile, cur.compile
     changes = []
     if c.graph_breaks != b.graph_breaks or c.break_reasons != b.break_reasons:
@@ -336,9 +340,8 @@ def diff_fingerprints(base: Fingerprint | None, cur: Fingerprint | None,
     if base is None or cur is None:
         diff.compared = False
         missing: NoteSide = "both" if base is None and cur is None else "baseline" if base is None else "current"
-        side = "the baseline" if base is None else "the current run"
         diff.notes.append(StructureNote(code=NoteCode.NO_FINGERPRINT, side=missing,
-                                        text=f"{side} has no structural fingerprint (recorded by an older perfscope, or counting failed)"))
+                                        message=msg("no_fingerprint", side="baseline" if base is None else "current")))
         return diff
     sync_changes, sync_notes = _syncs(base, cur)
     named = {s.site for s in [*base.syncs, *cur.syncs]}
@@ -354,5 +357,5 @@ def diff_fingerprints(base: Fingerprint | None, cur: Fingerprint | None,
     if "memory" in by_kind and (base.memory is None or cur.memory is None):
         both = base.memory is None and cur.memory is None
         diff.notes.append(StructureNote(code=NoteCode.MEMORY_NOT_GATED, side="both" if both else "baseline" if base.memory is None else "current",
-                                        text="memory: no allocator peak on " + ("both sides" if both else "one side") + " (CUDA only): not gated"))
+                                        message=msg("memory_not_gated", both=both)))
     return diff

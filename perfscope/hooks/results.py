@@ -27,7 +27,7 @@ from perfscope.measure.nvml import current_cuda_index
 from perfscope.measure.observation import FirstStep, MemoryPeaks, RunObservation, Unavailable
 from perfscope.measure.tf32 import matmul_tf32_enabled
 from perfscope.results import Results, Trial, TrialConfig, WorkloadInfo
-from perfscope.results.messages import msg
+from perfscope.results.messages import Message, msg
 from perfscope.workload import file_sha256
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ def build_results(prof: RunState, *, ratios: bool = True) -> Results:
         why = (f"no timed step: {prof.steps_seen} optimizer step(s) seen, {prof.warmup_steps} of them warm-up"
                + (f", {sum(excluded.values())} excluded ({', '.join(excluded)})" if excluded else ""))
         trial = Trial(status="skipped", error=why, **common)  # type: ignore[arg-type]
-        return Results(**head, trials=[trial], notes=notes + [why])  # type: ignore[arg-type]
+        return Results(**head, trials=[trial], notes=_notes(notes + [why]))  # type: ignore[arg-type]
     metrics = build_trial_metrics(observation(prof, windows, peaks, config.micro_batch_size))
     if len(tally.per_step_samples) > 1:
         notes.append(f"samples per step varied ({min(tally.per_step_samples)}..{max(tally.per_step_samples)}): "
@@ -154,7 +154,7 @@ def build_results(prof: RunState, *, ratios: bool = True) -> Results:
     if ratios:  # a job's are applied once every rank reported (perfscope.measure.job.apply_job)
         apply_utilization_ratios(metrics, peak, env)
     trial = Trial(status="ok", metrics=metrics, **common)  # type: ignore[arg-type]
-    return Results(**head, trials=[trial], notes=notes)  # type: ignore[arg-type]
+    return Results(**head, trials=[trial], notes=_notes(notes))  # type: ignore[arg-type]
 
 
 def workload_info(prof: RunState) -> WorkloadInfo:
@@ -224,3 +224,8 @@ def _command() -> list[str]:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _notes(notes: list[str]) -> list[Message]:
+    """The hooks' notes, still worded where they arise: kept as their text (code "text")."""
+    return [msg("text", text=n) for n in notes]

@@ -33,7 +33,6 @@ from perfscope.pipeline import finish
 from perfscope.results.distributed import RankMetrics
 from perfscope.results.io import copy_file
 from perfscope.results.messages import msg
-from perfscope.wording import words
 
 if TYPE_CHECKING:
     from perfscope.hooks.state import Saving
@@ -119,15 +118,12 @@ def make_job(place: RankPlace, results: Results, reports: list[RankReport | None
         why = msg("ranks_did_not_report", ranks=missing, timeout_s=gather_timeout_s)
         facts.job_samples_per_s = None
         facts.unavailable["job_samples_per_s"] = why
-        results.notes.append(f"job figures unavailable: {words(why)}")
+        results.notes.append(msg("job_figures_unavailable", why=why))
     elif facts.job_samples_per_s is None:
         facts.unavailable["job_samples_per_s"] = msg("rank_without_window")
     assert trial.metrics is not None
     apply_job(trial.metrics, facts, peak=results.peak, env=results.environment)
-    results.notes.append(
-        f"a torchrun job of {place.world_size} ranks ({place.backend}): samples/s and MFU are the job's (every rank's "
-        "work over the slowest rank's window; MFU per device); step times, data wait and memory are rank 0's, "
-        "every rank's are in the per-rank view")
+    results.notes.append(msg("torchrun_job", ranks=place.world_size, backend=place.backend))
     for report in received:
         if report.rank == 0 or report.trace is None:
             continue
@@ -137,4 +133,4 @@ def make_job(place: RankPlace, results: Results, reports: list[RankReport | None
             (out_dir / "trace").mkdir(parents=True, exist_ok=True)
             copy_file(source, out_dir / "trace" / source.name)
         else:
-            results.notes.append(f"rank {report.rank}'s trace stays on its node ({report.trace})")
+            results.notes.append(msg("rank_trace_on_node", rank=report.rank, trace=report.trace))

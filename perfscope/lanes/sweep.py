@@ -34,6 +34,7 @@ from perfscope.lanes.executors import LaneFailure
 from perfscope.results import Trial
 from perfscope.results.config import TrialConfig
 from perfscope.results.lanes import LaneRecord, ParallelSweep
+from perfscope.results.messages import msg
 from perfscope.search.candidate import BASELINE, Candidate
 from perfscope.search.compare import log_rate
 from perfscope.search.microbatch import MicroBatchResult
@@ -73,7 +74,7 @@ class LaneSweeper(Sweeper):
         self._cancelled = False
         self._pool = ThreadPoolExecutor(max_workers=len(self.lanes)) if parallel and len(self.lanes) > 1 else None
         if cores:
-            self.sweep.parallel.notes.append(f"knobs sized for a lane's {min(cores)} core(s), not the machine's")
+            self.sweep.parallel.notes.append(msg("knobs_sized_for_lane", cores=min(cores)))
 
     # ------------------------------------------------------------------------------ the sweep
 
@@ -157,9 +158,7 @@ class LaneSweeper(Sweeper):
             self.records[index].level = round(math.exp(level), 4)
         for index, why in check.outliers.items():
             self._drop(next(lane for lane in self.active if lane.index == index), why)
-        spread = f"{check.spread:.1%}" if check.spread is not None else "n/a"
-        parallel.notes.append(f"A/A check: {AA_RUNS} baseline runs per lane; lane-to-lane spread {spread}"
-                              + (f"; {len(check.outliers)} outlier lane(s) dropped" if check.outliers else ""))
+        parallel.notes.append(msg("aa_check", runs=AA_RUNS, spread=check.spread, dropped=len(check.outliers)))
         if not self.active:
             raise AllLanesLost("every lane failed or was dropped in the A/A check")
 
@@ -248,12 +247,12 @@ class LaneSweeper(Sweeper):
             self.cancel()
         for trial in self.results.trials:
             if trial.name in in_flight:
-                trial.excluded = "cancelled: the sweep was interrupted (Ctrl-C) while it ran"
+                trial.excluded = msg("cancelled_by_interrupt")
                 if trial.error == IN_FLIGHT or not trial.ok:
                     trial.status, trial.error = "skipped", f"cancelled by Ctrl-C ({said})"
         parallel = self.sweep.parallel
         assert parallel is not None
-        parallel.notes.append(f"interrupted: {said}")
+        parallel.notes.append(msg("lanes_interrupted", said=said))
         self._finish()
         self.session.save()  # type: ignore[attr-defined]
 

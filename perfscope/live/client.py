@@ -21,6 +21,7 @@ from pathlib import Path
 from perfscope.errors import UserError
 from perfscope.live import protocol as p
 from perfscope.results import Results
+from perfscope.results.messages import msg
 
 HOW_TO_ENABLE = ("add `prof = perfscope.Profiler(model, optimizer)` and `prof.step()` after each optimizer step "
                  "(or `for batch in prof.wrap(loader)`), or the Lightning / Hugging Face callback "
@@ -137,10 +138,8 @@ def capture(target: Target, *, steps: int, out: Path, timeout_s: float, command:
     results = trace_results(out / "trace", command=command)
     results.workload.name = f"capture of process {target.pid}" if target.pid is not None else f"capture of {control.name}"
     for a in answers:
-        ended = f" (the job ended after {a.last_step - a.first_step + 1} of the {steps} steps)" if (  # type: ignore[operator]
-            a.last_step - a.first_step + 1 < steps) else ""  # type: ignore[operator]
-        results.notes.append(f"captured on demand: steps {a.first_step}-{a.last_step} of process {a.pid} on {a.host} "
-                             f"(rank {a.rank}), requested while it ran step {a.requested_step}{ended}")
+        results.notes.append(msg("captured_on_demand", first=a.first_step, last=a.last_step, pid=a.pid, host=a.host,
+                                 rank=a.rank, requested=a.requested_step, steps=steps))
     if memory:
         _add_memory(results, out, sorted(ranks))
     return results, answers
@@ -154,11 +153,10 @@ def _add_memory(results: Results, out: Path, ranks: list[int]) -> None:
     for rank in ranks:
         path = out / f"memory-rank{rank}.json"
         if not path.is_file():
-            results.notes.append(f"memory on rank {rank}: no breakdown was written (the profiler's memory profile "
-                                 "failed in the job)")
+            results.notes.append(msg("rank_memory_not_written", rank=rank))
             continue
         memory = MemoryByCategory.read(path)
-        results.notes.append(f"memory on rank {rank}: {memory.text()}; each category's maximum in {path.name}")
+        results.notes.append(msg("rank_memory", rank=rank, memory=memory.text(), file=path.name))
         if rank == ranks[0] and results.trials:
             results.trials[0].metrics.memory_breakdown = memory.owners()
             results.trials[0].metrics.memory_categories = memory.categories()

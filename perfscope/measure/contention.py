@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 
 from perfscope.measure.cores import LANE_CPUS_ENV, CpuBudget, cpu_budget
+from perfscope.results.messages import msg
 from perfscope.results.model import Contention
 
 MIN_OTHER_CORES = 0.05
@@ -162,14 +163,13 @@ def judge(reading: Contention, budget: CpuBudget, *, wall_s: float | None = None
     reading.min_other_cores = budget.spare + floor
     reasons = []
     if other >= reading.min_other_cores:
-        spare = f" ({budget.spare:g} of them beyond its quota)" if budget.spare else ""
-        reasons.append(f"other processes used {other:.2f} cores of the {budget.schedulable} CPUs this run may use{spare}")
+        reasons.append(msg("other_processes_busy", cores=other, cpus=budget.schedulable, beyond_quota=budget.spare))
     if steal >= MIN_STEAL_CORES:
-        reasons.append(f"the hypervisor stole {steal:.2f} cores")
+        reasons.append(msg("hypervisor_stole", cores=steal))
     if reading.device_other_processes:
-        reasons.append(f"{len(reading.device_other_processes)} other process(es) on the GPU")
+        reasons.append(msg("gpu_neighbours", count=len(reading.device_other_processes)))
     reading.contended = bool(reasons)
-    reading.reason = "; ".join(reasons) or None
+    reading.reason = msg("contention", parts=reasons) if reasons else None
     return reading
 
 

@@ -188,7 +188,7 @@ def distributed_view(results: Results, *, baseline: Trial | None, recommended: T
                   + (f" — {'; '.join(s.evidence)}" if s.evidence else "") for s in facts.stragglers]
     notes = [f"{k}: {words(v)}" for k, v in facts.unavailable.items()]
     if facts.communication is not None:
-        notes += list(facts.communication.notes)
+        notes += [words(n) for n in facts.communication.notes]
     return DistributedView(
         trial=trial.name, launch=_launch(facts, trial),
         memory_label="allocator peak" if results.environment.device_type == "cuda" else "host RSS",

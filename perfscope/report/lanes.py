@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from perfscope.report.format import NA, fmt_seconds
 from perfscope.results.lanes import LaneRecord, ParallelSweep
+from perfscope.wording import words
 
 
 @dataclass(kw_only=True, slots=True)
@@ -66,5 +67,5 @@ def lanes_view(parallel: ParallelSweep | None) -> LanesView | None:
         speedup=f"{sequential / wall:.1f}×" if wall and sequential else "",
         spread=f"{parallel.aa_spread:.1%}" if parallel.aa_spread is not None else NA,
         lines=[_line(lane) for lane in parallel.lanes],
-        notes=list(parallel.notes),
+        notes=[words(n) for n in parallel.notes],
     )

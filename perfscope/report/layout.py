@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from perfscope.report.format import NA, fmt_bytes, fmt_percent, fmt_rate, fmt_seconds
 from perfscope.results import LayoutRow, Results
+from perfscope.wording import words
 
 
 @dataclass(kw_only=True, slots=True)
@@ -73,7 +74,7 @@ def layout_view(results: Results) -> LayoutView | None:
     ranked = table.measured()
     order = {id(r): i + 1 for i, r in enumerate(ranked)}
     view = LayoutView(world_size=table.world_size, memory_limit=fmt_bytes(table.memory_limit_bytes), method=table.method,
-                      notes=list(table.notes))
+                      notes=[words(n) for n in table.notes])
     for row in table.rows:
         line = _line(row, order.get(id(row)))
         (view.measured if row.status in ("measured", "failed") else view.pruned).append(line)

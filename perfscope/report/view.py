@@ -156,7 +156,7 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
     if waterfall is not None and waterfall.chart is not None:
         charts.insert(1 if breakdown is not None else 0, waterfall.chart)
     sweep = results.sweep
-    sweep_notes = list(sweep.notes) if sweep else []
+    sweep_notes = [words(n) for n in sweep.notes] if sweep else []
     if sweep and sweep.stopped_early:
         sweep_notes.insert(0, f"The search stopped early: {sweep.stopped_early}.")
     if sweep and sweep.elapsed_s is not None:
@@ -194,7 +194,7 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
         workload=workload(results),
         traces=traces(results, report_dir),
         command=shlex.join(results.command) if results.command else "",
-        notes=list(results.notes),
+        notes=[words(n) for n in results.notes],
         recommended_structure=recommended_structure(results, effects),
         structure_notes=list(dict.fromkeys(n for e in effects.values() if not e.compared for n in e.notes)),
         warnings=[words(w) for w in results.warnings],

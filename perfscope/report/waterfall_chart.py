@@ -103,7 +103,7 @@ def waterfall_view(results: Results, findings: list[Any] | None = None) -> Water
                          unavailable=words(p.unavailable) if p.unavailable else "") for p in wf.parts]
     start = f"100 % = {words(wf.denominator)}"
     end = f"{wf.end_label}: {wf.end_points:.1f} %"
-    return WaterfallView(trial=wf.trial, start=start, end=end, rows=rows, notes=list(wf.notes),
+    return WaterfallView(trial=wf.trial, start=start, end=end, rows=rows, notes=[words(n) for n in wf.notes],
                          chart=waterfall_figure(wf, marks))
 
 

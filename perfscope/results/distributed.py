@@ -117,7 +117,7 @@ class CommunicationFacts:
     """Share of the collective time hidden behind compute."""
     collectives: list[CollectiveStat] = field(default_factory=list)
     source: str = ""
-    notes: list[str] = field(default_factory=list)
+    notes: list[Message] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)

@@ -28,7 +28,7 @@ def trials(results: Results) -> pd.DataFrame:
         m = t.metrics
         rows.append({
             "trial": t.name, "configuration": t.configuration, "repeat": t.repeat, "sequence": t.sequence,
-            "status": t.status, "excluded": t.excluded, "knobs": ",".join(t.knobs), "error": t.error,
+            "status": t.status, "excluded": t.excluded.code if t.excluded else None, "knobs": ",".join(t.knobs), "error": t.error,
             "steps": m.steps if m else None,
             "wall_s": m.wall_s if m else None,
             "step_time_s": m.mean_step_time_s if m and m.steps else None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from perfscope.results.constraints import NON_NEGATIVE, SECONDS
+from perfscope.results.messages import Message
 
 __all__ = ["LaneRecord", "ParallelSweep"]
 
@@ -45,4 +46,4 @@ class ParallelSweep:
     """Wall time of the sweep's runs, lanes in parallel."""
     sequential_estimate_s: float | None = field(default=None, metadata=SECONDS)
     """The sum of every run's wall time: about what the same runs would have taken one after another."""
-    notes: list[str] = field(default_factory=list)
+    notes: list[Message] = field(default_factory=list)

@@ -90,7 +90,7 @@ class ParallelFacts:
     stage_imbalance: float | None = field(default=None, metadata=NON_NEGATIVE)
     """Slowest rank's busy time / the mean busy time − 1."""
     bubble_method: str = ""
-    notes: list[str] = field(default_factory=list)
+    notes: list[Message] = field(default_factory=list)
     unavailable: dict[str, Message] = field(default_factory=dict)
 
 
@@ -132,7 +132,7 @@ class LayoutTable:
     memory_limit_bytes: int | None = field(default=None, metadata=NON_NEGATIVE)
     """What one rank may hold: the device's memory (CUDA), else the host's memory / ranks per node."""
     method: str = ""
-    notes: list[str] = field(default_factory=list)
+    notes: list[Message] = field(default_factory=list)
 
     def measured(self) -> list[LayoutRow]:
         return sorted((r for r in self.rows if r.status == "measured" and r.samples_per_s_per_rank is not None),

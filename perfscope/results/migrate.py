@@ -18,10 +18,7 @@ from typing import Any
 from perfscope.results.config import TrialConfig
 from perfscope.results.messages import legacy, msg
 
-NOTE_V1 = (
-    "read from a schema-1 file: throughput and MFU recomputed as work / wall time from its per-step times; "
-    "its sweep gains came from median step times within single runs and are not comparable with run-based gains"
-)
+NOTE_V1 = msg("read_from_schema_1")
 
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:
@@ -30,6 +27,9 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
         data = _v1(data)
     if data.get("schema_version") == 2:
         data = _v2(data)
+    elif data.get("schema_version") == 3 and _prose_to_messages(data, fix=False):
+        data = copy.deepcopy(data)  # an early schema-3 file: exclusions and notes were still prose
+        _prose_to_messages(data)
     return _typed_trace_facts(data)
 
 
@@ -38,11 +38,13 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
 LOAD_WARNING_V2 = "other load on this machine persisted through"
 """How every persistent-load warning perfscope wrote as prose began: read back as the code "persistent_load_v2",
 which a resumed session replaces like its own (perfscope.trial.session)."""
+CONTENDED_V2 = "contended"
+"""How every exclusion of a contended run began in prose: read back as the code "contended_v2" (results.CONTENDED)."""
 
 
 def _v2(data: dict[str, Any]) -> dict[str, Any]:
-    """Schema 2 wrote warnings, `unavailable` reasons and flags as prose; schema 3 as messages (code + params).
-    Old prose cannot be parsed back into parameters, so it is kept verbatim under the code "legacy"."""
+    """Schema 2 wrote warnings, `unavailable` reasons, flags, exclusions and notes as prose; schema 3 as messages
+    (code + params). Old prose cannot be parsed back into parameters, so it is kept verbatim under the code "legacy"."""
     out = copy.deepcopy(data)
     out["schema_version"] = 3
     _prose_to_messages(out)
@@ -51,27 +53,56 @@ def _v2(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _message(text: Any, load: bool = False) -> Any:
+def _message(text: Any, load: bool = False, excluded: bool = False) -> Any:
     """The JSON of the message holding an old prose string (anything else is left for the loader to judge)."""
     if not isinstance(text, str):
         return text
-    m = msg("persistent_load_v2", text=text) if load and text.startswith(LOAD_WARNING_V2) else legacy(text)
+    if load and text.startswith(LOAD_WARNING_V2):
+        m = msg("persistent_load_v2", text=text)
+    elif excluded and text.startswith(CONTENDED_V2):
+        m = msg("contended_v2", text=text)
+    else:
+        m = legacy(text)
     return {"code": m.code, "params": dict(m.params)}
 
 
-def _prose_to_messages(node: Any) -> None:
-    """Every `unavailable` map's reasons and every TrialMetrics' flags, at any depth, in place."""
+def _prose_to_messages(node: Any, fix: bool = True) -> bool:
+    """Every `unavailable` map's reasons, every TrialMetrics' flags, a trial's exclusion, a window's contention and
+    every list of notes that holds messages (_holds_messages), at any depth, in place (``fix=False``: only whether
+    any is prose)."""
+    found = False
     if isinstance(node, dict):
         for key, value in node.items():
             if key == "unavailable" and isinstance(value, dict):
-                node[key] = {k: _message(v) for k, v in value.items()}
-            elif key == "flags" and isinstance(value, list) and "samples_per_s" in node:  # TrialMetrics.flags
-                node[key] = [_message(v) for v in value]
+                prose = any(isinstance(v, str) for v in value.values())
+                if fix:
+                    node[key] = {k: _message(v) for k, v in value.items()}
+            elif key in ("flags", "notes") and isinstance(value, list) and _holds_messages(node, key):
+                prose = any(isinstance(v, str) for v in value)
+                if fix:
+                    node[key] = [_message(v) for v in value]
+            elif (key == "excluded" and "status" in node) or (key == "reason" and "contended" in node):
+                prose = isinstance(value, str)
+                if fix:
+                    node[key] = _message(value, excluded=key == "excluded")
             else:
-                _prose_to_messages(value)
+                prose = _prose_to_messages(value, fix)
+            found = found or prose
     elif isinstance(node, list):
         for value in node:
-            _prose_to_messages(value)
+            found = _prose_to_messages(value, fix) or found
+    return found
+
+
+def _holds_messages(node: dict[str, Any], key: str) -> bool:
+    """Whether ``node[key]`` is a list of messages: a TrialMetrics' flags; the notes of the Results, the Sweep, a
+    trace's facts (typed: a "kernels" object), a rank's communication, a parallel sweep, a model-parallel run's
+    facts or the layout table."""
+    if key == "flags":
+        return "samples_per_s" in node
+    return ("environment" in node or "baseline_trial" in node or isinstance(node.get("kernels"), dict)
+            or "exposed_collective_s" in node or "executor" in node or "bubble_method" in node
+            or ("world_size" in node and "rows" in node))
 
 
 def _v1(data: dict[str, Any]) -> dict[str, Any]:
@@ -99,7 +130,7 @@ def _v1(data: dict[str, Any]) -> dict[str, Any]:
     for finding in out.get("findings") or []:
         if isinstance(finding, dict) and isinstance(finding.get("gain"), dict):
             finding["gain"] = _gain_v1(finding["gain"])
-    out.setdefault("notes", []).append(NOTE_V1)
+    out.setdefault("notes", []).append({"code": NOTE_V1.code, "params": {}})
     return out
 
 
@@ -168,10 +199,7 @@ def _gain_v1(g: dict[str, Any]) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------ untyped trace facts
 
-NOTE_TRACE_FACTS = (
-    "read from the untyped trace facts of an older perfscope: idle attribution and launch-bound were decided "
-    "by its rules, and on CUDA its GEMM shape times are host launch times"
-)
+NOTE_TRACE_FACTS = msg("read_from_untyped_facts")
 
 
 def _typed_trace_facts(data: dict[str, Any]) -> dict[str, Any]:
@@ -238,7 +266,7 @@ def trace_facts_from_dict(old: dict[str, Any]) -> dict[str, Any]:
             and all(_float(r.get(k)) is not None for k in ("time_s", "padded_time_s", "speedup_per_flop"))
         ],
         "trace_bytes": int(num("trace_bytes")) if num("trace_bytes") is not None else None,
-        "notes": [NOTE_TRACE_FACTS],
+        "notes": [{"code": NOTE_TRACE_FACTS.code, "params": {}}],
     }
     busy, idle = num("gpu_busy_fraction"), num("gpu_idle_fraction")
     if busy is not None or idle is not None:

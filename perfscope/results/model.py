@@ -50,7 +50,7 @@ from perfscope.results.verdicts import (
 from perfscope.stats import Summary
 
 __all__ = [
-    "FAILED_STATUSES", "SCHEMA_VERSION", "Contention", "Environment", "Finding", "Gain", "KnobOutcome",
+    "CONTENDED", "FAILED_STATUSES", "SCHEMA_VERSION", "Contention", "Environment", "Finding", "Gain", "KnobOutcome",
     "MemoryBreakdown", "MemoryCategories", "MicroBatchPoint", "ModelFacts", "NumericsCheck", "Peak", "Results", "RunNoise", "Summary", "Sweep", "Trial", "TrialConfig",
     "TrialMetrics", "TrialStatus", "Utilization", "UtilizationSample", "Verdict", "Window", "WorkloadInfo",
 ]
@@ -59,6 +59,11 @@ SCHEMA_VERSION = 3
 
 TrialStatus = Literal["ok", "oom", "error", "crashed", "timeout", "nonfinite", "skipped"]
 FAILED_STATUSES: frozenset[str] = frozenset({"oom", "error", "crashed", "timeout", "nonfinite"})
+
+CONTENDED: frozenset[str] = frozenset({"contended", "contended_budget", "contended_persisted", "contended_given_up",
+                                       "contended_v2"})
+"""The codes of Trial.excluded that say other load spoiled the run (perfscope.trial.session; "contended_v2": read
+from an older file's prose)."""
 
 
 # --------------------------------------------------------------------------------------------- model
@@ -213,7 +218,8 @@ class Contention:
     device_other_processes: list[str] = field(default_factory=list)
     """Other processes on the same GPU, as NVML lists them (pids)."""
     contended: bool = False
-    reason: str | None = None
+    reason: Message | None = None
+    """Why the window counts as contended (code "contention", its parts as messages)."""
 
 
 @dataclass(kw_only=True)
@@ -346,7 +352,7 @@ class TrialMetrics:
         return self.wall_s / self.steps if self.steps else float("nan")
 
     @property
-    def contention(self) -> list[str]:
+    def contention(self) -> list[Message]:
         """Why windows of this run were contended (empty when none was)."""
         return [w.contention.reason for w in self.windows if w.contention and w.contention.contended and w.contention.reason]
 
@@ -375,8 +381,8 @@ class Trial:
     """Ids of the knobs applied on top of the baseline."""
     error: str | None = None
     metrics: TrialMetrics | None = None
-    excluded: str | None = None
-    """Why this run is not used as evidence (contended, outlier); it stays in the file for the record."""
+    excluded: Message | None = None
+    """Why this run is not used as evidence (contended, a discarded warm-up); it stays in the file for the record."""
     wall_time_s: float | None = field(default=None, metadata=SECONDS)
     started_at: str | None = None
     numerics: NumericsCheck | None = None
@@ -397,6 +403,11 @@ class Trial:
     def evidence(self) -> bool:
         """A successful run that counts as evidence (not excluded)."""
         return self.ok and self.excluded is None
+
+    @property
+    def contended(self) -> bool:
+        """Excluded because other load on the machine spoiled its measurement."""
+        return self.excluded is not None and self.excluded.code in CONTENDED
 
 
 @dataclass(kw_only=True)
@@ -420,7 +431,7 @@ class Results:
     """The (dp, tp, pp) layout search (perfscope.search.layout), when the run had more than one rank."""
     warnings: list[Message] = field(default_factory=list)
     """Measurement problems a reader must see first (persistent contention, implausible figures)."""
-    notes: list[str] = field(default_factory=list)
+    notes: list[Message] = field(default_factory=list)
 
     def trial(self, name: str) -> Trial | None:
         return next((t for t in self.trials if t.name == name), None)

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from perfscope.results.messages import Message
+
 __all__ = [
     "GemmAlignment", "GemmShape", "GpuTimeline", "IdleBreakdown", "KernelFacts", "KernelStat", "LaunchFacts",
     "HostTransfers", "PageableCopies", "SyncFacts", "TraceFacts",
@@ -194,5 +196,5 @@ class TraceFacts:
     """At most 20, longest first."""
     gemm_alignment: list[GemmAlignment] = field(default_factory=list)
     trace_bytes: int | None = None
-    notes: list[str] = field(default_factory=list)
+    notes: list[Message] = field(default_factory=list)
     """What the reader should know about how these were derived (e.g. read from an older results file)."""

@@ -14,6 +14,7 @@ from typing import Literal
 
 from perfscope.results.constraints import FRACTION, NAME, NON_NEGATIVE, SECONDS
 from perfscope.results.lanes import ParallelSweep
+from perfscope.results.messages import Message
 
 __all__ = ["Finding", "Gain", "KnobOutcome", "MicroBatchPoint", "NumericsCheck", "RunNoise", "Sweep", "Verdict"]
 
@@ -217,6 +218,6 @@ class Sweep:
     unfinished: list[str] = field(default_factory=list)
     """What a sweep that stopped early did not finish (knobs not measured, winners not stacked, the confirmation
     runs): its recommendation is the configuration decided before it (perfscope.search.decided)."""
-    notes: list[str] = field(default_factory=list)
+    notes: list[Message] = field(default_factory=list)
     parallel: ParallelSweep | None = None
     """The lanes the sweep ran on (perfscope.lanes); None for a sweep on one lane, one run after another."""

@@ -99,7 +99,7 @@ class MfuWaterfall:
     """The measured MFU in points; without FLOPs, the matmul-class share of the step."""
     mfu_points: float | None
     parts: list[WaterfallPart] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    notes: list[Message] = field(default_factory=list)
 
     @property
     def available(self) -> list[WaterfallPart]:
@@ -135,14 +135,14 @@ def _exposed_fraction(metrics: TrialMetrics) -> tuple[float | None, str]:
     return None, ""
 
 
-def _trace_seconds(metrics: TrialMetrics) -> tuple[dict[str, float], list[str]] | None:
+def _trace_seconds(metrics: TrialMetrics) -> tuple[dict[str, float], list[Message]] | None:
     """The trace's step minus its data wait, in trace seconds by part key; None without a usable trace."""
     facts = metrics.trace_facts
     if facts is None or not _pos(facts.step_time_s):
         return None
     cats = {k: _pos(v) for k, v in facts.kernels.time_by_category.items()}
     exposed, where = _exposed_fraction(metrics)
-    notes: list[str] = []
+    notes: list[Message] = []
     sec: dict[str, float] = {}
     if facts.gpu is not None:
         idle = facts.gpu.idle
@@ -156,9 +156,9 @@ def _trace_seconds(metrics: TrialMetrics) -> tuple[dict[str, float], list[str]] 
     if exposed is not None:
         sec["communication"] = min(exposed * facts.step_time_s, work)
         cats.pop("communication", None)
-        notes.append(f"exposed communication from {where}")
+        notes.append(msg("exposed_communication_from", where=where))
     elif cats.get("communication"):
-        notes.append("communication kernels without an overlap measurement: their share of the busy time is counted as exposed")
+        notes.append(msg("communication_counted_exposed"))
     rest = work - sec.get("communication", 0.0)
     norm = sum(cats.values())
     if norm > 0:
@@ -168,7 +168,7 @@ def _trace_seconds(metrics: TrialMetrics) -> tuple[dict[str, float], list[str]] 
     elif rest > 0:
         sec["unsplit"] = rest
     if facts.gpu is not None and len(cats) and norm > 0:
-        notes.append("overlapping kernels share the GPU's busy time in proportion to their summed durations")
+        notes.append(msg("overlapping_kernels_shared"))
     return sec, notes
 
 
@@ -188,12 +188,12 @@ def trial_waterfall(results: Results, trial: Trial) -> MfuWaterfall | None:
         dw = min(_pos(facts.gpu.idle.data_wait_s) / facts.step_time_s, 1.0)  # exposed: the GPU idle while the host waited
     traced = _trace_seconds(m)
     shares: dict[str, float] = {}
-    notes: list[str] = []
+    notes: list[Message] = []
     unavailable: dict[str, Message] = {}
     window_src = "trace" if results.source == "trace" else "timed window"
     if "data_wait_share" in m.unavailable:
         unavailable["data_wait"] = m.unavailable["data_wait_share"]
-        notes.append("the data wait is not marked: time the host spent loading data counts as launch & host overhead")
+        notes.append(msg("data_wait_not_marked"))
     else:
         shares["data_wait"] = dw
     no_trace = msg("waterfall_no_trace", traced=m.trace_facts is not None)
@@ -247,7 +247,7 @@ def trial_waterfall(results: Results, trial: Trial) -> MfuWaterfall | None:
     residual = 1.0 - end - sum(parts.values())
     parts["residual"] = residual
     if abs(residual) * 100 > TOLERANCE_POINTS:
-        notes.append(f"{residual * 100:+.1f} points unattributed: the trace's matmul time and the window's FLOPs disagree")
+        notes.append(msg("points_unattributed", points=residual * 100))
     on_cpu = facts is not None and facts.gpu is None
     names = {"launch": "host overhead (Python, dispatch)"} if on_cpu else {}
     out: list[WaterfallPart] = []

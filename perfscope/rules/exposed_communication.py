@@ -7,6 +7,7 @@ from perfscope.rules._distributed import distributed_facts, measured_outcomes
 from perfscope.rules._precision import bf16_capable
 from perfscope.rules._text import mib, ms, pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
+from perfscope.wording import words
 
 COMM_KNOBS = ("no_sync_accumulation", "ddp_bucket_cap", "grad_compression")
 """The sweep's knobs that cut or hide gradient communication, in the order the fix lists them."""
@@ -185,7 +186,7 @@ class ExposedCommunication(Rule):
         if facts.stragglers:
             lines.append(f"rank(s) {', '.join(str(s.rank) for s in facts.stragglers)} straggle: the others wait for them inside "
                          "their collectives, so part of this exposed time is waiting, not communication")
-        lines += comm.notes
+        lines += [words(n) for n in comm.notes]
         return lines
 
     @staticmethod

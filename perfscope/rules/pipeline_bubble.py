@@ -7,6 +7,7 @@ from perfscope.results.layout import bubble_formula
 from perfscope.rules._layout import model_parallel_runs
 from perfscope.rules._text import pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
+from perfscope.wording import words
 
 
 @dataclass
@@ -57,7 +58,7 @@ class PipelineBubble(Rule):
             evidence = [f"{trial.configuration}: {p} stages, {m} micro-batches ({facts.schedule}): the bubble is "
                         + (f"{pct(facts.bubble_measured)} of the step measured (each rank's step less its own compute)"
                            if facts.bubble_measured is not None else "not measured")
-                        + (f", under load ({loaded[0]})" if loaded and facts.bubble_measured is not None else "")
+                        + (f", under load ({words(loaded[0])})" if loaded and facts.bubble_measured is not None else "")
                         + f"; (p − 1) / (m + p − 1) = {pct(facts.bubble_formula)}"]
             if facts.bubble_replayed is not None:
                 evidence.append(f"replayed from the stages' own compute (no communication, no load): {pct(facts.bubble_replayed)}"

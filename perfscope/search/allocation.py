@@ -26,6 +26,7 @@ from collections.abc import Callable
 from perfscope.knobs import Knob, KnobContext
 from perfscope.results import Gain, Sweep, Trial
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import msg
 from perfscope.search.candidate import CONFIRMATION_RUNS, JOIN_RUNS, Candidate, SweepOptions
 from perfscope.search.compare import MIN_DECIDING_RUNS, could_still_win, relative_gain
 from perfscope.search.family import Family
@@ -91,8 +92,7 @@ class Allocation:
         if self.may_continue(keep=(held := self.held_back())):
             return False
         if held:
-            self.sweep.notes.append(f"more runs of {', '.join(c.name for c in open_)} (undecided) were left out: the "
-                                    f"budget's last {held} run(s) are kept for the stacking and the confirmation")
+            self.sweep.notes.append(msg("runs_held_back", undecided=[c.name for c in open_], held=held))
         return True
 
     def _promise(self, cand: Candidate) -> tuple[bool, float]:

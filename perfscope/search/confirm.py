@@ -11,6 +11,7 @@ from typing import Protocol
 
 from perfscope.results import Gain, Sweep, Trial
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import msg
 from perfscope.search.candidate import CONFIRMATION_RUNS, Candidate, SweepOptions
 from perfscope.search.compare import MIN_DECIDING_RUNS, paired_test
 from perfscope.search.decided import Deciding, left_over, recommend_decided
@@ -65,23 +66,19 @@ def confirm_stack(sweeper: Sweeping, stacked: Candidate, semantics: list[str]) -
         return
     if sweeper.worthwhile(gain):
         sweep.recommended_trial, sweep.recommended_knobs, sweep.recommended_gain = stacked.name, stacked.knobs, gain
-        sweep.notes.append(f"the recommendation's gain comes from {len(runs)} confirmation run(s) measured after it was "
-                           f"selected ({len(selection)} selection run(s) left out: the winner's curse)")
+        sweep.notes.append(msg("gain_from_confirmation", runs=len(runs), selection=len(selection)))
         if left := left_over(sweeper, stacked):  # confirmed, but the budget kept a winner from joining it
             sweep.unfinished = left
-            sweep.notes.append(f"the budget left undone: {'; '.join(left)}")
+            sweep.notes.append(msg("budget_left_undone", left=list(left)))
         if semantics:
-            sweep.notes.append("the recommended configuration changes training semantics: " + "; ".join(dict.fromkeys(semantics)))
+            sweep.notes.append(msg("changes_semantics", semantics=list(dict.fromkeys(semantics))))
         return
     sweep.recommended_trial = sweep.baseline_trial
-    why = f"{gain.ratio:.2f}× [{gain.low:.2f}, {gain.high:.2f}], {gain.verdict}" if gain else "no confirmation run (budget)"
-    sweep.notes.append(f"the stacked configuration ({', '.join(stacked.knobs)}) was not confirmed decidedly faster than "
-                       f"the baseline, by {sweeper.options.min_gain:.0%} or more, in {len(runs)} confirmation run(s) ({why}): "
-                       "the baseline is the recommendation")
+    sweep.notes.append(msg("stack_not_confirmed", knobs=list(stacked.knobs), min_gain=sweeper.options.min_gain, runs=len(runs),
+                           ratio=gain.ratio if gain else None, low=gain.low if gain else None,
+                           high=gain.high if gain else None, verdict=gain.verdict if gain else None))
     if before is not None and before.faster and gain is not None:
         # Runs of one configuration that disagree: say so, rather than leave a reader wondering why a stack judged
         # faster is not recommended (or quietly trust the luckier runs).
-        sweep.notes.append(
-            f"re-measured, {stacked.name} did not confirm its earlier {before.ratio:.2f}× ({before.runs} selection run(s)): "
-            f"{gain.ratio:.2f}× over {gain.runs} confirmation run(s); this machine's run-to-run noise, not the knobs, "
-            "may explain the earlier figure")
+        sweep.notes.append(msg("earlier_gain_not_confirmed", name=stacked.name, before=before.ratio, selection=before.runs,
+                               ratio=gain.ratio, runs=gain.runs))

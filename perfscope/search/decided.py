@@ -18,6 +18,7 @@ from typing import Protocol
 
 from perfscope.knobs import REGISTRY, KnobContext
 from perfscope.results import Gain, KnobOutcome, Sweep
+from perfscope.results.messages import msg
 from perfscope.search.candidate import Candidate, SweepOptions
 
 STOPPED_BY_USER = "stopped by the user (Ctrl-C or SIGTERM)"
@@ -32,6 +33,7 @@ class Deciding(Protocol):
     candidates: list[Candidate]
     stacked: Candidate | None
     unstacked: list[Candidate]
+    out_of_time: list[str]
 
     def gain(self, name: str) -> Gain | None: ...
 
@@ -76,10 +78,11 @@ def not_stacked(sweeper: Deciding, chosen: Candidate) -> list[Candidate]:
     return out
 
 
-def not_measured(sweep: Sweep) -> list[str]:
-    """Knobs the sweep skipped for lack of time (the budget, or a stop): their titles."""
-    return [o.title for o in sweep.knobs if o.status == "skipped" and o.reason and
-            ("budget" in o.reason or "stopped" in o.reason)]
+def not_measured(sweeper: Deciding) -> list[str]:
+    """Knobs the sweep skipped for lack of time (the budget, or a stop): their titles, as they were skipped (decided
+    where they were, never read back from the words of their reasons)."""
+    skipped = {o.knob: o.title for o in sweeper.sweep.knobs if o.status == "skipped"}
+    return [skipped[k] for k in dict.fromkeys(sweeper.out_of_time) if k in skipped]
 
 
 def record_unreached(sweeper: Deciding, known: set[str]) -> None:
@@ -92,13 +95,15 @@ def record_unreached(sweeper: Deciding, known: set[str]) -> None:
                           else ("skipped", f"not reached: the sweep was {STOPPED_BY_USER}"))
         sweeper.sweep.knobs.append(KnobOutcome(knob=knob.id, title=knob.title, status=status, reason=reason,  # type: ignore[arg-type]
                                                code_change=knob.code_change(sweeper.ctx)))
+        if status == "skipped":
+            sweeper.out_of_time.append(knob.id)
 
 
 def left_over(sweeper: Deciding, chosen: Candidate | None) -> list[str]:
     """What the budget or a stop left undone around ``chosen``, in words: winners not stacked onto it, knobs not
     measured. Empty when nothing was."""
     waiting = not_stacked(sweeper, chosen) if chosen is not None else []
-    knobs_left = not_measured(sweeper.sweep)
+    knobs_left = not_measured(sweeper)
     return (([f"stacking {', '.join(_words(c) for c in waiting)} onto it"] if waiting else [])
             + ([f"measuring {', '.join(knobs_left)}"] if knobs_left else []))
 
@@ -113,12 +118,10 @@ def recommend_decided(sweeper: Deciding, unfinished: list[str]) -> None:
     why = sweep.stopped_early or "the sweep stopped early"
     if choice is None:
         sweep.recommended_trial, sweep.recommended_knobs, sweep.recommended_gain = sweep.baseline_trial, [], None
-        sweep.notes.append(f"{why}: no knob had been measured decidedly faster, by {sweeper.options.min_gain:.0%} or more: "
-                           "the baseline is the recommendation")
+        sweep.notes.append(msg("stopped_nothing_decided", why=why, min_gain=sweeper.options.min_gain))
         return
     cand, gain = choice
     gain = replace(gain, method=gain.method + "; from the runs that selected it, not confirmed: the sweep stopped before "
                    "its confirmation runs (the winner's curse may overstate it)")
     sweep.recommended_trial, sweep.recommended_knobs, sweep.recommended_gain = cand.name, list(cand.knobs), gain
-    sweep.notes.append(f"{why}: the recommendation is the configuration decided so far ({', '.join(cand.knobs)}); "
-                       f"not finished: {'; '.join(left)}")
+    sweep.notes.append(msg("stopped_decided_so_far", why=why, knobs=list(cand.knobs), left=list(left)))

@@ -15,6 +15,8 @@ from typing import Any
 from perfscope.results import LayoutRow, LayoutTable, ModelFacts, Trial
 from perfscope.results.config import TrialConfig
 from perfscope.results.layout import bubble_formula
+from perfscope.results.messages import msg
+from perfscope.wording import words
 
 MAX_BUBBLE = 0.25
 """A pipeline idle more than a quarter of the step by the formula is pruned (its m is too small)."""
@@ -151,7 +153,7 @@ def fill_measured(row: LayoutRow, trial: Trial, world: int, traced: Trial | None
         return
     row.status = "measured"
     if trial.excluded:
-        row.reason = f"measured under load ({trial.excluded}): compare with care"
+        row.reason = f"measured under load ({words(trial.excluded)}): compare with care"
     row.samples_per_s = m.samples_per_s
     row.samples_per_s_per_rank = m.samples_per_s / world if m.samples_per_s is not None else None
     row.peak_memory_bytes = m.peak_memory_bytes
@@ -206,7 +208,7 @@ def run_layout_search(session: Any, workload: Any, base: TrialConfig, *, max_tri
     if model is None or baseline is None or base.world_size < 2:
         why = ("the probe did not describe the model" if model is None else
                "no baseline run succeeded" if baseline is None else "one process")
-        results.notes.append(f"layout search not run: {why}")
+        results.notes.append(msg("layout_search_not_run", why=why))
         return None
     base = base.replace(capture_trace=True)
     limit = _memory_limit(results, base, baseline)

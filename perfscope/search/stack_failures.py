@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfscope.results import KnobOutcome, Results, Sweep, Trial
-from perfscope.results.messages import msg
+from perfscope.results.messages import Message, msg
 
 
 @dataclass(frozen=True)
@@ -25,10 +25,9 @@ class StackFailure:
     def joining(self) -> str:
         return self.knobs[-1]
 
-    def note(self) -> str:
-        what = "failed" if self.failed else "was not usable"
-        return (f"the stack {' + '.join(self.knobs)} ({self.name}) {what}: {self.reason}; "
-                f"{self.joining} is not in the recommendation, which was measured without it")
+    def note(self) -> Message:
+        return msg("stack_not_joined", knobs=list(self.knobs), name=self.name, failed=self.failed, reason=self.reason,
+                   joining=self.joining)
 
 
 def stack_failure(name: str, knobs: list[str], first: Trial | None, rejected: str | None,

@@ -14,6 +14,7 @@ from perfscope import knobs
 from perfscope.knobs import Knob, KnobContext
 from perfscope.results import Gain, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import msg
 from perfscope.search.candidate import BASELINE, CONFIRMATION_RUNS, Candidate, SweepOptions
 from perfscope.search.compare import compare_gains
 from perfscope.search.confirm import confirm_stack
@@ -149,8 +150,8 @@ class Stacking:
             research = search_micro_batch(lambda n, c, k: self.measure(n, c, k), current.config, current.first,
                                           name_prefix="stack-mb", knobs=list(current.knobs), max_factor=64,
                                           may_continue=self.may_continue)
-            self.sweep.notes.append(f"micro-batch re-searched on the stack ({', '.join(current.knobs)}): fits up to "
-                                    f"{research.largest_fitting()}" + (f" ({research.stopped})" if research.stopped else ""))
+            self.sweep.notes.append(msg("micro_batch_researched", knobs=list(current.knobs), fits=research.largest_fitting(),
+                                        stopped=research.stopped or None))
             point = research.best(preserve_global=global_batch)
             if point is None or point.configuration == current.name:
                 return current
@@ -181,8 +182,7 @@ class Stacking:
             return
         if stacked is None:
             self.sweep.recommended_trial = BASELINE
-            self.sweep.notes.append(f"no knob made the baseline decidedly faster, by {self.options.min_gain:.0%} or more: "
-                                    "the baseline is the recommendation")
+            self.sweep.notes.append(msg("no_knob_faster", min_gain=self.options.min_gain))
             return
         semantics = [s for c in self._chain(stacked) for s in c.knob.changes_semantics(self.ctx, c.config)]
         confirm_stack(self, stacked, semantics)

@@ -40,6 +40,7 @@ from perfscope.knobs import REGISTRY, Knob, KnobContext
 from perfscope.ranking import knob_key
 from perfscope.results import Gain, KnobOutcome, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import msg
 from perfscope.search.allocation import Allocation
 from perfscope.search.candidate import BASELINE, Candidate, Measures, SweepOptions
 from perfscope.search.compare import ReferenceSeries, compare, paired_test, relative_gain, run_noise
@@ -82,12 +83,13 @@ class Sweeper(Allocation, Stacking):
         self.recorded = False  # the knobs' outcomes are in the sweep (a stop before that records them itself)
         self.stacked: Candidate | None = None  # the stack as far as it was measured (perfscope.search.decided)
         self.unstacked: list[Candidate] = []  # winners the stacking has not tried yet
+        self.out_of_time: list[str] = []  # knobs skipped for lack of time: the budget or a stop (their ids)
         self.reserve = 0
         """Runs every measurement must leave to the later phases (`held_back`), while the knobs only reported are measured."""
         self.family = Family(alpha=options.family_alpha, max_runs=options.max_runs, reference=BASELINE)
         seed = options.order_seed if options.order_seed is not None else random.SystemRandom().randrange(2**31)
         self.order = random.Random(seed)
-        self.sweep.notes.append(f"baseline/candidate order within each pair randomized (seed {seed})")
+        self.sweep.notes.append(msg("order_randomized", seed=seed))
 
     # ----------------------------------------------------------------------------------- runs
 
@@ -372,12 +374,12 @@ class Sweeper(Allocation, Stacking):
                 if knob.frees == "optimizer state" and self.ctx.cuda and micro_searched:
                     paired.append(knob)
             if not by_knob[knob.id]:
-                self._outcome(knob, "skipped", self._unmeasured())
+                self._skip_for_time(knob)
         if search_knobs and self.may_continue():
             micro = self.micro_batch(search_knobs)
         elif search_knobs:
             for knob in search_knobs:
-                self._outcome(knob, "skipped", self._unmeasured())
+                self._skip_for_time(knob)
         for knob in deferred:
             if micro is not None and micro.hit_oom:
                 self.memory_pair(knob, micro)
@@ -390,6 +392,11 @@ class Sweeper(Allocation, Stacking):
             if micro is not None and micro.hit_oom and any(c.first is not None and c.first.ok for c in by_knob.get(knob.id, [])):
                 self.memory_pair(knob, micro)
         return micro
+
+    def _skip_for_time(self, knob: Knob) -> None:
+        """Record that ``knob`` got no run for lack of time (perfscope.search.decided names it as not measured)."""
+        self._outcome(knob, "skipped", self._unmeasured())
+        self.out_of_time.append(knob.id)
 
     def _unmeasured(self) -> str:
         """Why a knob got no run: the sweep stopped, or the budget's last runs went to the recommendation."""

@@ -14,6 +14,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+from perfscope.results.messages import Message, msg
+from perfscope.wording import words
+
 MAX_DURATION_US = 86_400e6
 """A complete event longer than a day is a broken record (a 1e300 µs kernel), not something that ran."""
 
@@ -27,13 +30,15 @@ def why_broken(ts: float, dur: float) -> str:
     return "a negative duration" if dur < 0 else "a duration longer than a day"
 
 
+def unusable_note(unusable: Counter[str]) -> Message | None:
+    """How many events were skipped and why (most common first); None when none were."""
+    return msg("unusable_events", counts=dict(unusable.most_common())) if sum(unusable.values()) else None
+
+
 def unusable_text(unusable: Counter[str]) -> str:
-    """One clause saying how many events were skipped and why; "" when none were."""
-    total = sum(unusable.values())
-    if not total:
-        return ""
-    why = ", ".join(f"{n} with {reason}" for reason, n in unusable.most_common())
-    return f"{total} complete event(s) unusable and skipped: {why}"
+    """unusable_note in words; "" when none were skipped."""
+    note = unusable_note(unusable)
+    return words(note) if note is not None else ""
 
 
-__all__ = ["MAX_DURATION_US", "unusable_text", "why_broken"]
+__all__ = ["MAX_DURATION_US", "unusable_note", "unusable_text", "why_broken"]

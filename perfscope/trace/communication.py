@@ -19,6 +19,7 @@ import numpy as np
 
 from perfscope.hardware import bus_bandwidth_gbps
 from perfscope.results.distributed import CollectiveStat, CommunicationFacts
+from perfscope.results.messages import msg
 from perfscope.trace.events import COMM_NAMESPACES, GLOO_PREFIX, Event, Trace, read_trace
 from perfscope.trace.facts import Window, data_spans, step_note, window
 from perfscope.trace.intervals import Span, clip, length, merge, subtract
@@ -26,6 +27,7 @@ from perfscope.trace.kernels import collective_spans
 from perfscope.trace.steps import PROFILER_STEPS
 
 NCCL_PREFIX = "nccl:"
+NO_COLLECTIVES = msg("no_collectives_in_steps")
 _DISPATCHER_OP = re.compile(r"^\w+::\w+$")
 _NCCL_OP = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|AllToAll|Send|Recv)", re.I)
 _KIND = re.compile(r"(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|send_?recv|dispatch|combine|"
@@ -186,17 +188,16 @@ def communication_facts(trace_path: Path, *, rank: int, device_type: str, steps:
         runs, collective, compute = _host_spans(trace, w)
         source = "gloo collective threads against the dispatcher ops of the other threads"
         if device_type == "cuda":
-            notes.append("no device activity in the CUDA trace (CUPTI off?): collectives read from host threads")
+            notes.append(msg("no_device_activity", read="collectives read from host threads"))
         if collective:
-            notes.append("gloo runs collectives on CPU threads that share the cores with the compute: overlapped time "
-                         "still competes for them")
+            notes.append(msg("gloo_shares_cores"))
     data = data_spans(trace, w)
     compute = subtract(compute, data)  # the Dataset's ops in the loop's next() are the data wait, as in facts.py
     exposed = subtract(collective, compute + data)
     per_step = 1e6 * w.steps
     collective_us, exposed_us = length(collective), length(exposed)
     if not runs:
-        notes.append("no collectives in the traced steps")
+        notes.append(NO_COLLECTIVES)
     return CommunicationFacts(
         rank=rank, step_s=w.step_us / 1e6, compute_s=length(compute) / per_step, collective_s=collective_us / per_step,
         exposed_collective_s=exposed_us / per_step,

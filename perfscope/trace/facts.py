@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from perfscope.results.messages import Message, msg
 from perfscope.results.trace_facts import HostTransfers, PageableCopies, TraceFacts
-from perfscope.trace.broken import unusable_text
+from perfscope.trace.broken import unusable_note
 from perfscope.trace.events import Trace, read_trace
 from perfscope.trace.gpu import (
     LAUNCH_BOUND_KERNELS,
@@ -43,8 +44,8 @@ def trace_facts(trace_path: Path, *, device_type: str, steps: int, trace: Trace 
     work = issued_in(trace, w)
     on_device = device_type == "cuda" and bool(len(work))
     notes = [step_note(trace, w)] if not trace.steps or trace.steps_from not in ("", PROFILER_STEPS) else []
-    broken = unusable_text(trace.unusable)
-    if broken:
+    broken = unusable_note(trace.unusable)
+    if broken is not None:
         notes.append(broken)
     data = data_spans(trace, w)
     sync = sync_facts(trace, w)
@@ -59,7 +60,7 @@ def trace_facts(trace_path: Path, *, device_type: str, steps: int, trace: Trace 
         transfers: HostTransfers | None = host_transfers(trace, work, w)
     else:
         if device_type == "cuda":
-            notes.append("no device activity in the CUDA trace (CUPTI off?): facts from host ops")
+            notes.append(msg("no_device_activity", read="facts from host ops"))
         (kernels, launch), timeline, copies, transfers = cpu_op_facts(trace, w, data), None, None, None
     return TraceFacts(
         device_type=device_type, steps=w.steps, step_time_s=w.step_us / 1e6,
@@ -69,12 +70,11 @@ def trace_facts(trace_path: Path, *, device_type: str, steps: int, trace: Trace 
     )
 
 
-def step_note(trace: Trace, w: Window) -> str:
+def step_note(trace: Trace, w: Window) -> Message:
     """Which steps were used when the trace has no ProfilerStep#N spans."""
     if trace.steps:
-        return f"no ProfilerStep#N spans in the trace: {w.steps} steps found from {trace.steps_from}"
-    return (f"no ProfilerStep#N spans and no step marks in the trace: its whole span was taken as {w.steps} step(s), "
-            "one-time set-up included (figures per step are bounds, not the loop's)")
+        return msg("steps_found_from", steps=w.steps, source=trace.steps_from)
+    return msg("whole_span_as_steps", steps=w.steps)
 
 
 def issued_in(trace: Trace, w: Window) -> np.ndarray:

@@ -26,7 +26,7 @@ from perfscope.results import (
     WorkloadInfo,
 )
 from perfscope.results.distributed import CommunicationFacts, DistributedFacts, RankMetrics
-from perfscope.results.messages import msg
+from perfscope.results.messages import Message, msg
 from perfscope.results.trace_facts import TraceFacts
 from perfscope.stats import summarize
 from perfscope.trace.communication import communication_facts, exposed_collective_by_step
@@ -86,16 +86,14 @@ def trace_results(path: Path, *, steps: int | None = None, command: list[str] | 
     ranks = [a.source for a in analysed]
     first = analysed[0]
     metrics = _metrics(first)
-    notes: list[str] = []
+    notes: list[Message] = []
     if world_size > 1:
         metrics.distributed = _distributed(analysed, world_size=world_size)
-        notes.append(f"all {world_size} ranks of the job traced" if len(ranks) == world_size else
-                     f"{len(ranks)} of the job's {world_size} ranks traced: the per-rank table, stragglers and communication "
-                     "cover the traced ranks only")
+        notes.append(msg("ranks_traced", traced=len(ranks), world=world_size))
     guessed = [r.path.name for r in ranks if r.rank_from == "file order"]
     if len(ranks) > 1 and guessed:
-        notes.append(f"no distributedInfo.rank in {', '.join(guessed)}: rank taken from the file order")
-    notes += [f"rank {a.source.rank}: {note}" for a in analysed for note in a.facts.notes]
+        notes.append(msg("rank_from_file_order", files=guessed))
+    notes += [msg("rank_note", rank=a.source.rank, note=note) for a in analysed for note in a.facts.notes]
     trial = Trial(name=TRIAL, configuration=TRIAL, sequence=1, config=TrialConfig(device=device_type, micro_batch_size=1),
                   unknown_settings=[f.name for f in dataclasses.fields(TrialConfig) if f.name != "device"],
                   status="ok", metrics=metrics)

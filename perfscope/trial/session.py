@@ -26,6 +26,7 @@ from perfscope.results.messages import Message, msg
 from perfscope.trial.launch import Launch
 from perfscope.trial.runner import Outcome, TrialRunner
 from perfscope.trial.spec import ChildSpec, TrialSpec
+from perfscope.wording import words
 
 CONTENTION_RETRIES = 2
 """Extra runs of a configuration whose run was contended, before perfscope gives up and says so."""
@@ -75,7 +76,7 @@ class Progress:
             mfu = f", MFU {m.mfu:.1%}" if m.mfu is not None else ""
             line = f"ok  {rate}{mfu} ({m.steps} steps in {m.wall_s:.2f} s)"
             if trial.excluded:
-                line += f"  [not used: {trial.excluded}]"
+                line += f"  [not used: {words(trial.excluded)}]"
         else:
             first = (trial.error or "").splitlines()[0] if trial.error else ""
             line = f"{trial.status.upper()}  {first}"
@@ -151,32 +152,33 @@ class Session:
         for _ in range(0 if given_up else self.contention_retries):
             if not (trial.ok and trial.metrics and trial.metrics.contention):
                 return trial
-            trial.excluded = "contended: " + "; ".join(dict.fromkeys(trial.metrics.contention))
+            why = list(dict.fromkeys(trial.metrics.contention))
             if not self.may_retry():
-                trial.excluded += "; not measured again: the budget would not allow it"
-                self.progress.note(f"{trial.name} was measured under load ({trial.excluded})")
+                trial.excluded = msg("contended_budget", why=why)
+                self.progress.note(f"{trial.name} was measured under load ({words(trial.excluded)})")
                 return trial
-            self.progress.note(f"{trial.name} was measured under load ({trial.excluded}): measuring again")
+            trial.excluded = msg("contended", why=why)
+            self.progress.note(f"{trial.name} was measured under load ({words(trial.excluded)}): measuring again")
             self.save()
             trial = self._measure_once(configuration, config, knobs, lane)
         if trial.ok and trial.metrics and trial.metrics.contention:
-            why = "; ".join(dict.fromkeys(trial.metrics.contention))
+            why = list(dict.fromkeys(trial.metrics.contention))
             if given_up:
-                trial.excluded = f"contended: {why} (persisted through {PERSISTENT_AFTER} measurements: not measured again)"
+                trial.excluded = msg("contended_given_up", why=why, measurements=PERSISTENT_AFTER)
             elif self.contention_retries:
-                trial.excluded = f"contended: {why} (persisted through {self.contention_retries + 1} runs)"
+                trial.excluded = msg("contended_persisted", why=why, runs=self.contention_retries + 1)
             else:
-                trial.excluded = f"contended: {why}"
+                trial.excluded = msg("contended", why=why)
             self._warn_persistent_load(configuration, why)
         return trial
 
-    def _warn_persistent_load(self, configuration: str, why: str) -> None:
+    def _warn_persistent_load(self, configuration: str, why: list[Message]) -> None:
         """One warning for every measurement the load spoiled, rewritten in place as they come: on a busy machine a
         sweep meets it dozens of times, and one line per time buried the report's summary under them."""
         with self._lock:
             self._record_spoiled(configuration, why)
 
-    def _record_spoiled(self, configuration: str, why: str) -> None:
+    def _record_spoiled(self, configuration: str, why: list[Message]) -> None:
         self._spoiled[configuration] = self._spoiled.get(configuration, 0) + 1
         gave_up = sum(self._spoiled.values()) > PERSISTENT_AFTER and self.contention_retries
         warning = msg("persistent_load", runs=self.contention_retries + 1, spoiled=dict(self._spoiled), last=why,

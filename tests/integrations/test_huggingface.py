@@ -24,6 +24,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, 
 
 from perfscope.hooks.integrations.huggingface import PerfscopeTrainerCallback  # noqa: E402
 from perfscope.measure.flops import count_step  # noqa: E402
+from perfscope.wording import words  # noqa: E402
 from tests.integrations.workloads import (  # noqa: E402
     SIMULATED_COMPUTE_S,
     SIMULATED_STALL_S,
@@ -176,7 +177,7 @@ def test_evaluation_and_saving_are_neither_steps_nor_flops(tmp_path: Path) -> No
     assert set(m.excluded_s) == {"evaluation", "checkpoint saving"}
     assert sum(m.excluded_s.values()) == pytest.approx(clock.paused_s(), rel=0.15)
     assert m.samples_per_s == pytest.approx(clock.samples_per_s(WARMUP + 1, 20), rel=0.05)
-    assert any(re.search(r"evaluation \(4 ×, .* of wall time\)", note) for note in results.notes)
+    assert any(re.search(r"evaluation \(4 ×, .* of wall time\)", note) for note in map(words, results.notes))
 
 
 def test_a_stalling_loader_sets_the_throughput_and_is_not_blamed_on_gc(tmp_path: Path) -> None:

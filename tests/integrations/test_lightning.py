@@ -23,6 +23,7 @@ pl = pytest.importorskip("lightning.pytorch")
 
 from perfscope.hooks.integrations.lightning import PerfscopeCallback  # noqa: E402
 from perfscope.results import Results  # noqa: E402
+from perfscope.wording import words  # noqa: E402
 from tests.integrations.workloads import (  # noqa: E402
     HIDDEN,
     SIMULATED_COMPUTE_S,
@@ -190,7 +191,7 @@ def test_evaluation_and_checkpoints_are_neither_steps_nor_flops(tmp_path: Path) 
     assert sum(m.excluded_s.values()) == pytest.approx(clock.paused_s(), rel=0.15)
     assert m.samples_per_s == pytest.approx(clock.samples_per_s(WARMUP + 1, 30), rel=0.05)
     assert len(m.windows) > 1  # each pause ends a window
-    assert any(re.search(r"evaluation \(6 ×, .* of wall time\)", note) for note in results.notes)
+    assert any(re.search(r"evaluation \(6 ×, .* of wall time\)", note) for note in map(words, results.notes))
 
 
 def test_validation_inside_an_accumulation_step_moves_the_flop_count(tmp_path: Path) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from perfscope.results import Finding, LayoutRow, LayoutTable, Results
 from perfscope.rules import run_rules
+from perfscope.wording import words
 from tests.distributed_factories import make_distributed_results, make_pipeline_results, make_tensor_parallel_results
+from tests.factories import load
 
 GiB = 2**30
 
@@ -74,11 +76,12 @@ def test_a_loaded_run_quotes_the_replayed_bubble_not_the_wall_clock():
 
     results = make_pipeline_results(microbatches=2, bubble=0.6)
     for window in results.trials[0].metrics.windows:
-        window.contention = Contention(contended=True, reason="2.0 other cores busy")
+        window.contention = Contention(contended=True, reason=load(2.0))
     results.trials[0].metrics.distributed.parallel.bubble_replayed = 0.25
     (f,) = _only(results, "PS807")
     assert f.title.startswith("The pipeline idles 25% of its step") and f.severity == "medium"
-    assert "60% of the step measured (each rank's step less its own compute), under load (2.0 other cores busy)" in f.evidence[0]
+    loaded = f"under load ({words(load(2.0))})"
+    assert f"60% of the step measured (each rank's step less its own compute), {loaded}" in f.evidence[0]
     assert any(e.endswith("25%: the figure quoted, the wall clock being loaded") for e in f.evidence)
     (quiet,) = _only(make_pipeline_results(microbatches=2, bubble=0.6), "PS807")
     assert quiet.title.startswith("The pipeline idles 60% of its step")  # unloaded: the measurement itself
