@@ -602,8 +602,9 @@ def test_real_sweep_on_the_tiny_example(tmp_path):
     from perfscope.results import Results
 
     example = Path(__file__).parent.parent / "examples" / "tiny_transformer.py"
+    # what the sweep does, not what a budget cuts; 3 runs a candidate at most: check_real_sweep holds for any verdict
     code = main(["analyze", str(example), "--device", "cpu", "--out", str(tmp_path), "--steps", "8", "--warmup", "2",
-                 "--only", "amp_bf16,gc_freeze", "--no-trace", "--no-budget"])  # what the sweep does, not what a budget cuts
+                 "--only", "amp_bf16,gc_freeze", "--no-trace", "--no-budget", "--max-runs", "3"])
     assert code == 0
     check_real_sweep(Results.load(tmp_path / "results.json"), tmp_path)
 
