@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import queue
 import shutil
 import signal
 import socket
@@ -35,6 +36,8 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD = ROOT / "tests" / "workloads" / "step_pause.py"
+HOLD_ENV = "PERFSCOPE_TEST_HOLD_FILE"
+"""step_pause.py's hold: while the file it names exists, a lane's trial waits in its model's construction."""
 ARGS = ["--device", "cpu", "--only", "grad_accum", "--max-runs", "5", "--no-trace", "--steps", "6", "--warmup", "2",
         "--lanes", "2"]
 TWO_CORES = len(os.sched_getaffinity(0)) >= 2
@@ -281,7 +284,7 @@ def test_the_slurm_executor_reaches_the_same_recommendation_when_a_job_is_cancel
         return jobs[-1]
 
     hold = tmp_path / "hold"
-    monkeypatch.setenv("PERFSCOPE_TEST_HOLD_FILE", str(hold))  # sbatch exports it to the jobs
+    monkeypatch.setenv(HOLD_ENV, str(hold))  # sbatch exports it to the jobs
     results, job, dropped = sweep_losing_a_lane(out, "slurm", cancel_one, hold)
     assert f"slurm job {job} CANCELLED" in dropped.dropped, dropped
     check_sweep(results, "slurm", lost=dropped.index)
@@ -293,29 +296,36 @@ def test_the_slurm_executor_reaches_the_same_recommendation_when_a_job_is_cancel
 @pytest.mark.skipif(not TWO_CORES, reason="2 lanes of 1 core need 2 cores")
 @pytest.mark.parametrize("executor", ["local", "slurm", "ray"])
 def test_ctrl_c_cancels_the_lanes_runs_and_still_reports(tmp_path, executor, request):
+    """Ctrl-C once both lanes' first trials are held in flight (step_pause.py's hold: they wait in their model's
+    construction, the runs before the lanes go on): what it leaves behind, whatever the machine's speed."""
     if executor == "slurm" and request.getfixturevalue("slurm") != "slurm":
         pytest.skip("needs a real Slurm to scancel its jobs (Slurm could not start here)")
     if executor == "ray":
         pytest.importorskip("ray", reason="Ray is the optional extra perfscope[ray]")
-    out = tmp_path / "out"
+    out, hold = tmp_path / "out", tmp_path / "hold"
+    hold.touch()
     args = [sys.executable, "-m", "perfscope", "analyze", str(WORKLOAD), "--out", str(out), *ARGS, "--executor", executor]
-    args[args.index("--steps") + 1] = "60"  # 240 pauses of 15 ms (3.6 s) a run: still running when interrupted
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_AUTH_MODE": "disabled"}
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_AUTH_MODE": "disabled", HOLD_ENV: str(hold)}
     proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
                             preexec_fn=ctrl_c_reaches_it)
     assert proc.stderr is not None
-    seen = []
-    for line in proc.stderr:
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=lambda: [*map(lines.put, proc.stderr), lines.put(None)], daemon=True).start()
+    seen: list[str] = []
+    while len(list(tmp_path.glob("hold.held-*"))) < 2:  # a trial held on each lane (a lane runs one at a time)
+        try:
+            line = lines.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        if line is None:
+            if executor == "ray" and "Ray did not start" in "".join(seen):
+                pytest.skip("Ray could not start on this machine under its current load: " + seen[-1].strip())
+            raise AssertionError("the sweep ended before both lanes held a trial:\n" + "".join(seen))
         seen.append(line)
-        if "[lane 1]: running" in line:
-            break
-    else:
-        if executor == "ray" and "Ray did not start" in "".join(seen):
-            pytest.skip("Ray could not start on this machine under its current load: " + seen[-1].strip())
-    time.sleep(1)
     proc.send_signal(signal.SIGINT)
-    rest, _ = proc.communicate(timeout=240)
-    assert proc.returncode == EXIT_INTERRUPTED, "".join(seen) + (rest or "")
+    proc.wait(timeout=240)
+    rest = "".join(iter(lambda: lines.get(timeout=60), None))
+    assert proc.returncode == EXIT_INTERRUPTED, "".join(seen) + rest
     results = Results.load(out / "results.json")
     cancelled = [t for t in results.trials if t.lane is not None and t.error and "cancelled by Ctrl-C" in t.error]
     assert {t.lane for t in cancelled} == {0, 1}, [(t.name, t.status, t.error) for t in results.trials]

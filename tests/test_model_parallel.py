@@ -129,8 +129,27 @@ def test_stage_timing_takes_medians_per_step_and_a_load_immune_call():
     assert t.idle_share == pytest.approx(0.25)
     assert (t.compute_clock, t.forward_call_s, t.backward_call_s) == ("wall", 0.08, 0.2)  # CUDA: the fastest call
     cpu = stage_timing(1, [1], [dataclasses.replace(s, compute_clock="thread CPU") for s in steps])
-    assert (cpu.forward_call_s, cpu.backward_call_s) == (0.1, 0.2)  # CPU time: the median call
-    assert imbalance([t, dataclasses.replace(t, forward_s=0.6)]) == pytest.approx(1.0 / 0.8 - 1)
+    assert (cpu.forward_call_s, cpu.backward_call_s) == (0.08, 0.2)  # CPU time too: load only adds to a call
+    assert imbalance([0.3, 0.3]) == 0 and imbalance([0.2, 0.6]) == pytest.approx(0.6 / 0.4 - 1)
+
+
+def test_stage_imbalance_is_the_ranks_compute_not_the_wall_time_load_added():
+    """Two equal stages: rank 0's calls took 3× longer on the wall clock (its core also ran gloo's send thread and a
+    neighbour), its fastest calls' CPU time is rank 1's. The pipeline is balanced, and the facts say so; a rank
+    that computes more per call (the last stage's loss) is what the imbalance counts."""
+    from perfscope.results.layout import StageTiming
+    from perfscope.trial.model_parallel import parallel_facts
+
+    config = TrialConfig(micro_batch_size=8, grad_accum_steps=4, nproc_per_node=2, pipeline_parallel=2)
+    timings = [StageTiming(rank=0, stages=[0], forward_s=0.12, backward_s=0.24, step_s=0.5, forward_call_s=0.01,
+                           backward_call_s=0.02, compute_clock="thread CPU"),
+               StageTiming(rank=1, stages=[1], forward_s=0.04, backward_s=0.08, step_s=0.5, forward_call_s=0.01,
+                           backward_call_s=0.02, compute_clock="thread CPU")]
+    gathered = [(t, {"forward": {t.rank: 0.01}, "backward": {t.rank: 0.02}, "order": None}) for t in timings]
+    facts = parallel_facts(config, None, gathered)
+    assert facts.stage_imbalance == 0 and facts.bubble_replayed == pytest.approx(0.2)  # 3× the wall time: still balanced
+    gathered[1][1]["forward"][1] = 0.01 + 0.03 / 4  # the loss on the last stage, a quarter per micro-batch
+    assert parallel_facts(config, None, gathered).stage_imbalance == pytest.approx(0.0375 / 0.03375 - 1)
 
 
 # ------------------------------------------------------------------------------------------ config

@@ -8,7 +8,8 @@ each stage's fastest forward and backward call (perfscope.measure.bubble) is clo
 but per-call CPU time still moves with load (a clean-clone CI run: 25.3 % for 1F1B's 20 %), so "within 5 points" is
 benchmarks/pipeline_bubble.py's figure, not a test. The test holds what load cannot move: the formula for the
 schedule used, the wall-clock bubble never below the formula by more than 5 points (a pipeline cannot idle less than
-its schedule), every rank's busy time equal within 25 %, the stages, samples and parameter bytes.
+its schedule), every rank's compute per micro-batch (its fastest calls' CPU time) equal within 25 %, the stages,
+samples and parameter bytes.
 """
 
 from pathlib import Path

@@ -15,11 +15,12 @@ from perfscope.results import Environment, Trial, TrialMetrics, Window
 from perfscope.results.config import TrialConfig
 from perfscope.results.messages import msg
 from perfscope.search.compare import could_still_win
+from perfscope.search.microbatch import search_micro_batch
 from perfscope.search.sweep import BASELINE, Sweeper, SweepOptions
 from perfscope.stats import summarize
 from perfscope.wording import words
 from perfscope.workload import Workload
-from tests.factories import load, make_results
+from tests.factories import load, make_results, make_trial
 
 H100 = Environment(device_type="cuda", device_name="NVIDIA H100 80GB HBM3", compute_capability="9.0", cpu_cores_logical=16)
 
@@ -605,8 +606,9 @@ def test_real_sweep_on_the_tiny_example(tmp_path):
     from perfscope.results import Results
 
     example = Path(__file__).parent.parent / "examples" / "tiny_transformer.py"
+    # what the sweep does, not what a budget cuts; 3 runs a candidate at most: check_real_sweep holds for any verdict
     code = main(["analyze", str(example), "--device", "cpu", "--out", str(tmp_path), "--steps", "8", "--warmup", "2",
-                 "--only", "amp_bf16,gc_freeze", "--no-trace", "--no-budget"])  # what the sweep does, not what a budget cuts
+                 "--only", "amp_bf16,gc_freeze", "--no-trace", "--no-budget", "--max-runs", "3"])
     assert code == 0
     check_real_sweep(Results.load(tmp_path / "results.json"), tmp_path)
 
@@ -621,7 +623,7 @@ def test_real_oom_during_the_micro_batch_search_is_survived(tmp_path):
 
     workload = Path(__file__).parent / "workloads" / "sweep_oom.py"
     code = main(["analyze", str(workload), "--device", "cpu", "--out", str(tmp_path), "--steps", "6", "--warmup", "1",
-                 "--only", "grad_accum,micro_batch,activation_checkpointing", "--no-trace", "--no-budget"])
+                 "--only", "grad_accum,micro_batch,activation_checkpointing", "--no-trace", "--no-budget", "--max-runs", "3"])
     assert code == 0
     results = Results.load(tmp_path / "results.json")
     sweep = results.sweep
@@ -638,6 +640,26 @@ def test_real_oom_during_the_micro_batch_search_is_survived(tmp_path):
 
 
 # ------------------------------------------------------------------------------ memory and recipe levers
+
+
+def test_a_contended_run_decides_no_plateau_of_the_micro_batch_search():
+    """Micro-batch 16's run measured a neighbour's load (excluded) and read slower than 8's: the search goes on to
+    the OOM at 32. The same slower reading on an evidence run stops it there."""
+    def measure_with(excluded: str | None):
+        def measure(name: str, config: TrialConfig, knobs: list[str]) -> Trial:
+            micro = config.micro_batch_size
+            if micro > 16:
+                return make_trial(name, status="oom", batch=micro)
+            trial = make_trial(name, median_s=0.1 * micro / 8 * 1.2, batch=micro)  # 16: 1.2× slower per sample
+            trial.excluded = excluded
+            return trial
+        return measure
+
+    base = TrialConfig(device="cpu", micro_batch_size=8, grad_accum_steps=4)
+    contended = search_micro_batch(measure_with("contended: other processes used 1.5 cores"), base, make_trial(batch=8))
+    assert contended.hit_oom and [p.micro_batch_size for p in contended.points] == [8, 16, 24, 32]  # 24: the bisection
+    quiet = search_micro_batch(measure_with(None), base, make_trial(batch=8))
+    assert not quiet.hit_oom and quiet.stopped == "throughput stopped improving at micro-batch 16"
 
 
 def test_lean_optimizer_is_measured_alone_and_paired_with_the_micro_batch_its_memory_unlocks():

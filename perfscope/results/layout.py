@@ -55,7 +55,7 @@ class StageTiming:
     idle_share: float = field(default=0.0, metadata=FRACTION)
     """1 − busy / step, per step, median over the steps."""
     forward_call_s: float = field(default=0.0, metadata=SECONDS)
-    """One micro-batch's forward through one of the rank's stages, load-immune: the median call's CPU time on CPU,
+    """One micro-batch's forward through one of the rank's stages, load-immune: the fastest call's CPU time on CPU,
     the fastest synchronized call on CUDA (perfscope.measure.bubble)."""
     backward_call_s: float = field(default=0.0, metadata=SECONDS)
     compute_clock: str = field(default="wall", metadata=NAME)
@@ -88,7 +88,8 @@ class ParallelFacts:
     the bubble the schedule and the stages' balance imply; immune to a neighbour's load, unlike
     ``bubble_measured`` (perfscope.measure.bubble)."""
     stage_imbalance: float | None = field(default=None, metadata=NON_NEGATIVE)
-    """Slowest rank's busy time / the mean busy time − 1."""
+    """Busiest rank's compute / the mean − 1, from each stage's load-immune compute per call (``forward_call_s``,
+    ``backward_call_s``, the loss), not the wall-clock busy time a neighbour's load inflates."""
     bubble_method: str = ""
     notes: list[Message] = field(default_factory=list)
     unavailable: dict[str, Message] = field(default_factory=dict)

@@ -4,7 +4,9 @@
 
 Doubling from the user's micro-batch until a trial runs out of memory, throughput stops improving, or
 memory passes the safety margin; after an OOM, one bisection step between the last fit and the OOM.
-OOM trials are expected: they are recorded as points ("does not fit") and the search goes on.
+OOM trials are expected: they are recorded as points ("does not fit") and the search goes on. A run excluded as
+contended decides no plateau (a neighbour's load moved the same configuration 4× on a loaded 2-core machine): the
+search goes on, and memory, the cap or a comparison of evidence runs stops it.
 
 Gradient accumulation keeps the user's global batch (micro × accumulation) wherever the new micro-batch
 divides it; a micro-batch beyond the global batch grows the global batch, which changes training
@@ -118,7 +120,7 @@ def search_micro_batch(
             result.stopped = f"micro-batch {micro} uses more than {MEMORY_MARGIN:.0%} of device memory"
             result.stopped_by_memory = True
             break
-        if _throughput(trial) < PLATEAU * _throughput(last_ok):
+        if trial.evidence and last_ok.evidence and _throughput(trial) < PLATEAU * _throughput(last_ok):
             result.stopped = f"throughput stopped improving at micro-batch {micro}"
             break
         last_ok, micro = trial, micro * 2

@@ -9,7 +9,6 @@ that knows what TP and PP add to it.
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from perfscope.measure.bubble import (
@@ -29,8 +28,9 @@ from perfscope.trial.tensor_parallel import derive_plan
 
 BUBBLE_METHOD = ("per pipeline rank: 1 − (its stages' forward_one_chunk + backward_one_chunk + loss seconds) / "
                  "the schedule's step() wall time, median over the timed window's steps, then the mean over ranks; "
-                 "replayed: the schedule's order replayed with each stage's compute per call, immune to load (on CPU "
-                 "the median call's CPU time, on CUDA the fastest call), and free communication (perfscope.measure.bubble)")
+                 "replayed: the schedule's order replayed with each stage's compute per call, immune to load (the "
+                 "fastest call: CPU time on CPU, synchronized wall time on CUDA), and free communication; the stages' "
+                 "imbalance from the same per-call compute (perfscope.measure.bubble)")
 
 
 def make_step(workload: Any, config: TrialConfig) -> Any:
@@ -55,7 +55,7 @@ def rank_stage_timing(run: Any, rank: int, config: TrialConfig) -> tuple[StageTi
     per_stage_b = {s.stage_index: timing.backward_call_s for s in step.stages}
     if step.holds_last:
         last = max(per_stage_f)
-        loss = statistics.median(r.loss_compute_s if timing.compute_clock != "wall" else r.loss_s for r in timed)
+        loss = min(r.loss_compute_s if timing.compute_clock != "wall" else r.loss_s for r in timed)
         per_stage_f[last] += loss / config.grad_accum_steps
     order = step.pipeline_order() if config.pipeline_schedule == "interleaved_1f1b" else None
     return timing, {"forward": per_stage_f, "backward": per_stage_b, "order": _plain_order(order)}
@@ -105,10 +105,10 @@ def parallel_facts(config: TrialConfig, workload: Any, gathered: list[Any]) -> P
     entries = [g for g in gathered if g is not None]
     facts.stages = [timing for timing, _ in entries]
     facts.bubble_measured = measured_bubble(facts.stages)
-    facts.stage_imbalance = imbalance(facts.stages)
     facts.bubble_method = BUBBLE_METHOD
     forward = {k: v for _, extra in entries for k, v in extra["forward"].items()}
     backward = {k: v for _, extra in entries for k, v in extra["backward"].items()}
+    facts.stage_imbalance = imbalance([sum(forward[s] + backward[s] for s in t.stages) for t in facts.stages])
     try:
         if config.pipeline_schedule == "interleaved_1f1b":  # the multi-stage runtime's order is the one it executes
             order = next((extra["order"] for _, extra in entries if extra["order"]), None)

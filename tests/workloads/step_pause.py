@@ -3,8 +3,10 @@ so it costs no CPU and no neighbour's load can move it). Micro-batches of 4 with
 of 16 with one step keeps the global batch and pays the pause once instead of 4 times — a large, certain gain that
 the sweep's grad_accum knob finds on any machine, on a lane of one core as on a whole machine.
 
-A test may hold a trial in flight before its timed window: while the file named by `PERFSCOPE_TEST_HOLD_FILE`
-exists, building the model waits (the lanes' tests end a Slurm job whose trial is then surely still running)."""
+A test may hold a lane's trial in flight before its timed window: while the file named by
+`PERFSCOPE_TEST_HOLD_FILE` exists, building the model on a lane of a parallel sweep waits (runs outside the lanes,
+the probe and the sequential baseline, go on), and says so in `<hold file>.held-<pid>` (the lanes' tests end a Slurm
+job, or press Ctrl-C, while both lanes' trials are surely still running)."""
 
 import os
 import runpy
@@ -12,6 +14,7 @@ import time
 from pathlib import Path
 
 import perfscope
+from perfscope.measure.contention import SWEEP_ROOT_ENV
 
 PAUSE_S = 0.015
 _MLP = runpy.run_path(str(Path(__file__).with_name("mlp.py")))
@@ -22,8 +25,10 @@ HOLD_ENV = "PERFSCOPE_TEST_HOLD_FILE"
 
 def make_model():
     hold = os.environ.get(HOLD_ENV)
-    while hold and Path(hold).exists():
-        time.sleep(0.05)
+    if hold and os.environ.get(SWEEP_ROOT_ENV) and Path(hold).exists():  # a lane's trial, held
+        Path(f"{hold}.held-{os.getpid()}").touch()
+        while Path(hold).exists():
+            time.sleep(0.05)
     return _MLP["make_model"]()
 
 
