@@ -20,13 +20,12 @@ import torch
 import perfscope.hooks.observe as observe
 from perfscope.hooks.arguments import check_arguments, resolve_device
 from perfscope.hooks.capture import CaptureWindow
-from perfscope.hooks.clocks import clock_reader
+from perfscope.hooks.clocks import BoundedSampler, clock_reader
 from perfscope.hooks.flopstep import FlopStep
 from perfscope.hooks.framework import DATA_SPAN, FrameworkCalls
 from perfscope.hooks.loggers import Loggers, as_loggers
 from perfscope.hooks.ondemand import LiveControl
 from perfscope.hooks.pausing import Pausing
-from perfscope.hooks.sampling import BoundedSampler
 from perfscope.hooks.state import Handover
 from perfscope.hooks.stepping import Stepping
 from perfscope.hooks.tally import Reservoir as _Reservoir  # the name tests and older code import

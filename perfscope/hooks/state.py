@@ -23,11 +23,11 @@ if TYPE_CHECKING:
     import torch
 
     from perfscope.hooks.capture import CaptureWindow
+    from perfscope.hooks.clocks import BoundedSampler
     from perfscope.hooks.distributed import RankPlace
     from perfscope.hooks.flopstep import FlopStep
     from perfscope.hooks.loggers import Loggers
     from perfscope.hooks.ondemand import LiveControl
-    from perfscope.hooks.sampling import BoundedSampler
     from perfscope.hooks.tally import Reservoir, StepTally
     from perfscope.measure.clock import Clock
     from perfscope.measure.window import WindowRecorder
