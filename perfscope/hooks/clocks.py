@@ -7,10 +7,7 @@ and the watch's clock readings (did the device, or the CPU, slow its clock when 
     read = clock_reader(torch.device("cuda"))    # NVML's SM clock and throttle reasons; psutil's CPU clock on CPU
     throttled(read_at_reference, read_at_alarm)  # "GPU SM clock 1980 → 1410 MHz (-29%); throttling: HW thermal ..."
 
-Read once when the watch takes its reference and once at an alarm (an NVML call is microseconds, psutil's CPU
-frequency ~0.2 ms), never per step: the sampler of perfscope.measure.utilization stops after `utilization_max_s`,
-and the slowdown at hour five is long past it. A clock drop under 10 % (a GPU's boost moving with load, a CPU
-governor) is not named; a throttle reason NVML did not report at the reference is, whatever the clock.
+Design notes: docs/hooks.md.
 """
 
 from __future__ import annotations
