@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 
-from perfscope.results import DistributedFacts, KnobOutcome, RankMetrics, Trial
+from perfscope.results import DistributedFacts, KnobOutcome, Trial
 from perfscope.rules.engine import RuleContext
 
 
@@ -30,16 +30,11 @@ def measured_outcomes(ctx: RuleContext, knobs: tuple[str, ...]) -> list[KnobOutc
     return out
 
 
-def compute_step_s(rank: RankMetrics) -> float | None:
-    """The rank's own compute per step: its window without gradient communication when it ran one, else None."""
-    return rank.mean_local_step_time_s
-
-
 def median_of_others(facts: DistributedFacts, rank: int) -> tuple[float | None, str]:
     """(median over the other ranks of their compute step, what it is): their no-communication window when every
     one of them ran it, else their full step (which includes the wait for the slow rank: an upper bound)."""
     others = [r for r in facts.ranks if r.rank != rank]
-    local = [compute_step_s(r) for r in others]
+    local = [r.mean_local_step_time_s for r in others]  # compute only: no gradient communication
     if others and all(t is not None for t in local):
         return statistics.median(t for t in local if t is not None), "their step without gradient communication"
     steps = [r.mean_step_time_s for r in others if r.mean_step_time_s is not None]
