@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import perfscope
-from perfscope.hooks.profiler import Profiler, _Reservoir, leading_dim
+from perfscope.hooks.profiler import Profiler, leading_dim
+from perfscope.hooks.tally import Reservoir
 from perfscope.measure.window import StepRecord, WindowRecorder
 from perfscope.results import Results
 from perfscope.wording import words
@@ -161,7 +162,7 @@ def test_leading_dim_finds_the_first_tensor() -> None:
 
 
 def test_reservoir_is_bounded_uniform_and_in_order() -> None:
-    res = _Reservoir(100, seed=0)
+    res = Reservoir(100, seed=0)
     for i in range(10_000):
         res.add(StepRecord(i, 0.0, 0.0, 0.0, None, 1))
     kept = res.in_order()

@@ -21,7 +21,7 @@ from perfscope.cli import main
 from perfscope.report.trace_only import TRACE_LEAD
 from perfscope.results import Results, msg
 from perfscope.rules import run_rules
-from perfscope.rules._trace_only import TRACE_ESTIMATE
+from perfscope.rules._text import TRACE_ESTIMATE
 from perfscope.trace.communication import communication_facts
 from perfscope.trace.offline import trace_results
 from perfscope.trace.rank_stragglers import trace_stragglers

@@ -6,9 +6,7 @@
     window.trace_path               # <trace_dir>/rank<R>.json.gz, or None and `notes` say why
     CaptureWindow((10, 13), None, categories=True).categories   # then two more steps: memory by category
 
-Steps inside the window are not timed (the profiler costs them); the trace is analysed at results time. The
-memory window (``categories``) is an analyze trial's (perfscope.trial.loop.capture_memory_categories): its own two
-steps after the trace, since the stacks torch's categorisation needs would swell the trace past its cap.
+Design notes: docs/hooks.md.
 """
 
 from __future__ import annotations

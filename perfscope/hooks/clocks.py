@@ -1,16 +1,18 @@
-"""The watch's clock readings: did the device (or the CPU) slow its clock when the step time shifted?
+"""What the hooks read of the device beside the steps: its utilization, sampled for a bounded time after warm-up,
+and the watch's clock readings (did the device, or the CPU, slow its clock when the step time shifted?).
+
+    sampler = BoundedSampler("cuda", 0, interval_s=0.1, max_s=600)   # stopped after max_s: a week-long run keeps
+    sampler.start(); ...; sampler.check(); ...; sampler.stop()       # the first max_s seconds, not a week of samples
 
     read = clock_reader(torch.device("cuda"))    # NVML's SM clock and throttle reasons; psutil's CPU clock on CPU
     throttled(read_at_reference, read_at_alarm)  # "GPU SM clock 1980 → 1410 MHz (-29%); throttling: HW thermal ..."
 
-Read once when the watch takes its reference and once at an alarm (an NVML call is microseconds, psutil's CPU
-frequency ~0.2 ms), never per step: the sampler of perfscope.measure.utilization stops after `utilization_max_s`,
-and the slowdown at hour five is long past it. A clock drop under 10 % (a GPU's boost moving with load, a CPU
-governor) is not named; a throttle reason NVML did not report at the reference is, whatever the clock.
+Design notes: docs/hooks.md.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -93,3 +95,38 @@ class _NvmlClock:
         reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
         return ClockReading("GPU SM clock", float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
                             tuple(throttle_names(nv, reasons(h))))
+
+
+class BoundedSampler:
+    def __init__(self, device_type: str, device_index: int | None, *, interval_s: float, max_s: float) -> None:
+        self.device_type, self.device_index = device_type, device_index
+        self.interval_s, self.max_s = interval_s, max_s
+        self.sampler: Any = None
+        self.started = 0.0
+        self.frozen: Any = None
+
+    @property
+    def nvml_handle(self) -> Any:
+        return getattr(self.sampler, "nvml_handle", None)
+
+    def start(self) -> None:
+        from perfscope.measure.utilization import UtilizationSampler
+
+        self.sampler = UtilizationSampler(device=self.device_type, device_index=self.device_index,
+                                          interval_s=self.interval_s)
+        self.sampler.__enter__()
+        self.started = time.perf_counter()
+
+    def check(self) -> None:
+        """Stop after ``max_s`` and keep the result."""
+        if self.sampler is not None and time.perf_counter() - self.started > self.max_s:
+            self.stop()
+
+    def stop(self) -> None:
+        sampler, self.sampler = self.sampler, None
+        if sampler is not None:
+            sampler.__exit__(None, None, None)
+            self.frozen = sampler.result()
+
+    def result(self) -> Any:
+        return self.sampler.result() if self.sampler is not None else self.frozen

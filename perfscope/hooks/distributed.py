@@ -10,6 +10,7 @@ Design notes: docs/distributed.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -176,10 +177,9 @@ def exchange(place: RankPlace, report: RankReport, *, key: str, timeout_s: float
             reports.append(None)
             continue
         reports.append(_decode(store.get(name)))
-        try:
-            store.delete_key(name)  # the store lives as long as the job: leave nothing behind
-        except Exception:  # noqa: BLE001 - a store without delete (HashStore of an old torch): harmless
-            pass
+        # The store lives as long as the job: leave nothing behind (a HashStore of an old torch has no delete).
+        with contextlib.suppress(Exception):
+            store.delete_key(name)
     return reports
 
 

@@ -5,6 +5,7 @@ Design notes: docs/hooks.md.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -113,17 +114,13 @@ class FlopStep:
         self.armed = False
         if self.counter is not None:
             counter, self.counter = self.counter, None
-            try:
+            with contextlib.suppress(Exception):
                 counter.__exit__(None, None, None)
-            except Exception:  # noqa: BLE001
-                pass
             from perfscope.results.messages import msg
 
             self.unavailable = self.unavailable or msg("run_ended_in_flop_step")
-        try:
+        with contextlib.suppress(Exception):
             self.stop_observer()  # whether or not the counter started: the stance must not outlive the Profiler
-        except Exception:  # noqa: BLE001
-            pass
 
     def count(self, samples_per_step: int | None) -> FlopCount | Unavailable:
         """FLOPs per optimizer step: the user's, else the counted step's scaled to the typical step's samples."""

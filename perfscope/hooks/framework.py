@@ -12,50 +12,20 @@ each event through its callbacks, after the fact. These calls drive the same ste
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 import perfscope.hooks.observe as observe
 from perfscope.hooks.arguments import check_described, loader_settings
-
-if TYPE_CHECKING:
-    from perfscope.hooks.flopstep import FlopStep
-    from perfscope.measure.clock import Clock
-    from perfscope.measure.window import WindowRecorder
+from perfscope.hooks.state import ProfilerState
 
 DATA_SPAN = "perfscope::data"
 """perfscope.trace.facts.DATA_LABEL (not imported: it loads the results model): the span trace facts book as data wait."""
 
 
-class FrameworkCalls:
+class FrameworkCalls(ProfilerState):
     """batch_begin(), data_begin()/data_end(), exclude_since_step(), describe(), describe_loader()."""
-
-    # The Profiler's state these calls read and drive.
-    enabled: bool
-    precision: str | None
-    model: torch.nn.Module | None
-    device: torch.device
-    _on: bool
-    _step_index: int
-    _clock: Clock
-    _first_marks: list[Any]
-    _flop: FlopStep
-    _recorder: WindowRecorder | None
-    _pause_reason: str | None
-    _batch_begun: bool
-    _batch_hooks: bool
-    _data_hooked: bool
-    _data_recorder: WindowRecorder | None
-    _data_span: Any
-    _loader_config: dict[str, Any]
-    _described_config: dict[str, Any]
-    _declared: dict[str, Any]
-
-    if TYPE_CHECKING:  # the Profiler's own
-        def _fail(self, where: str, exc: BaseException) -> None: ...
-        def pause(self, reason: str = "paused") -> None: ...
-        def resume(self) -> None: ...
 
     def batch_begin(self) -> None:
         """A batch's compute starts now, its data in hand: for frameworks that own the loop (Lightning's

@@ -1,23 +1,9 @@
 """perfscope's figures in the logger the user already reads: TensorBoard, Weights & Biases, MLflow.
 
-    writer = SummaryWriter("runs/exp1")
     prof = perfscope.Profiler(model, opt, loggers=[writer])            # or wandb.run, "wandb", "mlflow", an mlflow Run
     prof = perfscope.Profiler(model, opt, loggers=Loggers([writer], every=100))
 
-Each library is used through its own API, imported by the user (perfscope imports none of them: `pip install
-perfscope[loggers]` installs them). One name scheme, everywhere (NAMES):
-
-    perfscope/step_time_s        wall time of the interval's timed steps / their count
-    perfscope/samples_per_s      samples / that wall time
-    perfscope/data_wait_share    exposed data wait / that wall time
-    perfscope/mfu                achieved model FLOP/s / peak (per interval only with Profiler(peak_tflops=...))
-    perfscope/peak_memory_bytes  CUDA: the allocator's max allocated so far; CPU: the process's peak RSS
-    perfscope/exposed_comm_s     exposed collective time per step (at save(), from a traced multi-rank run)
-
-Every `every` timed steps the interval's figures are logged at the step they end on; at save() the run's own figures
-(perfscope.results: the same ones the report shows) are logged once more at the last step. W&B gets them with
-``commit=False`` on a perfscope/step axis (define_metric), so the user's own step counter is never advanced. A logger
-that fails is dropped with one warning: the job's logging is never the profiler's problem.
+One name scheme everywhere (NAMES); the table and each library's details: docs/hooks.md.
 """
 
 from __future__ import annotations

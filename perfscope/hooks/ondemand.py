@@ -66,13 +66,6 @@ def signal_name() -> str | None:
     return None if name in ("", "OFF", "0", "NONE") else (name if name.startswith("SIG") else f"SIG{name}")
 
 
-def _remove_if_empty(folder: Path) -> None:
-    try:
-        folder.rmdir()
-    except OSError:
-        pass
-
-
 class LiveControl:
     """One profiler's end of the protocol: see the module docstring."""
 
@@ -136,13 +129,12 @@ class LiveControl:
         if self._status is None:
             return
         for path in (self._registration(), self._status_path()):
-            try:
+            with contextlib.suppress(OSError):
                 path.unlink(missing_ok=True)
-            except OSError:
-                pass
         if not self.shared:  # this process's own folder: gone unless an answer waits there for the command
             (self.control / p.REQUEST).unlink(missing_ok=True)
-            _remove_if_empty(self.control)
+            with contextlib.suppress(OSError):
+                self.control.rmdir()  # unless not empty
         self._status = None
 
     # ------------------------------------------------------------------------------------ the loop's side
@@ -239,10 +231,8 @@ class LiveControl:
         self.window, self.request, self.flag = None, None, False
 
     def _write_answer(self, answer: p.Answer) -> None:
-        try:
+        with contextlib.suppress(OSError):  # disk full, folder gone: the command times out, having heard nothing back
             p.write_json(self.control / f"done-{answer.id}-{p.member(self.pid, self.host)}.json", answer)
-        except OSError:
-            pass  # disk full, folder gone: the command times out and says it heard nothing back
 
     # ------------------------------------------------------------------------------------ the poller
 
@@ -269,10 +259,8 @@ class LiveControl:
         if status.updated and now > status.updated:
             status.steps_per_s = (step - status.step) / (now - status.updated)
         status.step, status.updated = step, now
-        try:
+        with contextlib.suppress(OSError):
             p.write_json(self._status_path(), status)
-        except OSError:
-            pass
 
     def _registration(self) -> Path:
         return p.registry_root() / f"{self.pid}.json"

@@ -8,37 +8,14 @@ the paused time is reported apart by reason (``excluded_s``), and timing restart
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from perfscope.hooks.flopstep import FlopStep
-    from perfscope.measure.clock import Clock
+from perfscope.hooks.state import ProfilerState
 
 
-class Pausing:
+class Pausing(ProfilerState):
     """pause(), resume(), paused()."""
-
-    # The Profiler's state these calls read and drive.
-    warmup_steps: int
-    _on: bool
-    _clock: Clock
-    _flop: FlopStep
-    _step_index: int
-    _since_t: float
-    _pause_reason: str | None
-    _pause_t0: float
-    _excluded: Counter[str]
-    _excluded_s: Counter[str]
-
-    if TYPE_CHECKING:  # the Profiler's own
-        def _fail(self, where: str, exc: BaseException) -> None: ...
-        def _close_window(self) -> None: ...
-        def _open_window(self) -> None: ...
-        def _step_begun(self) -> bool: ...
-        def _excluded_step(self, index: int) -> bool: ...
 
     def pause(self, reason: str = "paused") -> None:
         """Stop timing until `resume()`: evaluation, checkpoint saving, logging — work that is not a training step.

@@ -20,17 +20,15 @@ import torch
 import perfscope.hooks.observe as observe
 from perfscope.hooks.arguments import check_arguments, resolve_device
 from perfscope.hooks.capture import CaptureWindow
-from perfscope.hooks.clocks import clock_reader
+from perfscope.hooks.clocks import BoundedSampler, clock_reader
 from perfscope.hooks.flopstep import FlopStep
 from perfscope.hooks.framework import DATA_SPAN, FrameworkCalls
 from perfscope.hooks.loggers import Loggers, as_loggers
 from perfscope.hooks.ondemand import LiveControl
 from perfscope.hooks.pausing import Pausing
-from perfscope.hooks.sampling import BoundedSampler
 from perfscope.hooks.state import Handover
 from perfscope.hooks.stepping import Stepping
-from perfscope.hooks.tally import Reservoir as _Reservoir  # the name tests and older code import
-from perfscope.hooks.tally import StepTally
+from perfscope.hooks.tally import Reservoir, StepTally
 from perfscope.hooks.watch import WatchConfig, as_watch
 from perfscope.live.protocol import DIR_ENV as LIVE_DIR_ENV
 from perfscope.measure.allocator_snapshot import on_oom_snapshot
@@ -39,15 +37,14 @@ from perfscope.measure.samples import leading_dim  # re-exported: the integratio
 if TYPE_CHECKING:
     from perfscope.hooks.distributed import RankPlace
     from perfscope.measure.clock import Clock
-    from perfscope.measure.window import WindowRecorder
-    from perfscope.results import Environment, Results, Window
+    from perfscope.results import Results
 
 DISABLE_ENV = "PERFSCOPE_DISABLE"
 _TRUTHY = {"1", "true", "yes", "on"}
 _INSTANCES = itertools.count()
 """Profilers made in this process: with the save count, the key a rank's summary travels under (ranks make their
 profilers in the same order, so rank 0 asks for the keys the others wrote)."""
-__all__ = ["DATA_SPAN", "DISABLE_ENV", "Profiler", "_Reservoir", "disabled_by_env", "leading_dim"]
+__all__ = ["DATA_SPAN", "DISABLE_ENV", "Profiler", "disabled_by_env", "leading_dim"]
 
 
 def disabled_by_env() -> bool:
@@ -135,7 +132,7 @@ class Profiler(Stepping, FrameworkCalls, Pausing, Handover):
     ) -> None:
         self.enabled = bool(enabled) and not disabled_by_env()
         self._on = self.enabled  # the hot-path flag: False once disabled, failed or closed
-        self._failed: str | None = None
+        self._failed = None
         if not self.enabled:
             return
         check_arguments(warmup_steps=warmup_steps, max_step_samples=max_step_samples, flush_every=flush_every,
@@ -158,7 +155,7 @@ class Profiler(Stepping, FrameworkCalls, Pausing, Handover):
         # A torchrun job: found here, or at the first step when the loop creates its process group later.
         from perfscope.hooks.distributed import find_place  # here: it loads the results model
 
-        self._place: RankPlace | None = find_place()
+        self._place = find_place()
         self._instance, self._saves = next(_INSTANCES), 0
 
         self._clock = clock if clock is not None else clock_for(self.device)
@@ -167,23 +164,23 @@ class Profiler(Stepping, FrameworkCalls, Pausing, Handover):
         self._step_index = 0  # the optimizer step in progress (0-based) = steps completed so far
         self._tally = StepTally(samples_per_step)  # the step in progress, and the timed steps' spread
         # Windows of timed steps.
-        self._recorder: WindowRecorder | None = None
-        self._windows: list[Window] = []
-        self._reservoir = _Reservoir(max_step_samples)
-        self._excluded: Counter[str] = Counter()  # untimed steps and pauses, by reason: how many, how long
-        self._excluded_s: Counter[str] = Counter()
-        self._pause_reason: str | None = None
+        self._recorder = None
+        self._windows = []
+        self._reservoir = Reservoir(max_step_samples)
+        self._excluded = Counter()  # untimed steps and pauses, by reason: how many, how long
+        self._excluded_s = Counter()
+        self._pause_reason = None
         self._pause_t0 = 0.0
         self._since_t = self._t0  # host time of the last step boundary or resume: exclude_since_step() counts from it
         self._batch_begun = False  # batch_begin() was called in the step in progress
         self._batch_hooks = False  # a framework marks batch starts: an armed FLOP count starts at the next one
         self._data_hooked = False  # a framework reports its fetches through data_begin()/data_end()
-        self._data_recorder: WindowRecorder | None = None  # the window a data_begin() opened a wait in
-        self._data_span: Any = None  # the perfscope::data span a data_begin() opened in the trace
+        self._data_recorder = None  # the window a data_begin() opened a wait in
+        self._data_span = None  # the perfscope::data span a data_begin() opened in the trace
         self._since_flush = 0
-        self._first_marks: list[Any] = []  # [start of step 0, end of step 0], when wrap() saw step 0 begin
+        self._first_marks = []  # [start of step 0, end of step 0], when wrap() saw step 0 begin
         self._wrap_used, self._live_wraps = False, 0
-        self._loader_config: dict[str, Any] = {}
+        self._loader_config = {}
         # The trace window, and the one step FLOPs, structure and what the loop runs are counted on.
         self._capture = CaptureWindow(capture_steps, self.trace_dir, categories=memory) if capture_steps is not None else None
         self._flop = FlopStep(index=self._capture.after(warmup_steps) if self._capture else warmup_steps, count_flops=count_flops,
@@ -194,10 +191,10 @@ class Profiler(Stepping, FrameworkCalls, Pausing, Handover):
         # Utilization; what results() reads besides.
         self._sampler = BoundedSampler(self.device.type, self.device.index, interval_s=utilization_interval_s,
                                        max_s=utilization_max_s) if sample_utilization else None
-        self._environment: Environment | None = None
-        self._results_notes: list[str] = []
-        self._described_config: dict[str, Any] = {}  # describe(): TrialConfig fields, and free-form settings
-        self._declared: dict[str, Any] = {}
+        self._environment = None
+        self._results_notes = []
+        self._described_config = {}  # describe(): TrialConfig fields, and free-form settings
+        self._declared = {}
         self._oom = on_oom_snapshot(self.device, self.trace_dir, self._results_notes)  # CUDA: the allocator's state at an OOM
         shared = (os.environ.get(LIVE_DIR_ENV) or None) if live is True else (live or None)  # a control folder
         self._live = LiveControl(shared, rank=int(os.environ.get("RANK", "0")), steps=lambda: self._step_index,

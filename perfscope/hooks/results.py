@@ -8,6 +8,7 @@ Design notes: docs/hooks.md.
 from __future__ import annotations
 
 import sys
+from contextlib import nullcontext
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,7 +58,7 @@ def environment(prof: RunState) -> Environment:
         return prof.environment
 
     devices = [cuda_index(prof.device)] if prof.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices), (torch.cuda.device(prof.device) if devices else _nothing()):
+    with torch.random.fork_rng(devices=devices), (torch.cuda.device(prof.device) if devices else nullcontext()):
         return collect_environment(  # only rank 0's environment is written
             prof.device.type, device_index=devices[0] if devices else 0,
             measure_ceiling=prof.measure_ceiling and (prof.place is None or prof.place.rank == 0),
@@ -206,14 +207,6 @@ def trial_config(prof: RunState, micro_batch: int, accum: int) -> tuple[TrialCon
     known.update(prof.described_config)  # what a framework adapter read from its trainer
     unknown = [name for name in unknown if name not in prof.described_config]
     return TrialConfig(**known), unknown
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _command() -> list[str]:

@@ -4,11 +4,7 @@ and rank 0 writes the job's one results.json.
     path = save_alone(prof._saving(), out_dir, final=True)          # one process
     path = save_job(prof._saving(), place, out_dir, final=True)     # every rank of a job (None on ranks other than 0)
 
-What save() needs of the Profiler is typed in perfscope.hooks.state (Saving): this module never imports it.
-
-Every rank measured its own window without per-step synchronization; only here is anything exchanged, once
-(perfscope.hooks.distributed: the rendezvous store, with a deadline). The job's figures are combined as the
-trials combine theirs (perfscope.measure.job): all ranks' work over the slowest rank's window.
+Design notes: docs/hooks.md.
 """
 
 from __future__ import annotations

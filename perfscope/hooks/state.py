@@ -4,8 +4,8 @@ perfscope.hooks.results nor perfscope.hooks.save imports the Profiler (perfscope
     build_results(prof._state(), ratios=True)      # RunState: a snapshot, read once at results time
     save_alone(prof._saving(), out_dir, final)      # Saving: the profiler's calls save() sequences
 
-The state machine keeps its own attributes; these are the only views of it the other modules get. `Handover`, a
-mixin of the Profiler (as perfscope.hooks.framework's calls are), makes them from the state it declares.
+`ProfilerState` declares the Profiler's attributes once for all its mixins; these are the only views of them the
+other modules get. `Handover`, a mixin of the Profiler, makes them.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ if TYPE_CHECKING:
     import torch
 
     from perfscope.hooks.capture import CaptureWindow
+    from perfscope.hooks.clocks import BoundedSampler
     from perfscope.hooks.distributed import RankPlace
     from perfscope.hooks.flopstep import FlopStep
     from perfscope.hooks.loggers import Loggers
-    from perfscope.hooks.sampling import BoundedSampler
+    from perfscope.hooks.ondemand import LiveControl
     from perfscope.hooks.tally import Reservoir, StepTally
     from perfscope.measure.clock import Clock
     from perfscope.measure.window import WindowRecorder
@@ -99,9 +100,12 @@ class Saving:
     """Called with the results just saved (the user's loggers get the run's figures)."""
 
 
-class Handover:
-    """The Profiler's RunState and Saving (a mixin: it reads the profiler's state, declared below)."""
+class ProfilerState:
+    """The Profiler's state, declared once for its mixins (Stepping, FrameworkCalls, Pausing, Handover): each reads
+    and drives it; perfscope.hooks.profiler sets it."""
 
+    # What the user passed.
+    enabled: bool
     device: torch.device
     model: torch.nn.Module | None
     optimizer: torch.optim.Optimizer | None
@@ -112,7 +116,10 @@ class Handover:
     warmup_steps: int
     peak_tflops: float | None
     measure_ceiling: bool
+    flush_every: int
     gather_timeout_s: float
+    # The step/window state machine.
+    _on: bool
     _place: RankPlace | None
     _clock: Clock
     _t0: float
@@ -120,6 +127,8 @@ class Handover:
     _step_index: int
     _windows: list[Window]
     _recorder: WindowRecorder | None
+    _data_recorder: WindowRecorder | None
+    _data_span: Any
     _tally: StepTally
     _reservoir: Reservoir
     _flop: FlopStep
@@ -127,10 +136,21 @@ class Handover:
     _sampler: BoundedSampler | None
     _excluded: Counter[str]
     _excluded_s: Counter[str]
+    _pause_reason: str | None
+    _pause_t0: float
+    _since_t: float
+    _since_flush: int
+    _batch_begun: bool
+    _batch_hooks: bool
     _wrap_used: bool
     _data_hooked: bool
+    _live_wraps: int
+    _live: LiveControl
+    _on_record: Callable[[Any], None]
+    _poll_every: int
     _capture: CaptureWindow | None
     _graphs_at_start: int | None
+    # What results() and save() read.
     _loader_config: dict[str, Any]
     _described_config: dict[str, Any]
     _declared: dict[str, Any]
@@ -141,9 +161,20 @@ class Handover:
     _instance: int
     _saves: int
 
-    if TYPE_CHECKING:  # the Profiler's own
+    if TYPE_CHECKING:  # defined by the Profiler and its mixins
         def close(self) -> None: ...
         def _results(self, *, ratios: bool = True) -> Results | None: ...
+        def _fail(self, where: str, exc: BaseException) -> None: ...
+        def pause(self, reason: str = "paused") -> None: ...
+        def resume(self) -> None: ...
+        def _close_window(self) -> None: ...
+        def _open_window(self) -> None: ...
+        def _step_begun(self) -> bool: ...
+        def _excluded_step(self, index: int) -> bool: ...
+
+
+class Handover(ProfilerState):
+    """The Profiler's RunState and Saving (a mixin)."""
 
     def _state(self) -> RunState:
         """The profiler as perfscope.hooks.results reads it: the open window as a snapshot (it waits for the pending

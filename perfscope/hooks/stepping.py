@@ -10,58 +10,17 @@ perfscope.hooks.framework's calls are): the public API (perfscope.hooks.profiler
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 
 from perfscope.hooks.framework import DATA_SPAN
-
-if TYPE_CHECKING:
-    from perfscope.hooks.capture import CaptureWindow
-    from perfscope.hooks.distributed import RankPlace
-    from perfscope.hooks.flopstep import FlopStep
-    from perfscope.hooks.ondemand import LiveControl
-    from perfscope.hooks.sampling import BoundedSampler
-    from perfscope.hooks.tally import StepTally
-    from perfscope.measure.clock import Clock
-    from perfscope.measure.window import WindowRecorder
-    from perfscope.results import Window
+from perfscope.hooks.state import ProfilerState
 
 
-class Stepping:
+class Stepping(ProfilerState):
     """_wrapped(), _end_step() and the timed windows they open and close."""
-
-    # The Profiler's state the state machine reads and drives.
-    model: torch.nn.Module | None
-    device: torch.device
-    warmup_steps: int
-    flush_every: int
-    _on: bool
-    _place: RankPlace | None
-    _clock: Clock
-    _step_index: int
-    _tally: StepTally
-    _recorder: WindowRecorder | None
-    _windows: list[Window]
-    _excluded: Counter[str]
-    _pause_reason: str | None
-    _since_t: float
-    _batch_begun: bool
-    _batch_hooks: bool
-    _since_flush: int
-    _first_marks: list[Any]
-    _live_wraps: int
-    _capture: CaptureWindow | None
-    _flop: FlopStep
-    _sampler: BoundedSampler | None
-    _live: LiveControl
-    _on_record: Callable[[Any], None]
-    _poll_every: int
-
-    if TYPE_CHECKING:  # the Profiler's own
-        def _fail(self, where: str, exc: BaseException) -> None: ...
 
     def _step_begun(self) -> bool:
         """The step in progress has started its compute: timing it from now would count part of it."""

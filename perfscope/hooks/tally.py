@@ -3,10 +3,7 @@
     tally.batch(batch)                      # each batch wrap() yields: its leading dimension is its sample count
     samples, micro = tally.end_step(None)   # at prof.step(): this step's samples (None: unknown) and micro-steps
 
-Samples per step: the ``samples=`` of prof.step(), else Profiler(samples_per_step=...), else the samples given to
-micro_step(), else the first dimension of the first tensor of each batch wrap() yielded, summed over the step's
-micro-batches — unknown when any of them had none. The counters of the timed steps give the typical step the
-results describe (most common micro-batch, accumulation, samples per step).
+Design notes: docs/hooks.md.
 """
 
 from __future__ import annotations

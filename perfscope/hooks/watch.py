@@ -1,30 +1,9 @@
-"""The watch: a lasting step-time shift in a long job, caught by a change-point test, captured and named.
+"""The watch: a lasting step-time shift in a long job, caught by a change-point test (a one-sided CUSUM on the log
+step time), captured and named.
 
     prof = perfscope.Profiler(model, opt, watch=True)                  # or watch=WatchConfig(out="watch/", ...)
 
-Each timed step feeds `Watch.add` (the window recorder's on_step: the step time and its exposed data wait, a
-few float operations). The test is a one-sided CUSUM on the log step time (Page 1954):
-
-    z = clip((log t − μ) / σ, −clip, +clip);   S = max(0, S + z − drift);   alarm when S > threshold
-
-μ is the median and σ the scaled MAD (floored at ``noise_floor``) of the first ``reference_steps`` timed steps. The
-change is dated at the step after S last left zero. The drift of 1σ tunes it to shifts of 2σ or more (10 % at the
-default noise floor of 5 %; smaller ones are not worth a warning). False alarms: for Gaussian noise (drift 1,
-threshold 8) the average run length before a false alarm is ~4·10⁷ steps (Siegmund's approximation); the clip at 3σ
-means no alarm before 5 slow steps in a row (at most 2 added per step), so single outliers (a GC pause, a logging
-step; tests/test_watch.py feeds 1 % of 3× outliers for 20,000 steps) raise none. Real step times are heavier-tailed
-than Gaussian, hence the floor: a 2× slowdown is flagged at its 5th step, a 15 % one within ~15.
-
-At an alarm: one warning on the `perfscope` logger (Python logging, the job's own log), a finding in
-``<out>/watch-step<N>.json`` naming what changed (step time, data-wait share, torch.compile recompiles, a clock that
-fell or a new throttle reason: perfscope.hooks.clocks) and when it began, a note in the run's results, and a capture
-of the next ``capture_steps`` steps into ``<out>/capture-step<N>/`` (`perfscope trace` reads it). The watch then
-takes a new reference, so a second change is caught too (at most ``max_alarms``).
-
-A new sync: with ``reference_capture`` the watch also traces ``capture_steps`` steps when it first sets its reference
-(``<out>/reference-step<N>/``, once per job). When an alarm's capture is written, a background thread compares the
-call sites waiting on the device in the two (perfscope.trace.sync_change); a site that waits more often is added to
-the finding's file and notes, with one more warning. Each capture becomes the reference of the next.
+Design notes (the test, its tuning, what an alarm writes): docs/hooks.md.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from perfscope.report.layout import LayoutView
 from perfscope.report.view import FindingView, ReportView, build_view
 from perfscope.report.waterfall_chart import WaterfallView
 from perfscope.results import Results
-from perfscope.rules._trace_only import TRACE_ESTIMATE
+from perfscope.rules._text import TRACE_ESTIMATE
 
 MAX_ERROR_LINES = 20
 _MD_SPECIAL = re.compile(r"([\\`*<>|])")  # brackets stay: a link needs "](" or a definition we never emit

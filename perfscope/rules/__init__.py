@@ -11,7 +11,7 @@ from __future__ import annotations
 from perfscope.registry import Registry
 from perfscope.results import Finding, Results
 from perfscope.rules import engine
-from perfscope.rules._trace_only import label_trace_estimates
+from perfscope.rules._text import label_trace_estimates
 from perfscope.rules.compile_fusion import CompileFusion
 from perfscope.rules.data_loader_stall import DataLoaderStall
 from perfscope.rules.data_parallel_memory import DataParallelMemory

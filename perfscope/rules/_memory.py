@@ -4,11 +4,7 @@
                                             # ZeRO-1; "weights" (parameters + gradients) → FSDP / ZeRO-3; None
     peak_agreement(m, cuda=True)            # PeakAgreement: the profiled peak against max_memory_allocated
 
-The categories come from one profiled step (perfscope.trace.memory_categories): its peak is the tensors' at that
-step. The allocator's (CUDA's max_memory_allocated, recorded as the run's peak) covers every step and every
-allocation, so a profiled peak far below it says the true peak lies elsewhere — the first step, an evaluation, a
-longer batch, or memory no tensor holds (workspaces, communication buffers) — and the category read from the
-profiled step may not be the one to cut. A CPU run has no allocator peak (its peak is the process's RSS).
+Design notes: docs/rules.md.
 """
 
 from __future__ import annotations

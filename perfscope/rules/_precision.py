@@ -1,9 +1,6 @@
 """Whether the loop's matmuls run in fp32, from typed facts: shared by PS101 (autocast) and PS102 (TF32).
 
-Why not just the config: a hooks loop's precision may not have been observed (Trial.unknown_settings), and a
-rule must not then assume fp32; a loop whose model itself is in bf16 runs bf16 matmuls whatever its autocast.
-The evidence, in order: the counted step's matmul FLOPs by dtype (the structural fingerprint, below autocast),
-the run's configured precision when it is known, the trace's GEMM kernel names. Nothing known: not fp32.
+Design notes (why not just the config; the evidence, in order): docs/rules.md.
 """
 
 from __future__ import annotations

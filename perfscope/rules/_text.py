@@ -1,11 +1,12 @@
-"""Small formatting helpers shared by the rules' evidence lines."""
+"""Small formatting helpers shared by the rules' evidence lines, and the label every finding from a trace the user
+brought carries (Results.source "trace": nothing was measured, so each finding is a diagnosis or an estimate)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from perfscope.results import MemoryCategories
+    from perfscope.results import Finding, MemoryCategories
 
 
 def pct(x: float) -> str:
@@ -40,3 +41,16 @@ def held_at_peak(held: MemoryCategories | None, category: str) -> str | None:
     most = "the most of any category" if held.peak_category == category else f"{top} the most"
     return (f"{name} {pct(share)} of a profiled step's {gib(held.peak_bytes) if held.peak_bytes >= 2**30 else mib(held.peak_bytes)} peak on {held.device}, {most} "
             "(torch.profiler memory categories)")
+
+
+TRACE_ESTIMATE = "nothing was measured: this is an estimate from the trace (no rerun)"
+
+
+def label_trace_estimates(findings: list[Finding]) -> list[Finding]:
+    """Every finding that carries no measured gain, labelled as an estimate from the trace (evidence first line)."""
+    for f in findings:
+        if f.gain is None and TRACE_ESTIMATE not in f.evidence:
+            f.evidence.insert(0, TRACE_ESTIMATE)
+            if f.estimate_method:
+                f.estimate_method = f"{f.estimate_method} (from the trace alone: nothing was measured)"
+    return findings

@@ -17,15 +17,8 @@ MIN_GAIN = 1.05
 
 @dataclass(frozen=True)
 class LoaderEstimate:
-    """What k DataLoader workers can win on this machine: the step's compute, one batch's loading cost in a worker,
-    and the cores the training process and the workers share.
-
-    Model: a worker builds a batch in ``load_s`` on one thread; k workers deliver one every load_s / k, and the
-    step is paced by the slower of that and the compute: max(compute, load_s / k). Every runnable thread needs a
-    core: the training process's (its torch threads on a CPU run, one to launch work on a GPU run) and the k
-    workers'. With more threads than usable cores each gets cores / threads of one (the kernel shares time
-    fairly), so the step stretches by max(1, threads / cores). The gain is step / that.
-    """
+    """What k DataLoader workers can win on this machine: step = max(1, threads / cores) · max(compute, load_s / k)
+    (the model: docs/rules.md, perfscope/rules/data_loader_stall.py)."""
 
     step_s: float
     compute_s: float

@@ -112,21 +112,13 @@ class Rule:
         return (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else cls.name
 
     def why_not_here(self, ctx: RuleContext, outcome: KnobOutcome) -> str | None:
-        """Why the fix did not help on this machine when it was measured and did not (None: nothing to add).
-
-        Measured beats believed: the finding leaves the ranked fixes whatever this says; the text only tells
-        the reader whether the fix would pay on other hardware (e.g. bf16 autocast on a GPU with tensor cores).
-        """
+        """Why the measured fix did not help on this machine, and whether it would pay on other hardware (None:
+        nothing to add); the finding leaves the ranked fixes whatever this says."""
         return None
 
     def measured(self, ctx: RuleContext, finding: Finding, knob_id: str) -> Finding:
-        """Attach what the sweep measured for the fix ``knob_id``: the measurement replaces any estimate.
-
-        A decidedly faster measurement is the finding's gain and ranks it. Slower, the same, or undecided is
-        attached too, and the engine moves the finding to "measured, did not help here" with the rule's
-        `why_not_here`: a number the machine contradicted is never shown as a gain, and a fix measured as
-        harmful is never advised.
-        """
+        """Attach what the sweep measured for the fix ``knob_id``: the measurement replaces any estimate; one not
+        decidedly faster moves the finding to "measured, did not help here" (docs/rules.md)."""
         outcome = ctx.knob(knob_id)
         if outcome is None or outcome.status != "measured" or outcome.gain is None or outcome.trial == ctx.baseline.name:
             return finding
@@ -153,11 +145,7 @@ def run(results: Results, rules: list[Rule]) -> list[Finding]:
                 findings += found
             except Exception as exc:  # noqa: BLE001 - one broken rule must not cost the user the others
                 warnings.warn(f"perfscope rule {rule.id} ({rule.name}) failed: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
-    seen: set[tuple[str, str | None]] = set()
-    unique = []
-    for f in findings:  # one finding per (rule, measured trial)
-        key = (f.rule_id, f.trial)
-        if key not in seen:
-            seen.add(key)
-            unique.append(f)
-    return rank_findings(unique)
+    unique: dict[tuple[str, str | None], Finding] = {}
+    for f in findings:  # one finding per (rule, measured trial): the first
+        unique.setdefault((f.rule_id, f.trial), f)
+    return rank_findings(list(unique.values()))

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from perfscope.results import Finding
 from perfscope.results.layout import bubble_formula
-from perfscope.rules._layout import model_parallel_runs
+from perfscope.rules._distributed import model_parallel_runs
 from perfscope.rules._text import pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.wording import words

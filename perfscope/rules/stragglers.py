@@ -3,7 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfscope.results import DistributedFacts, Finding, Straggler
-from perfscope.rules._distributed import compute_step_s, distributed_facts, median_of_others
+from perfscope.rules._distributed import distributed_facts, median_of_others
 from perfscope.rules._text import ms, pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
@@ -109,7 +109,7 @@ class Stragglers(Rule):
             return []
         others = [r for r in facts.ranks if r.rank != s.rank]
         lines = []
-        own, (peers, what) = compute_step_s(rank), median_of_others(facts, s.rank)
+        own, (peers, what) = rank.mean_local_step_time_s, median_of_others(facts, s.rank)
         if own is not None and peers is not None:
             lines.append(f"its compute step {ms(own)} against the others' median {ms(peers)} ({what})")
         waits = [r.data_wait_share for r in others]
@@ -129,7 +129,7 @@ class Stragglers(Rule):
         peers, what = median_of_others(facts, s.rank)
         if rank is None or not steps or peers is None:
             return
-        own = compute_step_s(rank)
+        own = rank.mean_local_step_time_s
         excess = (own - peers) if own is not None else s.slower_by * peers
         job = max(steps)
         if excess <= 0 or excess >= job:

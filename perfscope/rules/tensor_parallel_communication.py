@@ -3,7 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfscope.results import Finding
-from perfscope.rules._layout import model_parallel_runs
+from perfscope.rules._distributed import model_parallel_runs
 from perfscope.rules._text import ms, pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 

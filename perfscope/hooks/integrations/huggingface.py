@@ -21,7 +21,7 @@ except ImportError as exc:
 
 import torch
 
-from perfscope.hooks.integrations._common import FitFolder, announce, claim_fit_folder
+from perfscope.hooks.integrations import FitFolder, announce, claim_fit_folder
 from perfscope.hooks.profiler import Profiler, leading_dim
 
 

@@ -21,7 +21,7 @@ except ImportError:
     except ImportError as exc:
         raise ImportError("perfscope.hooks.integrations.lightning needs Lightning: pip install lightning") from exc
 
-from perfscope.hooks.integrations._common import FitFolder, announce, claim_fit_folder
+from perfscope.hooks.integrations import FitFolder, announce, claim_fit_folder
 from perfscope.hooks.profiler import Profiler, leading_dim
 
 PRECISIONS: dict[str, tuple[str | None, str]] = {
