@@ -109,23 +109,14 @@ def sink_for(target: Any) -> Sink:
                     "'mlflow' (the active run), an mlflow Run or (MlflowClient, run_id)")
 
 
-def peak_memory_reader(device: Any) -> Callable[[], int | None]:
-    """CUDA: the caching allocator's max allocated (read, never reset); CPU: this process's peak RSS."""
-    import torch
-
-    if device.type == "cuda":
-        return lambda: int(torch.cuda.max_memory_allocated(device))
-    from perfscope.measure.memory import process_peak_rss_bytes
-
-    return process_peak_rss_bytes
-
-
 def as_loggers(loggers: Loggers | Iterable[Any], *, device: Any, peak_tflops: float | None,
                flops_per_step: Callable[[], float | None]) -> Loggers | None:
     """The Profiler's `loggers=` argument as a Loggers fed by its steps (None when there is none)."""
     made = loggers if isinstance(loggers, Loggers) else Loggers(loggers)
     if not made.sinks:
         return None
+    from perfscope.measure.memory import peak_memory_reader  # torch-bound: imported once loggers are in use
+
     made.peak_tflops, made.flops_per_step, made.peak_memory = peak_tflops, flops_per_step, peak_memory_reader(device)
     return made
 

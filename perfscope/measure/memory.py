@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import resource
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
@@ -90,6 +90,14 @@ def device_capacity(device: str, index: int | None = None) -> int | None:
     if device != "cuda":
         return None
     return int(torch.cuda.get_device_properties(torch.cuda.current_device() if index is None else index).total_memory)
+
+
+def peak_memory_reader(device: torch.device) -> Callable[[], int]:
+    """What the loggers report as peak memory: CUDA, the caching allocator's max allocated (read, never reset,
+    so perfscope's own resets stay the only ones); CPU, this process's peak RSS."""
+    if device.type == "cuda":
+        return lambda: int(torch.cuda.max_memory_allocated(device))
+    return process_peak_rss_bytes
 
 
 def process_peak_rss_bytes() -> int:
