@@ -1,13 +1,6 @@
 """perfscope: measure which fixes make your PyTorch training faster, on your own hardware, ranked.
 
-    perfscope analyze examples/tiny_transformer.py      # a workload file -> results.json + report.html
-
-A workload file defines ``workload() -> perfscope.Workload`` (see perfscope.workload).
-
-``perfscope.Profiler`` and ``perfscope.Workload`` are loaded on first use (PEP 562): both import torch, and the
-commands that only read files (`perfscope trace`, `perfscope report`, `perfscope check`) must not pay for it
-(~1.5 s and ~300 MB of RSS; tests/test_torch_free.py).
-"""
+Design notes: docs/internals.md."""
 
 from __future__ import annotations
 

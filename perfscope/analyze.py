@@ -1,9 +1,6 @@
 """`perfscope analyze FILE`: validate, probe, measure, sweep, then diagnose, save and report (perfscope.pipeline).
 
-    perfscope analyze examples/tiny_transformer.py --device cpu --out perfscope-out
-
-Design notes: docs/internals.md.
-"""
+Design notes: docs/internals.md."""
 
 from __future__ import annotations
 

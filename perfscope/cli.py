@@ -1,7 +1,6 @@
 """The `perfscope` command: parse, call the library, map outcomes to exit codes. Nothing else lives here.
 
-Design notes: docs/internals.md.
-"""
+Design notes: docs/internals.md."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """What the hardware does on paper: datasheet dense FLOP/s per device (and a MIG slice's share), and the bus-bandwidth
 convention of NCCL-tests. Pure and torch-free, below both layers that read figures against them.
 
-Design notes: docs/internals.md.
-"""
+Design notes: docs/internals.md."""
 
 from __future__ import annotations
 

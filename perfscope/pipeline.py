@@ -1,11 +1,6 @@
 """The end of every measurement: rules → results.json → reports, for `analyze` and the hooks alike.
 
-    path = finish(results, Path("perfscope-out"))       # -> perfscope-out/results.json (+ report.html, report.md)
-
-Order matters: findings are added before the save so results.json is complete on its own (`perfscope report`
-re-renders from it anywhere), and a rule or report failure costs the findings or the page — never the
-measurements, which are saved in every case.
-"""
+Design notes: docs/internals.md."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
 """Summaries and uncertainty shared by the sweep, the CI gate and the analysis: the t machinery (quantiles,
 detectable change, power), a rank test, and the straggler test.
 
-    >>> from perfscope.stats import summarize, detectable_change
-    >>> summarize([0.10, 0.11, 0.12]).median
-    0.11
-
-Why here and not inline: a gain reported without its uncertainty is how profilers mislead, so the comparisons
-share one implementation: run-level t intervals on log throughput (perfscope.search.compare for the sweep and
-`ab`, perfscope.check.decision for the gate, both Welch), their detectable change and power at a tolerance
-(`detectable_change`, `power_at`), and `mann_whitney_p` (a rank test on steps, reported, never deciding).
-"""
+Design notes: docs/internals.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """Which API turns matmul TF32 on, for the installed torch or the torch that made a run: the one decision.
 
-    tf32_api()                 # Tf32Api(setter='allow_tf32', reason='...') on torch 2.9-2.13
-    tf32_api("2.8.0+cu121")    # a recorded run's torch: decided from its version (it cannot be probed here)
-                               # (so is any torch in a process that has not imported it: trace, report)
-
-Design notes: docs/internals.md.
-"""
+Design notes: docs/internals.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The workload contract: what a user's file gives perfscope, and how it is loaded and checked.
 
-Design notes: docs/internals.md.
-"""
+Design notes: docs/internals.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Adafactor (torch.optim.Adafactor, torch >= 2.5) in place of Adam/AdamW: factored second moment, no first.
 
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """8-bit Adam/AdamW: the same algorithm with both moments block-quantized to 8 bits (Dettmers et al. 2022).
 
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

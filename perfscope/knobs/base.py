@@ -1,7 +1,6 @@
 """What a knob is: one optimization, everything perfscope knows about it, in the knob's own file.
 
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

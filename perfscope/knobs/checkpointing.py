@@ -1,8 +1,6 @@
 """Activation checkpointing: drop the repeated blocks' activations and recompute them in backward.
 
-It costs about one extra forward (≈ 33% more FLOPs: HFU rises, MFU falls) and buys memory; its value is
-the larger micro-batch that memory allows, so the sweep also measures it paired with a micro-batch search.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

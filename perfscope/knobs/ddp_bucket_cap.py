@@ -1,10 +1,4 @@
-"""DDP gradient bucket size (`bucket_cap_mb`, torch's default 25 MB).
-
-DDP all-reduces gradients in buckets, each launched as soon as all its gradients are ready in backward, so the
-communication overlaps the rest of backward. Smaller buckets start earlier (more overlap) but pay each
-collective's fixed latency more often; larger ones make fewer, more efficient calls that start later. Which
-wins depends on the model's gradient sizes and the interconnect: measured, 5 and 100 MB.
-"""
+"""DDP gradient bucket size (`bucket_cap_mb`, torch's default 25 MB). Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

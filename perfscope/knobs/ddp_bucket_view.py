@@ -1,10 +1,6 @@
 """DDP `gradient_as_bucket_view=True`: the gradients are views into DDP's all-reduce buckets.
 
-By default DDP keeps each gradient and a copy of it in its bucket, copying one into the other every step; as
-views there is one copy fewer per step and one gradient-sized buffer less in memory. Code that detaches or
-re-points `.grad` in place (`p.grad.detach_()`, `p.grad = ...`) no longer reaches the bucket: the documented
-caveat, which the harness's plain optimizer loop does not hit.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

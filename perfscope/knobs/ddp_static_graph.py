@@ -1,7 +1,6 @@
 """DDP `static_graph=True`: DDP learns the graph in the first step and stops re-checking it.
 
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

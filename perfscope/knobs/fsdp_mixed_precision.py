@@ -1,9 +1,6 @@
 """FSDP2 mixed precision (`MixedPrecisionPolicy`): parameters all-gathered and gradients reduce-scattered in bf16.
 
-Half the bytes on the wire for both collectives, and forward/backward run on bf16 parameters; the sharded
-parameters and the optimizer step stay fp32, so the update itself is not rounded. Measured on top of `fsdp2`'s
-best variant when the loop is not sharded yet.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

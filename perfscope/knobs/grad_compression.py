@@ -1,7 +1,6 @@
 """Gradient communication compression: DDP communication hooks that all-reduce smaller gradients.
 
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """torchrun `--numa-binding=node` (PyTorch ≥ 2.9): each rank runs on the CPUs of its GPU's NUMA node.
 
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Activation offloading: saved activations wait in pinned host memory between forward and backward.
 
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """ZeRO-1: DDP with `ZeroRedundancyOptimizer`, each rank keeping and stepping 1/N of the optimizer state.
 
-The model stays DistributedDataParallel (the same gradient all-reduce); after its shard's step each rank
-broadcasts its updated parameters to the others. It gives back (N-1)/N of the optimizer state — AdamW's two
-moments are twice the parameters — which pays through the larger micro-batch that memory lets fit, as the
-other optimizer-state knobs do. The update is the same as the unsharded optimizer's.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

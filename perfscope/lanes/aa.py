@@ -1,16 +1,6 @@
 """The A/A check at the start of a parallel sweep: the baseline on every lane, the lanes compared, an outlier dropped.
 
-    check = check_lanes({0: [log_rate, log_rate], 1: [...], ...})    # AACheck(levels, spread, outliers)
-
-Why. Lanes differ: GPUs of one model vary by up to ~8 % (clocks, power caps, thermals), a lane's cores may share a
-socket with a busy neighbour, a card may sit behind a congested PCIe switch. Every comparison stays within one
-lane, so a lane's speed cancels in its ratios; but a lane far off the others is usually a *broken* one (a throttled
-card, a contended socket) whose gains need not be the others' gains, and its runs take longer. So each lane runs
-the baseline `AA_RUNS` times first; the spread of the lanes' levels is stated, and a lane whose level is further
-from the median lane than `OUTLIER_RATIO` (and than `MAD_LIMIT` robust standard deviations of the lanes' levels) is dropped,
-saying so. With fewer than 3 lanes there is no median to be an outlier from: nothing is dropped, the spread is
-still stated.
-"""
+Design notes: docs/parallel.md."""
 
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
 """Where a lane's trials run: local subprocesses, or an engine the user already runs (Ray, Slurm through submitit).
 
-    executor = LocalExecutor(out_dir / "trials")
-    runner = executor.runner(lane)          # session.measure(..., lane=runner): the trial runs on that lane
-    executor.cancel()                       # Ctrl-C: end every trial in flight, say what was cancelled
-
-Every executor runs each trial as a fresh process that writes its result file (perfscope.trial.child) into the
-output folder, which the driver reads back: the same evidence, whichever engine ran it. An executor schedules
-nothing across machines itself; it hands one trial at a time to the engine. A trial the workload broke (an OOM,
-a crash, a timeout) is the trial's outcome; a job the *executor* lost (its node died, it was pre-empted, cancelled
-or its worker crashed) raises `LaneFailure` with the engine's reason, and the sweep drops the lane
-(perfscope.lanes.sweep).
-"""
+Design notes: docs/parallel.md."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
 """What an engine's job does with a lane's trial, and how the driver reads it back: shared by the Ray and Slurm
 executors (perfscope.lanes.ray, perfscope.lanes.slurm).
 
-    returncode = run_trial_job(spec_path, log_path, env, timeout_s)    # on the engine's node, in its job
-    outcome = read_back(returncode, spec_path, timeout_s, wall_s)       # in the driver: the result file decides
-
-The job runs the trial child in a fresh interpreter (perfscope.trial.runner.run_in_fresh_interpreter), which writes
-its result into the trial's folder; the folder must be shared between the driver and the nodes (the output folder
-on a cluster file system), as with any Slurm or Ray job that writes files.
-"""
+Design notes: docs/parallel.md."""
 
 from __future__ import annotations
 

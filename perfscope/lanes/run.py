@@ -1,9 +1,7 @@
 """`perfscope analyze --lanes N | --devices 0,1 [--executor local|ray|slurm ...]`: the options, and the parallel
 sweep's set-up and tear-down around the sweep.
 
-    with parallel_sweep(LaneOptions(lanes=2), out_dir / "trials", timeout_s=600) as sweeper:
-        run_sweep(session, workload, base, options, sweeper=sweeper)     # sweeper is None without lanes
-"""
+Design notes: docs/parallel.md."""
 
 from __future__ import annotations
 

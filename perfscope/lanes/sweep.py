@@ -1,23 +1,6 @@
 """The sweep on several lanes at once: the same decisions as the sequential sweep, several pairs in flight.
 
-    sweep = run_sweep(session, workload, base, options, sweeper=lane_sweeper(runners, executor))
-
-`LaneSweeper` is perfscope.search.sweep.Sweeper with one change: where the sweep measures, up to one pair
-(a candidate run and a baseline run, in a random order) runs on each lane at a time. What it decides — which
-candidates, how many runs, when to stop, the verdicts — is the Sweeper's own code, so every executor gives the same
-statistics. Where it gains time:
-- first runs: every knob's variants are queued and measured together, one pair per lane, when the sweep first
-  needs a verdict (a knob that builds on another waits for it, as in the sequential sweep);
-- refinement: the open candidates with the most promising intervals get their next run together, one per lane.
-The micro-batch search, stacking and confirmation decide run by run: they measure one pair at a time, on a lane.
-
-Every comparison is within a lane: a candidate run's local reference is its own lane's baseline runs
-(perfscope.search.compare), so a lane's speed cancels in each ratio, the between-lane spread of a knob's effect
-lands in the candidate's own variance, and the family's error bound holds as on one lane (benchmarks.lanes_model).
-A candidate's runs rotate over the lanes (each run on the free lane where it has run least), so no knob is
-tied to a slow card. An A/A check (perfscope.lanes.aa) opens the sweep. A lane the executor loses is dropped with
-its reason; its finished runs count; the pair it was running goes to another lane.
-"""
+Design notes: docs/parallel.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """GEMM alignment micro-benchmark: how much faster would a hot matmul be at tile-friendly dimensions?
 
-    facts.gemm_alignment = benchmark_alignment(facts.gemm_shapes, device="cuda", dtype="bf16")
-    facts.gemm_alignment = benchmark_alignment_for(facts.gemm_shapes, device="cuda", precision="fp32")  # fp32 + bf16
-
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The QKᵀ recompute inside attention backward: counted in hardware FLOPs (HFU), not in model FLOPs (MFU).
 
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""Step-boundary clocks: the only place perfscope reads a time around device work.
-
-    clock = clock_for(torch.device("cuda", 0))      # or "cpu"
-    a = clock.mark(); ...work...; b = clock.mark()
-    if clock.ready(b): seconds = clock.elapsed_s(a, b)
-
-Design notes: docs/measurement.md.
-"""
+"""Step-boundary clocks: the only place perfscope reads a time around device work. Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

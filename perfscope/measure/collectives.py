@@ -1,9 +1,6 @@
 """The bus bandwidth one collective reaches alone on the current process group: what the link can do.
 
-    gbps = benchmark_collective("all_reduce", 25 << 20, device="cuda")     # every rank of the group calls it
-
-Design notes: docs/distributed.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

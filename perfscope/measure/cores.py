@@ -1,12 +1,6 @@
 """How many CPU cores this process may really use: the affinity mask, capped by the cgroup CPU quota.
 
-    cores, how = usable_cores()      # (2.0, "2 physical cores; affinity 2 CPUs; no cgroup quota")
-
-Why not `os.cpu_count()`: a container or a `taskset` sees the whole host's CPUs but may run on a few of them,
-and a Kubernetes pod's `cpu: 2` limit is a cgroup quota that lets 2 cores' worth of time through however many
-CPUs are listed. Advice that depends on spare cores (DataLoader workers) must be bounded by what is left,
-not by the host's size.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""What machine is this? Device, drivers, versions, CPU — recorded with every run.
-
-The CI gate refuses to compare runs whose environments differ, and a reader of a report needs to know
-what hardware the figures came from. Anything that cannot be read is null with its reason in
-``unavailable`` (explain_missing), never a stand-in value: "x86_64" is not a CPU model, "" is not a version.
-"""
+"""What machine is this? Device, drivers, versions, CPU — recorded with every run. Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
 """Model FLOPs per step, counted with torch.utils.flop_counter, plus analytic formulas to check them.
 
-    >>> counter = StepFlopCounter()
-    >>> with counter:
-    ...     loss = loss_fn(model, batch); counter.mark_forward(); loss.backward()
-    >>> counter.total, counter.forward, counter.notes
-
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

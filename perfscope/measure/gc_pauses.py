@@ -1,11 +1,6 @@
 """Python GC collections and the time spent in them, counted with gc.callbacks while a window runs.
 
-    with GcPauses(step_of=lambda: len(losses)) as pauses:
-        ...timed steps...
-    pauses.collections, pauses.pause_s, pauses.per_step(steps)
-
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

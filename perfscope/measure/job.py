@@ -1,14 +1,6 @@
 """The job a data-parallel run's ranks make together: its throughput is all their work over the slowest window.
 
-    facts = combine_ranks(ranks, backend="gloo", data_parallel="ddp", nnodes=1, nproc_per_node=2, global_batch=16)
-    facts.job_samples_per_s
-    apply_job(trial_metrics, facts, peak=peak, env=environment)   # the trial's samples/s and MFU become the job's
-
-Used by the trials (perfscope.trial.launch) and the hooks (perfscope.hooks) alike, so both report the job the
-same way: every rank measured its own window without extra synchronization, and the slowest rank sets the pace.
-The job's rates and one rank's peak are pure functions of the recorded ranks (perfscope.results.job): the CI gate
-recomputes the job's MFU from a results file with the same functions.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

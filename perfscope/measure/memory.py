@@ -1,10 +1,4 @@
-"""Memory: peaks from the CUDA caching allocator, and who owns the bytes.
-
-A training step's memory is weights + gradients + optimizer state + activations and temporaries;
-the first three are computed exactly from the tensors, the last is what remains of the peak. AdamW
-keeps two fp32 moments per parameter (8 B/param), which is often the largest single owner.
-On CPU there is no allocator peak: the trial process's peak RSS (getrusage) stands in, labelled so.
-"""
+"""Memory: peaks from the CUDA caching allocator, and who owns the bytes. Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

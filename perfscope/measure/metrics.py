@@ -1,14 +1,6 @@
 """Assemble a run's metrics from its windows: one definition of throughput for analyze, hooks and check.
 
-    metrics = assemble_metrics(windows, records, micro_batch_size=8, grad_accum_steps=1, warmup_steps=5)
-    metrics.samples_per_s        # samples in the windows / their wall time
-    metrics.typical_step.median  # a description of a typical step, never a rate
-
-Throughput, achieved FLOP/s, MFU and HFU all come from the total work and the total wall time of the
-measured windows (first to last step boundary of each). Medians and percentiles of the per-step times are
-kept as a description of the typical step and of its tail; a median throughput would hide exactly the
-data stalls, GC pauses and allocator hiccups a profiler exists to count.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
 """Median time of one small device operation: the loop the matmul ceiling and the GEMM alignment benchmark share.
 
-    seconds = median_seconds(lambda: torch.mm(a, b), "cuda", warmup=3, repeats=10)
-
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Which NVML device is CUDA device i? Found by UUID, never by index.
-
-    handle, nvml_uuid = nvml_handle(pynvml, cuda_index)   # after pynvml.nvmlInit()
-
-Design notes: docs/measurement.md.
-"""
+"""Which NVML device is CUDA device i? Found by UUID, never by index. Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

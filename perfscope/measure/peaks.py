@@ -1,12 +1,6 @@
 """Peak FLOP/s measured: the matmul ceiling this machine actually reaches, per dtype.
 
-    measure_matmul_tflops("cuda", "bf16")       # TFLOP/s of the fastest 8192³ matmul call
-
-Why measured as well as the datasheet (perfscope.hardware.datasheet_peak, torch-free so that `perfscope trace` can
-read a trace's device against it): the datasheet is what MFU is conventionally quoted against, the measured ceiling
-is what this machine reaches (clocks, power caps, MIG slices), and MFU falls back to it for a device with no
-datasheet entry.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

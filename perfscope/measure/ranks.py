@@ -1,13 +1,6 @@
 """One rank's summary of its own window (RankMetrics), for the trials' torchrun ranks and the hooks' alike.
 
-    ranked = rank_metrics(trial_metrics, rank=1, local_rank=1, node="host-a", gc_pauses=pauses)
-
-Rank 0 combines every rank's summary into the job's figures (perfscope.measure.job), so the trials
-(perfscope.trial.rank) and the hooks (perfscope.hooks.distributed) must summarise a rank the same way. The
-semantics, and why:
-
-Design notes: docs/distributed.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

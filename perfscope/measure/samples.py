@@ -1,10 +1,4 @@
-"""How many samples a batch holds: the first dimension of its first tensor.
-
-    leading_dim({"input_ids": ids, "labels": y})   # ids.shape[0]
-
-Used by the hooks (samples per step from the batches `wrap()` sees) and by the trial loop (a short batch at an
-epoch boundary is dropped: a new shape would recompile a compiled model inside the timed window).
-"""
+"""How many samples a batch holds: the first dimension of its first tensor. Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """The sharding memory model: bytes of training state per rank under DDP and ZeRO-1/2/3.
 
-    rows = sharding_memory(parameter_bytes=P, gradient_bytes=G, optimizer_state_bytes=O, world_size=8)
-    [(r.strategy, r.total) for r in rows]
-
-Design notes: docs/distributed.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

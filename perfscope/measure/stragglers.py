@@ -1,9 +1,6 @@
 """Stragglers: ranks whose own compute is slower than their peers' beyond the step-to-step noise.
 
-    stragglers, method = find_stragglers(ranks)     # list[Straggler], how they were decided
-
-Design notes: docs/distributed.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """Count the structure of one training step: ops, FLOPs by op and dtype, syncs with call sites, copies.
 
-    with StructureCounter() as counter:
-        train_step()                      # one real optimizer step, outside the timed window
-    fingerprint = counter.fingerprint(method="...")
-
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """Matmul TF32: read it without ever raising, set it with the API this torch wants.
 
-    state = matmul_tf32()                 # MatmulTf32(enabled=True, source='...fp32_precision == "tf32"')
-    set_matmul_tf32(True)                 # through the setter perfscope.tf32_api picks for this torch
-    with matmul_tf32_as(False): ...       # save, set, restore (snapshot_matmul_tf32 / restore_matmul_tf32)
-
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """FLOPs per step when the sequence length varies from batch to batch (dynamic padding).
 
-    tally = TokenTally()                   # during the timed window: tally.add(batch) for every micro-batch
-    scaled = per_token_scale(counted_batch, tally)
-    if scaled: flops_per_micro_batch = counted_flops * scaled.factor   # FLOPs per token × the window's tokens
-
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

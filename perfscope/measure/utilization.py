@@ -1,14 +1,6 @@
 """A background sampler of device (NVML) and host (psutil) load during the measured steps.
 
-    with UtilizationSampler(device="cuda", interval_s=0.1) as sampler:
-        run_steps()
-    utilization = sampler.result()
-
-NVML calls take a driver lock (utilization ~2.5 µs, memory ~12 µs), so one thread samples at ≤ 10 Hz;
-shelling out to nvidia-smi (10–20 ms a call) is never used. The NVML device is found by the CUDA device's
-UUID, so CUDA_VISIBLE_DEVICES and CUDA's device order are honoured. No NVML (CPU box, WSL, MIG slice, no
-driver) is not an error: the GPU fields are null with the reason, host CPU load is still sampled.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """A measured window: step boundaries, data waits and samples, recorded without per-step synchronization.
 
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

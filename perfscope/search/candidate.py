@@ -1,9 +1,7 @@
 """What the sweep measures and how it is set up: a candidate configuration and its runs, the options, and
 what the sweep needs from a measurement session.
 
-Why a module of its own: the sweep (perfscope.search.sweep), its stacking (perfscope.search.stacking), the
-confirmation and the noise simulation all share these types, and sweep.py stays under the house's 500 lines.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""The recommendation's gain, from confirmation runs that did not select it.
-
-    confirm_stack(sweeper, stacked, semantics)   # sets sweep.recommended_* or recommends the baseline
-
-Design notes: docs/sweep.md.
-"""
+"""The recommendation's gain, from confirmation runs that did not select it. Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

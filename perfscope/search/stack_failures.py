@@ -1,7 +1,6 @@
 """A stacked configuration that could not be used: said where a reader looks, never a knob quietly missing.
 
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

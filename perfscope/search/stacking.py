@@ -1,9 +1,6 @@
 """Greedy stacking of the sweep's winners into one recommended configuration, and its confirmation.
 
-    class Sweeper(Stacking): ...          # perfscope.search.sweep: the sweep measures, this part stacks
-
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

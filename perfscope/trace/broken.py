@@ -1,13 +1,6 @@
 """Complete events whose times cannot be true: counted, skipped and reported, never read as work.
 
-    why_broken(float("nan"), 5.0)       # "a NaN timestamp or duration"
-    unusable_text(trace.unusable)       # "3 events unusable and skipped: 2 with a negative duration, 1 with ..."
-
-Why: a kernel with a NaN start used to vanish ("no device activity"), a negative duration left the GPU 0 % busy and
-a 1e300 µs one made it 100 % busy, all without a word. perfscope.trace.events skips such an event as it reads it
-and counts it by why; the facts' notes say how many were skipped, and a file is refused only when nothing usable
-is left.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 

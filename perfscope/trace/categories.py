@@ -1,11 +1,6 @@
 """Kernel and aten-op names → what kind of work they are, and whether a GEMM ran on tensor cores.
 
-    categorize("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT")              # "gemm"
-    categorize("void at::native::vectorized_elementwise_kernel<4, ...{lambda(float)#1}...>")  # "elementwise"
-    gemm_on_tensor_cores("ampere_sgemm_128x64_nn")                         # False (fp32 SIMT)
-
-Design notes: docs/trace.md.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
 """One rank's trace → communication against compute: collective time, the part no compute hid, bus bandwidth.
 
-    facts = communication_facts(Path("trace/rank0.json.gz"), rank=0, device_type="cpu", steps=3, world_size=2)
-    facts.collective_s, facts.exposed_collective_s, facts.overlap_share     # per traced step
-    [(c.op, c.calls_per_step, c.bus_gbps) for c in facts.collectives]
-    bus_bandwidth_gbps("all_reduce", 4 << 20, 0.002, world_size=2)          # NCCL-tests convention
-
-Design notes: docs/trace.md.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """A Chrome/Kineto trace read once and sorted by what each event is, with device work linked to its launch.
 
-Design notes: docs/trace.md.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """Chrome/Kineto trace → typed per-step facts (perfscope.results.trace_facts.TraceFacts).
 
-    facts = trace_facts(Path("trials/baseline/trace/rank0.json.gz"), device_type="cuda", steps=3)
-    facts.gpu.idle_fraction, facts.gpu.idle.sync_s, facts.kernels.time_by_category, facts.launch.launch_bound
-
-Design notes: docs/trace.md.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 

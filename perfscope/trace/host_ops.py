@@ -1,10 +1,6 @@
 """Host ops: a CPU-only run's op self times (its launch-bound equivalent), and the hot matmuls by shape.
 
-    kernels, launch = cpu_op_facts(trace, w, data)            # op self time by category; dispatch-bound?
-    gemm_shapes(trace, w, on_device=True)                     # [GemmShape]: time per (op, m×k×n, dtype)
-
-Design notes: docs/trace.md.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 

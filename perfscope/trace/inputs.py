@@ -1,10 +1,6 @@
 """A trace the user brings: which files are rank traces, whether each is a Kineto trace, and what its metadata says.
 
-    ranks = rank_traces(Path("traces/"))          # list[RankTrace], by rank; UserError (exit 2) on bad input
-    ranks[0].rank, ranks[0].world_size, ranks[0].device_type, ranks[0].device_name
-
-Design notes: docs/trace.md.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """A trace the user already has → a Results object (source "trace"): the diagnosis with no rerun.
 
-    results = trace_results(Path("traces/"))          # a trace file, or a folder of rank traces
-    finish(results, Path("perfscope-trace-out"))      # rules → results.json → report.html + report.md
-
-Design notes: docs/trace.md.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 

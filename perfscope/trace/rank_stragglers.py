@@ -1,9 +1,6 @@
 """Stragglers from rank traces alone: the rank whose own work per step is slower than its peers', beyond the noise.
 
-    stragglers, method = trace_stragglers({0: [0.101, 0.099, 0.1], 1: [0.142, 0.139, 0.141]})
-
-Design notes: docs/trace.md.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
 """The one reader of a trace file: its events streamed one at a time, every failure one line saying where.
 
-    metadata = stream_trace(Path("rank0.json.gz"), on_event)   # on_event(dict) per traceEvents item, in file order
-    metadata["distributedInfo"], metadata.get("deviceProperties")   # every top-level key but traceEvents
-
-Why streamed: traces of a few LLM steps are 1-4 GB of JSON (kineto issues 595, 760) and json.load holds all of it
-as Python dicts, ten times the file in memory. Here only the current event is a dict; the caller keeps what it needs.
-
-Design notes: docs/trace.md.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
 """Host synchronization: the runtime calls in which the host waited for the device, and where each was made.
 
-    sync = sync_facts(trace, w)       # SyncFacts: points and blocked share per step, call sites
-    blocked_spans(trace, w)           # host time blocked on the device (syncs, pageable copies), merged
-
-Only the runtime says whether the host waited: `aten::item` on a CPU tensor (torch.optim's foreach AdamW reads its
-host-side step counters that way, about twice per parameter tensor) is no sync, and on a device tensor it is one
-only through the cudaStreamSynchronize inside it.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
 """A sync that appeared: the call sites where the host waits on the device more often than in an earlier capture.
 
-    before, after = capture_syncs(Path("watch/reference-step35")), capture_syncs(Path("watch/capture-step412"))
-    new_syncs(before, after)   # ["a new sync: aten::item > aten::_local_scalar_dense (DtoH copy) 2.5 per step (was 0)"]
-
-The watch compares the capture it takes after an alarm with the one it took when it set its reference: a
-`.item()`, a `.cpu()`, a `torch.cuda.synchronize()` added to the loop (a logging change, a metric computed on the
-device) shows as a call site waiting more often per step. Sites come from perfscope.trace.sync (the runtime calls
-in which the host waited, by the ops around them); a CPU trace has none, so on CPU nothing is ever named.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """Did the run do what its config says? A knob whose trial did not apply it was not measured.
 
-    seen = Observed(compiled_graphs=2, recorded={"tf32": True, "gc_freeze": {...}})   # after the timed steps
-    metrics.not_applied = not_applied(config, seen)          # {"tf32": "... the workload's code set it back"}
-
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

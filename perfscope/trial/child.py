@@ -1,11 +1,7 @@
 """Entry point of a trial process: `main(["child", SPEC.json])`, forked by the zygote or run as
 `python -m perfscope.trial.child SPEC.json` in a fresh interpreter.
 
-The runner (perfscope.trial.runner) starts it in its own session and process group, so an OOM, a poisoned
-CUDA context, a segfault or a hang dies with the process. The outcome is written atomically to the spec's
-`result_path`; a missing result file means the process crashed. The spec is typed (perfscope.trial.spec): the
-child dispatches on its type, not on a key of a dict.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """The trial's data pipeline: a DataLoader perfscope controls (or the user's batch generator), endless,
 and a device copy that honours pin_memory + non_blocking.
 
-Why perfscope builds the DataLoader: num_workers, pin_memory, prefetch_factor and persistent_workers
-are knobs the sweep turns, so the user gives a Dataset, not a loader; the knobs give its arguments
-(`Knob.apply_to_loader`).
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""What the knobs need to know about the user's model, read in the probe process.
-
-    facts = inspect_model(workload)      # ModelFacts(parameter_count=..., has_conv2d=..., ...)
-
-The model is built on the meta device when it can be (no memory, no init cost: a 7B model inspects in
-milliseconds), for real otherwise — and only ever in a trial-like process, never in the analyze parent.
-"""
+"""What the knobs need to know about the user's model, read in the probe process. Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """A distributed trial: one torchrun job (PyTorch's elastic agent), every rank a trial process, one outcome.
 
-    launch = Launch(nproc_per_node=2)                       # --standalone on one machine
-    outcome = run_job(spec, work_dir, timeout_s=600, launch=launch)
-    outcome.status, outcome.error                           # "timeout", "rank 1 stopped responding: ..."
-
-Design notes: docs/distributed.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

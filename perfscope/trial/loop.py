@@ -1,11 +1,4 @@
-"""The measured training loop of one trial (runs inside the trial process).
-
-    run = run_trial(workload, TrialConfig(device="cuda", micro_batch_size=8))
-    run.metrics.samples_per_s                      # samples in the window / its wall time
-    capture_trace(run, config, artifacts_dir)      # afterwards, once the timing is safely recorded (+ memory by category)
-
-Design notes: docs/measurement.md.
-"""
+"""The measured training loop of one trial (runs inside the trial process). Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

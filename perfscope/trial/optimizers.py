@@ -1,10 +1,6 @@
 """The optimizer a trial steps: the user's own (optionally foreach/fused), or a memory-lean replacement.
 
-    optimizer = build_optimizer(workload, model, config)   # config.optimizer: "user" | "adafactor" | "8bit-torchao" | "8bit-bnb"
-    optimizer_name(optimizer)                              # "torch.optim.Adafactor": what the trial really ran
-
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

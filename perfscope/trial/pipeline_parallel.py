@@ -1,11 +1,6 @@
 """Pipeline parallelism inside a trial rank: PyTorch's pipelining engine driving the measured loop's steps.
 
-    step = PipelineStep(workload, config)   # a TrainStep: the run's loop, window and metrics are unchanged
-    step()                                  # one optimizer step = one schedule.step() over m micro-batches
-    step.records                            # per step: this rank's forward / backward / loss seconds, and the step's
-
-Design notes: docs/distributed.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

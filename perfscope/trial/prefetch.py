@@ -1,10 +1,6 @@
 """Warm-up until the DataLoader's prefetch queue is in steady state, so the timed window does not open on it full.
 
-    drain = drain_prefetch(step, config, warmup_times)     # None without DataLoader workers
-    steps, calibration = calibrate_steps(config, drain.calibration_times if drain else warmup_times)
-
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """One rank of a distributed trial (runs in each process torchrun starts; see perfscope.trial.launch).
 
-Design notes: docs/distributed.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

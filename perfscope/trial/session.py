@@ -1,11 +1,6 @@
 """A measurement session: runs trials through one runner, records each at once, resumes, reports progress.
 
-    with Session(results, out_dir=..., workload_path=..., timeout_s=600) as session:
-        run = session.measure("baseline", config)         # a new run of the configuration "baseline"
-        run = session.measure("baseline", config)         # ... and another: trial "baseline-r2"
-
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

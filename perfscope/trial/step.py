@@ -1,13 +1,7 @@
 """One optimizer step of a trial: the step the measured loop (perfscope.trial.loop) times, and the base of a
 pipeline rank's step (perfscope.trial.pipeline_parallel.PipelineStep).
 
-    step = TrainStep(workload, config)      # the model, its wrapper, optimizer, knobs and batches, built once
-    loss, norm = step(recorder)             # one optimizer step; data waits on the recorder's clock
-    step.count_flops(); step.count_structure()
-
-Why a module of its own: the loop builds a step through perfscope.trial.model_parallel.make_step, and the pipeline
-step subclasses this one; with the step in the loop's module, both would import the loop back.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """Validate a workload on its trial device before any trial starts: one small training step.
 
-    validate_workload(load_workload("my_model.py"), "my_model.py", device="cuda")   # or WorkloadError
-
-Runs in the probe process (never in the analyze parent, which must not build the model or touch a device);
-each contract violation is a WorkloadError naming the file and, where it applies, the line.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 
