@@ -23,7 +23,7 @@ takes a new reference, so a second change is caught too (at most ``max_alarms``)
 
 A new sync: with ``reference_capture`` the watch also traces ``capture_steps`` steps when it first sets its reference
 (``<out>/reference-step<N>/``, once per job). When an alarm's capture is written, a background thread compares the
-call sites waiting on the device in the two (perfscope.trace.sync_change); a site that waits more often is added to
+call sites waiting on the device in the two (perfscope.trace.sync); a site that waits more often is added to
 the finding's file and notes, with one more warning. Each capture becomes the reference of the next.
 """
 
@@ -177,7 +177,7 @@ class Watch:
 
     def _collect(self, index: int) -> None:
         """At each timed step while a capture is awaited: once its trace is there, compare it in the background."""
-        from perfscope.trace.sync_change import rank_trace  # here: the trace readers load only once one is needed
+        from perfscope.trace.sync import rank_trace  # here: the trace readers load only once one is needed
 
         assert self._pending is not None
         folder, finding, by = self._pending
@@ -192,7 +192,7 @@ class Watch:
 
     def _compare(self, folder: Path, finding: WatchFinding | None, previous: threading.Thread | None) -> None:
         """This capture's host waits against the reference's: a new sync is added to the finding."""
-        from perfscope.trace.sync_change import capture_syncs, new_syncs
+        from perfscope.trace.sync import capture_syncs, new_syncs
 
         if previous is not None:
             previous.join()

@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from perfscope.errors import UserError
-from perfscope.lanes.executors import LaneFailure
+from perfscope.lanes.executors import LaneFailure, first_line, read_back, run_trial_job
 from perfscope.lanes.plan import Lane
-from perfscope.lanes.remote import first_line, read_back, run_trial_job
 from perfscope.trial.runner import Outcome, prepare_trial
 from perfscope.trial.spec import ChildSpec
 

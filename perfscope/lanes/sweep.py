@@ -7,12 +7,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from perfscope.lanes.aa import AA_RUNS, check_lanes
 from perfscope.lanes.executors import LaneFailure
 from perfscope.results import Trial
 from perfscope.results.config import TrialConfig
@@ -21,6 +22,7 @@ from perfscope.search.candidate import BASELINE, Candidate
 from perfscope.search.compare import log_rate
 from perfscope.search.microbatch import MicroBatchResult
 from perfscope.search.sweep import Sweeper
+from perfscope.stats import robust_sigma
 from perfscope.trial.session import IN_FLIGHT, LaneRunner
 
 T = TypeVar("T")
@@ -120,7 +122,7 @@ class LaneSweeper(Sweeper):
     # --------------------------------------------------------------------------------- lanes
 
     def aa_check(self) -> None:
-        """The baseline `AA_RUNS` times on every lane; outlying lanes dropped (perfscope.lanes.aa)."""
+        """The baseline `AA_RUNS` times on every lane; outlying lanes dropped (check_lanes, below)."""
         def series(lane: LaneRunner) -> list[Trial]:
             return [self._on(lane, BASELINE, self.reference, []) for _ in range(AA_RUNS)]
 
@@ -275,3 +277,42 @@ def _record(runner: LaneRunner) -> LaneRecord:
 def lane_sweeper(lanes: Sequence[LaneRunner], executor: str, cancel: Callable[[], str]) -> Callable[..., Sweeper]:
     """What perfscope.search.sweep.run_sweep builds the sweep with, for these lanes."""
     return functools.partial(LaneSweeper, lanes=lanes, executor=executor, cancel=cancel)
+
+
+AA_RUNS = 2
+"""Baseline runs per lane in the A/A check."""
+OUTLIER_RATIO = 1.25
+"""A lane this much faster or slower than the median lane is an outlier (the GPU-to-GPU spread of one model is ~8 %)."""
+MAD_LIMIT = 2.5
+"""... and further than this many robust standard deviations (1.4826 × the median absolute deviation) of the lanes'
+levels: a machine whose lanes all spread widely does not lose its slowest lane for being at one end of the spread."""
+MIN_LANES_FOR_OUTLIERS = 3
+
+
+@dataclass
+class AACheck:
+    levels: dict[int, float]
+    """Lane -> its mean log baseline throughput over the median lane's (0 = the median lane)."""
+    spread: float | None
+    """Standard deviation of the kept lanes' levels (log): the lane-to-lane spread."""
+    outliers: dict[int, str] = field(default_factory=dict)
+    """Lane -> why it was dropped."""
+
+
+def check_lanes(rates: dict[int, list[float]]) -> AACheck:
+    """``rates``: each lane's A/A log throughputs (a lane without any has failed and is not judged here)."""
+    means = {lane: statistics.fmean(r) for lane, r in rates.items() if r}
+    if not means:
+        return AACheck({}, None)
+    middle = statistics.median(means.values())
+    levels = {lane: m - middle for lane, m in means.items()}
+    outliers: dict[int, str] = {}
+    if len(means) >= MIN_LANES_FOR_OUTLIERS:
+        limit = max(math.log(OUTLIER_RATIO), MAD_LIMIT * robust_sigma(list(levels.values()), 0.0))
+        for lane, level in levels.items():
+            if abs(level) > limit:
+                outliers[lane] = (f"A/A outlier: its baseline ran at {math.exp(level):.2f}× the median lane's "
+                                  f"(the limit is {math.exp(limit):.2f}×): dropped before the sweep")
+    kept = [v for lane, v in levels.items() if lane not in outliers]
+    spread = statistics.stdev(kept) if len(kept) >= 2 else None
+    return AACheck(levels, spread, outliers)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from perfscope.measure.microbench import median_seconds
+from perfscope.measure.clock import median_seconds
 from perfscope.precision import Precision
 from perfscope.results.trace_facts import GemmAlignment, GemmShape
 

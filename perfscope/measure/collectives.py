@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 from perfscope.hardware import BUS_FACTOR, bus_bandwidth_gbps
-from perfscope.measure.microbench import call_seconds
+from perfscope.measure.clock import call_seconds
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 WARMUP = 2

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from perfscope.measure.microbench import MIN_REPEATS, fastest_seconds, median_seconds
+from perfscope.measure.clock import MIN_REPEATS, fastest_seconds, median_seconds
 from perfscope.measure.tf32 import (
     restore_matmul_tf32,
     set_matmul_tf32,
@@ -27,7 +27,7 @@ def measure_matmul_tflops(device: str, dtype: str, *, size: int | None = None, r
     """TFLOP/s of a square matmul on ``device`` at its fastest call: the ceiling this machine really reaches.
 
     Random inputs (never zeros: some hardware is faster on them), warm-up first, and each repeat timed by
-    perfscope.measure.microbench (CUDA events on a GPU, so the host clock and launch latency stay out).
+    perfscope.measure.clock (CUDA events on a GPU, so the host clock and launch latency stay out).
     """
     if size is None:
         size = 8192 if device == "cuda" else 1024

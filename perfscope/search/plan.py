@@ -21,7 +21,7 @@ degrees of freedom capped at k − 1 a winner is mostly decided at its 4th (the 
 planned 59)."""
 
 LANE_AA_RUNS = 2
-"""The parallel sweep's A/A check: baseline runs per lane, all lanes at once (perfscope.lanes.aa.AA_RUNS)."""
+"""The parallel sweep's A/A check: baseline runs per lane, all lanes at once (perfscope.lanes.sweep.AA_RUNS)."""
 
 
 @dataclass(frozen=True)

@@ -5,18 +5,19 @@ Design notes: docs/sweep.md."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from perfscope import knobs
 from perfscope.knobs import Knob, KnobContext
-from perfscope.results import Gain, Results, Sweep, Trial
+from perfscope.results import Gain, KnobOutcome, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import msg
 from perfscope.search.candidate import BASELINE, CONFIRMATION_RUNS, Candidate, SweepOptions
 from perfscope.search.compare import compare_gains
 from perfscope.search.confirm import confirm_stack
 from perfscope.search.decided import recommend_decided
 from perfscope.search.microbatch import MicroBatchResult, search_micro_batch
-from perfscope.search.stack_failures import record_stack_failure, stack_failure
 
 
 class Stacking:
@@ -203,3 +204,50 @@ def knobs_as(knobs: list[str], knob_id: str) -> list[str]:
 
 def micro_changes(config: TrialConfig) -> dict[str, Any]:
     return {"micro_batch_size": config.micro_batch_size, "grad_accum_steps": config.grad_accum_steps}
+
+
+@dataclass(frozen=True)
+class StackFailure:
+    """Why the stack ``knobs`` (configuration ``name``) produced no usable run."""
+
+    name: str
+    knobs: list[str]
+    reason: str
+    failed: bool
+    """True when its run failed (a crash, OOM, timeout ...), False when it ran but could not be used."""
+
+    @property
+    def joining(self) -> str:
+        return self.knobs[-1]
+
+    def note(self) -> str:
+        what = "failed" if self.failed else "was not usable"
+        return (f"the stack {' + '.join(self.knobs)} ({self.name}) {what}: {self.reason}; "
+                f"{self.joining} is not in the recommendation, which was measured without it")
+
+
+def stack_failure(name: str, knobs: list[str], first: Trial | None, rejected: str | None,
+                  not_applied: str | None) -> StackFailure | None:
+    """The failure of a stack's first run, or None when the run is usable."""
+    if first is None:
+        return StackFailure(name, knobs, "not run", failed=True)
+    if not first.ok:
+        line = (first.error or "").strip().splitlines()[0] if (first.error or "").strip() else "no error text recorded"
+        return StackFailure(name, knobs, f"{first.status}: {line}", failed=True)
+    if rejected is not None:
+        return StackFailure(name, knobs, rejected, failed=False)
+    if not_applied is not None:
+        return StackFailure(name, knobs, f"not applied: {not_applied}", failed=False)
+    return None
+
+
+def record_stack_failure(failure: StackFailure, sweep: Sweep, results: Results) -> None:
+    """The note on the sweep, the reason on the joining knob's outcome, and a warning when the run failed."""
+    sweep.notes.append(failure.note())
+    outcome: KnobOutcome | None = next((o for o in sweep.knobs if o.knob == failure.joining), None)
+    if outcome is not None:
+        stacked = f"did not join the stack: {failure.name} {'failed' if failure.failed else 'was not usable'} ({failure.reason})"
+        outcome.reason = "; ".join(filter(None, [outcome.reason, stacked]))
+    if failure.failed:
+        results.warnings.append(msg("stack_failed", knobs=list(failure.knobs), reason=failure.reason,
+                                    joining=failure.joining, trial=failure.name))

@@ -203,7 +203,7 @@ def communication_facts(trace_path: Path, *, rank: int, device_type: str, steps:
 def exposed_collective_by_step(trace: Trace, *, device_type: str) -> list[float]:
     """Seconds of exposed collective time in each ProfilerStep#N step, in step order, decided as in
     communication_facts (the work a step issued; compute and data wait hide collectives). What a rank waited for
-    the network or a peer, step by step: a rank's step minus it is the rank's own work (perfscope.trace.rank_stragglers)."""
+    the network or a peer, step by step: a rank's step minus it is the rank's own work (perfscope.trace.offline.trace_stragglers)."""
     out = []
     for span in trace.steps:
         w = Window(spans=[span], steps=1)

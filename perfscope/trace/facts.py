@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 
 from perfscope.results.trace_facts import HostTransfers, PageableCopies, TraceFacts
-from perfscope.trace.broken import unusable_text
 from perfscope.trace.events import Trace, read_trace
 from perfscope.trace.gpu import (
     LAUNCH_BOUND_KERNELS,
@@ -26,6 +25,7 @@ from perfscope.trace.gpu import (
 from perfscope.trace.host_ops import cpu_op_facts, gemm_shapes
 from perfscope.trace.intervals import length
 from perfscope.trace.kernels import host_transfers, kernel_facts, pageable_memcpy
+from perfscope.trace.reader import unusable_text
 from perfscope.trace.steps import PROFILER_STEPS
 from perfscope.trace.sync import SYNC_CALL, blocked_spans, sync_facts
 from perfscope.trace.window import DATA_LABEL, Window, data_spans, window

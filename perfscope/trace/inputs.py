@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from perfscope.errors import UserError
-from perfscope.trace.broken import unusable_text
 from perfscope.trace.events import Trace, TraceBuilder, paused_gc
 from perfscope.trace.intervals import Span
-from perfscope.trace.reader import stream_trace
+from perfscope.trace.reader import stream_trace, unusable_text
 from perfscope.trace.steps import find_steps
 
 TRACE_SUFFIXES = (".json", ".json.gz")
