@@ -162,12 +162,7 @@ class SlowerThanPeers:
 
 def slower_than_peers(times: Sequence[float], others: Sequence[Sequence[float]], *,
                       min_slower: float = STRAGGLER_MIN_SLOWER) -> SlowerThanPeers | None:
-    """Is a rank with steps ``times`` slower than the ranks with steps ``others`` (each at least 2 steps)?
-
-    Its mean against the median of the other ranks' means: more than ``min_slower`` slower AND slower beyond the
-    step-to-step noise, a one-sided Welch t-test at p < 0.0001 (Welch–Satterthwaite degrees of freedom). The
-    reference's standard error is taken as one rank's (the pooled within-rank variance over one rank's step count),
-    not as that of the median of many: conservative, because every rank is tested. None when it is not."""
+    """Is a rank with steps ``times`` slower than the ranks with steps ``others`` (each at least 2 steps)?"""
     mean, n = statistics.fmean(times), len(times)
     reference = statistics.median(statistics.fmean(t) for t in others)
     if reference <= 0 or mean <= reference * (1 + min_slower):

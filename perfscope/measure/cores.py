@@ -55,11 +55,7 @@ def usable_cores() -> tuple[float | None, str]:
 
 @dataclass(frozen=True)
 class CpuBudget:
-    """The CPUs this process may be scheduled on and the cgroup quota over them: what a neighbour competes for.
-
-    Counted in logical CPUs (what the kernel's busy-time accounting counts), not physical cores: a neighbour on a
-    hyperthread sibling slows the run as well, so it is not treated as spare capacity.
-    """
+    """The CPUs this process may be scheduled on and the cgroup quota over them: what a neighbour competes for."""
 
     cpus: frozenset[int] | None
     """The affinity mask's CPU ids; None where it cannot be read (every CPU of the machine then)."""

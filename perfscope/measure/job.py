@@ -26,13 +26,7 @@ def combine_ranks(ranks: list[RankMetrics], *, backend: str, data_parallel: str,
 
 
 def apply_job(metrics: TrialMetrics, facts: DistributedFacts, *, peak: Peak | None, env: Environment) -> None:
-    """Make a rank's trial metrics the job's: what `perfscope check` gates and the report's headline read.
-
-    samples/s (and tokens/s) = all ranks' samples over the slowest rank's window; achieved TFLOP/s, MFU and HFU
-    stay per device: FLOPs per step × the job's steps per second per rank (job FLOP/s / (world size × peak)).
-    Step times, data wait, memory and the rest stay this rank's own; every rank is in ``metrics.distributed``.
-    The utilization ratios are applied here: call it on metrics where they have not been applied yet.
-    """
+    """Make a rank's trial metrics the job's: what `perfscope check` gates and the report's headline read."""
     metrics.distributed = facts
     rate = job_steps_per_s(facts)
     if facts.job_samples_per_s is None or rate is None:

@@ -24,11 +24,7 @@ SLOW_SMALL_CALL_S = 1e-3
 
 
 def measure_matmul_tflops(device: str, dtype: str, *, size: int | None = None, repeats: int = MIN_REPEATS) -> float:
-    """TFLOP/s of a square matmul on ``device`` at its fastest call: the ceiling this machine really reaches.
-
-    Random inputs (never zeros: some hardware is faster on them), warm-up first, and each repeat timed by
-    perfscope.measure.clock (CUDA events on a GPU, so the host clock and launch latency stay out).
-    """
+    """TFLOP/s of a square matmul on ``device`` at its fastest call: the ceiling this machine really reaches."""
     if size is None:
         size = 8192 if device == "cuda" else 1024
     torch_dtype = _TORCH_DTYPES[dtype]

@@ -62,11 +62,7 @@ class Stacking:
         return sorted(best_per_knob.values(), key=lambda c: -c.gain.ratio)  # type: ignore[union-attr]
 
     def stack(self, grad_accum_search: MicroBatchResult | None, micro_knob: Knob | None = None) -> Candidate | None:
-        """Greedy: the best winner first, then each next one only if the stack with it is faster still.
-
-        Candidates that change the global batch never join (the recommendation preserves semantics); a knob
-        measured on top of another joins only after it. The micro-batch (same global batch) joins last.
-        """
+        """Greedy: the best winner first, then each next one only if the stack with it is faster still."""
         current: Candidate | None = None
         touched: set[str] = set()
         pending = self._winners()
@@ -133,11 +129,7 @@ class Stacking:
         return None
 
     def _stack_micro_batch(self, micro: MicroBatchResult, current: Candidate | None, knob: Knob) -> Candidate | None:
-        """The fastest micro-batch with the user's global batch, joined to the stack last.
-
-        When memory limited the search and the stack changes memory (bf16 halves activations, checkpointing
-        drops most of them), the micro-batch that fits has moved: it is searched again on top of the stack.
-        """
+        """The fastest micro-batch with the user's global batch, joined to the stack last."""
         global_batch = self.ctx.base.samples_per_step
         changes_memory = current is not None and (
             current.config.precision != self.ctx.base.precision

@@ -60,11 +60,7 @@ def categorize(name: str) -> str:
 
 @functools.lru_cache(maxsize=8192)
 def gemm_on_tensor_cores(name: str) -> bool | None:
-    """True / False when a GEMM kernel's name says whether it runs on tensor cores; None when it does not say.
-
-    None covers Triton templates (`triton_tem_fused_mm_0`) and generic names: their dtype is in the
-    launching op's inputs, not in the name.
-    """
+    """True / False when a GEMM kernel's name says whether it runs on tensor cores; None when it does not say."""
     if _TENSOR_CORE.search(name):
         return True
     nvjet = _NVJET.search(name)

@@ -55,13 +55,7 @@ class RankAnalysis:
 
 
 def trace_results(path: Path, *, steps: int | None = None, command: list[str] | None = None) -> Results:
-    """The Results of the trace(s) at ``path``; UserError (exit 2) on anything that is not a usable Kineto trace.
-
-    One rank at a time: each file is streamed, analysed and its events released before the next is read, so a
-    folder of 64 large rank traces needs the memory of one (only per-rank summaries are kept). A rank is analysed
-    against the job as known so far (its own device type and declared world size, the files' count); the rare rank
-    that the rest of the job contradicts (a CUDA rank after a CPU one, a larger world_size declared later) is read
-    again."""
+    """The Results of the trace(s) at ``path``; UserError (exit 2) on anything that is not a usable Kineto trace."""
     files = trace_files(path)
     analysed: list[RankAnalysis] = []
     for file in files:

@@ -229,10 +229,7 @@ def _events(path: Path, reader: _Buffer, on_event: Callable[[Any], None],
 
 def _batch(reader: _Buffer) -> tuple[list[Any] | None, int]:
     """Every whole event from the read position to the last event boundary ("}," then "{") in the buffer, parsed in
-    one call; (None, -1) when the buffer holds no boundary, (None, cut) when the text up to it did not parse.
-
-    Why this is exact: "[" + text + "]" parses only when the text is a sequence of whole JSON values, so a cut inside
-    a string or a nested object fails (and that event is read on its own, which words any real error)."""
+    one call; (None, -1) when the buffer holds no boundary, (None, cut) when the text up to it did not parse."""
     buf, start = reader.buf, reader.i
     cut = buf.rfind("},", start)
     while cut > start:

@@ -89,11 +89,7 @@ def _call_contexts(trace: Trace, rows: np.ndarray,
 
 def enclosing(t: EventColumns, rows: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> list[np.ndarray]:
     """For each point (p0[k], p1[k]), the spans of ``t[rows]`` (one thread) enclosing it, as indices into ``rows``
-    in (start, longest first) order: outermost first.
-
-    The order a stack walk over the spans sorted by start gives (the walk this replaced): a span starting at or
-    before a point and ending at or after its end is on the stack when the point is reached, unless the points
-    go back in time or a point has no duration; then the walk itself is made."""
+    in (start, longest first) order: outermost first."""
     s, d = t.ts[rows], t.dur[rows]
     order = np.lexsort((-d, s))
     s, e = s[order], t.end[rows][order]

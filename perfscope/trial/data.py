@@ -64,11 +64,8 @@ def endless_batches(workload: Workload, config: TrialConfig) -> Iterator[Any]:
 
 
 def full_batches(batches: Iterable[Any], size: int) -> Iterator[Any]:
-    """The batches of ``size`` samples (or of unknown size): a short batch at the end of an epoch is dropped.
-
-    An IterableDataset cannot use drop_last, and a user's batches() may end an epoch short: a new input shape
-    would recompile a compiled model (and re-record CUDA graphs) inside the timed window, and its step would
-    not be a typical one. Map-style datasets already drop it (drop_last=True)."""
+    """The batches of ``size`` samples (or of unknown size): a short batch at the end of an epoch is dropped
+    (a new shape would recompile a compiled model inside the timed window)."""
     for batch in batches:
         n = leading_dim(batch)
         if n is None or n == size:
@@ -88,11 +85,7 @@ def to_device(batch: Any, device: str, *, non_blocking: bool, channels_last: boo
 
 
 def profile_dataset_cost(workload: Workload, config: TrialConfig, metrics: TrialMetrics) -> None:
-    """When the step waited for data, where the Dataset spends its time (perfscope.measure.dataset_profile).
-
-    Runs after the timed window (and the trace), on a fresh Dataset from the user's factory, in this process:
-    a failure costs the profile, recorded in ``metrics.unavailable``, never the run.
-    """
+    """When the step waited for data, where the Dataset spends its time (perfscope.measure.dataset_profile)."""
     wait = max(metrics.data_wait_share, metrics.host_data_wait_share)
     if workload.dataset is None or wait < PROFILE_AT_DATA_WAIT:
         return

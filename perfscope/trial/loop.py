@@ -38,11 +38,7 @@ from perfscope.workload import Workload
 
 
 def calibrate_steps(config: TrialConfig, warmup_times: list[float]) -> tuple[int, str]:
-    """Timed steps so the window lasts at least ``min_window_s`` (pyperf-style), and why that many.
-
-    The estimate is the median of the warm-up steps after the first (which pays one-time costs). With
-    DataLoader workers the window also spans several fill-and-drain cycles of the prefetch queue.
-    """
+    """Timed steps so the window lasts at least ``min_window_s`` (pyperf-style), and why that many."""
     if config.steps is not None:
         return config.steps, f"{config.steps} steps as asked (--steps)"
     steady = warmup_times[1:] or warmup_times
@@ -194,11 +190,7 @@ class CompileNotApplied(RuntimeError):
 
 
 def capture_trace(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) -> None:
-    """A short profiled window after the timed one, so profiling never touches the timings.
-
-    Called after the timed result is safely written: whatever happens here (a profiler already running in
-    the user's code, an over-cap trace, an OOM, an exception in export) costs the trace, never the run.
-    """
+    """A short profiled window after the timed one, so profiling never touches the timings."""
     metrics = run.metrics
     try:
         from perfscope.trace.capture import TraceCapture

@@ -31,11 +31,7 @@ from perfscope.workload import Workload
 
 class TrainStep:
     """One optimizer step: grad_accum_steps micro-batches, the active knobs' contexts and loss scaler,
-    zero_grad(set_to_none).
-
-    The knobs apply themselves (perfscope.knobs, `Knob`'s trial hooks): this class calls each active
-    knob's hook at its place in the step and knows none of them by name. The micro-batch and the accumulation
-    are the step's own shape; the data-parallel wrapper and the optimizer are built by their modules."""
+    zero_grad(set_to_none)."""
 
     def __init__(self, workload: Workload, config: TrialConfig) -> None:
         self.workload, self.config = workload, config
@@ -128,14 +124,7 @@ class TrainStep:
 
     def count_flops(self, tokens: TokenTally | None = None) -> tuple[float, float, list[str]]:
         """(model FLOPs, hardware FLOPs, notes) per optimizer step, on the eager model: one micro-batch × accum.
-
-        Counted on fake tensors (no device memory, no compute), so the count cannot OOM where the trial fit: the
-        checkpointing pair runs twice the micro-batch that fit without checkpointing. With checkpointing the step
-        is counted twice: blocks plain (model FLOPs, MFU) and checkpointed as it runs (hardware FLOPs with the
-        recompute that really happened, HFU). Where fake tensors fail, one real step at a small micro-batch,
-        scaled linearly: matmul, conv and attention FLOPs are proportional to the batch. When the window's ``tokens``
-        varied (dynamic padding), FLOPs per token × the window's mean tokens per micro-batch (measure/tokens.py).
-        """
+        On fake tensors, so the count cannot OOM where the trial fit; else one small real step, scaled linearly."""
         micro, accum = self.config.micro_batch_size, self.config.grad_accum_steps
 
         def on_device(batch: Any) -> Any:

@@ -62,13 +62,7 @@ def _first_samples(workload: Workload, path: Path, count: int) -> Any:
 
 def validate_workload(workload: Workload, path: str | Path, *, dry_run_batch: int = 2, device: str = "cpu") -> float:
     """One training step with a small batch on ``device``: catches contract errors before any trial starts.
-
-    The dataset is also probed at its declared batch size (index by index), so a sample that raises
-    is named. Raises WorkloadError. Returns that step's wall time (loss, backward, optimizer step) scaled to the
-    workload's micro-batch: the step time the analysis announces its duration from before any run measured one —
-    an overestimate (a first step pays one-time costs), corrected once the baseline ran. Never a second call into the
-    workload: a loss that fails, hangs or exits on its second call must fail in a trial, where it is recorded.
-    """
+    Returns its wall time scaled to the micro-batch (the first duration estimate); never calls the workload twice."""
     path = Path(path).resolve()
     if workload.dataset is not None:
         _first_samples(workload, path, workload.batch_size)
