@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from perfscope.measure.tf32 import restore_matmul_tf32, snapshot_matmul_tf32
 from perfscope.results.config import TrialConfig
+from perfscope.tf32_api import restore_matmul_tf32, snapshot_matmul_tf32
 from perfscope.trial.applied import Observed, compile_not_applied, not_applied
 
 WORKLOADS = Path(__file__).parent / "workloads"

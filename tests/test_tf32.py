@@ -11,19 +11,17 @@ from torch import nn
 
 from perfscope import tf32_api as api_module
 from perfscope.measure.peaks import measure_matmul_tflops
-from perfscope.measure.tf32 import (
-    matmul_tf32,
-    matmul_tf32_as,
-    set_matmul_tf32,
-)
 from perfscope.results.config import TrialConfig
 from perfscope.snippets import tf32_change
 from perfscope.tf32_api import (
     LEGACY_ONLY,
     MIXED_CHECK,
     NEW_ONLY,
+    matmul_tf32,
+    matmul_tf32_as,
     probe_installed_torch,
     restore_matmul_tf32,
+    set_matmul_tf32,
     snapshot_matmul_tf32,
     tf32_api,
 )

@@ -23,11 +23,11 @@ from perfscope.measure import memory
 from perfscope.measure.build import attach_trace, build_trial_metrics
 from perfscope.measure.environment import collect_environment
 from perfscope.measure.mfu import apply_utilization_ratios, choose_peak
-from perfscope.measure.nvml import current_cuda_index
 from perfscope.measure.observation import FirstStep, MemoryPeaks, RunObservation, Unavailable
-from perfscope.measure.tf32 import matmul_tf32_enabled
+from perfscope.measure.utilization import current_cuda_index
 from perfscope.results import Results, Trial, TrialConfig, WorkloadInfo
 from perfscope.results.messages import msg
+from perfscope.tf32_api import matmul_tf32_enabled
 from perfscope.workload import file_sha256
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ def build_results(prof: RunState, *, ratios: bool = True) -> Results:
             metrics.unavailable["trace"] = msg("trace_not_captured", notes=list(capture.notes))
         else:
             attach_trace(metrics, capture.trace_path, device_type=prof.device.type, steps=capture.active_steps)
-    if ratios:  # a job's are applied once every rank reported (perfscope.measure.job.apply_job)
+    if ratios:  # a job's are applied once every rank reported (perfscope.measure.ranks.apply_job)
         apply_utilization_ratios(metrics, peak, env)
     trial = Trial(status="ok", metrics=metrics, **common)  # type: ignore[arg-type]
     return Results(**head, trials=[trial], notes=notes)  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ What save() needs of the Profiler is typed in perfscope.hooks.state (Saving): th
 
 Every rank measured its own window without per-step synchronization; only here is anything exchanged, once
 (perfscope.hooks.distributed: the rendezvous store, with a deadline). The job's figures are combined as the
-trials combine theirs (perfscope.measure.job): all ranks' work over the slowest rank's window.
+trials combine theirs (perfscope.measure.ranks): all ranks' work over the slowest rank's window.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from perfscope.hooks.distributed import (
     rank_metrics,
     without_peers,
 )
-from perfscope.measure.job import apply_job, combine_ranks
 from perfscope.measure.mfu import apply_utilization_ratios
+from perfscope.measure.ranks import apply_job, combine_ranks
 from perfscope.pipeline import finish
 from perfscope.results.distributed import RankMetrics
 from perfscope.results.io import copy_file

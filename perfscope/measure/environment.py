@@ -16,8 +16,8 @@ import torch
 from perfscope.hardware import datasheet_peak, is_mig_name, slice_peak
 from perfscope.measure.ceiling_cache import cached_ceilings, ceiling_key, measure_each
 from perfscope.measure.cores import usable_cores
-from perfscope.measure.nvml import cuda_uuid, is_mig_uuid, nvml_handle
 from perfscope.measure.peaks import ceiling_dtypes, measure_matmul_tflops
+from perfscope.measure.utilization import cuda_uuid, is_mig_uuid, nvml_handle
 from perfscope.results import Environment
 from perfscope.results.messages import Message, error, msg
 
@@ -62,7 +62,7 @@ class _NvmlFacts:
 
 
 def _nvml_facts(index: int) -> _NvmlFacts:
-    """Driver version, and the run's device as NVML sees it (found by UUID: see perfscope.measure.nvml)."""
+    """Driver version, and the run's device as NVML sees it (found by UUID: see perfscope.measure.utilization)."""
     facts = _NvmlFacts()
     try:
         import pynvml

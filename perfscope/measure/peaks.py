@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from perfscope.measure.clock import MIN_REPEATS, fastest_seconds, median_seconds
-from perfscope.measure.tf32 import (
+from perfscope.tf32_api import (
     restore_matmul_tf32,
     set_matmul_tf32,
     snapshot_matmul_tf32,

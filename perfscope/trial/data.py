@@ -13,7 +13,7 @@ import torch
 from perfscope.knobs import loader_options
 from perfscope.knobs.apply.tensors import map_tensors
 from perfscope.measure.dataset_profile import PROFILE_AT_DATA_WAIT, profile_dataset
-from perfscope.measure.samples import leading_dim
+from perfscope.measure.tokens import leading_dim
 from perfscope.results import TrialMetrics
 from perfscope.results.config import TrialConfig
 from perfscope.results.messages import error, msg

@@ -6,9 +6,9 @@ import torch
 from torch import nn
 
 from perfscope.knobs.apply.checkpointing import find_repeated_blocks
-from perfscope.measure.tf32 import matmul_tf32_enabled
 from perfscope.results.layout import ModelLayout
 from perfscope.results.model import ModelFacts
+from perfscope.tf32_api import matmul_tf32_enabled
 from perfscope.trial.tensor_parallel import derive_plan
 from perfscope.workload import Workload
 

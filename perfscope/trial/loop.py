@@ -16,17 +16,16 @@ import torch
 from perfscope.measure import memory
 from perfscope.measure.build import attach_trace, build_trial_metrics
 from perfscope.measure.clock import clock_for, synchronize
-from perfscope.measure.gc_pauses import GcPauses
 from perfscope.measure.observation import FirstStep, FlopCount, MemoryPeaks, RunObservation, Unavailable
 from perfscope.measure.structure import CompileCounters, WindowSyncCounter
-from perfscope.measure.tf32 import matmul_tf32 as matmul_tf32_state
 from perfscope.measure.tokens import TokenTally
 from perfscope.measure.utilization import UtilizationSampler
-from perfscope.measure.window import WindowRecorder
+from perfscope.measure.window import GcPauses, WindowRecorder
 from perfscope.results import TrialMetrics
 from perfscope.results.config import TrialConfig
 from perfscope.results.fingerprint import Fingerprint
 from perfscope.results.messages import error, msg
+from perfscope.tf32_api import matmul_tf32 as matmul_tf32_state
 from perfscope.trace.memory_categories import profile_step_memory
 from perfscope.trial.applied import Observed, compile_not_applied, not_applied, record
 from perfscope.trial.data_parallel import agree_on_steps, local_optimizer

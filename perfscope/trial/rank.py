@@ -18,9 +18,9 @@ from perfscope.measure.clock import synchronize
 from perfscope.measure.collectives import benchmark_collective
 from perfscope.measure.contention import JOB_ROOT_ENV
 from perfscope.measure.cores import numa_node_count
-from perfscope.measure.job import combine_ranks
+from perfscope.measure.memory import sharding_memory, strategy_of
+from perfscope.measure.ranks import combine_ranks
 from perfscope.measure.ranks import rank_metrics as measured_rank
-from perfscope.measure.sharding import sharding_memory, strategy_of
 from perfscope.results import CommunicationFacts, RankMetrics, from_jsonable, to_jsonable, write_json
 from perfscope.results.config import TrialConfig
 from perfscope.results.messages import error, msg
@@ -201,7 +201,7 @@ def microbench_bytes(config: TrialConfig) -> int:
 
 
 def memory_model(ranks: list[RankMetrics], config: TrialConfig) -> list[Any]:
-    """Bytes per rank of the training state under DDP and ZeRO-1/2/3 (perfscope.measure.sharding), from one whole
+    """Bytes per rank of the training state under DDP and ZeRO-1/2/3 (perfscope.measure.memory), from one whole
     replica — the sum of the ranks' shards where this run sharded — with this run's own row measured: the most any
     rank held, counted from its tensors."""
     if config.model_parallel > 1:
@@ -240,6 +240,6 @@ def job_result(metrics: Any, config: TrialConfig, info: RankInfo, gathered: list
     facts.memory_model = memory_model(ranks, config)
     facts.numa_nodes = numa_node_count()
     facts.numa_binding = config.numa_binding
-    metrics.distributed = facts  # the session makes the figures the job's (perfscope.measure.job.apply_job)
+    metrics.distributed = facts  # the session makes the figures the job's (perfscope.measure.ranks.apply_job)
     return metrics
 

@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol, TextIO
 
-from perfscope.measure.job import apply_job
 from perfscope.measure.mfu import apply_utilization_ratios
+from perfscope.measure.ranks import apply_job
 from perfscope.results import Results, ResultsError, Trial, TrialMetrics, from_jsonable
 from perfscope.results.config import TrialConfig
 from perfscope.results.messages import Message, msg
