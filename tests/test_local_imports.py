@@ -15,7 +15,7 @@ ALLOWED: dict[str, tuple[int, str]] = {
     "cli_parser.py": (1, "the parser is built at every start; the structure gates' parser only when given"),
     "knobs/channels_last.py": (1, "knobs are torch-free at import (the readers import them); knobs/apply/ is torch"),
     "knobs/checkpointing.py": (1, "as above"),
-    "trial/child.py": (9, "the trial pins its lane's cores before torch loads (its thread pools size at import)"),
+    "trial/child.py": (8, "the trial pins its lane's cores before torch loads (its thread pools size at import)"),
     "trial/loop.py": (1, "a profiler that fails to import costs the trace, not the run (ImportError guard)"),
     "trial/zygote.py": (5, "the zygote preloads the trial modules, then forks; the fork imports the child"),
     "hooks/profiler.py": (6, "a disabled Profiler imports nothing heavy (test_disabled_profiler_imports_nothing_heavy)"),

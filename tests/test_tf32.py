@@ -186,7 +186,7 @@ def test_the_installed_torchs_version_is_probed_not_parsed(probe):
 
 
 def test_the_knobs_see_the_tf32_setting_of_the_users_file(tmp_path):
-    from perfscope.trial.inspect import inspect_model
+    from perfscope.trial.validate import inspect_model
     from perfscope.workload import load_workload
 
     path = tmp_path / "user_tf32.py"

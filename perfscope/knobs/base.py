@@ -16,7 +16,7 @@ from perfscope.workload import Workload
 
 @dataclass(frozen=True, kw_only=True)
 class Observed:
-    """What the trial process actually ran with, read at the end of the timed window (perfscope.trial.applied
+    """What the trial process actually ran with, read at the end of the timed window (perfscope.trial.loop
     reads it; each knob's `Knob.not_applied` judges its own setting from it): facts of the run several knobs read,
     and what each active knob recorded for itself (`Knob.record`)."""
 
@@ -233,7 +233,7 @@ class Knob:
 
     def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
         """Why the run did not run with this knob after all, from what the trial saw at the end of its timed
-        steps (perfscope.trial.applied: the user's code switched it back); None when it did, or cannot tell."""
+        steps (perfscope.trial.loop.not_applied: the user's code switched it back); None when it did, or cannot tell."""
         return None
 
     # ------------------------------------------------------- a Profiler in the user's own loop (perfscope.hooks)

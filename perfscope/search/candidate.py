@@ -86,7 +86,7 @@ class Candidate:
 
     @property
     def not_applied(self) -> str | None:
-        """Why its run did not run with the knob's own setting (perfscope.trial.applied); None when it did."""
+        """Why its run did not run with the knob's own setting (perfscope.trial.loop.not_applied); None when it did."""
         metrics = self.first.metrics if self.first is not None else None
         own = {*self.changes, *(f"knob_settings.{k}" for k in self.changes.get("knob_settings", {}))}
         hits = [why for key, why in (metrics.not_applied.items() if metrics is not None else ()) if key in own]

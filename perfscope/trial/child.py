@@ -80,8 +80,7 @@ def _run_probe(spec: ProbeSpec) -> dict[str, Any]:
     import torch
 
     from perfscope.measure.environment import collect_environment
-    from perfscope.trial.inspect import inspect_model
-    from perfscope.trial.validate import validate_workload
+    from perfscope.trial.validate import inspect_model, validate_workload
 
     device = spec.device
     if device == "auto":

@@ -10,9 +10,12 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from perfscope.knobs import Knob, Observed, active_knobs
+from perfscope.knobs.compile import compile_not_applied
 from perfscope.measure import memory
 from perfscope.measure.build import attach_trace, build_trial_metrics
 from perfscope.measure.clock import clock_for, synchronize
@@ -27,7 +30,6 @@ from perfscope.results.fingerprint import Fingerprint
 from perfscope.results.messages import error, msg
 from perfscope.tf32_api import matmul_tf32 as matmul_tf32_state
 from perfscope.trace.memory_categories import profile_step_memory
-from perfscope.trial.applied import Observed, compile_not_applied, not_applied, record
 from perfscope.trial.data_parallel import agree_on_steps, local_optimizer
 from perfscope.trial.model_parallel import make_step
 from perfscope.trial.optimizers import optimizer_name
@@ -234,3 +236,28 @@ def capture_trace_into(run: MeasuredRun, config: TrialConfig, artifacts_dir: Pat
         capture_trace(run, config, artifacts_dir)
     except Exception as exc:  # noqa: BLE001 - the trace is optional, the measurement is not
         run.metrics.unavailable["trace"] = msg("trace_capture_failed", error=error(exc))
+
+
+def record(knobs: list[Knob], config: TrialConfig) -> dict[str, Any]:
+    """What each of ``knobs`` records for its `Knob.not_applied` at the end of the timed window."""
+    return {k.id: value for k in knobs if (value := k.record(config)) is not None}
+
+
+def not_applied(config: TrialConfig, seen: Observed) -> dict[str, str]:
+    """TrialConfig field -> why this run did not run with it (empty: it did everything its config says).
+
+    Each active knob judges its own setting (`Knob.not_applied`), keyed by its first setting (``knob_settings.<id>``
+    for a knob with no field); the environment is checked here, whoever set it (a knob or the user)."""
+    out: dict[str, str] = {}
+    knobs = active_knobs(config)
+    for knob in knobs:
+        if (why := knob.not_applied(config, seen)) is not None:
+            out[knob.settings[0]] = why
+    if orphans := sorted(set(config.knob_settings) - {k.id for k in knobs}):
+        # A knob registered at run time in the analyze process is unknown to a trial process started afresh.
+        out["knob_settings"] = (f"no knob {', '.join(orphans)} is registered in the trial process: its setting was "
+                                "not applied (add the knob to perfscope/knobs/__init__.py's REGISTRY)")
+    changed = {k: v for k, v in config.env.items() if seen.env.get(k, v) != v}
+    if changed:
+        out["env"] = "; ".join(f"{k} was {seen.env.get(k)!r} in the trial, not {v!r}: the workload's code set it" for k, v in changed.items())
+    return out
