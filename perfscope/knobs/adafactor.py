@@ -4,8 +4,6 @@ Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from perfscope.knobs.base import KnobContext
 from perfscope.knobs.lean_optimizer import LeanOptimizer
 from perfscope.results.config import TrialConfig
@@ -19,6 +17,7 @@ class Adafactor(LeanOptimizer):
     title = "Adafactor instead of Adam/AdamW (factored optimizer state)"
     reference = "https://pytorch.org/docs/stable/generated/torch.optim.Adafactor.html"
     replacement = "Adafactor"
+    value = "adafactor"
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return ("-optimizer = torch.optim.AdamW(model.parameters(), lr=lr)\n"
@@ -29,9 +28,6 @@ class Adafactor(LeanOptimizer):
         if version is not None and version < MIN_TORCH:
             return f"torch.optim.Adafactor needs torch ≥ 2.5 (this run: {ctx.environment.torch_version})"
         return self.not_adam_type(ctx)
-
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"optimizer": "adafactor"}]
 
     def active(self, config: TrialConfig) -> bool:
         return config.optimizer == "adafactor"  # built by perfscope.trial.optimizers

@@ -20,6 +20,7 @@ class AmpBf16(Knob):
     title = "bf16 autocast (AMP)"
     reference = "https://pytorch.org/docs/stable/amp.html"
     fields = ("precision",)
+    value = "bf16"
     addresses = ("gemm", "conv", "attention")
 
     def code_change(self, ctx: KnobContext) -> str | None:
@@ -31,9 +32,6 @@ class AmpBf16(Knob):
         if ctx.cuda and (ctx.capability or (0, 0)) < (8, 0):
             return f"bf16 tensor cores need compute capability ≥ 8.0 (this device: {ctx.environment.compute_capability})"
         return None
-
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"precision": "bf16"}]
 
     def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
         return ["numerics: matmuls/convolutions in bf16 (8-bit mantissa); compare the loss curve over a few hundred steps"]
@@ -57,6 +55,7 @@ class AmpFp16(Knob):
     title = "fp16 autocast + GradScaler (AMP)"
     reference = "https://pytorch.org/docs/stable/amp.html#gradient-scaling"
     fields = ("precision",)
+    value = "fp16"
     addresses = ("gemm", "conv", "attention")
 
     def code_change(self, ctx: KnobContext) -> str | None:
@@ -70,9 +69,6 @@ class AmpFp16(Knob):
         if (ctx.capability or (0, 0)) < (7, 0):
             return f"fp16 tensor cores need compute capability ≥ 7.0 (this device: {ctx.environment.compute_capability})"
         return None
-
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"precision": "fp16"}]
 
     def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
         return ["numerics: fp16 (5-bit exponent) with dynamic loss scaling; watch for overflow (inf/NaN) steps"]

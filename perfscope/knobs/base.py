@@ -78,7 +78,7 @@ class KnobContext:
 
 
 class Knob:
-    """Base class: subclasses set the class attributes and override `variants` (and `applies` when needed)."""
+    """Base class: subclasses set the class attributes, `value` or `variants`, and `applies` when needed."""
 
     id: ClassVar[str]
     title: ClassVar[str]
@@ -87,6 +87,8 @@ class Knob:
     """The TrialConfig fields its variants set: `active` reads them, the report names them, and a Profiler in
     the user's own loop lists them as unknown when `observed_by_hooks` is False. Empty: the knob's setting lives in
     ``TrialConfig.knob_settings[id]`` (`settings` names it either way)."""
+    value: ClassVar[Any] = None
+    """The value of ``fields[0]`` in the knob's one variant (None: the knob overrides `variants`)."""
     addresses: ClassVar[tuple[str, ...]] = ()
     """The slices of the step-time breakdown (keys of perfscope.results.breakdown.SLICES, "step" for all) it
     acts on: a finding about it says which part of the step it can shrink. Empty for memory knobs."""
@@ -149,8 +151,10 @@ class Knob:
         return None
 
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        """TrialConfig changes to try; the sweep keeps the fastest."""
-        raise NotImplementedError
+        """TrialConfig changes to try; the sweep keeps the fastest. Default: ``fields[0]`` set to ``value``."""
+        if self.value is None:
+            raise NotImplementedError(f"{type(self).__name__} sets neither `value` nor `variants()`")
+        return [{self.fields[0]: self.value}]
 
     def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
         """How adopting it changes training beyond speed (numerics, global batch); empty when it does not."""

@@ -64,6 +64,7 @@ class PersistentWorkers(_WorkerOption):
     title = "persistent DataLoader workers"
     reference = "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader"
     fields = ("persistent_workers",)
+    value = True
     addresses = ("data_wait",)
 
     def code_change(self, ctx: KnobContext) -> str | None:
@@ -75,9 +76,6 @@ class PersistentWorkers(_WorkerOption):
             return "persistent_workers is already on"
         return _dataset_reason(ctx)
 
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"persistent_workers": True}]
-
     def apply_to_loader(self, config: TrialConfig) -> dict[str, Any]:
         return {"persistent_workers": config.persistent_workers}
 
@@ -87,6 +85,7 @@ class PrefetchFactor(_WorkerOption):
     title = "deeper DataLoader prefetch (prefetch_factor=4)"
     reference = "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader"
     fields = ("prefetch_factor",)
+    value = 4
     addresses = ("data_wait",)
 
     def code_change(self, ctx: KnobContext) -> str | None:
@@ -98,9 +97,6 @@ class PrefetchFactor(_WorkerOption):
             return f"prefetch_factor is already {ctx.base.prefetch_factor}"
         return _dataset_reason(ctx)
 
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"prefetch_factor": 4}]
-
     def apply_to_loader(self, config: TrialConfig) -> dict[str, Any]:
         return {"prefetch_factor": config.prefetch_factor}
 
@@ -110,6 +106,7 @@ class PinMemory(Knob):
     title = "pinned host memory + non_blocking copies"
     reference = "https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html"
     fields = ("pin_memory",)
+    value = True
     addresses = ("memcpy", "sync")
 
     def code_change(self, ctx: KnobContext) -> str | None:
@@ -123,9 +120,6 @@ class PinMemory(Knob):
         if ctx.base.pin_memory:
             return "pin_memory is already on"
         return None
-
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"pin_memory": True}]
 
     def apply_to_loader(self, config: TrialConfig) -> dict[str, Any]:
         return {"pin_memory": config.device == "cuda"}  # pinning only speeds copies to a GPU

@@ -4,8 +4,6 @@ Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from perfscope.knobs.base import Knob, KnobContext, ddp_reason, is_ddp
 from perfscope.results.config import TrialConfig
 from perfscope.snippets import ddp_option_change
@@ -16,6 +14,7 @@ class DdpBucketView(Knob):
     title = "DDP gradient_as_bucket_view=True (no gradient copy into the buckets)"
     reference = "https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"
     fields = ("gradient_as_bucket_view",)
+    value = True
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return ddp_option_change(ctx.device, "gradients live in the all-reduce buckets: one copy and one "
@@ -26,9 +25,6 @@ class DdpBucketView(Knob):
         if ctx.base.gradient_as_bucket_view:
             return "gradient_as_bucket_view is already on"
         return ddp_reason(ctx, "gradient_as_bucket_view")
-
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"gradient_as_bucket_view": True}]
 
     def compatible(self, config: TrialConfig) -> bool:
         return is_ddp(config)

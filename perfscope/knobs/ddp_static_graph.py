@@ -4,8 +4,6 @@ Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from perfscope.knobs.base import Knob, KnobContext, ddp_reason, is_ddp
 from perfscope.results.config import TrialConfig
 from perfscope.snippets import ddp_option_change
@@ -19,6 +17,7 @@ class DdpStaticGraph(Knob):
     title = "DDP static_graph=True"
     reference = "https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"
     fields = ("static_graph",)
+    value = True
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return ddp_option_change(ctx.device, "only if the same parameters are used every step", static_graph=True)
@@ -27,9 +26,6 @@ class DdpStaticGraph(Knob):
         if ctx.base.static_graph:
             return "static_graph is already on"
         return ddp_reason(ctx, "static_graph")
-
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"static_graph": True}]
 
     def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
         return [CAVEAT] if config.static_graph else []

@@ -4,8 +4,6 @@ Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from perfscope.knobs.base import Knob, KnobContext, data_parallel_reason
 from perfscope.knobs.fsdp2 import state_per_rank_notes
 from perfscope.results import Trial
@@ -18,6 +16,7 @@ class Zero1(Knob):
     title = "ZeroRedundancyOptimizer (≈ ZeRO-1: optimizer state sharded)"
     reference = "https://pytorch.org/docs/stable/distributed.optim.html#torch.distributed.optim.ZeroRedundancyOptimizer"
     fields = ("data_parallel",)
+    value = "zero1"
 
     def active(self, config: TrialConfig) -> bool:
         return config.data_parallel == "zero1"  # applied by perfscope.trial.data_parallel (shard_optimizer)
@@ -38,9 +37,6 @@ class Zero1(Knob):
         if ctx.base.data_parallel == "fsdp":
             return "FSDP already shards the optimizer state (and the gradients and parameters with it)"
         return data_parallel_reason(ctx)
-
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"data_parallel": "zero1"}]
 
     def measured_notes(self, ctx: KnobContext, baseline: Trial, trial: Trial) -> list[str]:
         return state_per_rank_notes(baseline, trial)
