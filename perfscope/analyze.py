@@ -17,25 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from perfscope._version import __version__
-from perfscope.errors import (
-    EXIT_INTERNAL,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    UserError,
-    WorkloadError,
-)
+from perfscope.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, UserError, WorkloadError
 from perfscope.lanes.run import LaneOptions, parallel_sweep
 from perfscope.measure.mfu import choose_peak
 from perfscope.pipeline import finish
 from perfscope.report.text import answer_lines, summary_table
-from perfscope.results import (
-    Environment,
-    ModelFacts,
-    Results,
-    ResultsError,
-    WorkloadInfo,
-    from_jsonable,
-)
+from perfscope.results import Environment, ModelFacts, Results, ResultsError, WorkloadInfo, from_jsonable
 from perfscope.results.config import TrialConfig
 from perfscope.results.constraints import MAX_SECONDS, MAX_TFLOPS
 from perfscope.results.outdir import claim_output_dir

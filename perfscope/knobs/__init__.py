@@ -16,12 +16,7 @@ from perfscope.knobs.base import Knob, KnobContext, Loop, ModelFacts, Observed
 from perfscope.knobs.channels_last import ChannelsLast
 from perfscope.knobs.checkpointing import ActivationCheckpointing
 from perfscope.knobs.compile import Compile, CompileReduceOverhead
-from perfscope.knobs.dataloader import (
-    DataLoaderWorkers,
-    PersistentWorkers,
-    PinMemory,
-    PrefetchFactor,
-)
+from perfscope.knobs.dataloader import DataLoaderWorkers, PersistentWorkers, PinMemory, PrefetchFactor
 from perfscope.knobs.ddp_bucket_cap import DdpBucketCap
 from perfscope.knobs.ddp_bucket_view import DdpBucketView
 from perfscope.knobs.ddp_static_graph import DdpStaticGraph

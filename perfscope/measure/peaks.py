@@ -7,11 +7,7 @@ from __future__ import annotations
 import torch
 
 from perfscope.measure.clock import MIN_REPEATS, fastest_seconds, median_seconds
-from perfscope.tf32_api import (
-    restore_matmul_tf32,
-    set_matmul_tf32,
-    snapshot_matmul_tf32,
-)
+from perfscope.tf32_api import restore_matmul_tf32, set_matmul_tf32, snapshot_matmul_tf32
 
 _TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

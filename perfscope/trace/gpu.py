@@ -12,16 +12,7 @@ import numpy as np
 
 from perfscope.results.trace_facts import GpuTimeline, IdleBreakdown, LaunchFacts
 from perfscope.trace.events import Trace
-from perfscope.trace.intervals import (
-    Span,
-    clip_arrays,
-    gaps_arrays,
-    merge_arrays,
-    overlaps,
-    seqsum,
-    subtract_length,
-    touches,
-)
+from perfscope.trace.intervals import Span, clip_arrays, gaps_arrays, merge_arrays, overlaps, seqsum, subtract_length, touches
 from perfscope.trace.sync import enclosing, op_name
 from perfscope.trace.table import EventColumns
 from perfscope.trace.window import Window

@@ -12,15 +12,7 @@ from pathlib import Path
 from perfscope._version import __version__
 from perfscope.errors import UserError
 from perfscope.hardware import datasheet_peak, is_mig_name, slice_peak
-from perfscope.results import (
-    Environment,
-    Results,
-    Trial,
-    TrialConfig,
-    TrialMetrics,
-    Window,
-    WorkloadInfo,
-)
+from perfscope.results import Environment, Results, Trial, TrialConfig, TrialMetrics, Window, WorkloadInfo
 from perfscope.results.distributed import CommunicationFacts, DistributedFacts, RankMetrics, Straggler
 from perfscope.results.messages import msg
 from perfscope.results.trace_facts import TraceFacts

@@ -7,14 +7,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from perfscope.measure.bubble import (
-    Action,
-    imbalance,
-    measured_bubble,
-    replay_bubble,
-    schedule_order,
-    stage_timing,
-)
+from perfscope.measure.bubble import Action, imbalance, measured_bubble, replay_bubble, schedule_order, stage_timing
 from perfscope.results.config import TrialConfig
 from perfscope.results.layout import ParallelFacts, StageTiming, bubble_formula
 from perfscope.results.messages import msg

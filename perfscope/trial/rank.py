@@ -25,12 +25,7 @@ from perfscope.results import CommunicationFacts, RankMetrics, from_jsonable, to
 from perfscope.results.config import TrialConfig
 from perfscope.results.messages import error, msg
 from perfscope.trace.communication import communication_facts
-from perfscope.trial.data_parallel import (
-    RankInfo,
-    can_skip_all_communication,
-    gradient_sync,
-    init_process_group,
-)
+from perfscope.trial.data_parallel import RankInfo, can_skip_all_communication, gradient_sync, init_process_group
 from perfscope.trial.launch import Launch, rank_result_path
 from perfscope.trial.loop import MeasuredRun, capture_trace_into, nonfinite_loss, run_trial
 from perfscope.trial.model_parallel import parallel_facts, rank_stage_timing

@@ -12,12 +12,7 @@ import torch
 
 from perfscope.knobs import Knob, active_knobs, loader_options
 from perfscope.knobs.apply.checkpointing import CheckpointedBlock, checkpointing_off
-from perfscope.measure.flops import (
-    FALLBACK_COUNT_MICRO_BATCH,
-    StepFlopCounter,
-    count_step,
-    count_step_on_fake_tensors,
-)
+from perfscope.measure.flops import FALLBACK_COUNT_MICRO_BATCH, StepFlopCounter, count_step, count_step_on_fake_tensors
 from perfscope.measure.structure import StructureCounter
 from perfscope.measure.tokens import TokenTally, per_token_scale
 from perfscope.measure.window import WindowRecorder
