@@ -11,9 +11,8 @@ import pytest
 import torch
 
 from perfscope.measure import clock as microbench
-from perfscope.measure.alignment import benchmark_alignment
 from perfscope.measure.clock import median_seconds
-from perfscope.measure.peaks import measure_matmul_tflops
+from perfscope.measure.peaks import benchmark_alignment, measure_matmul_tflops
 from perfscope.results import GemmShape
 
 

@@ -8,11 +8,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from perfscope.measure.alignment import benchmark_alignment_for
 from perfscope.measure.flops import FLOP_CONVENTION
-from perfscope.measure.metrics import assemble_metrics
 from perfscope.measure.observation import FirstStep, FlopCount, RunObservation, Unavailable
+from perfscope.measure.peaks import benchmark_alignment_for
 from perfscope.measure.structure import fill_kernel_launches
+from perfscope.measure.window import assemble_metrics
 from perfscope.results import TrialMetrics
 from perfscope.results.fingerprint import Fingerprint, MemoryPeak
 from perfscope.results.messages import error, msg

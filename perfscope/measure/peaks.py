@@ -7,6 +7,8 @@ from __future__ import annotations
 import torch
 
 from perfscope.measure.clock import MIN_REPEATS, fastest_seconds, median_seconds
+from perfscope.precision import Precision
+from perfscope.results.trace_facts import GemmAlignment, GemmShape
 from perfscope.tf32_api import restore_matmul_tf32, set_matmul_tf32, snapshot_matmul_tf32
 
 _TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -54,3 +56,54 @@ def ceiling_dtypes(device: str) -> list[str]:
             dtypes.append("bf16")
         return dtypes
     return ["fp32", "bf16"]
+
+
+PAD_TO = 64
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+CPU_MAX_ELEMENTS = 2_000_000  # keep the CPU benchmark under a couple of seconds
+MIN_FLOPS = 1e7  # below this a matmul is launch/dispatch overhead, and padding it says nothing about tiles
+
+
+def _pad(v: int) -> int:
+    return -(-v // PAD_TO) * PAD_TO
+
+
+def _time_mm(m: int, k: int, n: int, device: str, dtype: torch.dtype, repeats: int) -> float:
+    a = torch.randn(m, k, device=device, dtype=dtype)
+    b = torch.randn(k, n, device=device, dtype=dtype)
+    return median_seconds(lambda: torch.mm(a, b), device, warmup=3, repeats=repeats)
+
+
+def alignment_dtypes(precision: Precision) -> list[str]:
+    """The run's own dtype, and for an fp32 run also bf16: the autocast dtype a recommendation would run its
+    matmuls in (amp_bf16; fp16 tiles align the same way: multiples of 8, better 64)."""
+    return [precision] if precision != "fp32" else ["fp32", "bf16"]
+
+
+def benchmark_alignment_for(gemm_shapes: list[GemmShape], *, device: str, precision: Precision) -> list[GemmAlignment]:
+    """`benchmark_alignment` in each of `alignment_dtypes(precision)` (rows carry their dtype)."""
+    return [row for dtype in alignment_dtypes(precision) for row in benchmark_alignment(gemm_shapes, device=device, dtype=dtype)]
+
+
+def benchmark_alignment(gemm_shapes: list[GemmShape], *, device: str, dtype: str = "fp32", top: int = 3, repeats: int = 20) -> list[GemmAlignment]:
+    """Measured speed-up per FLOP of padding the hottest misaligned GEMM shapes."""
+    rows: list[GemmAlignment] = []
+    torch_dtype = _DTYPES.get(dtype, torch.float32)
+    for shape in [g for g in gemm_shapes if g.misaligned][: top * 3]:
+        if len(rows) >= top:
+            break
+        m, k, n = (int(v) for v in shape.shape)
+        padded = [_pad(m), _pad(k), _pad(n)]
+        if 2.0 * m * k * n < MIN_FLOPS:
+            continue
+        if device != "cuda" and max(m * k, k * n, padded[0] * padded[1], padded[1] * padded[2]) > CPU_MAX_ELEMENTS:
+            continue
+        try:
+            t = _time_mm(m, k, n, device, torch_dtype, repeats)
+            tp = _time_mm(*padded, device, torch_dtype, repeats)
+        except Exception:  # noqa: BLE001 - a shape the device cannot run is simply not reported
+            continue
+        flops, padded_flops = 2.0 * m * k * n, 2.0 * padded[0] * padded[1] * padded[2]
+        rows.append(GemmAlignment(shape=[m, k, n], padded=padded, dtype=dtype, time_s=t, padded_time_s=tp,
+                                  speedup_per_flop=(t / flops) / (tp / padded_flops)))
+    return rows

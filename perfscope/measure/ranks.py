@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from perfscope.measure.metrics import window_totals
 from perfscope.measure.mfu import apply_utilization_ratios
 from perfscope.measure.stragglers import find_stragglers
-from perfscope.measure.window import GcPauses
+from perfscope.measure.window import GcPauses, window_totals
 from perfscope.results import Environment, MemoryBreakdown, Peak, TrialMetrics, Window
 from perfscope.results.distributed import DistributedFacts, RankMetrics
 from perfscope.results.job import job_samples_per_s, job_steps_per_s, rank_peak
