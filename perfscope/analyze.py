@@ -18,7 +18,7 @@ from typing import Any
 
 from perfscope._version import __version__
 from perfscope.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, UserError, WorkloadError
-from perfscope.lanes.run import LaneOptions, parallel_sweep
+from perfscope.lanes.sweep import LaneOptions, parallel_sweep
 from perfscope.measure.mfu import choose_peak
 from perfscope.pipeline import finish
 from perfscope.report.text import answer_lines, summary_table

@@ -18,8 +18,7 @@ from perfscope.cli import main
 from perfscope.errors import EXIT_USER, UserError
 from perfscope.lanes.executors import LaneFailure, LocalRunner
 from perfscope.lanes.plan import Lane, plan_lanes
-from perfscope.lanes.run import LaneOptions
-from perfscope.lanes.sweep import LaneSweeper, check_lanes
+from perfscope.lanes.sweep import LaneOptions, LaneSweeper, check_lanes
 from perfscope.measure.contention import sweep_env
 from perfscope.report.html import render_view_html
 from perfscope.report.markdown import render_view_markdown

@@ -30,7 +30,7 @@ class Adafactor(LeanOptimizer):
         return self.not_adam_type(ctx)
 
     def active(self, config: TrialConfig) -> bool:
-        return config.optimizer == "adafactor"  # built by perfscope.trial.optimizers
+        return config.optimizer == "adafactor"  # built by perfscope.trial.step
 
     def recipe_caveat(self, ctx: KnobContext) -> str:
         decay = (" Adam's L2 weight decay becomes decoupled decay;" if ctx.model.optimizer_class == "Adam" else "")

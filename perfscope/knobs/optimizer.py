@@ -29,4 +29,4 @@ class FusedOptimizer(Knob):
 
     def config_words(self, config: TrialConfig) -> str | None:
         return f"{config.optimizer_impl} optimizer" if config.optimizer_impl != "default" else None
-    # Applied where the optimizer is built (perfscope.trial.optimizers rebuilds the user's with fused=True).
+    # Applied where the optimizer is built (perfscope.trial.step rebuilds the user's with fused=True).

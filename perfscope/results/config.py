@@ -63,7 +63,7 @@ class TrialConfig:
     optimizer_impl: OptimizerImpl = "default"
     """Rebuild the user's optimizer with foreach=True or fused=True."""
     optimizer: OptimizerChoice = "user"
-    """The user's optimizer, or a memory-lean replacement built from its parameter groups (perfscope.trial.optimizers):
+    """The user's optimizer, or a memory-lean replacement built from its parameter groups (perfscope.trial.step.build_optimizer):
     torch.optim.Adafactor, or the 8-bit Adam/AdamW of torchao or bitsandbytes. A replacement changes the training
     recipe."""
     offload_activations: bool = False

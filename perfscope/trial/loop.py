@@ -33,8 +33,7 @@ from perfscope.tf32_api import matmul_tf32 as matmul_tf32_state
 from perfscope.trace.memory_categories import profile_step_memory
 from perfscope.trial.data_parallel import agree_on_steps, current_rank, local_optimizer
 from perfscope.trial.model_parallel import make_step
-from perfscope.trial.optimizers import optimizer_name
-from perfscope.trial.step import TrainStep
+from perfscope.trial.step import TrainStep, optimizer_name
 from perfscope.workload import Workload
 
 

@@ -18,8 +18,7 @@ from perfscope.knobs.apply.tensors import map_tensors
 from perfscope.measure.bubble import StepRecord
 from perfscope.measure.clock import synchronize
 from perfscope.trial.data import endless_batches
-from perfscope.trial.optimizers import build_optimizer
-from perfscope.trial.step import TrainStep
+from perfscope.trial.step import TrainStep, build_optimizer
 
 SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B"}
 
