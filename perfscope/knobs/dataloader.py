@@ -54,18 +54,21 @@ class _WorkerOption(Knob):
     when the user's loop has none."""
 
     builds_on = "dataloader_workers"
+    reference = "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader"
+    addresses = ("data_wait",)
 
     def prerequisite_met(self, config: TrialConfig) -> bool:
         return config.num_workers > 0
+
+    def apply_to_loader(self, config: TrialConfig) -> dict[str, Any]:
+        return {self.fields[0]: getattr(config, self.fields[0])}
 
 
 class PersistentWorkers(_WorkerOption):
     id = "persistent_workers"
     title = "persistent DataLoader workers"
-    reference = "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader"
     fields = ("persistent_workers",)
     value = True
-    addresses = ("data_wait",)
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return ("-loader = DataLoader(ds, batch_size=B, num_workers=N)\n"
@@ -76,17 +79,12 @@ class PersistentWorkers(_WorkerOption):
             return "persistent_workers is already on"
         return _dataset_reason(ctx)
 
-    def apply_to_loader(self, config: TrialConfig) -> dict[str, Any]:
-        return {"persistent_workers": config.persistent_workers}
-
 
 class PrefetchFactor(_WorkerOption):
     id = "prefetch_factor"
     title = "deeper DataLoader prefetch (prefetch_factor=4)"
-    reference = "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader"
     fields = ("prefetch_factor",)
     value = 4
-    addresses = ("data_wait",)
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return ("-loader = DataLoader(ds, batch_size=B, num_workers=N)\n"
@@ -96,9 +94,6 @@ class PrefetchFactor(_WorkerOption):
         if ctx.base.prefetch_factor is not None and ctx.base.prefetch_factor >= 4:
             return f"prefetch_factor is already {ctx.base.prefetch_factor}"
         return _dataset_reason(ctx)
-
-    def apply_to_loader(self, config: TrialConfig) -> dict[str, Any]:
-        return {"prefetch_factor": config.prefetch_factor}
 
 
 class PinMemory(Knob):
