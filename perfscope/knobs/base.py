@@ -313,3 +313,12 @@ def ddp_reason(ctx: KnobContext, setting: str) -> str | None:
 def is_ddp(config: TrialConfig) -> bool:
     """The model is DistributedDataParallel's: plain DDP, or DDP with ZeroRedundancyOptimizer."""
     return config.data_parallel in ("ddp", "zero1")
+
+
+class DdpOption(Knob):
+    """A DistributedDataParallel setting: stacked only onto a configuration whose model is DDP's."""
+
+    reference = "https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"
+
+    def compatible(self, config: TrialConfig) -> bool:
+        return is_ddp(config)

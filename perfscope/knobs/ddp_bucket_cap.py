@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfscope.knobs.base import Knob, KnobContext, ddp_reason, is_ddp
-from perfscope.results.config import TrialConfig
+from perfscope.knobs.base import DdpOption, KnobContext, ddp_reason
 from perfscope.snippets import ddp_option_change
 
 SIZES_MB = (5.0, 100.0)
 TORCH_DEFAULT_MB = 25.0
 
 
-class DdpBucketCap(Knob):
+class DdpBucketCap(DdpOption):
     id = "ddp_bucket_cap"
     title = "DDP gradient bucket size (bucket_cap_mb 5 / 100; default 25)"
-    reference = "https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"
     fields = ("bucket_cap_mb",)
     addresses = ("communication",)
 
@@ -29,6 +27,3 @@ class DdpBucketCap(Knob):
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         current = ctx.base.bucket_cap_mb or TORCH_DEFAULT_MB
         return [{"bucket_cap_mb": size} for size in SIZES_MB if size != current]
-
-    def compatible(self, config: TrialConfig) -> bool:
-        return is_ddp(config)

@@ -4,15 +4,13 @@ Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
-from perfscope.knobs.base import Knob, KnobContext, ddp_reason, is_ddp
-from perfscope.results.config import TrialConfig
+from perfscope.knobs.base import DdpOption, KnobContext, ddp_reason
 from perfscope.snippets import ddp_option_change
 
 
-class DdpBucketView(Knob):
+class DdpBucketView(DdpOption):
     id = "ddp_bucket_view"
     title = "DDP gradient_as_bucket_view=True (no gradient copy into the buckets)"
-    reference = "https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"
     fields = ("gradient_as_bucket_view",)
     value = True
 
@@ -25,6 +23,3 @@ class DdpBucketView(Knob):
         if ctx.base.gradient_as_bucket_view:
             return "gradient_as_bucket_view is already on"
         return ddp_reason(ctx, "gradient_as_bucket_view")
-
-    def compatible(self, config: TrialConfig) -> bool:
-        return is_ddp(config)

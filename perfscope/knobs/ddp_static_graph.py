@@ -4,7 +4,7 @@ Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
-from perfscope.knobs.base import Knob, KnobContext, ddp_reason, is_ddp
+from perfscope.knobs.base import DdpOption, KnobContext, ddp_reason
 from perfscope.results.config import TrialConfig
 from perfscope.snippets import ddp_option_change
 
@@ -12,10 +12,9 @@ CAVEAT = ("static_graph=True is correct only if the same parameters receive grad
           "or head skipped on some steps); otherwise gradients are wrong or DDP raises an error")
 
 
-class DdpStaticGraph(Knob):
+class DdpStaticGraph(DdpOption):
     id = "ddp_static_graph"
     title = "DDP static_graph=True"
-    reference = "https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"
     fields = ("static_graph",)
     value = True
 
@@ -29,6 +28,3 @@ class DdpStaticGraph(Knob):
 
     def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
         return [CAVEAT] if config.static_graph else []
-
-    def compatible(self, config: TrialConfig) -> bool:
-        return is_ddp(config)
