@@ -211,9 +211,6 @@ def _workload(path: Path, ranks: list[RankTrace]) -> WorkloadInfo:
                         declared={"traces": [f"rank {r.rank}: {r.path.name}" for r in ranks]})
 
 
-__all__ = ["trace_results"]
-
-
 OWN_WORK = "traced step minus its exposed collective time (its own work: the time it did not wait for the network or a peer)"
 
 
@@ -257,4 +254,4 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3g} ms"
 
 
-__all__ = ["trace_stragglers"]
+__all__ = ["trace_results", "trace_stragglers"]
