@@ -119,7 +119,7 @@ def power_at(se: float, df: float, effect: float, confidence: float) -> float | 
     return float(stdtr(df, abs(effect) / se - t_quantile(1 - (1 - confidence) / 2, df)))
 
 
-# ---- slower than its peers: the straggler test of measure/stragglers.py (local windows) and trace/offline.py
+# ---- slower than its peers: the straggler test of measure/ranks.py, find_stragglers (local windows) and trace/offline.py
 # (traced steps), one implementation so that both name a straggler on the same evidence -----------------------------
 
 STRAGGLER_MIN_STEPS = 3

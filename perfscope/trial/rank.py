@@ -34,7 +34,7 @@ from perfscope.workload import load_workload
 
 LOCAL_WINDOW_STEPS = (10, 30)
 """Steps of the no-communication window, at least and at most: with 5% step noise, 10 steps find a 30% straggler
-every time (5 steps: two times in three; perfscope.measure.stragglers' tests)."""
+every time (5 steps: two times in three; tests/test_stragglers.py)."""
 
 
 def run_rank(spec: ChildSpec, result_path: Path) -> dict[str, Any]:
