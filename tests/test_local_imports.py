@@ -27,7 +27,6 @@ ALLOWED: dict[str, tuple[int, str]] = {
     "hooks/capture.py": (1, "as above"),
     "hooks/sampling.py": (1, "as above"),
     "lanes/sweep.py": (2, "ray and slurm are optional extras, imported only when chosen"),
-    "lanes/plan.py": (1, "owned by the lanes' work in flight (issue 36 left it alone)"),
     "live/client.py": (3, "`perfscope capture` starts without torch; the trace readers load once a trace came back"),
     "trace/capture.py": (1, "torch's memory profiler loads only when a memory breakdown is asked for"),
     "hooks/loggers.py": (1, "owned by the loggers' work in flight (issue 36 left it alone)"),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from perfscope.errors import UserError
 from perfscope.measure.contention import sweep_env
-from perfscope.trial.pin import LANE_CPUS_ENV
+from perfscope.trial.pin import LANE_CPUS_ENV, parse_cpus
 
 NODE_DIR = Path("/sys/devices/system/node")
 
@@ -40,8 +40,6 @@ class Lane:
 
 def numa_nodes(node_dir: Path = NODE_DIR) -> list[frozenset[int]]:
     """Each NUMA node's CPUs from sysfs (empty when the machine does not say)."""
-    from perfscope.trial.pin import parse_cpus
-
     nodes = []
     for path in sorted(node_dir.glob("node[0-9]*/cpulist"), key=lambda p: int(p.parent.name[4:])):
         try:
