@@ -15,10 +15,10 @@ import torch.distributed as dist
 
 from perfscope.measure import memory
 from perfscope.measure.clock import synchronize
-from perfscope.measure.collectives import benchmark_collective
 from perfscope.measure.contention import JOB_ROOT_ENV
 from perfscope.measure.cores import numa_node_count
 from perfscope.measure.memory import sharding_memory, strategy_of
+from perfscope.measure.peaks import benchmark_collective
 from perfscope.measure.ranks import combine_ranks
 from perfscope.measure.ranks import rank_metrics as measured_rank
 from perfscope.results import CommunicationFacts, RankMetrics, from_jsonable, to_jsonable, write_json
