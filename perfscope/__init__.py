@@ -1,5 +1,7 @@
 """perfscope: measure which fixes make your PyTorch training faster, on your own hardware, ranked.
 
+    perfscope analyze examples/tiny_transformer.py      # a workload file -> results.json + report.html
+
 Design notes: docs/internals.md."""
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ if TYPE_CHECKING:
     from perfscope.hooks import Profiler
     from perfscope.workload import Workload
 
+# Loaded on first use (PEP 562): both import torch, which the commands that only read files must not pay for.
 _LAZY = {"Profiler": "perfscope.hooks", "Workload": "perfscope.workload"}
 
 
