@@ -1,4 +1,4 @@
-"""The timed window's throughput on a data-bound loader against the one-worker bound (trial/prefetch.py).
+"""The timed window's throughput on a data-bound loader against the one-worker bound (trial/loop.py, drain_prefetch).
 
 One DataLoader worker makes a batch of 2 in at least 2 × 20 ms; the first step has a one-time cost of 0.5 s,
 so the worker fills its prefetch queue (4 batches) during the warm-up. A window that opened on that full queue

@@ -2,12 +2,7 @@
 
     perfscope analyze examples/tiny_transformer.py      # a workload file -> results.json + report.html
 
-A workload file defines ``workload() -> perfscope.Workload`` (see perfscope.workload).
-
-``perfscope.Profiler`` and ``perfscope.Workload`` are loaded on first use (PEP 562): both import torch, and the
-commands that only read files (`perfscope trace`, `perfscope report`, `perfscope check`) must not pay for it
-(~1.5 s and ~300 MB of RSS; tests/test_torch_free.py).
-"""
+Design notes: docs/internals.md."""
 
 from __future__ import annotations
 
@@ -19,6 +14,7 @@ if TYPE_CHECKING:
     from perfscope.hooks import Profiler
     from perfscope.workload import Workload
 
+# Loaded on first use (PEP 562): both import torch, which the commands that only read files must not pay for.
 _LAZY = {"Profiler": "perfscope.hooks", "Workload": "perfscope.workload"}
 
 

@@ -1,9 +1,6 @@
 """`perfscope ab BASELINE.py CANDIDATE.py`: the CI gate's A/B mode, both revisions measured in one job, interleaved.
 
-    perfscope ab ../main/bench/workload.py bench/workload.py --rounds 5 --max-drop 5%
-
-Design notes: docs/internals.md.
-"""
+Design notes: docs/internals.md."""
 
 from __future__ import annotations
 

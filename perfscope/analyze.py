@@ -1,9 +1,6 @@
 """`perfscope analyze FILE`: validate, probe, measure, sweep, then diagnose, save and report (perfscope.pipeline).
 
-    perfscope analyze examples/tiny_transformer.py --device cpu --out perfscope-out
-
-Design notes: docs/internals.md.
-"""
+Design notes: docs/internals.md."""
 
 from __future__ import annotations
 
@@ -20,25 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from perfscope._version import __version__
-from perfscope.errors import (
-    EXIT_INTERNAL,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    UserError,
-    WorkloadError,
-)
-from perfscope.lanes.run import LaneOptions, parallel_sweep
+from perfscope.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, UserError, WorkloadError
+from perfscope.lanes.sweep import LaneOptions, parallel_sweep
 from perfscope.measure.mfu import choose_peak
 from perfscope.pipeline import finish
 from perfscope.report.text import answer_lines, summary_table
-from perfscope.results import (
-    Environment,
-    ModelFacts,
-    Results,
-    ResultsError,
-    WorkloadInfo,
-    from_jsonable,
-)
+from perfscope.results import Environment, ModelFacts, Results, ResultsError, WorkloadInfo, from_jsonable
 from perfscope.results.config import TrialConfig
 from perfscope.results.constraints import MAX_SECONDS, MAX_TFLOPS
 from perfscope.results.messages import msg

@@ -1,8 +1,6 @@
 """Where perfscope keeps what it may reuse across runs on one machine (the CPU matmul ceiling, compiled templates).
 
-Why one place: a user clearing or relocating perfscope's cache needs one folder to know about.
-PERFSCOPE_CACHE_DIR, else $XDG_CACHE_HOME/perfscope, else ~/.cache/perfscope (the XDG convention).
-"""
+Design notes: docs/internals.md."""
 
 from __future__ import annotations
 

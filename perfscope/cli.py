@@ -1,7 +1,6 @@
 """The `perfscope` command: parse, call the library, map outcomes to exit codes. Nothing else lives here.
 
-Design notes: docs/internals.md.
-"""
+Design notes: docs/internals.md."""
 
 from __future__ import annotations
 
@@ -73,7 +72,7 @@ def _lanes(args: argparse.Namespace) -> Any:
         if args.executor != "local":
             raise UserError("--executor needs --lanes N or --devices LIST")
         return None
-    from perfscope.lanes.run import LaneOptions
+    from perfscope.lanes.sweep import LaneOptions
 
     devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
     return LaneOptions(lanes=args.lanes, devices=devices, executor=args.executor, slurm_partition=args.slurm_partition,

@@ -1,9 +1,4 @@
-"""Errors a user can act on, and the exit codes every command shares.
-
-    raise UserError("--budget must be > 0")       # exit 2, one line on stderr, no traceback
-
-Anything else that escapes a command is a perfscope bug: exit 1 with the traceback to report.
-"""
+"""Errors a user can act on, and the exit codes every command shares. Design notes: docs/internals.md."""
 
 from __future__ import annotations
 

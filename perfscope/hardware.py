@@ -1,8 +1,7 @@
 """What the hardware does on paper: datasheet dense FLOP/s per device (and a MIG slice's share), and the bus-bandwidth
 convention of NCCL-tests. Pure and torch-free, below both layers that read figures against them.
 
-Design notes: docs/internals.md.
-"""
+Design notes: docs/internals.md."""
 
 from __future__ import annotations
 
@@ -98,13 +97,7 @@ def is_mig_name(device_name: str) -> bool:
 
 
 def slice_peak(peak: DevicePeak, device_sms: int | None, *, mig: bool) -> tuple[DevicePeak | None, Message | None]:
-    """The datasheet peak of the part of the GPU this process can use: (peak, None), or (None, why not).
-
-    A MIG slice runs on a fraction of the GPU's SMs (an A100 1g.5gb: 14 of 108), so the full GPU's peak would
-    understate its MFU up to 7×. Tensor-core throughput is per SM at the same clocks, so the slice's peak is the
-    datasheet's × (its SMs / the full GPU's SMs). Also applied when CUDA reports fewer SMs than the datasheet GPU
-    has (a slice we could not name, or a cut-down variant). Without both SM counts, no datasheet peak: MFU then
-    uses the measured ceiling, which a slice measures for itself."""
+    """The datasheet peak of the part of the GPU this process can use: (peak, None), or (None, why not)."""
     fewer_sms = device_sms is not None and peak.sm_count is not None and device_sms < peak.sm_count
     if not (mig or fewer_sms):
         return peak, None

@@ -1,11 +1,6 @@
 """The end of every measurement: rules → results.json → reports, for `analyze` and the hooks alike.
 
-    path = finish(results, Path("perfscope-out"))       # -> perfscope-out/results.json (+ report.html, report.md)
-
-Order matters: findings are added before the save so results.json is complete on its own (`perfscope report`
-re-renders from it anywhere), and a rule or report failure costs the findings or the page — never the
-measurements, which are saved in every case.
-"""
+Design notes: docs/internals.md."""
 
 from __future__ import annotations
 
@@ -42,11 +37,7 @@ def finish(results: Results, out_dir: Path, *, trace_source: Path | None = None,
 
 
 def _adopt_trace(results: Results, out_dir: Path, source: Path) -> None:
-    """A trace written elsewhere during the run (the hooks' trace_dir) is copied into out_dir/trace/.
-
-    Its own folder, never beside results.json: HTA loads every .json/.gz file in a folder as a rank's trace.
-    A trace the run wrote straight into out_dir is moved (copied, then removed there) for that reason.
-    """
+    """A trace written elsewhere during the run (the hooks' trace_dir) is copied into out_dir/trace/."""
     for trial in results.trials:
         if trial.metrics is None or trial.metrics.trace_path is None:
             continue

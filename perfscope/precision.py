@@ -1,7 +1,6 @@
 """The training precisions perfscope knows, in one place (the workload contract and TrialConfig share it).
 
-Its own module, free of imports, so that `import perfscope` (and a disabled Profiler) stays light.
-"""
+Design notes: docs/internals.md."""
 
 from typing import Literal
 

@@ -1,7 +1,6 @@
 """The one ranking: what comes first, what is the recommended fix, what is measured or estimated, what is set apart.
 
-Design notes: docs/internals.md.
-"""
+Design notes: docs/internals.md."""
 
 from __future__ import annotations
 

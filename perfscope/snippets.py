@@ -1,12 +1,6 @@
 """The code changes perfscope shows (knobs' `code_change`, rules' `fix`), written for the run's device.
 
-    compile_change("cpu")          # '-model = MyNet()\\n+model = torch.compile(MyNet())'
-    autocast_change("cuda")        # '... torch.autocast(device_type="cuda", dtype=torch.bfloat16) ...'
-
-One source for knobs and rules, so the same advice reads the same in the sweep table and in a finding, and
-so a CPU run is never told to call `.cuda()` or to autocast on "cuda" (nor a GPU run given CPU-only code).
-Diff-style: lines starting with "-" go, lines starting with "+" come, others are context.
-"""
+Design notes: docs/internals.md."""
 
 from __future__ import annotations
 

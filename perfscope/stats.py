@@ -1,15 +1,7 @@
 """Summaries and uncertainty shared by the sweep, the CI gate and the analysis: the t machinery (quantiles,
 detectable change, power), a rank test, and the straggler test.
 
-    >>> from perfscope.stats import summarize, detectable_change
-    >>> summarize([0.10, 0.11, 0.12]).median
-    0.11
-
-Why here and not inline: a gain reported without its uncertainty is how profilers mislead, so the comparisons
-share one implementation: run-level t intervals on log throughput (perfscope.search.compare for the sweep and
-`ab`, perfscope.check.decision for the gate, both Welch), their detectable change and power at a tolerance
-(`detectable_change`, `power_at`), and `mann_whitney_p` (a rank test on steps, reported, never deciding).
-"""
+Design notes: docs/internals.md."""
 
 from __future__ import annotations
 
@@ -127,7 +119,7 @@ def power_at(se: float, df: float, effect: float, confidence: float) -> float | 
     return float(stdtr(df, abs(effect) / se - t_quantile(1 - (1 - confidence) / 2, df)))
 
 
-# ---- slower than its peers: the straggler test of measure/stragglers.py (local windows) and trace/rank_stragglers.py
+# ---- slower than its peers: the straggler test of measure/ranks.py, find_stragglers (local windows) and trace/offline.py
 # (traced steps), one implementation so that both name a straggler on the same evidence -----------------------------
 
 STRAGGLER_MIN_STEPS = 3
@@ -170,12 +162,7 @@ class SlowerThanPeers:
 
 def slower_than_peers(times: Sequence[float], others: Sequence[Sequence[float]], *,
                       min_slower: float = STRAGGLER_MIN_SLOWER) -> SlowerThanPeers | None:
-    """Is a rank with steps ``times`` slower than the ranks with steps ``others`` (each at least 2 steps)?
-
-    Its mean against the median of the other ranks' means: more than ``min_slower`` slower AND slower beyond the
-    step-to-step noise, a one-sided Welch t-test at p < 0.0001 (Welch–Satterthwaite degrees of freedom). The
-    reference's standard error is taken as one rank's (the pooled within-rank variance over one rank's step count),
-    not as that of the median of many: conservative, because every rank is tested. None when it is not."""
+    """Is a rank with steps ``times`` slower than the ranks with steps ``others`` (each at least 2 steps)?"""
     mean, n = statistics.fmean(times), len(times)
     reference = statistics.median(statistics.fmean(t) for t in others)
     if reference <= 0 or mean <= reference * (1 + min_slower):

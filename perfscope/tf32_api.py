@@ -1,16 +1,13 @@
 """Which API turns matmul TF32 on, for the installed torch or the torch that made a run: the one decision.
 
-    tf32_api()                 # Tf32Api(setter='allow_tf32', reason='...') on torch 2.9-2.13
-    tf32_api("2.8.0+cu121")    # a recorded run's torch: decided from its version (it cannot be probed here)
-                               # (so is any torch in a process that has not imported it: trace, report)
-
-Design notes: docs/internals.md.
-"""
+Design notes: docs/internals.md."""
 
 from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Literal
@@ -140,8 +137,8 @@ def restore_matmul_tf32(snapshot: Tf32Snapshot) -> None:
 
 def set_matmul_tf32(enabled: bool) -> None:
     """Switch TF32 for fp32 matmuls through the setter tf32_api() picks: on torch 2.9-2.13 the legacy one, which
-    writes both states (the new one alone makes torch.compile's own legacy reads raise, pytorch#166387). Here, not
-    in perfscope.measure.tf32, so that the tf32 knob (perfscope.knobs.tf32) applies itself without the measure layer."""
+    writes both states (the new one alone makes torch.compile's own legacy reads raise, pytorch#166387). Torch-free
+    at import, so that the tf32 knob (perfscope.knobs.tf32) applies itself without the measure layer."""
     import torch
 
     if tf32_api().setter == "fp32_precision":
@@ -179,7 +176,7 @@ class MatmulTf32:
 
 
 def matmul_tf32() -> MatmulTf32:
-    """The current matmul TF32 state, on every torch >= 2.3; never raises. Here, not in perfscope.measure.tf32, so
+    """The current matmul TF32 state, on every torch >= 2.3; never raises; here so
     that the tf32 knob records it at the end of a trial's window (`Knob.record`) without the measure layer."""
     import torch
 
@@ -200,3 +197,27 @@ def matmul_tf32() -> MatmulTf32:
         first = str(exc).split(",")[0]
         return MatmulTf32(None, "torch.backends.cuda.matmul.allow_tf32", reason=f"torch cannot tell: {first}")
     return MatmulTf32(enabled, "torch.backends.cuda.matmul.allow_tf32")
+
+
+def matmul_tf32_enabled() -> bool | None:
+    """Shorthand: True, False, or None when unknown."""
+    return matmul_tf32().enabled
+
+
+def apply_matmul_tf32(setting: bool | None) -> bool | None:
+    """A trial's TrialConfig.tf32: True/False set it; None leaves the user's (or torch's) setting alone.
+    Returns the state the trial runs with — for the baseline, the setting the user's file made."""
+    if setting is not None:
+        set_matmul_tf32(setting)
+    return matmul_tf32_enabled()
+
+
+@contextmanager
+def matmul_tf32_as(enabled: bool) -> Iterator[None]:
+    """Set matmul TF32 for a block and restore the previous setting afterwards."""
+    snapshot = snapshot_matmul_tf32()
+    set_matmul_tf32(enabled)
+    try:
+        yield
+    finally:
+        restore_matmul_tf32(snapshot)

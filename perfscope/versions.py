@@ -1,11 +1,6 @@
 """The one parser of torch (and other package) version strings: what a feature gate compares.
 
-    major_minor("2.13.0+cpu")        # (2, 13)
-    major_minor("2.6.0a0+git123")    # (2, 6): a nightly of 2.6 counts as 2.6
-    at_least("2.5.1+cu124", (2, 9))  # False; None when the string has no version in it
-
-Design notes: docs/internals.md.
-"""
+Design notes: docs/internals.md."""
 
 from __future__ import annotations
 

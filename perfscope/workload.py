@@ -1,7 +1,6 @@
 """The workload contract: what a user's file gives perfscope, and how it is loaded and checked.
 
-Design notes: docs/internals.md.
-"""
+Design notes: docs/internals.md."""
 
 from __future__ import annotations
 
@@ -30,11 +29,7 @@ def _default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
 
 @dataclass(kw_only=True)
 class Workload:
-    """A trainable workload described by factories, plus the settings of the user's current loop.
-
-    The "current loop" settings (precision, num_workers, pin_memory, ...) describe what the user runs
-    today: the baseline trial uses them, and perfscope never advises turning on what is already on.
-    """
+    """A trainable workload described by factories, plus the settings of the user's current loop."""
 
     model: Callable[[], nn.Module]
     """Returns a fresh nn.Module on the CPU; the harness moves it to the device."""

@@ -7,8 +7,7 @@ import math
 import random
 from typing import Any
 
-from perfscope.measure.metrics import assemble_metrics
-from perfscope.measure.window import StepRecord
+from perfscope.measure.window import StepRecord, assemble_metrics
 from perfscope.results import (
     Environment,
     GpuTimeline,

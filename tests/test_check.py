@@ -21,7 +21,7 @@ from perfscope.check.compat import find_differences
 from perfscope.check.decision import MIN_RUNS
 from perfscope.check.gate import ErrorCode
 from perfscope.check.metrics import MFU, SAMPLES_PER_S, STEP_TIME, Side
-from perfscope.measure.job import combine_ranks
+from perfscope.measure.ranks import combine_ranks
 from perfscope.results import Contention, Peak, RankMetrics, Sweep
 from perfscope.results.messages import msg
 from tests.factories import contended, load, make_results, make_runs, make_trial
@@ -502,7 +502,7 @@ def test_measured_cpu_ceilings_do_not_block_mfu_gating():
 def test_the_gates_mfu_is_the_reports_mfu_for_a_job(device_type, nproc):
     """One denominator: the MFU the gate computes from a job's results equals the MFU apply_job wrote for the
     report — including a CPU job, whose ranks share the node's one processor (each rank's peak is its share)."""
-    from perfscope.measure.job import apply_job
+    from perfscope.measure.ranks import apply_job
     from tests.factories import make_environment
 
     results = runs_file(seed=3)

@@ -10,7 +10,7 @@ import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from perfscope.measure.collectives import OPS, benchmark_collective
+from perfscope.measure.peaks import OPS, benchmark_collective
 
 
 def _worker(rank: int, world: int, store: str, out: str) -> None:

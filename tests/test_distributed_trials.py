@@ -111,7 +111,7 @@ def test_a_straggler_is_named(tmp_path, monkeypatch):
     """A real 2-rank job whose ranks time their steps on a simulated clock (tests/workloads/ddp_ranks.py): rank 1's
     compute is 31 ms a step to rank 0's 1 ms, exactly, so that it is named does not depend on where a loaded
     machine's preemptions land in rank 0's sub-millisecond steps (a real 30 ms sleep against a burst of 30 ms)."""
-    from perfscope.measure.stragglers import find_stragglers
+    from perfscope.measure.ranks import find_stragglers
 
     monkeypatch.setenv("PERFSCOPE_TEST_RANK_MODE", "straggle")
     monkeypatch.setenv("PERFSCOPE_TEST_STRAGGLE_S", "0.03")

@@ -1,4 +1,4 @@
-"""Attention backward's QKᵀ recompute is hardware FLOPs, not model FLOPs (PaLM): measure/attention_recompute.py."""
+"""Attention backward's QKᵀ recompute is hardware FLOPs, not model FLOPs (PaLM): measure/flops.py (RecomputeTally)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from perfscope.measure.gc_pauses import GcPauses
+from perfscope.measure.window import GcPauses
 
 
 def test_each_collection_is_counted_in_the_step_that_was_running():

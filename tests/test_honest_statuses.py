@@ -1,6 +1,6 @@
 """Honest statuses: a knob whose trial did not do what it says is never reported as measured.
 
-The trial records what it actually ran with at the end of its timed steps (perfscope.trial.applied); the sweep
+The trial records what it actually ran with at the end of its timed steps (perfscope.trial.loop.not_applied); the sweep
 reports a knob whose own setting the run did not apply as failed, with the reason."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from perfscope.measure.tf32 import restore_matmul_tf32, snapshot_matmul_tf32
 from perfscope.results.config import TrialConfig
-from perfscope.trial.applied import Observed, compile_not_applied, not_applied
+from perfscope.tf32_api import restore_matmul_tf32, snapshot_matmul_tf32
+from perfscope.trial.loop import Observed, compile_not_applied, not_applied
 
 WORKLOADS = Path(__file__).parent / "workloads"
 

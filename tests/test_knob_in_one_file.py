@@ -29,8 +29,7 @@ from perfscope.results import Finding, ModelFacts
 from perfscope.results.config import TrialConfig
 from perfscope.search.candidate import Candidate
 from perfscope.search.sweep import BASELINE, Sweeper, SweepOptions
-from perfscope.trial.applied import not_applied, record
-from perfscope.trial.loop import run_trial
+from perfscope.trial.loop import not_applied, record, run_trial
 from perfscope.workload import load_workload
 from tests.factories import make_trial
 from tests.in_process import InProcessSession

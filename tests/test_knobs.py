@@ -18,7 +18,7 @@ from perfscope.results import Environment, ModelFacts, ModelLayout
 from perfscope.results.breakdown import SLICES
 from perfscope.results.config import TrialConfig
 from perfscope.results.messages import msg
-from perfscope.trial.inspect import inspect_model
+from perfscope.trial.validate import inspect_model
 from perfscope.workload import Workload, load_workload
 
 ROOT = Path(__file__).resolve().parent.parent

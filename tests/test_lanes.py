@@ -16,11 +16,9 @@ from benchmarks.stat_simulation import wilson
 from benchmarks.sweep_model import NOISE_MODELS, NoiseModel, _context
 from perfscope.cli import main
 from perfscope.errors import EXIT_USER, UserError
-from perfscope.lanes.aa import check_lanes
 from perfscope.lanes.executors import LaneFailure, LocalRunner
 from perfscope.lanes.plan import Lane, plan_lanes
-from perfscope.lanes.run import LaneOptions
-from perfscope.lanes.sweep import LaneSweeper
+from perfscope.lanes.sweep import LaneOptions, LaneSweeper, check_lanes
 from perfscope.measure.contention import sweep_env
 from perfscope.report.html import render_view_html
 from perfscope.report.markdown import render_view_markdown
@@ -105,7 +103,7 @@ def test_lane_options_are_checked_before_anything_runs():
 
 
 def test_the_plans_time_estimate_counts_the_aa_checks_runs():
-    from perfscope.lanes.aa import AA_RUNS
+    from perfscope.lanes.sweep import AA_RUNS
     from perfscope.search.plan import LANE_AA_RUNS
 
     assert LANE_AA_RUNS == AA_RUNS

@@ -18,7 +18,7 @@ from perfscope.measure.memory import optimizer_state_bytes
 from perfscope.results import Environment, Results, WorkloadInfo
 from perfscope.results.config import TrialConfig
 from perfscope.trial.loop import TrainStep
-from perfscope.trial.optimizers import build_optimizer, optimizer_name
+from perfscope.trial.step import build_optimizer, optimizer_name
 from perfscope.workload import Workload
 
 WORKLOADS = Path(__file__).parent / "workloads"

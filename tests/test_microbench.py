@@ -10,10 +10,9 @@ from typing import Any
 import pytest
 import torch
 
-import perfscope.measure.microbench as microbench
-from perfscope.measure.alignment import benchmark_alignment
-from perfscope.measure.microbench import median_seconds
-from perfscope.measure.peaks import measure_matmul_tflops
+from perfscope.measure import clock as microbench
+from perfscope.measure.clock import median_seconds
+from perfscope.measure.peaks import benchmark_alignment, measure_matmul_tflops
 from perfscope.results import GemmShape
 
 

@@ -1,4 +1,4 @@
-"""The timed window opens with the DataLoader's prefetch queue in steady state (trial/prefetch.py), not full of
+"""The timed window opens with the DataLoader's prefetch queue in steady state (trial/loop.py, drain_prefetch), not full of
 batches the workers made during a slow warm-up.
 
 The end-to-end test decides on which batches the window consumed, not on how fast it ran: every sample is
@@ -111,7 +111,7 @@ def _fake_steps(clock: _Clock, waits: list[float]):
 
 
 def test_warm_up_goes_on_until_next_blocks(monkeypatch) -> None:
-    from perfscope.trial import prefetch
+    from perfscope.trial import loop as prefetch
 
     clock = _Clock()
     monkeypatch.setattr(prefetch, "time", clock)
@@ -123,7 +123,7 @@ def test_warm_up_goes_on_until_next_blocks(monkeypatch) -> None:
 
 
 def test_a_loader_that_outpaces_the_step_keeps_its_queue_full(monkeypatch) -> None:
-    from perfscope.trial import prefetch
+    from perfscope.trial import loop as prefetch
 
     clock = _Clock()
     monkeypatch.setattr(prefetch, "time", clock)

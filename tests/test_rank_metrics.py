@@ -8,9 +8,8 @@ import torch
 from perfscope.hooks.distributed import RankPlace
 from perfscope.hooks.distributed import rank_metrics as hooks_rank_metrics
 from perfscope.measure import memory
-from perfscope.measure.gc_pauses import GcPauses
-from perfscope.measure.metrics import assemble_metrics
 from perfscope.measure.ranks import rank_metrics
+from perfscope.measure.window import GcPauses, assemble_metrics
 from perfscope.results import Contention, MemoryBreakdown, Window
 from perfscope.results.messages import msg
 

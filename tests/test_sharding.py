@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfscope.measure.sharding import DDP, ZERO1, ZERO2, ZERO3, sharding_memory, strategy_of
+from perfscope.measure.memory import DDP, ZERO1, ZERO2, ZERO3, sharding_memory, strategy_of
 from perfscope.results.config import TrialConfig
 
 GB = 10**9

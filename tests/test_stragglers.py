@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from perfscope.measure.stragglers import find_stragglers
+from perfscope.measure.ranks import find_stragglers
 from perfscope.results.distributed import RankMetrics
 from perfscope.stats import t_9999
 

@@ -11,19 +11,17 @@ from torch import nn
 
 from perfscope import tf32_api as api_module
 from perfscope.measure.peaks import measure_matmul_tflops
-from perfscope.measure.tf32 import (
-    matmul_tf32,
-    matmul_tf32_as,
-    set_matmul_tf32,
-)
 from perfscope.results.config import TrialConfig
 from perfscope.snippets import tf32_change
 from perfscope.tf32_api import (
     LEGACY_ONLY,
     MIXED_CHECK,
     NEW_ONLY,
+    matmul_tf32,
+    matmul_tf32_as,
     probe_installed_torch,
     restore_matmul_tf32,
+    set_matmul_tf32,
     snapshot_matmul_tf32,
     tf32_api,
 )
@@ -188,7 +186,7 @@ def test_the_installed_torchs_version_is_probed_not_parsed(probe):
 
 
 def test_the_knobs_see_the_tf32_setting_of_the_users_file(tmp_path):
-    from perfscope.trial.inspect import inspect_model
+    from perfscope.trial.validate import inspect_model
     from perfscope.workload import load_workload
 
     path = tmp_path / "user_tf32.py"

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from perfscope.measure.alignment import alignment_dtypes, benchmark_alignment, benchmark_alignment_for
+from perfscope.measure.peaks import alignment_dtypes, benchmark_alignment, benchmark_alignment_for
 from perfscope.results import GemmShape
 from perfscope.trace.capture import TraceCapture
 from perfscope.trace.facts import trace_facts

@@ -23,8 +23,7 @@ from perfscope.results import Results, msg
 from perfscope.rules import run_rules
 from perfscope.rules._text import TRACE_ESTIMATE
 from perfscope.trace.communication import communication_facts
-from perfscope.trace.offline import trace_results
-from perfscope.trace.rank_stragglers import trace_stragglers
+from perfscope.trace.offline import trace_results, trace_stragglers
 from tests.public_traces import public_folder, public_trace
 
 TRACES = Path(__file__).parent / "data" / "traces"

@@ -78,7 +78,7 @@ class _NvmlClock:
             if self._handle is None:
                 import pynvml
 
-                from perfscope.measure.nvml import current_cuda_index, nvml_handle
+                from perfscope.measure.utilization import current_cuda_index, nvml_handle
 
                 pynvml.nvmlInit()
                 self._nvml = pynvml

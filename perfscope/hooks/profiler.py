@@ -32,7 +32,7 @@ from perfscope.hooks.tally import Reservoir, StepTally
 from perfscope.hooks.watch import WatchConfig, as_watch
 from perfscope.live.protocol import DIR_ENV as LIVE_DIR_ENV
 from perfscope.measure.allocator_snapshot import on_oom_snapshot
-from perfscope.measure.samples import leading_dim  # re-exported: the integrations count samples the same way
+from perfscope.measure.tokens import leading_dim  # re-exported: the integrations count samples the same way
 
 if TYPE_CHECKING:
     from perfscope.hooks.distributed import RankPlace

@@ -24,11 +24,11 @@ from perfscope.measure import memory
 from perfscope.measure.build import attach_trace, build_trial_metrics
 from perfscope.measure.environment import collect_environment
 from perfscope.measure.mfu import apply_utilization_ratios, choose_peak
-from perfscope.measure.nvml import current_cuda_index
 from perfscope.measure.observation import FirstStep, MemoryPeaks, RunObservation, Unavailable
-from perfscope.measure.tf32 import matmul_tf32_enabled
+from perfscope.measure.utilization import current_cuda_index
 from perfscope.results import Results, Trial, TrialConfig, WorkloadInfo
 from perfscope.results.messages import Message, msg
+from perfscope.tf32_api import matmul_tf32_enabled
 from perfscope.workload import file_sha256
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ def build_results(prof: RunState, *, ratios: bool = True) -> Results:
         elif capture.extra:
             metrics.unavailable["memory_categories"] = msg("memory_categories_failed",
                                                            error=capture.categories_error or capture.missing())
-    if ratios:  # a job's are applied once every rank reported (perfscope.measure.job.apply_job)
+    if ratios:  # a job's are applied once every rank reported (perfscope.measure.ranks.apply_job)
         apply_utilization_ratios(metrics, peak, env)
     trial = Trial(status="ok", metrics=metrics, **common)  # type: ignore[arg-type]
     return Results(**head, trials=[trial], notes=_notes(notes))  # type: ignore[arg-type]

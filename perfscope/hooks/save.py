@@ -23,8 +23,8 @@ from perfscope.hooks.distributed import (
     rank_metrics,
     without_peers,
 )
-from perfscope.measure.job import apply_job, combine_ranks
 from perfscope.measure.mfu import apply_utilization_ratios
+from perfscope.measure.ranks import apply_job, combine_ranks
 from perfscope.pipeline import finish
 from perfscope.results.distributed import RankMetrics
 from perfscope.results.io import copy_file

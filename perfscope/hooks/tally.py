@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from perfscope.measure.samples import leading_dim
+from perfscope.measure.tokens import leading_dim
 
 if TYPE_CHECKING:  # not imported at run time: `import perfscope.hooks` stays light (no results model)
     from perfscope.measure.window import StepRecord

@@ -156,7 +156,7 @@ class Watch:
 
     def _collect(self, index: int) -> None:
         """At each timed step while a capture is awaited: once its trace is there, compare it in the background."""
-        from perfscope.trace.sync_change import rank_trace  # here: the trace readers load only once one is needed
+        from perfscope.trace.sync import rank_trace  # here: the trace readers load only once one is needed
 
         assert self._pending is not None
         folder, finding, by = self._pending
@@ -171,7 +171,7 @@ class Watch:
 
     def _compare(self, folder: Path, finding: WatchFinding | None, previous: threading.Thread | None) -> None:
         """This capture's host waits against the reference's: a new sync is added to the finding."""
-        from perfscope.trace.sync_change import capture_syncs, new_syncs
+        from perfscope.trace.sync import capture_syncs, new_syncs
 
         if previous is not None:
             previous.join()

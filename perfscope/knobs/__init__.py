@@ -1,13 +1,6 @@
 """The registry of optimization knobs. Adding a knob = one module with a Knob subclass + one line here + its test.
 
-    from perfscope.knobs import REGISTRY, knob
-    [k.id for k in REGISTRY]
-    for k in active_knobs(config): model = k.apply_to_model(model, config, workload)   # the trial loop
-
-Everything that needs to know about knobs asks here: the sweep (which to try, and how), the trial loop and
-data set-up (`active_knobs`, `loader_options`), the rules (`knob(id).addresses`), the report
-(`Knob.config_words`) and the hooks (`observe_loop`). `register` adds a knob at run time (a plugin, a test).
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
@@ -21,12 +14,7 @@ from perfscope.knobs.base import Knob, KnobContext, Loop, ModelFacts, Observed
 from perfscope.knobs.channels_last import ChannelsLast
 from perfscope.knobs.checkpointing import ActivationCheckpointing
 from perfscope.knobs.compile import Compile, CompileReduceOverhead
-from perfscope.knobs.dataloader import (
-    DataLoaderWorkers,
-    PersistentWorkers,
-    PinMemory,
-    PrefetchFactor,
-)
+from perfscope.knobs.dataloader import DataLoaderWorkers, PersistentWorkers, PinMemory, PrefetchFactor
 from perfscope.knobs.ddp_bucket_cap import DdpBucketCap
 from perfscope.knobs.ddp_bucket_view import DdpBucketView
 from perfscope.knobs.ddp_static_graph import DdpStaticGraph

@@ -1,11 +1,8 @@
 """Adafactor (torch.optim.Adafactor, torch >= 2.5) in place of Adam/AdamW: factored second moment, no first.
 
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from perfscope.knobs.base import KnobContext
 from perfscope.knobs.lean_optimizer import LeanOptimizer
@@ -20,6 +17,7 @@ class Adafactor(LeanOptimizer):
     title = "Adafactor instead of Adam/AdamW (factored optimizer state)"
     reference = "https://pytorch.org/docs/stable/generated/torch.optim.Adafactor.html"
     replacement = "Adafactor"
+    value = "adafactor"
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return ("-optimizer = torch.optim.AdamW(model.parameters(), lr=lr)\n"
@@ -31,11 +29,8 @@ class Adafactor(LeanOptimizer):
             return f"torch.optim.Adafactor needs torch ≥ 2.5 (this run: {ctx.environment.torch_version})"
         return self.not_adam_type(ctx)
 
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"optimizer": "adafactor"}]
-
     def active(self, config: TrialConfig) -> bool:
-        return config.optimizer == "adafactor"  # built by perfscope.trial.optimizers
+        return config.optimizer == "adafactor"  # built by perfscope.trial.step
 
     def recipe_caveat(self, ctx: KnobContext) -> str:
         decay = (" Adam's L2 weight decay becomes decoupled decay;" if ctx.model.optimizer_class == "Adam" else "")

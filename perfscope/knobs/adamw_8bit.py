@@ -1,7 +1,6 @@
 """8-bit Adam/AdamW: the same algorithm with both moments block-quantized to 8 bits (Dettmers et al. 2022).
 
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from perfscope.versions import major_minor
 @dataclass(frozen=True)
 class Implementation:
     choice: str
-    """TrialConfig.optimizer value (perfscope.trial.optimizers builds it)."""
+    """TrialConfig.optimizer value (perfscope.trial.step builds it)."""
     package: str
     """The distribution's name on PyPI."""
     min_version: tuple[int, int]
@@ -92,7 +91,7 @@ class AdamW8bit(LeanOptimizer):
         return [{"optimizer": impl.choice} for impl in self._usable(ctx)[0]]
 
     def active(self, config: TrialConfig) -> bool:
-        return config.optimizer in {impl.choice for impl in IMPLEMENTATIONS}  # built by perfscope.trial.optimizers
+        return config.optimizer in {impl.choice for impl in IMPLEMENTATIONS}  # built by perfscope.trial.step
 
     def recipe_caveat(self, ctx: KnobContext) -> str:
         return ("the same algorithm and hyper-parameters (lr, betas, eps, weight decay) with both moments quantized "

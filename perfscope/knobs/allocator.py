@@ -1,10 +1,7 @@
 """CUDA caching allocator with expandable segments: fewer fragmented blocks, less reserved-but-unused memory,
 fewer cudaMalloc retries near capacity.
 
-The user's own PYTORCH_CUDA_ALLOC_CONF is kept: the trial merges `expandable_segments:True` into it (a trial
-without the user's max_split_size_mb or garbage_collection_threshold would measure a different allocator), and
-when the user already chose expandable_segments either way the knob does not second-guess it.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

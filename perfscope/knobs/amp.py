@@ -1,14 +1,11 @@
 """Automatic mixed precision: matmuls and convolutions in bf16/fp16 on tensor cores, the rest in fp32.
 
-Typical gains are large on tensor-core GPUs: ResNet-50 2.63× and BERT-large 1.83-1.92× on an A100 vs fp32/TF32
-(NVIDIA DeepLearningExamples performance tables).
-bf16 keeps fp32's exponent range (no loss scaling); fp16 needs a GradScaler against gradient underflow.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from perfscope.knobs.base import Knob, KnobContext
 from perfscope.results.config import TrialConfig
@@ -18,12 +15,28 @@ if TYPE_CHECKING:
     from perfscope.knobs.base import Observed
 
 
-class AmpBf16(Knob):
+class _Autocast(Knob):
+    """The two AMP knobs: autocast to ``value`` around the loss, judged by the matmuls the run made."""
+
+    fields = ("precision",)
+    addresses = ("gemm", "conv", "attention")
+    torch_dtype: ClassVar[str]
+
+    def active(self, config: TrialConfig) -> bool:
+        return config.precision == self.value
+
+    def loss_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
+        return autocast(config, self.torch_dtype)
+
+    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+        return autocast_not_applied(config, seen)
+
+
+class AmpBf16(_Autocast):
     id = "amp_bf16"
     title = "bf16 autocast (AMP)"
     reference = "https://pytorch.org/docs/stable/amp.html"
-    fields = ("precision",)
-    addresses = ("gemm", "conv", "attention")
+    value, torch_dtype = "bf16", "bfloat16"
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return autocast_change(ctx.device, "bfloat16")
@@ -35,9 +48,6 @@ class AmpBf16(Knob):
             return f"bf16 tensor cores need compute capability ≥ 8.0 (this device: {ctx.environment.compute_capability})"
         return None
 
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"precision": "bf16"}]
-
     def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
         return ["numerics: matmuls/convolutions in bf16 (8-bit mantissa); compare the loss curve over a few hundred steps"]
 
@@ -45,22 +55,12 @@ class AmpBf16(Knob):
         # This knob names the precision field for both AMP knobs: "fp32", "bf16 autocast", "fp16 autocast".
         return config.precision if config.precision == "fp32" else f"{config.precision} autocast"
 
-    def active(self, config: TrialConfig) -> bool:
-        return config.precision == "bf16"
 
-    def loss_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
-        return autocast(config, "bfloat16")
-
-    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
-        return autocast_not_applied(config, seen)
-
-
-class AmpFp16(Knob):
+class AmpFp16(_Autocast):
     id = "amp_fp16"
     title = "fp16 autocast + GradScaler (AMP)"
     reference = "https://pytorch.org/docs/stable/amp.html#gradient-scaling"
-    fields = ("precision",)
-    addresses = ("gemm", "conv", "attention")
+    value, torch_dtype = "fp16", "float16"
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return fp16_scaler_change(ctx.device) if ctx.cuda else None  # CPU runs are advised bf16
@@ -74,20 +74,8 @@ class AmpFp16(Knob):
             return f"fp16 tensor cores need compute capability ≥ 7.0 (this device: {ctx.environment.compute_capability})"
         return None
 
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"precision": "fp16"}]
-
     def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
         return ["numerics: fp16 (5-bit exponent) with dynamic loss scaling; watch for overflow (inf/NaN) steps"]
-
-    def active(self, config: TrialConfig) -> bool:
-        return config.precision == "fp16"
-
-    def loss_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
-        return autocast(config, "float16")
-
-    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
-        return autocast_not_applied(config, seen)
 
     def grad_scaler(self, config: TrialConfig) -> Any | None:
         import torch

@@ -1,7 +1,6 @@
 """What a knob is: one optimization, everything perfscope knows about it, in the knob's own file.
 
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from perfscope.workload import Workload
 
 @dataclass(frozen=True, kw_only=True)
 class Observed:
-    """What the trial process actually ran with, read at the end of the timed window (perfscope.trial.applied
+    """What the trial process actually ran with, read at the end of the timed window (perfscope.trial.loop
     reads it; each knob's `Knob.not_applied` judges its own setting from it): facts of the run several knobs read,
     and what each active knob recorded for itself (`Knob.record`)."""
 
@@ -79,7 +78,7 @@ class KnobContext:
 
 
 class Knob:
-    """Base class: subclasses set the class attributes and override `variants` (and `applies` when needed)."""
+    """Base class: subclasses set the class attributes, `value` or `variants`, and `applies` when needed."""
 
     id: ClassVar[str]
     title: ClassVar[str]
@@ -88,6 +87,8 @@ class Knob:
     """The TrialConfig fields its variants set: `active` reads them, the report names them, and a Profiler in
     the user's own loop lists them as unknown when `observed_by_hooks` is False. Empty: the knob's setting lives in
     ``TrialConfig.knob_settings[id]`` (`settings` names it either way)."""
+    value: ClassVar[Any] = None
+    """The value of ``fields[0]`` in the knob's one variant (None: the knob overrides `variants`)."""
     addresses: ClassVar[tuple[str, ...]] = ()
     """The slices of the step-time breakdown (keys of perfscope.results.breakdown.SLICES, "step" for all) it
     acts on: a finding about it says which part of the step it can shrink. Empty for memory knobs."""
@@ -150,8 +151,10 @@ class Knob:
         return None
 
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        """TrialConfig changes to try; the sweep keeps the fastest."""
-        raise NotImplementedError
+        """TrialConfig changes to try; the sweep keeps the fastest. Default: ``fields[0]`` set to ``value``."""
+        if self.value is None:
+            raise NotImplementedError(f"{type(self).__name__} sets neither `value` nor `variants()`")
+        return [{self.fields[0]: self.value}]
 
     def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
         """How adopting it changes training beyond speed (numerics, global batch); empty when it does not."""
@@ -234,7 +237,7 @@ class Knob:
 
     def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
         """Why the run did not run with this knob after all, from what the trial saw at the end of its timed
-        steps (perfscope.trial.applied: the user's code switched it back); None when it did, or cannot tell."""
+        steps (perfscope.trial.loop.not_applied: the user's code switched it back); None when it did, or cannot tell."""
         return None
 
     # ------------------------------------------------------- a Profiler in the user's own loop (perfscope.hooks)
@@ -310,3 +313,12 @@ def ddp_reason(ctx: KnobContext, setting: str) -> str | None:
 def is_ddp(config: TrialConfig) -> bool:
     """The model is DistributedDataParallel's: plain DDP, or DDP with ZeroRedundancyOptimizer."""
     return config.data_parallel in ("ddp", "zero1")
+
+
+class DdpOption(Knob):
+    """A DistributedDataParallel setting: stacked only onto a configuration whose model is DDP's."""
+
+    reference = "https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"
+
+    def compatible(self, config: TrialConfig) -> bool:
+        return is_ddp(config)

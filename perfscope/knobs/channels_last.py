@@ -15,6 +15,7 @@ class ChannelsLast(Knob):
     title = "channels_last memory format"
     reference = "https://pytorch.org/tutorials/intermediate/memory_format_tutorial.html"
     fields = ("channels_last",)
+    value = True
     addresses = ("conv",)
     observed_by_hooks = False
 
@@ -27,9 +28,6 @@ class ChannelsLast(Knob):
         if not ctx.model.has_conv2d:
             return "no 2-D convolutions in the model: the memory format would not matter"
         return None
-
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"channels_last": True}]
 
     def config_words(self, config: TrialConfig) -> str | None:
         return "channels_last" if config.channels_last else None

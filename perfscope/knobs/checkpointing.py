@@ -1,8 +1,6 @@
 """Activation checkpointing: drop the repeated blocks' activations and recompute them in backward.
 
-It costs about one extra forward (≈ 33% more FLOPs: HFU rises, MFU falls) and buys memory; its value is
-the larger micro-batch that memory allows, so the sweep also measures it paired with a micro-batch search.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
@@ -19,6 +17,7 @@ class ActivationCheckpointing(Knob):
     title = "activation checkpointing of repeated blocks"
     reference = "https://pytorch.org/docs/stable/checkpoint.html"
     fields = ("activation_checkpointing",)
+    value = True
     observed_by_hooks = False
     frees = "activations"
     cost = "recompute"
@@ -33,9 +32,6 @@ class ActivationCheckpointing(Knob):
         if ctx.model.repeated_blocks < 2:
             return "no repeated blocks found (an nn.ModuleList of same-type blocks); set Workload.checkpoint_blocks"
         return None
-
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"activation_checkpointing": True}]
 
     def config_words(self, config: TrialConfig) -> str | None:
         return "activation checkpointing" if config.activation_checkpointing else None

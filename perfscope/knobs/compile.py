@@ -32,6 +32,7 @@ class Compile(Knob):
     title = "torch.compile"
     reference = "https://pytorch.org/docs/stable/generated/torch.compile.html"
     fields = ("compile",)
+    value = "default"
     addresses = ("elementwise", "normalization", "host", "launch")
 
     def code_change(self, ctx: KnobContext) -> str | None:
@@ -41,9 +42,6 @@ class Compile(Knob):
         if ctx.base.compile is not None:
             return f"the model is already compiled (mode {ctx.base.compile})"
         return no_compiler_reason(ctx)
-
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"compile": "default"}]
 
     def config_words(self, config: TrialConfig) -> str | None:
         return f"torch.compile {config.compile}" if config.compile else "eager"
@@ -79,6 +77,7 @@ class CompileReduceOverhead(Knob):
     title = "torch.compile(mode=\"reduce-overhead\") (CUDA graphs)"
     reference = "https://pytorch.org/docs/stable/torch.compiler_cudagraph_trees.html"
     fields = ("compile",)
+    value = "reduce-overhead"
     addresses = ("launch", "host")
 
     def code_change(self, ctx: KnobContext) -> str | None:
@@ -97,9 +96,6 @@ class CompileReduceOverhead(Knob):
             return (f"the loop accumulates gradients ({ctx.base.grad_accum_steps} micro-steps): CUDA graphs overwrite the "
                     "outputs kept in .grad by the next replay (pytorch/pytorch#169545, open)")
         return None
-
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"compile": "reduce-overhead"}]
 
     def active(self, config: TrialConfig) -> bool:
         return config.compile == "reduce-overhead"

@@ -54,17 +54,21 @@ class _WorkerOption(Knob):
     when the user's loop has none."""
 
     builds_on = "dataloader_workers"
+    reference = "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader"
+    addresses = ("data_wait",)
 
     def prerequisite_met(self, config: TrialConfig) -> bool:
         return config.num_workers > 0
+
+    def apply_to_loader(self, config: TrialConfig) -> dict[str, Any]:
+        return {self.fields[0]: getattr(config, self.fields[0])}
 
 
 class PersistentWorkers(_WorkerOption):
     id = "persistent_workers"
     title = "persistent DataLoader workers"
-    reference = "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader"
     fields = ("persistent_workers",)
-    addresses = ("data_wait",)
+    value = True
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return ("-loader = DataLoader(ds, batch_size=B, num_workers=N)\n"
@@ -75,19 +79,12 @@ class PersistentWorkers(_WorkerOption):
             return "persistent_workers is already on"
         return _dataset_reason(ctx)
 
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"persistent_workers": True}]
-
-    def apply_to_loader(self, config: TrialConfig) -> dict[str, Any]:
-        return {"persistent_workers": config.persistent_workers}
-
 
 class PrefetchFactor(_WorkerOption):
     id = "prefetch_factor"
     title = "deeper DataLoader prefetch (prefetch_factor=4)"
-    reference = "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader"
     fields = ("prefetch_factor",)
-    addresses = ("data_wait",)
+    value = 4
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return ("-loader = DataLoader(ds, batch_size=B, num_workers=N)\n"
@@ -98,18 +95,13 @@ class PrefetchFactor(_WorkerOption):
             return f"prefetch_factor is already {ctx.base.prefetch_factor}"
         return _dataset_reason(ctx)
 
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"prefetch_factor": 4}]
-
-    def apply_to_loader(self, config: TrialConfig) -> dict[str, Any]:
-        return {"prefetch_factor": config.prefetch_factor}
-
 
 class PinMemory(Knob):
     id = "pin_memory"
     title = "pinned host memory + non_blocking copies"
     reference = "https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html"
     fields = ("pin_memory",)
+    value = True
     addresses = ("memcpy", "sync")
 
     def code_change(self, ctx: KnobContext) -> str | None:
@@ -123,9 +115,6 @@ class PinMemory(Knob):
         if ctx.base.pin_memory:
             return "pin_memory is already on"
         return None
-
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"pin_memory": True}]
 
     def apply_to_loader(self, config: TrialConfig) -> dict[str, Any]:
         return {"pin_memory": config.device == "cuda"}  # pinning only speeds copies to a GPU

@@ -1,27 +1,19 @@
-"""DDP gradient bucket size (`bucket_cap_mb`, torch's default 25 MB).
-
-DDP all-reduces gradients in buckets, each launched as soon as all its gradients are ready in backward, so the
-communication overlaps the rest of backward. Smaller buckets start earlier (more overlap) but pay each
-collective's fixed latency more often; larger ones make fewer, more efficient calls that start later. Which
-wins depends on the model's gradient sizes and the interconnect: measured, 5 and 100 MB.
-"""
+"""DDP gradient bucket size (`bucket_cap_mb`, torch's default 25 MB). Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from perfscope.knobs.base import Knob, KnobContext, ddp_reason, is_ddp
-from perfscope.results.config import TrialConfig
+from perfscope.knobs.base import DdpOption, KnobContext, ddp_reason
 from perfscope.snippets import ddp_option_change
 
 SIZES_MB = (5.0, 100.0)
 TORCH_DEFAULT_MB = 25.0
 
 
-class DdpBucketCap(Knob):
+class DdpBucketCap(DdpOption):
     id = "ddp_bucket_cap"
     title = "DDP gradient bucket size (bucket_cap_mb 5 / 100; default 25)"
-    reference = "https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"
     fields = ("bucket_cap_mb",)
     addresses = ("communication",)
 
@@ -35,6 +27,3 @@ class DdpBucketCap(Knob):
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         current = ctx.base.bucket_cap_mb or TORCH_DEFAULT_MB
         return [{"bucket_cap_mb": size} for size in SIZES_MB if size != current]
-
-    def compatible(self, config: TrialConfig) -> bool:
-        return is_ddp(config)

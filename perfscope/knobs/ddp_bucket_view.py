@@ -1,25 +1,18 @@
 """DDP `gradient_as_bucket_view=True`: the gradients are views into DDP's all-reduce buckets.
 
-By default DDP keeps each gradient and a copy of it in its bucket, copying one into the other every step; as
-views there is one copy fewer per step and one gradient-sized buffer less in memory. Code that detaches or
-re-points `.grad` in place (`p.grad.detach_()`, `p.grad = ...`) no longer reaches the bucket: the documented
-caveat, which the harness's plain optimizer loop does not hit.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from perfscope.knobs.base import Knob, KnobContext, ddp_reason, is_ddp
-from perfscope.results.config import TrialConfig
+from perfscope.knobs.base import DdpOption, KnobContext, ddp_reason
 from perfscope.snippets import ddp_option_change
 
 
-class DdpBucketView(Knob):
+class DdpBucketView(DdpOption):
     id = "ddp_bucket_view"
     title = "DDP gradient_as_bucket_view=True (no gradient copy into the buckets)"
-    reference = "https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"
     fields = ("gradient_as_bucket_view",)
+    value = True
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return ddp_option_change(ctx.device, "gradients live in the all-reduce buckets: one copy and one "
@@ -30,9 +23,3 @@ class DdpBucketView(Knob):
         if ctx.base.gradient_as_bucket_view:
             return "gradient_as_bucket_view is already on"
         return ddp_reason(ctx, "gradient_as_bucket_view")
-
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"gradient_as_bucket_view": True}]
-
-    def compatible(self, config: TrialConfig) -> bool:
-        return is_ddp(config)

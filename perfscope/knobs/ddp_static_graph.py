@@ -1,13 +1,10 @@
 """DDP `static_graph=True`: DDP learns the graph in the first step and stops re-checking it.
 
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from perfscope.knobs.base import Knob, KnobContext, ddp_reason, is_ddp
+from perfscope.knobs.base import DdpOption, KnobContext, ddp_reason
 from perfscope.results.config import TrialConfig
 from perfscope.snippets import ddp_option_change
 
@@ -15,11 +12,11 @@ CAVEAT = ("static_graph=True is correct only if the same parameters receive grad
           "or head skipped on some steps); otherwise gradients are wrong or DDP raises an error")
 
 
-class DdpStaticGraph(Knob):
+class DdpStaticGraph(DdpOption):
     id = "ddp_static_graph"
     title = "DDP static_graph=True"
-    reference = "https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"
     fields = ("static_graph",)
+    value = True
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return ddp_option_change(ctx.device, "only if the same parameters are used every step", static_graph=True)
@@ -29,11 +26,5 @@ class DdpStaticGraph(Knob):
             return "static_graph is already on"
         return ddp_reason(ctx, "static_graph")
 
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"static_graph": True}]
-
     def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
         return [CAVEAT] if config.static_graph else []
-
-    def compatible(self, config: TrialConfig) -> bool:
-        return is_ddp(config)

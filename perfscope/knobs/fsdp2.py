@@ -1,7 +1,6 @@
 """FSDP2 (`fully_shard`): every rank keeps 1/N of the parameters, gradients and optimizer state.
 
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
 """FSDP2 mixed precision (`MixedPrecisionPolicy`): parameters all-gathered and gradients reduce-scattered in bf16.
 
-Half the bytes on the wire for both collectives, and forward/backward run on bf16 parameters; the sharded
-parameters and the optimizer step stay fp32, so the update itself is not rounded. Measured on top of `fsdp2`'s
-best variant when the loop is not sharded yet.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from perfscope.knobs.base import Knob, KnobContext, data_parallel_reason
 from perfscope.results.config import TrialConfig
@@ -18,6 +13,7 @@ class FsdpMixedPrecision(Knob):
     title = "FSDP2 mixed precision (bf16 all-gather and reduce-scatter)"
     reference = "https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html#torch.distributed.fsdp.MixedPrecisionPolicy"
     fields = ("fsdp_mixed_precision",)
+    value = "bf16"
     builds_on = "fsdp2"
 
     def prerequisite_met(self, config: TrialConfig) -> bool:
@@ -38,9 +34,6 @@ class FsdpMixedPrecision(Knob):
         if ctx.cuda and (ctx.capability or (0, 0)) < (8, 0):
             return f"bf16 compute needs compute capability ≥ 8.0 (this device: {ctx.environment.compute_capability})"
         return data_parallel_reason(ctx)
-
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"fsdp_mixed_precision": "bf16"}]
 
     def compatible(self, config: TrialConfig) -> bool:
         return config.data_parallel == "fsdp"

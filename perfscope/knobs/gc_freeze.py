@@ -20,6 +20,7 @@ class GcFreeze(Knob):
     title = "gc.freeze() after warm-up"
     reference = "https://docs.python.org/3/library/gc.html#gc.freeze"
     fields = ("gc_mode",)
+    value = "freeze"
     addresses = ("host", "launch")
     observed_by_hooks = False
 
@@ -30,9 +31,6 @@ class GcFreeze(Knob):
         if ctx.base.gc_mode != "default":
             return f"GC is already managed ({ctx.base.gc_mode})"
         return None
-
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"gc_mode": "freeze"}]
 
     def config_words(self, config: TrialConfig) -> str | None:
         return f"gc {config.gc_mode}" if config.gc_mode != "default" else None

@@ -1,10 +1,7 @@
 """Gradient accumulation traded for micro-batch: a larger micro-batch with fewer accumulation steps, the
 user's global batch (micro × accumulation) unchanged — the semantics-preserving side of the micro-batch search.
 
-Measured by the micro-batch search (perfscope.search.microbatch), not toggled: of the points whose samples per
-optimizer step equal the user's, the fastest one. This is the micro-batch change the sweep may recommend;
-`micro_batch` reports the fastest point overall, which may change the global batch.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

@@ -1,20 +1,19 @@
 """Gradient communication compression: DDP communication hooks that all-reduce smaller gradients.
 
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from perfscope.knobs.base import Knob, KnobContext, ddp_reason, is_ddp
+from perfscope.knobs.base import DdpOption, KnobContext, ddp_reason
 from perfscope.results.config import TrialConfig
 from perfscope.snippets import ddp_wrap
 
 HOOKS = {"bf16": "bf16_compress_hook", "fp16": "fp16_compress_hook"}
 
 
-class GradCompression(Knob):
+class GradCompression(DdpOption):
     id = "grad_compression"
     title = "gradient communication compression (DDP bf16 / fp16 hooks)"
     reference = "https://pytorch.org/docs/stable/ddp_comm_hooks.html"
@@ -34,9 +33,6 @@ class GradCompression(Knob):
 
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"comm_hook": hook} for hook in (("bf16", "fp16") if ctx.cuda else ("fp16",))]
-
-    def compatible(self, config: TrialConfig) -> bool:
-        return is_ddp(config)
 
     def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
         if config.comm_hook is None:

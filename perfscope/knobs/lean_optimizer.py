@@ -1,7 +1,6 @@
 """What the memory-lean optimizer knobs (adafactor, adamw_8bit) share: they replace the user's optimizer.
 
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

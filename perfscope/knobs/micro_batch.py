@@ -1,10 +1,4 @@
-"""Micro-batch size: larger micro-batches fill the device better, until memory runs out.
-
-Searched, not toggled (perfscope.search.microbatch): doubling until OOM or no more gain, then bisection.
-This knob reports the fastest micro-batch overall; when it changes the global batch (micro × accumulation,
-× the data-parallel ranks in a distributed run) that is flagged with a learning-rate note and never recommended. Its semantics-preserving side — the same
-global batch through accumulation — is the `grad_accum` knob.
-"""
+"""Micro-batch size: larger micro-batches fill the device better, until memory runs out. Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Gradient accumulation without a gradient sync on every micro-batch (DDP `no_sync()`, FSDP2
 `set_requires_gradient_sync(False)`): one all-reduce per optimizer step instead of one per micro-batch.
 
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

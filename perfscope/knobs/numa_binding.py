@@ -1,11 +1,8 @@
 """torchrun `--numa-binding=node` (PyTorch ≥ 2.9): each rank runs on the CPUs of its GPU's NUMA node.
 
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from perfscope.knobs.base import Knob, KnobContext
 from perfscope.versions import major_minor
@@ -19,6 +16,7 @@ class NumaBinding(Knob):
     title = "torchrun --numa-binding=node (each rank on its GPU's NUMA node)"
     reference = "https://pytorch.org/docs/stable/elastic/run.html"
     fields = ("numa_binding",)
+    value = "node"
     addresses = ("host", "data_wait")
 
     def code_change(self, ctx: KnobContext) -> str | None:
@@ -44,6 +42,3 @@ class NumaBinding(Knob):
         if nodes < 2:
             return "this machine has one NUMA node: every CPU is equally close to the GPUs, there is nothing to bind"
         return None
-
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"numa_binding": "node"}]

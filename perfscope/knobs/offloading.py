@@ -1,7 +1,6 @@
 """Activation offloading: saved activations wait in pinned host memory between forward and backward.
 
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
@@ -19,6 +18,7 @@ class ActivationOffloading(Knob):
     title = "activation offloading to pinned host memory"
     reference = "https://pytorch.org/docs/stable/autograd.html#torch.autograd.graph.save_on_cpu"
     fields = ("offload_activations",)
+    value = True
     observed_by_hooks = False
     frees = "activations"
     cost = "host↔device copies"
@@ -38,9 +38,6 @@ class ActivationOffloading(Knob):
         if ctx.base.offload_activations:
             return "activation offloading is already on"
         return None
-
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"offload_activations": True}]
 
     def step_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
         # The pack hook copies each saved tensor out as the forward saves it; backward copies it back.

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from perfscope.knobs.base import Knob, KnobContext
 from perfscope.results.config import TrialConfig
 
@@ -15,6 +13,7 @@ class FusedOptimizer(Knob):
     title = "fused optimizer (fused=True)"
     reference = "https://pytorch.org/docs/stable/optim.html#algorithms"
     fields = ("optimizer_impl",)
+    value = "fused"
     addresses = ("optimizer",)
     observed_by_hooks = False
 
@@ -28,9 +27,6 @@ class FusedOptimizer(Knob):
             return f"{ctx.model.optimizer_class} has no fused implementation in torch (fusable: {', '.join(sorted(FUSABLE))})"
         return None
 
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"optimizer_impl": "fused"}]
-
     def config_words(self, config: TrialConfig) -> str | None:
         return f"{config.optimizer_impl} optimizer" if config.optimizer_impl != "default" else None
-    # Applied where the optimizer is built (perfscope.trial.optimizers rebuilds the user's with fused=True).
+    # Applied where the optimizer is built (perfscope.trial.step rebuilds the user's with fused=True).

@@ -1,7 +1,6 @@
 """Pipeline parallelism (`torch.distributed.pipelining`): each rank runs a contiguous share of the blocks.
 
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Tensor parallelism (`parallelize_module`): the ranks split each block's matmuls instead of replicating the model.
 
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ class Tf32(Knob):
     title = "TF32 matmuls"
     reference = "https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices"
     fields = ("tf32",)
+    value = True
     addresses = ("gemm",)
 
     def code_change(self, ctx: KnobContext) -> str | None:
@@ -39,9 +40,6 @@ class Tf32(Knob):
         if ctx.base.precision != "fp32":
             return f"the loop runs {ctx.base.precision} autocast: its matmuls are not fp32"
         return None
-
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"tf32": True}]
 
     def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
         return ["numerics: fp32 matmuls with a 10-bit mantissa (TF32)"]

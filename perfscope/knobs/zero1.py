@@ -1,14 +1,8 @@
 """ZeRO-1: DDP with `ZeroRedundancyOptimizer`, each rank keeping and stepping 1/N of the optimizer state.
 
-The model stays DistributedDataParallel (the same gradient all-reduce); after its shard's step each rank
-broadcasts its updated parameters to the others. It gives back (N-1)/N of the optimizer state — AdamW's two
-moments are twice the parameters — which pays through the larger micro-batch that memory lets fit, as the
-other optimizer-state knobs do. The update is the same as the unsharded optimizer's.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from perfscope.knobs.base import Knob, KnobContext, data_parallel_reason
 from perfscope.knobs.fsdp2 import state_per_rank_notes
@@ -22,6 +16,7 @@ class Zero1(Knob):
     title = "ZeroRedundancyOptimizer (≈ ZeRO-1: optimizer state sharded)"
     reference = "https://pytorch.org/docs/stable/distributed.optim.html#torch.distributed.optim.ZeroRedundancyOptimizer"
     fields = ("data_parallel",)
+    value = "zero1"
 
     def active(self, config: TrialConfig) -> bool:
         return config.data_parallel == "zero1"  # applied by perfscope.trial.data_parallel (shard_optimizer)
@@ -42,9 +37,6 @@ class Zero1(Knob):
         if ctx.base.data_parallel == "fsdp":
             return "FSDP already shards the optimizer state (and the gradients and parameters with it)"
         return data_parallel_reason(ctx)
-
-    def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
-        return [{"data_parallel": "zero1"}]
 
     def measured_notes(self, ctx: KnobContext, baseline: Trial, trial: Trial) -> list[str]:
         return state_per_rank_notes(baseline, trial)

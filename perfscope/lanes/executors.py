@@ -1,16 +1,6 @@
 """Where a lane's trials run: local subprocesses, or an engine the user already runs (Ray, Slurm through submitit).
 
-    executor = LocalExecutor(out_dir / "trials")
-    runner = executor.runner(lane)          # session.measure(..., lane=runner): the trial runs on that lane
-    executor.cancel()                       # Ctrl-C: end every trial in flight, say what was cancelled
-
-Every executor runs each trial as a fresh process that writes its result file (perfscope.trial.child) into the
-output folder, which the driver reads back: the same evidence, whichever engine ran it. An executor schedules
-nothing across machines itself; it hands one trial at a time to the engine. A trial the workload broke (an OOM,
-a crash, a timeout) is the trial's outcome; a job the *executor* lost (its node died, it was pre-empted, cancelled
-or its worker crashed) raises `LaneFailure` with the engine's reason, and the sweep drops the lane
-(perfscope.lanes.sweep).
-"""
+Design notes: docs/parallel.md."""
 
 from __future__ import annotations
 
@@ -19,7 +9,7 @@ from pathlib import Path
 from typing import Protocol
 
 from perfscope.lanes.plan import Lane
-from perfscope.trial.runner import Outcome, TrialRunner
+from perfscope.trial.runner import Outcome, TrialRunner, run_in_fresh_interpreter, timed_out
 from perfscope.trial.session import LaneRunner
 from perfscope.trial.spec import ChildSpec
 
@@ -77,3 +67,21 @@ class LocalExecutor:
     def close(self) -> None:
         for runner in self._runners:
             runner.close()
+
+
+def run_trial_job(spec_path: str, log_path: str, env: dict[str, str], timeout_s: float) -> int | None:
+    """The job's body: the trial in a fresh interpreter; its return code, or None when it timed out."""
+    return run_in_fresh_interpreter(Path(spec_path), Path(log_path), env, timeout_s)
+
+
+def read_back(returncode: int | None, spec_path: Path, timeout_s: float, wall_s: float) -> Outcome:
+    """The trial's outcome from its folder, as the local runner classifies it."""
+    folder = spec_path.parent
+    if returncode is None:
+        return timed_out(timeout_s, folder / "trial.log", wall_s)
+    return TrialRunner.classify(returncode, folder / "result.json", folder / "trial.log", wall_s)
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")

@@ -1,13 +1,6 @@
 """Split the machine into lanes: one device each (when there are devices) and a disjoint set of CPU cores.
 
-    plan_lanes(2)                          # [Lane(0, cpus={0}), Lane(1, cpus={1})] on a 2-core machine
-    plan_lanes(devices=["0", "1"])         # one lane per GPU, each with half the cores (its NUMA node's when known)
-
-Why disjoint cores: two trials on the same cores measure each other (the contention guard would exclude both);
-DataLoader workers, the intra-op thread pool and the trial itself stay inside the lane's cores
-(perfscope.trial.pin). Cores are taken NUMA node by node where the machine has several, so a lane never spans
-two nodes when the lanes divide the nodes evenly.
-"""
+Design notes: docs/parallel.md."""
 
 from __future__ import annotations
 
@@ -17,7 +10,7 @@ from pathlib import Path
 
 from perfscope.errors import UserError
 from perfscope.measure.contention import sweep_env
-from perfscope.trial.pin import LANE_CPUS_ENV
+from perfscope.trial.pin import LANE_CPUS_ENV, parse_cpus
 
 NODE_DIR = Path("/sys/devices/system/node")
 
@@ -47,8 +40,6 @@ class Lane:
 
 def numa_nodes(node_dir: Path = NODE_DIR) -> list[frozenset[int]]:
     """Each NUMA node's CPUs from sysfs (empty when the machine does not say)."""
-    from perfscope.trial.pin import parse_cpus
-
     nodes = []
     for path in sorted(node_dir.glob("node[0-9]*/cpulist"), key=lambda p: int(p.parent.name[4:])):
         try:

@@ -1,16 +1,7 @@
 """The Ray executor (`--executor ray`, extra `perfscope[ray]`): each lane is a placement group, each trial a Ray task
 in it that runs the trial child as a fresh process.
 
-    executor = RayExecutor(out_dir / "trials")     # ray.init(): RAY_ADDRESS's cluster, or a local one
-    runner = executor.runner(lane)                  # a placement group of the lane's cores (and one GPU)
-
-For users who already run Ray: the lanes' resources are reserved as placement groups (one bundle each: the lane's
-cores and GPU), so the sweep's trials never share a lane with each other, and Ray's own scheduler places them. Ray
-sets CUDA_VISIBLE_DEVICES for a task that asked for a GPU; on a cluster started here, the lane's cores are also
-pinned (perfscope.trial.pin). A task is never retried (a retried trial would be a second, unpaired run): a worker
-that dies, or a task Ray cancels, is the lane's failure, with Ray's exception as the reason. Ctrl-C cancels every
-task in flight (`ray.cancel`, which interrupts the task so it kills its trial's process group).
-"""
+Design notes: docs/parallel.md."""
 
 from __future__ import annotations
 
@@ -21,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from perfscope.errors import UserError
-from perfscope.lanes.executors import LaneFailure
+from perfscope.lanes.executors import LaneFailure, first_line, read_back, run_trial_job
 from perfscope.lanes.plan import Lane
-from perfscope.lanes.remote import first_line, read_back, run_trial_job
 from perfscope.trial.runner import Outcome, prepare_trial
 from perfscope.trial.spec import ChildSpec
 

@@ -1,16 +1,7 @@
 """The Slurm executor (`--executor slurm`, extra `perfscope[slurm]`): each trial is a Slurm job, submitted through
 submitit from wherever `perfscope analyze` runs (a login node: no sbatch script to write).
 
-    perfscope analyze train.py --lanes 8 --executor slurm --slurm-partition gpu --slurm-gpus-per-node 1
-
-A lane is a stream of one-trial jobs, one in flight at a time: the sweep decides what runs next from each result,
-so its jobs cannot be submitted ahead as an array. Each job asks for the lane's share of cores (and
-``gpus_per_node`` GPUs); Slurm pins it to its allocation and sets CUDA_VISIBLE_DEVICES, so the driver pins
-nothing. The trial writes its result into the output folder, which must be on a file system the nodes share.
-A job Slurm ends before the trial finished (a node failure, a pre-emption, its time limit, a `scancel`) is the
-lane's failure, with the job's state as the reason; Ctrl-C cancels every job in flight (`scancel`, through
-submitit's `job.cancel`).
-"""
+Design notes: docs/parallel.md."""
 
 from __future__ import annotations
 
@@ -22,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from perfscope.errors import UserError
-from perfscope.lanes.executors import LaneFailure
+from perfscope.lanes.executors import LaneFailure, first_line, read_back, run_trial_job
 from perfscope.lanes.plan import Lane
-from perfscope.lanes.remote import first_line, read_back, run_trial_job
 from perfscope.trial.runner import Outcome, prepare_trial
 from perfscope.trial.spec import ChildSpec
 

@@ -1,36 +1,25 @@
 """The sweep on several lanes at once: the same decisions as the sequential sweep, several pairs in flight.
 
-    sweep = run_sweep(session, workload, base, options, sweeper=lane_sweeper(runners, executor))
-
-`LaneSweeper` is perfscope.search.sweep.Sweeper with one change: where the sweep measures, up to one pair
-(a candidate run and a baseline run, in a random order) runs on each lane at a time. What it decides — which
-candidates, how many runs, when to stop, the verdicts — is the Sweeper's own code, so every executor gives the same
-statistics. Where it gains time:
-- first runs: every knob's variants are queued and measured together, one pair per lane, when the sweep first
-  needs a verdict (a knob that builds on another waits for it, as in the sequential sweep);
-- refinement: the open candidates with the most promising intervals get their next run together, one per lane.
-The micro-batch search, stacking and confirmation decide run by run: they measure one pair at a time, on a lane.
-
-Every comparison is within a lane: a candidate run's local reference is its own lane's baseline runs
-(perfscope.search.compare), so a lane's speed cancels in each ratio, the between-lane spread of a knob's effect
-lands in the candidate's own variance, and the family's error bound holds as on one lane (benchmarks.lanes_model).
-A candidate's runs rotate over the lanes (each run on the free lane where it has run least), so no knob is
-tied to a slow card. An A/A check (perfscope.lanes.aa) opens the sweep. A lane the executor loses is dropped with
-its reason; its finished runs count; the pair it was running goes to another lane.
-"""
+Design notes: docs/parallel.md."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import math
+import statistics
+import sys
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
-from perfscope.lanes.aa import AA_RUNS, check_lanes
-from perfscope.lanes.executors import LaneFailure
+from perfscope.errors import UserError
+from perfscope.lanes.executors import EXECUTORS, Executor, LaneFailure, LocalExecutor
+from perfscope.lanes.plan import plan_lanes
 from perfscope.results import Trial
 from perfscope.results.config import TrialConfig
 from perfscope.results.lanes import LaneRecord, ParallelSweep
@@ -39,6 +28,7 @@ from perfscope.search.candidate import BASELINE, Candidate
 from perfscope.search.compare import log_rate
 from perfscope.search.microbatch import MicroBatchResult
 from perfscope.search.sweep import Sweeper
+from perfscope.stats import robust_sigma
 from perfscope.trial.session import IN_FLIGHT, LaneRunner
 
 T = TypeVar("T")
@@ -138,7 +128,7 @@ class LaneSweeper(Sweeper):
     # --------------------------------------------------------------------------------- lanes
 
     def aa_check(self) -> None:
-        """The baseline `AA_RUNS` times on every lane; outlying lanes dropped (perfscope.lanes.aa)."""
+        """The baseline `AA_RUNS` times on every lane; outlying lanes dropped (check_lanes, below)."""
         def series(lane: LaneRunner) -> list[Trial]:
             return [self._on(lane, BASELINE, self.reference, []) for _ in range(AA_RUNS)]
 
@@ -291,3 +281,110 @@ def _record(runner: LaneRunner) -> LaneRecord:
 def lane_sweeper(lanes: Sequence[LaneRunner], executor: str, cancel: Callable[[], str]) -> Callable[..., Sweeper]:
     """What perfscope.search.sweep.run_sweep builds the sweep with, for these lanes."""
     return functools.partial(LaneSweeper, lanes=lanes, executor=executor, cancel=cancel)
+
+
+AA_RUNS = 2
+"""Baseline runs per lane in the A/A check."""
+OUTLIER_RATIO = 1.25
+"""A lane this much faster or slower than the median lane is an outlier (the GPU-to-GPU spread of one model is ~8 %)."""
+MAD_LIMIT = 2.5
+"""... and further than this many robust standard deviations (1.4826 × the median absolute deviation) of the lanes'
+levels: a machine whose lanes all spread widely does not lose its slowest lane for being at one end of the spread."""
+MIN_LANES_FOR_OUTLIERS = 3
+
+
+@dataclass
+class AACheck:
+    levels: dict[int, float]
+    """Lane -> its mean log baseline throughput over the median lane's (0 = the median lane)."""
+    spread: float | None
+    """Standard deviation of the kept lanes' levels (log): the lane-to-lane spread."""
+    outliers: dict[int, str] = field(default_factory=dict)
+    """Lane -> why it was dropped."""
+
+
+def check_lanes(rates: dict[int, list[float]]) -> AACheck:
+    """``rates``: each lane's A/A log throughputs (a lane without any has failed and is not judged here)."""
+    means = {lane: statistics.fmean(r) for lane, r in rates.items() if r}
+    if not means:
+        return AACheck({}, None)
+    middle = statistics.median(means.values())
+    levels = {lane: m - middle for lane, m in means.items()}
+    outliers: dict[int, str] = {}
+    if len(means) >= MIN_LANES_FOR_OUTLIERS:
+        limit = max(math.log(OUTLIER_RATIO), MAD_LIMIT * robust_sigma(list(levels.values()), 0.0))
+        for lane, level in levels.items():
+            if abs(level) > limit:
+                outliers[lane] = (f"A/A outlier: its baseline ran at {math.exp(level):.2f}× the median lane's "
+                                  f"(the limit is {math.exp(limit):.2f}×): dropped before the sweep")
+    kept = [v for lane, v in levels.items() if lane not in outliers]
+    spread = statistics.stdev(kept) if len(kept) >= 2 else None
+    return AACheck(levels, spread, outliers)
+
+
+@dataclass(kw_only=True)
+class LaneOptions:
+    lanes: int | None = None
+    """Lanes on this machine (each with an equal share of the cores); None with ``devices``."""
+    devices: list[str] | None = None
+    """One lane per device (CUDA_VISIBLE_DEVICES values)."""
+    executor: str = "local"
+    slurm_partition: str | None = None
+    slurm_gpus_per_node: int | None = None
+    ranks: int = 1
+    """Processes of a torchrun trial on this node (--nproc-per-node): each lane takes that many devices as a group."""
+
+    def __post_init__(self) -> None:
+        if self.executor not in EXECUTORS:
+            raise UserError(f"unknown executor {self.executor!r}; choose one of {', '.join(EXECUTORS)}")
+        if self.lanes is None and not self.devices:
+            raise UserError("a parallel sweep needs --lanes N or --devices LIST")
+        if self.executor != "slurm" and (self.slurm_partition or self.slurm_gpus_per_node):
+            raise UserError("--slurm-partition and --slurm-gpus-per-node go with --executor slurm")
+        if self.ranks > 1 and self.executor != "local":
+            raise UserError(f"torchrun trials ({self.ranks} ranks) run on lanes through the local executor only: the "
+                            f"{self.executor} executor runs a lane's trial as one process")
+
+    @property
+    def count(self) -> int:
+        """How many lanes these options ask for (what the plan's time estimate divides among)."""
+        return len(self.devices) // self.ranks if self.devices else self.lanes or 1
+
+
+@contextmanager
+def parallel_sweep(options: LaneOptions | None, work_dir: Path, *, timeout_s: float) -> Iterator[Callable[..., Any] | None]:
+    """The Sweeper factory for these lanes (None: the sequential sweep); the executor is closed afterwards."""
+    if options is None:
+        yield None
+        return
+    lanes = plan_lanes(options.lanes, options.devices, ranks=options.ranks)
+    executor = make_executor(options.executor, work_dir, partition=options.slurm_partition,
+                             gpus_per_node=options.slurm_gpus_per_node, timeout_s=timeout_s)
+    group = ""
+    if options.ranks > 1:
+        group = f"; each trial is a {options.ranks}-rank torchrun job on its lane's devices and cores, which no other trial uses"
+        if options.devices:
+            group += "; the lanes share this node's links (PCIe, NVLink switches): each comparison stays within a lane"
+    print(f"perfscope: parallel sweep on {len(lanes)} lane(s) through the {executor.name} executor: "
+          + "; ".join(lane.describe() for lane in lanes) + group, file=sys.stderr, flush=True)
+    try:
+        runners = [executor.runner(lane) for lane in lanes]
+        yield lane_sweeper(runners, executor.name, executor.cancel)
+    finally:
+        executor.close()
+
+
+def make_executor(name: str, work_dir: Path, *, partition: str | None = None, gpus_per_node: int | None = None,
+                  timeout_s: float = 600.0) -> Executor:
+    """The executor ``name`` (local | ray | slurm); ray and slurm need their extra installed."""
+    if name == "local":
+        return LocalExecutor(work_dir)
+    if name == "ray":
+        from perfscope.lanes.ray import RayExecutor
+
+        return RayExecutor(work_dir)
+    if name == "slurm":
+        from perfscope.lanes.slurm import SlurmExecutor
+
+        return SlurmExecutor(work_dir, partition=partition, gpus_per_node=gpus_per_node, timeout_s=timeout_s)
+    raise UserError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")

@@ -1,12 +1,6 @@
 """`perfscope capture`: ask a running hooked job for a trace of its next steps, wait, and diagnose it.
 
-    results, answers = capture(Target(pid=1234), steps=5, out=Path("perfscope-capture"), timeout_s=300)
-
-The diagnosis is `perfscope trace`'s (perfscope.trace.offline.trace_results, then perfscope.pipeline.finish): the same
-facts, rules and report, on the trace the job wrote into its control folder (copied to <out>/trace/). Torch-free.
-Every failure the job cannot report itself — no hooks, a process gone mid-capture, no answer (a full disk) — is a
-UserError here, one line; the job is never stopped (perfscope.hooks.ondemand catches its own failures).
-"""
+Design notes: docs/hooks.md."""
 
 from __future__ import annotations
 

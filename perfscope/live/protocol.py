@@ -1,17 +1,6 @@
 """The files a live hooked loop and `perfscope capture` exchange: plain JSON in plain folders, no socket, no daemon.
 
-    <registry>/<pid>.json                       a hooked process, registered (Status): how to reach it
-    <control>/status-<host>-<pid>.json          the same Status, in its control folder (a heartbeat when polled)
-    <control>/request.json                      a capture request (Request): every process of the folder answers
-    <control>/done-<id>-<host>-<pid>.json       one process's answer (Answer)
-    <control>/captures/<id>/<host>-<pid>/       the trace it wrote (rank<R>.json.gz)
-
-Why files: a container or a multi-node job shares a folder more often than a PID namespace, and a file outlives
-a process that dies mid-request (the command then says so instead of hanging). The registry is per user
-(PERFSCOPE_LIVE_ROOT, else <tmp>/perfscope-live-<uid>); the control folder is the registry's <pid>/ folder, or
-the folder the user shares between ranks (Profiler(live_dir=...) or PERFSCOPE_LIVE_DIR).
-Every write is atomic (a temporary file renamed), so a reader sees the old file or the new one, never half of one.
-"""
+Design notes: docs/hooks.md."""
 
 from __future__ import annotations
 

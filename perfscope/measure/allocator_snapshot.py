@@ -1,21 +1,6 @@
 """On a CUDA out-of-memory, the allocator's snapshot: a file pytorch.org/memory_viz opens, and what held the memory.
 
-    oom = OomSnapshot(Path("run/"))          # the hooks' or a trial's folder
-    oom.start()                               # False (and oom.unavailable says why) without CUDA
-    ...                                       # torch.OutOfMemoryError: the observer wrote run/oom-snapshot-rank0.pickle
-    oom.summary.text()                        # "at the OOM: 77.9 GB reserved, 76.2 GB in 812 live blocks; most from ..."
-
-torch's allocator calls an out-of-memory observer (torch._C._cuda_attach_out_of_memory_observer, the hook the
-PyTorch memory docs use) before it raises, while the memory is still held: the snapshot taken there is the state
-that failed. Attaching costs nothing until then. Who allocated each block is known only with the allocator's
-history on (`history=True`: torch.cuda.memory._record_memory_history, a stack per allocation, a cost on every
-malloc, so never in a timed trial); without it the snapshot still has every segment and live block by size.
-
-A snapshot file is a pickle: `load_snapshot` reads it with an unpickler that admits no class (torch writes plain
-dicts, lists, strings and numbers), so a file from elsewhere cannot run code.
-
-Only the CPU side has run here (the summary on torch's snapshot format); the observer path needs a CUDA build.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """The pipeline bubble: the share of a step each pipeline rank spends idle, measured and predicted.
 
-    bubble_formula(2, 4)                           # (p − 1) / (m + p − 1) = 0.2: perfscope.results.layout
-    timing = stage_timing(rank=0, stages=[0], steps=records)   # medians of the rank's own compute per step
-    replay_bubble(order, forward_s={0: .01, 1: .01}, backward_s={0: .02, 1: .02})
-
-Design notes: docs/distributed.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

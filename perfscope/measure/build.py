@@ -1,12 +1,6 @@
 """A run's TrialMetrics from its RunObservation: the one builder for the trials and the hooks.
 
-    metrics = build_trial_metrics(observation)       # rates, memory, FLOPs, fingerprint, and why each is missing
-    attach_trace(metrics, trace_path, device_type="cuda", steps=active_steps)
-
-Rates are work / wall time of the windows (perfscope.measure.metrics.assemble_metrics); MFU is not here: its
-denominator is the run's peak, applied where the results are put together (perfscope.measure.mfu, measure.job).
-Every figure the observation could not give gets its reason in ``unavailable``, worded once, here.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 
@@ -14,11 +8,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from perfscope.measure.alignment import benchmark_alignment_for
 from perfscope.measure.flops import FLOP_CONVENTION
-from perfscope.measure.metrics import assemble_metrics
 from perfscope.measure.observation import FirstStep, FlopCount, RunObservation, Unavailable
+from perfscope.measure.peaks import benchmark_alignment_for
 from perfscope.measure.structure import fill_kernel_launches
+from perfscope.measure.window import assemble_metrics
 from perfscope.results import TrialMetrics
 from perfscope.results.fingerprint import Fingerprint, MemoryPeak
 from perfscope.results.messages import error, msg

@@ -1,12 +1,6 @@
 """The CPU matmul ceiling, measured once per machine configuration and kept on disk.
 
-    keys = {d: ceiling_key(d, cpu_model, cores) for d in ("fp32", "bf16")}
-    got = cached_ceilings(keys, lambda d: measure_matmul_tflops("cpu", d))
-    # got.tflops {"fp32": 0.09, "bf16": 0.01}; got.how "measured on this machine at 2026-11-24T16:40:03+00:00,
-    # cached in ~/.cache/perfscope/matmul-ceilings.json"
-
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

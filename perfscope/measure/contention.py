@@ -1,12 +1,6 @@
 """Noisy neighbours: how much of the machine *other* processes used while a window was measured.
 
-    probe = ContentionProbe(device)       # at the window's start
-    ...timed steps...
-    reading = probe.finish()              # Contention(other_cpu_cores=1.4, steal_cores=0.0, ...)
-    reading.contended, reading.reason
-
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
 """How many CPU cores this process may really use: the affinity mask, capped by the cgroup CPU quota.
 
-    cores, how = usable_cores()      # (2.0, "2 physical cores; affinity 2 CPUs; no cgroup quota")
-
-Why not `os.cpu_count()`: a container or a `taskset` sees the whole host's CPUs but may run on a few of them,
-and a Kubernetes pod's `cpu: 2` limit is a cgroup quota that lets 2 cores' worth of time through however many
-CPUs are listed. Advice that depends on spare cores (DataLoader workers) must be bounded by what is left,
-not by the host's size.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 
@@ -61,11 +55,7 @@ def usable_cores() -> tuple[float | None, str]:
 
 @dataclass(frozen=True)
 class CpuBudget:
-    """The CPUs this process may be scheduled on and the cgroup quota over them: what a neighbour competes for.
-
-    Counted in logical CPUs (what the kernel's busy-time accounting counts), not physical cores: a neighbour on a
-    hyperthread sibling slows the run as well, so it is not treated as spare capacity.
-    """
+    """The CPUs this process may be scheduled on and the cgroup quota over them: what a neighbour competes for."""
 
     cpus: frozenset[int] | None
     """The affinity mask's CPU ids; None where it cannot be read (every CPU of the machine then)."""

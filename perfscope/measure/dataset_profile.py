@@ -1,10 +1,6 @@
 """Where the user's Dataset spends its time: N samples loaded in the trial process, timed, then profiled.
 
-    profile = profile_dataset(workload.dataset(), batch_size=32, collate_fn=None)
-    profile.getitem_s, profile.getitem_one_thread_s, profile.top[0].function
-
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""What machine is this? Device, drivers, versions, CPU — recorded with every run.
-
-The CI gate refuses to compare runs whose environments differ, and a reader of a report needs to know
-what hardware the figures came from. Anything that cannot be read is null with its reason in
-``unavailable`` (explain_missing), never a stand-in value: "x86_64" is not a CPU model, "" is not a version.
-"""
+"""What machine is this? Device, drivers, versions, CPU — recorded with every run. Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 
@@ -21,8 +16,8 @@ import torch
 from perfscope.hardware import datasheet_peak, is_mig_name, slice_peak
 from perfscope.measure.ceiling_cache import cached_ceilings, ceiling_key, measure_each
 from perfscope.measure.cores import usable_cores
-from perfscope.measure.nvml import cuda_uuid, is_mig_uuid, nvml_handle
 from perfscope.measure.peaks import ceiling_dtypes, measure_matmul_tflops
+from perfscope.measure.utilization import cuda_uuid, is_mig_uuid, nvml_handle
 from perfscope.results import Environment
 from perfscope.results.messages import Message, error, msg
 
@@ -67,7 +62,7 @@ class _NvmlFacts:
 
 
 def _nvml_facts(index: int) -> _NvmlFacts:
-    """Driver version, and the run's device as NVML sees it (found by UUID: see perfscope.measure.nvml)."""
+    """Driver version, and the run's device as NVML sees it (found by UUID: see perfscope.measure.utilization)."""
     facts = _NvmlFacts()
     try:
         import pynvml

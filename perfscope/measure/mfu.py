@@ -1,10 +1,4 @@
-"""MFU and HFU: achieved model (hardware) FLOP/s over one fixed peak.
-
-    peak = choose_peak(environment, override_tflops=None)
-    apply_utilization_ratios(metrics, peak, environment)
-
-Design notes: docs/measurement.md.
-"""
+"""MFU and HFU: achieved model (hardware) FLOP/s over one fixed peak. Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

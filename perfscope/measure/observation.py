@@ -1,12 +1,6 @@
 """What one run observed, raw: the one input from which its TrialMetrics are built (perfscope.measure.build).
 
-    obs = RunObservation(device_type="cpu", windows=[window], records=records, micro_batch_size=8,
-                         grad_accum_steps=1, warmup_steps=3, memory=MemoryPeaks(device_type="cpu", host_rss=...),
-                         flops=Unavailable(msg("flops_disabled")), ...)
-    metrics = build_trial_metrics(obs)
-
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

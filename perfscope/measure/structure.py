@@ -1,11 +1,6 @@
 """Count the structure of one training step: ops, FLOPs by op and dtype, syncs with call sites, copies.
 
-    with StructureCounter() as counter:
-        train_step()                      # one real optimizer step, outside the timed window
-    fingerprint = counter.fingerprint(method="...")
-
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 
@@ -89,11 +84,7 @@ def _shown(path: str, line: int) -> str:
 def call_site() -> str:
     """Where the host read a tensor: "path/file.py:42" of the innermost user frame (relative to the working
     directory when under it, else the file name); failing that, the innermost torch frame
-    ("torch/optim/optimizer.py:90": torch's own read, e.g. an optimizer's step count); "" when neither.
-
-    Walks outward past this module's own frames, then past torch's; a frame of perfscope further out (the
-    trial loop that called the optimizer) ends the walk: what called perfscope is not the step's code.
-    """
+    ("torch/optim/optimizer.py:90": torch's own read, e.g. an optimizer's step count); "" when neither."""
     return _site_and_reader()[0]
 
 
@@ -284,11 +275,7 @@ def _dynamo_counters() -> dict[str, Any] | None:
 
 
 class CompileCounters:
-    """Dynamo's process-wide counters as deltas from construction: what compiling *this* trial did.
-
-    Recompiles are frames compiled after `mark_first_step()` (the first step compiles every frame once; any
-    frame compiled later is a guard failure or a new shape). dynamo keeps no recompile counter of its own.
-    """
+    """Dynamo's process-wide counters as deltas from construction: what compiling *this* trial did."""
 
     def __init__(self) -> None:
         self._start = _dynamo_counters()
@@ -356,13 +343,7 @@ def _measurement_sync() -> bool:
 
 class WindowSyncCounter:
     """Counts host↔device syncs over a timed window without adding one: every timed step, not one counted step.
-
-    torch's CUDA sync debug mode (`torch.cuda.set_sync_debug_mode("warn")`) warns at each synchronizing call
-    (`.item()`, `.cpu()`, `nonzero`, `cudaStreamSynchronize`, ...); the warnings are counted by call site and not
-    shown. It costs a Python warning per sync that happens anyway, and nothing when there is none. CUDA only; a
-    sync debug mode the user set is left alone (and nothing is counted). Enter after the window's opening
-    synchronize, exit before its closing one.
-    """
+    CUDA only (torch's sync debug mode, warnings counted by call site); enter after the window's opening synchronize."""
 
     def __init__(self, device: str, *, get_mode: Callable[[], int] | None = None,
                  set_mode: Callable[[int], None] | None = None) -> None:

@@ -1,14 +1,10 @@
 """FLOPs per step when the sequence length varies from batch to batch (dynamic padding).
 
-    tally = TokenTally()                   # during the timed window: tally.add(batch) for every micro-batch
-    scaled = per_token_scale(counted_batch, tally)
-    if scaled: flops_per_micro_batch = counted_flops * scaled.factor   # FLOPs per token × the window's tokens
-
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,3 +62,22 @@ def per_token_scale(counted_batch: Any, tally: TokenTally | None) -> TokenScale 
         f"micro-batch, mean {tally.mean:.1f}): FLOPs counted per token on a batch of {counted} and multiplied by the "
         f"window's {sum(known)} tokens over {len(known)} micro-batches (exact for weight matmuls; attention's "
         "T² term is approximated linearly)"))
+
+
+def leading_dim(batch: Any, _depth: int = 0) -> int | None:
+    """The first dimension of the first tensor in a (nested) batch: its sample count, or None."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else None
+    if _depth >= 4:
+        return None
+    if isinstance(batch, Mapping):
+        items: Iterable[Any] = batch.values()
+    elif isinstance(batch, list | tuple):
+        items = batch
+    else:
+        return None
+    for item in items:
+        n = leading_dim(item, _depth + 1)
+        if n is not None:
+            return n
+    return None

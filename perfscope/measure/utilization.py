@@ -1,14 +1,6 @@
 """A background sampler of device (NVML) and host (psutil) load during the measured steps.
 
-    with UtilizationSampler(device="cuda", interval_s=0.1) as sampler:
-        run_steps()
-    utilization = sampler.result()
-
-NVML calls take a driver lock (utilization ~2.5 µs, memory ~12 µs), so one thread samples at ≤ 10 Hz;
-shelling out to nvidia-smi (10–20 ms a call) is never used. The NVML device is found by the CUDA device's
-UUID, so CUDA_VISIBLE_DEVICES and CUDA's device order are honoured. No NVML (CPU box, WSL, MIG slice, no
-driver) is not an error: the GPU fields are null with the reason, host CPU load is still sampled.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 
@@ -18,8 +10,8 @@ from types import TracebackType
 from typing import Any
 
 import psutil
+import torch
 
-from perfscope.measure.nvml import current_cuda_index, nvml_handle
 from perfscope.results import Utilization, UtilizationSample
 from perfscope.results.messages import Message, error, msg
 from perfscope.stats import summarize
@@ -65,7 +57,7 @@ class UtilizationSampler:
 
     def _open_nvml(self, index: int) -> None:
         """NVML handle of CUDA device ``index``, found by UUID (NVML's indices ignore CUDA_VISIBLE_DEVICES and
-        CUDA's device order: by index we would sample another GPU; see perfscope.measure.nvml)."""
+        CUDA's device order: by index we would sample another GPU; see perfscope.measure.utilization)."""
         try:
             import pynvml
 
@@ -157,3 +149,43 @@ class UtilizationSampler:
         stride = max(1, len(samples) // MAX_TIMELINE_SAMPLES)
         util.samples = samples[::stride]
         return util
+
+
+NVML_UUID_PREFIXES = ("GPU-", "MIG-")
+
+
+def current_cuda_index() -> int:
+    """The CUDA device this process's "cuda" means: a data-parallel rank's, set from its LOCAL_RANK by
+    torch.cuda.set_device (perfscope.trial.data_parallel). Never a blanket 0: every rank would sample GPU 0."""
+    return int(torch.cuda.current_device())
+
+
+def cuda_uuid(index: int) -> str:
+    """The UUID CUDA reports for device ``index``, without NVML's prefix."""
+    raw = str(torch.cuda.get_device_properties(index).uuid)
+    for prefix in NVML_UUID_PREFIXES:
+        raw = raw.removeprefix(prefix)
+    return raw
+
+
+def nvml_uuid_candidates(uuid: str) -> list[str]:
+    """NVML spellings of a CUDA UUID: the whole GPU first, then a MIG compute instance."""
+    if uuid.startswith(NVML_UUID_PREFIXES):
+        return [uuid]
+    return [f"{prefix}{uuid}" for prefix in NVML_UUID_PREFIXES]
+
+
+def nvml_handle(pynvml: Any, index: int) -> tuple[Any, str]:
+    """(NVML handle, NVML UUID) of CUDA device ``index``; LookupError (with the UUID tried) when NVML has none."""
+    uuid = cuda_uuid(index)
+    errors = []
+    for candidate in nvml_uuid_candidates(uuid):
+        try:
+            return pynvml.nvmlDeviceGetHandleByUUID(candidate), candidate
+        except Exception as exc:  # noqa: BLE001 - NVMLError_NotFound and friends: try the next spelling
+            errors.append(f"{candidate}: {type(exc).__name__}: {exc}")
+    raise LookupError(f"NVML knows no device with the UUID of CUDA device {index} ({'; '.join(errors)})")
+
+
+def is_mig_uuid(nvml_uuid: str | None) -> bool:
+    return bool(nvml_uuid) and nvml_uuid.startswith("MIG-")  # type: ignore[union-attr]

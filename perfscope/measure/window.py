@@ -1,18 +1,21 @@
 """A measured window: step boundaries, data waits and samples, recorded without per-step synchronization.
 
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 
+import gc
+import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from perfscope.measure.clock import Clock
 from perfscope.measure.contention import ContentionProbe
-from perfscope.results.model import Window
+from perfscope.results.messages import Message, msg
+from perfscope.results.model import TrialMetrics, Window
+from perfscope.stats import summarize
 
 
 @dataclass(slots=True)
@@ -150,3 +153,88 @@ class WindowRecorder:
             host_data_wait_s=self.host_data_wait_s,
             contention=contention,
         )
+
+
+class GcPauses:
+    def __init__(self, step_of: Callable[[], int] | None = None) -> None:
+        self.collections = 0
+        self.pause_s = 0.0
+        self._t0: float | None = None
+        self._step_of = step_of
+        self._by_step: dict[int, float] = {}
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        elif self._t0 is not None:
+            pause = time.perf_counter() - self._t0
+            self.pause_s += pause
+            self.collections += 1
+            self._t0 = None
+            if self._step_of is not None:
+                step = self._step_of()
+                self._by_step[step] = self._by_step.get(step, 0.0) + pause
+
+    def per_step(self, steps: int) -> list[float]:
+        """Seconds of collector pauses in each of the window's ``steps`` steps (empty without ``step_of``)."""
+        if self._step_of is None:
+            return []
+        return [self._by_step.get(i, 0.0) for i in range(steps)]
+
+    def __enter__(self) -> GcPauses:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+
+
+def window_totals(windows: Sequence[Window]) -> tuple[int, int | None, float]:
+    """(steps, samples or None when any window's samples are unknown, wall seconds)."""
+    steps = sum(w.steps for w in windows)
+    wall = sum(w.wall_s for w in windows)
+    samples = None if any(w.samples is None for w in windows) else sum(w.samples or 0 for w in windows)
+    return steps, samples, wall
+
+
+def assemble_metrics(
+    windows: Sequence[Window],
+    records: Sequence[StepRecord],
+    *,
+    micro_batch_size: int,
+    grad_accum_steps: int,
+    warmup_steps: int,
+    samples_per_step: int | None = None,
+    tokens_per_sample: int | None = None,
+    step_times_sampled: bool = False,
+) -> TrialMetrics:
+    """TrialMetrics with every rate from work / wall time; FLOPs, memory and MFU are filled in later."""
+    steps, samples, wall = window_totals(windows)
+    unavailable: dict[str, Message] = {}
+    samples_per_s = samples / wall if samples is not None and wall > 0 else None
+    if samples is None:
+        unavailable["samples_per_s"] = msg("samples_per_step_unknown")
+    elif wall <= 0:
+        unavailable["samples_per_s"] = msg("no_timed_step")
+    times = [r.time_s for r in records]
+    metrics = TrialMetrics(
+        steps=steps,
+        warmup_steps=warmup_steps,
+        micro_batch_size=micro_batch_size,
+        grad_accum_steps=grad_accum_steps,
+        samples_per_step=samples_per_step if samples_per_step is not None else micro_batch_size * grad_accum_steps,
+        windows=list(windows),
+        samples_per_s=samples_per_s,
+        wall_s=wall,
+        data_wait_share=min(1.0, sum(w.data_wait_s for w in windows) / wall) if wall > 0 else 0.0,
+        host_data_wait_share=min(1.0, sum(w.host_data_wait_s for w in windows) / wall) if wall > 0 else 0.0,
+        step_times_s=times,
+        step_data_wait_s=[r.data_wait_s for r in records],
+        step_times_sampled=step_times_sampled,
+        typical_step=summarize(times) if times else None,
+        unavailable=unavailable,
+    )
+    if tokens_per_sample and samples_per_s is not None:
+        metrics.tokens_per_s = samples_per_s * tokens_per_sample
+    return metrics

@@ -47,7 +47,7 @@ class TrialConfig:
     precision: Precision = "fp32"
     """fp32, or autocast bf16 / fp16 (fp16 adds a GradScaler)."""
     tf32: bool | None = None
-    """Matmul TF32 (perfscope.measure.tf32): True/False set it; None leaves the user's (or torch's) setting, so the
+    """Matmul TF32 (perfscope.tf32_api): True/False set it; None leaves the user's (or torch's) setting, so the
     baseline runs with whatever the user's file sets. cuDNN's TF32 (on by default) is never touched."""
     activation_checkpointing: bool = False
     """Non-reentrant checkpointing of the repeated blocks."""
@@ -63,7 +63,7 @@ class TrialConfig:
     optimizer_impl: OptimizerImpl = "default"
     """Rebuild the user's optimizer with foreach=True or fused=True."""
     optimizer: OptimizerChoice = "user"
-    """The user's optimizer, or a memory-lean replacement built from its parameter groups (perfscope.trial.optimizers):
+    """The user's optimizer, or a memory-lean replacement built from its parameter groups (perfscope.trial.step.build_optimizer):
     torch.optim.Adafactor, or the 8-bit Adam/AdamW of torchao or bitsandbytes. A replacement changes the training
     recipe."""
     offload_activations: bool = False

@@ -126,7 +126,7 @@ class ShardingMemory:
 
     strategy: str = field(metadata=NAME)
     """"DDP", "ZeRO-1 (ZeroRedundancyOptimizer)", "ZeRO-2 (FSDP2, no reshard after forward)", "ZeRO-3 (FSDP2, reshard
-    after forward)" (perfscope.measure.sharding)."""
+    after forward)" (perfscope.measure.memory)."""
     parameters: int = field(metadata=NON_NEGATIVE)
     gradients: int = field(metadata=NON_NEGATIVE)
     optimizer_state: int = field(metadata=NON_NEGATIVE)

@@ -23,7 +23,7 @@ PruneReason = Literal["would not fit", "communication bound", "bubble", "inappli
 
 @dataclass(kw_only=True)
 class ModelLayout:
-    """How the model can be split, read in the probe (perfscope.trial.inspect): what the layout knobs and search
+    """How the model can be split, read in the probe (perfscope.trial.validate.inspect_model): what the layout knobs and search
     decide applicability and memory from, without building the model in the analyze process."""
 
     blocks: int = field(default=0, metadata=NON_NEGATIVE)

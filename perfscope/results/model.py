@@ -341,7 +341,7 @@ class TrialMetrics:
     not_applied: dict[str, str] = field(default_factory=dict)
     """Settings of the config this run did not actually run with (TrialConfig field -> why): e.g. compile that
     fell back to eager, TF32 or GC the user's code set back during the run. A knob whose own setting is here was
-    not measured (perfscope.trial.applied)."""
+    not measured (perfscope.trial.loop.not_applied)."""
     flags: list[Message] = field(default_factory=list)
     """Figures that cannot be true as measured (e.g. MFU above 100%), with why; the report shows them."""
     unavailable: dict[str, Message] = field(default_factory=dict)

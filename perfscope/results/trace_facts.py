@@ -162,7 +162,7 @@ class GemmShape:
 
 @dataclass(kw_only=True)
 class GemmAlignment:
-    """A misaligned GEMM timed on the device at its shape and padded to multiples of 64 (measure/alignment.py)."""
+    """A misaligned GEMM timed on the device at its shape and padded to multiples of 64 (measure/peaks.py)."""
 
     shape: list[int]
     padded: list[int]

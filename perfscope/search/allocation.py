@@ -1,21 +1,6 @@
 """Where the sweep's runs go: adaptive repetition of undecided candidates, and what a budget holds back.
 
-    class Sweeper(Allocation, Stacking): ...     # perfscope.search.sweep: refine() after the knobs' first runs
-
-Why. A budget buys a fixed number of runs, and a verdict costs runs (three at least, mostly four to ten at the
-family's levels: perfscope.search.family). The Hugging Face GPT-2 sweep of issue 39 spent its five minutes on a
-first run of every knob and on runs held back for a confirmation of nothing, and ended with bf16 (1.30×, its runs
-three times as noisy as the baseline's) measured 6 times and undecided. So, under a budget:
-- runs go first to the candidates that could join the recommendation, the best estimate first (`promise`); knobs
-  that can only be reported (a recipe change, a micro-batch that changes the global batch) are measured after them
-  (`Sweeper._search`, `reported_only`);
-- runs are held back for the stacking and the confirmation only once there is a winner to stack and confirm
-  (`held_back`): with none, a held-back run decides nothing, while one more run of the best candidate may decide it
-  (a winner decided at the budget's end is recommended unconfirmed, naming its confirmation as not finished:
-  perfscope.search.decided).
-The statistics do not change: every run is a look the family already accounts for (any stopping rule), and the order
-of the runs only decides which looks are taken.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """What the sweep measures and how it is set up: a candidate configuration and its runs, the options, and
 what the sweep needs from a measurement session.
 
-Why a module of its own: the sweep (perfscope.search.sweep), its stacking (perfscope.search.stacking), the
-confirmation and the noise simulation all share these types, and sweep.py stays under the house's 500 lines.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
@@ -88,7 +86,7 @@ class Candidate:
 
     @property
     def not_applied(self) -> str | None:
-        """Why its run did not run with the knob's own setting (perfscope.trial.applied); None when it did."""
+        """Why its run did not run with the knob's own setting (perfscope.trial.loop.not_applied); None when it did."""
         metrics = self.first.metrics if self.first is not None else None
         own = {*self.changes, *(f"knob_settings.{k}" for k in self.changes.get("knob_settings", {}))}
         hits = [why for key, why in (metrics.not_applied.items() if metrics is not None else ()) if key in own]

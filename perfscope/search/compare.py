@@ -1,11 +1,4 @@
-"""Comparisons between configurations, with fresh-process runs as the unit of evidence.
-
-    noise = run_noise(baseline_runs)                       # RunNoise(runs=9, sigma=0.05, mde=0.21)
-    test = paired_test(candidate_runs, baseline_runs)      # PairedTest(mean=0.36, se=0.03, df=7.4, runs=3, ...)
-    gain = compare(candidate_runs, baseline_runs)          # Gain(ratio=1.43, low=1.31, high=1.56, verdict="faster")
-
-Design notes: docs/sweep.md.
-"""
+"""Comparisons between configurations, with fresh-process runs as the unit of evidence. Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
 """The recommendation of a sweep that did not finish: the best configuration decided so far, and what was not.
 
-    recommend_decided(sweeper, unfinished)    # sets sweep.recommended_* and sweep.unfinished
-
-Why. A sweep that the user stops (Ctrl-C, SIGTERM) or whose budget ends before its stack is confirmed has still
-decided things: knobs measured decidedly faster alone, the part of the stack whose joins were measured. Recommending
-the baseline then ("keep your configuration") tells the user the opposite of what the sweep found: a sweep stopped
-during stacking once said so while bf16 had measured 1.32× [1.11, 1.58] and two more knobs were decided faster.
-So the decided configuration is recommended, its gain from the runs that selected it (said so: unconfirmed, the
-winner's curse may inflate it), with what was not finished named — the knobs not measured, the winners not yet
-stacked, the confirmation runs. The baseline is kept only when nothing was decided faster.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """Family-wise error control for the sweep's verdicts: Holm across candidates, a Bonferroni split across looks.
 
-    family = Family(max_runs=4)
-    family.record("compile", paired_test(compile_runs, baseline_runs))     # after every run: one look
-    gains = family.decide()                                                 # {"compile": Gain(verdict=...), ...}
-
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """The layout search: for a world size, every (dp, tp, pp, micro-batch, checkpointing) layout, pruned by a memory
 and applicability model, the survivors measured as short trials and ranked by measured throughput per rank.
 
-    table = layout_candidates(base, model, state_bytes_per_parameter=16.0, memory_limit=80e9)  # rows, nothing run
-    run_layout_search(session, workload, base)       # measures the survivors; results.layouts
-
-Design notes: docs/distributed.md.
-"""
+Design notes: docs/distributed.md."""
 
 from __future__ import annotations
 

@@ -1,17 +1,6 @@
 """Micro-batch search: the largest micro-batch that fits with a safety margin, and throughput vs micro-batch.
 
-    result = search_micro_batch(measure, base_config, base_trial, capacity_bytes=80 * 2**30, max_factor=64)
-
-Doubling from the user's micro-batch until a trial runs out of memory, throughput stops improving, or
-memory passes the safety margin; after an OOM, one bisection step between the last fit and the OOM.
-OOM trials are expected: they are recorded as points ("does not fit") and the search goes on. A run excluded as
-contended decides no plateau (a neighbour's load moved the same configuration 4× on a loaded 2-core machine): the
-search goes on, and memory, the cap or a comparison of evidence runs stops it.
-
-Gradient accumulation keeps the user's global batch (micro × accumulation) wherever the new micro-batch
-divides it; a micro-batch beyond the global batch grows the global batch, which changes training
-semantics — such points are measured and shown, but only semantics-preserving ones are recommended.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""The numerics guard: a faster configuration that trains differently is not a free win.
-
-    verdict = compare_numerics(baseline_trial, candidate_trial)
-    if not verdict.ok: ...   # rejected from the recommendation, with verdict.reason
-
-Design notes: docs/sweep.md.
-"""
+"""The numerics guard: a faster configuration that trains differently is not a free win. Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

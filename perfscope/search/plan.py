@@ -1,17 +1,6 @@
 """How long an analysis will take, said before its first run: the sweep's plan in runs, times a run's wall time.
 
-    plan = plan_sweep(ctx, options)
-    plan.words(probe.wall_s, "the probe")     # ["plan: 8 configurations ... about 59 run(s) ...", "expected time: ..."]
-
-Why. A sweep of about 100 fresh-process runs once took 12.7 minutes on a model whose step takes 0.28 s, with no word
-beforehand of how long it would be. The count follows the sweep's own rules (perfscope.search.sweep): the variants
-of every applicable, selected knob and the micro-batch search's points, each run beside a baseline run; then what a
-sweep usually adds — runs until a verdict (RUNS_PER_VERDICT) for each, a stacking join, the confirmation.
-With lanes (perfscope.lanes) the runs that the sweep measures one pair per lane at a time (knob variants' runs)
-take a lane's share of the waves; the micro-batch search, the join and the confirmation still go run by run, and
-an A/A check (LANE_AA_RUNS per lane, at once) opens the sweep. It is an expectation, not a promise; the budget is the promise: the sweep starts no run that would probably
-overrun it (`Sweeper.may_continue`) and recommends what it decided by then (perfscope.search.decided).
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
@@ -32,7 +21,7 @@ degrees of freedom capped at k − 1 a winner is mostly decided at its 4th (the 
 planned 59)."""
 
 LANE_AA_RUNS = 2
-"""The parallel sweep's A/A check: baseline runs per lane, all lanes at once (perfscope.lanes.aa.AA_RUNS)."""
+"""The parallel sweep's A/A check: baseline runs per lane, all lanes at once (perfscope.lanes.sweep.AA_RUNS)."""
 
 
 @dataclass(frozen=True)

@@ -1,26 +1,23 @@
 """Greedy stacking of the sweep's winners into one recommended configuration, and its confirmation.
 
-    class Sweeper(Stacking): ...          # perfscope.search.sweep: the sweep measures, this part stacks
-
-Design notes: docs/sweep.md.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from perfscope import knobs
 from perfscope.knobs import Knob, KnobContext
-from perfscope.results import Gain, Results, Sweep, Trial
+from perfscope.results import Gain, KnobOutcome, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
-from perfscope.results.messages import msg
+from perfscope.results.messages import Message, msg
 from perfscope.search.candidate import BASELINE, CONFIRMATION_RUNS, Candidate, SweepOptions
-from perfscope.search.compare import compare_gains
-from perfscope.search.confirm import confirm_stack
-from perfscope.search.decided import recommend_decided
+from perfscope.search.compare import MIN_DECIDING_RUNS, compare_gains, paired_test
+from perfscope.search.decided import Deciding, left_over, recommend_decided
+from perfscope.search.family import Family
 from perfscope.search.microbatch import MicroBatchResult, search_micro_batch
-from perfscope.search.stack_failures import record_stack_failure, stack_failure
 
 
 class Stacking:
@@ -65,11 +62,7 @@ class Stacking:
         return sorted(best_per_knob.values(), key=lambda c: -c.gain.ratio)  # type: ignore[union-attr]
 
     def stack(self, grad_accum_search: MicroBatchResult | None, micro_knob: Knob | None = None) -> Candidate | None:
-        """Greedy: the best winner first, then each next one only if the stack with it is faster still.
-
-        Candidates that change the global batch never join (the recommendation preserves semantics); a knob
-        measured on top of another joins only after it. The micro-batch (same global batch) joins last.
-        """
+        """Greedy: the best winner first, then each next one only if the stack with it is faster still."""
         current: Candidate | None = None
         touched: set[str] = set()
         pending = self._winners()
@@ -136,11 +129,7 @@ class Stacking:
         return None
 
     def _stack_micro_batch(self, micro: MicroBatchResult, current: Candidate | None, knob: Knob) -> Candidate | None:
-        """The fastest micro-batch with the user's global batch, joined to the stack last.
-
-        When memory limited the search and the stack changes memory (bf16 halves activations, checkpointing
-        drops most of them), the micro-batch that fits has moved: it is searched again on top of the stack.
-        """
+        """The fastest micro-batch with the user's global batch, joined to the stack last."""
         global_batch = self.ctx.base.samples_per_step
         changes_memory = current is not None and (
             current.config.precision != self.ctx.base.precision
@@ -174,7 +163,7 @@ class Stacking:
         return self._joined(current, knob, micro_changes(point.config)) or current
 
     def recommend(self, search: MicroBatchResult | None, micro_knob: Knob | None = None) -> None:
-        """The stack, confirmed by runs that did not select it (perfscope.search.confirm); ``micro_knob`` (the
+        """The stack, confirmed by runs that did not select it (confirm_stack below); ``micro_knob`` (the
         micro-batch-search knob that keeps the global batch) joins it last with its point of ``search``."""
         stacked = self.stack(search if micro_knob is not None else None, micro_knob)
         if stacked is None and self.sweep.stopped_early:
@@ -206,3 +195,116 @@ def knobs_as(knobs: list[str], knob_id: str) -> list[str]:
 
 def micro_changes(config: TrialConfig) -> dict[str, Any]:
     return {"micro_batch_size": config.micro_batch_size, "grad_accum_steps": config.grad_accum_steps}
+
+
+@dataclass(frozen=True)
+class StackFailure:
+    """Why the stack ``knobs`` (configuration ``name``) produced no usable run."""
+
+    name: str
+    knobs: list[str]
+    reason: str
+    failed: bool
+    """True when its run failed (a crash, OOM, timeout ...), False when it ran but could not be used."""
+
+    @property
+    def joining(self) -> str:
+        return self.knobs[-1]
+
+    def note(self) -> Message:
+        return msg("stack_not_joined", knobs=list(self.knobs), name=self.name, failed=self.failed, reason=self.reason,
+                   joining=self.joining)
+
+
+def stack_failure(name: str, knobs: list[str], first: Trial | None, rejected: str | None,
+                  not_applied: str | None) -> StackFailure | None:
+    """The failure of a stack's first run, or None when the run is usable."""
+    if first is None:
+        return StackFailure(name, knobs, "not run", failed=True)
+    if not first.ok:
+        line = (first.error or "").strip().splitlines()[0] if (first.error or "").strip() else "no error text recorded"
+        return StackFailure(name, knobs, f"{first.status}: {line}", failed=True)
+    if rejected is not None:
+        return StackFailure(name, knobs, rejected, failed=False)
+    if not_applied is not None:
+        return StackFailure(name, knobs, f"not applied: {not_applied}", failed=False)
+    return None
+
+
+def record_stack_failure(failure: StackFailure, sweep: Sweep, results: Results) -> None:
+    """The note on the sweep, the reason on the joining knob's outcome, and a warning when the run failed."""
+    sweep.notes.append(failure.note())
+    outcome: KnobOutcome | None = next((o for o in sweep.knobs if o.knob == failure.joining), None)
+    if outcome is not None:
+        stacked = f"did not join the stack: {failure.name} {'failed' if failure.failed else 'was not usable'} ({failure.reason})"
+        outcome.reason = "; ".join(filter(None, [outcome.reason, stacked]))
+    if failure.failed:
+        results.warnings.append(msg("stack_failed", knobs=list(failure.knobs), reason=failure.reason,
+                                    joining=failure.joining, trial=failure.name))
+
+
+CONFIRMATION = "confirmation"
+
+
+class Sweeping(Deciding, Protocol):
+    """What the confirmation needs of the sweep (perfscope.search.sweep.Sweeper, which calls it through its
+    stacking phase): typed here, so this module never imports the sweep back."""
+
+    options: SweepOptions
+    sweep: Sweep
+
+    def may_continue(self, runs: int = 2) -> bool: ...
+
+    def measure(self, name: str, config: TrialConfig, knobs: list[str]) -> Trial: ...
+
+    def runs(self, name: str) -> list[Trial]: ...
+
+
+def confirmation_runs(sweeper: Sweeping, stacked: Candidate, selection: set[str]) -> tuple[list[Trial], Gain | None]:
+    """Measure the stack's fixed number of confirmation runs (fewer only when the budget ends); their gain, from one
+    look (weight 1: a family of one whose only look is the last)."""
+    count = max(MIN_DECIDING_RUNS, min(CONFIRMATION_RUNS, sweeper.options.max_runs))
+    family = Family(alpha=sweeper.options.family_alpha, max_runs=MIN_DECIDING_RUNS, reference=sweeper.sweep.baseline_trial)
+    runs: list[Trial] = []
+    while len(runs) < count and sweeper.may_continue():
+        traced = not runs and sweeper.options.trace_recommended  # the trace comes after its timed window
+        sweeper.measure(stacked.name, stacked.config.replace(capture_trace=traced), stacked.knobs)
+        runs = [r for r in sweeper.runs(stacked.name) if r.name not in selection]
+    gain: Gain | None = None
+    if runs:
+        family.record(CONFIRMATION, paired_test(runs, sweeper.runs(sweeper.sweep.baseline_trial)))
+        gain = family.decide()[CONFIRMATION]
+    if gain is not None:
+        gain.method += f"; {len(runs)} confirmation run(s) measured after the selection, which never judged it"
+    return runs, gain
+
+
+def confirm_stack(sweeper: Sweeping, stacked: Candidate, semantics: list[str]) -> None:
+    """Recommend ``stacked`` when its confirmation runs show a worthwhile, decided gain; the baseline otherwise."""
+    sweep = sweeper.sweep
+    selection = {t.name for t in sweeper.runs(stacked.name)}
+    before = sweeper.gain(stacked.name)
+    runs, gain = confirmation_runs(sweeper, stacked, selection)
+    if sweep.stopped_early and (gain is None or gain.verdict == "undecided"):
+        # The budget ended the confirmation before it could decide: the stack its joins decided stands, unconfirmed.
+        left = f"its confirmation runs ({len(runs)} measured, undecided)" if runs else "its confirmation runs"
+        recommend_decided(sweeper, [left])
+        return
+    if sweeper.worthwhile(gain):
+        sweep.recommended_trial, sweep.recommended_knobs, sweep.recommended_gain = stacked.name, stacked.knobs, gain
+        sweep.notes.append(msg("gain_from_confirmation", runs=len(runs), selection=len(selection)))
+        if left := left_over(sweeper, stacked):  # confirmed, but the budget kept a winner from joining it
+            sweep.unfinished = left
+            sweep.notes.append(msg("budget_left_undone", left=list(left)))
+        if semantics:
+            sweep.notes.append(msg("changes_semantics", semantics=list(dict.fromkeys(semantics))))
+        return
+    sweep.recommended_trial = sweep.baseline_trial
+    sweep.notes.append(msg("stack_not_confirmed", knobs=list(stacked.knobs), min_gain=sweeper.options.min_gain, runs=len(runs),
+                           ratio=gain.ratio if gain else None, low=gain.low if gain else None,
+                           high=gain.high if gain else None, verdict=gain.verdict if gain else None))
+    if before is not None and before.faster and gain is not None:
+        # Runs of one configuration that disagree: say so, rather than leave a reader wondering why a stack judged
+        # faster is not recommended (or quietly trust the luckier runs).
+        sweep.notes.append(msg("earlier_gain_not_confirmed", name=stacked.name, before=before.ratio, selection=before.runs,
+                               ratio=gain.ratio, runs=gain.runs))

@@ -1,32 +1,6 @@
 """The optimization sweep: every applicable knob alone, micro-batch search, greedy stacking, a recommendation.
 
-    sweep = Sweeper(session=session, ctx=ctx, options=SweepOptions()).run()
-
-The search an expert does by hand, with error bars that come from runs, not steps (perfscope.search.compare):
-1. Each applicable knob alone on top of the baseline, each variant in a fresh process, and after each
-   candidate run a fresh baseline run: the baseline is re-measured through the whole sweep (interleaved,
-   as asv does), so every candidate is compared with the baseline measured next to it in time, and the
-   baseline's own run-to-run spread is this machine's noise. A knob that refines another (`builds_on`) is
-   measured on top of that knob's best variant, and its outcome's gain is the increment over it. A failed
-   run is recorded as such; a run whose losses leave the numerics guard's tolerance is rejected.
-2. Micro-batch search (perfscope.search.microbatch): `micro_batch` = the fastest point, `grad_accum` = the
-   fastest point that keeps the user's global batch. On a GPU, when it hits OOM, the knobs that free memory
-   (`Knob.frees`: checkpointing, offloading, the lean optimizers) are measured paired with the larger
-   micro-batch that memory allows.
-3. Adaptive repetition (pinpoint): a candidate still undecided whose interval reaches a worthwhile gain
-   gets another run (and its baseline neighbour), most promising first, until it is decided, it has
-   `max_runs` runs, or the budget is spent. A win from a single run gets a second one (one lucky process
-   must not make a knob a win) unless it is clear: its interval starts at 1.5× or more. Under a budget the runs go
-   where they change the recommendation (perfscope.search.allocation), and knobs that can only be reported (a recipe
-   change, a search whose points change the global batch) are measured after this phase.
-4. Greedy stacking of the winners, best first (never a knob that changes the training recipe): a knob joins
-   only if the stack with it is faster than the stack without it (their gains against the same baseline
-   compared with both intervals). The `grad_accum` micro-batch joins last, re-searched on the stack when
-   memory limited the search and the stack changed memory.
-5. The recommendation is the stack, with at least two runs (one of them traced); if it is not decidedly
-   faster than the baseline, the baseline itself is recommended.
-A wall-clock budget bounds the whole sweep: no run starts that the budget probably cannot finish.
-"""
+Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,1 @@
-"""Profiler traces: capture a short window, turn it into per-step facts.
-
-Design notes: docs/trace.md.
-"""
+"""Profiler traces: capture a short window, turn it into per-step facts. Design notes: docs/trace.md."""

@@ -1,14 +1,6 @@
 """A short, bounded torch.profiler window that never breaks the training loop it observes.
 
-    with TraceCapture(out_dir / "trace", device="cuda", first_step=run.step.steps_done) as cap:
-        for _ in range(cap.total_steps):
-            train_step(); cap.step()
-    cap.path, cap.note        # trace/rank0.json.gz (Perfetto, HTA), or None and why
-    cap.steps                 # the training steps it recorded, as its ProfilerStep#N labels name them
-    TraceCapture(..., memory=True).memory   # the window's memory by category (memory-rank<R>.json beside the trace)
-
-Design notes: docs/trace.md.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """Kernel and aten-op names → what kind of work they are, and whether a GEMM ran on tensor cores.
 
-    categorize("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT")              # "gemm"
-    categorize("void at::native::vectorized_elementwise_kernel<4, ...{lambda(float)#1}...>")  # "elementwise"
-    gemm_on_tensor_cores("ampere_sgemm_128x64_nn")                         # False (fp32 SIMT)
-
-Design notes: docs/trace.md.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 
@@ -65,11 +60,7 @@ def categorize(name: str) -> str:
 
 @functools.lru_cache(maxsize=8192)
 def gemm_on_tensor_cores(name: str) -> bool | None:
-    """True / False when a GEMM kernel's name says whether it runs on tensor cores; None when it does not say.
-
-    None covers Triton templates (`triton_tem_fused_mm_0`) and generic names: their dtype is in the
-    launching op's inputs, not in the name.
-    """
+    """True / False when a GEMM kernel's name says whether it runs on tensor cores; None when it does not say."""
     if _TENSOR_CORE.search(name):
         return True
     nvjet = _NVJET.search(name)

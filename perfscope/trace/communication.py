@@ -1,12 +1,6 @@
 """One rank's trace → communication against compute: collective time, the part no compute hid, bus bandwidth.
 
-    facts = communication_facts(Path("trace/rank0.json.gz"), rank=0, device_type="cpu", steps=3, world_size=2)
-    facts.collective_s, facts.exposed_collective_s, facts.overlap_share     # per traced step
-    [(c.op, c.calls_per_step, c.bus_gbps) for c in facts.collectives]
-    bus_bandwidth_gbps("all_reduce", 4 << 20, 0.002, world_size=2)          # NCCL-tests convention
-
-Design notes: docs/trace.md.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 
@@ -210,7 +204,7 @@ def communication_facts(trace_path: Path, *, rank: int, device_type: str, steps:
 def exposed_collective_by_step(trace: Trace, *, device_type: str) -> list[float]:
     """Seconds of exposed collective time in each ProfilerStep#N step, in step order, decided as in
     communication_facts (the work a step issued; compute and data wait hide collectives). What a rank waited for
-    the network or a peer, step by step: a rank's step minus it is the rank's own work (perfscope.trace.rank_stragglers)."""
+    the network or a peer, step by step: a rank's step minus it is the rank's own work (perfscope.trace.offline.trace_stragglers)."""
     out = []
     for span in trace.steps:
         w = Window(spans=[span], steps=1)

@@ -1,7 +1,6 @@
 """A Chrome/Kineto trace read once and sorted by what each event is, with device work linked to its launch.
 
-Design notes: docs/trace.md.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 
@@ -16,9 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from perfscope.trace.broken import MAX_DURATION_US, why_broken
 from perfscope.trace.intervals import Span
-from perfscope.trace.reader import BadEvent, stream_trace
+from perfscope.trace.reader import MAX_DURATION_US, BadEvent, stream_trace, why_broken
 from perfscope.trace.steps import find_steps
 from perfscope.trace.table import FLUSH, NONE, EventColumns, Grower, Strings, columns_of, ext_code
 

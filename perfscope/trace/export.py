@@ -1,11 +1,6 @@
 """torch's exported Chrome trace → the file perfscope keeps: one that Perfetto and HTA open as it is.
 
-    info = distributed_info()                    # {"backend": None, "rank": 0, "world_size": 1} outside a process group
-    path = trace_dir / trace_file_name(info)     # trace/rank0.json.gz: a folder of traces only
-    write_trace(Path("raw.json"), path, first_step=10, info=info)   # ProfilerStep#0 → #10, …; gzipped, atomic
-
-Design notes: docs/trace.md.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """Chrome/Kineto trace → typed per-step facts (perfscope.results.trace_facts.TraceFacts).
 
-    facts = trace_facts(Path("trials/baseline/trace/rank0.json.gz"), device_type="cuda", steps=3)
-    facts.gpu.idle_fraction, facts.gpu.idle.sync_s, facts.kernels.time_by_category, facts.launch.launch_bound
-
-Design notes: docs/trace.md.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 
@@ -14,7 +10,6 @@ import numpy as np
 
 from perfscope.results.messages import Message, msg
 from perfscope.results.trace_facts import HostTransfers, PageableCopies, TraceFacts
-from perfscope.trace.broken import unusable_note
 from perfscope.trace.events import Trace, read_trace
 from perfscope.trace.gpu import (
     LAUNCH_BOUND_KERNELS,
@@ -31,6 +26,7 @@ from perfscope.trace.gpu import (
 from perfscope.trace.host_ops import cpu_op_facts, gemm_shapes
 from perfscope.trace.intervals import length
 from perfscope.trace.kernels import host_transfers, kernel_facts, pageable_memcpy
+from perfscope.trace.reader import unusable_note
 from perfscope.trace.steps import PROFILER_STEPS
 from perfscope.trace.sync import SYNC_CALL, blocked_spans, sync_facts
 from perfscope.trace.window import DATA_LABEL, Window, data_spans, window

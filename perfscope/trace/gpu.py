@@ -1,12 +1,6 @@
 """The GPU timeline: busy and idle time, what each idle gap waited for, and launch-boundness.
 
-    gaps = idle_gaps(trace, w)                                   # IdleGaps: columns, one row per gap
-    gpu_timeline(trace, w, gaps, data=data, blocked=blocked)     # GpuTimeline
-    launch_facts(trace, work, w, timeline, data=..., blocked=...)  # LaunchFacts
-
-How it is decided is in perfscope.trace.facts' docstring. Everything here is a few numpy passes over the device
-work's columns (perfscope.trace.table): a trace of a few LLM steps has millions of kernels and as many gaps.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 
@@ -18,16 +12,7 @@ import numpy as np
 
 from perfscope.results.trace_facts import GpuTimeline, IdleBreakdown, LaunchFacts
 from perfscope.trace.events import Trace
-from perfscope.trace.intervals import (
-    Span,
-    clip_arrays,
-    gaps_arrays,
-    merge_arrays,
-    overlaps,
-    seqsum,
-    subtract_length,
-    touches,
-)
+from perfscope.trace.intervals import Span, clip_arrays, gaps_arrays, merge_arrays, overlaps, seqsum, subtract_length, touches
 from perfscope.trace.sync import enclosing, op_name
 from perfscope.trace.table import EventColumns
 from perfscope.trace.window import Window

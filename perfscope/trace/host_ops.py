@@ -1,10 +1,6 @@
 """Host ops: a CPU-only run's op self times (its launch-bound equivalent), and the hot matmuls by shape.
 
-    kernels, launch = cpu_op_facts(trace, w, data)            # op self time by category; dispatch-bound?
-    gemm_shapes(trace, w, on_device=True)                     # [GemmShape]: time per (op, m×k×n, dtype)
-
-Design notes: docs/trace.md.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 
@@ -66,10 +62,7 @@ def cpu_op_facts(trace: Trace, w: Window, data: list[Span] | None = None) -> tup
 
 def _tiny_time_fraction(ops: list[tuple[str, float]]) -> float | None:
     """Share of op time spent in ops whose typical self time is under the launch-bound threshold.
-
-    Typical = each op name's median self time × its calls: on a loaded CPU a few calls that were preempted
-    carry milliseconds of someone else's time, and a plain sum let them outweigh thousands of 1 µs ops (a
-    dispatch-bound MLP read 10% tiny under load, 57% quiet)."""
+    Typical = median self time × calls per op name, so a few preempted calls on a loaded CPU cannot outweigh the rest."""
     by_name: dict[str, list[float]] = defaultdict(list)
     for name, t in ops:
         by_name[name].append(t)

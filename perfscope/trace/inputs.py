@@ -1,10 +1,6 @@
 """A trace the user brings: which files are rank traces, whether each is a Kineto trace, and what its metadata says.
 
-    ranks = rank_traces(Path("traces/"))          # list[RankTrace], by rank; UserError (exit 2) on bad input
-    ranks[0].rank, ranks[0].world_size, ranks[0].device_type, ranks[0].device_name
-
-Design notes: docs/trace.md.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 
@@ -13,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from perfscope.errors import UserError
-from perfscope.trace.broken import unusable_text
 from perfscope.trace.events import Trace, TraceBuilder, paused_gc
 from perfscope.trace.intervals import Span
-from perfscope.trace.reader import stream_trace
+from perfscope.trace.reader import stream_trace, unusable_text
 from perfscope.trace.steps import find_steps
 
 TRACE_SUFFIXES = (".json", ".json.gz")

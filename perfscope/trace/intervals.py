@@ -1,12 +1,4 @@
-"""Arithmetic on time intervals (start, end), in the trace's microseconds.
-
-    merge([(0, 5), (3, 8), (10, 12)])          # [(0, 8), (10, 12)]
-    gaps([(0, 8), (10, 12)], (0, 20))           # [(8, 10), (12, 20)]
-
-Why merging comes first everywhere: trace spans nest and overlap — `aten::item` contains
-`aten::_local_scalar_dense` contains `cudaStreamSynchronize`; kernels on two streams overlap — so any sum of
-raw durations counts the same microsecond several times.
-"""
+"""Arithmetic on time intervals (start, end), in the trace's microseconds. Design notes: docs/trace.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """Device work by kind: time by category and by kernel name, pageable copies, host↔device traffic.
 
-    kernel_facts(trace, work, w)      # KernelFacts: per-step device time by category, the top kernels
-    host_transfers(trace, work, w)    # HostTransfers: bytes each way, copy time, the share hidden under kernels
-
-``work``: the rows of the device table (perfscope.trace.table) that the window issued, in start order.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 

@@ -1,21 +1,6 @@
 """A profiled window's memory by what holds it, from torch.profiler's own categorisation (works on CPU too).
 
-    with profile(..., profile_memory=True, record_shapes=True, with_stack=True) as prof: ...
-    mem = memory_breakdown(prof, "cpu")    # MemoryByCategory: the peak, the category holding most of it, each category
-    mem.peak_category                      # "activation": checkpointing; "optimizer_state": Adafactor, 8-bit, ZeRO
-    profile_step_memory(train_step, "cuda").categories()   # an analyze trial's: two profiled steps, into its results
-
-torch's MemoryProfile (the one behind `export_memory_timeline`) follows every tensor of the window through the
-autograd and data-flow graphs and names it parameter, gradient, optimizer state, activation, input, temporary or
-autograd detail; allocations it cannot tie to a tensor stay unknown. The levels here are its own coalescing
-(MemoryProfileTimeline._coalesce_timeline: pre-existing tensors from the start, then create / new version /
-destroy), with one correction: a tensor that torch calls a parameter or optimizer state but that is created and
-freed inside the window is a temporary. In a running job both persist across steps; torch's data-flow rule
-misnames the single-tensor AdamW's `exp_avg_sq.sqrt()` as a parameter (a small model showed parameters at 1.5x
-their size at the peak). The corrected bytes are `reclassified_bytes`, so nothing is hidden.
-
-The memory seen is the window's: tensors the window never touches (a frozen embedding, say) are not in it.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 

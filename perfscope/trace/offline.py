@@ -1,10 +1,6 @@
 """A trace the user already has → a Results object (source "trace"): the diagnosis with no rerun.
 
-    results = trace_results(Path("traces/"))          # a trace file, or a folder of rank traces
-    finish(results, Path("perfscope-trace-out"))      # rules → results.json → report.html + report.md
-
-Design notes: docs/trace.md.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 
@@ -16,24 +12,17 @@ from pathlib import Path
 from perfscope._version import __version__
 from perfscope.errors import UserError
 from perfscope.hardware import datasheet_peak, is_mig_name, slice_peak
-from perfscope.results import (
-    Environment,
-    Results,
-    Trial,
-    TrialConfig,
-    TrialMetrics,
-    Window,
-    WorkloadInfo,
-)
-from perfscope.results.distributed import CommunicationFacts, DistributedFacts, RankMetrics
+from perfscope.results import Environment, Results, Trial, TrialConfig, TrialMetrics, Window, WorkloadInfo
+from perfscope.results.distributed import CommunicationFacts, DistributedFacts, RankMetrics, Straggler
 from perfscope.results.messages import Message, msg
 from perfscope.results.trace_facts import TraceFacts
-from perfscope.stats import summarize
+from perfscope.stats import STRAGGLER_MIN_SLOWER as MIN_SLOWER
+from perfscope.stats import STRAGGLER_MIN_STEPS as MIN_STEPS
+from perfscope.stats import slower_than_peers, summarize
 from perfscope.trace.communication import communication_facts, exposed_collective_by_step
 from perfscope.trace.events import paused_gc
 from perfscope.trace.facts import DATA_LABEL, trace_facts
 from perfscope.trace.inputs import RankTrace, assign_ranks, load_rank, trace_files
-from perfscope.trace.rank_stragglers import trace_stragglers
 from perfscope.trace.window import loader_spans
 
 TRIAL = "baseline"
@@ -49,7 +38,7 @@ class RankAnalysis:
     facts: TraceFacts
     communication: CommunicationFacts | None
     own_work_s: list[float]
-    """Per traced step: the step minus its exposed collective time (perfscope.trace.rank_stragglers)."""
+    """Per traced step: the step minus its exposed collective time (perfscope.trace.offline.trace_stragglers)."""
     device_type: str
     world_size: int
     """What the rank was analysed as (the job's device type and world size, as known when it was read)."""
@@ -58,13 +47,7 @@ class RankAnalysis:
 
 
 def trace_results(path: Path, *, steps: int | None = None, command: list[str] | None = None) -> Results:
-    """The Results of the trace(s) at ``path``; UserError (exit 2) on anything that is not a usable Kineto trace.
-
-    One rank at a time: each file is streamed, analysed and its events released before the next is read, so a
-    folder of 64 large rank traces needs the memory of one (only per-rank summaries are kept). A rank is analysed
-    against the job as known so far (its own device type and declared world size, the files' count); the rare rank
-    that the rest of the job contradicts (a CUDA rank after a CPU one, a larger world_size declared later) is read
-    again."""
+    """The Results of the trace(s) at ``path``; UserError (exit 2) on anything that is not a usable Kineto trace."""
     files = trace_files(path)
     analysed: list[RankAnalysis] = []
     for file in files:
@@ -226,4 +209,47 @@ def _workload(path: Path, ranks: list[RankTrace]) -> WorkloadInfo:
                         declared={"traces": [f"rank {r.rank}: {r.path.name}" for r in ranks]})
 
 
-__all__ = ["trace_results"]
+OWN_WORK = "traced step minus its exposed collective time (its own work: the time it did not wait for the network or a peer)"
+
+
+def trace_stragglers(own_work_s: dict[int, list[float]]) -> tuple[list[Straggler], str]:
+    """(stragglers, the method in words) from each rank's own work per traced step (seconds, step order)."""
+    tested = {rank: times for rank, times in own_work_s.items() if len(times) >= MIN_STEPS}
+    if len(tested) < 2:
+        counts = ", ".join(f"rank {r}: {len(t)}" for r, t in sorted(own_work_s.items()))
+        return [], (f"not tested: it takes two ranks with at least {MIN_STEPS} traced steps each (ProfilerStep#N spans; "
+                    f"{counts or 'no rank'})")
+    steps = min(len(t) for t in tested.values())
+    slowest = [max(tested, key=lambda r: tested[r][i]) for i in range(steps)]
+    found = [s for rank in tested if (s := _test(rank, tested, slowest)) is not None]
+    method = (f"each rank's mean {OWN_WORK} against the median of the other ranks' means: a straggler is over "
+              f"{MIN_SLOWER:.0%} slower and slower beyond the step-to-step noise (one-sided Welch t-test, p < 0.0001); "
+              f"{len(tested)} ranks, {steps} traced steps each — few steps, so only a large, steady gap is named")
+    return sorted(found, key=lambda s: -s.slower_by), method
+
+
+def _test(rank: int, tested: dict[int, list[float]], slowest: list[int]) -> Straggler | None:
+    others = [t for r, t in tested.items() if r != rank]
+    test = slower_than_peers(tested[rank], others)
+    if test is None:
+        return None
+    mean, n, reference, critical, se = test.mean, test.n, test.reference, test.critical, test.se
+    times_slowest = slowest.count(rank)
+    return Straggler(
+        rank=rank, slower_by=mean / reference - 1, slowest_share=times_slowest / len(slowest), cause="unknown",
+        evidence=[
+            f"rank {rank}'s {OWN_WORK} averaged {_ms(mean)} over {n} traced steps, {mean / reference - 1:.0%} above the "
+            f"{_ms(reference)} median of the other ranks; the step-to-step noise allows {_ms(critical * se)} "
+            f"({critical:.1f} standard errors)",
+            f"it was the slowest rank in {times_slowest} of {len(slowest)} traced steps (chance alone: 1 in {len(tested)})",
+            "from a trace alone the cause cannot be told (no GC, data-loader or host-load measurement): "
+            "`perfscope analyze` measures them",
+        ],
+    )
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms"
+
+
+__all__ = ["trace_results", "trace_stragglers"]

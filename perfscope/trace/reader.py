@@ -1,25 +1,22 @@
 """The one reader of a trace file: its events streamed one at a time, every failure one line saying where.
 
-    metadata = stream_trace(Path("rank0.json.gz"), on_event)   # on_event(dict) per traceEvents item, in file order
-    metadata["distributedInfo"], metadata.get("deviceProperties")   # every top-level key but traceEvents
-
-Why streamed: traces of a few LLM steps are 1-4 GB of JSON (kineto issues 595, 760) and json.load holds all of it
-as Python dicts, ten times the file in memory. Here only the current event is a dict; the caller keeps what it needs.
-
-Design notes: docs/trace.md.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 import zlib
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 from perfscope.errors import UserError
+from perfscope.results.messages import Message, msg
+from perfscope.wording import words
 
 CHUNK = 1 << 18
 """Characters read at a time (and so the most text parsed in one batch: orjson's scratch memory is ~16x its input); a
@@ -234,10 +231,7 @@ def _events(path: Path, reader: _Buffer, on_event: Callable[[Any], None],
 
 def _batch(reader: _Buffer) -> tuple[list[Any] | None, int]:
     """Every whole event from the read position to the last event boundary ("}," then "{") in the buffer, parsed in
-    one call; (None, -1) when the buffer holds no boundary, (None, cut) when the text up to it did not parse.
-
-    Why this is exact: "[" + text + "]" parses only when the text is a sequence of whole JSON values, so a cut inside
-    a string or a nested object fails (and that event is read on its own, which words any real error)."""
+    one call; (None, -1) when the buffer holds no boundary, (None, cut) when the text up to it did not parse."""
     buf, start = reader.buf, reader.i
     cut = buf.rfind("},", start)
     while cut > start:
@@ -286,4 +280,28 @@ def _end(reader: _Buffer) -> None:
         raise _Broken("Extra data", reader.i)
 
 
-__all__ = ["BadEvent", "stream_trace"]
+MAX_DURATION_US = 86_400e6
+"""A complete event longer than a day is a broken record (a 1e300 µs kernel), not something that ran."""
+
+
+def why_broken(ts: float, dur: float) -> str:
+    """Why a complete event's times are unusable, in a reader's words."""
+    if math.isnan(ts) or math.isnan(dur):
+        return "a NaN timestamp or duration"
+    if math.isinf(ts) or math.isinf(dur):
+        return "an infinite timestamp or duration"
+    return "a negative duration" if dur < 0 else "a duration longer than a day"
+
+
+def unusable_note(unusable: Counter[str]) -> Message | None:
+    """How many events were skipped and why (most common first); None when none were."""
+    return msg("unusable_events", counts=dict(unusable.most_common())) if sum(unusable.values()) else None
+
+
+def unusable_text(unusable: Counter[str]) -> str:
+    """unusable_note in words; "" when none were skipped."""
+    note = unusable_note(unusable)
+    return words(note) if note is not None else ""
+
+
+__all__ = ["MAX_DURATION_US", "BadEvent", "stream_trace", "unusable_note", "unusable_text", "why_broken"]

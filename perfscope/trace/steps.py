@@ -1,10 +1,6 @@
 """The training steps of a trace that has no ProfilerStep#N spans (profiled without a schedule).
 
-    found = find_steps(trace)      # sets trace.steps and trace.steps_from when the trace marks its steps otherwise
-    trace.steps_from               # "ProfilerStep#N spans", "the 40 Optimizer.step#SGD.step spans (...)", or ""
-
-Design notes: docs/trace.md.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 

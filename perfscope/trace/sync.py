@@ -1,27 +1,23 @@
 """Host synchronization: the runtime calls in which the host waited for the device, and where each was made.
 
-    sync = sync_facts(trace, w)       # SyncFacts: points and blocked share per step, call sites
-    blocked_spans(trace, w)           # host time blocked on the device (syncs, pageable copies), merged
-
-Only the runtime says whether the host waited: `aten::item` on a CPU tensor (torch.optim's foreach AdamW reads its
-host-side step counters that way, about twice per parameter tensor) is no sync, and on a device tensor it is one
-only through the cudaStreamSynchronize inside it.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 
 import bisect
 import re
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from perfscope.results.trace_facts import SyncFacts
-from perfscope.trace.events import Event, Trace, event_at, is_user_frame
+from perfscope.trace.events import Event, Trace, event_at, is_user_frame, read_trace
+from perfscope.trace.export import distributed_info, trace_file_name
 from perfscope.trace.intervals import Span, clip, merge, merge_arrays, seqsum
 from perfscope.trace.table import EventColumns
-from perfscope.trace.window import Window
+from perfscope.trace.window import Window, window
 
 SYNC_CALL = re.compile(r"^(?:cuda|hip|cu)(?:Stream|Device|Event|Ctx)Synchronize$|^(?:cudaMemcpy|hipMemcpy|hipMemcpyWithStream)$")
 """Runtime calls that block the host until the device has done: the synchronize family, and the blocking copy
@@ -93,11 +89,7 @@ def _call_contexts(trace: Trace, rows: np.ndarray,
 
 def enclosing(t: EventColumns, rows: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> list[np.ndarray]:
     """For each point (p0[k], p1[k]), the spans of ``t[rows]`` (one thread) enclosing it, as indices into ``rows``
-    in (start, longest first) order: outermost first.
-
-    The order a stack walk over the spans sorted by start gives (the walk this replaced): a span starting at or
-    before a point and ending at or after its end is on the stack when the point is reached, unless the points
-    go back in time or a point has no duration; then the walk itself is made."""
+    in (start, longest first) order: outermost first."""
     s, d = t.ts[rows], t.dur[rows]
     order = np.lexsort((-d, s))
     s, e = s[order], t.end[rows][order]
@@ -160,3 +152,29 @@ def _copy_direction(copies: list[tuple[float, Any, str]], op: Event) -> str | No
             m = re.search(r"[HD]to[HD]", name)
             return m.group(0) if m else None
     return None
+
+
+MORE_PER_STEP = 0.5
+"""The least rise in waits per step at one call site that is named (one wait every other step)."""
+
+
+def rank_trace(folder: Path) -> Path:
+    """This rank's trace in a capture folder (rank<R>.json.gz, as TraceCapture names it)."""
+    return folder / trace_file_name(distributed_info())
+
+
+def capture_syncs(folder: Path, *, steps: int = 1) -> SyncFacts | None:
+    """The host waits in this rank's trace in ``folder``, or None when the capture wrote none; ``steps`` only for
+    a trace without ProfilerStep#N spans."""
+    path = rank_trace(folder)
+    if not path.is_file():
+        return None
+    trace = read_trace(path)
+    return sync_facts(trace, window(trace, steps))
+
+
+def new_syncs(before: SyncFacts, after: SyncFacts) -> list[str]:
+    """Each call site waiting at least MORE_PER_STEP more times per step in ``after``, most added first."""
+    added = {site: n - before.sites.get(site, 0.0) for site, n in after.sites.items()}
+    return [f"a new sync: {site} {after.sites[site]:.2g} per step (was {before.sites.get(site, 0.0):.2g})"
+            for site, more in sorted(added.items(), key=lambda kv: -kv[1]) if more >= MORE_PER_STEP]

@@ -1,8 +1,7 @@
 """The kept events of a trace as numpy columns: one table per kind (cpu ops, annotations, runtime calls, Python
 frames, device work), filled in batches as the file streams.
 
-Design notes: docs/trace.md.
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 

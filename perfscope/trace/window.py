@@ -1,8 +1,6 @@
 """The profiled window of a trace: its ProfilerStep#N spans, what every per-step fact is read in and divided by.
 
-    w = window(trace, steps=3)        # Window(spans, steps)
-    w.bounds, w.step_us, w.mask(ts)   # a boolean column: which events start inside it
-"""
+Design notes: docs/trace.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """Entry point of a trial process: `main(["child", SPEC.json])`, forked by the zygote or run as
 `python -m perfscope.trial.child SPEC.json` in a fresh interpreter.
 
-The runner (perfscope.trial.runner) starts it in its own session and process group, so an OOM, a poisoned
-CUDA context, a segfault or a hang dies with the process. The outcome is written atomically to the spec's
-`result_path`; a missing result file means the process crashed. The spec is typed (perfscope.trial.spec): the
-child dispatches on its type, not on a key of a dict.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 
@@ -60,11 +56,7 @@ def error_tail(exc: BaseException, lines: int = 12) -> str:
 
 def _run_trial(spec: TrialSpec, result_path: Path) -> dict[str, Any]:
     """Measure, write the timed result, then (optionally) the diagnostics — a trace, and the Dataset's profile when
-    the step waited for data — and write the result again.
-
-    The first write makes the measurement safe: if the trace capture kills the process (a segfault in a
-    profiler, an OOM), the runner still finds the timed result and records the run as measured.
-    """
+    the step waited for data — and write the result again: a profiler that kills the process costs only the trace."""
     from perfscope.trial.data import profile_dataset_cost
     from perfscope.trial.loop import capture_trace_into, nonfinite_loss, run_trial
 
@@ -84,17 +76,11 @@ def _run_trial(spec: TrialSpec, result_path: Path) -> dict[str, Any]:
 
 
 def _run_probe(spec: ProbeSpec) -> dict[str, Any]:
-    """Resolve the device, validate the workload with one step on it, inspect the model, describe the machine.
-
-    Here rather than in the analyze parent: the parent never builds the user's model nor touches a device,
-    and the dry run is fast on a GPU (one GPT-2 step on a CPU takes tens of seconds). Being the first process
-    to run the workload, the probe is also the warm-up process that keeps the first measured run honest.
-    """
+    """Resolve the device, validate the workload with one step on it, inspect the model, describe the machine."""
     import torch
 
     from perfscope.measure.environment import collect_environment
-    from perfscope.trial.inspect import inspect_model
-    from perfscope.trial.validate import validate_workload
+    from perfscope.trial.validate import inspect_model, validate_workload
 
     device = spec.device
     if device == "auto":

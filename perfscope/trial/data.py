@@ -1,10 +1,7 @@
 """The trial's data pipeline: a DataLoader perfscope controls (or the user's batch generator), endless,
 and a device copy that honours pin_memory + non_blocking.
 
-Why perfscope builds the DataLoader: num_workers, pin_memory, prefetch_factor and persistent_workers
-are knobs the sweep turns, so the user gives a Dataset, not a loader; the knobs give its arguments
-(`Knob.apply_to_loader`).
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 
@@ -16,7 +13,7 @@ import torch
 from perfscope.knobs import loader_options
 from perfscope.knobs.apply.tensors import map_tensors
 from perfscope.measure.dataset_profile import PROFILE_AT_DATA_WAIT, profile_dataset
-from perfscope.measure.samples import leading_dim
+from perfscope.measure.tokens import leading_dim
 from perfscope.results import TrialMetrics
 from perfscope.results.config import TrialConfig
 from perfscope.results.messages import error, msg
@@ -67,11 +64,8 @@ def endless_batches(workload: Workload, config: TrialConfig) -> Iterator[Any]:
 
 
 def full_batches(batches: Iterable[Any], size: int) -> Iterator[Any]:
-    """The batches of ``size`` samples (or of unknown size): a short batch at the end of an epoch is dropped.
-
-    An IterableDataset cannot use drop_last, and a user's batches() may end an epoch short: a new input shape
-    would recompile a compiled model (and re-record CUDA graphs) inside the timed window, and its step would
-    not be a typical one. Map-style datasets already drop it (drop_last=True)."""
+    """The batches of ``size`` samples (or of unknown size): a short batch at the end of an epoch is dropped
+    (a new shape would recompile a compiled model inside the timed window)."""
     for batch in batches:
         n = leading_dim(batch)
         if n is None or n == size:
@@ -91,11 +85,7 @@ def to_device(batch: Any, device: str, *, non_blocking: bool, channels_last: boo
 
 
 def profile_dataset_cost(workload: Workload, config: TrialConfig, metrics: TrialMetrics) -> None:
-    """When the step waited for data, where the Dataset spends its time (perfscope.measure.dataset_profile).
-
-    Runs after the timed window (and the trace), on a fresh Dataset from the user's factory, in this process:
-    a failure costs the profile, recorded in ``metrics.unavailable``, never the run.
-    """
+    """When the step waited for data, where the Dataset spends its time (perfscope.measure.dataset_profile)."""
     wait = max(metrics.data_wait_share, metrics.host_data_wait_share)
     if workload.dataset is None or wait < PROFILE_AT_DATA_WAIT:
         return

@@ -1,14 +1,6 @@
 """Data parallelism inside a trial rank: the process group, the model's wrapper, gradient sync, data shards.
 
-    rank = init_process_group("cpu", timeout_s=120)       # gloo on CPU, NCCL on CUDA; env from torchrun
-    wrapped = wrap_model(model, config)                   # DDP | FSDP2 fully_shard | DDP (+ ZeRO-1 optimizer)
-    optimizer = shard_optimizer(optimizer, config)        # ZeroRedundancyOptimizer for "zero1"
-    with gradient_sync(wrapped, enabled=False): loss.backward()   # DDP no_sync / FSDP2 set_requires_gradient_sync
-
-PyTorch's own wrappers, configured by TrialConfig fields, nothing re-implemented. FSDP2 shards every repeated block
-(the transformer layers perfscope.knobs.apply.checkpointing finds) and then the root, as torchtitan does, so a block's
-parameters are gathered just before it runs and freed after (reshard_after_forward) instead of all at once.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
 """The other nodes of a multi-node analysis: `perfscope worker FILE --nnodes N --node-rank R --rdzv-endpoint H:P`.
 
-    node 0:  perfscope analyze train.py --nnodes 2 --node-rank 0 --nproc-per-node 8 --rdzv-endpoint node0:29400
-    node 1:  perfscope worker  train.py --nnodes 2 --node-rank 1 --nproc-per-node 8 --rdzv-endpoint node0:29400
-
-Node 0 decides what to run (the sweep adapts to what it measured); every other node only lends its ranks. Each of
-its trials is one torchrun job on every node: here a worker starts torchrun's agent with the same rendezvous
-arguments, again and again, and its ranks learn the trial's configuration from rank 0 when the job starts
-(perfscope.trial.rank.agree_on_spec). When node 0's analysis ends it runs one last job that says stop.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """A distributed trial: one torchrun job (PyTorch's elastic agent), every rank a trial process, one outcome.
 
-    launch = Launch(nproc_per_node=2)                       # --standalone on one machine
-    outcome = run_job(spec, work_dir, timeout_s=600, launch=launch)
-    outcome.status, outcome.error                           # "timeout", "rank 1 stopped responding: ..."
-
-Design notes: docs/distributed.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 
@@ -163,12 +158,7 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 def classify_job(result_path: Path, log_path: Path, *, launch: Launch, timed_out: bool, timeout_s: float,
                  wall: float) -> JobOutcome:
-    """The job's outcome: rank 0's gathered result when the job succeeded; else the first rank to fail, and why.
-
-    A rank whose error is a collective failing (a timeout, a lost connection) is a victim: it waited for a peer.
-    The culprit is a rank that failed on its own (an exception, an OOM, non-finite loss), else a rank that died
-    without a result (the agent's "Root Cause" names its exit code), else a rank still running (a hang).
-    """
+    """The job's outcome: rank 0's gathered result when the job succeeded; else the first rank to fail, and why."""
     job = _read(result_path)
     if job is not None and job.get("status") in ("ok", "stop") and not timed_out:
         return JobOutcome(str(job["status"]), None, job, wall)

@@ -1,11 +1,4 @@
-"""The measured training loop of one trial (runs inside the trial process).
-
-    run = run_trial(workload, TrialConfig(device="cuda", micro_batch_size=8))
-    run.metrics.samples_per_s                      # samples in the window / its wall time
-    capture_trace(run, config, artifacts_dir)      # afterwards, once the timing is safely recorded (+ memory by category)
-
-Design notes: docs/measurement.md.
-"""
+"""The measured training loop of one trial (runs inside the trial process). Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 
@@ -14,42 +7,38 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from perfscope.knobs import Knob, Observed, active_knobs
+from perfscope.knobs.compile import compile_not_applied
 from perfscope.measure import memory
 from perfscope.measure.build import attach_trace, build_trial_metrics
 from perfscope.measure.clock import clock_for, synchronize
-from perfscope.measure.gc_pauses import GcPauses
 from perfscope.measure.observation import FirstStep, FlopCount, MemoryPeaks, RunObservation, Unavailable
 from perfscope.measure.structure import CompileCounters, WindowSyncCounter
-from perfscope.measure.tf32 import matmul_tf32 as matmul_tf32_state
 from perfscope.measure.tokens import TokenTally
 from perfscope.measure.utilization import UtilizationSampler
-from perfscope.measure.window import WindowRecorder
+from perfscope.measure.window import GcPauses, WindowRecorder
 from perfscope.results import TrialMetrics
 from perfscope.results.config import TrialConfig
 from perfscope.results.fingerprint import Fingerprint
 from perfscope.results.messages import error, msg
+from perfscope.tf32_api import matmul_tf32 as matmul_tf32_state
 from perfscope.trace.memory_categories import profile_step_memory
-from perfscope.trial.applied import Observed, compile_not_applied, not_applied, record
-from perfscope.trial.data_parallel import agree_on_steps, local_optimizer
+from perfscope.trial.data_parallel import agree_on_steps, current_rank, local_optimizer
 from perfscope.trial.model_parallel import make_step
-from perfscope.trial.optimizers import optimizer_name
-from perfscope.trial.prefetch import drain_prefetch
-from perfscope.trial.step import TrainStep
+from perfscope.trial.step import TrainStep, optimizer_name
 from perfscope.workload import Workload
 
 
 def calibrate_steps(config: TrialConfig, warmup_times: list[float]) -> tuple[int, str]:
-    """Timed steps so the window lasts at least ``min_window_s`` (pyperf-style), and why that many.
-
-    The estimate is the median of the warm-up steps after the first (which pays one-time costs). With
-    DataLoader workers the window also spans several fill-and-drain cycles of the prefetch queue.
-    """
+    """Timed steps so the window lasts at least ``min_window_s`` (pyperf-style), and why that many."""
     if config.steps is not None:
         return config.steps, f"{config.steps} steps as asked (--steps)"
     steady = warmup_times[1:] or warmup_times
@@ -201,11 +190,7 @@ class CompileNotApplied(RuntimeError):
 
 
 def capture_trace(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) -> None:
-    """A short profiled window after the timed one, so profiling never touches the timings.
-
-    Called after the timed result is safely written: whatever happens here (a profiler already running in
-    the user's code, an over-cap trace, an OOM, an exception in export) costs the trace, never the run.
-    """
+    """A short profiled window after the timed one, so profiling never touches the timings."""
     metrics = run.metrics
     try:
         from perfscope.trace.capture import TraceCapture
@@ -250,3 +235,114 @@ def capture_trace_into(run: MeasuredRun, config: TrialConfig, artifacts_dir: Pat
         capture_trace(run, config, artifacts_dir)
     except Exception as exc:  # noqa: BLE001 - the trace is optional, the measurement is not
         run.metrics.unavailable["trace"] = msg("trace_capture_failed", error=error(exc))
+
+
+def record(knobs: list[Knob], config: TrialConfig) -> dict[str, Any]:
+    """What each of ``knobs`` records for its `Knob.not_applied` at the end of the timed window."""
+    return {k.id: value for k in knobs if (value := k.record(config)) is not None}
+
+
+def not_applied(config: TrialConfig, seen: Observed) -> dict[str, str]:
+    """TrialConfig field -> why this run did not run with it (empty: it did everything its config says).
+
+    Each active knob judges its own setting (`Knob.not_applied`), keyed by its first setting (``knob_settings.<id>``
+    for a knob with no field); the environment is checked here, whoever set it (a knob or the user)."""
+    out: dict[str, str] = {}
+    knobs = active_knobs(config)
+    for knob in knobs:
+        if (why := knob.not_applied(config, seen)) is not None:
+            out[knob.settings[0]] = why
+    if orphans := sorted(set(config.knob_settings) - {k.id for k in knobs}):
+        # A knob registered at run time in the analyze process is unknown to a trial process started afresh.
+        out["knob_settings"] = (f"no knob {', '.join(orphans)} is registered in the trial process: its setting was "
+                                "not applied (add the knob to perfscope/knobs/__init__.py's REGISTRY)")
+    changed = {k: v for k, v in config.env.items() if seen.env.get(k, v) != v}
+    if changed:
+        out["env"] = "; ".join(f"{k} was {seen.env.get(k)!r} in the trial, not {v!r}: the workload's code set it" for k, v in changed.items())
+    return out
+
+
+DRAIN_DEPTHS = 4
+DRAIN_WAIT_S = 1e-3
+DRAIN_WAIT_SHARE = 0.05
+BLOCKED_OVER_READY = 3.0
+
+
+class DataWaits:
+    """Times each `next(loader)` of a step (the data_begin/data_end pair TrainStep calls on a recorder)."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+        self._start = 0.0
+
+    def data_begin(self) -> None:
+        self._start = time.perf_counter()
+
+    def data_end(self) -> None:
+        self.waits.append(time.perf_counter() - self._start)
+
+
+@dataclass
+class PrefetchDrain:
+    depth: int
+    """Micro-batches the queue holds: num_workers × prefetch_factor."""
+    times: list[float] = field(default_factory=list)
+    """Wall time of each extra warm-up step."""
+    losses: list[torch.Tensor] = field(default_factory=list)
+    """Each extra step's loss (device tensors): steps the trial took before its window, which the numerics guard
+    counts so that it compares the same global step in every trial (perfscope.search.numerics)."""
+    drained: bool = False
+
+    @property
+    def calibration_times(self) -> list[float]:
+        """Steady-state step times for the window's calibration (a first entry, dropped by it as the warm-up's)."""
+        return [self.times[0], *self.times]
+
+    @property
+    def words(self) -> str:
+        steps = f"{len(self.times)} extra warm-up step(s)"
+        if self.drained:
+            return (f"{steps}: the DataLoader's prefetch queue ({self.depth} batches) used up and drained "
+                    "(next() blocked): the window starts in steady state")
+        return (f"{steps}: the DataLoader's prefetch queue ({self.depth} batches) used up {DRAIN_DEPTHS} times without "
+                "next() blocking beyond a ready batch's cost (the loader keeps up; a full queue is its steady state)")
+
+
+def _any_rank(flag: bool, device: str) -> bool:
+    """True when any data-parallel rank says so: every rank must take the same number of steps (collectives)."""
+    if current_rank() is None:
+        return flag
+    import torch.distributed as dist
+
+    value = torch.tensor([int(flag)], dtype=torch.int64, device="cuda" if device == "cuda" else "cpu")
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
+def drain_prefetch(step: Callable[[Any], tuple[torch.Tensor, Any]], config: TrialConfig, warmup_times: list[float]) -> PrefetchDrain | None:
+    """Untimed steps until the prefetch queue is in steady state (see the module docstring); None without workers
+    or when the user's batches() feeds the loop (no DataLoader perfscope controls)."""
+    if not config.num_workers:
+        return None
+    depth = config.num_workers * (config.prefetch_factor or 2)
+    typical = statistics.median(warmup_times[1:]) if len(warmup_times) > 1 else 0.0
+    floor = max(DRAIN_WAIT_S, DRAIN_WAIT_SHARE * typical)
+    first_depth = math.ceil(depth / config.grad_accum_steps)
+    drain = PrefetchDrain(depth=depth)
+    ready: list[float] = []
+    for i in range(math.ceil(DRAIN_DEPTHS * depth / config.grad_accum_steps)):
+        waits = DataWaits()
+        synchronize(config.device)
+        start = time.perf_counter()
+        loss, _ = step(waits)
+        synchronize(config.device)
+        drain.times.append(time.perf_counter() - start)
+        drain.losses.append(loss)
+        if i < first_depth:  # the warm-up's backlog: what taking a ready batch costs
+            ready += waits.waits
+            continue
+        blocked_at = max(floor, BLOCKED_OVER_READY * statistics.median(ready)) if ready else floor
+        if not _any_rank(max(waits.waits, default=0.0) < blocked_at, config.device):
+            drain.drained = True
+            break
+    return drain

@@ -1,24 +1,12 @@
 """What a tensor- or pipeline-parallel run records beyond the data-parallel facts: its layout, plan and bubble.
 
-    timing = rank_stage_timing(run, config)          # on every pipeline rank (None otherwise), gathered to rank 0
-    facts = parallel_facts(config, workload, timings, order)   # rank 0: DistributedFacts.parallel
-
-Kept out of trial/rank.py so that rank.py stays the data-parallel job's order of work and this file the one place
-that knows what TP and PP add to it.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from perfscope.measure.bubble import (
-    Action,
-    imbalance,
-    measured_bubble,
-    replay_bubble,
-    schedule_order,
-    stage_timing,
-)
+from perfscope.measure.bubble import Action, imbalance, measured_bubble, replay_bubble, schedule_order, stage_timing
 from perfscope.results.config import TrialConfig
 from perfscope.results.layout import ParallelFacts, StageTiming, bubble_formula
 from perfscope.results.messages import msg

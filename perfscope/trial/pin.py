@@ -1,17 +1,6 @@
 """Pin a trial process to its lane's cores: the first thing a trial does in a parallel sweep (perfscope.lanes).
 
-    PERFSCOPE_LANE_CPUS=2,3  → os.sched_setaffinity(0, {2, 3}) and torch.set_num_threads(2)
-
-Why in the trial rather than around it: trials are forked from a zygote that imported torch once, and the zygote
-serves every lane; a fork inherits its parent's mask, so each trial sets its own. DataLoader workers it starts
-inherit the mask, so a lane's workers never spill onto another lane's cores; the intra-op thread pool is sized
-to the lane (torch's default is the machine's core count, which would oversubscribe the lane's cores).
-
-Pinning in the trial comes after the interpreter started and imported what it needs to read its spec, and a fork
-costs its parent time: a lane's zygote and its fresh interpreters are therefore also *born* on the lane's cores
-(`born_on`), so nothing a lane starts ever runs on another lane's cores, where the contention guard of that lane's
-run would rightly count it as a neighbour (perfscope.measure.contention).
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """Pipeline parallelism inside a trial rank: PyTorch's pipelining engine driving the measured loop's steps.
 
-    step = PipelineStep(workload, config)   # a TrainStep: the run's loop, window and metrics are unchanged
-    step()                                  # one optimizer step = one schedule.step() over m micro-batches
-    step.records                            # per step: this rank's forward / backward / loss seconds, and the step's
-
-Design notes: docs/distributed.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 
@@ -23,8 +18,7 @@ from perfscope.knobs.apply.tensors import map_tensors
 from perfscope.measure.bubble import StepRecord
 from perfscope.measure.clock import synchronize
 from perfscope.trial.data import endless_batches
-from perfscope.trial.optimizers import build_optimizer
-from perfscope.trial.step import TrainStep
+from perfscope.trial.step import TrainStep, build_optimizer
 
 SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B"}
 

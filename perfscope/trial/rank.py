@@ -1,7 +1,6 @@
 """One rank of a distributed trial (runs in each process torchrun starts; see perfscope.trial.launch).
 
-Design notes: docs/distributed.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 
@@ -16,22 +15,17 @@ import torch.distributed as dist
 
 from perfscope.measure import memory
 from perfscope.measure.clock import synchronize
-from perfscope.measure.collectives import benchmark_collective
 from perfscope.measure.contention import JOB_ROOT_ENV
 from perfscope.measure.cores import numa_node_count
-from perfscope.measure.job import combine_ranks
+from perfscope.measure.memory import sharding_memory, strategy_of
+from perfscope.measure.peaks import benchmark_collective
+from perfscope.measure.ranks import combine_ranks
 from perfscope.measure.ranks import rank_metrics as measured_rank
-from perfscope.measure.sharding import sharding_memory, strategy_of
 from perfscope.results import CommunicationFacts, RankMetrics, from_jsonable, to_jsonable, write_json
 from perfscope.results.config import TrialConfig
 from perfscope.results.messages import error, msg
 from perfscope.trace.communication import communication_facts
-from perfscope.trial.data_parallel import (
-    RankInfo,
-    can_skip_all_communication,
-    gradient_sync,
-    init_process_group,
-)
+from perfscope.trial.data_parallel import RankInfo, can_skip_all_communication, gradient_sync, init_process_group
 from perfscope.trial.launch import Launch, rank_result_path
 from perfscope.trial.loop import MeasuredRun, capture_trace_into, nonfinite_loss, run_trial
 from perfscope.trial.model_parallel import parallel_facts, rank_stage_timing
@@ -40,7 +34,7 @@ from perfscope.workload import load_workload
 
 LOCAL_WINDOW_STEPS = (10, 30)
 """Steps of the no-communication window, at least and at most: with 5% step noise, 10 steps find a 30% straggler
-every time (5 steps: two times in three; perfscope.measure.stragglers' tests)."""
+every time (5 steps: two times in three; tests/test_stragglers.py)."""
 
 
 def run_rank(spec: ChildSpec, result_path: Path) -> dict[str, Any]:
@@ -202,7 +196,7 @@ def microbench_bytes(config: TrialConfig) -> int:
 
 
 def memory_model(ranks: list[RankMetrics], config: TrialConfig) -> list[Any]:
-    """Bytes per rank of the training state under DDP and ZeRO-1/2/3 (perfscope.measure.sharding), from one whole
+    """Bytes per rank of the training state under DDP and ZeRO-1/2/3 (perfscope.measure.memory), from one whole
     replica — the sum of the ranks' shards where this run sharded — with this run's own row measured: the most any
     rank held, counted from its tensors."""
     if config.model_parallel > 1:
@@ -241,6 +235,6 @@ def job_result(metrics: Any, config: TrialConfig, info: RankInfo, gathered: list
     facts.memory_model = memory_model(ranks, config)
     facts.numa_nodes = numa_node_count()
     facts.numa_binding = config.numa_binding
-    metrics.distributed = facts  # the session makes the figures the job's (perfscope.measure.job.apply_job)
+    metrics.distributed = facts  # the session makes the figures the job's (perfscope.measure.ranks.apply_job)
     return metrics
 

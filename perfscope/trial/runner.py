@@ -1,11 +1,6 @@
 """Run one trial in a fresh process, in its own process group, with a timeout that kills all it started.
 
-    with TrialRunner() as runner:
-        outcome = runner.run(spec, work_dir, timeout_s=600)   # spec: a perfscope.trial.spec.ChildSpec
-    outcome.status  # ok | oom | error | crashed | timeout | nonfinite | invalid
-
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """A measurement session: runs trials through one runner, records each at once, resumes, reports progress.
 
-    with Session(results, out_dir=..., workload_path=..., timeout_s=600) as session:
-        run = session.measure("baseline", config)         # a new run of the configuration "baseline"
-        run = session.measure("baseline", config)         # ... and another: trial "baseline-r2"
-
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 
@@ -18,8 +13,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol, TextIO
 
-from perfscope.measure.job import apply_job
 from perfscope.measure.mfu import apply_utilization_ratios
+from perfscope.measure.ranks import apply_job
 from perfscope.results import Results, ResultsError, Trial, TrialMetrics, from_jsonable
 from perfscope.results.config import TrialConfig
 from perfscope.results.messages import Message, msg

@@ -1,7 +1,6 @@
 """What a trial process is asked to do: one typed spec per mode, crossing the process boundary as checked JSON.
 
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,29 +1,21 @@
 """One optimizer step of a trial: the step the measured loop (perfscope.trial.loop) times, and the base of a
 pipeline rank's step (perfscope.trial.pipeline_parallel.PipelineStep).
 
-    step = TrainStep(workload, config)      # the model, its wrapper, optimizer, knobs and batches, built once
-    loss, norm = step(recorder)             # one optimizer step; data waits on the recorder's clock
-    step.count_flops(); step.count_structure()
-
-Why a module of its own: the loop builds a step through perfscope.trial.model_parallel.make_step, and the pipeline
-step subclasses this one; with the step in the loop's module, both would import the loop back.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from typing import Any
 
 import torch
+from torch import nn
 
 from perfscope.knobs import Knob, active_knobs, loader_options
 from perfscope.knobs.apply.checkpointing import CheckpointedBlock, checkpointing_off
-from perfscope.measure.flops import (
-    FALLBACK_COUNT_MICRO_BATCH,
-    StepFlopCounter,
-    count_step,
-    count_step_on_fake_tensors,
-)
+from perfscope.measure.flops import FALLBACK_COUNT_MICRO_BATCH, StepFlopCounter, count_step, count_step_on_fake_tensors
 from perfscope.measure.structure import StructureCounter
 from perfscope.measure.tokens import TokenTally, per_token_scale
 from perfscope.measure.window import WindowRecorder
@@ -31,17 +23,12 @@ from perfscope.results.config import TrialConfig
 from perfscope.results.fingerprint import Fingerprint
 from perfscope.trial.data import endless_batches, to_device
 from perfscope.trial.data_parallel import gradient_sync, shard_optimizer, wrap_model
-from perfscope.trial.optimizers import build_optimizer
 from perfscope.workload import Workload
 
 
 class TrainStep:
     """One optimizer step: grad_accum_steps micro-batches, the active knobs' contexts and loss scaler,
-    zero_grad(set_to_none).
-
-    The knobs apply themselves (perfscope.knobs, `Knob`'s trial hooks): this class calls each active
-    knob's hook at its place in the step and knows none of them by name. The micro-batch and the accumulation
-    are the step's own shape; the data-parallel wrapper and the optimizer are built by their modules."""
+    zero_grad(set_to_none)."""
 
     def __init__(self, workload: Workload, config: TrialConfig) -> None:
         self.workload, self.config = workload, config
@@ -134,14 +121,7 @@ class TrainStep:
 
     def count_flops(self, tokens: TokenTally | None = None) -> tuple[float, float, list[str]]:
         """(model FLOPs, hardware FLOPs, notes) per optimizer step, on the eager model: one micro-batch × accum.
-
-        Counted on fake tensors (no device memory, no compute), so the count cannot OOM where the trial fit: the
-        checkpointing pair runs twice the micro-batch that fit without checkpointing. With checkpointing the step
-        is counted twice: blocks plain (model FLOPs, MFU) and checkpointed as it runs (hardware FLOPs with the
-        recompute that really happened, HFU). Where fake tensors fail, one real step at a small micro-batch,
-        scaled linearly: matmul, conv and attention FLOPs are proportional to the batch. When the window's ``tokens``
-        varied (dynamic padding), FLOPs per token × the window's mean tokens per micro-batch (measure/tokens.py).
-        """
+        On fake tensors, so the count cannot OOM where the trial fit; else one small real step, scaled linearly."""
         micro, accum = self.config.micro_batch_size, self.config.grad_accum_steps
 
         def on_device(batch: Any) -> Any:
@@ -210,3 +190,68 @@ def _full(t: torch.Tensor) -> torch.Tensor:
     """A sharded (DTensor) gradient gathered whole, so its norm is the model's, not this rank's shard's."""
     full = getattr(t, "full_tensor", None)
     return full() if full is not None else t
+
+
+EIGHT_BIT_CLASSES = {"Adam": "Adam8bit", "AdamW": "AdamW8bit"}
+"""The 8-bit counterpart of each optimizer that has one (same algorithm, quantized moments)."""
+EIGHT_BIT_MODULES = {
+    "8bit-torchao": ("torchao.optim", "torchao.prototype.low_bit_optim"),  # public since torchao 0.10, prototype before
+    "8bit-bnb": ("bitsandbytes.optim",),
+}
+
+
+def build_optimizer(workload: Workload, model: nn.Module, config: TrialConfig) -> torch.optim.Optimizer:
+    """The optimizer ``config`` asks for, on the model's trainable parameters."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    user = workload.optimizer(params)
+    if config.optimizer == "adafactor":
+        return _adafactor(user, config.optimizer_impl)
+    if config.optimizer in EIGHT_BIT_MODULES:
+        return _eight_bit(user, config.optimizer, config.optimizer_impl)
+    if config.optimizer_impl == "default":
+        return user
+    # Rebuild from the user's settings, keeping only what the constructor accepts (defaults can hold
+    # derived keys, e.g. AdamW's decoupled_weight_decay) and dropping the implementation flags.
+    accepted = set(inspect.signature(type(user).__init__).parameters) - {"self", "params", "foreach", "fused"}
+    groups = [{k: v for k, v in g.items() if k == "params" or k in accepted} for g in user.param_groups]
+    defaults = {k: v for k, v in user.defaults.items() if k in accepted}
+    return type(user)(groups, **defaults, **{config.optimizer_impl: True})
+
+
+def optimizer_name(optimizer: torch.optim.Optimizer) -> str:
+    cls = type(optimizer)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _groups(user: torch.optim.Optimizer, keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The user's parameter groups with only ``keys`` carried over (where the group has them)."""
+    return [{"params": g["params"], **{k: g[k] for k in keys if k in g}} for g in user.param_groups]
+
+
+def _adafactor(user: torch.optim.Optimizer, impl: str) -> torch.optim.Optimizer:
+    adafactor = getattr(torch.optim, "Adafactor", None)
+    if adafactor is None:
+        raise RuntimeError(f"torch.optim.Adafactor needs torch >= 2.5 (this torch: {torch.__version__})")
+    if impl == "fused":
+        raise ValueError("torch.optim.Adafactor has no fused implementation")
+    return adafactor(_groups(user, ("lr", "weight_decay")), **({"foreach": True} if impl == "foreach" else {}))
+
+
+def _eight_bit(user: torch.optim.Optimizer, choice: str, impl: str) -> torch.optim.Optimizer:
+    name = EIGHT_BIT_CLASSES.get(type(user).__name__)
+    if name is None:
+        raise ValueError(f"no 8-bit counterpart of {type(user).__name__} (8-bit state is for {', '.join(EIGHT_BIT_CLASSES)})")
+    if impl != "default":
+        raise ValueError(f"8-bit {name} has no {impl} implementation")
+    cls = _import_class(EIGHT_BIT_MODULES[choice], name)
+    return cls(_groups(user, ("lr", "betas", "eps", "weight_decay", "amsgrad")))
+
+
+def _import_class(modules: tuple[str, ...], name: str) -> Any:
+    errors = []
+    for module_name in modules:
+        try:
+            return getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError) as exc:
+            errors.append(f"{module_name}.{name}: {type(exc).__name__}: {exc}")
+    raise ImportError("; ".join(errors))

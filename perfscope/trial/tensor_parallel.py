@@ -1,11 +1,6 @@
 """Tensor parallelism inside a trial rank: a plan for the model's blocks, applied by PyTorch's own engine.
 
-    plan = derive_plan(model, tp=2)                 # TpPlan(styles={"blocks.0.q": "colwise", ...}) or .reason
-    mesh = layout_mesh(config)                      # DeviceMesh ("tp",) or ("dp", "tp") with FSDP2
-    apply_tensor_parallel(model, mesh["tp"], plan)  # torch.distributed.tensor.parallel.parallelize_module
-
-Design notes: docs/distributed.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """Validate a workload on its trial device before any trial starts: one small training step.
 
-    validate_workload(load_workload("my_model.py"), "my_model.py", device="cuda")   # or WorkloadError
-
-Runs in the probe process (never in the analyze parent, which must not build the model or touch a device);
-each contract violation is a WorkloadError naming the file and, where it applies, the line.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 
@@ -16,7 +12,12 @@ import torch
 from torch import nn
 
 from perfscope.errors import WorkloadError
+from perfscope.knobs.apply.checkpointing import find_repeated_blocks
+from perfscope.results.layout import ModelLayout
+from perfscope.results.model import ModelFacts
+from perfscope.tf32_api import matmul_tf32_enabled
 from perfscope.trial.data import to_device
+from perfscope.trial.tensor_parallel import derive_plan
 from perfscope.workload import Workload, describe_user_exception
 
 
@@ -66,13 +67,7 @@ def _first_samples(workload: Workload, path: Path, count: int) -> Any:
 
 def validate_workload(workload: Workload, path: str | Path, *, dry_run_batch: int = 2, device: str = "cpu") -> float:
     """One training step with a small batch on ``device``: catches contract errors before any trial starts.
-
-    The dataset is also probed at its declared batch size (index by index), so a sample that raises
-    is named. Raises WorkloadError. Returns that step's wall time (loss, backward, optimizer step) scaled to the
-    workload's micro-batch: the step time the analysis announces its duration from before any run measured one —
-    an overestimate (a first step pays one-time costs), corrected once the baseline ran. Never a second call into the
-    workload: a loss that fails, hangs or exits on its second call must fail in a trial, where it is recorded.
-    """
+    Returns its wall time scaled to the micro-batch (the first duration estimate); never calls the workload twice."""
     path = Path(path).resolve()
     if workload.dataset is not None:
         _first_samples(workload, path, workload.batch_size)
@@ -121,3 +116,46 @@ def _now(device: str) -> float:
     if device == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter()
+
+
+def inspect_model(workload: Workload) -> ModelFacts:
+    try:
+        with torch.device("meta"):
+            model = workload.model()
+    except Exception:  # noqa: BLE001 - some models cannot be built on meta; build them for real
+        model = workload.model()
+    blocks = workload.checkpoint_blocks(model) if workload.checkpoint_blocks else find_repeated_blocks(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    try:
+        optimizer_class = type(workload.optimizer([nn.Parameter(torch.zeros(1))])).__name__
+    except Exception:  # noqa: BLE001
+        optimizer_class = "unknown"
+    return ModelFacts(
+        parameter_count=sum(p.numel() for p in params),
+        has_conv2d=any(isinstance(m, nn.Conv2d) for m in model.modules()),
+        repeated_blocks=len(blocks),
+        optimizer_class=optimizer_class,
+        matmul_tf32=matmul_tf32_enabled(),
+        layout=model_layout(model, workload, blocks),
+    )
+
+
+TP_DEGREES = (2, 4, 8)
+
+
+def model_layout(model: nn.Module, workload: Workload, blocks: list[nn.Module]) -> ModelLayout | None:
+    """How the model splits: blocks for the pipeline, the TP plan's parameters and where it does not apply."""
+    try:
+        layout = ModelLayout(blocks=len(blocks), block_parameter_count=sum(p.numel() for b in blocks for p in b.parameters()))
+        modules = dict(model.named_modules())
+        for tp in TP_DEGREES:
+            plan = derive_plan(model, tp, workload)
+            if plan.reason is not None:
+                layout.tp_inapplicable[str(tp)] = plan.reason
+            elif not layout.tp_parameter_count:
+                layout.tp_parameter_count = sum(p.numel() for name in plan.styles if name in modules
+                                                for p in modules[name].parameters())
+                layout.tp_plan_source = plan.source
+        return layout
+    except Exception:  # noqa: BLE001 - a layout the probe cannot read: the layout knobs say so, nothing else fails
+        return None

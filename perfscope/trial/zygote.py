@@ -1,9 +1,6 @@
 """A fork server for trial processes: torch imported once, every trial a fresh forked process.
 
-    python -m perfscope.trial.zygote        # started by perfscope.trial.runner; speaks JSON lines
-
-Design notes: docs/measurement.md.
-"""
+Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 
