@@ -215,6 +215,16 @@ WORDING: dict[str, Wording] = {
                                          "(CUDA only): not gated"),
     "fingerprints_differ": ("{role}: the structural fingerprints of its {runs} runs differ ({variants} variants): the "
                             "most common one is compared"),
+    # the notes of what a knob changed in the step (perfscope.report.structure.StructuralEffect)
+    "configuration_no_fingerprint": lambda *, name, baseline: (
+        f"{f'the baseline ({name})' if baseline else name} has no structural fingerprint (recorded by an older perfscope, "
+        "or counting failed)"),
+    "eager_op_count": ("op calls are counted on the eager step (torch.compile does not trace under the counting "
+                       "dispatch mode); what compiling removed shows as kernel launches of traced CUDA runs"),
+    "configuration_fingerprints_vary": ("the runs of {name} gave {variants} different fingerprints: the most common one "
+                                        "is compared"),
+    "per_step_batch_differs": ("per step of {batch} samples against the baseline's {baseline}: per-step counts scale "
+                               "with the batch"),
     # perfscope check / ab / baseline: how the comparison was made, and what to beware of
     "runs_not_used": lambda *, role, runs, why: f"{role}: {runs} run(s) not used ({_joined(why)})",
     "shared_measured_ceiling": "both peaks are measured matmul ceilings: MFU uses the baseline's for both runs",
