@@ -19,6 +19,7 @@ from perfscope.hooks.profiler import Profiler, leading_dim
 from perfscope.hooks.tally import Reservoir
 from perfscope.measure.window import StepRecord, WindowRecorder
 from perfscope.results import Results
+from perfscope.wording import words
 from tests.flops_oracle import linear_training_flops
 
 IN, HIDDEN, OUT, BATCH = 32, 64, 16, 8
@@ -238,8 +239,10 @@ def test_no_timed_step_gives_a_skipped_trial(tmp_path: Path) -> None:
     for _ in prof.wrap([torch.zeros(2)] * 3):
         prof.step()
     path = prof.save(tmp_path)
-    trial = Results.load(path).trials[0]
-    assert trial.status == "skipped" and "no timed step" in trial.error
+    results = Results.load(path)
+    (said,) = [n for n in results.notes if n.code == "hooks_no_timed_step"]
+    assert said.params == {"seen": 3, "warmup": 5, "excluded": {}}
+    assert results.trials[0].status == "skipped" and results.trials[0].error == words(said)
 
 
 # ----------------------------------------------------------------------------------- safety / no-ops
