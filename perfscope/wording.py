@@ -102,6 +102,17 @@ def _unusable_events(*, counts: dict[str, int]) -> str:
     return f"{sum(counts.values())} complete event(s) unusable and skipped: {why}"
 
 
+def _hooks_no_timed_step(*, seen: int, warmup: int, excluded: dict[str, int]) -> str:
+    return (f"no timed step: {seen} optimizer step(s) seen, {warmup} of them warm-up"
+            + (f", {sum(excluded.values())} excluded ({', '.join(excluded)})" if excluded else ""))
+
+
+def _not_timed(*, excluded: dict[str, int], spent: dict[str, float], elapsed: float) -> str:
+    return "not timed: " + ", ".join(
+        f"{why} ({n} ×" + (f", {spent[why]:.2f} s, {spent[why] / elapsed:.0%} of wall time)" if why in spent else ")")
+        for why, n in excluded.items())
+
+
 Wording = str | Callable[..., str]
 
 WORDING: dict[str, Wording] = {
@@ -145,6 +156,16 @@ WORDING: dict[str, Wording] = {
                      "over the slowest rank's window; MFU per device); step times, data wait and memory are rank 0's, "
                      "every rank's are in the per-rank view"),
     "rank_trace_on_node": "rank {rank}'s trace stays on its node ({trace})",
+    # the hooks' notes on the run (perfscope.hooks)
+    "hooks_no_timed_step": _hooks_no_timed_step,
+    "samples_per_step_varied": "samples per step varied ({low}..{high}): samples/s counts every step's own samples",
+    "step_times_sampled": ("{timed} steps timed; the per-step times kept are a uniform sample of {kept} of them "
+                           "(throughput and data wait cover every timed step)"),
+    "not_timed": _not_timed,
+    "cuda_peaks_since_start": "CUDA memory peaks are since the process started (perfscope does not reset them)",
+    "watch_new_syncs": lambda *, step, changes: f"watch: the steps traced after step {step} show {'; '.join(changes)}",
+    "watch_step_time_shifted": lambda *, began, at, detected, changes: (
+        f"watch: step time shifted at step {began} ({at}), detected at step {detected}: " + "; ".join(changes)),
     # notes on the sweep (Sweep.notes)
     "order_randomized": "baseline/candidate order within each pair randomized (seed {seed})",
     "gain_from_confirmation": ("the recommendation's gain comes from {runs} confirmation run(s) measured after it was "
@@ -194,6 +215,16 @@ WORDING: dict[str, Wording] = {
                                          "(CUDA only): not gated"),
     "fingerprints_differ": ("{role}: the structural fingerprints of its {runs} runs differ ({variants} variants): the "
                             "most common one is compared"),
+    # the notes of what a knob changed in the step (perfscope.report.structure.StructuralEffect)
+    "configuration_no_fingerprint": lambda *, name, baseline: (
+        f"{f'the baseline ({name})' if baseline else name} has no structural fingerprint (recorded by an older perfscope, "
+        "or counting failed)"),
+    "eager_op_count": ("op calls are counted on the eager step (torch.compile does not trace under the counting "
+                       "dispatch mode); what compiling removed shows as kernel launches of traced CUDA runs"),
+    "configuration_fingerprints_vary": ("the runs of {name} gave {variants} different fingerprints: the most common one "
+                                        "is compared"),
+    "per_step_batch_differs": ("per step of {batch} samples against the baseline's {baseline}: per-step counts scale "
+                               "with the batch"),
     # perfscope check / ab / baseline: how the comparison was made, and what to beware of
     "runs_not_used": lambda *, role, runs, why: f"{role}: {runs} run(s) not used ({_joined(why)})",
     "shared_measured_ceiling": "both peaks are measured matmul ceilings: MFU uses the baseline's for both runs",
@@ -268,6 +299,10 @@ WORDING: dict[str, Wording] = {
     "hooks_owners_need_optimizer": "needs Profiler(model, optimizer=...)",
     "hooks_data_wait_needs_wrap": "not measured: iterate with prof.wrap(loader) to measure the time blocked on data",
     "trace_not_captured": _trace_not_captured,
+    # why the hooks captured no trace (the notes of trace_not_captured)
+    "profiler_already_running": "a torch.profiler was already running on this thread: it was left alone, no capture",
+    "trace_unavailable": "trace unavailable",
+    "capture_said": "{note}",  # perfscope.trace.capture's own words (its TraceCapture.note)
     # unavailable: FLOPs
     "flops_disabled": "FLOP counting disabled for this trial",
     "flops_failed": "FLOP counting failed: {error}",

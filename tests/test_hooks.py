@@ -82,7 +82,7 @@ def test_step_count_warmup_and_short_last_batches() -> None:
     expected = sum(4 if i % 13 == 12 else 8 for i in range(4, 26))
     assert m.samples_per_s * m.wall_s == pytest.approx(expected, rel=1e-6)  # samples in the window / its wall time
     assert m.wall_s == pytest.approx(sum(m.step_times_s), rel=1e-6)
-    assert any("varied" in note for note in map(words, results.notes))
+    assert [n.params for n in results.notes if n.code == "samples_per_step_varied"] == [{"low": 4, "high": 8}]
     assert results.trials[0].config.num_workers == 0
     assert "data_wait_share" not in m.unavailable and all(w >= 0 for w in m.step_data_wait_s)
 
@@ -177,7 +177,8 @@ def test_long_run_keeps_bounded_per_step_samples() -> None:
         prof.step()
     m = prof.results().trials[0].metrics
     assert m.steps == 59 and len(m.step_times_s) == 10
-    assert m.step_times_sampled and any("uniform sample" in n for n in map(words, prof.results().notes))
+    assert m.step_times_sampled and [n.params for n in prof.results().notes if n.code == "step_times_sampled"] == [
+        {"timed": 59, "kept": 10}]
 
 
 class FakeDeviceClock:
@@ -238,8 +239,10 @@ def test_no_timed_step_gives_a_skipped_trial(tmp_path: Path) -> None:
     for _ in prof.wrap([torch.zeros(2)] * 3):
         prof.step()
     path = prof.save(tmp_path)
-    trial = Results.load(path).trials[0]
-    assert trial.status == "skipped" and "no timed step" in trial.error
+    results = Results.load(path)
+    (said,) = [n for n in results.notes if n.code == "hooks_no_timed_step"]
+    assert said.params == {"seen": 3, "warmup": 5, "excluded": {}}
+    assert results.trials[0].status == "skipped" and results.trials[0].error == words(said)
 
 
 # ----------------------------------------------------------------------------------- safety / no-ops
@@ -334,7 +337,7 @@ def test_user_profiler_is_left_alone() -> None:
     assert "aten::addmm" in names  # the user's profiler recorded the whole loop
     m = prof.results().trials[0].metrics
     assert m.unavailable["trace"].code == "trace_not_captured" and m.trace_path is None
-    assert any("already running" in note for note in m.unavailable["trace"].params["notes"])
+    assert [n.code for n in m.unavailable["trace"].params["notes"]] == ["profiler_already_running"]
 
 
 def test_numerics_and_rng_unchanged(tmp_path: Path) -> None:
@@ -514,7 +517,8 @@ def test_pauses_are_reported_apart_by_reason() -> None:
     assert m.excluded_s["evaluation"] >= 2 * 0.02 and m.excluded_s["checkpoint saving"] >= 2 * 0.01
     assert m.excluded_s["evaluation"] + m.excluded_s["checkpoint saving"] < results.trials[0].wall_time_s - m.wall_s
     assert [w.steps for w in m.windows] == [2, 2, 3]
-    assert any("evaluation (2 ×, " in note and "of wall time" in note for note in map(words, results.notes))
+    (not_timed,) = [n for n in results.notes if n.code == "not_timed"]
+    assert not_timed.params["excluded"]["evaluation"] == 2 and set(not_timed.params["spent"]) == set(m.excluded_s)
 
 
 def test_exclude_since_step_excludes_work_reported_once_done() -> None:

@@ -12,6 +12,8 @@ from perfscope.report.markdown import render_markdown
 from perfscope.report.structure import EAGER_COUNT_NOTE, NO_CHANGE, knob_effects, structural_effect
 from perfscope.report.view import build_view
 from perfscope.results.fingerprint import CompileFacts, Fingerprint, SyncSite
+from perfscope.results.messages import msg
+from perfscope.wording import words
 from tests.factories import make_full_results
 
 BASE = Fingerprint(method="t", flops=1000.0, flops_by_op={"aten::mm": 1000.0}, op_calls=100,
@@ -63,10 +65,13 @@ def test_results_without_fingerprints_say_why_once_and_keep_the_measured_line():
     rows = {k.knob: k for k in view.knobs}
     assert rows["amp_bf16"].structure == [] and rows["dataloader_workers"].structure == [
         "exposed data wait 18% → 2% of wall time (measured)"]
-    assert view.structure_notes == ["the baseline (baseline) has no structural fingerprint (recorded by an older perfscope, "
-                                    "or counting failed)"]
-    only_base = build_view(_results({"baseline": BASE}))
-    assert "recommended has no structural fingerprint (recorded by an older perfscope, or counting failed)" in only_base.structure_notes
+    said = msg("configuration_no_fingerprint", name="baseline", baseline=True)
+    assert {tuple(e.notes) for e in knob_effects(_results({})).values()} == {(said,)}
+    assert view.structure_notes == [words(said)]  # once for the whole table
+    only_base = _results({"baseline": BASE})
+    assert knob_effects(only_base)["recommended"].notes == [msg("configuration_no_fingerprint", name="recommended",
+                                                                baseline=False)]
+    assert words(knob_effects(only_base)["recommended"].notes[0]) in build_view(only_base).structure_notes
 
 
 def test_html_and_markdown_show_each_knobs_change_next_to_its_gain_and_the_stacks():

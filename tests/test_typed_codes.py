@@ -70,7 +70,7 @@ def test_the_report_hides_the_baselines_not_compiled_note_by_code_whatever_its_w
     assert knob_effects(_results({"baseline": BASE, "amp_bf16": compiled}))["amp_bf16"].notes == [EAGER_COUNT_NOTE]
     # the current side's note is kept, in its (new) words
     effect = knob_effects(_results({"baseline": compiled, "amp_bf16": BASE}))["amp_bf16"]
-    assert effect.notes == ["reworded: eager on one side"]
+    assert effect.notes == [msg("text", text="reworded: eager on one side")]
 
 
 # ----------------------------------------------------------------------------- gate errors

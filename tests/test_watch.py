@@ -130,7 +130,7 @@ def test_a_real_loop_slowed_at_step_k_is_caught_captured_and_named(tmp_path: Pat
     steps = traced_steps(Path(found["capture"]) / "rank0.json.gz")
     assert len(steps) == 5 and steps[0] > found["detected_step"]
     notes = json.loads((job.work / "out" / "results.json").read_text())["notes"]
-    assert any(note.startswith("watch: step time shifted at step") for note in notes)
+    assert [n["params"]["detected"] for n in notes if n["code"] == "watch_step_time_shifted"] == [found["detected_step"]]
 
 
 def test_a_clock_reader_never_raises_where_there_is_nothing_to_read() -> None:

@@ -140,3 +140,15 @@ def test_an_early_schema3_file_with_prose_notes_and_exclusions_loads_without_cha
     results = Results.from_dict(fresh)
     assert results.notes == [legacy("a note in words")] and results.trials[0].contended
     assert json.dumps(fresh, sort_keys=True) == kept  # upgraded on a copy
+
+
+def test_a_file_whose_hooks_notes_were_kept_as_text_reads_them_word_for_word() -> None:
+    """Before the hooks' notes had codes they were stored as code "text" (and, older still, as plain strings): both
+    still load and read as written, beside today's coded notes."""
+    fresh = Results.load(Path(__file__).parent / "data" / "reports" / "data_bound_cpu.json").to_dict()
+    fresh["notes"] = [{"code": "text", "params": {"text": "trace unavailable"}},
+                      to_jsonable(msg("samples_per_step_varied", low=4, high=8))]
+    results = Results.from_dict(fresh)
+    assert [n.code for n in results.notes] == ["text", "samples_per_step_varied"]
+    assert [words(n) for n in results.notes] == [
+        "trace unavailable", "samples per step varied (4..8): samples/s counts every step's own samples"]

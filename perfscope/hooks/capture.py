@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
+    from perfscope.results.messages import Message
     from perfscope.trace.memory_categories import MemoryByCategory
 
 
@@ -48,7 +49,7 @@ class CaptureWindow:
         self._seen: list[MemoryByCategory] = []
         self.capture: Any = None
         self.trace_path: Path | None = None
-        self.notes: list[str] = []
+        self.notes: list[Message] = []
         self.active_steps: Any = None
         self.device_type = "cpu"
 
@@ -68,7 +69,7 @@ class CaptureWindow:
     def start(self, device_type: str) -> bool:
         """Start profiling at step `first`; False when a profiler of the user's already runs (left alone)."""
         if torch.autograd._profiler_enabled():
-            self.notes.append("a torch.profiler was already running on this thread: it was left alone, no capture")
+            self.notes.append(msg("profiler_already_running"))
             warnings.warn(
                 "perfscope: a torch.profiler is already running; capture_steps skipped (your profiler is left alone)",
                 RuntimeWarning, stacklevel=4,
@@ -140,7 +141,8 @@ class CaptureWindow:
         self.trace_path, self.memory_path = capture.path, getattr(capture, "memory_path", None)
         self.active_steps = getattr(capture, "active_steps", None)
         if capture.path is None:
-            self.notes.append(getattr(capture, "note", None) or "trace unavailable")
+            note = getattr(capture, "note", None)
+            self.notes.append(msg("capture_said", note=note) if note else msg("trace_unavailable"))
 
     def teardown(self) -> None:
         if self._memory is not None:
@@ -150,8 +152,15 @@ class CaptureWindow:
                 self.stop()
             except Exception as exc:  # noqa: BLE001
                 self.capture = None
-                self.notes.append(f"trace capture failed: {type(exc).__name__}: {exc}")
+                self.notes.append(msg("trace_capture_failed", error=f"{type(exc).__name__}: {exc}"))
 
-    def missing(self) -> str:
+    def missing(self) -> Message:
         """Why there is no trace."""
-        return "; ".join(self.notes) or "the capture window was not reached"
+        return msg("trace_not_captured", notes=list(self.notes))
+
+
+def msg(code: str, **params: Any) -> Message:
+    """perfscope.results.messages.msg. A message, its model loaded only once there is something to say (a disabled Profiler imports nothing heavy)."""
+    from perfscope.results.messages import Message
+
+    return Message(code, params)

@@ -15,6 +15,7 @@ import warnings
 import weakref
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from perfscope.hooks.capture import CaptureWindow
 from perfscope.live import protocol as p
@@ -218,7 +219,7 @@ class LiveControl:
                                         requested_step=self._requested_step, first_step=start,
                                         last_step=min(stop - 1, self._last_ended),
                                         trace=str(trace) if trace is not None else None,
-                                        error=None if trace is not None else window.missing(),
+                                        error=None if trace is not None else _words(window.missing()),
                                         memory=str(window.memory_path) if window.memory_path else None))
         self.window, self.request, self.flag = None, None, False
 
@@ -267,3 +268,10 @@ class LiveControl:
 
     def _status_path(self) -> Path:
         return self.control / f"status-{p.member(self.pid, self.host)}.json"
+
+
+def _words(message: Any) -> str:
+    """The answer's error in words (the protocol carries text; the wording loads only when a capture failed)."""
+    from perfscope.wording import words
+
+    return words(message)

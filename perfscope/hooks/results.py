@@ -29,13 +29,14 @@ from perfscope.measure.utilization import current_cuda_index
 from perfscope.results import Results, Trial, TrialConfig, WorkloadInfo
 from perfscope.results.messages import Message, msg
 from perfscope.tf32_api import matmul_tf32_enabled
+from perfscope.wording import words
 from perfscope.workload import file_sha256
 
 if TYPE_CHECKING:
     from perfscope.hooks.state import RunState
     from perfscope.results import Environment
 
-CUDA_PEAKS_SINCE_START = "CUDA memory peaks are since the process started (perfscope does not reset them)"
+CUDA_PEAKS_SINCE_START = msg("cuda_peaks_since_start")
 LOSSES_NOT_READ = msg("hooks_losses_not_read")
 WINDOW_SYNCS_NOT_COUNTED = msg("hooks_window_syncs_not_counted")
 
@@ -123,28 +124,22 @@ def build_results(prof: RunState, *, ratios: bool = True) -> Results:
                 environment=env, workload=workload_info(prof), peak=peak)
     if timed == 0:
         excluded = prof.excluded
-        why = (f"no timed step: {prof.steps_seen} optimizer step(s) seen, {prof.warmup_steps} of them warm-up"
-               + (f", {sum(excluded.values())} excluded ({', '.join(excluded)})" if excluded else ""))
-        trial = Trial(status="skipped", error=why, **common)  # type: ignore[arg-type]
+        why = msg("hooks_no_timed_step", seen=prof.steps_seen, warmup=prof.warmup_steps, excluded=dict(excluded))
+        trial = Trial(status="skipped", error=words(why), **common)  # type: ignore[arg-type]
         return Results(**head, trials=[trial], notes=_notes(notes + [why]))  # type: ignore[arg-type]
     metrics = build_trial_metrics(observation(prof, windows, peaks, config.micro_batch_size))
     if len(tally.per_step_samples) > 1:
-        notes.append(f"samples per step varied ({min(tally.per_step_samples)}..{max(tally.per_step_samples)}): "
-                     "samples/s counts every step's own samples")
+        notes.append(msg("samples_per_step_varied", low=min(tally.per_step_samples), high=max(tally.per_step_samples)))
     if metrics.step_times_sampled:
-        notes.append(f"{timed} steps timed; the per-step times kept are a uniform sample of {len(metrics.step_times_s)} "
-                     "of them (throughput and data wait cover every timed step)")
+        notes.append(msg("step_times_sampled", timed=timed, kept=len(metrics.step_times_s)))
     if prof.excluded:
-        spent = metrics.excluded_s
-        notes.append("not timed: " + ", ".join(
-            f"{why} ({n} ×" + (f", {spent[why]:.2f} s, {spent[why] / elapsed:.0%} of wall time)" if why in spent else ")")
-            for why, n in prof.excluded.items()))
+        notes.append(msg("not_timed", excluded=dict(prof.excluded), spent=dict(metrics.excluded_s), elapsed=elapsed))
     if peaks.on_device and CUDA_PEAKS_SINCE_START not in notes:
         notes.append(CUDA_PEAKS_SINCE_START)
     capture = prof.capture
     if capture is not None:
         if capture.trace_path is None:
-            metrics.unavailable["trace"] = msg("trace_not_captured", notes=list(capture.notes))
+            metrics.unavailable["trace"] = capture.missing()
         else:
             attach_trace(metrics, capture.trace_path, device_type=prof.device.type, steps=capture.active_steps)
         if capture.extra and capture.categories is not None:  # the memory window after the trace (Profiler(memory=))
@@ -219,6 +214,6 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _notes(notes: list[str]) -> list[Message]:
-    """The hooks' notes, still worded where they arise: kept as their text (code "text")."""
-    return [msg("text", text=n) for n in notes]
+def _notes(notes: list[Message | str]) -> list[Message]:
+    """The run's notes as messages; a str is measure/'s OOM snapshot note, still worded where it arises (code "text")."""
+    return [n if isinstance(n, Message) else msg("text", text=n) for n in notes]

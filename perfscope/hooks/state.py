@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from perfscope.measure.clock import Clock
     from perfscope.measure.window import WindowRecorder
     from perfscope.results import Environment, Results, Window
+    from perfscope.results.messages import Message
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,8 @@ class RunState:
     loader_config: Mapping[str, Any]
     described_config: Mapping[str, Any]
     declared: Mapping[str, Any]
-    notes: list[str]
+    notes: list[Message | str]
+    """Messages; a str is measure/allocator_snapshot's OOM note."""
     environment: Environment | None
     """Read by an earlier results() (the ceiling probe runs once); None the first time."""
 
@@ -154,7 +156,7 @@ class ProfilerState:
     _loader_config: dict[str, Any]
     _described_config: dict[str, Any]
     _declared: dict[str, Any]
-    _results_notes: list[str]
+    _results_notes: list[Message | str]
     _environment: Environment | None
     _failed: str | None
     _loggers: Loggers | None

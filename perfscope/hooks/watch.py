@@ -82,7 +82,7 @@ class Watch:
     """The CUSUM over timed steps; see the module docstring."""
 
     def __init__(self, config: WatchConfig, *, capture: Callable[[int, Path], bool],
-                 graphs: Callable[[], int | None] = lambda: None, notes: list[str] | None = None,
+                 graphs: Callable[[], int | None] = lambda: None, notes: list[Any] | None = None,
                  clocks: Callable[[], ClockReading | None] = lambda: None,
                  syncs: Callable[[Path], SyncFacts | None] | None = None) -> None:
         self.config = config
@@ -189,7 +189,7 @@ class Watch:
         tmp.write_text(json.dumps(asdict(finding), indent=2) + "\n")
         tmp.replace(path)
         LOG.warning("perfscope watch: the steps traced after step %d show %s", finding.detected_step, "; ".join(changes))
-        self._notes.append(f"watch: the steps traced after step {finding.detected_step} show {'; '.join(changes)}")
+        self._notes.append(msg("watch_new_syncs", step=finding.detected_step, changes=list(changes)))
 
     def _alarm(self, index: int) -> None:
         since = list(self._since)
@@ -223,7 +223,8 @@ class Watch:
         where = (f"; its next {self.config.capture_steps} steps are traced into {capture_dir} (`perfscope trace` "
                  "reads them)") if captured else ""
         LOG.warning("perfscope watch: %s%s", finding.text, where)
-        self._notes.append(f"watch: {finding.text}")
+        self._notes.append(msg("watch_step_time_shifted", began=finding.began_step, at=finding.began_at,
+                               detected=finding.detected_step, changes=list(finding.changes)))
         self._reference = []  # a new reference from here: a later change is caught against the new regime
 
 
@@ -241,3 +242,10 @@ def as_watch(watch: bool | WatchConfig | dict[str, Any], **kwargs: Any) -> Watch
         return None
     config = watch if isinstance(watch, WatchConfig) else WatchConfig(**watch) if isinstance(watch, dict) else WatchConfig()
     return Watch(config, **kwargs)
+
+
+def msg(code: str, **params: Any) -> Any:
+    """perfscope.results.messages.msg. The watch's note on the run as a message (its model loads only once the watch has something to say)."""
+    from perfscope.results.messages import Message
+
+    return Message(code, params)

@@ -15,6 +15,7 @@ from statistics import fmean
 from perfscope.check.structure import NoteCode, diff_fingerprints
 from perfscope.results import Results, Trial
 from perfscope.results.fingerprint import CompileFacts, Fingerprint, consensus
+from perfscope.results.messages import Message, msg
 from perfscope.results.roles import baseline_configuration
 
 DATA_WAIT_SHOWN = 0.05
@@ -23,8 +24,7 @@ moves are within run-to-run noise (and below 5% of the step it is no data bottle
 
 NO_CHANGE = "no structural change counted (same syncs, FLOPs, dtypes, op calls and copies as the baseline)"
 
-EAGER_COUNT_NOTE = ("op calls are counted on the eager step (torch.compile does not trace under the counting "
-                    "dispatch mode); what compiling removed shows as kernel launches of traced CUDA runs")
+EAGER_COUNT_NOTE = msg("eager_op_count")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,8 +35,8 @@ class StructuralEffect:
     """Structural changes in the CI gate's words, then what torch.compile made of the step."""
     measured: list[str] = field(default_factory=list)
     """Timed changes that explain a gain (the exposed data wait), apart from the counted ones."""
-    notes: list[str] = field(default_factory=list)
-    """How the comparison was made, or why it could not be."""
+    notes: list[Message] = field(default_factory=list)
+    """How the comparison was made, or why it could not be (worded by the view)."""
     compared: bool = True
     """False when a side has no fingerprint (an older perfscope, or counting failed)."""
 
@@ -87,12 +87,12 @@ def structural_effect(results: Results, configuration: str,
     cur_fp, cur_variants = configuration_fingerprint(results, configuration)
     diff = diff_fingerprints(base_fp, cur_fp)
     if not diff.compared:  # check's note speaks of "the current run": name the configuration instead
-        missing = f"the baseline ({base_name})" if base_fp is None else configuration
-        return StructuralEffect(compared=False, notes=[f"{missing} has no structural fingerprint (recorded by an older perfscope, "
-                                                      "or counting failed)"], measured=_data_wait_moved(results, base_name, runs))
+        missing = msg("configuration_no_fingerprint", name=base_name if base_fp is None else configuration,
+                      baseline=base_fp is None)
+        return StructuralEffect(compared=False, notes=[missing], measured=_data_wait_moved(results, base_name, runs))
     # The baseline need not be compiled: say what compiling made rather than "the baseline is not compiled".
     shown = [n for n in diff.notes if not (n.code is NoteCode.NOT_COMPILED and n.side == "baseline")]
-    notes = [n.text for n in shown]
+    notes = [n.message for n in shown]
     counted = [c.message for c in diff.changes]
     if base_fp is not None and cur_fp is not None:
         if cur_fp.compile is not None and base_fp.compile is None:
@@ -100,12 +100,12 @@ def structural_effect(results: Results, configuration: str,
             notes.append(EAGER_COUNT_NOTE)
         for name, variants in ((base_name, base_variants), (configuration, cur_variants)):
             if variants > 1:
-                notes.append(f"the runs of {name} gave {variants} different fingerprints: the most common one is compared")
+                notes.append(msg("configuration_fingerprints_vary", name=name, variants=variants))
         base_run, run = _evidence(results, base_name), runs
         base_batch = base_run[0].metrics.samples_per_step if base_run and base_run[0].metrics else None
         batch = run[0].metrics.samples_per_step if run[0].metrics else None
         if base_batch and batch and base_batch != batch:
-            notes.append(f"per step of {batch} samples against the baseline's {base_batch}: per-step counts scale with the batch")
+            notes.append(msg("per_step_batch_differs", batch=batch, baseline=base_batch))
     return StructuralEffect(counted=counted, measured=_data_wait_moved(results, base_name, runs), notes=notes, compared=diff.compared)
 
 

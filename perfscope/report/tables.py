@@ -123,7 +123,7 @@ def knob_rows(ranking: Ranking, knobs: list[KnobOutcome], effects: dict[str, Str
                 reason=k.reason or "",
                 trial=k.trial or "",
                 structure=effect.lines() if effect else [],
-                structure_notes=[n for n in effect.notes if effect.compared] if effect else [],
+                structure_notes=[words(n) for n in effect.notes if effect.compared] if effect else [],
             )
         )
     return rows

@@ -196,7 +196,7 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
         command=shlex.join(results.command) if results.command else "",
         notes=[words(n) for n in results.notes],
         recommended_structure=recommended_structure(results, effects),
-        structure_notes=list(dict.fromkeys(n for e in effects.values() if not e.compared for n in e.notes)),
+        structure_notes=list(dict.fromkeys(words(n) for e in effects.values() if not e.compared for n in e.notes)),
         warnings=[words(w) for w in results.warnings],
         breakdown=[SliceRow(label=x.label, time=fmt_seconds(x.seconds), share=f"{x.share * 100:.0f} %",
                             fixes=", ".join(f"#{r}" for r in marks.get(x.key, []))) for x in slices],
