@@ -3,9 +3,7 @@
     dist = distributed_view(results, baseline=base, recommended=rec)   # None for a single-process run
     [r.step_time for r in dist.ranks], dist.communication, dist.sharding
 
-Why its own view: a data-parallel run's job figures (the headline's) are set by its slowest rank, and only the
-per-rank table says which rank that was and why (its compute, its data wait, its collectives). Every value is
-formatted here, from the results model alone (perfscope.results.distributed), so the HTML and the Markdown agree.
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations

@@ -3,9 +3,7 @@
     >>> kernel_time_by_category(trial.metrics.trace_facts)      # {} when the trial has no trace
     {'gemm': 0.0198, 'elementwise': 0.00115, ...}
 
-Why a module: the charts, the kernel table and the headline all need the same few figures, each with the
-same rules — no trace means "nothing to show", and a value that is not a finite non-negative number (a
-hand-edited or truncated results file) drops that entry rather than the whole render.
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations

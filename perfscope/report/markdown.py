@@ -2,9 +2,7 @@
 
     perfscope report perfscope-out/results.json --format md -o summary.md
 
-Built in Python from the same view model as the HTML: Markdown is whitespace-sensitive line by line, which
-reads more plainly as code than as a template full of whitespace control. User-derived text is escaped so
-that a name like ``<script>`` or ``a|b`` stays text in a rendered view (GitHub) and cannot break a table.
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations

@@ -2,13 +2,7 @@
 
     view = build_view(results)        # for a trace's results, build_view asks the three functions below
 
-Why apart from the view: a trace's Results have one "trial" that nobody ran, no samples and no FLOP count, so
-the headline rows a run fills (MFU, throughput, memory) would only say "n/a"; the lead sentence, the peak line and
-the trials table say instead what the figures are (read from the trace) and that every finding is an estimate.
-
-Each function takes the one section it changes (the headline, the peak line, the trials table), typed by the
-module that builds that section, never the assembled ReportView: the view imports this module, so this module
-must not import the view back.
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations

@@ -5,10 +5,7 @@
     >>> frames.trials(results).groupby("configuration")["samples_per_s"].describe()
     >>> frames.knobs(results).sort_values("ratio", ascending=False)
 
-Why: users of trace tools (HTA) analyse in DataFrames; the typed model stays the source of truth and these are
-flat, read-only copies of it (one row per run, knob, finding, kernel, rank or MFU-gap part). A value the run
-could not give is NaN/None here, its reason stays in the model's ``unavailable`` maps. pandas is imported by this
-module only, so the commands that read files start without it.
+Design notes: docs/results.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The sweep's verdicts in the results model: a measured gain, a rule's finding, each knob's outcome, the
 micro-batch curve and the sweep that holds them.
 
-Why a module of its own: these are what the search *concluded* (comparisons of runs), where model.py holds what
-was *measured* (environment, trials, windows); perfscope.results re-exports both, and model.py re-exports these
-names for code that imported them from there.
+Design notes: docs/results.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """What every chart shares: the Chart record, the roles that colour trials, the page's axis and layout style.
 
-Why plain dicts and not plotly.graph_objects: a spec is data that the page hands to Plotly.newPlot, and
-dicts keep it small (no per-figure template) and deterministic. Tests validate them with go.Figure.
-Every user-derived string (trial, knob, kernel names) goes through ``plotly_text`` before it enters a
-figure, because plotly renders its own HTML subset in ticks, legends and hover text.
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations

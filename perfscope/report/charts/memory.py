@@ -1,9 +1,6 @@
 """Memory by category at a profiled step's peak, per trial, and what that peak is worth beside the allocator's.
 
-The categories are torch.profiler's (perfscope.trace.memory_categories), recorded by an analyze trial's traced run
-and by the hooks' capture window. The caption carries perfscope.rules._memory's comparison: on CUDA, whether the
-profiled peak agrees with max_memory_allocated (when it does not, the true peak lies elsewhere); on a CPU, that
-there is no allocator peak to check it against.
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations
