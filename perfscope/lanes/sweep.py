@@ -33,8 +33,8 @@ from perfscope.lanes.aa import AA_RUNS, check_lanes
 from perfscope.lanes.executors import LaneFailure
 from perfscope.results import Trial
 from perfscope.results.config import TrialConfig
-from perfscope.results.lanes import LaneRecord, ParallelSweep
 from perfscope.results.messages import msg
+from perfscope.results.verdicts import LaneRecord, ParallelSweep
 from perfscope.search.candidate import BASELINE, Candidate
 from perfscope.search.compare import log_rate
 from perfscope.search.microbatch import MicroBatchResult

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from perfscope.report.format import NA, fmt_seconds
-from perfscope.results.lanes import LaneRecord, ParallelSweep
+from perfscope.results.verdicts import LaneRecord, ParallelSweep
 from perfscope.wording import words
 
 

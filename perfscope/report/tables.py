@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 from perfscope.ranking import Ranking
 from perfscope.report import facts
-from perfscope.report.format import NA, fmt_bytes, fmt_count, fmt_interval, fmt_percent, fmt_rate, fmt_seconds
+from perfscope.report.format import NA, Row, fmt_bytes, fmt_count, fmt_interval, fmt_percent, fmt_rate, fmt_seconds
 from perfscope.report.headline import Cell, step_cell
 from perfscope.report.story import gain_words
 from perfscope.report.structure import StructuralEffect
@@ -70,12 +70,6 @@ class KernelRow:
     time: str
     count: str
     share: str
-
-
-@dataclass(kw_only=True, slots=True)
-class Row:
-    label: str
-    value: str
 
 
 @dataclass(kw_only=True, slots=True)

@@ -1,5 +1,5 @@
 """The sweep's verdicts in the results model: a measured gain, a rule's finding, each knob's outcome, the
-micro-batch curve and the sweep that holds them.
+micro-batch curve, the parallel lanes the runs ran on, and the sweep that holds them.
 
 Design notes: docs/results.md.
 """
@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from perfscope.results.constraints import FRACTION, NAME, NON_NEGATIVE, SECONDS
-from perfscope.results.lanes import ParallelSweep
 from perfscope.results.messages import Message
 
-__all__ = ["Finding", "Gain", "KnobOutcome", "MicroBatchPoint", "NumericsCheck", "RunNoise", "Sweep", "Verdict"]
+__all__ = [
+    "Finding", "Gain", "KnobOutcome", "LaneRecord", "MicroBatchPoint", "NumericsCheck", "ParallelSweep", "RunNoise", "Sweep",
+    "Verdict",
+]
 
 
 Verdict = Literal["faster", "slower", "same", "undecided"]
@@ -195,6 +197,40 @@ class RunNoise:
     """Standard deviation of log throughput between runs (≈ relative spread), from successive differences."""
     mde: float | None = field(default=None, metadata=NON_NEGATIVE)
     """Smallest relative change a single paired comparison could detect at this noise."""
+
+
+@dataclass(kw_only=True)
+class LaneRecord:
+    """One lane: a device (or none, on a CPU) and a disjoint set of CPU cores, with its own baseline series."""
+
+    index: int = field(metadata=NON_NEGATIVE)
+    device: str | None = None
+    """The lane's accelerator (its CUDA_VISIBLE_DEVICES value), None on a CPU-only lane."""
+    cpus: list[int] = field(default_factory=list)
+    """The cores its runs were pinned to (empty: not pinned, e.g. a remote Slurm or Ray lane)."""
+    level: float | None = None
+    """Its A/A baseline throughput over the median lane's (1.0 = the median lane; 0.67 = 1.5× slower)."""
+    runs: int = field(default=0, metadata=NON_NEGATIVE)
+    failures: int = field(default=0, metadata=NON_NEGATIVE)
+    """Runs on this lane that did not finish with a measurement (any status but ok)."""
+    dropped: str | None = None
+    """Why the lane took no more runs: an A/A outlier, or the executor's reason for losing its job."""
+
+
+@dataclass(kw_only=True)
+class ParallelSweep:
+    """How the sweep ran in parallel: the executor, its lanes, and what that saved."""
+
+    executor: str
+    """local | ray | slurm."""
+    lanes: list[LaneRecord] = field(default_factory=list)
+    aa_spread: float | None = field(default=None, metadata=NON_NEGATIVE)
+    """Lane-to-lane spread of the A/A baseline: the standard deviation of the kept lanes' log levels."""
+    wall_s: float | None = field(default=None, metadata=SECONDS)
+    """Wall time of the sweep's runs, lanes in parallel."""
+    sequential_estimate_s: float | None = field(default=None, metadata=SECONDS)
+    """The sum of every run's wall time: about what the same runs would have taken one after another."""
+    notes: list[Message] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)
