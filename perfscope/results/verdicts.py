@@ -26,10 +26,7 @@ Verdict = Literal["faster", "slower", "same", "undecided"]
 class Gain:
     """A measured change in throughput of one configuration against a reference, from fresh-process runs.
 
-    ``ratio`` > 1 is faster (candidate samples/s over reference samples/s, geometric mean of paired runs);
-    [low, high] is its ``confidence`` interval. ``verdict``: faster / slower (the interval excludes 1),
-    same (the interval lies within the run's practical-equivalence margin), undecided (neither: more runs
-    were needed than the budget allowed). ``mde`` is the smallest change these runs could have detected.
+    ``ratio`` > 1 is faster; [low, high] is its ``confidence`` interval; ``verdict`` and ``mde``: docs/results.md.
     """
 
     ratio: float = field(metadata=NON_NEGATIVE)
@@ -111,11 +108,7 @@ class Finding:
 @dataclass(kw_only=True)
 class NumericsCheck:
     """What the numerics guard compared between a run and the baseline's run (perfscope.search.numerics), and its
-    verdict: recorded on the run, so the results say which steps and samples a rejection or an acceptance rests on.
-
-    Steps are global optimizer steps: 0 is the first a run takes from the shared seed, its warm-up and prefetch-drain
-    steps counted, so step g of two runs with the same micro-batch and accumulation trained on the same samples
-    (positions g × samples_per_step onwards of the data stream) after the same g updates.
+    verdict: recorded on the run, so the results say which steps and samples a verdict rests on.
     """
 
     reference: str = field(metadata=NAME)
