@@ -16,10 +16,12 @@ from perfscope.cli import main
 from perfscope.ranking import partition_findings
 from perfscope.report import (
     facts,
-    html as html_page,
     render_html,
     render_markdown,
     write_report,
+)
+from perfscope.report import (
+    html as html_page,
 )
 from perfscope.report.charts import MAX_POINTS_PER_CHART, build_charts
 from perfscope.report.view import (
