@@ -20,9 +20,7 @@ from perfscope.report import (
     render_markdown,
     write_report,
 )
-from perfscope.report import (
-    html as html_page,
-)
+from perfscope.report import html as html_page
 from perfscope.report.charts import MAX_POINTS_PER_CHART, build_charts
 from perfscope.report.view import (
     baseline_name,
