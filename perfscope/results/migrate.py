@@ -1,10 +1,6 @@
-"""Read results written by an older perfscope: schema 1 -> schema 2, on the JSON, before typing.
+"""Read results written by an older perfscope: schema 1 or 2 -> schema 3, on the JSON, before typing.
 
-    data = upgrade(json.loads(text))       # a schema-2 document, with a note saying what was recomputed
-
-Trace facts were a free-form dict before they were typed (perfscope.results.trace_facts); a dict in the old
-shape is rewritten into the typed one, keeping every figure it has, malformed parts dropped, and a note on
-the facts saying where they came from (their GEMM times were host launch times on CUDA).
+    data = upgrade(json.loads(text))       # a schema-3 document, with a note saying what was recomputed
 
 Design notes: docs/results.md.
 """
