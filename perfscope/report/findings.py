@@ -68,7 +68,6 @@ class ProfileRow:
     calls: str  # per sample
 
 
-
 def diff_lines(fix: str) -> list[DiffLine]:
     """Classify a fix's lines the way a diff viewer would (the text itself is kept verbatim)."""
     lines = []

@@ -89,10 +89,8 @@ class TraceDiffRow:
     change: str
 
 
-
 def _knob_list(knobs: list[str]) -> str:
     return " + ".join(knobs) if knobs else "—"
-
 
 
 def knob_rows(ranking: Ranking, knobs: list[KnobOutcome], effects: dict[str, StructuralEffect]) -> list[KnobRow]:
@@ -251,7 +249,6 @@ def traces(results: Results, report_dir: Path | None) -> list[TraceLink]:
         for t in results.trials
         if t.metrics and t.metrics.trace_path
     ]
-
 
 
 def trace_diff(base: Trial | None, rec: Trial | None) -> list[TraceDiffRow]:

@@ -127,7 +127,6 @@ def recommended_name(results: Results) -> str | None:
     return None
 
 
-
 # -------------------------------------------------------------------------------------- assembly
 
 

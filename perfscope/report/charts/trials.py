@@ -121,7 +121,6 @@ def step_breakdown_chart(results: Results, roles: Roles) -> Chart | None:
     return Chart(id="step-breakdown", title="Step time per trial: data wait and the rest", caption=caption, figure=figure)
 
 
-
 def memory_breakdown_chart(results: Results, roles: Roles) -> Chart | None:
     trials = [t for t in ok_trials(results) if t.metrics and t.metrics.memory_breakdown]
     if not trials:
