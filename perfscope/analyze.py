@@ -30,7 +30,7 @@ from perfscope.errors import (
 from perfscope.lanes.run import LaneOptions, parallel_sweep
 from perfscope.measure.mfu import choose_peak
 from perfscope.pipeline import finish
-from perfscope.report.text import answer_lines, summary_table
+from perfscope.report.markdown import answer_lines, summary_table
 from perfscope.results import (
     Environment,
     ModelFacts,
