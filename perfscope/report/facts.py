@@ -47,12 +47,7 @@ def kernel_time_by_category(facts: TraceFacts | None) -> dict[str, float]:
     """{category: seconds per step}, dropping entries that are not finite non-negative numbers."""
     if facts is None:
         return {}
-    out = {}
-    for key, value in facts.kernels.time_by_category.items():
-        seconds = _finite(value)
-        if seconds is not None and seconds >= 0:
-            out[str(key)] = seconds
-    return out
+    return {str(k): s for k, v in facts.kernels.time_by_category.items() if (s := _finite(v)) is not None and s >= 0}
 
 
 def top_kernels(facts: TraceFacts | None) -> list[KernelFact]:
