@@ -70,20 +70,12 @@ class ProfileRow:
 
 def diff_lines(fix: str) -> list[DiffLine]:
     """Classify a fix's lines the way a diff viewer would (the text itself is kept verbatim)."""
-    lines = []
-    for line in fix.rstrip("\n").splitlines():
+    def kind(line: str) -> str:
         if line.startswith(("+++", "---")):
-            kind = "ctx"
-        elif line.startswith("+"):
-            kind = "add"
-        elif line.startswith("-"):
-            kind = "del"
-        elif line.startswith("@@"):
-            kind = "hunk"
-        else:
-            kind = "ctx"
-        lines.append(DiffLine(kind=kind, text=line))
-    return lines
+            return "ctx"
+        return "add" if line[:1] == "+" else "del" if line[:1] == "-" else "hunk" if line.startswith("@@") else "ctx"
+
+    return [DiffLine(kind=kind(line), text=line) for line in fix.rstrip("\n").splitlines()]
 
 
 def _finding_view(rank: int, f: Finding, evidence: Evidence, gain: Gain | None) -> FindingView:

@@ -10,13 +10,8 @@ from perfscope.results import Results
 
 
 def kernel_category_chart(results: Results, roles: Roles) -> Chart | None:
-    names = [n for n in (roles.baseline, roles.recommended) if n]
-    series = []
-    for n in names:
-        t = results.trial(n)
-        by_cat = facts.kernel_time_by_category(t.metrics.trace_facts) if t and t.metrics else {}
-        if by_cat:
-            series.append((n, by_cat))
+    trials = [(n, results.trial(n)) for n in (roles.baseline, roles.recommended) if n]
+    series = [(n, by_cat) for n, t in trials if t and t.metrics and (by_cat := facts.kernel_time_by_category(t.metrics.trace_facts))]
     if not series:
         return None
     categories = sorted({c for _, d in series for c in d}, key=lambda c: -max(d.get(c, 0.0) for _, d in series))
