@@ -8,8 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfscope.results import Results, Trial
-
 MAX_POINTS_PER_CHART = 2000  # keeps the page small whatever the run length
 GIB = 2**30
 MIB = 2**20
@@ -79,8 +77,3 @@ def trial_color(name: str, roles: Roles) -> str:
     if name == roles.baseline:
         return GREY
     return BLUE
-
-
-def ok_trials(results: Results) -> list[Trial]:
-    return results.ok_trials()
-

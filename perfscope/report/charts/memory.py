@@ -5,14 +5,14 @@ Design notes: docs/report.md.
 
 from __future__ import annotations
 
-from perfscope.report.charts.base import GIB, MIB, PALETTE, Chart, Roles, axis_spec, bar_height, layout_spec, ok_trials
+from perfscope.report.charts.base import GIB, MIB, PALETTE, Chart, Roles, axis_spec, bar_height, layout_spec
 from perfscope.results import Results
 from perfscope.rules._memory import peak_agreement
 from perfscope.rules._text import CATEGORY_NAMES
 
 
 def memory_categories_chart(results: Results, roles: Roles) -> Chart | None:
-    trials = [t for t in ok_trials(results) if t.metrics and t.metrics.memory_categories]
+    trials = [t for t in results.ok_trials() if t.metrics and t.metrics.memory_categories]
     if not trials:
         return None
     held = [t.metrics.memory_categories for t in trials]  # type: ignore[union-attr]

@@ -15,7 +15,6 @@ from perfscope.report.charts.base import (
     Roles,
     axis_spec,
     layout_spec,
-    ok_trials,
 )
 from perfscope.report.escaping import plotly_text
 from perfscope.results import Results
@@ -23,7 +22,7 @@ from perfscope.results import Results
 
 def _capacity(results: Results) -> int | None:
     """The line memory is drawn against: the device's memory on a GPU, the host's on a CPU."""
-    for t in ok_trials(results):
+    for t in results.ok_trials():
         if t.metrics and t.metrics.device_memory_capacity_bytes:
             return t.metrics.device_memory_capacity_bytes
     if results.environment.device_type != "cuda":

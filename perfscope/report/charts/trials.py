@@ -17,14 +17,13 @@ from perfscope.report.charts.base import (
     axis_spec,
     bar_height,
     layout_spec,
-    ok_trials,
     trial_color,
 )
 from perfscope.results import Results
 
 
 def mfu_chart(results: Results, roles: Roles) -> Chart | None:
-    trials = [t for t in ok_trials(results) if t.metrics and t.metrics.mfu is not None]
+    trials = [t for t in results.ok_trials() if t.metrics and t.metrics.mfu is not None]
     if not trials:
         return None
     labels = [roles.names[t.name] for t in trials]
@@ -55,7 +54,7 @@ def mfu_chart(results: Results, roles: Roles) -> Chart | None:
 
 
 def throughput_chart(results: Results, roles: Roles) -> Chart | None:
-    trials = ok_trials(results)
+    trials = results.ok_trials()
     if not trials:
         return None
     use_tokens = all(t.metrics.tokens_per_s is not None for t in trials)  # type: ignore[union-attr]
@@ -78,7 +77,7 @@ def throughput_chart(results: Results, roles: Roles) -> Chart | None:
 
 
 def step_breakdown_chart(results: Results, roles: Roles) -> Chart | None:
-    trials = ok_trials(results)
+    trials = results.ok_trials()
     if not trials:
         return None
     compute, wait, idle = [], [], []
@@ -122,7 +121,7 @@ def step_breakdown_chart(results: Results, roles: Roles) -> Chart | None:
 
 
 def memory_breakdown_chart(results: Results, roles: Roles) -> Chart | None:
-    trials = [t for t in ok_trials(results) if t.metrics and t.metrics.memory_breakdown]
+    trials = [t for t in results.ok_trials() if t.metrics and t.metrics.memory_breakdown]
     if not trials:
         return None
     parts = [("parameters", "parameters", BLUE), ("gradients", "gradients", TEAL), ("optimizer_state", "optimizer state", PURPLE), ("activations_and_temporaries", "activations & temporaries", ORANGE)]
