@@ -67,6 +67,11 @@ def layout_spec(x_title: str, y_title: str, *, height: int = 320, **extra: Any) 
     return layout
 
 
+def hbar(y: list[str], x: list[Any], color: Any, hover: str, **extra: Any) -> dict[str, Any]:
+    """A horizontal bar trace, one bar per trial or category: the shape most charts draw."""
+    return {"type": "bar", "orientation": "h", "y": y, "x": x, "marker": {"color": color}, "hovertemplate": hover, **extra}
+
+
 def bar_height(n: int) -> int:
     return max(180, 90 + 34 * n)
 

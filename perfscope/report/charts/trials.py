@@ -16,6 +16,7 @@ from perfscope.report.charts.base import (
     Roles,
     axis_spec,
     bar_height,
+    hbar,
     layout_spec,
     trial_color,
 )
@@ -36,18 +37,8 @@ def mfu_chart(results: Results, roles: Roles) -> Chart | None:
         else "Model FLOPs utilization per trial."
     )
     figure = {
-        "data": [
-            {
-                "type": "bar",
-                "orientation": "h",
-                "y": labels,
-                "x": values,
-                "marker": {"color": [trial_color(t.name, roles) for t in trials]},
-                "text": [f"{v:.1f} %" for v in values],
-                "textposition": "auto",
-                "hovertemplate": "%{y}<br>MFU %{x:.2f} %<extra></extra>",
-            }
-        ],
+        "data": [hbar(labels, values, [trial_color(t.name, roles) for t in trials], "%{y}<br>MFU %{x:.2f} %<extra></extra>",
+                      text=[f"{v:.1f} %" for v in values], textposition="auto")],
         "layout": layout_spec("MFU (%)", "", height=bar_height(len(trials)), yaxis=axis_spec("", autorange="reversed")),
     }
     return Chart(id="mfu", title="MFU per trial", caption=caption, figure=figure)
@@ -61,16 +52,8 @@ def throughput_chart(results: Results, roles: Roles) -> Chart | None:
     unit = "tokens/s" if use_tokens else "samples/s"
     values = [(t.metrics.tokens_per_s if use_tokens else t.metrics.samples_per_s) for t in trials]  # type: ignore[union-attr]
     figure = {
-        "data": [
-            {
-                "type": "bar",
-                "orientation": "h",
-                "y": [roles.names[t.name] for t in trials],
-                "x": values,
-                "marker": {"color": [trial_color(t.name, roles) for t in trials]},
-                "hovertemplate": "%{y}<br>%{x:,.1f} " + unit + "<extra></extra>",
-            }
-        ],
+        "data": [hbar([roles.names[t.name] for t in trials], values, [trial_color(t.name, roles) for t in trials],
+                      "%{y}<br>%{x:,.1f} " + unit + "<extra></extra>")],
         "layout": layout_spec(f"Throughput ({unit})", "", height=bar_height(len(trials)), yaxis=axis_spec("", autorange="reversed")),
     }
     return Chart(id="throughput", title=f"Throughput per trial ({unit})", caption="Global samples (or tokens) per second of the measured steps.", figure=figure)
@@ -99,18 +82,8 @@ def step_breakdown_chart(results: Results, roles: Roles) -> Chart | None:
     if any_trace:
         series.append(("device idle / sync (trace)", idle, RED))
     figure = {
-        "data": [
-            {
-                "type": "bar",
-                "orientation": "h",
-                "name": name,
-                "y": labels,
-                "x": values,
-                "marker": {"color": color},
-                "hovertemplate": "%{y}<br>" + name + ": %{x:.1f} ms<extra></extra>",
-            }
-            for name, values, color in series
-        ],
+        "data": [hbar(labels, values, color, "%{y}<br>" + name + ": %{x:.1f} ms<extra></extra>", name=name)
+                 for name, values, color in series],
         "layout": layout_spec(
             "Step time, wall / steps (ms)", "", height=bar_height(len(trials)) + 30, barmode="stack", yaxis=axis_spec("", autorange="reversed")
         ),
@@ -126,20 +99,9 @@ def memory_breakdown_chart(results: Results, roles: Roles) -> Chart | None:
         return None
     parts = [("parameters", "parameters", BLUE), ("gradients", "gradients", TEAL), ("optimizer_state", "optimizer state", PURPLE), ("activations_and_temporaries", "activations & temporaries", ORANGE)]
     labels = [roles.names[t.name] for t in trials]
-    data = []
-    for attr, name, color in parts:
-        values = [getattr(t.metrics.memory_breakdown, attr) for t in trials]  # type: ignore[union-attr]
-        data.append(
-            {
-                "type": "bar",
-                "orientation": "h",
-                "name": name,
-                "y": labels,
-                "x": [v / GIB if v is not None else None for v in values],
-                "marker": {"color": color},
-                "hovertemplate": "%{y}<br>" + name + ": %{x:.2f} GiB<extra></extra>",
-            }
-        )
+    data = [hbar(labels, [v / GIB if (v := getattr(t.metrics.memory_breakdown, attr)) is not None else None  # type: ignore[union-attr]
+                          for t in trials], color, "%{y}<br>" + name + ": %{x:.2f} GiB<extra></extra>", name=name)
+            for attr, name, color in parts]
     figure = {"data": data, "layout": layout_spec("Memory at the step's peak (GiB)", "", height=bar_height(len(trials)) + 30, barmode="stack", yaxis=axis_spec("", autorange="reversed"))}
     return Chart(id="memory-breakdown", title="Memory breakdown", caption="Bytes by owner at the step's peak. Activations are the remainder and are missing where the peak was not measured.", figure=figure)
 
