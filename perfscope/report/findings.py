@@ -90,23 +90,11 @@ def _finding_view(rank: int, f: Finding, evidence: Evidence, gain: Gain | None) 
         text, interval = "", ""
     ref = f.reference or ""
     return FindingView(
-        rank=rank,
-        rule_id=f.rule_id,
-        title=f.title,
-        severity=f.severity,
-        gain_kind=evidence.value,
-        gain_text=text,
-        interval=interval,
-        estimate_method=(f.estimate_method or "") if evidence is Evidence.ESTIMATED else "",
-        evidence=list(f.evidence),
-        fix=diff_lines(f.fix) if f.fix else [],
-        caveats=list(f.caveats),
-        reference_url=_link(ref),
-        reference_text=ref,
-        trial=f.trial or "",
-        why_not_here=f.why_not_here or "",
-        estimate_bound=f.estimate_bound or "",
-        addresses_keys=list(f.addresses),
+        rank=rank, rule_id=f.rule_id, title=f.title, severity=f.severity, gain_kind=evidence.value, gain_text=text,
+        interval=interval, estimate_method=(f.estimate_method or "") if evidence is Evidence.ESTIMATED else "",
+        evidence=list(f.evidence), fix=diff_lines(f.fix) if f.fix else [], caveats=list(f.caveats),
+        reference_url=_link(ref), reference_text=ref, trial=f.trial or "", why_not_here=f.why_not_here or "",
+        estimate_bound=f.estimate_bound or "", addresses_keys=list(f.addresses),
     )
 
 
