@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.stat_simulation import rate
 from perfscope.check import GateOptions, run_gate
-from perfscope.check.history import BaselineHistory
+from perfscope.check.baseline import BaselineHistory
 from perfscope.results import Results, Trial
 
 REAL_RUN = Path(__file__).resolve().parents[1] / "tests" / "data" / "reports" / "quick_start_cpu.json"

@@ -21,7 +21,7 @@ from perfscope.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, UserError
 from perfscope.lanes.sweep import LaneOptions, parallel_sweep
 from perfscope.measure.mfu import choose_peak
 from perfscope.pipeline import finish
-from perfscope.report.text import answer_lines, summary_table
+from perfscope.report.markdown import answer_lines, summary_table
 from perfscope.results import Environment, ModelFacts, Results, ResultsError, WorkloadInfo, from_jsonable
 from perfscope.results.config import TrialConfig
 from perfscope.results.constraints import MAX_SECONDS, MAX_TFLOPS

@@ -179,7 +179,7 @@ def _cmd_capture(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from perfscope.check import GateOptions, run_gate
-    from perfscope.check.history import BaselineHistory
+    from perfscope.check.baseline import BaselineHistory
     from perfscope.results import Results
     from perfscope.results.io import check_writable
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from perfscope import cli
-from perfscope.check.history import BaselineHistory
+from perfscope.check.baseline import BaselineHistory
 from perfscope.cli import main
 from perfscope.results import SCHEMA_VERSION, Results
 from tests.factories import contended, make_results, make_runs, make_trial

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from perfscope.check import GateOptions, run_gate
-from perfscope.check.history import BaselineHistory
+from perfscope.check.baseline import BaselineHistory
 from perfscope.check.structure import parse_structure_gates
 from perfscope.cli import main
 from perfscope.errors import EXIT_REGRESSION

@@ -14,7 +14,7 @@ import pytest
 from benchmarks.gate_simulation import SCENARIOS, job, real_run, simulate
 from benchmarks.stat_simulation import wilson
 from perfscope.check import GateOptions, run_gate
-from perfscope.check.history import BaselineHistory
+from perfscope.check.baseline import BaselineHistory
 from perfscope.check.sessions import DEFAULT_BETWEEN_SESSION, MIN_SPREAD_DF
 from perfscope.cli import main
 from perfscope.results import msg

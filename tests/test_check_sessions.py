@@ -13,7 +13,7 @@ import random
 import pytest
 
 from perfscope.check import GateOptions, run_gate
-from perfscope.check.history import BaselineHistory
+from perfscope.check.baseline import BaselineHistory
 from perfscope.check.sessions import DEFAULT_BETWEEN_HOST, DEFAULT_BETWEEN_SESSION, StoredSession, session_spread
 from perfscope.cli import main
 from tests.factories import make_results, make_runs

@@ -24,9 +24,8 @@ from perfscope.report.html import render_view_html
 from perfscope.report.markdown import render_view_markdown
 from perfscope.report.view import build_view
 from perfscope.results.config import TrialConfig
-from perfscope.results.lanes import LaneRecord, ParallelSweep
 from perfscope.results.messages import msg
-from perfscope.results.verdicts import Sweep
+from perfscope.results.verdicts import LaneRecord, ParallelSweep, Sweep
 from perfscope.search.candidate import BASELINE, SweepOptions
 from perfscope.search.compare import ReferenceSeries, paired_test
 from perfscope.trial.pin import LANE_CPUS_ENV, born_on, lane_threads, parse_cpus

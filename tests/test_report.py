@@ -18,9 +18,9 @@ from perfscope.report import (
     facts,
     render_html,
     render_markdown,
-    templates,
     write_report,
 )
+from perfscope.report import html as html_page
 from perfscope.report.charts import MAX_POINTS_PER_CHART, build_charts
 from perfscope.report.view import (
     baseline_name,
@@ -293,8 +293,8 @@ def test_cli_report_writes_html_and_md(tmp_path, capsys):
 
 
 def test_templates_fall_back_to_the_source_tree(monkeypatch):
-    monkeypatch.setattr(templates, "TEMPLATE_PACKAGE", "perfscope._no_such_templates")
-    assert Path(str(templates.template_root())) == REPO / "reports" / "templates"
+    monkeypatch.setattr(html_page, "TEMPLATE_PACKAGE", "perfscope._no_such_templates")
+    assert Path(str(html_page.template_root())) == REPO / "reports" / "templates"
 
 
 def test_wheel_ships_templates_and_renders_without_the_checkout(tmp_path):
@@ -322,8 +322,8 @@ def test_wheel_ships_templates_and_renders_without_the_checkout(tmp_path):
     assert {p.name for p in (REPO / "reports" / "templates").glob("*.j2")} <= shipped
     assert "perfscope/report/vendor/plotly-basic.min.js" in names  # the report stays ≤ 1.5 MB when installed
     script = (
-        "import sys; from perfscope.report import templates, render_html; from tests.factories import make_results;"
-        "root = str(templates.template_root()); assert root.startswith(sys.argv[1]), root;"
+        "import sys; from perfscope.report import html, render_html; from tests.factories import make_results;"
+        "root = str(html.template_root()); assert root.startswith(sys.argv[1]), root;"
         "assert 'perfscope report' in render_html(make_results())"
     )
     env = {"PYTHONPATH": f"{tmp_path / 'site'}:{REPO}", "PATH": "/usr/bin:/bin"}

@@ -7,8 +7,7 @@ import copy
 import re
 
 from perfscope.report.html import render_html
-from perfscope.report.markdown import render_markdown
-from perfscope.report.text import answer_lines
+from perfscope.report.markdown import answer_lines, render_markdown
 from perfscope.report.view import build_view
 from perfscope.results import Gain, KnobOutcome, Results, RunNoise, Sweep
 from perfscope.rules import run_rules

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from perfscope.report.text import answer_lines
+from perfscope.report.markdown import answer_lines
 from perfscope.results import Trial
 from perfscope.search.candidate import DEFAULT_BUDGET_S
 from perfscope.search.sweep import BASELINE, Sweeper, SweepOptions

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from perfscope.cli import main
-from perfscope.report.trace_only import TRACE_LEAD
+from perfscope.report.view import TRACE_LEAD
 from perfscope.results import Results, msg
 from perfscope.rules import run_rules
 from perfscope.rules._text import TRACE_ESTIMATE

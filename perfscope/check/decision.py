@@ -152,7 +152,6 @@ class MetricCheck:
         return mann_whitney_p(a[:20_000], b[:20_000])
 
 
-
 def _runs_needed(pooled_var: float, max_drop: float) -> str:
     """Runs per side that would exclude a drop of ``max_drop`` on identical code with 80% power (normal approx.)."""
     if pooled_var <= 0:

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Literal
 
+from perfscope.check.baseline import BaselineHistory
 from perfscope.check.compat import Difference, find_differences
 from perfscope.check.decision import MetricCheck, Verdict
-from perfscope.check.history import BaselineHistory
 from perfscope.check.metrics import METRICS, Metric, MetricUnavailable, Side
 from perfscope.check.sessions import StoredSession
 from perfscope.check.structure import NoteCode, StructureDiff, StructureGate, StructureNote, diff_fingerprints

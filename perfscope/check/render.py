@@ -154,22 +154,18 @@ def render_junit(report: GateReport) -> str:
     """One testcase per gated metric: <failure> on regression, <error> when inconclusive or not compared."""
     suite = ET.Element("testsuite", name="perfscope check")
     classname = _xml(f"perfscope.check.{report.current_trial or report.options.trial}")
-    failures = errors = 0
     if report.outcome in ("unusable", "not_comparable"):
         case = ET.SubElement(suite, "testcase", classname=classname, name="comparability", time="0")
         summary = " ".join(p.text for p in _problems(report))
         kind = "not-comparable" if report.outcome == "not_comparable" else "unusable"
         error = ET.SubElement(case, "error", type=kind, message=_xml(summary))
         error.text = _xml("\n".join(_problem_lines(report)))
-        errors += 1
     for v in report.verdicts:
         case = ET.SubElement(suite, "testcase", classname=classname, name=v.metric.id, time="0")
         if v.status == "regression":
             ET.SubElement(case, "failure", type="regression", message=_xml(v.message)).text = _xml(v.message)
-            failures += 1
         elif v.status == "inconclusive":
             ET.SubElement(case, "error", type="inconclusive", message=_xml(v.message)).text = _xml(v.message)
-            errors += 1
         else:
             ET.SubElement(case, "system-out").text = _xml(v.message)
     structure = _structure_lines(report)
@@ -180,12 +176,10 @@ def render_junit(report: GateReport) -> str:
         if report.structure_failed:
             failed = "; ".join(c.message for c in report.structure.failed) if report.structure else ""
             ET.SubElement(case, "failure", type="structure", message=_xml(failed)).text = text
-            failures += 1
         else:
             ET.SubElement(case, "system-out").text = text
-    suite.set("tests", str(len(suite.findall("testcase"))))
-    suite.set("failures", str(failures))
-    suite.set("errors", str(errors))
+    for key, path in (("tests", "testcase"), ("failures", "testcase/failure"), ("errors", "testcase/error")):
+        suite.set(key, str(len(suite.findall(path))))  # counted from the cases written above
     suite.set("skipped", "0")
     if report.warnings:
         ET.SubElement(suite, "system-err").text = _xml("\n".join(f"warning: {w}" for w in report.warnings))

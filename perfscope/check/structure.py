@@ -5,10 +5,7 @@
     [c.message for c in diff.changes]     # "+1 host sync per step: aten::_local_scalar_dense (.item()) at m.py:42"
     diff.failed                            # the changes a chosen gate fails on
 
-Timing in CI is decided on run-to-run variance (perfscope.check.decision) and can only say "slower, with
-this confidence". A fingerprint is counted, not timed (perfscope.results.fingerprint), so this diff is
-exact: a change is a change, and `--fail-on-structure` fails a job on the chosen kinds deterministically.
-Every change is named whether or not a gate is set; a gate only decides which ones fail the job.
+Design notes: docs/ci-gate.md.
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ from perfscope.lanes.executors import EXECUTORS, Executor, LaneFailure, LocalExe
 from perfscope.lanes.plan import plan_lanes
 from perfscope.results import Trial
 from perfscope.results.config import TrialConfig
-from perfscope.results.lanes import LaneRecord, ParallelSweep
 from perfscope.results.messages import msg
+from perfscope.results.verdicts import LaneRecord, ParallelSweep
 from perfscope.search.candidate import BASELINE, Candidate
 from perfscope.search.compare import log_rate
 from perfscope.search.microbatch import MicroBatchResult

@@ -3,9 +3,7 @@
     >>> from perfscope.report import write_report
     >>> write_report(Results.load("perfscope-out/results.json"), Path("report.html"), fmt="html")
 
-The only stage of perfscope that knows HTML or plotly: view.py decides what to show (assembling headline.py,
-findings.py, tables.py and charts/, in perfscope.ranking's order), html.py and markdown.py lay it out,
-escaping.py keeps user-derived names inert.
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations

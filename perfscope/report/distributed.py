@@ -3,9 +3,7 @@
     dist = distributed_view(results, baseline=base, recommended=rec)   # None for a single-process run
     [r.step_time for r in dist.ranks], dist.communication, dist.sharding
 
-Why its own view: a data-parallel run's job figures (the headline's) are set by its slowest rank, and only the
-per-rank table says which rank that was and why (its compute, its data wait, its collectives). Every value is
-formatted here, from the results model alone (perfscope.results.distributed), so the HTML and the Markdown agree.
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations
@@ -14,18 +12,12 @@ import re
 from dataclasses import dataclass, field
 
 from perfscope.report.charts import Chart, rank_step_chart
-from perfscope.report.format import NA, fmt_bytes, fmt_percent, fmt_rate, fmt_seconds
+from perfscope.report.format import NA, Row, fmt_bytes, fmt_percent, fmt_rate, fmt_seconds
 from perfscope.results import DistributedFacts, RankMetrics, Results, ShardingMemory, Trial
 from perfscope.wording import words
 
 CAUSES = {"gc": "garbage collection", "data": "data loading", "host contention": "host contention", "compute": "slow device or node",
           "unknown": "cause unknown"}
-
-
-@dataclass(kw_only=True, slots=True)
-class Fact:
-    label: str
-    value: str
 
 
 @dataclass(kw_only=True, slots=True)
@@ -69,12 +61,12 @@ class ShardingRow:
 @dataclass(kw_only=True, slots=True)
 class DistributedView:
     trial: str
-    launch: list[Fact]
+    launch: list[Row]
     memory_label: str  # "allocator peak" | "host RSS"
     ranks: list[RankRow]
     stragglers: list[str]
     straggler_method: str
-    communication: list[Fact]
+    communication: list[Row]
     communication_caption: str
     collectives: list[CollectiveRow]
     sharding: list[ShardingRow]
@@ -118,36 +110,36 @@ def _rank_row(r: RankMetrics, facts: DistributedFacts) -> RankRow:
     )
 
 
-def _launch(facts: DistributedFacts, trial: Trial) -> list[Fact]:
+def _launch(facts: DistributedFacts, trial: Trial) -> list[Row]:
     numa = ""
     if facts.numa_nodes:
         numa = f"{facts.numa_nodes} node(s), " + (f"ranks bound ({facts.numa_binding})" if facts.numa_binding else "ranks not bound")
     rows = [
-        Fact(label="Ranks", value=f"{facts.world_size}" + ("" if "nnodes" in facts.unavailable else
+        Row(label="Ranks", value=f"{facts.world_size}" + ("" if "nnodes" in facts.unavailable else
                                                            f" ({facts.nnodes} node(s) × {facts.nproc_per_node} per node)")),
-        Fact(label="Backend", value=facts.backend),
-        Fact(label="Data parallel", value="" if "data_parallel" in facts.unavailable else
+        Row(label="Backend", value=facts.backend),
+        Row(label="Data parallel", value="" if "data_parallel" in facts.unavailable else
              facts.data_parallel + (" (the model's own wrapper)" if facts.data_parallel == "none" else "")),
-        Fact(label="Global batch", value=f"{facts.global_batch} (micro-batch × accumulation × ranks)" if facts.global_batch else ""),
-        Fact(label="Job throughput", value=(fmt_rate(facts.job_samples_per_s, "samples/s") + " (all ranks' samples / the slowest window)")
+        Row(label="Global batch", value=f"{facts.global_batch} (micro-batch × accumulation × ranks)" if facts.global_batch else ""),
+        Row(label="Job throughput", value=(fmt_rate(facts.job_samples_per_s, "samples/s") + " (all ranks' samples / the slowest window)")
              if facts.job_samples_per_s is not None else ""),
-        Fact(label="Slowest rank", value=str(facts.slowest_rank) if facts.slowest_rank is not None else ""),
-        Fact(label="NUMA", value=numa),
+        Row(label="Slowest rank", value=str(facts.slowest_rank) if facts.slowest_rank is not None else ""),
+        Row(label="NUMA", value=numa),
     ]
     return [f for f in rows if f.value]
 
 
-def _communication(facts: DistributedFacts) -> tuple[list[Fact], str, list[CollectiveRow]]:
+def _communication(facts: DistributedFacts) -> tuple[list[Row], str, list[CollectiveRow]]:
     comm = facts.communication
     if comm is None:
         return [], "", []
     share = comm.exposed_collective_s / comm.step_s if comm.step_s > 0 else None
     rows = [
-        Fact(label="Traced step", value=fmt_seconds(comm.step_s)),
-        Fact(label="Compute", value=fmt_seconds(comm.compute_s) + _share_of_step(comm.compute_s, comm.step_s)),
-        Fact(label="Collectives", value=fmt_seconds(comm.collective_s)),
-        Fact(label="Exposed collectives", value=fmt_seconds(comm.exposed_collective_s) + (f" ({share * 100:.0f} % of the step)" if share is not None else "")),
-        Fact(label="Overlap", value=fmt_percent(comm.overlap_share, 0) + " of the collective time hidden behind compute"
+        Row(label="Traced step", value=fmt_seconds(comm.step_s)),
+        Row(label="Compute", value=fmt_seconds(comm.compute_s) + _share_of_step(comm.compute_s, comm.step_s)),
+        Row(label="Collectives", value=fmt_seconds(comm.collective_s)),
+        Row(label="Exposed collectives", value=fmt_seconds(comm.exposed_collective_s) + (f" ({share * 100:.0f} % of the step)" if share is not None else "")),
+        Row(label="Overlap", value=fmt_percent(comm.overlap_share, 0) + " of the collective time hidden behind compute"
              if comm.overlap_share is not None else NA),
     ]
     caption = (f"Per step, from rank {comm.rank}'s profiled steps" + (f" ({comm.source})" if comm.source else "")

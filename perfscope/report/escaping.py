@@ -3,11 +3,9 @@
     >>> plotly_text("<b>x</b> & y")
     '&lt;b&gt;x&lt;/b&gt; &amp; y'
     >>> print(script_json({"name": "</script>"}))
-    {"name":"\\u003c\\u002fscript\\u003e"}
+    {"name":"\u003c\u002fscript\u003e"}
 
-Why: model, file and kernel names come from the user's code. Jinja's autoescaping covers the page, but
-plotly renders its own tag subset (<b>, <a href>, <br>) inside titles, ticks and hover text, and a JSON blob
-inside <script> ends at the first "</script" whatever the JSON means. Both are escaped here, in one place.
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations

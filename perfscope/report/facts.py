@@ -3,9 +3,7 @@
     >>> kernel_time_by_category(trial.metrics.trace_facts)      # {} when the trial has no trace
     {'gemm': 0.0198, 'elementwise': 0.00115, ...}
 
-Why a module: the charts, the kernel table and the headline all need the same few figures, each with the
-same rules — no trace means "nothing to show", and a value that is not a finite non-negative number (a
-hand-edited or truncated results file) drops that entry rather than the whole render.
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations
@@ -49,12 +47,7 @@ def kernel_time_by_category(facts: TraceFacts | None) -> dict[str, float]:
     """{category: seconds per step}, dropping entries that are not finite non-negative numbers."""
     if facts is None:
         return {}
-    out = {}
-    for key, value in facts.kernels.time_by_category.items():
-        seconds = _finite(value)
-        if seconds is not None and seconds >= 0:
-            out[str(key)] = seconds
-    return out
+    return {str(k): s for k, v in facts.kernels.time_by_category.items() if (s := _finite(v)) is not None and s >= 0}
 
 
 def top_kernels(facts: TraceFacts | None) -> list[KernelFact]:

@@ -68,23 +68,14 @@ class ProfileRow:
     calls: str  # per sample
 
 
-
 def diff_lines(fix: str) -> list[DiffLine]:
     """Classify a fix's lines the way a diff viewer would (the text itself is kept verbatim)."""
-    lines = []
-    for line in fix.rstrip("\n").splitlines():
+    def kind(line: str) -> str:
         if line.startswith(("+++", "---")):
-            kind = "ctx"
-        elif line.startswith("+"):
-            kind = "add"
-        elif line.startswith("-"):
-            kind = "del"
-        elif line.startswith("@@"):
-            kind = "hunk"
-        else:
-            kind = "ctx"
-        lines.append(DiffLine(kind=kind, text=line))
-    return lines
+            return "ctx"
+        return "add" if line[:1] == "+" else "del" if line[:1] == "-" else "hunk" if line.startswith("@@") else "ctx"
+
+    return [DiffLine(kind=kind(line), text=line) for line in fix.rstrip("\n").splitlines()]
 
 
 def _finding_view(rank: int, f: Finding, evidence: Evidence, gain: Gain | None) -> FindingView:
@@ -99,23 +90,11 @@ def _finding_view(rank: int, f: Finding, evidence: Evidence, gain: Gain | None) 
         text, interval = "", ""
     ref = f.reference or ""
     return FindingView(
-        rank=rank,
-        rule_id=f.rule_id,
-        title=f.title,
-        severity=f.severity,
-        gain_kind=evidence.value,
-        gain_text=text,
-        interval=interval,
-        estimate_method=(f.estimate_method or "") if evidence is Evidence.ESTIMATED else "",
-        evidence=list(f.evidence),
-        fix=diff_lines(f.fix) if f.fix else [],
-        caveats=list(f.caveats),
-        reference_url=_link(ref),
-        reference_text=ref,
-        trial=f.trial or "",
-        why_not_here=f.why_not_here or "",
-        estimate_bound=f.estimate_bound or "",
-        addresses_keys=list(f.addresses),
+        rank=rank, rule_id=f.rule_id, title=f.title, severity=f.severity, gain_kind=evidence.value, gain_text=text,
+        interval=interval, estimate_method=(f.estimate_method or "") if evidence is Evidence.ESTIMATED else "",
+        evidence=list(f.evidence), fix=diff_lines(f.fix) if f.fix else [], caveats=list(f.caveats),
+        reference_url=_link(ref), reference_text=ref, trial=f.trial or "", why_not_here=f.why_not_here or "",
+        estimate_bound=f.estimate_bound or "", addresses_keys=list(f.addresses),
     )
 
 

@@ -9,8 +9,17 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 NA = "n/a"
+
+
+@dataclass(kw_only=True, slots=True)
+class Row:
+    """One labelled line of a facts table (environment, workload, a distributed run's launch)."""
+
+    label: str
+    value: str
 
 
 def _missing(value: float | None) -> bool:

@@ -59,7 +59,6 @@ class Headline:
     caveats: list[str] = field(default_factory=list)  # semantics the recommendation itself changes (numerics)
 
 
-
 def _reason(trial: Trial, metric: str) -> str:
     m = trial.metrics
     return (reason(m.unavailable, metric) if m else "") or "not measured"
@@ -72,7 +71,6 @@ def step_cell(trial: Trial, scale: float = 1.0) -> Cell:
     s = m.typical_step
     note = f"typical step {fmt_seconds(s.median)} (p10–p90 {fmt_seconds(s.p10)} – {fmt_seconds(s.p90)})" if s else ""
     return Cell(text=fmt_seconds(m.mean_step_time_s / scale), note=note)
-
 
 
 def memory_label(results: Results) -> str:

@@ -3,24 +3,78 @@
     >>> from perfscope.report import render_html
     >>> write_text("report.html", render_html(results))   # perfscope.results.io: atomic
 
-Offline by construction: plotly.js's basic partial bundle is inlined once (vendored, 1.2 MB), the charts travel as one
-JSON blob drawn with Plotly.newPlot, and the page references no URL it would fetch (no CDN, no fonts).
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
+import jinja2
 from markupsafe import Markup
 
+from perfscope.cache_dir import cache_dir
 from perfscope.report.charts.base import PLOTLY_TRACE_TYPES
 from perfscope.report.escaping import safe_inline_js, script_json
-from perfscope.report.templates import template_environment
 from perfscope.report.view import ReportView, build_view
 from perfscope.results import Results
 
 __all__ = ["PLOTLY_TRACE_TYPES", "charts_json", "plotly_js", "render_html", "render_view_html"]
+
+TEMPLATE_PACKAGE = "perfscope._templates"
+SOURCE_TEMPLATES = Path(__file__).resolve().parents[2] / "reports" / "templates"
+
+
+def template_root() -> Traversable:
+    """``<repo>/reports/templates`` beside this source tree when there is one, else the installed package.
+
+    The checkout's own folder first: a package ``perfscope._templates`` mapped by an editable install of
+    another checkout (a git worktree beside the main one) must not render this tree's views.
+    """
+    if (SOURCE_TEMPLATES / "base.html.j2").is_file():
+        return SOURCE_TEMPLATES
+    try:
+        root = importlib.resources.files(TEMPLATE_PACKAGE)
+        if root.joinpath("base.html.j2").is_file():
+            return root
+    except ModuleNotFoundError:
+        pass
+    raise FileNotFoundError(f"perfscope report templates not found (package {TEMPLATE_PACKAGE} or {SOURCE_TEMPLATES})")
+
+
+def _loader(root: Traversable) -> jinja2.BaseLoader:
+    # A Traversable may live inside a zip, so read through it rather than assume a directory on disk.
+    def load(name: str) -> str | None:
+        node = root.joinpath(*name.split("/"))
+        return node.read_text(encoding="utf-8") if node.is_file() else None
+
+    return jinja2.FunctionLoader(load)
+
+
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    folder = cache_dir() / "templates"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return jinja2.FileSystemBytecodeCache(str(folder))  # written atomically (temp file + rename) by Jinja2
+
+
+@functools.cache
+def template_environment() -> jinja2.Environment:
+    """Autoescaping on for everything: all template text is HTML (the Markdown is built in Python)."""
+    return jinja2.Environment(
+        loader=_loader(template_root()),
+        bytecode_cache=_bytecode_cache(),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,  # a misspelt field is an error, not a silently empty cell
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
 
 VENDORED_PLOTLY = Path(__file__).parent / "vendor" / "plotly-basic.min.js"
 

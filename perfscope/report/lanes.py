@@ -3,10 +3,7 @@ spread, and a table of the lanes (device and cores, A/A level, runs, failures, w
 
     view = lanes_view(results.sweep.parallel)     # None for a sweep on one lane
 
-Its own section rather than lines among the sweep's notes: a lane that was dropped, or one much slower than the
-others, is what a reader checks before trusting a parallel sweep's verdicts. Every value is formatted here, from
-the results model alone (perfscope.results.lanes), so the HTML (reports/templates/_lanes.html.j2) and the Markdown
-(perfscope.report.markdown.lanes_markdown) agree.
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from perfscope.report.format import NA, fmt_seconds
-from perfscope.results.lanes import LaneRecord, ParallelSweep
+from perfscope.results.verdicts import LaneRecord, ParallelSweep
 from perfscope.wording import words
 
 

@@ -3,10 +3,7 @@ bubble), the pruned layouts with their reasons, and each pipeline run's bubble a
 
     view = layout_view(results)          # None when no layout search ran (one process, or --skip of both knobs)
 
-Its own module (and template) so the section joins the report with one field on ReportView and one include: every
-value is formatted here, from the results model alone (perfscope.results.layout), so the HTML and Markdown agree.
-The renderers lay it out: the HTML in reports/templates/_layout.html.j2, the Markdown in
-perfscope.report.markdown.layout_markdown (with the other sections' Markdown and its escaping helpers).
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations

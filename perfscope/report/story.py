@@ -4,10 +4,7 @@
     story.recommended      # the sweep's recommendation (keeps the global batch), or None: keep the baseline
     story.alternative      # the fastest measured option that changes semantics, when it beats the recommendation
 
-Why one module: the headline, the ranked fixes, the knob table, the gain chart, the Markdown summary and the
-terminal's last lines must say the same thing with the same numbers. Which option is recommended, the
-alternative and the closest, and each configuration's gain (`Ranking.gain`), are decided once in perfscope.ranking;
-this module words them.
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 from perfscope.ranking import Ranking
 from perfscope.report import facts
-from perfscope.report.format import NA, fmt_bytes, fmt_count, fmt_interval, fmt_percent, fmt_rate, fmt_seconds
+from perfscope.report.format import NA, Row, fmt_bytes, fmt_count, fmt_interval, fmt_percent, fmt_rate, fmt_seconds
 from perfscope.report.headline import Cell, step_cell
 from perfscope.report.story import gain_words
 from perfscope.report.structure import StructuralEffect
@@ -73,12 +73,6 @@ class KernelRow:
 
 
 @dataclass(kw_only=True, slots=True)
-class Row:
-    label: str
-    value: str
-
-
-@dataclass(kw_only=True, slots=True)
 class TraceLink:
     trial: str
     href: str
@@ -95,10 +89,8 @@ class TraceDiffRow:
     change: str
 
 
-
 def _knob_list(knobs: list[str]) -> str:
     return " + ".join(knobs) if knobs else "—"
-
 
 
 def knob_rows(ranking: Ranking, knobs: list[KnobOutcome], effects: dict[str, StructuralEffect]) -> list[KnobRow]:
@@ -108,24 +100,14 @@ def knob_rows(ranking: Ranking, knobs: list[KnobOutcome], effects: dict[str, Str
     for k in knobs:
         g = ranking.gain(k)
         effect = effects.get(k.trial or "")
-        rows.append(
-            KnobRow(
-                knob=k.knob,
-                title=k.title,
-                status=k.status,
-                gain=gain_words(g) if g else "—",
-                interval=fmt_interval(g.low, g.high) if g else "",
-                significant=g.significant if g else None,
-                setting=k.setting or "",
-                reference=f"vs {g.reference} ({g.runs} : {g.reference_runs} runs)" if g else "",
-                mfu=fmt_percent(k.mfu) if k.mfu is not None else "—",
-                semantics=list(k.changes_semantics),
-                reason=k.reason or "",
-                trial=k.trial or "",
-                structure=effect.lines() if effect else [],
-                structure_notes=[words(n) for n in effect.notes if effect.compared] if effect else [],
-            )
-        )
+        rows.append(KnobRow(
+            knob=k.knob, title=k.title, status=k.status, gain=gain_words(g) if g else "—",
+            interval=fmt_interval(g.low, g.high) if g else "", significant=g.significant if g else None,
+            setting=k.setting or "", reference=f"vs {g.reference} ({g.runs} : {g.reference_runs} runs)" if g else "",
+            mfu=fmt_percent(k.mfu) if k.mfu is not None else "—", semantics=list(k.changes_semantics),
+            reason=k.reason or "", trial=k.trial or "", structure=effect.lines() if effect else [],
+            structure_notes=[words(n) for n in effect.notes if effect.compared] if effect else [],
+        ))
     return rows
 
 
@@ -134,29 +116,18 @@ def trial_rows(results: Results, base: str | None, rec: str | None) -> list[Tria
     for t in results.trials:
         m = t.metrics
         role = "baseline" if t.name == base else "recommended" if t.name == rec else ""
+        wall_time = fmt_seconds(t.wall_time_s) if t.wall_time_s else "—"
         if m is None:
-            batch = str(t.config.micro_batch_size)
-            rows.append(
-                TrialRow(name=t.name, role=role, status=t.status, knobs=_knob_list(t.knobs), batch=batch, step_time=Cell(text="—"),
-                         throughput="—", mfu="—", peak_memory="—", wall_time=fmt_seconds(t.wall_time_s) if t.wall_time_s else "—")
-            )
+            rows.append(TrialRow(name=t.name, role=role, status=t.status, knobs=_knob_list(t.knobs), batch=str(t.config.micro_batch_size),
+                                 step_time=Cell(text="—"), throughput="—", mfu="—", peak_memory="—", wall_time=wall_time))
             continue
         throughput = fmt_rate(m.tokens_per_s, "tokens/s") if m.tokens_per_s is not None else fmt_rate(m.samples_per_s, "samples/s")
         status = t.status + (f" · not applied: {', '.join(m.not_applied)}" if m.not_applied else "")
-        rows.append(
-            TrialRow(
-                name=t.name,
-                role=role,
-                status=status,
-                knobs=_knob_list(t.knobs),
-                batch=f"{m.micro_batch_size} × {m.grad_accum_steps}",
-                step_time=step_cell(t),
-                throughput=throughput,
-                mfu=fmt_percent(m.mfu) if m.mfu is not None else NA,
-                peak_memory=fmt_bytes(m.peak_memory_bytes),
-                wall_time=fmt_seconds(t.wall_time_s) if t.wall_time_s else "—",
-            )
-        )
+        rows.append(TrialRow(
+            name=t.name, role=role, status=status, knobs=_knob_list(t.knobs), batch=f"{m.micro_batch_size} × {m.grad_accum_steps}",
+            step_time=step_cell(t), throughput=throughput, mfu=fmt_percent(m.mfu) if m.mfu is not None else NA,
+            peak_memory=fmt_bytes(m.peak_memory_bytes), wall_time=wall_time,
+        ))
     return rows
 
 
@@ -257,7 +228,6 @@ def traces(results: Results, report_dir: Path | None) -> list[TraceLink]:
         for t in results.trials
         if t.metrics and t.metrics.trace_path
     ]
-
 
 
 def trace_diff(base: Trial | None, rec: Trial | None) -> list[TraceDiffRow]:

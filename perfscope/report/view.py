@@ -26,7 +26,7 @@ from perfscope.report.findings import (
     point_at_breakdown,
     why_line,
 )
-from perfscope.report.format import fmt_seconds
+from perfscope.report.format import NA, fmt_seconds
 from perfscope.report.headline import Headline, headline_view, tell
 from perfscope.report.lanes import LanesView, lanes_view
 from perfscope.report.layout import LayoutView, layout_view
@@ -51,9 +51,8 @@ from perfscope.report.tables import (
     trial_rows,
     workload,
 )
-from perfscope.report.trace_only import trace_headline, trace_peak, trace_trials
 from perfscope.report.waterfall_chart import WaterfallView, waterfall_view
-from perfscope.results import Results
+from perfscope.results import Environment, Results
 from perfscope.results.breakdown import step_breakdown
 from perfscope.results.roles import (
     baseline_configuration,
@@ -61,7 +60,7 @@ from perfscope.results.roles import (
     recommended_configuration,
     recommended_run,
 )
-from perfscope.wording import words
+from perfscope.wording import reason, words
 
 __all__ = ["DiffLine", "FindingView", "ReportView", "baseline_name", "build_view", "diff_lines", "recommended_name", "trace_href"]
 
@@ -128,7 +127,6 @@ def recommended_name(results: Results) -> str | None:
     return None
 
 
-
 # -------------------------------------------------------------------------------------- assembly
 
 
@@ -168,45 +166,61 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
     headline = tell(headline_view(results, base, rec), story)
     headline.why = why_line(slices, findings)
     view = ReportView(
-        title=results.workload.name or Path(results.workload.path).stem,
-        created_at=results.created_at,
-        perfscope_version=results.perfscope_version,
-        source=results.source,
+        title=results.workload.name or Path(results.workload.path).stem, created_at=results.created_at,
+        perfscope_version=results.perfscope_version, source=results.source,
         device=env.device_name + (f" × {env.device_count}" if env.device_count > 1 else ""),
         peak=f"{peak.tflops:g} TFLOP/s ({peak.dtype})" if peak else "not measured",
         peak_source=peak.source if peak else "no peak known for this device; MFU is n/a (pass --peak-tflops)",
-        headline=headline,
-        findings_state=state,
-        findings=findings,
-        no_change=no_change,
-        knobs=knob_rows(ranking, ranking.knobs, effects),
-        inapplicable=knob_rows(ranking, ranking.folded, effects),
-        sweep_notes=sweep_notes,
-        trials=trial_rows(results, base_name, rec_name),
-        failures=failures(results),
-        charts=charts,
-        gain_chart=gain_chart(ranking.gains),
-        absent_charts=absent,
-        kernels=kernel_rows,
-        kernels_trial=kernels_trial,
-        trace_diff=trace_diff(base, rec),
-        environment=environment(results),
-        workload=workload(results),
-        traces=traces(results, report_dir),
-        command=shlex.join(results.command) if results.command else "",
-        notes=[words(n) for n in results.notes],
+        headline=headline, findings_state=state, findings=findings, no_change=no_change,
+        knobs=knob_rows(ranking, ranking.knobs, effects), inapplicable=knob_rows(ranking, ranking.folded, effects),
+        sweep_notes=sweep_notes, trials=trial_rows(results, base_name, rec_name), failures=failures(results),
+        charts=charts, gain_chart=gain_chart(ranking.gains), absent_charts=absent,
+        kernels=kernel_rows, kernels_trial=kernels_trial, trace_diff=trace_diff(base, rec),
+        environment=environment(results), workload=workload(results), traces=traces(results, report_dir),
+        command=shlex.join(results.command) if results.command else "", notes=[words(n) for n in results.notes],
         recommended_structure=recommended_structure(results, effects),
         structure_notes=list(dict.fromkeys(words(n) for e in effects.values() if not e.compared for n in e.notes)),
         warnings=[words(w) for w in results.warnings],
         breakdown=[SliceRow(label=x.label, time=fmt_seconds(x.seconds), share=f"{x.share * 100:.0f} %",
                             fixes=", ".join(f"#{r}" for r in marks.get(x.key, []))) for x in slices],
-        distributed=distributed_view(results, baseline=base, recommended=rec),
-        waterfall=waterfall,
-        layout=layout_view(results),
-        lanes=lanes_view(sweep.parallel if sweep else None),
+        distributed=distributed_view(results, baseline=base, recommended=rec), waterfall=waterfall,
+        layout=layout_view(results), lanes=lanes_view(sweep.parallel if sweep else None),
     )
-    if results.source == "trace":  # a trace the user brought: nothing ran (perfscope.report.trace_only)
+    if results.source == "trace":  # a trace the user brought: nothing ran (trace_headline below)
         trace_headline(view.headline)
         view.peak, view.peak_source = trace_peak(env)
         trace_trials(view.trials)
     return view
+
+
+# The report of a trace the user brought (Results.source "trace"): what a trace can show, and that nothing ran.
+
+TRACE_LEAD = ("Read from a trace, with no rerun: nothing was measured, so every finding below is an estimate from the "
+              "trace; step times are the trace's own, throughput and MFU are unknown (a trace has no batch and no FLOP count).")
+
+
+def trace_headline(h: Headline) -> None:
+    """The headline without the rows a trace cannot fill, its column named "Trace", the lead saying the findings
+    are estimates."""
+    if h.message:
+        return
+    h.rows = [row for row in h.rows if any(cell.text != NA for cell in row.values)]
+    for cell in h.columns:
+        cell.text = "Trace"
+    h.lead = TRACE_LEAD
+
+
+def trace_peak(env: Environment) -> tuple[str, str]:
+    """The peak line (peak, its source): the device's datasheet peaks for context, and why MFU is n/a."""
+    if env.datasheet_peaks_tflops:
+        peaks = ", ".join(f"{dtype} {tflops:g}" for dtype, tflops in env.datasheet_peaks_tflops.items())
+        return f"datasheet {peaks} TFLOP/s", f"{env.datasheet_source}; MFU is n/a: a trace has no FLOP count"
+    why = reason(env.unavailable, "datasheet_peaks_tflops", "a CPU has no datasheet peak here")
+    return "unknown", why + "; MFU is n/a: a trace has no FLOP count"
+
+
+def trace_trials(rows: list[TrialRow]) -> None:
+    """"unknown" where the trials table would print a batch of 0 (a trace has no batch)."""
+    for row in rows:
+        if row.batch.startswith("0 × "):
+            row.batch = "unknown (not in a trace)"

@@ -4,9 +4,7 @@
     >>> results = Results.load("perfscope-out/results.json")
     >>> [t.metrics.samples_per_s for t in results.ok_trials()]
 
-Every stage after measurement (rules, report, the CI gate) reads this model and nothing else, so a GPU
-run's results can be re-rendered or gated on any machine. model.py holds the dataclasses, serde.py the
-JSON conversion, io.py the only file writer and reader, trace_facts.py the typed facts of a profiled window.
+Design notes: docs/results.md.
 """
 
 from perfscope.errors import ResultsError

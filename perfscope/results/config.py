@@ -2,9 +2,7 @@
 
     >>> TrialConfig(device="cpu", micro_batch_size=8).replace(precision="bf16")
 
-A trial is a pure function of (workload file, TrialConfig): the config travels to the trial process as
-JSON, and knobs (perfscope.knobs) produce new configs by `replace`. Fields describe *what to run*, never
-how it will be ranked.
+Design notes: docs/results.md.
 """
 
 from __future__ import annotations

@@ -93,7 +93,6 @@ def check_int64(value: int, where: str) -> None:
 
 
 NON_NEGATIVE = rule(ge=0)
-POSITIVE = rule(gt=0)
 FRACTION = rule(ge=0, le=1)
 SECONDS = rule(ge=0, le=MAX_SECONDS)
 SERIES_SECONDS = rule(ge=0, le=MAX_SECONDS, max_len=MAX_SERIES)

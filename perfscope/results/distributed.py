@@ -5,10 +5,7 @@
     [r.samples_per_s for r in facts.ranks]       # each rank's own throughput
     facts.stragglers                             # ranks slower than the others beyond their step-to-step noise
 
-Why per rank and per job: in synchronous data parallelism the slowest rank sets the pace (every other rank
-waits for it in the gradient all-reduce), so the job's throughput is all the work over the slowest rank's wall
-time, and a mean over ranks would hide the one rank that costs everyone. The trial's `TrialMetrics` keep the
-job's figures (throughput, MFU); this object holds what explains them.
+Design notes: docs/results.md.
 """
 
 from __future__ import annotations

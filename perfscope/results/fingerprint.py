@@ -134,11 +134,7 @@ disagree on the rest."""
 def consensus(prints: list[Fingerprint]) -> tuple[Fingerprint | None, int]:
     """(the fingerprint standing for several runs of one configuration, how many distinct ones they gave).
 
-    Identical code gives identical counts, so runs normally agree; when they do not, the most common one stands
-    and the caller says so. Run-dependent fields are compared apart: the representative takes the median
-    allocator peak of the agreeing runs, the kernel launches of a traced one, and the window syncs of all of them
-    pooled (more steps resolve rarer syncs). (None, 0) without fingerprints.
-    The CI gate and the report pick a configuration's fingerprint with this one function.
+    The most common one stands; (None, 0) without fingerprints. The CI gate and the report both pick with this.
     """
     if not prints:
         return None, 0

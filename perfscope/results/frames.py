@@ -5,10 +5,7 @@
     >>> frames.trials(results).groupby("configuration")["samples_per_s"].describe()
     >>> frames.knobs(results).sort_values("ratio", ascending=False)
 
-Why: users of trace tools (HTA) analyse in DataFrames; the typed model stays the source of truth and these are
-flat, read-only copies of it (one row per run, knob, finding, kernel, rank or MFU-gap part). A value the run
-could not give is NaN/None here, its reason stays in the model's ``unavailable`` maps. pandas is imported by this
-module only, so the commands that read files start without it.
+Design notes: docs/results.md.
 """
 
 from __future__ import annotations
@@ -21,6 +18,11 @@ from perfscope.results.waterfall import mfu_waterfall
 __all__ = ["findings", "kernels", "knobs", "ranks", "trials", "waterfall"]
 
 
+_TRIAL_METRICS = ("samples_per_s", "tokens_per_s", "achieved_tflops", "mfu", "hfu", "flops_per_step", "data_wait_share",
+                  "peak_memory_bytes", "micro_batch_size", "grad_accum_steps")
+"""TrialMetrics fields the trials frame shows as they are (after its steps, wall time and step times)."""
+
+
 def trials(results: Results) -> pd.DataFrame:
     """One row per run (fresh process): its configuration, status and what its timed windows measured."""
     rows = []
@@ -29,20 +31,10 @@ def trials(results: Results) -> pd.DataFrame:
         rows.append({
             "trial": t.name, "configuration": t.configuration, "repeat": t.repeat, "sequence": t.sequence,
             "status": t.status, "excluded": t.excluded.code if t.excluded else None, "knobs": ",".join(t.knobs), "error": t.error,
-            "steps": m.steps if m else None,
-            "wall_s": m.wall_s if m else None,
+            "steps": m.steps if m else None, "wall_s": m.wall_s if m else None,
             "step_time_s": m.mean_step_time_s if m and m.steps else None,
             "typical_step_s": m.typical_step.median if m and m.typical_step else None,
-            "samples_per_s": m.samples_per_s if m else None,
-            "tokens_per_s": m.tokens_per_s if m else None,
-            "achieved_tflops": m.achieved_tflops if m else None,
-            "mfu": m.mfu if m else None,
-            "hfu": m.hfu if m else None,
-            "flops_per_step": m.flops_per_step if m else None,
-            "data_wait_share": m.data_wait_share if m else None,
-            "peak_memory_bytes": m.peak_memory_bytes if m else None,
-            "micro_batch_size": m.micro_batch_size if m else None,
-            "grad_accum_steps": m.grad_accum_steps if m else None,
+            **{key: getattr(m, key) if m else None for key in _TRIAL_METRICS},
         })
     return _frame(rows, index="trial")
 
@@ -66,30 +58,21 @@ def knobs(results: Results) -> pd.DataFrame:
 
 def findings(results: Results) -> pd.DataFrame:
     """One row per finding, in the report's order: measured gains beside estimates, never mixed in one column."""
-    rows = []
-    for f in results.findings or []:
-        rows.append({
-            "rule": f.rule_id, "title": f.title, "severity": f.severity,
-            "measured_ratio": f.gain.ratio if f.gain else None,
-            "measured_verdict": f.gain.verdict if f.gain else None,
-            "estimated_ratio": f.estimated_gain, "configuration": f.trial,
-            "addresses": ",".join(f.addresses), "caveats": "; ".join(f.caveats),
-        })
-    return _frame(rows)
+    return _frame([{
+        "rule": f.rule_id, "title": f.title, "severity": f.severity,
+        "measured_ratio": f.gain.ratio if f.gain else None, "measured_verdict": f.gain.verdict if f.gain else None,
+        "estimated_ratio": f.estimated_gain, "configuration": f.trial,
+        "addresses": ",".join(f.addresses), "caveats": "; ".join(f.caveats),
+    } for f in results.findings or []])
 
 
 def kernels(results: Results) -> pd.DataFrame:
     """The longest kernels (CUDA) or aten ops (CPU) of each profiled run, seconds and launches per step."""
-    rows = []
-    for t in results.trials:
-        facts = t.metrics.trace_facts if t.metrics else None
-        if facts is None or facts.kernels is None:
-            continue
-        for k in facts.kernels.top:
-            rows.append({"trial": t.name, "configuration": t.configuration, "source": facts.kernels.source,
-                         "name": k.name, "category": k.category, "time_s_per_step": k.time_s,
-                         "calls_per_step": k.count})
-    return _frame(rows)
+    traced = [(t, t.metrics.trace_facts.kernels) for t in results.trials
+              if t.metrics and t.metrics.trace_facts and t.metrics.trace_facts.kernels is not None]
+    return _frame([{"trial": t.name, "configuration": t.configuration, "source": top.source, "name": k.name,
+                    "category": k.category, "time_s_per_step": k.time_s, "calls_per_step": k.count}
+                   for t, top in traced for k in top.top])
 
 
 def ranks(results: Results) -> pd.DataFrame:
@@ -113,11 +96,9 @@ def waterfall(results: Results) -> pd.DataFrame:
     """The MFU gap of the baseline run, part by part (points of the 100 %; they sum to 100 − the end bar). Which
     fixes act on each part is the report's (perfscope.report.waterfall_chart.part_fixes)."""
     wf = mfu_waterfall(results)
-    rows = []
-    for p in wf.parts if wf else []:
-        rows.append({"part": p.key, "label": p.label, "group": p.spec.group, "points": p.points,
-                     "seconds_per_step": p.seconds, "evidence": p.evidence, "unavailable": p.unavailable})
-    return _frame(rows, index="part")
+    return _frame([{"part": p.key, "label": p.label, "group": p.spec.group, "points": p.points,
+                    "seconds_per_step": p.seconds, "evidence": p.evidence, "unavailable": p.unavailable}
+                   for p in (wf.parts if wf else [])], index="part")
 
 
 def _frame(rows: list[dict[str, object]], *, index: str | None = None) -> pd.DataFrame:

@@ -5,10 +5,7 @@
     job_steps_per_s(facts)                           # optimizer steps per second per rank, over that window
     rank_peak(results.peak, results.environment, facts.nproc_per_node)   # the peak one rank's MFU is a fraction of
 
-MFU is FLOPs per step × optimizer steps per second / the peak; a job's uses job_steps_per_s and rank_peak. The
-measurement writes it into the results (perfscope.measure.mfu, perfscope.measure.ranks.apply_job: what the report shows)
-and the CI gate recomputes it from a results file (perfscope.check.metrics): both ask here, so an MFU gated is the MFU
-reported, and the gate never imports the measurement layer to get it. Nothing here measures.
+Design notes: docs/results.md.
 """
 
 from __future__ import annotations

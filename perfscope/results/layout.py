@@ -5,9 +5,7 @@
     results.layouts.rows                             # every (dp, tp, pp, micro-batch, checkpointing) candidate
     bubble_formula(stages=2, microbatches=4)         # the idle share a pipeline's shape alone implies: 0.2
 
-Kept apart from model.py and distributed.py so the schema grows by optional fields only: a results file written
-before these existed reads back with ``parallel`` and ``layouts`` None (serde ignores nothing it needs, and every new
-field has a default).
+Design notes: docs/results.md.
 """
 
 from __future__ import annotations

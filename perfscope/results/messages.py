@@ -3,9 +3,7 @@
     msg("no_timed_step")                                  # Message(code="no_timed_step", params={})
     msg("nvml_error", error="NVMLError: not supported")   # parameters are JSON values, or other messages
 
-Warnings, the reasons in every ``unavailable`` map and the metrics' flags are Messages. The words live in one
-place, perfscope.wording (keyed by code), so tests assert codes and parameters, code finds its own
-records by code rather than by the start of a sentence, and the wording can change without touching results.
+Design notes: docs/results.md.
 """
 
 from __future__ import annotations

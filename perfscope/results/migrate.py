@@ -1,10 +1,6 @@
-"""Read results written by an older perfscope: schema 1 -> schema 2, on the JSON, before typing.
+"""Read results written by an older perfscope: schema 1 or 2 -> schema 3, on the JSON, before typing.
 
-    data = upgrade(json.loads(text))       # a schema-2 document, with a note saying what was recomputed
-
-Trace facts were a free-form dict before they were typed (perfscope.results.trace_facts); a dict in the old
-shape is rewritten into the typed one, keeping every figure it has, malformed parts dropped, and a note on
-the facts saying where they came from (their GEMM times were host launch times on CUDA).
+    data = upgrade(json.loads(text))       # a schema-3 document, with a note saying what was recomputed
 
 Design notes: docs/results.md.
 """
@@ -121,9 +117,8 @@ def _v1(data: dict[str, Any]) -> dict[str, Any]:
             trial["metrics"] = _metrics_v1(trial["metrics"], peak)
     sweep = out.get("sweep")
     if isinstance(sweep, dict):
-        for key in ("recommended_gain",):
-            if isinstance(sweep.get(key), dict):
-                sweep[key] = _gain_v1(sweep[key])
+        if isinstance(sweep.get("recommended_gain"), dict):
+            sweep["recommended_gain"] = _gain_v1(sweep["recommended_gain"])
         for knob in sweep.get("knobs") or []:
             if isinstance(knob, dict) and isinstance(knob.get("gain"), dict):
                 knob["gain"] = _gain_v1(knob["gain"])
@@ -196,26 +191,24 @@ def _gain_v1(g: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-
 # ------------------------------------------------------------------------------ untyped trace facts
 
 NOTE_TRACE_FACTS = msg("read_from_untyped_facts")
 
 
 def _typed_trace_facts(data: dict[str, Any]) -> dict[str, Any]:
-    trials = [t for t in data.get("trials") or [] if isinstance(t, dict) and isinstance(t.get("metrics"), dict)]
-    legacy = [i for i, t in enumerate(trials) if _is_legacy(t["metrics"].get("trace_facts"))]
-    if not legacy:
+    if not _legacy_facts(data):
         return data
     out = copy.deepcopy(data)
-    trials = [t for t in out.get("trials") or [] if isinstance(t, dict) and isinstance(t.get("metrics"), dict)]
-    for i in legacy:
-        trials[i]["metrics"]["trace_facts"] = trace_facts_from_dict(trials[i]["metrics"]["trace_facts"])
+    for metrics in _legacy_facts(out):
+        metrics["trace_facts"] = trace_facts_from_dict(metrics["trace_facts"])
     return out
 
 
-def _is_legacy(facts: Any) -> bool:
-    return isinstance(facts, dict) and not isinstance(facts.get("kernels"), dict)
+def _legacy_facts(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The metrics of every trial whose trace facts are a free-form dict (not the typed shape, with "kernels")."""
+    metrics = [t["metrics"] for t in data.get("trials") or [] if isinstance(t, dict) and isinstance(t.get("metrics"), dict)]
+    return [m for m in metrics if isinstance(m.get("trace_facts"), dict) and not isinstance(m["trace_facts"].get("kernels"), dict)]
 
 
 def trace_facts_from_dict(old: dict[str, Any]) -> dict[str, Any]:

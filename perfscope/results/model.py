@@ -359,12 +359,7 @@ class TrialMetrics:
 
 @dataclass(kw_only=True)
 class Trial:
-    """One run: one configuration measured in one fresh process.
-
-    A configuration measured several times (the baseline through the sweep, `analyze --repeat`, several CI
-    runs) has several trials with the same ``configuration``; the run, not the step, is the unit of
-    evidence for every comparison.
-    """
+    """One run: one configuration measured in one fresh process, the unit of evidence for every comparison."""
 
     name: str = field(metadata=NAME)
     """Unique in the results: the configuration's name, with -r2, -r3 ... for its repeats."""

@@ -40,9 +40,7 @@ def to_jsonable(value: Any) -> Any:
 def from_jsonable(tp: Any, data: Any, where: str = "") -> Any:
     """Rebuild ``tp`` from JSON data, guided by type hints, checking every value as it goes.
 
-    Types, finiteness, 64-bit ints and each field's declared constraint (perfscope.results.constraints) are
-    checked; a violation raises ResultsError naming the JSON path, e.g. ``trials[3].metrics.samples_per_s:
-    must be finite, got NaN``. Unknown keys are ignored (forward compatible), their values still obey the number rules.
+    A violation raises ResultsError naming the JSON path (``trials[3].metrics.samples_per_s: must be finite``).
     """
     return _build(tp, data, where, None)
 

@@ -1,9 +1,7 @@
 """The sweep's verdicts in the results model: a measured gain, a rule's finding, each knob's outcome, the
-micro-batch curve and the sweep that holds them.
+micro-batch curve, the parallel lanes the runs ran on, and the sweep that holds them.
 
-Why a module of its own: these are what the search *concluded* (comparisons of runs), where model.py holds what
-was *measured* (environment, trials, windows); perfscope.results re-exports both, and model.py re-exports these
-names for code that imported them from there.
+Design notes: docs/results.md.
 """
 
 from __future__ import annotations
@@ -13,10 +11,12 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from perfscope.results.constraints import FRACTION, NAME, NON_NEGATIVE, SECONDS
-from perfscope.results.lanes import ParallelSweep
 from perfscope.results.messages import Message
 
-__all__ = ["Finding", "Gain", "KnobOutcome", "MicroBatchPoint", "NumericsCheck", "RunNoise", "Sweep", "Verdict"]
+__all__ = [
+    "Finding", "Gain", "KnobOutcome", "LaneRecord", "MicroBatchPoint", "NumericsCheck", "ParallelSweep", "RunNoise", "Sweep",
+    "Verdict",
+]
 
 
 Verdict = Literal["faster", "slower", "same", "undecided"]
@@ -26,10 +26,7 @@ Verdict = Literal["faster", "slower", "same", "undecided"]
 class Gain:
     """A measured change in throughput of one configuration against a reference, from fresh-process runs.
 
-    ``ratio`` > 1 is faster (candidate samples/s over reference samples/s, geometric mean of paired runs);
-    [low, high] is its ``confidence`` interval. ``verdict``: faster / slower (the interval excludes 1),
-    same (the interval lies within the run's practical-equivalence margin), undecided (neither: more runs
-    were needed than the budget allowed). ``mde`` is the smallest change these runs could have detected.
+    ``ratio`` > 1 is faster; [low, high] is its ``confidence`` interval; ``verdict`` and ``mde``: docs/results.md.
     """
 
     ratio: float = field(metadata=NON_NEGATIVE)
@@ -111,11 +108,7 @@ class Finding:
 @dataclass(kw_only=True)
 class NumericsCheck:
     """What the numerics guard compared between a run and the baseline's run (perfscope.search.numerics), and its
-    verdict: recorded on the run, so the results say which steps and samples a rejection or an acceptance rests on.
-
-    Steps are global optimizer steps: 0 is the first a run takes from the shared seed, its warm-up and prefetch-drain
-    steps counted, so step g of two runs with the same micro-batch and accumulation trained on the same samples
-    (positions g × samples_per_step onwards of the data stream) after the same g updates.
+    verdict: recorded on the run, so the results say which steps and samples a verdict rests on.
     """
 
     reference: str = field(metadata=NAME)
@@ -197,6 +190,40 @@ class RunNoise:
     """Standard deviation of log throughput between runs (≈ relative spread), from successive differences."""
     mde: float | None = field(default=None, metadata=NON_NEGATIVE)
     """Smallest relative change a single paired comparison could detect at this noise."""
+
+
+@dataclass(kw_only=True)
+class LaneRecord:
+    """One lane: a device (or none, on a CPU) and a disjoint set of CPU cores, with its own baseline series."""
+
+    index: int = field(metadata=NON_NEGATIVE)
+    device: str | None = None
+    """The lane's accelerator (its CUDA_VISIBLE_DEVICES value), None on a CPU-only lane."""
+    cpus: list[int] = field(default_factory=list)
+    """The cores its runs were pinned to (empty: not pinned, e.g. a remote Slurm or Ray lane)."""
+    level: float | None = None
+    """Its A/A baseline throughput over the median lane's (1.0 = the median lane; 0.67 = 1.5× slower)."""
+    runs: int = field(default=0, metadata=NON_NEGATIVE)
+    failures: int = field(default=0, metadata=NON_NEGATIVE)
+    """Runs on this lane that did not finish with a measurement (any status but ok)."""
+    dropped: str | None = None
+    """Why the lane took no more runs: an A/A outlier, or the executor's reason for losing its job."""
+
+
+@dataclass(kw_only=True)
+class ParallelSweep:
+    """How the sweep ran in parallel: the executor, its lanes, and what that saved."""
+
+    executor: str
+    """local | ray | slurm."""
+    lanes: list[LaneRecord] = field(default_factory=list)
+    aa_spread: float | None = field(default=None, metadata=NON_NEGATIVE)
+    """Lane-to-lane spread of the A/A baseline: the standard deviation of the kept lanes' log levels."""
+    wall_s: float | None = field(default=None, metadata=SECONDS)
+    """Wall time of the sweep's runs, lanes in parallel."""
+    sequential_estimate_s: float | None = field(default=None, metadata=SECONDS)
+    """The sum of every run's wall time: about what the same runs would have taken one after another."""
+    notes: list[Message] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)

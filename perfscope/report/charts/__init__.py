@@ -3,11 +3,7 @@
     >>> from perfscope.report.charts import build_charts
     >>> charts, absent = build_charts(results, baseline="baseline", recommended=None)
 
-base.py holds the Chart record and the page's style; registry.py the page's charts in order. Adding a chart =
-one function ``(results, roles) -> Chart | None`` in a module here (a new family gets a new module) + one line in
-registry.CHARTS (or `register(my_chart)`) + a test. The answer's gain chart (gains.py) and the baseline's breakdown
-(breakdown.py) read the ranking and the ranked fixes, so the view places them; rank_step_chart belongs to the
-distributed section.
+Design notes: docs/report.md.
 """
 
 from perfscope.report.charts.base import MAX_POINTS_PER_CHART, Chart, Roles

@@ -1,17 +1,12 @@
 """What every chart shares: the Chart record, the roles that colour trials, the page's axis and layout style.
 
-Why plain dicts and not plotly.graph_objects: a spec is data that the page hands to Plotly.newPlot, and
-dicts keep it small (no per-figure template) and deterministic. Tests validate them with go.Figure.
-Every user-derived string (trial, knob, kernel names) goes through ``plotly_text`` before it enters a
-figure, because plotly renders its own HTML subset in ticks, legends and hover text.
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-
-from perfscope.results import Results, Trial
 
 MAX_POINTS_PER_CHART = 2000  # keeps the page small whatever the run length
 GIB = 2**30
@@ -72,6 +67,11 @@ def layout_spec(x_title: str, y_title: str, *, height: int = 320, **extra: Any) 
     return layout
 
 
+def hbar(y: list[str], x: list[Any], color: Any, hover: str, **extra: Any) -> dict[str, Any]:
+    """A horizontal bar trace, one bar per trial or category: the shape most charts draw."""
+    return {"type": "bar", "orientation": "h", "y": y, "x": x, "marker": {"color": color}, "hovertemplate": hover, **extra}
+
+
 def bar_height(n: int) -> int:
     return max(180, 90 + 34 * n)
 
@@ -82,8 +82,3 @@ def trial_color(name: str, roles: Roles) -> str:
     if name == roles.baseline:
         return GREY
     return BLUE
-
-
-def ok_trials(results: Results) -> list[Trial]:
-    return results.ok_trials()
-

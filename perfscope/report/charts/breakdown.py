@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from perfscope.report.charts.base import BLUE, ORANGE, Chart, axis_spec, bar_height, layout_spec
+from perfscope.report.charts.base import BLUE, ORANGE, Chart, axis_spec, bar_height, hbar, layout_spec
 from perfscope.report.escaping import plotly_text
 from perfscope.results.breakdown import StepSlice
 
@@ -23,19 +23,9 @@ def baseline_breakdown_chart(slices: Sequence[StepSlice], marks: dict[str, list[
         return f"{s.seconds * 1e3:.1f} ms · {s.share * 100:.0f} %{tag}"
 
     figure = {
-        "data": [
-            {
-                "type": "bar",
-                "orientation": "h",
-                "y": [plotly_text(s.label) for s in slices],
-                "x": [s.seconds * 1e3 for s in slices],
-                "marker": {"color": [ORANGE if marks.get(s.key) else BLUE for s in slices]},
-                "text": [text(s) for s in slices],
-                "textposition": "auto",
-                "cliponaxis": False,
-                "hovertemplate": "%{y}: %{x:.2f} ms per step<extra></extra>",
-            }
-        ],
+        "data": [hbar([plotly_text(s.label) for s in slices], [s.seconds * 1e3 for s in slices],
+                      [ORANGE if marks.get(s.key) else BLUE for s in slices], "%{y}: %{x:.2f} ms per step<extra></extra>",
+                      text=[text(s) for s in slices], textposition="auto", cliponaxis=False)],
         "layout": layout_spec("Time per step (ms)", "", height=bar_height(len(slices)), yaxis=axis_spec("", autorange="reversed"),
                           showlegend=False),
     }

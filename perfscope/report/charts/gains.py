@@ -13,12 +13,7 @@ from perfscope.report.story import gain_words
 
 
 def gain_chart(gains: list[GainRow]) -> Chart | None:
-    """The answer as a chart: every measured configuration's throughput ratio and interval against a 1.0 line.
-
-    In the ranking's order (perfscope.ranking.Ranking.gains: measured wins by gain, then the other measured
-    configurations, then those the numerics guard rejected); slower and undecided ones stay visible (red, grey,
-    "n.s."). The gains are the ones the headline and the ranked fixes show (perfscope.ranking.gain_of).
-    """
+    """The answer as a chart: every measured configuration's throughput ratio and interval against a 1.0 line."""
     rows = [(plotly_text(r.label), r.gain, r.rejected) for r in gains]
     if not rows:
         return None

@@ -1,33 +1,27 @@
 """Memory by category at a profiled step's peak, per trial, and what that peak is worth beside the allocator's.
 
-The categories are torch.profiler's (perfscope.trace.memory_categories), recorded by an analyze trial's traced run
-and by the hooks' capture window. The caption carries perfscope.rules._memory's comparison: on CUDA, whether the
-profiled peak agrees with max_memory_allocated (when it does not, the true peak lies elsewhere); on a CPU, that
-there is no allocator peak to check it against.
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations
 
-from perfscope.report.charts.base import GIB, MIB, PALETTE, Chart, Roles, axis_spec, bar_height, layout_spec, ok_trials
+from perfscope.report.charts.base import GIB, MIB, PALETTE, Chart, Roles, axis_spec, bar_height, hbar, layout_spec
 from perfscope.results import Results
 from perfscope.rules._memory import peak_agreement
 from perfscope.rules._text import CATEGORY_NAMES
 
 
 def memory_categories_chart(results: Results, roles: Roles) -> Chart | None:
-    trials = [t for t in ok_trials(results) if t.metrics and t.metrics.memory_categories]
+    trials = [t for t in results.ok_trials() if t.metrics and t.metrics.memory_categories]
     if not trials:
         return None
     held = [t.metrics.memory_categories for t in trials]  # type: ignore[union-attr]
     unit, scale = ("GiB", GIB) if max(h.peak_bytes for h in held) >= GIB else ("MiB", MIB)  # type: ignore[union-attr]
     categories = [c for c in CATEGORY_NAMES if any(h.at_peak.get(c) for h in held)]  # type: ignore[union-attr]
     labels = [roles.names[t.name] for t in trials]
-    data = [{
-        "type": "bar", "orientation": "h", "name": CATEGORY_NAMES[c], "y": labels,
-        "x": [h.at_peak.get(c, 0) / scale for h in held],  # type: ignore[union-attr]
-        "marker": {"color": PALETTE[i % len(PALETTE)]},
-        "hovertemplate": "%{y}<br>" + CATEGORY_NAMES[c] + ": %{x:.2f} " + unit + "<extra></extra>",
-    } for i, c in enumerate(categories)]
+    data = [hbar(labels, [h.at_peak.get(c, 0) / scale for h in held], PALETTE[i % len(PALETTE)],  # type: ignore[union-attr]
+                 "%{y}<br>" + CATEGORY_NAMES[c] + ": %{x:.2f} " + unit + "<extra></extra>", name=CATEGORY_NAMES[c])
+            for i, c in enumerate(categories)]
     figure = {"data": data, "layout": layout_spec(f"Memory at a profiled step's peak ({unit})", "", height=bar_height(len(trials)) + 30,
                                                   barmode="stack", yaxis=axis_spec("", autorange="reversed"))}
     cuda = results.environment.device_type == "cuda"

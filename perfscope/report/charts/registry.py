@@ -1,8 +1,6 @@
 """The chart registry: the page's charts in order, and how a run without data for one says so in a line.
 
-Adding a chart = one function ``(results, roles) -> Chart | list[Chart] | None`` in a module of this package
-+ one line in CHARTS (or `register(my_chart)` from a plugin) + a test. A chart with nothing to draw returns None (or an empty figure, which becomes a
-line of text in the report's "not drawn" list).
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations

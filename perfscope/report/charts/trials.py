@@ -16,15 +16,15 @@ from perfscope.report.charts.base import (
     Roles,
     axis_spec,
     bar_height,
+    hbar,
     layout_spec,
-    ok_trials,
     trial_color,
 )
 from perfscope.results import Results
 
 
 def mfu_chart(results: Results, roles: Roles) -> Chart | None:
-    trials = [t for t in ok_trials(results) if t.metrics and t.metrics.mfu is not None]
+    trials = [t for t in results.ok_trials() if t.metrics and t.metrics.mfu is not None]
     if not trials:
         return None
     labels = [roles.names[t.name] for t in trials]
@@ -37,48 +37,30 @@ def mfu_chart(results: Results, roles: Roles) -> Chart | None:
         else "Model FLOPs utilization per trial."
     )
     figure = {
-        "data": [
-            {
-                "type": "bar",
-                "orientation": "h",
-                "y": labels,
-                "x": values,
-                "marker": {"color": [trial_color(t.name, roles) for t in trials]},
-                "text": [f"{v:.1f} %" for v in values],
-                "textposition": "auto",
-                "hovertemplate": "%{y}<br>MFU %{x:.2f} %<extra></extra>",
-            }
-        ],
+        "data": [hbar(labels, values, [trial_color(t.name, roles) for t in trials], "%{y}<br>MFU %{x:.2f} %<extra></extra>",
+                      text=[f"{v:.1f} %" for v in values], textposition="auto")],
         "layout": layout_spec("MFU (%)", "", height=bar_height(len(trials)), yaxis=axis_spec("", autorange="reversed")),
     }
     return Chart(id="mfu", title="MFU per trial", caption=caption, figure=figure)
 
 
 def throughput_chart(results: Results, roles: Roles) -> Chart | None:
-    trials = ok_trials(results)
+    trials = results.ok_trials()
     if not trials:
         return None
     use_tokens = all(t.metrics.tokens_per_s is not None for t in trials)  # type: ignore[union-attr]
     unit = "tokens/s" if use_tokens else "samples/s"
     values = [(t.metrics.tokens_per_s if use_tokens else t.metrics.samples_per_s) for t in trials]  # type: ignore[union-attr]
     figure = {
-        "data": [
-            {
-                "type": "bar",
-                "orientation": "h",
-                "y": [roles.names[t.name] for t in trials],
-                "x": values,
-                "marker": {"color": [trial_color(t.name, roles) for t in trials]},
-                "hovertemplate": "%{y}<br>%{x:,.1f} " + unit + "<extra></extra>",
-            }
-        ],
+        "data": [hbar([roles.names[t.name] for t in trials], values, [trial_color(t.name, roles) for t in trials],
+                      "%{y}<br>%{x:,.1f} " + unit + "<extra></extra>")],
         "layout": layout_spec(f"Throughput ({unit})", "", height=bar_height(len(trials)), yaxis=axis_spec("", autorange="reversed")),
     }
     return Chart(id="throughput", title=f"Throughput per trial ({unit})", caption="Global samples (or tokens) per second of the measured steps.", figure=figure)
 
 
 def step_breakdown_chart(results: Results, roles: Roles) -> Chart | None:
-    trials = ok_trials(results)
+    trials = results.ok_trials()
     if not trials:
         return None
     compute, wait, idle = [], [], []
@@ -100,18 +82,8 @@ def step_breakdown_chart(results: Results, roles: Roles) -> Chart | None:
     if any_trace:
         series.append(("device idle / sync (trace)", idle, RED))
     figure = {
-        "data": [
-            {
-                "type": "bar",
-                "orientation": "h",
-                "name": name,
-                "y": labels,
-                "x": values,
-                "marker": {"color": color},
-                "hovertemplate": "%{y}<br>" + name + ": %{x:.1f} ms<extra></extra>",
-            }
-            for name, values, color in series
-        ],
+        "data": [hbar(labels, values, color, "%{y}<br>" + name + ": %{x:.1f} ms<extra></extra>", name=name)
+                 for name, values, color in series],
         "layout": layout_spec(
             "Step time, wall / steps (ms)", "", height=bar_height(len(trials)) + 30, barmode="stack", yaxis=axis_spec("", autorange="reversed")
         ),
@@ -121,27 +93,15 @@ def step_breakdown_chart(results: Results, roles: Roles) -> Chart | None:
     return Chart(id="step-breakdown", title="Step time per trial: data wait and the rest", caption=caption, figure=figure)
 
 
-
 def memory_breakdown_chart(results: Results, roles: Roles) -> Chart | None:
-    trials = [t for t in ok_trials(results) if t.metrics and t.metrics.memory_breakdown]
+    trials = [t for t in results.ok_trials() if t.metrics and t.metrics.memory_breakdown]
     if not trials:
         return None
     parts = [("parameters", "parameters", BLUE), ("gradients", "gradients", TEAL), ("optimizer_state", "optimizer state", PURPLE), ("activations_and_temporaries", "activations & temporaries", ORANGE)]
     labels = [roles.names[t.name] for t in trials]
-    data = []
-    for attr, name, color in parts:
-        values = [getattr(t.metrics.memory_breakdown, attr) for t in trials]  # type: ignore[union-attr]
-        data.append(
-            {
-                "type": "bar",
-                "orientation": "h",
-                "name": name,
-                "y": labels,
-                "x": [v / GIB if v is not None else None for v in values],
-                "marker": {"color": color},
-                "hovertemplate": "%{y}<br>" + name + ": %{x:.2f} GiB<extra></extra>",
-            }
-        )
+    data = [hbar(labels, [v / GIB if (v := getattr(t.metrics.memory_breakdown, attr)) is not None else None  # type: ignore[union-attr]
+                          for t in trials], color, "%{y}<br>" + name + ": %{x:.2f} GiB<extra></extra>", name=name)
+            for attr, name, color in parts]
     figure = {"data": data, "layout": layout_spec("Memory at the step's peak (GiB)", "", height=bar_height(len(trials)) + 30, barmode="stack", yaxis=axis_spec("", autorange="reversed"))}
     return Chart(id="memory-breakdown", title="Memory breakdown", caption="Bytes by owner at the step's peak. Activations are the remainder and are missing where the peak was not measured.", figure=figure)
 
