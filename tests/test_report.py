@@ -31,6 +31,7 @@ from perfscope.report.view import (
 )
 from perfscope.results import Finding, Gain, KernelStat, Results, UtilizationSample
 from perfscope.results.messages import msg
+from perfscope.wording import words
 from tests.factories import (
     make_full_results,
     make_results,
@@ -127,7 +128,7 @@ def test_diff_lines_classify_like_a_diff_viewer():
 def test_knob_table_and_failures():
     view = build_view(make_full_results())
     by_knob = {k.knob: k for k in view.knobs}
-    assert by_knob["amp_bf16"].semantics == ["numerics: bf16 autocast"] and by_knob["amp_bf16"].significant
+    assert by_knob["amp_bf16"].semantics == [words(msg("numerics", change=msg("bf16_matmuls")))] and by_knob["amp_bf16"].significant
     assert by_knob["channels_last"].significant is False
     assert by_knob["torch_compile"].status == "failed" and "crashed" in by_knob["torch_compile"].reason
     assert {f.status for f in view.failures} == {"crashed", "skipped", "oom"}

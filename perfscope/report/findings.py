@@ -14,6 +14,7 @@ from perfscope.report.story import Story, gain_words, interval_words
 from perfscope.results import Finding, Gain, Results, Trial
 from perfscope.results.breakdown import WHOLE_STEP, StepSlice, addressed
 from perfscope.results.roles import dataset_profile
+from perfscope.wording import words
 
 
 @dataclass(kw_only=True, slots=True)
@@ -109,7 +110,7 @@ def _finding_view(rank: int, f: Finding, evidence: Evidence, gain: Gain | None) 
         estimate_method=(f.estimate_method or "") if evidence is Evidence.ESTIMATED else "",
         evidence=list(f.evidence),
         fix=diff_lines(f.fix) if f.fix else [],
-        caveats=list(f.caveats),
+        caveats=[words(c) for c in f.caveats],
         reference_url=_link(ref),
         reference_text=ref,
         trial=f.trial or "",
@@ -144,7 +145,7 @@ def _recommended_view(fix: RankedFix, story: Story | None) -> FindingView:
                            title=("Apply together: " if len(rec.knobs) > 1 else "") + label, severity="high",
                            gain_kind=Evidence.MEASURED.value, gain_text=gain_words(rec.gain), interval=interval_words(rec.gain),
                            estimate_method="", evidence=evidence, fix=diff_lines(fixes) if fixes else [],
-                           caveats=list(dict.fromkeys(caveats + [c for f in mine for c in f.caveats])),
+                           caveats=list(dict.fromkeys(caveats + [words(c) for f in mine for c in f.caveats])),
                            reference_url=refs[0] if refs else None, reference_text=refs[0] if refs else "",
                            trial=rec.configuration, addresses_keys=list(dict.fromkeys(k for f in mine for k in f.addresses)))
     view.recommended = True

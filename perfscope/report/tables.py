@@ -119,7 +119,7 @@ def knob_rows(ranking: Ranking, knobs: list[KnobOutcome], effects: dict[str, Str
                 setting=k.setting or "",
                 reference=f"vs {g.reference} ({g.runs} : {g.reference_runs} runs)" if g else "",
                 mfu=fmt_percent(k.mfu) if k.mfu is not None else "—",
-                semantics=list(k.changes_semantics),
+                semantics=[words(s) for s in k.changes_semantics],
                 reason=k.reason or "",
                 trial=k.trial or "",
                 structure=effect.lines() if effect else [],

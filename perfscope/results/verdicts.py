@@ -90,7 +90,7 @@ class Finding:
     addresses: list[str] = field(default_factory=list)
     """Slices of the baseline's step-time breakdown the fix acts on (keys of perfscope.results.breakdown.SLICES;
     "step" for every slice); empty when it acts on memory or numerics, not on step time."""
-    caveats: list[str] = field(default_factory=list)  # semantics changes (numerics, global batch, LR)
+    caveats: list[Message] = field(default_factory=list)  # semantics changes; the code is the kind ("numerics", ...)
     reference: str | None = None
     trial: str | None = None  # the configuration that measured the gain
     why_not_here: str | None = None
@@ -171,7 +171,7 @@ class KnobOutcome:
     """The winning value in words, e.g. "micro-batch 32 × accumulation 2", "4 workers"."""
     gain: Gain | None = None
     mfu: float | None = field(default=None, metadata=NON_NEGATIVE)
-    changes_semantics: list[str] = field(default_factory=list)  # e.g. "numerics: bf16 autocast"
+    changes_semantics: list[Message] = field(default_factory=list)  # e.g. msg("numerics", change=msg("bf16_matmuls"))
     code_change: str | None = None
 
 
