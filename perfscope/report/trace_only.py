@@ -16,7 +16,7 @@ from __future__ import annotations
 from perfscope.report.format import NA
 from perfscope.report.headline import Headline
 from perfscope.report.tables import TrialRow
-from perfscope.results import Environment
+from perfscope.results import Environment, Results
 from perfscope.wording import reason
 
 TRACE_LEAD = ("Read from a trace, with no rerun: nothing was measured, so every finding below is an estimate from the "
@@ -43,8 +43,9 @@ def trace_peak(env: Environment) -> tuple[str, str]:
     return "unknown", why + "; MFU is n/a: a trace has no FLOP count"
 
 
-def trace_trials(rows: list[TrialRow]) -> None:
+def trace_trials(rows: list[TrialRow], results: Results) -> None:
     """"unknown" where the trials table would print a batch of 0 (a trace has no batch)."""
+    unbatched = {t.name for t in results.trials if t.metrics is not None and t.metrics.micro_batch_size == 0}
     for row in rows:
-        if row.batch.startswith("0 × "):
+        if row.name in unbatched:
             row.batch = "unknown (not in a trace)"

@@ -208,5 +208,5 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
     if results.source == "trace":  # a trace the user brought: nothing ran (perfscope.report.trace_only)
         trace_headline(view.headline)
         view.peak, view.peak_source = trace_peak(env)
-        trace_trials(view.trials)
+        trace_trials(view.trials, results)
     return view
