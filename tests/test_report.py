@@ -360,10 +360,16 @@ def test_headline_says_why_only_the_baseline_is_shown():
 
 
 def test_an_upper_bound_estimate_is_worded_as_a_bound():
-    """"up to 5.3× faster" for an estimate its rule calls an upper bound; "≈" only for a point estimate."""
+    """"up to 5.3× faster" for an estimate its rule calls an upper bound (Finding.upper_bound); "≈" only for a point
+    estimate; a file written before the field says so by its estimate_method's words."""
     results = make_full_results()
     estimated = next(f for f in results.findings if f.estimated_gain is not None and f.gain is None)
-    estimated.estimate_method = "upper bound: every exposed collective hidden"
-    view = build_view(results)
-    (shown,) = [f for f in view.findings if f.rule_id == estimated.rule_id]
-    assert shown.gain_text.startswith("up to ") and "≈" not in shown.gain_text
+    (point,) = [f for f in build_view(results).findings if f.rule_id == estimated.rule_id]
+    estimated.upper_bound = True
+    (shown,) = [f for f in build_view(results).findings if f.rule_id == estimated.rule_id]
+    assert point.gain_text.startswith("≈") and shown.gain_text.startswith("up to ") and "≈" not in shown.gain_text
+    old = results.to_dict()
+    for f in old["findings"]:
+        del f["upper_bound"]
+        f["estimate_method"] = "upper bound: every exposed collective hidden" if f["rule_id"] == estimated.rule_id else None
+    assert [f.upper_bound for f in Results.from_dict(old).findings] == [f is estimated for f in results.findings]

@@ -94,8 +94,7 @@ def _finding_view(rank: int, f: Finding, evidence: Evidence, gain: Gain | None) 
         text, interval = gain_words(gain), interval_words(gain)
     elif evidence is Evidence.ESTIMATED and f.estimated_gain is not None:
         # A bound is worded as one: "up to 5.3× faster", never a promise of 5.3×.
-        bound = (f.estimate_method or "").startswith("upper bound")
-        text, interval = ("up to " if bound else "≈") + gain_text(f.estimated_gain), ""
+        text, interval = ("up to " if f.upper_bound else "≈") + gain_text(f.estimated_gain), ""
     else:
         text, interval = "", ""
     ref = f.reference or ""

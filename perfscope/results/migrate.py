@@ -30,7 +30,23 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     elif data.get("schema_version") == 3 and _prose_to_messages(data, fix=False):
         data = copy.deepcopy(data)  # an early schema-3 file: exclusions and notes were still prose
         _prose_to_messages(data)
-    return _typed_trace_facts(data)
+    return _typed_trace_facts(_upper_bounds(data))
+
+
+UPPER_BOUND_V2 = "upper bound"
+"""How an upper-bound estimate's method began in prose, before Finding.upper_bound said so."""
+
+
+def _upper_bounds(data: dict[str, Any]) -> dict[str, Any]:
+    """Findings written before Finding.upper_bound: a bound by the words of their estimate_method."""
+    findings = data.get("findings")
+    if not isinstance(findings, list) or all(not isinstance(f, dict) or "upper_bound" in f for f in findings):
+        return data
+    data = {**data, "findings": [dict(f) if isinstance(f, dict) else f for f in findings]}
+    for f in data["findings"]:
+        if isinstance(f, dict) and "upper_bound" not in f:
+            f["upper_bound"] = isinstance(f.get("estimate_method"), str) and f["estimate_method"].startswith(UPPER_BOUND_V2)
+    return data
 
 
 # ------------------------------------------------------------------------------ schema 2: prose messages

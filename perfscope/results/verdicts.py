@@ -79,6 +79,8 @@ class Finding:
     estimated_gain: float | None = field(default=None, metadata=NON_NEGATIVE)  # estimated speed-up ratio, when not measured
     estimate_method: str | None = None
     """How the estimate was made and what it assumes."""
+    upper_bound: bool = False
+    """The estimate is a bound (the whole cause removed), worded "up to", not a point estimate."""
     estimate_bound: str | None = None
     """The limit of this machine that bounds the estimate (e.g. the cores left for DataLoader workers, the device
     memory a larger micro-batch must fit in, the share of the step the fix can shrink)."""
