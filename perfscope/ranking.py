@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 
 from perfscope.results import Finding, Gain, KnobOutcome, Results
+from perfscope.results.messages import NUMERICS
 from perfscope.results.roles import baseline_configuration
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
@@ -224,9 +225,9 @@ def _gains(results: Results, knobs: list[KnobOutcome], gain: GainOf) -> list[Gai
 
 def changes_recipe(outcome: KnobOutcome) -> bool:
     """Whether adopting the knob changes the training recipe (a larger global batch, another optimizer), not only its
-    numerics: a numerics change (every caveat "numerics: …": mixed precision, TF32) passed the numerics guard to be
-    measured, and may be recommended with its caveat; a recipe change is only ever the alternative."""
-    return any(not s.startswith("numerics:") for s in outcome.changes_semantics)
+    numerics: a numerics change (code "numerics": mixed precision, TF32) passed the numerics guard to be measured,
+    and may be recommended with its caveat; a recipe change is only ever the alternative."""
+    return any(s.code != NUMERICS for s in outcome.changes_semantics)
 
 
 def _alternative(results: Results, rec: Recommendation | None, gain_by: GainOf) -> KnobOutcome | None:

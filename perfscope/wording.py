@@ -115,6 +115,57 @@ def _not_timed(*, excluded: dict[str, int], spent: dict[str, float], elapsed: fl
 
 Wording = str | Callable[..., str]
 
+
+# --- semantics changes (KnobOutcome.changes_semantics, Finding.caveats): the code is the kind ------------------------
+
+
+def _global_batch(*, before: int, after: int, parts_before: str | None = None, parts_after: str | None = None) -> str:
+    factor = after / before
+    how = f" (micro-batch × accumulation × ranks: {parts_before} → {parts_after})" if parts_before else ""
+    return (f"global batch {before} → {after}{how}: scale the learning rate (linear ×{factor:g} for SGD, or √ "
+            f"×{factor ** 0.5:.2f} for Adam-type optimizers) and re-tune warm-up; steps per epoch change")
+
+
+def _low_precision_params(*, dtype: str) -> str:
+    mantissa = {"bf16": "8-bit", "fp16": "11-bit"}.get(dtype, "reduced")
+    return (f"forward and backward run on {dtype} parameters ({mantissa} mantissa) and gradients are summed across "
+            "ranks in it (rounding grows with the number of ranks); the fp32 shards and optimizer step are kept — "
+            "compare the loss curve over a few hundred steps")
+
+
+def _adafactor_recipe(*, adam_decay: bool) -> str:
+    decay = " Adam's L2 weight decay becomes decoupled decay;" if adam_decay else ""
+    return ("the same lr per parameter group, but Adafactor reads it as the cap on a relative step (lr × the "
+            f"weights' RMS), with no momentum and its own β₂ schedule:{decay} re-tune the learning rate and warm-up")
+
+
+SEMANTICS: dict[str, Wording] = {
+    "numerics": "numerics: {change}",  # perfscope.ranking: the one kind a recommendation may carry unasked
+    "bf16_matmuls": "matmuls/convolutions in bf16 (8-bit mantissa); compare the loss curve over a few hundred steps",
+    "fp16_loss_scaling": "fp16 (5-bit exponent) with dynamic loss scaling; watch for overflow (inf/NaN) steps",
+    "tf32_matmuls": "fp32 matmuls with a 10-bit mantissa (TF32)",
+    "reduced_precision_matmuls": "reduced-precision matmuls; compare the loss curve over a few hundred steps",
+    "compressed_gradients": ("gradients are all-reduced in {hook} (summed in half precision across the ranks, then cast "
+                             "back): compare the loss curve over a few hundred steps"),
+    "low_precision_params": _low_precision_params,
+    "global_batch": _global_batch,
+    "training_recipe": ("training recipe: {optimizer} replaced by {replacement} — {caveat}; check convergence over a full "
+                        "run (the measured steps show speed and memory, not the final loss)"),
+    "adafactor_recipe": _adafactor_recipe,
+    "adamw_8bit_recipe": ("the same algorithm and hyper-parameters (lr, betas, eps, weight decay) with both moments "
+                          "quantized to 8 bits per block: usually within noise of 32-bit state, but re-check the learning "
+                          "rate and warm-up, which quantization noise in the moments can make too aggressive"),
+    "lean_optimizer_state": "training recipe: quantized or factored optimizer state changes the updates; check convergence",
+    "static_graph": ("static_graph=True is correct only if the same parameters receive gradients every step (no branch, "
+                     "expert or head skipped on some steps); otherwise gradients are wrong or DDP raises an error"),
+    "padded_vocabulary": "padded vocabulary rows must be masked or ignored by the loss",
+    "checkpointing_recomputes": ("checkpointing recomputes the blocks' forward: HFU rises, MFU falls unless a larger "
+                                 "micro-batch pays it back"),
+    "checkpointing_would_not_help": "checkpointing would not help here: activations are not what holds the peak",
+    "sharding_needs_ranks": ("sharding needs several data-parallel ranks and adds communication (~1.5× DDP's); on one "
+                             "GPU, FSDP's CPUOffload or lower-precision weights free them instead"),
+}
+
 WORDING: dict[str, Wording] = {
     # read from files written before messages were records (perfscope.results.migrate)
     "legacy": "{text}",
@@ -376,6 +427,7 @@ WORDING: dict[str, Wording] = {
     "data_wait_not_marked": "the data wait is not marked: time the host spent loading data counts as launch & host overhead",
     "points_unattributed": ("{points:+.1f} points unattributed: the trace's matmul time and the window's FLOPs "
                             "disagree"),
+    **SEMANTICS,
 }
 
 

@@ -276,7 +276,7 @@ def make_full_results(
         recommended_knobs=["amp_bf16", "dataloader_workers"],
         recommended_gain=gain(rec),
         knobs=[
-            KnobOutcome(knob="amp_bf16", title="bf16 autocast", status="measured", trial=amp.name, gain=gain(amp), mfu=amp.metrics.mfu, changes_semantics=["numerics: bf16 autocast"]),
+            KnobOutcome(knob="amp_bf16", title="bf16 autocast", status="measured", trial=amp.name, gain=gain(amp), mfu=amp.metrics.mfu, changes_semantics=[msg("numerics", change=msg("bf16_matmuls"))]),
             KnobOutcome(knob="dataloader_workers", title="DataLoader workers + pinned memory", status="measured", trial=workers.name, gain=gain(workers), mfu=workers.metrics.mfu),
             KnobOutcome(knob="channels_last", title="channels_last memory format", status="measured", trial=chl.name, gain=gain(chl), mfu=chl.metrics.mfu),
             KnobOutcome(knob="torch_compile", title="torch.compile", status="failed", trial=compiled.name, reason="the trial crashed: inductor raised RuntimeError"),
@@ -301,7 +301,7 @@ def make_full_results(
             evidence=["78 % of device time is in fp32 GEMMs", "the device's bf16 peak is 15× its fp32 peak"],
             fix="@@ train.py @@\n-    loss = model(batch)\n+    with torch.autocast(\"cuda\", dtype=torch.bfloat16):\n+        loss = model(batch)",
             gain=sweep.knobs[0].gain,
-            caveats=["numerics: activations in bf16; compare the loss curve for a few hundred steps"],
+            caveats=[msg("numerics", change=msg("bf16_matmuls"))],
             reference="https://pytorch.org/docs/stable/amp.html",
             trial=amp.name,
         ),
@@ -322,7 +322,7 @@ def make_full_results(
             fix="-vocab_size = 50257\n+vocab_size = 50304  # next multiple of 64",
             estimated_gain=1.04,
             estimate_method="GEMM alignment micro-benchmark scaled by the layer's share of step time",
-            caveats=["the padded logits must be masked or ignored by the loss"],
+            caveats=[msg("padded_vocabulary")],
         ),
         Finding(
             rule_id="PS140",

@@ -24,6 +24,7 @@ from perfscope.knobs import Knob, KnobContext, registered
 from perfscope.pipeline import finish
 from perfscope.results import ModelFacts, Results, Trial, TrialMetrics
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import Message
 from perfscope.search.numerics import TOLERANCE, compare_numerics
 from perfscope.search.sweep import BASELINE, Sweeper, SweepOptions
 from perfscope.workload import load_workload
@@ -66,7 +67,7 @@ class _Broken(Knob):
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"knob_settings": {self.id: True}}]
 
-    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
+    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[Message]:
         return []
 
 

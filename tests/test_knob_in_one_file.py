@@ -27,6 +27,7 @@ from perfscope.pipeline import finish
 from perfscope.report.waterfall_chart import part_fixes
 from perfscope.results import Finding, ModelFacts
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import Message
 from perfscope.search.candidate import Candidate
 from perfscope.search.sweep import BASELINE, Sweeper, SweepOptions
 from perfscope.trial.loop import not_applied, record, run_trial
@@ -57,7 +58,7 @@ class HostPause(Knob):
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"knob_settings": {self.id: PAUSE_S}}]
 
-    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
+    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[Message]:
         return []
 
     def step_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:

@@ -19,6 +19,7 @@ from perfscope.report.markdown import render_markdown
 from perfscope.report.story import build_story
 from perfscope.report.view import build_view
 from perfscope.results import Finding, Gain, KnobOutcome, Results, Sweep
+from perfscope.results.messages import Message
 from tests.factories import make_full_results, make_results, make_trial
 
 
@@ -41,7 +42,7 @@ def diagnosis(rule: str, severity: str, cause: float | None = None) -> Finding:
 
 def knob(name: str, status: str = "measured", ratio: float | None = None, verdict: str = "faster", semantics: tuple[str, ...] = ()) -> KnobOutcome:
     return KnobOutcome(knob=name, title=name, status=status, trial=name if ratio is not None else None,  # type: ignore[arg-type]
-                       gain=gain(ratio, verdict) if ratio is not None else None, changes_semantics=list(semantics))
+                       gain=gain(ratio, verdict) if ratio is not None else None, changes_semantics=[Message(code) for code in semantics])
 
 
 @dataclass
@@ -83,7 +84,7 @@ CASES = {
         findings=[diagnosis("first", "low"), diagnosis("second", "low"), diagnosis("third", "low")], fixes=["first", "second", "third"]),
     "the recommendation is #1 with its knobs' findings folded in, whatever their own ratios": Case(
         findings=[measured("a", 1.2, trial="a"), measured("other", 1.6, trial="other"), measured("b", 1.1, trial="b")],
-        knobs=[knob("a", ratio=1.2), knob("b", ratio=1.1), knob("other", ratio=1.6, semantics=("global batch",))],
+        knobs=[knob("a", ratio=1.2), knob("b", ratio=1.1), knob("other", ratio=1.6, semantics=("global_batch",))],
         recommended=("a+b", ("a", "b"), 1.3), fixes=["a+b", "other"], tiers=[Tier.RECOMMENDED, Tier.MEASURED_WIN],
         knob_order=["other", "a", "b"], gains=["other", "recommended: a + b", "a", "b"], alternative="other"),
     "knobs: measured wins by gain, other measured by gain, then rejected, failed, skipped; inapplicable folded": Case(
@@ -92,19 +93,19 @@ CASES = {
                knob("win", ratio=1.02)],
         knob_order=["win", "und", "slow", "rej", "fail", "skip"], folded=["n/a"], gains=["win", "und", "slow", "rej"], closest="und"),
     "the alternative changes the recipe and must beat the recommendation; no finding: the sweep's own item": Case(
-        knobs=[knob("r", ratio=1.5), knob("sem-slow", ratio=1.4, semantics=("global batch 8 → 16",)),
-               knob("sem-fast", ratio=1.8, semantics=("training recipe: another optimizer",))],
+        knobs=[knob("r", ratio=1.5), knob("sem-slow", ratio=1.4, semantics=("global_batch",)),
+               knob("sem-fast", ratio=1.8, semantics=("training_recipe",))],
         recommended=("r", ("r",), 1.5), fixes=["sweep"], knob_order=["sem-fast", "r", "sem-slow"], alternative="sem-fast"),
     "mixed precision that passed the numerics guard is no alternative: it may be recommended, or be the closest": Case(
-        knobs=[knob("amp", ratio=1.3, verdict="undecided", semantics=("numerics: bf16 matmuls",)),
-               knob("keep", ratio=1.01, verdict="undecided"), knob("bf16-fast", ratio=1.8, semantics=("numerics: bf16",))],
+        knobs=[knob("amp", ratio=1.3, verdict="undecided", semantics=("numerics",)),
+               knob("keep", ratio=1.01, verdict="undecided"), knob("bf16-fast", ratio=1.8, semantics=("numerics",))],
         recommended=("r", ("keep",), 1.1), fixes=["sweep"], knob_order=["bf16-fast", "amp", "keep"], alternative=None),
     "no recommendation: a numerics change is the closest, a recipe change the alternative": Case(
-        knobs=[knob("amp", ratio=1.3, verdict="undecided", semantics=("numerics: bf16 matmuls",)),
-               knob("mb", ratio=1.9, semantics=("global batch 8 → 32",))],
+        knobs=[knob("amp", ratio=1.3, verdict="undecided", semantics=("numerics",)),
+               knob("mb", ratio=1.9, semantics=("global_batch",))],
         knob_order=["mb", "amp"], alternative="mb", closest="amp"),
     "no recommendation: the closest keeps semantics, and nothing measured is not a fix": Case(
-        knobs=[knob("sem", ratio=1.9, semantics=("global batch",)), knob("keep", ratio=1.01, verdict="undecided")],
+        knobs=[knob("sem", ratio=1.9, semantics=("global_batch",)), knob("keep", ratio=1.01, verdict="undecided")],
         knob_order=["sem", "keep"], alternative="sem", closest="keep"),
 }
 

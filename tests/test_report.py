@@ -31,6 +31,7 @@ from perfscope.report.view import (
 )
 from perfscope.results import Finding, Gain, KernelStat, Results, UtilizationSample
 from perfscope.results.messages import msg
+from perfscope.wording import words
 from tests.factories import (
     make_full_results,
     make_results,
@@ -127,7 +128,7 @@ def test_diff_lines_classify_like_a_diff_viewer():
 def test_knob_table_and_failures():
     view = build_view(make_full_results())
     by_knob = {k.knob: k for k in view.knobs}
-    assert by_knob["amp_bf16"].semantics == ["numerics: bf16 autocast"] and by_knob["amp_bf16"].significant
+    assert by_knob["amp_bf16"].semantics == [words(msg("numerics", change=msg("bf16_matmuls")))] and by_knob["amp_bf16"].significant
     assert by_knob["channels_last"].significant is False
     assert by_knob["torch_compile"].status == "failed" and "crashed" in by_knob["torch_compile"].reason
     assert {f.status for f in view.failures} == {"crashed", "skipped", "oom"}
@@ -359,10 +360,16 @@ def test_headline_says_why_only_the_baseline_is_shown():
 
 
 def test_an_upper_bound_estimate_is_worded_as_a_bound():
-    """"up to 5.3× faster" for an estimate its rule calls an upper bound; "≈" only for a point estimate."""
+    """"up to 5.3× faster" for an estimate its rule calls an upper bound (Finding.upper_bound); "≈" only for a point
+    estimate; a file written before the field says so by its estimate_method's words."""
     results = make_full_results()
     estimated = next(f for f in results.findings if f.estimated_gain is not None and f.gain is None)
-    estimated.estimate_method = "upper bound: every exposed collective hidden"
-    view = build_view(results)
-    (shown,) = [f for f in view.findings if f.rule_id == estimated.rule_id]
-    assert shown.gain_text.startswith("up to ") and "≈" not in shown.gain_text
+    (point,) = [f for f in build_view(results).findings if f.rule_id == estimated.rule_id]
+    estimated.upper_bound = True
+    (shown,) = [f for f in build_view(results).findings if f.rule_id == estimated.rule_id]
+    assert point.gain_text.startswith("≈") and shown.gain_text.startswith("up to ") and "≈" not in shown.gain_text
+    old = results.to_dict()
+    for f in old["findings"]:
+        del f["upper_bound"]
+        f["estimate_method"] = "upper bound: every exposed collective hidden" if f["rule_id"] == estimated.rule_id else None
+    assert [f.upper_bound for f in Results.from_dict(old).findings] == [f is estimated for f in results.findings]

@@ -10,6 +10,7 @@ from perfscope.report.html import render_html
 from perfscope.report.markdown import answer_lines, render_markdown
 from perfscope.report.view import build_view
 from perfscope.results import Gain, KnobOutcome, Results, RunNoise, Sweep
+from perfscope.results.messages import msg
 from perfscope.rules import run_rules
 from tests.factories import make_full_results, make_results, make_trial
 
@@ -25,10 +26,10 @@ def cpu_quick_start() -> Results:
     results.environment.host_memory_bytes = 8 * 2**30
     results.sweep = Sweep(baseline_trial="baseline", recommended_trial="baseline", noise=RunNoise(runs=6, sigma=0.05, mde=0.12), knobs=[
         KnobOutcome(knob="micro_batch", title="micro-batch size", status="measured", trial="mb32", setting="micro-batch 32 × accumulation 1",
-                    gain=_gain(1.37, "faster"), changes_semantics=["global batch 8 → 32: scale the learning rate"],
+                    gain=_gain(1.37, "faster"), changes_semantics=[msg("global_batch", before=8, after=32)],
                     code_change="-loader = DataLoader(ds, batch_size=B)\n+loader = DataLoader(ds, batch_size=MICRO)"),
         KnobOutcome(knob="amp_bf16", title="bf16 autocast", status="measured", trial="amp_bf16", setting="precision bf16",
-                    gain=_gain(0.06, "slower"), changes_semantics=["numerics: bf16"]),
+                    gain=_gain(0.06, "slower"), changes_semantics=[msg("numerics", change=msg("bf16_matmuls"))]),
         KnobOutcome(knob="compile", title="torch.compile", status="measured", trial="compile", setting="compile default", gain=_gain(0.99, "undecided")),
         KnobOutcome(knob="tf32", title="TF32", status="inapplicable", reason="TF32 is a tensor-core mode of NVIDIA GPUs"),
     ])

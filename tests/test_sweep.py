@@ -189,7 +189,7 @@ def test_winners_stack_and_the_recommendation_is_remeasured():
     _interleaved(session)
     assert [o.knob for o in sweep.knobs[:2]] == ["amp_bf16", "compile"]  # ranked best-first
     assert _outcome(sweeper, "amp_bf16").gain.ratio == pytest.approx(1.8, rel=0.03)
-    assert any("numerics" in s for s in _outcome(sweeper, "amp_bf16").changes_semantics)
+    assert _outcome(sweeper, "amp_bf16").changes_semantics == [msg("numerics", change=msg("bf16_matmuls"))]
     assert sweep.noise is not None and sweep.noise.runs == len(session.results.runs(BASELINE))
 
 
@@ -237,7 +237,7 @@ def test_oom_during_micro_batch_search_is_survived_and_checkpointing_is_paired()
     assert "paired with micro-batch 64" in ckpt.reason
     assert session.config("activation_checkpointing-mb64").activation_checkpointing
     micro = _outcome(sweeper, "micro_batch")
-    assert micro.status == "measured" and micro.trial == "mb32" and any("global batch 8 →" in s for s in micro.changes_semantics)
+    assert micro.status == "measured" and micro.trial == "mb32" and [s.code for s in micro.changes_semantics] == ["global_batch"]
     # a global-batch change is never part of the recommendation
     assert "micro_batch" not in sweeper.sweep.recommended_knobs and sweeper.sweep.recommended_trial == "baseline"
     _interleaved(session)  # the search's runs (OOMs included) each have a baseline run beside them
@@ -259,7 +259,7 @@ def test_accumulation_keeps_the_global_batch_in_the_recommendation():
     assert all(r.config.samples_per_step == 32 and r.config.micro_batch_size == 32 for r in rec_runs)
     # the fastest point overall (micro-batch 128, one per step) changes the global batch: reported, flagged, not recommended
     micro = _outcome(sweeper, "micro_batch")
-    assert micro.trial == "mb128" and any("global batch 32 → 128" in s for s in micro.changes_semantics)
+    assert micro.trial == "mb128" and micro.changes_semantics == [msg("global_batch", before=32, after=128)]
 
 
 def test_budget_stops_new_trials():
@@ -674,8 +674,8 @@ def test_lean_optimizer_is_measured_alone_and_paired_with_the_micro_batch_its_me
     assert outcome.status == "measured" and outcome.trial == "adafactor-mb48"  # the faster of the two
     assert "paired with micro-batch 48 (without it: fits up to 32, out of memory at 48)" in outcome.reason
     assert "fastest of 2 variants" in outcome.reason and "winner's curse" in outcome.reason
-    assert any(s.startswith("training recipe: AdamW replaced by Adafactor") for s in outcome.changes_semantics)
-    assert any("global batch 8 → 48" in s for s in outcome.changes_semantics)
+    assert [(s.code, s.params.get("replacement")) for s in outcome.changes_semantics][0] == ("training_recipe", "Adafactor")
+    assert msg("global_batch", before=8, after=48) in outcome.changes_semantics
     _interleaved(session)
 
 

@@ -10,7 +10,9 @@ from perfscope.ranking import rank_results
 from perfscope.report.markdown import answer_lines
 from perfscope.report.story import build_story, recommendation_line
 from perfscope.results import Trial
+from perfscope.results.messages import msg
 from perfscope.search.sweep import BASELINE, Sweeper, SweepOptions
+from perfscope.wording import words
 from tests.test_sweep import FakeSession, _ctx, _step_time
 
 FACTORS = {"amp_bf16": 1.8, "compile": 1.3, "fused_optimizer": 1.2}
@@ -52,7 +54,7 @@ def test_a_sweep_stopped_mid_stack_recommends_the_part_of_the_stack_already_meas
     assert [o.knob for o in sweep.knobs[:3]] == ["amp_bf16", "compile", "fused_optimizer"]
     story = build_story(session.results)
     assert story is not None and story.recommended is not None
-    assert any(c.startswith("numerics:") for c in story.recommended.caveats)
+    assert words(msg("numerics", change=msg("bf16_matmuls"))) in story.recommended.caveats
     line = recommendation_line(story)
     assert line.startswith("bf16 autocast (AMP)") and " + torch.compile" in line
     assert "decided before the sweep stopped" in line and "fused" in line and "confirmation runs" in line

@@ -67,6 +67,7 @@ def test_cpu_trace_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     summary = md.split("## Ranked fixes")[0]
     assert "| MFU |" not in summary and "| Throughput |" not in summary  # no row a trace cannot fill
     assert "Step time" in summary
+    assert m.micro_batch_size == 0 and "unknown (not in a trace)" in md  # the trials table prints no batch of 0
     first = next(line for line in md.splitlines() if line.startswith("### 1. "))  # the report's first ranked fix
     assert printed.startswith(f"Top finding: {first.removeprefix('### 1. ')}") and "\n# perfscope report: mlp_data_wait" in printed and TRACE_LEAD in printed
     again = tmp_path / "again.md"  # results.json alone re-renders the same trace report anywhere

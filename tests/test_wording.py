@@ -152,3 +152,27 @@ def test_a_file_whose_hooks_notes_were_kept_as_text_reads_them_word_for_word() -
     assert [n.code for n in results.notes] == ["text", "samples_per_step_varied"]
     assert [words(n) for n in results.notes] == [
         "trace unavailable", "samples per step varied (4..8): samples/s counts every step's own samples"]
+
+
+def test_a_recorded_schema2_file_keeps_its_semantics_changes_word_for_word_and_numerics_by_code() -> None:
+    """A knob's changes_semantics and a finding's caveats were prose: a numerics one reads back as the code "numerics"
+    around the rest (perfscope.ranking decides on the code), any other as legacy; both word for word."""
+    path = Path(__file__).parent / "data" / "reports" / "quick_start_cpu.json"
+    old = json.loads(path.read_text(encoding="utf-8"))
+    results = Results.load(path)
+    assert results.sweep is not None and results.findings is not None
+    for before, after in [*zip(old["sweep"]["knobs"], results.sweep.knobs), *zip(old["findings"], results.findings)]:
+        written = before.get("changes_semantics", before.get("caveats"))
+        typed = after.changes_semantics if "changes_semantics" in before else after.caveats  # type: ignore[union-attr]
+        assert [words(m) for m in typed] == written
+        assert [m.code for m in typed] == ["numerics" if s.startswith("numerics: ") else "legacy" for s in written]
+    amp = next(k for k in results.sweep.knobs if k.knob == "amp_bf16")
+    assert [m.code for m in amp.changes_semantics] == ["numerics"]
+
+
+def test_a_global_batch_change_words_its_learning_rate_factors() -> None:
+    one = words(msg("global_batch", before=8, after=32))
+    assert one.startswith("global batch 8 → 32: ") and "linear ×4 " in one and "√ ×2.00" in one
+    ranks = words(msg("global_batch", before=16, after=64, parts_before="8 × 1 × 2", parts_after="8 × 4 × 2"))
+    assert ranks.startswith("global batch 16 → 64 (micro-batch × accumulation × ranks: 8 × 1 × 2 → 8 × 4 × 2): ")
+    assert words(msg("numerics", change=msg("tf32_matmuls"))) == "numerics: fp32 matmuls with a 10-bit mantissa (TF32)"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from perfscope.knobs.base import KnobContext
 from perfscope.knobs.lean_optimizer import LeanOptimizer
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import Message, msg
 from perfscope.versions import major_minor
 
 MIN_TORCH = (2, 5)
@@ -32,7 +33,5 @@ class Adafactor(LeanOptimizer):
     def active(self, config: TrialConfig) -> bool:
         return config.optimizer == "adafactor"  # built by perfscope.trial.step
 
-    def recipe_caveat(self, ctx: KnobContext) -> str:
-        decay = (" Adam's L2 weight decay becomes decoupled decay;" if ctx.model.optimizer_class == "Adam" else "")
-        return ("the same lr per parameter group, but Adafactor reads it as the cap on a relative step (lr × the "
-                f"weights' RMS), with no momentum and its own β₂ schedule:{decay} re-tune the learning rate and warm-up")
+    def recipe_caveat(self, ctx: KnobContext) -> Message:
+        return msg("adafactor_recipe", adam_decay=ctx.model.optimizer_class == "Adam")

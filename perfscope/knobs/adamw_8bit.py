@@ -12,6 +12,7 @@ from perfscope.knobs.base import KnobContext
 from perfscope.knobs.compile import no_compiler_reason
 from perfscope.knobs.lean_optimizer import LeanOptimizer
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import Message, msg
 from perfscope.versions import major_minor
 
 
@@ -93,7 +94,5 @@ class AdamW8bit(LeanOptimizer):
     def active(self, config: TrialConfig) -> bool:
         return config.optimizer in {impl.choice for impl in IMPLEMENTATIONS}  # built by perfscope.trial.step
 
-    def recipe_caveat(self, ctx: KnobContext) -> str:
-        return ("the same algorithm and hyper-parameters (lr, betas, eps, weight decay) with both moments quantized "
-                "to 8 bits per block: usually within noise of 32-bit state, but re-check the learning rate and warm-up, "
-                "which quantization noise in the moments can make too aggressive")
+    def recipe_caveat(self, ctx: KnobContext) -> Message:
+        return msg("adamw_8bit_recipe")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from perfscope.knobs.base import Knob, KnobContext
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import Message, msg
 from perfscope.snippets import autocast_change, fp16_scaler_change
 
 if TYPE_CHECKING:
@@ -48,8 +49,8 @@ class AmpBf16(_Autocast):
             return f"bf16 tensor cores need compute capability ≥ 8.0 (this device: {ctx.environment.compute_capability})"
         return None
 
-    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
-        return ["numerics: matmuls/convolutions in bf16 (8-bit mantissa); compare the loss curve over a few hundred steps"]
+    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[Message]:
+        return [msg("numerics", change=msg("bf16_matmuls"))]
 
     def config_words(self, config: TrialConfig) -> str | None:
         # This knob names the precision field for both AMP knobs: "fp32", "bf16 autocast", "fp16 autocast".
@@ -74,8 +75,8 @@ class AmpFp16(_Autocast):
             return f"fp16 tensor cores need compute capability ≥ 7.0 (this device: {ctx.environment.compute_capability})"
         return None
 
-    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
-        return ["numerics: fp16 (5-bit exponent) with dynamic loss scaling; watch for overflow (inf/NaN) steps"]
+    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[Message]:
+        return [msg("numerics", change=msg("fp16_loss_scaling"))]
 
     def grad_scaler(self, config: TrialConfig) -> Any | None:
         import torch

@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Literal
 
 from perfscope.results import Environment, ModelFacts, Trial
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import Message
 from perfscope.workload import Workload
 
 
@@ -156,8 +157,9 @@ class Knob:
             raise NotImplementedError(f"{type(self).__name__} sets neither `value` nor `variants()`")
         return [{self.fields[0]: self.value}]
 
-    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
-        """How adopting it changes training beyond speed (numerics, global batch); empty when it does not."""
+    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[Message]:
+        """How adopting it changes training beyond speed, as messages whose code is the kind ("numerics", "global_batch",
+        "training_recipe", ...: perfscope.ranking decides on it); empty when it does not."""
         return []
 
     def measured_notes(self, ctx: KnobContext, baseline: Trial, trial: Trial) -> list[str]:

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from perfscope.knobs.base import DdpOption, KnobContext, ddp_reason
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import Message, msg
 from perfscope.snippets import ddp_option_change
-
-CAVEAT = ("static_graph=True is correct only if the same parameters receive gradients every step (no branch, expert "
-          "or head skipped on some steps); otherwise gradients are wrong or DDP raises an error")
 
 
 class DdpStaticGraph(DdpOption):
@@ -26,5 +24,5 @@ class DdpStaticGraph(DdpOption):
             return "static_graph is already on"
         return ddp_reason(ctx, "static_graph")
 
-    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
-        return [CAVEAT] if config.static_graph else []
+    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[Message]:
+        return [msg("static_graph")] if config.static_graph else []

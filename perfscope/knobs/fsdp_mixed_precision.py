@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from perfscope.knobs.base import Knob, KnobContext, data_parallel_reason
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import Message, msg
 
 
 class FsdpMixedPrecision(Knob):
@@ -38,10 +39,7 @@ class FsdpMixedPrecision(Knob):
     def compatible(self, config: TrialConfig) -> bool:
         return config.data_parallel == "fsdp"
 
-    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
+    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[Message]:
         if config.fsdp_mixed_precision is None:
             return []
-        mantissa = {"bf16": "8-bit", "fp16": "11-bit"}[config.fsdp_mixed_precision]
-        return [f"numerics: forward and backward run on {config.fsdp_mixed_precision} parameters ({mantissa} mantissa) and "
-                "gradients are summed across ranks in it (rounding grows with the number of ranks); the fp32 shards "
-                "and optimizer step are kept — compare the loss curve over a few hundred steps"]
+        return [msg("numerics", change=msg("low_precision_params", dtype=config.fsdp_mixed_precision))]

@@ -8,6 +8,7 @@ from typing import Any
 
 from perfscope.knobs.base import DdpOption, KnobContext, ddp_reason
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import Message, msg
 from perfscope.snippets import ddp_wrap
 
 HOOKS = {"bf16": "bf16_compress_hook", "fp16": "fp16_compress_hook"}
@@ -34,8 +35,7 @@ class GradCompression(DdpOption):
     def variants(self, ctx: KnobContext) -> list[dict[str, Any]]:
         return [{"comm_hook": hook} for hook in (("bf16", "fp16") if ctx.cuda else ("fp16",))]
 
-    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
+    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[Message]:
         if config.comm_hook is None:
             return []
-        return [f"numerics: gradients are all-reduced in {config.comm_hook} (summed in half precision across the "
-                "ranks, then cast back): compare the loss curve over a few hundred steps"]
+        return [msg("numerics", change=msg("compressed_gradients", hook=config.comm_hook))]

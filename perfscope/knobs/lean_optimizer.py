@@ -7,6 +7,7 @@ from __future__ import annotations
 from perfscope.knobs.base import Knob, KnobContext, size
 from perfscope.results import Trial
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import Message, msg
 
 ADAM_TYPES = ("Adam", "AdamW")
 """The optimizers these knobs stand in for: adaptive, with per-parameter moments, whose lr is the nearest given
@@ -30,12 +31,12 @@ class LeanOptimizer(Knob):
                     f"optimizer is {ctx.model.optimizer_class}, whose learning rate and behaviour do not transfer")
         return None
 
-    def recipe_caveat(self, ctx: KnobContext) -> str:
+    def recipe_caveat(self, ctx: KnobContext) -> Message:
         raise NotImplementedError
 
-    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
-        return [f"training recipe: {ctx.model.optimizer_class} replaced by {self.replacement} — {self.recipe_caveat(ctx)}; "
-                "check convergence over a full run (the measured steps show speed and memory, not the final loss)"]
+    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[Message]:
+        return [msg("training_recipe", optimizer=ctx.model.optimizer_class, replacement=self.replacement,
+                    caveat=self.recipe_caveat(ctx))]
 
     def measured_notes(self, ctx: KnobContext, baseline: Trial, trial: Trial) -> list[str]:
         notes = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from perfscope.knobs.base import Knob, KnobContext
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import Message, msg
 
 
 class MicroBatch(Knob):
@@ -19,7 +20,7 @@ class MicroBatch(Knob):
         return ("-loader = DataLoader(ds, batch_size=B)\n"
                 "+loader = DataLoader(ds, batch_size=MICRO)   # a different global batch: scale the learning rate (see caveats)")
 
-    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
+    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[Message]:
         if config.global_batch == ctx.base.global_batch:
             return []
         return [global_batch_note(ctx.base, config)]
@@ -31,17 +32,14 @@ class MicroBatch(Knob):
         return False  # every trial has a micro-batch: the loader's batch size and the step's accumulation loop apply it
 
 
-def global_batch_note(before: TrialConfig, after: TrialConfig) -> str:
+def global_batch_note(before: TrialConfig, after: TrialConfig) -> Message:
     """The learning-rate note every global-batch change carries (linear: Goyal et al. 2017; √: Krizhevsky 2014,
     the usual rule for Adam-type optimizers). In a distributed run the global batch is micro-batch × accumulation
     × data-parallel ranks, spelled out: every rank's accumulated micro-batches make one optimizer step."""
-    factor = after.global_batch / before.global_batch
-    how = ""
-    if before.distributed or after.distributed:
-        def parts(c: TrialConfig) -> str:
-            return f"{c.micro_batch_size} × {c.grad_accum_steps} × {c.world_size}"
-        how = f" (micro-batch × accumulation × ranks: {parts(before)} → {parts(after)})"
-    return (
-        f"global batch {before.global_batch} → {after.global_batch}{how}: scale the learning rate (linear ×{factor:g} "
-        f"for SGD, or √ ×{factor ** 0.5:.2f} for Adam-type optimizers) and re-tune warm-up; steps per epoch change"
-    )
+    if not (before.distributed or after.distributed):
+        return msg("global_batch", before=before.global_batch, after=after.global_batch)
+
+    def parts(c: TrialConfig) -> str:
+        return f"{c.micro_batch_size} × {c.grad_accum_steps} × {c.world_size}"
+    return msg("global_batch", before=before.global_batch, after=after.global_batch, parts_before=parts(before),
+               parts_after=parts(after))

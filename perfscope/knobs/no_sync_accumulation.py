@@ -10,6 +10,7 @@ from typing import Any
 from perfscope.knobs.base import Knob, KnobContext, data_parallel_reason
 from perfscope.knobs.micro_batch import global_batch_note
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import Message
 
 ACCUMULATION = (2, 4)
 
@@ -49,7 +50,7 @@ class NoSyncAccumulation(Knob):
             return [{"no_sync": True}]  # the same global batch, fewer syncs
         return [{"grad_accum_steps": accum, "no_sync": True} for accum in ACCUMULATION]
 
-    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
+    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[Message]:
         if config.global_batch == ctx.base.global_batch:
             return []
         return [global_batch_note(ctx.base, config)]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from perfscope.knobs.base import Knob, KnobContext
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import Message, msg
 from perfscope.snippets import tf32_change
 from perfscope.tf32_api import matmul_tf32, set_matmul_tf32, tf32_api
 
@@ -41,8 +42,8 @@ class Tf32(Knob):
             return f"the loop runs {ctx.base.precision} autocast: its matmuls are not fp32"
         return None
 
-    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[str]:
-        return ["numerics: fp32 matmuls with a 10-bit mantissa (TF32)"]
+    def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[Message]:
+        return [msg("numerics", change=msg("tf32_matmuls"))]
 
     def before_steps(self, config: TrialConfig) -> None:
         # After the user's file and model factory ran: tf32=None (inactive) keeps, and the loop records, their setting.

@@ -14,6 +14,7 @@ from perfscope.report.story import Story, gain_words, interval_words
 from perfscope.results import Finding, Gain, Results, Trial
 from perfscope.results.breakdown import WHOLE_STEP, StepSlice, addressed
 from perfscope.results.roles import dataset_profile
+from perfscope.wording import words
 
 
 @dataclass(kw_only=True, slots=True)
@@ -84,15 +85,14 @@ def _finding_view(rank: int, f: Finding, evidence: Evidence, gain: Gain | None) 
         text, interval = gain_words(gain), interval_words(gain)
     elif evidence is Evidence.ESTIMATED and f.estimated_gain is not None:
         # A bound is worded as one: "up to 5.3× faster", never a promise of 5.3×.
-        bound = (f.estimate_method or "").startswith("upper bound")
-        text, interval = ("up to " if bound else "≈") + gain_text(f.estimated_gain), ""
+        text, interval = ("up to " if f.upper_bound else "≈") + gain_text(f.estimated_gain), ""
     else:
         text, interval = "", ""
     ref = f.reference or ""
     return FindingView(
         rank=rank, rule_id=f.rule_id, title=f.title, severity=f.severity, gain_kind=evidence.value, gain_text=text,
         interval=interval, estimate_method=(f.estimate_method or "") if evidence is Evidence.ESTIMATED else "",
-        evidence=list(f.evidence), fix=diff_lines(f.fix) if f.fix else [], caveats=list(f.caveats),
+        evidence=list(f.evidence), fix=diff_lines(f.fix) if f.fix else [], caveats=[words(c) for c in f.caveats],
         reference_url=_link(ref), reference_text=ref, trial=f.trial or "", why_not_here=f.why_not_here or "",
         estimate_bound=f.estimate_bound or "", addresses_keys=list(f.addresses),
     )
@@ -123,7 +123,7 @@ def _recommended_view(fix: RankedFix, story: Story | None) -> FindingView:
                            title=("Apply together: " if len(rec.knobs) > 1 else "") + label, severity="high",
                            gain_kind=Evidence.MEASURED.value, gain_text=gain_words(rec.gain), interval=interval_words(rec.gain),
                            estimate_method="", evidence=evidence, fix=diff_lines(fixes) if fixes else [],
-                           caveats=list(dict.fromkeys(caveats + [c for f in mine for c in f.caveats])),
+                           caveats=list(dict.fromkeys(caveats + [words(c) for f in mine for c in f.caveats])),
                            reference_url=refs[0] if refs else None, reference_text=refs[0] if refs else "",
                            trial=rec.configuration, addresses_keys=list(dict.fromkeys(k for f in mine for k in f.addresses)))
     view.recommended = True

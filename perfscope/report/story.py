@@ -18,6 +18,7 @@ from perfscope.results import Gain, KnobOutcome, Results, RunNoise
 from perfscope.results.config import TrialConfig
 from perfscope.results.roles import baseline_configuration
 from perfscope.stats import confidence_text
+from perfscope.wording import words
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,14 +73,14 @@ def build_story(results: Results, ranking: Ranking | None = None) -> Story | Non
     rec = ranking.recommendation
     recommended = None
     if rec is not None:
-        caveats = [c for k in rec.knobs if k in outcomes for c in outcomes[k].changes_semantics]
+        caveats = [words(c) for k in rec.knobs if k in outcomes for c in outcomes[k].changes_semantics]
         recommended = Option(configuration=rec.configuration, knobs=list(rec.knobs),
                              settings=[_setting(outcomes.get(k), k) for k in rec.knobs],
                              gain=rec.gain, caveats=list(dict.fromkeys(caveats)))
     alternative = closest = None
     if (a := ranking.alternative) is not None and (gain := ranking.gain(a)) is not None:
         alternative = Option(configuration=a.trial or a.knob, knobs=[a.knob], settings=[_setting(a, a.knob)],
-                             gain=gain, caveats=list(a.changes_semantics))
+                             gain=gain, caveats=[words(c) for c in a.changes_semantics])
     if (c := ranking.closest) is not None and (gain := ranking.gain(c)) is not None:
         closest = Option(configuration=c.trial or c.knob, knobs=[c.knob], settings=[_setting(c, c.knob)], gain=gain)
     runs = results.runs(base)

@@ -104,7 +104,7 @@ def knob_rows(ranking: Ranking, knobs: list[KnobOutcome], effects: dict[str, Str
             knob=k.knob, title=k.title, status=k.status, gain=gain_words(g) if g else "—",
             interval=fmt_interval(g.low, g.high) if g else "", significant=g.significant if g else None,
             setting=k.setting or "", reference=f"vs {g.reference} ({g.runs} : {g.reference_runs} runs)" if g else "",
-            mfu=fmt_percent(k.mfu) if k.mfu is not None else "—", semantics=list(k.changes_semantics),
+            mfu=fmt_percent(k.mfu) if k.mfu is not None else "—", semantics=[words(s) for s in k.changes_semantics],
             reason=k.reason or "", trial=k.trial or "", structure=effect.lines() if effect else [],
             structure_notes=[words(n) for n in effect.notes if effect.compared] if effect else [],
         ))

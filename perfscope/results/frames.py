@@ -51,7 +51,7 @@ def knobs(results: Results) -> pd.DataFrame:
             "confidence": g.confidence if g else None, "runs": g.runs if g else None,
             "reference_runs": g.reference_runs if g else None, "mfu": k.mfu,
             "recommended": bool(results.sweep and k.knob in results.sweep.recommended_knobs),
-            "changes_semantics": "; ".join(k.changes_semantics),
+            "changes_semantics": ",".join(s.code for s in k.changes_semantics),  # codes: words are report/'s
         })
     return _frame(rows, index="knob")
 
@@ -62,7 +62,7 @@ def findings(results: Results) -> pd.DataFrame:
         "rule": f.rule_id, "title": f.title, "severity": f.severity,
         "measured_ratio": f.gain.ratio if f.gain else None, "measured_verdict": f.gain.verdict if f.gain else None,
         "estimated_ratio": f.estimated_gain, "configuration": f.trial,
-        "addresses": ",".join(f.addresses), "caveats": "; ".join(f.caveats),
+        "addresses": ",".join(f.addresses), "caveats": ",".join(c.code for c in f.caveats),
     } for f in results.findings or []])
 
 

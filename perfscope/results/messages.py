@@ -15,6 +15,10 @@ from typing import Any
 LEGACY = "legacy"
 """The code of a message read from a file written before messages were records: its words, kept as they were."""
 
+NUMERICS = "numerics"
+"""The code of a semantics change that only alters numerics (``change``: which): the one kind perfscope.ranking lets
+a recommendation carry; any other code in KnobOutcome.changes_semantics changes the training recipe."""
+
 
 @dataclass(frozen=True)
 class Message:

@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from perfscope.results.config import TrialConfig
-from perfscope.results.messages import legacy, msg
+from perfscope.results.messages import NUMERICS, legacy, msg
 
 NOTE_V1 = msg("read_from_schema_1")
 
@@ -26,7 +26,23 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     elif data.get("schema_version") == 3 and _prose_to_messages(data, fix=False):
         data = copy.deepcopy(data)  # an early schema-3 file: exclusions and notes were still prose
         _prose_to_messages(data)
-    return _typed_trace_facts(data)
+    return _typed_trace_facts(_upper_bounds(data))
+
+
+UPPER_BOUND_V2 = "upper bound"
+"""How an upper-bound estimate's method began in prose, before Finding.upper_bound said so."""
+
+
+def _upper_bounds(data: dict[str, Any]) -> dict[str, Any]:
+    """Findings written before Finding.upper_bound: a bound by the words of their estimate_method."""
+    findings = data.get("findings")
+    if not isinstance(findings, list) or all(not isinstance(f, dict) or "upper_bound" in f for f in findings):
+        return data
+    data = {**data, "findings": [dict(f) if isinstance(f, dict) else f for f in findings]}
+    for f in data["findings"]:
+        if isinstance(f, dict) and "upper_bound" not in f:
+            f["upper_bound"] = isinstance(f.get("estimate_method"), str) and f["estimate_method"].startswith(UPPER_BOUND_V2)
+    return data
 
 
 # ------------------------------------------------------------------------------ schema 2: prose messages
@@ -49,7 +65,12 @@ def _v2(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _message(text: Any, load: bool = False, excluded: bool = False) -> Any:
+NUMERICS_V2 = "numerics: "
+"""How every numerics change began in prose (KnobOutcome.changes_semantics, Finding.caveats): read back as the code
+"numerics" around the rest, kept verbatim, so perfscope.ranking still tells it from a recipe change."""
+
+
+def _message(text: Any, load: bool = False, excluded: bool = False, semantics: bool = False) -> Any:
     """The JSON of the message holding an old prose string (anything else is left for the loader to judge)."""
     if not isinstance(text, str):
         return text
@@ -57,14 +78,17 @@ def _message(text: Any, load: bool = False, excluded: bool = False) -> Any:
         m = msg("persistent_load_v2", text=text)
     elif excluded and text.startswith(CONTENDED_V2):
         m = msg("contended_v2", text=text)
+    elif semantics and text.startswith(NUMERICS_V2):
+        rest = legacy(text[len(NUMERICS_V2):])
+        return {"code": NUMERICS, "params": {"change": {"code": rest.code, "params": dict(rest.params)}}}
     else:
         m = legacy(text)
     return {"code": m.code, "params": dict(m.params)}
 
 
 def _prose_to_messages(node: Any, fix: bool = True) -> bool:
-    """Every `unavailable` map's reasons, every TrialMetrics' flags, a trial's exclusion, a window's contention and
-    every list of notes that holds messages (_holds_messages), at any depth, in place (``fix=False``: only whether
+    """Every `unavailable` map's reasons, every TrialMetrics' flags, a trial's exclusion, a window's contention, the
+    semantics changes of a knob's outcome and a finding, and every list of notes that holds messages (_holds_messages), at any depth, in place (``fix=False``: only whether
     any is prose)."""
     found = False
     if isinstance(node, dict):
@@ -77,6 +101,10 @@ def _prose_to_messages(node: Any, fix: bool = True) -> bool:
                 prose = any(isinstance(v, str) for v in value)
                 if fix:
                     node[key] = [_message(v) for v in value]
+            elif key in ("changes_semantics", "caveats") and isinstance(value, list) and ("knob" in node or "rule_id" in node):
+                prose = any(isinstance(v, str) for v in value)
+                if fix:
+                    node[key] = [_message(v, semantics=True) for v in value]
             elif (key == "excluded" and "status" in node) or (key == "reason" and "contended" in node):
                 prose = isinstance(value, str)
                 if fix:

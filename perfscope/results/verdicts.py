@@ -76,6 +76,8 @@ class Finding:
     estimated_gain: float | None = field(default=None, metadata=NON_NEGATIVE)  # estimated speed-up ratio, when not measured
     estimate_method: str | None = None
     """How the estimate was made and what it assumes."""
+    upper_bound: bool = False
+    """The estimate is a bound (the whole cause removed), worded "up to", not a point estimate."""
     estimate_bound: str | None = None
     """The limit of this machine that bounds the estimate (e.g. the cores left for DataLoader workers, the device
     memory a larger micro-batch must fit in, the share of the step the fix can shrink)."""
@@ -87,7 +89,7 @@ class Finding:
     addresses: list[str] = field(default_factory=list)
     """Slices of the baseline's step-time breakdown the fix acts on (keys of perfscope.results.breakdown.SLICES;
     "step" for every slice); empty when it acts on memory or numerics, not on step time."""
-    caveats: list[str] = field(default_factory=list)  # semantics changes (numerics, global batch, LR)
+    caveats: list[Message] = field(default_factory=list)  # semantics changes; the code is the kind ("numerics", ...)
     reference: str | None = None
     trial: str | None = None  # the configuration that measured the gain
     why_not_here: str | None = None
@@ -164,7 +166,7 @@ class KnobOutcome:
     """The winning value in words, e.g. "micro-batch 32 × accumulation 2", "4 workers"."""
     gain: Gain | None = None
     mfu: float | None = field(default=None, metadata=NON_NEGATIVE)
-    changes_semantics: list[str] = field(default_factory=list)  # e.g. "numerics: bf16 autocast"
+    changes_semantics: list[Message] = field(default_factory=list)  # e.g. msg("numerics", change=msg("bf16_matmuls"))
     code_change: str | None = None
 
 

@@ -188,7 +188,7 @@ class DataLoaderStall(Rule):
             # Workers are the fix only where they can help (or were measured helping); else the Dataset's own cost is.
             fix=self.fix_text(ctx, batch, est.workers) if helps or won else self.dataset_fix(profile),
             estimated_gain=est.gain if helps else None,
-            estimate_method=self.method(est) if helps else None,
+            estimate_method=self.method(est) if helps else None, upper_bound=helps and est.cores is None,
             estimate_bound=self.bound(est, how) if helps else None,
             reference="https://pytorch.org/docs/stable/data.html#multi-process-data-loading",
         )

@@ -62,6 +62,7 @@ class LaunchBound(Rule):
             busy = facts.gpu.busy_fraction if facts.gpu else None
             finding.estimated_gain = 1.0 / (1.0 - starved)
             finding.cause_share = starved  # measured in the trace: the GPU idle waiting on the host's launches
+            finding.upper_bound = True
             finding.estimate_method = ("upper bound: step / (step − launch idle): CUDA graphs replay the step's kernels without host launches, "
                                        "so the GPU's idle time waiting on them goes; assumes the kernels keep their durations and "
                                        "the step can be captured (static shapes, no host sync inside)")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfscope.results import Finding, GemmAlignment, GemmShape
+from perfscope.results import Finding, GemmAlignment, GemmShape, msg
 from perfscope.rules._text import pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
@@ -48,7 +48,7 @@ class MisalignedGemm(Rule):
         finding = Finding(
             rule_id=self.id, title="GEMM shapes not multiples of 64: pad the dimension", severity="medium", evidence=evidence,
             fix="-vocab_size = 50257\n+vocab_size = 50304   # next multiple of 64; mask the padded logits",
-            caveats=["padded vocabulary rows must be masked or ignored by the loss"],
+            caveats=[msg("padded_vocabulary")],
             reference="https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/index.html",
         )
         dtype, whose = self.advice_dtype(ctx)

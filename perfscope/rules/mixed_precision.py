@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from perfscope.results import Finding, KnobOutcome
+from perfscope.results import Finding, KnobOutcome, msg
 from perfscope.rules._precision import bf16_capable, matmul_precision
 from perfscope.rules._text import pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
@@ -64,7 +64,7 @@ class MixedPrecision(Rule):
             severity="high" if ctx.cuda else "medium", evidence=evidence,
             fix=best.code_change if best and best.code_change else (
                 autocast_change(ctx.device, "bfloat16") if knob == "amp_bf16" else fp16_scaler_change(ctx.device)),
-            caveats=["numerics: reduced-precision matmuls; compare the loss curve over a few hundred steps"],
+            caveats=[msg("numerics", change=msg("reduced_precision_matmuls"))],
             reference="https://pytorch.org/docs/stable/amp.html",
         )
         return [self.measured(ctx, finding, knob)]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfscope.results import Finding, TrialMetrics
+from perfscope.results import Finding, TrialMetrics, msg
 from perfscope.rules._memory import holder_bytes, peak_agreement, peak_holder, size
 from perfscope.rules._text import gib, held_at_peak, pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
@@ -57,7 +57,7 @@ class NearOom(Rule):
             finding = self._activations(m, reserved, used)
         agreement = peak_agreement(m, cuda=True)
         if agreement is not None and agreement.agrees is False:
-            finding.caveats.append(agreement.text)
+            finding.caveats.append(msg("text", text=agreement.text))
         return [self.measured(ctx, finding, "activation_checkpointing") if holder in (None, "activation") else finding]
 
     @staticmethod
@@ -66,7 +66,7 @@ class NearOom(Rule):
         finding = Finding(
             rule_id=NearOom.id, title="Near OOM: checkpoint activations or accumulate gradients", severity="high",
             evidence=[reserved], fix=checkpoint_change(),
-            caveats=["checkpointing recomputes the blocks' forward: HFU rises, MFU falls unless a larger micro-batch pays it back"],
+            caveats=[msg("checkpointing_recomputes")],
             reference="https://pytorch.org/docs/stable/checkpoint.html",
         )
         if (measured := held_at_peak(m.memory_categories, "activation")) is not None:
@@ -91,8 +91,7 @@ class NearOom(Rule):
             rule_id=NearOom.id, title="Near OOM: optimizer state holds the peak — 8-bit optimizer, Adafactor or ZeRO-1",
             severity="high", evidence=[line for line in (reserved, held_at_peak(held, "optimizer_state")) if line],
             fix=lean_optimizer_change() + "\n# several data-parallel ranks: shard the state instead (ZeRO-1)\n" + sharding_change(1),
-            caveats=["training recipe: quantized or factored optimizer state changes the updates; check convergence",
-                     "checkpointing would not help here: activations are not what holds the peak"],
+            caveats=[msg("lean_optimizer_state"), msg("checkpointing_would_not_help")],
             estimate_bound=(f"the optimizer state itself, {size(state)} at the profiled peak: 8-bit state frees at most 3/4 "
                             "of it, Adafactor nearly all, ZeRO-1 over N ranks (N−1)/N"),
             reference="https://pytorch.org/docs/stable/distributed.optim.html",
@@ -108,9 +107,7 @@ class NearOom(Rule):
             rule_id=NearOom.id, title="Near OOM: weights and gradients hold the peak — shard them (FSDP / ZeRO-3)",
             severity="high", evidence=[reserved] + [line for line in lines if line],
             fix=sharding_change(3),
-            caveats=[("sharding needs several data-parallel ranks and adds communication (~1.5× DDP's); on one GPU, "
-                      "FSDP's CPUOffload or lower-precision weights free them instead"),
-                     "checkpointing would not help here: activations are not what holds the peak"],
+            caveats=[msg("sharding_needs_ranks"), msg("checkpointing_would_not_help")],
             estimate_bound=(f"parameters and gradients, {size(weights)} at the profiled peak: sharded over N ranks, each "
                             "keeps 1/N of them"),
             reference="https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html",

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfscope.results import Finding, KnobOutcome, Trial
+from perfscope.results import Finding, KnobOutcome, Trial, msg
 from perfscope.rules._text import gib, held_at_peak, pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.snippets import lean_optimizer_change
@@ -54,7 +54,7 @@ class OptimizerState(Rule):
             rule_id=self.id, title="Optimizer state dominates memory: 8-bit optimizer, Adafactor or ZeRO/FSDP", severity="low",
             evidence=evidence,
             fix=lean_optimizer_change(),
-            caveats=["training recipe: quantized or factored optimizer state changes the updates; check convergence"],
+            caveats=[msg("lean_optimizer_state")],
             estimate_bound=(f"the optimizer state itself, {gib(b.optimizer_state)}: 8-bit state frees at most 3/4 of it, "
                             "sharding over N ranks (N−1)/N; activations and weights stay"),
             reference="https://pytorch.org/docs/stable/distributed.optim.html",

@@ -136,6 +136,7 @@ class Stragglers(Rule):
             return
         f.estimated_gain = job / (job - excess)
         f.cause_share = excess / job  # measured: the straggler's excess compute, a share of the job's step
+        f.upper_bound = True
         f.estimate_method = (f"upper bound: rank {s.rank} computing at the other ranks' median pace ({what}): the job's step "
                              f"({ms(job)}, the slowest rank's wall / steps) less its excess of {ms(excess)}; assumes the next "
                              "slowest rank does not take its place")

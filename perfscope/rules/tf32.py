@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from perfscope.results import Finding
+from perfscope.results import Finding, msg
 from perfscope.rules._precision import matmul_precision
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.snippets import tf32_change
@@ -47,7 +47,7 @@ class Tf32Matmul(Rule):
                 f"the loop's TF32 setting could not be read ({reason(ctx.metrics.unavailable, 'matmul_tf32', 'unknown')})")],
             # In the API of the torch that measured the run (perfscope.tf32_api: the one its trials applied).
             fix=tf32_change(tf32_api(ctx.results.environment.torch_version or None)),
-            caveats=["numerics: fp32 matmuls with a 10-bit mantissa"],
+            caveats=[msg("numerics", change=msg("tf32_matmuls"))],
             reference="https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices",
         )
         return [self.measured(ctx, finding, "tf32")]

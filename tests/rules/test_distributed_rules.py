@@ -26,7 +26,7 @@ def test_exposed_communication_states_the_numbers_and_an_estimate_bounded_by_the
     assert "30.0 ms exposed (30% of the step" in f.evidence[0] and "33% of it overlapped" in f.evidence[0]
     assert any("all_reduce" in e and "12.0 GB/s vs 40.0 GB/s alone in the micro-benchmark (30% of it)" in e for e in f.evidence)
     assert any("wait more than they move bytes" in e for e in f.evidence)
-    assert "upper bound" in f.estimate_method and "30.0 ms of the 100.0 ms traced step" in f.estimate_bound
+    assert f.upper_bound and "30.0 ms of the 100.0 ms traced step" in f.estimate_bound
     assert "model.no_sync()" in f.fix and "bucket_cap_mb" in f.fix and "bf16_compress_hook" in f.fix
     assert f.addresses == ["communication"]
 

@@ -8,8 +8,10 @@ import pytest
 
 from perfscope.report.charts import build_charts
 from perfscope.results import Finding, MemoryBreakdown, MemoryCategories, Results
+from perfscope.results.messages import msg
 from perfscope.rules import run_rules
 from perfscope.rules._memory import peak_agreement, peak_holder
+from perfscope.wording import words
 from tests.factories import make_results, make_trial
 
 GiB = 2**30
@@ -60,7 +62,7 @@ def test_optimizer_state_at_the_peak_calls_for_a_lean_optimizer_or_zero1_not_che
     assert "AdamW8bit" in finding.fix and "ZeroRedundancyOptimizer" in finding.fix and "checkpoint(" not in finding.fix
     assert any("optimizer state holds 65% of a profiled step's" in line for line in finding.evidence)
     assert "48.00 GiB at the profiled peak" in (finding.estimate_bound or "")
-    assert any("checkpointing would not help" in c for c in finding.caveats)
+    assert msg("checkpointing_would_not_help") in finding.caveats
 
 
 def test_weights_and_gradients_at_the_peak_call_for_fsdp() -> None:
@@ -73,9 +75,9 @@ def test_weights_and_gradients_at_the_peak_call_for_fsdp() -> None:
 def test_a_profiled_peak_far_below_the_allocators_is_a_caveat_and_said_in_the_report() -> None:
     agreeing = near_oom(ACTIVATIONS)  # profiled 74 GiB, allocated 74 GiB
     missed = near_oom({"activation": 20 * GiB, "parameter": 8 * GiB})  # profiled 28 GiB of the allocator's 74
-    assert not any("disagree" in c for c in ps502(agreeing).caveats)
+    assert not any("disagree" in words(c) for c in ps502(agreeing).caveats)
     assert any("38% of the allocator's peak (74.00 GiB, max_memory_allocated); they disagree: the true peak lies outside"
-               in c for c in ps502(missed).caveats)
+               in words(c) for c in ps502(missed).caveats)
     assert peak_agreement(missed.trials[0].metrics, cuda=True).agrees is False  # type: ignore[arg-type, union-attr]
     (chart,) = [c for c in build_charts(missed, baseline="baseline", recommended=None)[0] if c.id == "memory-categories"]
     assert "they disagree" in chart.caption

@@ -26,6 +26,7 @@ from perfscope.results import (
     TraceFacts,
     Utilization,
 )
+from perfscope.results.messages import msg
 from perfscope.rules import all_rules, partition_findings, run_rules
 from perfscope.rules.engine import Rule, RuleContext, run
 from perfscope.stats import summarize
@@ -53,7 +54,7 @@ def _gain(ratio: float, significant: bool = True) -> Gain:
 def _with_knob(results: Results, knob: str, ratio: float, significant: bool = True, status: str = "measured") -> Results:
     results.sweep = results.sweep or Sweep(baseline_trial="baseline")
     results.sweep.knobs.append(KnobOutcome(knob=knob, title=knob, status=status, trial=knob, gain=_gain(ratio, significant),
-                                           code_change=f"+{knob}", changes_semantics=["numerics: x"] if knob.startswith("amp") else []))
+                                           code_change=f"+{knob}", changes_semantics=[msg("numerics", change=msg("bf16_matmuls"))] if knob.startswith("amp") else []))
     return results
 
 
@@ -165,7 +166,7 @@ def test_measured_before_estimated_before_diagnosis_and_not_significant_apart():
     assert ranked[0].rule_id == "PS101" and ranked[0].gain.ratio == 1.8
     assert ranked[1].rule_id == "PS201" and ranked[1].estimated_gain is not None and ranked[1].estimate_method
     assert [f.trial for f in not_significant] == ["gc_freeze"]
-    assert "numerics: x" in ranked[0].caveats  # the knob's semantics travel with the finding
+    assert msg("numerics", change=msg("bf16_matmuls")) in ranked[0].caveats  # the knob's semantics travel with the finding
 
 
 def test_each_measured_knob_is_reported_exactly_once():
@@ -473,7 +474,8 @@ def _lean_optimizer_run(results: Results, knob: str = "adafactor", *, ratio: flo
         knob=knob, title="Adafactor instead of Adam/AdamW (factored optimizer state)", status=status, trial=name,
         gain=_gain(ratio), reason="numerics guard: mean loss 10% higher" if status == "rejected" else None,
         code_change="+optimizer = torch.optim.Adafactor(model.parameters(), lr=lr)",
-        changes_semantics=["training recipe: AdamW replaced by Adafactor — re-tune the learning rate"]))
+        changes_semantics=[msg("training_recipe", optimizer="AdamW", replacement="Adafactor",
+                               caveat=msg("adafactor_recipe", adam_decay=False))]))
     return results
 
 
@@ -498,7 +500,7 @@ def test_optimizer_state_points_at_the_measured_lean_optimizer():
     assert any("micro-batch 48" in e for e in finding.evidence)
     assert not any(e.startswith("estimate") for e in finding.evidence)
     assert finding.fix == "+optimizer = torch.optim.Adafactor(model.parameters(), lr=lr)"
-    assert any(c.startswith("training recipe") for c in finding.caveats)
+    assert any(c.code in ("training_recipe", "lean_optimizer_state") for c in finding.caveats)
     assert [f.rule_id for f in run_rules(results) if f.trial == "adafactor-mb48"] == ["PS503"]  # reported once
 
 
@@ -527,7 +529,7 @@ def test_optimizer_state_stays_silent_when_small_and_the_measured_knob_is_report
     results = _lean_optimizer_run(small)
     assert _ps503(results) == []
     (generic,) = [f for f in run_rules(results) if f.trial == "adafactor-mb48"]
-    assert generic.rule_id == "PS100" and any(c.startswith("training recipe") for c in generic.caveats)
+    assert generic.rule_id == "PS100" and any(c.code in ("training_recipe", "lean_optimizer_state") for c in generic.caveats)
 # ------------------------------------------------------------------------- estimates state their bound
 
 
