@@ -251,15 +251,15 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
 
 def _cmd_rules(args: argparse.Namespace) -> int:
     from perfscope.errors import UserError
-    from perfscope.rules import all_rules
+    from perfscope.rules import all_rules, rule
     from perfscope.rules.docs import listing, rule_page
 
     rules = all_rules()
     if args.rule_id:
-        rule = next((r for r in rules if r.id == args.rule_id.upper()), None)
-        if rule is None:
-            raise UserError(f"no rule {args.rule_id!r}; known: {', '.join(r.id for r in rules)}")
-        print(rule_page(rule))
+        try:
+            print(rule_page(rule(args.rule_id.upper())))
+        except KeyError:
+            raise UserError(f"no rule {args.rule_id!r}; known: {', '.join(r.id for r in rules)}") from None
         return EXIT_OK
     print(listing(rules))
     return EXIT_OK

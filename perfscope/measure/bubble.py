@@ -49,15 +49,14 @@ def stage_timing(rank: int, stages: list[int], steps: list[StepRecord]) -> Stage
     return StageTiming(rank=rank, stages=list(stages), forward_s=med([s.forward_s for s in steps]),
                        backward_s=med([s.backward_s for s in steps]), loss_s=med([s.loss_s for s in steps]),
                        step_s=med([s.step_s for s in steps]), idle_share=min(1.0, med(idle)),
-                       forward_call_s=_typical(forward_calls, steps[0].compute_clock),
-                       backward_call_s=_typical(backward_calls, steps[0].compute_clock),
+                       forward_call_s=_typical(forward_calls), backward_call_s=_typical(backward_calls),
                        compute_clock=steps[0].compute_clock)
 
 
-def _typical(calls: list[float], clock: str) -> float:
-    """One call's compute: its fastest timing on either clock. Load only adds to a call (a preemption on the wall
+def _typical(calls: list[float]) -> float:
+    """One call's compute: its fastest timing, on either clock. Load only adds to a call (a preemption on the wall
     clock; on the CPU clock cache refills after one, a busy SMT sibling, a send thread on the same core), never takes
-    away, so the fastest of the window's calls is the stage's own cost (the clock is named for the record)."""
+    away, so the fastest of the window's calls is the stage's own cost."""
     return min(calls) if calls else 0.0
 
 

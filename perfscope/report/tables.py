@@ -15,7 +15,7 @@ from perfscope.report.format import NA, Row, fmt_bytes, fmt_count, fmt_interval,
 from perfscope.report.headline import Cell, step_cell
 from perfscope.report.story import gain_words
 from perfscope.report.structure import StructuralEffect
-from perfscope.results import FAILED_STATUSES, KnobOutcome, Results, Trial
+from perfscope.results import FAILED_STATUSES, KnobOutcome, Results, Trial, TrialMetrics
 from perfscope.results.trace_diff import diff_facts
 from perfscope.wording import words
 
@@ -124,11 +124,18 @@ def trial_rows(results: Results, base: str | None, rec: str | None) -> list[Tria
         throughput = fmt_rate(m.tokens_per_s, "tokens/s") if m.tokens_per_s is not None else fmt_rate(m.samples_per_s, "samples/s")
         status = t.status + (f" · not applied: {', '.join(m.not_applied)}" if m.not_applied else "")
         rows.append(TrialRow(
-            name=t.name, role=role, status=status, knobs=_knob_list(t.knobs), batch=f"{m.micro_batch_size} × {m.grad_accum_steps}",
+            name=t.name, role=role, status=status, knobs=_knob_list(t.knobs), batch=_batch(results, m),
             step_time=step_cell(t), throughput=throughput, mfu=fmt_percent(m.mfu) if m.mfu is not None else NA,
             peak_memory=fmt_bytes(m.peak_memory_bytes), wall_time=wall_time,
         ))
     return rows
+
+
+def _batch(results: Results, m: TrialMetrics) -> str:
+    """micro-batch × accumulation; "unknown" for a trace the user brought, which records no batch (0)."""
+    if results.source == "trace" and m.micro_batch_size == 0:
+        return "unknown (not in a trace)"
+    return f"{m.micro_batch_size} × {m.grad_accum_steps}"
 
 
 def failures(results: Results) -> list[FailureView]:

@@ -189,7 +189,6 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
     if results.source == "trace":  # a trace the user brought: nothing ran (trace_headline below)
         trace_headline(view.headline)
         view.peak, view.peak_source = trace_peak(env)
-        trace_trials(view.trials, results)
     return view
 
 
@@ -217,11 +216,3 @@ def trace_peak(env: Environment) -> tuple[str, str]:
         return f"datasheet {peaks} TFLOP/s", f"{env.datasheet_source}; MFU is n/a: a trace has no FLOP count"
     why = reason(env.unavailable, "datasheet_peaks_tflops", "a CPU has no datasheet peak here")
     return "unknown", why + "; MFU is n/a: a trace has no FLOP count"
-
-
-def trace_trials(rows: list[TrialRow], results: Results) -> None:
-    """"unknown" where the trials table would print a batch of 0 (a trace has no batch)."""
-    unbatched = {t.name for t in results.trials if t.metrics is not None and t.metrics.micro_batch_size == 0}
-    for row in rows:
-        if row.name in unbatched:
-            row.batch = "unknown (not in a trace)"

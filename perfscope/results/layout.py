@@ -59,10 +59,6 @@ class StageTiming:
     compute_clock: str = field(default="wall", metadata=NAME)
     """"thread CPU" | "process CPU" | "wall": how forward_call_s and backward_call_s were timed."""
 
-    @property
-    def busy_s(self) -> float:
-        return self.forward_s + self.backward_s + self.loss_s
-
 
 @dataclass(kw_only=True)
 class ParallelFacts:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfscope.results import MemoryCategories, TrialMetrics
-from perfscope.rules._text import CATEGORY_NAMES, gib, mib, pct
+from perfscope.rules._text import CATEGORY_NAMES, pct, size
 
 HOLDERS = {"activation": ("activation",), "optimizer_state": ("optimizer_state",), "weights": ("parameter", "gradient")}
 """The parts of a peak a memory fix frees: activations (checkpointing), optimizer state (a lean optimizer, ZeRO-1),
@@ -26,17 +26,13 @@ def peak_holder(held: MemoryCategories | None) -> str | None:
     category or none of them holds any."""
     if held is None or not held.peak_bytes:
         return None
-    sizes = {part: sum(held.at_peak.get(c, 0) for c in categories) for part, categories in HOLDERS.items()}
+    sizes = {part: holder_bytes(held, part) for part in HOLDERS}
     part = max(sizes, key=sizes.__getitem__)
     return part if sizes[part] > 0 else None
 
 
 def holder_bytes(held: MemoryCategories, part: str) -> int:
     return sum(held.at_peak.get(c, 0) for c in HOLDERS[part])
-
-
-def size(n: float) -> str:
-    return gib(n) if n >= 2**30 else mib(n)
 
 
 @dataclass(frozen=True)

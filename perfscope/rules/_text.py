@@ -25,6 +25,10 @@ def mib(n: float) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
+def size(n: float) -> str:
+    return gib(n) if n >= 2**30 else mib(n)
+
+
 CATEGORY_NAMES = {"activation": "activations", "parameter": "parameters", "gradient": "gradients", "input": "inputs",
                   "temporary": "temporaries", "optimizer_state": "optimizer state", "autograd_detail": "autograd detail",
                   "unknown": "untracked allocations"}
@@ -39,7 +43,7 @@ def held_at_peak(held: MemoryCategories | None, category: str) -> str | None:
     name, top = (f"{CATEGORY_NAMES.get(c, c)} {'holds' if c in ('optimizer_state', 'autograd_detail') else 'hold'}"
                  for c in (category, held.peak_category))
     most = "the most of any category" if held.peak_category == category else f"{top} the most"
-    return (f"{name} {pct(share)} of a profiled step's {gib(held.peak_bytes) if held.peak_bytes >= 2**30 else mib(held.peak_bytes)} peak on {held.device}, {most} "
+    return (f"{name} {pct(share)} of a profiled step's {size(held.peak_bytes)} peak on {held.device}, {most} "
             "(torch.profiler memory categories)")
 
 

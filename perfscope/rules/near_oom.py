@@ -3,8 +3,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfscope.results import Finding, TrialMetrics, msg
-from perfscope.rules._memory import holder_bytes, peak_agreement, peak_holder, size
-from perfscope.rules._text import gib, held_at_peak, pct
+from perfscope.rules._memory import holder_bytes, peak_agreement, peak_holder
+from perfscope.rules._text import gib, held_at_peak, pct, size
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.snippets import checkpoint_change, lean_optimizer_change, sharding_change
 

@@ -279,7 +279,7 @@ def confirmation_runs(sweeper: Sweeping, stacked: Candidate, selection: set[str]
     return runs, gain
 
 
-def confirm_stack(sweeper: Sweeping, stacked: Candidate, semantics: list[str]) -> None:
+def confirm_stack(sweeper: Sweeping, stacked: Candidate, semantics: list[Message]) -> None:
     """Recommend ``stacked`` when its confirmation runs show a worthwhile, decided gain; the baseline otherwise."""
     sweep = sweeper.sweep
     selection = {t.name for t in sweeper.runs(stacked.name)}
