@@ -9,7 +9,7 @@ from pathlib import Path
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from perfscope.trial.data_parallel import agree_on_steps
+from perfscope.trial.data_parallel import max_over_ranks
 
 
 def _worker(rank: int, world: int, store: str, out: str) -> None:
@@ -18,7 +18,7 @@ def _worker(rank: int, world: int, store: str, out: str) -> None:
     try:
         # Each rank calibrated its own window (10 and 13 steps): all must run the same number, or one rank's extra
         # step pairs its all-reduce with a peer's next collective and the job deadlocks (seen in a benchmark run).
-        Path(out, f"{rank}.json").write_text(json.dumps(agree_on_steps(10 + 3 * rank, "cpu")))
+        Path(out, f"{rank}.json").write_text(json.dumps(max_over_ranks(10 + 3 * rank, "cpu")))
     finally:
         dist.destroy_process_group()
 
@@ -29,4 +29,4 @@ def test_ranks_agree_on_the_most_steps_any_rank_calibrated(tmp_path):
 
 
 def test_one_process_keeps_its_own_count():
-    assert agree_on_steps(7, "cpu") == 7
+    assert max_over_ranks(7, "cpu") == 7

@@ -18,7 +18,6 @@ from perfscope.tf32_api import (
     MIXED_CHECK,
     NEW_ONLY,
     matmul_tf32,
-    matmul_tf32_as,
     probe_installed_torch,
     restore_matmul_tf32,
     set_matmul_tf32,
@@ -66,8 +65,10 @@ def _legacy_reads() -> tuple[bool, str]:
 def test_setting_leaves_every_reader_able_to_read_it_and_restores_it():
     set_matmul_tf32(True)
     assert matmul.fp32_precision == "tf32" and _legacy_reads() == (True, "high")  # before: the legacy read raised
-    with matmul_tf32_as(False):
-        assert matmul_tf32().enabled is False and _legacy_reads() == (False, "highest")
+    snapshot = snapshot_matmul_tf32()
+    set_matmul_tf32(False)
+    assert matmul_tf32().enabled is False and _legacy_reads() == (False, "highest")
+    restore_matmul_tf32(snapshot)
     assert matmul.fp32_precision == "tf32" and _legacy_reads() == (True, "high")
 
 

@@ -58,7 +58,7 @@ def _run_trial(spec: TrialSpec, result_path: Path) -> dict[str, Any]:
     """Measure, write the timed result, then (optionally) the diagnostics — a trace, and the Dataset's profile when
     the step waited for data — and write the result again: a profiler that kills the process costs only the trace."""
     from perfscope.trial.data import profile_dataset_cost
-    from perfscope.trial.loop import capture_trace_into, nonfinite_loss, run_trial
+    from perfscope.trial.loop import capture_trace, nonfinite_loss, run_trial
 
     workload = load_workload(spec.workload_path)
     config = spec.config
@@ -69,7 +69,7 @@ def _run_trial(spec: TrialSpec, result_path: Path) -> dict[str, Any]:
     outcome = {"status": "ok", "error": None, "metrics": to_jsonable(metrics), "phase": "timed"}
     if config.capture_trace and spec.artifacts_dir:
         write_json(result_path, outcome)
-        capture_trace_into(run, config, Path(spec.artifacts_dir))
+        capture_trace(run, config, Path(spec.artifacts_dir))
         profile_dataset_cost(workload, config, metrics)  # when the step waited for data: where the Dataset's time goes
         outcome = {"status": "ok", "error": None, "metrics": to_jsonable(metrics), "phase": "done"}
     return outcome

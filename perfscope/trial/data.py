@@ -5,6 +5,7 @@ Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -26,41 +27,39 @@ def endless_batches(workload: Workload, config: TrialConfig) -> Iterator[Any]:
 
     In a data-parallel rank each rank reads its own shard: a DistributedSampler over a map-style dataset, every
     world-size-th batch of an iterable one, and a batches() generator seeded by the rank (synthetic data)."""
-    rank = data_rank(config)
+    rank, size = data_rank(config), config.micro_batch_size
+    stride, offset = 1, 0
     if workload.batches is not None:
         if rank is not None:
             torch.manual_seed(config.seed + rank.rank)
-        while True:
-            produced = False
-            for batch in full_batches(workload.batches(config.micro_batch_size), config.micro_batch_size):
+        epochs: Iterator[Iterable[Any]] = (workload.batches(size) for _ in itertools.count())  # type: ignore[misc]
+        empty = f"batches() yielded no batch of {size} samples"
+    else:
+        dataset = workload.dataset()  # type: ignore[misc]
+        is_iterable = isinstance(dataset, torch.utils.data.IterableDataset)
+        kwargs: dict[str, Any] = {
+            "batch_size": size,
+            "shuffle": False,  # same batches in every trial: the numerics guard compares losses
+            "drop_last": not is_iterable,
+            **loader_options(config),  # workers, pin_memory, prefetch: the knobs' (perfscope.knobs)
+        }
+        if workload.collate_fn is not None:
+            kwargs["collate_fn"] = workload.collate_fn
+        sampler = shard_sampler(dataset, rank) if rank is not None else None
+        if sampler is not None:
+            kwargs["sampler"] = sampler
+        loader = torch.utils.data.DataLoader(dataset, **kwargs)
+        if rank is not None and sampler is None and is_iterable:
+            stride, offset = rank.world_size, rank.rank
+        epochs, empty = itertools.repeat(loader), "the DataLoader yielded no full batch (dataset smaller than one batch?)"
+    for epoch in epochs:
+        produced = False
+        for i, batch in enumerate(full_batches(epoch, size)):
+            if i % stride == offset:
                 produced = True
                 yield batch
-            if not produced:
-                raise RuntimeError(f"batches() yielded no batch of {config.micro_batch_size} samples")
-    dataset = workload.dataset()  # type: ignore[misc]
-    is_iterable = isinstance(dataset, torch.utils.data.IterableDataset)
-    kwargs: dict[str, Any] = {
-        "batch_size": config.micro_batch_size,
-        "shuffle": False,  # same batches in every trial: the numerics guard compares losses
-        "drop_last": not is_iterable,
-        **loader_options(config),  # workers, pin_memory, prefetch: the knobs' (perfscope.knobs)
-    }
-    if workload.collate_fn is not None:
-        kwargs["collate_fn"] = workload.collate_fn
-    sampler = shard_sampler(dataset, rank) if rank is not None else None
-    if sampler is not None:
-        kwargs["sampler"] = sampler
-    loader = torch.utils.data.DataLoader(dataset, **kwargs)
-    stride, offset = (rank.world_size, rank.rank) if rank is not None and sampler is None and is_iterable else (1, 0)
-    while True:
-        produced = False
-        for i, batch in enumerate(full_batches(loader, config.micro_batch_size)):
-            if i % stride != offset:
-                continue
-            produced = True
-            yield batch
         if not produced:
-            raise RuntimeError("the DataLoader yielded no full batch (dataset smaller than one batch?)")
+            raise RuntimeError(empty)
 
 
 def full_batches(batches: Iterable[Any], size: int) -> Iterator[Any]:
@@ -72,16 +71,9 @@ def full_batches(batches: Iterable[Any], size: int) -> Iterator[Any]:
             yield batch
 
 
-def to_device(batch: Any, device: str, *, non_blocking: bool, channels_last: bool = False) -> Any:
-    """Move every tensor in a (nested) batch; 4-D float tensors become channels_last when asked."""
-
-    def move(t: torch.Tensor) -> torch.Tensor:
-        moved = t.to(device, non_blocking=non_blocking)
-        if channels_last and moved.dim() == 4 and moved.is_floating_point():
-            moved = moved.contiguous(memory_format=torch.channels_last)
-        return moved
-
-    return map_tensors(batch, move)
+def to_device(batch: Any, device: str, *, non_blocking: bool) -> Any:
+    """Move every tensor in a (nested) batch (the channels_last knob converts its inputs afterwards)."""
+    return map_tensors(batch, lambda t: t.to(device, non_blocking=non_blocking))
 
 
 def profile_dataset_cost(workload: Workload, config: TrialConfig, metrics: TrialMetrics) -> None:

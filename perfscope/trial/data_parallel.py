@@ -55,14 +55,14 @@ def init_process_group(device: str, *, timeout_s: float) -> RankInfo:
     return info
 
 
-def agree_on_steps(steps: int, device: str) -> int:
-    """The most timed steps any rank calibrated: every rank must run the same number of steps, or one rank's extra
-    step pairs its all-reduce with a peer's next collective and the job deadlocks. Identity outside a group."""
+def max_over_ranks(value: int, device: str) -> int:
+    """The largest ``value`` any rank has (what every rank agrees on: timed steps, a drained prefetch queue).
+    Identity outside a group."""
     if current_rank() is None:
-        return steps
-    count = torch.tensor([steps], dtype=torch.int64, device="cuda" if device == "cuda" else "cpu")
-    dist.all_reduce(count, op=dist.ReduceOp.MAX)
-    return int(count.item())
+        return value
+    box = torch.tensor([int(value)], dtype=torch.int64, device="cuda" if device == "cuda" else "cpu")
+    dist.all_reduce(box, op=dist.ReduceOp.MAX)
+    return int(box.item())
 
 
 def init_single_process_group(device: str) -> None:

@@ -8,8 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from perfscope.results.io import read_json
-from perfscope.trial.launch import Launch, rank_result_path, run_job
+from perfscope.trial.launch import Launch, rank_result_path, read_result, run_job
 from perfscope.trial.spec import FollowSpec, StopSpec, write_spec
 
 BETWEEN_JOBS_S = 2.0
@@ -33,7 +32,7 @@ def follow(workload_path: Path, launch: Launch, *, device: str, work_dir: Path, 
         print(f"perfscope worker: node {launch.node_rank} joining job {jobs} at {launch.rdzv_endpoint} ...",
               file=sys.stderr, flush=True)
         outcome = run_job(spec_path, result_path, job_dir / "trial.log", launch=launch, timeout_s=job_timeout_s)
-        statuses = [_status(rank_result_path(result_path, r)) for r in launch.local_ranks]
+        statuses = [(read_result(rank_result_path(result_path, r)) or {}).get("status") for r in launch.local_ranks]
         if "stop" in statuses:
             print("perfscope worker: node 0's analysis is over", file=sys.stderr)
             return 0
@@ -43,14 +42,6 @@ def follow(workload_path: Path, launch: Launch, *, device: str, work_dir: Path, 
               file=sys.stderr, flush=True)
         time.sleep(BETWEEN_JOBS_S)
     return 1
-
-
-def _status(path: Path) -> str | None:
-    try:
-        payload = read_json(path)
-    except Exception:  # noqa: BLE001 - a rank that died wrote nothing
-        return None
-    return payload.get("status") if isinstance(payload, dict) else None
 
 
 def stop_followers(launch: Launch, work_dir: Path, *, device: str, timeout_s: float = 300.0) -> str:

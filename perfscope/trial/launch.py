@@ -76,11 +76,40 @@ class Launch:
 
 
 @dataclass
-class JobOutcome:
+class Outcome:
+    """How a trial (one process or a torchrun job) ended."""
+
     status: str
     error: str | None
-    payload: dict[str, Any]
+    payload: dict[str, Any]  # the child's result JSON ("metrics" / "environment"), empty when it died
     wall_time_s: float
+
+
+def killpg(pgid: int, sig: signal.Signals) -> None:
+    """Signal a process group that may be gone already."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def how_it_ended(returncode: int) -> str:
+    """"killed by signal SIGKILL" or "exited with code 1"."""
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    try:
+        return f"killed by signal {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"killed by signal {-returncode}"
+
+
+def read_result(path: Path) -> dict[str, Any] | None:
+    """A trial's result file, or None when it is missing or unreadable (a process that died wrote nothing)."""
+    try:
+        payload = read_json(path)
+    except ResultsError:
+        return None
+    return payload if isinstance(payload, dict) else None
 
 
 def rank_result_path(result_path: Path, rank: int) -> Path:
@@ -113,7 +142,7 @@ def kill_tree(root: int) -> None:
 
 
 def run_job(spec_path: Path, result_path: Path, log_path: Path, *, launch: Launch, timeout_s: float,
-            env: dict[str, str] | None = None, numa_binding: str | None = None) -> JobOutcome:
+            env: dict[str, str] | None = None, numa_binding: str | None = None) -> Outcome:
     """Run the spec as a torchrun job; classify how it ended (see the module docstring)."""
     result_path.unlink(missing_ok=True)
     for rank in launch.local_ranks:
@@ -133,10 +162,10 @@ def run_job(spec_path: Path, result_path: Path, log_path: Path, *, launch: Launc
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                try:  # the agent first: it stops its workers and writes its summary
-                    os.killpg(proc.pid, signal.SIGTERM)
+                killpg(proc.pid, signal.SIGTERM)  # the agent first: it stops its workers and writes its summary
+                try:
                     proc.wait(timeout=KILL_GRACE_S)
-                except (subprocess.TimeoutExpired, ProcessLookupError, PermissionError):
+                except subprocess.TimeoutExpired:
                     pass
         finally:  # also on Ctrl-C in the parent, and after a normal end: DataLoader workers, stray ranks
             kill_tree(proc.pid)
@@ -145,24 +174,13 @@ def run_job(spec_path: Path, result_path: Path, log_path: Path, *, launch: Launc
     return classify_job(result_path, log_path, launch=launch, timed_out=timed_out, timeout_s=timeout_s, wall=wall)
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    if not path.exists():
-        return None
-    try:
-        payload = read_json(path)
-    except ResultsError:
-        return None
-    return payload if isinstance(payload, dict) else None
-
-
-
 def classify_job(result_path: Path, log_path: Path, *, launch: Launch, timed_out: bool, timeout_s: float,
-                 wall: float) -> JobOutcome:
+                 wall: float) -> Outcome:
     """The job's outcome: rank 0's gathered result when the job succeeded; else the first rank to fail, and why."""
-    job = _read(result_path)
+    job = read_result(result_path)
     if job is not None and job.get("status") in ("ok", "stop") and not timed_out:
-        return JobOutcome(str(job["status"]), None, job, wall)
-    ranks = {r: _read(rank_result_path(result_path, r)) for r in launch.local_ranks}
+        return Outcome(str(job["status"]), None, job, wall)
+    ranks = {r: read_result(rank_result_path(result_path, r)) for r in launch.local_ranks}
     agent_log = log_tail(log_path, 40)
     own_failures = [(r, p) for r, p in ranks.items()
                     if p is not None and p.get("status") not in ("ok", None) and not _victim(p)]
@@ -171,30 +189,29 @@ def classify_job(result_path: Path, log_path: Path, *, launch: Launch, timed_out
         error = payload.get("error") or payload.get("status")
         if payload.get("traceback"):
             error = f"{error}\n{payload['traceback']}"
-        return JobOutcome(str(payload["status"]), f"rank {rank}: {error}", _rank_payload(payload), wall)
+        return Outcome(str(payload["status"]), f"rank {rank}: {error}", _rank_payload(payload), wall)
     root = ROOT_CAUSE.search(agent_log)
     if root is not None and ranks.get(int(root.group(1))) is None:
         rank, code = int(root.group(1)), int(root.group(2))
-        died = f"killed by signal {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
-        return JobOutcome("crashed", f"rank {rank}: process {died} without a result\n{log_tail(rank_log_path(log_path, rank))}",
+        return Outcome("crashed", f"rank {rank}: process {how_it_ended(code)} without a result\n{log_tail(rank_log_path(log_path, rank))}",
                           {}, wall)
     victims = [r for r, p in ranks.items() if p is not None and _victim(p)]
     silent = [r for r, p in ranks.items() if p is None or p.get("status") is None]
     if victims and silent:
         rank = silent[0]
         why = ranks[victims[0]].get("error", "") if ranks[victims[0]] else ""  # type: ignore[union-attr]
-        return JobOutcome("timeout", (f"rank {rank} stopped responding: rank(s) {', '.join(map(str, victims))} timed out "
+        return Outcome("timeout", (f"rank {rank} stopped responding: rank(s) {', '.join(map(str, victims))} timed out "
                                       f"waiting for it in a collective (collective timeout {launch.collective_timeout_s:g} s)"
                                       f"\n{why.splitlines()[0] if why else ''}"), {}, wall)
     if timed_out:
         which = f"rank(s) {', '.join(map(str, silent))} never finished" if silent else "the job did not end"
-        return JobOutcome("timeout", f"trial exceeded {timeout_s:g} s and was killed: {which}\n{agent_log[-1500:]}", {}, wall)
+        return Outcome("timeout", f"trial exceeded {timeout_s:g} s and was killed: {which}\n{agent_log[-1500:]}", {}, wall)
     if job is not None:  # rank 0 wrote a failure of its own after the ranks' files were classified as fine
-        return JobOutcome(str(job.get("status", "error")), f"rank 0: {job.get('error')}", job, wall)
+        return Outcome(str(job.get("status", "error")), f"rank 0: {job.get('error')}", job, wall)
     if victims:
         rank = victims[0]
-        return JobOutcome("error", f"rank {rank}: {ranks[rank].get('error')}", {}, wall)  # type: ignore[union-attr]
-    return JobOutcome("crashed", f"the torchrun job ended without a result\n{agent_log[-1500:]}", {}, wall)
+        return Outcome("error", f"rank {rank}: {ranks[rank].get('error')}", {}, wall)  # type: ignore[union-attr]
+    return Outcome("crashed", f"the torchrun job ended without a result\n{agent_log[-1500:]}", {}, wall)
 
 
 def _victim(payload: dict[str, Any]) -> bool:
@@ -204,10 +221,3 @@ def _victim(payload: dict[str, Any]) -> bool:
 def _rank_payload(payload: dict[str, Any]) -> dict[str, Any]:
     """What a failed rank measured (a non-finite loss still has its metrics)."""
     return {k: v for k, v in payload.items() if k == "metrics"}
-
-
-def _signal_name(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return str(sig)

@@ -31,8 +31,8 @@ from perfscope.results.fingerprint import Fingerprint
 from perfscope.results.messages import error, msg
 from perfscope.tf32_api import matmul_tf32 as matmul_tf32_state
 from perfscope.trace.memory_categories import profile_step_memory
-from perfscope.trial.data_parallel import agree_on_steps, current_rank, local_optimizer
-from perfscope.trial.model_parallel import make_step
+from perfscope.trial.data_parallel import local_optimizer, max_over_ranks
+from perfscope.trial.pipeline_parallel import PipelineStep
 from perfscope.trial.step import TrainStep, optimizer_name
 from perfscope.workload import Workload
 
@@ -82,7 +82,8 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     device = config.device
     compile_counters = CompileCounters()
 
-    step = make_step(workload, config)  # TrainStep, or a pipeline rank's PipelineStep
+    # A pipeline rank runs its schedule's step; TrainStep applies TP (and data parallelism) in its wrap_model.
+    step = PipelineStep(workload, config) if config.pipeline_parallel > 1 else TrainStep(workload, config)
     # After the user's file, workload() and model() ran: a knob that is off (tf32=None) keeps, and the run
     # records, their own setting.
     for knob in step.knobs:
@@ -106,7 +107,8 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     steps, calibration = calibrate_steps(config, drain.calibration_times if drain else warmup_times)
     calibration += f"; {drain.words}" if drain else ""
     before += drain.losses if drain else []
-    if (agreed := agree_on_steps(steps, device)) != steps:
+    # Every rank runs the same number of steps, or one rank's extra all-reduce pairs with a peer's next collective.
+    if (agreed := max_over_ranks(steps, device)) != steps:
         steps, calibration = agreed, f"{agreed} steps: the most any rank calibrated (this rank: {calibration})"
     if config.compile is not None and (why := compile_not_applied(_compiled_graphs(compile_counters))):
         raise CompileNotApplied(f"{why}, during warm-up")
@@ -190,7 +192,8 @@ class CompileNotApplied(RuntimeError):
 
 
 def capture_trace(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) -> None:
-    """A short profiled window after the timed one, so profiling never touches the timings."""
+    """A short profiled window after the timed one, so profiling never touches the timings, into the run's artifacts
+    folder; a failure costs the trace (in ``unavailable``), never the run."""
     metrics = run.metrics
     try:
         from perfscope.trace.capture import TraceCapture
@@ -198,18 +201,20 @@ def capture_trace(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) ->
         metrics.unavailable["trace"] = msg("trace_capture_unavailable", error=str(exc))
         return
     try:
+        artifacts_dir.mkdir(parents=True, exist_ok=True)
         # A folder of its own (HTA loads every trace in a folder), steps labelled by the run's step count.
         with TraceCapture(artifacts_dir / "trace", device=config.device, first_step=run.step.steps_done) as cap:
             for _ in range(cap.total_steps):
                 run.step()
                 cap.step()
-    except Exception as exc:  # noqa: BLE001
+        if cap.path is None:
+            metrics.unavailable["trace"] = msg("trace_not_captured", notes=[cap.note or "trace unavailable"])
+        else:
+            attach_trace(metrics, cap.path, device_type=config.device, steps=cap.active_steps,
+                         alignment_precision=config.precision)
+    except Exception as exc:  # noqa: BLE001 - the trace is optional, the measurement is not
         metrics.unavailable["trace"] = msg("trace_capture_failed", error=error(exc))
         return
-    if cap.path is None:
-        metrics.unavailable["trace"] = msg("trace_not_captured", notes=[cap.note or "trace unavailable"])
-    else:
-        attach_trace(metrics, cap.path, device_type=config.device, steps=cap.active_steps, alignment_precision=config.precision)
     capture_memory_categories(run, config)
 
 
@@ -226,15 +231,6 @@ def nonfinite_loss(losses: list[float]) -> str | None:
     """"loss became nan at measured step 3", or None when every measured loss is finite."""
     bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
     return None if bad is None else f"loss became {losses[bad]} at measured step {bad}"
-
-
-def capture_trace_into(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) -> None:
-    """`capture_trace` into the run's artifacts folder; a failure costs the trace (in ``unavailable``), never the run."""
-    artifacts_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        capture_trace(run, config, artifacts_dir)
-    except Exception as exc:  # noqa: BLE001 - the trace is optional, the measurement is not
-        run.metrics.unavailable["trace"] = msg("trace_capture_failed", error=error(exc))
 
 
 def record(knobs: list[Knob], config: TrialConfig) -> dict[str, Any]:
@@ -308,17 +304,6 @@ class PrefetchDrain:
                 "next() blocking beyond a ready batch's cost (the loader keeps up; a full queue is its steady state)")
 
 
-def _any_rank(flag: bool, device: str) -> bool:
-    """True when any data-parallel rank says so: every rank must take the same number of steps (collectives)."""
-    if current_rank() is None:
-        return flag
-    import torch.distributed as dist
-
-    value = torch.tensor([int(flag)], dtype=torch.int64, device="cuda" if device == "cuda" else "cpu")
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item())
-
-
 def drain_prefetch(step: Callable[[Any], tuple[torch.Tensor, Any]], config: TrialConfig, warmup_times: list[float]) -> PrefetchDrain | None:
     """Untimed steps until the prefetch queue is in steady state (see the module docstring); None without workers
     or when the user's batches() feeds the loop (no DataLoader perfscope controls)."""
@@ -342,7 +327,8 @@ def drain_prefetch(step: Callable[[Any], tuple[torch.Tensor, Any]], config: Tria
             ready += waits.waits
             continue
         blocked_at = max(floor, BLOCKED_OVER_READY * statistics.median(ready)) if ready else floor
-        if not _any_rank(max(waits.waits, default=0.0) < blocked_at, config.device):
+        # Drained when any rank is: every rank must take the same number of steps (collectives).
+        if not max_over_ranks(max(waits.waits, default=0.0) < blocked_at, config.device):
             drain.drained = True
             break
     return drain

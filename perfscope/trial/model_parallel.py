@@ -10,24 +10,13 @@ from perfscope.measure.bubble import Action, imbalance, measured_bubble, replay_
 from perfscope.results.config import TrialConfig
 from perfscope.results.layout import ParallelFacts, StageTiming, bubble_formula
 from perfscope.results.messages import msg
-from perfscope.trial.pipeline_parallel import PipelineStep
-from perfscope.trial.step import TrainStep
-from perfscope.trial.tensor_parallel import derive_plan
+from perfscope.trial.tensor_parallel import derive_plan, model_on_meta
 
 BUBBLE_METHOD = ("per pipeline rank: 1 − (its stages' forward_one_chunk + backward_one_chunk + loss seconds) / "
                  "the schedule's step() wall time, median over the timed window's steps, then the mean over ranks; "
                  "replayed: the schedule's order replayed with each stage's compute per call, immune to load (the "
                  "fastest call: CPU time on CPU, synchronized wall time on CUDA), and free communication; the stages' "
                  "imbalance from the same per-call compute (perfscope.measure.bubble)")
-
-
-def make_step(workload: Any, config: TrialConfig) -> Any:
-    """The step a trial runs: a pipeline rank's schedule (perfscope.trial.pipeline_parallel), else TrainStep
-    (which applies TP in its wrap_model)."""
-    if config.pipeline_parallel > 1:
-        return PipelineStep(workload, config)
-
-    return TrainStep(workload, config)
 
 
 def rank_stage_timing(run: Any, rank: int, config: TrialConfig) -> tuple[StageTiming, dict[str, Any]] | None:
@@ -65,24 +54,12 @@ def _plain_order(order: dict[int, list[Any]] | None) -> dict[int, list[tuple[int
     return out
 
 
-def _meta_model(workload: Any) -> Any:
-    """The model's structure without its memory (the meta device), for re-deriving the plan; built for real where
-    the model cannot be built on meta."""
-    import torch
-
-    try:
-        with torch.device("meta"):
-            return workload.model()
-    except Exception:  # noqa: BLE001 - some models cannot be built on meta
-        return workload.model()
-
-
 def parallel_facts(config: TrialConfig, workload: Any, gathered: list[Any]) -> ParallelFacts:
     """The job's layout facts on rank 0, from every rank's `rank_stage_timing` (None entries for TP ranks)."""
     facts = ParallelFacts(data_parallel=config.data_parallel_size, tensor_parallel=config.tensor_parallel,
                           pipeline_parallel=config.pipeline_parallel)
     if config.tensor_parallel > 1:
-        plan = derive_plan(_meta_model(workload), config.tensor_parallel, workload)  # the plan every rank applied
+        plan = derive_plan(model_on_meta(workload), config.tensor_parallel, workload)  # the plan every rank applied
         facts.tp_plan, facts.tp_plan_source = plan.styles, plan.source
     if config.pipeline_parallel < 2:
         return facts

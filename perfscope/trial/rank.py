@@ -27,7 +27,7 @@ from perfscope.results.messages import error, msg
 from perfscope.trace.communication import communication_facts
 from perfscope.trial.data_parallel import RankInfo, can_skip_all_communication, gradient_sync, init_process_group
 from perfscope.trial.launch import Launch, rank_result_path
-from perfscope.trial.loop import MeasuredRun, capture_trace_into, nonfinite_loss, run_trial
+from perfscope.trial.loop import MeasuredRun, capture_trace, nonfinite_loss, run_trial
 from perfscope.trial.model_parallel import parallel_facts, rank_stage_timing
 from perfscope.trial.spec import ChildSpec, FollowSpec, ProbeSpec, SpecError, StopSpec, TrialSpec, spec_from_dict, spec_to_dict
 from perfscope.workload import load_workload
@@ -62,7 +62,7 @@ def run_rank(spec: ChildSpec, result_path: Path) -> dict[str, Any]:
     write_json(own_path, {"status": "ok", "error": None, "phase": "timed"})
     ranked = rank_metrics(run, info, config)
     if config.capture_trace and spec.artifacts_dir:
-        capture_trace_into(run, config, Path(spec.artifacts_dir))
+        capture_trace(run, config, Path(spec.artifacts_dir))
     communication = communication_of(run, info, config, ranked)
     stage = rank_stage_timing(run, info.rank, config)
     gathered: list[Any] = [None] * info.world_size if info.rank == 0 else []

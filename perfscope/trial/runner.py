@@ -14,16 +14,15 @@ import sys
 import threading
 import time
 import weakref
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from perfscope.errors import ResultsError
 from perfscope.measure.contention import SWEEP_ROOT_ENV
 from perfscope.results.io import log_tail, open_log, read_json
 from perfscope.results.messages import msg
 from perfscope.results.serde import to_jsonable
-from perfscope.trial.launch import run_job
+from perfscope.trial.launch import Outcome, how_it_ended, killpg, run_job
 from perfscope.trial.pin import LANE_CPUS_ENV, born_on, lane_cpus
 from perfscope.trial.spec import ChildSpec, TrialSpec, write_spec
 from perfscope.trial.zygote import ForkRequest
@@ -34,14 +33,7 @@ ISOLATION_ENV = "PERFSCOPE_ISOLATION"
 LATE_READ_ENV = frozenset({"PYTORCH_CUDA_ALLOC_CONF", LANE_CPUS_ENV, SWEEP_ROOT_ENV})
 """Environment variables torch reads when first used, not at import, or that the trial applies itself (a lane's
 cores, perfscope.trial.pin; its sweep's driver, perfscope.measure.contention): safe to set in a forked child."""
-
-
-@dataclass
-class Outcome:
-    status: str
-    error: str | None
-    payload: dict[str, Any]  # the child's result JSON ("metrics" / "environment"), empty when it died
-    wall_time_s: float
+__all__ = ["Outcome", "TrialRunner", "prepare_trial", "run_in_fresh_interpreter", "timed_out"]
 
 
 def needs_fresh_interpreter(env: dict[str, str] | None) -> bool:
@@ -49,13 +41,6 @@ def needs_fresh_interpreter(env: dict[str, str] | None) -> bool:
     if os.environ.get(ISOLATION_ENV, "").lower() == "spawn" or not hasattr(os, "fork"):
         return True
     return bool(set(env or {}) - LATE_READ_ENV)
-
-
-def _killpg(pgid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class _Zygote:
@@ -126,7 +111,7 @@ class _Zygote:
                 self.proc.stdin.close()  # the zygote ends its trials and exits on EOF
                 self.proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
-                _killpg(self.proc.pid, signal.SIGKILL)
+                killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self._log.close()
 
@@ -175,7 +160,7 @@ class TrialRunner:
         `run`, and Ctrl-C reaches only the main thread); each `run` then returns its trial as killed. How many."""
         running = list(self._running)
         for pgid in running:
-            _killpg(pgid, signal.SIGKILL)
+            killpg(pgid, signal.SIGKILL)
         return len(running)
 
     def _zygote_for(self, work_dir: Path) -> _Zygote | None:
@@ -194,9 +179,8 @@ class TrialRunner:
         spec_path, result_path, log_path = prepare_trial(spec, work_dir)
         env = dict(env or {})
         if isinstance(spec, TrialSpec) and spec.launch is not None:  # a torchrun job of fresh interpreters
-            job = run_job(spec_path, result_path, log_path, launch=spec.launch, timeout_s=timeout_s, env=env,
-                          numa_binding=spec.config.numa_binding)
-            return Outcome(job.status, job.error, job.payload, job.wall_time_s)
+            return run_job(spec_path, result_path, log_path, launch=spec.launch, timeout_s=timeout_s, env=env,
+                           numa_binding=spec.config.numa_binding)
         zygote = None if needs_fresh_interpreter(env) else self._zygote_for(work_dir)
         start = time.perf_counter()
         if zygote is not None:
@@ -205,39 +189,26 @@ class TrialRunner:
             try:
                 returncode = zygote.wait(pid, timeout_s)
                 if returncode is None and zygote.alive:
-                    _killpg(pid, signal.SIGTERM)
+                    killpg(pid, signal.SIGTERM)
                     zygote.wait(pid, KILL_GRACE_S)
-                    _killpg(pid, signal.SIGKILL)
-                    return self._timeout(timeout_s, log_path, start)
+                    killpg(pid, signal.SIGKILL)
+                    return timed_out(timeout_s, log_path, time.perf_counter() - start)
                 if returncode is None:
                     returncode = -int(signal.SIGKILL)  # the zygote died under the trial
             except BaseException:  # Ctrl-C in the parent: take the trial down with us, then re-raise
-                _killpg(pid, signal.SIGKILL)
+                killpg(pid, signal.SIGKILL)
                 raise
             finally:
                 self._running.discard(pid)
         else:
-            returncode = self._run_fresh(spec_path, log_path, env, timeout_s, self._running)
+            returncode = run_in_fresh_interpreter(spec_path, log_path, env, timeout_s, self._running)
             if returncode is None:
-                return self._timeout(timeout_s, log_path, start)
-        return self._classify(returncode, result_path, log_path, time.perf_counter() - start)
-
-    @staticmethod
-    def _run_fresh(spec_path: Path, log_path: Path, env: dict[str, str], timeout_s: float,
-                   running: set[int] | None = None) -> int | None:
-        return run_in_fresh_interpreter(spec_path, log_path, env, timeout_s, running)
-
-    @staticmethod
-    def _timeout(timeout_s: float, log_path: Path, start: float) -> Outcome:
-        return timed_out(timeout_s, log_path, time.perf_counter() - start)
+                return timed_out(timeout_s, log_path, time.perf_counter() - start)
+        return self.classify(returncode, result_path, log_path, time.perf_counter() - start)
 
     @staticmethod
     def classify(returncode: int, result_path: Path, log_path: Path, wall: float) -> Outcome:
         """How a trial ended, from its result file (written by perfscope.trial.child) and its return code."""
-        return TrialRunner._classify(returncode, result_path, log_path, wall)
-
-    @staticmethod
-    def _classify(returncode: int, result_path: Path, log_path: Path, wall: float) -> Outcome:
         if result_path.exists():
             try:
                 payload = read_json(result_path)
@@ -250,10 +221,10 @@ class TrialRunner:
                 error = f"{error}\n{payload['traceback']}"
             if payload.get("phase") == "timed" and "metrics" in payload:
                 # Died after the timing was written: the measurement stands, the trace is what was lost.
-                died = _describe(returncode) if returncode != 0 else "ended"
+                died = f"trial process {how_it_ended(returncode)}" if returncode != 0 else "ended"
                 payload["metrics"].setdefault("unavailable", {})["trace"] = to_jsonable(msg("trial_died_in_trace", how=died))
             return Outcome(payload.get("status", "error"), error, payload, wall)
-        return Outcome("crashed", f"{_describe(returncode)} without a result\n{log_tail(log_path)}", {}, wall)
+        return Outcome("crashed", f"trial process {how_it_ended(returncode)} without a result\n{log_tail(log_path)}", {}, wall)
 
 
 def prepare_trial(spec: ChildSpec, work_dir: Path) -> tuple[Path, Path, Path]:
@@ -269,14 +240,6 @@ def prepare_trial(spec: ChildSpec, work_dir: Path) -> tuple[Path, Path, Path]:
 def timed_out(timeout_s: float, log_path: Path, wall_s: float) -> Outcome:
     """The outcome of a trial killed at its timeout."""
     return Outcome("timeout", f"trial exceeded {timeout_s:g} s and was killed\n{log_tail(log_path)}", {}, wall_s)
-
-
-def _describe(returncode: int) -> str:
-    if returncode < 0:
-        sig = -returncode
-        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
-        return f"trial process killed by signal {name}"
-    return f"trial process exited with code {returncode}"
 
 
 def run_in_fresh_interpreter(spec_path: Path, log_path: Path, env: dict[str, str], timeout_s: float,
@@ -296,19 +259,19 @@ def run_in_fresh_interpreter(spec_path: Path, log_path: Path, env: dict[str, str
         try:
             return proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            _killpg(proc.pid, signal.SIGTERM)
+            killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=KILL_GRACE_S)  # the trial itself, reaped: no waiting on zombies
             except subprocess.TimeoutExpired:
                 pass
-            _killpg(proc.pid, signal.SIGKILL)
+            killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             return None
         except BaseException:
-            _killpg(proc.pid, signal.SIGKILL)
+            killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             raise
         finally:
-            _killpg(proc.pid, signal.SIGKILL)  # leftover DataLoader workers of a finished trial
+            killpg(proc.pid, signal.SIGKILL)  # leftover DataLoader workers of a finished trial
             if running is not None:
                 running.discard(proc.pid)

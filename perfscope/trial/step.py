@@ -194,10 +194,8 @@ def _full(t: torch.Tensor) -> torch.Tensor:
 
 EIGHT_BIT_CLASSES = {"Adam": "Adam8bit", "AdamW": "AdamW8bit"}
 """The 8-bit counterpart of each optimizer that has one (same algorithm, quantized moments)."""
-EIGHT_BIT_MODULES = {
-    "8bit-torchao": ("torchao.optim", "torchao.prototype.low_bit_optim"),  # public since torchao 0.10, prototype before
-    "8bit-bnb": ("bitsandbytes.optim",),
-}
+EIGHT_BIT_MODULES = {"8bit-torchao": "torchao.optim", "8bit-bnb": "bitsandbytes.optim"}
+"""Where each implementation's classes live (torchao: public since 0.10, the oldest the adamw_8bit knob accepts)."""
 
 
 def build_optimizer(workload: Workload, model: nn.Module, config: TrialConfig) -> torch.optim.Optimizer:
@@ -243,15 +241,5 @@ def _eight_bit(user: torch.optim.Optimizer, choice: str, impl: str) -> torch.opt
         raise ValueError(f"no 8-bit counterpart of {type(user).__name__} (8-bit state is for {', '.join(EIGHT_BIT_CLASSES)})")
     if impl != "default":
         raise ValueError(f"8-bit {name} has no {impl} implementation")
-    cls = _import_class(EIGHT_BIT_MODULES[choice], name)
+    cls = getattr(importlib.import_module(EIGHT_BIT_MODULES[choice]), name)
     return cls(_groups(user, ("lr", "betas", "eps", "weight_decay", "amsgrad")))
-
-
-def _import_class(modules: tuple[str, ...], name: str) -> Any:
-    errors = []
-    for module_name in modules:
-        try:
-            return getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError) as exc:
-            errors.append(f"{module_name}.{name}: {type(exc).__name__}: {exc}")
-    raise ImportError("; ".join(errors))

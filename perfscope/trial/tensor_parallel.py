@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
 
 from perfscope.knobs.apply.checkpointing import find_repeated_blocks, shard_blocks, unwrapped
@@ -117,6 +118,16 @@ def derive_plan(model: nn.Module, tp: int, workload: Any | None = None) -> TpPla
         styles.update({f"{prefix}.{name}": style for name, style in own.items()})
     return TpPlan(styles=styles, source=(f"derived: {len(blocks)} × {type(unwrapped(blocks[0])).__name__}, q/k/v and MLP "
                                          "up → ColwiseParallel, attention output and MLP down → RowwiseParallel"))
+
+
+def model_on_meta(workload: Any) -> nn.Module:
+    """The model's structure without its memory (the meta device), for reading its layout and re-deriving the plan;
+    built for real where the model cannot be built on meta."""
+    try:
+        with torch.device("meta"):
+            return workload.model()
+    except Exception:  # noqa: BLE001 - some models cannot be built on meta
+        return workload.model()
 
 
 def _style(name: str) -> Any:

@@ -4,6 +4,7 @@ Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,12 @@ from torch import nn
 
 from perfscope.errors import WorkloadError
 from perfscope.knobs.apply.checkpointing import find_repeated_blocks
+from perfscope.measure.clock import synchronize
 from perfscope.results.layout import ModelLayout
 from perfscope.results.model import ModelFacts
 from perfscope.tf32_api import matmul_tf32_enabled
 from perfscope.trial.data import to_device
-from perfscope.trial.tensor_parallel import derive_plan
+from perfscope.trial.tensor_parallel import derive_plan, model_on_meta
 from perfscope.workload import Workload, describe_user_exception
 
 
@@ -89,7 +91,8 @@ def validate_workload(workload: Workload, path: str | Path, *, dry_run_batch: in
         raise WorkloadError(describe_user_exception(exc, path, "optimizer(params)")) from exc
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise WorkloadError(f"{path}: optimizer(params) returned {type(optimizer).__name__}, expected a torch.optim.Optimizer")
-    start = _now(device)
+    synchronize(device)
+    start = time.perf_counter()
     try:
         loss = workload.loss(model, batch)
     except Exception as exc:  # noqa: BLE001
@@ -106,24 +109,12 @@ def validate_workload(workload: Workload, path: str | Path, *, dry_run_batch: in
         optimizer.zero_grad(set_to_none=True)
     except Exception as exc:  # noqa: BLE001
         raise WorkloadError(describe_user_exception(exc, path, "backward/optimizer step")) from exc
-    return (_now(device) - start) * workload.batch_size / min(dry_run_batch, workload.batch_size)
-
-
-def _now(device: str) -> float:
-    """The wall clock once the device's queued work is done (a CUDA step is asynchronous)."""
-    import time
-
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter()
+    synchronize(device)  # a CUDA step is asynchronous
+    return (time.perf_counter() - start) * workload.batch_size / min(dry_run_batch, workload.batch_size)
 
 
 def inspect_model(workload: Workload) -> ModelFacts:
-    try:
-        with torch.device("meta"):
-            model = workload.model()
-    except Exception:  # noqa: BLE001 - some models cannot be built on meta; build them for real
-        model = workload.model()
+    model = model_on_meta(workload)
     blocks = workload.checkpoint_blocks(model) if workload.checkpoint_blocks else find_repeated_blocks(model)
     params = [p for p in model.parameters() if p.requires_grad]
     try:

@@ -13,7 +13,10 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
+
 from perfscope.results.io import open_log
+from perfscope.trial.launch import killpg
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -101,10 +104,7 @@ def _reap(trials: set[int]) -> None:
             continue  # an orphan we adopted and killed, now reaped
         trials.discard(pid)
         code = os.waitstatus_to_exitcode(status)
-        try:
-            os.killpg(pid, signal.SIGKILL)  # the trial's DataLoader workers and other group members
-        except (ProcessLookupError, PermissionError):
-            pass
+        killpg(pid, signal.SIGKILL)  # the trial's DataLoader workers and other group members
         if not trials:
             _kill_adopted()
         _send({"exit": pid, "returncode": code})
@@ -112,16 +112,11 @@ def _reap(trials: set[int]) -> None:
 
 def _kill_adopted() -> None:
     """With no trial running, any child of ours is a detached leftover of an ended trial."""
-    try:
-        import psutil
-
-        for proc in psutil.Process().children():
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
-    except ImportError:
-        pass
+    for proc in psutil.Process().children():
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
 
 
 def main() -> int:
@@ -140,10 +135,7 @@ def main() -> int:
         chunk = os.read(stdin.fileno(), 65536)
         if not chunk:  # the runner went away: end our trials too
             for pid in trials:
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+                killpg(pid, signal.SIGKILL)
             return 0
         buffer += chunk
         while b"\n" in buffer:
