@@ -10,11 +10,9 @@ import random
 import statistics
 import sys
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
-from perfscope import __version__
-from perfscope.analyze import AnalyzeOptions, baseline_config, probe
+from perfscope.analyze import AnalyzeOptions, baseline_config, new_results, probe
 from perfscope.check.compat import find_differences
 from perfscope.check.gate import ErrorCode, GateOptions, GateReport
 from perfscope.check.metrics import Side
@@ -22,13 +20,13 @@ from perfscope.check.paired import decide_paired
 from perfscope.check.structure import diff_fingerprints
 from perfscope.errors import UserError
 from perfscope.measure.mfu import choose_peak
-from perfscope.results import Environment, Results, Trial, WorkloadInfo
+from perfscope.results import Results, Trial
 from perfscope.results.fingerprint import consensus
 from perfscope.results.messages import msg
 from perfscope.search.compare import paired_test
 from perfscope.trial.runner import TrialRunner
 from perfscope.trial.session import Progress, Session
-from perfscope.workload import Workload, file_sha256, load_workload
+from perfscope.workload import Workload, load_workload
 
 SIDES = ("baseline", "candidate")
 REVISION_FIELDS = ("workload name", "workload sha256")
@@ -65,16 +63,7 @@ def _side(path: Path, options: ABOptions, out: Path) -> tuple[Results, AnalyzeOp
     analyze = AnalyzeOptions(workload_path=path, out_dir=out, device=options.device, steps=options.steps,
                              warmup_steps=options.warmup_steps, min_window_s=options.min_window_s,
                              trial_timeout_s=options.trial_timeout_s, capture_trace=False, report=False)
-    info = WorkloadInfo(path=str(path), sha256=file_sha256(path), name=workload.name or path.stem,
-                        declared=workload.declared())
-    results = Results(perfscope_version=__version__, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                      command=["perfscope", *sys.argv[1:]], environment=_placeholder_environment(), workload=info)
-    return results, analyze, workload
-
-
-def _placeholder_environment():  # replaced by the probe's reading of the machine
-
-    return Environment(device_type="unknown", device_name="(probing)")
+    return new_results(path, workload, ["perfscope", *sys.argv[1:]]), analyze, workload
 
 
 def run_ab(options: ABOptions) -> GateReport:

@@ -142,31 +142,27 @@ def distributed_settings(workload: Workload, launch: Launch | None) -> dict[str,
             "no_sync": workload.no_sync and workload.grad_accum_steps > 1}
 
 
+def new_results(workload_path: Path, workload: Workload, command: list[str]) -> Results:
+    """The results of a measurement about to start; the probe then replaces the placeholder environment."""
+    info = WorkloadInfo(path=str(workload_path), sha256=file_sha256(workload_path),
+                        name=workload.name or workload_path.stem, declared=workload.declared())
+    return Results(perfscope_version=__version__, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                   command=command, environment=Environment(device_type="unknown", device_name="(probing)"),
+                   workload=info)
+
+
 def _load_or_create_results(options: AnalyzeOptions, workload: Workload) -> Results:
     path = options.out_dir / "results.json"
-    info = WorkloadInfo(
-        path=str(options.workload_path),
-        sha256=file_sha256(options.workload_path),
-        name=workload.name or options.workload_path.stem,
-        declared=workload.declared(),
-    )
-    if options.resume and path.exists():
-        try:
-            previous = Results.load(path)
-        except ResultsError as exc:
-            raise UserError(f"--resume: {exc}") from None
-        if previous.workload.sha256 != info.sha256:
-            raise UserError(f"--resume: {path} was measured with a different version of {options.workload_path}")
-        previous.command = options.command
-        return previous
-    return Results(
-        perfscope_version=__version__,
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        source="analyze",
-        command=options.command,
-        environment=Environment(device_type="unknown", device_name="(probing)"),
-        workload=info,
-    )
+    if not (options.resume and path.exists()):
+        return new_results(options.workload_path, workload, options.command)
+    try:
+        previous = Results.load(path)
+    except ResultsError as exc:
+        raise UserError(f"--resume: {exc}") from None
+    if previous.workload.sha256 != file_sha256(options.workload_path):
+        raise UserError(f"--resume: {path} was measured with a different version of {options.workload_path}")
+    previous.command = options.command
+    return previous
 
 
 def analyze(options: AnalyzeOptions) -> int:

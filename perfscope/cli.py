@@ -181,11 +181,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from perfscope.check import GateOptions, run_gate
     from perfscope.check.baseline import BaselineHistory
     from perfscope.results import Results
-    from perfscope.results.io import check_writable
 
-    for output in (args.markdown, args.junit):
-        if output is not None:
-            check_writable(output)  # before the verdict: a PASS must not be followed by a failed write
+    _check_gate_outputs(args)
     options = GateOptions(
         metrics=tuple(dict.fromkeys(args.metric or ["mfu"])),
         max_drop=args.max_drop,
@@ -201,6 +198,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return _gate_exit(report, args)
 
 
+def _check_gate_outputs(args: argparse.Namespace) -> None:
+    """Before the verdict: a PASS must not be followed by a failed write."""
+    from perfscope.results.io import check_writable
+
+    for output in (args.markdown, args.junit):
+        if output is not None:
+            check_writable(output)
+
+
 def _gate_exit(report: Any, args: argparse.Namespace) -> int:
     """Print the gate's table, write the requested summaries, map the outcome to `check`'s exit code."""
     from perfscope.check.render import render_junit, render_markdown, render_table, write_text
@@ -211,19 +217,14 @@ def _gate_exit(report: Any, args: argparse.Namespace) -> int:
     if args.junit:
         write_text(args.junit, render_junit(report))
     return {"pass": EXIT_OK, "regression": EXIT_REGRESSION, "inconclusive": EXIT_INCONCLUSIVE,
-            "not_comparable": EXIT_NOT_COMPARABLE}.get(
-        report.outcome, EXIT_USER
-    )
+            "not_comparable": EXIT_NOT_COMPARABLE}.get(report.outcome, EXIT_USER)
 
 
 def _cmd_ab(args: argparse.Namespace) -> int:
     from perfscope.ab import ABOptions, run_ab
-    from perfscope.results.io import check_writable
     from perfscope.results.outdir import claim_output_dir
 
-    for output in (args.markdown, args.junit):
-        if output is not None:
-            check_writable(output)
+    _check_gate_outputs(args)
     options = ABOptions(baseline_path=Path(args.baseline_file), candidate_path=Path(args.candidate_file),
                         out_dir=Path(args.out), rounds=args.rounds, device=args.device, steps=args.steps,
                         warmup_steps=args.warmup, min_window_s=args.min_window, trial_timeout_s=args.trial_timeout,
@@ -250,7 +251,6 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
 
 
 def _cmd_rules(args: argparse.Namespace) -> int:
-    from perfscope.errors import UserError
     from perfscope.rules import all_rules, rule
     from perfscope.rules.docs import listing, rule_page
 
@@ -273,7 +273,6 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from perfscope.errors import UserError
     from perfscope.results import ResultsError
 
     parser = build_parser()

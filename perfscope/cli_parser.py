@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from typing import Any
 
 from perfscope._version import __version__
@@ -14,18 +15,18 @@ from perfscope.results.constraints import MAX_SECONDS, MAX_TFLOPS
 __all__ = ["build_parser"]
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+def _int_at_least(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    parse.__name__ = "int"  # argparse names the type in "invalid int value: 'x'"
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+_positive_int, _non_negative_int = _int_at_least(1), _int_at_least(0)
 
 
 def _positive_float(text: str, *, at_most: float | None = None) -> float:
@@ -72,6 +73,24 @@ def _structure_gates(text: str) -> tuple[Any, ...]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """How each run is measured: `analyze` and `ab` alike."""
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="default: cuda if available")
+    p.add_argument("--steps", type=_positive_int, default=None,
+                   help="timed steps per run (default: calibrated so each run's window lasts --min-window)")
+    p.add_argument("--min-window", type=_seconds, default=0.5, metavar="S",
+                   help="calibration: each run's timed window lasts at least S seconds (default 0.5)")
+    p.add_argument("--warmup", type=_non_negative_int, default=5, help="warm-up steps, not timed (default 5)")
+    p.add_argument("--trial-timeout", type=_seconds, default=600.0, help="seconds before a run is killed (default 600)")
+    p.add_argument("--peak-tflops", type=_tflops, default=None,
+                   help="MFU denominator in TFLOP/s (overrides the datasheet; reported, never gated)")
+
+
+def _add_gate_outputs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--markdown", metavar="FILE", default=None, help="also write a Markdown summary")
+    p.add_argument("--junit", metavar="FILE", default=None, help="also write JUnit XML (one testcase per metric)")
+
+
 def _add_launch_arguments(p: argparse.ArgumentParser) -> None:
     """torchrun's own launch arguments, passed through (docs/distributed.md)."""
     g = p.add_argument_group("distributed (each run is a torchrun job; gloo on CPU, NCCL on CUDA)")
@@ -109,20 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("analyze", help="measure a workload file and write results.json and a report")
     p.add_argument("file", help="Python file defining workload() -> perfscope.Workload")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="default: cuda if available")
-    p.add_argument("--steps", type=_positive_int, default=None,
-                   help="timed steps per run (default: calibrated so each run's window lasts --min-window)")
-    p.add_argument("--min-window", type=_seconds, default=0.5, metavar="S",
-                   help="calibration: each run's timed window lasts at least S seconds (default 0.5)")
-    p.add_argument("--warmup", type=_non_negative_int, default=5, help="warm-up steps, not timed (default 5)")
+    _add_run_arguments(p)
     p.add_argument("--repeat", type=_positive_int, default=1, metavar="N",
                    help="runs of the baseline, each a fresh process (CI: the gate decides on run-to-run spread)")
     p.add_argument("--max-runs", type=_positive_int, default=10, metavar="N",
                    help="measurements of one undecided candidate at most during the sweep, runs measured under load included (default 10)")
     p.add_argument("--batch-size", type=_positive_int, default=None, help="override the workload's micro-batch size")
     p.add_argument("--out", default="perfscope-out", help="output folder (default perfscope-out)")
-    p.add_argument("--trial-timeout", type=_seconds, default=600.0, help="seconds before a trial is killed (default 600)")
-    p.add_argument("--peak-tflops", type=_tflops, default=None, help="MFU denominator in TFLOP/s (overrides the datasheet)")
     p.add_argument("--resume", action="store_true", help="keep finished trials from OUT/results.json and run the rest")
     p.add_argument("--no-sweep", action="store_true", help="measure the baseline only (what a CI job runs)")
     p.add_argument("--budget", type=_seconds, default=None, metavar="S",
@@ -198,8 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--between-host", type=_max_drop, default=None, metavar="PCT",
                    help="state how much hosts of one kind differ, e.g. 3%%, instead of estimating it from >= 5 hosts in "
                    "the history or assuming 5%%")
-    p.add_argument("--markdown", metavar="FILE", default=None, help="also write a Markdown summary")
-    p.add_argument("--junit", metavar="FILE", default=None, help="also write JUnit XML (one testcase per metric)")
+    _add_gate_outputs(p)
 
     p = sub.add_parser(
         "ab",
@@ -219,14 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="seed of the rounds' order (default: fresh, printed)")
     p.add_argument("--max-drop", type=_max_drop, default=0.05, metavar="PCT", help="tolerated fall of samples/s (default 5%%)")
     p.add_argument("--out", default="perfscope-ab", help="output folder: baseline/ and candidate/ results (default perfscope-ab)")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="default: cuda if available")
-    p.add_argument("--steps", type=_positive_int, default=None, help="timed steps per run (default: calibrated)")
-    p.add_argument("--min-window", type=_seconds, default=0.5, metavar="S", help="each run's window lasts at least S s")
-    p.add_argument("--warmup", type=_non_negative_int, default=5, help="warm-up steps, not timed (default 5)")
-    p.add_argument("--trial-timeout", type=_seconds, default=600.0, help="seconds before a run is killed (default 600)")
-    p.add_argument("--peak-tflops", type=_tflops, default=None, help="MFU denominator (reported, not gated)")
-    p.add_argument("--markdown", metavar="FILE", default=None, help="also write a Markdown summary")
-    p.add_argument("--junit", metavar="FILE", default=None, help="also write JUnit XML")
+    _add_run_arguments(p)
+    _add_gate_outputs(p)
 
     p = sub.add_parser("baseline", help="record the baseline results that `check` compares against")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -17,6 +17,10 @@ AMPERE_SMS = ("NVIDIA A100 Tensor Core GPU Architecture whitepaper (https://imag
               "data-center/nvidia-ampere-architecture-whitepaper.pdf): A100 108 SMs")
 
 V100_DATASHEET = "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf"
+# The PCIe H200 NVL runs the H100 NVL's lower clocks/power (600 W): the same figures (FP32 60, TF32 835, BF16/FP16
+# 1,671, FP8 3,341 TFLOPS with sparsity); the H200 SXM those of the H100 SXM.
+HOPPER_NVL = {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5}
+HOPPER_SXM = {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}
 
 
 @dataclass(frozen=True)
@@ -32,21 +36,19 @@ class DevicePeak:
 # Ordered: the first pattern that matches the lower-cased device name wins (more specific first).
 _DATASHEETS: list[tuple[str, DevicePeak]] = [
     (r"h100.*(nvl)", DevicePeak(
-        "NVIDIA H100 NVL", {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5},
+        "NVIDIA H100 NVL", HOPPER_NVL,
         "https://www.nvidia.com/en-us/data-center/h100/ (H100 NVL column, sparse figures halved)", 132, HOPPER_SMS)),
     (r"h100.*(pcie)", DevicePeak(
         "NVIDIA H100 PCIe", {"fp32": 51.2, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0, "fp8": 1513.0},
         "https://www.nvidia.com/en-us/data-center/h100/ (H100 PCIe column, sparse figures halved)", 114, HOPPER_SMS)),
     (r"h100|gh200", DevicePeak(
-        "NVIDIA H100 SXM", {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
+        "NVIDIA H100 SXM", HOPPER_SXM,
         "https://www.nvidia.com/en-us/data-center/h100/ (H100 SXM column, sparse figures halved)", 132, HOPPER_SMS)),
-    # The PCIe H200 NVL runs lower clocks/power (600 W) than the SXM part: FP32 60, TF32 835, BF16/FP16 1,671,
-    # FP8 3,341 TFLOPS with sparsity on the datasheet — the same figures as the H100 NVL.
     (r"h200.*nvl", DevicePeak(
-        "NVIDIA H200 NVL", {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5},
+        "NVIDIA H200 NVL", HOPPER_NVL,
         "https://www.nvidia.com/en-us/data-center/h200/ (H200 NVL column, sparse figures halved)", 132, HOPPER_SMS)),
     (r"h200", DevicePeak(
-        "NVIDIA H200", {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
+        "NVIDIA H200", HOPPER_SXM,
         "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM column, sparse figures halved)", 132, HOPPER_SMS)),
     (r"a100", DevicePeak(
         "NVIDIA A100", {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},

@@ -30,26 +30,18 @@ class Summary:
         return (self.p90 - self.p10) / self.median if self.median else math.nan
 
 
-def _percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear-interpolation percentile (numpy's default), without pulling numpy into the model layer."""
-    if len(sorted_values) == 1:
-        return float(sorted_values[0])
-    pos = (len(sorted_values) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    frac = pos - lo
-    return float(sorted_values[lo] * (1 - frac) + sorted_values[hi] * frac)
-
-
 def summarize(samples: Sequence[float]) -> Summary:
-    """Summary of a non-empty sample. Raises ValueError on an empty one: there is nothing honest to report."""
+    """Summary of a non-empty sample. Raises ValueError on an empty one: there is nothing honest to report.
+    Deciles interpolate linearly between order statistics (numpy's default)."""
     if not samples:
         raise ValueError("cannot summarize an empty sample")
     values = sorted(float(v) for v in samples)
+    deciles = statistics.quantiles(values, n=10, method="inclusive") if len(values) > 1 else values * 9
     return Summary(
         n=len(values),
         median=statistics.median(values),
-        p10=_percentile(values, 0.10),
-        p90=_percentile(values, 0.90),
+        p10=deciles[0],
+        p90=deciles[-1],
         mean=statistics.fmean(values),
         stdev=statistics.stdev(values) if len(values) > 1 else 0.0,
         min=values[0],

@@ -65,14 +65,14 @@ GOOD = spec_to_dict(SPECS[3])
     ({k: v for k, v in GOOD.items() if k != "mode"}, "unknown trial mode None"),
     ({k: v for k, v in GOOD.items() if k != "workload_path"}, "missing field 'workload_path'"),
     ({**GOOD, "work_dir": "/x"}, "unknown field(s) ['work_dir']"),
-    ({**GOOD, "workload_path": 3}, "trial spec.workload_path: expected str"),
-    ({**GOOD, "artifacts_dir": ["/a"]}, "trial spec.artifacts_dir: expected str"),
-    ({**GOOD, "config": {"micro_batch_size": 8, "stepz": 3}}, "unknown TrialConfig fields"),
-    ({**GOOD, "config": "cpu"}, "expected a TrialConfig object"),
-    ({**GOOD, "launch": {**LAUNCH.to_dict(), "nnodes": "2"}}, "trial spec.launch.nnodes: expected int"),
-    ({**GOOD, "launch": {**LAUNCH.to_dict(), "nnodes": True}}, "trial spec.launch.nnodes: expected int"),
-    ({**GOOD, "launch": {**LAUNCH.to_dict(), "port": 1}}, "unknown field(s) ['port']"),
-    ({"mode": "probe", "device": "cpu", "measure_ceiling": "no"}, "probe spec.measure_ceiling: expected bool"),
+    ({**GOOD, "workload_path": 3}, "trial spec.workload_path: expected a string"),
+    ({**GOOD, "artifacts_dir": ["/a"]}, "trial spec.artifacts_dir: expected a string"),
+    ({**GOOD, "config": {"micro_batch_size": 8, "stepz": 3}}, "trial spec.config: unknown field(s) ['stepz']"),
+    ({**GOOD, "config": "cpu"}, "trial spec.config: expected an object (TrialConfig)"),
+    ({**GOOD, "launch": {**dataclasses.asdict(LAUNCH), "nnodes": "2"}}, "trial spec.launch.nnodes: expected an integer"),
+    ({**GOOD, "launch": {**dataclasses.asdict(LAUNCH), "nnodes": True}}, "trial spec.launch.nnodes: expected an integer"),
+    ({**GOOD, "launch": {**dataclasses.asdict(LAUNCH), "port": 1}}, "unknown field(s) ['port']"),
+    ({"mode": "probe", "device": "cpu", "measure_ceiling": "no"}, "probe spec.measure_ceiling: expected true or false"),
     ({"mode": "stop", "device": "cpu"}, "missing field 'launch'"),
 ])
 def test_a_malformed_spec_is_refused_naming_the_field(data, message) -> None:
@@ -82,7 +82,7 @@ def test_a_malformed_spec_is_refused_naming_the_field(data, message) -> None:
 
 
 def test_an_integer_timeout_is_a_float() -> None:
-    data = {**GOOD, "launch": {**LAUNCH.to_dict(), "collective_timeout_s": 60}}
+    data = {**GOOD, "launch": {**dataclasses.asdict(LAUNCH), "collective_timeout_s": 60}}
     spec = spec_from_dict(data)
     assert isinstance(spec, TrialSpec) and spec.launch is not None
     assert spec.launch.collective_timeout_s == 60.0 and isinstance(spec.launch.collective_timeout_s, float)

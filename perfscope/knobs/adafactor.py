@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from perfscope.knobs.base import KnobContext
 from perfscope.knobs.lean_optimizer import LeanOptimizer
-from perfscope.results.config import TrialConfig
 from perfscope.results.messages import Message, msg
 from perfscope.versions import major_minor
 
@@ -18,7 +17,8 @@ class Adafactor(LeanOptimizer):
     title = "Adafactor instead of Adam/AdamW (factored optimizer state)"
     reference = "https://pytorch.org/docs/stable/generated/torch.optim.Adafactor.html"
     replacement = "Adafactor"
-    value = "adafactor"
+    value = "adafactor"  # built by perfscope.trial.step
+    shares_field = True
 
     def code_change(self, ctx: KnobContext) -> str | None:
         return ("-optimizer = torch.optim.AdamW(model.parameters(), lr=lr)\n"
@@ -29,9 +29,6 @@ class Adafactor(LeanOptimizer):
         if version is not None and version < MIN_TORCH:
             return f"torch.optim.Adafactor needs torch ≥ 2.5 (this run: {ctx.environment.torch_version})"
         return self.not_adam_type(ctx)
-
-    def active(self, config: TrialConfig) -> bool:
-        return config.optimizer == "adafactor"  # built by perfscope.trial.step
 
     def recipe_caveat(self, ctx: KnobContext) -> Message:
         return msg("adafactor_recipe", adam_decay=ctx.model.optimizer_class == "Adam")

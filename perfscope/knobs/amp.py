@@ -20,11 +20,9 @@ class _Autocast(Knob):
     """The two AMP knobs: autocast to ``value`` around the loss, judged by the matmuls the run made."""
 
     fields = ("precision",)
+    shares_field = True
     addresses = ("gemm", "conv", "attention")
     torch_dtype: ClassVar[str]
-
-    def active(self, config: TrialConfig) -> bool:
-        return config.precision == self.value
 
     def loss_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
         return autocast(config, self.torch_dtype)

@@ -90,6 +90,9 @@ class Knob:
     ``TrialConfig.knob_settings[id]`` (`settings` names it either way)."""
     value: ClassVar[Any] = None
     """The value of ``fields[0]`` in the knob's one variant (None: the knob overrides `variants`)."""
+    shares_field: ClassVar[bool] = False
+    """True when other knobs set ``fields[0]`` too (precision, compile, optimizer, data_parallel): this one is active
+    only at its own `value`."""
     addresses: ClassVar[tuple[str, ...]] = ()
     """The slices of the step-time breakdown (keys of perfscope.results.breakdown.SLICES, "step" for all) it
     acts on: a finding about it says which part of the step it can shrink. Empty for memory knobs."""
@@ -191,9 +194,11 @@ class Knob:
 
     def active(self, config: TrialConfig) -> bool:
         """Whether ``config`` runs with this knob: a field of `fields` off its default, or a value in
-        ``knob_settings``. Only active knobs' hooks are called. Knobs sharing a field say which value is theirs."""
+        ``knob_settings``. Only active knobs' hooks are called. A knob that `shares_field` is active at its `value`."""
         if self.id in config.knob_settings:
             return True
+        if self.shares_field:
+            return getattr(config, self.fields[0]) == self.value
         return any(getattr(config, name) != field_default(name) for name in self.fields)
 
     def before_steps(self, config: TrialConfig) -> None:
@@ -312,15 +317,11 @@ def ddp_reason(ctx: KnobContext, setting: str) -> str | None:
     return reason
 
 
-def is_ddp(config: TrialConfig) -> bool:
-    """The model is DistributedDataParallel's: plain DDP, or DDP with ZeroRedundancyOptimizer."""
-    return config.data_parallel in ("ddp", "zero1")
-
-
 class DdpOption(Knob):
-    """A DistributedDataParallel setting: stacked only onto a configuration whose model is DDP's."""
+    """A DistributedDataParallel setting: stacked only onto a configuration whose model is DDP's (plain, or under
+    ZeroRedundancyOptimizer)."""
 
     reference = "https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"
 
     def compatible(self, config: TrialConfig) -> bool:
-        return is_ddp(config)
+        return config.data_parallel in ("ddp", "zero1")

@@ -78,6 +78,7 @@ class CompileReduceOverhead(Knob):
     reference = "https://pytorch.org/docs/stable/torch.compiler_cudagraph_trees.html"
     fields = ("compile",)
     value = "reduce-overhead"
+    shares_field = True
     addresses = ("launch", "host")
 
     def code_change(self, ctx: KnobContext) -> str | None:
@@ -96,9 +97,6 @@ class CompileReduceOverhead(Knob):
             return (f"the loop accumulates gradients ({ctx.base.grad_accum_steps} micro-steps): CUDA graphs overwrite the "
                     "outputs kept in .grad by the next replay (pytorch/pytorch#169545, open)")
         return None
-
-    def active(self, config: TrialConfig) -> bool:
-        return config.compile == "reduce-overhead"
 
     def apply_to_step_module(self, module: Any, config: TrialConfig) -> Any:
         return compiled(module, config)

@@ -16,10 +16,8 @@ class Zero1(Knob):
     title = "ZeroRedundancyOptimizer (≈ ZeRO-1: optimizer state sharded)"
     reference = "https://pytorch.org/docs/stable/distributed.optim.html#torch.distributed.optim.ZeroRedundancyOptimizer"
     fields = ("data_parallel",)
-    value = "zero1"
-
-    def active(self, config: TrialConfig) -> bool:
-        return config.data_parallel == "zero1"  # applied by perfscope.trial.data_parallel (shard_optimizer)
+    value = "zero1"  # applied by perfscope.trial.data_parallel (shard_optimizer)
+    shares_field = True
     frees = "optimizer state"
     cost = "a parameter broadcast per step"
 

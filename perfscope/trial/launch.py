@@ -69,11 +69,6 @@ class Launch:
             args += ["--numa-binding", numa_binding]
         return args
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"nproc_per_node": self.nproc_per_node, "nnodes": self.nnodes, "node_rank": self.node_rank,
-                "rdzv_endpoint": self.rdzv_endpoint, "rdzv_backend": self.rdzv_backend,
-                "collective_timeout_s": self.collective_timeout_s}
-
 
 @dataclass
 class Outcome:

@@ -25,7 +25,7 @@ from perfscope.results import CommunicationFacts, RankMetrics, from_jsonable, to
 from perfscope.results.config import TrialConfig
 from perfscope.results.messages import error, msg
 from perfscope.trace.communication import communication_facts
-from perfscope.trial.data_parallel import RankInfo, can_skip_all_communication, gradient_sync, init_process_group
+from perfscope.trial.data_parallel import RankInfo, can_skip_all_communication, init_process_group
 from perfscope.trial.launch import Launch, rank_result_path
 from perfscope.trial.loop import MeasuredRun, capture_trace, nonfinite_loss, run_trial
 from perfscope.trial.model_parallel import parallel_facts, rank_stage_timing
@@ -123,11 +123,7 @@ def local_compute_window(run: MeasuredRun, steps: int) -> list[float]:
     for _ in range(steps):
         synchronize(step.device)
         start = time.perf_counter()
-        for _ in range(step.config.grad_accum_steps):
-            batch = step.next_batch(None)
-            with gradient_sync(step.wrapped, enabled=False):
-                loss = step.micro_loss(step.step_model, batch) / step.config.grad_accum_steps
-                (step.scaler.scale(loss) if step.scaler is not None else loss).backward()
+        step.accumulate(None, sync=False)
         step.optimizer.zero_grad(set_to_none=True)
         synchronize(step.device)
         times.append(time.perf_counter() - start)

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Union
 
+from perfscope.errors import ResultsError
 from perfscope.results.config import TrialConfig
 from perfscope.results.io import write_text
+from perfscope.results.serde import from_jsonable, to_jsonable
 from perfscope.trial.launch import Launch
 
 
@@ -81,22 +82,24 @@ MODES: dict[str, type[ChildSpec]] = {cls.mode: cls for cls in (ProbeSpec, TrialS
 
 def spec_to_dict(spec: ChildSpec) -> dict[str, Any]:
     """The JSON-able form: the mode as a tag, then the fields (a TrialConfig and a Launch as their own dicts)."""
-    out: dict[str, Any] = {"mode": spec.mode}
-    for f in dataclasses.fields(spec):
-        value = getattr(spec, f.name)
-        out[f.name] = value.to_dict() if isinstance(value, TrialConfig | Launch) else value
-    return out
+    return {"mode": spec.mode, **to_jsonable(spec)}
 
 
 def spec_from_dict(data: Any) -> ChildSpec:
-    """The spec ``data`` describes, every field checked; SpecError names what is wrong."""
+    """The spec ``data`` describes, every field checked as results are (perfscope.results.serde) and no unknown one
+    allowed: the parent wrote it with this very perfscope. SpecError names what is wrong."""
     if not isinstance(data, dict):
         raise SpecError(f"a trial spec is a JSON object, got {type(data).__name__}")
     mode = data.get("mode")
     cls = MODES.get(mode) if isinstance(mode, str) else None
     if cls is None:
         raise SpecError(f"unknown trial mode {mode!r} (known: {', '.join(MODES)})")
-    return _decode_dataclass(cls, {k: v for k, v in data.items() if k != "mode"}, f"{mode} spec")
+    fields = {k: v for k, v in data.items() if k != "mode"}
+    _refuse_unknown(cls, fields, f"{mode} spec")
+    try:
+        return from_jsonable(cls, fields, f"{mode} spec")
+    except ResultsError as exc:
+        raise SpecError(str(exc)) from None
 
 
 def write_spec(path: Path, spec: ChildSpec) -> None:
@@ -115,44 +118,13 @@ def read_spec(path: Path) -> ChildSpec:
     return spec
 
 
-def _decode_dataclass(cls: type, data: Any, where: str) -> Any:
+def _refuse_unknown(cls: type, data: Any, where: str) -> None:
     if not isinstance(data, dict):
-        raise SpecError(f"{where}: expected an object, got {type(data).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
+        return  # from_jsonable names what it expected
+    if unknown := sorted(set(data) - {f.name for f in dataclasses.fields(cls)}):
         raise SpecError(f"{where}: unknown field(s) {unknown}")
     hints = typing.get_type_hints(cls)
-    values = {}
-    for name, f in fields.items():
-        if name not in data:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise SpecError(f"{where}: missing field {name!r}")
-            continue
-        values[name] = _decode(data[name], hints[name], f"{where}.{name}")
-    try:
-        return cls(**values)
-    except (TypeError, ValueError) as exc:  # a constructor's own check (TrialConfig's __post_init__)
-        raise SpecError(f"{where}: {exc}") from exc
-
-
-def _decode(value: Any, hint: Any, where: str) -> Any:
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is Union:
-        options = typing.get_args(hint)
-        if value is None and type(None) in options:
-            return None
-        (hint,) = [h for h in options if h is not type(None)]  # every optional field here is "X | None"
-    if hint is TrialConfig:
-        if not isinstance(value, dict):
-            raise SpecError(f"{where}: expected a TrialConfig object, got {type(value).__name__}")
-        try:
-            return TrialConfig.from_dict(value)
-        except (TypeError, ValueError) as exc:
-            raise SpecError(f"{where}: {exc}") from exc
-    if dataclasses.is_dataclass(hint):
-        return _decode_dataclass(hint, value, where)
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
-        raise SpecError(f"{where}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
-    return value
+    for name, value in data.items():
+        for inner in typing.get_args(hints[name]) or (hints[name],):
+            if dataclasses.is_dataclass(inner):
+                _refuse_unknown(inner, value, f"{where}.{name}")  # type: ignore[arg-type]

@@ -93,17 +93,7 @@ class TrainStep:
 
     def __call__(self, recorder: WindowRecorder | None = None, *, grad_norm: bool = False) -> tuple[torch.Tensor, float | None]:
         """Returns (mean loss as a device tensor, first-step grad norm when asked)."""
-        accum = self.config.grad_accum_steps
-        total = torch.zeros((), device=self.device)
-        for i in range(accum):
-            batch = self.next_batch(recorder)
-            # no_sync: the gradients of all micro-batches but the last stay local (one all-reduce per step).
-            with gradient_sync(self.wrapped, enabled=not self.config.no_sync or i == accum - 1):
-                with self.contexts("step_context"):  # e.g. activation offloading's saved-tensor hooks
-                    loss = self.micro_loss(self.step_model, batch)
-                scaled = loss / accum
-                (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
-            total += loss.detach().float()
+        total = self.accumulate(recorder)
         norm = None
         if grad_norm:
             if self.scaler is not None:
@@ -117,7 +107,23 @@ class TrainStep:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.steps_done += 1
-        return total / accum, norm
+        return total / self.config.grad_accum_steps, norm
+
+    def accumulate(self, recorder: WindowRecorder | None, *, sync: bool = True) -> torch.Tensor:
+        """Forward and backward of the step's micro-batches; the sum of their losses. ``sync`` False: no gradient
+        communication at all (a rank's compute alone: perfscope.trial.rank.local_compute_window)."""
+        accum = self.config.grad_accum_steps
+        total = torch.zeros((), device=self.device)
+        for i in range(accum):
+            batch = self.next_batch(recorder)
+            # no_sync: the gradients of all micro-batches but the last stay local (one all-reduce per step).
+            with gradient_sync(self.wrapped, enabled=sync and (not self.config.no_sync or i == accum - 1)):
+                with self.contexts("step_context"):  # e.g. activation offloading's saved-tensor hooks
+                    loss = self.micro_loss(self.step_model, batch)
+                scaled = loss / accum
+                (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+            total += loss.detach().float()
+        return total
 
     def count_flops(self, tokens: TokenTally | None = None) -> tuple[float, float, list[str]]:
         """(model FLOPs, hardware FLOPs, notes) per optimizer step, on the eager model: one micro-batch × accum.
