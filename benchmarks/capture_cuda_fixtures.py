@@ -3,7 +3,7 @@
     python benchmarks/capture_cuda_fixtures.py --out /tmp/fixtures      # on a GPU machine
     python benchmarks/capture_cuda_fixtures.py --out /tmp/f --device cpu --only mlp_fp32_pageable   # to try it
 
-Each scenario runs a trial as a trial child does (`run_trial`, then `capture_trace_into`) on a tiny workload
+Each scenario runs a trial as a trial child does (`run_trial`, then `capture_trace`) on a tiny workload
 in its own process and keeps the trace, `<scenario>/trace/rank0.json.gz` (perfscope.trace.export's name),
 plus the facts perfscope computed from it and the trial's config (`<scenario>/facts.json`). Exit 1 when a
 scenario wrote no trace (tests/test_capture_script.py runs it on CPU so it stays runnable). The scenarios cover the structures the trace analysis must handle on a GPU: the duplicated
@@ -42,7 +42,7 @@ SCENARIOS: dict[str, tuple[str, dict]] = {
 def run_one(name: str, out: Path, device: str = "cuda") -> None:
     from perfscope.results import to_jsonable
     from perfscope.results.config import TrialConfig
-    from perfscope.trial.loop import capture_trace_into, run_trial
+    from perfscope.trial.loop import capture_trace, run_trial
     from perfscope.workload import load_workload
 
     path, changes = SCENARIOS[name]
@@ -50,7 +50,7 @@ def run_one(name: str, out: Path, device: str = "cuda") -> None:
     config = TrialConfig(device=device, steps=5, warmup_steps=3, capture_trace=True, count_flops=False, **changes)
     target = out / name
     run = run_trial(workload, config)
-    capture_trace_into(run, config, target)  # writes target/trace/rank0.json.gz and fills metrics.trace_facts
+    capture_trace(run, config, target)  # writes target/trace/rank0.json.gz and fills metrics.trace_facts
     metrics = run.metrics
     facts = to_jsonable(metrics.trace_facts)  # None when no trace was captured (the reason is in unavailable)
     (target / "facts.json").write_text(json.dumps({"config": config.to_dict(), "workload": path, "facts": facts,

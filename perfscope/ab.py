@@ -86,7 +86,8 @@ def run_ab(options: ABOptions) -> GateReport:
         peak = choose_peak(sides["baseline"][0].environment, options.peak_tflops)
         for name in SIDES:  # one MFU denominator for both sides
             sides[name][0].peak = peak
-        order = measurement_order(options.rounds, seed := _seed(options))
+        seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**31)
+        order = measurement_order(options.rounds, seed)
         numbered: set[tuple[str, str]] = set()
         for name, warmup in order:
             trial = sessions[name].measure(name, configs[name])
@@ -105,9 +106,6 @@ def run_ab(options: ABOptions) -> GateReport:
 
 WARMUP = msg("warmup_discarded")
 
-
-def _seed(options: ABOptions) -> int:
-    return options.seed if options.seed is not None else random.SystemRandom().randrange(2**31)
 
 
 def measurement_order(rounds: int, seed: int) -> list[tuple[str, bool]]:

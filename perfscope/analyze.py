@@ -167,9 +167,11 @@ def _load_or_create_results(options: AnalyzeOptions, workload: Workload) -> Resu
 
 def analyze(options: AnalyzeOptions) -> int:
     """Check the options and claim --out (exit 2 at once when either fails), then measure into it."""
-    sweep_options = _sweep_options(options)  # --only/--skip checked even with --no-sweep, before the workload's code runs
+    # --only/--skip checked even with --no-sweep, before the workload's code runs
+    checked = SweepOptions(budget_s=options.budget_s, only=list(options.only), skip=list(options.skip),
+                           trace_recommended=options.capture_trace, max_runs=options.max_runs)
     with claim_output_dir(options.out_dir):
-        return _analyze(options, sweep_options)
+        return _analyze(options, checked if options.sweep else None)
 
 
 def _analyze(options: AnalyzeOptions, sweep_options: SweepOptions | None) -> int:
@@ -284,9 +286,3 @@ def _layouts_selected(options: SweepOptions) -> bool:
     """The layout search runs with the model-parallel knobs: not when --skip names both, or --only neither."""
     ids = {"tensor_parallel", "pipeline_parallel"}
     return not ids <= set(options.skip) and (not options.only or bool(ids & set(options.only)))
-
-
-def _sweep_options(options: AnalyzeOptions) -> SweepOptions | None:
-    checked = SweepOptions(budget_s=options.budget_s, only=list(options.only), skip=list(options.skip),
-                           trace_recommended=options.capture_trace, max_runs=options.max_runs)
-    return checked if options.sweep else None

@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Literal
 from perfscope.results import Environment, ModelFacts, Trial
 from perfscope.results.config import TrialConfig
 from perfscope.results.messages import Message
+from perfscope.snippets import ddp_option_change
 from perfscope.workload import Workload
 
 
@@ -79,66 +80,47 @@ class KnobContext:
 
 
 class Knob:
-    """Base class: subclasses set the class attributes, `value` or `variants`, and `applies` when needed."""
+    """Base class: subclasses set the class attributes, `value` or `variants`, and `applies` when needed. What each
+    attribute and hook means, and how the sweep, the trial, the report and the hooks use it: docs/sweep.md, "Adding
+    a knob"."""
 
     id: ClassVar[str]
     title: ClassVar[str]
     reference: ClassVar[str] = ""
     fields: ClassVar[tuple[str, ...]] = ()
-    """The TrialConfig fields its variants set: `active` reads them, the report names them, and a Profiler in
-    the user's own loop lists them as unknown when `observed_by_hooks` is False. Empty: the knob's setting lives in
-    ``TrialConfig.knob_settings[id]`` (`settings` names it either way)."""
+    """The TrialConfig fields its variants set; empty: its setting lives in ``TrialConfig.knob_settings[id]``."""
     value: ClassVar[Any] = None
     """The value of ``fields[0]`` in the knob's one variant (None: the knob overrides `variants`)."""
     shares_field: ClassVar[bool] = False
-    """True when other knobs set ``fields[0]`` too (precision, compile, optimizer, data_parallel): this one is active
-    only at its own `value`."""
+    """Other knobs set ``fields[0]`` too (precision, compile, optimizer): this one is active only at its `value`."""
     addresses: ClassVar[tuple[str, ...]] = ()
-    """The slices of the step-time breakdown (keys of perfscope.results.breakdown.SLICES, "step" for all) it
-    acts on: a finding about it says which part of the step it can shrink. Empty for memory knobs."""
+    """The step-time slices it acts on (perfscope.results.breakdown.SLICES, "step" for all); empty for memory knobs."""
     search: ClassVar[Literal["variants", "micro_batch"]] = "variants"
-    """How the sweep measures it: each of `variants` in turn, or a point of the one micro-batch search
-    (doubling until OOM or no gain, then bisection: perfscope.search.microbatch) — `keeps_global_batch`
-    says which point."""
+    """Each of `variants` in turn, or a point of the one micro-batch search (perfscope.search.microbatch)."""
     keeps_global_batch: ClassVar[bool] = False
-    """A micro-batch-search knob: its point is the fastest that keeps the user's global batch (accumulation
-    traded for micro-batch) and it joins the recommendation last; False: the fastest point overall."""
+    """Its micro-batch point is the fastest that keeps the user's global batch (False: the fastest overall)."""
     observed_by_hooks: ClassVar[bool] = True
-    """For a knob with `fields`: True when the hooks' own reading of the loop settles them (precision, compile,
-    TF32, the DataLoader, the wrapper); False when nothing can (a checkpointed block looks like any other). A knob
-    whose `observe` returns a reading is observed either way; one with no `fields` only through `observe`."""
+    """The hooks' own reading of the loop settles its `fields` (False: nothing can, unless `observe` does)."""
     gap_parts: ClassVar[tuple[str, ...]] = ()
-    """Parts of the MFU waterfall (keys of perfscope.results.waterfall.PARTS) it acts on beyond those its
-    `addresses` reach: a part with no slice of the step (activation checkpointing's "recompute")."""
+    """MFU-waterfall parts it acts on that no slice of the step holds (checkpointing's "recompute")."""
     builds_on: ClassVar[str | None] = None
-    """Id of a knob this one refines (persistent_workers needs dataloader_workers). When the baseline does not
-    satisfy `prerequisite_met`, the sweep measures this knob on top of that knob's best variant, and stacks it
-    only after that knob."""
-
+    """Id of a knob it refines: measured on top of that knob's best variant unless `prerequisite_met`."""
     frees: ClassVar[Literal["activations", "optimizer state"] | None] = None
-    """The device memory the knob gives back. Such a knob pays through the larger micro-batch that memory allows:
-    on a GPU whose micro-batch search ran into memory, the sweep also measures it paired with the micro-batch
-    that did not fit without it (twice the largest that fit for activations, which grow with the micro-batch;
-    the first that did not fit for optimizer state, a fixed amount)."""
+    """The device memory it gives back: the sweep also measures it with the micro-batch that did not fit without it."""
     cost: ClassVar[str] = ""
-    """What the knob costs when memory is not the limit ("recompute", "host↔device copies"): the sweep's reason
-    for not measuring an activation-freeing knob on a GPU whose micro-batch memory did not limit."""
+    """What it costs when memory is not the limit ("recompute"): why such a knob was not measured."""
     changes_recipe: ClassVar[bool] = False
-    """True when the knob changes the training recipe (the optimizer): measured and reported with its caveats,
-    never stacked into the recommendation — a few measured steps cannot show that the model still converges."""
+    """It changes the training recipe (the optimizer): measured and reported with its caveats, never stacked."""
     traced: ClassVar[bool] = False
-    """True when what the knob costs is read from a profiler trace (offloading's PCIe copies): the sweep traces
-    its first run, after the timed window as always."""
+    """What it costs is read from a profiler trace (offloading's copies): the sweep traces its first run."""
 
     @property
     def settings(self) -> tuple[str, ...]:
-        """Where its setting lives in a TrialConfig: its `fields`, else ``knob_settings.<id>``. The keys of
-        `Trial.unknown_settings` and `TrialMetrics.not_applied` for this knob."""
+        """Where its setting lives in a TrialConfig (the keys of `Trial.unknown_settings`, `TrialMetrics.not_applied`)."""
         return self.fields or (f"knob_settings.{self.id}",)
 
     def compatible(self, config: TrialConfig) -> bool:
-        """False when the knob's settings cannot be applied on top of ``config`` (a DDP bucket size on an FSDP2
-        model): the sweep's stacking then leaves it out rather than build an invalid configuration."""
+        """False when its settings cannot stack onto ``config`` (a DDP bucket size on an FSDP2 model)."""
         return True
 
     def prerequisite_met(self, config: TrialConfig) -> bool:
@@ -146,8 +128,8 @@ class Knob:
         return True
 
     def code_change(self, ctx: KnobContext) -> str | None:
-        """Diff-style change to the user's own loop, shown in the report, written for the run's device (and torch
-        version): a CPU run never reads `.cuda()`. None where the knob means nothing on this device."""
+        """Diff-style change to the user's own loop, written for the run's device (and torch version); None where
+        the knob means nothing on this device."""
         raise NotImplementedError
 
     def applies(self, ctx: KnobContext) -> str | None:
@@ -161,18 +143,15 @@ class Knob:
         return [{self.fields[0]: self.value}]
 
     def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[Message]:
-        """How adopting it changes training beyond speed, as messages whose code is the kind ("numerics", "global_batch",
-        "training_recipe", ...: perfscope.ranking decides on it); empty when it does not."""
+        """How adopting it changes training beyond speed: messages whose code is the kind ("numerics", ...)."""
         return []
 
     def measured_notes(self, ctx: KnobContext, baseline: Trial, trial: Trial) -> list[str]:
-        """What a measured run shows about the knob beyond speed (memory it freed, traffic it added), in words
-        for the report; ``baseline`` is a baseline run to compare with."""
+        """What its run shows beyond speed (memory it freed, traffic it added), against a ``baseline`` run."""
         return []
 
     def apply(self, config: TrialConfig, changes: dict[str, Any]) -> TrialConfig:
-        """``config`` with one of `variants`' changes (a knob may try several settings, so the variant is an
-        argument); ``env`` and ``knob_settings`` entries are merged, not replaced."""
+        """``config`` with one of `variants`' changes; ``env`` and ``knob_settings`` entries are merged, not replaced."""
         merged = dict(changes)
         for key in ("env", "knob_settings"):
             if key in merged:
@@ -183,18 +162,31 @@ class Knob:
 
     def describe(self, changes: dict[str, Any]) -> str:
         """A variant's value in words ("4 workers", "micro-batch 32 × accumulation 2"): the outcome's setting."""
-        return describe_setting(changes)
+        words = []
+        for key, value in changes.items():
+            if key == "micro_batch_size":
+                words.append(f"micro-batch {value}")
+            elif key == "grad_accum_steps":
+                words.append(f"accumulation {value}")
+            elif key == "num_workers":
+                words.append(f"{value} worker{'s' if value != 1 else ''}")
+            elif key in ("env", "knob_settings"):
+                words += [f"{k}={v}" for k, v in value.items()]
+            elif value is True:
+                words.append(key.replace("_", " "))
+            else:
+                words.append(f"{key.replace('_', ' ')} {value}")
+        return " × ".join(words)
 
     def config_words(self, config: TrialConfig) -> str | None:
-        """Its setting in ``config`` in words, for the report's summary of a configuration ("bf16 autocast");
-        None when it has nothing to say (off, or another knob names the field)."""
+        """Its setting in ``config`` in words ("bf16 autocast"); None: off, or another knob names the field."""
         return None
 
     # ------------------------------------------------- the trial (trial/loop.py, trial/data.py call these)
 
     def active(self, config: TrialConfig) -> bool:
-        """Whether ``config`` runs with this knob: a field of `fields` off its default, or a value in
-        ``knob_settings``. Only active knobs' hooks are called. A knob that `shares_field` is active at its `value`."""
+        """Whether ``config`` runs with it (only active knobs' hooks are called): its id in ``knob_settings``, a field
+        off its default, or for a knob that `shares_field` its `value`."""
         if self.id in config.knob_settings:
             return True
         if self.shares_field:
@@ -225,8 +217,7 @@ class Knob:
         return None
 
     def step_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
-        """Entered around each training micro-batch's forward, not FLOP counting (activation offloading's
-        saved-tensor hooks: what the forward saves, backward reads back after the context closed)."""
+        """Entered around each training micro-batch's forward, not FLOP counting (offloading's saved-tensor hooks)."""
         return None
 
     def window_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
@@ -238,21 +229,17 @@ class Knob:
         return None
 
     def record(self, config: TrialConfig) -> Any:
-        """What `not_applied` needs, read at the end of the timed window, still inside the window contexts (the
-        process state the steps left: gc.get_freeze_count()); kept in ``Observed.recorded[id]``. None: nothing."""
+        """What `not_applied` needs, read at the end of the timed window inside its contexts (``Observed.recorded``)."""
         return None
 
     def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
-        """Why the run did not run with this knob after all, from what the trial saw at the end of its timed
-        steps (perfscope.trial.loop.not_applied: the user's code switched it back); None when it did, or cannot tell."""
+        """Why the run did not run with it after all (the user's code switched it back); None: it did, or unknown."""
         return None
 
     # ------------------------------------------------------- a Profiler in the user's own loop (perfscope.hooks)
 
     def observe(self, loop: Loop) -> dict[str, Any] | None:
-        """Its setting as the user's loop runs it, read when the Profiler builds its results: TrialConfig changes
-        as `variants` writes them (``{}``: observed, at its default). None: not observed, so `settings` are the
-        run's unknown settings (a knob with `fields` and `observed_by_hooks` is read by the hooks themselves)."""
+        """Its setting in a Profiler's loop, as `variants` writes it (``{}``: at its default); None: not observed."""
         return None
 
 
@@ -268,25 +255,6 @@ def field_default(name: str) -> Any:
     raise KeyError(f"TrialConfig has no field {name!r}")
 
 
-def describe_setting(changes: dict[str, Any]) -> str:
-    """A knob's winning value in words, for the report ("micro-batch 32 × accumulation 2", "4 workers")."""
-    words = []
-    for key, value in changes.items():
-        if key == "micro_batch_size":
-            words.append(f"micro-batch {value}")
-        elif key == "grad_accum_steps":
-            words.append(f"accumulation {value}")
-        elif key == "num_workers":
-            words.append(f"{value} worker{'s' if value != 1 else ''}")
-        elif key in ("env", "knob_settings"):
-            words += [f"{k}={v}" for k, v in value.items()]
-        elif value is True:
-            words.append(key.replace("_", " "))
-        else:
-            words.append(f"{key.replace('_', ' ')} {value}")
-    return " × ".join(words)
-
-
 def size(n: float) -> str:
     """Bytes in binary units, for the knobs' notes ("1.5 MiB")."""
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -294,6 +262,14 @@ def size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
+
+
+def freed(before: int, after: int) -> str:
+    """"1.0 GiB → 256.0 MiB: frees 768.0 MiB (75%)", or "...: grows by ..." when ``after`` is larger."""
+    change = before - after
+    if change < 0:
+        return f"{size(before)} → {size(after)}: grows by {size(-change)}"
+    return f"{size(before)} → {size(after)}: frees {size(change)}" + (f" ({change / before:.0%})" if change > 0 else "")
 
 
 def data_parallel_reason(ctx: KnobContext) -> str | None:
@@ -322,6 +298,16 @@ class DdpOption(Knob):
     ZeroRedundancyOptimizer)."""
 
     reference = "https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"
+    why: ClassVar[str] = ""
+    """For a DDP flag set to `value` (the defaults below): the comment beside the argument in the code change."""
 
     def compatible(self, config: TrialConfig) -> bool:
         return config.data_parallel in ("ddp", "zero1")
+
+    def code_change(self, ctx: KnobContext) -> str | None:
+        return ddp_option_change(ctx.device, self.why, **{self.fields[0]: self.value})
+
+    def applies(self, ctx: KnobContext) -> str | None:
+        if getattr(ctx.base, self.fields[0]):
+            return f"{self.fields[0]} is already on"
+        return ddp_reason(ctx, self.fields[0])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfscope.knobs.base import Knob, KnobContext, data_parallel_reason, size
+from perfscope.knobs.base import Knob, KnobContext, data_parallel_reason, freed, size
 from perfscope.results import Trial
 from perfscope.results.config import TrialConfig
 from perfscope.snippets import ddp_setup, ddp_wrap
@@ -73,8 +73,5 @@ def state_per_rank_notes(baseline: Trial, trial: Trial) -> list[str]:
     if before is None or after is None:
         return []
     (total0, state0), (total1, state1) = before, after
-    freed = total0 - total1
-    share = f" ({freed / total0:.0%})" if total0 > 0 and freed > 0 else ""
-    verb = f"frees {size(freed)}{share}" if freed >= 0 else f"grows by {size(-freed)}"
-    return [f"parameters + gradients + optimizer state per rank {size(total0)} → {size(total1)}: {verb} "
+    return [f"parameters + gradients + optimizer state per rank {freed(total0, total1)} "
             f"(optimizer state {size(state0)} → {size(state1)}; the largest rank, counted from its tensors)"]

@@ -4,7 +4,7 @@ Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
-from perfscope.knobs.base import Knob, KnobContext, size
+from perfscope.knobs.base import Knob, KnobContext, freed, size
 from perfscope.results import Trial
 from perfscope.results.config import TrialConfig
 from perfscope.results.messages import Message, msg
@@ -42,10 +42,7 @@ class LeanOptimizer(Knob):
         notes = []
         before, after = _state_bytes(baseline), _state_bytes(trial)
         if before is not None and after is not None:
-            freed = before - after
-            share = f" ({freed / before:.0%})" if before > 0 and freed > 0 else ""
-            notes.append(f"optimizer state {size(before)} → {size(after)}: frees {size(freed)}{share}"
-                         if freed >= 0 else f"optimizer state {size(before)} → {size(after)}: grows by {size(-freed)}")
+            notes.append(f"optimizer state {freed(before, after)}")
         bm, tm = baseline.metrics, trial.metrics
         if (ctx.cuda and bm is not None and tm is not None and bm.peak_memory_bytes and tm.peak_memory_bytes
                 and bm.micro_batch_size == tm.micro_batch_size):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from perfscope.knobs.base import Knob, KnobContext, data_parallel_reason
-from perfscope.knobs.micro_batch import global_batch_note
+from perfscope.knobs.micro_batch import global_batch_notes
 from perfscope.results.config import TrialConfig
 from perfscope.results.messages import Message
 
@@ -51,6 +51,4 @@ class NoSyncAccumulation(Knob):
         return [{"grad_accum_steps": accum, "no_sync": True} for accum in ACCUMULATION]
 
     def changes_semantics(self, ctx: KnobContext, config: TrialConfig) -> list[Message]:
-        if config.global_batch == ctx.base.global_batch:
-            return []
-        return [global_batch_note(ctx.base, config)]
+        return global_batch_notes(ctx.base, config)

@@ -49,9 +49,10 @@ def classify_exception(exc: BaseException) -> str:
     return "error"
 
 
-def error_tail(exc: BaseException, lines: int = 12) -> str:
+def failure(exc: BaseException, lines: int = 12) -> dict[str, Any]:
+    """The outcome of a trial that raised: its status, the error and the traceback's last lines."""
     text = "".join(traceback.format_exception(exc)).rstrip().splitlines()
-    return "\n".join(text[-lines:])
+    return {"status": classify_exception(exc), "error": f"{type(exc).__name__}: {exc}", "traceback": "\n".join(text[-lines:])}
 
 
 def _run_trial(spec: TrialSpec, result_path: Path) -> dict[str, Any]:
@@ -118,7 +119,7 @@ def _run_rank_of_job(spec: ChildSpec, result_path: Path) -> int:
     try:
         outcome = run_rank(spec, result_path)
     except BaseException as exc:  # noqa: BLE001 - every failure is a recorded status
-        outcome = {"status": classify_exception(exc), "error": f"{type(exc).__name__}: {exc}", "traceback": error_tail(exc)}
+        outcome = failure(exc)
     write_json(rank_result_path(result_path, rank), outcome)
     return 0 if outcome.get("status") in ("ok", "stop") else 1
 
@@ -139,7 +140,7 @@ def main(argv: list[str]) -> int:
             case _:
                 raise SpecError(f"a {spec.mode} spec runs only as a rank of a torchrun job")
     except BaseException as exc:  # noqa: BLE001 - every failure is a recorded status
-        outcome = {"status": classify_exception(exc), "error": f"{type(exc).__name__}: {exc}", "traceback": error_tail(exc)}
+        outcome = failure(exc)
         if oom is not None and oom.summary is not None:  # what held the memory, and the snapshot memory_viz opens
             outcome["error"] += f"\n{oom.summary.text()}"
     write_json(result_path, outcome)

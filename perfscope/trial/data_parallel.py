@@ -10,7 +10,7 @@ import inspect
 import os
 import socket
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ from torch import nn
 
 from perfscope.knobs.apply.checkpointing import shard_blocks
 from perfscope.results.config import TrialConfig
-from perfscope.trial.tensor_parallel import wrap_tensor_parallel
+from perfscope.trial.tensor_parallel import apply_tensor_parallel
 
 
 @dataclass(frozen=True)
@@ -74,10 +74,9 @@ def init_single_process_group(device: str) -> None:
 
 
 def wrap_model(model: nn.Module, config: TrialConfig, device: str, *, workload: Any | None = None) -> nn.Module:
-    """The module the step runs: ``model`` wrapped as the config asks (it must already be on its device)."""
-    if config.tensor_parallel > 1:  # TP, and FSDP2 on the "dp" mesh dimension when there are replicas
-
-        return wrap_tensor_parallel(model, config, workload)[0]
+    """The module the step runs: ``model`` wrapped as the config asks (it must already be on its device). Under TP
+    (every block split first) FSDP2 shards across the replicas on the mesh's "dp" dimension."""
+    mesh = apply_tensor_parallel(model, config, workload) if config.tensor_parallel > 1 else None
     if config.data_parallel == "none":
         return model
     device_ids = [torch.cuda.current_device()] if device == "cuda" else None
@@ -98,9 +97,10 @@ def wrap_model(model: nn.Module, config: TrialConfig, device: str, *, workload: 
     if config.fsdp_mixed_precision is not None:
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[config.fsdp_mixed_precision]
         policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=dtype)
+    on_mesh = {"mesh": mesh["dp"]} if mesh is not None else {}
     for block in shard_blocks(model):
-        fully_shard(block, reshard_after_forward=config.reshard_after_forward, mp_policy=policy)
-    fully_shard(model, reshard_after_forward=config.reshard_after_forward, mp_policy=policy)
+        fully_shard(block, reshard_after_forward=config.reshard_after_forward, mp_policy=policy, **on_mesh)
+    fully_shard(model, reshard_after_forward=config.reshard_after_forward, mp_policy=policy, **on_mesh)
     return model
 
 
@@ -154,8 +154,7 @@ def gradient_sync(wrapped: nn.Module, *, enabled: bool) -> Iterator[None]:
         finally:
             set_sync(True)
         return
-    with nullcontext():
-        yield
+    yield
 
 
 def can_skip_all_communication(config: TrialConfig) -> bool:

@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 from perfscope.trial.launch import Launch, rank_result_path, read_result, run_job
-from perfscope.trial.spec import FollowSpec, StopSpec, write_spec
+from perfscope.trial.runner import prepare_trial
+from perfscope.trial.spec import FollowSpec, StopSpec
 
 BETWEEN_JOBS_S = 2.0
 """A pause before joining the next job: node 0's agent of the last job must be gone, or this node's agent could
@@ -25,13 +26,12 @@ def follow(workload_path: Path, launch: Launch, *, device: str, work_dir: Path, 
     while max_jobs is None or jobs < max_jobs:
         jobs += 1
         job_dir = work_dir / f"job{jobs:04d}"
-        job_dir.mkdir(parents=True, exist_ok=True)
-        spec_path, result_path = job_dir / "spec.json", job_dir / "result.json"
-        write_spec(spec_path, FollowSpec(device=device, workload_path=str(workload_path.resolve()), work_dir=str(job_dir),
-                                         launch=launch, result_path=str(result_path)))
+        spec_path, result_path, log_path = prepare_trial(
+            FollowSpec(device=device, workload_path=str(workload_path.resolve()), work_dir=str(job_dir), launch=launch),
+            job_dir)
         print(f"perfscope worker: node {launch.node_rank} joining job {jobs} at {launch.rdzv_endpoint} ...",
               file=sys.stderr, flush=True)
-        outcome = run_job(spec_path, result_path, job_dir / "trial.log", launch=launch, timeout_s=job_timeout_s)
+        outcome = run_job(spec_path, result_path, log_path, launch=launch, timeout_s=job_timeout_s)
         statuses = [(read_result(rank_result_path(result_path, r)) or {}).get("status") for r in launch.local_ranks]
         if "stop" in statuses:
             print("perfscope worker: node 0's analysis is over", file=sys.stderr)
@@ -47,7 +47,5 @@ def follow(workload_path: Path, launch: Launch, *, device: str, work_dir: Path, 
 def stop_followers(launch: Launch, work_dir: Path, *, device: str, timeout_s: float = 300.0) -> str:
     """Node 0, at the end of its analysis: one last job whose spec says stop (the followers' loop ends); on the
     trials' device, so every rank joins with the same backend."""
-    work_dir.mkdir(parents=True, exist_ok=True)
-    spec_path, result_path = work_dir / "spec.json", work_dir / "result.json"
-    write_spec(spec_path, StopSpec(device=device, launch=launch, result_path=str(result_path)))
-    return run_job(spec_path, result_path, work_dir / "trial.log", launch=launch, timeout_s=timeout_s).status
+    spec_path, result_path, log_path = prepare_trial(StopSpec(device=device, launch=launch), work_dir)
+    return run_job(spec_path, result_path, log_path, launch=launch, timeout_s=timeout_s).status

@@ -136,6 +136,35 @@ def kill_tree(root: int) -> None:
     psutil.wait_procs(family, timeout=KILL_GRACE_S)
 
 
+def run_in_session(argv: list[str], log_path: Path, env: dict[str, str], timeout_s: float,
+                   running: set[int] | None = None) -> int | None:
+    """``argv`` in a session of its own (deaf to the terminal's Ctrl-C), on a lane's cores when ``env`` names them
+    (perfscope.trial.pin): its return code, or None when it ran past ``timeout_s`` (SIGTERM first: a torchrun agent
+    stops its workers and writes its summary). ``running`` holds its process group while it runs. What it leaves
+    (DataLoader workers, torchrun's workers in sessions of their own) dies with it, also on Ctrl-C in the parent."""
+    with open_log(log_path) as log:
+        with born_on(lane_cpus(env)):
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env={**os.environ, **env, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+        if running is not None:
+            running.add(proc.pid)
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=KILL_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+            return None
+        finally:
+            kill_tree(proc.pid)
+            killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            if running is not None:
+                running.discard(proc.pid)
+
+
 def run_job(spec_path: Path, result_path: Path, log_path: Path, *, launch: Launch, timeout_s: float,
             env: dict[str, str] | None = None, numa_binding: str | None = None) -> Outcome:
     """Run the spec as a torchrun job; classify how it ended (see the module docstring)."""
@@ -143,28 +172,7 @@ def run_job(spec_path: Path, result_path: Path, log_path: Path, *, launch: Launc
     for rank in launch.local_ranks:
         rank_result_path(result_path, rank).unlink(missing_ok=True)
     start = time.perf_counter()
-    timed_out = False
-    with open_log(log_path) as log:
-        with born_on(lane_cpus(env or {})):  # a lane's job: the agent and its ranks on the lane's cores (trial.pin)
-            proc = subprocess.Popen(
-                command(spec_path, launch, numa_binding=numa_binding),
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
-                start_new_session=True,
-            )
-        try:
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                killpg(proc.pid, signal.SIGTERM)  # the agent first: it stops its workers and writes its summary
-                try:
-                    proc.wait(timeout=KILL_GRACE_S)
-                except subprocess.TimeoutExpired:
-                    pass
-        finally:  # also on Ctrl-C in the parent, and after a normal end: DataLoader workers, stray ranks
-            kill_tree(proc.pid)
-            proc.wait()
+    timed_out = run_in_session(command(spec_path, launch, numa_binding=numa_binding), log_path, env or {}, timeout_s) is None
     wall = time.perf_counter() - start
     return classify_job(result_path, log_path, launch=launch, timed_out=timed_out, timeout_s=timeout_s, wall=wall)
 

@@ -55,10 +55,9 @@ def born_on(cpus: frozenset[int] | None) -> Iterator[None]:
 
 def pin_to_lane() -> frozenset[int] | None:
     """Apply ``PERFSCOPE_LANE_CPUS`` to this process (no-op without it); the CPUs pinned to, or None."""
-    text = os.environ.get(LANE_CPUS_ENV)
-    if not text or not hasattr(os, "sched_setaffinity"):
+    cpus = lane_cpus(os.environ)
+    if cpus is None or not hasattr(os, "sched_setaffinity"):
         return None
-    cpus = parse_cpus(text)
     os.sched_setaffinity(0, cpus)
     import torch
 

@@ -22,8 +22,8 @@ from perfscope.measure.contention import SWEEP_ROOT_ENV
 from perfscope.results.io import log_tail, open_log, read_json
 from perfscope.results.messages import msg
 from perfscope.results.serde import to_jsonable
-from perfscope.trial.launch import Outcome, how_it_ended, killpg, run_job
-from perfscope.trial.pin import LANE_CPUS_ENV, born_on, lane_cpus
+from perfscope.trial.launch import Outcome, how_it_ended, killpg, run_in_session, run_job
+from perfscope.trial.pin import LANE_CPUS_ENV, born_on
 from perfscope.trial.spec import ChildSpec, TrialSpec, write_spec
 from perfscope.trial.zygote import ForkRequest
 
@@ -136,15 +136,7 @@ class TrialRunner:
         """Process groups of the trials in flight: what `kill_running` ends (a parallel sweep's Ctrl-C)."""
         # A runner dropped without close() (a library caller, a test) must not leave its zygote behind for the
         # life of the calling process: the finalizer closes it when the runner is collected.
-        self._finalizer = weakref.finalize(self, _close_all, self._holder)
-
-    @property
-    def _zygote(self) -> _Zygote | None:
-        return self._holder[0] if self._holder else None
-
-    @_zygote.setter
-    def _zygote(self, zygote: _Zygote | None) -> None:
-        self._holder[:] = [zygote] if zygote is not None else []
+        weakref.finalize(self, _close_all, self._holder)
 
     def __enter__(self) -> TrialRunner:
         return self
@@ -166,13 +158,14 @@ class TrialRunner:
     def _zygote_for(self, work_dir: Path) -> _Zygote | None:
         if not self.use_zygote or self._zygote_failed is not None:
             return None
-        if self._zygote is None or not self._zygote.alive:
+        if not (self._holder and self._holder[0].alive):
+            _close_all(self._holder)  # a zygote that died: its log closed, a new one started
             try:
-                self._zygote = _Zygote((self.work_dir or work_dir.parent) / "zygote.log", self.cpus)
+                self._holder.append(_Zygote((self.work_dir or work_dir.parent) / "zygote.log", self.cpus))
             except Exception as exc:  # noqa: BLE001 - fall back to fresh interpreters, and say why once
                 self._zygote_failed = f"{type(exc).__name__}: {exc}"
-                self._zygote = None
-        return self._zygote
+                return None
+        return self._holder[0]
 
     def run(self, spec: ChildSpec, work_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None) -> Outcome:
         """Run ``spec`` (see perfscope.trial.child) in a fresh process; classify how it ended."""
@@ -244,34 +237,7 @@ def timed_out(timeout_s: float, log_path: Path, wall_s: float) -> Outcome:
 
 def run_in_fresh_interpreter(spec_path: Path, log_path: Path, env: dict[str, str], timeout_s: float,
                              running: set[int] | None = None) -> int | None:
-    """`python -m perfscope.trial.child SPEC` in its own session: its return code, or None when it timed out (its
-    group killed). ``running`` holds its process group while it runs. Also what a Slurm or Ray job runs on its node."""
-    with open_log(log_path) as log:
-        with born_on(lane_cpus(env)):  # a lane's trial starts on its cores (perfscope.trial.pin)
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "perfscope.trial.child", str(spec_path)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
-                start_new_session=True,
-            )
-        if running is not None:
-            running.add(proc.pid)
-        try:
-            return proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=KILL_GRACE_S)  # the trial itself, reaped: no waiting on zombies
-            except subprocess.TimeoutExpired:
-                pass
-            killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return None
-        except BaseException:
-            killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise
-        finally:
-            killpg(proc.pid, signal.SIGKILL)  # leftover DataLoader workers of a finished trial
-            if running is not None:
-                running.discard(proc.pid)
+    """`python -m perfscope.trial.child SPEC` in its own session (`run_in_session`): its return code, or None when
+    it timed out. Also what a Slurm or Ray job runs on its node."""
+    return run_in_session([sys.executable, "-m", "perfscope.trial.child", str(spec_path)], log_path, env, timeout_s,
+                          running)

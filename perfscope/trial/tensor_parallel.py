@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from perfscope.knobs.apply.checkpointing import find_repeated_blocks, shard_blocks, unwrapped
+from perfscope.knobs.apply.checkpointing import find_repeated_blocks, unwrapped
 from perfscope.results.config import TrialConfig
 
 QKV = re.compile(r"(^|[._])(q|k|v|wq|wk|wv|q_proj|k_proj|v_proj|query|key|value|to_q|to_k|to_v)$")
@@ -137,35 +137,18 @@ def _style(name: str) -> Any:
             "colwise_dtensor": ColwiseParallel(use_local_output=False)}[name]
 
 
-def layout_mesh(config: TrialConfig) -> Any:
-    """The DeviceMesh of a TP run: ("tp",) alone, or ("dp", "tp") when FSDP2 shards across replicas (rank =
-    dp index × tp + tp index: a TP group is adjacent ranks, on one node when tp divides the ranks per node)."""
+def apply_tensor_parallel(model: nn.Module, config: TrialConfig, workload: Any | None) -> Any:
+    """parallelize_module with the plan, in place (the model must already be on its device); returns the mesh:
+    ("tp",) alone, or ("dp", "tp") when FSDP2 shards across replicas (rank = dp index × tp + tp index: a TP group is
+    adjacent ranks, on one node when tp divides the ranks per node)."""
     from torch.distributed.device_mesh import init_device_mesh
-
-    tp, dp = config.tensor_parallel, config.data_parallel_size
-    if dp == 1:
-        return init_device_mesh(config.device, (tp,), mesh_dim_names=("tp",))
-    return init_device_mesh(config.device, (dp, tp), mesh_dim_names=("dp", "tp"))
-
-
-def apply_tensor_parallel(model: nn.Module, tp_mesh: Any, plan: TpPlan) -> None:
-    """parallelize_module with the plan, in place (the model must already be on its device)."""
     from torch.distributed.tensor.parallel import parallelize_module
 
+    plan = derive_plan(model, config.tensor_parallel, workload)
     if plan.reason is not None:
         raise ValueError(f"tensor parallelism inapplicable: {plan.reason}")
-    parallelize_module(model, tp_mesh, {name: _style(style) for name, style in plan.styles.items()})
-
-
-def wrap_tensor_parallel(model: nn.Module, config: TrialConfig, workload: Any | None) -> tuple[nn.Module, TpPlan]:
-    """TP on every block, then (2-D) FSDP2 across the replicas, per block and the root, on the "dp" mesh."""
-    plan = derive_plan(model, config.tensor_parallel, workload)
-    mesh = layout_mesh(config)
-    apply_tensor_parallel(model, mesh["tp"], plan)
-    if config.data_parallel == "fsdp":
-        from torch.distributed.fsdp import fully_shard
-
-        for block in shard_blocks(model):
-            fully_shard(block, mesh=mesh["dp"], reshard_after_forward=config.reshard_after_forward)
-        fully_shard(model, mesh=mesh["dp"], reshard_after_forward=config.reshard_after_forward)
-    return model, plan
+    tp, dp = config.tensor_parallel, config.data_parallel_size
+    shape, names = ((tp,), ("tp",)) if dp == 1 else ((dp, tp), ("dp", "tp"))
+    mesh = init_device_mesh(config.device, shape, mesh_dim_names=names)
+    parallelize_module(model, mesh["tp"], {name: _style(style) for name, style in plan.styles.items()})
+    return mesh

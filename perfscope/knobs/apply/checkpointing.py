@@ -1,11 +1,8 @@
-"""Activation checkpointing of a model's repeated blocks, switchable so FLOPs can be counted honestly.
+"""Activation checkpointing of a model's repeated blocks (non-reentrant `torch.utils.checkpoint`: it works with
+autocast, kwargs and inputs that do not require grad), switchable so that FLOPs can be counted honestly:
 
     blocks = apply_checkpointing(model)   # auto: the largest nn.ModuleList of same-type blocks
     with checkpointing_off(blocks): ...   # the model's own FLOPs (MFU); with it on, what the hardware ran (HFU)
-
-Non-reentrant `torch.utils.checkpoint` (the recommended variant: works with autocast, kwargs and
-inputs that do not require grad). The wrapper keeps the block's state_dict keys unchanged in spirit
-(the block is a child named `block`), and can be switched off for the FLOP count of model FLOPs.
 """
 
 from __future__ import annotations
