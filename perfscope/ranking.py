@@ -230,31 +230,12 @@ def changes_recipe(outcome: KnobOutcome) -> bool:
     return any(s.code != NUMERICS for s in outcome.changes_semantics)
 
 
-def _alternative(results: Results, rec: Recommendation | None, gain_by: GainOf) -> KnobOutcome | None:
-    floor = rec.gain.ratio if rec else 1.0
-    best: tuple[KnobOutcome, float] | None = None
-    for o in results.sweep.knobs if results.sweep else []:
-        gain = gain_by(o)
-        if o.status != "measured" or gain is None or not gain.faster or not changes_recipe(o):
-            continue
-        if rec is not None and o.knob in rec.knobs:
-            continue
-        if gain.ratio > floor and (best is None or gain.ratio > best[1]):  # a tie keeps the earlier knob
-            best = (o, gain.ratio)
-    return best[0] if best else None
-
-
-def _closest(results: Results, rec: Recommendation | None, gain_by: GainOf) -> KnobOutcome | None:
-    if rec is not None or results.sweep is None:
-        return None
-    base = baseline_configuration(results)
-    best: tuple[KnobOutcome, float] | None = None
-    for o in results.sweep.knobs:
-        gain = gain_by(o)
-        if o.status != "measured" or gain is None or o.trial == base or changes_recipe(o):
-            continue  # options that change the recipe are the alternative's business
-        if best is None or gain.ratio > best[1]:
-            best = (o, gain.ratio)
+def _best(knobs: list[tuple[KnobOutcome, Gain | None]], keep: Callable[[KnobOutcome, Gain], bool]) -> KnobOutcome | None:
+    """The measured knob with the highest gain that ``keep`` accepts; a tie keeps the earlier knob."""
+    best: tuple[KnobOutcome, Gain] | None = None
+    for o, g in knobs:
+        if o.status == "measured" and g is not None and keep(o, g) and (best is None or g.ratio > best[1].ratio):
+            best = (o, g)
     return best[0] if best else None
 
 
@@ -269,6 +250,8 @@ def rank_results(results: Results) -> Ranking:
         return gains[_outcome_key(o)]
 
     ordered = sorted(sweep_knobs, key=lambda o: knob_key(o, gain(o)))
+    gained = [(o, gain(o)) for o in sweep_knobs]
+    floor, base = rec.gain.ratio if rec else 1.0, baseline_configuration(results)  # what the alternative must beat
     return Ranking(
         fixes=_fixes(results, ranked, rec, gain),
         no_help=[RankedFix(rank=i, tier=Tier.NO_HELP, evidence=Evidence.MEASURED, findings=(f,), gain=f.gain)
@@ -277,7 +260,8 @@ def rank_results(results: Results) -> Ranking:
         folded=[o for o in ordered if o.status == "inapplicable"],
         gains=_gains(results, ordered, gain),
         recommendation=rec,
-        alternative=_alternative(results, rec, gain),
-        closest=_closest(results, rec, gain),
+        alternative=_best(gained, lambda o, g: g.faster and changes_recipe(o) and g.ratio > floor
+                          and not (rec is not None and o.knob in rec.knobs)),
+        closest=None if rec is not None else _best(gained, lambda o, g: o.trial != base and not changes_recipe(o)),
         knob_gains=gains,
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from perfscope.ranking import Recommendation
 from perfscope.report.format import NA, fmt_bytes, fmt_percent, fmt_rate, fmt_seconds, gain_text
 from perfscope.report.reference import configuration_rate, gain_figures
 from perfscope.report.story import (
@@ -102,7 +103,8 @@ def tell(headline: Headline, story: Story | None) -> Headline:
     return headline
 
 
-def headline_view(results: Results, base: Trial | None, rec: Trial | None) -> Headline:
+def headline_view(results: Results, base: Trial | None, rec: Trial | None, recommendation: Recommendation | None) -> Headline:
+    """The rows; the recommendation's gain and words are the ranking's, told by `tell`."""
     if base is None:
         return Headline(columns=[], rows=[], message="No trials were recorded.")
     if not base.ok:
@@ -119,7 +121,7 @@ def headline_view(results: Results, base: Trial | None, rec: Trial | None) -> He
     bm = base.metrics
     rm = trials[-1].metrics
     assert bm is not None and rm is not None
-    gain = results.sweep.recommended_gain if results.sweep else None
+    gain = recommendation.gain if recommendation is not None else None
     # The figures the gain was computed from (report/reference.py): each run's rate-based figures are scaled to them.
     figures = gain_figures(results, gain, candidate=trials[-1].configuration) if both and gain else None
     rates = [figures.reference_rate, figures.rate] if figures else [t.metrics.samples_per_s for t in trials]  # type: ignore[union-attr]
@@ -176,10 +178,6 @@ def headline_view(results: Results, base: Trial | None, rec: Trial | None) -> He
     rows.append(mem_row)
 
     headline = Headline(columns=[c for c, _ in shown], rows=rows)
-    if both and gain:
-        headline.gain = f"{gain_text(gain.ratio)} ({interval_words(gain)})"
-        headline.gain_significant = gain.significant
-        headline.recommended_knobs = list(results.sweep.recommended_knobs) if results.sweep else []
     if not both:
         if results.sweep is not None and results.sweep.recommended_trial == base.configuration:
             headline.lead = "The sweep found no configuration significantly faster than the baseline: the baseline is the recommendation."

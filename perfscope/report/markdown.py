@@ -18,7 +18,6 @@ from perfscope.report.lanes import LanesView
 from perfscope.report.layout import LayoutView
 from perfscope.report.story import (
     alternative_line,
-    build_story,
     closest_line,
     interval_words,
     noise_words,
@@ -338,8 +337,8 @@ def answer_lines(results: Results, report_path: Path | None) -> str:
     """What to do, in the headline's words and numbers (perfscope.report.story), then where to read more."""
     lines = [""]
     lines += [f"warning: {words(w)}" for w in results.warnings]
-    story = build_story(results)
-    if story is not None:
+    view = build_view(results)
+    if (story := view.story) is not None:
         r = story.recommended
         lines.append(f"recommendation: {recommendation_line(story)}"
                      + (f" ({interval_words(r.gain)}; {reference_words(r.gain)})" if r else ""))
@@ -351,7 +350,7 @@ def answer_lines(results: Results, report_path: Path | None) -> str:
             lines.append(alternative_line(story))
         if closest := closest_line(story):
             lines.append(f"  {closest}")
-    if why := build_view(results).headline.why:  # the page's own line: the breakdown's largest slice and its fix
+    if why := view.headline.why:  # the page's own line: the breakdown's largest slice and its fix
         lines.append(f"why slow: {why}")
     lines.append(f"results: {report_path.parent / 'results.json' if report_path else ''}".rstrip())
     if report_path is not None:

@@ -1,6 +1,6 @@
 """The report's one story: what to do, how much faster it measured, against what, and what else is faster.
 
-    story = build_story(results)
+    story = build_story(results, rank_results(results))
     story.recommended      # the sweep's recommendation (keeps the global batch), or None: keep the baseline
     story.alternative      # the fastest measured option that changes semantics, when it beats the recommendation
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from perfscope import knobs
-from perfscope.ranking import Ranking, rank_results
+from perfscope.ranking import Ranking
 from perfscope.report.format import fmt_interval, fmt_ratio
 from perfscope.results import Gain, KnobOutcome, Results, RunNoise
 from perfscope.results.config import TrialConfig
@@ -61,15 +61,14 @@ def _setting(outcome: KnobOutcome | None, knob: str) -> str:
     return f"{outcome.title}: {outcome.setting}" if outcome.setting and outcome.setting not in outcome.title else outcome.title
 
 
-def build_story(results: Results, ranking: Ranking | None = None) -> Story | None:
-    """The story of a sweep; None for results without one (hooks, a single trial). ``ranking``: the one the
-    caller already has (perfscope.ranking.rank_results of the same results)."""
+def build_story(results: Results, ranking: Ranking) -> Story | None:
+    """The story of a sweep; None for results without one (hooks, a single trial). ``ranking``: the render's one
+    (perfscope.ranking.rank_results of the same results) decides what is recommended, the alternative and the closest."""
     sweep = results.sweep
     if sweep is None:
         return None
     base = baseline_configuration(results)
     outcomes = {o.knob: o for o in sweep.knobs}
-    ranking = ranking or rank_results(results)  # what is recommended, the alternative and the closest: perfscope.ranking decides
     rec = ranking.recommendation
     recommended = None
     if rec is not None:

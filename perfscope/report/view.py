@@ -30,7 +30,7 @@ from perfscope.report.format import NA, fmt_seconds
 from perfscope.report.headline import Headline, headline_view, tell
 from perfscope.report.lanes import LanesView, lanes_view
 from perfscope.report.layout import LayoutView, layout_view
-from perfscope.report.story import build_story
+from perfscope.report.story import Story, build_story
 from perfscope.report.structure import knob_effects
 from perfscope.report.tables import (
     FailureView,
@@ -78,6 +78,7 @@ class ReportView:
     peak: str  # "989.4 TFLOP/s (bf16)" or "not measured"
     peak_source: str
     headline: Headline
+    story: Story | None  # the answer in words (perfscope.report.story), for the terminal's lines
     findings_state: str  # "not run" | "none" | "present"
     findings: list[FindingView]
     no_change: list[FindingView]
@@ -163,7 +164,7 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
     kernel_rows, kernels_trial = kernels(results, [base_name, rec_name])
     peak = results.peak
     env = results.environment
-    headline = tell(headline_view(results, base, rec), story)
+    headline = tell(headline_view(results, base, rec, ranking.recommendation), story)
     headline.why = why_line(slices, findings)
     view = ReportView(
         title=results.workload.name or Path(results.workload.path).stem, created_at=results.created_at,
@@ -171,7 +172,7 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
         device=env.device_name + (f" × {env.device_count}" if env.device_count > 1 else ""),
         peak=f"{peak.tflops:g} TFLOP/s ({peak.dtype})" if peak else "not measured",
         peak_source=peak.source if peak else "no peak known for this device; MFU is n/a (pass --peak-tflops)",
-        headline=headline, findings_state=state, findings=findings, no_change=no_change,
+        headline=headline, story=story, findings_state=state, findings=findings, no_change=no_change,
         knobs=knob_rows(ranking, ranking.knobs, effects), inapplicable=knob_rows(ranking, ranking.folded, effects),
         sweep_notes=sweep_notes, trials=trial_rows(results, base_name, rec_name), failures=failures(results),
         charts=charts, gain_chart=gain_chart(ranking.gains), absent_charts=absent,
