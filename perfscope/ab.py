@@ -19,11 +19,10 @@ from perfscope.check.compat import find_differences
 from perfscope.check.gate import ErrorCode, GateOptions, GateReport
 from perfscope.check.metrics import Side
 from perfscope.check.paired import decide_paired
-from perfscope.check.structure import diff_fingerprints
+from perfscope.check.structure import diff_sides, runs_consensus
 from perfscope.errors import UserError
 from perfscope.measure.mfu import choose_peak
 from perfscope.results import Environment, Results, Trial, WorkloadInfo
-from perfscope.results.fingerprint import consensus
 from perfscope.results.messages import msg
 from perfscope.search.compare import paired_test
 from perfscope.trial.runner import TrialRunner
@@ -154,8 +153,7 @@ def _decide(base: Results, cand: Results, options: ABOptions) -> GateReport:
         found = find_differences(Side(results=cand, runs=cand_ok), Side(results=base, runs=base_ok),
                                  metric_ids={"samples_per_s"})
         report.differences = [dataclasses.replace(d, blocking=False) if d.what in REVISION_FIELDS else d for d in found]
-        prints = [[t.metrics.fingerprint for t in runs if t.metrics and t.metrics.fingerprint] for runs in (base_ok, cand_ok)]
-        report.structure = diff_fingerprints(consensus(prints[0])[0], consensus(prints[1])[0])
+        report.structure = diff_sides(runs_consensus(base_ok), runs_consensus(cand_ok), names=("baseline", "candidate"))
     if report.blocking_differences:
         return report
     if base.trials and not any(t.ok for t in base.trials):

@@ -272,8 +272,6 @@ WORDING: dict[str, Wording] = {
         "or counting failed)"),
     "eager_op_count": ("op calls are counted on the eager step (torch.compile does not trace under the counting "
                        "dispatch mode); what compiling removed shows as kernel launches of traced CUDA runs"),
-    "configuration_fingerprints_vary": ("the runs of {name} gave {variants} different fingerprints: the most common one "
-                                        "is compared"),
     "per_step_batch_differs": ("per step of {batch} samples against the baseline's {baseline}: per-step counts scale "
                                "with the batch"),
     # perfscope check / ab / baseline: how the comparison was made, and what to beware of

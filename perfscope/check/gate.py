@@ -19,9 +19,8 @@ from perfscope.check.compat import Difference, find_differences
 from perfscope.check.decision import MetricCheck, Verdict
 from perfscope.check.metrics import METRICS, Metric, MetricUnavailable, Side
 from perfscope.check.sessions import StoredSession
-from perfscope.check.structure import NoteCode, StructureDiff, StructureGate, StructureNote, diff_fingerprints
+from perfscope.check.structure import StructureDiff, StructureGate, diff_sides, runs_consensus
 from perfscope.results import Results, Trial
-from perfscope.results.fingerprint import Fingerprint, consensus
 from perfscope.results.messages import Message, msg
 from perfscope.results.roles import recommended_configuration
 from perfscope.wording import words
@@ -164,18 +163,6 @@ def _pick_runs(results: Results, name: str, role: str) -> tuple[str | None, list
     return configuration, runs, None
 
 
-def _fingerprint(files: list[Results], trial: str, role: Literal["baseline", "current"], notes: list[StructureNote]) -> Fingerprint | None:
-    """The fingerprint of a side's successful runs, contended ones included (a count does not depend on the
-    load): identical code gives identical ones, so disagreement is worth a note; the most common one stands."""
-    runs = [t for results in files for t in _pick_runs(results, trial, role)[1] if t.ok]
-    prints = [t.metrics.fingerprint for t in runs if t.metrics is not None and t.metrics.fingerprint is not None]
-    fingerprint, variants = consensus(prints)
-    if variants > 1:
-        notes.append(StructureNote(code=NoteCode.FINGERPRINTS_DIFFER, side=role,
-                                   message=msg("fingerprints_differ", role=role, runs=len(prints), variants=variants)))
-    return fingerprint
-
-
 def _slower(verdict: Verdict) -> bool:
     """A regression, or a change past the tolerance that the noise could not confirm: both want a cause."""
     if verdict.status == "regression":
@@ -288,11 +275,9 @@ def run_gate(
         return report
     if report.failed_current is None or cur_side.runs:
         # Structure first: it is counted, so contended runs (no timing evidence) still give it exactly.
-        notes: list[StructureNote] = []
-        base_fp = _fingerprint(list(history.sessions), options.trial, "baseline", notes)
-        cur_fp = _fingerprint(current_files, options.trial, "current", notes)
-        report.structure = diff_fingerprints(base_fp, cur_fp, options.fail_on_structure)
-        report.structure.notes[:0] = notes
+        base, cur = (runs_consensus(t for r in files for t in _pick_runs(r, options.trial, role)[1])
+                     for files, role in ((history.sessions, "baseline"), (current_files, "current")))
+        report.structure = diff_sides(base, cur, options.fail_on_structure)
         if options.fail_on_structure and not report.structure.compared:
             report.error(ErrorCode.STRUCTURE_NOT_COMPARED, "--fail-on-structure: " + "; ".join(str(n) for n in report.structure.notes))
     if not base_side.runs:

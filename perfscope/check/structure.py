@@ -1,7 +1,7 @@
 """The structural gate: diff two fingerprints and name each change in words a user acts on.
 
     gates = parse_structure_gates("sync,flops:5%")
-    diff = diff_fingerprints(baseline_fp, current_fp, gates)
+    diff = diff_sides(runs_consensus(baseline_runs), runs_consensus(current_runs), gates)
     [c.message for c in diff.changes]     # "+1 host sync per step: aten::_local_scalar_dense (.item()) at m.py:42"
     diff.failed                            # the changes a chosen gate fails on
 
@@ -11,11 +11,13 @@ Design notes: docs/ci-gate.md.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal
 
-from perfscope.results.fingerprint import Fingerprint
+from perfscope.results import Trial
+from perfscope.results.fingerprint import Consensus, Fingerprint, consensus
 from perfscope.results.messages import Message, msg
 from perfscope.wording import words
 
@@ -355,4 +357,21 @@ def diff_fingerprints(base: Fingerprint | None, cur: Fingerprint | None,
         both = base.memory is None and cur.memory is None
         diff.notes.append(StructureNote(code=NoteCode.MEMORY_NOT_GATED, side="both" if both else "baseline" if base.memory is None else "current",
                                         message=msg("memory_not_gated", both=both)))
+    return diff
+
+
+def runs_consensus(runs: Iterable[Trial]) -> Consensus:
+    """A side's fingerprint from its successful runs, contended ones included: a count does not depend on the load."""
+    return consensus([t.metrics.fingerprint for t in runs if t.ok and t.metrics is not None and t.metrics.fingerprint is not None])
+
+
+def diff_sides(base: Consensus, cur: Consensus, gates: tuple[StructureGate, ...] = (),
+               names: tuple[str, str] = ("baseline", "current")) -> StructureDiff:
+    """The one structural diff of two sides' runs, which the gate, ab and the report's knob rows render: their
+    consensus fingerprints diffed, after a note for each side whose runs disagreed (``names``: how each is named)."""
+    diff = diff_fingerprints(base.fingerprint, cur.fingerprint, gates)
+    sides: tuple[NoteSide, NoteSide] = ("baseline", "current")
+    diff.notes[:0] = [StructureNote(code=NoteCode.FINGERPRINTS_DIFFER, side=side, message=msg(
+                          "fingerprints_differ", role=name, runs=c.runs, variants=c.variants))
+                      for side, name, c in zip(sides, names, (base, cur), strict=True) if c.variants > 1]
     return diff
