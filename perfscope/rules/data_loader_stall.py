@@ -212,7 +212,7 @@ class DataLoaderStall(Rule):
     @staticmethod
     def method(est: LoaderEstimate) -> str:
         if est.cores is None:
-            return ("upper bound if loading were fully overlapped, 1 / (1 − data-wait share); the run did not record "
+            return ("loading fully overlapped: 1 / (1 − data-wait share); the run did not record "
                     "its usable cores, so the bound ignores them")
         return (f"step / (max(compute, batch cost / workers) × max(1, threads / cores)) with {est.workers} worker(s); batch cost "
                 f"{ms(est.load_s)} ({est.load_source}); assumes each worker builds whole batches on one thread, the compute "

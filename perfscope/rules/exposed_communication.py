@@ -130,7 +130,7 @@ class ExposedCommunication(Rule):
             f.estimated_gain = 1 / (1 - share) if share < 1 else None
             f.cause_share = min(share, 1.0)  # measured in the trace: the exposed collectives' share of the step
             f.upper_bound = True
-            f.estimate_method = ("upper bound: every exposed collective hidden behind compute or removed, 1 / (1 − exposed share "
+            f.estimate_method = ("every exposed collective hidden behind compute or removed, 1 / (1 − exposed share "
                                  f"of the step); from rank {comm.rank}'s trace ({comm.source or 'profiled steps'}); assumes the "
                                  "compute keeps its speed and no collective becomes slower")
             f.estimate_bound = (f"the exposed collective time: {ms(comm.exposed_collective_s)} of the {ms(comm.step_s)} traced step "
@@ -157,7 +157,7 @@ class ExposedCommunication(Rule):
             evidence=evidence + [f"the largest collective is {kind.replace('_', ' ')}: not gradient synchronization, so "
                                  "DDP's bucket size, no_sync and gradient compression do not change it"],
             fix=fix, reference=reference, estimated_gain=1 / (1 - share) if share < 1 else None, upper_bound=share < 1,
-            estimate_method=(f"upper bound: every exposed collective hidden behind compute, 1 / (1 − exposed share of the "
+            estimate_method=(f"every exposed collective hidden behind compute, 1 / (1 − exposed share of the "
                              f"step); from rank {comm.rank}'s trace") if share < 1 else None,
             estimate_bound=(f"the exposed collective time: {ms(comm.exposed_collective_s)} of the {ms(comm.step_s)} traced "
                             f"step ({pct(share)})") if share < 1 else None)

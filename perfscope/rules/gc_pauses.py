@@ -69,7 +69,7 @@ class GcPauses(Rule):
             finding.cause_share = m.gc_pause_s / m.wall_s
             finding.estimated_gain = m.wall_s / (m.wall_s - m.gc_pause_s)
             finding.upper_bound = True
-            finding.estimate_method = ("upper bound: the window without the collector's measured pauses (window / (window − "
+            finding.estimate_method = ("the window without the collector's measured pauses (window / (window − "
                                        "pauses)); gc.freeze() spares only the objects alive when it is called")
             finding.estimate_bound = (f"the collector's measured pauses: {ms(m.gc_pause_s)} of a {ms(m.wall_s)} window; "
                                       "freezing cannot win more than them")

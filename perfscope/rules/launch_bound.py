@@ -63,7 +63,7 @@ class LaunchBound(Rule):
             finding.estimated_gain = 1.0 / (1.0 - starved)
             finding.cause_share = starved  # measured in the trace: the GPU idle waiting on the host's launches
             finding.upper_bound = True
-            finding.estimate_method = ("upper bound: step / (step − launch idle): CUDA graphs replay the step's kernels without host launches, "
+            finding.estimate_method = ("step / (step − launch idle): CUDA graphs replay the step's kernels without host launches, "
                                        "so the GPU's idle time waiting on them goes; assumes the kernels keep their durations and "
                                        "the step can be captured (static shapes, no host sync inside)")
             finding.estimate_bound = (f"the GPU's own time: {pct(1.0 - starved)} of the step is not launch idle"

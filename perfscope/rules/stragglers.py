@@ -137,7 +137,7 @@ class Stragglers(Rule):
         f.estimated_gain = job / (job - excess)
         f.cause_share = excess / job  # measured: the straggler's excess compute, a share of the job's step
         f.upper_bound = True
-        f.estimate_method = (f"upper bound: rank {s.rank} computing at the other ranks' median pace ({what}): the job's step "
+        f.estimate_method = (f"rank {s.rank} computing at the other ranks' median pace ({what}): the job's step "
                              f"({ms(job)}, the slowest rank's wall / steps) less its excess of {ms(excess)}; assumes the next "
                              "slowest rank does not take its place")
         f.estimate_bound = (f"rank {s.rank}'s excess compute, {ms(excess)} per step: the job cannot run faster than its next "
