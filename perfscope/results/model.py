@@ -51,7 +51,7 @@ from perfscope.stats import Summary
 
 __all__ = [
     "CONTENDED", "FAILED_STATUSES", "SCHEMA_VERSION", "Contention", "Environment", "Finding", "Gain", "KnobOutcome",
-    "MemoryBreakdown", "MemoryCategories", "MicroBatchPoint", "ModelFacts", "NumericsCheck", "Peak", "Results", "RunNoise", "Summary", "Sweep", "Trial", "TrialConfig",
+    "MEMORY_CATEGORY_NAMES", "MemoryBreakdown", "MemoryCategories", "MicroBatchPoint", "ModelFacts", "NumericsCheck", "Peak", "Results", "RunNoise", "Summary", "Sweep", "Trial", "TrialConfig",
     "TrialMetrics", "TrialStatus", "Utilization", "UtilizationSample", "Verdict", "Window", "WorkloadInfo",
 ]
 
@@ -155,10 +155,17 @@ class MemoryBreakdown:
     activations_and_temporaries: int | None
 
 
+MEMORY_CATEGORY_NAMES = {"parameter": "parameters", "gradient": "gradients", "optimizer_state": "optimizer state",
+                         "activation": "activations", "input": "inputs", "temporary": "temporaries",
+                         "autograd_detail": "autograd detail", "unknown": "untracked allocations"}
+"""torch.profiler's memory categories (perfscope.trace.memory_categories counts them) and their words in rules
+and charts."""
+
+
 @dataclass(kw_only=True)
 class MemoryCategories:
-    """One profiled step's memory by what torch.profiler's memory profile says holds it (parameter, gradient,
-    optimizer_state, activation, input, temporary, autograd_detail, unknown): perfscope.trace.memory_categories."""
+    """One profiled step's memory by what torch.profiler's memory profile says holds it (`MEMORY_CATEGORY_NAMES`):
+    perfscope.trace.memory_categories."""
 
     device: str
     peak_bytes: int = field(metadata=NON_NEGATIVE)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfscope.results import MemoryCategories, TrialMetrics
-from perfscope.rules._text import CATEGORY_NAMES, pct, size
+from perfscope.results import MEMORY_CATEGORY_NAMES, MemoryCategories, TrialMetrics
+from perfscope.rules._text import pct, size
 
 HOLDERS = {"activation": ("activation",), "optimizer_state": ("optimizer_state",), "weights": ("parameter", "gradient")}
 """The parts of a peak a memory fix frees: activations (checkpointing), optimizer state (a lean optimizer, ZeRO-1),
@@ -51,7 +51,7 @@ def peak_agreement(m: TrialMetrics, *, cuda: bool) -> PeakAgreement | None:
     held = m.memory_categories
     if held is None:
         return None
-    profiled = f"a profiled step's tensors peaked at {size(held.peak_bytes)}, most of it {CATEGORY_NAMES.get(held.peak_category, held.peak_category)}"
+    profiled = f"a profiled step's tensors peaked at {size(held.peak_bytes)}, most of it {MEMORY_CATEGORY_NAMES.get(held.peak_category, held.peak_category)}"
     if not cuda or not m.peak_memory_bytes:
         return PeakAgreement(held.peak_bytes, None, None, (
             f"{profiled}; no allocator peak to check it against (torch keeps none on a CPU: the run's peak is the "
