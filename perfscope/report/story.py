@@ -61,6 +61,14 @@ def _setting(outcome: KnobOutcome | None, knob: str) -> str:
     return f"{outcome.title}: {outcome.setting}" if outcome.setting and outcome.setting not in outcome.title else outcome.title
 
 
+def _knob_option(o: KnobOutcome | None, ranking: Ranking) -> Option | None:
+    """One measured knob as an option (the alternative, the closest), with the gain the ranking shows for it."""
+    if o is None or (gain := ranking.gain(o)) is None:
+        return None
+    return Option(configuration=o.trial or o.knob, knobs=[o.knob], settings=[_setting(o, o.knob)], gain=gain,
+                  caveats=[words(c) for c in o.changes_semantics])
+
+
 def build_story(results: Results, ranking: Ranking) -> Story | None:
     """The story of a sweep; None for results without one (hooks, a single trial). ``ranking``: the render's one
     (perfscope.ranking.rank_results of the same results) decides what is recommended, the alternative and the closest."""
@@ -76,16 +84,11 @@ def build_story(results: Results, ranking: Ranking) -> Story | None:
         recommended = Option(configuration=rec.configuration, knobs=list(rec.knobs),
                              settings=[_setting(outcomes.get(k), k) for k in rec.knobs],
                              gain=rec.gain, caveats=list(dict.fromkeys(caveats)))
-    alternative = closest = None
-    if (a := ranking.alternative) is not None and (gain := ranking.gain(a)) is not None:
-        alternative = Option(configuration=a.trial or a.knob, knobs=[a.knob], settings=[_setting(a, a.knob)],
-                             gain=gain, caveats=[words(c) for c in a.changes_semantics])
-    if (c := ranking.closest) is not None and (gain := ranking.gain(c)) is not None:
-        closest = Option(configuration=c.trial or c.knob, knobs=[c.knob], settings=[_setting(c, c.knob)], gain=gain)
     runs = results.runs(base)
     reference = runs[0] if runs else next((t for t in results.trials if t.configuration == base), None)
-    return Story(recommended=recommended, alternative=alternative, baseline=base, baseline_runs=len(runs), noise=sweep.noise,
-                 baseline_settings=settings_words(reference.config, reference.unknown_settings) if reference else [], closest=closest,
+    return Story(recommended=recommended, alternative=_knob_option(ranking.alternative, ranking),
+                 closest=_knob_option(ranking.closest, ranking), baseline=base, baseline_runs=len(runs), noise=sweep.noise,
+                 baseline_settings=settings_words(reference.config, reference.unknown_settings) if reference else [],
                  unfinished=list(sweep.unfinished))
 
 

@@ -78,34 +78,33 @@ def structural_effect(results: Results, configuration: str, baseline: Consensus 
     baseline itself or a configuration without a successful run. ``baseline``: its `configuration_fingerprint`,
     when the caller derived it once."""
     base_name = baseline_configuration(results)
-    runs = _evidence(results, configuration)
+    runs, base_runs = _evidence(results, configuration), _evidence(results, base_name)
     if configuration == base_name or not runs:
         return None
     base = baseline or configuration_fingerprint(results, base_name)
     cur = configuration_fingerprint(results, configuration)
-    diff = diff_sides(base, cur, names=(base_name, configuration))
-    measured = _data_wait_moved(results, base_name, runs)
+    measured = _data_wait_moved(base_runs, runs)
     if base.fingerprint is None or cur.fingerprint is None:  # check's note speaks of "the current run": name the configuration
         missing = msg("configuration_no_fingerprint", name=base_name if base.fingerprint is None else configuration,
                       baseline=base.fingerprint is None)
         return StructuralEffect(compared=False, notes=[missing], measured=measured)
+    diff = diff_sides(base, cur, names=(base_name, configuration))
     # The baseline need not be compiled: say what compiling made rather than "the baseline is not compiled".
     notes = [n.message for n in diff.notes if not (n.code is NoteCode.NOT_COMPILED and n.side == "baseline")]
     counted = [c.message for c in diff.changes]
     if cur.fingerprint.compile is not None and base.fingerprint.compile is None:
         counted.append(compile_words(cur.fingerprint.compile))
         notes.append(EAGER_COUNT_NOTE)
-    base_run = _evidence(results, base_name)
-    base_batch = base_run[0].metrics.samples_per_step if base_run and base_run[0].metrics else None
+    base_batch = base_runs[0].metrics.samples_per_step if base_runs and base_runs[0].metrics else None
     batch = runs[0].metrics.samples_per_step if runs[0].metrics else None
     if base_batch and batch and base_batch != batch:
         notes.append(msg("per_step_batch_differs", batch=batch, baseline=base_batch))
     return StructuralEffect(counted=counted, measured=measured, notes=notes)
 
 
-def _data_wait_moved(results: Results, base_name: str, runs: list[Trial]) -> list[str]:
+def _data_wait_moved(base_runs: list[Trial], runs: list[Trial]) -> list[str]:
     """The exposed data wait's move, when it moved enough to show (timed, not counted: marked measured)."""
-    before, after = _data_wait(_evidence(results, base_name)), _data_wait(runs)
+    before, after = _data_wait(base_runs), _data_wait(runs)
     if before is not None and after is not None and abs(after - before) >= DATA_WAIT_SHOWN:
         return [f"exposed data wait {before:.0%} → {after:.0%} of wall time"]
     return []
