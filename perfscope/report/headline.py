@@ -165,7 +165,7 @@ def headline_view(results: Results, base: Trial | None, rec: Trial | None, recom
         assert m is not None
         if m.peak_memory_bytes is None:
             return Cell(text=NA, note=_reason(t, "peak_memory_bytes"))
-        cap = m.device_memory_capacity_bytes or (results.environment.host_memory_bytes if not results.environment.device_type == "cuda" else None)
+        cap = m.device_memory_capacity_bytes or (results.environment.host_memory_bytes if results.environment.device_type != "cuda" else None)
         what = "device memory" if results.environment.device_type == "cuda" else "host memory"
         note = f"{m.peak_memory_bytes / cap * 100:.0f} % of {fmt_bytes(cap)} {what}" if cap else ""
         return Cell(text=fmt_bytes(m.peak_memory_bytes), note=note)

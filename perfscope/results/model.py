@@ -50,8 +50,8 @@ from perfscope.results.verdicts import (
 from perfscope.stats import Summary
 
 __all__ = [
-    "CONTENDED", "FAILED_STATUSES", "SCHEMA_VERSION", "Contention", "Environment", "Finding", "Gain", "KnobOutcome",
-    "MEMORY_CATEGORY_NAMES", "MemoryBreakdown", "MemoryCategories", "MicroBatchPoint", "ModelFacts", "NumericsCheck", "Peak", "Results", "RunNoise", "Summary", "Sweep", "Trial", "TrialConfig",
+    "CONTENDED", "FAILED_STATUSES", "MEMORY_CATEGORY_NAMES", "SCHEMA_VERSION", "Contention", "Environment", "Finding", "Gain", "KnobOutcome",
+    "MemoryBreakdown", "MemoryCategories", "MicroBatchPoint", "ModelFacts", "NumericsCheck", "Peak", "Results", "RunNoise", "Summary", "Sweep", "Trial", "TrialConfig",
     "TrialMetrics", "TrialStatus", "Utilization", "UtilizationSample", "Verdict", "Window", "WorkloadInfo",
 ]
 
