@@ -116,7 +116,6 @@ def profile_lines(profile: DatasetProfile, window_batch_s: float | None = None, 
     return lines
 
 
-@dataclass
 class DataLoaderStall(Rule):
     """The step waits for data: load batches in DataLoader workers.
 
@@ -181,12 +180,10 @@ class DataLoaderStall(Rule):
         helps = est.helps
         title = ("The step waits for data: add DataLoader workers" if helps
                  else "The step waits for data: the Dataset is too slow for this machine's cores")
-        outcome = ctx.knob("dataloader_workers")
-        won = outcome is not None and outcome.status == "measured" and outcome.gain is not None and outcome.gain.faster
         finding = Finding(
             rule_id=self.id, title=title, severity="high" if wait >= 0.3 else "medium", evidence=evidence, cause_share=wait,
             # Workers are the fix only where they can help (or were measured helping); else the Dataset's own cost is.
-            fix=self.fix_text(ctx, batch, est.workers) if helps or won else self.dataset_fix(profile),
+            fix=self.fix_text(ctx, batch, est.workers) if helps or ctx.won("dataloader_workers") else self.dataset_fix(profile),
             estimated_gain=est.gain if helps else None,
             estimate_method=self.method(est) if helps else None, upper_bound=helps and est.cores is None,
             estimate_bound=self.bound(est, how) if helps else None,
@@ -241,8 +238,8 @@ class DataLoaderStall(Rule):
 
     def fix_text(self, ctx: RuleContext, batch: int, workers: int) -> str:
         """The loader line with this run's batch and worker count; options the sweep measured as no better are left out."""
-        outcome = ctx.knob("dataloader_workers")
-        if outcome is not None and outcome.status == "measured" and outcome.setting and outcome.gain and outcome.gain.faster:
+        outcome = ctx.won("dataloader_workers")
+        if outcome is not None and outcome.setting:
             digits = "".join(ch for ch in outcome.setting if ch.isdigit())
             workers = int(digits) if digits else workers
         options = [f"num_workers={max(workers, 1)}"]

@@ -1,10 +1,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from perfscope.results import DistributedFacts, Finding, KnobOutcome, ShardingMemory
-from perfscope.rules._distributed import distributed_facts, measured_outcomes
+from perfscope.rules._distributed import distributed_facts
 from perfscope.rules._text import gib, pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.rules.memory_headroom import MemoryHeadroom
@@ -22,7 +21,6 @@ def stage_of(row: ShardingMemory) -> int:
     return int(match.group(1)) if match else 0
 
 
-@dataclass
 class DataParallelMemory(Rule):
     """Memory-bound data parallelism: every DDP rank holds a full copy of the weights, gradients and optimizer state.
 
@@ -133,7 +131,7 @@ class DataParallelMemory(Rule):
 
     def attach(self, ctx: RuleContext, finding: Finding, stage: int) -> list[Finding]:
         """One finding per sharding knob the sweep measured (its gain replaces the estimate), else the diagnosis."""
-        measured = measured_outcomes(ctx, SHARDING_KNOBS)
+        measured = [o for k in SHARDING_KNOBS if (o := ctx.measured(k))]
         if not measured:
             return [finding]
         out = []

@@ -1,13 +1,10 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from perfscope.results import Finding, TrialMetrics
 from perfscope.rules._text import gib, pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
 
-@dataclass
 class MemoryHeadroom(Rule):
     """Most of the device memory is unused: a larger micro-batch would fill the GPU better.
 

@@ -35,8 +35,7 @@ class MixedPrecision(Rule):
         precision = matmul_precision(ctx)  # not observed (a hooks loop) is not fp32: no finding rests on a default
         if not precision.fp32:
             return []
-        measured = [ctx.knob(k) for k in self.knobs]
-        measured = [o for o in measured if o is not None and o.status == "measured" and o.gain is not None]
+        measured = [o for k in self.knobs if (o := ctx.measured(k))]
         fp32_share = ctx.facts.kernels.fp32_gemm_fraction if ctx.facts else None
         if not ctx.cuda and not measured:
             return []

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from perfscope.results import Finding, TrialMetrics, msg
 from perfscope.rules._memory import holder_bytes, peak_agreement, peak_holder
 from perfscope.rules._text import gib, held_at_peak, pct, size
@@ -9,7 +7,6 @@ from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.snippets import checkpoint_change, lean_optimizer_change, sharding_change
 
 
-@dataclass
 class NearOom(Rule):
     """Memory is nearly full: one longer sequence away from an OOM.
 

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from perfscope.results import Finding
 from perfscope.results.layout import bubble_formula
 from perfscope.rules._distributed import model_parallel_runs
@@ -10,7 +8,6 @@ from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.wording import words
 
 
-@dataclass
 class PipelineBubble(Rule):
     """The pipeline idles in its bubble: too few micro-batches for its stages.
 

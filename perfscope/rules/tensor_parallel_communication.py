@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from perfscope.results import Finding
 from perfscope.rules._distributed import model_parallel_runs
 from perfscope.rules._text import ms, pct
@@ -15,7 +13,6 @@ FIX = ("-mesh = init_device_mesh(device, (world,), mesh_dim_names=(\"tp\",))    
        "+# or fewer TP ranks, or pipeline stages across the slow link (one activation per micro-batch crosses it)")
 
 
-@dataclass
 class TensorParallelCommunication(Rule):
     """Tensor parallelism's all-reduces are exposed: the step waits for them on a slow interconnect.
 
