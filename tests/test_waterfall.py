@@ -308,4 +308,4 @@ def test_the_accounting_reads_only_the_typed_results():
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert {m for m in imported if m.startswith("perfscope")} <= {"perfscope.results.model", "perfscope.results.roles",
-                                                                   "perfscope.results.messages"}
+                                                                   "perfscope.results.messages", "perfscope.results.breakdown"}
