@@ -63,11 +63,15 @@ def _is_stream(path: Path) -> bool:
     return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
-def _nearest_existing(path: Path) -> Path:
-    for candidate in (path, *path.parents):
-        if os.path.lexists(candidate):
-            return candidate
-    return Path(".")
+def _destination(raw: str) -> tuple[str, int | Path]:
+    """How ``raw`` is written: ("fd", a descriptor), ("stream", a device, FIFO or socket) or ("file", the regular file
+    an atomic write replaces); UserError for a path that cannot be written."""
+    if not raw.strip():
+        raise UserError("output path is empty")
+    target = Path(raw)
+    if (fd := _descriptor(target)) is not None:
+        return "fd", fd
+    return ("stream", target) if _is_stream(target) else ("file", _check_file_target(raw, target))
 
 
 def check_writable(path: str | os.PathLike[str]) -> None:
@@ -76,19 +80,9 @@ def check_writable(path: str | os.PathLike[str]) -> None:
     Checks what can be known without writing: not empty, not a folder, and for a file that the nearest
     existing folder on its way allows creating files (the atomic write creates a temp file beside it).
     """
-    text = os.fspath(path)
-    if text == STDOUT:
-        return
-    if not text.strip():
-        raise UserError("output path is empty")
-    target = Path(text)
-    if _descriptor(target) is not None:
-        return
-    if _is_stream(target):
-        if not os.access(target, os.W_OK):
-            raise UserError(f"{text}: cannot write: permission denied")
-        return
-    _check_file_target(text, target)
+    raw = os.fspath(path)
+    if raw != STDOUT and (where := _destination(raw))[0] == "stream" and not os.access(where[1], os.W_OK):
+        raise UserError(f"{raw}: cannot write: permission denied")
 
 
 def _check_file_target(text: str, target: Path) -> Path:
@@ -97,7 +91,7 @@ def _check_file_target(text: str, target: Path) -> Path:
         raise UserError(f"{text}: is a folder, not a file")
     if target.is_symlink():
         target = Path(os.path.realpath(target))
-    existing = _nearest_existing(target.parent)
+    existing = next((p for p in target.parents if os.path.lexists(p)), Path("."))
     if not existing.is_dir():
         raise UserError(f"{text}: cannot write: {existing} is not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
@@ -106,27 +100,24 @@ def _check_file_target(text: str, target: Path) -> Path:
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` following the rules in the module docstring; returns the path."""
+    """Write ``text`` (UTF-8) to ``path``: standard output, a descriptor or stream as it is, a file atomically."""
     raw = os.fspath(path)
     if raw == STDOUT:
         sys.stdout.write(text)
         sys.stdout.flush()
         return Path(STDOUT)
-    if not raw.strip():
-        raise UserError("output path is empty")
-    target = Path(raw)
     try:
-        fd = _descriptor(target)
-        if fd is not None:
-            _write_descriptor(fd, text)
-        elif _is_stream(target):
-            with open(target, "w", encoding="utf-8") as fh:
+        kind, where = _destination(raw)
+        if isinstance(where, int):
+            _write_descriptor(where, text)
+        elif kind == "stream":
+            with open(where, "w", encoding="utf-8") as fh:
                 fh.write(text)
         else:
-            _write_atomic(_check_file_target(raw, target), text)
+            _replace_atomically(where, lambda fh: fh.write(text.encode("utf-8")))
     except OSError as exc:
         raise UserError(f"{raw}: cannot write: {exc.strerror or exc}") from exc
-    return target
+    return Path(raw)
 
 
 def _write_descriptor(fd: int, text: str) -> None:
@@ -140,10 +131,6 @@ def _write_descriptor(fd: int, text: str) -> None:
             continue
     with os.fdopen(os.dup(fd), "w", encoding="utf-8") as fh:
         fh.write(text)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    _replace_atomically(path, lambda fh: fh.write(text.encode("utf-8")))
 
 
 def _replace_atomically(path: Path, write: Callable[[IO[bytes]], object]) -> None:
