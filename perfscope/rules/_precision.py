@@ -21,15 +21,10 @@ class MatmulPrecision:
     """Why: one line for a finding's evidence ("" when fp32 is False for want of evidence)."""
 
 
-def fp32_matmul_share(ctx: RuleContext) -> float | None:
-    """Share of the counted step's matmul/conv/attention FLOPs with fp32 inputs; None when none were counted."""
-    fingerprint = ctx.metrics.fingerprint
-    shares = fingerprint.matmul_dtype_shares() if fingerprint is not None else {}
-    return shares.get("fp32", 0.0) if shares else None
-
-
 def matmul_precision(ctx: RuleContext) -> MatmulPrecision:
-    share = fp32_matmul_share(ctx)
+    # The share of the counted step's matmul/conv/attention FLOPs with fp32 inputs; None when none were counted.
+    shares = ctx.metrics.fingerprint.matmul_dtype_shares() if ctx.metrics.fingerprint is not None else {}
+    share = shares.get("fp32", 0.0) if shares else None
     if share is not None and share < MOSTLY:
         return MatmulPrecision(False, f"{pct(1 - share)} of the matmul FLOPs already run in reduced precision")
     if "precision" not in ctx.baseline.unknown_settings:

@@ -42,7 +42,6 @@ class TensorParallelCommunication(Rule):
     """Fire when the TP run's exposed collective time is at least this share of its step."""
 
     def check(self, ctx: RuleContext) -> list[Finding]:
-        out = []
         for trial in model_parallel_runs(ctx, tp=True):
             facts = trial.metrics.distributed if trial.metrics else None
             comm = facts.communication if facts else None
@@ -60,8 +59,7 @@ class TensorParallelCommunication(Rule):
                 bw = f", {stat.bus_gbps:.1f} GB/s bus bandwidth" if stat.bus_gbps is not None else ""
                 evidence.append(f"{stat.op}: {stat.calls_per_step:g} calls per step, {ms(stat.time_s_per_step)}{bw}")
             evidence.append("TP's all-reduces sit between a block's matmuls: no compute overlaps them")
-            out.append(Finding(rule_id=self.id, title=f"Tensor parallelism waits {pct(share)} of its step on exposed all-reduces",
-                               severity="high" if share >= 0.3 else "medium", evidence=evidence, fix=FIX,
-                               addresses=list(self.addresses), trial=None,
-                               reference="https://pytorch.org/docs/stable/distributed.tensor.parallel.html"))
-        return out[:1]
+            return [Finding(rule_id=self.id, title=f"Tensor parallelism waits {pct(share)} of its step on exposed all-reduces",
+                            severity="high" if share >= 0.3 else "medium", evidence=evidence, fix=FIX,
+                            reference="https://pytorch.org/docs/stable/distributed.tensor.parallel.html")]
+        return []
