@@ -117,10 +117,6 @@ class Rule:
         """Optional second pass that sees the other rules' findings (e.g. to report what they left out)."""
         return []
 
-    @classmethod
-    def summary(cls) -> str:
-        return (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else cls.name
-
     def why_not_here(self, ctx: RuleContext, outcome: KnobOutcome) -> str | None:
         """Why the measured fix did not help on this machine, and whether it would pay on other hardware (None:
         nothing to add); the finding leaves the ranked fixes whatever this says."""
