@@ -100,17 +100,12 @@ class MfuWaterfall:
     end_label: str
     end_points: float
     """The measured MFU in points; without FLOPs, the matmul-class share of the step."""
-    mfu_points: float | None
     parts: list[WaterfallPart] = field(default_factory=list)
     notes: list[Message] = field(default_factory=list)
 
     @property
     def available(self) -> list[WaterfallPart]:
         return [p for p in self.parts if p.points is not None]
-
-    @property
-    def residual_points(self) -> float:
-        return next((p.points or 0.0 for p in self.parts if p.key == "residual"), 0.0)
 
     def part(self, key: str) -> WaterfallPart | None:
         return next((p for p in self.parts if p.key == key), None)
@@ -238,8 +233,7 @@ def trial_waterfall(results: Results, trial: Trial) -> MfuWaterfall | None:
         elif key in unavailable:
             out.append(WaterfallPart(key=key, points=None, unavailable=unavailable[key]))
     return MfuWaterfall(trial=trial.name, basis=basis, denominator=denominator, step_s=step, end_label=end_label,
-                        end_points=end * 100, mfu_points=mfu * 100 if mfu is not None and basis == "peak" else None,
-                        parts=out, notes=notes)
+                        end_points=end * 100, parts=out, notes=notes)
 
 
 def _ceiling_share(results: Results, hfu: float) -> float | None:
