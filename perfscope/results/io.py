@@ -91,12 +91,18 @@ def _check_file_target(text: str, target: Path) -> Path:
         raise UserError(f"{text}: is a folder, not a file")
     if target.is_symlink():
         target = Path(os.path.realpath(target))
-    existing = next((p for p in target.parents if os.path.lexists(p)), Path("."))
-    if not existing.is_dir():
-        raise UserError(f"{text}: cannot write: {existing} is not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"{text}: cannot write: no permission to create files in {existing}")
+    check_folder(f"{text}: cannot write", target.parent)
     return target
+
+
+def check_folder(label: str, folder: Path) -> None:
+    """UserError (naming ``label``) unless the nearest existing path on the way to ``folder`` is a folder this process
+    may create files in."""
+    existing = next((p for p in (folder, *folder.parents) if os.path.lexists(p)), Path("."))
+    if not existing.is_dir():
+        raise UserError(f"{label}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{label}: no permission to create files in {existing}")
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
