@@ -95,25 +95,8 @@ def from_jsonable(tp: Any, data: Any, where: str = "", constraint: Constraint | 
         return {k: from_jsonable(value_tp, v, _key(where, k), inner) for k, v in data.items()}
     if dataclasses.is_dataclass(tp):
         return _dataclass(tp, data, where)
-    if tp is float:
-        return _float(data, where, constraint)
-    if tp is int:
-        if isinstance(data, bool) or not isinstance(data, int):
-            raise ResultsError(f"{_at(where)}: expected an integer, got {show(data)}")
-        check_int64(data, _at(where))
-        if constraint is not None:
-            constraint.check_number(data, _at(where))
-        return data
-    if tp is str:
-        if not isinstance(data, str):
-            raise ResultsError(f"{_at(where)}: expected a string, got {show(data)}")
-        if constraint is not None:
-            constraint.check_length(data, _at(where))
-        return data
-    if tp is bool:
-        if not isinstance(data, bool):
-            raise ResultsError(f"{_at(where)}: expected true or false, got {show(data)}")
-        return data
+    if tp in _SCALARS:
+        return _scalar(tp, data, _at(where), constraint)
     _check_free(data, where)
     return data
 
@@ -136,17 +119,24 @@ def _union(tp: Any, data: Any, where: str, constraint: Constraint | None) -> Any
     raise ResultsError(f"{_at(where)}: {show(data)} matches none of the allowed types ({'; '.join(errors)})")
 
 
-def _float(data: Any, where: str, constraint: Constraint | None) -> float:
-    if isinstance(data, bool) or not isinstance(data, int | float):
-        raise ResultsError(f"{_at(where)}: expected a number, got {show(data)}")
-    try:
-        value = float(data)
-    except OverflowError:
-        raise ResultsError(f"{_at(where)}: must be finite, got {show(data)}") from None
-    check_finite(value, _at(where))
-    if constraint is not None:
-        constraint.check_number(value, _at(where))
-    return value
+_SCALARS = {float: "a number", int: "an integer", str: "a string", bool: "true or false"}
+"""The JSON scalars, as an error names what was expected."""
+
+
+def _scalar(tp: type, data: Any, at: str, constraint: Constraint | None) -> Any:
+    if isinstance(data, bool) != (tp is bool) or not isinstance(data, (int, float) if tp is float else tp):
+        raise ResultsError(f"{at}: expected {_SCALARS[tp]}, got {show(data)}")
+    if tp is float:
+        try:
+            data = float(data)
+        except OverflowError:
+            raise ResultsError(f"{at}: must be finite, got {show(data)}") from None
+        check_finite(data, at)
+    elif tp is int:
+        check_int64(data, at)
+    if constraint is not None and tp is not bool:
+        (constraint.check_length if tp is str else constraint.check_number)(data, at)
+    return data
 
 
 def _dataclass(tp: Any, data: Any, where: str) -> Any:
