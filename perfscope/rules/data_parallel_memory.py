@@ -94,7 +94,11 @@ class DataParallelMemory(Rule):
                                       if cap else f"sharding frees at most the replicated state, {gib(freed)} per rank under {row.strategy}")
         else:
             evidence.append("not estimated: the run has no memory model of the sharding stages")
-        return self.attach(ctx, finding, stage)
+        # One finding per sharding knob the sweep measured (its gain replaces the estimate), else the diagnosis.
+        return [self.measured(ctx, Finding(
+            rule_id=self.id, title=f"Memory-bound data parallelism: {o.title}, measured", severity=finding.severity,
+            evidence=evidence + self.measured_lines(ctx, o), fix=o.code_change or finding.fix, reference=finding.reference),
+            o.knob) for k in SHARDING_KNOBS if (o := ctx.measured(k))] or [finding]
 
     @staticmethod
     def fullest(ctx: RuleContext, facts: DistributedFacts) -> int | None:
@@ -120,19 +124,6 @@ class DataParallelMemory(Rule):
                 return row, u
         best = max(sharded, key=lambda r: (unlocked(r) or 0, ddp.total - r.total))
         return best, unlocked(best)
-
-    def attach(self, ctx: RuleContext, finding: Finding, stage: int) -> list[Finding]:
-        """One finding per sharding knob the sweep measured (its gain replaces the estimate), else the diagnosis."""
-        measured = [o for k in SHARDING_KNOBS if (o := ctx.measured(k))]
-        if not measured:
-            return [finding]
-        out = []
-        for o in measured:
-            f = Finding(rule_id=self.id, title=f"Memory-bound data parallelism: {o.title}, measured", severity=finding.severity,
-                        evidence=list(finding.evidence) + self.measured_lines(ctx, o), fix=o.code_change or finding.fix,
-                        reference=finding.reference)
-            out.append(self.measured(ctx, f, o.knob))
-        return out
 
     @staticmethod
     def measured_lines(ctx: RuleContext, o: KnobOutcome) -> list[str]:
