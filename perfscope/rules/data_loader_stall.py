@@ -61,9 +61,9 @@ class LoaderEstimate:
     def helps(self) -> bool:
         return self.cores is None or (self.workers >= 1 and self.gain >= MIN_GAIN)
 
-def loader_estimate(ctx: RuleContext, wait_share: float, workers: int | None = None) -> LoaderEstimate:
-    """The model's inputs from the baseline run (and its Dataset profile); ``workers`` fixes the count, else the
-    fewest workers that reach the best step on this machine."""
+def loader_estimate(ctx: RuleContext, wait_share: float) -> LoaderEstimate:
+    """The model's inputs from the baseline run (and its Dataset profile), assuming the fewest workers that reach the
+    best step on this machine (`gain_with` gives any other count's)."""
     env = ctx.results.environment
     step = ctx.metrics.mean_step_time_s
     wait = step * wait_share
@@ -92,8 +92,6 @@ def loader_estimate(ctx: RuleContext, wait_share: float, workers: int | None = N
     threads = (float(profile.threads) if profile is not None and profile.threads else (cores or 1.0)) if cpu else 1.0
     est = LoaderEstimate(step_s=step, compute_s=step - wait, load_s=load, load_source=source, cores=cores,
                          cpu_device=cpu, compute_threads=threads, workers=0)
-    if workers is not None:
-        return replace(est, workers=workers)
     if cores is None:
         return replace(est, workers=max(current, 1))
     limit = min(max(int(cores) if cpu else int(cores) - 1, 0), MAX_WORKERS)
