@@ -40,7 +40,7 @@ class CompileFusion(Rule):
     )
     groups = ("compute",)
     knobs = ("compile",)
-    addresses = ("elementwise", "normalization")
+    addresses = FUSIBLE
     threshold: float = 0.25
     """Fire when elementwise + normalization kernels take at least this share of kernel time."""
 
