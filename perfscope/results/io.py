@@ -120,7 +120,7 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
             with open(where, "w", encoding="utf-8") as fh:
                 fh.write(text)
         else:
-            _replace_atomically(where, lambda fh: fh.write(text.encode("utf-8")))
+            _replace_atomically(raw, lambda fh: fh.write(text.encode("utf-8")))
     except OSError as exc:
         raise UserError(f"{raw}: cannot write: {exc.strerror or exc}") from exc
     return Path(raw)
@@ -139,55 +139,54 @@ def _write_descriptor(fd: int, text: str) -> None:
         fh.write(text)
 
 
-def _replace_atomically(path: Path, write: Callable[[IO[bytes]], object]) -> None:
-    """``write`` fills a temp file beside ``path``; fsync, then one rename puts it in place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _replace_atomically(raw: str, write: Callable[[IO[bytes]], object], doing: str = "write") -> Path:
+    """``write`` fills a temp file beside the regular file ``raw`` names; fsync, then one rename puts it in place
+    (a reader never sees half a file). UserError naming ``raw`` when it cannot be (``doing``: what failed)."""
+    path = _check_file_target(raw, Path(raw))
     try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)  # replacing a file keeps its permissions
-    except FileNotFoundError:
-        mode = 0o666 & ~_umask()  # mkstemp creates 0600; these files are meant to be read and shared
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            mode = stat.S_IMODE(os.stat(path).st_mode)  # replacing a file keeps its permissions
+        except FileNotFoundError:
+            mode = 0o666 & ~_umask()  # mkstemp creates 0600; these files are meant to be read and shared
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            os.fchmod(fd, mode)
+            with os.fdopen(fd, "wb") as fh:
+                write(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise UserError(f"{raw}: cannot {doing}: {exc.strerror or exc}") from exc
+    return Path(raw)
 
 
 def write_gzip(path: str | os.PathLike[str], chunks: Iterable[bytes], *, compresslevel: int = 6) -> Path:
     """Gzip a stream of bytes into a regular file, atomically: for artifacts too large to hold as one string
     (a profiler trace). The gzip header names the final file, not the temp file, and has no timestamp."""
     raw = os.fspath(path)
-    target = _check_file_target(raw, Path(raw))
-    inner = target.name[:-3] if target.name.endswith(".gz") else target.name
+    inner = Path(os.path.realpath(raw)).name.removesuffix(".gz")
 
     def write(fh: IO[bytes]) -> None:
         with gzip.GzipFile(filename=inner, mode="wb", fileobj=fh, compresslevel=compresslevel, mtime=0) as gz:
             for chunk in chunks:
                 gz.write(chunk)
 
-    try:
-        _replace_atomically(target, write)
-    except OSError as exc:
-        raise UserError(f"{raw}: cannot write: {exc.strerror or exc}") from exc
-    return Path(raw)
+    return _replace_atomically(raw, write)
 
 
 def copy_file(source: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
-    """Copy ``source`` to the regular file ``path`` atomically (a reader never sees half a copy)."""
-    raw = os.fspath(path)
-    target = _check_file_target(raw, Path(raw))
-    try:
+    """Copy ``source`` to the regular file ``path`` atomically."""
+
+    def write(fh: IO[bytes]) -> None:
         with open(source, "rb") as src:
-            _replace_atomically(target, lambda fh: shutil.copyfileobj(src, fh))
-    except OSError as exc:
-        raise UserError(f"{raw}: cannot copy {os.fspath(source)}: {exc.strerror or exc}") from exc
-    return Path(raw)
+            shutil.copyfileobj(src, fh)
+
+    return _replace_atomically(os.fspath(path), write, f"copy {os.fspath(source)}")
 
 
 def write_json(path: str | os.PathLike[str], data: Any) -> Path:
