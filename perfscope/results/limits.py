@@ -30,14 +30,6 @@ def check_size(size: int, max_bytes: int = MAX_FILE_BYTES) -> None:
         raise ResultsError(f"file is {size / 2**20:,.1f} MiB, over the {max_bytes / 2**20:,.0f} MiB limit for a results file")
 
 
-def decode_utf8(data: bytes) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ResultsError(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-                           "results files are UTF-8 JSON") from None
-
-
 def max_depth(data: bytes, limit: int = MAX_DEPTH) -> int:
     """The deepest nesting of arrays and objects in JSON ``data`` (strings skipped), computed up to ``limit + 1``."""
     import numpy as np  # lazily: only readers of files pay for it
@@ -59,7 +51,11 @@ def parse_json(data: bytes, *, max_bytes: int = MAX_FILE_BYTES, max_nesting: int
     """Check size, encoding and nesting, then parse. NaN and Infinity are parsed (as floats) so the model's
     validation can reject them naming the field (``trials[0].metrics.mfu: must be finite, got nan``)."""
     check_size(len(data), max_bytes)
-    text = decode_utf8(data)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                           "results files are UTF-8 JSON") from None
     depth = max_depth(data, max_nesting)
     if depth > max_nesting:
         raise ResultsError(f"JSON nested deeper than {max_nesting} levels; not a results file")

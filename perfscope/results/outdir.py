@@ -16,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 
 from perfscope.errors import UserError
+from perfscope.results.io import check_folder
 
 LOCK_NAME = ".perfscope.lock"
 _ATTEMPTS = 10
@@ -29,11 +30,7 @@ def check_output_dir(path: str | os.PathLike[str]) -> Path:
     out = Path(text)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {text}: is a file, not a folder")
-    existing = next((p for p in (out, *out.parents) if p.exists()), Path("."))
-    if not existing.is_dir():
-        raise UserError(f"--out {text}: {existing} is a file, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"--out {text}: no permission to write in {existing}")
+    check_folder(f"--out {text}", out)
     return out
 
 
