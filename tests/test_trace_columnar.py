@@ -109,7 +109,9 @@ def test_columns_and_event_views_agree() -> None:
     device = trace.columns("device")
     assert device.ts.tolist() == [3.0, 9.0]  # sorted by start
     assert device.linked.tolist() == [False, True] and device.launch_ts[1] == 2.0
-    assert [x.event.name for x in trace.device] == ["early", "gemm"] and trace.device[1].launch.name == "cudaLaunchKernel"
-    assert trace.cpu_ops[0].args["Input Dims"] == [[4, 8], [8, 2]] and trace.cpu_ops[0].external_id == 3
-    assert trace.cpu_ops[0].tid == "main" and trace.cpu_ops[0].correlation is None
+    assert [e.name for e in trace.events("device")] == ["early", "gemm"]
+    assert device.names[device.launch_name[1]] == "cudaLaunchKernel" and device.launch_name[0] == -1
+    (op,) = trace.events("cpu_ops")
+    assert op.args["Input Dims"] == [[4, 8], [8, 2]] and op.external_id == 3
+    assert op.tid == "main" and op.correlation is None
     assert trace.kernel_devices == {0: 2 - 1} and trace.complete_events == 4

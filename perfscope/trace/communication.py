@@ -14,11 +14,11 @@ import numpy as np
 from perfscope.hardware import bus_bandwidth_gbps
 from perfscope.results.distributed import CollectiveStat, CommunicationFacts
 from perfscope.results.messages import msg
-from perfscope.trace.events import COMM_NAMESPACES, GLOO_PREFIX, Event, Trace, read_trace
-from perfscope.trace.facts import Window, data_spans, step_note, window
+from perfscope.trace.events import COMM_NAMESPACES, GLOO_PREFIX, Event, Trace
+from perfscope.trace.inputs import read_trace
 from perfscope.trace.intervals import Span, clip, length, merge, subtract
 from perfscope.trace.kernels import collective_spans
-from perfscope.trace.steps import PROFILER_STEPS
+from perfscope.trace.window import Window, data_spans, step_notes, window
 
 NCCL_PREFIX = "nccl:"
 NO_COLLECTIVES = msg("no_collectives_in_steps")
@@ -101,21 +101,18 @@ def payload_bytes_of(event: Event, op: str, world_size: int) -> int | None:
     return nelems * size * (world_size if op == "all_gather" else 1)  # gloo shows the input shard
 
 
-def _collective_threads(trace: Trace) -> set[tuple[object, object]]:
-    return {(e.pid, e.tid) for e in trace.annotations if e.name.startswith(GLOO_PREFIX)}
-
-
 def _host_spans(trace: Trace, w: Window) -> tuple[list[tuple[str, Event]], list[Span], list[Span]]:
     """CPU: (collective runs (op, event), all collective spans, compute spans), in the window."""
-    threads = _collective_threads(trace)
-    gloo = [(op, e) for e in trace.annotations if (op := collective_op(e.name)) is not None]
-    comm_ops = [e for e in trace.cpu_ops if e.name.partition("::")[0] in COMM_NAMESPACES]
+    annotations, cpu_ops = trace.events("annotations"), trace.events("cpu_ops")
+    threads = {(e.pid, e.tid) for e in annotations if e.name.startswith(GLOO_PREFIX)}
+    gloo = [(op, e) for e in annotations if (op := collective_op(e.name)) is not None]
+    comm_ops = [e for e in cpu_ops if e.name.partition("::")[0] in COMM_NAMESPACES]
     enqueue = [(op, e) for e in comm_ops if (op := collective_op(e.name)) is not None]
     inside_comm: dict[tuple[object, object], list[Span]] = defaultdict(list)
     for e in comm_ops:
         inside_comm[(e.pid, e.tid)].append(e.span)
     compute = [
-        e.span for e in trace.cpu_ops
+        e.span for e in cpu_ops
         if (e.pid, e.tid) not in threads and _DISPATCHER_OP.match(e.name) and e.name.partition("::")[0] not in COMM_NAMESPACES
         and not any(s <= e.ts and e.end <= t for s, t in inside_comm.get((e.pid, e.tid), ()))  # the collective's own copies
     ]
@@ -173,7 +170,7 @@ def communication_facts(trace_path: Path, *, rank: int, device_type: str, steps:
     already read."""
     trace = trace if trace is not None else read_trace(Path(trace_path))
     w = window(trace, steps)
-    notes = [step_note(trace, w)] if not trace.steps or trace.steps_from not in ("", PROFILER_STEPS) else []
+    notes = step_notes(trace, w)
     on_device = device_type == "cuda" and bool(len(trace.issued(*w.bounds)))
     if on_device:
         runs, collective, compute = _device_spans(trace, w)

@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from perfscope.results.trace_facts import SyncFacts
-from perfscope.trace.events import Event, Trace, event_at, is_user_frame, read_trace
+from perfscope.trace.events import Event, Trace, event_at, is_user_frame
 from perfscope.trace.export import distributed_info, trace_file_name
+from perfscope.trace.inputs import read_trace
 from perfscope.trace.intervals import Span, clip, merge, merge_arrays, seqsum
 from perfscope.trace.table import EventColumns
 from perfscope.trace.window import Window, window
