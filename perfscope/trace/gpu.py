@@ -12,7 +12,7 @@ import numpy as np
 
 from perfscope.results.trace_facts import GpuTimeline, IdleBreakdown, LaunchFacts
 from perfscope.trace.events import Trace
-from perfscope.trace.intervals import Span, clip_arrays, gaps_arrays, merge_arrays, overlaps, seqsum, subtract_length, touches
+from perfscope.trace.intervals import Span, SpanArray, clip, gaps, length, merge, overlaps, seqsum, subtract, touches
 from perfscope.trace.sync import enclosing, op_name
 from perfscope.trace.table import EventColumns
 from perfscope.trace.window import Window
@@ -39,15 +39,16 @@ class IdleGaps:
         return len(self.start)
 
 
-def busy(device: EventColumns) -> tuple[np.ndarray, np.ndarray]:
+def busy(device: EventColumns) -> SpanArray:
     """The union of every device work's span (every stream)."""
-    return merge_arrays(device.ts, device.end)
+    return merge(SpanArray(device.ts, device.end))
 
 
 def idle_gaps(trace: Trace, w: Window) -> IdleGaps:
     """The GPU's idle gaps in the window (no work on any stream), each with the work that ended it."""
     device = trace.columns("device")
-    g0, g1 = gaps_arrays(busy(device), w.bounds)
+    idle = gaps(busy(device), w.bounds)
+    g0, g1 = idle.starts, idle.ends
     i = np.searchsorted(device.ts, g1 - 1e-6, side="left")
     following = np.where(i < len(device), i, -1)
     has = following >= 0
@@ -61,7 +62,7 @@ def idle_gaps(trace: Trace, w: Window) -> IdleGaps:
 
 def gpu_timeline(trace: Trace, w: Window, gaps: IdleGaps, *, data: list[Span], blocked: list[Span]) -> GpuTimeline:
     """GPU busy/idle share of the step and what each idle gap waited for."""
-    busy_us = seqsum(np.subtract(*clip_arrays(*busy(trace.columns("device")), w.bounds)[::-1]))
+    busy_us = length(clip(busy(trace.columns("device")), w.bounds))
     host = ~gaps.queued
     g0, g1 = gaps.start[host], gaps.end[host]
     waited = overlaps(g0, g1, data)
@@ -153,13 +154,13 @@ def launch_facts(trace: Trace, work: np.ndarray, w: Window, timeline: GpuTimelin
     durations = device.dur[work[device.by_cat("kernel")[work]]]
     calls = np.flatnonzero(runtime.by_name(RUNTIME_LAUNCH.search) & w.mask(runtime.ts))
     counts = Counter(runtime.names[i] for i in runtime.name[calls].tolist())
-    host_ops = merge_arrays(*clip_arrays(ops.ts, ops.end, w.bounds))
+    host_ops = clip(SpanArray(ops.ts, ops.end), w.bounds)
     facts = LaunchFacts(
         launch_bound=False,
         kernels_per_step=len(durations) / w.steps,
         median_kernel_us=median(durations),
         host_launch_s=seqsum(runtime.dur[calls]) / w.steps / 1e6,
-        host_active_s=subtract_length(host_ops, blocked + data) / w.steps / 1e6,
+        host_active_s=length(subtract(host_ops, blocked + data)) / w.steps / 1e6,
         starved_fraction=timeline.idle.host_s * 1e6 / w.step_us,
         launch_calls_per_step={k: v / w.steps for k, v in sorted(counts.items())},
     )
