@@ -27,7 +27,7 @@ from perfscope.trace import offline, reader
 from perfscope.trace.communication import communication_facts, exposed_collective_by_step
 from perfscope.trace.events import DEVICE_WORK, HOST_ANNOTATIONS, KINDS, PYTHON, RUNTIME, STEP_PREFIX, Event, Trace
 from perfscope.trace.facts import trace_facts
-from perfscope.trace.inputs import rank_traces, read_trace
+from perfscope.trace.inputs import assign_ranks, load_rank, read_trace
 from perfscope.trace.table import NONE, EventColumns, Grower, Strings, ext_code
 from tests.public_traces import public_trace
 
@@ -182,7 +182,7 @@ def test_metadata_after_the_events_and_nan_args_are_read(tmp_path: Path) -> None
                "args": {"Input Dims": [[4, 8], [8, 2]], "Input type": ["float", "float"], "weird": float("nan")}}]
     path = tmp_path / "late.json"
     path.write_text(json.dumps({"traceEvents": events, "distributedInfo": {"rank": 3, "world_size": 4}}, indent=2))
-    (ranked,) = rank_traces(path)
+    (ranked,) = assign_ranks(path, [load_rank(path)])
     assert (ranked.rank, ranked.rank_from, ranked.world_size) == (3, "distributedInfo", 4)
     assert ranked.trace is not None and ranked.trace.events("cpu_ops")[0].args["Input Dims"] == [[4, 8], [8, 2]]
 

@@ -13,6 +13,7 @@ import numpy as np
 from perfscope.results.trace_facts import GpuTimeline, IdleBreakdown, LaunchFacts
 from perfscope.trace.events import Trace
 from perfscope.trace.intervals import Span, SpanArray, clip, gaps, length, merge, overlaps, seqsum, subtract, touches
+from perfscope.trace.kernels import first_seen_sums
 from perfscope.trace.sync import enclosing, op_name
 from perfscope.trace.table import EventColumns
 from perfscope.trace.window import Window
@@ -117,13 +118,7 @@ def starved_by(trace: Trace, gaps: IdleGaps, w: Window, *, data: list[Span], blo
     labels: dict[str, int] = {}  # the op as a reader names it, first seen first (as a Counter keeps them)
     used, inverse = np.unique(name_ids, return_inverse=True)
     label_of = np.array([labels.setdefault("(no op)" if n < 0 else op_name(ops.names[n]), len(labels)) for n in used.tolist()])
-    keys = label_of[inverse]
-    _, first = np.unique(keys, return_index=True)
-    totals = np.bincount(keys, weights=value, minlength=len(labels))
-    names_of = list(labels)
-    idle: Counter[str] = Counter()
-    for k in keys[np.sort(first)].tolist():
-        idle[names_of[k]] += float(totals[k])
+    idle = Counter(first_seen_sums(label_of[inverse], value, list(labels)))
     return {name: us / w.steps / 1e6 for name, us in idle.most_common(top) if us > 0}
 
 
@@ -158,7 +153,7 @@ def launch_facts(trace: Trace, work: np.ndarray, w: Window, timeline: GpuTimelin
     facts = LaunchFacts(
         launch_bound=False,
         kernels_per_step=len(durations) / w.steps,
-        median_kernel_us=median(durations),
+        median_kernel_us=float(np.median(durations)) if len(durations) else None,
         host_launch_s=seqsum(runtime.dur[calls]) / w.steps / 1e6,
         host_active_s=length(subtract(host_ops, blocked + data)) / w.steps / 1e6,
         starved_fraction=timeline.idle.host_s * 1e6 / w.step_us,
@@ -172,13 +167,3 @@ def launch_facts(trace: Trace, work: np.ndarray, w: Window, timeline: GpuTimelin
     )
     return facts
 
-
-def median(values: np.ndarray) -> float | None:
-    """statistics.median of a column."""
-    n = len(values)
-    if not n:
-        return None
-    if n % 2:
-        return float(np.partition(values, n // 2)[n // 2])
-    part = np.partition(values, [n // 2 - 1, n // 2])
-    return (float(part[n // 2 - 1]) + float(part[n // 2])) / 2

@@ -56,12 +56,6 @@ class RankTrace:
         return [(end - start) / 1e6 for start, end in self.steps]
 
 
-def rank_traces(path: Path) -> list[RankTrace]:
-    """The rank traces at ``path`` (a trace file or a folder of them), checked and sorted by rank, every one's events
-    held: for a few small files. perfscope.trace.offline reads a folder one rank at a time instead."""
-    return assign_ranks(path, [load_rank(file) for file in trace_files(path)])
-
-
 def assign_ranks(path: Path, loaded: list[RankTrace]) -> list[RankTrace]:
     """Each file's rank: its distributedInfo.rank, else the lowest free rank in file-name order; two files of one
     rank are an error naming both. Sorted by rank."""
@@ -164,4 +158,4 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-__all__ = ["RankTrace", "assign_ranks", "check_out_apart", "load_rank", "rank_traces", "read_trace", "trace_files"]
+__all__ = ["RankTrace", "assign_ranks", "check_out_apart", "load_rank", "read_trace", "trace_files"]

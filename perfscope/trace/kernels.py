@@ -49,14 +49,14 @@ def kernel_facts(trace: Trace, work: np.ndarray, w: Window) -> KernelFacts:
     comm = communication_mask(trace)[work]
     if comm.any():  # launched by a collective op, whatever the kernel's name
         keys = np.where(comm, labels.setdefault("communication", len(labels)), keys)
-    by_cat = _first_seen_sums(keys, dur, list(labels))
+    by_cat = first_seen_sums(keys, dur, list(labels))
     gemm_us = seqsum(dur[np.array(gemm, bool)[inverse] & ~comm])
     fp32_us = seqsum(dur[np.array(fp32, bool)[inverse] & ~comm])
     return KernelFacts(source="kernels", time_by_category=per_step(by_cat, w), top=top_names(t, name, dur, w),
                        fp32_gemm_fraction=fp32_us / gemm_us if gemm_us else None)
 
 
-def _first_seen_sums(keys: np.ndarray, values: np.ndarray, labels: list[str]) -> dict[str, float]:
+def first_seen_sums(keys: np.ndarray, values: np.ndarray, labels: list[str]) -> dict[str, float]:
     """{label: the sum of its values in order}, the labels in the order they first appear in ``keys``."""
     if not len(keys):
         return {}
