@@ -36,9 +36,6 @@ class IdleGaps:
     following: np.ndarray
     queued: np.ndarray
 
-    def __len__(self) -> int:
-        return len(self.start)
-
 
 def busy(device: EventColumns) -> SpanArray:
     """The union of every device work's span (every stream)."""
@@ -88,9 +85,8 @@ def idle_after_waits(gaps: IdleGaps, w: Window, waits: list[Span]) -> float:
     return seqsum(gaps.end[after] - gaps.start[after]) / w.steps / 1e6
 
 
-def starved_by(trace: Trace, gaps: IdleGaps, w: Window, *, data: list[Span], blocked: list[Span],
-               top: int = 5) -> dict[str, float]:
-    """GPU idle per step (s) waiting for the host, by the op that launched the work ending each gap (the
+def starved_by(trace: Trace, gaps: IdleGaps, w: Window, *, data: list[Span], blocked: list[Span]) -> dict[str, float]:
+    """GPU idle per step (s) waiting for the host, by the op (the 5 longest) that launched the work ending each gap (the
     outermost dispatcher op around the launch): what the host was doing while the GPU starved — thousands of
     tiny launches, or one slow host op (a foreach over CPU tensors, a flatten of DDP buffers)."""
     device, ops = trace.columns("device"), trace.columns("cpu_ops")
@@ -119,7 +115,7 @@ def starved_by(trace: Trace, gaps: IdleGaps, w: Window, *, data: list[Span], blo
     used, inverse = np.unique(name_ids, return_inverse=True)
     label_of = np.array([labels.setdefault("(no op)" if n < 0 else op_name(ops.names[n]), len(labels)) for n in used.tolist()])
     idle = Counter(first_seen_sums(label_of[inverse], value, list(labels)))
-    return {name: us / w.steps / 1e6 for name, us in idle.most_common(top) if us > 0}
+    return {name: us / w.steps / 1e6 for name, us in idle.most_common(5) if us > 0}
 
 
 def _outermost(ops: EventColumns, thread: np.ndarray, dispatcher: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> np.ndarray:

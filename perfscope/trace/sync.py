@@ -164,14 +164,14 @@ def rank_trace(folder: Path) -> Path:
     return folder / trace_file_name(distributed_info())
 
 
-def capture_syncs(folder: Path, *, steps: int = 1) -> SyncFacts | None:
-    """The host waits in this rank's trace in ``folder``, or None when the capture wrote none; ``steps`` only for
-    a trace without ProfilerStep#N spans."""
+def capture_syncs(folder: Path) -> SyncFacts | None:
+    """The host waits in this rank's trace in ``folder`` (without ProfilerStep#N spans: its whole span one step), or
+    None when the capture wrote none."""
     path = rank_trace(folder)
     if not path.is_file():
         return None
     trace = read_trace(path)
-    return sync_facts(trace, window(trace, steps))
+    return sync_facts(trace, window(trace, 1))
 
 
 def new_syncs(before: SyncFacts, after: SyncFacts) -> list[str]:
