@@ -14,9 +14,9 @@ from torch import nn
 from perfscope.hooks import Profiler
 from perfscope.trace import capture as capture_module
 from perfscope.trace.capture import TraceCapture
-from perfscope.trace.events import read_trace
 from perfscope.trace.export import rewritten
 from perfscope.trace.facts import trace_facts
+from perfscope.trace.inputs import read_trace
 
 STEP = re.compile(r'"ProfilerStep#(\d+)"')
 HTA_RANK = re.compile(r'"rank":\s+(\d+)')  # how HTA finds a trace's rank: the first match in the file

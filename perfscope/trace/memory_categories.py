@@ -68,10 +68,6 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.3g} MB"
 
 
-def _name(category: Any) -> str:
-    return "unknown" if category is None else category.name.lower()
-
-
 def profile_step_memory(step: Callable[[], Any], device: str) -> MemoryByCategory:
     """Run ``step`` twice under a profiler of its own (a warm-up step, then the profiled one) and break the second
     down. Its own window, not the trace's: the with_stack that torch's categorisation needs multiplies a trace's
@@ -130,7 +126,8 @@ def breakdown_of(timeline: Any, category_of: Any, device: str) -> MemoryByCatego
 
     def update(key: Any, version: int, delta: int) -> bool:
         """Book ``delta`` bytes; True when torch's persistent category was corrected to temporary."""
-        category = _name(category_of(key, version)) if isinstance(key, TensorKey) else "unknown"
+        category = category_of(key, version) if isinstance(key, TensorKey) else None
+        category = "unknown" if category is None else category.name.lower()
         moved = category in PERSISTENT and key in transient
         levels["temporary" if moved else category] += int(delta)
         return moved
