@@ -88,7 +88,7 @@ def test_baseline_and_recommended_roles():
     assert step.change.endswith("faster") and step.better is True
     assert "p10–p90" in step.values[0].note
     assert view.headline.gain.startswith("1.8") and "99 % CI" in view.headline.gain
-    assert view.headline.recommended_knobs == ["amp_bf16", "dataloader_workers"]
+    assert view.story.recommended.knobs == ["amp_bf16", "dataloader_workers"]
     assert any(r.label == "Tokens" for r in view.headline.rows)  # tokens/s present in the factory
     roles = {t.name: t.role for t in view.trials}
     assert roles["baseline"] == "baseline" and roles["recommended"] == "recommended"

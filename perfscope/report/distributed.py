@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from perfscope.report.charts import Chart, rank_step_chart
 from perfscope.report.format import NA, Row, fmt_bytes, fmt_percent, fmt_rate, fmt_seconds
+from perfscope.report.headline import memory_label
 from perfscope.results import DistributedFacts, RankMetrics, Results, ShardingMemory, Trial
 from perfscope.wording import words
 
@@ -62,7 +63,7 @@ class ShardingRow:
 class DistributedView:
     trial: str
     launch: list[Row]
-    memory_label: str  # "allocator peak" | "host RSS"
+    memory_label: str  # "Peak memory (allocator peak)" | "Peak memory (host RSS)"
     ranks: list[RankRow]
     stragglers: list[str]
     straggler_method: str
@@ -183,7 +184,7 @@ def distributed_view(results: Results, *, baseline: Trial | None, recommended: T
         notes += [words(n) for n in facts.communication.notes]
     return DistributedView(
         trial=trial.name, launch=_launch(facts, trial),
-        memory_label="allocator peak" if results.environment.device_type == "cuda" else "host RSS",
+        memory_label=memory_label(results),
         ranks=[_rank_row(r, facts) for r in sorted(facts.ranks, key=lambda r: r.rank)],
         stragglers=stragglers, straggler_method=facts.straggler_method,
         communication=communication, communication_caption=caption, collectives=ops,

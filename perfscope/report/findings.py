@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from perfscope.ranking import Evidence, RankedFix
 from perfscope.report.format import fmt_percent, fmt_seconds, gain_text
-from perfscope.report.story import Story, gain_words, interval_words
+from perfscope.report.story import Story, interval_words
 from perfscope.results import Finding, Gain, Results, Trial
 from perfscope.results.breakdown import WHOLE_STEP, StepSlice, addressed
 from perfscope.results.roles import dataset_profile
@@ -82,7 +82,7 @@ def diff_lines(fix: str) -> list[DiffLine]:
 def _finding_view(rank: int, f: Finding, evidence: Evidence, gain: Gain | None) -> FindingView:
     """One finding, its number worded as the ranking classed it (``gain``: the measured gain the report shows)."""
     if evidence is Evidence.MEASURED and gain is not None:
-        text, interval = gain_words(gain), interval_words(gain)
+        text, interval = gain_text(gain.ratio), interval_words(gain)
     elif evidence is Evidence.ESTIMATED and f.estimated_gain is not None:
         # A bound is worded as one: "up to 5.3× faster", never a promise of 5.3×.
         text, interval = ("up to " if f.upper_bound else "≈") + gain_text(f.estimated_gain), ""
@@ -117,11 +117,11 @@ def _recommended_view(fix: RankedFix, story: Story | None) -> FindingView:
     else:
         fixes = "\n".join(f.fix for f in mine if f.fix)
         evidence = [line for f in mine for line in
-                    ([f"{f.title}: alone {gain_words(f.gain)} ({interval_words(f.gain)})"] if f.gain else [f.title]) + f.evidence]
+                    ([f"{f.title}: alone {gain_text(f.gain.ratio)} ({interval_words(f.gain)})"] if f.gain else [f.title]) + f.evidence]
         refs = [link for f in mine if (link := _link(f.reference))]
         view = FindingView(rank=fix.rank, rule_id=", ".join(dict.fromkeys(f.rule_id for f in mine)) or "sweep",
                            title=("Apply together: " if len(rec.knobs) > 1 else "") + label, severity="high",
-                           gain_kind=Evidence.MEASURED.value, gain_text=gain_words(rec.gain), interval=interval_words(rec.gain),
+                           gain_kind=Evidence.MEASURED.value, gain_text=gain_text(rec.gain.ratio), interval=interval_words(rec.gain),
                            estimate_method="", evidence=evidence, fix=diff_lines(fixes) if fixes else [],
                            caveats=list(dict.fromkeys(caveats + [words(c) for f in mine for c in f.caveats])),
                            reference_url=refs[0] if refs else None, reference_text=refs[0] if refs else "",

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from perfscope.knobs.base import size
+
 NA = "n/a"
 
 
@@ -28,14 +30,7 @@ def _missing(value: float | None) -> bool:
 
 def fmt_bytes(value: float | None) -> str:
     """Binary units, since device memory is sold and reported (nvidia-smi, torch) in GiB."""
-    if _missing(value):
-        return NA
-    size = float(value)  # type: ignore[arg-type]
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(size) < 1024:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"
+    return NA if _missing(value) else size(float(value))  # type: ignore[arg-type]
 
 
 def fmt_seconds(value: float | None) -> str:
@@ -90,5 +85,5 @@ def fmt_count(value: float | None) -> str:
 
 
 def gain_text(ratio: float) -> str:
-    """A throughput ratio in words; below 1 the candidate is slower (the words of perfscope.report.story.gain_words)."""
+    """A throughput ratio in words: "1.37× faster" / "16.41× slower", in the report and the terminal alike."""
     return f"{fmt_ratio(ratio)} faster" if ratio >= 1 else f"{fmt_ratio(1 / ratio)} slower"

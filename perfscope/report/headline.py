@@ -16,7 +16,6 @@ from perfscope.report.story import (
     Story,
     alternative_line,
     closest_line,
-    gain_words,
     interval_words,
     noise_words,
     recommendation_line,
@@ -46,7 +45,6 @@ class Headline:
     rows: list[HeadlineRow]
     gain: str = ""  # the recommendation's measured speed-up with its interval
     gain_significant: bool | None = None
-    recommended_knobs: list[str] = field(default_factory=list)
     message: str = ""  # shown instead of rows when there is nothing to compare
     lead: str = ""  # one sentence above the rows when only the baseline is shown, saying why
     recommendation: str = ""  # what to do, in one line (perfscope.report.story)
@@ -89,9 +87,8 @@ def tell(headline: Headline, story: Story | None) -> Headline:
         headline.settings = list(r.settings)
         headline.reference = reference_words(r.gain)
         headline.caveats = list(r.caveats)
-        headline.gain = f"{gain_words(r.gain)} ({interval_words(r.gain)})"
+        headline.gain = f"{gain_text(r.gain.ratio)} ({interval_words(r.gain)})"
         headline.gain_significant = r.gain.significant
-        headline.recommended_knobs = list(r.knobs)
         headline.lead = ""
     else:
         headline.reference = f"your configuration ({story.baseline}), measured in {story.baseline_runs} runs"
@@ -192,7 +189,7 @@ def _rate_row(label: str, unit: str, values: list[float | None], both: bool, gai
     """A throughput row; its change is the measured gain (all runs, paired), the same number as the headline's."""
     row = HeadlineRow(label=label, values=[Cell(text=fmt_rate(v, unit)) for v in values])
     if both and gain is not None:
-        row.change, row.better = gain_words(gain), (gain.ratio > 1) if gain.significant else None
+        row.change, row.better = gain_text(gain.ratio), (gain.ratio > 1) if gain.significant else None
     elif both and values[0] and values[1]:
         ratio = values[1] / values[0]
         row.change, row.better = gain_text(ratio), ratio > 1 if abs(ratio - 1) >= 0.005 else None

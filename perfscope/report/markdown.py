@@ -16,14 +16,7 @@ from perfscope.report.distributed import DistributedView
 from perfscope.report.format import fmt_bytes
 from perfscope.report.lanes import LanesView
 from perfscope.report.layout import LayoutView
-from perfscope.report.story import (
-    alternative_line,
-    closest_line,
-    interval_words,
-    noise_words,
-    recommendation_line,
-    reference_words,
-)
+from perfscope.report.story import interval_words
 from perfscope.report.view import FindingView, ReportView, build_view
 from perfscope.report.waterfall_chart import WaterfallView
 from perfscope.results import Results
@@ -115,7 +108,7 @@ def _distributed(d: DistributedView | None) -> list[str]:
     rows = [[md(r.rank) + (" **straggler**" if r.straggler else "") + (" (slowest)" if r.slowest else ""), code(r.node, in_table=True),
              md(r.step_time), md(r.samples_per_s), md(r.data_wait), md(r.compute_step), md(r.peak_memory), md(r.collective), md(r.exposed)]
             for r in d.ranks]
-    out += _table(["Rank", "Node", "Step", "Samples/s", "Data wait", "Own compute step", f"Peak memory ({md(d.memory_label)})",
+    out += _table(["Rank", "Node", "Step", "Samples/s", "Data wait", "Own compute step", md(d.memory_label),
                    "Collectives / step", "Exposed / step"], rows, ["l", "l", "r", "r", "r", "r", "r", "r", "r"]) + [""]
     out += [f"- **Straggler** {md(s)}" for s in d.stragglers] + ([""] if d.stragglers else [])
     if d.straggler_method:
@@ -196,10 +189,6 @@ def render_view_markdown(view: ReportView) -> str:
             out += [f"- {label}: {value}" for label, value in facts if value] + [""]
             if h.alternative:
                 out += [f"> {md(h.alternative)}", ""]
-        elif h.gain:
-            knobs = " + ".join(code(k) for k in h.recommended_knobs)
-            note = "" if h.gain_significant else " — not significant"
-            out += [f"**Recommended: {md(h.gain)}**" + (f" with {knobs}" if knobs else "") + note, ""]
         elif h.lead:
             out += [md(h.lead), ""]
         out += [f"> **Warning:** {md(w)}" for w in view.warnings] + ([""] if view.warnings else [])
@@ -338,19 +327,14 @@ def answer_lines(results: Results, report_path: Path | None) -> str:
     lines = [""]
     lines += [f"warning: {words(w)}" for w in results.warnings]
     view = build_view(results)
-    if (story := view.story) is not None:
-        r = story.recommended
-        lines.append(f"recommendation: {recommendation_line(story)}"
-                     + (f" ({interval_words(r.gain)}; {reference_words(r.gain)})" if r else ""))
-        if r is not None and r.caveats:
-            lines.append(f"  changes: {'; '.join(r.caveats)}")
-        if noise := noise_words(story.noise):
-            lines.append(f"  {noise}")
-        if story.alternative is not None:
-            lines.append(alternative_line(story))
-        if closest := closest_line(story):
-            lines.append(f"  {closest}")
-    if why := view.headline.why:  # the page's own line: the breakdown's largest slice and its fix
+    h = view.headline  # the story's lines, as the page's summary says them (perfscope.report.headline.tell)
+    if view.story is not None:
+        r = view.story.recommended
+        lines.append(f"recommendation: {h.recommendation}" + (f" ({interval_words(r.gain)}; {h.reference})" if r else ""))
+        said = [h.caveats and "  changes: " + "; ".join(h.caveats), h.noise and f"  {h.noise}", h.alternative,
+                h.closest and f"  {h.closest}"]
+        lines += [line for line in said if line]
+    if why := h.why:  # the page's own line: the breakdown's largest slice and its fix
         lines.append(f"why slow: {why}")
     lines.append(f"results: {report_path.parent / 'results.json' if report_path else ''}".rstrip())
     if report_path is not None:

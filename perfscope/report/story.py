@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from perfscope import knobs
 from perfscope.ranking import Ranking
-from perfscope.report.format import fmt_interval, fmt_ratio
+from perfscope.report.format import fmt_interval, gain_text
 from perfscope.results import Gain, KnobOutcome, Results, RunNoise
 from perfscope.results.config import TrialConfig
 from perfscope.results.roles import baseline_configuration
@@ -105,11 +105,6 @@ def settings_words(config: TrialConfig, unknown: list[str] | None = None) -> lis
 # ------------------------------------------------------------------------------------------- words
 
 
-def gain_words(gain: Gain) -> str:
-    """"1.37× faster" / "16.41× slower": the one way a ratio is written in the report and the terminal."""
-    return f"{fmt_ratio(gain.ratio)} faster" if gain.ratio >= 1 else f"{fmt_ratio(1 / gain.ratio)} slower"
-
-
 def interval_words(gain: Gain) -> str:
     return f"{confidence_text(gain.confidence).replace('%', ' %')} CI {fmt_interval(gain.low, gain.high)}"  # the report's "99 %"
 
@@ -133,14 +128,14 @@ def recommendation_line(story: Story) -> str:
         return "Keep your configuration: nothing that keeps your training recipe was measured decidedly faster" + stopped
     if stopped:
         stopped = f", decided before the sweep stopped; not finished: {'; '.join(story.unfinished)}"
-    return f"{r.label}: {gain_words(r.gain)}{stopped}"
+    return f"{r.label}: {gain_text(r.gain.ratio)}{stopped}"
 
 
 def alternative_line(story: Story) -> str:
     a = story.alternative
     if a is None:
         return ""
-    return (f"Faster if you accept a change in semantics: {a.label}: {gain_words(a.gain)} ({interval_words(a.gain)}); "
+    return (f"Faster if you accept a change in semantics: {a.label}: {gain_text(a.gain.ratio)} ({interval_words(a.gain)}); "
             f"caveat: {'; '.join(a.caveats)}")
 
 
@@ -152,4 +147,4 @@ def closest_line(story: Story) -> str:
     if c is None:
         return "no other configuration that keeps your training recipe was measured (see the knobs, the notes and the warnings)"
     verdict = {"slower": "slower", "same": "no change", "undecided": "not significant"}.get(c.gain.verdict, "not in the recommendation")
-    return f"closest measured: {c.label}: {gain_words(c.gain)} ({interval_words(c.gain)}), {verdict}"
+    return f"closest measured: {c.label}: {gain_text(c.gain.ratio)} ({interval_words(c.gain)}), {verdict}"

@@ -11,9 +11,8 @@ from urllib.parse import quote
 
 from perfscope.ranking import Ranking
 from perfscope.report import facts
-from perfscope.report.format import NA, Row, fmt_bytes, fmt_count, fmt_interval, fmt_percent, fmt_rate, fmt_seconds
+from perfscope.report.format import NA, Row, fmt_bytes, fmt_count, fmt_interval, fmt_percent, fmt_rate, fmt_seconds, gain_text
 from perfscope.report.headline import Cell, step_cell
-from perfscope.report.story import gain_words
 from perfscope.report.structure import StructuralEffect
 from perfscope.results import FAILED_STATUSES, KnobOutcome, Results, Trial, TrialMetrics
 from perfscope.results.trace_diff import diff_facts
@@ -101,7 +100,7 @@ def knob_rows(ranking: Ranking, knobs: list[KnobOutcome], effects: dict[str, Str
         g = ranking.gain(k)
         effect = effects.get(k.trial or "")
         rows.append(KnobRow(
-            knob=k.knob, title=k.title, status=k.status, gain=gain_words(g) if g else "—",
+            knob=k.knob, title=k.title, status=k.status, gain=gain_text(g.ratio) if g else "—",
             interval=fmt_interval(g.low, g.high) if g else "", significant=g.significant if g else None,
             setting=k.setting or "", reference=f"vs {g.reference} ({g.runs} : {g.reference_runs} runs)" if g else "",
             mfu=fmt_percent(k.mfu) if k.mfu is not None else "—", semantics=[words(s) for s in k.changes_semantics],
