@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from perfscope.ranking import Evidence, RankedFix
-from perfscope.report.format import fmt_percent, fmt_seconds, gain_text
+from perfscope.report.format import Cell, Table, fmt_percent, fmt_seconds, gain_text
 from perfscope.report.story import Story, interval_words
 from perfscope.results import Finding, Gain, Results, Trial
 from perfscope.results.breakdown import WHOLE_STEP, StepSlice, addressed
@@ -44,29 +44,8 @@ class FindingView:
     estimate_bound: str = ""  # the machine limit that bounds the estimate (or how far the fix can go)
     addresses_keys: list[str] = field(default_factory=list)  # slices of the baseline's step breakdown it acts on
     addresses: str = ""  # those slices in words, with their time: "data wait: 57.0 ms, 72 % of the baseline's step"
-    dataset_cost: list[ProfileRow] = field(default_factory=list)  # the data-loader finding: where the Dataset's time goes
+    dataset_cost: Table | None = None  # the data-loader finding: where the Dataset's time goes, per sample
     dataset_cost_caption: str = ""
-
-
-@dataclass(kw_only=True, slots=True)
-class SliceRow:
-    """One slice of the baseline's step-time breakdown, with the ranked fixes that act on it."""
-
-    label: str
-    time: str
-    share: str
-    fixes: str  # "#1, #3" or ""
-
-
-@dataclass(kw_only=True, slots=True)
-class ProfileRow:
-    """One function of the Dataset's profiled pass."""
-
-    function: str
-    share: str  # of the pass's profiled time
-    self_time: str  # per sample
-    cumulative: str  # per sample
-    calls: str  # per sample
 
 
 def diff_lines(fix: str) -> list[DiffLine]:
@@ -165,6 +144,14 @@ def why_line(slices: list[StepSlice], views: list[FindingView]) -> str:
     return f"{top.label} is {top.share * 100:.0f} % of the baseline's step ({fmt_seconds(top.seconds)} of {fmt_seconds(sum(s.seconds for s in slices))}){where}"
 
 
+def breakdown_table(slices: list[StepSlice], marks: dict[str, list[int]]) -> Table:
+    """The baseline's step by slice (the first chart, as a table), each with the ranked fixes that act on it."""
+    table = Table(header=["Slice", "Per step", "Share", "Ranked fixes acting on it"], align="lrrl")
+    for s in slices:
+        table.add(s.label, fmt_seconds(s.seconds), f"{s.share * 100:.0f} %", ", ".join(f"#{r}" for r in marks.get(s.key, [])) or "—")
+    return table
+
+
 def point_at_breakdown(views: list[FindingView], slices: list[StepSlice]) -> dict[str, list[int]]:
     """Fill each ranked fix's `addresses` and return slice key -> the ranks of the fixes that act on it."""
     marks: dict[str, list[int]] = {}
@@ -183,8 +170,9 @@ def dataset_cost(view: FindingView, results: Results, trial: Trial | None) -> No
     if view.rule_id != "PS201" or profile is None or not profile.top:
         return
     n = max(profile.samples, 1)
-    view.dataset_cost = [ProfileRow(function=f.label, share=fmt_percent(f.self_share, 0), self_time=fmt_seconds(f.self_s / n),
-                                    cumulative=fmt_seconds(f.cumulative_s / n), calls=f"{f.calls / n:.3g}")
-                         for i, f in enumerate(profile.top) if i < 3 or f.self_share >= 0.005]  # slivers say nothing
+    view.dataset_cost = Table(header=["Function", "Share", "Self / sample", "With callees / sample", "Calls / sample"], align="lrrrr")
+    for f in (f for i, f in enumerate(profile.top) if i < 3 or f.self_share >= 0.005):  # slivers say nothing
+        view.dataset_cost.add(Cell(text=f.label, code=True), fmt_percent(f.self_share, 0), fmt_seconds(f.self_s / n),
+                              fmt_seconds(f.cumulative_s / n), f"{f.calls / n:.3g}")
     view.dataset_cost_caption = (f"Where __getitem__ and collate spend their time: {profile.samples} samples of the Dataset profiled in the "
                                  f"trial process (cProfile; times per sample, the profiler's overhead included)")

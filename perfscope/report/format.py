@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from perfscope.knobs.base import size
 
@@ -22,6 +22,32 @@ class Row:
 
     label: str
     value: str
+
+
+@dataclass(kw_only=True, slots=True)
+class Cell:
+    """One value of a table or of the headline, with what is shown beside it."""
+
+    text: str
+    note: str = ""  # a second, quieter line: the p10–p90 range, why a value is n/a, a straggler in words
+    tags: list[str] = field(default_factory=list)  # short labels after the text: "straggler", "best", "this run"
+    code: bool = False  # a name set in monospace: an op, a function, a node
+    title: str = ""  # the page's hover text: a truncated name in full
+
+
+@dataclass(kw_only=True, slots=True)
+class Table:
+    """A table as the view decided it, header and cells, which the page (reports/templates/_table.html.j2) and the
+    Markdown (report/markdown.py) each lay out as it is."""
+
+    header: list[str]
+    align: str  # a letter per column: "l" text, "r" a number
+    rows: list[list[Cell]] = field(default_factory=list)
+    marks: list[str] = field(default_factory=list)  # each row's highlight ("straggler", "best"; a CSS class), or ""
+
+    def add(self, *values: str | Cell, mark: str = "") -> None:
+        self.rows.append([v if isinstance(v, Cell) else Cell(text=v) for v in values])
+        self.marks.append(mark)
 
 
 def _missing(value: float | None) -> bool:

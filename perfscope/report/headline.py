@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from perfscope.ranking import Recommendation
-from perfscope.report.format import NA, fmt_bytes, fmt_percent, fmt_rate, fmt_seconds, gain_text
+from perfscope.report.format import NA, Cell, fmt_bytes, fmt_percent, fmt_rate, fmt_seconds, gain_text
 from perfscope.report.reference import configuration_rate, gain_figures
 from perfscope.report.story import (
     Story,
@@ -23,12 +23,6 @@ from perfscope.report.story import (
 )
 from perfscope.results import Gain, Results, Trial
 from perfscope.wording import reason
-
-
-@dataclass(kw_only=True, slots=True)
-class Cell:
-    text: str
-    note: str = ""  # a second, quieter line: the p10–p90 range, or why a value is n/a
 
 
 @dataclass(kw_only=True, slots=True)

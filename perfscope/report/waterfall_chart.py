@@ -29,7 +29,6 @@ GROUP_COLORS = {"host idle": ORANGE, "exposed communication": PURPLE, "non-GEMM 
 @dataclass(kw_only=True, slots=True)
 class WaterfallRow:
     label: str
-    group: str
     points: str
     """"−21.5 pts", or "n/a"."""
     time: str
@@ -97,7 +96,7 @@ def waterfall_view(results: Results, findings: list[Any] | None = None) -> Water
         return None
     knob_of = {k.trial: k.knob for k in results.sweep.knobs if k.trial} if results.sweep else {}
     marks = _marks(wf, findings or [], knob_of)
-    rows = [WaterfallRow(label=p.label, group=p.spec.group, points=_points(p),
+    rows = [WaterfallRow(label=p.label, points=_points(p),
                          time=fmt_seconds(p.seconds) if p.seconds is not None else "",
                          evidence=p.evidence, fixes=_fixes(p), ranked=", ".join(f"#{r}" for r in marks.get(p.key, [])),
                          unavailable=words(p.unavailable) if p.unavailable else "") for p in wf.parts]
