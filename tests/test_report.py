@@ -90,8 +90,8 @@ def test_baseline_and_recommended_roles():
     assert view.headline.gain.startswith("1.8") and "99 % CI" in view.headline.gain
     assert view.story.recommended.knobs == ["amp_bf16", "dataloader_workers"]
     assert any(r.label == "Tokens" for r in view.headline.rows)  # tokens/s present in the factory
-    roles = {t.name: t.role for t in view.trials}
-    assert roles["baseline"] == "baseline" and roles["recommended"] == "recommended"
+    roles = {row[0].text: (row[0].tags, mark) for row, mark in zip(view.trials.rows, view.trials.marks, strict=True)}
+    assert roles["baseline"] == (["baseline"], "role-baseline") and roles["recommended"] == (["recommended"], "role-recommended")
 
 
 def test_failed_baseline_says_so_instead_of_numbers():
@@ -279,7 +279,7 @@ def test_markdown_has_headline_fixes_trials_failures():
     assert "| MFU | 33.6 %" in text
     assert "(estimated)" in text and "(measured, 99 % CI [" in text
     table = [line for line in text.splitlines() if line.startswith("| `baseline`")]
-    assert len(table) == 1 and table[0].count("|") == 9  # 8 columns, no stray pipes
+    assert len(table) == 1 and table[0].count("|") == 10  # 9 columns, no stray pipes
 
 
 def test_cli_report_writes_html_and_md(tmp_path, capsys):

@@ -33,6 +33,7 @@ class Cell:
     tags: list[str] = field(default_factory=list)  # short labels after the text: "straggler", "best", "this run"
     code: bool = False  # a name set in monospace: an op, a function, a node
     title: str = ""  # the page's hover text: a truncated name in full
+    style: str = ""  # the page's CSS class of the value: "status status-oom"
 
 
 @dataclass(kw_only=True, slots=True)

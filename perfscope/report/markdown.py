@@ -224,12 +224,7 @@ def render_view_markdown(view: ReportView) -> str:
     if view.trace_diff.rows:
         out += ["## Where the time went (baseline → recommended, from the traces)", ""] + _grid(view.trace_diff)
 
-    out += ["## Trials", ""]
-    rows = [
-        [code(t.name, in_table=True) + (f" ({t.role})" if t.role else ""), md(t.status), md(t.knobs), md(t.batch), md(t.step_time.text), md(t.throughput), md(t.mfu), md(t.peak_memory)]
-        for t in view.trials
-    ]
-    out += _table(["Trial", "Status", "Knobs", "Micro × accum", "Step (median)", "Throughput", "MFU", "Peak memory"], rows, ["l", "l", "l", "r", "r", "r", "r", "r"]) + [""]
+    out += ["## Trials", ""] + _grid(view.trials)
 
     if view.failures:
         out += ["## Failed and skipped trials", ""]

@@ -109,18 +109,6 @@ def interval_words(gain: Gain) -> str:
     return f"{confidence_text(gain.confidence).replace('%', ' %')} CI {fmt_interval(gain.low, gain.high)}"  # the report's "99 %"
 
 
-def reference_words(gain: Gain) -> str:
-    """Which runs a gain is measured against, e.g. "vs baseline, 4 runs against 6 baseline runs"."""
-    return f"vs {gain.reference}, {gain.runs} run{'s' if gain.runs != 1 else ''} against {gain.reference_runs} {gain.reference} run{'s' if gain.reference_runs != 1 else ''}"
-
-
-def noise_words(noise: RunNoise | None) -> str:
-    if noise is None or noise.sigma is None:
-        return ""
-    mde = f"; one comparison detects changes of about {noise.mde:.0%} or more" if noise.mde is not None else ""
-    return f"run-to-run noise ±{noise.sigma:.1%} (σ of log throughput over {noise.runs} baseline runs){mde}"
-
-
 def recommendation_line(story: Story) -> str:
     r = story.recommended
     stopped = f" (the sweep stopped early; not finished: {'; '.join(story.unfinished)})" if story.unfinished else ""
@@ -129,22 +117,3 @@ def recommendation_line(story: Story) -> str:
     if stopped:
         stopped = f", decided before the sweep stopped; not finished: {'; '.join(story.unfinished)}"
     return f"{r.label}: {gain_text(r.gain.ratio)}{stopped}"
-
-
-def alternative_line(story: Story) -> str:
-    a = story.alternative
-    if a is None:
-        return ""
-    return (f"Faster if you accept a change in semantics: {a.label}: {gain_text(a.gain.ratio)} ({interval_words(a.gain)}); "
-            f"caveat: {'; '.join(a.caveats)}")
-
-
-def closest_line(story: Story) -> str:
-    """When the baseline is kept: how close the best measured option came, or that none was measured ("" otherwise)."""
-    c = story.closest
-    if story.recommended is not None:
-        return ""
-    if c is None:
-        return "no other configuration that keeps your training recipe was measured (see the knobs, the notes and the warnings)"
-    verdict = {"slower": "slower", "same": "no change", "undecided": "not significant"}.get(c.gain.verdict, "not in the recommendation")
-    return f"closest measured: {c.label}: {gain_text(c.gain.ratio)} ({interval_words(c.gain)}), {verdict}"

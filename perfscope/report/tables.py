@@ -53,20 +53,6 @@ class KnobRow:
 
 
 @dataclass(kw_only=True, slots=True)
-class TrialRow:
-    name: str
-    role: str  # "baseline" | "recommended" | ""
-    status: str
-    knobs: str
-    batch: str  # "micro × accumulation"
-    step_time: Cell
-    throughput: str
-    mfu: str
-    peak_memory: str
-    wall_time: str
-
-
-@dataclass(kw_only=True, slots=True)
 class FailureView:
     name: str
     status: str
@@ -103,24 +89,25 @@ def knob_rows(ranking: Ranking, knobs: list[KnobOutcome], effects: dict[str, Str
     return rows
 
 
-def trial_rows(results: Results, base: str | None, rec: str | None) -> list[TrialRow]:
-    rows = []
+def trial_rows(results: Results, base: str | None, rec: str | None) -> Table:
+    """Every run, the baseline's and the recommendation's tagged and marked."""
+    table = Table(header=["Trial", "Status", "Knobs", "Micro × accum", "Step time", "Throughput", "MFU", "Peak memory", "Wall time"],
+                  align="lllrrrrrr")
     for t in results.trials:
         m = t.metrics
         role = "baseline" if t.name == base else "recommended" if t.name == rec else ""
+        name = Cell(text=t.name, code=True, tags=[role] if role else [])
+        status = Cell(text=t.status + (f" · not applied: {', '.join(m.not_applied)}" if m and m.not_applied else ""),
+                      style=f"status status-{t.status}")
         wall_time = fmt_seconds(t.wall_time_s) if t.wall_time_s else "—"
         if m is None:
-            rows.append(TrialRow(name=t.name, role=role, status=t.status, knobs=_knob_list(t.knobs), batch=str(t.config.micro_batch_size),
-                                 step_time=Cell(text="—"), throughput="—", mfu="—", peak_memory="—", wall_time=wall_time))
+            table.add(name, status, _knob_list(t.knobs), str(t.config.micro_batch_size), "—", "—", "—", "—", wall_time,
+                      mark=f"role-{role or 'none'}")
             continue
         throughput = fmt_rate(m.tokens_per_s, "tokens/s") if m.tokens_per_s is not None else fmt_rate(m.samples_per_s, "samples/s")
-        status = t.status + (f" · not applied: {', '.join(m.not_applied)}" if m.not_applied else "")
-        rows.append(TrialRow(
-            name=t.name, role=role, status=status, knobs=_knob_list(t.knobs), batch=_batch(results, m),
-            step_time=step_cell(t), throughput=throughput, mfu=fmt_percent(m.mfu) if m.mfu is not None else NA,
-            peak_memory=fmt_bytes(m.peak_memory_bytes), wall_time=wall_time,
-        ))
-    return rows
+        table.add(name, status, _knob_list(t.knobs), _batch(results, m), step_cell(t), throughput,
+                  fmt_percent(m.mfu) if m.mfu is not None else NA, fmt_bytes(m.peak_memory_bytes), wall_time, mark=f"role-{role or 'none'}")
+    return table
 
 
 def _batch(results: Results, m: TrialMetrics) -> str:

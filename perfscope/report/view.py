@@ -37,7 +37,6 @@ from perfscope.report.tables import (
     KnobRow,
     Row,
     TraceLink,
-    TrialRow,
     environment,
     failures,
     kernels,
@@ -62,9 +61,6 @@ from perfscope.wording import reason, words
 
 __all__ = ["DiffLine", "FindingView", "ReportView", "baseline_name", "build_view", "diff_lines", "recommended_name", "trace_href"]
 
-PERFETTO_URL = "https://ui.perfetto.dev"
-HTA_URL = "https://github.com/facebookresearch/HolisticTraceAnalysis"
-
 
 @dataclass(kw_only=True, slots=True)
 class ReportView:
@@ -83,7 +79,7 @@ class ReportView:
     knobs: list[KnobRow]
     inapplicable: list[KnobRow]  # folded: knobs that mean nothing on this run, with their reasons
     sweep_notes: list[str]
-    trials: list[TrialRow]
+    trials: Table  # every run, the baseline and the recommendation marked
     failures: list[FailureView]
     charts: list[Chart]
     gain_chart: Chart | None  # the answer's chart, on the first screen
@@ -104,8 +100,6 @@ class ReportView:
     waterfall: WaterfallView | None = None  # the MFU gap, part by part (perfscope.report.waterfall_chart)
     layout: LayoutView | None = None  # the (dp, tp, pp) layout search's table (perfscope.report.layout)
     lanes: LanesView | None = None  # a parallel sweep's lanes (perfscope.report.lanes)
-    perfetto_url: str = PERFETTO_URL
-    hta_url: str = HTA_URL
 
 
 # ------------------------------------------------------------------------------------------ roles
