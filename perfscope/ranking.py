@@ -50,12 +50,9 @@ def tier_of(finding: Finding) -> Tier:
     return Tier.DIAGNOSIS
 
 
-def evidence_of(finding: Finding) -> Evidence:
-    if finding.gain is not None:
-        return Evidence.MEASURED
-    if finding.estimated_gain is not None:
-        return Evidence.ESTIMATED
-    return Evidence.NOT_QUANTIFIED
+EVIDENCE = {Tier.RECOMMENDED: Evidence.MEASURED, Tier.MEASURED_WIN: Evidence.MEASURED, Tier.NO_HELP: Evidence.MEASURED,
+            Tier.ESTIMATE: Evidence.ESTIMATED, Tier.DIAGNOSIS: Evidence.NOT_QUANTIFIED}
+"""What a tier's number rests on."""
 
 
 def finding_key(finding: Finding) -> tuple[int, float, int, float, int]:
@@ -125,7 +122,6 @@ class RankedFix:
 
     rank: int
     tier: Tier
-    evidence: Evidence
     findings: tuple[Finding, ...]
     gain: Gain | None = None
     recommendation: Recommendation | None = None
@@ -133,6 +129,10 @@ class RankedFix:
     @property
     def recommended(self) -> bool:
         return self.tier is Tier.RECOMMENDED
+
+    @property
+    def evidence(self) -> Evidence:
+        return EVIDENCE[self.tier]
 
     @property
     def finding(self) -> Finding | None:
@@ -197,10 +197,9 @@ def _fixes(results: Results, ranked: list[Finding], rec: Recommendation | None, 
     if rec is not None:
         mine = tuple(f for f in rest if (o := _knob_of(results, f)) is not None and o.knob in rec.knobs)
         rest = [f for f in rest if f not in mine]
-        out.append(RankedFix(rank=1, tier=Tier.RECOMMENDED, evidence=Evidence.MEASURED, findings=mine, gain=rec.gain,
-                             recommendation=rec))
+        out.append(RankedFix(rank=1, tier=Tier.RECOMMENDED, findings=mine, gain=rec.gain, recommendation=rec))
     for f in rest:
-        out.append(RankedFix(rank=len(out) + 1, tier=tier_of(f), evidence=evidence_of(f), findings=(f,), gain=_shown_gain(results, f, gain)))
+        out.append(RankedFix(rank=len(out) + 1, tier=tier_of(f), findings=(f,), gain=_shown_gain(results, f, gain)))
     return out
 
 
@@ -254,7 +253,7 @@ def rank_results(results: Results) -> Ranking:
     floor, base = rec.gain.ratio if rec else 1.0, baseline_configuration(results)  # what the alternative must beat
     return Ranking(
         fixes=_fixes(results, ranked, rec, gain),
-        no_help=[RankedFix(rank=i, tier=Tier.NO_HELP, evidence=Evidence.MEASURED, findings=(f,), gain=f.gain)
+        no_help=[RankedFix(rank=i, tier=Tier.NO_HELP, findings=(f,), gain=f.gain)
                  for i, f in enumerate(no_help, 1)],
         knobs=[o for o in ordered if o.status != "inapplicable"],
         folded=[o for o in ordered if o.status == "inapplicable"],

@@ -200,11 +200,6 @@ def peak_kind(results: Results) -> PeakKind | None:
     return PeakKind.UNKNOWN
 
 
-def _both_measured_ceilings(current: Results, baseline: Results) -> bool:
-    same_device = current.environment.device_name == baseline.environment.device_name
-    return same_device and peak_kind(current) is peak_kind(baseline) is PeakKind.MEASURED_CEILING
-
-
 def _side(files: list[Results], options: GateOptions, role: str, source: str, report: GateReport) -> Side | None:
     runs: list[Trial] = []
     names: list[str] = []
@@ -248,11 +243,6 @@ def _session_sides(history: BaselineHistory, options: GateOptions, base_side: Si
                  peak=base_side.mfu_peak, files=[s]) for s in history.sessions]
 
 
-def _session_note(history: BaselineHistory, sessions: list[Side]) -> Message:
-    hosts = sorted({s.environment.hostname for s in history.sessions if s.environment.hostname})
-    return msg("baseline_sessions", runs=[len(s.runs) for s in sessions], hosts=[h for h in hosts if h])
-
-
 def run_gate(
     current: Results | list[Results],
     baseline: Results | BaselineHistory,
@@ -283,7 +273,8 @@ def run_gate(
     if not base_side.runs:
         report.error(ErrorCode.NO_EVIDENCE, "the baseline has no run usable as evidence (all excluded or failed)")
         return report
-    if _both_measured_ceilings(current_files[0], baseline):
+    same_device = current_files[0].environment.device_name == baseline.environment.device_name
+    if same_device and peak_kind(current_files[0]) is peak_kind(baseline) is PeakKind.MEASURED_CEILING:
         # A measured ceiling is a noisy reading of the same machine, not a property of the run: judge MFU
         # against the baseline's, so MFU moves exactly with throughput (what a datasheet peak guarantees).
         cur_side = Side(results=cur_side.results, runs=cur_side.runs, source=cur_side.source, peak=baseline.peak,
@@ -292,7 +283,8 @@ def run_gate(
     base_side = Side(results=baseline, runs=base_side.runs, source=base_side.source, peak=baseline.peak,
                      files=base_side.files)
     sessions = _session_sides(history, options, base_side)
-    report.notes.append(_session_note(history, sessions))
+    hosts = sorted({s.environment.hostname for s in history.sessions if s.environment.hostname})
+    report.notes.append(msg("baseline_sessions", runs=[len(s.runs) for s in sessions], hosts=hosts))
     if cur_side.runs:
         report.differences = []
         for session in sessions:  # every stored session: a history may span hosts, never hardware or software

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal
 
+from perfscope.knobs.base import size
 from perfscope.results import Trial
 from perfscope.results.fingerprint import Consensus, Fingerprint, consensus
 from perfscope.results.messages import Message, msg
@@ -155,13 +156,6 @@ class StructureDiff:
 
 def _pct(before: float, after: float) -> str:
     return f"{(after - before) / before:+.0%}" if before else "new"
-
-
-def _bytes(n: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n:.0f} B"
 
 
 def _top(delta: Counter[str] | dict[str, float], fmt: str = "{:+g}", n: int = 3) -> str:
@@ -304,7 +298,7 @@ def _copies(base: Fingerprint, cur: Fingerprint) -> list[StructuralChange]:
         changes.append(StructuralChange(
             kind="copies", before=bb, after=ab, worse=ac > bc or ab > bb,
             message=f"{kind.replace('h2d', 'H2D').replace('d2h', 'D2H')} copies per step {bc} → {ac} "
-            f"({_bytes(bb)} → {_bytes(ab)})",
+            f"({size(bb)} → {size(ab)})",
         ))
     return changes
 
@@ -317,7 +311,7 @@ def _memory(base: Fingerprint, cur: Fingerprint) -> list[StructuralChange]:
     if abs(a - b) <= tolerance * b:
         return []
     return [StructuralChange(kind="memory", before=b, after=a, worse=a > b,
-                             message=f"allocator peak {_bytes(b)} → {_bytes(a)} ({_pct(b, a)}, beyond its ±{tolerance:.0%} "
+                             message=f"allocator peak {size(b)} → {size(a)} ({_pct(b, a)}, beyond its ±{tolerance:.0%} "
                              "run-to-run tolerance)")]
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from perfscope import knobs
 from perfscope.ranking import Ranking
-from perfscope.report.format import fmt_interval, fmt_ratio
+from perfscope.report.format import fmt_interval, gain_text
 from perfscope.results import Gain, KnobOutcome, Results, RunNoise
 from perfscope.results.config import TrialConfig
 from perfscope.results.roles import baseline_configuration
@@ -105,25 +105,8 @@ def settings_words(config: TrialConfig, unknown: list[str] | None = None) -> lis
 # ------------------------------------------------------------------------------------------- words
 
 
-def gain_words(gain: Gain) -> str:
-    """"1.37× faster" / "16.41× slower": the one way a ratio is written in the report and the terminal."""
-    return f"{fmt_ratio(gain.ratio)} faster" if gain.ratio >= 1 else f"{fmt_ratio(1 / gain.ratio)} slower"
-
-
 def interval_words(gain: Gain) -> str:
     return f"{confidence_text(gain.confidence).replace('%', ' %')} CI {fmt_interval(gain.low, gain.high)}"  # the report's "99 %"
-
-
-def reference_words(gain: Gain) -> str:
-    """Which runs a gain is measured against, e.g. "vs baseline, 4 runs against 6 baseline runs"."""
-    return f"vs {gain.reference}, {gain.runs} run{'s' if gain.runs != 1 else ''} against {gain.reference_runs} {gain.reference} run{'s' if gain.reference_runs != 1 else ''}"
-
-
-def noise_words(noise: RunNoise | None) -> str:
-    if noise is None or noise.sigma is None:
-        return ""
-    mde = f"; one comparison detects changes of about {noise.mde:.0%} or more" if noise.mde is not None else ""
-    return f"run-to-run noise ±{noise.sigma:.1%} (σ of log throughput over {noise.runs} baseline runs){mde}"
 
 
 def recommendation_line(story: Story) -> str:
@@ -133,23 +116,4 @@ def recommendation_line(story: Story) -> str:
         return "Keep your configuration: nothing that keeps your training recipe was measured decidedly faster" + stopped
     if stopped:
         stopped = f", decided before the sweep stopped; not finished: {'; '.join(story.unfinished)}"
-    return f"{r.label}: {gain_words(r.gain)}{stopped}"
-
-
-def alternative_line(story: Story) -> str:
-    a = story.alternative
-    if a is None:
-        return ""
-    return (f"Faster if you accept a change in semantics: {a.label}: {gain_words(a.gain)} ({interval_words(a.gain)}); "
-            f"caveat: {'; '.join(a.caveats)}")
-
-
-def closest_line(story: Story) -> str:
-    """When the baseline is kept: how close the best measured option came, or that none was measured ("" otherwise)."""
-    c = story.closest
-    if story.recommended is not None:
-        return ""
-    if c is None:
-        return "no other configuration that keeps your training recipe was measured (see the knobs, the notes and the warnings)"
-    verdict = {"slower": "slower", "same": "no change", "undecided": "not significant"}.get(c.gain.verdict, "not in the recommendation")
-    return f"closest measured: {c.label}: {gain_words(c.gain)} ({interval_words(c.gain)}), {verdict}"
+    return f"{r.label}: {gain_text(r.gain.ratio)}{stopped}"
