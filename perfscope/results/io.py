@@ -219,14 +219,14 @@ def load_typed(path: str | os.PathLike[str], build: Callable[[Any], Any]) -> Any
         raise ResultsError(message if message.startswith(f"{path}: ") else f"{path}: {message}") from None
 
 
-def read_json(path: str | os.PathLike[str], *, max_bytes: int = limits.MAX_FILE_BYTES) -> Any:
+def read_json(path: str | os.PathLike[str]) -> Any:
     """Parsed JSON, or ResultsError naming the file: size, encoding and nesting are checked before parsing,
     so a hostile file is refused in milliseconds instead of exhausting memory or the stack."""
     path = Path(path)
     try:
         with open(path, "rb") as fh:
-            limits.check_size(os.fstat(fh.fileno()).st_size, max_bytes)
-            data = fh.read(max_bytes + 1)
+            limits.check_size(os.fstat(fh.fileno()).st_size)
+            data = fh.read(limits.MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise ResultsError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -236,6 +236,6 @@ def read_json(path: str | os.PathLike[str], *, max_bytes: int = limits.MAX_FILE_
     except ResultsError as exc:
         raise ResultsError(f"{path}: {exc}") from None
     try:
-        return limits.parse_json(data, max_bytes=max_bytes)
+        return limits.parse_json(data)
     except ResultsError as exc:
         raise ResultsError(f"{path}: {exc}") from None

@@ -8,12 +8,13 @@ Design notes: docs/results.md.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
 import socket
+from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from perfscope.errors import UserError
 from perfscope.results.io import check_folder
@@ -34,34 +35,25 @@ def check_output_dir(path: str | os.PathLike[str]) -> Path:
     return out
 
 
-class OutputDirClaim:
-    """This process's hold on an output folder; release() (or leaving the with-block) gives it back."""
+@dataclass
+class OutputDirClaim(contextlib.AbstractContextManager["OutputDirClaim"]):
+    """This process's hold on an output folder, given back when its with-block is left."""
 
-    def __init__(self, path: Path, fd: int, created: bool) -> None:
-        self.path = path
-        self.lock_path = path / LOCK_NAME
-        self._fd: int | None = fd
-        self._created = created
+    path: Path
+    fd: int | None
+    created: bool
 
-    def release(self) -> None:
-        if self._fd is None:
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is None:
             return
         try:
-            self.lock_path.unlink(missing_ok=True)  # while still locked: a waiting claimer re-checks the inode
+            (self.path / LOCK_NAME).unlink(missing_ok=True)  # while still locked: a waiting claimer re-checks the inode
         finally:
-            os.close(self._fd)
-            self._fd = None
-        if self._created:
-            try:
+            os.close(self.fd)
+            self.fd = None
+        if self.created:
+            with contextlib.suppress(OSError):
                 self.path.rmdir()  # only when empty: a run refused before writing anything leaves nothing
-            except OSError:
-                pass
-
-    def __enter__(self) -> OutputDirClaim:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.release()
 
 
 def claim_output_dir(path: str | os.PathLike[str]) -> OutputDirClaim:

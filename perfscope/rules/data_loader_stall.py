@@ -99,7 +99,7 @@ def loader_estimate(ctx: RuleContext, wait_share: float) -> LoaderEstimate:
     return replace(est, workers=max(best, current) if best else 0)
 
 
-def profile_lines(profile: DatasetProfile, window_batch_s: float | None = None, top: int = 4) -> list[str]:
+def profile_lines(profile: DatasetProfile, window_batch_s: float | None) -> list[str]:
     """The Dataset's cost in words: per sample, per batch (main process and worker), and where the time goes;
     ``window_batch_s``: what a batch took in the timed window, for comparison (a short pass is noisier)."""
     one = f" ({ms(profile.getitem_one_thread_s)} on one thread, as in a worker)" if profile.getitem_one_thread_s is not None else ""
@@ -109,7 +109,7 @@ def profile_lines(profile: DatasetProfile, window_batch_s: float | None = None, 
              f"per sample on {profile.threads} thread(s){one}{collate}: a batch of {profile.batch_size} costs {ms(profile.batch_s)}{worker}"
              + (f" (in the timed window the step waited {ms(window_batch_s)} per batch)" if window_batch_s else "")]
     if profile.top:
-        where = ", ".join(f"{f.label} {pct(f.self_share)}" for f in profile.top[:top])
+        where = ", ".join(f"{f.label} {pct(f.self_share)}" for f in profile.top[:4])
         lines.append(f"where __getitem__ and collate spend their time (cProfile self time): {where}")
     return lines
 

@@ -121,8 +121,7 @@ class ExposedCommunication(Rule):
                                   "one micro-batch per optimizer step: no_sync needs accumulation (k micro-batches of 1/k the size keep the "
                                   "global batch), then one all-reduce serves k micro-batches")
         if left:
-            self.estimate(f, comm, share, " or removed", f" ({comm.source or 'profiled steps'}); assumes the compute keeps its "
-                          "speed and no collective becomes slower", ": no communication fix can save more")
+            self.estimate(f, comm, share)
         else:
             f.title = "Exposed communication: the measured fixes did not help here"
             f.evidence.append("no_sync accumulation, bucket size and compression were measured on this machine and none was "
@@ -130,11 +129,12 @@ class ExposedCommunication(Rule):
         return findings + [f]
 
     @staticmethod
-    def estimate(f: Finding, comm: CommunicationFacts, share: float, how: str = "", source: str = "", bound: str = "") -> Finding:
+    def estimate(f: Finding, comm: CommunicationFacts, share: float) -> Finding:
         """Up to every exposed collective hidden: the cause measured in the trace, the exposed share of the step."""
-        return up_to(f, share, f"every exposed collective hidden behind compute{how}, 1 / (1 − exposed share of "
-                     f"the step); from rank {comm.rank}'s trace{source}", f"the exposed collective time: "
-                     f"{ms(comm.exposed_collective_s)} of the {ms(comm.step_s)} traced step ({pct(share)}){bound}")
+        return up_to(f, share, f"every exposed collective hidden behind compute or removed, 1 / (1 − exposed share of the "
+                     f"step); from rank {comm.rank}'s trace ({comm.source or 'profiled steps'}); assumes the compute keeps "
+                     "its speed and no collective becomes slower", f"the exposed collective time: {ms(comm.exposed_collective_s)} "
+                     f"of the {ms(comm.step_s)} traced step ({pct(share)}): no communication fix can save more")
 
     @staticmethod
     def other_kind(ctx: RuleContext, kind: str, comm: CommunicationFacts, share: float, evidence: list[str],
