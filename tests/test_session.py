@@ -82,7 +82,7 @@ def test_a_contended_run_is_not_measured_again_when_the_budget_would_not_allow_i
     session.may_retry = lambda: False  # what the sweep sets when a retry would overrun its budget
     trial = session.measure("baseline", CONFIG)
     assert [t.name for t in session.results.trials] == ["baseline"] and not trial.evidence
-    assert trial.excluded and trial.excluded.code == "contended_budget" and trial.contended
+    assert trial.excluded == msg("contended", why=trial.metrics.contention, budget=True) and trial.contended
 
 
 def test_persistent_contention_excludes_every_run_and_warns(tmp_path: Path) -> None:
@@ -91,7 +91,7 @@ def test_persistent_contention_excludes_every_run_and_warns(tmp_path: Path) -> N
     runs = [t for t in session.results.trials if t.configuration == "baseline"]
     assert len(runs) == CONTENTION_RETRIES + 1 and not any(r.evidence for r in runs) and not trial.evidence
     assert session.results.runs("baseline") == []  # runs() lists evidence only
-    assert trial.excluded == msg("contended_persisted", why=trial.metrics.contention, runs=CONTENTION_RETRIES + 1)
+    assert trial.excluded == msg("contended", why=trial.metrics.contention, runs=CONTENTION_RETRIES + 1)
     (warning,) = session.results.warnings
     assert warning == msg("persistent_load", runs=CONTENTION_RETRIES + 1, spoiled={"baseline": 1},
                           last=warning.params["last"], gave_up_after=None)
@@ -121,7 +121,7 @@ def test_after_persistent_load_spoiled_a_few_measurements_a_contended_run_is_not
         session.measure("baseline", CONFIG)
     assert len(runner.specs) == PERSISTENT_AFTER * (CONTENTION_RETRIES + 1) + 2 and len(runner.script) == 1
     last = session.results.trials[-1]
-    assert last.excluded == msg("contended_given_up", why=last.metrics.contention, measurements=PERSISTENT_AFTER)
+    assert last.excluded == msg("contended", why=last.metrics.contention, gave_up_after=PERSISTENT_AFTER)
     (warning,) = session.results.warnings
     assert warning.params["spoiled"] == {"baseline": measurements} and warning.params["gave_up_after"] == PERSISTENT_AFTER
     assert session.measure("baseline", CONFIG).evidence  # a quiet run is evidence again
