@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from perfscope.results.messages import Message
+from perfscope.wording_hooks import HOOKS
 
 
 def _joined(parts: str | list[str]) -> str:
@@ -113,9 +114,6 @@ def _not_timed(*, excluded: dict[str, int], spent: dict[str, float], elapsed: fl
         for why, n in excluded.items())
 
 
-# --- the hooks' and measure/'s messages: the OOM snapshot, the watch's changes, the clock (issue 36) ----------------
-
-
 def _contended(*, why: str | list[str], runs: int | None = None, gave_up_after: int | None = None,
                budget: bool = False) -> str:
     """A run other load spoiled (perfscope.trial.session): measured again, or not, and why not."""
@@ -126,31 +124,6 @@ def _contended(*, why: str | list[str], runs: int | None = None, gave_up_after: 
     else:
         tail = f" (persisted through {runs} runs)" if runs else ""
     return f"contended: {_joined(why)}{tail}"
-
-
-def _bytes(n: int) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n} B"
-
-
-def _oom_held(*, reserved: int, live: int, blocks: int, requested: int | None = None, sites: list[list[Any]] | None = None,
-              snapshot: str | None = None) -> str:
-    asked = f", asking for {_bytes(requested)} more" if requested else ""
-    where = ("; most from " + ", ".join(f"{site} ({_bytes(n)})" for site, n in sites)) if sites else \
-        "; who allocated them is unrecorded (history off)"
-    return (f"at the OOM: {_bytes(reserved)} reserved, {_bytes(live)} in {blocks} live blocks{asked}{where}"
-            + (f"; snapshot {snapshot} (pytorch.org/memory_viz)" if snapshot else ""))
-
-
-def _clock_throttled(*, source: str, before: float | None, after: float | None, reasons: list[str]) -> str:
-    parts = [f"{source} {before:.0f} → {after:.0f} MHz ({after / before - 1:+.0%})"] if before and after else []
-    return "; ".join(parts + ([f"throttling: {', '.join(reasons)} (NVML)"] if reasons else []))
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3g} ms"
 
 
 Wording = str | Callable[..., str]
@@ -253,19 +226,7 @@ WORDING: dict[str, Wording] = {
     "watch_new_syncs": lambda *, step, changes: f"watch: the steps traced after step {step} show {'; '.join(changes)}",
     "watch_step_time_shifted": lambda *, began, at, detected, changes: (
         f"watch: step time shifted at step {began} ({at}), detected at step {detected}: " + "; ".join(changes)),
-    # the hooks' and measure/'s messages (issue 36): a watch alarm's changes, the OOM snapshot, the memory window
-    "watch_step_time": lambda *, before, after: f"step time {_ms(before)} → {_ms(after)} ({after / before - 1:+.0%})",
-    "watch_data_wait": "data wait {before:.0%} → {after:.0%} of the step",
-    "watch_recompiles": "{graphs} torch.compile graph(s) compiled since the reference",
-    "watch_data_wait_added": lambda *, wait, added: f"the wait for data is {wait / added:.0%} of the {_ms(added)} added per step",
-    "clock_throttled": _clock_throttled,
-    "cuda_oom": "CUDA out of memory on device {device}, {held}",
-    "oom_held": _oom_held,
-    "oom_snapshot_no_cuda": "no CUDA: no allocator snapshot on out-of-memory",
-    "oom_snapshot_unavailable": "allocator snapshot unavailable: {error}",
-    "oom_snapshot_failed": "allocator snapshot failed at the OOM: {error}",
-    "memory_window_profiler_running": "a torch.profiler was already running on this thread",
-    "memory_window_ended_early": "the memory window ended before its profiled step",
+    **HOOKS,  # the hooks' and measure/'s: a watch alarm's changes, the OOM snapshot, the memory window
     # notes on the sweep (Sweep.notes)
     "order_randomized": "baseline/candidate order within each pair randomized (seed {seed})",
     "gain_from_confirmation": ("the recommendation's gain comes from {runs} confirmation run(s) measured after it was "
