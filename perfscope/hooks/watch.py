@@ -210,9 +210,9 @@ class Watch:
         if added > 0 and added_wait >= 0.5 * added:
             changes.append(msg("watch_data_wait_added", wait=added_wait, added=added))
         capture_dir = self.out / f"capture-step{index}"
-        began = since[0]
-        note = msg("watch_step_time_shifted", began=began.index, at=_iso(began.at), detected=index, changes=changes)
-        finding = WatchFinding(began_step=began.index, began_at=_iso(began.at), detected_step=index,
+        began, began_at = since[0], _iso(since[0].at)
+        note = msg("watch_step_time_shifted", began=began.index, at=began_at, detected=index, changes=changes)
+        finding = WatchFinding(began_step=began.index, began_at=began_at, detected_step=index,
                                step_time_s=(before, after), data_wait_share=(wait_before, wait_after),
                                recompiles=recompiles, capture=None, changes=[words(c) for c in changes])
         captured = self._request(capture_dir, finding, index)
