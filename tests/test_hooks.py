@@ -667,7 +667,7 @@ def test_capture_window_is_profiled_untimed_and_saved(tmp_path: Path, monkeypatc
     FakeTraceCapture.instances.clear()
     _fake_module(monkeypatch, "perfscope.trace.capture", TraceCapture=FakeTraceCapture)
     _fake_module(monkeypatch, "perfscope.trace.facts")  # no trace_facts: the fake trace cannot be analysed
-    prof = Profiler(device="cpu", warmup_steps=2, capture_steps=(2, 5), trace_dir=tmp_path / "tmp", **quiet())
+    prof = Profiler(device="cpu", warmup_steps=2, capture_steps=(2, 5), memory=True, trace_dir=tmp_path / "tmp", **quiet())
     for _ in prof.wrap([torch.zeros(4)] * 12):
         prof.step()
     (cap,) = FakeTraceCapture.instances

@@ -60,10 +60,9 @@ SCHEMA_VERSION = 3
 TrialStatus = Literal["ok", "oom", "error", "crashed", "timeout", "nonfinite", "skipped"]
 FAILED_STATUSES: frozenset[str] = frozenset({"oom", "error", "crashed", "timeout", "nonfinite"})
 
-CONTENDED: frozenset[str] = frozenset({"contended", "contended_budget", "contended_persisted", "contended_given_up",
-                                       "contended_v2"})
-"""The codes of Trial.excluded that say other load spoiled the run (perfscope.trial.session; "contended_v2": read
-from an older file's prose)."""
+CONTENDED: frozenset[str] = frozenset({"contended", "contended_v2"})
+"""The codes of Trial.excluded that say other load spoiled the run (perfscope.trial.session: whether it was measured
+again is in the parameters; "contended_v2": read from an older file's prose)."""
 
 
 # --------------------------------------------------------------------------------------------- model
