@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from perfscope.results.messages import Message
+from perfscope.wording_search import SEARCH
 
 
 def _joined(parts: str | list[str]) -> str:
@@ -354,6 +355,11 @@ WORDING: dict[str, Wording] = {
     "profiler_already_running": "a torch.profiler was already running on this thread: it was left alone, no capture",
     "trace_unavailable": "trace unavailable",
     "capture_said": "{note}",  # perfscope.trace.capture's own words (its TraceCapture.note)
+    # notes on a FLOP count (TrialMetrics.flop_notes; perfscope.measure.flops)
+    "cpu_sdpa_formula": "CPU SDPA has no torch FLOP formula: counted with torch's SDPA formulas by perfscope",
+    "attention_recompute_excluded": ("attention backward's QKᵀ recompute ({share:.1%} of the FLOPs counted) is hardware "
+                                     "FLOPs only: excluded from model FLOPs (MFU), kept in HFU"),
+    "no_matmul_counted": "the FLOP counter saw no matmul/conv/attention: MFU is not meaningful for this model",
     # unavailable: FLOPs
     "flops_disabled": "FLOP counting disabled for this trial",
     "flops_failed": "FLOP counting failed: {error}",
@@ -428,6 +434,7 @@ WORDING: dict[str, Wording] = {
     "points_unattributed": ("{points:+.1f} points unattributed: the trace's matmul time and the window's FLOPs "
                             "disagree"),
     **SEMANTICS,
+    **SEARCH,
 }
 
 
@@ -446,6 +453,11 @@ def _param(value: Any) -> Any:
     if isinstance(value, list):
         return [_param(v) for v in value]
     return value
+
+
+def joined(messages: list[Message]) -> str:
+    """The words of several messages as one line, "; "-joined (e.g. KnobOutcome.reason)."""
+    return "; ".join(words(m) for m in messages)
 
 
 def reason(unavailable: Mapping[str, Message], key: str, default: str = "") -> str:

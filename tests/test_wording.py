@@ -134,6 +134,7 @@ def test_a_recorded_schema2_file_keeps_its_exclusions_contention_and_notes_word_
 def test_an_early_schema3_file_with_prose_notes_and_exclusions_loads_without_changing_the_callers_data() -> None:
     """Schema 3 first held messages only in warnings, reasons and flags: its notes and exclusions were still prose."""
     fresh = Results.load(Path(__file__).parent / "data" / "reports" / "data_bound_cpu.json").to_dict()
+    fresh["schema_version"] = 3
     fresh["notes"] = ["a note in words"]
     fresh["trials"][0]["excluded"] = "contended: other processes used 1.00 of 2 CPU cores"
     kept = json.dumps(fresh, sort_keys=True)

@@ -43,6 +43,12 @@ class LayoutView:
     notes: list[str] = field(default_factory=list)
 
 
+def _reason(row: LayoutRow) -> str:
+    """"would not fit: 40.0 GiB of training state per rank, ...": the pruning's category, then its reason."""
+    said = words(row.reason) if row.reason is not None else ""
+    return f"{row.prune_reason}: {said}" if row.prune_reason else said
+
+
 def _line(row: LayoutRow, rank: int | None) -> LayoutLine:
     comm = NA
     if row.collective_s_per_step is not None:
@@ -59,7 +65,7 @@ def _line(row: LayoutRow, rank: int | None) -> LayoutLine:
         memory_model=fmt_bytes(row.memory_per_rank_bytes), memory_measured=fmt_bytes(row.measured_state_bytes),
         throughput=fmt_rate(row.samples_per_s, "samples/s"), per_rank=fmt_rate(row.samples_per_s_per_rank, "samples/s"),
         communication=comm, bubble=bubble,
-        reason=(f"{row.prune_reason}: {row.reason}" if row.prune_reason else row.reason or ""),
+        reason=_reason(row),
         trial=row.configuration or "", best=rank == 1,
     )
 
