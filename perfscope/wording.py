@@ -360,6 +360,18 @@ WORDING: dict[str, Wording] = {
     "attention_recompute_excluded": ("attention backward's QKᵀ recompute ({share:.1%} of the FLOPs counted) is hardware "
                                      "FLOPs only: excluded from model FLOPs (MFU), kept in HFU"),
     "no_matmul_counted": "the FLOP counter saw no matmul/conv/attention: MFU is not meaningful for this model",
+    "flops_tp_share": ("the replica's step ÷ tp = {tp} (embeddings, norms and the head, replicated, are computed on every "
+                       "rank: a slight undercount per rank)"),
+    "flops_checkpointing": ("activation checkpointing of {blocks} blocks: the step as run recomputes {extra:+.0%} FLOPs "
+                            "(counted with checkpointing on: HFU > MFU)"),
+    "flops_pipeline_share": ("the unsplit model's step at micro-batch {micro} × {accumulation} ÷ {stages} stages (equal "
+                             "blocks per stage)"),
+    "flops_scaled": "the counted step had {counted} samples: scaled to {per_step} per step",
+    "flops_counted_again": lambda *, discarded: (f"counted again on a later step, the count of {', '.join(discarded)} "
+                                                 "being discarded: it was not a training step alone"),
+    "flops_counted_in_loop": ("counted on one optimizer step of the loop as it ran: with activation checkpointing the "
+                              "recomputed forward is included, and this MFU is then a hardware-FLOP figure (pass "
+                              "Profiler(flops_per_step=...))"),
     # unavailable: FLOPs
     "flops_disabled": "FLOP counting disabled for this trial",
     "flops_failed": "FLOP counting failed: {error}",
