@@ -38,6 +38,7 @@ class Stacking:
     unstacked: list[Candidate]
     """Winners not tried on the stack yet (pending, in flight, or left out or cut short when the budget ended)."""
     out_of_time: list[str]
+    """Knobs skipped for lack of time (perfscope.search.decided names them as not measured)."""
     join_cut: bool = False
     """The last join ended undecided because the budget did."""
 
