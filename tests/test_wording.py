@@ -169,6 +169,9 @@ def test_a_recorded_schema2_file_keeps_its_semantics_changes_word_for_word_and_n
         assert [m.code for m in typed] == ["numerics" if s.startswith("numerics: ") else "legacy" for s in written]
     amp = next(k for k in results.sweep.knobs if k.knob == "amp_bf16")
     assert [m.code for m in amp.changes_semantics] == ["numerics"]
+    # a knob's reason was one string (schema 4: a list of messages): one legacy message, word for word
+    reasons = [[words(m) for m in k.reason] for k in results.sweep.knobs]
+    assert reasons == [[k["reason"]] if k.get("reason") else [] for k in old["sweep"]["knobs"]] and any(reasons)
 
 
 def test_a_global_batch_change_words_its_learning_rate_factors() -> None:

@@ -4,6 +4,7 @@ Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from collections import Counter
@@ -400,8 +401,10 @@ class Sweeper(Allocation, Stacking):
 
 
 def cannot_tell(gain: Gain) -> Message:
-    """An undecided gain's interval, and the smallest change these runs would detect."""
-    return msg("cannot_tell", confidence=gain.confidence, low=gain.low, high=gain.high, runs=gain.runs, mde=gain.mde)
+    """An undecided gain's interval, and the smallest change these runs would detect (``high`` None: unbounded, as
+    the file would store it)."""
+    high = gain.high if gain.high is not None and math.isfinite(gain.high) else None
+    return msg("cannot_tell", confidence=gain.confidence, low=gain.low, high=high, runs=gain.runs, mde=gain.mde)
 
 
 
