@@ -16,6 +16,7 @@ from typing import Any
 
 from perfscope import wording_hooks
 from perfscope.results.messages import Message
+from perfscope.wording_search import SEARCH
 
 
 def _joined(parts: str | list[str]) -> str:
@@ -362,6 +363,23 @@ WORDING: dict[str, Wording] = {
     "profiler_already_running": "a torch.profiler was already running on this thread: it was left alone, no capture",
     "trace_unavailable": "trace unavailable",
     "capture_said": "{note}",  # perfscope.trace.capture's own words (its TraceCapture.note)
+    # notes on a FLOP count (TrialMetrics.flop_notes; perfscope.measure.flops)
+    "cpu_sdpa_formula": "CPU SDPA has no torch FLOP formula: counted with torch's SDPA formulas by perfscope",
+    "attention_recompute_excluded": ("attention backward's QKᵀ recompute ({share:.1%} of the FLOPs counted) is hardware "
+                                     "FLOPs only: excluded from model FLOPs (MFU), kept in HFU"),
+    "no_matmul_counted": "the FLOP counter saw no matmul/conv/attention: MFU is not meaningful for this model",
+    "flops_tp_share": ("the replica's step ÷ tp = {tp} (embeddings, norms and the head, replicated, are computed on every "
+                       "rank: a slight undercount per rank)"),
+    "flops_checkpointing": ("activation checkpointing of {blocks} blocks: the step as run recomputes {extra:+.0%} FLOPs "
+                            "(counted with checkpointing on: HFU > MFU)"),
+    "flops_pipeline_share": ("the unsplit model's step at micro-batch {micro} × {accumulation} ÷ {stages} stages (equal "
+                             "blocks per stage)"),
+    "flops_scaled": "the counted step had {counted} samples: scaled to {per_step} per step",
+    "flops_counted_again": lambda *, discarded: (f"counted again on a later step, the count of {', '.join(discarded)} "
+                                                 "being discarded: it was not a training step alone"),
+    "flops_counted_in_loop": ("counted on one optimizer step of the loop as it ran: with activation checkpointing the "
+                              "recomputed forward is included, and this MFU is then a hardware-FLOP figure (pass "
+                              "Profiler(flops_per_step=...))"),
     # unavailable: FLOPs
     "flops_disabled": "FLOP counting disabled for this trial",
     "flops_failed": "FLOP counting failed: {error}",
@@ -436,6 +454,7 @@ WORDING: dict[str, Wording] = {
     "points_unattributed": ("{points:+.1f} points unattributed: the trace's matmul time and the window's FLOPs "
                             "disagree"),
     **SEMANTICS,
+    **SEARCH,
 }
 
 
@@ -454,6 +473,11 @@ def _param(value: Any) -> Any:
     if isinstance(value, list):
         return [_param(v) for v in value]
     return value
+
+
+def joined(messages: list[Message]) -> str:
+    """The words of several messages as one line, "; "-joined (e.g. KnobOutcome.reason)."""
+    return "; ".join(words(m) for m in messages)
 
 
 def reason(unavailable: Mapping[str, Message], key: str, default: str = "") -> str:

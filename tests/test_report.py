@@ -146,6 +146,7 @@ def test_trace_links_are_relative_and_inert(tmp_path):
 def test_trace_facts_of_an_older_untyped_file_are_read_defensively():
     """Older perfscope wrote a free-form dict; malformed parts of it drop out, the rest loads and renders."""
     data = make_results([make_trial()]).to_dict()
+    data["schema_version"] = 3  # untyped facts are read from schema 3 and older: a current file is never walked
     data["trials"][0]["metrics"]["trace_facts"] = {
         "kernel_time_by_category": {"gemm": "fast", "x": None, "ok": 1}, "top_kernels": [1, {"name": "k"}, {"name": "k2", "time_s": 0.1, "count": True}],
         "idle_fraction": "lots", "gpu_idle_fraction": 0.3,
@@ -369,6 +370,7 @@ def test_an_upper_bound_estimate_is_worded_as_a_bound():
     (shown,) = [f for f in build_view(results).findings if f.rule_id == estimated.rule_id]
     assert point.gain_text.startswith("≈") and shown.gain_text.startswith("up to ") and "≈" not in shown.gain_text
     old = results.to_dict()
+    old["schema_version"] = 3  # written before the field: schema 3 or older
     for f in old["findings"]:
         del f["upper_bound"]
         f["estimate_method"] = "upper bound: every exposed collective hidden" if f["rule_id"] == estimated.rule_id else None

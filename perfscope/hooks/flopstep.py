@@ -135,12 +135,10 @@ class FlopStep:
         notes = list(notes)
         if counted_samples and samples_per_step and counted_samples != samples_per_step:
             total = total * samples_per_step / counted_samples
-            notes.append(f"the counted step had {counted_samples} samples: scaled to {samples_per_step} per step")
+            notes.append(msg("flops_scaled", counted=counted_samples, per_step=samples_per_step))
         if self.restarts:
-            notes.append("counted again on a later step, the count of " + ", ".join(self.restarts)
-                         + " being discarded: it was not a training step alone")
-        notes.append("counted on one optimizer step of the loop as it ran: with activation checkpointing the recomputed "
-                     "forward is included, and this MFU is then a hardware-FLOP figure (pass Profiler(flops_per_step=...))")
+            notes.append(msg("flops_counted_again", discarded=list(self.restarts)))
+        notes.append(msg("flops_counted_in_loop"))
         # attention's recompute kept in HFU
         return FlopCount(model=total, hardware=total * self.hardware_per_model, notes=notes)
 

@@ -49,7 +49,9 @@ def _measured(row: LayoutRow, rank: int | None) -> list[str | Cell]:
 
 
 def _reason(row: LayoutRow) -> str:
-    return f"{row.prune_reason}: {row.reason}" if row.prune_reason else row.reason or ""
+    """"would not fit: 40.0 GiB of training state per rank, ...": the pruning's category, then its reason."""
+    said = words(row.reason) if row.reason is not None else ""
+    return f"{row.prune_reason}: {said}" if row.prune_reason else said
 
 
 def layout_view(results: Results) -> LayoutView | None:

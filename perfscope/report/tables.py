@@ -28,7 +28,7 @@ from perfscope.report.headline import step_cell
 from perfscope.report.structure import StructuralEffect
 from perfscope.results import FAILED_STATUSES, KnobOutcome, Results, Trial, TrialMetrics
 from perfscope.results.trace_diff import diff_facts
-from perfscope.wording import words
+from perfscope.wording import joined, words
 
 MAX_KERNEL_ROWS = 15
 MAX_KERNEL_NAME = 160
@@ -83,7 +83,7 @@ def knob_rows(ranking: Ranking, knobs: list[KnobOutcome], effects: dict[str, Str
             interval=fmt_interval(g.low, g.high) if g else "", significant=g.significant if g else None,
             setting=k.setting or "", reference=f"vs {g.reference} ({g.runs} : {g.reference_runs} runs)" if g else "",
             mfu=fmt_percent(k.mfu) if k.mfu is not None else "—", semantics=[words(s) for s in k.changes_semantics],
-            reason=k.reason or "", trial=k.trial or "", structure=effect.lines() if effect else [],
+            reason=joined(k.reason), trial=k.trial or "", structure=effect.lines() if effect else [],
             structure_notes=[words(n) for n in effect.notes if effect.compared] if effect else [],
         ))
     return rows

@@ -55,7 +55,7 @@ __all__ = [
     "TrialMetrics", "TrialStatus", "Utilization", "UtilizationSample", "Verdict", "Window", "WorkloadInfo",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 TrialStatus = Literal["ok", "oom", "error", "crashed", "timeout", "nonfinite", "skipped"]
 FAILED_STATUSES: frozenset[str] = frozenset({"oom", "error", "crashed", "timeout", "nonfinite"})
@@ -303,7 +303,7 @@ class TrialMetrics:
     hardware_flops_per_step: float | None = field(default=None, metadata=FLOPS)
     """Adds activation-checkpointing recompute (HFU ≥ MFU)."""
     flop_convention: str = ""
-    flop_notes: list[str] = field(default_factory=list)
+    flop_notes: list[Message] = field(default_factory=list)
     achieved_tflops: float | None = field(default=None, metadata=TFLOPS)
     """Model FLOPs in the windows / their wall time / 1e12."""
     mfu: float | None = field(default=None, metadata=NON_NEGATIVE)

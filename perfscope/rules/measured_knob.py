@@ -4,6 +4,7 @@ from perfscope import knobs
 from perfscope.results import Finding
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.stats import confidence_text
+from perfscope.wording import joined
 
 
 class MeasuredKnob(Rule):
@@ -39,7 +40,7 @@ class MeasuredKnob(Rule):
                 rule_id=self.id, title=title,
                 severity="medium" if g.significant and g.ratio > 1.1 else "low" if g.significant and g.ratio > 1 else "info",
                 evidence=[f"measured {g.ratio:.3f}× per sample vs the baseline ({confidence_text(g.confidence)} CI {g.low:.3f}–{g.high:.3f})"]
-                + ([o.reason] if o.reason else []),
+                + ([joined(o.reason)] if o.reason else []),
                 fix=o.code_change or "", gain=g, trial=o.trial, caveats=list(o.changes_semantics),
                 # The slices the knob declares it acts on (none for a knob this version does not know: an older file).
                 addresses=next((list(k.addresses) for k in knobs.REGISTRY if k.id == o.knob), []),

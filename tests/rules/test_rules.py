@@ -472,7 +472,8 @@ def _lean_optimizer_run(results: Results, knob: str = "adafactor", *, ratio: flo
     results.sweep = results.sweep or Sweep(baseline_trial="baseline")
     results.sweep.knobs.append(KnobOutcome(
         knob=knob, title="Adafactor instead of Adam/AdamW (factored optimizer state)", status=status, trial=name,
-        gain=_gain(ratio), reason="numerics guard: mean loss 10% higher" if status == "rejected" else None,
+        gain=_gain(ratio), reason=[msg("numerics_guard", reason=msg("numerics_recipe_loss", optimizer="adafactor", loss=1.1, baseline=1.0,
+                                                  diff=0.1, tolerance=0.04))] if status == "rejected" else [],
         code_change="+optimizer = torch.optim.Adafactor(model.parameters(), lr=lr)",
         changes_semantics=[msg("training_recipe", optimizer="AdamW", replacement="Adafactor",
                                caveat=msg("adafactor_recipe", adam_decay=False))]))
@@ -518,7 +519,8 @@ def test_a_lean_optimizer_measured_slower_or_rejected_is_said_so():
     assert "memory it frees" in finding.why_not_here
     rejected = _lean_optimizer_run(_optimizer_bound(), status="rejected")
     (finding,) = _ps503(rejected)
-    assert finding.gain is None and any("rejected by the numerics guard" in e for e in finding.evidence)
+    assert finding.gain is None and any(e.startswith("rejected: numerics guard: with adafactor the mean loss")
+                                        for e in finding.evidence)
     assert "PS601" not in {f.rule_id for f in run_rules(rejected)}  # another optimizer's loss is not an overflow
 
 
@@ -651,7 +653,7 @@ def test_a_knob_whose_run_did_not_apply_it_is_no_measurement():
     measured = _with_knob(_results(), "compile", 0.8)
     assert [f.gain.ratio for f in run_rules(measured) if f.rule_id == "PS303"] == [0.8]
     fell_back = _with_knob(_results(), "compile", 1.5, status="failed")
-    fell_back.sweep.knobs[0].reason = "not applied: torch.compile compiled no graph (dynamo fell back to eager)"
+    fell_back.sweep.knobs[0].reason = [msg("knob_not_applied", why="torch.compile compiled no graph (dynamo fell back to eager)")]
     assert [f for f in run_rules(fell_back) if f.trial == "compile" or f.rule_id in ("PS303", "PS100")] == []
 
 
