@@ -55,7 +55,7 @@ def test_the_scan_sees_the_calls() -> None:
 
 @pytest.mark.parametrize(("where", "code", "given"), CALLS, ids=[w for w, _, _ in CALLS])
 def test_every_message_has_a_wording_that_gets_its_parameters(where: str, code: str, given: set[str]) -> None:
-    assert code in WORDING, f"{where}: no wording for {code!r} in perfscope.wording.py"
+    assert code in WORDING, f"{where}: no wording for {code!r} in perfscope/wording/"
     required, allowed = _params(code)
     assert required <= given <= allowed, f"{where}: {code!r} given {sorted(given)}, its wording takes {sorted(allowed)}"
 

@@ -1,4 +1,4 @@
-"""The words of the search"s reasons and the FLOP count"s notes (perfscope.wording_search, perfscope.wording): one
+"""The words of the search"s reasons and the FLOP count"s notes (perfscope.wording.search, perfscope.wording): one
 case per template, so a template's words change only on purpose; tests elsewhere assert codes."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from perfscope.results.messages import Message, msg
 from perfscope.wording import words
-from perfscope.wording_search import SEARCH
+from perfscope.wording.search import SEARCH
 
 GiB = 2**30
 steps = msg("numerics_steps", first=2, last=7, global_steps=True, samples_per_step=16)

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from perfscope import wording_hooks
 from perfscope.results.messages import Message
-from perfscope.wording_search import SEARCH
+from perfscope.wording.hooks import HOOKS
+from perfscope.wording.search import SEARCH
 
 
 def _joined(parts: str | list[str]) -> str:
@@ -227,7 +227,7 @@ WORDING: dict[str, Wording] = {
     "watch_new_syncs": lambda *, step, changes: f"watch: the steps traced after step {step} show {'; '.join(changes)}",
     "watch_step_time_shifted": lambda *, began, at, detected, changes: (
         f"watch: step time shifted at step {began} ({at}), detected at step {detected}: " + "; ".join(changes)),
-    **wording_hooks.HOOKS,  # the hooks' and measure/'s: a watch alarm's changes, the OOM snapshot, the memory window
+    **HOOKS,  # the hooks' and measure/'s: a watch alarm's changes, the OOM snapshot, the memory window
     # notes on the sweep (Sweep.notes)
     "order_randomized": "baseline/candidate order within each pair randomized (seed {seed})",
     "gain_from_confirmation": ("the recommendation's gain comes from {runs} confirmation run(s) measured after it was "
