@@ -19,12 +19,11 @@ from perfscope.hooks.distributed import (
     exchange,
     find_place,
     layout,
-    own_cpu_cores,
     rank_metrics,
     without_peers,
 )
 from perfscope.measure.mfu import apply_utilization_ratios
-from perfscope.measure.ranks import apply_job, combine_ranks
+from perfscope.measure.ranks import apply_job, combine_ranks, window_mean
 from perfscope.pipeline import finish
 from perfscope.results.distributed import RankMetrics
 from perfscope.results.io import copy_file
@@ -70,7 +69,8 @@ def save_job(prof: Saving, place: RankPlace, out_dir: Path, final: bool) -> Path
     failed = prof.failure()
     try:
         why = results.trials[0].error if results is not None else None
-        report = RankReport(rank=place.rank, error=failed, own_cpu_cores=own_cpu_cores(metrics),
+        own = window_mean(metrics.windows, "own_cpu_cores") if metrics is not None else None  # the peers' load
+        report = RankReport(rank=place.rank, error=failed, own_cpu_cores=own,
                             trace=str(trace) if trace is not None else None,
                             metrics=rank_metrics(place, metrics, prof.model, prof.optimizer, why or failed or ""))
         reports = exchange(place, report, key=prof.key, timeout_s=prof.gather_timeout_s, device=prof.device)

@@ -17,7 +17,7 @@ from perfscope.hardware import datasheet_peak, is_mig_name, slice_peak
 from perfscope.measure.ceiling_cache import cached_ceilings, ceiling_key, measure_each
 from perfscope.measure.cores import usable_cores
 from perfscope.measure.peaks import ceiling_dtypes, measure_matmul_tflops
-from perfscope.measure.utilization import cuda_uuid, is_mig_uuid, nvml_handle
+from perfscope.measure.utilization import close_nvml, cuda_uuid, is_mig_uuid, nvml_handle, open_nvml
 from perfscope.results import Environment
 from perfscope.results.messages import Message, error, msg
 
@@ -65,9 +65,7 @@ def _nvml_facts(index: int) -> _NvmlFacts:
     """Driver version, and the run's device as NVML sees it (found by UUID: see perfscope.measure.utilization)."""
     facts = _NvmlFacts()
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
+        pynvml = open_nvml()
     except Exception as exc:  # noqa: BLE001 - NVML absent (CPU box, WSL, container without driver)
         facts.unavailable["driver_version"] = msg("nvml_unavailable", error=error(exc))
         return facts
@@ -80,23 +78,16 @@ def _nvml_facts(index: int) -> _NvmlFacts:
         handle, facts.device_uuid = nvml_handle(pynvml, index)
         if not is_mig_uuid(facts.device_uuid):
             facts.mig_mode = int(pynvml.nvmlDeviceGetMigMode(handle)[0]) == int(getattr(pynvml, "NVML_DEVICE_MIG_ENABLE", 1))
-    except Exception as exc:  # noqa: BLE001 - NOT_SUPPORTED on GPUs without MIG, an old torch without uuid, ...
+    except Exception as exc:  # noqa: BLE001 - NOT_SUPPORTED on GPUs without MIG, ...
         facts.unavailable["mig"] = msg("nvml_error", error=error(exc))
     finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
+        close_nvml(pynvml)
     return facts
 
 
-def _uuid(index: int) -> str | None:
+def _uuid(index: int) -> str:
     """CUDA's UUID in NVML's spelling, without asking NVML (a MIG instance's CUDA UUID is its MIG UUID)."""
-    try:
-        prefix = "MIG-" if is_mig_name(torch.cuda.get_device_name(index)) else "GPU-"
-        return prefix + cuda_uuid(index)
-    except Exception:  # noqa: BLE001 - an old torch without props.uuid
-        return None
+    return ("MIG-" if is_mig_name(torch.cuda.get_device_name(index)) else "GPU-") + cuda_uuid(index)
 
 
 def _datasheet(env: Environment, sm_count: int | None, mig: bool) -> None:
@@ -143,7 +134,7 @@ def collect_environment(device: str, *, device_index: int = 0, measure_ceiling: 
         props = torch.cuda.get_device_properties(device_index)
         env.device_count = torch.cuda.device_count()
         env.device_index = device_index
-        env.visible_devices = [f"{torch.cuda.get_device_name(i)} ({_uuid(i) or 'uuid unknown'})" for i in range(env.device_count)]
+        env.visible_devices = [f"{torch.cuda.get_device_name(i)} ({_uuid(i)})" for i in range(env.device_count)]
         env.compute_capability = f"{props.major}.{props.minor}"
         env.device_memory_bytes = int(props.total_memory)
         env.multiprocessor_count = getattr(props, "multi_processor_count", None)
