@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import platform
-import re
 import socket
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import psutil
 import torch
 
 from perfscope.hardware import datasheet_peak, is_mig_name, slice_peak
 from perfscope.measure.ceiling_cache import cached_ceilings, ceiling_key, measure_each
-from perfscope.measure.cores import usable_cores
+from perfscope.measure.cores import numa_nodes, usable_cores
 from perfscope.measure.peaks import ceiling_dtypes, measure_matmul_tflops
 from perfscope.measure.utilization import close_nvml, cuda_uuid, is_mig_uuid, nvml_handle, open_nvml
 from perfscope.results import Environment
@@ -36,21 +34,6 @@ def _cpu_model() -> tuple[str | None, Message | None]:
     if processor and processor != platform.machine():
         return processor, None
     return None, msg("cpu_model_unknown", why=why, machine=platform.machine() or "unknown")
-
-
-def numa_nodes(root: Path = Path("/sys/devices/system/node"), system: str = sys.platform) -> tuple[int | None, Message | None]:
-    """(NUMA nodes with CPUs, None), or (None, why). Linux lists one ``nodeN`` directory per online node; nodes
-    without CPUs (a GH200's GPU memory, CXL memory) are not counted: no rank can be bound to them."""
-    if not system.startswith("linux"):
-        return None, msg("numa_not_linux", system=system)
-    try:
-        nodes = [p for p in root.iterdir() if re.fullmatch(r"node\d+", p.name)]
-        with_cpus = [p for p in nodes if (p / "cpulist").read_text().strip()]
-    except OSError as exc:
-        return None, msg("unreadable", path=str(root), error=str(exc.strerror or exc))
-    if not with_cpus:
-        return None, msg("numa_no_cpus", path=str(root))
-    return len(with_cpus), None
 
 
 @dataclass
