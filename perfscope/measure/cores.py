@@ -37,26 +37,6 @@ def cgroup_quota_cores(root: Path = Path("/sys/fs/cgroup")) -> float | None:
         return None
 
 
-def usable_cores() -> tuple[float | None, str]:
-    """Cores this process may use: min(physical cores, affinity CPUs, cgroup quota), and how it was found."""
-    physical = psutil.cpu_count(logical=False) or psutil.cpu_count(logical=True)
-    limits: list[float] = [float(physical)] if physical else []
-    how = [f"{physical} physical cores" if physical else "core count unknown"]
-    try:
-        affinity = len(os.sched_getaffinity(0))
-        limits.append(float(affinity))
-        how.append(f"affinity {affinity} CPUs")
-    except (AttributeError, OSError):  # macOS / Windows: no affinity mask to read
-        how.append("affinity not readable")
-    quota = cgroup_quota_cores()
-    if quota is not None:
-        limits.append(quota)
-        how.append(f"cgroup quota {quota:g} cores")
-    else:
-        how.append("no cgroup quota")
-    return (min(limits) if limits else None), "; ".join(how)
-
-
 @dataclass(frozen=True)
 class CpuBudget:
     """The CPUs this process may be scheduled on and the cgroup quota over them: what a neighbour competes for."""
@@ -90,6 +70,18 @@ def cpu_budget(cgroup_root: Path = Path("/sys/fs/cgroup")) -> CpuBudget:
     except (AttributeError, OSError):
         cpus = None
     return CpuBudget(cpus=cpus, quota_cores=cgroup_quota_cores(cgroup_root), logical_cpus=psutil.cpu_count(logical=True) or 1)
+
+
+def usable_cores() -> tuple[float | None, str]:
+    """Cores this process may use: min(physical cores, affinity CPUs, cgroup quota), and how it was found."""
+    budget = cpu_budget()
+    physical = psutil.cpu_count(logical=False) or psutil.cpu_count(logical=True)
+    affinity = len(budget.cpus) if budget.cpus is not None else None  # None: macOS / Windows have no mask to read
+    limits = [float(n) for n in (physical, affinity, budget.quota_cores) if n]
+    how = [f"{physical} physical cores" if physical else "core count unknown",
+           f"affinity {affinity} CPUs" if affinity is not None else "affinity not readable",
+           f"cgroup quota {budget.quota_cores:g} cores" if budget.quota_cores is not None else "no cgroup quota"]
+    return (min(limits) if limits else None), "; ".join(how)
 
 
 def numa_nodes(root: Path = Path("/sys/devices/system/node"), system: str = sys.platform) -> tuple[int | None, Message | None]:

@@ -6,7 +6,6 @@ import dataclasses
 import platform
 import socket
 import sys
-from dataclasses import dataclass, field
 
 import psutil
 import torch
@@ -36,36 +35,27 @@ def _cpu_model() -> tuple[str | None, Message | None]:
     return None, msg("cpu_model_unknown", why=why, machine=platform.machine() or "unknown")
 
 
-@dataclass
-class _NvmlFacts:
-    driver_version: str | None = None
-    device_uuid: str | None = None  # NVML's spelling: "GPU-..." or "MIG-..."
-    mig_mode: bool | None = None  # MIG enabled on the (parent) GPU
-    unavailable: dict[str, Message] = field(default_factory=dict)
-
-
-def _nvml_facts(index: int) -> _NvmlFacts:
-    """Driver version, and the run's device as NVML sees it (found by UUID: see perfscope.measure.utilization)."""
-    facts = _NvmlFacts()
+def _nvml_facts(env: Environment, index: int) -> bool:
+    """The driver version and the run's device as NVML sees it (found by UUID: see perfscope.measure.utilization)
+    into ``env``; whether NVML says the device is a MIG slice (a MIG UUID, or MIG mode on its GPU)."""
     try:
         pynvml = open_nvml()
     except Exception as exc:  # noqa: BLE001 - NVML absent (CPU box, WSL, container without driver)
-        facts.unavailable["driver_version"] = msg("nvml_unavailable", error=error(exc))
-        return facts
+        env.unavailable["driver_version"] = msg("nvml_unavailable", error=error(exc))
+        return False
     try:
         version = pynvml.nvmlSystemGetDriverVersion()
-        facts.driver_version = version.decode() if isinstance(version, bytes) else str(version)
+        env.driver_version = version.decode() if isinstance(version, bytes) else str(version)
     except Exception as exc:  # noqa: BLE001
-        facts.unavailable["driver_version"] = msg("nvml_error", error=error(exc))
+        env.unavailable["driver_version"] = msg("nvml_error", error=error(exc))
     try:
-        handle, facts.device_uuid = nvml_handle(pynvml, index)
-        if not is_mig_uuid(facts.device_uuid):
-            facts.mig_mode = int(pynvml.nvmlDeviceGetMigMode(handle)[0]) == int(getattr(pynvml, "NVML_DEVICE_MIG_ENABLE", 1))
-    except Exception as exc:  # noqa: BLE001 - NOT_SUPPORTED on GPUs without MIG, ...
-        facts.unavailable["mig"] = msg("nvml_error", error=error(exc))
+        handle, env.device_uuid = nvml_handle(pynvml, index)
+        enabled = int(getattr(pynvml, "NVML_DEVICE_MIG_ENABLE", 1))
+        return is_mig_uuid(env.device_uuid) or int(pynvml.nvmlDeviceGetMigMode(handle)[0]) == enabled
+    except Exception:  # noqa: BLE001 - NOT_SUPPORTED on GPUs without MIG: then only the name tells
+        return False
     finally:
         close_nvml(pynvml)
-    return facts
 
 
 def _uuid(index: int) -> str:
@@ -122,12 +112,9 @@ def collect_environment(device: str, *, device_index: int = 0, measure_ceiling: 
         env.device_memory_bytes = int(props.total_memory)
         env.multiprocessor_count = getattr(props, "multi_processor_count", None)
         env.cuda_version = torch.version.cuda  # the CUDA this PyTorch was built with (None: a ROCm build)
-        nvml = _nvml_facts(device_index)
-        env.driver_version = nvml.driver_version
-        env.device_uuid = nvml.device_uuid or _uuid(device_index)
-        env.unavailable.update({k: v for k, v in nvml.unavailable.items() if k == "driver_version"})
         # A MIG slice: CUDA names it after its profile, NVML gives it a MIG UUID, or its GPU has MIG mode on.
-        env.mig = is_mig_name(env.device_name) or is_mig_uuid(nvml.device_uuid) or bool(nvml.mig_mode)
+        env.mig = _nvml_facts(env, device_index) or is_mig_name(env.device_name)
+        env.device_uuid = env.device_uuid or _uuid(device_index)
         _datasheet(env, env.multiprocessor_count, env.mig)
     else:
         env.unavailable["datasheet_peaks_tflops"] = msg("cpu_no_datasheet_peak")

@@ -61,7 +61,6 @@ def ceiling_dtypes(device: str) -> list[str]:
 
 
 PAD_TO = 64
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 CPU_MAX_ELEMENTS = 2_000_000  # keep the CPU benchmark under a couple of seconds
 MIN_FLOPS = 1e7  # below this a matmul is launch/dispatch overhead, and padding it says nothing about tiles
 
@@ -90,7 +89,7 @@ def benchmark_alignment_for(gemm_shapes: list[GemmShape], *, device: str, precis
 def benchmark_alignment(gemm_shapes: list[GemmShape], *, device: str, dtype: str = "fp32", top: int = 3, repeats: int = 20) -> list[GemmAlignment]:
     """Measured speed-up per FLOP of padding the hottest misaligned GEMM shapes."""
     rows: list[GemmAlignment] = []
-    torch_dtype = _DTYPES.get(dtype, torch.float32)
+    torch_dtype = _TORCH_DTYPES.get(dtype, torch.float32)
     for shape in [g for g in gemm_shapes if g.misaligned][: top * 3]:
         if len(rows) >= top:
             break

@@ -125,15 +125,10 @@ class UtilizationSampler:
             util.unavailable.setdefault("samples", msg("shorter_than_sampling"))
             return util
 
-        def summary(name: str) -> Any:
+        for name in ("gpu_util_percent", "power_w", "sm_clock_mhz", "cpu_percent"):
             values = [getattr(s, name) for s in samples if getattr(s, name) is not None]
-            return summarize(values) if values else None
-
-        util.gpu_util_percent = summary("gpu_util_percent")
-        util.power_w = summary("power_w")
-        util.sm_clock_mhz = summary("sm_clock_mhz")
+            setattr(util, name, summarize(values) if values else None)
         util.sm_clock_max_mhz = self._sm_clock_max
-        util.cpu_percent = summary("cpu_percent")
         memory = [s.gpu_memory_used_bytes for s in samples if s.gpu_memory_used_bytes is not None]
         util.gpu_memory_used_bytes_max = max(memory) if memory else None
         util.throttle_reasons_seen = sorted({r for s in samples for r in s.throttle_reasons})
