@@ -1,12 +1,5 @@
-"""The hooks on every rank of the user's own torchrun job: who this rank is, its summary, and rank 0 collecting them.
-
-    place = find_place()                         # None outside an initialized process group of more than one rank
-    report = RankReport(rank=place.rank, metrics=rank_metrics(place, trial_metrics, model, optimizer))
-    reports = exchange(place, report, key="perfscope/hooks/0/0", timeout_s=300, device=device)
-    # rank 0: every rank's report in rank order (None for a rank that did not report in time); other ranks: None
-
-Design notes: docs/distributed.md.
-"""
+"""The hooks on every rank of the user's own torchrun job: who this rank is, its summary, and rank 0 collecting
+them (`exchange`). Design notes: docs/distributed.md."""
 
 from __future__ import annotations
 

@@ -1,14 +1,6 @@
-"""The Profiler's calls for frameworks that own the training loop (perfscope.hooks.integrations).
-
-    prof.batch_begin()                 # Lightning's on_train_batch_start, the Trainer's on_step_begin
-    prof.data_begin(); ...; prof.data_end()
-    prof.exclude_since_step("evaluation")
-    prof.describe(precision="bf16", declared={"strategy": "ddp"})
-
-A framework's loop has no `wrap()` to time next() in and no place for `pause()` before its evaluation: it reports
-each event through its callbacks, after the fact. These calls drive the same step/window state machine
-(perfscope.hooks.profiler) the plain loop drives; they are a mixin of Profiler so its public API is one object.
-"""
+"""The Profiler's calls for frameworks that own the training loop (perfscope.hooks.integrations): a framework has
+no `wrap()` to time next() in and no place for `pause()`, so it reports each event after the fact, through its
+callbacks, and drives the same step/window state machine the plain loop does. A mixin of the Profiler."""
 
 from __future__ import annotations
 

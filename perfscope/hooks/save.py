@@ -1,11 +1,5 @@
 """Profiler.save(): alone, results.json and the report; in a torchrun job, every rank sends rank 0 its summary
-and rank 0 writes the job's one results.json.
-
-    path = save_alone(prof._saving(), out_dir, final=True)          # one process
-    path = save_job(prof._saving(), place, out_dir, final=True)     # every rank of a job (None on ranks other than 0)
-
-Design notes: docs/hooks.md.
-"""
+and rank 0 writes the job's one results.json. Design notes: docs/hooks.md, "Distributed (torchrun)"."""
 
 from __future__ import annotations
 

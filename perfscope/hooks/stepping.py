@@ -1,12 +1,6 @@
-"""The Profiler's step/window state machine: what happens at each step boundary of the user's loop.
-
-    prof.wrap(loader) → _wrapped(): next() timed as data wait, the batch tallied
-    prof.step()       → _end_step(): the step ends; the boundary opens, keeps or closes the timed window
-
-Each boundary decides whether the step it starts is timed: not during warm-up, a capture window (capture_steps,
-an on-demand capture, their memory steps), the FLOP-counting step or a pause. A mixin of the Profiler (as
-perfscope.hooks.framework's calls are): the public API (perfscope.hooks.profiler) is one object, this is its engine.
-"""
+"""The Profiler's step/window state machine (a mixin; the public API is perfscope.hooks.profiler): each step
+boundary decides whether the step it starts is timed — not during warm-up, a capture window, the FLOP-counting
+step or a pause — and opens, keeps or closes the timed window. Design notes: docs/hooks.md."""
 
 from __future__ import annotations
 
