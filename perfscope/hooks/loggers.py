@@ -140,10 +140,8 @@ class Loggers:
             self._samples_known = False
         else:
             self._samples += record.samples
-        if self._steps >= self.every:
-            self._emit(record.index + 1)
-
-    def _emit(self, step: int) -> None:
+        if self._steps < self.every:
+            return
         steps, wall = self._steps, self._time
         figures = {"step_time_s": wall / steps, "data_wait_share": self._wait / wall if wall > 0 else 0.0}
         if self._samples_known and wall > 0:
@@ -154,7 +152,7 @@ class Loggers:
         if (memory := self.peak_memory()) is not None:
             figures["peak_memory_bytes"] = float(memory)
         self._steps, self._time, self._wait, self._samples, self._samples_known = 0, 0.0, 0.0, 0, True
-        self.log(figures, step)
+        self.log(figures, record.index + 1)
 
     def final(self, results: Results, step: int) -> None:
         """The run's own figures (what the report shows), once, at save()."""

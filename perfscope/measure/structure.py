@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import _tensor_str
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -177,15 +178,6 @@ class StructureCounter(TorchDispatchMode):
             return
         self.syncs[(label, site)] += 1
 
-    def _wrap_host_reads(self) -> None:
-        """Wrap the reads no mode sees (HOST_READS) until exit; each counts as one sync at the caller's line."""
-        import torch._tensor_str as tensor_str
-
-        for owner, attr in ((tensor_str, "_str"), (torch.Tensor, "tolist"), (torch.Tensor, "numpy")):
-            original = getattr(owner, attr)
-            self._unwrap.append((owner, attr, owner.__dict__.get(attr)))
-            setattr(owner, attr, self._reader(HOST_READS[attr], original))
-
     def _reader(self, label: str, original: Any) -> Any:
         def read(tensor: Any, *args: Any, **kwargs: Any) -> Any:
             if isinstance(tensor, torch.Tensor):
@@ -197,14 +189,6 @@ class StructureCounter(TorchDispatchMode):
                 self._reading -= 1
 
         return read
-
-    def _unwrap_host_reads(self) -> None:
-        while self._unwrap:
-            owner, attr, own = self._unwrap.pop()
-            if own is None:
-                delattr(owner, attr)  # it was inherited (torch.Tensor from its C base): inherit it again
-            else:
-                setattr(owner, attr, own)
 
     def count_copy(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         if name == "aten::copy_":
@@ -226,12 +210,20 @@ class StructureCounter(TorchDispatchMode):
     def __enter__(self) -> StructureCounter:
         self.flop_counter.__enter__()
         super().__enter__()
-        self._wrap_host_reads()
+        # The reads no mode sees (HOST_READS) are wrapped until exit; each counts as one sync at the caller's line.
+        for owner, attr in ((_tensor_str, "_str"), (torch.Tensor, "tolist"), (torch.Tensor, "numpy")):
+            self._unwrap.append((owner, attr, owner.__dict__.get(attr)))
+            setattr(owner, attr, self._reader(HOST_READS[attr], getattr(owner, attr)))
         return self
 
     def __exit__(self, *exc: object) -> None:
         try:
-            self._unwrap_host_reads()
+            while self._unwrap:
+                owner, attr, own = self._unwrap.pop()
+                if own is None:
+                    delattr(owner, attr)  # it was inherited (torch.Tensor from its C base): inherit it again
+                else:
+                    setattr(owner, attr, own)
             super().__exit__(*exc)
         finally:
             self.flop_counter.__exit__(*exc)
