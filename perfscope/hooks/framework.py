@@ -62,12 +62,8 @@ class FrameworkCalls(ProfilerState):
             span.__exit__(None, None, None)
 
     def exclude_since_step(self, reason: str) -> None:
-        """The time since the last step boundary (or the last resume) was not training: for frameworks that
-        report evaluation or checkpoint saving only once it is done (the Trainer's on_evaluate, on_save).
-
-        `pause()` then `resume()`: the time is reported apart under ``reason``, and the step in progress is
-        timed from now (or not at all when its compute had already begun).
-        """
+        """The time since the last step boundary (or resume) was not training, reported apart under ``reason``:
+        for frameworks that report evaluation or checkpoint saving once done (the Trainer's on_evaluate, on_save)."""
         if not self._on or self._pause_reason is not None:
             return
         self.pause(reason)
