@@ -61,8 +61,12 @@ def data_parallel_of(model: torch.nn.Module | None, optimizer: torch.optim.Optim
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
         return "zero1" if isinstance(optimizer, ZeroRedundancyOptimizer) else "ddp"
-    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
+    from torch.distributed.fsdp import FullyShardedDataParallel
 
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # torch < 2.6 (pyproject allows 2.3): FSDP2 is not public there
+        return "fsdp" if isinstance(model, FullyShardedDataParallel) else "none"
     return "fsdp" if isinstance(model, FSDPModule | FullyShardedDataParallel) else "none"
 
 

@@ -59,8 +59,13 @@ def _nvml_facts(env: Environment, index: int) -> bool:
 
 
 def _uuid(index: int) -> str:
-    """CUDA's UUID in NVML's spelling, without asking NVML (a MIG instance's CUDA UUID is its MIG UUID)."""
-    return ("MIG-" if is_mig_name(torch.cuda.get_device_name(index)) else "GPU-") + cuda_uuid(index)
+    """CUDA's UUID in NVML's spelling, without asking NVML (a MIG instance's CUDA UUID is its MIG UUID); "uuid
+    unknown" where the driver will not say: describing the machine must not cost the run (this path has not yet run
+    on a GPU)."""
+    try:
+        return ("MIG-" if is_mig_name(torch.cuda.get_device_name(index)) else "GPU-") + cuda_uuid(index)
+    except Exception:  # noqa: BLE001 - an old torch without props.uuid, a driver that refuses
+        return "uuid unknown"
 
 
 def _datasheet(env: Environment, sm_count: int | None, mig: bool) -> None:
