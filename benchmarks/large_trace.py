@@ -49,7 +49,8 @@ package = types.ModuleType("perfscope")  # perfscope/__init__ imports the hooks,
 package.__path__ = [str(Path(sys.argv[1]) / "perfscope")]
 sys.modules["perfscope"] = package
 from perfscope.trace.communication import communication_facts, exposed_collective_by_step
-from perfscope.trace.events import paused_gc, read_trace
+from perfscope.trace.events import paused_gc
+from perfscope.trace.inputs import read_trace
 from perfscope.trace.facts import trace_facts
 path = Path(sys.argv[2])
 trace = read_trace(path)

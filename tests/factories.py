@@ -279,9 +279,9 @@ def make_full_results(
             KnobOutcome(knob="amp_bf16", title="bf16 autocast", status="measured", trial=amp.name, gain=gain(amp), mfu=amp.metrics.mfu, changes_semantics=[msg("numerics", change=msg("bf16_matmuls"))]),
             KnobOutcome(knob="dataloader_workers", title="DataLoader workers + pinned memory", status="measured", trial=workers.name, gain=gain(workers), mfu=workers.metrics.mfu),
             KnobOutcome(knob="channels_last", title="channels_last memory format", status="measured", trial=chl.name, gain=gain(chl), mfu=chl.metrics.mfu),
-            KnobOutcome(knob="torch_compile", title="torch.compile", status="failed", trial=compiled.name, reason="the trial crashed: inductor raised RuntimeError"),
-            KnobOutcome(knob="fused_adamw", title="fused AdamW", status="skipped", reason="search budget exhausted"),
-            KnobOutcome(knob="flash_attention", title="scaled_dot_product_attention", status="inapplicable", reason="the model already uses SDPA"),
+            KnobOutcome(knob="torch_compile", title="torch.compile", status="failed", trial=compiled.name, reason=[msg("run_failed", status="crashed", error="inductor raised RuntimeError")]),
+            KnobOutcome(knob="fused_adamw", title="fused AdamW", status="skipped", reason=[msg("budget_exhausted")]),
+            KnobOutcome(knob="flash_attention", title="scaled_dot_product_attention", status="inapplicable", reason=[msg("knob_inapplicable", why="the model already uses SDPA")]),
         ],
         micro_batch=[
             MicroBatchPoint(micro_batch_size=8, grad_accum_steps=1, trial=rec.name, status="ok", samples_per_s=rec.metrics.samples_per_s, peak_memory_bytes=26 * 2**30),

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from perfscope.measure.flops import StepFlopCounter, count_step, count_step_on_fake_tensors
+from perfscope.results.messages import msg
 
 B, H, S, D = 2, 4, 16, 8
 
@@ -35,7 +36,7 @@ def test_cpu_sdpa_model_flops_are_forward_plus_twice_forward(count) -> None:
     assert counter.forward == 2 * one_matmul
     assert counter.model_total == 6 * one_matmul  # 3 × forward: PaLM's 12·L·H·Q·T per token
     assert counter.total == 7 * one_matmul and counter.attention_recompute == one_matmul
-    assert any("recompute" in n for n in counter.notes)
+    assert msg("attention_recompute_excluded", share=pytest.approx(1 / 7)) in counter.notes
 
 
 def test_cuda_fused_attention_backward_recompute_counted_on_fake_tensors() -> None:

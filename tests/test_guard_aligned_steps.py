@@ -13,7 +13,6 @@ does not make certain (each epoch is 64 batches, longer than a window): the test
 
 from __future__ import annotations
 
-import re
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from perfscope.results.config import TrialConfig
 from perfscope.results.messages import Message
 from perfscope.search.numerics import TOLERANCE, compare_numerics
 from perfscope.search.sweep import BASELINE, Sweeper, SweepOptions
+from perfscope.wording import words
 from perfscope.workload import load_workload
 from tests.factories import make_environment, make_results
 from tests.in_process import InProcessSession
@@ -126,7 +126,7 @@ def test_worker_options_pass_the_guard_at_the_same_global_steps_and_workers_are_
         # the guard compared the steps both runs took after both warm-ups: the baseline's whole window
         last = WARMUP + min(len(baseline.metrics.losses), len(run.metrics.losses_before_window) + len(run.metrics.losses) - WARMUP) - 1
         assert (check.first_step, check.last_step, check.samples_per_step) == (WARMUP, last, 16)
-        assert f"global steps {WARMUP}–{last} (samples 32–{(last + 1) * 16 - 1} of the data stream" in outcome.reason
+        assert check.message in outcome.reason  # the knob table shows what the guard compared
         # the run drained its prefetch queue first: its window opened later than the baseline's, and comparing
         # measured step n with measured step n (what the guard did before) would have compared other batches
         assert len(run.metrics.losses_before_window) > WARMUP
@@ -143,11 +143,11 @@ def test_the_guard_rejects_a_wrong_loss_scale_and_another_data_order():
     outcomes = {o.knob: o for o in sweeper.sweep.knobs}
     for knob in ("wrong_loss_scale", "shuffled_order"):
         outcome = outcomes[knob]
-        assert outcome.status == "rejected" and outcome.reason.startswith("numerics guard: "), outcome
+        assert outcome.status == "rejected" and outcome.reason[0].code == "numerics_rejected", outcome
         check = _first_run(session, outcome.trial).numerics
         assert check is not None and not check.ok and check.global_steps and check.first_step == WARMUP
     # another order: other samples at the compared steps, far outside the tolerance
-    assert re.match(r"numerics guard: loss at global step \d+ is", outcomes["shuffled_order"].reason)
+    assert outcomes["shuffled_order"].reason[0].params["reason"].code == "numerics_step_loss"
     shuffled = _first_run(session, outcomes["shuffled_order"].trial).numerics
     assert shuffled is not None and shuffled.max_relative_diff > 5 * TOLERANCE["fp32"]
     assert sweeper.sweep.recommended_trial == BASELINE
@@ -177,12 +177,13 @@ def test_a_run_whose_window_opens_later_is_compared_at_the_same_global_steps(tmp
     assert verdict.ok and verdict.max_relative_loss_diff == 0.0
     check = verdict.check
     assert check is not None and (check.first_step, check.last_step, check.global_steps) == (2, 7, True)
-    assert check.words == ("numerics guard: losses at global steps 2–7 (samples 32–127 of the data stream, after the "
+    assert words(check.message) == ("numerics guard: losses at global steps 2–7 (samples 32–127 of the data stream, after the "
                            "same updates) within 0.0% of the baseline's (tolerance 2%)")
     # another data order: the same steps, other batches
     other = _trial("shuffled", _metrics([SERIES[3], SERIES[2], *SERIES[4:8]], SERIES[:2]))
     rejected = compare_numerics(base, other)
-    assert not rejected.ok and rejected.reason.startswith("loss at global step 2 is 2.12 vs baseline 1.12")
+    assert not rejected.ok and rejected.reason is not None and rejected.reason.code == "numerics_step_loss"
+    assert words(rejected.reason).startswith("loss at global step 2 is 2.12 vs baseline 1.12 (89.3% apart")
     # the record travels with the run
     drained.numerics = check
     results = make_results([base, drained])
@@ -198,7 +199,7 @@ def test_another_micro_batch_is_compared_on_the_mean_loss_over_the_same_global_s
     larger.micro_batch_size = larger.samples_per_step = 32
     check = compare_numerics(base, _trial("micro_batch", larger)).check
     assert check is not None and check.ok and check.method == "loss level" and (check.first_step, check.last_step) == (2, 7)
-    assert check.words.endswith("(after the same number of updates; other samples per step) within 1.0% of the baseline's "
+    assert words(check.message).endswith("(after the same number of updates; other samples per step) within 1.0% of the baseline's "
                                 "(tolerance 4%)")
 
 
@@ -206,4 +207,4 @@ def test_runs_recorded_before_global_steps_are_compared_on_their_measured_steps(
     base = _trial(BASELINE, _metrics(SERIES[2:8], None))
     same = _trial("old", _metrics(SERIES[2:8], None))
     check = compare_numerics(base, same).check
-    assert check is not None and not check.global_steps and check.steps_words.startswith("measured steps 0–5")
+    assert check is not None and not check.global_steps and words(check.message.params["steps"]).startswith("measured steps 0–5")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import msg
 from perfscope.tf32_api import restore_matmul_tf32, snapshot_matmul_tf32
 from perfscope.trial.loop import Observed, compile_not_applied, not_applied
 
@@ -103,8 +104,9 @@ def test_a_knob_whose_run_did_not_apply_it_is_failed_not_measured():
     session = FakeSession(_step_time({"compile": 1.5, "fused_optimizer": 1.3}), edit=fell_back)
     sweeper = _run(_ctx(), session, only=["compile", "gc_freeze", "fused_optimizer"])
     compile_, gc_ = _outcome(sweeper, "compile"), _outcome(sweeper, "gc_freeze")
-    assert compile_.status == "failed" and compile_.gain is None and "not applied: torch.compile compiled no graph" in compile_.reason
-    assert gc_.status == "failed" and "gc.freeze() was undone" in gc_.reason
+    assert compile_.status == "failed" and compile_.gain is None
+    assert compile_.reason == [msg("knob_not_applied", why="torch.compile compiled no graph (dynamo fell back to eager)")]
+    assert gc_.status == "failed" and gc_.reason == [msg("knob_not_applied", why="gc.freeze() was undone during the timed steps")]
     assert _outcome(sweeper, "fused_optimizer").status == "measured"
     assert "compile" not in sweeper.sweep.recommended_knobs and sweeper.sweep.recommended_knobs == ["fused_optimizer"]
     assert len(session.results.runs("compile")) == 1  # an unusable candidate gets no more runs

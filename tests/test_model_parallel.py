@@ -22,6 +22,7 @@ from perfscope.measure.bubble import (
 from perfscope.results import Environment, ModelFacts, ModelLayout, Results
 from perfscope.results.config import TrialConfig
 from perfscope.results.layout import bubble_formula
+from perfscope.results.messages import msg
 from perfscope.search.layout import layout_candidates, state_per_rank
 from perfscope.trial.pipeline_parallel import concat, model_inputs, rows, split_points
 from perfscope.trial.tensor_parallel import derive_plan
@@ -226,7 +227,8 @@ def test_the_search_measures_what_fits_and_says_why_it_prunes_the_rest():
     assert measured == {"dp2", "tp2", "pp2 gpipe m4", "pp2 1f1b m4", "pp2 gpipe m8", "pp2 1f1b m8",
                         "pp2 interleaved_1f1b m2", "pp2 interleaved_1f1b m4", "pp2 interleaved_1f1b m8"}  # 4 blocks: 2 per rank
     assert rows["pp2 interleaved_1f1b m2"].row.bubble_formula == pytest.approx(1 / 5)  # (p − 1) / (v·m + p − 1)
-    assert rows["pp2 gpipe m2"].row.prune_reason == "bubble" and "33% idle with 2 micro-batches" in rows["pp2 gpipe m2"].row.reason
+    assert rows["pp2 gpipe m2"].row.prune_reason == "bubble"
+    assert rows["pp2 gpipe m2"].row.reason == msg("layout_bubble", bubble=pytest.approx(1 / 3), microbatches=2, limit=0.25)
     assert rows["dp2 + ckpt"].row.prune_reason == "not needed"
     assert rows["tp2"].config.micro_batch_size == 16 and rows["pp2 1f1b m8"].config.micro_batch_size == 2
     assert all(c.config.global_batch == 16 for c in rows.values() if c.config is not None)
@@ -240,11 +242,12 @@ def test_memory_heads_layers_and_the_interconnect_prune():
     assert rows["dp2"].row.prune_reason == "would not fit" and rows["tp2"].config is not None  # 10400 B < 90% of 12000
     assert rows["pp2 gpipe m4"].config is not None  # (400 + 200) × 16 = 9600 B
     odd = _rows(layout=dataclasses.replace(LAYOUT, blocks=3, tp_inapplicable={"2": "4 heads? fine; 6 features: not divisible"}))
-    assert odd["tp2"].row.prune_reason == "inapplicable" and "not divisible" in odd["tp2"].row.reason
-    assert odd["pp2 gpipe m4"].row.reason == "3 layers are not divisible by pp = 2"
+    assert odd["tp2"].row.prune_reason == "inapplicable"
+    assert odd["tp2"].row.reason == msg("layout_tp_inapplicable", why="4 heads? fine; 6 features: not divisible")
+    assert odd["pp2 gpipe m4"].row.reason == msg("layout_layers_indivisible", layers=3, pp=2)
     nodes = _rows(world=4, nproc_per_node=2, nnodes=2)
     assert nodes["tp4"].row.prune_reason == "communication bound"
-    assert nodes["tp2 × pp2 gpipe m4"].row.reason == "TP × PP together (3-D) is not run by perfscope"
+    assert nodes["tp2 × pp2 gpipe m4"].row.reason == msg("layout_3d")
     assert nodes["dp2 × tp2"].config.data_parallel == "fsdp"  # 2-D: FSDP2 across the replicas
 
 
@@ -356,7 +359,7 @@ def test_the_search_runs_when_every_baseline_run_was_contended():
     workload = Workload(model=lambda: None, loss=lambda m, b: None, batches=lambda n: [], batch_size=8)
     table = run_layout_search(session, workload, base)
     dp2 = next(r for r in table.rows if r.layout == "dp2")
-    assert dp2.status == "measured" and "measured under load" in dp2.reason
+    assert dp2.status == "measured" and dp2.reason is not None and dp2.reason.code == "layout_under_load"
     results.workload.model = None
     assert run_layout_search(session, workload, base) is None and results.notes[-1].code == "layout_search_not_run"
 
@@ -378,6 +381,7 @@ def test_an_interrupted_analysis_still_ranks_the_layouts_it_measured():
     assert session.measured == []  # nothing new started
     measured = {r.layout: r.configuration for r in table.measured()}
     assert measured == {"dp2": "baseline", "tp2": "tensor_parallel"}
-    unmeasured = [r for r in table.rows if r.status != "measured" and "interrupted" in (r.reason or "")]
-    assert unmeasured and all(r.reason == "not measured: the analysis was interrupted before it ran" for r in unmeasured)
+    unmeasured = [r for r in table.rows if r.status != "measured" and r.reason is not None and r.reason.code == "layout_not_measured"]
+    assert unmeasured and all(r.reason == msg("layout_not_measured", why="the analysis was interrupted before it ran")
+                              for r in unmeasured)
     assert results.layouts is table

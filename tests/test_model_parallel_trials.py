@@ -19,6 +19,7 @@ import pytest
 from perfscope.measure.mfu import choose_peak
 from perfscope.results import Environment, Results, WorkloadInfo
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import msg
 from perfscope.trial.launch import Launch
 from perfscope.trial.session import Progress, Session
 
@@ -52,7 +53,7 @@ def test_a_tensor_parallel_trial_splits_the_blocks_and_counts_each_sample_once(t
     # parameters) and all of the rest (embeddings, norms, head, the rowwise biases added after the all-reduce)
     assert [r.parameter_bytes for r in facts.ranks] == [(536_064 - 395_008 // 2) * 4] * 2
     assert facts.communication is not None and facts.communication.collective_s > 0  # the TP all-reduces, from the trace
-    assert "÷ tp = 2" in " ".join(trial.metrics.flop_notes)
+    assert msg("flops_tp_share", tp=2) in trial.metrics.flop_notes
 
 
 @pytest.mark.parametrize(("schedule", "formula", "stages"), [("gpipe", 0.2, [[0], [1]]), ("1f1b", 0.2, [[0], [1]]),

@@ -26,13 +26,14 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from perfscope.rules import run_rules
 from perfscope.trace.categories import categorize
 from perfscope.trace.communication import communication_facts
-from perfscope.trace.events import read_trace
 from perfscope.trace.facts import trace_facts
+from perfscope.trace.inputs import read_trace
 from perfscope.trace.intervals import clip, length, merge
 from tests.factories import make_results
 from tests.public_traces import inside, public_trace, union
@@ -147,7 +148,9 @@ def hta_convention_busy(path: Path) -> float:
     trace) up to the last step's end, over the span from the first of them to the last."""
     trace = read_trace(path)
     last = trace.steps[-1][1]
-    spans = merge([x.event.span for x in trace.device if x.launch is not None and x.launch.ts <= last])
+    t = trace.columns("device")
+    launched = t.linked & (t.launch_ts <= last)
+    spans = merge(list(zip(t.ts[launched].tolist(), t.end[launched].tolist())))
     return length(spans) / (spans[-1][1] - spans[0][0])
 
 
@@ -156,7 +159,8 @@ def hta_convention_overlap(path: Path) -> float:
     (not copies or memsets) ran beside, over NCCL kernel time; launched work only."""
     trace = read_trace(path)
     last = trace.steps[-1][1]
-    kernels = [x.event for x in trace.device if x.launch is not None and x.launch.ts <= last and x.event.cat == "kernel"]
+    t = trace.columns("device")
+    kernels = trace.events("device", np.flatnonzero(t.linked & (t.launch_ts <= last) & t.by_cat("kernel")))
     comm = merge([e.span for e in kernels if categorize(e.name) == "communication"])
     compute = merge([e.span for e in kernels if categorize(e.name) != "communication"])
     hidden = sum(length(clip(compute, span)) for span in comm)
@@ -238,7 +242,7 @@ def test_no_host_item_is_counted_as_a_sync(name):
 def test_the_16_rank_jobs_optimizer_items_are_not_syncs():
     facts = _facts("negative_queue_length_values_check/rank0")
     trace = read_trace(public_trace("negative_queue_length_values_check/rank0"))
-    host_items = sum(1 for e in trace.cpu_ops if e.name == "aten::_local_scalar_dense") / facts.steps
+    host_items = sum(1 for e in trace.events("cpu_ops") if e.name == "aten::_local_scalar_dense") / facts.steps
     assert host_items == 189  # on host tensors: no runtime call inside any of them
     assert facts.sync.points_per_step == 15
     assert facts.sync.sites["aten::to > aten::copy_ (HtoD copy)"] == pytest.approx(5.4)

@@ -88,10 +88,10 @@ def test_baseline_and_recommended_roles():
     assert step.change.endswith("faster") and step.better is True
     assert "p10–p90" in step.values[0].note
     assert view.headline.gain.startswith("1.8") and "99 % CI" in view.headline.gain
-    assert view.headline.recommended_knobs == ["amp_bf16", "dataloader_workers"]
+    assert view.story.recommended.knobs == ["amp_bf16", "dataloader_workers"]
     assert any(r.label == "Tokens" for r in view.headline.rows)  # tokens/s present in the factory
-    roles = {t.name: t.role for t in view.trials}
-    assert roles["baseline"] == "baseline" and roles["recommended"] == "recommended"
+    roles = {row[0].text: (row[0].tags, mark) for row, mark in zip(view.trials.rows, view.trials.marks, strict=True)}
+    assert roles["baseline"] == (["baseline"], "role-baseline") and roles["recommended"] == (["recommended"], "role-recommended")
 
 
 def test_failed_baseline_says_so_instead_of_numbers():
@@ -146,6 +146,7 @@ def test_trace_links_are_relative_and_inert(tmp_path):
 def test_trace_facts_of_an_older_untyped_file_are_read_defensively():
     """Older perfscope wrote a free-form dict; malformed parts of it drop out, the rest loads and renders."""
     data = make_results([make_trial()]).to_dict()
+    data["schema_version"] = 3  # untyped facts are read from schema 3 and older: a current file is never walked
     data["trials"][0]["metrics"]["trace_facts"] = {
         "kernel_time_by_category": {"gemm": "fast", "x": None, "ok": 1}, "top_kernels": [1, {"name": "k"}, {"name": "k2", "time_s": 0.1, "count": True}],
         "idle_fraction": "lots", "gpu_idle_fraction": 0.3,
@@ -279,7 +280,7 @@ def test_markdown_has_headline_fixes_trials_failures():
     assert "| MFU | 33.6 %" in text
     assert "(estimated)" in text and "(measured, 99 % CI [" in text
     table = [line for line in text.splitlines() if line.startswith("| `baseline`")]
-    assert len(table) == 1 and table[0].count("|") == 9  # 8 columns, no stray pipes
+    assert len(table) == 1 and table[0].count("|") == 10  # 9 columns, no stray pipes
 
 
 def test_cli_report_writes_html_and_md(tmp_path, capsys):
@@ -339,13 +340,13 @@ def test_trace_diff_between_baseline_and_recommended_is_rendered():
 
     results = make_full_results()
     view = build_view(results)
-    assert view.trace_diff and view.trace_diff[0].category == "gemm"
-    gemm = view.trace_diff[0]
-    assert gemm.baseline.endswith(" ms") and gemm.change.startswith(("+", "-"))
+    assert view.trace_diff.rows and view.trace_diff.rows[0][0].text == "gemm"
+    _, baseline, recommended, change = (c.text for c in view.trace_diff.rows[0])
+    assert baseline.endswith(" ms") and change.startswith(("+", "-"))
     text = render_markdown(results)
-    assert "Where the time went" in text and f"| gemm | {gemm.baseline} | {gemm.recommended} | {gemm.change} |" in text
+    assert "Where the time went" in text and f"| gemm | {baseline} | {recommended} | {change} |" in text
     results.trial(results.sweep.recommended_trial).metrics.trace_facts = None
-    assert build_view(results).trace_diff == []
+    assert build_view(results).trace_diff.rows == []
 
 
 def test_headline_says_why_only_the_baseline_is_shown():
@@ -369,6 +370,7 @@ def test_an_upper_bound_estimate_is_worded_as_a_bound():
     (shown,) = [f for f in build_view(results).findings if f.rule_id == estimated.rule_id]
     assert point.gain_text.startswith("≈") and shown.gain_text.startswith("up to ") and "≈" not in shown.gain_text
     old = results.to_dict()
+    old["schema_version"] = 3  # written before the field: schema 3 or older
     for f in old["findings"]:
         del f["upper_bound"]
         f["estimate_method"] = "upper bound: every exposed collective hidden" if f["rule_id"] == estimated.rule_id else None

@@ -31,7 +31,7 @@ def cpu_quick_start() -> Results:
         KnobOutcome(knob="amp_bf16", title="bf16 autocast", status="measured", trial="amp_bf16", setting="precision bf16",
                     gain=_gain(0.06, "slower"), changes_semantics=[msg("numerics", change=msg("bf16_matmuls"))]),
         KnobOutcome(knob="compile", title="torch.compile", status="measured", trial="compile", setting="compile default", gain=_gain(0.99, "undecided")),
-        KnobOutcome(knob="tf32", title="TF32", status="inapplicable", reason="TF32 is a tensor-core mode of NVIDIA GPUs"),
+        KnobOutcome(knob="tf32", title="TF32", status="inapplicable", reason=[msg("knob_inapplicable", why="TF32 is a tensor-core mode of NVIDIA GPUs")]),
     ])
     results.findings = run_rules(results)
     return results

@@ -4,9 +4,19 @@ from pathlib import Path
 
 import pytest
 
-from perfscope.results import SCHEMA_VERSION, Results, ResultsError, write_json
+from perfscope.results import (
+    SCHEMA_VERSION,
+    LayoutRow,
+    LayoutTable,
+    NumericsCheck,
+    Results,
+    ResultsError,
+    migrate,
+    write_json,
+)
+from perfscope.results.messages import legacy
 from perfscope.results.migrate import NOTE_V1
-from tests.factories import make_results, make_trial
+from tests.factories import make_full_results, make_results, make_trial
 
 
 def test_round_trip_preserves_everything(tmp_path):
@@ -83,3 +93,39 @@ def test_a_schema1_file_is_read_with_throughput_recomputed_from_wall_time():
     assert NOTE_V1 in results.notes
     round_trip = Results.from_dict(json.loads(json.dumps(results.to_dict())))
     assert round_trip.trials[0].metrics.samples_per_s == results.trials[0].metrics.samples_per_s
+
+
+def test_a_current_file_is_returned_as_it_is_without_a_walk(monkeypatch):
+    """Only an older file pays for its upgrade: a document at the current schema is not walked at all."""
+    assert migrate.LATEST == SCHEMA_VERSION
+    data = make_full_results().to_dict()
+
+    def walked(*args, **kwargs):
+        raise AssertionError("a current document was walked")
+
+    for step in ("_prose_to_messages", "_reasons_to_messages", "_upper_bounds", "_typed_trace_facts"):
+        monkeypatch.setattr(migrate, step, walked)
+    assert migrate.upgrade(data) is data
+
+
+def test_a_schema3_file_keeps_its_prose_reasons_and_flop_notes_as_legacy_messages():
+    """Schema 3 wrote a knob's reason ("; "-joined), a layout row's, the numerics guard's and the FLOP notes as prose."""
+    results = make_full_results()
+    results.layouts = LayoutTable(world_size=2, rows=[LayoutRow(layout="dp2", status="pruned", prune_reason="bubble")])
+    results.trials[0].numerics = NumericsCheck(reference="baseline", method="step by step", first_step=0, last_step=3)
+    old = results.to_dict()
+    old["schema_version"] = 3
+    knobs = old["sweep"]["knobs"]
+    knobs[0]["reason"], knobs[1]["reason"] = "numerics guard: loss 2.1 vs 1.1; the fastest of 2 variants", None
+    old["layouts"]["rows"][0]["reason"] = "(p − 1) / (m + p − 1) = 50% idle"
+    old["trials"][0]["numerics"].update(ok=False, reason="the loss became non-finite")
+    old["trials"][0]["metrics"]["flop_notes"] = ["counted on fake tensors"]
+    kept = json.dumps(old, sort_keys=True)
+    loaded = Results.from_dict(old)
+    assert loaded.sweep.knobs[0].reason == [legacy("numerics guard: loss 2.1 vs 1.1; the fastest of 2 variants")]
+    assert loaded.sweep.knobs[1].reason == []
+    assert loaded.layouts.rows[0].reason == legacy("(p − 1) / (m + p − 1) = 50% idle")
+    assert loaded.trials[0].numerics.reason == legacy("the loss became non-finite")
+    assert loaded.trials[0].metrics.flop_notes == [legacy("counted on fake tensors")]
+    assert json.dumps(old, sort_keys=True) == kept  # upgraded on a copy
+    assert Results.from_dict(loaded.to_dict()) == loaded  # and written back at schema 4

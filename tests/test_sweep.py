@@ -152,6 +152,17 @@ def _outcome(sweeper: Sweeper, knob_id: str):
     return next(o for o in sweeper.sweep.knobs if o.knob == knob_id)
 
 
+def _codes(outcome) -> list[str]:
+    """The codes of a knob outcome's reasons, in order."""
+    return [m.code for m in outcome.reason]
+
+
+def _said(outcome, code: str):
+    """The outcome's reason of ``code`` (there must be exactly one)."""
+    (found,) = [m for m in outcome.reason if m.code == code]
+    return found
+
+
 def _interleaved(session: FakeSession) -> None:
     """Every run after the first baseline run is one of a pair: a candidate and a baseline run, in either order."""
     trials = session.results.trials
@@ -220,7 +231,7 @@ def test_numerics_guard_rejects_a_fast_but_wrong_configuration():
     session = FakeSession(_step_time({"amp_fp16": 2.0, "amp_bf16": 1.5}), loss_shift=lambda c: 5.0 if c.precision == "fp16" else 0.0)
     sweeper = _run(_ctx(), session, skip=["micro_batch"])
     fp16 = _outcome(sweeper, "amp_fp16")
-    assert fp16.status == "rejected" and "numerics guard" in fp16.reason
+    assert fp16.status == "rejected" and _codes(fp16)[0] == "numerics_rejected"
     assert fp16.gain.ratio == pytest.approx(2.0, rel=0.03)  # faster, and still rejected
     assert sweeper.sweep.recommended_knobs == ["amp_bf16"] and sweeper.sweep.recommended_trial == "amp_bf16"
 
@@ -234,7 +245,7 @@ def test_oom_during_micro_batch_search_is_survived_and_checkpointing_is_paired()
     assert 32 < max(points) and any(32 < m < 64 for m in points)  # one bisection step between fit and OOM
     ckpt = _outcome(sweeper, "activation_checkpointing")
     assert ckpt.status == "measured" and ckpt.trial == "activation_checkpointing-mb64"
-    assert "paired with micro-batch 64" in ckpt.reason
+    assert _said(ckpt, "paired_micro_batch").params["micro"] == 64
     assert session.config("activation_checkpointing-mb64").activation_checkpointing
     micro = _outcome(sweeper, "micro_batch")
     assert micro.status == "measured" and micro.trial == "mb32" and [s.code for s in micro.changes_semantics] == ["global_batch"]
@@ -270,7 +281,8 @@ def test_budget_stops_new_trials():
     sweeper = Sweeper(session=session, ctx=ctx, options=SweepOptions(budget_s=25), elapsed=lambda: next(clock))
     sweep = sweeper.run()
     assert sweep.stopped_early and "budget" in sweep.stopped_early
-    assert any(o.status == "skipped" and "budget" in (o.reason or "") for o in sweep.knobs)
+    assert any(o.status == "skipped" and _codes(o) == ["sweep_stopped"] and "budget" in o.reason[0].params["why"]
+               for o in sweep.knobs)
     assert len(session.calls) < 5
     _interleaved(session)  # the budget never splits a candidate run from its baseline neighbour
 
@@ -364,7 +376,7 @@ def test_worker_options_are_measured_on_top_of_workers_and_stack_after_them():
     # a knob measured on top of another is judged by its increment over it
     assert persistent.gain.ratio == pytest.approx(1.2, rel=0.03) and persistent.gain.faster
     assert persistent.gain.reference == "dataloader_workers"
-    assert "on top of dataloader_workers" in persistent.reason and "over the baseline with both" in persistent.reason
+    assert _said(persistent, "measured_on_top").params["reference"] == "dataloader_workers"
     persistent_config = session.config("persistent_workers")
     assert persistent_config.num_workers == 8 and persistent_config.persistent_workers
     assert prefetch.gain.reference == "dataloader_workers" and not prefetch.gain.significant  # adds nothing to the workers
@@ -376,7 +388,7 @@ def test_worker_options_without_workers_to_build_on_are_skipped():
     session = FakeSession(_step_time({}))
     sweeper = _run(_ctx(dataset=True), session, only=["persistent_workers"])
     assert _outcome(sweeper, "persistent_workers").status == "skipped"
-    assert "needs dataloader_workers" in _outcome(sweeper, "persistent_workers").reason
+    assert _outcome(sweeper, "persistent_workers").reason == [msg("needs_prerequisite", prerequisite="dataloader_workers")]
     assert session.calls == ["baseline"]
 
 
@@ -410,7 +422,7 @@ def test_numerics_guard_with_a_different_micro_batch():
     wrong = _run_trial("mb32", split, 100.0)
     wrong.metrics.first_grad_norm = 4.0
     verdict = compare_numerics(base, wrong)
-    assert not verdict.ok and "accumulation" in verdict.reason
+    assert not verdict.ok and verdict.reason is not None and verdict.reason.code == "numerics_accumulation_grad_norm"
     # a diverging loss level: rejected whatever the batch
     diverged = _run_trial("mb64", base_cfg.replace(micro_batch_size=64, grad_accum_steps=1), 100.0, loss_shift=1.0)
     assert not compare_numerics(base, diverged).ok
@@ -433,7 +445,7 @@ def test_non_finite_loss_is_rejected():
     session = FakeSession(_step_time({"amp_fp16": 2.0}), edit=overflow)
     sweep = _run(_ctx(), session, only=["amp_fp16"]).sweep
     fp16 = next(o for o in sweep.knobs if o.knob == "amp_fp16")
-    assert fp16.status == "rejected" and "non-finite" in fp16.reason
+    assert fp16.status == "rejected" and fp16.reason[0].params["reason"] == msg("numerics_nonfinite")
     assert sweep.recommended_knobs == [] and sweep.recommended_trial == "baseline"
 
 
@@ -446,7 +458,7 @@ def test_a_candidate_whose_later_runs_are_all_contended_stops_at_max_runs():
     its evidence runs, or refinement never ends."""
     def contended(trial: Trial) -> None:
         if trial.configuration == "amp_bf16" and trial.repeat > 1:
-            trial.excluded = msg("contended_persisted", why=[load(1.5)], runs=3)
+            trial.excluded = msg("contended", why=[load(1.5)], runs=3)
         assert len(session.results.trials) < 200, "refinement did not stop"
 
     session = FakeSession(_step_time({"amp_bf16": 1.5}), edit=contended)
@@ -536,7 +548,7 @@ def test_refine_stops_at_max_runs(max_runs):
             assert outcome.gain.runs == max_runs, outcome.knob  # still open: only max_runs stopped it
     undecided = [o for o in measured if o.gain.verdict == "undecided"]
     assert len(undecided) >= len(measured) - 1
-    assert all("cannot tell at this machine's noise level" in o.reason for o in undecided)
+    assert all("cannot_tell" in _codes(o) for o in undecided)
     if max_runs > 1:
         assert any(o.gain.runs > 1 for o in measured)  # refine did add runs (and stopped where more were futile)
     candidate_runs = [t for t in session.results.trials if t.configuration != BASELINE]
@@ -578,8 +590,8 @@ def check_real_sweep(results, out) -> None:
         if t.contended:
             remeasured = after is not None and after.configuration == t.configuration and after.repeat == t.repeat + 1
             named = any(t.configuration in w.params.get("spoiled", {}) for w in results.warnings)
-            refused = t.excluded.code == "contended_budget"  # the budget, not the load
-            persisted = t.excluded.code in ("contended_persisted", "contended_given_up")
+            refused = t.excluded.params.get("budget", False)  # the budget, not the load
+            persisted = bool({"runs", "gave_up_after"} & set(t.excluded.params))
             assert remeasured or (persisted and named) or refused, (t.name, t.excluded, results.warnings)
     assert sweep.recommended_trial in names
     assert sweep.recommended_trial == "baseline" or sweep.recommended_gain.faster
@@ -659,7 +671,7 @@ def test_a_contended_run_decides_no_plateau_of_the_micro_batch_search():
     contended = search_micro_batch(measure_with("contended: other processes used 1.5 cores"), base, make_trial(batch=8))
     assert contended.hit_oom and [p.micro_batch_size for p in contended.points] == [8, 16, 24, 32]  # 24: the bisection
     quiet = search_micro_batch(measure_with(None), base, make_trial(batch=8))
-    assert not quiet.hit_oom and quiet.stopped == "throughput stopped improving at micro-batch 16"
+    assert not quiet.hit_oom and quiet.stopped == msg("micro_batch_plateau", micro=16)
 
 
 def test_lean_optimizer_is_measured_alone_and_paired_with_the_micro_batch_its_memory_unlocks():
@@ -672,8 +684,8 @@ def test_lean_optimizer_is_measured_alone_and_paired_with_the_micro_batch_its_me
     assert alone.micro_batch_size == 8 and paired.micro_batch_size == 48  # the first micro-batch that did not fit
     outcome = _outcome(sweeper, "adafactor")
     assert outcome.status == "measured" and outcome.trial == "adafactor-mb48"  # the faster of the two
-    assert "paired with micro-batch 48 (without it: fits up to 32, out of memory at 48)" in outcome.reason
-    assert "fastest of 2 variants" in outcome.reason and "winner's curse" in outcome.reason
+    assert _said(outcome, "paired_micro_batch") == msg("paired_micro_batch", micro=48, largest=32, oom=48)
+    assert _said(outcome, "fastest_of_variants").params["count"] == 2
     assert [(s.code, s.params.get("replacement")) for s in outcome.changes_semantics][0] == ("training_recipe", "Adafactor")
     assert msg("global_batch", before=8, after=48) in outcome.changes_semantics
     _interleaved(session)
@@ -684,7 +696,7 @@ def test_a_faster_recipe_change_is_reported_but_never_recommended():
     sweeper = _run(_ctx(device="cpu"), session, only=["adafactor", "gc_freeze"])
     outcome = _outcome(sweeper, "adafactor")
     assert outcome.status == "measured" and outcome.gain.faster and outcome.gain.ratio == pytest.approx(2.0, rel=0.03)
-    assert "never stacked into the recommendation" in outcome.reason
+    assert "recipe_not_stacked" in _codes(outcome)
     assert sweeper.sweep.recommended_trial == BASELINE and "adafactor" not in sweeper.sweep.recommended_knobs
     assert "adafactor-mb" not in " ".join(session.calls)  # CPU: no memory wall, no pairing
 
@@ -692,7 +704,7 @@ def test_a_faster_recipe_change_is_reported_but_never_recommended():
 def test_an_optimizer_that_trains_worse_over_the_steps_is_rejected_but_one_that_differs_is_not():
     worse = FakeSession(_step_time({}), loss_shift=lambda c: 0.2 if c.optimizer == "adafactor" else 0.0)  # mean loss 10% up
     outcome = _outcome(_run(_ctx(device="cpu"), worse, only=["adafactor"]), "adafactor")
-    assert outcome.status == "rejected" and "mean loss over the compared steps" in outcome.reason and "higher" in outcome.reason
+    assert outcome.status == "rejected" and outcome.reason[0].params["reason"].code == "numerics_recipe_loss"
     better = FakeSession(_step_time({}), loss_shift=lambda c: -0.2 if c.optimizer == "adafactor" else 0.0)
     assert _outcome(_run(_ctx(device="cpu"), better, only=["adafactor"]), "adafactor").status == "measured"
 
@@ -701,17 +713,17 @@ def test_offloading_is_paired_like_checkpointing_and_its_first_run_is_traced():
     session = FakeSession(_step_time({}, micro_gain=0.8), oom_above=lambda c: 64 if c.offload_activations else 32)
     sweeper = _run(_ctx(), session, only=["micro_batch", "activation_offloading"])
     outcome = _outcome(sweeper, "activation_offloading")
-    assert outcome.trial == "activation_offloading-mb64" and "paired with micro-batch 64" in outcome.reason
+    assert outcome.trial == "activation_offloading-mb64" and _said(outcome, "paired_micro_batch").params["micro"] == 64
     runs = session.results.runs("activation_offloading-mb64")
     assert runs[0].config.capture_trace and runs[0].config.offload_activations  # the copies are read from its trace
     assert all(not r.config.capture_trace for r in runs[1:])
-    assert "host↔device copy traffic unknown" in outcome.reason  # the fake runs have no trace facts
+    assert "host↔device copy traffic unknown" in _said(outcome, "knob_note").params["note"]  # the fake runs: no trace facts
 
 
 def test_activation_knobs_are_skipped_on_a_gpu_where_memory_does_not_limit():
     sweeper = _run(_ctx(), FakeSession(_step_time({}, micro_gain=0.8)), only=["micro_batch", "activation_offloading", "adafactor"])
     offload = _outcome(sweeper, "activation_offloading")
-    assert offload.status == "skipped" and offload.reason.endswith("would only add host↔device copies")
+    assert offload.status == "skipped" and _said(offload, "memory_not_limiting").params["cost"] == "host↔device copies"
     assert _outcome(sweeper, "adafactor").trial == "adafactor"  # measured alone only: nothing to unlock
 
 
@@ -750,10 +762,12 @@ def test_a_stack_that_fails_is_reported_with_its_reason_never_silently_dropped()
     assert sweep.recommended_knobs == ["tf32"] and sweep.recommended_trial == "tf32"  # measured without compile
     (note,) = [n for n in sweep.notes if n.code == "stack_not_joined"]
     assert note.params["knobs"] == ["tf32", "compile"] and note.params["name"] == "stack2-compile" and note.params["failed"]
-    assert "BackendCompilerFailed" in note.params["reason"] and note.params["joining"] == "compile"
+    assert "BackendCompilerFailed" in note.params["reason"].params["error"] and note.params["joining"] == "compile"
     compile_outcome = _outcome(sweeper, "compile")
     assert compile_outcome.status == "measured" and compile_outcome.gain.faster  # alone it wins ...
-    assert "did not join the stack: stack2-compile failed (crashed: torch._dynamo" in compile_outcome.reason  # ... and why not
+    joined = _said(compile_outcome, "did_not_join_stack")  # ... and why not
+    assert joined.params["name"] == "stack2-compile" and joined.params["failed"]
+    assert joined.params["reason"].code == "run_failed" and joined.params["reason"].params["status"] == "crashed"
     (warning,) = results.warnings
     assert warning.code == "stack_failed" and warning.params["knobs"] == ["tf32", "compile"]
     assert warning.params["joining"] == "compile" and warning.params["trial"] == "stack2-compile"
@@ -766,6 +780,6 @@ def test_a_stack_the_numerics_guard_rejects_is_a_note_not_a_warning():
     assert sweeper.sweep.recommended_knobs == ["tf32"]
     (note,) = [n for n in sweeper.sweep.notes if n.code == "stack_not_joined"]
     assert note.params["name"] == "stack2-compile" and not note.params["failed"]
-    assert note.params["reason"].startswith("numerics guard")
-    assert "did not join the stack" in _outcome(sweeper, "compile").reason
+    assert note.params["reason"].code == "numerics_rejected"
+    assert not _said(_outcome(sweeper, "compile"), "did_not_join_stack").params["failed"]
     assert session.results.warnings == []

@@ -3,27 +3,14 @@ Python they replaced gave: the same spans, the same sums to the last bit, the sa
 
 from __future__ import annotations
 
+import bisect
 import random
 
 import numpy as np
 import pytest
 
 from perfscope.trace.events import Trace, TraceBuilder
-from perfscope.trace.intervals import (
-    SpanArray,
-    clip,
-    clip_arrays,
-    gaps,
-    gaps_arrays,
-    length,
-    merge,
-    merge_arrays,
-    overlap,
-    overlaps,
-    subtract,
-    subtract_length,
-    touches,
-)
+from perfscope.trace.intervals import Span, SpanArray, clip, gaps, length, merge, overlap, overlaps, subtract, touches
 from perfscope.trace.steps import find_steps
 from perfscope.trace.sync import _stack_walk, enclosing
 
@@ -37,12 +24,74 @@ def build_trace(raw: list[dict]) -> Trace:
     return trace
 
 
-def spans(rng: random.Random, n: int, *, grid: bool) -> list[tuple[float, float]]:
+def spans(rng: random.Random, n: int, *, grid: bool) -> list[Span]:
     """Random spans; on a grid, many share their ends (the ties a sweep must order)."""
     out = []
     for _ in range(n):
         s = rng.randrange(0, 200) / 2 if grid else rng.uniform(0, 100)
         out.append((s, s + (rng.randrange(0, 20) / 2 if grid else rng.expovariate(0.3))))
+    return out
+
+
+# The per-span Python the numpy arithmetic replaced, kept here as its reference.
+
+
+def list_merge(spans: list[Span]) -> list[Span]:
+    out: list[Span] = []
+    for start, end in sorted(s for s in spans if s[1] > s[0]):
+        if out and start <= out[-1][1]:
+            if end > out[-1][1]:
+                out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return out
+
+
+def list_length(spans: list[Span]) -> float:
+    return sum(end - start for start, end in list_merge(spans))
+
+
+def list_clip(spans: list[Span], window: Span) -> list[Span]:
+    lo, hi = window
+    return [(max(s, lo), min(e, hi)) for s, e in spans if min(e, hi) > max(s, lo)]
+
+
+def list_gaps(busy: list[Span], window: Span) -> list[Span]:
+    out, cursor = [], window[0]
+    for start, end in list_merge(list_clip(busy, window)):
+        if start > cursor:
+            out.append((cursor, start))
+        cursor = max(cursor, end)
+    if cursor < window[1]:
+        out.append((cursor, window[1]))
+    return out
+
+
+def list_overlap(span: Span, merged: list[Span]) -> float:
+    lo, hi = span
+    i = bisect.bisect_right(merged, (lo, float("inf"))) - 1
+    total = 0.0
+    for start, end in merged[max(i, 0):]:
+        if start >= hi:
+            break
+        total += max(0.0, min(end, hi) - max(start, lo))
+    return total
+
+
+def list_subtract(spans: list[Span], remove: list[Span]) -> list[Span]:
+    out: list[Span] = []
+    removed, j = list_merge(remove), 0
+    for start, end in list_merge(spans):
+        while j < len(removed) and removed[j][1] <= start:
+            j += 1
+        cursor, k = start, j
+        while k < len(removed) and removed[k][0] < end:
+            if removed[k][0] > cursor:
+                out.append((cursor, removed[k][0]))
+            cursor = max(cursor, removed[k][1])
+            k += 1
+        if cursor < end:
+            out.append((cursor, end))
     return out
 
 
@@ -52,20 +101,18 @@ def test_array_interval_arithmetic_equals_the_list_one(seed: int) -> None:
     grid = seed % 2 == 0
     a, b = spans(rng, rng.randrange(0, 60), grid=grid), spans(rng, rng.randrange(0, 8), grid=grid)
     window = (10.0, 90.0)
-    cols = (np.array([s for s, _ in a], float), np.array([e for _, e in a], float))
-    merged = merge_arrays(*cols)
-    assert list(zip(*map(np.ndarray.tolist, merged))) == merge(a)
-    assert list(zip(*map(np.ndarray.tolist, clip_arrays(*cols, window)))) == clip(a, window)
-    assert list(zip(*map(np.ndarray.tolist, gaps_arrays(merged, window)))) == gaps(a, window)
-    arr = SpanArray(*merged, merged=True)
-    assert subtract(arr, b) == subtract(a, b) and subtract(b, arr) == subtract(b, a)
-    assert length(subtract(arr, arr + b)) == length(subtract(a, a + b))
-    assert length(arr) == length(a) and subtract_length(merged, b) == length(subtract(a, b))
+    arr = SpanArray(np.array([s for s, _ in a], float), np.array([e for _, e in a], float))
+    assert merge(arr) == list_merge(a) and merge(a) == list_merge(a)
+    assert clip(arr, window) == list_clip(a, window) and gaps(arr, window) == list_gaps(a, window)
+    assert subtract(merge(arr), b) == list_subtract(a, b) and subtract(b, merge(arr)) == list_subtract(b, a)
+    assert length(subtract(arr, arr + b)) == list_length(list_subtract(a, a + b))
+    assert length(arr) == list_length(a) and length(subtract(merge(arr), b)) == list_length(list_subtract(a, b))
     lo = np.array([s for s, _ in b], float)
     hi = np.array([e for _, e in b], float)
-    m = merge(a)
-    assert touches(lo, hi, m).tolist() == [overlap(x, m) > 0 for x in b]
-    assert overlaps(lo, hi, m).tolist() == [overlap(x, m) for x in b]
+    m = list_merge(a)
+    assert [overlap(x, merge(a)) for x in b] == [list_overlap(x, m) for x in b]
+    assert touches(lo, hi, m).tolist() == [list_overlap(x, m) > 0 for x in b]
+    assert overlaps(lo, hi, m).tolist() == [list_overlap(x, m) for x in b]
 
 
 def nested(rng: random.Random, depth: int, start: float, end: float, out: list[tuple[float, float]]) -> None:
@@ -109,7 +156,9 @@ def test_columns_and_event_views_agree() -> None:
     device = trace.columns("device")
     assert device.ts.tolist() == [3.0, 9.0]  # sorted by start
     assert device.linked.tolist() == [False, True] and device.launch_ts[1] == 2.0
-    assert [x.event.name for x in trace.device] == ["early", "gemm"] and trace.device[1].launch.name == "cudaLaunchKernel"
-    assert trace.cpu_ops[0].args["Input Dims"] == [[4, 8], [8, 2]] and trace.cpu_ops[0].external_id == 3
-    assert trace.cpu_ops[0].tid == "main" and trace.cpu_ops[0].correlation is None
+    assert [e.name for e in trace.events("device")] == ["early", "gemm"]
+    assert device.names[device.launch_name[1]] == "cudaLaunchKernel" and device.launch_name[0] == -1
+    (op,) = trace.events("cpu_ops")
+    assert op.args["Input Dims"] == [[4, 8], [8, 2]] and op.external_id == 3
+    assert op.tid == "main" and op.correlation is None
     assert trace.kernel_devices == {0: 2 - 1} and trace.complete_events == 4

@@ -39,7 +39,9 @@ OLD_CPU_FACTS = {
 
 
 def _with_facts(facts: object) -> dict:
+    """A results document whose facts are ``facts``, as an older (schema-3) perfscope wrote it."""
     data = make_results([make_trial()]).to_dict()
+    data["schema_version"] = 3
     data["trials"][0]["metrics"]["trace_facts"] = facts
     return data
 

@@ -18,30 +18,26 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from benchmarks.synthetic_trace import write_trace
 from perfscope.errors import UserError
 from perfscope.trace import offline, reader
 from perfscope.trace.communication import communication_facts, exposed_collective_by_step
-from perfscope.trace.events import (
-    DEVICE_WORK,
-    HOST_ANNOTATIONS,
-    PYTHON,
-    RUNTIME,
-    STEP_PREFIX,
-    DeviceWork,
-    Event,
-    Trace,
-    read_trace,
-)
+from perfscope.trace.events import DEVICE_WORK, HOST_ANNOTATIONS, KINDS, PYTHON, RUNTIME, STEP_PREFIX, Event, Trace
 from perfscope.trace.facts import trace_facts
-from perfscope.trace.inputs import rank_traces
+from perfscope.trace.inputs import assign_ranks, load_rank, read_trace
+from perfscope.trace.table import NONE, EventColumns, Grower, Strings, ext_code
 from tests.public_traces import public_trace
 
 TRACES = Path(__file__).parent / "data" / "traces"
 OWN = sorted(TRACES.glob("*/**/*.json.gz"))
 PUBLIC = ["nccl_parser_config/nccl_data", "trace_filter/sampled_rank-0", "amd_trace/mi250_minitoy_train_ROCm6_2_kineto"]
+
+
+KIND_OF = {"user_annotation": "annotations", "cpu_op": "cpu_ops", PYTHON: "python", **dict.fromkeys(RUNTIME, "runtime"),
+           **dict.fromkeys(DEVICE_WORK, "device")}
 
 
 def whole_file_trace(path: Path) -> Trace:
@@ -50,7 +46,8 @@ def whole_file_trace(path: Path) -> Trace:
     with opener(path, "rt", encoding="utf-8") as fh:  # type: ignore[operator]
         data = json.load(fh)
     raw = data.get("traceEvents", []) if isinstance(data, dict) else data
-    trace, flows, steps, device = Trace(), {}, {}, []
+    lists: dict[str, list[Event]] = {kind: [] for kind in KINDS}
+    trace, flows, steps = Trace({}), {}, {}
     for e in raw:
         ph = e.get("ph")
         if ph in ("s", "f") and e.get("cat") == "ac2g" and "id" in e:
@@ -65,26 +62,45 @@ def whole_file_trace(path: Path) -> Trace:
                       args.get("External id"))
         if event.cat in HOST_ANNOTATIONS and event.name.startswith(STEP_PREFIX):
             steps.setdefault(event.name, event.span)
-        elif event.cat == "user_annotation":
-            trace.annotations.append(event)
-        elif event.cat == "cpu_op":
-            trace.cpu_ops.append(event)
-        elif event.cat in RUNTIME:
-            trace.runtime.append(event)
-        elif event.cat == PYTHON:
-            trace.python.append(event)
-        elif event.cat in DEVICE_WORK:
-            device.append(event)
-            if event.cat == "kernel" and type(args.get("device")) is int and args["device"] >= 0:
-                trace.kernel_devices[args["device"]] += 1
+            continue
+        kind = KIND_OF.get(event.cat)
+        if kind is not None:
+            lists[kind].append(event)
+        if event.cat == "kernel" and type(args.get("device")) is int and args["device"] >= 0:
+            trace.kernel_devices[args["device"]] += 1
 
     def correlation(e: Event) -> Any:
         return e.correlation if e.correlation is not None else flows.get((e.pid, e.tid, e.ts))
 
     trace.steps = sorted(steps.values())
-    launches = {c: e for e in trace.runtime if (c := correlation(e)) is not None}
-    trace.device = sorted((DeviceWork(e, launches.get(correlation(e))) for e in device), key=lambda w: w.event.ts)
+    launches = {c: e for e in lists["runtime"] if (c := correlation(e)) is not None}
+    device = sorted(lists.pop("device"), key=lambda e: e.ts)
+    strings = (Strings(), Strings(), Strings(), Strings(), Strings())
+    trace.tables = {kind: _columns(events, strings) for kind, events in lists.items()}
+    trace.tables["device"] = _columns(device, strings, [launches.get(correlation(e)) for e in device])
     return trace
+
+
+def _columns(events: list[Event], strings: tuple[Strings, ...], launches: list[Event | None] | None = None) -> EventColumns:
+    """A kind's events as the columns the analyzers read (``launches``: device work's launch calls)."""
+    names, cats, values, args, exts = strings
+    grower = Grower()
+    for e in events:
+        a = -1
+        if e.args:
+            a = len(args.values)
+            args.values.append(e.args)
+        grower.rows.append((e.ts, e.dur, names.id(e.name), cats.id(e.cat), values.id(e.pid), values.id(e.tid),
+                            NONE if e.correlation is None else e.correlation, ext_code(e.external_id, exts), a))
+    cols = grower.columns()
+    if launches is not None:
+        cols["launch_ts"] = np.array([np.nan if x is None else x.ts for x in launches], np.float64)
+        cols["launch_dur"] = np.array([np.nan if x is None else x.dur for x in launches], np.float64)
+        cols["launch_pid"] = np.array([-1 if x is None else values.id(x.pid) for x in launches], np.int32)
+        cols["launch_tid"] = np.array([-1 if x is None else values.id(x.tid) for x in launches], np.int32)
+        cols["launch_name"] = np.array([-1 if x is None else names.id(x.name) for x in launches], np.int32)
+    return EventColumns(cols, names=names.values, cats=cats.values, values=values.values, args=args.values,
+                        exts=exts.values)
 
 
 def all_facts(path: Path, trace: Trace) -> list[Any]:
@@ -166,9 +182,9 @@ def test_metadata_after_the_events_and_nan_args_are_read(tmp_path: Path) -> None
                "args": {"Input Dims": [[4, 8], [8, 2]], "Input type": ["float", "float"], "weird": float("nan")}}]
     path = tmp_path / "late.json"
     path.write_text(json.dumps({"traceEvents": events, "distributedInfo": {"rank": 3, "world_size": 4}}, indent=2))
-    (ranked,) = rank_traces(path)
+    (ranked,) = assign_ranks(path, [load_rank(path)])
     assert (ranked.rank, ranked.rank_from, ranked.world_size) == (3, "distributedInfo", 4)
-    assert ranked.trace is not None and ranked.trace.cpu_ops[0].args["Input Dims"] == [[4, 8], [8, 2]]
+    assert ranked.trace is not None and ranked.trace.events("cpu_ops")[0].args["Input Dims"] == [[4, 8], [8, 2]]
 
 
 # ------------------------------------------------------------------------------------------------ errors
@@ -238,7 +254,7 @@ def test_memory_held_while_reading_is_a_fraction_of_the_file(tmp_path: Path) -> 
         held, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert trace.device and trace.cpu_ops
+    assert len(trace.columns("device")) and len(trace.columns("cpu_ops"))
     assert peak < 0.75 * size, f"peak {peak / 1e6:.0f} MB for a {size / 1e6:.0f} MB trace"
     assert held < 0.6 * size, f"held {held / 1e6:.0f} MB for a {size / 1e6:.0f} MB trace"
 

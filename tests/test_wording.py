@@ -55,7 +55,7 @@ def test_the_scan_sees_the_calls() -> None:
 
 @pytest.mark.parametrize(("where", "code", "given"), CALLS, ids=[w for w, _, _ in CALLS])
 def test_every_message_has_a_wording_that_gets_its_parameters(where: str, code: str, given: set[str]) -> None:
-    assert code in WORDING, f"{where}: no wording for {code!r} in perfscope.wording.py"
+    assert code in WORDING, f"{where}: no wording for {code!r} in perfscope/wording/"
     required, allowed = _params(code)
     assert required <= given <= allowed, f"{where}: {code!r} given {sorted(given)}, its wording takes {sorted(allowed)}"
 
@@ -134,6 +134,7 @@ def test_a_recorded_schema2_file_keeps_its_exclusions_contention_and_notes_word_
 def test_an_early_schema3_file_with_prose_notes_and_exclusions_loads_without_changing_the_callers_data() -> None:
     """Schema 3 first held messages only in warnings, reasons and flags: its notes and exclusions were still prose."""
     fresh = Results.load(Path(__file__).parent / "data" / "reports" / "data_bound_cpu.json").to_dict()
+    fresh["schema_version"] = 3
     fresh["notes"] = ["a note in words"]
     fresh["trials"][0]["excluded"] = "contended: other processes used 1.00 of 2 CPU cores"
     kept = json.dumps(fresh, sort_keys=True)
@@ -168,6 +169,9 @@ def test_a_recorded_schema2_file_keeps_its_semantics_changes_word_for_word_and_n
         assert [m.code for m in typed] == ["numerics" if s.startswith("numerics: ") else "legacy" for s in written]
     amp = next(k for k in results.sweep.knobs if k.knob == "amp_bf16")
     assert [m.code for m in amp.changes_semantics] == ["numerics"]
+    # a knob's reason was one string (schema 4: a list of messages): one legacy message, word for word
+    reasons = [[words(m) for m in k.reason] for k in results.sweep.knobs]
+    assert reasons == [[k["reason"]] if k.get("reason") else [] for k in old["sweep"]["knobs"]] and any(reasons)
 
 
 def test_a_global_batch_change_words_its_learning_rate_factors() -> None:

@@ -1,10 +1,5 @@
-"""The Profiler's arguments, checked once at construction: a wrong argument is the caller's error, raised at once.
-
-    check_arguments(warmup_steps=5, max_step_samples=2048, flush_every=50, samples_per_step=None, ...)
-
-Everything after construction is the opposite: an internal error never reaches the user's loop (the Profiler
-warns once and disables itself), so what can be checked up front is checked here.
-"""
+"""The Profiler's arguments, checked once at construction: a wrong argument is the caller's error, raised at once
+(after construction an internal error never reaches the user's loop: the Profiler warns once and disables itself)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""The hooks on every rank of the user's own torchrun job: who this rank is, its summary, and rank 0 collecting them.
-
-    place = detect_rank()                        # None outside an initialized process group of more than one rank
-    report = RankReport(rank=place.rank, metrics=rank_metrics(place, trial_metrics, model, optimizer))
-    reports = exchange(place, report, key="perfscope/hooks/0/0", timeout_s=300, device=device)
-    # rank 0: every rank's report in rank order (None for a rank that did not report in time); other ranks: None
-
-Design notes: docs/distributed.md.
-"""
+"""The hooks on every rank of the user's own torchrun job: who this rank is, its summary, and rank 0 collecting
+them (`exchange`). Design notes: docs/distributed.md."""
 
 from __future__ import annotations
 
@@ -23,7 +16,6 @@ import torch
 
 from perfscope.measure import memory
 from perfscope.measure.ranks import rank_metrics as measured_rank
-from perfscope.measure.ranks import window_mean
 from perfscope.results.distributed import RankMetrics
 from perfscope.results.messages import msg
 from perfscope.results.serde import from_jsonable, to_jsonable
@@ -42,28 +34,20 @@ class RankPlace:
     backend: str
 
 
-def detect_rank() -> RankPlace | None:
-    """This rank's place, or None outside an initialized process group of more than one rank."""
+def find_place() -> RankPlace | None:
+    """This rank's place; None outside an initialized process group of more than one rank, or where
+    torch.distributed cannot say (a half-torn-down group)."""
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()):
-        return None
-    world = dist.get_world_size()
-    if world <= 1:
-        return None
-    rank = dist.get_rank()
-    local_world = os.environ.get("LOCAL_WORLD_SIZE", "")
-    return RankPlace(
-        rank=rank, world_size=world, local_rank=int(os.environ.get("LOCAL_RANK", rank)),
-        local_world_size=int(local_world) if local_world.isdigit() else None, node=socket.gethostname(),
-        backend=str(dist.get_backend()),
-    )
-
-
-def find_place() -> RankPlace | None:
-    """`detect_rank`, or None where torch.distributed cannot say (a torch without it, a half-torn-down group)."""
     try:
-        return detect_rank()
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() <= 1:
+            return None
+        rank, local_world = dist.get_rank(), os.environ.get("LOCAL_WORLD_SIZE", "")
+        return RankPlace(
+            rank=rank, world_size=dist.get_world_size(), local_rank=int(os.environ.get("LOCAL_RANK", rank)),
+            local_world_size=int(local_world) if local_world.isdigit() else None, node=socket.gethostname(),
+            backend=str(dist.get_backend()),
+        )
     except Exception:  # noqa: BLE001 - one process, then
         return None
 
@@ -77,13 +61,13 @@ def data_parallel_of(model: torch.nn.Module | None, optimizer: torch.optim.Optim
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
         return "zero1" if isinstance(optimizer, ZeroRedundancyOptimizer) else "ddp"
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
     try:
-        from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
-    except ImportError:  # torch without FSDP2
-        return "none"
-    if isinstance(model, FSDPModule | FullyShardedDataParallel):
-        return "fsdp"
-    return "none"
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # torch < 2.6 (pyproject allows 2.3): FSDP2 is not public there
+        return "fsdp" if isinstance(model, FullyShardedDataParallel) else "none"
+    return "fsdp" if isinstance(model, FSDPModule | FullyShardedDataParallel) else "none"
 
 
 def ddp_settings(model: torch.nn.Module | None) -> dict[str, Any]:
@@ -135,11 +119,6 @@ def rank_metrics(place: RankPlace, metrics: Any, model: torch.nn.Module | None,
         owners = memory.breakdown(model, optimizer, None, grads_present=False)
     return measured_rank(metrics, rank=place.rank, local_rank=place.local_rank, node=place.node, owners=owners,
                          why_none=msg("exception", error=why_none) if why_none else None)
-
-
-def own_cpu_cores(metrics: Any) -> float | None:
-    """This process's cores over its windows (wall-weighted), from the windows' contention readings."""
-    return window_mean(metrics.windows, "own_cpu_cores") if metrics is not None else None
 
 
 def without_peers(reports: list[RankReport]) -> None:
@@ -212,8 +191,3 @@ def _gather(place: RankPlace, payload: str, device: torch.device) -> list[RankRe
 
 def _decode(raw: str | bytes) -> RankReport:
     return from_jsonable(RankReport, json.loads(raw), "rank report")
-
-
-__all__ = ["RankPlace", "RankReport", "data_parallel_of", "ddp_settings", "detect_rank", "exchange", "find_place", "layout",
-           "own_cpu_cores", "rank_metrics", "without_peers"]
-

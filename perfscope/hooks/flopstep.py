@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 import perfscope.hooks.observe as observe
+from perfscope.measure.lazy_msg import msg
 
 if TYPE_CHECKING:  # imported when counted: `import perfscope.hooks` stays light (no results model)
     from perfscope.measure.observation import FlopCount, Unavailable
@@ -82,8 +83,6 @@ class FlopStep:
         self.stop_observer()
         self.restarts.append(f"step {step_index} ({reason} inside it)")
         if len(self.restarts) >= MAX_FLOP_RESTARTS:
-            from perfscope.results.messages import msg
-
             self.unavailable = msg("flop_count_paused", reason=reason, tries=len(self.restarts))
         else:
             self.index = step_index + 1
@@ -116,8 +115,6 @@ class FlopStep:
             counter, self.counter = self.counter, None
             with contextlib.suppress(Exception):
                 counter.__exit__(None, None, None)
-            from perfscope.results.messages import msg
-
             self.unavailable = self.unavailable or msg("run_ended_in_flop_step")
         with contextlib.suppress(Exception):
             self.stop_observer()  # whether or not the counter started: the stance must not outlive the Profiler
@@ -125,7 +122,6 @@ class FlopStep:
     def count(self, samples_per_step: int | None) -> FlopCount | Unavailable:
         """FLOPs per optimizer step: the user's, else the counted step's scaled to the typical step's samples."""
         from perfscope.measure.observation import FlopCount, Unavailable
-        from perfscope.results.messages import msg
 
         if self.user_flops is not None:
             return FlopCount(model=float(self.user_flops), convention="user supplied (Profiler(flops_per_step=...))")
@@ -139,19 +135,16 @@ class FlopStep:
         notes = list(notes)
         if counted_samples and samples_per_step and counted_samples != samples_per_step:
             total = total * samples_per_step / counted_samples
-            notes.append(f"the counted step had {counted_samples} samples: scaled to {samples_per_step} per step")
+            notes.append(msg("flops_scaled", counted=counted_samples, per_step=samples_per_step))
         if self.restarts:
-            notes.append("counted again on a later step, the count of " + ", ".join(self.restarts)
-                         + " being discarded: it was not a training step alone")
-        notes.append("counted on one optimizer step of the loop as it ran: with activation checkpointing the recomputed "
-                     "forward is included, and this MFU is then a hardware-FLOP figure (pass Profiler(flops_per_step=...))")
+            notes.append(msg("flops_counted_again", discarded=list(self.restarts)))
+        notes.append(msg("flops_counted_in_loop"))
         # attention's recompute kept in HFU
         return FlopCount(model=total, hardware=total * self.hardware_per_model, notes=notes)
 
     def structure(self, flops: FlopCount | Unavailable) -> Any:
         """The fingerprint counted at this step, or why there is none."""
         from perfscope.measure.observation import Unavailable
-        from perfscope.results.messages import msg
 
         if self.fingerprint is not None:
             return self.fingerprint

@@ -1,14 +1,6 @@
-"""The Profiler's calls for frameworks that own the training loop (perfscope.hooks.integrations).
-
-    prof.batch_begin()                 # Lightning's on_train_batch_start, the Trainer's on_step_begin
-    prof.data_begin(); ...; prof.data_end()
-    prof.exclude_since_step("evaluation")
-    prof.describe(precision="bf16", declared={"strategy": "ddp"})
-
-A framework's loop has no `wrap()` to time next() in and no place for `pause()` before its evaluation: it reports
-each event through its callbacks, after the fact. These calls drive the same step/window state machine
-(perfscope.hooks.profiler) the plain loop drives; they are a mixin of Profiler so its public API is one object.
-"""
+"""The Profiler's calls for frameworks that own the training loop (perfscope.hooks.integrations): a framework has
+no `wrap()` to time next() in and no place for `pause()`, so it reports each event after the fact, through its
+callbacks, and drives the same step/window state machine the plain loop does. A mixin of the Profiler."""
 
 from __future__ import annotations
 
@@ -70,12 +62,8 @@ class FrameworkCalls(ProfilerState):
             span.__exit__(None, None, None)
 
     def exclude_since_step(self, reason: str) -> None:
-        """The time since the last step boundary (or the last resume) was not training: for frameworks that
-        report evaluation or checkpoint saving only once it is done (the Trainer's on_evaluate, on_save).
-
-        `pause()` then `resume()`: the time is reported apart under ``reason``, and the step in progress is
-        timed from now (or not at all when its compute had already begun).
-        """
+        """The time since the last step boundary (or resume) was not training, reported apart under ``reason``:
+        for frameworks that report evaluation or checkpoint saving once done (the Trainer's on_evaluate, on_save)."""
         if not self._on or self._pause_reason is not None:
             return
         self.pause(reason)

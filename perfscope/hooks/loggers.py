@@ -12,7 +12,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from perfscope.measure.window import StepRecord
@@ -24,16 +24,18 @@ EVERY = 50
 """Timed steps per logged interval, by default."""
 
 
-class Sink(Protocol):
+class Sink:
     name: str
 
-    def log(self, figures: dict[str, float], step: int) -> None: ...
+    def log(self, figures: dict[str, float], step: int) -> None:
+        raise NotImplementedError
 
-    def flush(self) -> None: ...
+    def flush(self) -> None:
+        """Only TensorBoard's writer buffers; the other libraries send as they log."""
 
 
 @dataclass
-class TensorBoardSink:
+class TensorBoardSink(Sink):
     writer: Any
     """A torch.utils.tensorboard SummaryWriter (anything with add_scalar)."""
     name: str = "TensorBoard"
@@ -47,7 +49,7 @@ class TensorBoardSink:
 
 
 @dataclass
-class WandbSink:
+class WandbSink(Sink):
     run: Any
     """A wandb Run, or the wandb module (its active run at each log)."""
     name: str = "Weights & Biases"
@@ -63,12 +65,9 @@ class WandbSink:
             self._defined.add(id(run))
         run.log({**figures, f"{PREFIX}step": step}, commit=False)
 
-    def flush(self) -> None:
-        pass
-
 
 @dataclass
-class MlflowSink:
+class MlflowSink(Sink):
     client: Any
     """The mlflow module (its active run) or an MlflowClient, with ``run_id`` for the latter."""
     run_id: str | None = None
@@ -81,9 +80,6 @@ class MlflowSink:
             return
         for key, value in figures.items():
             self.client.log_metric(self.run_id, key, value, step=step)
-
-    def flush(self) -> None:
-        pass
 
 
 def sink_for(target: Any) -> Sink:
@@ -144,10 +140,8 @@ class Loggers:
             self._samples_known = False
         else:
             self._samples += record.samples
-        if self._steps >= self.every:
-            self._emit(record.index + 1)
-
-    def _emit(self, step: int) -> None:
+        if self._steps < self.every:
+            return
         steps, wall = self._steps, self._time
         figures = {"step_time_s": wall / steps, "data_wait_share": self._wait / wall if wall > 0 else 0.0}
         if self._samples_known and wall > 0:
@@ -158,7 +152,7 @@ class Loggers:
         if (memory := self.peak_memory()) is not None:
             figures["peak_memory_bytes"] = float(memory)
         self._steps, self._time, self._wait, self._samples, self._samples_known = 0, 0.0, 0.0, 0, True
-        self.log(figures, step)
+        self.log(figures, record.index + 1)
 
     def final(self, results: Results, step: int) -> None:
         """The run's own figures (what the report shows), once, at save()."""

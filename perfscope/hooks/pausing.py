@@ -1,10 +1,5 @@
-"""pause() / resume(): work between steps that is not a training step (evaluation, checkpoint saving, logging).
-
-    with prof.paused("evaluation"): evaluate()
-
-A mixin of the Profiler (as perfscope.hooks.framework's calls are): the open window ends at the last step boundary,
-the paused time is reported apart by reason (``excluded_s``), and timing restarts with a step not yet begun.
-"""
+"""pause() / resume() and ``with prof.paused("evaluation"):``: work between steps that is not a training step,
+its time reported apart by reason. A mixin of the Profiler; design notes: docs/hooks.md."""
 
 from __future__ import annotations
 

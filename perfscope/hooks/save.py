@@ -1,11 +1,5 @@
 """Profiler.save(): alone, results.json and the report; in a torchrun job, every rank sends rank 0 its summary
-and rank 0 writes the job's one results.json.
-
-    path = save_alone(prof._saving(), out_dir, final=True)          # one process
-    path = save_job(prof._saving(), place, out_dir, final=True)     # every rank of a job (None on ranks other than 0)
-
-Design notes: docs/hooks.md.
-"""
+and rank 0 writes the job's one results.json. Design notes: docs/hooks.md, "Distributed (torchrun)"."""
 
 from __future__ import annotations
 
@@ -19,12 +13,11 @@ from perfscope.hooks.distributed import (
     exchange,
     find_place,
     layout,
-    own_cpu_cores,
     rank_metrics,
     without_peers,
 )
 from perfscope.measure.mfu import apply_utilization_ratios
-from perfscope.measure.ranks import apply_job, combine_ranks
+from perfscope.measure.ranks import apply_job, combine_ranks, window_mean
 from perfscope.pipeline import finish
 from perfscope.results.distributed import RankMetrics
 from perfscope.results.io import copy_file
@@ -70,7 +63,8 @@ def save_job(prof: Saving, place: RankPlace, out_dir: Path, final: bool) -> Path
     failed = prof.failure()
     try:
         why = results.trials[0].error if results is not None else None
-        report = RankReport(rank=place.rank, error=failed, own_cpu_cores=own_cpu_cores(metrics),
+        own = window_mean(metrics.windows, "own_cpu_cores") if metrics is not None else None  # the peers' load
+        report = RankReport(rank=place.rank, error=failed, own_cpu_cores=own,
                             trace=str(trace) if trace is not None else None,
                             metrics=rank_metrics(place, metrics, prof.model, prof.optimizer, why or failed or ""))
         reports = exchange(place, report, key=prof.key, timeout_s=prof.gather_timeout_s, device=prof.device)

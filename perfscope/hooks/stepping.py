@@ -1,12 +1,6 @@
-"""The Profiler's step/window state machine: what happens at each step boundary of the user's loop.
-
-    prof.wrap(loader) → _wrapped(): next() timed as data wait, the batch tallied
-    prof.step()       → _end_step(): the step ends; the boundary opens, keeps or closes the timed window
-
-Each boundary decides whether the step it starts is timed: not during warm-up, a capture window (capture_steps,
-an on-demand capture, their memory steps), the FLOP-counting step or a pause. A mixin of the Profiler (as
-perfscope.hooks.framework's calls are): the public API (perfscope.hooks.profiler) is one object, this is its engine.
-"""
+"""The Profiler's step/window state machine (a mixin; the public API is perfscope.hooks.profiler): each step
+boundary decides whether the step it starts is timed — not during warm-up, a capture window, the FLOP-counting
+step or a pause — and opens, keeps or closes the timed window. Design notes: docs/hooks.md."""
 
 from __future__ import annotations
 
@@ -50,17 +44,14 @@ class Stepping(ProfilerState):
                         recorder.data_end()
                 if self._on:
                     try:
-                        self._on_batch(batch)
+                        self._tally.batch(batch)
+                        # after next() returned: the data loading is not under the dispatch mode
+                        self._flop.start_if_armed(self.model, self.device.type)
                     except Exception as exc:  # noqa: BLE001
                         self._fail("wrap()", exc)
                 yield batch
         finally:
             self._live_wraps -= 1
-
-    def _on_batch(self, batch: Any) -> None:
-        self._tally.batch(batch)
-        # after next() returned: the data loading is not under the dispatch mode
-        self._flop.start_if_armed(self.model, self.device.type)
 
     def _end_step(self, samples: int | None) -> None:
         k = self._step_index
@@ -93,7 +84,11 @@ class Stepping(ProfilerState):
         self._step_index = k = k + 1
         # The boundary just marked starts step k: open, keep or close the window for it.
         if k == self.warmup_steps:
-            self._timing_starts()
+            # The first timed step: start what only a run past its warm-up needs (sampler thread, capture requests),
+            # the sampler before the window's first mark: its thread's start-up is not timed.
+            if self._sampler is not None:
+                self._sampler.start()
+            self._live.start()
         if live.flag:
             live.take(k)  # a request waiting: the steps it covers are not timed
         timed = k >= self.warmup_steps and not self._excluded_step(k) and self._pause_reason is None
@@ -119,12 +114,6 @@ class Stepping(ProfilerState):
                 self._recorder.poll()
             if self._sampler is not None:
                 self._sampler.check()
-
-    def _timing_starts(self) -> None:
-        """The first timed step: start what only a run past its warm-up needs (sampler thread, capture requests)."""
-        if self._sampler is not None:
-            self._sampler.start()  # before the window's first mark: thread start-up is not timed
-        self._live.start()
 
     def _open_window(self) -> None:
         from perfscope.measure.window import WindowRecorder  # a disabled Profiler imports nothing heavy

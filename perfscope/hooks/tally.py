@@ -1,10 +1,5 @@
 """What the hooks count per optimizer step of the user's loop: batches, micro-steps, samples — and their spread.
-
-    tally.batch(batch)                      # each batch wrap() yields: its leading dimension is its sample count
-    samples, micro = tally.end_step(None)   # at prof.step(): this step's samples (None: unknown) and micro-steps
-
-Design notes: docs/hooks.md.
-"""
+Design notes: docs/hooks.md."""
 
 from __future__ import annotations
 

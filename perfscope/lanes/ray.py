@@ -71,12 +71,12 @@ class RayRunner:
 class RayExecutor:
     name = "ray"
 
-    def __init__(self, work_dir: Path, *, num_cpus: int | None = None) -> None:
+    def __init__(self, work_dir: Path) -> None:
         ray = _ray()
         self.work_dir = work_dir
         self.started = not ray.is_initialized()
         if self.started:
-            _init(ray, os.environ.get("RAY_ADDRESS"), num_cpus or len(os.sched_getaffinity(0)))
+            _init(ray, os.environ.get("RAY_ADDRESS"), len(os.sched_getaffinity(0)))
         here = ray.util.get_node_ip_address()
         self.local = all(n.get("NodeManagerAddress") == here for n in ray.nodes() if n.get("Alive"))
         """Every node of the cluster is this machine: the lanes' core numbers mean something where the tasks run."""

@@ -54,7 +54,7 @@ class LaneSweeper(Sweeper):
                 unavailable={**env.unavailable, "numa_nodes": "the lanes fix each run's cores, NUMA node by node"}))
         super().__init__(**kw)
         self.lanes, self.active = list(lanes), list(lanes)
-        self.cancel, self.parallel = cancel, parallel
+        self.cancel = cancel
         self.records = {r.index: _record(r) for r in lanes}
         self.sweep.parallel = ParallelSweep(executor=executor, lanes=list(self.records.values()))
         self.visits: Counter[tuple[str, int]] = Counter()
@@ -62,7 +62,7 @@ class LaneSweeper(Sweeper):
         self._queued: list[Candidate] = []
         self._aa_names: set[str] = set()
         self._cancelled = False
-        self._pool = ThreadPoolExecutor(max_workers=len(self.lanes)) if parallel and len(self.lanes) > 1 else None
+        self._pool = ThreadPoolExecutor(max_workers=len(self.lanes) if parallel else 1)  # 1: the tasks in order
         if cores:
             self.sweep.parallel.notes.append(msg("knobs_sized_for_lane", cores=min(cores)))
 
@@ -201,15 +201,7 @@ class LaneSweeper(Sweeper):
         return lane
 
     def _run_wave(self, tasks: list[tuple[LaneRunner, Callable[[LaneRunner], T]]]) -> list[T | LaneFailure]:
-        """Each task on its lane, at once (in order without a pool); a lane's failure is returned, not raised."""
-        if self._pool is None:
-            out: list[T | LaneFailure] = []
-            for lane, task in tasks:
-                try:
-                    out.append(task(lane))
-                except LaneFailure as exc:
-                    out.append(exc)
-            return out
+        """Each task on its lane, at once; a lane's failure is returned, not raised."""
         futures: list[Future[T]] = [self._pool.submit(task, lane) for lane, task in tasks]
         try:
             while wait(futures, timeout=WAIT_TICK_S).not_done:
@@ -268,19 +260,13 @@ class LaneSweeper(Sweeper):
             record.failures = sum(not t.ok for t in mine)
         parallel.wall_s = self.elapsed() - self.start
         parallel.sequential_estimate_s = sum(t.wall_time_s or 0.0 for t in on_lanes if t.name not in self._aa_names)
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)
+        self._pool.shutdown(wait=False)
 
 
 def _record(runner: LaneRunner) -> LaneRecord:
     lane = getattr(runner, "lane", None)
     return LaneRecord(index=runner.index, device=getattr(lane, "device", None),
                       cpus=sorted(getattr(lane, "cpus", None) or []))
-
-
-def lane_sweeper(lanes: Sequence[LaneRunner], executor: str, cancel: Callable[[], str]) -> Callable[..., Sweeper]:
-    """What perfscope.search.sweep.run_sweep builds the sweep with, for these lanes."""
-    return functools.partial(LaneSweeper, lanes=lanes, executor=executor, cancel=cancel)
 
 
 AA_RUNS = 2
@@ -369,7 +355,7 @@ def parallel_sweep(options: LaneOptions | None, work_dir: Path, *, timeout_s: fl
           + "; ".join(lane.describe() for lane in lanes) + group, file=sys.stderr, flush=True)
     try:
         runners = [executor.runner(lane) for lane in lanes]
-        yield lane_sweeper(runners, executor.name, executor.cancel)
+        yield functools.partial(LaneSweeper, lanes=runners, executor=executor.name, cancel=executor.cancel)
     finally:
         executor.close()
 

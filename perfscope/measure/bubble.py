@@ -44,20 +44,16 @@ def stage_timing(rank: int, stages: list[int], steps: list[StepRecord]) -> Stage
         return float(statistics.median(values))
 
     idle = [max(0.0, 1.0 - s.busy_s / s.step_s) if s.step_s > 0 else 0.0 for s in steps]
-    forward_calls = [t for s in steps for t in s.forward_calls_s]
-    backward_calls = [t for s in steps for t in s.backward_calls_s]
+    # One call's compute is its fastest timing, on either clock. Load only adds to a call (a preemption on the wall
+    # clock; on the CPU clock cache refills after one, a busy SMT sibling, a send thread on the same core), never
+    # takes away, so the fastest of the window's calls is the stage's own cost.
+    forward_call = min((t for s in steps for t in s.forward_calls_s), default=0.0)
+    backward_call = min((t for s in steps for t in s.backward_calls_s), default=0.0)
     return StageTiming(rank=rank, stages=list(stages), forward_s=med([s.forward_s for s in steps]),
                        backward_s=med([s.backward_s for s in steps]), loss_s=med([s.loss_s for s in steps]),
                        step_s=med([s.step_s for s in steps]), idle_share=min(1.0, med(idle)),
-                       forward_call_s=_typical(forward_calls), backward_call_s=_typical(backward_calls),
+                       forward_call_s=forward_call, backward_call_s=backward_call,
                        compute_clock=steps[0].compute_clock)
-
-
-def _typical(calls: list[float]) -> float:
-    """One call's compute: its fastest timing, on either clock. Load only adds to a call (a preemption on the wall
-    clock; on the CPU clock cache refills after one, a busy SMT sibling, a send thread on the same core), never takes
-    away, so the fastest of the window's calls is the stage's own cost."""
-    return min(calls) if calls else 0.0
 
 
 def measured_bubble(timings: list[StageTiming]) -> float | None:

@@ -48,10 +48,6 @@ def ceiling_key(dtype: str, cpu_model: str | None, usable_cores: float | None) -
                       usable_cores=usable_cores, threads=torch.get_num_threads(), torch_version=torch.__version__)
 
 
-def cache_enabled() -> bool:
-    return os.environ.get(CACHE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
-
-
 def cache_path() -> Path:
     return cache_dir() / FILE_NAME
 
@@ -91,7 +87,9 @@ def cached_ceilings(keys: dict[str, CeilingKey], measure: Callable[[str], float]
 
     A dtype whose probe raises gets its reason in ``errors`` and is not stored (it is tried again next run).
     """
-    if not (cache_enabled() if enabled is None else enabled):
+    if enabled is None:
+        enabled = os.environ.get(CACHE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    if not enabled:
         return measure_each(list(keys), measure, how="measured in this run (ceiling cache off)")
     out = Ceilings()
     path = path or cache_path()

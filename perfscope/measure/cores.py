@@ -5,10 +5,14 @@ Design notes: docs/measurement.md."""
 from __future__ import annotations
 
 import os
+import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+from perfscope.results.messages import Message, msg
 
 LANE_CPUS_ENV = "PERFSCOPE_LANE_CPUS"
 """The cores of a parallel sweep's lane, set on its trials (applied by perfscope.trial.pin; read by the
@@ -31,26 +35,6 @@ def cgroup_quota_cores(root: Path = Path("/sys/fs/cgroup")) -> float | None:
         return quota / period if quota > 0 and period > 0 else None
     except (OSError, ValueError):
         return None
-
-
-def usable_cores() -> tuple[float | None, str]:
-    """Cores this process may use: min(physical cores, affinity CPUs, cgroup quota), and how it was found."""
-    physical = psutil.cpu_count(logical=False) or psutil.cpu_count(logical=True)
-    limits: list[float] = [float(physical)] if physical else []
-    how = [f"{physical} physical cores" if physical else "core count unknown"]
-    try:
-        affinity = len(os.sched_getaffinity(0))
-        limits.append(float(affinity))
-        how.append(f"affinity {affinity} CPUs")
-    except (AttributeError, OSError):  # macOS / Windows: no affinity mask to read
-        how.append("affinity not readable")
-    quota = cgroup_quota_cores()
-    if quota is not None:
-        limits.append(quota)
-        how.append(f"cgroup quota {quota:g} cores")
-    else:
-        how.append("no cgroup quota")
-    return (min(limits) if limits else None), "; ".join(how)
 
 
 @dataclass(frozen=True)
@@ -88,11 +72,33 @@ def cpu_budget(cgroup_root: Path = Path("/sys/fs/cgroup")) -> CpuBudget:
     return CpuBudget(cpus=cpus, quota_cores=cgroup_quota_cores(cgroup_root), logical_cpus=psutil.cpu_count(logical=True) or 1)
 
 
-def numa_node_count(root: Path = Path("/sys/devices/system/node")) -> int | None:
-    """NUMA nodes of this machine (Linux sysfs); None where it cannot be read. Above 1, a rank on the far node
-    from its GPU (or its memory) pays the cross-socket link on every host-side copy."""
+def usable_cores() -> tuple[float | None, str]:
+    """Cores this process may use: min(physical cores, affinity CPUs, cgroup quota), and how it was found."""
+    budget = cpu_budget()
+    physical = psutil.cpu_count(logical=False) or psutil.cpu_count(logical=True)
+    affinity = len(budget.cpus) if budget.cpus is not None else None  # None: macOS / Windows have no mask to read
+    limits = [float(n) for n in (physical, affinity, budget.quota_cores) if n]
+    how = [f"{physical} physical cores" if physical else "core count unknown",
+           f"affinity {affinity} CPUs" if affinity is not None else "affinity not readable",
+           f"cgroup quota {budget.quota_cores:g} cores" if budget.quota_cores is not None else "no cgroup quota"]
+    return (min(limits) if limits else None), "; ".join(how)
+
+
+def numa_nodes(root: Path = Path("/sys/devices/system/node"), system: str = sys.platform) -> tuple[int | None, Message | None]:
+    """(NUMA nodes with CPUs, None), or (None, why): above 1, a rank on the far node from its GPU pays the
+    cross-socket link on every host-side copy. Linux lists one ``nodeN`` directory per online node; nodes
+    without CPUs (a GH200's GPU memory, CXL memory) are not counted: no rank can be bound to them."""
+    if not system.startswith("linux"):
+        return None, msg("numa_not_linux", system=system)
     try:
-        nodes = [p for p in root.iterdir() if p.name.startswith("node") and p.name[4:].isdigit()]
-    except OSError:
-        return None
-    return len(nodes) or None
+        nodes = [p for p in root.iterdir() if re.fullmatch(r"node\d+", p.name)]
+        with_cpus = [p for p in nodes if (p / "cpulist").read_text().strip()]
+    except OSError as exc:
+        return None, msg("unreadable", path=str(root), error=str(exc.strerror or exc))
+    if not with_cpus:
+        return None, msg("numa_no_cpus", path=str(root))
+    return len(with_cpus), None
+
+
+def numa_node_count() -> int | None:
+    return numa_nodes()[0]

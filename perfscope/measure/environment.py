@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import platform
-import re
 import socket
 import sys
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import psutil
 import torch
 
 from perfscope.hardware import datasheet_peak, is_mig_name, slice_peak
 from perfscope.measure.ceiling_cache import cached_ceilings, ceiling_key, measure_each
-from perfscope.measure.cores import usable_cores
+from perfscope.measure.cores import numa_nodes, usable_cores
 from perfscope.measure.peaks import ceiling_dtypes, measure_matmul_tflops
-from perfscope.measure.utilization import cuda_uuid, is_mig_uuid, nvml_handle
+from perfscope.measure.utilization import close_nvml, cuda_uuid, is_mig_uuid, nvml_handle, open_nvml
 from perfscope.results import Environment
 from perfscope.results.messages import Message, error, msg
 
@@ -38,65 +35,37 @@ def _cpu_model() -> tuple[str | None, Message | None]:
     return None, msg("cpu_model_unknown", why=why, machine=platform.machine() or "unknown")
 
 
-def numa_nodes(root: Path = Path("/sys/devices/system/node"), system: str = sys.platform) -> tuple[int | None, Message | None]:
-    """(NUMA nodes with CPUs, None), or (None, why). Linux lists one ``nodeN`` directory per online node; nodes
-    without CPUs (a GH200's GPU memory, CXL memory) are not counted: no rank can be bound to them."""
-    if not system.startswith("linux"):
-        return None, msg("numa_not_linux", system=system)
+def _nvml_facts(env: Environment, index: int) -> bool:
+    """The driver version and the run's device as NVML sees it (found by UUID: see perfscope.measure.utilization)
+    into ``env``; whether NVML says the device is a MIG slice (a MIG UUID, or MIG mode on its GPU)."""
     try:
-        nodes = [p for p in root.iterdir() if re.fullmatch(r"node\d+", p.name)]
-        with_cpus = [p for p in nodes if (p / "cpulist").read_text().strip()]
-    except OSError as exc:
-        return None, msg("unreadable", path=str(root), error=str(exc.strerror or exc))
-    if not with_cpus:
-        return None, msg("numa_no_cpus", path=str(root))
-    return len(with_cpus), None
-
-
-@dataclass
-class _NvmlFacts:
-    driver_version: str | None = None
-    device_uuid: str | None = None  # NVML's spelling: "GPU-..." or "MIG-..."
-    mig_mode: bool | None = None  # MIG enabled on the (parent) GPU
-    unavailable: dict[str, Message] = field(default_factory=dict)
-
-
-def _nvml_facts(index: int) -> _NvmlFacts:
-    """Driver version, and the run's device as NVML sees it (found by UUID: see perfscope.measure.utilization)."""
-    facts = _NvmlFacts()
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
+        pynvml = open_nvml()
     except Exception as exc:  # noqa: BLE001 - NVML absent (CPU box, WSL, container without driver)
-        facts.unavailable["driver_version"] = msg("nvml_unavailable", error=error(exc))
-        return facts
+        env.unavailable["driver_version"] = msg("nvml_unavailable", error=error(exc))
+        return False
     try:
         version = pynvml.nvmlSystemGetDriverVersion()
-        facts.driver_version = version.decode() if isinstance(version, bytes) else str(version)
+        env.driver_version = version.decode() if isinstance(version, bytes) else str(version)
     except Exception as exc:  # noqa: BLE001
-        facts.unavailable["driver_version"] = msg("nvml_error", error=error(exc))
+        env.unavailable["driver_version"] = msg("nvml_error", error=error(exc))
     try:
-        handle, facts.device_uuid = nvml_handle(pynvml, index)
-        if not is_mig_uuid(facts.device_uuid):
-            facts.mig_mode = int(pynvml.nvmlDeviceGetMigMode(handle)[0]) == int(getattr(pynvml, "NVML_DEVICE_MIG_ENABLE", 1))
-    except Exception as exc:  # noqa: BLE001 - NOT_SUPPORTED on GPUs without MIG, an old torch without uuid, ...
-        facts.unavailable["mig"] = msg("nvml_error", error=error(exc))
+        handle, env.device_uuid = nvml_handle(pynvml, index)
+        enabled = int(getattr(pynvml, "NVML_DEVICE_MIG_ENABLE", 1))
+        return is_mig_uuid(env.device_uuid) or int(pynvml.nvmlDeviceGetMigMode(handle)[0]) == enabled
+    except Exception:  # noqa: BLE001 - NOT_SUPPORTED on GPUs without MIG: then only the name tells
+        return False
     finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
-    return facts
+        close_nvml(pynvml)
 
 
-def _uuid(index: int) -> str | None:
-    """CUDA's UUID in NVML's spelling, without asking NVML (a MIG instance's CUDA UUID is its MIG UUID)."""
+def _uuid(index: int) -> str:
+    """CUDA's UUID in NVML's spelling, without asking NVML (a MIG instance's CUDA UUID is its MIG UUID); "uuid
+    unknown" where the driver will not say: describing the machine must not cost the run (this path has not yet run
+    on a GPU)."""
     try:
-        prefix = "MIG-" if is_mig_name(torch.cuda.get_device_name(index)) else "GPU-"
-        return prefix + cuda_uuid(index)
-    except Exception:  # noqa: BLE001 - an old torch without props.uuid
-        return None
+        return ("MIG-" if is_mig_name(torch.cuda.get_device_name(index)) else "GPU-") + cuda_uuid(index)
+    except Exception:  # noqa: BLE001 - an old torch without props.uuid, a driver that refuses
+        return "uuid unknown"
 
 
 def _datasheet(env: Environment, sm_count: int | None, mig: bool) -> None:
@@ -143,17 +112,14 @@ def collect_environment(device: str, *, device_index: int = 0, measure_ceiling: 
         props = torch.cuda.get_device_properties(device_index)
         env.device_count = torch.cuda.device_count()
         env.device_index = device_index
-        env.visible_devices = [f"{torch.cuda.get_device_name(i)} ({_uuid(i) or 'uuid unknown'})" for i in range(env.device_count)]
+        env.visible_devices = [f"{torch.cuda.get_device_name(i)} ({_uuid(i)})" for i in range(env.device_count)]
         env.compute_capability = f"{props.major}.{props.minor}"
         env.device_memory_bytes = int(props.total_memory)
         env.multiprocessor_count = getattr(props, "multi_processor_count", None)
         env.cuda_version = torch.version.cuda  # the CUDA this PyTorch was built with (None: a ROCm build)
-        nvml = _nvml_facts(device_index)
-        env.driver_version = nvml.driver_version
-        env.device_uuid = nvml.device_uuid or _uuid(device_index)
-        env.unavailable.update({k: v for k, v in nvml.unavailable.items() if k == "driver_version"})
         # A MIG slice: CUDA names it after its profile, NVML gives it a MIG UUID, or its GPU has MIG mode on.
-        env.mig = is_mig_name(env.device_name) or is_mig_uuid(nvml.device_uuid) or bool(nvml.mig_mode)
+        env.mig = _nvml_facts(env, device_index) or is_mig_name(env.device_name)
+        env.device_uuid = env.device_uuid or _uuid(device_index)
         _datasheet(env, env.multiprocessor_count, env.mig)
     else:
         env.unavailable["datasheet_peaks_tflops"] = msg("cpu_no_datasheet_peak")

@@ -13,6 +13,8 @@ from torch import nn
 from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
+from perfscope.results.messages import Message, msg
+
 FLOP_CONVENTION = (
     "torch.utils.flop_counter (matmul, conv, attention; 1 MAC = 2 FLOP; backward counted, no causal halving; "
     "elementwise/norm/optimizer FLOPs not counted); model FLOPs exclude activation-checkpoint recompute and "
@@ -30,17 +32,17 @@ def _cpu_sdpa_backward(
     return flop_counter.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
 
 
-def _gap_fillers() -> tuple[dict[Any, Any], dict[str, str]]:
+def _gap_fillers() -> tuple[dict[Any, Any], dict[str, Message]]:
     """Formulas for ops torch's registry lacks, and the note each one earns when it was actually used
     (keyed by op name: a CUDA run counts flash/efficient attention with torch's own formulas, no note)."""
     aten = torch.ops.aten
     mapping: dict[Any, Any] = {}
-    notes: dict[str, str] = {}
+    notes: dict[str, Message] = {}
     fwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
     bwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
     if fwd is not None and fwd not in flop_counter.flop_registry:
         mapping[fwd] = _cpu_sdpa_forward
-        note = "CPU SDPA has no torch FLOP formula: counted with torch's SDPA formulas by perfscope"
+        note = msg("cpu_sdpa_formula")
         notes[str(fwd)] = note
         if bwd is not None:
             mapping[bwd] = _cpu_sdpa_backward
@@ -87,13 +89,12 @@ class StepFlopCounter:
         self._used_fillers = {str(op) for op, flops in counts.items() if flops and str(op) in self._fill_notes}
 
     @property
-    def notes(self) -> list[str]:
+    def notes(self) -> list[Message]:
         notes = list(dict.fromkeys(self._fill_notes[op] for op in sorted(self._used_fillers)))
         if self._recompute.flops:
-            notes.append(f"attention backward's QKᵀ recompute ({self._recompute.flops / self.total:.1%} of the FLOPs "
-                         "counted) is hardware FLOPs only: excluded from model FLOPs (MFU), kept in HFU")
+            notes.append(msg("attention_recompute_excluded", share=self._recompute.flops / self.total))
         if self.total == 0:
-            notes.append("the FLOP counter saw no matmul/conv/attention: MFU is not meaningful for this model")
+            notes.append(msg("no_matmul_counted"))
         return notes
 
 

@@ -108,10 +108,6 @@ ZERO2 = "ZeRO-2 (FSDP2, no reshard after forward)"
 ZERO3 = "ZeRO-3 (FSDP2, reshard after forward)"
 
 
-def _shard(nbytes: int, world_size: int) -> int:
-    return -(-nbytes // world_size)  # rounded up: the last rank's shard is padded to the others' size
-
-
 def sharding_memory(parameter_bytes: int, gradient_bytes: int, optimizer_state_bytes: int,
                     world_size: int) -> list[ShardingMemory]:
     """Bytes per rank of parameters, gradients and optimizer state under DDP, ZeRO-1, ZeRO-2 and ZeRO-3, from one
@@ -121,7 +117,7 @@ def sharding_memory(parameter_bytes: int, gradient_bytes: int, optimizer_state_b
     if min(parameter_bytes, gradient_bytes, optimizer_state_bytes) < 0:
         raise ValueError("byte counts must be >= 0")
     p, g, o = parameter_bytes, gradient_bytes, optimizer_state_bytes
-    ps, gs, os_ = (_shard(b, world_size) for b in (p, g, o))
+    ps, gs, os_ = (-(-b // world_size) for b in (p, g, o))  # rounded up: the last rank's shard is padded to the others' size
     return [
         ShardingMemory(strategy=DDP, parameters=p, gradients=g, optimizer_state=o),
         ShardingMemory(strategy=ZERO1, parameters=p, gradients=g, optimizer_state=os_),

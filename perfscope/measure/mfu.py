@@ -32,13 +32,9 @@ def choose_peak(env: Environment, override_tflops: float | None = None) -> Peak 
 
 def apply_utilization_ratios(metrics: TrialMetrics, peak: Peak | None, env: Environment, *,
                              steps_per_s: float | None = None) -> None:
-    """Fill achieved_tflops, mfu, hfu and mfu_vs_measured_ceiling from work / wall time of the windows.
-
-    ``steps_per_s``: the optimizer steps per second one device made, when not this process's own steps / wall
-    (a data-parallel job: every rank's steps over the slowest rank's window, per rank — MFU stays a fraction of
-    one device's peak). A ratio above 1 cannot be true as measured (a wrong FLOP count, a wrong peak, or a ceiling
-    measured while the machine was busy): it is not reported; the reason goes to ``unavailable`` and ``flags``.
-    """
+    """Fill achieved_tflops, mfu, hfu and mfu_vs_measured_ceiling from work / wall time of the windows
+    (``steps_per_s``: one device's, when not this process's steps / wall: a data-parallel job's). A ratio above 1
+    cannot be true as measured (a wrong FLOP count or peak, a ceiling measured on a busy machine): not reported."""
     if not metrics.flops_per_step:
         metrics.unavailable.setdefault("mfu", metrics.unavailable.get("flops_per_step", msg("no_flop_count")))
         return

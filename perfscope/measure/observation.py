@@ -44,7 +44,8 @@ class FlopCount:
 
     model: float
     hardware: float | None = None
-    notes: list[str] = field(default_factory=list)
+    notes: list[Message | str] = field(default_factory=list)
+    """Message records; a str is a note still worded where it arises (the trial's and the hooks' own)."""
     convention: str = FLOP_CONVENTION
 
 

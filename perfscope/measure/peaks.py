@@ -61,13 +61,8 @@ def ceiling_dtypes(device: str) -> list[str]:
 
 
 PAD_TO = 64
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 CPU_MAX_ELEMENTS = 2_000_000  # keep the CPU benchmark under a couple of seconds
 MIN_FLOPS = 1e7  # below this a matmul is launch/dispatch overhead, and padding it says nothing about tiles
-
-
-def _pad(v: int) -> int:
-    return -(-v // PAD_TO) * PAD_TO
 
 
 def _time_mm(m: int, k: int, n: int, device: str, dtype: torch.dtype, repeats: int) -> float:
@@ -90,12 +85,12 @@ def benchmark_alignment_for(gemm_shapes: list[GemmShape], *, device: str, precis
 def benchmark_alignment(gemm_shapes: list[GemmShape], *, device: str, dtype: str = "fp32", top: int = 3, repeats: int = 20) -> list[GemmAlignment]:
     """Measured speed-up per FLOP of padding the hottest misaligned GEMM shapes."""
     rows: list[GemmAlignment] = []
-    torch_dtype = _DTYPES.get(dtype, torch.float32)
+    torch_dtype = _TORCH_DTYPES.get(dtype, torch.float32)
     for shape in [g for g in gemm_shapes if g.misaligned][: top * 3]:
         if len(rows) >= top:
             break
         m, k, n = (int(v) for v in shape.shape)
-        padded = [_pad(m), _pad(k), _pad(n)]
+        padded = [-(-v // PAD_TO) * PAD_TO for v in (m, k, n)]
         if 2.0 * m * k * n < MIN_FLOPS:
             continue
         if device != "cuda" and max(m * k, k * n, padded[0] * padded[1], padded[1] * padded[2]) > CPU_MAX_ELEMENTS:
@@ -128,10 +123,9 @@ def _collective(op: str, numel: int, world: int, device: torch.device, group: di
     if op == "all_gather":  # the payload is the gathered output
         inp, out = torch.rand(shard, device=device), torch.empty(shard * world, device=device)
         return lambda: dist.all_gather_into_tensor(out, inp, group=group), shard * world * 4
-    if op == "reduce_scatter":  # the payload is the full input
-        inp, out = torch.rand(shard * world, device=device), torch.empty(shard, device=device)
-        return lambda: dist.reduce_scatter_tensor(out, inp, group=group), shard * world * 4
-    raise ValueError(f"no benchmark for the collective {op!r} (one of {', '.join(OPS)})")
+    # reduce_scatter (benchmark_collective checked the name): the payload is the full input
+    inp, out = torch.rand(shard * world, device=device), torch.empty(shard, device=device)
+    return lambda: dist.reduce_scatter_tensor(out, inp, group=group), shard * world * 4
 
 
 def benchmark_collective(op: str, nbytes: int, *, device: str | torch.device, group: dist.ProcessGroup | None = None,

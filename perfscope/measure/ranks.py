@@ -17,8 +17,6 @@ from perfscope.stats import STRAGGLER_MIN_SLOWER as MIN_SLOWER
 from perfscope.stats import STRAGGLER_MIN_STEPS as MIN_STEPS
 from perfscope.stats import slower_than_peers
 
-NO_GC_TRACKING = msg("gc_not_tracked")
-
 
 def window_mean(windows: Sequence[Window], reading: str) -> float | None:
     """The wall-weighted mean of a contention ``reading`` ("other_cpu_cores", "own_cpu_cores") over the windows
@@ -47,7 +45,7 @@ def rank_metrics(metrics: TrialMetrics | None, *, rank: int, local_rank: int, no
     if gc_pauses is not None:
         ranked.gc_collections, ranked.gc_pause_s = gc_pauses.collections, gc_pauses.pause_s
     else:
-        ranked.unavailable["gc_collections"] = NO_GC_TRACKING
+        ranked.unavailable["gc_collections"] = msg("gc_not_tracked")
     if metrics is None:
         ranked.unavailable["steps"] = why_none or msg("no_timed_step")
         return ranked
@@ -187,6 +185,3 @@ def _median(values: list[float | None]) -> float | None:
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3g} ms"
-
-
-__all__ = ["find_stragglers"]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import _tensor_str
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -130,36 +131,11 @@ def _masked(args: tuple[Any, ...]) -> bool:
     return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in tree_flatten(indices)[0])
 
 
-class _Mode(TorchDispatchMode):
-    def __init__(self, counter: StructureCounter) -> None:
-        super().__init__()
-        self.c = counter
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        c = self.c
-        name = op_name(func)
-        c.ops[name] += 1
-        if name in SYNC_OPS:
-            c.count_sync(SYNC_OPS[name], args)
-        elif name in MASK_INDEX_OPS and _masked(args):
-            c.count_sync(MASK_INDEX_OPS[name], args)
-        before = c.flop_counter.running_total()
-        out = func(*args, **kwargs)
-        flops = c.flop_counter.running_total() - before
-        if flops:
-            c.flops_by_op[name] += flops
-            first = _first_tensor(args)
-            c.flops_by_dtype[dtype_name(first.dtype) if first is not None else "unknown"] += flops
-        if name in _COPY_OPS:
-            c.count_copy(name, args, kwargs, out)
-        return out
-
-
-class StructureCounter:
+class StructureCounter(TorchDispatchMode):
     """Counts one optimizer step (enter before the step, exit after); `fingerprint()` gives the result."""
 
     def __init__(self, device: str = "cpu") -> None:
+        super().__init__()
         self.device = device
         self.flop_counter = StepFlopCounter()
         self.ops: Counter[str] = Counter()
@@ -167,9 +143,27 @@ class StructureCounter:
         self.flops_by_dtype: Counter[str] = Counter()
         self.syncs: Counter[tuple[str, str]] = Counter()
         self.copies: dict[str, CopyStat] = {}
-        self._mode = _Mode(self)
         self._reading = 0  # inside a wrapped host read: the copies and reads it makes are that one sync
         self._unwrap: list[tuple[Any, str, Any]] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = op_name(func)
+        self.ops[name] += 1
+        if name in SYNC_OPS:
+            self.count_sync(SYNC_OPS[name], args)
+        elif name in MASK_INDEX_OPS and _masked(args):
+            self.count_sync(MASK_INDEX_OPS[name], args)
+        before = self.flop_counter.running_total()
+        out = func(*args, **kwargs)
+        flops = self.flop_counter.running_total() - before
+        if flops:
+            self.flops_by_op[name] += flops
+            first = _first_tensor(args)
+            self.flops_by_dtype[dtype_name(first.dtype) if first is not None else "unknown"] += flops
+        if name in _COPY_OPS:
+            self.count_copy(name, args, kwargs, out)
+        return out
 
     def count_sync(self, label: str, args: tuple[Any, ...]) -> None:
         """A read of a tensor's value or size is a sync when the tensor lives on the device. On a CPU-only run
@@ -184,15 +178,6 @@ class StructureCounter:
             return
         self.syncs[(label, site)] += 1
 
-    def _wrap_host_reads(self) -> None:
-        """Wrap the reads no mode sees (HOST_READS) until exit; each counts as one sync at the caller's line."""
-        import torch._tensor_str as tensor_str
-
-        for owner, attr in ((tensor_str, "_str"), (torch.Tensor, "tolist"), (torch.Tensor, "numpy")):
-            original = getattr(owner, attr)
-            self._unwrap.append((owner, attr, owner.__dict__.get(attr)))
-            setattr(owner, attr, self._reader(HOST_READS[attr], original))
-
     def _reader(self, label: str, original: Any) -> Any:
         def read(tensor: Any, *args: Any, **kwargs: Any) -> Any:
             if isinstance(tensor, torch.Tensor):
@@ -204,14 +189,6 @@ class StructureCounter:
                 self._reading -= 1
 
         return read
-
-    def _unwrap_host_reads(self) -> None:
-        while self._unwrap:
-            owner, attr, own = self._unwrap.pop()
-            if own is None:
-                delattr(owner, attr)  # it was inherited (torch.Tensor from its C base): inherit it again
-            else:
-                setattr(owner, attr, own)
 
     def count_copy(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         if name == "aten::copy_":
@@ -232,14 +209,22 @@ class StructureCounter:
 
     def __enter__(self) -> StructureCounter:
         self.flop_counter.__enter__()
-        self._mode.__enter__()
-        self._wrap_host_reads()
+        super().__enter__()
+        # The reads no mode sees (HOST_READS) are wrapped until exit; each counts as one sync at the caller's line.
+        for owner, attr in ((_tensor_str, "_str"), (torch.Tensor, "tolist"), (torch.Tensor, "numpy")):
+            self._unwrap.append((owner, attr, owner.__dict__.get(attr)))
+            setattr(owner, attr, self._reader(HOST_READS[attr], getattr(owner, attr)))
         return self
 
     def __exit__(self, *exc: object) -> None:
         try:
-            self._unwrap_host_reads()
-            self._mode.__exit__(*exc)
+            while self._unwrap:
+                owner, attr, own = self._unwrap.pop()
+                if own is None:
+                    delattr(owner, attr)  # it was inherited (torch.Tensor from its C base): inherit it again
+                else:
+                    setattr(owner, attr, own)
+            super().__exit__(*exc)
         finally:
             self.flop_counter.__exit__(*exc)
 

@@ -4,9 +4,9 @@ Design notes: docs/measurement.md."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from types import TracebackType
 from typing import Any
 
 import psutil
@@ -56,12 +56,9 @@ class UtilizationSampler:
             self._unavailable["gpu"] = msg("cpu_no_gpu_sample")
 
     def _open_nvml(self, index: int) -> None:
-        """NVML handle of CUDA device ``index``, found by UUID (NVML's indices ignore CUDA_VISIBLE_DEVICES and
-        CUDA's device order: by index we would sample another GPU; see perfscope.measure.utilization)."""
+        """NVML handle of CUDA device ``index``, found by UUID (see `nvml_handle`): never by index."""
         try:
-            import pynvml
-
-            pynvml.nvmlInit()
+            pynvml = open_nvml()
         except Exception as exc:  # noqa: BLE001 - degrade: no NVML is a recorded reason, not a failure
             self._unavailable["gpu"] = msg("nvml_unavailable", error=error(exc))
             return
@@ -70,10 +67,7 @@ class UtilizationSampler:
             self._nvml = pynvml
         except Exception as exc:  # noqa: BLE001 - never fall back to an index: that samples the wrong GPU
             self._unavailable["gpu"] = msg("nvml_device_not_found", index=index, error=error(exc))
-            try:
-                pynvml.nvmlShutdown()
-            except Exception:  # noqa: BLE001
-                pass
+            close_nvml(pynvml)
             return
         try:  # read once: the reference the throttling rule compares the sampled clocks with
             self._sm_clock_max = float(pynvml.nvmlDeviceGetMaxClockInfo(self._handle, pynvml.NVML_CLOCK_SM))
@@ -117,15 +111,12 @@ class UtilizationSampler:
         self._thread.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
         if self._nvml is not None:
-            try:
-                self._nvml.nvmlShutdown()
-            except Exception:  # noqa: BLE001
-                pass
+            close_nvml(self._nvml)
 
     def result(self) -> Utilization:
         samples = self._samples
@@ -134,15 +125,10 @@ class UtilizationSampler:
             util.unavailable.setdefault("samples", msg("shorter_than_sampling"))
             return util
 
-        def summary(name: str) -> Any:
+        for name in ("gpu_util_percent", "power_w", "sm_clock_mhz", "cpu_percent"):
             values = [getattr(s, name) for s in samples if getattr(s, name) is not None]
-            return summarize(values) if values else None
-
-        util.gpu_util_percent = summary("gpu_util_percent")
-        util.power_w = summary("power_w")
-        util.sm_clock_mhz = summary("sm_clock_mhz")
+            setattr(util, name, summarize(values) if values else None)
         util.sm_clock_max_mhz = self._sm_clock_max
-        util.cpu_percent = summary("cpu_percent")
         memory = [s.gpu_memory_used_bytes for s in samples if s.gpu_memory_used_bytes is not None]
         util.gpu_memory_used_bytes_max = max(memory) if memory else None
         util.throttle_reasons_seen = sorted({r for s in samples for r in s.throttle_reasons})
@@ -151,7 +137,17 @@ class UtilizationSampler:
         return util
 
 
-NVML_UUID_PREFIXES = ("GPU-", "MIG-")
+def open_nvml() -> Any:
+    """pynvml, initialised (raises when NVML is absent: a CPU box, WSL, a container without the driver)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    return pynvml
+
+
+def close_nvml(pynvml: Any) -> None:
+    with contextlib.suppress(Exception):
+        pynvml.nvmlShutdown()
 
 
 def current_cuda_index() -> int:
@@ -162,24 +158,14 @@ def current_cuda_index() -> int:
 
 def cuda_uuid(index: int) -> str:
     """The UUID CUDA reports for device ``index``, without NVML's prefix."""
-    raw = str(torch.cuda.get_device_properties(index).uuid)
-    for prefix in NVML_UUID_PREFIXES:
-        raw = raw.removeprefix(prefix)
-    return raw
-
-
-def nvml_uuid_candidates(uuid: str) -> list[str]:
-    """NVML spellings of a CUDA UUID: the whole GPU first, then a MIG compute instance."""
-    if uuid.startswith(NVML_UUID_PREFIXES):
-        return [uuid]
-    return [f"{prefix}{uuid}" for prefix in NVML_UUID_PREFIXES]
+    return str(torch.cuda.get_device_properties(index).uuid).removeprefix("GPU-").removeprefix("MIG-")
 
 
 def nvml_handle(pynvml: Any, index: int) -> tuple[Any, str]:
-    """(NVML handle, NVML UUID) of CUDA device ``index``; LookupError (with the UUID tried) when NVML has none."""
-    uuid = cuda_uuid(index)
+    """(NVML handle, NVML UUID) of CUDA device ``index``, found by UUID (NVML's indices ignore CUDA_VISIBLE_DEVICES
+    and CUDA's device order): the whole GPU's spelling, then a MIG instance's; LookupError when NVML has neither."""
     errors = []
-    for candidate in nvml_uuid_candidates(uuid):
+    for candidate in ("GPU-" + cuda_uuid(index), "MIG-" + cuda_uuid(index)):
         try:
             return pynvml.nvmlDeviceGetHandleByUUID(candidate), candidate
         except Exception as exc:  # noqa: BLE001 - NVMLError_NotFound and friends: try the next spelling

@@ -45,7 +45,7 @@ def knobs(results: Results) -> pd.DataFrame:
     for k in results.sweep.knobs if results.sweep else []:
         g = k.gain
         rows.append({
-            "knob": k.knob, "title": k.title, "status": k.status, "reason": k.reason, "setting": k.setting,
+            "knob": k.knob, "title": k.title, "status": k.status, "reason": ",".join(m.code for m in k.reason), "setting": k.setting,
             "configuration": k.trial, "verdict": g.verdict if g else None,
             "ratio": g.ratio if g else None, "low": g.low if g else None, "high": g.high if g else None,
             "confidence": g.confidence if g else None, "runs": g.runs if g else None,

@@ -102,7 +102,8 @@ class LayoutRow:
     activation_checkpointing: bool = False
     status: Literal["measured", "failed", "pruned"] = "pruned"
     prune_reason: PruneReason | None = None
-    reason: str | None = None
+    reason: Message | None = None
+    """Why it was pruned, failed, or how it was measured (e.g. under load)."""
     configuration: str | None = None
     """The trial (configuration name) that measured it."""
     memory_per_rank_bytes: int | None = field(default=None, metadata=NON_NEGATIVE)

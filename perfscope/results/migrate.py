@@ -1,6 +1,6 @@
-"""Read results written by an older perfscope: schema 1 or 2 -> schema 3, on the JSON, before typing.
+"""Read results written by an older perfscope: schema 1, 2 or 3 -> schema 4, on the JSON, before typing.
 
-    data = upgrade(json.loads(text))       # a schema-3 document, with a note saying what was recomputed
+    data = upgrade(json.loads(text))       # a schema-4 document, with a note saying what was recomputed
 
 Design notes: docs/results.md.
 """
@@ -14,11 +14,16 @@ from typing import Any
 from perfscope.results.config import TrialConfig
 from perfscope.results.messages import NUMERICS, legacy, msg
 
+LATEST = 4
+"""The schema upgrade() ends at: perfscope.results.model.SCHEMA_VERSION (tests/test_results.py holds them equal)."""
 NOTE_V1 = msg("read_from_schema_1")
 
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:
-    """A schema-3 document from a schema-1, 2 or 3 one (others are returned untouched for the caller to refuse)."""
+    """A schema-4 document from a schema-1, 2, 3 or 4 one (others are returned untouched for the caller to refuse).
+    A document already at schema 4 is returned as it is: only older ones are walked, each step on a copy."""
+    if data.get("schema_version") == LATEST:
+        return data
     if data.get("schema_version") == 1:
         data = _v1(data)
     if data.get("schema_version") == 2:
@@ -26,7 +31,9 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     elif data.get("schema_version") == 3 and _prose_to_messages(data, fix=False):
         data = copy.deepcopy(data)  # an early schema-3 file: exclusions and notes were still prose
         _prose_to_messages(data)
-    return _typed_trace_facts(_upper_bounds(data))
+    if data.get("schema_version") == 3:
+        data = _v3(_typed_trace_facts(_upper_bounds(data)))
+    return data
 
 
 UPPER_BOUND_V2 = "upper bound"
@@ -127,6 +134,40 @@ def _holds_messages(node: dict[str, Any], key: str) -> bool:
     return ("environment" in node or "baseline_trial" in node or isinstance(node.get("kernels"), dict)
             or "exposed_collective_s" in node or "executor" in node or "bubble_method" in node
             or ("world_size" in node and "rows" in node))
+
+
+# ------------------------------------------------------------------------------ schema 3: prose reasons
+
+
+def _v3(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 3 still wrote a knob's outcome reason (one "; "-joined string), a layout row's reason, the numerics
+    guard's reason and a run's FLOP notes as prose; schema 4 as messages (a knob's reason: a list of them). Each old
+    string is kept verbatim under the code "legacy"."""
+    out = copy.deepcopy(data)
+    out["schema_version"] = LATEST
+    _reasons_to_messages(out)
+    return out
+
+
+def _reasons_to_messages(node: Any) -> None:
+    """KnobOutcome.reason (a "knob" with a "status"), LayoutRow.reason (a "prune_reason"), NumericsCheck.reason (a
+    "tolerance" and a "first_step") and TrialMetrics.flop_notes, at any depth, in place."""
+    if isinstance(node, list):
+        for value in node:
+            _reasons_to_messages(value)
+        return
+    if not isinstance(node, dict):
+        return
+    reason = node.get("reason")
+    if "knob" in node and "status" in node and "reason" in node:
+        node["reason"] = [_message(reason)] if isinstance(reason, str) and reason else reason or []
+    elif isinstance(reason, str) and ("prune_reason" in node or ("tolerance" in node and "first_step" in node)):
+        node["reason"] = _message(reason)
+    if isinstance(node.get("flop_notes"), list):
+        node["flop_notes"] = [_message(n) for n in node["flop_notes"]]
+    for key, value in node.items():
+        if key not in ("reason", "flop_notes"):
+            _reasons_to_messages(value)
 
 
 def _v1(data: dict[str, Any]) -> dict[str, Any]:

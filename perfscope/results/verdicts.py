@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from perfscope.results.constraints import FRACTION, NAME, NON_NEGATIVE, SECONDS
-from perfscope.results.messages import Message
+from perfscope.results.messages import Message, msg
 
 __all__ = [
     "Finding", "Gain", "KnobOutcome", "LaneRecord", "MicroBatchPoint", "NumericsCheck", "ParallelSweep", "RunNoise", "Sweep",
@@ -126,30 +126,20 @@ class NumericsCheck:
     samples_per_step: int | None = field(default=None, metadata=NON_NEGATIVE)
     """Samples per step of both runs when they are the same (step by step), else None."""
     ok: bool = True
-    reason: str | None = None
+    reason: Message | None = None
+    """Why the guard rejected the run (None: it did not)."""
     max_relative_diff: float | None = field(default=None, metadata=NON_NEGATIVE)
     tolerance: float = field(default=0.0, metadata=NON_NEGATIVE)
 
     @property
-    def steps_words(self) -> str:
-        """"global steps 2–9 (samples 64–319 of the data stream, after the same updates)"."""
-        span = f"{self.first_step}–{self.last_step}" if self.last_step > self.first_step else f"{self.first_step}"
-        if not self.global_steps:
-            return f"measured steps {span} (global steps not recorded by the perfscope that ran them)"
-        words = f"global step{'s' if self.last_step > self.first_step else ''} {span}"
-        if self.samples_per_step:
-            first, last = self.first_step * self.samples_per_step, (self.last_step + 1) * self.samples_per_step - 1
-            return f"{words} (samples {first}–{last} of the data stream, after the same updates)"
-        return f"{words} (after the same number of updates; other samples per step)"
-
-    @property
-    def words(self) -> str:
-        """The verdict in one line, as the knob table shows it."""
+    def message(self) -> Message:
+        """The verdict, as the knob table shows it: its reason, or how close the losses were; and which steps."""
+        steps = msg("numerics_steps", first=self.first_step, last=self.last_step, global_steps=self.global_steps,
+                    samples_per_step=self.samples_per_step)
         if not self.ok:
-            return f"numerics guard: {self.reason}; compared {self.steps_words}"
-        diff = f"within {self.max_relative_diff:.1%}" if self.max_relative_diff is not None else "compared"
-        what = "losses at" if self.method == "step by step" else "mean loss over"
-        return f"numerics guard: {what} {self.steps_words} {diff} of the baseline's (tolerance {self.tolerance:.0%})"
+            return msg("numerics_rejected", reason=self.reason, steps=steps)
+        return msg("numerics_within", method=self.method, steps=steps, diff=self.max_relative_diff,
+                   tolerance=self.tolerance)
 
 
 @dataclass(kw_only=True)
@@ -159,7 +149,9 @@ class KnobOutcome:
     knob: str = field(metadata=NAME)  # stable knob id, e.g. "amp_bf16"
     title: str
     status: Literal["measured", "skipped", "inapplicable", "failed", "rejected"]
-    reason: str | None = None  # why skipped / inapplicable / failed / rejected (e.g. numerics guard)
+    reason: list[Message] = field(default_factory=list)
+    """Why skipped / inapplicable / failed / rejected (e.g. the numerics guard), and what qualifies a measured gain
+    (several can accumulate: the best of variants, a failed join to the stack)."""
     trial: str | None = None
     """The configuration that measured it (its runs are the trials of that configuration)."""
     setting: str | None = None

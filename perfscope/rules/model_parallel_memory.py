@@ -1,12 +1,11 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from perfscope.results import Finding
 from perfscope.rules._distributed import distributed_facts
 from perfscope.rules._text import gib, pct
 from perfscope.rules.data_parallel_memory import stage_of
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
+from perfscope.wording import words
 
 TP_PP_FIX = ("+from torch.distributed.device_mesh import init_device_mesh\n"
              "+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module\n"
@@ -20,7 +19,6 @@ TP_PP_FIX = ("+from torch.distributed.device_mesh import init_device_mesh\n"
              "+#   ScheduleGPipe / Schedule1F1B with n_microbatches ≥ 4 × stages")
 
 
-@dataclass
 class ModelParallelMemory(Rule):
     """The model's state does not fit one rank even fully sharded: tensor or pipeline parallelism is the fix.
 
@@ -66,7 +64,7 @@ class ModelParallelMemory(Rule):
                      and r.prune_reason != "would not fit" and r.prune_reason != "inapplicable"]
             if pure and all(r.prune_reason == "would not fit" or r.status == "failed" for r in pure) and split:
                 evidence.append("the layout search: every data-parallel layout would not fit ("
-                                + "; ".join(f"{r.layout}: {r.reason}" for r in pure[:2]) + "); fitting: "
+                                + "; ".join(f"{r.layout}: {words(r.reason) if r.reason else r.status}" for r in pure[:2]) + "); fitting: "
                                 + ", ".join(f"{r.layout} ({gib(r.memory_per_rank_bytes or 0)} per rank)" for r in split[:4]))
         if not evidence:
             return []

@@ -4,6 +4,7 @@ from perfscope.results import Finding
 from perfscope.rules._precision import bf16_capable
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.snippets import fp16_scaler_change, fp16_to_bf16_change
+from perfscope.wording import joined
 
 
 class NonFiniteLoss(Rule):
@@ -33,7 +34,7 @@ class NonFiniteLoss(Rule):
         if not bad_trials and not rejected:
             return []
         evidence = [f"trial {t.name}: {(t.error or 'non-finite loss').splitlines()[0]}" for t in bad_trials]
-        evidence += [f"{o.knob}: {o.reason}" for o in rejected]
+        evidence += [f"{o.knob}: {joined(o.reason)}" for o in rejected]
         return [Finding(
             rule_id=self.id, title="Non-finite or diverging loss in some configurations", severity="high" if ctx.baseline.status == "nonfinite" else "medium",
             evidence=evidence,

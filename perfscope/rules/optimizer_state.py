@@ -1,18 +1,16 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from perfscope.results import Finding, KnobOutcome, Trial, msg
 from perfscope.rules._text import gib, held_at_peak, pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.snippets import lean_optimizer_change
+from perfscope.wording import joined
 
 LEAN_OPTIMIZER_KNOBS = ("adafactor", "adamw_8bit")
 EIGHT_BIT_FREES = 0.75
 """8-bit moments: 2 B of state per parameter instead of AdamW's 8 (block scales aside)."""
 
 
-@dataclass
 class OptimizerState(Rule):
     """Optimizer state is a large share of memory: shard it or shrink it.
 
@@ -100,7 +98,7 @@ class OptimizerState(Rule):
         elif m.peak_memory_bytes and base.peak_memory_bytes:
             lines.append(f"peak memory {gib(base.peak_memory_bytes)} → {gib(m.peak_memory_bytes)} at the same micro-batch")
         if outcome.status == "rejected":
-            lines.append(f"rejected by the numerics guard: {outcome.reason}")
+            lines.append(f"rejected: {joined(outcome.reason)}")  # its first reason: the numerics guard's verdict
         return lines
 
     def why_not_here(self, ctx: RuleContext, outcome: KnobOutcome) -> str | None:

@@ -12,6 +12,7 @@ from perfscope.errors import UserError
 from perfscope.knobs import Knob, knob_ids
 from perfscope.results import Gain, Results, Trial
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import Message, msg
 from perfscope.search.family import FAMILY_ALPHA
 
 BASELINE = "baseline"
@@ -75,11 +76,12 @@ class Candidate:
     knobs: list[str]
     requires: Candidate | None = None
     """The prerequisite candidate this one was measured on top of."""
-    notes: list[str] = field(default_factory=list)
+    notes: list[Message] = field(default_factory=list)
     """What the sweep knows about how it was measured (e.g. the micro-batch it was paired with, and why)."""
     first: Trial | None = None
     gain: Gain | None = None
-    rejected: str | None = None
+    rejected: Message | None = None
+    """Why the numerics guard rejected its first run (None: it did not)."""
     selection: frozenset[str] = frozenset()
     """Runs that chose this candidate among others (a micro-batch search point): once it has runs of its own
     after them, its gain leaves them out, so the selection's luck (winner's curse) does not inflate it."""
@@ -95,3 +97,11 @@ class Candidate:
     @property
     def usable(self) -> bool:
         return self.first is not None and self.first.ok and self.rejected is None and self.not_applied is None
+
+
+def run_failed(run: Trial | None) -> Message:
+    """Why a run gave no measurement: its status and the first line of its error."""
+    if run is None:
+        return msg("not_run")
+    lines = (run.error or "").strip().splitlines()
+    return msg("run_failed", status=run.status, error=lines[0] if lines else None)

@@ -82,9 +82,9 @@ def record_unreached(sweeper: Deciding, known: set[str]) -> None:
         if knob.id in known:
             continue
         inapplicable = knob.applies(sweeper.ctx)
-        status, reason = (("inapplicable", inapplicable) if inapplicable
-                          else ("skipped", f"not reached: the sweep was {STOPPED_BY_USER}"))
-        sweeper.sweep.knobs.append(KnobOutcome(knob=knob.id, title=knob.title, status=status, reason=reason,  # type: ignore[arg-type]
+        status, reason = (("inapplicable", msg("knob_inapplicable", why=inapplicable)) if inapplicable
+                          else ("skipped", msg("not_reached", why=STOPPED_BY_USER)))
+        sweeper.sweep.knobs.append(KnobOutcome(knob=knob.id, title=knob.title, status=status, reason=[reason],  # type: ignore[arg-type]
                                                code_change=knob.code_change(sweeper.ctx)))
         if status == "skipped":
             sweeper.out_of_time.append(knob.id)

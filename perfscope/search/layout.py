@@ -11,8 +11,8 @@ from typing import Any
 from perfscope.results import LayoutRow, LayoutTable, ModelFacts, Trial
 from perfscope.results.config import TrialConfig
 from perfscope.results.layout import bubble_formula
-from perfscope.results.messages import msg
-from perfscope.wording import words
+from perfscope.results.messages import Message, msg
+from perfscope.search.candidate import run_failed
 
 MAX_BUBBLE = 0.25
 """A pipeline idle more than a quarter of the step by the formula is pruned (its m is too small)."""
@@ -51,23 +51,22 @@ def state_per_rank(model: ModelFacts, bytes_per_parameter: float, dp: int, tp: i
     return int(params * bytes_per_parameter)
 
 
-def _inapplicable(model: ModelFacts, dp: int, tp: int, pp: int, nproc_per_node: int) -> tuple[str, str] | None:
+def _inapplicable(model: ModelFacts, dp: int, tp: int, pp: int, nproc_per_node: int) -> tuple[str, Message] | None:
     layout = model.layout
     if tp > 1 and pp > 1:
-        return "inapplicable", "TP × PP together (3-D) is not run by perfscope"
+        return "inapplicable", msg("layout_3d")
     if pp > 1 and dp > 1:
-        return "inapplicable", "pipeline stages replicated across data-parallel ranks (DP × PP) are not run by perfscope"
+        return "inapplicable", msg("layout_dp_pp")
     if (tp > 1 or pp > 1) and layout is None:
-        return "inapplicable", "the probe could not read how the model splits"
+        return "inapplicable", msg("layout_split_unknown")
     if tp > 1 and layout is not None and str(tp) in layout.tp_inapplicable:
-        return "inapplicable", layout.tp_inapplicable[str(tp)]
+        return "inapplicable", msg("layout_tp_inapplicable", why=layout.tp_inapplicable[str(tp)])
     if tp > 1 and layout is not None and not layout.tp_parameter_count:
-        return "inapplicable", f"no TP plan was derived for tp = {tp}"
+        return "inapplicable", msg("layout_no_tp_plan", tp=tp)
     if pp > 1 and layout is not None and (layout.blocks < pp or layout.blocks % pp):
-        return "inapplicable", f"{layout.blocks} layers are not divisible by pp = {pp}"
+        return "inapplicable", msg("layout_layers_indivisible", layers=layout.blocks, pp=pp)
     if tp > nproc_per_node:
-        return "communication bound", (f"tp = {tp} spans nodes ({nproc_per_node} ranks per node): a TP all-reduce per "
-                                       "block in forward and backward on the inter-node network")
+        return "communication bound", msg("layout_tp_spans_nodes", tp=tp, per_node=nproc_per_node)
     return None
 
 
@@ -102,27 +101,25 @@ def _candidate(base: TrialConfig, model: ModelFacts, dp: int, tp: int, pp: int, 
     if pp > 1:
         row.bubble_formula = bubble_formula(pp, m, 2 if schedule == "interleaved_1f1b" else 1)
 
-    def pruned(category: Any, reason: str) -> Candidate:
+    def pruned(category: Any, reason: Message) -> Candidate:
         row.status, row.prune_reason, row.reason = "pruned", category, reason
         return Candidate(row, None)
 
     if wraps_model and (tp > 1 or pp > 1 or dp != base.world_size):
-        return pruned("inapplicable", "the workload wraps its own model (Workload.wraps_model=True)")
+        return pruned("inapplicable", msg("layout_wraps_model"))
     if (why := _inapplicable(model, dp, tp, pp, base.nproc_per_node)) is not None:
         return pruned(*why)
     if mb < 1 or (pp > 1 and replica_batch % m):
-        return pruned("inapplicable", f"the replica's batch {replica_batch} does not split into {m} micro-batches")
+        return pruned("inapplicable", msg("layout_batch_indivisible", batch=replica_batch, microbatches=m))
     if memory_limit is not None and row.memory_per_rank_bytes > FIT_SHARE * memory_limit:
-        return pruned("would not fit", f"{row.memory_per_rank_bytes / 2**30:.1f} GiB of training state per rank, more "
-                                       f"than {FIT_SHARE:.0%} of the {memory_limit / 2**30:.1f} GiB a rank may hold")
+        return pruned("would not fit", msg("layout_would_not_fit", state=row.memory_per_rank_bytes, limit=memory_limit,
+                                           share=FIT_SHARE))
     if row.bubble_formula is not None and row.bubble_formula > MAX_BUBBLE:
-        return pruned("bubble", f"(p − 1) / (m + p − 1) = {row.bubble_formula:.0%} idle with {m} micro-batches "
-                                f"(above {MAX_BUBBLE:.0%}); the same pipeline with more micro-batches is measured")
+        return pruned("bubble", msg("layout_bubble", bubble=row.bubble_formula, microbatches=m, limit=MAX_BUBBLE))
     if ckpt and pp > 1:
-        return pruned("inapplicable", "pipeline trials run without activation checkpointing")
+        return pruned("inapplicable", msg("layout_pipeline_no_checkpointing"))
     if ckpt:
-        return pruned("not needed", "the state fits without it: checkpointing would only add recompute "
-                                    "(measured only where the same layout runs out of memory)")
+        return pruned("not needed", msg("layout_checkpointing_not_needed"))
     return Candidate(row, layout_config(base, dp, tp, pp, schedule, m, mb, ckpt))
 
 
@@ -145,11 +142,11 @@ def fill_measured(row: LayoutRow, trial: Trial, world: int, traced: Trial | None
     row.configuration = trial.configuration
     m = trial.metrics
     if not trial.ok or m is None:
-        row.status, row.reason = "failed", f"{trial.status}: {(trial.error or '').splitlines()[0] if trial.error else ''}"
+        row.status, row.reason = "failed", run_failed(trial)
         return
     row.status = "measured"
     if trial.excluded:
-        row.reason = f"measured under load ({words(trial.excluded)}): compare with care"
+        row.reason = msg("layout_under_load", load=trial.excluded)
     row.samples_per_s = m.samples_per_s
     row.samples_per_s_per_rank = m.samples_per_s / world if m.samples_per_s is not None else None
     row.peak_memory_bytes = m.peak_memory_bytes
@@ -222,10 +219,10 @@ def run_layout_search(session: Any, workload: Any, base: TrialConfig, *, max_tri
         trial = _existing(results, cand.config)
         if trial is None:
             if not_measuring is not None:
-                cand.row.status, cand.row.reason = "pruned", f"not measured: {not_measuring}"
+                cand.row.status, cand.row.reason = "pruned", msg("layout_not_measured", why=not_measuring)
                 continue
             if measured >= max_trials:
-                cand.row.status, cand.row.reason = "pruned", "not measured: the layout search's trial limit was reached"
+                cand.row.status, cand.row.reason = "pruned", msg("layout_trial_limit")
                 continue
             name = "layout-" + cand.row.layout.replace(" × ", "-").replace(" + ", "-").replace(" ", "-")
             trial = session.measure(name, cand.config, ["layout"])

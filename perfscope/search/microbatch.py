@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 
 from perfscope.results import MicroBatchPoint, Trial
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import Message, msg
 
 MEMORY_MARGIN = 0.90  # a micro-batch using more than this share of device memory is too close to OOM
 PLATEAU = 1.03  # stop doubling when throughput improves by less than 3%
+BUDGET_EXHAUSTED = msg("budget_exhausted")
 
 Measure = Callable[[str, TrialConfig, list[str]], Trial]
 
@@ -21,7 +23,8 @@ class MicroBatchResult:
     points: list[MicroBatchPoint] = field(default_factory=list)
     trials: dict[int, Trial] = field(default_factory=dict)  # micro-batch -> its trial (ok or not)
     hit_oom: bool = False
-    stopped: str | None = None
+    stopped: Message | None = None
+    """Why the doubling stopped short of an OOM (None: it ran out of memory)."""
     stopped_by_memory: bool = False
     """The search stopped at the memory margin (not at an OOM, a plateau or the cap)."""
 
@@ -94,7 +97,7 @@ def search_micro_batch(
     oom_at: int | None = None
     while micro <= start * max_factor:
         if not may_continue():
-            result.stopped = "budget exhausted"
+            result.stopped = BUDGET_EXHAUSTED
             break
         trial = measure(f"{name_prefix}{micro}", _config_for(base_config, micro), list(knobs or []) + ["micro_batch"])
         result.trials[micro] = trial
@@ -103,18 +106,18 @@ def search_micro_batch(
             result.hit_oom, oom_at = True, micro
             break
         if not trial.ok:
-            result.stopped = f"micro-batch {micro} ended {trial.status}"
+            result.stopped = msg("micro_batch_ended", micro=micro, status=trial.status)
             break
         if not _has_margin(trial):
-            result.stopped = f"micro-batch {micro} uses more than {MEMORY_MARGIN:.0%} of device memory"
+            result.stopped = msg("micro_batch_memory_margin", micro=micro, margin=MEMORY_MARGIN)
             result.stopped_by_memory = True
             break
         if trial.evidence and last_ok.evidence and _throughput(trial) < PLATEAU * _throughput(last_ok):
-            result.stopped = f"throughput stopped improving at micro-batch {micro}"
+            result.stopped = msg("micro_batch_plateau", micro=micro)
             break
         last_ok, micro = trial, micro * 2
     else:
-        result.stopped = f"reached the search cap ({max_factor}× the starting micro-batch)"
+        result.stopped = msg("micro_batch_cap", factor=max_factor)
     if oom_at is not None and may_continue():
         lo = result.largest_fitting() or start
         mid = (lo + oom_at) // 2

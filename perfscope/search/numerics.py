@@ -7,15 +7,17 @@ import statistics
 from dataclasses import dataclass
 
 from perfscope.results import NumericsCheck, Trial, TrialMetrics
+from perfscope.results.messages import Message, msg
 
 TOLERANCE = {"fp32": 0.02, "bf16": 0.08, "fp16": 0.08}
 ACCUM_GRAD_NORM_TOLERANCE = 0.25
+NONFINITE = msg("numerics_nonfinite")
 
 
 @dataclass(frozen=True)
 class NumericsVerdict:
     ok: bool
-    reason: str | None
+    reason: Message | None
     max_relative_loss_diff: float | None = None
     check: NumericsCheck | None = None
     """What was compared, for the candidate's record (None: nothing could be)."""
@@ -34,9 +36,6 @@ class AlignedLosses:
     @property
     def last(self) -> int:
         return self.first + max(len(self.base), 1) - 1
-
-    def step_words(self, i: int) -> str:
-        return f"{'global' if self.global_steps else 'measured'} step {self.first + i}"
 
 
 def aligned_losses(bm: TrialMetrics, cm: TrialMetrics) -> AlignedLosses:
@@ -63,17 +62,17 @@ def tolerance_for(trial: Trial) -> float:
 def compare_numerics(baseline: Trial, candidate: Trial) -> NumericsVerdict:
     """Is the candidate training the same model as the baseline, within the candidate's tolerance?"""
     if baseline.metrics is None or candidate.metrics is None:
-        return NumericsVerdict(False, "no losses to compare")
+        return NumericsVerdict(False, msg("numerics_no_losses"))
     bm, cm = baseline.metrics, candidate.metrics
     if any(v is None or not math.isfinite(v) for v in cm.losses):
-        return NumericsVerdict(False, "the loss became non-finite (inf/NaN): overflow or a broken configuration")
+        return NumericsVerdict(False, NONFINITE)
     if any(v is None for v in bm.losses) or not bm.losses or not cm.losses:
         return NumericsVerdict(True, None)  # nothing trustworthy to compare against
     aligned = aligned_losses(bm, cm)
     if any(v is None for v in aligned.base) or not aligned.base:
         return NumericsVerdict(True, None)  # the baseline's own loss was non-finite at a compared step
     if any(v is None or not math.isfinite(v) for v in aligned.cand):
-        return NumericsVerdict(False, "the loss became non-finite (inf/NaN): overflow or a broken configuration")
+        return NumericsVerdict(False, NONFINITE)
     tol = tolerance_for(candidate)
     if candidate.config.optimizer != baseline.config.optimizer:
         verdict = _compare_recipe(baseline, candidate, aligned, tol)
@@ -98,12 +97,11 @@ def _compare_steps(bm: TrialMetrics, cm: TrialMetrics, aligned: AlignedLosses, t
     if worst > tol:
         step = diffs.index(worst)
         b, c = pairs[step]
-        return NumericsVerdict(
-            False, f"loss at {aligned.step_words(step)} is {c:.4g} vs baseline {b:.4g} ({worst:.1%} apart; tolerance {tol:.0%})", worst
-        )
+        return NumericsVerdict(False, msg("numerics_step_loss", step=aligned.first + step, global_steps=aligned.global_steps,
+                                          loss=c, baseline=b, diff=worst, tolerance=tol), worst)
     bn, cn = bm.first_grad_norm, cm.first_grad_norm
     if bn and cn is not None and _rel(cn, bn) > 2 * tol:
-        return NumericsVerdict(False, f"first-step gradient norm {cn:.4g} vs baseline {bn:.4g} (tolerance {2 * tol:.0%})", worst)
+        return NumericsVerdict(False, msg("numerics_grad_norm", norm=cn, baseline=bn, tolerance=2 * tol), worst)
     return NumericsVerdict(True, None, worst)
 
 
@@ -121,14 +119,12 @@ def _compare_levels(baseline: Trial, candidate: Trial, aligned: AlignedLosses, t
     base_mean, cand_mean, diff = _mean_losses(aligned)
     larger = cm.samples_per_step > bm.samples_per_step
     if diff > 2 * tol and not (larger and cand_mean < base_mean):
-        return NumericsVerdict(
-            False, f"mean loss {cand_mean:.4g} vs baseline {base_mean:.4g} ({diff:.1%} apart; tolerance {2 * tol:.0%} "
-            "for a different micro-batch/accumulation)", diff)
+        return NumericsVerdict(False, msg("numerics_mean_loss", loss=cand_mean, baseline=base_mean, diff=diff,
+                                          tolerance=2 * tol), diff)
     bn, cn = bm.first_grad_norm, cm.first_grad_norm
     if bm.samples_per_step == cm.samples_per_step and bn and cn is not None and _rel(cn, bn) > ACCUM_GRAD_NORM_TOLERANCE:
-        return NumericsVerdict(
-            False, f"first-step gradient norm {cn:.4g} vs baseline {bn:.4g} with the same global batch "
-            f"(tolerance {ACCUM_GRAD_NORM_TOLERANCE:.0%}): is the loss divided by the accumulation steps?", diff)
+        return NumericsVerdict(False, msg("numerics_accumulation_grad_norm", norm=cn, baseline=bn,
+                                          tolerance=ACCUM_GRAD_NORM_TOLERANCE), diff)
     return NumericsVerdict(True, None, diff)
 
 
@@ -138,14 +134,11 @@ def _compare_recipe(baseline: Trial, candidate: Trial, aligned: AlignedLosses, t
     assert bm is not None and cm is not None
     base_mean, cand_mean, diff = _mean_losses(aligned)
     if cand_mean > base_mean and diff > 2 * tol:
-        return NumericsVerdict(
-            False, f"with {cm.optimizer or candidate.config.optimizer} the mean loss over the compared steps is {cand_mean:.4g} vs "
-            f"baseline {base_mean:.4g} ({diff:.1%} higher; tolerance {2 * tol:.0%}): it trains slower at this learning rate", diff)
+        return NumericsVerdict(False, msg("numerics_recipe_loss", optimizer=cm.optimizer or candidate.config.optimizer,
+                                          loss=cand_mean, baseline=base_mean, diff=diff, tolerance=2 * tol), diff)
     same_steps = (bm.micro_batch_size, bm.grad_accum_steps) == (cm.micro_batch_size, cm.grad_accum_steps)
     norm_tol = 2 * tol if same_steps else ACCUM_GRAD_NORM_TOLERANCE
     bn, cn = bm.first_grad_norm, cm.first_grad_norm
     if bm.samples_per_step == cm.samples_per_step and bn and cn is not None and _rel(cn, bn) > norm_tol:
-        return NumericsVerdict(
-            False, f"first-step gradient norm {cn:.4g} vs baseline {bn:.4g} (tolerance {norm_tol:.0%}): it is taken before "
-            "any optimizer step, so the model or the loss differs, not just the optimizer", diff)
+        return NumericsVerdict(False, msg("numerics_recipe_grad_norm", norm=cn, baseline=bn, tolerance=norm_tol), diff)
     return NumericsVerdict(True, None, diff)

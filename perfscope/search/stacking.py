@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from perfscope import knobs
 from perfscope.knobs import Knob, KnobContext
 from perfscope.results import Gain, KnobOutcome, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
 from perfscope.results.messages import Message, msg
-from perfscope.search.candidate import BASELINE, CONFIRMATION_RUNS, Candidate, SweepOptions
+from perfscope.search.candidate import BASELINE, CONFIRMATION_RUNS, Candidate, SweepOptions, run_failed
 from perfscope.search.compare import MIN_DECIDING_RUNS, compare_gains, paired_test
-from perfscope.search.decided import Deciding, left_over, recommend_decided
+from perfscope.search.decided import left_over, recommend_decided
 from perfscope.search.family import Family
 from perfscope.search.microbatch import MicroBatchResult, search_micro_batch
 
@@ -37,6 +37,8 @@ class Stacking:
     """The stack as far as its joins were measured: what a stopped sweep recommends (perfscope.search.decided)."""
     unstacked: list[Candidate]
     """Winners not tried on the stack yet (pending, in flight, or left out or cut short when the budget ended)."""
+    out_of_time: list[str]
+    """Knobs skipped for lack of time (perfscope.search.decided names them as not measured)."""
     join_cut: bool = False
     """The last join ended undecided because the budget did."""
 
@@ -203,7 +205,7 @@ class StackFailure:
 
     name: str
     knobs: list[str]
-    reason: str
+    reason: Message
     failed: bool
     """True when its run failed (a crash, OOM, timeout ...), False when it ran but could not be used."""
 
@@ -216,18 +218,15 @@ class StackFailure:
                    joining=self.joining)
 
 
-def stack_failure(name: str, knobs: list[str], first: Trial | None, rejected: str | None,
+def stack_failure(name: str, knobs: list[str], first: Trial | None, rejected: Message | None,
                   not_applied: str | None) -> StackFailure | None:
     """The failure of a stack's first run, or None when the run is usable."""
-    if first is None:
-        return StackFailure(name, knobs, "not run", failed=True)
-    if not first.ok:
-        line = (first.error or "").strip().splitlines()[0] if (first.error or "").strip() else "no error text recorded"
-        return StackFailure(name, knobs, f"{first.status}: {line}", failed=True)
+    if first is None or not first.ok:
+        return StackFailure(name, knobs, run_failed(first), failed=True)
     if rejected is not None:
         return StackFailure(name, knobs, rejected, failed=False)
     if not_applied is not None:
-        return StackFailure(name, knobs, f"not applied: {not_applied}", failed=False)
+        return StackFailure(name, knobs, msg("stack_not_applied", why=not_applied), failed=False)
     return None
 
 
@@ -236,8 +235,7 @@ def record_stack_failure(failure: StackFailure, sweep: Sweep, results: Results) 
     sweep.notes.append(failure.note())
     outcome: KnobOutcome | None = next((o for o in sweep.knobs if o.knob == failure.joining), None)
     if outcome is not None:
-        stacked = f"did not join the stack: {failure.name} {'failed' if failure.failed else 'was not usable'} ({failure.reason})"
-        outcome.reason = "; ".join(filter(None, [outcome.reason, stacked]))
+        outcome.reason.append(msg("did_not_join_stack", name=failure.name, failed=failure.failed, reason=failure.reason))
     if failure.failed:
         results.warnings.append(msg("stack_failed", knobs=list(failure.knobs), reason=failure.reason,
                                     joining=failure.joining, trial=failure.name))
@@ -246,21 +244,7 @@ def record_stack_failure(failure: StackFailure, sweep: Sweep, results: Results) 
 CONFIRMATION = "confirmation"
 
 
-class Sweeping(Deciding, Protocol):
-    """What the confirmation needs of the sweep (perfscope.search.sweep.Sweeper, which calls it through its
-    stacking phase): typed here, so this module never imports the sweep back."""
-
-    options: SweepOptions
-    sweep: Sweep
-
-    def may_continue(self, runs: int = 2) -> bool: ...
-
-    def measure(self, name: str, config: TrialConfig, knobs: list[str]) -> Trial: ...
-
-    def runs(self, name: str) -> list[Trial]: ...
-
-
-def confirmation_runs(sweeper: Sweeping, stacked: Candidate, selection: set[str]) -> tuple[list[Trial], Gain | None]:
+def confirmation_runs(sweeper: Stacking, stacked: Candidate, selection: set[str]) -> tuple[list[Trial], Gain | None]:
     """Measure the stack's fixed number of confirmation runs (fewer only when the budget ends); their gain, from one
     look (weight 1: a family of one whose only look is the last)."""
     count = max(MIN_DECIDING_RUNS, min(CONFIRMATION_RUNS, sweeper.options.max_runs))
@@ -279,7 +263,7 @@ def confirmation_runs(sweeper: Sweeping, stacked: Candidate, selection: set[str]
     return runs, gain
 
 
-def confirm_stack(sweeper: Sweeping, stacked: Candidate, semantics: list[Message]) -> None:
+def confirm_stack(sweeper: Stacking, stacked: Candidate, semantics: list[Message]) -> None:
     """Recommend ``stacked`` when its confirmation runs show a worthwhile, decided gain; the baseline otherwise."""
     sweep = sweeper.sweep
     selection = {t.name for t in sweeper.runs(stacked.name)}

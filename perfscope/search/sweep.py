@@ -4,6 +4,7 @@ Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from collections import Counter
@@ -14,17 +15,16 @@ from perfscope.knobs import REGISTRY, Knob, KnobContext
 from perfscope.ranking import knob_key
 from perfscope.results import Gain, KnobOutcome, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
-from perfscope.results.messages import msg
+from perfscope.results.messages import Message, msg
 from perfscope.search.allocation import Allocation
-from perfscope.search.candidate import BASELINE, Candidate, Measures, SweepOptions
+from perfscope.search.candidate import BASELINE, Candidate, Measures, SweepOptions, run_failed
 from perfscope.search.compare import ReferenceSeries, compare, paired_test, relative_gain, run_noise
 from perfscope.search.decided import STOPPED_BY_USER, recommend_decided, record_unreached
 from perfscope.search.family import Family
-from perfscope.search.microbatch import MicroBatchResult, search_micro_batch
+from perfscope.search.microbatch import BUDGET_EXHAUSTED, MicroBatchResult, search_micro_batch
 from perfscope.search.numerics import compare_numerics
 from perfscope.search.plan import CPU_MICRO_FACTOR, GPU_MICRO_FACTOR
 from perfscope.search.stacking import Stacking, knobs_as, micro_changes
-from perfscope.stats import confidence_text
 from perfscope.workload import Workload
 
 __all__ = ["BASELINE", "Candidate", "Measures", "SweepOptions", "Sweeper", "cannot_tell", "knob_context", "run_sweep"]
@@ -126,15 +126,15 @@ class Sweeper(Allocation, Stacking):
 
     # --------------------------------------------------------------------------------- phases
 
-    def selected(self, knob: Knob) -> str | None:
+    def selected(self, knob: Knob) -> Message | None:
         if self.options.only and knob.id not in self.options.only:
-            return "not selected (--only)"
+            return msg("knob_not_selected")
         if knob.id in self.options.skip:
-            return "skipped (--skip)"
+            return msg("knob_skipped")
         return None
 
-    def _outcome(self, knob: Knob, status: str, reason: str | None = None, **kw: Any) -> KnobOutcome:
-        outcome = KnobOutcome(knob=knob.id, title=knob.title, status=status, reason=reason,  # type: ignore[arg-type]
+    def _outcome(self, knob: Knob, status: str, reason: Message, **kw: Any) -> KnobOutcome:
+        outcome = KnobOutcome(knob=knob.id, title=knob.title, status=status, reason=[reason],  # type: ignore[arg-type]
                               code_change=knob.code_change(self.ctx), **kw)
         self.sweep.knobs.append(outcome)
         return outcome
@@ -170,7 +170,8 @@ class Sweeper(Allocation, Stacking):
             verdict = compare_numerics(self.baseline, cand.first)
             cand.first.numerics = verdict.check  # on the run's record: which steps and samples it rests on
             if not verdict.ok:
-                cand.rejected = verdict.check.words if verdict.check is not None else f"numerics guard: {verdict.reason}"
+                cand.rejected = (verdict.check.message if verdict.check is not None
+                                 else msg("numerics_guard", reason=verdict.reason))
 
     def evidence(self, cand: Candidate) -> list[Trial]:
         """The candidate's runs that may judge it: without its selection runs once it has others."""
@@ -201,7 +202,7 @@ class Sweeper(Allocation, Stacking):
         for knob in knobs:
             best = result.best(preserve_global=self.ctx.base.samples_per_step if knob.keeps_global_batch else None)
             if best is None or best.configuration == BASELINE:
-                self._outcome(knob, "measured", result.stopped or "the user's micro-batch is already the fastest",
+                self._outcome(knob, "measured", result.stopped or msg("micro_batch_already_fastest"),
                               trial=BASELINE, setting=f"micro-batch {self.ctx.base.micro_batch_size}")
                 continue
             cand = Candidate(knob, micro_changes(best.config), best.configuration, best.config,
@@ -228,7 +229,7 @@ class Sweeper(Allocation, Stacking):
         name = f"{knob.id}-mb{micro}"
         cand = Candidate(knob, {**changes, "micro_batch_size": micro, "grad_accum_steps": config.grad_accum_steps}, name,
                          config, [knob.id, "micro_batch"],
-                         notes=[f"paired with micro-batch {micro} (without it: fits up to {largest}, out of memory at {oom})"])
+                         notes=[msg("paired_micro_batch", micro=micro, largest=largest, oom=oom)])
         self._first_run(cand)
         self.candidates.append(cand)
 
@@ -245,32 +246,29 @@ class Sweeper(Allocation, Stacking):
                       changes_semantics=semantics, code_change=knob.code_change(self.ctx))
         first = cand.first
         if first is None or not first.ok:
-            line = (first.error or "").splitlines()[0] if first is not None and first.error else ""
-            status = first.status if first is not None else "not run"
-            return KnobOutcome(status="failed", reason=f"{status}: {line}".strip(": "), **common)
+            return KnobOutcome(status="failed", reason=[run_failed(first)], **common)
         if cand.not_applied:  # honest statuses: the run measured the baseline's setting, not the knob
-            return KnobOutcome(status="failed", reason=f"not applied: {cand.not_applied}; the run did not measure this knob", **common)
+            return KnobOutcome(status="failed", reason=[msg("knob_not_applied", why=cand.not_applied)], **common)
         gain = cand.gain
-        notes = []
+        notes: list[Message] = []
         if cand.requires is not None and gain is not None and cand.requires.gain is not None:
             # A knob measured on top of another is judged by what it adds: against the baseline, prefetching
             # on top of 8 workers would show the workers' whole gain as its own (a finding "1.6× faster" for
             # a knob that adds nothing). The outcome's gain is the increment, its reference the prerequisite.
             both = gain
             gain = relative_gain(both, cand.requires.gain, reference=cand.requires.name)
-            notes.append(f"measured on top of {cand.requires.name}: {gain.ratio:.2f}× over it "
-                         f"({both.ratio:.2f}× over the baseline with both)")
-        notes += cand.notes + knob.measured_notes(self.ctx, self.baseline, first)
+            notes.append(msg("measured_on_top", reference=cand.requires.name, ratio=gain.ratio, both=both.ratio))
+        notes += cand.notes + [msg("knob_note", note=n) for n in knob.measured_notes(self.ctx, self.baseline, first)]
         if knob.changes_recipe:
-            notes.append("it changes the training recipe: reported, never stacked into the recommendation")
+            notes.append(msg("recipe_not_stacked"))
         if gain is not None and gain.verdict == "undecided":
             notes.append(cannot_tell(gain))
         mfu = first.metrics.mfu if first.metrics else None
         if cand.rejected:
-            return KnobOutcome(status="rejected", reason="; ".join([cand.rejected, *notes]), gain=gain, mfu=mfu, **common)
+            return KnobOutcome(status="rejected", reason=[cand.rejected, *notes], gain=gain, mfu=mfu, **common)
         if first.numerics is not None:
-            notes.append(first.numerics.words)
-        return KnobOutcome(status="measured", reason="; ".join(notes) or None, gain=gain, mfu=mfu, **common)
+            notes.append(first.numerics.message)
+        return KnobOutcome(status="measured", reason=notes, gain=gain, mfu=mfu, **common)
 
     # ------------------------------------------------------------------------------------ run
 
@@ -305,7 +303,7 @@ class Sweeper(Allocation, Stacking):
         for knob in REGISTRY:
             inapplicable, unselected = knob.applies(self.ctx), self.selected(knob)
             if inapplicable is not None:
-                self._outcome(knob, "inapplicable", inapplicable)
+                self._outcome(knob, "inapplicable", msg("knob_inapplicable", why=inapplicable))
             elif unselected is not None:
                 self._outcome(knob, "skipped", unselected)
             elif knob.search == "micro_batch":
@@ -340,7 +338,7 @@ class Sweeper(Allocation, Stacking):
             if knob.builds_on is not None and not knob.prerequisite_met(self.ctx.base):
                 prerequisite = self._best(by_knob.get(knob.builds_on, []))
                 if prerequisite is None:
-                    self._outcome(knob, "skipped", f"needs {knob.builds_on}, which produced no acceptable run to build on")
+                    self._outcome(knob, "skipped", msg("needs_prerequisite", prerequisite=knob.builds_on))
                     continue
                 by_knob[knob.id] = self.try_variants(knob, on_top=prerequisite)
             else:
@@ -359,9 +357,8 @@ class Sweeper(Allocation, Stacking):
                 self.memory_pair(knob, micro)
             else:
                 largest = micro.largest_fitting() if micro else None
-                self._outcome(knob, "skipped",
-                              f"memory did not limit the micro-batch (fits up to {largest}): {knob.title} would only add {knob.cost}"
-                              if largest else "needs the micro-batch search, which did not run")
+                self._outcome(knob, "skipped", msg("memory_not_limiting", largest=largest, title=knob.title, cost=knob.cost)
+                              if largest else msg("needs_micro_batch_search"))
         for knob in paired:
             if micro is not None and micro.hit_oom and any(c.first is not None and c.first.ok for c in by_knob.get(knob.id, [])):
                 self.memory_pair(knob, micro)
@@ -372,14 +369,13 @@ class Sweeper(Allocation, Stacking):
         self._outcome(knob, "skipped", self._unmeasured())
         self.out_of_time.append(knob.id)
 
-    def _unmeasured(self) -> str:
+    def _unmeasured(self) -> Message:
         """Why a knob got no run: the sweep stopped, or the budget's last runs went to the recommendation."""
         if self.sweep.stopped_early:
-            return self.sweep.stopped_early
+            return msg("sweep_stopped", why=self.sweep.stopped_early)
         if self.reserve:
-            return (f"budget: its last {self.reserve} run(s) went to the stacking and the confirmation "
-                    "(this knob could only be reported, not recommended)")
-        return "budget exhausted"
+            return msg("budget_reserved", runs=self.reserve)
+        return BUDGET_EXHAUSTED
 
     def _best(self, cands: list[Candidate]) -> Candidate | None:
         """The fastest usable variant of a knob (by its gain's point estimate)."""
@@ -397,17 +393,19 @@ class Sweeper(Allocation, Stacking):
             best = self._best(cands) or cands[-1]
             outcome = self.outcome(best)
             if len(cands) > 1:
-                tried = ", ".join(c.knob.describe(c.changes) or c.name for c in cands)
-                outcome.reason = "; ".join(filter(None, [outcome.reason, f"the fastest of {len(cands)} variants ({tried}): its gain is the selected variant's, "
-                                                              "which may overstate the true gain (winner's curse)"]))
+                tried = [c.knob.describe(c.changes) or c.name for c in cands]
+                outcome.reason.append(msg("fastest_of_variants", count=len(cands), tried=tried))
             self.outcomes[id(best)] = outcome
             self.sweep.knobs.append(outcome)
         self.recorded = True
 
 
-def cannot_tell(gain: Gain) -> str:
-    mde = f"; these {gain.runs} run(s) detect changes of about {gain.mde:.0%} or more" if gain.mde is not None else ""
-    return f"cannot tell at this machine's noise level ({confidence_text(gain.confidence)} interval {gain.low:.2f}–{gain.high:.2f}{mde})"
+def cannot_tell(gain: Gain) -> Message:
+    """An undecided gain's interval, and the smallest change these runs would detect (``high`` None: unbounded, as
+    the file would store it)."""
+    high = gain.high if gain.high is not None and math.isfinite(gain.high) else None
+    return msg("cannot_tell", confidence=gain.confidence, low=gain.low, high=high, runs=gain.runs, mde=gain.mde)
+
 
 
 def knob_context(results: Results, workload: Workload, base_config: TrialConfig) -> KnobContext:

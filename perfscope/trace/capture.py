@@ -43,7 +43,6 @@ class TraceCapture:
         self.path: Path | None = None
         self.note: str | None = None
         self._prof: Any = None
-        self._exported = False
 
     @property
     def total_steps(self) -> int:
@@ -78,7 +77,7 @@ class TraceCapture:
                 out_path.unlink()
                 self.note = f"trace of {size / 1e6:.0f} MB (gzipped) exceeds the {self.max_bytes / 1e6:.0f} MB cap: shorten the window"
                 return
-            self.path, self._exported = out_path, True
+            self.path = out_path
         except Exception as exc:  # noqa: BLE001 - a failed export is a note, not a crash
             self.note = f"trace export failed: {type(exc).__name__}: {exc}"
 

@@ -14,11 +14,11 @@ import numpy as np
 from perfscope.hardware import bus_bandwidth_gbps
 from perfscope.results.distributed import CollectiveStat, CommunicationFacts
 from perfscope.results.messages import msg
-from perfscope.trace.events import COMM_NAMESPACES, GLOO_PREFIX, Event, Trace, read_trace
-from perfscope.trace.facts import Window, data_spans, step_note, window
-from perfscope.trace.intervals import Span, clip, length, merge, subtract
+from perfscope.trace.events import COMM_NAMESPACES, GLOO_PREFIX, Event, Trace
+from perfscope.trace.inputs import read_trace
+from perfscope.trace.intervals import Span, SpanArray, clip, length, merge, subtract
 from perfscope.trace.kernels import collective_spans
-from perfscope.trace.steps import PROFILER_STEPS
+from perfscope.trace.window import Window, data_spans, step_notes, window
 
 NCCL_PREFIX = "nccl:"
 NO_COLLECTIVES = msg("no_collectives_in_steps")
@@ -101,21 +101,18 @@ def payload_bytes_of(event: Event, op: str, world_size: int) -> int | None:
     return nelems * size * (world_size if op == "all_gather" else 1)  # gloo shows the input shard
 
 
-def _collective_threads(trace: Trace) -> set[tuple[object, object]]:
-    return {(e.pid, e.tid) for e in trace.annotations if e.name.startswith(GLOO_PREFIX)}
-
-
-def _host_spans(trace: Trace, w: Window) -> tuple[list[tuple[str, Event]], list[Span], list[Span]]:
+def _host_spans(trace: Trace, w: Window) -> tuple[list[tuple[str, Event]], SpanArray, SpanArray]:
     """CPU: (collective runs (op, event), all collective spans, compute spans), in the window."""
-    threads = _collective_threads(trace)
-    gloo = [(op, e) for e in trace.annotations if (op := collective_op(e.name)) is not None]
-    comm_ops = [e for e in trace.cpu_ops if e.name.partition("::")[0] in COMM_NAMESPACES]
+    annotations, cpu_ops = trace.events("annotations"), trace.events("cpu_ops")
+    threads = {(e.pid, e.tid) for e in annotations if e.name.startswith(GLOO_PREFIX)}
+    gloo = [(op, e) for e in annotations if (op := collective_op(e.name)) is not None]
+    comm_ops = [e for e in cpu_ops if e.name.partition("::")[0] in COMM_NAMESPACES]
     enqueue = [(op, e) for e in comm_ops if (op := collective_op(e.name)) is not None]
     inside_comm: dict[tuple[object, object], list[Span]] = defaultdict(list)
     for e in comm_ops:
         inside_comm[(e.pid, e.tid)].append(e.span)
     compute = [
-        e.span for e in trace.cpu_ops
+        e.span for e in cpu_ops
         if (e.pid, e.tid) not in threads and _DISPATCHER_OP.match(e.name) and e.name.partition("::")[0] not in COMM_NAMESPACES
         and not any(s <= e.ts and e.end <= t for s, t in inside_comm.get((e.pid, e.tid), ()))  # the collective's own copies
     ]
@@ -123,7 +120,7 @@ def _host_spans(trace: Trace, w: Window) -> tuple[list[tuple[str, Event]], list[
     return [(op, e) for op, e in gloo or enqueue if w.contains(e.ts)], collective, merge(clip(compute, w.bounds))
 
 
-def _device_spans(trace: Trace, w: Window) -> tuple[list[tuple[str, Event]], list[Span], list[Span]]:
+def _device_spans(trace: Trace, w: Window) -> tuple[list[tuple[str, Event]], SpanArray, SpanArray]:
     """CUDA: (NCCL kernels (op, event), their spans, other device work's spans), for the work the window issued."""
     rows, collective, compute = collective_spans(trace, w)
     named = launched_by(trace, rows)
@@ -173,21 +170,16 @@ def communication_facts(trace_path: Path, *, rank: int, device_type: str, steps:
     already read."""
     trace = trace if trace is not None else read_trace(Path(trace_path))
     w = window(trace, steps)
-    notes = [step_note(trace, w)] if not trace.steps or trace.steps_from not in ("", PROFILER_STEPS) else []
-    on_device = device_type == "cuda" and bool(len(trace.issued(*w.bounds)))
+    notes = step_notes(trace, w)
+    on_device, runs, collective, compute, exposed = _against_compute(trace, w, device_type)
     if on_device:
-        runs, collective, compute = _device_spans(trace, w)
         source = "communication kernels (NCCL, RCCL, NVSHMEM, DeepEP, ...) against the other device work"
     else:
-        runs, collective, compute = _host_spans(trace, w)
         source = "gloo collective threads against the dispatcher ops of the other threads"
         if device_type == "cuda":
             notes.append(msg("no_device_activity", read="collectives read from host threads"))
         if collective:
             notes.append(msg("gloo_shares_cores"))
-    data = data_spans(trace, w)
-    compute = subtract(compute, data)  # the Dataset's ops in the loop's next() are the data wait, as in facts.py
-    exposed = subtract(collective, compute + data)
     per_step = 1e6 * w.steps
     collective_us, exposed_us = length(collective), length(exposed)
     if not runs:
@@ -205,14 +197,18 @@ def exposed_collective_by_step(trace: Trace, *, device_type: str) -> list[float]
     """Seconds of exposed collective time in each ProfilerStep#N step, in step order, decided as in
     communication_facts (the work a step issued; compute and data wait hide collectives). What a rank waited for
     the network or a peer, step by step: a rank's step minus it is the rank's own work (perfscope.trace.offline.trace_stragglers)."""
-    out = []
-    for span in trace.steps:
-        w = Window(spans=[span], steps=1)
-        on_device = device_type == "cuda" and bool(len(trace.issued(*w.bounds)))
-        _, collective, compute = (_device_spans if on_device else _host_spans)(trace, w)
-        data = data_spans(trace, w)
-        out.append(length(subtract(collective, subtract(compute, data) + data)) / 1e6)
-    return out
+    return [length(_against_compute(trace, Window(spans=[span], steps=1), device_type)[4]) / 1e6 for span in trace.steps]
+
+
+def _against_compute(trace: Trace, w: Window, device_type: str) -> tuple[bool, list[tuple[str, Event]], SpanArray, SpanArray, SpanArray]:
+    """(on the device?, the collective runs, collective spans, compute spans, exposed collective spans) of the window:
+    compute less the data wait (the Dataset's ops in the loop's next() are the data wait, as in facts.py); what
+    neither compute nor the data wait hides is exposed."""
+    on_device = device_type == "cuda" and bool(len(trace.issued(*w.bounds)))
+    runs, collective, compute = (_device_spans if on_device else _host_spans)(trace, w)
+    data = data_spans(trace, w)
+    compute = subtract(compute, data)
+    return on_device, runs, collective, compute, subtract(collective, compute + data)
 
 
 def _per_op(runs: list[tuple[str, Event]], w: Window, *, world_size: int, payload_bytes: dict[str, int]) -> list[CollectiveStat]:

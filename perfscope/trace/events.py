@@ -9,16 +9,14 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from perfscope.trace.intervals import Span
-from perfscope.trace.reader import MAX_DURATION_US, BadEvent, stream_trace, why_broken
-from perfscope.trace.steps import find_steps
-from perfscope.trace.table import FLUSH, NONE, EventColumns, Grower, Strings, columns_of, ext_code
+from perfscope.trace.reader import MAX_DURATION_US, BadEvent, why_broken
+from perfscope.trace.table import FLUSH, NONE, EventColumns, Grower, Strings, ext_code
 
 HOST_ANNOTATIONS = ("user_annotation", "cpu_op")
 """Categories a ProfilerStep#N or record_function span is read from (cpu_op: torch versions before ~1.13)."""
@@ -42,12 +40,10 @@ KEPT_ARGS = {
 }
 """The args a fact reads of device work (NCCL kernels' sizes, copies' bytes); a host op's are decided by its name
 (_host_args). The "External id" is a field of its own, the kernels' "device" a count (Trace.kernel_devices)."""
-CATEGORY_SPELLINGS = {"kernel": "kernel", "operator": "cpu_op", "runtime": "cuda_runtime", "driver": "cuda_driver",
-                      "memcpy": "gpu_memcpy", "memset": "gpu_memset", "user_annotation": "user_annotation",
-                      "cpu_op": "cpu_op", "python_function": PYTHON, "cuda_runtime": "cuda_runtime",
-                      "cuda_driver": "cuda_driver", "gpu_memcpy": "gpu_memcpy", "gpu_memset": "gpu_memset"}
-"""Categories as any Kineto spelled them, lower-cased -> today's: torch 1.8-1.9 (and some tools) wrote "Kernel",
-"Operator", "Runtime", "Memcpy", "Memset"; HTA reads them, and so does perfscope."""
+OLD_SPELLINGS = {"operator": "cpu_op", "runtime": "cuda_runtime", "driver": "cuda_driver", "memcpy": "gpu_memcpy",
+                 "memset": "gpu_memset"}
+"""Categories are matched lower-cased, these as today's: torch 1.8-1.9 (and some tools) wrote "Kernel", "Operator",
+"Runtime", "Memcpy", "Memset"; HTA reads them, and so does perfscope."""
 _NO_ARGS: dict[str, Any] = {}
 """Shared by every event with no kept args: never mutated."""
 
@@ -82,116 +78,40 @@ class Event:
         return (self.ts, self.ts + self.dur)
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceWork:
-    """A kernel, memcpy or memset, with the runtime/driver call that launched it."""
-
-    event: Event
-    launch: Event | None
-
-    @property
-    def issued(self) -> float:
-        """When the host asked for it: the launch call's start, else (unlinked) its own start."""
-        return self.launch.ts if self.launch is not None else self.event.ts
-
-
 KINDS = ("cpu_ops", "annotations", "runtime", "python", "device")
-"""The tables of a Trace (perfscope.trace.table): host ops, host record_function spans, runtime calls, the user's
-Python frames, device work."""
+"""The tables of a Trace (perfscope.trace.table): host ops, host record_function spans (ProfilerStep#N excluded),
+runtime calls, the user's own Python frames (is_user_frame, when recorded with stacks), device work (sorted by start,
+with its launch call's columns)."""
 
 
+@dataclass(eq=False)
 class Trace:
-    """The kept events, as columns (``columns(kind)``, what the analyzers read) and, on demand, as Event lists
-    (``cpu_ops``, ``device``, ...: made from the columns when first asked for; a trace built by hand from lists is
-    turned into columns instead)."""
+    """The kept events of a trace, one table of columns per kind: what the analyzers read."""
 
-    def __init__(self, *, steps: list[Span] | None = None, complete_events: int = 0,
-                 kernel_devices: Counter[int] | None = None, tables: dict[str, EventColumns] | None = None,
-                 unusable: Counter[str] | None = None, **lists: list[Any]) -> None:
-        self.steps: list[Span] = steps if steps is not None else []
-        """Host-side ProfilerStep#N spans, sorted; else the steps perfscope.trace.steps found (``steps_from`` says how)."""
-        self.steps_from = "ProfilerStep#N spans" if self.steps else ""
-        self.complete_events = complete_events
-        """Complete ("X") events with a usable start and duration in the file, kept or not."""
-        self.unusable: Counter[str] = unusable if unusable is not None else Counter()
-        """Complete events skipped as broken, by why (a NaN or infinite timestamp, a negative duration, ...)."""
-        self.kernel_devices: Counter[int] = kernel_devices if kernel_devices is not None else Counter()
-        """Kernels by their "device" arg (a device index): which GPU of the host the rank ran on."""
-        self._tables = tables
-        self._lists: dict[str, list[Any]] = {}
-        self._built: dict[str, tuple[int, int, EventColumns]] = {}
-        self._strings: tuple[Strings, Strings, Strings, Strings, Strings] | None = None
-        for kind, value in lists.items():
-            if kind not in KINDS:
-                raise TypeError(f"Trace() got an unexpected keyword argument {kind!r}")
-            setattr(self, kind, value)
+    tables: dict[str, EventColumns]
+    steps: list[Span] = field(default_factory=list)
+    """Host-side ProfilerStep#N spans, sorted; else the steps perfscope.trace.steps found (``steps_from`` says how)."""
+    steps_from: str = ""
+    complete_events: int = 0
+    """Complete ("X") events with a usable start and duration in the file, kept or not."""
+    unusable: Counter[str] = field(default_factory=Counter)
+    """Complete events skipped as broken, by why (a NaN or infinite timestamp, a negative duration, ...)."""
+    kernel_devices: Counter[int] = field(default_factory=Counter)
+    """Kernels by their "device" arg (a device index): which GPU of the host the rank ran on."""
 
     def columns(self, kind: str) -> EventColumns:
-        """One kind's events as columns (device work sorted by start, with its launch call's columns)."""
-        if self._tables is not None:
-            return self._tables[kind]
-        rows = self._list(kind)
-        cached = self._built.get(kind)
-        if cached is not None and cached[0] == id(rows) and cached[1] == len(rows):
-            return cached[2]
-        table = columns_of(rows, device=kind == "device", shared=self._shared())
-        self._built[kind] = (id(rows), len(rows), table)
-        return table
-
-    def _shared(self) -> tuple[Strings, Strings, Strings, Strings, Strings]:
-        if self._strings is None:
-            self._strings = (Strings(), Strings(), Strings(), Strings(), Strings())
-        return self._strings
-
-    def _list(self, kind: str) -> list[Any]:
-        rows = self._lists.get(kind)
-        if rows is None:
-            rows = self._lists[kind] = _events_of(self, kind) if self._tables is not None else []
-        return rows
-
-    def _set(self, kind: str, rows: list[Any]) -> None:
-        if self._tables is not None:  # the lists become what the trace is
-            for other in KINDS:
-                self._list(other)
-            self._tables = None
-        self._lists[kind] = rows
-
-    cpu_ops = property(lambda self: self._list("cpu_ops"), lambda self, v: self._set("cpu_ops", v))
-    annotations = property(lambda self: self._list("annotations"), lambda self, v: self._set("annotations", v))
-    """Host-side record_function spans (user_annotation), ProfilerStep#N excluded."""
-    runtime = property(lambda self: self._list("runtime"), lambda self, v: self._set("runtime", v))
-    python = property(lambda self: self._list("python"), lambda self, v: self._set("python", v))
-    """The user's own Python frames (is_user_frame), when the trace was recorded with stacks."""
-    device = property(lambda self: self._list("device"), lambda self, v: self._set("device", v))
-    """DeviceWork, sorted by start time."""
-
-    def labelled(self, name: str) -> list[Span]:
-        return [e.span for e in self.annotations if e.name == name]
+        return self.tables[kind]
 
     def issued(self, lo: float, hi: float) -> np.ndarray:
         """Rows of the device table whose work was issued in [lo, hi]: its launch call's start, else its own."""
-        t = self.columns("device")
+        t = self.tables["device"]
         issued = np.where(t.linked, t.launch_ts, t.ts)
         return np.flatnonzero((issued >= lo) & (issued <= hi))
 
-    def events(self, kind: str, rows: np.ndarray) -> list[Event]:
-        """The given rows of a table as Event objects (device work: its Event, not the DeviceWork)."""
-        t = self.columns(kind)
-        return [event_at(t, i) for i in rows.tolist()]
-
-    def has_kernels(self) -> bool:
-        t = self.columns("device")
-        return bool(len(t)) and bool(t.by_cat("kernel").any())
-
-
-def _events_of(trace: Trace, kind: str) -> list[Any]:
-    """Event objects of a columnar trace's table (DeviceWork for device work, its launch from the runtime list)."""
-    t = trace.columns(kind)
-    out = [event_at(t, i) for i in range(len(t))]
-    if kind != "device":
-        return out
-    runtime = trace.runtime
-    return [DeviceWork(e, runtime[j] if j >= 0 else None) for e, j in zip(out, t.launch.tolist())]
+    def events(self, kind: str, rows: np.ndarray | None = None) -> list[Event]:
+        """The given rows (default: all) of a table as Event objects."""
+        t = self.tables[kind]
+        return [event_at(t, i) for i in (range(len(t)) if rows is None else rows.tolist())]
 
 
 def event_at(t: EventColumns, i: int) -> Event:
@@ -200,16 +120,6 @@ def event_at(t: EventColumns, i: int) -> Event:
     return Event(t.names[t.name[i]], t.cats[t.cat[i]], float(t.ts[i]), float(t.dur[i]), t.values[t.pid[i]],
                  t.values[t.tid[i]], t.arg_table[a] if a >= 0 else _NO_ARGS, None if corr == NONE else corr,
                  t.ext_value(i))
-
-
-def read_trace(path: Path) -> Trace:
-    """Parse a Chrome trace (.json or .json.gz; an object with traceEvents, or a bare list), streamed."""
-    builder = TraceBuilder()
-    with paused_gc():
-        stream_trace(Path(path), builder.add, on_batch=builder.add_batch)
-        trace = builder.finish()
-    find_steps(trace)
-    return trace
 
 
 @contextmanager
@@ -257,13 +167,6 @@ class TraceBuilder:
         """Category -> (kind, its rows, linked by correlation, the device work's KEPT_ARGS index, its id)."""
         self._kept_device = [KEPT_ARGS[cat] for cat in DEVICE_WORK]
 
-    def add(self, e: Any) -> None:
-        """One event (the reader's per-event path, hand-built traces)."""
-        try:
-            self.add_batch((e,))
-        except BadEvent as bad:
-            raise bad.cause from None
-
     def add_batch(self, items: Any) -> None:
         """Keep what the facts read of each event: the per-event work is field extraction into one row tuple per
         kept event (millions of iterations: everything a local, every lookup a dict's)."""
@@ -280,15 +183,8 @@ class TraceBuilder:
                 ph = e.get("ph")
                 if ph != "X":
                     if (ph == "s" or ph == "f") and e.get("cat") == "ac2g" and "id" in e:
-                        pid, tid, ident = e.get("pid"), e.get("tid"), e["id"]
-                        pid_id = value_ids.get(pid)
-                        if pid_id is None:
-                            pid_id = values.id(pid)
-                        tid_id = value_ids.get(tid)
-                        if tid_id is None:
-                            tid_id = values.id(tid)
-                        flows.append((float(e.get("ts", 0)), pid_id, tid_id, ident if ident.__class__ is int and
-                                      -_BIG < ident < _BIG else ext_code(ident, self._flow_ids)))
+                        flows.append((float(e.get("ts", 0)), values.id(e.get("pid")), values.id(e.get("tid")),
+                                      ext_code(e["id"], self._flow_ids)))
                     continue
                 ts, dur = e.get("ts"), e.get("dur")
                 if ts is None or dur is None:
@@ -306,8 +202,8 @@ class TraceBuilder:
                     cat = str(cat)
                 kind = kinds.get(cat)
                 if kind is None:
-                    same = CATEGORY_SPELLINGS.get(cat.lower())
-                    if same is None or same not in kinds:
+                    same = OLD_SPELLINGS.get(low := cat.lower(), low)
+                    if same not in kinds:
                         continue
                     kind = kinds[cat] = kinds[same]  # an old spelling, read as today's from now on
                 which, rows, linked, device_args, cid = kind
@@ -401,9 +297,8 @@ class TraceBuilder:
                                     ("launch_name", runtime.name, -1)):
             setattr(device, key, np.where(found, column[pick], absent).astype(column.dtype) if len(column) else
                     np.full(len(launch), absent, column.dtype))
-        device.launch = launch
-        return Trace(steps=sorted(self._steps.values()), complete_events=self.complete_events,
-                     kernel_devices=self.kernel_devices, tables=tables, unusable=self.unusable)
+        return Trace(tables, steps=sorted(self._steps.values()), complete_events=self.complete_events,
+                     kernel_devices=self.kernel_devices, unusable=self.unusable)
 
 
 def _intern_args(table: Strings, small: dict[str, Any]) -> int:

@@ -6,30 +6,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
-from perfscope.results.messages import Message, msg
+from perfscope.results.messages import msg
 from perfscope.results.trace_facts import HostTransfers, PageableCopies, TraceFacts
-from perfscope.trace.events import Trace, read_trace
-from perfscope.trace.gpu import (
-    LAUNCH_BOUND_KERNELS,
-    LAUNCH_BOUND_MEDIAN_US,
-    RUNTIME_LAUNCH,
-    STARVED_MIN_FRACTION,
-    TOUCH_US,
-    gpu_timeline,
-    idle_after_waits,
-    idle_gaps,
-    launch_facts,
-    starved_by,
-)
+from perfscope.trace.events import Trace
+from perfscope.trace.gpu import gpu_timeline, idle_after_waits, idle_gaps, launch_facts, starved_by
 from perfscope.trace.host_ops import cpu_op_facts, gemm_shapes
+from perfscope.trace.inputs import read_trace
 from perfscope.trace.intervals import length
 from perfscope.trace.kernels import host_transfers, kernel_facts, pageable_memcpy
 from perfscope.trace.reader import unusable_note
-from perfscope.trace.steps import PROFILER_STEPS
-from perfscope.trace.sync import SYNC_CALL, blocked_spans, sync_facts
-from perfscope.trace.window import DATA_LABEL, Window, data_spans, window
+from perfscope.trace.sync import blocked_spans, sync_facts
+from perfscope.trace.window import DATA_LABEL, data_spans, step_notes, window
 
 
 def trace_facts(trace_path: Path, *, device_type: str, steps: int, trace: Trace | None = None) -> TraceFacts:
@@ -37,9 +24,9 @@ def trace_facts(trace_path: Path, *, device_type: str, steps: int, trace: Trace 
     ``trace``: the file already read (a large trace is parsed once, not once per analyzer)."""
     trace = trace if trace is not None else read_trace(Path(trace_path))
     w = window(trace, steps)
-    work = issued_in(trace, w)
+    work = trace.issued(*w.bounds)
     on_device = device_type == "cuda" and bool(len(work))
-    notes = [step_note(trace, w)] if not trace.steps or trace.steps_from not in ("", PROFILER_STEPS) else []
+    notes = step_notes(trace, w)
     broken = unusable_note(trace.unusable)
     if broken is not None:
         notes.append(broken)
@@ -66,19 +53,4 @@ def trace_facts(trace_path: Path, *, device_type: str, steps: int, trace: Trace 
     )
 
 
-def step_note(trace: Trace, w: Window) -> Message:
-    """Which steps were used when the trace has no ProfilerStep#N spans."""
-    if trace.steps:
-        return msg("steps_found_from", steps=w.steps, source=trace.steps_from)
-    return msg("whole_span_as_steps", steps=w.steps)
-
-
-def issued_in(trace: Trace, w: Window) -> np.ndarray:
-    """Rows of the device table whose work the window issued (its launch, or its own start when unlinked)."""
-    return trace.issued(*w.bounds)
-
-
-__all__ = [
-    "DATA_LABEL", "LAUNCH_BOUND_KERNELS", "LAUNCH_BOUND_MEDIAN_US", "RUNTIME_LAUNCH", "STARVED_MIN_FRACTION", "SYNC_CALL",
-    "TOUCH_US", "Window", "data_spans", "issued_in", "trace_facts", "window",
-]
+__all__ = ["DATA_LABEL", "trace_facts"]

@@ -12,7 +12,8 @@ import numpy as np
 
 from perfscope.results.trace_facts import GpuTimeline, IdleBreakdown, LaunchFacts
 from perfscope.trace.events import Trace
-from perfscope.trace.intervals import Span, clip_arrays, gaps_arrays, merge_arrays, overlaps, seqsum, subtract_length, touches
+from perfscope.trace.intervals import Span, SpanArray, clip, gaps, length, merge, overlaps, seqsum, subtract, touches
+from perfscope.trace.kernels import first_seen_sums
 from perfscope.trace.sync import enclosing, op_name
 from perfscope.trace.table import EventColumns
 from perfscope.trace.window import Window
@@ -35,19 +36,17 @@ class IdleGaps:
     following: np.ndarray
     queued: np.ndarray
 
-    def __len__(self) -> int:
-        return len(self.start)
 
-
-def busy(device: EventColumns) -> tuple[np.ndarray, np.ndarray]:
+def busy(device: EventColumns) -> SpanArray:
     """The union of every device work's span (every stream)."""
-    return merge_arrays(device.ts, device.end)
+    return merge(SpanArray(device.ts, device.end))
 
 
 def idle_gaps(trace: Trace, w: Window) -> IdleGaps:
     """The GPU's idle gaps in the window (no work on any stream), each with the work that ended it."""
     device = trace.columns("device")
-    g0, g1 = gaps_arrays(busy(device), w.bounds)
+    idle = gaps(busy(device), w.bounds)
+    g0, g1 = idle.starts, idle.ends
     i = np.searchsorted(device.ts, g1 - 1e-6, side="left")
     following = np.where(i < len(device), i, -1)
     has = following >= 0
@@ -61,7 +60,7 @@ def idle_gaps(trace: Trace, w: Window) -> IdleGaps:
 
 def gpu_timeline(trace: Trace, w: Window, gaps: IdleGaps, *, data: list[Span], blocked: list[Span]) -> GpuTimeline:
     """GPU busy/idle share of the step and what each idle gap waited for."""
-    busy_us = seqsum(np.subtract(*clip_arrays(*busy(trace.columns("device")), w.bounds)[::-1]))
+    busy_us = length(clip(busy(trace.columns("device")), w.bounds))
     host = ~gaps.queued
     g0, g1 = gaps.start[host], gaps.end[host]
     waited = overlaps(g0, g1, data)
@@ -86,9 +85,8 @@ def idle_after_waits(gaps: IdleGaps, w: Window, waits: list[Span]) -> float:
     return seqsum(gaps.end[after] - gaps.start[after]) / w.steps / 1e6
 
 
-def starved_by(trace: Trace, gaps: IdleGaps, w: Window, *, data: list[Span], blocked: list[Span],
-               top: int = 5) -> dict[str, float]:
-    """GPU idle per step (s) waiting for the host, by the op that launched the work ending each gap (the
+def starved_by(trace: Trace, gaps: IdleGaps, w: Window, *, data: list[Span], blocked: list[Span]) -> dict[str, float]:
+    """GPU idle per step (s) waiting for the host, by the op (the 5 longest) that launched the work ending each gap (the
     outermost dispatcher op around the launch): what the host was doing while the GPU starved — thousands of
     tiny launches, or one slow host op (a foreach over CPU tensors, a flatten of DDP buffers)."""
     device, ops = trace.columns("device"), trace.columns("cpu_ops")
@@ -116,14 +114,8 @@ def starved_by(trace: Trace, gaps: IdleGaps, w: Window, *, data: list[Span], blo
     labels: dict[str, int] = {}  # the op as a reader names it, first seen first (as a Counter keeps them)
     used, inverse = np.unique(name_ids, return_inverse=True)
     label_of = np.array([labels.setdefault("(no op)" if n < 0 else op_name(ops.names[n]), len(labels)) for n in used.tolist()])
-    keys = label_of[inverse]
-    _, first = np.unique(keys, return_index=True)
-    totals = np.bincount(keys, weights=value, minlength=len(labels))
-    names_of = list(labels)
-    idle: Counter[str] = Counter()
-    for k in keys[np.sort(first)].tolist():
-        idle[names_of[k]] += float(totals[k])
-    return {name: us / w.steps / 1e6 for name, us in idle.most_common(top) if us > 0}
+    idle = Counter(first_seen_sums(label_of[inverse], value, list(labels)))
+    return {name: us / w.steps / 1e6 for name, us in idle.most_common(5) if us > 0}
 
 
 def _outermost(ops: EventColumns, thread: np.ndarray, dispatcher: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> np.ndarray:
@@ -153,13 +145,13 @@ def launch_facts(trace: Trace, work: np.ndarray, w: Window, timeline: GpuTimelin
     durations = device.dur[work[device.by_cat("kernel")[work]]]
     calls = np.flatnonzero(runtime.by_name(RUNTIME_LAUNCH.search) & w.mask(runtime.ts))
     counts = Counter(runtime.names[i] for i in runtime.name[calls].tolist())
-    host_ops = merge_arrays(*clip_arrays(ops.ts, ops.end, w.bounds))
+    host_ops = clip(SpanArray(ops.ts, ops.end), w.bounds)
     facts = LaunchFacts(
         launch_bound=False,
         kernels_per_step=len(durations) / w.steps,
-        median_kernel_us=median(durations),
+        median_kernel_us=float(np.median(durations)) if len(durations) else None,
         host_launch_s=seqsum(runtime.dur[calls]) / w.steps / 1e6,
-        host_active_s=subtract_length(host_ops, blocked + data) / w.steps / 1e6,
+        host_active_s=length(subtract(host_ops, blocked + data)) / w.steps / 1e6,
         starved_fraction=timeline.idle.host_s * 1e6 / w.step_us,
         launch_calls_per_step={k: v / w.steps for k, v in sorted(counts.items())},
     )
@@ -171,13 +163,3 @@ def launch_facts(trace: Trace, work: np.ndarray, w: Window, timeline: GpuTimelin
     )
     return facts
 
-
-def median(values: np.ndarray) -> float | None:
-    """statistics.median of a column."""
-    n = len(values)
-    if not n:
-        return None
-    if n % 2:
-        return float(np.partition(values, n // 2)[n // 2])
-    part = np.partition(values, [n // 2 - 1, n // 2])
-    return (float(part[n // 2 - 1]) + float(part[n // 2])) / 2

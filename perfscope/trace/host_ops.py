@@ -10,13 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from perfscope.results.trace_facts import GemmShape, KernelFacts, KernelStat, LaunchFacts
+from perfscope.results.trace_facts import GemmShape, KernelFacts, LaunchFacts
 from perfscope.trace.categories import categorize
-from perfscope.trace.events import GEMM_OPS, Event, Trace, event_at
+from perfscope.trace.events import GEMM_OPS, Trace
 from perfscope.trace.gpu import LAUNCH_BOUND_KERNELS, LAUNCH_BOUND_MEDIAN_US
 from perfscope.trace.intervals import Span
-from perfscope.trace.kernels import per_step
-from perfscope.trace.table import NONE
+from perfscope.trace.kernels import first_seen_sums, per_step, top_names
+from perfscope.trace.table import NONE, EventColumns
 from perfscope.trace.window import Window
 
 
@@ -33,31 +33,26 @@ def cpu_op_facts(trace: Trace, w: Window, data: list[Span] | None = None) -> tup
         ends = np.array([e for _, e in data])
         i = np.searchsorted(starts, t.ts, side="right") - 1
         keep &= ~((i >= 0) & (t.ts < ends[np.maximum(i, 0)]))
-    ops = [event_at(t, i) for i in np.flatnonzero(keep).tolist()]
-    self_time = _self_times(ops)
-    by_cat: dict[str, float] = defaultdict(float)
-    by_op: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
-    for i, e in enumerate(ops):
-        s = max(self_time[i], 0.0)
-        by_cat[categorize(e.name)] += s
-        by_op[e.name][0] += s
-        by_op[e.name][1] += 1
-    aten_ops = [(e.name, max(self_time[i], 0.0)) for i, e in enumerate(ops) if e.name.startswith("aten::")]
-    aten = [s for _, s in aten_ops]
+    rows = np.flatnonzero(keep)
+    self_time, name = np.maximum(_self_times(t, rows), 0.0), t.name[rows]
+    used, inverse = np.unique(name, return_inverse=True)
+    labels: dict[str, int] = {}
+    category = np.array([labels.setdefault(categorize(t.names[n]), len(labels)) for n in used.tolist()], np.int64)
+    aten = np.array([t.names[n].startswith("aten::") for n in used.tolist()], bool)[inverse]
     launch = LaunchFacts(
         launch_bound=False,
-        kernels_per_step=len(aten) / w.steps,
-        median_kernel_us=statistics.median(aten) if aten else None,
-        tiny_op_time_fraction=_tiny_time_fraction(aten_ops),
+        kernels_per_step=int(aten.sum()) / w.steps,
+        median_kernel_us=float(np.median(self_time[aten])) if aten.any() else None,
+        tiny_op_time_fraction=_tiny_time_fraction(list(zip([t.names[n] for n in name[aten].tolist()],
+                                                           self_time[aten].tolist()))),
     )
     launch.launch_bound = bool(
         launch.kernels_per_step >= LAUNCH_BOUND_KERNELS
         and (launch.median_kernel_us or 0) < LAUNCH_BOUND_MEDIAN_US
         and (launch.tiny_op_time_fraction or 0) >= 0.5  # most op time in tiny ops, not in a few big matmuls
     )
-    top = [KernelStat(name=name, time_s=s / w.steps / 1e6, count=c / w.steps, category=categorize(name))
-           for name, (s, c) in sorted(by_op.items(), key=lambda kv: -kv[1][0])[:15]]
-    return KernelFacts(source="cpu ops", time_by_category=per_step(by_cat, w), top=top), launch
+    by_cat = first_seen_sums(category[inverse], self_time, list(labels))
+    return KernelFacts(source="cpu ops", time_by_category=per_step(by_cat, w), top=top_names(t, name, self_time, w)), launch
 
 
 def _tiny_time_fraction(ops: list[tuple[str, float]]) -> float | None:
@@ -73,22 +68,23 @@ def _tiny_time_fraction(ops: list[tuple[str, float]]) -> float | None:
     return sum(m * n for m, n in typical.values() if m < LAUNCH_BOUND_MEDIAN_US) / total
 
 
-def _self_times(ops: list[Event]) -> dict[int, float]:
-    """Self time of each cpu_op (duration minus direct children on the same thread), by index in ``ops``."""
-    self_time = {i: e.dur for i, e in enumerate(ops)}
-    by_thread: dict[Any, list[int]] = defaultdict(list)
-    for i, e in enumerate(ops):
-        by_thread[(e.pid, e.tid)].append(i)
+def _self_times(t: EventColumns, rows: np.ndarray) -> np.ndarray:
+    """Self time of each op of ``rows`` (its duration minus its direct children's on the same thread)."""
+    ts, dur, end, threads = t.ts[rows].tolist(), t.dur[rows].tolist(), t.end[rows].tolist(), t.thread()[rows].tolist()
+    self_time = list(dur)
+    by_thread: dict[int, list[int]] = defaultdict(list)
+    for i, key in enumerate(threads):
+        by_thread[key].append(i)
     for indices in by_thread.values():
-        indices.sort(key=lambda i: (ops[i].ts, -ops[i].dur))
+        indices.sort(key=lambda i: (ts[i], -dur[i]))
         stack: list[int] = []
         for i in indices:
-            while stack and ops[stack[-1]].end <= ops[i].ts:
+            while stack and end[stack[-1]] <= ts[i]:
                 stack.pop()
             if stack:
-                self_time[stack[-1]] -= ops[i].dur
+                self_time[stack[-1]] -= dur[i]
             stack.append(i)
-    return self_time
+    return np.array(self_time, float)
 
 
 def gemm_shapes(trace: Trace, w: Window, *, on_device: bool) -> list[GemmShape]:

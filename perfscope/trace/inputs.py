@@ -11,8 +11,9 @@ from typing import Any
 from perfscope.errors import UserError
 from perfscope.trace.events import Trace, TraceBuilder, paused_gc
 from perfscope.trace.intervals import Span
-from perfscope.trace.reader import stream_trace, unusable_text
+from perfscope.trace.reader import stream_trace, unusable_note
 from perfscope.trace.steps import find_steps
+from perfscope.wording import words
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 RESULTS_FILE = "results.json"
@@ -53,12 +54,6 @@ class RankTrace:
     def step_times_s(self) -> list[float]:
         """Each ProfilerStep#N span's duration, in step order (empty when the trace has none)."""
         return [(end - start) / 1e6 for start, end in self.steps]
-
-
-def rank_traces(path: Path) -> list[RankTrace]:
-    """The rank traces at ``path`` (a trace file or a folder of them), checked and sorted by rank, every one's events
-    held: for a few small files. perfscope.trace.offline reads a folder one rank at a time instead."""
-    return assign_ranks(path, [load_rank(file) for file in trace_files(path)])
 
 
 def assign_ranks(path: Path, loaded: list[RankTrace]) -> list[RankTrace]:
@@ -107,24 +102,32 @@ def _listed(folder: Path) -> list[Path]:
                   if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and p.name != RESULTS_FILE)
 
 
-def load_rank(file: Path) -> RankTrace:
-    """One trace file streamed into its events and metadata, checked; its rank is decided by assign_ranks."""
+def _streamed(path: Path) -> tuple[Trace, dict[str, Any]]:
+    """The file's events, its steps found, and its other top-level keys."""
     builder = TraceBuilder()
     with paused_gc():
-        data = stream_trace(file, builder.add, on_batch=builder.add_batch)
+        data = stream_trace(Path(path), builder.add_batch)
         trace = builder.finish()
-    broken = unusable_text(trace.unusable)
-    if not trace.complete_events:
-        raise UserError(f"{file}: a trace with no complete (\"X\") events: nothing ran in it"
-                        + (f" ({broken}, nothing usable left)" if broken else ""))
     find_steps(trace)
-    return _rank_trace(file, data, trace)
+    return trace, data
 
 
-def _rank_trace(file: Path, data: dict[str, Any], trace: Trace) -> RankTrace:
-    info = _distributed(data)
+def read_trace(path: Path) -> Trace:
+    """Parse a Chrome trace (.json or .json.gz; an object with traceEvents, or a bare list), streamed."""
+    return _streamed(path)[0]
+
+
+def load_rank(file: Path) -> RankTrace:
+    """One trace file streamed into its events and metadata, checked; its rank is decided by assign_ranks."""
+    trace, data = _streamed(file)
+    if not trace.complete_events:
+        broken = unusable_note(trace.unusable)
+        raise UserError(f"{file}: a trace with no complete (\"X\") events: nothing ran in it"
+                        + (f" ({words(broken)}, nothing usable left)" if broken is not None else ""))
+    info = data.get("distributedInfo")
+    info = info if isinstance(info, dict) else {}
     props = [p for p in data.get("deviceProperties") or [] if isinstance(p, dict)]
-    cuda = bool(_kernels(trace) or props)
+    cuda = bool(trace.columns("device").by_cat("kernel").any() or props)
     device = _device_of(trace, props) if cuda else {}
     world = info.get("world_size")
     rank = info.get("rank")
@@ -151,17 +154,8 @@ def _device_of(trace: Trace, props: list[dict[str, Any]]) -> dict[str, Any]:
     return props[0]
 
 
-def _kernels(trace: Trace) -> bool:
-    return trace.has_kernels()
-
-
-def _distributed(data: dict[str, Any]) -> dict[str, Any]:
-    info = data.get("distributedInfo")
-    return info if isinstance(info, dict) else {}
-
-
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-__all__ = ["RankTrace", "assign_ranks", "check_out_apart", "load_rank", "rank_traces", "trace_files"]
+__all__ = ["RankTrace", "assign_ranks", "check_out_apart", "load_rank", "read_trace", "trace_files"]

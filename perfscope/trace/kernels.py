@@ -11,7 +11,7 @@ import numpy as np
 from perfscope.results.trace_facts import HostTransfers, KernelFacts, KernelStat, PageableCopies
 from perfscope.trace.categories import categorize, gemm_on_tensor_cores
 from perfscope.trace.events import Event, Trace, event_at
-from perfscope.trace.intervals import SpanArray, length, merge, merge_arrays, overlap_arrays, seqsum
+from perfscope.trace.intervals import SpanArray, length, merge, overlap, seqsum
 from perfscope.trace.table import NONE, EventColumns
 from perfscope.trace.window import Window
 
@@ -49,14 +49,14 @@ def kernel_facts(trace: Trace, work: np.ndarray, w: Window) -> KernelFacts:
     comm = communication_mask(trace)[work]
     if comm.any():  # launched by a collective op, whatever the kernel's name
         keys = np.where(comm, labels.setdefault("communication", len(labels)), keys)
-    by_cat = _first_seen_sums(keys, dur, list(labels))
+    by_cat = first_seen_sums(keys, dur, list(labels))
     gemm_us = seqsum(dur[np.array(gemm, bool)[inverse] & ~comm])
     fp32_us = seqsum(dur[np.array(fp32, bool)[inverse] & ~comm])
     return KernelFacts(source="kernels", time_by_category=per_step(by_cat, w), top=top_names(t, name, dur, w),
                        fp32_gemm_fraction=fp32_us / gemm_us if gemm_us else None)
 
 
-def _first_seen_sums(keys: np.ndarray, values: np.ndarray, labels: list[str]) -> dict[str, float]:
+def first_seen_sums(keys: np.ndarray, values: np.ndarray, labels: list[str]) -> dict[str, float]:
     """{label: the sum of its values in order}, the labels in the order they first appear in ``keys``."""
     if not len(keys):
         return {}
@@ -104,9 +104,9 @@ def host_transfers(trace: Trace, work: np.ndarray, w: Window) -> HostTransfers:
     copies = [e for e in _copies(trace, work) if "HtoD" in e.name or "DtoH" in e.name]
     spans = merge([e.span for e in copies])
     kernels = work[t.by_cat("kernel")[work]]
-    merged = merge_arrays(t.ts[kernels], t.end[kernels])
+    merged = merge(SpanArray(t.ts[kernels], t.end[kernels]))
     copy_us = length(spans)
-    hidden_us = sum(overlap_arrays(span, merged) for span in spans)
+    hidden_us = sum(overlap(span, merged) for span in spans)
     return HostTransfers(
         h2d_bytes=sum(float(e.args.get("bytes", 0)) for e in copies if "HtoD" in e.name) / w.steps,
         d2h_bytes=sum(float(e.args.get("bytes", 0)) for e in copies if "DtoH" in e.name) / w.steps,
@@ -122,5 +122,4 @@ def collective_spans(trace: Trace, w: Window) -> tuple[np.ndarray, SpanArray, Sp
     rows = trace.issued(*w.bounds)
     nccl = communication_mask(trace)[rows]
     runs, other = rows[nccl], rows[~nccl]
-    return (runs, SpanArray(*merge_arrays(t.ts[runs], t.end[runs]), merged=True),
-            SpanArray(*merge_arrays(t.ts[other], t.end[other]), merged=True))
+    return runs, merge(SpanArray(t.ts[runs], t.end[runs])), merge(SpanArray(t.ts[other], t.end[other]))

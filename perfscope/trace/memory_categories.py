@@ -10,10 +10,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfscope.results import MemoryBreakdown, MemoryCategories
+from perfscope.results import MEMORY_CATEGORY_NAMES, MemoryBreakdown, MemoryCategories
 
-CATEGORIES = ("parameter", "gradient", "optimizer_state", "activation", "input", "temporary", "autograd_detail",
-              "unknown")
+CATEGORIES = tuple(MEMORY_CATEGORY_NAMES)
 PERSISTENT = ("parameter", "optimizer_state")
 """Categories of tensors that outlive a step: one born and freed inside the window is a temporary."""
 
@@ -67,10 +66,6 @@ class MemoryByCategory:
 
 def _mb(n: int) -> str:
     return f"{n / 1e6:.3g} MB"
-
-
-def _name(category: Any) -> str:
-    return "unknown" if category is None else category.name.lower()
 
 
 def profile_step_memory(step: Callable[[], Any], device: str) -> MemoryByCategory:
@@ -131,7 +126,8 @@ def breakdown_of(timeline: Any, category_of: Any, device: str) -> MemoryByCatego
 
     def update(key: Any, version: int, delta: int) -> bool:
         """Book ``delta`` bytes; True when torch's persistent category was corrected to temporary."""
-        category = _name(category_of(key, version)) if isinstance(key, TensorKey) else "unknown"
+        category = category_of(key, version) if isinstance(key, TensorKey) else None
+        category = "unknown" if category is None else category.name.lower()
         moved = category in PERSISTENT and key in transient
         levels["temporary" if moved else category] += int(delta)
         return moved

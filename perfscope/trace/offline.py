@@ -23,7 +23,7 @@ from perfscope.trace.communication import communication_facts, exposed_collectiv
 from perfscope.trace.events import paused_gc
 from perfscope.trace.facts import DATA_LABEL, trace_facts
 from perfscope.trace.inputs import RankTrace, assign_ranks, load_rank, trace_files
-from perfscope.trace.window import loader_spans
+from perfscope.trace.window import labelled, loader_spans
 
 TRIAL = "baseline"
 NO_SAMPLES = msg("trace_no_samples")
@@ -111,7 +111,7 @@ def _analyse(r: RankTrace, *, device_type: str, steps: int, world_size: int) -> 
     except ValueError as exc:  # the window the analyzers read has no duration, no events
         raise UserError(f"{r.path}: not a usable trace: {exc}") from None
     return RankAnalysis(source=r, facts=facts, communication=comm, own_work_s=own, device_type=device_type,
-                        world_size=world_size, data_labelled=bool(trace.labelled(DATA_LABEL) or loader_spans(trace)))
+                        world_size=world_size, data_labelled=bool(labelled(trace, DATA_LABEL) or loader_spans(trace)))
 
 
 def _metrics(a: RankAnalysis) -> TrialMetrics:

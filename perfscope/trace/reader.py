@@ -16,7 +16,6 @@ from typing import IO, Any
 
 from perfscope.errors import UserError
 from perfscope.results.messages import Message, msg
-from perfscope.wording import words
 
 CHUNK = 1 << 18
 """Characters read at a time (and so the most text parsed in one batch: orjson's scratch memory is ~16x its input); a
@@ -126,13 +125,11 @@ class _Buffer:
             return obj
 
 
-def stream_trace(path: Path, on_event: Callable[[Any], None],
-                 on_batch: Callable[[list[Any]], None] | None = None) -> dict[str, Any]:
-    """Call ``on_event`` with each item of the trace's traceEvents (a bare top-level list is the events); return
-    the other top-level keys. UserError, naming the file, on anything that is not a readable trace.
-
-    ``on_batch``: called instead with each parsed batch of items (a list, in file order; one Python call per ~1000
-    events rather than per event); it raises BadEvent(index, cause) for an item it cannot read."""
+def stream_trace(path: Path, on_batch: Callable[[list[Any]], None]) -> dict[str, Any]:
+    """Call ``on_batch`` with the items of the trace's traceEvents (a bare top-level list is the events), a parsed
+    batch at a time (a list, in file order: one Python call per ~1000 events); it raises BadEvent(index, cause) for
+    an item it cannot read. Return the other top-level keys; UserError, naming the file, on anything that is not a
+    readable trace."""
     path = Path(path)
     try:
         if path.stat().st_size == 0:
@@ -141,7 +138,7 @@ def stream_trace(path: Path, on_event: Callable[[Any], None],
         with opener(path, "rt", encoding="utf-8") as fh:  # type: ignore[operator]
             reader = _Buffer(fh)
             try:
-                return _top_level(path, reader, on_event, on_batch)
+                return _top_level(path, reader, on_batch)
             except _Broken as exc:
                 line, column = reader.where(exc.pos)
                 raise UserError(f"{path}: not JSON ({exc.msg} at line {line}, column {column})") from None
@@ -157,11 +154,10 @@ def stream_trace(path: Path, on_event: Callable[[Any], None],
         raise UserError(f"{path}: cannot read it: {exc.strerror or exc}") from None
 
 
-def _top_level(path: Path, reader: _Buffer, on_event: Callable[[Any], None],
-               on_batch: Callable[[list[Any]], None] | None) -> dict[str, Any]:
+def _top_level(path: Path, reader: _Buffer, on_batch: Callable[[list[Any]], None]) -> dict[str, Any]:
     first = reader.peek()
     if first == "[":
-        _events(path, reader, on_event, on_batch)
+        _events(path, reader, on_batch)
         _end(reader)
         return {}
     if first != "{":
@@ -179,7 +175,7 @@ def _top_level(path: Path, reader: _Buffer, on_event: Callable[[Any], None],
             key = reader.value()
             reader.expect(":", "':' delimiter")
             if key == "traceEvents" and reader.peek() == "[":
-                _events(path, reader, on_event, on_batch)
+                _events(path, reader, on_batch)
                 streamed = True
             else:
                 metadata[key] = reader.value()
@@ -196,9 +192,8 @@ def _top_level(path: Path, reader: _Buffer, on_event: Callable[[Any], None],
     return metadata
 
 
-def _events(path: Path, reader: _Buffer, on_event: Callable[[Any], None],
-            on_batch: Callable[[list[Any]], None] | None) -> None:
-    """The traceEvents array, its opening bracket next: each item to ``on_event`` as soon as it is read."""
+def _events(path: Path, reader: _Buffer, on_batch: Callable[[list[Any]], None]) -> None:
+    """The traceEvents array, its opening bracket next: each batch to ``on_batch`` as soon as it is read."""
     reader.i += 1
     if reader.peek() == "]":
         reader.i += 1
@@ -208,11 +203,11 @@ def _events(path: Path, reader: _Buffer, on_event: Callable[[Any], None],
         if failures < BATCH_FAILURES:
             batch, cut = _batch(reader)
             if batch is not None:
-                _deliver(path, reader, batch, on_event, on_batch)
+                _deliver(path, reader, batch, on_batch)
                 reader.i = cut + 2  # past the "},"
                 continue
             failures += cut >= 0
-        _deliver(path, reader, [reader.value()], on_event, on_batch)
+        _deliver(path, reader, [reader.value()], on_batch)
         comma = _COMMA.match(reader.buf, reader.i)
         if comma is not None and comma.end() < len(reader.buf):  # the next event follows in the buffer
             reader.i = comma.end()
@@ -248,31 +243,19 @@ def _batch(reader: _Buffer) -> tuple[list[Any] | None, int]:
     return batch, cut
 
 
-def _deliver(path: Path, reader: _Buffer, items: list[Any], on_event: Callable[[Any], None],
-             on_batch: Callable[[list[Any]], None] | None) -> None:
-    """Each item to ``on_event`` (or the batch to ``on_batch``); an item it cannot read is named by its line: the
-    items of a batch before it are stepped over again (without being delivered twice) to find where it ends."""
-    if on_batch is not None:
-        try:
-            on_batch(items)
-        except BadEvent as bad:
-            _bad_item(path, reader, items, bad.index, bad.cause)
-        return
-    for n, item in enumerate(items):
-        try:
-            on_event(item)
-        except (TypeError, ValueError, KeyError) as exc:
-            _bad_item(path, reader, items, n, exc)
-
-
-def _bad_item(path: Path, reader: _Buffer, items: list[Any], n: int, exc: Exception) -> None:
-    if len(items) > 1:
-        for _ in range(n):
+def _deliver(path: Path, reader: _Buffer, items: list[Any], on_batch: Callable[[list[Any]], None]) -> None:
+    """The batch to ``on_batch``; an item it cannot read is named by its line: the items of the batch before it are
+    stepped over again (without being delivered twice) to find where it ends."""
+    try:
+        on_batch(items)
+    except BadEvent as bad:
+        if len(items) > 1:
+            for _ in range(bad.index):
+                reader.value()
+                reader.expect(",", "',' delimiter")
             reader.value()
-            reader.expect(",", "',' delimiter")
-        reader.value()
-    line, _ = reader.where(reader.i)
-    raise UserError(f"{path}: a malformed trace event (at line {line}: {type(exc).__name__}: {exc})") from None
+        line, _ = reader.where(reader.i)
+        raise UserError(f"{path}: a malformed trace event (at line {line}: {type(bad.cause).__name__}: {bad.cause})") from None
 
 
 def _end(reader: _Buffer) -> None:
@@ -298,10 +281,4 @@ def unusable_note(unusable: Counter[str]) -> Message | None:
     return msg("unusable_events", counts=dict(unusable.most_common())) if sum(unusable.values()) else None
 
 
-def unusable_text(unusable: Counter[str]) -> str:
-    """unusable_note in words; "" when none were skipped."""
-    note = unusable_note(unusable)
-    return words(note) if note is not None else ""
-
-
-__all__ = ["MAX_DURATION_US", "BadEvent", "stream_trace", "unusable_note", "unusable_text", "why_broken"]
+__all__ = ["MAX_DURATION_US", "BadEvent", "stream_trace", "unusable_note", "why_broken"]

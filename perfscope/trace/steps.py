@@ -6,27 +6,17 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import pairwise
-from typing import Protocol
 
 import numpy as np
 
+from perfscope.trace.events import Trace
 from perfscope.trace.intervals import Span
-from perfscope.trace.table import EventColumns
 
 OPTIMIZER_STEP = "Optimizer.step#"
 MIN_MARKS = 3
 WARMUP_RATIO = 2.0
 """A leading step this many times the median of the others is one-time set-up, not the loop."""
 PROFILER_STEPS = "ProfilerStep#N spans"
-
-
-class Trace(Protocol):
-    """What this module reads of perfscope.trace.events.Trace (which calls it as it finishes reading a file)."""
-
-    steps: list[Span]
-    steps_from: str
-
-    def columns(self, kind: str) -> EventColumns: ...
 
 
 def find_steps(trace: Trace) -> list[Span]:

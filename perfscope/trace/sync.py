@@ -13,9 +13,10 @@ from typing import Any
 import numpy as np
 
 from perfscope.results.trace_facts import SyncFacts
-from perfscope.trace.events import Event, Trace, event_at, is_user_frame, read_trace
+from perfscope.trace.events import Event, Trace, event_at, is_user_frame
 from perfscope.trace.export import distributed_info, trace_file_name
-from perfscope.trace.intervals import Span, clip, merge, merge_arrays, seqsum
+from perfscope.trace.inputs import read_trace
+from perfscope.trace.intervals import SpanArray, clip, length, merge
 from perfscope.trace.table import EventColumns
 from perfscope.trace.window import Window, window
 
@@ -39,7 +40,7 @@ def sync_facts(trace: Trace, w: Window) -> SyncFacts:
     and, in a trace recorded with stacks, the innermost Python frame outside torch."""
     runtime = trace.columns("runtime")
     rows = sync_rows(trace, w)
-    merged = merge_arrays(runtime.ts[rows], runtime.end[rows])
+    merged = merge(SpanArray(runtime.ts[rows], runtime.end[rows]))
     calls = [event_at(runtime, i) for i in rows.tolist()]
     device = trace.columns("device")
     memcpy = np.flatnonzero(device.by_cat("gpu_memcpy") & device.linked)
@@ -47,21 +48,21 @@ def sync_facts(trace: Trace, w: Window) -> SyncFacts:
                         [device.names[i] for i in device.name[memcpy].tolist()]), key=lambda c: c[0])
     sites = Counter(_sync_site(copies, e, *context) for e, *context in _call_contexts(trace, rows, calls))
     return SyncFacts(
-        points_per_step=len(merged[0]) / w.steps,
+        points_per_step=len(merged) / w.steps,
         events_per_step={k: v / w.steps for k, v in Counter(e.name for e in calls).items()},
-        blocked_fraction=min(1.0, seqsum(merged[1] - merged[0]) / w.total_us),
+        blocked_fraction=min(1.0, length(merged) / w.total_us),
         sites={k: v / w.steps for k, v in sorted(sites.items(), key=lambda kv: -kv[1])},
     )
 
 
-def blocked_spans(trace: Trace, w: Window) -> list[Span]:
+def blocked_spans(trace: Trace, w: Window) -> SpanArray:
     """Host time blocked on the device: synchronizing calls, and copies from or to pageable memory (the
     runtime stages them synchronously)."""
     runtime, device = trace.columns("runtime"), trace.columns("device")
     rows = sync_rows(trace)
-    spans = list(zip(runtime.ts[rows].tolist(), runtime.end[rows].tolist()))
     pageable = np.flatnonzero(device.linked & device.by_cat("gpu_memcpy") & device.by_name(lambda n: "Pageable" in n))
-    spans += zip(device.launch_ts[pageable].tolist(), (device.launch_ts + device.launch_dur)[pageable].tolist())
+    spans = SpanArray(runtime.ts[rows], runtime.end[rows]) + SpanArray(
+        device.launch_ts[pageable], (device.launch_ts + device.launch_dur)[pageable])
     return merge(clip(spans, w.bounds))
 
 
@@ -163,14 +164,14 @@ def rank_trace(folder: Path) -> Path:
     return folder / trace_file_name(distributed_info())
 
 
-def capture_syncs(folder: Path, *, steps: int = 1) -> SyncFacts | None:
-    """The host waits in this rank's trace in ``folder``, or None when the capture wrote none; ``steps`` only for
-    a trace without ProfilerStep#N spans."""
+def capture_syncs(folder: Path) -> SyncFacts | None:
+    """The host waits in this rank's trace in ``folder`` (without ProfilerStep#N spans: its whole span one step), or
+    None when the capture wrote none."""
     path = rank_trace(folder)
     if not path.is_file():
         return None
     trace = read_trace(path)
-    return sync_facts(trace, window(trace, steps))
+    return sync_facts(trace, window(trace, 1))
 
 
 def new_syncs(before: SyncFacts, after: SyncFacts) -> list[str]:

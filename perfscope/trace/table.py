@@ -94,8 +94,6 @@ class EventColumns:
         def absent(key: str, value: Any, dtype: Any) -> np.ndarray:  # host tables: a constant view, no memory
             return cols[key] if key in cols else np.broadcast_to(np.array(value, dtype), (n,))
 
-        self.launch = absent("launch", -1, np.int64)
-        """Device work: the row of its launch call in the runtime table (-1: none)."""
         self.launch_ts = absent("launch_ts", np.nan, np.float64)
         self.launch_dur = absent("launch_dur", np.nan, np.float64)
         self.launch_pid = absent("launch_pid", -1, np.int32)
@@ -140,6 +138,7 @@ class EventColumns:
             return None
         return self.exts[code - NONE - 1] if code < NONE + 1 + (1 << 40) else code
 
+
 def ext_code(value: Any, exts: Strings) -> int:
     """An External id as an int64: ints as they are, anything else interned (codes just above NONE)."""
     if value is None:
@@ -147,36 +146,3 @@ def ext_code(value: Any, exts: Strings) -> int:
     if value.__class__ is int and -(1 << 62) < value < (1 << 62):
         return value
     return NONE + 1 + exts.id(value)
-
-
-def columns_of(rows: list[Any], *, device: bool, shared: tuple[Strings, ...]) -> EventColumns:
-    """Columns of perfscope.trace.events Event (or, ``device``, DeviceWork) lists: a trace built by hand."""
-    names, cats, values, args, exts = shared
-    grower = Grower()
-    launches: list[tuple[float, float, int, int, int]] = []
-    for row in rows:
-        e = row.event if device else row
-        a = -1
-        if e.args:
-            try:
-                a = args.id(tuple((k, _freeze(v)) for k, v in e.args.items()))
-            except TypeError:
-                a = args.id(object())
-            args.values[a] = e.args
-        grower.rows.append((e.ts, e.dur, names.id(e.name), cats.id(e.cat), values.id(e.pid), values.id(e.tid),
-                            NONE if e.correlation is None else e.correlation, ext_code(e.external_id, exts), a))
-        if device:
-            x = row.launch
-            launches.append((np.nan, np.nan, -1, -1, -1) if x is None else
-                            (x.ts, x.dur, values.id(x.pid), values.id(x.tid), names.id(x.name)))
-    cols = grower.columns()
-    if device:
-        for k, (key, dtype) in enumerate((("launch_ts", np.float64), ("launch_dur", np.float64), ("launch_pid", np.int32),
-                                          ("launch_tid", np.int32), ("launch_name", np.int32))):
-            cols[key] = np.array([x[k] for x in launches], dtype=dtype)
-    return EventColumns(cols, names=names.values, cats=cats.values, values=values.values, args=args.values,
-                        exts=exts.values)
-
-
-def _freeze(value: Any) -> Any:
-    return tuple(_freeze(v) for v in value) if value.__class__ is list else value

@@ -8,8 +8,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from perfscope.results.messages import Message, msg
 from perfscope.trace.events import Trace
 from perfscope.trace.intervals import Span, clip, merge
+from perfscope.trace.steps import PROFILER_STEPS
 
 DATA_LABEL = "perfscope::data"
 LOADER_PREFIX = "enumerate(DataLoader)#"
@@ -61,6 +63,14 @@ def window(trace: Trace, steps: int) -> Window:
     if w.total_us <= 0:
         raise ValueError("the profiled window has no duration")
     return w
+
+
+def step_notes(trace: Trace, w: Window) -> list[Message]:
+    """Which steps were used, when not the trace's ProfilerStep#N spans."""
+    if not trace.steps:
+        return [msg("whole_span_as_steps", steps=w.steps)]
+    found = trace.steps_from not in ("", PROFILER_STEPS)
+    return [msg("steps_found_from", steps=w.steps, source=trace.steps_from)] if found else []
 
 
 def labelled(trace: Trace, name: str) -> list[Span]:

@@ -17,6 +17,7 @@ from perfscope.knobs.apply.checkpointing import find_repeated_blocks
 from perfscope.knobs.apply.tensors import map_tensors
 from perfscope.measure.bubble import StepRecord
 from perfscope.measure.clock import synchronize
+from perfscope.results.messages import Message, msg
 from perfscope.trial.data import endless_batches
 from perfscope.trial.step import TrainStep, build_optimizer
 
@@ -207,7 +208,7 @@ class PipelineStep(TrainStep):
         self.steps_done += 1
         return loss, norm
 
-    def count_flops(self, tokens: Any = None) -> tuple[float, float, list[str]]:
+    def count_flops(self, tokens: Any = None) -> tuple[float, float, list[Message | str]]:
         """The whole model's step (on a fresh, unsplit copy) ÷ stages: each rank computes its stages' share."""
         staged, micro = self.model, self.config.micro_batch_size
         self.model = self.workload.model().to(self.device)
@@ -216,8 +217,8 @@ class PipelineStep(TrainStep):
         finally:
             self.model = staged
         n = self.config.pipeline_parallel
-        return model_flops / n, hardware_flops / n, [*notes, f"the unsplit model's step at micro-batch {micro} × "
-                                                     f"{self.config.grad_accum_steps} ÷ {n} stages (equal blocks per stage)"]
+        return model_flops / n, hardware_flops / n, [*notes, msg("flops_pipeline_share", micro=micro,
+                                                                 accumulation=self.config.grad_accum_steps, stages=n)]
 
     def count_structure(self) -> Any:
         raise NotImplementedError("a pipeline step runs point-to-point sends between ranks; it is not counted under a "

@@ -21,6 +21,7 @@ from perfscope.measure.tokens import TokenTally, per_token_scale
 from perfscope.measure.window import WindowRecorder
 from perfscope.results.config import TrialConfig
 from perfscope.results.fingerprint import Fingerprint
+from perfscope.results.messages import Message, msg
 from perfscope.trial.data import endless_batches, to_device
 from perfscope.trial.data_parallel import gradient_sync, shard_optimizer, wrap_model
 from perfscope.workload import Workload
@@ -125,7 +126,7 @@ class TrainStep:
             total += loss.detach().float()
         return total
 
-    def count_flops(self, tokens: TokenTally | None = None) -> tuple[float, float, list[str]]:
+    def count_flops(self, tokens: TokenTally | None = None) -> tuple[float, float, list[Message | str]]:
         """(model FLOPs, hardware FLOPs, notes) per optimizer step, on the eager model: one micro-batch × accum.
         On fake tensors, so the count cannot OOM where the trial fit; else one small real step, scaled linearly."""
         micro, accum = self.config.micro_batch_size, self.config.grad_accum_steps
@@ -169,15 +170,13 @@ class TrainStep:
             scale, method = per_token.factor, f"{method}; {per_token.note}"
         model_flops = counter.model_total * scale * accum
         hardware_flops = as_run.total * scale * accum
-        notes = [method, *counter.notes]
+        notes: list[Message | str] = [method, *counter.notes]
         if (tp := self.config.tensor_parallel) > 1:  # each rank of a TP group computes its share of one replica's step
             model_flops, hardware_flops = model_flops / tp, hardware_flops / tp
-            notes.append(f"the replica's step ÷ tp = {tp} (embeddings, norms and the head, replicated, are computed on "
-                         "every rank: a slight undercount per rank)")
+            notes.append(msg("flops_tp_share", tp=tp))
         if self.checkpointed:
             extra = as_run.total / counter.total - 1 if counter.total else 0.0
-            notes.append(f"activation checkpointing of {len(self.checkpointed)} blocks: the step as run recomputes "
-                         f"{extra:+.0%} FLOPs (counted with checkpointing on: HFU > MFU)")
+            notes.append(msg("flops_checkpointing", blocks=len(self.checkpointed), extra=extra))
         return model_flops, hardware_flops, notes
 
     def count_structure(self) -> Fingerprint:

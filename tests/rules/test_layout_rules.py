@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from perfscope.results import Finding, LayoutRow, LayoutTable, Results
+from perfscope.results.messages import msg
 from perfscope.rules import run_rules
 from perfscope.wording import words
 from tests.distributed_factories import make_distributed_results, make_pipeline_results, make_tensor_parallel_results
@@ -25,13 +26,16 @@ def test_state_that_zero3_cannot_fit_points_to_tensor_and_pipeline_parallelism()
 def test_the_layout_table_is_evidence_when_every_data_parallel_layout_would_not_fit():
     results = make_distributed_results(state_bytes=(GiB, GiB, 2 * GiB))  # ZeRO-3 fits: only the table speaks
     results.layouts = LayoutTable(world_size=4, rows=[
-        LayoutRow(layout="dp4", data_parallel=4, status="pruned", prune_reason="would not fit", reason="90 GiB per rank",
+        LayoutRow(layout="dp4", data_parallel=4, status="pruned", prune_reason="would not fit",
+                  reason=msg("layout_would_not_fit", state=90 * GiB, limit=80 * GiB, share=0.9),
                   memory_per_rank_bytes=90 * GiB),
         LayoutRow(layout="tp4", tensor_parallel=4, status="measured", memory_per_rank_bytes=30 * GiB),
-        LayoutRow(layout="pp4 gpipe m4", pipeline_parallel=4, status="pruned", prune_reason="inapplicable", reason="layers"),
+        LayoutRow(layout="pp4 gpipe m4", pipeline_parallel=4, status="pruned", prune_reason="inapplicable",
+                  reason=msg("layout_layers_indivisible", layers=3, pp=4)),
     ])
     (f,) = _only(results, "PS805")
-    assert "every data-parallel layout would not fit (dp4: 90 GiB per rank)" in f.evidence[0]
+    assert ("every data-parallel layout would not fit (dp4: 90.0 GiB of training state per rank, more than 90% of the "
+            "80.0 GiB a rank may hold)") in f.evidence[0]
     assert "tp4 (30.00 GiB per rank)" in f.evidence[0] and "pp4" not in f.evidence[0]
 
 

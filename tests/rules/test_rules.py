@@ -472,7 +472,8 @@ def _lean_optimizer_run(results: Results, knob: str = "adafactor", *, ratio: flo
     results.sweep = results.sweep or Sweep(baseline_trial="baseline")
     results.sweep.knobs.append(KnobOutcome(
         knob=knob, title="Adafactor instead of Adam/AdamW (factored optimizer state)", status=status, trial=name,
-        gain=_gain(ratio), reason="numerics guard: mean loss 10% higher" if status == "rejected" else None,
+        gain=_gain(ratio), reason=[msg("numerics_guard", reason=msg("numerics_recipe_loss", optimizer="adafactor", loss=1.1, baseline=1.0,
+                                                  diff=0.1, tolerance=0.04))] if status == "rejected" else [],
         code_change="+optimizer = torch.optim.Adafactor(model.parameters(), lr=lr)",
         changes_semantics=[msg("training_recipe", optimizer="AdamW", replacement="Adafactor",
                                caveat=msg("adafactor_recipe", adam_decay=False))]))
@@ -518,7 +519,8 @@ def test_a_lean_optimizer_measured_slower_or_rejected_is_said_so():
     assert "memory it frees" in finding.why_not_here
     rejected = _lean_optimizer_run(_optimizer_bound(), status="rejected")
     (finding,) = _ps503(rejected)
-    assert finding.gain is None and any("rejected by the numerics guard" in e for e in finding.evidence)
+    assert finding.gain is None and any(e.startswith("rejected: numerics guard: with adafactor the mean loss")
+                                        for e in finding.evidence)
     assert "PS601" not in {f.rule_id for f in run_rules(rejected)}  # another optimizer's loss is not an overflow
 
 
@@ -535,7 +537,8 @@ def test_optimizer_state_stays_silent_when_small_and_the_measured_knob_is_report
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_every_estimate_states_its_method_and_the_machine_limit_that_bounds_it(device):
-    """Over every rule's firing fixture: an estimated gain never comes alone."""
+    """Over every rule's firing fixture: an estimated gain never comes alone. A bound says so once, by its flag
+    (Finding.upper_bound: the report's "up to"), not again in the method's words."""
     estimated = 0
     for make_case, _ in CASES.values():
         case = make_case()
@@ -544,6 +547,7 @@ def test_every_estimate_states_its_method_and_the_machine_limit_that_bounds_it(d
             if f.estimated_gain is not None:
                 estimated += 1
                 assert f.estimate_method and f.estimate_bound, (f.rule_id, f.estimate_method, f.estimate_bound)
+                assert "upper bound" not in f.estimate_method, f.rule_id
                 assert f.gain is None  # measured beats believed: a measurement replaces the estimate
     assert estimated >= 3
 
@@ -649,7 +653,7 @@ def test_a_knob_whose_run_did_not_apply_it_is_no_measurement():
     measured = _with_knob(_results(), "compile", 0.8)
     assert [f.gain.ratio for f in run_rules(measured) if f.rule_id == "PS303"] == [0.8]
     fell_back = _with_knob(_results(), "compile", 1.5, status="failed")
-    fell_back.sweep.knobs[0].reason = "not applied: torch.compile compiled no graph (dynamo fell back to eager)"
+    fell_back.sweep.knobs[0].reason = [msg("knob_not_applied", why="torch.compile compiled no graph (dynamo fell back to eager)")]
     assert [f for f in run_rules(fell_back) if f.trial == "compile" or f.rule_id in ("PS303", "PS100")] == []
 
 

@@ -9,10 +9,14 @@ Each module imports its framework when it is imported itself; perfscope never de
 
 from __future__ import annotations
 
+import os
 import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from perfscope.hooks.profiler import Profiler
 
 _FITS: Counter[str] = Counter()
 """Fits started in this process, by resolved output folder."""
@@ -45,19 +49,36 @@ class FitFolder:
         return shown
 
 
-def claim_fit_folder(root: str | Path, *, rank: int, world_size: int, job: bool = False) -> FitFolder:
-    """Register one more fit into ``root`` in this process and return where its results go (``job``: the
-    profiler found the process group, so rank 0 writes every rank's results in one file)."""
-    root = Path(root)
-    key = str(root.resolve())
-    _FITS[key] += 1
-    return FitFolder(root=root, fit=_FITS[key], rank=rank, world_size=max(1, world_size), job=job)
+class FitCallback:
+    """What both callbacks share: a Profiler for each fit, the folder the fit saves to, and its results.json."""
 
+    def __init__(self, out_dir: str | os.PathLike[str] = "perfscope-run", **profiler_kwargs: Any) -> None:
+        self.out_dir = Path(out_dir)
+        self.profiler_kwargs = profiler_kwargs
+        self.profiler: Profiler | None = None
+        self.folder: FitFolder | None = None
+        self.saved: Path | None = None
+        """results.json of the last fit (None before one ends, or when nothing could be saved)."""
 
-def announce(folder: FitFolder, saved: Path | None) -> None:
-    """One line on stderr (rank 0 only): a callback's user never calls save() and must learn where it went."""
-    if saved is None or folder.rank != 0:
-        return
-    where = saved.parent if folder.world_size == 1 or folder.job else saved.parent.parent / "rank*"
-    extra = f" (fit #{folder.fit} in this process; fit #1's results are kept in {folder.root})" if folder.fit > 1 else ""
-    print(f"perfscope: results and report in {where}{extra}", file=sys.stderr)
+    def _start(self, model: Any, optimizer: Any, defaults: dict[str, Any], *, rank: int, world_size: int) -> Profiler:
+        """The fit's Profiler (``profiler_kwargs`` over ``defaults``) and its folder, one more fit into ``out_dir``
+        in this process (a job whose profiler found the process group: one folder, rank 0 writes every rank's)."""
+        self.profiler = prof = Profiler(model, optimizer=optimizer, **{**defaults, **self.profiler_kwargs})
+        key = str(self.out_dir.resolve())
+        _FITS[key] += 1
+        self.folder = FitFolder(root=self.out_dir, fit=_FITS[key], rank=rank, world_size=max(1, world_size),
+                                job=prof.rank_place is not None)
+        return prof
+
+    def _save(self) -> None:
+        """Save the fit's results and say where, in one line on stderr (rank 0 only): a callback's user never calls
+        save() and must learn where they went."""
+        prof, folder, self.profiler = self.profiler, self.folder, None
+        if prof is None or folder is None:
+            return
+        self.saved = prof.save(folder.path)
+        if self.saved is None or folder.rank != 0:
+            return
+        where = self.saved.parent if folder.world_size == 1 or folder.job else self.saved.parent.parent / "rank*"
+        extra = f" (fit #{folder.fit} in this process; fit #1's results are kept in {folder.root})" if folder.fit > 1 else ""
+        print(f"perfscope: results and report in {where}{extra}", file=sys.stderr)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from pathlib import Path
 from typing import Any
 
 try:
@@ -21,8 +20,8 @@ except ImportError as exc:
 
 import torch
 
-from perfscope.hooks.integrations import FitFolder, announce, claim_fit_folder
-from perfscope.hooks.profiler import Profiler, leading_dim
+from perfscope.hooks.integrations import FitCallback
+from perfscope.hooks.profiler import leading_dim
 
 
 def args_settings(args: Any, model: Any) -> tuple[str | None, dict[str, Any], dict[str, Any]]:
@@ -82,16 +81,11 @@ def reported_to(args: Any) -> list[Any]:
     return found
 
 
-class PerfscopeTrainerCallback(TrainerCallback):
+class PerfscopeTrainerCallback(FitCallback, TrainerCallback):
     """Profiles `trainer.train()`; ``profiler_kwargs`` go to perfscope.Profiler (name, warmup_steps, capture_steps, ...)."""
 
     def __init__(self, out_dir: str | os.PathLike[str] = "perfscope-run", **profiler_kwargs: Any) -> None:
-        self.out_dir = Path(out_dir)
-        self.profiler_kwargs = profiler_kwargs
-        self.profiler: Profiler | None = None
-        self.folder: FitFolder | None = None
-        self.saved: Path | None = None
-        """results.json of the last train() (None before one ends, or when nothing could be saved)."""
+        super().__init__(out_dir, **profiler_kwargs)
         self._default_samples: int | None = None
         self._in_step = False
         self._seen: list[int] = []  # micro-batch sizes the forward hook saw since the last micro-step mark
@@ -105,9 +99,8 @@ class PerfscopeTrainerCallback(TrainerCallback):
         precision, config, declared = args_settings(args, model)
         defaults = {"device": args.device, "name": type(model).__name__ if model is not None else "hf-trainer", "precision": precision,
                     "loggers": reported_to(args) if "loggers" not in self.profiler_kwargs else ()}
-        self.profiler = prof = Profiler(model, optimizer=optimizer, **{**defaults, **self.profiler_kwargs})
-        self.folder = claim_fit_folder(self.out_dir, rank=getattr(args, "process_index", 0) or 0,
-                                       world_size=getattr(args, "world_size", 1) or 1, job=prof.rank_place is not None)
+        prof = self._start(model, optimizer, defaults, rank=getattr(args, "process_index", 0) or 0,
+                           world_size=getattr(args, "world_size", 1) or 1)
         if not prof.enabled:
             return
         prof.describe(declared={**declared, **self.folder.declared}, **config)
@@ -121,14 +114,11 @@ class PerfscopeTrainerCallback(TrainerCallback):
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
-        prof, self.profiler = self.profiler, None
-        if prof is None or self.folder is None:
-            return
-        if prof.enabled and prof.tokens_per_sample is None and len(self._seq_lens) == 1:
+        prof = self.profiler
+        if prof is not None and prof.enabled and prof.tokens_per_sample is None and len(self._seq_lens) == 1:
             prof.tokens_per_sample = next(iter(self._seq_lens))
             prof.describe(declared={"tokens_per_sample": f"{prof.tokens_per_sample}: the length of input_ids (padding included)"})
-        self.saved = prof.save(self.folder.path)
-        announce(self.folder, self.saved)
+        self._save()
 
     # --- steps
 

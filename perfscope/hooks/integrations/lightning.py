@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from pathlib import Path
 from typing import Any
 
 try:
@@ -21,8 +20,8 @@ except ImportError:
     except ImportError as exc:
         raise ImportError("perfscope.hooks.integrations.lightning needs Lightning: pip install lightning") from exc
 
-from perfscope.hooks.integrations import FitFolder, announce, claim_fit_folder
-from perfscope.hooks.profiler import Profiler, leading_dim
+from perfscope.hooks.integrations import FitCallback
+from perfscope.hooks.profiler import leading_dim
 
 PRECISIONS: dict[str, tuple[str | None, str]] = {
     "32-true": ("fp32", "fp32"),
@@ -74,19 +73,13 @@ def trainer_loggers(trainer: Any) -> list[Any]:
     return found
 
 
-class PerfscopeCallback(pl.Callback):
+class PerfscopeCallback(FitCallback, pl.Callback):
     """Profiles `trainer.fit`; ``profiler_kwargs`` go to perfscope.Profiler (name, warmup_steps, capture_steps, ...).
 
     perfscope's figures go to the Trainer's TensorBoard, W&B and MLflow loggers too (``loggers=[]`` to keep them out)."""
 
     def __init__(self, out_dir: str | os.PathLike[str] = "perfscope-run", **profiler_kwargs: Any) -> None:
-        super().__init__()
-        self.out_dir = Path(out_dir)
-        self.profiler_kwargs = profiler_kwargs
-        self.profiler: Profiler | None = None
-        self.folder: FitFolder | None = None
-        self.saved: Path | None = None
-        """results.json of the last fit (None before one ends, or when nothing could be saved)."""
+        super().__init__(out_dir, **profiler_kwargs)
         self._global_step = 0
         self._fetch_loop: Any = None  # the epoch loop whose fetch hooks we wrap
 
@@ -95,11 +88,10 @@ class PerfscopeCallback(pl.Callback):
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         precision, declared = trainer_settings(trainer)
         optimizers = getattr(trainer, "optimizers", None) or [None]
-        kwargs = {"device": pl_module.device, "name": type(pl_module).__name__, "precision": precision,
-                  "loggers": trainer_loggers(trainer), **self.profiler_kwargs}
-        self.profiler = prof = Profiler(pl_module, optimizer=optimizers[0], **kwargs)
-        self.folder = claim_fit_folder(self.out_dir, rank=getattr(trainer, "global_rank", 0) or 0,
-                                       world_size=getattr(trainer, "world_size", 1) or 1, job=prof.rank_place is not None)
+        defaults = {"device": pl_module.device, "name": type(pl_module).__name__, "precision": precision,
+                    "loggers": trainer_loggers(trainer)}
+        prof = self._start(pl_module, optimizers[0], defaults, rank=getattr(trainer, "global_rank", 0) or 0,
+                           world_size=getattr(trainer, "world_size", 1) or 1)
         self._global_step = trainer.global_step
         if not prof.enabled:
             return
@@ -118,11 +110,7 @@ class PerfscopeCallback(pl.Callback):
 
     def _finish(self) -> None:
         self._unwrap_fetches()
-        prof, self.profiler = self.profiler, None
-        if prof is None or self.folder is None:
-            return
-        self.saved = prof.save(self.folder.path)
-        announce(self.folder, self.saved)
+        self._save()
 
     # --- steps
 

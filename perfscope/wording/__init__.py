@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from perfscope.results.messages import Message
+from perfscope.wording.hooks import HOOKS
+from perfscope.wording.search import SEARCH
 
 
 def _joined(parts: str | list[str]) -> str:
@@ -113,6 +115,18 @@ def _not_timed(*, excluded: dict[str, int], spent: dict[str, float], elapsed: fl
         for why, n in excluded.items())
 
 
+def _contended(*, why: str | list[str], runs: int | None = None, gave_up_after: int | None = None,
+               budget: bool = False) -> str:
+    """A run other load spoiled (perfscope.trial.session): measured again, or not, and why not."""
+    if budget:
+        tail = "; not measured again: the budget would not allow it"
+    elif gave_up_after:
+        tail = f" (persisted through {gave_up_after} measurements: not measured again)"
+    else:
+        tail = f" (persisted through {runs} runs)" if runs else ""
+    return f"contended: {_joined(why)}{tail}"
+
+
 Wording = str | Callable[..., str]
 
 
@@ -179,11 +193,7 @@ WORDING: dict[str, Wording] = {
     "hypervisor_stole": "the hypervisor stole {cores:.2f} cores",
     "gpu_neighbours": "{count} other process(es) on the GPU",
     # why a run is not evidence (Trial.excluded)
-    "contended": lambda *, why: f"contended: {_joined(why)}",
-    "contended_budget": lambda *, why: f"contended: {_joined(why)}; not measured again: the budget would not allow it",
-    "contended_persisted": lambda *, why, runs: f"contended: {_joined(why)} (persisted through {runs} runs)",
-    "contended_given_up": lambda *, why, measurements: (f"contended: {_joined(why)} (persisted through {measurements} "
-                                                        "measurements: not measured again)"),
+    "contended": _contended,
     "contended_v2": "{text}",
     "warmup_discarded": "warm-up: the job's first run of this revision, discarded (cold caches and first fork)",
     "cancelled_by_interrupt": "cancelled: the sweep was interrupted (Ctrl-C) while it ran",
@@ -217,6 +227,7 @@ WORDING: dict[str, Wording] = {
     "watch_new_syncs": lambda *, step, changes: f"watch: the steps traced after step {step} show {'; '.join(changes)}",
     "watch_step_time_shifted": lambda *, began, at, detected, changes: (
         f"watch: step time shifted at step {began} ({at}), detected at step {detected}: " + "; ".join(changes)),
+    **HOOKS,  # the hooks' and measure/'s: a watch alarm's changes, the OOM snapshot, the memory window
     # notes on the sweep (Sweep.notes)
     "order_randomized": "baseline/candidate order within each pair randomized (seed {seed})",
     "gain_from_confirmation": ("the recommendation's gain comes from {runs} confirmation run(s) measured after it was "
@@ -272,8 +283,6 @@ WORDING: dict[str, Wording] = {
         "or counting failed)"),
     "eager_op_count": ("op calls are counted on the eager step (torch.compile does not trace under the counting "
                        "dispatch mode); what compiling removed shows as kernel launches of traced CUDA runs"),
-    "configuration_fingerprints_vary": ("the runs of {name} gave {variants} different fingerprints: the most common one "
-                                        "is compared"),
     "per_step_batch_differs": ("per step of {batch} samples against the baseline's {baseline}: per-step counts scale "
                                "with the batch"),
     # perfscope check / ab / baseline: how the comparison was made, and what to beware of
@@ -354,6 +363,23 @@ WORDING: dict[str, Wording] = {
     "profiler_already_running": "a torch.profiler was already running on this thread: it was left alone, no capture",
     "trace_unavailable": "trace unavailable",
     "capture_said": "{note}",  # perfscope.trace.capture's own words (its TraceCapture.note)
+    # notes on a FLOP count (TrialMetrics.flop_notes; perfscope.measure.flops)
+    "cpu_sdpa_formula": "CPU SDPA has no torch FLOP formula: counted with torch's SDPA formulas by perfscope",
+    "attention_recompute_excluded": ("attention backward's QKᵀ recompute ({share:.1%} of the FLOPs counted) is hardware "
+                                     "FLOPs only: excluded from model FLOPs (MFU), kept in HFU"),
+    "no_matmul_counted": "the FLOP counter saw no matmul/conv/attention: MFU is not meaningful for this model",
+    "flops_tp_share": ("the replica's step ÷ tp = {tp} (embeddings, norms and the head, replicated, are computed on every "
+                       "rank: a slight undercount per rank)"),
+    "flops_checkpointing": ("activation checkpointing of {blocks} blocks: the step as run recomputes {extra:+.0%} FLOPs "
+                            "(counted with checkpointing on: HFU > MFU)"),
+    "flops_pipeline_share": ("the unsplit model's step at micro-batch {micro} × {accumulation} ÷ {stages} stages (equal "
+                             "blocks per stage)"),
+    "flops_scaled": "the counted step had {counted} samples: scaled to {per_step} per step",
+    "flops_counted_again": lambda *, discarded: (f"counted again on a later step, the count of {', '.join(discarded)} "
+                                                 "being discarded: it was not a training step alone"),
+    "flops_counted_in_loop": ("counted on one optimizer step of the loop as it ran: with activation checkpointing the "
+                              "recomputed forward is included, and this MFU is then a hardware-FLOP figure (pass "
+                              "Profiler(flops_per_step=...))"),
     # unavailable: FLOPs
     "flops_disabled": "FLOP counting disabled for this trial",
     "flops_failed": "FLOP counting failed: {error}",
@@ -428,6 +454,7 @@ WORDING: dict[str, Wording] = {
     "points_unattributed": ("{points:+.1f} points unattributed: the trace's matmul time and the window's FLOPs "
                             "disagree"),
     **SEMANTICS,
+    **SEARCH,
 }
 
 
@@ -446,6 +473,11 @@ def _param(value: Any) -> Any:
     if isinstance(value, list):
         return [_param(v) for v in value]
     return value
+
+
+def joined(messages: list[Message]) -> str:
+    """The words of several messages as one line, "; "-joined (e.g. KnobOutcome.reason)."""
+    return "; ".join(words(m) for m in messages)
 
 
 def reason(unavailable: Mapping[str, Message], key: str, default: str = "") -> str:
