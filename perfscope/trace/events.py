@@ -79,9 +79,8 @@ class Event:
 
 
 KINDS = ("cpu_ops", "annotations", "runtime", "python", "device")
-"""The tables of a Trace (perfscope.trace.table): host ops, host record_function spans (ProfilerStep#N excluded),
-runtime calls, the user's own Python frames (is_user_frame, when recorded with stacks), device work (sorted by start,
-with its launch call's columns)."""
+"""The tables of a Trace: host ops, host record_function spans (ProfilerStep#N excluded), runtime calls, the user's
+own Python frames (is_user_frame), device work (sorted by start, with its launch call's columns)."""
 
 
 @dataclass(eq=False)
