@@ -68,7 +68,7 @@ def estimate_vs_measured(results: Results) -> list[Row]:
         gain = compare(runs, results.runs(base))
         if gain is None:
             continue
-        rows.append(Row(workers=workers, configuration=configuration, estimated=loader_estimate(ctx, wait, workers=workers).gain_with(workers),
+        rows.append(Row(workers=workers, configuration=configuration, estimated=loader_estimate(ctx, wait).gain_with(workers),
                         measured=gain))
     return sorted(rows, key=lambda r: r.workers)
 

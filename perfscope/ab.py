@@ -5,9 +5,7 @@ Design notes: docs/internals.md."""
 from __future__ import annotations
 
 import dataclasses
-import math
 import random
-import statistics
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -19,11 +17,11 @@ from perfscope.check.compat import find_differences
 from perfscope.check.gate import ErrorCode, GateOptions, GateReport
 from perfscope.check.metrics import Side
 from perfscope.check.paired import decide_paired
-from perfscope.check.structure import diff_fingerprints
+from perfscope.check.structure import diff_sides, runs_consensus
 from perfscope.errors import UserError
 from perfscope.measure.mfu import choose_peak
-from perfscope.results import Environment, Results, Trial, WorkloadInfo
-from perfscope.results.fingerprint import consensus
+from perfscope.report.reference import configuration_rate
+from perfscope.results import Environment, Results, WorkloadInfo
 from perfscope.results.messages import msg
 from perfscope.search.compare import paired_test
 from perfscope.trial.runner import TrialRunner
@@ -68,13 +66,9 @@ def _side(path: Path, options: ABOptions, out: Path) -> tuple[Results, AnalyzeOp
     info = WorkloadInfo(path=str(path), sha256=file_sha256(path), name=workload.name or path.stem,
                         declared=workload.declared())
     results = Results(perfscope_version=__version__, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                      command=["perfscope", *sys.argv[1:]], environment=_placeholder_environment(), workload=info)
+                      command=["perfscope", *sys.argv[1:]], workload=info,
+                      environment=Environment(device_type="unknown", device_name="(probing)"))  # the probe's, below
     return results, analyze, workload
-
-
-def _placeholder_environment():  # replaced by the probe's reading of the machine
-
-    return Environment(device_type="unknown", device_name="(probing)")
 
 
 def run_ab(options: ABOptions) -> GateReport:
@@ -97,7 +91,8 @@ def run_ab(options: ABOptions) -> GateReport:
         peak = choose_peak(sides["baseline"][0].environment, options.peak_tflops)
         for name in SIDES:  # one MFU denominator for both sides
             sides[name][0].peak = peak
-        order = measurement_order(options.rounds, seed := _seed(options))
+        seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**31)
+        order = measurement_order(options.rounds, seed)
         numbered: set[tuple[str, str]] = set()
         for name, warmup in order:
             trial = sessions[name].measure(name, configs[name])
@@ -117,10 +112,6 @@ def run_ab(options: ABOptions) -> GateReport:
 WARMUP = msg("warmup_discarded")
 
 
-def _seed(options: ABOptions) -> int:
-    return options.seed if options.seed is not None else random.SystemRandom().randrange(2**31)
-
-
 def measurement_order(rounds: int, seed: int) -> list[tuple[str, bool]]:
     """(side, is warm-up) in measurement order: one warm-up run of each, then ``rounds`` rounds of one run of each,
     every pair in its own random order (asv's `continuous` interleaves; a random order keeps a fixed position's
@@ -128,11 +119,6 @@ def measurement_order(rounds: int, seed: int) -> list[tuple[str, bool]]:
     rng = random.Random(seed)
     pairs = [rng.sample(SIDES, 2) for _ in range(rounds + 1)]
     return [(name, i == 0) for i, pair in enumerate(pairs) for name in pair]
-
-
-def _log_mean(runs: list[Trial]) -> float | None:
-    rates = [t.metrics.samples_per_s for t in runs if t.metrics and t.metrics.samples_per_s]
-    return math.exp(statistics.fmean(math.log(r) for r in rates)) if rates else None
 
 
 def _decide(base: Results, cand: Results, options: ABOptions) -> GateReport:
@@ -154,8 +140,7 @@ def _decide(base: Results, cand: Results, options: ABOptions) -> GateReport:
         found = find_differences(Side(results=cand, runs=cand_ok), Side(results=base, runs=base_ok),
                                  metric_ids={"samples_per_s"})
         report.differences = [dataclasses.replace(d, blocking=False) if d.what in REVISION_FIELDS else d for d in found]
-        prints = [[t.metrics.fingerprint for t in runs if t.metrics and t.metrics.fingerprint] for runs in (base_ok, cand_ok)]
-        report.structure = diff_fingerprints(consensus(prints[0])[0], consensus(prints[1])[0])
+        report.structure = diff_sides(runs_consensus(base_ok), runs_consensus(cand_ok), names=("baseline", "candidate"))
     if report.blocking_differences:
         return report
     if base.trials and not any(t.ok for t in base.trials):
@@ -168,8 +153,9 @@ def _decide(base: Results, cand: Results, options: ABOptions) -> GateReport:
         report.verdicts.append(dataclasses.replace(decide_paired(None, max_drop=options.max_drop), status="regression",
                                message=f"samples/s: candidate run {failed[0].name!r} ended {failed[0].status}: {failed[0].error}"))
         return report
-    verdict = decide_paired(paired_test(cand_runs, base_runs), max_drop=options.max_drop, baseline=_log_mean(base_runs), current=_log_mean(cand_runs),
-                            n_baseline=len(base_runs))
+    base_rate, cand_rate = configuration_rate(base, "baseline"), configuration_rate(cand, "candidate")  # geometric means
+    verdict = decide_paired(paired_test(cand_runs, base_runs), max_drop=options.max_drop, n_baseline=len(base_runs),
+                            baseline=base_rate and base_rate[0], current=cand_rate and cand_rate[0])
     if report.structure is not None and verdict.status != "pass":
         verdict = dataclasses.replace(verdict, message=f"{verdict.message}; {report.structure.summary()}")
     report.verdicts.append(verdict)

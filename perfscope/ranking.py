@@ -50,12 +50,9 @@ def tier_of(finding: Finding) -> Tier:
     return Tier.DIAGNOSIS
 
 
-def evidence_of(finding: Finding) -> Evidence:
-    if finding.gain is not None:
-        return Evidence.MEASURED
-    if finding.estimated_gain is not None:
-        return Evidence.ESTIMATED
-    return Evidence.NOT_QUANTIFIED
+EVIDENCE = {Tier.RECOMMENDED: Evidence.MEASURED, Tier.MEASURED_WIN: Evidence.MEASURED, Tier.NO_HELP: Evidence.MEASURED,
+            Tier.ESTIMATE: Evidence.ESTIMATED, Tier.DIAGNOSIS: Evidence.NOT_QUANTIFIED}
+"""What a tier's number rests on."""
 
 
 def finding_key(finding: Finding) -> tuple[int, float, int, float, int]:
@@ -125,7 +122,6 @@ class RankedFix:
 
     rank: int
     tier: Tier
-    evidence: Evidence
     findings: tuple[Finding, ...]
     gain: Gain | None = None
     recommendation: Recommendation | None = None
@@ -133,6 +129,10 @@ class RankedFix:
     @property
     def recommended(self) -> bool:
         return self.tier is Tier.RECOMMENDED
+
+    @property
+    def evidence(self) -> Evidence:
+        return EVIDENCE[self.tier]
 
     @property
     def finding(self) -> Finding | None:
@@ -197,10 +197,9 @@ def _fixes(results: Results, ranked: list[Finding], rec: Recommendation | None, 
     if rec is not None:
         mine = tuple(f for f in rest if (o := _knob_of(results, f)) is not None and o.knob in rec.knobs)
         rest = [f for f in rest if f not in mine]
-        out.append(RankedFix(rank=1, tier=Tier.RECOMMENDED, evidence=Evidence.MEASURED, findings=mine, gain=rec.gain,
-                             recommendation=rec))
+        out.append(RankedFix(rank=1, tier=Tier.RECOMMENDED, findings=mine, gain=rec.gain, recommendation=rec))
     for f in rest:
-        out.append(RankedFix(rank=len(out) + 1, tier=tier_of(f), evidence=evidence_of(f), findings=(f,), gain=_shown_gain(results, f, gain)))
+        out.append(RankedFix(rank=len(out) + 1, tier=tier_of(f), findings=(f,), gain=_shown_gain(results, f, gain)))
     return out
 
 
@@ -230,31 +229,12 @@ def changes_recipe(outcome: KnobOutcome) -> bool:
     return any(s.code != NUMERICS for s in outcome.changes_semantics)
 
 
-def _alternative(results: Results, rec: Recommendation | None, gain_by: GainOf) -> KnobOutcome | None:
-    floor = rec.gain.ratio if rec else 1.0
-    best: tuple[KnobOutcome, float] | None = None
-    for o in results.sweep.knobs if results.sweep else []:
-        gain = gain_by(o)
-        if o.status != "measured" or gain is None or not gain.faster or not changes_recipe(o):
-            continue
-        if rec is not None and o.knob in rec.knobs:
-            continue
-        if gain.ratio > floor and (best is None or gain.ratio > best[1]):  # a tie keeps the earlier knob
-            best = (o, gain.ratio)
-    return best[0] if best else None
-
-
-def _closest(results: Results, rec: Recommendation | None, gain_by: GainOf) -> KnobOutcome | None:
-    if rec is not None or results.sweep is None:
-        return None
-    base = baseline_configuration(results)
-    best: tuple[KnobOutcome, float] | None = None
-    for o in results.sweep.knobs:
-        gain = gain_by(o)
-        if o.status != "measured" or gain is None or o.trial == base or changes_recipe(o):
-            continue  # options that change the recipe are the alternative's business
-        if best is None or gain.ratio > best[1]:
-            best = (o, gain.ratio)
+def _best(knobs: list[tuple[KnobOutcome, Gain | None]], keep: Callable[[KnobOutcome, Gain], bool]) -> KnobOutcome | None:
+    """The measured knob with the highest gain that ``keep`` accepts; a tie keeps the earlier knob."""
+    best: tuple[KnobOutcome, Gain] | None = None
+    for o, g in knobs:
+        if o.status == "measured" and g is not None and keep(o, g) and (best is None or g.ratio > best[1].ratio):
+            best = (o, g)
     return best[0] if best else None
 
 
@@ -269,15 +249,18 @@ def rank_results(results: Results) -> Ranking:
         return gains[_outcome_key(o)]
 
     ordered = sorted(sweep_knobs, key=lambda o: knob_key(o, gain(o)))
+    gained = [(o, gain(o)) for o in sweep_knobs]
+    floor, base = rec.gain.ratio if rec else 1.0, baseline_configuration(results)  # what the alternative must beat
     return Ranking(
         fixes=_fixes(results, ranked, rec, gain),
-        no_help=[RankedFix(rank=i, tier=Tier.NO_HELP, evidence=Evidence.MEASURED, findings=(f,), gain=f.gain)
+        no_help=[RankedFix(rank=i, tier=Tier.NO_HELP, findings=(f,), gain=f.gain)
                  for i, f in enumerate(no_help, 1)],
         knobs=[o for o in ordered if o.status != "inapplicable"],
         folded=[o for o in ordered if o.status == "inapplicable"],
         gains=_gains(results, ordered, gain),
         recommendation=rec,
-        alternative=_alternative(results, rec, gain),
-        closest=_closest(results, rec, gain),
+        alternative=_best(gained, lambda o, g: g.faster and changes_recipe(o) and g.ratio > floor
+                          and not (rec is not None and o.knob in rec.knobs)),
+        closest=None if rec is not None else _best(gained, lambda o, g: o.trial != base and not changes_recipe(o)),
         knob_gains=gains,
     )

@@ -33,6 +33,13 @@ class Registry(list[T], Generic[T]):
             self.check(new)
         self.append(new)
 
+    def get(self, key: Hashable) -> T:
+        """The entry whose key is ``key`` (KeyError when none is)."""
+        for entry in self:
+            if self.key(entry) == key:
+                return entry
+        raise KeyError(key)
+
     @contextmanager
     def registered(self, new: T) -> Iterator[T]:
         """`register` for the length of a block."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from perfscope import wording_hooks
 from perfscope.results.messages import Message
 
 
@@ -113,6 +114,18 @@ def _not_timed(*, excluded: dict[str, int], spent: dict[str, float], elapsed: fl
         for why, n in excluded.items())
 
 
+def _contended(*, why: str | list[str], runs: int | None = None, gave_up_after: int | None = None,
+               budget: bool = False) -> str:
+    """A run other load spoiled (perfscope.trial.session): measured again, or not, and why not."""
+    if budget:
+        tail = "; not measured again: the budget would not allow it"
+    elif gave_up_after:
+        tail = f" (persisted through {gave_up_after} measurements: not measured again)"
+    else:
+        tail = f" (persisted through {runs} runs)" if runs else ""
+    return f"contended: {_joined(why)}{tail}"
+
+
 Wording = str | Callable[..., str]
 
 
@@ -179,11 +192,7 @@ WORDING: dict[str, Wording] = {
     "hypervisor_stole": "the hypervisor stole {cores:.2f} cores",
     "gpu_neighbours": "{count} other process(es) on the GPU",
     # why a run is not evidence (Trial.excluded)
-    "contended": lambda *, why: f"contended: {_joined(why)}",
-    "contended_budget": lambda *, why: f"contended: {_joined(why)}; not measured again: the budget would not allow it",
-    "contended_persisted": lambda *, why, runs: f"contended: {_joined(why)} (persisted through {runs} runs)",
-    "contended_given_up": lambda *, why, measurements: (f"contended: {_joined(why)} (persisted through {measurements} "
-                                                        "measurements: not measured again)"),
+    "contended": _contended,
     "contended_v2": "{text}",
     "warmup_discarded": "warm-up: the job's first run of this revision, discarded (cold caches and first fork)",
     "cancelled_by_interrupt": "cancelled: the sweep was interrupted (Ctrl-C) while it ran",
@@ -217,6 +226,7 @@ WORDING: dict[str, Wording] = {
     "watch_new_syncs": lambda *, step, changes: f"watch: the steps traced after step {step} show {'; '.join(changes)}",
     "watch_step_time_shifted": lambda *, began, at, detected, changes: (
         f"watch: step time shifted at step {began} ({at}), detected at step {detected}: " + "; ".join(changes)),
+    **wording_hooks.HOOKS,  # the hooks' and measure/'s: a watch alarm's changes, the OOM snapshot, the memory window
     # notes on the sweep (Sweep.notes)
     "order_randomized": "baseline/candidate order within each pair randomized (seed {seed})",
     "gain_from_confirmation": ("the recommendation's gain comes from {runs} confirmation run(s) measured after it was "
@@ -272,8 +282,6 @@ WORDING: dict[str, Wording] = {
         "or counting failed)"),
     "eager_op_count": ("op calls are counted on the eager step (torch.compile does not trace under the counting "
                        "dispatch mode); what compiling removed shows as kernel launches of traced CUDA runs"),
-    "configuration_fingerprints_vary": ("the runs of {name} gave {variants} different fingerprints: the most common one "
-                                        "is compared"),
     "per_step_batch_differs": ("per step of {batch} samples against the baseline's {baseline}: per-step counts scale "
                                "with the batch"),
     # perfscope check / ab / baseline: how the comparison was made, and what to beware of

@@ -42,7 +42,8 @@ def main(out: Path) -> None:
     loader = DataLoader(data, batch_size=BATCH, sampler=DistributedSampler(data, shuffle=False))
     returned: dict[str, str | None] = {}
 
-    prof = Profiler(model, opt, device="cpu", warmup_steps=WARMUP, name="ddp-hooks", capture_steps=CAPTURE, **QUIET)
+    prof = Profiler(model, opt, device="cpu", warmup_steps=WARMUP, name="ddp-hooks", capture_steps=CAPTURE, memory=True,
+                    **QUIET)
     for i, (x, y) in enumerate(prof.wrap(loader)):
         F.cross_entropy(model(x), y).backward()
         opt.step()

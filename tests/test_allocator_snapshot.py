@@ -16,6 +16,7 @@ import torch
 from torch.cuda import _memory_viz
 
 from perfscope.measure.allocator_snapshot import OomSnapshot, load_snapshot, summarize
+from perfscope.results.messages import Message, msg
 
 MiB = 1 << 20
 USER = [{"filename": "??", "line": 0, "name": "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc"},
@@ -99,7 +100,7 @@ def test_without_history_the_snapshot_still_comes_and_the_failed_size_is_the_obs
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU answer")
 def test_without_cuda_it_says_so_and_attaches_nothing(tmp_path: Path) -> None:
     oom = OomSnapshot(tmp_path)
-    assert not oom.start() and oom.unavailable == "no CUDA: no allocator snapshot on out-of-memory"
+    assert not oom.start() and oom.unavailable == msg("oom_snapshot_no_cuda")
 
 
 def test_a_snapshot_file_that_holds_a_class_is_refused_unopened(tmp_path: Path) -> None:
@@ -115,13 +116,14 @@ def test_a_snapshot_file_that_holds_a_class_is_refused_unopened(tmp_path: Path) 
 def test_the_hooks_observer_logs_one_warning_and_notes_the_snapshot(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from perfscope.measure.allocator_snapshot import on_oom_snapshot
 
-    notes: list[str] = []
+    notes: list[Message] = []
     oom = OomSnapshot(tmp_path, notes=notes, memory=_FakeMemory(), attach=lambda observer: None)
     assert oom.start()
     with caplog.at_level("WARNING", logger="perfscope"):
         oom.observe(0, 64 * MiB, 0, 0)
     assert [r.getMessage() for r in caplog.records] == [f"perfscope: CUDA out of memory on device 0, {oom.summary.text()}"]
-    assert notes == [f"CUDA out of memory, {oom.summary.text()}"]
+    assert notes == [msg("cuda_oom", device=0, held=oom.summary.message())]
+    assert notes[0].params["held"].params["sites"] == [["train.py:41 step", 12 * MiB], ["train.py:44 step", 2 * MiB]]
     assert on_oom_snapshot(torch.device("cpu"), tmp_path, notes) is None  # CPU: nothing attached
 
 

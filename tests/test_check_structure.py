@@ -170,12 +170,13 @@ def test_runs_agree_though_only_one_was_traced_and_their_allocator_peaks_move():
         if i == 0:
             fp.kernel_launches, fp.unavailable = {"compute kernels": 312}, {}
         runs.append(fp)
-    chosen, variants = consensus(runs)
-    assert variants == 1 and chosen.kernel_launches == {"compute kernels": 312} and chosen.unavailable == {}
+    picked = consensus(runs)
+    chosen = picked.fingerprint
+    assert picked.variants == 1 and picked.runs == 5 and chosen.kernel_launches == {"compute kernels": 312} and chosen.unavailable == {}
     assert chosen.memory.bytes == 1001 * 2**20  # the median peak
     other = copy.deepcopy(runs[1])
     other.op_calls = 11
-    assert consensus([*runs, other])[1] == 2 and consensus([*runs, other])[0].op_calls == 10
+    assert consensus([*runs, other]).variants == 2 and consensus([*runs, other]).fingerprint.op_calls == 10
 
 
 def test_a_sync_every_n_steps_is_named_from_the_window_and_periodic_phase_is_no_change():
@@ -196,5 +197,6 @@ def test_a_sync_every_n_steps_is_named_from_the_window_and_periodic_phase_is_no_
                            op_calls=1, ops={"aten::_local_scalar_dense": 1}, window_syncs=WindowSyncs(steps=40, sites={"train.py:42": 40}))
     assert [c.message.split(":")[0] for c in diff_fingerprints(step_base, per_step).changes] == ["+1 host sync per step"]
     # runs pool their windows: more steps resolve rarer syncs
-    pooled, variants = consensus([every10, same])
-    assert variants == 1 and pooled.window_syncs.steps == 83 and pooled.window_syncs.sites == {"train.py:42": 9}
+    picked = consensus([every10, same])
+    pooled = picked.fingerprint
+    assert picked.variants == 1 and pooled.window_syncs.steps == 83 and pooled.window_syncs.sites == {"train.py:42": 9}

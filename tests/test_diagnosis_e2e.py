@@ -63,7 +63,7 @@ def _assert_contention_reported(results: Results, configuration: str) -> None:
     runs = [t for t in results.trials if t.configuration == configuration and t.ok]
     assert runs and all(t.contended for t in runs), [t.excluded for t in runs]
     # each series of runs that stayed contended ends in a run that says so, with the load it saw
-    persisted = [t for t in runs if t.excluded.code in ("contended_persisted", "contended_given_up")]
+    persisted = [t for t in runs if {"runs", "gave_up_after"} & set(t.excluded.params)]
     warnings = [w for w in results.warnings
                 if w.code == "persistent_load" and w.params["spoiled"].get(configuration) == len(persisted)]
     assert persisted and len(warnings) == 1, (results.warnings, [t.excluded for t in runs])

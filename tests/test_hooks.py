@@ -58,6 +58,9 @@ def mlp_flops(batch: int) -> int:
 # ------------------------------------------------------------------------------------------ metrics
 
 
+SLOW_WARMUP_S = 1.0
+
+
 def test_step_count_warmup_and_short_last_batches() -> None:
     model, opt = make_model()
     loader = make_loader(100)  # 13 batches per epoch: 12 of 8 samples, then 4
@@ -66,7 +69,7 @@ def test_step_count_warmup_and_short_last_batches() -> None:
     for _ in range(2):
         for batch in prof.wrap(loader):
             if seen < 3:
-                time.sleep(0.3)  # slow warm-up steps: they must not reach the timings
+                time.sleep(SLOW_WARMUP_S)  # slow warm-up steps: they must not reach the timings
             train_step(model, opt, batch)
             prof.step()
             seen += 1
@@ -76,7 +79,7 @@ def test_step_count_warmup_and_short_last_batches() -> None:
     assert m.steps == 26 - 3 - 1  # warm-up and the FLOP-counting step (index 3) are not timed
     assert m.warmup_steps == 3
     assert len(m.step_times_s) == len(m.step_data_wait_s) == m.steps
-    assert max(m.step_times_s) < 0.3
+    assert max(m.step_times_s) < SLOW_WARMUP_S  # a timed step of this MLP is milliseconds, ~0.35 s on a loaded 2-core VM
     assert m.samples_per_step == BATCH and m.micro_batch_size == BATCH and m.grad_accum_steps == 1
     # Timed steps are 4..25; step i of each epoch's 13 is short (4 samples) when i % 13 == 12.
     expected = sum(4 if i % 13 == 12 else 8 for i in range(4, 26))
@@ -667,7 +670,7 @@ def test_capture_window_is_profiled_untimed_and_saved(tmp_path: Path, monkeypatc
     FakeTraceCapture.instances.clear()
     _fake_module(monkeypatch, "perfscope.trace.capture", TraceCapture=FakeTraceCapture)
     _fake_module(monkeypatch, "perfscope.trace.facts")  # no trace_facts: the fake trace cannot be analysed
-    prof = Profiler(device="cpu", warmup_steps=2, capture_steps=(2, 5), trace_dir=tmp_path / "tmp", **quiet())
+    prof = Profiler(device="cpu", warmup_steps=2, capture_steps=(2, 5), memory=True, trace_dir=tmp_path / "tmp", **quiet())
     for _ in prof.wrap([torch.zeros(4)] * 12):
         prof.step()
     (cap,) = FakeTraceCapture.instances

@@ -22,7 +22,7 @@ from perfscope.results import Results
 SCRIPT = Path(__file__).with_name("hooks_ddp_job.py")
 ROOT = Path(__file__).parents[1]
 STEPS, WARMUP, BATCH, TRACED = 25, 2, 8, 3  # per rank (hooks_ddp_job.py): steps 20-22 are traced
-MEMORY = 2  # steps 23-24: the memory-by-category window after the trace (Profiler(memory=True), the default)
+MEMORY = 2  # steps 23-24: the memory-by-category window after the trace (Profiler(memory=True))
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import torch
 from perfscope.hooks.profiler import Profiler
 from perfscope.results import TrialMetrics
 from perfscope.trace import memory_categories
+from perfscope.wording import words
 from tests.test_memory_categories import _Encoder as Encoder  # the same two-layer encoder, profiled directly there
 
 STEPS = 6
@@ -63,4 +64,4 @@ def test_a_failed_memory_window_is_a_reason_not_a_broken_loop(monkeypatch: pytes
     m = hooked_loop()
     assert m.memory_categories is None and m.trace_path is not None  # the trace and the timed steps are kept
     why = m.unavailable["memory_categories"]
-    assert why.code == "memory_categories_failed" and "no memory profile here" in why.params["error"]
+    assert why.code == "memory_categories_failed" and "no memory profile here" in words(why)

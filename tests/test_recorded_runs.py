@@ -37,7 +37,7 @@ def test_measured_beats_believed_on_a_recorded_run(path):
         if o.status == "measured" and o.gain is not None and not o.gain.faster and o.trial != results.sweep.baseline_trial:
             assert any(f.trial == o.trial for f in did_not_help), o.knob
     view = build_view(results)
-    if view.headline.recommended_knobs:
+    if view.story and view.story.recommended:
         assert view.findings[0].recommended and view.findings[0].gain_text in view.headline.gain
     else:
         assert view.headline.recommendation.startswith("Keep your configuration") and not any(f.recommended for f in view.findings)

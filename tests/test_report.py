@@ -88,10 +88,10 @@ def test_baseline_and_recommended_roles():
     assert step.change.endswith("faster") and step.better is True
     assert "p10–p90" in step.values[0].note
     assert view.headline.gain.startswith("1.8") and "99 % CI" in view.headline.gain
-    assert view.headline.recommended_knobs == ["amp_bf16", "dataloader_workers"]
+    assert view.story.recommended.knobs == ["amp_bf16", "dataloader_workers"]
     assert any(r.label == "Tokens" for r in view.headline.rows)  # tokens/s present in the factory
-    roles = {t.name: t.role for t in view.trials}
-    assert roles["baseline"] == "baseline" and roles["recommended"] == "recommended"
+    roles = {row[0].text: (row[0].tags, mark) for row, mark in zip(view.trials.rows, view.trials.marks, strict=True)}
+    assert roles["baseline"] == (["baseline"], "role-baseline") and roles["recommended"] == (["recommended"], "role-recommended")
 
 
 def test_failed_baseline_says_so_instead_of_numbers():
@@ -279,7 +279,7 @@ def test_markdown_has_headline_fixes_trials_failures():
     assert "| MFU | 33.6 %" in text
     assert "(estimated)" in text and "(measured, 99 % CI [" in text
     table = [line for line in text.splitlines() if line.startswith("| `baseline`")]
-    assert len(table) == 1 and table[0].count("|") == 9  # 8 columns, no stray pipes
+    assert len(table) == 1 and table[0].count("|") == 10  # 9 columns, no stray pipes
 
 
 def test_cli_report_writes_html_and_md(tmp_path, capsys):
@@ -339,13 +339,13 @@ def test_trace_diff_between_baseline_and_recommended_is_rendered():
 
     results = make_full_results()
     view = build_view(results)
-    assert view.trace_diff and view.trace_diff[0].category == "gemm"
-    gemm = view.trace_diff[0]
-    assert gemm.baseline.endswith(" ms") and gemm.change.startswith(("+", "-"))
+    assert view.trace_diff.rows and view.trace_diff.rows[0][0].text == "gemm"
+    _, baseline, recommended, change = (c.text for c in view.trace_diff.rows[0])
+    assert baseline.endswith(" ms") and change.startswith(("+", "-"))
     text = render_markdown(results)
-    assert "Where the time went" in text and f"| gemm | {gemm.baseline} | {gemm.recommended} | {gemm.change} |" in text
+    assert "Where the time went" in text and f"| gemm | {baseline} | {recommended} | {change} |" in text
     results.trial(results.sweep.recommended_trial).metrics.trace_facts = None
-    assert build_view(results).trace_diff == []
+    assert build_view(results).trace_diff.rows == []
 
 
 def test_headline_says_why_only_the_baseline_is_shown():

@@ -65,8 +65,9 @@ def test_the_data_loader_finding_shows_where_the_dataset_spends_its_time():
     results = _data_bound()
     view = build_view(results)
     data_fix = next(f for f in view.findings + view.no_change if f.rule_id == "PS201")
-    assert [r.function for r in data_fix.dataset_cost] == ["torch._C._fft.fft_irfft2", "__getitem__ (examples/cpu_heavy_dataset.py:23)"]
-    assert data_fix.dataset_cost[0].share == "45 %" and data_fix.dataset_cost[0].self_time == "4.2 ms"  # 0.27 s / 64 samples
+    rows = [[c.text for c in row] for row in data_fix.dataset_cost.rows]
+    assert [r[0] for r in rows] == ["torch._C._fft.fft_irfft2", "__getitem__ (examples/cpu_heavy_dataset.py:23)"]
+    assert rows[0][1:3] == ["45 %", "4.2 ms"]  # share; self time per sample: 0.27 s / 64 samples
     html = render_html(results)
     assert 'class="dataset-cost"' in html and "torch._C._fft.fft_irfft2" in html
     md = render_markdown(results)

@@ -29,19 +29,21 @@ def _section(html: str) -> str:
 def test_view_has_every_rank_the_communication_and_the_sharding_table():
     d = build_view(_run()).distributed
     assert d is not None and d.trial == "baseline"
-    assert [r.rank for r in d.ranks] == ["0", "1", "2", "3"] and [r.straggler for r in d.ranks] == [False, False, True, False]
-    straggler = d.ranks[2]
-    assert straggler.compute_step == "82.3 ms" and straggler.slowest and "30 % slower (garbage collection)" in straggler.note
-    assert d.ranks[0].collective == "45.0 ms" and d.ranks[0].exposed == "30.0 ms" and d.ranks[0].peak_memory == "10.0 GiB"
+    ranks = [dict(zip(d.ranks.header, row, strict=True)) for row in d.ranks.rows]
+    assert [r["Rank"].text for r in ranks] == ["0", "1", "2", "3"] and d.ranks.marks == ["", "", "straggler", ""]
+    straggler = ranks[2]
+    assert straggler["Own compute step"].text == "82.3 ms" and straggler["Rank"].tags == ["straggler", "slowest"]
+    assert "30 % slower (garbage collection)" in straggler["Rank"].note
+    assert [ranks[0][h].text for h in ("Collectives / step", "Exposed / step")] == ["45.0 ms", "30.0 ms"]
+    assert d.ranks.header[6].startswith("Peak memory") and ranks[0][d.ranks.header[6]].text == "10.0 GiB"
     comm = {f.label: f.value for f in d.communication}
     assert comm["Compute"] == "70.0 ms (70 % of the step)" and comm["Exposed collectives"] == "30.0 ms (30 % of the step)"
     assert comm["Overlap"].startswith("33 %")
-    (all_reduce, broadcast) = d.collectives
-    assert (all_reduce.bus, all_reduce.microbench, all_reduce.share) == ("12.0 GB/s", "40.0 GB/s at 25.0 MiB", "30 %")
-    assert broadcast.bus == "—"
-    assert [(r.strategy.split()[0], r.total, r.current) for r in d.sharding] == [
-        ("DDP", "4.0 GiB", True), ("ZeRO-1", "2.5 GiB", False), ("ZeRO-2", "1.8 GiB", False), ("ZeRO-3", "1.0 GiB", False)]
-    assert d.sharding[0].measured == "4.0 GiB (baseline)" and d.sharding[1].measured == "—"
+    (all_reduce, broadcast) = d.collectives.rows
+    assert [c.text for c in all_reduce[4:]] == ["12.0 GB/s", "40.0 GB/s at 25.0 MiB", "30 %"] and broadcast[4].text == "—"
+    assert [(r[0].text.split()[0], r[4].text, r[0].tags) for r in d.sharding.rows] == [
+        ("DDP", "4.0 GiB", ["this run"]), ("ZeRO-1", "2.5 GiB", []), ("ZeRO-2", "1.8 GiB", []), ("ZeRO-3", "1.0 GiB", [])]
+    assert d.sharding.rows[0][5].text == "4.0 GiB (baseline)" and d.sharding.rows[1][5].text == "—"
     assert {f.label: f.value for f in d.launch}["Ranks"] == "4 (1 node(s) × 4 per node)"
 
 
@@ -70,10 +72,10 @@ def test_html_shows_the_section_with_the_numbers_and_highlights_the_straggler():
 def test_markdown_has_a_compact_section():
     md = render_markdown(_run())
     section = md[md.index("## Distributed"):md.index("## Trials")]
-    assert "| 2 **straggler** (slowest) | `node-0` |" in section
+    assert "| 2 **straggler** **slowest** (straggler: 30 % slower (garbage collection)" in section and "| `node-0` |" in section
     assert "exposed collectives 30.0 ms (30 % of the step)" in section
     assert "| `all_reduce` | 12 | 40.5 ms | 400.0 MiB | 12.0 GB/s | 40.0 GB/s at 25.0 MiB | 30 % |" in section
-    assert "| DDP (this run) |" in section
+    assert "| DDP **this run** |" in section
 
 
 def test_single_process_run_has_no_distributed_section():

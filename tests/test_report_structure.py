@@ -111,3 +111,14 @@ def test_the_baselines_fingerprint_is_derived_once_for_every_knob(monkeypatch):
     monkeypatch.setattr(structure, "configuration_fingerprint", lambda r, name: asked.append(name) or real(r, name))
     effects = knob_effects(results)
     assert len(effects) >= 3 and asked.count("baseline") == 1
+
+
+def test_a_configuration_whose_runs_disagree_is_noted_by_name_as_the_gate_notes_a_side():
+    """The report's rows render check's one diff (`diff_sides`): the gate's fingerprints-differ note, naming the
+    configuration instead of the side."""
+    results = _results({"baseline": BASE, "amp_bf16": _bf16()})
+    other = copy.deepcopy(next(t for t in results.trials if t.configuration == "amp_bf16"))
+    other.name, other.metrics.fingerprint = "amp_bf16-r2", copy.deepcopy(BASE)
+    results.trials.append(other)
+    effect = knob_effects(results)["amp_bf16"]
+    assert effect.notes[0] == msg("fingerprints_differ", role="amp_bf16", runs=2, variants=2)

@@ -25,6 +25,7 @@ from perfscope.results.messages import legacy, msg
 from perfscope.trial.runner import Outcome
 from perfscope.trial.session import CONTENTION_RETRIES, PERSISTENT_AFTER, Progress, Session
 from perfscope.trial.spec import ChildSpec
+from perfscope.wording import words
 from tests.factories import make_trial
 from tests.waiting import wait_for, wait_gone
 
@@ -82,7 +83,7 @@ def test_a_contended_run_is_not_measured_again_when_the_budget_would_not_allow_i
     session.may_retry = lambda: False  # what the sweep sets when a retry would overrun its budget
     trial = session.measure("baseline", CONFIG)
     assert [t.name for t in session.results.trials] == ["baseline"] and not trial.evidence
-    assert trial.excluded and trial.excluded.code == "contended_budget" and trial.contended
+    assert trial.excluded == msg("contended", why=trial.metrics.contention, budget=True) and trial.contended
 
 
 def test_persistent_contention_excludes_every_run_and_warns(tmp_path: Path) -> None:
@@ -91,7 +92,7 @@ def test_persistent_contention_excludes_every_run_and_warns(tmp_path: Path) -> N
     runs = [t for t in session.results.trials if t.configuration == "baseline"]
     assert len(runs) == CONTENTION_RETRIES + 1 and not any(r.evidence for r in runs) and not trial.evidence
     assert session.results.runs("baseline") == []  # runs() lists evidence only
-    assert trial.excluded == msg("contended_persisted", why=trial.metrics.contention, runs=CONTENTION_RETRIES + 1)
+    assert trial.excluded == msg("contended", why=trial.metrics.contention, runs=CONTENTION_RETRIES + 1)
     (warning,) = session.results.warnings
     assert warning == msg("persistent_load", runs=CONTENTION_RETRIES + 1, spoiled={"baseline": 1},
                           last=warning.params["last"], gave_up_after=None)
@@ -121,7 +122,7 @@ def test_after_persistent_load_spoiled_a_few_measurements_a_contended_run_is_not
         session.measure("baseline", CONFIG)
     assert len(runner.specs) == PERSISTENT_AFTER * (CONTENTION_RETRIES + 1) + 2 and len(runner.script) == 1
     last = session.results.trials[-1]
-    assert last.excluded == msg("contended_given_up", why=last.metrics.contention, measurements=PERSISTENT_AFTER)
+    assert last.excluded == msg("contended", why=last.metrics.contention, gave_up_after=PERSISTENT_AFTER)
     (warning,) = session.results.warnings
     assert warning.params["spoiled"] == {"baseline": measurements} and warning.params["gave_up_after"] == PERSISTENT_AFTER
     assert session.measure("baseline", CONFIG).evidence  # a quiet run is evidence again
@@ -204,3 +205,14 @@ def test_a_dropped_runner_does_not_leave_its_zygote_behind(tmp_path: Path) -> No
     except psutil.NoSuchProcess:
         pass
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_one_contended_code_says_how_each_run_ended() -> None:
+    """One code, `contended`: whether the run was measured again is in its parameters (results.CONTENDED holds one
+    code, so a new ending cannot slip out of Trial.contended)."""
+    why = [msg("other_processes_busy", cores=1.0, cpus=2, beyond_quota=0)]
+    load = "contended: other processes used 1.00 cores of the 2 CPUs this run may use"
+    assert words(msg("contended", why=why)) == load
+    assert words(msg("contended", why=why, runs=3)) == f"{load} (persisted through 3 runs)"
+    assert words(msg("contended", why=why, gave_up_after=3)) == f"{load} (persisted through 3 measurements: not measured again)"
+    assert words(msg("contended", why=why, budget=True)) == f"{load}; not measured again: the budget would not allow it"

@@ -446,7 +446,7 @@ def test_a_candidate_whose_later_runs_are_all_contended_stops_at_max_runs():
     its evidence runs, or refinement never ends."""
     def contended(trial: Trial) -> None:
         if trial.configuration == "amp_bf16" and trial.repeat > 1:
-            trial.excluded = msg("contended_persisted", why=[load(1.5)], runs=3)
+            trial.excluded = msg("contended", why=[load(1.5)], runs=3)
         assert len(session.results.trials) < 200, "refinement did not stop"
 
     session = FakeSession(_step_time({"amp_bf16": 1.5}), edit=contended)
@@ -578,8 +578,8 @@ def check_real_sweep(results, out) -> None:
         if t.contended:
             remeasured = after is not None and after.configuration == t.configuration and after.repeat == t.repeat + 1
             named = any(t.configuration in w.params.get("spoiled", {}) for w in results.warnings)
-            refused = t.excluded.code == "contended_budget"  # the budget, not the load
-            persisted = t.excluded.code in ("contended_persisted", "contended_given_up")
+            refused = t.excluded.params.get("budget", False)  # the budget, not the load
+            persisted = bool({"runs", "gave_up_after"} & set(t.excluded.params))
             assert remeasured or (persisted and named) or refused, (t.name, t.excluded, results.warnings)
     assert sweep.recommended_trial in names
     assert sweep.recommended_trial == "baseline" or sweep.recommended_gain.faster

@@ -52,7 +52,7 @@ def test_a_sweep_stopped_mid_stack_recommends_the_part_of_the_stack_already_meas
     assert not session.results.runs("stack3-fused_optimizer")  # the stopped run is not evidence
     # every knob keeps its verdict, best first, and the story recommends the stack with bf16's caveat and what is left
     assert [o.knob for o in sweep.knobs[:3]] == ["amp_bf16", "compile", "fused_optimizer"]
-    story = build_story(session.results)
+    story = build_story(session.results, rank_results(session.results))
     assert story is not None and story.recommended is not None
     assert words(msg("numerics", change=msg("bf16_matmuls"))) in story.recommended.caveats
     line = recommendation_line(story)
@@ -82,7 +82,7 @@ def test_a_sweep_stopped_before_anything_was_decided_keeps_the_baseline():
     assert any(o.knob == "fused_optimizer" and o.status == "skipped" and "not reached" in (o.reason or "") for o in sweep.knobs)
     assert any(u.startswith("measuring") and "torch.compile" in u for u in sweep.unfinished)  # not reached: named
     assert "stopped_nothing_decided" in {n.code for n in sweep.notes}
-    story = build_story(session.results)
+    story = build_story(session.results, rank_results(session.results))
     assert story is not None and story.recommended is None
     assert recommendation_line(story).startswith("Keep your configuration")
 

@@ -114,7 +114,7 @@ def test_hooks_written_run_folder(tmp_path: Path) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     prof = Profiler(model, opt, device="cpu", warmup_steps=2, capture_steps=(2, 5), measure_ceiling=False,
                     sample_utilization=False, peak_tflops=1.0)
-    for _ in range(10):  # 2 warm-up, 2-4 traced, 5-6 memory by category, 7 FLOP-counting, 8-9 timed
+    for _ in range(10):  # 0-1 warm-up (1: the profiler's), 2-4 traced, 5 FLOP-counting, 6-9 timed
         x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
         F.cross_entropy(model(x), y).backward()
         opt.step()

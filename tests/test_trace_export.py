@@ -122,9 +122,9 @@ def test_hooks_capture_records_exactly_capture_steps_labelled_as_such(tmp_path: 
     assert sorted(p.name for p in (tmp_path / "run" / "trace").iterdir()) == ["rank0.json.gz"]
     assert sorted(int(n) for n in STEP.findall(_text(tmp_path / "run" / m.trace_path))) == [10, 11, 12]
     assert m.trace_facts.steps == 3
-    # 16 steps: 2 warm-up, 9 (the profiler's warm-up) + 10–12 profiled, 13-14 memory by category, 1 FLOP-counting
-    # step: 7 timed.
-    assert m.steps == 16 - 2 - 4 - 2 - 1
+    # 16 steps: 2 warm-up, 9 (the profiler's warm-up) + 10–12 profiled, 1 FLOP-counting step: 9 timed (no memory
+    # window: Profiler(memory=False), the default).
+    assert m.steps == 16 - 2 - 4 - 1
 
 
 def test_a_trace_dir_that_is_the_output_folder_leaves_no_trace_beside_results_json(tmp_path: Path) -> None:

@@ -18,6 +18,8 @@ import pytest
 from perfscope.hooks.clocks import ClockReading
 from perfscope.hooks.watch import Watch, WatchConfig
 from perfscope.measure.window import StepRecord
+from perfscope.results.messages import Message
+from perfscope.wording import words
 from tests.public_traces import public_trace
 from tests.test_live import Job, traced_steps
 
@@ -50,15 +52,21 @@ def test_a_data_wait_shift_is_caught_within_a_few_steps_and_named(seed: int, tmp
     times = noisy(n, seed)
     waits = [0.0002] * k + [0.008] * (n - k)  # 2 % of the step, then 8 ms more per step, all of it waiting for data
     times = [t + (0.008 if i >= k else 0.0) for i, t in enumerate(times)]
-    watch = Watch(WatchConfig(out=str(tmp_path)), capture=lambda n, d: True)
+    notes: list[Message] = []
+    watch = Watch(WatchConfig(out=str(tmp_path)), capture=lambda n, d: True, notes=notes)
     with caplog.at_level(logging.WARNING, logger="perfscope"):
         feed(watch, times, waits)
     assert len(watch.findings) == 1
     found = watch.findings[0]
     assert k <= found.began_step <= k + 1 and found.detected_step <= k + 6
     assert found.data_wait_share[0] < 0.05 and found.data_wait_share[1] > 0.3
-    assert re.search(r"data wait 2% → \d\d% of the step", found.text)
-    assert "the wait for data is" in found.text
+    assert re.search(r"data wait 2% → \d\d% of the step", "; ".join(found.changes))
+    assert "the wait for data is" in "; ".join(found.changes)
+    # the note on the run carries the changes as messages; the finding's file, their words
+    (note,) = notes
+    assert note.code == "watch_step_time_shifted" and note.params["detected"] == found.detected_step
+    assert [c.code for c in note.params["changes"]] == ["watch_step_time", "watch_data_wait", "watch_data_wait_added"]
+    assert [words(c) for c in note.params["changes"]] == found.changes
     assert [r.getMessage().startswith("perfscope watch: step time shifted at step") for r in caplog.records] == [True]
     written = json.loads((tmp_path / f"watch-step{found.detected_step}.json").read_text())
     assert written["began_step"] == found.began_step and written["capture"].endswith(f"capture-step{found.detected_step}")
@@ -68,7 +76,7 @@ def test_recompiles_are_named(tmp_path: Path) -> None:
     graphs = iter([3] + [5] * 1000)
     watch = Watch(WatchConfig(out=str(tmp_path)), capture=lambda n, d: False, graphs=lambda: next(graphs))
     feed(watch, [0.01] * 100 + [0.03] * 20)
-    assert len(watch.findings) == 1 and "2 torch.compile graph(s) compiled since the reference" in watch.findings[0].text
+    assert len(watch.findings) == 1 and "2 torch.compile graph(s) compiled since the reference" in watch.findings[0].changes
     assert watch.findings[0].capture is None
 
 

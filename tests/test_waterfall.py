@@ -69,7 +69,8 @@ def assert_adds_up(wf: MfuWaterfall | None) -> None:
     assert wf is not None
     total = sum(p.points for p in wf.available) + wf.end_points  # type: ignore[misc]
     assert total == pytest.approx(100.0, abs=1e-6)
-    assert abs(wf.residual_points) <= TOLERANCE_POINTS, (wf.residual_points, wf.notes)
+    residual = wf.part("residual").points
+    assert abs(residual) <= TOLERANCE_POINTS, (residual, wf.notes)
     assert all((p.points or 0.0) >= -1e-9 for p in wf.parts if p.key != "residual"), _points(wf)
 
 
@@ -89,7 +90,7 @@ def test_each_part_is_the_measured_share_the_identity_gives():
     assert p["gemm"] == pytest.approx(45.0 - 35.0)  # matmul-class 45 % of the step, its FLOPs at peak need HFU = 35 %
     assert p["recompute"] == pytest.approx(5.0)
     assert p["residual"] == pytest.approx(0.0, abs=1e-9)
-    assert wf.end_points == pytest.approx(30.0) and wf.mfu_points == pytest.approx(30.0)
+    assert wf.end_points == pytest.approx(30.0)  # the end bar is the MFU (basis "peak", below)
     assert wf.basis == "peak" and wf.denominator.params["tflops"] == 989.4
     assert p["padding"] is None and wf.part("padding").unavailable == msg("padding_unknown")
     assert p["communication"] is None  # one process: no collectives
@@ -139,7 +140,7 @@ def test_without_flops_mfu_is_unknown_and_the_chart_ends_at_the_matmul_share():
     results = _run(mfu=None, hfu=None, facts=_gpu_facts())
     results.trials[0].metrics.unavailable["mfu"] = why = msg("trace_no_flops")
     wf = mfu_waterfall(results)
-    assert wf.basis == "step time" and wf.mfu_points is None and wf.denominator.code == "denominator_step"
+    assert wf.basis == "step time" and wf.end_label != "MFU" and wf.denominator.code == "denominator_step"
     assert wf.denominator.params["why"] == why and wf.end_points == pytest.approx(45.0)
     for key in ("gemm", "recompute", "padding"):
         assert wf.part(key).points is None and wf.part(key).unavailable == msg("mfu_unknown", why=why)
@@ -211,7 +212,7 @@ def test_the_parts_add_up_on_every_fixture(name, results):
     short = _matmul_short_of_hfu(results)
     if short > TOLERANCE_POINTS:  # an impossible fixture (PS303's: GEMMs at 111 % of peak): said, not spread
         wf = mfu_waterfall(results)
-        assert wf.residual_points == pytest.approx(-short)
+        assert wf.part("residual").points == pytest.approx(-short)
         assert msg("points_unattributed", points=pytest.approx(-short)) in wf.notes
         return
     assert_adds_up(mfu_waterfall(results))
@@ -308,4 +309,4 @@ def test_the_accounting_reads_only_the_typed_results():
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert {m for m in imported if m.startswith("perfscope")} <= {"perfscope.results.model", "perfscope.results.roles",
-                                                                   "perfscope.results.messages"}
+                                                                   "perfscope.results.messages", "perfscope.results.breakdown"}

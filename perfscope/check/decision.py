@@ -68,11 +68,6 @@ class MetricCheck:
         if not 0 <= self.max_drop < 1:
             raise ValueError(f"max_drop must be in [0, 1), got {self.max_drop}")
 
-    @property
-    def limit(self) -> float:
-        """The ratio current/baseline beyond which the metric counts as dropped by more than max_drop."""
-        return 1 - self.max_drop if self.metric.higher_is_better else 1 + self.max_drop
-
     def evaluate(self, current: Side, baseline: Side, *, sessions: list[StoredSession] | None = None,
                  current_host: str = "", between_session: float | None = None,
                  between_host: float | None = None) -> Verdict:
@@ -119,29 +114,16 @@ class MetricCheck:
     def _decide(self, diff: float, se: float, df: float, common: dict[str, Any], *, decides: str,
                 basis: str = "") -> Verdict:
         """Regression, pass or inconclusive from the log difference, its standard error and degrees of freedom."""
-        title = self.metric.title
-        n_base, n_cur = common["n_baseline"], common["n_current"]
         half = t_quantile(1 - (1 - self.confidence) / 2, df) * se
         q, lo, hi = exp_or_inf(diff), exp_or_inf(diff - half), exp_or_inf(diff + half)
         mde = detectable_change(se, df, self.confidence, POWER)
-        common |= dict(change=q - 1, low=lo - 1, high=hi - 1, confidence=self.confidence, mde=mde)
-        sign = 1 if self.metric.higher_is_better else -1
-        beyond = sign * (q - self.limit) < 0
-        significant = (hi < 1) if sign > 0 else (lo > 1)
-        excluded = (lo > self.limit) if sign > 0 else (hi < self.limit)  # no drop beyond d inside the interval
-        where = f"; {basis}" if basis else ""
-        change = (f"{q - 1:+.1%} ({confidence_text(self.confidence)} interval {lo - 1:+.1%} .. {hi - 1:+.1%}; "
-                  f"{n_cur} vs {n_base} runs{where})")
-        tolerance = f"{self.max_drop:.1%} tolerance"
-        if beyond and significant:
-            return Verdict(status="regression", message=f"{title} {change}: worse than the {tolerance}", **common)
-        if excluded:
-            return Verdict(status="pass", message=f"{title} {change}: within the {tolerance}", **common)
+        common |= dict(mde=mde)
+        runs = f"{common['n_current']} vs {common['n_baseline']} runs" + (f"; {basis}" if basis else "")
         noise = "the noise between sessions" if basis else "this machine's run-to-run noise"
-        why = (f"past the {tolerance}, but within {noise}" if beyond else
-               f"the interval reaches past the {tolerance}: a drop larger than it is not excluded")
         mde_text = f" (it resolves changes of about {mde:.0%})" if mde is not None else ""
-        return Verdict(status="inconclusive", **common, message=f"{title} {change}: {why}{mde_text}; {decides}")
+        return judge(self.metric, self.max_drop, q, lo, hi, common, runs=runs, noise=noise,
+                     tail=f"{mde_text}; {decides}", confidence=self.confidence)
+
     def _step_test(self, current: Side, baseline: Side) -> float | None:
         try:
             a, b = self.metric.steps(current), self.metric.steps(baseline)
@@ -150,6 +132,29 @@ class MetricCheck:
         if len(a) < 2 or len(b) < 2:
             return None
         return mann_whitney_p(a[:20_000], b[:20_000])
+
+
+def judge(metric: Metric, max_drop: float, q: float, lo: float, hi: float, common: dict[str, Any], *, runs: str,
+          noise: str, confidence: float, tail: str = "") -> Verdict:
+    """The one decision rule of `check` and `ab`: regression when the ratio ``q`` (current / baseline) is past the
+    tolerance and its interval [lo, hi] excludes no change; pass when the interval excludes a drop past it;
+    otherwise inconclusive, saying why (``tail``: what would decide it)."""
+    limit = 1 - max_drop if metric.higher_is_better else 1 + max_drop
+    sign = 1 if metric.higher_is_better else -1
+    beyond = sign * (q - limit) < 0
+    significant = (hi < 1) if sign > 0 else (lo > 1)
+    excluded = (lo > limit) if sign > 0 else (hi < limit)  # no drop beyond the tolerance inside the interval
+    common = common | dict(change=q - 1, low=lo - 1, high=hi - 1, confidence=confidence)
+    head = (f"{metric.title} {q - 1:+.1%} ({confidence_text(confidence)} interval {lo - 1:+.1%} .. {hi - 1:+.1%}; "
+            f"{runs})")
+    tolerance = f"{max_drop:.1%} tolerance"
+    if beyond and significant:
+        return Verdict(status="regression", message=f"{head}: worse than the {tolerance}", **common)
+    if excluded:
+        return Verdict(status="pass", message=f"{head}: within the {tolerance}", **common)
+    why = (f"past the {tolerance}, but within {noise}" if beyond else
+           f"the interval reaches past the {tolerance}: a drop larger than it is not excluded")
+    return Verdict(status="inconclusive", message=f"{head}: {why}{tail}", **common)
 
 
 def _runs_needed(pooled_var: float, max_drop: float) -> str:
@@ -172,4 +177,4 @@ def _what_decides(spread: SessionSpread) -> str:
     return "more stored sessions (`perfscope baseline update`), more runs, or `perfscope ab` would decide it"
 
 
-__all__ = ["MetricCheck", "MetricUnavailable", "Status", "Verdict"]
+__all__ = ["MetricCheck", "MetricUnavailable", "Status", "Verdict", "judge"]

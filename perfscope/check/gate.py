@@ -19,9 +19,8 @@ from perfscope.check.compat import Difference, find_differences
 from perfscope.check.decision import MetricCheck, Verdict
 from perfscope.check.metrics import METRICS, Metric, MetricUnavailable, Side
 from perfscope.check.sessions import StoredSession
-from perfscope.check.structure import NoteCode, StructureDiff, StructureGate, StructureNote, diff_fingerprints
+from perfscope.check.structure import StructureDiff, StructureGate, diff_sides, runs_consensus
 from perfscope.results import Results, Trial
-from perfscope.results.fingerprint import Fingerprint, consensus
 from perfscope.results.messages import Message, msg
 from perfscope.results.roles import recommended_configuration
 from perfscope.wording import words
@@ -164,18 +163,6 @@ def _pick_runs(results: Results, name: str, role: str) -> tuple[str | None, list
     return configuration, runs, None
 
 
-def _fingerprint(files: list[Results], trial: str, role: Literal["baseline", "current"], notes: list[StructureNote]) -> Fingerprint | None:
-    """The fingerprint of a side's successful runs, contended ones included (a count does not depend on the
-    load): identical code gives identical ones, so disagreement is worth a note; the most common one stands."""
-    runs = [t for results in files for t in _pick_runs(results, trial, role)[1] if t.ok]
-    prints = [t.metrics.fingerprint for t in runs if t.metrics is not None and t.metrics.fingerprint is not None]
-    fingerprint, variants = consensus(prints)
-    if variants > 1:
-        notes.append(StructureNote(code=NoteCode.FINGERPRINTS_DIFFER, side=role,
-                                   message=msg("fingerprints_differ", role=role, runs=len(prints), variants=variants)))
-    return fingerprint
-
-
 def _slower(verdict: Verdict) -> bool:
     """A regression, or a change past the tolerance that the noise could not confirm: both want a cause."""
     if verdict.status == "regression":
@@ -211,11 +198,6 @@ def peak_kind(results: Results) -> PeakKind | None:
     if chosen_from(env.measured_ceiling_tflops):
         return PeakKind.MEASURED_CEILING
     return PeakKind.UNKNOWN
-
-
-def _both_measured_ceilings(current: Results, baseline: Results) -> bool:
-    same_device = current.environment.device_name == baseline.environment.device_name
-    return same_device and peak_kind(current) is peak_kind(baseline) is PeakKind.MEASURED_CEILING
 
 
 def _side(files: list[Results], options: GateOptions, role: str, source: str, report: GateReport) -> Side | None:
@@ -261,11 +243,6 @@ def _session_sides(history: BaselineHistory, options: GateOptions, base_side: Si
                  peak=base_side.mfu_peak, files=[s]) for s in history.sessions]
 
 
-def _session_note(history: BaselineHistory, sessions: list[Side]) -> Message:
-    hosts = sorted({s.environment.hostname for s in history.sessions if s.environment.hostname})
-    return msg("baseline_sessions", runs=[len(s.runs) for s in sessions], hosts=[h for h in hosts if h])
-
-
 def run_gate(
     current: Results | list[Results],
     baseline: Results | BaselineHistory,
@@ -288,17 +265,16 @@ def run_gate(
         return report
     if report.failed_current is None or cur_side.runs:
         # Structure first: it is counted, so contended runs (no timing evidence) still give it exactly.
-        notes: list[StructureNote] = []
-        base_fp = _fingerprint(list(history.sessions), options.trial, "baseline", notes)
-        cur_fp = _fingerprint(current_files, options.trial, "current", notes)
-        report.structure = diff_fingerprints(base_fp, cur_fp, options.fail_on_structure)
-        report.structure.notes[:0] = notes
+        base, cur = (runs_consensus(t for r in files for t in _pick_runs(r, options.trial, role)[1])
+                     for files, role in ((history.sessions, "baseline"), (current_files, "current")))
+        report.structure = diff_sides(base, cur, options.fail_on_structure)
         if options.fail_on_structure and not report.structure.compared:
             report.error(ErrorCode.STRUCTURE_NOT_COMPARED, "--fail-on-structure: " + "; ".join(str(n) for n in report.structure.notes))
     if not base_side.runs:
         report.error(ErrorCode.NO_EVIDENCE, "the baseline has no run usable as evidence (all excluded or failed)")
         return report
-    if _both_measured_ceilings(current_files[0], baseline):
+    same_device = current_files[0].environment.device_name == baseline.environment.device_name
+    if same_device and peak_kind(current_files[0]) is peak_kind(baseline) is PeakKind.MEASURED_CEILING:
         # A measured ceiling is a noisy reading of the same machine, not a property of the run: judge MFU
         # against the baseline's, so MFU moves exactly with throughput (what a datasheet peak guarantees).
         cur_side = Side(results=cur_side.results, runs=cur_side.runs, source=cur_side.source, peak=baseline.peak,
@@ -307,7 +283,8 @@ def run_gate(
     base_side = Side(results=baseline, runs=base_side.runs, source=base_side.source, peak=baseline.peak,
                      files=base_side.files)
     sessions = _session_sides(history, options, base_side)
-    report.notes.append(_session_note(history, sessions))
+    hosts = sorted({s.environment.hostname for s in history.sessions if s.environment.hostname})
+    report.notes.append(msg("baseline_sessions", runs=[len(s.runs) for s in sessions], hosts=hosts))
     if cur_side.runs:
         report.differences = []
         for session in sessions:  # every stored session: a history may span hosts, never hardware or software

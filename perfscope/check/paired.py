@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-from perfscope.check.decision import CONFIDENCE, POWER, Verdict
+from perfscope.check.decision import CONFIDENCE, POWER, Verdict, judge
 from perfscope.check.metrics import SAMPLES_PER_S
 from perfscope.results import Gain
-from perfscope.stats import confidence_text, power_at
+from perfscope.stats import power_at
 
 
 class PairedTest(Protocol):
@@ -63,21 +63,13 @@ def decide_paired(test: PairedTest | None, *, max_drop: float, baseline: float |
     gain = test.gain(CONFIDENCE)
     power, powered = power_text(test, max_drop)
     common |= dict(n_current=gain.runs, n_baseline=gain.reference_runs, change=gain.ratio - 1, power=power)
-    limit = 1 - max_drop
-    tolerance = f"{max_drop:.1%} tolerance"
     if not test.decidable or not (0 < gain.low <= gain.high < math.inf):
         return Verdict(status="inconclusive", **common, message=(
             f"{title} {gain.ratio - 1:+.1%}: no interval from {gain.runs} candidate run(s); {powered}"))
-    common |= dict(low=gain.low - 1, high=gain.high - 1, confidence=gain.confidence, mde=gain.mde)
-    change = (f"{gain.ratio - 1:+.1%} ({confidence_text(gain.confidence)} interval {gain.low - 1:+.1%} .. {gain.high - 1:+.1%}; "
-              f"{gain.runs} candidate runs interleaved with {gain.reference_runs} baseline runs; {powered})")
-    if gain.ratio < limit and gain.high < 1:
-        return Verdict(status="regression", message=f"{title} {change}: worse than the {tolerance}", **common)
-    if gain.low > limit:
-        return Verdict(status="pass", message=f"{title} {change}: within the {tolerance}", **common)
-    why = ("past the tolerance, but within this machine's run-to-run noise" if gain.ratio < limit else
-           f"the interval reaches past the {tolerance}: a drop larger than it is not excluded")
-    return Verdict(status="inconclusive", message=f"{title} {change}: {why}", **common)
+    common |= dict(mde=gain.mde)
+    runs = f"{gain.runs} candidate runs interleaved with {gain.reference_runs} baseline runs; {powered}"
+    return judge(SAMPLES_PER_S, max_drop, gain.ratio, gain.low, gain.high, common, runs=runs,
+                 noise="this machine's run-to-run noise", confidence=gain.confidence)
 
 
 __all__ = ["decide_paired", "power_text", "rounds_for_power"]

@@ -1,7 +1,7 @@
 """The structural gate: diff two fingerprints and name each change in words a user acts on.
 
     gates = parse_structure_gates("sync,flops:5%")
-    diff = diff_fingerprints(baseline_fp, current_fp, gates)
+    diff = diff_sides(runs_consensus(baseline_runs), runs_consensus(current_runs), gates)
     [c.message for c in diff.changes]     # "+1 host sync per step: aten::_local_scalar_dense (.item()) at m.py:42"
     diff.failed                            # the changes a chosen gate fails on
 
@@ -11,11 +11,14 @@ Design notes: docs/ci-gate.md.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal
 
-from perfscope.results.fingerprint import Fingerprint
+from perfscope.knobs.base import size
+from perfscope.results import Trial
+from perfscope.results.fingerprint import Consensus, Fingerprint, consensus
 from perfscope.results.messages import Message, msg
 from perfscope.wording import words
 
@@ -153,13 +156,6 @@ class StructureDiff:
 
 def _pct(before: float, after: float) -> str:
     return f"{(after - before) / before:+.0%}" if before else "new"
-
-
-def _bytes(n: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n:.0f} B"
 
 
 def _top(delta: Counter[str] | dict[str, float], fmt: str = "{:+g}", n: int = 3) -> str:
@@ -302,7 +298,7 @@ def _copies(base: Fingerprint, cur: Fingerprint) -> list[StructuralChange]:
         changes.append(StructuralChange(
             kind="copies", before=bb, after=ab, worse=ac > bc or ab > bb,
             message=f"{kind.replace('h2d', 'H2D').replace('d2h', 'D2H')} copies per step {bc} → {ac} "
-            f"({_bytes(bb)} → {_bytes(ab)})",
+            f"({size(bb)} → {size(ab)})",
         ))
     return changes
 
@@ -315,7 +311,7 @@ def _memory(base: Fingerprint, cur: Fingerprint) -> list[StructuralChange]:
     if abs(a - b) <= tolerance * b:
         return []
     return [StructuralChange(kind="memory", before=b, after=a, worse=a > b,
-                             message=f"allocator peak {_bytes(b)} → {_bytes(a)} ({_pct(b, a)}, beyond its ±{tolerance:.0%} "
+                             message=f"allocator peak {size(b)} → {size(a)} ({_pct(b, a)}, beyond its ±{tolerance:.0%} "
                              "run-to-run tolerance)")]
 
 
@@ -355,4 +351,21 @@ def diff_fingerprints(base: Fingerprint | None, cur: Fingerprint | None,
         both = base.memory is None and cur.memory is None
         diff.notes.append(StructureNote(code=NoteCode.MEMORY_NOT_GATED, side="both" if both else "baseline" if base.memory is None else "current",
                                         message=msg("memory_not_gated", both=both)))
+    return diff
+
+
+def runs_consensus(runs: Iterable[Trial]) -> Consensus:
+    """A side's fingerprint from its successful runs, contended ones included: a count does not depend on the load."""
+    return consensus([t.metrics.fingerprint for t in runs if t.ok and t.metrics is not None and t.metrics.fingerprint is not None])
+
+
+def diff_sides(base: Consensus, cur: Consensus, gates: tuple[StructureGate, ...] = (),
+               names: tuple[str, str] = ("baseline", "current")) -> StructureDiff:
+    """The one structural diff of two sides' runs, which the gate, ab and the report's knob rows render: their
+    consensus fingerprints diffed, after a note for each side whose runs disagreed (``names``: how each is named)."""
+    diff = diff_fingerprints(base.fingerprint, cur.fingerprint, gates)
+    sides: tuple[NoteSide, NoteSide] = ("baseline", "current")
+    diff.notes[:0] = [StructureNote(code=NoteCode.FINGERPRINTS_DIFFER, side=side, message=msg(
+                          "fingerprints_differ", role=name, runs=c.runs, variants=c.variants))
+                      for side, name, c in zip(sides, names, (base, cur), strict=True) if c.variants > 1]
     return diff

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from perfscope.measure.lazy_msg import msg
+
 if TYPE_CHECKING:
     from perfscope.results.messages import Message
     from perfscope.trace.memory_categories import MemoryByCategory
@@ -44,7 +46,7 @@ class CaptureWindow:
         """The step the running capture ends at (its own count of steps may be longer than asked), memory window included."""
         self.categories: MemoryByCategory | None = None
         """The memory window's breakdown once it ended (``categories``); else None and `categories_error` says why."""
-        self.categories_error: str | None = None
+        self.categories_error: Message | None = None
         self._memory: Any = None  # the memory window's profiler while it runs
         self._seen: list[MemoryByCategory] = []
         self.capture: Any = None
@@ -103,7 +105,7 @@ class CaptureWindow:
 
     def _memory_start(self) -> None:
         if torch.autograd._profiler_enabled():
-            self.categories_error = "a torch.profiler was already running on this thread"
+            self.categories_error = msg("memory_window_profiler_running")
             return
         from perfscope.trace.memory_categories import memory_window
 
@@ -111,7 +113,7 @@ class CaptureWindow:
             self._memory = memory_window(self.device_type, self._seen)
             self._memory.__enter__()
         except Exception as exc:  # noqa: BLE001 - the memory record is optional, the user's loop is not
-            self._memory, self.categories_error = None, f"{type(exc).__name__}: {exc}"
+            self._memory, self.categories_error = None, msg("exception", error=f"{type(exc).__name__}: {exc}")
 
     def _memory_step(self, index: int) -> None:
         """A memory-window step's end; the window's last breaks its profiled step down (torch's memory profile)."""
@@ -133,7 +135,7 @@ class CaptureWindow:
             error = error or f"{type(exc).__name__}: {exc}"
         self.categories = self._seen[0] if self._seen else None
         if self.categories is None:
-            self.categories_error = error or "the memory window ended before its profiled step"
+            self.categories_error = msg("exception", error=error) if error else msg("memory_window_ended_early")
 
     def stop(self) -> None:
         capture, self.capture = self.capture, None
@@ -157,10 +159,3 @@ class CaptureWindow:
     def missing(self) -> Message:
         """Why there is no trace."""
         return msg("trace_not_captured", notes=list(self.notes))
-
-
-def msg(code: str, **params: Any) -> Message:
-    """perfscope.results.messages.msg. A message, its model loaded only once there is something to say (a disabled Profiler imports nothing heavy)."""
-    from perfscope.results.messages import Message
-
-    return Message(code, params)

@@ -5,7 +5,7 @@ and the watch's clock readings (did the device, or the CPU, slow its clock when 
     sampler.start(); ...; sampler.check(); ...; sampler.stop()       # the first max_s seconds, not a week of samples
 
     read = clock_reader(torch.device("cuda"))    # NVML's SM clock and throttle reasons; psutil's CPU clock on CPU
-    throttled(read_at_reference, read_at_alarm)  # "GPU SM clock 1980 → 1410 MHz (-29%); throttling: HW thermal ..."
+    throttled(read_at_reference, read_at_alarm)  # msg("clock_throttled", ...): "GPU SM clock 1980 → 1410 MHz (-29%); ..."
 
 Design notes: docs/hooks.md.
 """
@@ -15,9 +15,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+from perfscope.measure.lazy_msg import msg
+
+if TYPE_CHECKING:
+    from perfscope.results.messages import Message
 
 CLOCK_DROP = 0.10
 """The least relative clock drop named as throttling."""
@@ -32,7 +37,7 @@ class ClockReading:
     """NVML's active throttle (clocks event) reasons that slow compute."""
 
 
-def throttled(before: ClockReading | None, after: ClockReading | None) -> str | None:
+def throttled(before: ClockReading | None, after: ClockReading | None) -> Message | None:
     """The change worth naming between two readings, or None (no reading, no drop, no new reason)."""
     if before is None or after is None or before.source != after.source:
         return None
@@ -40,12 +45,9 @@ def throttled(before: ClockReading | None, after: ClockReading | None) -> str | 
     fell = bool(before.mhz and after.mhz and after.mhz < (1 - CLOCK_DROP) * before.mhz)
     if not new and not fell:
         return None
-    parts = []
-    if before.mhz and after.mhz:
-        parts.append(f"{before.source} {before.mhz:.0f} → {after.mhz:.0f} MHz ({after.mhz / before.mhz - 1:+.0%})")
-    if new:
-        parts.append(f"throttling: {', '.join(new)} (NVML)")
-    return "; ".join(parts)
+    both = bool(before.mhz and after.mhz)
+    return msg("clock_throttled", source=before.source, before=before.mhz if both else None,
+               after=after.mhz if both else None, reasons=new)
 
 
 def clock_reader(device: torch.device) -> Callable[[], ClockReading | None]:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 import perfscope.hooks.observe as observe
+from perfscope.measure.lazy_msg import msg
 
 if TYPE_CHECKING:  # imported when counted: `import perfscope.hooks` stays light (no results model)
     from perfscope.measure.observation import FlopCount, Unavailable
@@ -82,8 +83,6 @@ class FlopStep:
         self.stop_observer()
         self.restarts.append(f"step {step_index} ({reason} inside it)")
         if len(self.restarts) >= MAX_FLOP_RESTARTS:
-            from perfscope.results.messages import msg
-
             self.unavailable = msg("flop_count_paused", reason=reason, tries=len(self.restarts))
         else:
             self.index = step_index + 1
@@ -116,8 +115,6 @@ class FlopStep:
             counter, self.counter = self.counter, None
             with contextlib.suppress(Exception):
                 counter.__exit__(None, None, None)
-            from perfscope.results.messages import msg
-
             self.unavailable = self.unavailable or msg("run_ended_in_flop_step")
         with contextlib.suppress(Exception):
             self.stop_observer()  # whether or not the counter started: the stance must not outlive the Profiler
@@ -125,7 +122,6 @@ class FlopStep:
     def count(self, samples_per_step: int | None) -> FlopCount | Unavailable:
         """FLOPs per optimizer step: the user's, else the counted step's scaled to the typical step's samples."""
         from perfscope.measure.observation import FlopCount, Unavailable
-        from perfscope.results.messages import msg
 
         if self.user_flops is not None:
             return FlopCount(model=float(self.user_flops), convention="user supplied (Profiler(flops_per_step=...))")
@@ -151,7 +147,6 @@ class FlopStep:
     def structure(self, flops: FlopCount | Unavailable) -> Any:
         """The fingerprint counted at this step, or why there is none."""
         from perfscope.measure.observation import Unavailable
-        from perfscope.results.messages import msg
 
         if self.fingerprint is not None:
             return self.fingerprint

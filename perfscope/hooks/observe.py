@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from perfscope.measure.lazy_msg import msg
+
 if TYPE_CHECKING:  # perfscope.results is not imported until results are built (a disabled Profiler stays light)
     from perfscope.results.config import CompileMode
     from perfscope.results.messages import Message
@@ -47,8 +49,6 @@ def compiled_flops_unavailable(what: str) -> Message | None:
     """Why a compiled model gets no FLOP count: None where the counted step can run it eagerly (torch >= 2.6)."""
     if eager_counting_available():
         return None
-    from perfscope.results.messages import msg
-
     return msg("compiled_flops_unseen", what=what)
 
 

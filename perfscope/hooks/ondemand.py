@@ -15,10 +15,10 @@ import warnings
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from perfscope.hooks.capture import CaptureWindow
 from perfscope.live import protocol as p
+from perfscope.measure.lazy_msg import words
 
 _CONTROLS: weakref.WeakSet[LiveControl] = weakref.WeakSet()
 """The live profilers of this process: the one signal handler wakes them all."""
@@ -219,7 +219,7 @@ class LiveControl:
                                         requested_step=self._requested_step, first_step=start,
                                         last_step=min(stop - 1, self._last_ended),
                                         trace=str(trace) if trace is not None else None,
-                                        error=None if trace is not None else _words(window.missing()),
+                                        error=None if trace is not None else words(window.missing()),
                                         memory=str(window.memory_path) if window.memory_path else None))
         self.window, self.request, self.flag = None, None, False
 
@@ -268,10 +268,3 @@ class LiveControl:
 
     def _status_path(self) -> Path:
         return self.control / f"status-{p.member(self.pid, self.host)}.json"
-
-
-def _words(message: Any) -> str:
-    """The answer's error in words (the protocol carries text; the wording loads only when a capture failed)."""
-    from perfscope.wording import words
-
-    return words(message)

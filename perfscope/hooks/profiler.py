@@ -80,7 +80,8 @@ class Profiler(Stepping, FrameworkCalls, Pausing, Handover):
             steps are not timed, nor the one before them (the profiler's warm-up step).
         memory: with capture_steps, two more untimed steps after them under torch.profiler's memory profile: the
             memory by category at the peak (parameters, gradients, optimizer state, activations, ...) that the
-            memory rules read, as an analyze trial records it (perfscope.trace.memory_categories).
+            memory rules read, as an analyze trial records it (perfscope.trace.memory_categories). Off by default:
+            torch's categorisation runs inside your step and takes seconds for a transformer (docs/hooks.md).
         trace_dir: the folder the trace (rank<R>.json.gz) is written to during the run (default: a temporary
             folder); save() copies it into <out>/trace/. A folder of traces only: HTA loads every file in it.
         peak_tflops: the MFU denominator, overriding the datasheet / measured ceiling.
@@ -117,7 +118,7 @@ class Profiler(Stepping, FrameworkCalls, Pausing, Handover):
         utilization_interval_s: float = 0.1,
         utilization_max_s: float = 600.0,
         capture_steps: tuple[int, int] | None = None,
-        memory: bool = True,
+        memory: bool = False,
         trace_dir: str | os.PathLike[str] | None = None,
         peak_tflops: float | None = None,
         measure_ceiling: bool = True,

@@ -27,7 +27,7 @@ from perfscope.measure.mfu import apply_utilization_ratios, choose_peak
 from perfscope.measure.observation import FirstStep, MemoryPeaks, RunObservation, Unavailable
 from perfscope.measure.utilization import current_cuda_index
 from perfscope.results import Results, Trial, TrialConfig, WorkloadInfo
-from perfscope.results.messages import Message, msg
+from perfscope.results.messages import msg
 from perfscope.tf32_api import matmul_tf32_enabled
 from perfscope.wording import words
 from perfscope.workload import file_sha256
@@ -126,7 +126,7 @@ def build_results(prof: RunState, *, ratios: bool = True) -> Results:
         excluded = prof.excluded
         why = msg("hooks_no_timed_step", seen=prof.steps_seen, warmup=prof.warmup_steps, excluded=dict(excluded))
         trial = Trial(status="skipped", error=words(why), **common)  # type: ignore[arg-type]
-        return Results(**head, trials=[trial], notes=_notes(notes + [why]))  # type: ignore[arg-type]
+        return Results(**head, trials=[trial], notes=[*notes, why])  # type: ignore[arg-type]
     metrics = build_trial_metrics(observation(prof, windows, peaks, config.micro_batch_size))
     if len(tally.per_step_samples) > 1:
         notes.append(msg("samples_per_step_varied", low=min(tally.per_step_samples), high=max(tally.per_step_samples)))
@@ -150,7 +150,7 @@ def build_results(prof: RunState, *, ratios: bool = True) -> Results:
     if ratios:  # a job's are applied once every rank reported (perfscope.measure.ranks.apply_job)
         apply_utilization_ratios(metrics, peak, env)
     trial = Trial(status="ok", metrics=metrics, **common)  # type: ignore[arg-type]
-    return Results(**head, trials=[trial], notes=_notes(notes))  # type: ignore[arg-type]
+    return Results(**head, trials=[trial], notes=notes)  # type: ignore[arg-type]
 
 
 def workload_info(prof: RunState) -> WorkloadInfo:
@@ -212,8 +212,3 @@ def _command() -> list[str]:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _notes(notes: list[Message | str]) -> list[Message]:
-    """The run's notes as messages; a str is measure/'s OOM snapshot note, still worded where it arises (code "text")."""
-    return [n if isinstance(n, Message) else msg("text", text=n) for n in notes]

@@ -75,8 +75,7 @@ class RunState:
     loader_config: Mapping[str, Any]
     described_config: Mapping[str, Any]
     declared: Mapping[str, Any]
-    notes: list[Message | str]
-    """Messages; a str is measure/allocator_snapshot's OOM note."""
+    notes: list[Message]
     environment: Environment | None
     """Read by an earlier results() (the ceiling probe runs once); None the first time."""
 
@@ -156,7 +155,7 @@ class ProfilerState:
     _loader_config: dict[str, Any]
     _described_config: dict[str, Any]
     _declared: dict[str, Any]
-    _results_notes: list[Message | str]
+    _results_notes: list[Message]
     _environment: Environment | None
     _failed: str | None
     _loggers: Loggers | None

@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfscope.hooks.clocks import ClockReading, throttled
+from perfscope.measure.lazy_msg import msg, words
 from perfscope.stats import robust_sigma
 
 if TYPE_CHECKING:
     from perfscope.measure.window import StepRecord
+    from perfscope.results.messages import Message
     from perfscope.results.trace_facts import SyncFacts
 
 LOG = logging.getLogger("perfscope")
@@ -63,11 +65,7 @@ class WatchFinding:
     """torch.compile graphs compiled between the reference and the alarm (None: nothing compiled)."""
     capture: str | None
     changes: list[str] = field(default_factory=list)
-
-    @property
-    def text(self) -> str:
-        return (f"step time shifted at step {self.began_step} ({self.began_at}), detected at step {self.detected_step}: "
-                + "; ".join(self.changes))
+    """In words (the note on the run, "watch_step_time_shifted", carries them as messages)."""
 
 
 @dataclass(slots=True)
@@ -82,7 +80,7 @@ class Watch:
     """The CUSUM over timed steps; see the module docstring."""
 
     def __init__(self, config: WatchConfig, *, capture: Callable[[int, Path], bool],
-                 graphs: Callable[[], int | None] = lambda: None, notes: list[Any] | None = None,
+                 graphs: Callable[[], int | None] = lambda: None, notes: list[Message] | None = None,
                  clocks: Callable[[], ClockReading | None] = lambda: None,
                  syncs: Callable[[Path], SyncFacts | None] | None = None) -> None:
         self.config = config
@@ -188,8 +186,9 @@ class Watch:
         tmp = path.with_suffix(".tmp")  # the job may end meanwhile (a daemon thread): the file is whole or as it was
         tmp.write_text(json.dumps(asdict(finding), indent=2) + "\n")
         tmp.replace(path)
-        LOG.warning("perfscope watch: the steps traced after step %d show %s", finding.detected_step, "; ".join(changes))
-        self._notes.append(msg("watch_new_syncs", step=finding.detected_step, changes=list(changes)))
+        note = msg("watch_new_syncs", step=finding.detected_step, changes=list(changes))
+        LOG.warning("perfscope %s", words(note))
+        self._notes.append(note)
 
     def _alarm(self, index: int) -> None:
         since = list(self._since)
@@ -200,21 +199,22 @@ class Watch:
         wait_after = sum(s.wait_s for s in since) / after_time if after_time > 0 else 0.0
         graphs = self._graphs()
         recompiles = graphs - (self._ref_graphs or 0) if graphs is not None else None
-        changes = [f"step time {_ms(before)} → {_ms(after)} ({after / before - 1:+.0%})",
-                   f"data wait {wait_before:.0%} → {wait_after:.0%} of the step"]
+        changes = [msg("watch_step_time", before=before, after=after),
+                   msg("watch_data_wait", before=wait_before, after=wait_after)]
         if recompiles:
-            changes.append(f"{recompiles} torch.compile graph(s) compiled since the reference")
+            changes.append(msg("watch_recompiles", graphs=recompiles))
         if clock := throttled(self._ref_clock, self._clocks()):
             changes.append(clock)
         added = after_time / len(since) - self._ref_time / len(self._reference)  # per step, means
         added_wait = sum(s.wait_s for s in since) / len(since) - self._ref_wait / len(self._reference)
         if added > 0 and added_wait >= 0.5 * added:
-            changes.append(f"the wait for data is {added_wait / added:.0%} of the {_ms(added)} added per step")
+            changes.append(msg("watch_data_wait_added", wait=added_wait, added=added))
         capture_dir = self.out / f"capture-step{index}"
-        began = since[0]
-        finding = WatchFinding(began_step=began.index, began_at=_iso(began.at), detected_step=index,
+        began, began_at = since[0], _iso(since[0].at)
+        note = msg("watch_step_time_shifted", began=began.index, at=began_at, detected=index, changes=changes)
+        finding = WatchFinding(began_step=began.index, began_at=began_at, detected_step=index,
                                step_time_s=(before, after), data_wait_share=(wait_before, wait_after),
-                               recompiles=recompiles, capture=None, changes=changes)
+                               recompiles=recompiles, capture=None, changes=[words(c) for c in changes])
         captured = self._request(capture_dir, finding, index)
         finding.capture = str(capture_dir) if captured else None
         self.findings.append(finding)
@@ -222,14 +222,9 @@ class Watch:
         (self.out / f"watch-step{index}.json").write_text(json.dumps(asdict(finding), indent=2) + "\n")
         where = (f"; its next {self.config.capture_steps} steps are traced into {capture_dir} (`perfscope trace` "
                  "reads them)") if captured else ""
-        LOG.warning("perfscope watch: %s%s", finding.text, where)
-        self._notes.append(msg("watch_step_time_shifted", began=finding.began_step, at=finding.began_at,
-                               detected=finding.detected_step, changes=list(finding.changes)))
+        LOG.warning("perfscope %s%s", words(note), where)
+        self._notes.append(note)
         self._reference = []  # a new reference from here: a later change is caught against the new regime
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3g} ms"
 
 
 def _iso(at: float) -> str:
@@ -242,10 +237,3 @@ def as_watch(watch: bool | WatchConfig | dict[str, Any], **kwargs: Any) -> Watch
         return None
     config = watch if isinstance(watch, WatchConfig) else WatchConfig(**watch) if isinstance(watch, dict) else WatchConfig()
     return Watch(config, **kwargs)
-
-
-def msg(code: str, **params: Any) -> Any:
-    """perfscope.results.messages.msg. The watch's note on the run as a message (its model loads only once the watch has something to say)."""
-    from perfscope.results.messages import Message
-
-    return Message(code, params)

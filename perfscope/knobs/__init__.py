@@ -71,11 +71,8 @@ REGISTRY: Registry[Knob] = Registry([
 ], key=lambda k: k.id, what="knob")
 
 
-def knob(knob_id: str) -> Knob:
-    for k in REGISTRY:
-        if k.id == knob_id:
-            return k
-    raise KeyError(knob_id)
+knob = REGISTRY.get
+"""The registered knob of an id (KeyError when none is)."""
 
 
 def knob_ids() -> list[str]:

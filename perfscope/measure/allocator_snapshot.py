@@ -13,7 +13,12 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from perfscope.measure.lazy_msg import msg, words
+
+if TYPE_CHECKING:
+    from perfscope.results.messages import Message
 
 LIVE = ("active_allocated", "active_awaiting_free")
 LOG = logging.getLogger("perfscope")
@@ -34,19 +39,14 @@ class SnapshotSummary:
     """The allocation that failed (the history's "oom" entry), when recorded."""
     path: str | None = None
 
+    def message(self) -> Message:
+        """What held the memory, as a message (its words: perfscope.wording's "oom_held")."""
+        return msg("oom_held", reserved=self.reserved_bytes, live=self.live_bytes, blocks=self.live_blocks,
+                   requested=self.requested_bytes, sites=[list(site) for site in self.sites[:3]], snapshot=self.path)
+
     def text(self) -> str:
-        held = f"{_bytes(self.reserved_bytes)} reserved, {_bytes(self.live_bytes)} in {self.live_blocks} live blocks"
-        asked = f", asking for {_bytes(self.requested_bytes)} more" if self.requested_bytes else ""
-        where = ("; most from " + ", ".join(f"{s} ({_bytes(b)})" for s, b in self.sites[:3])) if self.sites else \
-            "; who allocated them is unrecorded (history off)"
-        return f"at the OOM: {held}{asked}{where}" + (f"; snapshot {self.path} (pytorch.org/memory_viz)" if self.path else "")
-
-
-def _bytes(n: int) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n} B"
+        """The message's words: the log's warning, a trial's error line."""
+        return words(self.message())
 
 
 def summarize(snapshot: dict[str, Any], *, path: str | None = None) -> SnapshotSummary:
@@ -93,20 +93,20 @@ def load_snapshot(path: Path) -> dict[str, Any]:
 
 class OomSnapshot:
     """Attach the out-of-memory observer; on an OOM, dump the snapshot into ``out_dir`` (None: a perfscope-oom-*
-    temporary folder made then), summarize it, log it as one warning and add it to ``notes``.
+    temporary folder made then), summarize it, log it as one warning and add it to ``notes`` (a "cuda_oom" message).
 
     ``memory`` (torch.cuda.memory) and ``attach`` (torch._C._cuda_attach_out_of_memory_observer) are the seam a
     test replaces; nothing here raises into the job.
     """
 
     def __init__(self, out_dir: Path | None, *, rank: int = 0, history: bool = False, max_entries: int = 100_000,
-                 notes: list[str] | None = None, memory: Any = None,
+                 notes: list[Message] | None = None, memory: Any = None,
                  attach: Callable[[Callable[..., None]], None] | None = None) -> None:
         self.out_dir, self.rank, self.notes = out_dir, rank, notes
         self.history, self.max_entries = history, max_entries
         self._memory, self._attach = memory, attach
         self.summary: SnapshotSummary | None = None
-        self.unavailable: str | None = None
+        self.unavailable: Message | None = None
         self.started = False
 
     def start(self) -> bool:
@@ -117,7 +117,7 @@ class OomSnapshot:
             memory = self._memory if self._memory is not None else torch.cuda.memory
             attach = self._attach if self._attach is not None else getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
             if attach is None or (self._memory is None and not torch.cuda.is_available()):
-                self.unavailable = "no CUDA: no allocator snapshot on out-of-memory"
+                self.unavailable = msg("oom_snapshot_no_cuda")
                 return False
             if self.history:
                 memory._record_memory_history(max_entries=self.max_entries)
@@ -125,7 +125,7 @@ class OomSnapshot:
             self._memory, self.started = memory, True
             return True
         except Exception as exc:  # noqa: BLE001 - the snapshot is a diagnostic, never the job's problem
-            self.unavailable = f"allocator snapshot unavailable: {type(exc).__name__}: {exc}"
+            self.unavailable = msg("oom_snapshot_unavailable", error=f"{type(exc).__name__}: {exc}")
             return False
 
     def observe(self, device: int, alloc: int, device_allocated: int, device_free: int) -> None:
@@ -141,11 +141,12 @@ class OomSnapshot:
             self.summary = summarize(snapshot, path=str(path))
             if self.summary.requested_bytes is None:
                 self.summary.requested_bytes = int(alloc)
-            LOG.warning("perfscope: CUDA out of memory on device %s, %s", device, self.summary.text())
+            note = msg("cuda_oom", device=device, held=self.summary.message())
+            LOG.warning("perfscope: %s", words(note))
             if self.notes is not None:
-                self.notes.append(f"CUDA out of memory, {self.summary.text()}")
+                self.notes.append(note)
         except Exception as exc:  # noqa: BLE001 - an OOM handler that fails must not replace the OOM
-            self.unavailable = f"allocator snapshot failed at the OOM: {type(exc).__name__}: {exc}"
+            self.unavailable = msg("oom_snapshot_failed", error=f"{type(exc).__name__}: {exc}")
 
     def stop(self) -> None:
         """Stop the history; the observer stays attached (torch has no detach) but does nothing from here."""
@@ -155,7 +156,7 @@ class OomSnapshot:
                 self._memory._record_memory_history(enabled=None)
 
 
-def on_oom_snapshot(device: Any, out_dir: Path | None, notes: list[str]) -> OomSnapshot | None:
+def on_oom_snapshot(device: Any, out_dir: Path | None, notes: list[Message]) -> OomSnapshot | None:
     """The hooks' observer on a CUDA device (history off: nothing costs until an OOM); None elsewhere."""
     if getattr(device, "type", device) != "cuda":
         return None

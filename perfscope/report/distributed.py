@@ -12,8 +12,9 @@ import re
 from dataclasses import dataclass, field
 
 from perfscope.report.charts import Chart, rank_step_chart
-from perfscope.report.format import NA, Row, fmt_bytes, fmt_percent, fmt_rate, fmt_seconds
-from perfscope.results import DistributedFacts, RankMetrics, Results, ShardingMemory, Trial
+from perfscope.report.format import NA, Cell, Row, Table, fmt_bytes, fmt_percent, fmt_rate, fmt_seconds
+from perfscope.report.headline import memory_label
+from perfscope.results import DistributedFacts, Results, ShardingMemory, Trial
 from perfscope.wording import words
 
 CAUSES = {"gc": "garbage collection", "data": "data loading", "host contention": "host contention", "compute": "slow device or node",
@@ -21,55 +22,16 @@ CAUSES = {"gc": "garbage collection", "data": "data loading", "host contention":
 
 
 @dataclass(kw_only=True, slots=True)
-class RankRow:
-    rank: str
-    node: str
-    step_time: str  # wall / steps of its window
-    samples_per_s: str
-    data_wait: str
-    compute_step: str  # its window without gradient sync
-    peak_memory: str
-    collective: str  # per step, from its trace
-    exposed: str
-    straggler: bool = False
-    slowest: bool = False  # the rank that set the job's pace
-    note: str = ""  # the straggler in words
-
-
-@dataclass(kw_only=True, slots=True)
-class CollectiveRow:
-    op: str
-    calls: str  # per step
-    time: str  # per step
-    payload: str  # per step
-    bus: str  # achieved bus bandwidth
-    microbench: str  # the same collective alone
-    share: str  # achieved / micro-benchmark
-
-
-@dataclass(kw_only=True, slots=True)
-class ShardingRow:
-    strategy: str
-    parameters: str
-    gradients: str
-    optimizer_state: str
-    total: str
-    measured: str
-    current: bool = False  # the strategy the run used
-
-
-@dataclass(kw_only=True, slots=True)
 class DistributedView:
     trial: str
     launch: list[Row]
-    memory_label: str  # "allocator peak" | "host RSS"
-    ranks: list[RankRow]
+    ranks: Table  # every rank: step, own compute step (its window without gradient sync), memory, collectives
     stragglers: list[str]
     straggler_method: str
     communication: list[Row]
     communication_caption: str
-    collectives: list[CollectiveRow]
-    sharding: list[ShardingRow]
+    collectives: Table  # per step, achieved bus bandwidth beside the same collective alone
+    sharding: Table  # the training state per rank by strategy, the run's own marked
     chart: Chart | None
     notes: list[str] = field(default_factory=list)
 
@@ -95,19 +57,19 @@ def _ms(value: float | None) -> str:
     return fmt_seconds(value) if value is not None else "—"
 
 
-def _rank_row(r: RankMetrics, facts: DistributedFacts) -> RankRow:
-    straggler = next((s for s in facts.stragglers if s.rank == r.rank), None)
-    note = ""
-    if straggler is not None:
-        note = (f"straggler: {straggler.slower_by * 100:.0f} % slower ({CAUSES.get(straggler.cause, straggler.cause)}), "
-                f"slowest in {straggler.slowest_share * 100:.0f} % of the steps")
-    return RankRow(
-        rank=str(r.rank), node=r.node or "—", step_time=_ms(r.mean_step_time_s), samples_per_s=fmt_rate(r.samples_per_s, "samples/s"),
-        data_wait=fmt_percent(r.data_wait_share), compute_step=_ms(r.mean_local_step_time_s),
-        peak_memory=fmt_bytes(r.peak_memory_bytes) if r.peak_memory_bytes is not None else "—",
-        collective=_ms(r.collective_s_per_step), exposed=_ms(r.exposed_collective_s_per_step),
-        straggler=straggler is not None, slowest=r.rank == facts.slowest_rank, note=note,
-    )
+def _ranks(facts: DistributedFacts, results: Results) -> Table:
+    table = Table(header=["Rank", "Node", "Step (wall / steps)", "Samples/s", "Data wait", "Own compute step",
+                          memory_label(results), "Collectives / step", "Exposed / step"], align="llrrrrrrr")
+    for r in sorted(facts.ranks, key=lambda r: r.rank):
+        s = next((s for s in facts.stragglers if s.rank == r.rank), None)
+        note = "" if s is None else (f"straggler: {s.slower_by * 100:.0f} % slower ({CAUSES.get(s.cause, s.cause)}), "
+                                     f"slowest in {s.slowest_share * 100:.0f} % of the steps")
+        tags = (["straggler"] if s else []) + (["slowest"] if r.rank == facts.slowest_rank else [])
+        table.add(Cell(text=str(r.rank), tags=tags, note=note), Cell(text=r.node or "—", code=True),
+                  _ms(r.mean_step_time_s), fmt_rate(r.samples_per_s, "samples/s"), fmt_percent(r.data_wait_share),
+                  _ms(r.mean_local_step_time_s), fmt_bytes(r.peak_memory_bytes) if r.peak_memory_bytes is not None else "—",
+                  _ms(r.collective_s_per_step), _ms(r.exposed_collective_s_per_step), mark="straggler" if s else "")
+    return table
 
 
 def _launch(facts: DistributedFacts, trial: Trial) -> list[Row]:
@@ -129,10 +91,12 @@ def _launch(facts: DistributedFacts, trial: Trial) -> list[Row]:
     return [f for f in rows if f.value]
 
 
-def _communication(facts: DistributedFacts) -> tuple[list[Row], str, list[CollectiveRow]]:
+def _communication(facts: DistributedFacts) -> tuple[list[Row], str, Table]:
+    ops = Table(header=["Collective", "Calls / step", "Time / step", "Payload / step", "Bus (achieved)", "Bus (micro-benchmark)",
+                        "Of the link"], align="lrrrrrr")
     comm = facts.communication
     if comm is None:
-        return [], "", []
+        return [], "", ops
     share = comm.exposed_collective_s / comm.step_s if comm.step_s > 0 else None
     rows = [
         Row(label="Traced step", value=fmt_seconds(comm.step_s)),
@@ -146,26 +110,25 @@ def _communication(facts: DistributedFacts) -> tuple[list[Row], str, list[Collec
                + ": compute is the time some compute ran; exposed collective time had no compute beside it (what faster "
                  "communication would save). Bus bandwidth follows the NCCL-tests convention; the micro-benchmark runs the same "
                  "collective on the same group alone.")
-    ops = []
     for c in comm.collectives:
         ratio = c.bus_gbps / c.microbench_bus_gbps if c.bus_gbps is not None and c.microbench_bus_gbps else None
-        ops.append(CollectiveRow(
-            op=c.op, calls=f"{c.calls_per_step:g}", time=fmt_seconds(c.time_s_per_step),
-            payload=fmt_bytes(c.bytes_per_step) if c.bytes_per_step is not None else "—",
-            bus=f"{c.bus_gbps:.1f} GB/s" if c.bus_gbps is not None else "—",
-            microbench=(f"{c.microbench_bus_gbps:.1f} GB/s" + (f" at {fmt_bytes(c.microbench_bytes)}" if c.microbench_bytes else ""))
-            if c.microbench_bus_gbps is not None else "—",
-            share=fmt_percent(ratio, 0) if ratio is not None else "—",
-        ))
+        ops.add(Cell(text=c.op, code=True), f"{c.calls_per_step:g}", fmt_seconds(c.time_s_per_step),
+                fmt_bytes(c.bytes_per_step) if c.bytes_per_step is not None else "—",
+                f"{c.bus_gbps:.1f} GB/s" if c.bus_gbps is not None else "—",
+                (f"{c.microbench_bus_gbps:.1f} GB/s" + (f" at {fmt_bytes(c.microbench_bytes)}" if c.microbench_bytes else ""))
+                if c.microbench_bus_gbps is not None else "—",
+                fmt_percent(ratio, 0) if ratio is not None else "—")
     return rows, caption, ops
 
 
-def _sharding(rows: list[ShardingMemory], current: int | None) -> list[ShardingRow]:
-    return [ShardingRow(strategy=r.strategy, parameters=fmt_bytes(r.parameters), gradients=fmt_bytes(r.gradients),
-                        optimizer_state=fmt_bytes(r.optimizer_state), total=fmt_bytes(r.total),
-                        measured=(fmt_bytes(r.measured_total) + (f" ({r.measured_by})" if r.measured_by else "")) if r.measured_total is not None else "—",
-                        current=_stage(r.strategy) == current)
-            for r in sorted(rows, key=lambda r: _stage(r.strategy))]
+def _sharding(rows: list[ShardingMemory], current: int | None) -> Table:
+    table = Table(header=["Strategy", "Parameters", "Gradients", "Optimizer state", "Total (model)", "Measured"], align="lrrrrr")
+    for r in sorted(rows, key=lambda r: _stage(r.strategy)):
+        this = _stage(r.strategy) == current
+        measured = fmt_bytes(r.measured_total) + (f" ({r.measured_by})" if r.measured_by else "") if r.measured_total is not None else "—"
+        table.add(Cell(text=r.strategy, tags=["this run"] if this else []), fmt_bytes(r.parameters), fmt_bytes(r.gradients),
+                  fmt_bytes(r.optimizer_state), fmt_bytes(r.total), measured, mark="role-baseline" if this else "")
+    return table
 
 
 def distributed_view(results: Results, *, baseline: Trial | None, recommended: Trial | None) -> DistributedView | None:
@@ -182,9 +145,7 @@ def distributed_view(results: Results, *, baseline: Trial | None, recommended: T
     if facts.communication is not None:
         notes += [words(n) for n in facts.communication.notes]
     return DistributedView(
-        trial=trial.name, launch=_launch(facts, trial),
-        memory_label="allocator peak" if results.environment.device_type == "cuda" else "host RSS",
-        ranks=[_rank_row(r, facts) for r in sorted(facts.ranks, key=lambda r: r.rank)],
+        trial=trial.name, launch=_launch(facts, trial), ranks=_ranks(facts, results),
         stragglers=stragglers, straggler_method=facts.straggler_method,
         communication=communication, communication_caption=caption, collectives=ops,
         sharding=_sharding(facts.memory_model, _current_stage(trial, facts)),

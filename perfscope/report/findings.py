@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from perfscope.ranking import Evidence, RankedFix
-from perfscope.report.format import fmt_percent, fmt_seconds, gain_text
-from perfscope.report.story import Story, gain_words, interval_words
+from perfscope.report.format import Cell, Table, fmt_percent, fmt_seconds, gain_text
+from perfscope.report.story import Story, interval_words
 from perfscope.results import Finding, Gain, Results, Trial
 from perfscope.results.breakdown import WHOLE_STEP, StepSlice, addressed
 from perfscope.results.roles import dataset_profile
@@ -44,29 +44,8 @@ class FindingView:
     estimate_bound: str = ""  # the machine limit that bounds the estimate (or how far the fix can go)
     addresses_keys: list[str] = field(default_factory=list)  # slices of the baseline's step breakdown it acts on
     addresses: str = ""  # those slices in words, with their time: "data wait: 57.0 ms, 72 % of the baseline's step"
-    dataset_cost: list[ProfileRow] = field(default_factory=list)  # the data-loader finding: where the Dataset's time goes
+    dataset_cost: Table | None = None  # the data-loader finding: where the Dataset's time goes, per sample
     dataset_cost_caption: str = ""
-
-
-@dataclass(kw_only=True, slots=True)
-class SliceRow:
-    """One slice of the baseline's step-time breakdown, with the ranked fixes that act on it."""
-
-    label: str
-    time: str
-    share: str
-    fixes: str  # "#1, #3" or ""
-
-
-@dataclass(kw_only=True, slots=True)
-class ProfileRow:
-    """One function of the Dataset's profiled pass."""
-
-    function: str
-    share: str  # of the pass's profiled time
-    self_time: str  # per sample
-    cumulative: str  # per sample
-    calls: str  # per sample
 
 
 def diff_lines(fix: str) -> list[DiffLine]:
@@ -82,7 +61,7 @@ def diff_lines(fix: str) -> list[DiffLine]:
 def _finding_view(rank: int, f: Finding, evidence: Evidence, gain: Gain | None) -> FindingView:
     """One finding, its number worded as the ranking classed it (``gain``: the measured gain the report shows)."""
     if evidence is Evidence.MEASURED and gain is not None:
-        text, interval = gain_words(gain), interval_words(gain)
+        text, interval = gain_text(gain.ratio), interval_words(gain)
     elif evidence is Evidence.ESTIMATED and f.estimated_gain is not None:
         # A bound is worded as one: "up to 5.3× faster", never a promise of 5.3×.
         text, interval = ("up to " if f.upper_bound else "≈") + gain_text(f.estimated_gain), ""
@@ -117,11 +96,11 @@ def _recommended_view(fix: RankedFix, story: Story | None) -> FindingView:
     else:
         fixes = "\n".join(f.fix for f in mine if f.fix)
         evidence = [line for f in mine for line in
-                    ([f"{f.title}: alone {gain_words(f.gain)} ({interval_words(f.gain)})"] if f.gain else [f.title]) + f.evidence]
+                    ([f"{f.title}: alone {gain_text(f.gain.ratio)} ({interval_words(f.gain)})"] if f.gain else [f.title]) + f.evidence]
         refs = [link for f in mine if (link := _link(f.reference))]
         view = FindingView(rank=fix.rank, rule_id=", ".join(dict.fromkeys(f.rule_id for f in mine)) or "sweep",
                            title=("Apply together: " if len(rec.knobs) > 1 else "") + label, severity="high",
-                           gain_kind=Evidence.MEASURED.value, gain_text=gain_words(rec.gain), interval=interval_words(rec.gain),
+                           gain_kind=Evidence.MEASURED.value, gain_text=gain_text(rec.gain.ratio), interval=interval_words(rec.gain),
                            estimate_method="", evidence=evidence, fix=diff_lines(fixes) if fixes else [],
                            caveats=list(dict.fromkeys(caveats + [words(c) for f in mine for c in f.caveats])),
                            reference_url=refs[0] if refs else None, reference_text=refs[0] if refs else "",
@@ -165,6 +144,14 @@ def why_line(slices: list[StepSlice], views: list[FindingView]) -> str:
     return f"{top.label} is {top.share * 100:.0f} % of the baseline's step ({fmt_seconds(top.seconds)} of {fmt_seconds(sum(s.seconds for s in slices))}){where}"
 
 
+def breakdown_table(slices: list[StepSlice], marks: dict[str, list[int]]) -> Table:
+    """The baseline's step by slice (the first chart, as a table), each with the ranked fixes that act on it."""
+    table = Table(header=["Slice", "Per step", "Share", "Ranked fixes acting on it"], align="lrrl")
+    for s in slices:
+        table.add(s.label, fmt_seconds(s.seconds), f"{s.share * 100:.0f} %", ", ".join(f"#{r}" for r in marks.get(s.key, [])) or "—")
+    return table
+
+
 def point_at_breakdown(views: list[FindingView], slices: list[StepSlice]) -> dict[str, list[int]]:
     """Fill each ranked fix's `addresses` and return slice key -> the ranks of the fixes that act on it."""
     marks: dict[str, list[int]] = {}
@@ -183,8 +170,9 @@ def dataset_cost(view: FindingView, results: Results, trial: Trial | None) -> No
     if view.rule_id != "PS201" or profile is None or not profile.top:
         return
     n = max(profile.samples, 1)
-    view.dataset_cost = [ProfileRow(function=f.label, share=fmt_percent(f.self_share, 0), self_time=fmt_seconds(f.self_s / n),
-                                    cumulative=fmt_seconds(f.cumulative_s / n), calls=f"{f.calls / n:.3g}")
-                         for i, f in enumerate(profile.top) if i < 3 or f.self_share >= 0.005]  # slivers say nothing
+    view.dataset_cost = Table(header=["Function", "Share", "Self / sample", "With callees / sample", "Calls / sample"], align="lrrrr")
+    for f in (f for i, f in enumerate(profile.top) if i < 3 or f.self_share >= 0.005):  # slivers say nothing
+        view.dataset_cost.add(Cell(text=f.label, code=True), fmt_percent(f.self_share, 0), fmt_seconds(f.self_s / n),
+                              fmt_seconds(f.cumulative_s / n), f"{f.calls / n:.3g}")
     view.dataset_cost_caption = (f"Where __getitem__ and collate spend their time: {profile.samples} samples of the Dataset profiled in the "
                                  f"trial process (cProfile; times per sample, the profiler's overhead included)")

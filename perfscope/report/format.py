@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from perfscope.knobs.base import size
 
 NA = "n/a"
 
@@ -22,20 +24,40 @@ class Row:
     value: str
 
 
+@dataclass(kw_only=True, slots=True)
+class Cell:
+    """One value of a table or of the headline, with what is shown beside it."""
+
+    text: str
+    note: str = ""  # a second, quieter line: the p10–p90 range, why a value is n/a, a straggler in words
+    tags: list[str] = field(default_factory=list)  # short labels after the text: "straggler", "best", "this run"
+    code: bool = False  # a name set in monospace: an op, a function, a node
+    title: str = ""  # the page's hover text: a truncated name in full
+    style: str = ""  # the page's CSS class of the value: "status status-oom"
+
+
+@dataclass(kw_only=True, slots=True)
+class Table:
+    """A table as the view decided it, header and cells, which the page (reports/templates/_table.html.j2) and the
+    Markdown (report/markdown.py) each lay out as it is."""
+
+    header: list[str]
+    align: str  # a letter per column: "l" text, "r" a number
+    rows: list[list[Cell]] = field(default_factory=list)
+    marks: list[str] = field(default_factory=list)  # each row's highlight ("straggler", "best"; a CSS class), or ""
+
+    def add(self, *values: str | Cell, mark: str = "") -> None:
+        self.rows.append([v if isinstance(v, Cell) else Cell(text=v) for v in values])
+        self.marks.append(mark)
+
+
 def _missing(value: float | None) -> bool:
     return value is None or (isinstance(value, float) and not math.isfinite(value))
 
 
 def fmt_bytes(value: float | None) -> str:
     """Binary units, since device memory is sold and reported (nvidia-smi, torch) in GiB."""
-    if _missing(value):
-        return NA
-    size = float(value)  # type: ignore[arg-type]
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(size) < 1024:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"
+    return NA if _missing(value) else size(float(value))  # type: ignore[arg-type]
 
 
 def fmt_seconds(value: float | None) -> str:
@@ -90,5 +112,5 @@ def fmt_count(value: float | None) -> str:
 
 
 def gain_text(ratio: float) -> str:
-    """A throughput ratio in words; below 1 the candidate is slower (the words of perfscope.report.story.gain_words)."""
+    """A throughput ratio in words: "1.37× faster" / "16.41× slower", in the report and the terminal alike."""
     return f"{fmt_ratio(ratio)} faster" if ratio >= 1 else f"{fmt_ratio(1 / ratio)} slower"

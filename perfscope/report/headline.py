@@ -9,26 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from perfscope.report.format import NA, fmt_bytes, fmt_percent, fmt_rate, fmt_seconds, gain_text
+from perfscope.ranking import Recommendation
+from perfscope.report.format import NA, Cell, fmt_bytes, fmt_percent, fmt_rate, fmt_seconds, gain_text
 from perfscope.report.reference import configuration_rate, gain_figures
-from perfscope.report.story import (
-    Story,
-    alternative_line,
-    closest_line,
-    gain_words,
-    interval_words,
-    noise_words,
-    recommendation_line,
-    reference_words,
-)
+from perfscope.report.story import Story, interval_words, recommendation_line
 from perfscope.results import Gain, Results, Trial
 from perfscope.wording import reason
-
-
-@dataclass(kw_only=True, slots=True)
-class Cell:
-    text: str
-    note: str = ""  # a second, quieter line: the p10–p90 range, or why a value is n/a
 
 
 @dataclass(kw_only=True, slots=True)
@@ -45,7 +31,6 @@ class Headline:
     rows: list[HeadlineRow]
     gain: str = ""  # the recommendation's measured speed-up with its interval
     gain_significant: bool | None = None
-    recommended_knobs: list[str] = field(default_factory=list)
     message: str = ""  # shown instead of rows when there is nothing to compare
     lead: str = ""  # one sentence above the rows when only the baseline is shown, saying why
     recommendation: str = ""  # what to do, in one line (perfscope.report.story)
@@ -82,27 +67,33 @@ def tell(headline: Headline, story: Story | None) -> Headline:
     """The story's lines on the headline: what to do, its gain, settings, reference, noise, the alternative."""
     if story is None:
         return headline
-    headline.recommendation = recommendation_line(story)
-    r = story.recommended
-    if r is not None:
-        headline.settings = list(r.settings)
-        headline.reference = reference_words(r.gain)
-        headline.caveats = list(r.caveats)
-        headline.gain = f"{gain_words(r.gain)} ({interval_words(r.gain)})"
-        headline.gain_significant = r.gain.significant
-        headline.recommended_knobs = list(r.knobs)
-        headline.lead = ""
+    headline.recommendation, headline.lead = recommendation_line(story), ""
+    if (r := story.recommended) is not None:
+        g = r.gain
+        headline.settings, headline.caveats = list(r.settings), list(r.caveats)
+        headline.reference = (f"vs {g.reference}, {g.runs} run{'s' if g.runs != 1 else ''} against {g.reference_runs} "
+                              f"{g.reference} run{'s' if g.reference_runs != 1 else ''}")
+        headline.gain, headline.gain_significant = f"{gain_text(g.ratio)} ({interval_words(g)})", g.significant
     else:
         headline.reference = f"your configuration ({story.baseline}), measured in {story.baseline_runs} runs"
         headline.settings, headline.settings_label = list(story.baseline_settings), "Your settings"
-        headline.closest = closest_line(story)
-        headline.lead = ""
-    headline.noise = noise_words(story.noise)
-    headline.alternative = alternative_line(story)
+        headline.closest = ("no other configuration that keeps your training recipe was measured (see the knobs, the notes "
+                            "and the warnings)")
+        if (c := story.closest) is not None:  # how close the best measured option came
+            verdict = {"slower": "slower", "same": "no change", "undecided": "not significant"}.get(c.gain.verdict,
+                                                                                                  "not in the recommendation")
+            headline.closest = f"closest measured: {c.label}: {gain_text(c.gain.ratio)} ({interval_words(c.gain)}), {verdict}"
+    if (n := story.noise) is not None and n.sigma is not None:
+        mde = f"; one comparison detects changes of about {n.mde:.0%} or more" if n.mde is not None else ""
+        headline.noise = f"run-to-run noise ±{n.sigma:.1%} (σ of log throughput over {n.runs} baseline runs){mde}"
+    if (a := story.alternative) is not None:
+        headline.alternative = (f"Faster if you accept a change in semantics: {a.label}: {gain_text(a.gain.ratio)} "
+                                f"({interval_words(a.gain)}); caveat: {'; '.join(a.caveats)}")
     return headline
 
 
-def headline_view(results: Results, base: Trial | None, rec: Trial | None) -> Headline:
+def headline_view(results: Results, base: Trial | None, rec: Trial | None, recommendation: Recommendation | None) -> Headline:
+    """The rows; the recommendation's gain and words are the ranking's, told by `tell`."""
     if base is None:
         return Headline(columns=[], rows=[], message="No trials were recorded.")
     if not base.ok:
@@ -119,7 +110,7 @@ def headline_view(results: Results, base: Trial | None, rec: Trial | None) -> He
     bm = base.metrics
     rm = trials[-1].metrics
     assert bm is not None and rm is not None
-    gain = results.sweep.recommended_gain if results.sweep else None
+    gain = recommendation.gain if recommendation is not None else None
     # The figures the gain was computed from (report/reference.py): each run's rate-based figures are scaled to them.
     figures = gain_figures(results, gain, candidate=trials[-1].configuration) if both and gain else None
     rates = [figures.reference_rate, figures.rate] if figures else [t.metrics.samples_per_s for t in trials]  # type: ignore[union-attr]
@@ -163,7 +154,7 @@ def headline_view(results: Results, base: Trial | None, rec: Trial | None) -> He
         assert m is not None
         if m.peak_memory_bytes is None:
             return Cell(text=NA, note=_reason(t, "peak_memory_bytes"))
-        cap = m.device_memory_capacity_bytes or (results.environment.host_memory_bytes if not results.environment.device_type == "cuda" else None)
+        cap = m.device_memory_capacity_bytes or (results.environment.host_memory_bytes if results.environment.device_type != "cuda" else None)
         what = "device memory" if results.environment.device_type == "cuda" else "host memory"
         note = f"{m.peak_memory_bytes / cap * 100:.0f} % of {fmt_bytes(cap)} {what}" if cap else ""
         return Cell(text=fmt_bytes(m.peak_memory_bytes), note=note)
@@ -176,10 +167,6 @@ def headline_view(results: Results, base: Trial | None, rec: Trial | None) -> He
     rows.append(mem_row)
 
     headline = Headline(columns=[c for c, _ in shown], rows=rows)
-    if both and gain:
-        headline.gain = f"{gain_text(gain.ratio)} ({interval_words(gain)})"
-        headline.gain_significant = gain.significant
-        headline.recommended_knobs = list(results.sweep.recommended_knobs) if results.sweep else []
     if not both:
         if results.sweep is not None and results.sweep.recommended_trial == base.configuration:
             headline.lead = "The sweep found no configuration significantly faster than the baseline: the baseline is the recommendation."
@@ -194,7 +181,7 @@ def _rate_row(label: str, unit: str, values: list[float | None], both: bool, gai
     """A throughput row; its change is the measured gain (all runs, paired), the same number as the headline's."""
     row = HeadlineRow(label=label, values=[Cell(text=fmt_rate(v, unit)) for v in values])
     if both and gain is not None:
-        row.change, row.better = gain_words(gain), (gain.ratio > 1) if gain.significant else None
+        row.change, row.better = gain_text(gain.ratio), (gain.ratio > 1) if gain.significant else None
     elif both and values[0] and values[1]:
         ratio = values[1] / values[0]
         row.change, row.better = gain_text(ratio), ratio > 1 if abs(ratio - 1) >= 0.005 else None

@@ -94,6 +94,7 @@ def plotly_js() -> str:
 
 
 def charts_json(view: ReportView) -> str:
+    """Every chart of the page, "[]" when it has none (then the page carries no plotly.js)."""
     dist = view.distributed.chart if view.distributed else None
     charts = ([view.gain_chart] if view.gain_chart else []) + ([dist] if dist else []) + view.charts
     return script_json([{"id": c.id, "figure": c.figure} for c in charts])
@@ -101,11 +102,9 @@ def charts_json(view: ReportView) -> str:
 
 def render_view_html(view: ReportView) -> str:
     # The two Markup() values are the only unescaped inserts in the page; both were made safe above.
+    charts = charts_json(view)
     return template_environment().get_template("base.html.j2").render(
-        view=view,
-        plotly_js=Markup(plotly_js()) if view.charts or view.gain_chart or (view.distributed and view.distributed.chart) else "",
-        charts_json=Markup(charts_json(view)),
-    )
+        view=view, plotly_js=Markup(plotly_js()) if charts != "[]" else "", charts_json=Markup(charts))
 
 
 def render_html(results: Results, *, report_dir: Path | None = None) -> str:

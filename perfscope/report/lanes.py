@@ -10,20 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from perfscope.report.format import NA, fmt_seconds
-from perfscope.results.verdicts import LaneRecord, ParallelSweep
+from perfscope.report.format import NA, Table, fmt_seconds
+from perfscope.results.verdicts import ParallelSweep
 from perfscope.wording import words
-
-
-@dataclass(kw_only=True, slots=True)
-class LaneLine:
-    lane: str
-    device: str  # "GPU 1" or "—" (a CPU lane)
-    cores: str  # "2,3" or "not pinned" (a Slurm job's allocation, a remote Ray node)
-    level: str  # "0.66×" the median lane's A/A baseline, or n/a
-    runs: str
-    failures: str
-    dropped: str  # why the lane took no more runs, or ""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -33,7 +22,7 @@ class LanesView:
     sequential: str  # its runs' wall times summed: about the same runs one after another
     speedup: str  # sequential / wall, or ""
     spread: str  # the lane-to-lane A/A spread
-    lines: list[LaneLine] = field(default_factory=list)
+    lanes: Table  # each lane: device ("—" on a CPU), cores ("not pinned": a Slurm allocation, a Ray node), A/A level, runs, fate
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -43,26 +32,24 @@ class LanesView:
             timing = (f": {self.wall} of wall time, where its runs one after another would have taken about "
                       f"{self.sequential}" + (f" (speed-up {self.speedup})" if self.speedup else ""))
         spread = f"; lane-to-lane A/A spread {self.spread}" if self.spread != NA else ""
-        return f"Parallel sweep on {len(self.lines)} lane(s) through the {self.executor} executor{timing}{spread}."
-
-
-def _line(lane: LaneRecord) -> LaneLine:
-    return LaneLine(lane=str(lane.index), device=f"GPU {lane.device}" if lane.device is not None else "—",
-                    cores=",".join(map(str, lane.cpus)) if lane.cpus else "not pinned",
-                    level=f"{lane.level:.2f}×" if lane.level is not None else NA, runs=str(lane.runs),
-                    failures=str(lane.failures), dropped=lane.dropped or "")
+        return f"Parallel sweep on {len(self.lanes.rows)} lane(s) through the {self.executor} executor{timing}{spread}."
 
 
 def lanes_view(parallel: ParallelSweep | None) -> LanesView | None:
     if parallel is None:
         return None
     wall, sequential = parallel.wall_s, parallel.sequential_estimate_s
+    lanes = Table(header=["Lane", "Device", "Cores", "A/A level (vs the median lane)", "Runs", "Failed", "Dropped"], align="rllrrrl")
+    for lane in parallel.lanes:
+        lanes.add(str(lane.index), f"GPU {lane.device}" if lane.device is not None else "—",
+                  ",".join(map(str, lane.cpus)) if lane.cpus else "not pinned", f"{lane.level:.2f}×" if lane.level is not None else NA,
+                  str(lane.runs), str(lane.failures), lane.dropped or "—")
     return LanesView(
         executor=parallel.executor,
         wall=fmt_seconds(wall) if wall is not None else NA,
         sequential=fmt_seconds(sequential) if sequential else NA,
         speedup=f"{sequential / wall:.1f}×" if wall and sequential else "",
         spread=f"{parallel.aa_spread:.1%}" if parallel.aa_spread is not None else NA,
-        lines=[_line(lane) for lane in parallel.lanes],
+        lanes=lanes,
         notes=[words(n) for n in parallel.notes],
     )

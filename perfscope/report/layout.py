@@ -10,40 +10,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from perfscope.report.format import NA, fmt_bytes, fmt_percent, fmt_rate, fmt_seconds
+from perfscope.report.format import NA, Cell, Table, fmt_bytes, fmt_percent, fmt_rate, fmt_seconds
 from perfscope.results import LayoutRow, Results
 from perfscope.wording import words
 
 
 @dataclass(kw_only=True, slots=True)
-class LayoutLine:
-    rank: str  # 1, 2, ... by measured throughput per rank; "" when not measured
-    layout: str
-    status: str
-    micro_batches: str  # "16" or "4 × 4"
-    memory_model: str  # modelled state per rank
-    memory_measured: str  # the largest rank's state counted from its tensors
-    throughput: str  # the job's samples/s
-    per_rank: str  # samples/s per rank
-    communication: str  # collectives / step (exposed)
-    bubble: str  # measured (formula)
-    reason: str
-    trial: str
-    best: bool = False
-
-
-@dataclass(kw_only=True, slots=True)
 class LayoutView:
     world_size: int
-    measured: list[LayoutLine] = field(default_factory=list)
-    pruned: list[LayoutLine] = field(default_factory=list)
+    measured: Table  # ranked by measured throughput per rank, the best marked; failed ones last
+    pruned: Table  # not measured, each with why
     memory_limit: str = NA
     method: str = ""
     pipelines: list[str] = field(default_factory=list)  # each pipeline run's bubble: measured, replayed, formula
     notes: list[str] = field(default_factory=list)
 
 
-def _line(row: LayoutRow, rank: int | None) -> LayoutLine:
+def _micro_batches(row: LayoutRow) -> str:
+    """"4 × 4" (pipeline micro-batches × size), or "16" ("16 × 2 accum")."""
+    if row.pipeline_parallel > 1:
+        return f"{row.microbatches} × {row.micro_batch_size}"
+    return f"{row.micro_batch_size}" + (f" × {row.microbatches} accum" if row.microbatches > 1 else "")
+
+
+def _measured(row: LayoutRow, rank: int | None) -> list[str | Cell]:
     comm = NA
     if row.collective_s_per_step is not None:
         comm = fmt_seconds(row.collective_s_per_step)
@@ -52,30 +42,31 @@ def _line(row: LayoutRow, rank: int | None) -> LayoutLine:
     bubble = "—" if row.pipeline_parallel == 1 else (
         (fmt_percent(row.bubble, 0) if row.bubble is not None else NA)
         + (f" (formula {fmt_percent(row.bubble_formula, 0)})" if row.bubble_formula is not None else ""))
-    micro = (f"{row.microbatches} × {row.micro_batch_size}" if row.pipeline_parallel > 1
-             else f"{row.micro_batch_size}" + (f" × {row.microbatches} accum" if row.microbatches > 1 else ""))
-    return LayoutLine(
-        rank=str(rank) if rank else "", layout=row.layout, status=row.status, micro_batches=micro,
-        memory_model=fmt_bytes(row.memory_per_rank_bytes), memory_measured=fmt_bytes(row.measured_state_bytes),
-        throughput=fmt_rate(row.samples_per_s, "samples/s"), per_rank=fmt_rate(row.samples_per_s_per_rank, "samples/s"),
-        communication=comm, bubble=bubble,
-        reason=(f"{row.prune_reason}: {row.reason}" if row.prune_reason else row.reason or ""),
-        trial=row.configuration or "", best=rank == 1,
-    )
+    return [str(rank) if rank else "—", Cell(text=row.layout, tags=["best"] if rank == 1 else [], note=_reason(row)),
+            _micro_batches(row), fmt_bytes(row.memory_per_rank_bytes), fmt_bytes(row.measured_state_bytes),
+            fmt_rate(row.samples_per_s, "samples/s"), fmt_rate(row.samples_per_s_per_rank, "samples/s"), comm, bubble,
+            Cell(text=row.configuration or "", code=bool(row.configuration))]
+
+
+def _reason(row: LayoutRow) -> str:
+    return f"{row.prune_reason}: {row.reason}" if row.prune_reason else row.reason or ""
 
 
 def layout_view(results: Results) -> LayoutView | None:
     table = results.layouts
     if table is None or not table.rows:
         return None
-    ranked = table.measured()
-    order = {id(r): i + 1 for i, r in enumerate(ranked)}
     view = LayoutView(world_size=table.world_size, memory_limit=fmt_bytes(table.memory_limit_bytes), method=table.method,
-                      notes=[words(n) for n in table.notes])
-    for row in table.rows:
-        line = _line(row, order.get(id(row)))
-        (view.measured if row.status in ("measured", "failed") else view.pruned).append(line)
-    view.measured.sort(key=lambda x: (x.rank == "", int(x.rank) if x.rank else 0))
+                      notes=[words(n) for n in table.notes],
+                      measured=Table(header=["#", "Layout", "Micro-batches", "State / rank (model)", "State / rank (measured)",
+                                             "Samples/s", "Per rank", "Collectives / step", "Bubble", "Trial"], align="rlrrrrrrrl"),
+                      pruned=Table(header=["Layout", "Micro-batches", "State / rank (model)", "Why"], align="lrrl"))
+    order = {id(r): i + 1 for i, r in enumerate(table.measured())}
+    shown = [r for r in table.rows if r.status in ("measured", "failed")]
+    for row in sorted(shown, key=lambda r: order.get(id(r), len(order) + 1)):  # unranked (failed) last, in their order
+        view.measured.add(*_measured(row, order.get(id(row))), mark="best" if order.get(id(row)) == 1 else "")
+    for row in (r for r in table.rows if r.status not in ("measured", "failed")):
+        view.pruned.add(row.layout, _micro_batches(row), fmt_bytes(row.memory_per_rank_bytes), _reason(row))
     seen = set()
     for trial in results.ok_trials():
         facts = trial.metrics.distributed.parallel if trial.metrics and trial.metrics.distributed else None

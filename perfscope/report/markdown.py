@@ -13,18 +13,10 @@ import re
 from pathlib import Path
 
 from perfscope.report.distributed import DistributedView
-from perfscope.report.format import fmt_bytes
+from perfscope.report.format import Cell, Table, fmt_bytes
 from perfscope.report.lanes import LanesView
 from perfscope.report.layout import LayoutView
-from perfscope.report.story import (
-    alternative_line,
-    build_story,
-    closest_line,
-    interval_words,
-    noise_words,
-    recommendation_line,
-    reference_words,
-)
+from perfscope.report.story import interval_words
 from perfscope.report.view import FindingView, ReportView, build_view
 from perfscope.report.waterfall_chart import WaterfallView
 from perfscope.results import Results
@@ -63,6 +55,16 @@ def _table(header: list[str], rows: list[list[str]], align: list[str]) -> list[s
     return ["| " + " | ".join(header) + " |", "| " + " | ".join(sep) + " |", *("| " + " | ".join(r) + " |" for r in rows)]
 
 
+def _cell(c: Cell) -> str:
+    text = code(c.text, in_table=True) if c.code else md(c.text)
+    return text + "".join(f" **{md(t)}**" for t in c.tags) + (f" ({md(c.note)})" if c.note else "")
+
+
+def _grid(t: Table) -> list[str]:
+    """A Table of the view as it is (its page twin: reports/templates/_table.html.j2); nothing without rows."""
+    return _table(t.header, [[_cell(c) for c in row] for row in t.rows], list(t.align)) + [""] if t.rows else []
+
+
 def _finding(f: FindingView) -> list[str]:
     gain = f"{f.gain_text} ({f.gain_kind}{', ' + f.interval if f.interval else ''})" if f.gain_text else f"gain {f.gain_kind}"
     lines = [f"### {f.rank}. {md(f.title)} — {md(gain)}", ""]
@@ -80,9 +82,7 @@ def _finding(f: FindingView) -> list[str]:
     if f.evidence:
         lines.append("")
     if f.dataset_cost:
-        lines += [md(f.dataset_cost_caption) + ":", ""]
-        rows = [[code(r.function, in_table=True), md(r.share), md(r.self_time), md(r.cumulative), md(r.calls)] for r in f.dataset_cost]
-        lines += _table(["Function", "Share", "Self / sample", "With callees / sample", "Calls / sample"], rows, ["l", "r", "r", "r", "r"]) + [""]
+        lines += [md(f.dataset_cost_caption) + ":", ""] + _grid(f.dataset_cost)
     if f.fix:
         lines += block("\n".join(line.text for line in f.fix), "diff") + [""]
     if f.caveats:
@@ -113,26 +113,14 @@ def _distributed(d: DistributedView | None) -> list[str]:
     if d is None:
         return []
     out = ["## Distributed", "", f"Trial {code(d.trial)}: " + " · ".join(f"{md(f.label)} {md(f.value)}" for f in d.launch), ""]
-    rows = [[md(r.rank) + (" **straggler**" if r.straggler else "") + (" (slowest)" if r.slowest else ""), code(r.node, in_table=True),
-             md(r.step_time), md(r.samples_per_s), md(r.data_wait), md(r.compute_step), md(r.peak_memory), md(r.collective), md(r.exposed)]
-            for r in d.ranks]
-    out += _table(["Rank", "Node", "Step", "Samples/s", "Data wait", "Own compute step", f"Peak memory ({md(d.memory_label)})",
-                   "Collectives / step", "Exposed / step"], rows, ["l", "l", "r", "r", "r", "r", "r", "r", "r"]) + [""]
-    out += [f"- **Straggler** {md(s)}" for s in d.stragglers] + ([""] if d.stragglers else [])
+    out += _grid(d.ranks) + [f"- **Straggler** {md(s)}" for s in d.stragglers] + ([""] if d.stragglers else [])
     if d.straggler_method:
         out += [f"Stragglers: {md(d.straggler_method)}", ""]
     if d.communication:
         out += ["Communication vs compute per step: " + "; ".join(f"{md(f.label.lower())} {md(f.value)}" for f in d.communication), ""]
-    if d.collectives:
-        rows = [[code(c.op, in_table=True), md(c.calls), md(c.time), md(c.payload), md(c.bus), md(c.microbench), md(c.share)] for c in d.collectives]
-        out += _table(["Collective", "Calls / step", "Time / step", "Payload / step", "Bus (achieved)", "Bus (micro-benchmark)", "Of the link"],
-                      rows, ["l", "r", "r", "r", "r", "r", "r"]) + [""]
-    if d.sharding:
-        rows = [[md(r.strategy) + (" (this run)" if r.current else ""), md(r.parameters), md(r.gradients), md(r.optimizer_state), md(r.total),
-                 md(r.measured)] for r in d.sharding]
-        out += ["Training state per rank by strategy (the memory model; measured where a run used it):", ""]
-        out += _table(["Strategy", "Parameters", "Gradients", "Optimizer state", "Total (model)", "Measured"], rows,
-                      ["l", "r", "r", "r", "r", "r"]) + [""]
+    out += _grid(d.collectives)
+    if d.sharding.rows:
+        out += ["Training state per rank by strategy (the memory model; measured where a run used it):", ""] + _grid(d.sharding)
     return out + [md(n) for n in d.notes] + ([""] if d.notes else [])
 
 
@@ -153,16 +141,7 @@ def layout_markdown(view: LayoutView | None) -> list[str]:
     if view is None:
         return []
     out = ["## Layouts", "", f"World size {view.world_size}; a rank may hold {md(view.memory_limit)}. {md(view.method)}", ""]
-    rows = [[md(x.rank or "—"), md(x.layout) + (" **best**" if x.best else ""), md(x.micro_batches), md(x.memory_model),
-             md(x.memory_measured), md(x.throughput), md(x.per_rank), md(x.communication), md(x.bubble),
-             code(x.trial, in_table=True) if x.trial else "", md(x.reason)] for x in view.measured]
-    out += _table(["#", "Layout", "Micro-batches", "State / rank (model)", "State / rank (measured)", "Samples/s", "Per rank",
-                   "Collectives / step", "Bubble", "Trial", "Note"], rows, ["r", "l", "r", "r", "r", "r", "r", "r", "r", "l", "l"]) + [""]
-    if view.pruned:
-        out += ["Pruned, not measured:", ""]
-        out += _table(["Layout", "Micro-batches", "State / rank (model)", "Why"],
-                      [[md(x.layout), md(x.micro_batches), md(x.memory_model), md(x.reason)] for x in view.pruned],
-                      ["l", "r", "r", "l"]) + [""]
+    out += _grid(view.measured) + (["Pruned, not measured:", ""] + _grid(view.pruned) if view.pruned.rows else [])
     out += [f"- {md(p)}" for p in view.pipelines] + ([""] if view.pipelines else [])
     return out + [md(n) for n in view.notes] + ([""] if view.notes else [])
 
@@ -171,12 +150,7 @@ def lanes_markdown(view: LanesView | None) -> list[str]:
     """A parallel sweep's section (perfscope.report.lanes): the time it took, and each lane."""
     if view is None:
         return []
-    rows = [[md(x.lane), md(x.device), md(x.cores), md(x.level), md(x.runs), md(x.failures), md(x.dropped or "—")]
-            for x in view.lines]
-    out = ["## Lanes", "", md(view.summary), ""]
-    out += _table(["Lane", "Device", "Cores", "A/A level (vs the median lane)", "Runs", "Failed", "Dropped"], rows,
-                  ["r", "l", "l", "r", "r", "r", "l"]) + [""]
-    return out + [f"- {md(n)}" for n in view.notes] + ([""] if view.notes else [])
+    return ["## Lanes", "", md(view.summary), ""] + _grid(view.lanes) + [f"- {md(n)}" for n in view.notes] + ([""] if view.notes else [])
 
 
 def render_view_markdown(view: ReportView) -> str:
@@ -197,10 +171,6 @@ def render_view_markdown(view: ReportView) -> str:
             out += [f"- {label}: {value}" for label, value in facts if value] + [""]
             if h.alternative:
                 out += [f"> {md(h.alternative)}", ""]
-        elif h.gain:
-            knobs = " + ".join(code(k) for k in h.recommended_knobs)
-            note = "" if h.gain_significant else " — not significant"
-            out += [f"**Recommended: {md(h.gain)}**" + (f" with {knobs}" if knobs else "") + note, ""]
         elif h.lead:
             out += [md(h.lead), ""]
         out += [f"> **Warning:** {md(w)}" for w in view.warnings] + ([""] if view.warnings else [])
@@ -224,10 +194,8 @@ def render_view_markdown(view: ReportView) -> str:
         out += ["No fix with a significant or estimated gain was found.", ""]
     for f in view.findings:
         out += _finding(f)
-    if view.breakdown:
-        out += ["### Where the baseline's step time goes", ""]
-        rows = [[md(r.label), md(r.time), md(r.share), md(r.fixes or "—")] for r in view.breakdown]
-        out += _table(["Slice", "Per step", "Share", "Ranked fixes acting on it"], rows, ["l", "r", "r", "l"]) + [""]
+    if view.breakdown.rows:
+        out += ["### Where the baseline's step time goes", ""] + _grid(view.breakdown)
     out += _waterfall(view.waterfall)
     if view.no_change:
         out += ["### Measured, did not help here", ""]
@@ -253,17 +221,10 @@ def render_view_markdown(view: ReportView) -> str:
     out += _distributed(view.distributed)
     out += layout_markdown(view.layout)
 
-    if view.trace_diff:
-        out += ["## Where the time went (baseline → recommended, from the traces)", ""]
-        rows = [[md(r.category), md(r.baseline), md(r.recommended), md(r.change)] for r in view.trace_diff]
-        out += _table(["Kernel category", "Baseline / step", "Recommended / step", "Change"], rows, ["l", "r", "r", "r"]) + [""]
+    if view.trace_diff.rows:
+        out += ["## Where the time went (baseline → recommended, from the traces)", ""] + _grid(view.trace_diff)
 
-    out += ["## Trials", ""]
-    rows = [
-        [code(t.name, in_table=True) + (f" ({t.role})" if t.role else ""), md(t.status), md(t.knobs), md(t.batch), md(t.step_time.text), md(t.throughput), md(t.mfu), md(t.peak_memory)]
-        for t in view.trials
-    ]
-    out += _table(["Trial", "Status", "Knobs", "Micro × accum", "Step (median)", "Throughput", "MFU", "Peak memory"], rows, ["l", "l", "l", "r", "r", "r", "r", "r"]) + [""]
+    out += ["## Trials", ""] + _grid(view.trials)
 
     if view.failures:
         out += ["## Failed and skipped trials", ""]
@@ -338,20 +299,15 @@ def answer_lines(results: Results, report_path: Path | None) -> str:
     """What to do, in the headline's words and numbers (perfscope.report.story), then where to read more."""
     lines = [""]
     lines += [f"warning: {words(w)}" for w in results.warnings]
-    story = build_story(results)
-    if story is not None:
-        r = story.recommended
-        lines.append(f"recommendation: {recommendation_line(story)}"
-                     + (f" ({interval_words(r.gain)}; {reference_words(r.gain)})" if r else ""))
-        if r is not None and r.caveats:
-            lines.append(f"  changes: {'; '.join(r.caveats)}")
-        if noise := noise_words(story.noise):
-            lines.append(f"  {noise}")
-        if story.alternative is not None:
-            lines.append(alternative_line(story))
-        if closest := closest_line(story):
-            lines.append(f"  {closest}")
-    if why := build_view(results).headline.why:  # the page's own line: the breakdown's largest slice and its fix
+    view = build_view(results)
+    h = view.headline  # the story's lines, as the page's summary says them (perfscope.report.headline.tell)
+    if view.story is not None:
+        r = view.story.recommended
+        lines.append(f"recommendation: {h.recommendation}" + (f" ({interval_words(r.gain)}; {h.reference})" if r else ""))
+        said = [h.caveats and "  changes: " + "; ".join(h.caveats), h.noise and f"  {h.noise}", h.alternative,
+                h.closest and f"  {h.closest}"]
+        lines += [line for line in said if line]
+    if why := h.why:  # the page's own line: the breakdown's largest slice and its fix
         lines.append(f"why slow: {why}")
     lines.append(f"results: {report_path.parent / 'results.json' if report_path else ''}".rstrip())
     if report_path is not None:

@@ -1,6 +1,6 @@
 """The report's one story: what to do, how much faster it measured, against what, and what else is faster.
 
-    story = build_story(results)
+    story = build_story(results, rank_results(results))
     story.recommended      # the sweep's recommendation (keeps the global batch), or None: keep the baseline
     story.alternative      # the fastest measured option that changes semantics, when it beats the recommendation
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from perfscope import knobs
-from perfscope.ranking import Ranking, rank_results
-from perfscope.report.format import fmt_interval, fmt_ratio
+from perfscope.ranking import Ranking
+from perfscope.report.format import fmt_interval, gain_text
 from perfscope.results import Gain, KnobOutcome, Results, RunNoise
 from perfscope.results.config import TrialConfig
 from perfscope.results.roles import baseline_configuration
@@ -61,15 +61,22 @@ def _setting(outcome: KnobOutcome | None, knob: str) -> str:
     return f"{outcome.title}: {outcome.setting}" if outcome.setting and outcome.setting not in outcome.title else outcome.title
 
 
-def build_story(results: Results, ranking: Ranking | None = None) -> Story | None:
-    """The story of a sweep; None for results without one (hooks, a single trial). ``ranking``: the one the
-    caller already has (perfscope.ranking.rank_results of the same results)."""
+def _knob_option(o: KnobOutcome | None, ranking: Ranking) -> Option | None:
+    """One measured knob as an option (the alternative, the closest), with the gain the ranking shows for it."""
+    if o is None or (gain := ranking.gain(o)) is None:
+        return None
+    return Option(configuration=o.trial or o.knob, knobs=[o.knob], settings=[_setting(o, o.knob)], gain=gain,
+                  caveats=[words(c) for c in o.changes_semantics])
+
+
+def build_story(results: Results, ranking: Ranking) -> Story | None:
+    """The story of a sweep; None for results without one (hooks, a single trial). ``ranking``: the render's one
+    (perfscope.ranking.rank_results of the same results) decides what is recommended, the alternative and the closest."""
     sweep = results.sweep
     if sweep is None:
         return None
     base = baseline_configuration(results)
     outcomes = {o.knob: o for o in sweep.knobs}
-    ranking = ranking or rank_results(results)  # what is recommended, the alternative and the closest: perfscope.ranking decides
     rec = ranking.recommendation
     recommended = None
     if rec is not None:
@@ -77,16 +84,11 @@ def build_story(results: Results, ranking: Ranking | None = None) -> Story | Non
         recommended = Option(configuration=rec.configuration, knobs=list(rec.knobs),
                              settings=[_setting(outcomes.get(k), k) for k in rec.knobs],
                              gain=rec.gain, caveats=list(dict.fromkeys(caveats)))
-    alternative = closest = None
-    if (a := ranking.alternative) is not None and (gain := ranking.gain(a)) is not None:
-        alternative = Option(configuration=a.trial or a.knob, knobs=[a.knob], settings=[_setting(a, a.knob)],
-                             gain=gain, caveats=[words(c) for c in a.changes_semantics])
-    if (c := ranking.closest) is not None and (gain := ranking.gain(c)) is not None:
-        closest = Option(configuration=c.trial or c.knob, knobs=[c.knob], settings=[_setting(c, c.knob)], gain=gain)
     runs = results.runs(base)
     reference = runs[0] if runs else next((t for t in results.trials if t.configuration == base), None)
-    return Story(recommended=recommended, alternative=alternative, baseline=base, baseline_runs=len(runs), noise=sweep.noise,
-                 baseline_settings=settings_words(reference.config, reference.unknown_settings) if reference else [], closest=closest,
+    return Story(recommended=recommended, alternative=_knob_option(ranking.alternative, ranking),
+                 closest=_knob_option(ranking.closest, ranking), baseline=base, baseline_runs=len(runs), noise=sweep.noise,
+                 baseline_settings=settings_words(reference.config, reference.unknown_settings) if reference else [],
                  unfinished=list(sweep.unfinished))
 
 
@@ -103,25 +105,8 @@ def settings_words(config: TrialConfig, unknown: list[str] | None = None) -> lis
 # ------------------------------------------------------------------------------------------- words
 
 
-def gain_words(gain: Gain) -> str:
-    """"1.37× faster" / "16.41× slower": the one way a ratio is written in the report and the terminal."""
-    return f"{fmt_ratio(gain.ratio)} faster" if gain.ratio >= 1 else f"{fmt_ratio(1 / gain.ratio)} slower"
-
-
 def interval_words(gain: Gain) -> str:
     return f"{confidence_text(gain.confidence).replace('%', ' %')} CI {fmt_interval(gain.low, gain.high)}"  # the report's "99 %"
-
-
-def reference_words(gain: Gain) -> str:
-    """Which runs a gain is measured against, e.g. "vs baseline, 4 runs against 6 baseline runs"."""
-    return f"vs {gain.reference}, {gain.runs} run{'s' if gain.runs != 1 else ''} against {gain.reference_runs} {gain.reference} run{'s' if gain.reference_runs != 1 else ''}"
-
-
-def noise_words(noise: RunNoise | None) -> str:
-    if noise is None or noise.sigma is None:
-        return ""
-    mde = f"; one comparison detects changes of about {noise.mde:.0%} or more" if noise.mde is not None else ""
-    return f"run-to-run noise ±{noise.sigma:.1%} (σ of log throughput over {noise.runs} baseline runs){mde}"
 
 
 def recommendation_line(story: Story) -> str:
@@ -131,23 +116,4 @@ def recommendation_line(story: Story) -> str:
         return "Keep your configuration: nothing that keeps your training recipe was measured decidedly faster" + stopped
     if stopped:
         stopped = f", decided before the sweep stopped; not finished: {'; '.join(story.unfinished)}"
-    return f"{r.label}: {gain_words(r.gain)}{stopped}"
-
-
-def alternative_line(story: Story) -> str:
-    a = story.alternative
-    if a is None:
-        return ""
-    return (f"Faster if you accept a change in semantics: {a.label}: {gain_words(a.gain)} ({interval_words(a.gain)}); "
-            f"caveat: {'; '.join(a.caveats)}")
-
-
-def closest_line(story: Story) -> str:
-    """When the baseline is kept: how close the best measured option came, or that none was measured ("" otherwise)."""
-    c = story.closest
-    if story.recommended is not None:
-        return ""
-    if c is None:
-        return "no other configuration that keeps your training recipe was measured (see the knobs, the notes and the warnings)"
-    verdict = {"slower": "slower", "same": "no change", "undecided": "not significant"}.get(c.gain.verdict, "not in the recommendation")
-    return f"closest measured: {c.label}: {gain_words(c.gain)} ({interval_words(c.gain)}), {verdict}"
+    return f"{r.label}: {gain_text(r.gain.ratio)}{stopped}"

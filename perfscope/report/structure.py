@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from statistics import fmean
 
-from perfscope.check.structure import NoteCode, diff_fingerprints
+from perfscope.check.structure import NoteCode, diff_sides, runs_consensus
 from perfscope.results import Results, Trial
-from perfscope.results.fingerprint import CompileFacts, Fingerprint, consensus
+from perfscope.results.fingerprint import CompileFacts, Consensus
 from perfscope.results.messages import Message, msg
 from perfscope.results.roles import baseline_configuration
 
@@ -48,11 +48,9 @@ class StructuralEffect:
         return [*self.counted, *measured] or [NO_CHANGE]
 
 
-def configuration_fingerprint(results: Results, configuration: str) -> tuple[Fingerprint | None, int]:
-    """(the fingerprint standing for a configuration, how many distinct ones its runs gave). Contended runs
-    count: a count does not depend on the machine's load."""
-    runs = [t for t in results.trials if t.configuration == configuration and t.ok]
-    return consensus([t.metrics.fingerprint for t in runs if t.metrics is not None and t.metrics.fingerprint is not None])
+def configuration_fingerprint(results: Results, configuration: str) -> Consensus:
+    """The fingerprint standing for a configuration's runs (perfscope.check.structure.runs_consensus)."""
+    return runs_consensus(t for t in results.trials if t.configuration == configuration)
 
 
 def _plural(n: int, word: str) -> str:
@@ -75,43 +73,38 @@ def _evidence(results: Results, configuration: str) -> list[Trial]:
     return results.runs(configuration) or [t for t in results.trials if t.configuration == configuration and t.ok]
 
 
-def structural_effect(results: Results, configuration: str,
-                      baseline: tuple[Fingerprint | None, int] | None = None) -> StructuralEffect | None:
-    """What ``configuration`` changed against the baseline; None for the baseline itself or a configuration
-    without a successful run. ``baseline``: its `configuration_fingerprint`, when the caller derived it once."""
+def structural_effect(results: Results, configuration: str, baseline: Consensus | None = None) -> StructuralEffect | None:
+    """What ``configuration`` changed against the baseline, from check's one diff (`diff_sides`); None for the
+    baseline itself or a configuration without a successful run. ``baseline``: its `configuration_fingerprint`,
+    when the caller derived it once."""
     base_name = baseline_configuration(results)
-    runs = _evidence(results, configuration)
+    runs, base_runs = _evidence(results, configuration), _evidence(results, base_name)
     if configuration == base_name or not runs:
         return None
-    base_fp, base_variants = baseline or configuration_fingerprint(results, base_name)
-    cur_fp, cur_variants = configuration_fingerprint(results, configuration)
-    diff = diff_fingerprints(base_fp, cur_fp)
-    if not diff.compared:  # check's note speaks of "the current run": name the configuration instead
-        missing = msg("configuration_no_fingerprint", name=base_name if base_fp is None else configuration,
-                      baseline=base_fp is None)
-        return StructuralEffect(compared=False, notes=[missing], measured=_data_wait_moved(results, base_name, runs))
+    base = baseline or configuration_fingerprint(results, base_name)
+    cur = configuration_fingerprint(results, configuration)
+    measured = _data_wait_moved(base_runs, runs)
+    if base.fingerprint is None or cur.fingerprint is None:  # check's note speaks of "the current run": name the configuration
+        missing = msg("configuration_no_fingerprint", name=base_name if base.fingerprint is None else configuration,
+                      baseline=base.fingerprint is None)
+        return StructuralEffect(compared=False, notes=[missing], measured=measured)
+    diff = diff_sides(base, cur, names=(base_name, configuration))
     # The baseline need not be compiled: say what compiling made rather than "the baseline is not compiled".
-    shown = [n for n in diff.notes if not (n.code is NoteCode.NOT_COMPILED and n.side == "baseline")]
-    notes = [n.message for n in shown]
+    notes = [n.message for n in diff.notes if not (n.code is NoteCode.NOT_COMPILED and n.side == "baseline")]
     counted = [c.message for c in diff.changes]
-    if base_fp is not None and cur_fp is not None:
-        if cur_fp.compile is not None and base_fp.compile is None:
-            counted.append(compile_words(cur_fp.compile))
-            notes.append(EAGER_COUNT_NOTE)
-        for name, variants in ((base_name, base_variants), (configuration, cur_variants)):
-            if variants > 1:
-                notes.append(msg("configuration_fingerprints_vary", name=name, variants=variants))
-        base_run, run = _evidence(results, base_name), runs
-        base_batch = base_run[0].metrics.samples_per_step if base_run and base_run[0].metrics else None
-        batch = run[0].metrics.samples_per_step if run[0].metrics else None
-        if base_batch and batch and base_batch != batch:
-            notes.append(msg("per_step_batch_differs", batch=batch, baseline=base_batch))
-    return StructuralEffect(counted=counted, measured=_data_wait_moved(results, base_name, runs), notes=notes, compared=diff.compared)
+    if cur.fingerprint.compile is not None and base.fingerprint.compile is None:
+        counted.append(compile_words(cur.fingerprint.compile))
+        notes.append(EAGER_COUNT_NOTE)
+    base_batch = base_runs[0].metrics.samples_per_step if base_runs and base_runs[0].metrics else None
+    batch = runs[0].metrics.samples_per_step if runs[0].metrics else None
+    if base_batch and batch and base_batch != batch:
+        notes.append(msg("per_step_batch_differs", batch=batch, baseline=base_batch))
+    return StructuralEffect(counted=counted, measured=measured, notes=notes)
 
 
-def _data_wait_moved(results: Results, base_name: str, runs: list[Trial]) -> list[str]:
+def _data_wait_moved(base_runs: list[Trial], runs: list[Trial]) -> list[str]:
     """The exposed data wait's move, when it moved enough to show (timed, not counted: marked measured)."""
-    before, after = _data_wait(_evidence(results, base_name)), _data_wait(runs)
+    before, after = _data_wait(base_runs), _data_wait(runs)
     if before is not None and after is not None and abs(after - before) >= DATA_WAIT_SHOWN:
         return [f"exposed data wait {before:.0%} → {after:.0%} of wall time"]
     return []

@@ -11,9 +11,20 @@ from urllib.parse import quote
 
 from perfscope.ranking import Ranking
 from perfscope.report import facts
-from perfscope.report.format import NA, Row, fmt_bytes, fmt_count, fmt_interval, fmt_percent, fmt_rate, fmt_seconds
-from perfscope.report.headline import Cell, step_cell
-from perfscope.report.story import gain_words
+from perfscope.report.format import (
+    NA,
+    Cell,
+    Row,
+    Table,
+    fmt_bytes,
+    fmt_count,
+    fmt_interval,
+    fmt_percent,
+    fmt_rate,
+    fmt_seconds,
+    gain_text,
+)
+from perfscope.report.headline import step_cell
 from perfscope.report.structure import StructuralEffect
 from perfscope.results import FAILED_STATUSES, KnobOutcome, Results, Trial, TrialMetrics
 from perfscope.results.trace_diff import diff_facts
@@ -42,20 +53,6 @@ class KnobRow:
 
 
 @dataclass(kw_only=True, slots=True)
-class TrialRow:
-    name: str
-    role: str  # "baseline" | "recommended" | ""
-    status: str
-    knobs: str
-    batch: str  # "micro × accumulation"
-    step_time: Cell
-    throughput: str
-    mfu: str
-    peak_memory: str
-    wall_time: str
-
-
-@dataclass(kw_only=True, slots=True)
 class FailureView:
     name: str
     status: str
@@ -64,29 +61,10 @@ class FailureView:
 
 
 @dataclass(kw_only=True, slots=True)
-class KernelRow:
-    name: str
-    full_name: str
-    time: str
-    count: str
-    share: str
-
-
-@dataclass(kw_only=True, slots=True)
 class TraceLink:
     trial: str
     href: str
     label: str
-
-
-@dataclass(kw_only=True, slots=True)
-class TraceDiffRow:
-    """One kernel category's time per step in the baseline's and the recommendation's traces."""
-
-    category: str
-    baseline: str
-    recommended: str
-    change: str
 
 
 def _knob_list(knobs: list[str]) -> str:
@@ -101,7 +79,7 @@ def knob_rows(ranking: Ranking, knobs: list[KnobOutcome], effects: dict[str, Str
         g = ranking.gain(k)
         effect = effects.get(k.trial or "")
         rows.append(KnobRow(
-            knob=k.knob, title=k.title, status=k.status, gain=gain_words(g) if g else "—",
+            knob=k.knob, title=k.title, status=k.status, gain=gain_text(g.ratio) if g else "—",
             interval=fmt_interval(g.low, g.high) if g else "", significant=g.significant if g else None,
             setting=k.setting or "", reference=f"vs {g.reference} ({g.runs} : {g.reference_runs} runs)" if g else "",
             mfu=fmt_percent(k.mfu) if k.mfu is not None else "—", semantics=[words(s) for s in k.changes_semantics],
@@ -111,24 +89,25 @@ def knob_rows(ranking: Ranking, knobs: list[KnobOutcome], effects: dict[str, Str
     return rows
 
 
-def trial_rows(results: Results, base: str | None, rec: str | None) -> list[TrialRow]:
-    rows = []
+def trial_rows(results: Results, base: str | None, rec: str | None) -> Table:
+    """Every run, the baseline's and the recommendation's tagged and marked."""
+    table = Table(header=["Trial", "Status", "Knobs", "Micro × accum", "Step time", "Throughput", "MFU", "Peak memory", "Wall time"],
+                  align="lllrrrrrr")
     for t in results.trials:
         m = t.metrics
         role = "baseline" if t.name == base else "recommended" if t.name == rec else ""
+        name = Cell(text=t.name, code=True, tags=[role] if role else [])
+        status = Cell(text=t.status + (f" · not applied: {', '.join(m.not_applied)}" if m and m.not_applied else ""),
+                      style=f"status status-{t.status}")
         wall_time = fmt_seconds(t.wall_time_s) if t.wall_time_s else "—"
         if m is None:
-            rows.append(TrialRow(name=t.name, role=role, status=t.status, knobs=_knob_list(t.knobs), batch=str(t.config.micro_batch_size),
-                                 step_time=Cell(text="—"), throughput="—", mfu="—", peak_memory="—", wall_time=wall_time))
+            table.add(name, status, _knob_list(t.knobs), str(t.config.micro_batch_size), "—", "—", "—", "—", wall_time,
+                      mark=f"role-{role or 'none'}")
             continue
         throughput = fmt_rate(m.tokens_per_s, "tokens/s") if m.tokens_per_s is not None else fmt_rate(m.samples_per_s, "samples/s")
-        status = t.status + (f" · not applied: {', '.join(m.not_applied)}" if m.not_applied else "")
-        rows.append(TrialRow(
-            name=t.name, role=role, status=status, knobs=_knob_list(t.knobs), batch=_batch(results, m),
-            step_time=step_cell(t), throughput=throughput, mfu=fmt_percent(m.mfu) if m.mfu is not None else NA,
-            peak_memory=fmt_bytes(m.peak_memory_bytes), wall_time=wall_time,
-        ))
-    return rows
+        table.add(name, status, _knob_list(t.knobs), _batch(results, m), step_cell(t), throughput,
+                  fmt_percent(m.mfu) if m.mfu is not None else NA, fmt_bytes(m.peak_memory_bytes), wall_time, mark=f"role-{role or 'none'}")
+    return table
 
 
 def _batch(results: Results, m: TrialMetrics) -> str:
@@ -146,27 +125,21 @@ def failures(results: Results) -> list[FailureView]:
     ]
 
 
-def kernels(results: Results, names: list[str | None]) -> tuple[list[KernelRow], str]:
-    candidates = [results.trial(n) for n in names if n] + results.ok_trials()
-    for t in candidates:
-        if t is None or t.metrics is None:
-            continue
-        kernels = facts.top_kernels(t.metrics.trace_facts)
+def kernels(results: Results, names: list[str | None]) -> tuple[Table, str]:
+    """The longest kernels of the first of ``names`` (else of any run) with a trace, and that run's name."""
+    table = Table(header=["Kernel", "Time", "Calls", "Share"], align="lrrr")
+    for t in [results.trial(n) for n in names if n] + results.ok_trials():
+        kernels = facts.top_kernels(t.metrics.trace_facts) if t is not None and t.metrics is not None else []
         if not kernels:
             continue
-        total = sum(facts.kernel_time_by_category(t.metrics.trace_facts).values()) or sum(k.time_s for k in kernels)
-        rows = [
-            KernelRow(
-                name=k.name if len(k.name) <= MAX_KERNEL_NAME else k.name[: MAX_KERNEL_NAME - 1] + "…",
-                full_name=k.name,
-                time=fmt_seconds(k.time_s),
-                count=(f"{k.count:.0f}" if k.count >= 10 or k.count == int(k.count) else f"{k.count:.1f}") if k.count is not None else "—",
-                share=fmt_percent(k.time_s / total) if total else "—",
-            )
-            for k in kernels[:MAX_KERNEL_ROWS]
-        ]
-        return rows, t.name
-    return [], ""
+        total = sum(facts.kernel_time_by_category(t.metrics.trace_facts).values()) or sum(k.time_s for k in kernels)  # type: ignore[union-attr]
+        for k in kernels[:MAX_KERNEL_ROWS]:
+            name = k.name if len(k.name) <= MAX_KERNEL_NAME else k.name[: MAX_KERNEL_NAME - 1] + "…"
+            count = (f"{k.count:.0f}" if k.count >= 10 or k.count == int(k.count) else f"{k.count:.1f}") if k.count is not None else "—"
+            table.add(Cell(text=name, title=k.name, code=True), fmt_seconds(k.time_s), count,
+                      fmt_percent(k.time_s / total) if total else "—")
+        return table, t.name  # type: ignore[union-attr]
+    return table, ""
 
 
 def _cores(physical: int | None, logical: int | None) -> str:
@@ -237,22 +210,21 @@ def traces(results: Results, report_dir: Path | None) -> list[TraceLink]:
     ]
 
 
-def trace_diff(base: Trial | None, rec: Trial | None) -> list[TraceDiffRow]:
-    """Where the time went between the baseline and the recommendation (both must have a trace)."""
+def trace_diff(base: Trial | None, rec: Trial | None) -> Table:
+    """Where the time went between the baseline and the recommendation, per step (both must have a trace)."""
+    table = Table(header=["Kernel category", "Baseline / step", "Recommended / step", "Change"], align="lrrr")
     if base is None or rec is None or base is rec or not (base.metrics and rec.metrics):
-        return []
+        return table
     if not (base.metrics.trace_facts and rec.metrics.trace_facts):
-        return []
+        return table
     diff = diff_facts(base.metrics.trace_facts, rec.metrics.trace_facts)
-    rows = [
-        TraceDiffRow(category=c, baseline=f"{d.baseline * 1e3:.2f} ms", recommended=f"{d.other * 1e3:.2f} ms", change=f"{d.delta * 1e3:+.2f} ms")
-        for c, d in diff.kernel_time_by_category.items()
-    ]
+    for c, d in diff.kernel_time_by_category.items():
+        table.add(c, f"{d.baseline * 1e3:.2f} ms", f"{d.other * 1e3:.2f} ms", f"{d.delta * 1e3:+.2f} ms")
     if (d := diff.scalars.get("gpu_idle_fraction")) is not None:
-        rows.append(TraceDiffRow(category="GPU idle (share of step)", baseline=f"{d.baseline:.1%}", recommended=f"{d.other:.1%}", change=f"{d.delta * 100:+.1f} pts"))
+        table.add("GPU idle (share of step)", f"{d.baseline:.1%}", f"{d.other:.1%}", f"{d.delta * 100:+.1f} pts")
     if (d := diff.scalars.get("kernel_count_per_step")) is not None:
-        rows.append(TraceDiffRow(category="kernels (ops) per step", baseline=f"{d.baseline:.0f}", recommended=f"{d.other:.0f}", change=f"{d.delta:+.0f}"))
-    return rows
+        table.add("kernels (ops) per step", f"{d.baseline:.0f}", f"{d.other:.0f}", f"{d.delta:+.0f}")
+    return table
 
 
 def recommended_structure(results: Results, effects: dict[str, StructuralEffect]) -> list[str]:

@@ -19,27 +19,24 @@ from perfscope.report.distributed import DistributedView, distributed_view
 from perfscope.report.findings import (
     DiffLine,
     FindingView,
-    SliceRow,
+    breakdown_table,
     dataset_cost,
     diff_lines,
     fix_views,
     point_at_breakdown,
     why_line,
 )
-from perfscope.report.format import NA, fmt_seconds
+from perfscope.report.format import NA, Table, fmt_seconds
 from perfscope.report.headline import Headline, headline_view, tell
 from perfscope.report.lanes import LanesView, lanes_view
 from perfscope.report.layout import LayoutView, layout_view
-from perfscope.report.story import build_story
+from perfscope.report.story import Story, build_story
 from perfscope.report.structure import knob_effects
 from perfscope.report.tables import (
     FailureView,
-    KernelRow,
     KnobRow,
     Row,
-    TraceDiffRow,
     TraceLink,
-    TrialRow,
     environment,
     failures,
     kernels,
@@ -64,9 +61,6 @@ from perfscope.wording import reason, words
 
 __all__ = ["DiffLine", "FindingView", "ReportView", "baseline_name", "build_view", "diff_lines", "recommended_name", "trace_href"]
 
-PERFETTO_URL = "https://ui.perfetto.dev"
-HTA_URL = "https://github.com/facebookresearch/HolisticTraceAnalysis"
-
 
 @dataclass(kw_only=True, slots=True)
 class ReportView:
@@ -78,20 +72,22 @@ class ReportView:
     peak: str  # "989.4 TFLOP/s (bf16)" or "not measured"
     peak_source: str
     headline: Headline
+    story: Story | None  # the answer in words (perfscope.report.story), for the terminal's lines
     findings_state: str  # "not run" | "none" | "present"
     findings: list[FindingView]
     no_change: list[FindingView]
     knobs: list[KnobRow]
     inapplicable: list[KnobRow]  # folded: knobs that mean nothing on this run, with their reasons
     sweep_notes: list[str]
-    trials: list[TrialRow]
+    trials: Table  # every run, the baseline and the recommendation marked
     failures: list[FailureView]
     charts: list[Chart]
     gain_chart: Chart | None  # the answer's chart, on the first screen
     absent_charts: list[str]  # one line per chart this run has no data for, saying why
-    kernels: list[KernelRow]
+    kernels: Table  # the longest kernels of kernels_trial's trace
     kernels_trial: str
-    trace_diff: list[TraceDiffRow]
+    trace_diff: Table  # per kernel category, the baseline's trace against the recommendation's
+    breakdown: Table  # the baseline's step by slice (the first chart, as a table)
     environment: list[Row]
     workload: list[Row]
     traces: list[TraceLink]
@@ -100,13 +96,10 @@ class ReportView:
     recommended_structure: list[str] = field(default_factory=list)  # what the stacked recommendation changed, counted
     structure_notes: list[str] = field(default_factory=list)  # why structural changes are not shown
     warnings: list[str] = field(default_factory=list)  # measurement problems a reader must see with the answer
-    breakdown: list[SliceRow] = field(default_factory=list)  # the baseline's step by slice (the first chart, as a table)
     distributed: DistributedView | None = None  # every rank, communication and sharding memory of a data-parallel run
     waterfall: WaterfallView | None = None  # the MFU gap, part by part (perfscope.report.waterfall_chart)
     layout: LayoutView | None = None  # the (dp, tp, pp) layout search's table (perfscope.report.layout)
     lanes: LanesView | None = None  # a parallel sweep's lanes (perfscope.report.lanes)
-    perfetto_url: str = PERFETTO_URL
-    hta_url: str = HTA_URL
 
 
 # ------------------------------------------------------------------------------------------ roles
@@ -163,7 +156,7 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
     kernel_rows, kernels_trial = kernels(results, [base_name, rec_name])
     peak = results.peak
     env = results.environment
-    headline = tell(headline_view(results, base, rec), story)
+    headline = tell(headline_view(results, base, rec, ranking.recommendation), story)
     headline.why = why_line(slices, findings)
     view = ReportView(
         title=results.workload.name or Path(results.workload.path).stem, created_at=results.created_at,
@@ -171,7 +164,7 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
         device=env.device_name + (f" × {env.device_count}" if env.device_count > 1 else ""),
         peak=f"{peak.tflops:g} TFLOP/s ({peak.dtype})" if peak else "not measured",
         peak_source=peak.source if peak else "no peak known for this device; MFU is n/a (pass --peak-tflops)",
-        headline=headline, findings_state=state, findings=findings, no_change=no_change,
+        headline=headline, story=story, findings_state=state, findings=findings, no_change=no_change,
         knobs=knob_rows(ranking, ranking.knobs, effects), inapplicable=knob_rows(ranking, ranking.folded, effects),
         sweep_notes=sweep_notes, trials=trial_rows(results, base_name, rec_name), failures=failures(results),
         charts=charts, gain_chart=gain_chart(ranking.gains), absent_charts=absent,
@@ -181,8 +174,7 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
         recommended_structure=recommended_structure(results, effects),
         structure_notes=list(dict.fromkeys(words(n) for e in effects.values() if not e.compared for n in e.notes)),
         warnings=[words(w) for w in results.warnings],
-        breakdown=[SliceRow(label=x.label, time=fmt_seconds(x.seconds), share=f"{x.share * 100:.0f} %",
-                            fixes=", ".join(f"#{r}" for r in marks.get(x.key, []))) for x in slices],
+        breakdown=breakdown_table(slices, marks),
         distributed=distributed_view(results, baseline=base, recommended=rec), waterfall=waterfall,
         layout=layout_view(results), lanes=lanes_view(sweep.parallel if sweep else None),
     )

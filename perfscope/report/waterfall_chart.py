@@ -14,7 +14,7 @@ from functools import cache
 from typing import Any
 
 from perfscope import knobs
-from perfscope.report.charts.base import BLUE, FONT, GREEN, GREY, ORANGE, PURPLE, RED, TEAL, Chart
+from perfscope.report.charts.base import BLUE, GREEN, GREY, ORANGE, PURPLE, RED, TEAL, Chart, axis_spec, layout_spec
 from perfscope.report.escaping import plotly_text
 from perfscope.report.format import fmt_seconds
 from perfscope.results import Results
@@ -29,7 +29,6 @@ GROUP_COLORS = {"host idle": ORANGE, "exposed communication": PURPLE, "non-GEMM 
 @dataclass(kw_only=True, slots=True)
 class WaterfallRow:
     label: str
-    group: str
     points: str
     """"−21.5 pts", or "n/a"."""
     time: str
@@ -97,7 +96,7 @@ def waterfall_view(results: Results, findings: list[Any] | None = None) -> Water
         return None
     knob_of = {k.trial: k.knob for k in results.sweep.knobs if k.trial} if results.sweep else {}
     marks = _marks(wf, findings or [], knob_of)
-    rows = [WaterfallRow(label=p.label, group=p.spec.group, points=_points(p),
+    rows = [WaterfallRow(label=p.label, points=_points(p),
                          time=fmt_seconds(p.seconds) if p.seconds is not None else "",
                          evidence=p.evidence, fixes=_fixes(p), ranked=", ".join(f"#{r}" for r in marks.get(p.key, [])),
                          unavailable=words(p.unavailable) if p.unavailable else "") for p in wf.parts]
@@ -138,14 +137,9 @@ def waterfall_figure(wf: MfuWaterfall, marks: dict[str, list[int]]) -> Chart | N
             "text": texts, "textposition": "outside", "cliponaxis": False, "customdata": hovers,
             "hovertemplate": "%{x}<br>%{customdata}<extra></extra>",
         }],
-        "layout": {
-            "height": 380, "margin": {"l": 16, "r": 16, "t": 24, "b": 16}, "showlegend": False,
-            "font": {"family": FONT, "size": 12, "color": "#1f2937"}, "paper_bgcolor": "#ffffff", "plot_bgcolor": "#ffffff",
-            "xaxis": {"automargin": True, "tickangle": -30, "linecolor": "#cbd5e1"},
-            "yaxis": {"title": {"text": "% of peak" if wf.basis == "peak" else "% of the step", "standoff": 8},
-                      "range": [0, 108], "gridcolor": "#e5e7eb", "automargin": True},
-            "bargap": 0.25,
-        },
+        "layout": layout_spec("", "", height=380, margin={"l": 16, "r": 16, "t": 24, "b": 16}, showlegend=False, bargap=0.25,
+                              xaxis=axis_spec("", tickangle=-30, showgrid=False),
+                              yaxis=axis_spec("% of peak" if wf.basis == "peak" else "% of the step", range=[0, 108])),
     }
     missing = [f"{p.label} ({words(p.unavailable) if p.unavailable else ''})" for p in wf.parts if p.points is None]
     caption = (f"From 100 % ({words(wf.denominator)}) down to {wf.end_label} ({wf.end_points:.1f} %), each bar a measured share of "

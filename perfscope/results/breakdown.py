@@ -56,39 +56,43 @@ class StepSlice:
         return SLICES.get(self.key, self.key)
 
 
-def _finite(x: float | None) -> float:
+def positive(x: object) -> float:
+    """``x`` as a float when it is a positive finite number, else 0."""
     return float(x) if isinstance(x, int | float) and math.isfinite(x) and x > 0 else 0.0
 
 
 def _split(total_s: float, weights: dict[str, float]) -> dict[str, float]:
     """``total_s`` split in proportion to ``weights`` (all dropped when they sum to nothing)."""
-    weights = {k: _finite(v) for k, v in weights.items()}
+    weights = {k: positive(v) for k, v in weights.items()}
     norm = sum(weights.values())
     return {k: total_s * v / norm for k, v in weights.items() if v > 0} if norm > 0 and total_s > 0 else {}
 
 
-def _rest(rest_s: float, facts: TraceFacts | None) -> dict[str, float]:
-    """The step minus its data wait, in the trace's proportions (one "compute" slice without a trace)."""
-    if facts is None or rest_s <= 0:
-        return {"compute": rest_s} if rest_s > 0 else {}
-    categories = {k: _finite(v) for k, v in facts.kernels.time_by_category.items()}
-    trace_step = _finite(facts.step_time_s)
-    if facts.gpu is not None and trace_step > 0:
+def trace_shares(facts: TraceFacts, exposed_s: float | None = None) -> dict[str, float]:
+    """The trace's step less its data wait by slice, shares summing to 1 ({} when the trace has no time): on a GPU
+    the device idle by what it waited for and its busy time by kernel category; on a CPU the aten ops' self time by
+    category and the rest as host overhead. ``exposed_s``: the exposed collective time per trace step (a rank's
+    trace), taken out of the busy time as "communication" instead of the collective kernels' own time."""
+    categories = {k: positive(v) for k, v in facts.kernels.time_by_category.items()}
+    step = positive(facts.step_time_s)
+    if facts.gpu is not None and step > 0:
         idle = facts.gpu.idle
-        parts = {"launch": idle.host_s, "sync": idle.sync_s, "idle": idle.other_s, "busy": facts.gpu.busy_s}
-        split = _split(rest_s, parts)
-        busy = split.pop("busy", 0.0)
-        compute = _split(busy, categories) or ({"compute": busy} if busy else {})
-        return {**compute, **split}
-    ops = sum(categories.values())
-    compute_in_trace = trace_step * (1.0 - min(max(_finite(facts.data_wait_fraction), 0.0), 1.0))
-    if ops <= 0 or compute_in_trace <= 0:
-        return {"compute": rest_s}
-    covered = min(ops / compute_in_trace, 1.0)  # op self time; the rest of the step is the host's own overhead
-    out = _split(rest_s * covered, categories)
-    if covered < 1.0:
-        out["host"] = rest_s * (1.0 - covered)
-    return out
+        out = {"launch": positive(idle.host_s), "sync": positive(idle.sync_s), "idle": positive(idle.other_s)}
+        work = positive(facts.gpu.busy_s)
+    else:
+        in_step = step * (1.0 - min(positive(facts.data_wait_fraction), 1.0))
+        if sum(categories.values()) <= 0 or in_step <= 0:
+            return {"compute": 1.0} if step > 0 else {}
+        work = min(sum(categories.values()), in_step)  # op self time; the rest of the step is the host's own overhead
+        out = {"host": in_step - work}
+    if exposed_s is not None:
+        out["communication"] = min(positive(exposed_s), work)
+        work -= out["communication"]
+        categories.pop("communication", None)
+    for k, v in (_split(work, categories) or {"compute": work}).items():
+        out[k] = out.get(k, 0.0) + v
+    total = sum(out.values())
+    return {k: v / total for k, v in out.items()} if total > 0 else {}
 
 
 def step_breakdown(metrics: TrialMetrics) -> list[StepSlice]:
@@ -98,7 +102,9 @@ def step_breakdown(metrics: TrialMetrics) -> list[StepSlice]:
         return []
     wait = step * min(max(metrics.data_wait_share, 0.0), 1.0)
     parts = {"data_wait": wait} if wait > 0 else {}
-    rest = _rest(step - wait, metrics.trace_facts)
+    facts = metrics.trace_facts
+    shares = (trace_shares(facts) if facts is not None else {}) or {"compute": 1.0}  # no trace: one "compute" slice
+    rest = {k: (step - wait) * v for k, v in shares.items()}
     tiny = [k for k, v in rest.items() if v < MIN_SHARE * step and k not in ("other", "compute")]
     for k in tiny:  # slivers read as noise in a chart: they join "other ops"
         rest["other"] = rest.get("other", 0.0) + rest.pop(k)

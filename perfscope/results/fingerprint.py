@@ -131,13 +131,22 @@ baseline and one of the recommendation), and a window's syncs depend on its cali
 disagree on the rest."""
 
 
-def consensus(prints: list[Fingerprint]) -> tuple[Fingerprint | None, int]:
-    """(the fingerprint standing for several runs of one configuration, how many distinct ones they gave).
+@dataclass(frozen=True, kw_only=True)
+class Consensus:
+    """The fingerprint standing for several runs of one configuration: the most common one (None without any)."""
 
-    The most common one stands; (None, 0) without fingerprints. The CI gate and the report both pick with this.
-    """
+    fingerprint: Fingerprint | None
+    runs: int
+    """Fingerprints it was chosen from."""
+    variants: int
+    """Distinct fingerprints (outside `RUN_DEPENDENT_FIELDS`) those runs gave: more than one is worth a note."""
+
+
+def consensus(prints: list[Fingerprint]) -> Consensus:
+    """The fingerprint standing for ``prints``, with the run-dependent fields pooled over those that agree. The CI
+    gate, ab and the report all pick with this (perfscope.check.structure.diff_sides)."""
     if not prints:
-        return None, 0
+        return Consensus(fingerprint=None, runs=0, variants=0)
 
     def key(fp: Fingerprint) -> str:
         data = to_jsonable(fp)
@@ -164,4 +173,4 @@ def consensus(prints: list[Fingerprint]) -> tuple[Fingerprint | None, int]:
             sites.update(w.sites)
         chosen.window_syncs = WindowSyncs(steps=sum(w.steps for w in windows), sites=dict(sorted(sites.items())),
                                           source=windows[0].source + (f" (pooled over {len(windows)} runs)" if len(windows) > 1 else ""))
-    return chosen, len(counts)
+    return Consensus(fingerprint=chosen, runs=len(prints), variants=len(counts))

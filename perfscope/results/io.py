@@ -63,11 +63,15 @@ def _is_stream(path: Path) -> bool:
     return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
-def _nearest_existing(path: Path) -> Path:
-    for candidate in (path, *path.parents):
-        if os.path.lexists(candidate):
-            return candidate
-    return Path(".")
+def _destination(raw: str) -> tuple[str, int | Path]:
+    """How ``raw`` is written: ("fd", a descriptor), ("stream", a device, FIFO or socket) or ("file", the regular file
+    an atomic write replaces); UserError for a path that cannot be written."""
+    if not raw.strip():
+        raise UserError("output path is empty")
+    target = Path(raw)
+    if (fd := _descriptor(target)) is not None:
+        return "fd", fd
+    return ("stream", target) if _is_stream(target) else ("file", _check_file_target(raw, target))
 
 
 def check_writable(path: str | os.PathLike[str]) -> None:
@@ -76,19 +80,9 @@ def check_writable(path: str | os.PathLike[str]) -> None:
     Checks what can be known without writing: not empty, not a folder, and for a file that the nearest
     existing folder on its way allows creating files (the atomic write creates a temp file beside it).
     """
-    text = os.fspath(path)
-    if text == STDOUT:
-        return
-    if not text.strip():
-        raise UserError("output path is empty")
-    target = Path(text)
-    if _descriptor(target) is not None:
-        return
-    if _is_stream(target):
-        if not os.access(target, os.W_OK):
-            raise UserError(f"{text}: cannot write: permission denied")
-        return
-    _check_file_target(text, target)
+    raw = os.fspath(path)
+    if raw != STDOUT and (where := _destination(raw))[0] == "stream" and not os.access(where[1], os.W_OK):
+        raise UserError(f"{raw}: cannot write: permission denied")
 
 
 def _check_file_target(text: str, target: Path) -> Path:
@@ -97,36 +91,39 @@ def _check_file_target(text: str, target: Path) -> Path:
         raise UserError(f"{text}: is a folder, not a file")
     if target.is_symlink():
         target = Path(os.path.realpath(target))
-    existing = _nearest_existing(target.parent)
-    if not existing.is_dir():
-        raise UserError(f"{text}: cannot write: {existing} is not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"{text}: cannot write: no permission to create files in {existing}")
+    check_folder(f"{text}: cannot write", target.parent)
     return target
 
 
+def check_folder(label: str, folder: Path) -> None:
+    """UserError (naming ``label``) unless the nearest existing path on the way to ``folder`` is a folder this process
+    may create files in."""
+    existing = next((p for p in (folder, *folder.parents) if os.path.lexists(p)), Path("."))
+    if not existing.is_dir():
+        raise UserError(f"{label}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{label}: no permission to create files in {existing}")
+
+
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` following the rules in the module docstring; returns the path."""
+    """Write ``text`` (UTF-8) to ``path``: standard output, a descriptor or stream as it is, a file atomically."""
     raw = os.fspath(path)
     if raw == STDOUT:
         sys.stdout.write(text)
         sys.stdout.flush()
         return Path(STDOUT)
-    if not raw.strip():
-        raise UserError("output path is empty")
-    target = Path(raw)
     try:
-        fd = _descriptor(target)
-        if fd is not None:
-            _write_descriptor(fd, text)
-        elif _is_stream(target):
-            with open(target, "w", encoding="utf-8") as fh:
+        kind, where = _destination(raw)
+        if isinstance(where, int):
+            _write_descriptor(where, text)
+        elif kind == "stream":
+            with open(where, "w", encoding="utf-8") as fh:
                 fh.write(text)
         else:
-            _write_atomic(_check_file_target(raw, target), text)
+            _replace_atomically(raw, lambda fh: fh.write(text.encode("utf-8")))
     except OSError as exc:
         raise UserError(f"{raw}: cannot write: {exc.strerror or exc}") from exc
-    return target
+    return Path(raw)
 
 
 def _write_descriptor(fd: int, text: str) -> None:
@@ -142,59 +139,54 @@ def _write_descriptor(fd: int, text: str) -> None:
         fh.write(text)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    _replace_atomically(path, lambda fh: fh.write(text.encode("utf-8")))
-
-
-def _replace_atomically(path: Path, write: Callable[[IO[bytes]], object]) -> None:
-    """``write`` fills a temp file beside ``path``; fsync, then one rename puts it in place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _replace_atomically(raw: str, write: Callable[[IO[bytes]], object], doing: str = "write") -> Path:
+    """``write`` fills a temp file beside the regular file ``raw`` names; fsync, then one rename puts it in place
+    (a reader never sees half a file). UserError naming ``raw`` when it cannot be (``doing``: what failed)."""
+    path = _check_file_target(raw, Path(raw))
     try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)  # replacing a file keeps its permissions
-    except FileNotFoundError:
-        mode = 0o666 & ~_umask()  # mkstemp creates 0600; these files are meant to be read and shared
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            mode = stat.S_IMODE(os.stat(path).st_mode)  # replacing a file keeps its permissions
+        except FileNotFoundError:
+            mode = 0o666 & ~_umask()  # mkstemp creates 0600; these files are meant to be read and shared
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            os.fchmod(fd, mode)
+            with os.fdopen(fd, "wb") as fh:
+                write(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise UserError(f"{raw}: cannot {doing}: {exc.strerror or exc}") from exc
+    return Path(raw)
 
 
 def write_gzip(path: str | os.PathLike[str], chunks: Iterable[bytes], *, compresslevel: int = 6) -> Path:
     """Gzip a stream of bytes into a regular file, atomically: for artifacts too large to hold as one string
     (a profiler trace). The gzip header names the final file, not the temp file, and has no timestamp."""
     raw = os.fspath(path)
-    target = _check_file_target(raw, Path(raw))
-    inner = target.name[:-3] if target.name.endswith(".gz") else target.name
+    inner = Path(os.path.realpath(raw)).name.removesuffix(".gz")
 
     def write(fh: IO[bytes]) -> None:
         with gzip.GzipFile(filename=inner, mode="wb", fileobj=fh, compresslevel=compresslevel, mtime=0) as gz:
             for chunk in chunks:
                 gz.write(chunk)
 
-    try:
-        _replace_atomically(target, write)
-    except OSError as exc:
-        raise UserError(f"{raw}: cannot write: {exc.strerror or exc}") from exc
-    return Path(raw)
+    return _replace_atomically(raw, write)
 
 
 def copy_file(source: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
-    """Copy ``source`` to the regular file ``path`` atomically (a reader never sees half a copy)."""
-    raw = os.fspath(path)
-    target = _check_file_target(raw, Path(raw))
-    try:
+    """Copy ``source`` to the regular file ``path`` atomically."""
+
+    def write(fh: IO[bytes]) -> None:
         with open(source, "rb") as src:
-            _replace_atomically(target, lambda fh: shutil.copyfileobj(src, fh))
-    except OSError as exc:
-        raise UserError(f"{raw}: cannot copy {os.fspath(source)}: {exc.strerror or exc}") from exc
-    return Path(raw)
+            shutil.copyfileobj(src, fh)
+
+    return _replace_atomically(os.fspath(path), write, f"copy {os.fspath(source)}")
 
 
 def write_json(path: str | os.PathLike[str], data: Any) -> Path:
@@ -227,14 +219,14 @@ def load_typed(path: str | os.PathLike[str], build: Callable[[Any], Any]) -> Any
         raise ResultsError(message if message.startswith(f"{path}: ") else f"{path}: {message}") from None
 
 
-def read_json(path: str | os.PathLike[str], *, max_bytes: int = limits.MAX_FILE_BYTES) -> Any:
+def read_json(path: str | os.PathLike[str]) -> Any:
     """Parsed JSON, or ResultsError naming the file: size, encoding and nesting are checked before parsing,
     so a hostile file is refused in milliseconds instead of exhausting memory or the stack."""
     path = Path(path)
     try:
         with open(path, "rb") as fh:
-            limits.check_size(os.fstat(fh.fileno()).st_size, max_bytes)
-            data = fh.read(max_bytes + 1)
+            limits.check_size(os.fstat(fh.fileno()).st_size)
+            data = fh.read(limits.MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise ResultsError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -244,6 +236,6 @@ def read_json(path: str | os.PathLike[str], *, max_bytes: int = limits.MAX_FILE_
     except ResultsError as exc:
         raise ResultsError(f"{path}: {exc}") from None
     try:
-        return limits.parse_json(data, max_bytes=max_bytes)
+        return limits.parse_json(data)
     except ResultsError as exc:
         raise ResultsError(f"{path}: {exc}") from None

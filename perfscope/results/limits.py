@@ -25,21 +25,13 @@ _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _CHUNK = 1 << 22
 
 
-def check_size(size: int, max_bytes: int = MAX_FILE_BYTES) -> None:
-    if size > max_bytes:
-        raise ResultsError(f"file is {size / 2**20:,.1f} MiB, over the {max_bytes / 2**20:,.0f} MiB limit for a results file")
+def check_size(size: int) -> None:
+    if size > MAX_FILE_BYTES:
+        raise ResultsError(f"file is {size / 2**20:,.1f} MiB, over the {MAX_FILE_BYTES / 2**20:,.0f} MiB limit for a results file")
 
 
-def decode_utf8(data: bytes) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ResultsError(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-                           "results files are UTF-8 JSON") from None
-
-
-def max_depth(data: bytes, limit: int = MAX_DEPTH) -> int:
-    """The deepest nesting of arrays and objects in JSON ``data`` (strings skipped), computed up to ``limit + 1``."""
+def max_depth(data: bytes) -> int:
+    """The deepest nesting of arrays and objects in JSON ``data`` (strings skipped), computed up to MAX_DEPTH + 1."""
     import numpy as np  # lazily: only readers of files pay for it
 
     brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
@@ -50,19 +42,22 @@ def max_depth(data: bytes, limit: int = MAX_DEPTH) -> int:
         running = depth + np.cumsum(steps)
         deepest = max(deepest, int(running.max()))
         depth = int(running[-1])
-        if deepest > limit:
+        if deepest > MAX_DEPTH:
             break
     return deepest
 
 
-def parse_json(data: bytes, *, max_bytes: int = MAX_FILE_BYTES, max_nesting: int = MAX_DEPTH) -> Any:
+def parse_json(data: bytes) -> Any:
     """Check size, encoding and nesting, then parse. NaN and Infinity are parsed (as floats) so the model's
     validation can reject them naming the field (``trials[0].metrics.mfu: must be finite, got nan``)."""
-    check_size(len(data), max_bytes)
-    text = decode_utf8(data)
-    depth = max_depth(data, max_nesting)
-    if depth > max_nesting:
-        raise ResultsError(f"JSON nested deeper than {max_nesting} levels; not a results file")
+    check_size(len(data))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                           "results files are UTF-8 JSON") from None
+    if max_depth(data) > MAX_DEPTH:
+        raise ResultsError(f"JSON nested deeper than {MAX_DEPTH} levels; not a results file")
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -50,7 +50,7 @@ from perfscope.results.verdicts import (
 from perfscope.stats import Summary
 
 __all__ = [
-    "CONTENDED", "FAILED_STATUSES", "SCHEMA_VERSION", "Contention", "Environment", "Finding", "Gain", "KnobOutcome",
+    "CONTENDED", "FAILED_STATUSES", "MEMORY_CATEGORY_NAMES", "SCHEMA_VERSION", "Contention", "Environment", "Finding", "Gain", "KnobOutcome",
     "MemoryBreakdown", "MemoryCategories", "MicroBatchPoint", "ModelFacts", "NumericsCheck", "Peak", "Results", "RunNoise", "Summary", "Sweep", "Trial", "TrialConfig",
     "TrialMetrics", "TrialStatus", "Utilization", "UtilizationSample", "Verdict", "Window", "WorkloadInfo",
 ]
@@ -60,10 +60,9 @@ SCHEMA_VERSION = 3
 TrialStatus = Literal["ok", "oom", "error", "crashed", "timeout", "nonfinite", "skipped"]
 FAILED_STATUSES: frozenset[str] = frozenset({"oom", "error", "crashed", "timeout", "nonfinite"})
 
-CONTENDED: frozenset[str] = frozenset({"contended", "contended_budget", "contended_persisted", "contended_given_up",
-                                       "contended_v2"})
-"""The codes of Trial.excluded that say other load spoiled the run (perfscope.trial.session; "contended_v2": read
-from an older file's prose)."""
+CONTENDED: frozenset[str] = frozenset({"contended", "contended_v2"})
+"""The codes of Trial.excluded that say other load spoiled the run (perfscope.trial.session: whether it was measured
+again is in the parameters; "contended_v2": read from an older file's prose)."""
 
 
 # --------------------------------------------------------------------------------------------- model
@@ -155,10 +154,17 @@ class MemoryBreakdown:
     activations_and_temporaries: int | None
 
 
+MEMORY_CATEGORY_NAMES = {"parameter": "parameters", "gradient": "gradients", "optimizer_state": "optimizer state",
+                         "activation": "activations", "input": "inputs", "temporary": "temporaries",
+                         "autograd_detail": "autograd detail", "unknown": "untracked allocations"}
+"""torch.profiler's memory categories (perfscope.trace.memory_categories counts them) and their words in rules
+and charts."""
+
+
 @dataclass(kw_only=True)
 class MemoryCategories:
-    """One profiled step's memory by what torch.profiler's memory profile says holds it (parameter, gradient,
-    optimizer_state, activation, input, temporary, autograd_detail, unknown): perfscope.trace.memory_categories."""
+    """One profiled step's memory by what torch.profiler's memory profile says holds it (`MEMORY_CATEGORY_NAMES`):
+    perfscope.trace.memory_categories."""
 
     device: str
     peak_bytes: int = field(metadata=NON_NEGATIVE)

@@ -8,14 +8,16 @@ Design notes: docs/results.md.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
 import socket
+from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from perfscope.errors import UserError
+from perfscope.results.io import check_folder
 
 LOCK_NAME = ".perfscope.lock"
 _ATTEMPTS = 10
@@ -29,42 +31,29 @@ def check_output_dir(path: str | os.PathLike[str]) -> Path:
     out = Path(text)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {text}: is a file, not a folder")
-    existing = next((p for p in (out, *out.parents) if p.exists()), Path("."))
-    if not existing.is_dir():
-        raise UserError(f"--out {text}: {existing} is a file, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"--out {text}: no permission to write in {existing}")
+    check_folder(f"--out {text}", out)
     return out
 
 
-class OutputDirClaim:
-    """This process's hold on an output folder; release() (or leaving the with-block) gives it back."""
+@dataclass
+class OutputDirClaim(contextlib.AbstractContextManager["OutputDirClaim"]):
+    """This process's hold on an output folder, given back when its with-block is left."""
 
-    def __init__(self, path: Path, fd: int, created: bool) -> None:
-        self.path = path
-        self.lock_path = path / LOCK_NAME
-        self._fd: int | None = fd
-        self._created = created
+    path: Path
+    fd: int | None
+    created: bool
 
-    def release(self) -> None:
-        if self._fd is None:
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is None:
             return
         try:
-            self.lock_path.unlink(missing_ok=True)  # while still locked: a waiting claimer re-checks the inode
+            (self.path / LOCK_NAME).unlink(missing_ok=True)  # while still locked: a waiting claimer re-checks the inode
         finally:
-            os.close(self._fd)
-            self._fd = None
-        if self._created:
-            try:
+            os.close(self.fd)
+            self.fd = None
+        if self.created:
+            with contextlib.suppress(OSError):
                 self.path.rmdir()  # only when empty: a run refused before writing anything leaves nothing
-            except OSError:
-                pass
-
-    def __enter__(self) -> OutputDirClaim:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.release()
 
 
 def claim_output_dir(path: str | os.PathLike[str]) -> OutputDirClaim:

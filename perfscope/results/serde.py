@@ -37,14 +37,6 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
-def from_jsonable(tp: Any, data: Any, where: str = "") -> Any:
-    """Rebuild ``tp`` from JSON data, guided by type hints, checking every value as it goes.
-
-    A violation raises ResultsError naming the JSON path (``trials[3].metrics.samples_per_s: must be finite``).
-    """
-    return _build(tp, data, where, None)
-
-
 def _child(where: str, name: str) -> str:
     return f"{where}.{name}" if where else name
 
@@ -73,7 +65,10 @@ def _items(constraint: Constraint) -> Constraint:
     return dataclasses.replace(constraint, max_len=None)
 
 
-def _build(tp: Any, data: Any, where: str, constraint: Constraint | None) -> Any:
+def from_jsonable(tp: Any, data: Any, where: str = "", constraint: Constraint | None = None) -> Any:
+    """Rebuild ``tp`` from JSON data, guided by type hints, checking every value (against the field's ``constraint``)
+    as it goes. A violation raises ResultsError naming the JSON path (``trials[3].metrics.samples_per_s: must be finite``).
+    """
     origin = typing.get_origin(tp)
     if tp is Any:
         _check_free(data, where)
@@ -85,48 +80,23 @@ def _build(tp: Any, data: Any, where: str, constraint: Constraint | None) -> Any
         if not any(type(data) is type(c) and data == c for c in choices):
             raise ResultsError(f"{_at(where)}: must be one of {', '.join(show(c) for c in choices)}, got {show(data)}")
         return data
-    if origin is list or tp is list:
-        if not isinstance(data, list):
-            raise ResultsError(f"{_at(where)}: expected a list, got {show(data)}")
+    if (container := origin or tp) in (list, dict):
+        if not isinstance(data, container):
+            raise ResultsError(f"{_at(where)}: expected {'a list' if container is list else 'an object'}, got {show(data)}")
         if constraint is not None:
             constraint.check_length(data, _at(where))
-        (item,) = typing.get_args(tp) or (Any,)
         inner = _items(constraint) if constraint is not None else None
-        return [_build(item, v, f"{where}[{i}]", inner) for i, v in enumerate(data)]
-    if origin is dict or tp is dict:
-        if not isinstance(data, dict):
-            raise ResultsError(f"{_at(where)}: expected an object, got {show(data)}")
-        if constraint is not None:
-            constraint.check_length(data, _at(where))
+        if container is list:
+            (item,) = typing.get_args(tp) or (Any,)
+            return [from_jsonable(item, v, f"{where}[{i}]", inner) for i, v in enumerate(data)]
         _, value_tp = typing.get_args(tp) or (str, Any)
-        inner = _items(constraint) if constraint is not None else None
-        out = {}
-        for k, v in data.items():
-            if not isinstance(k, str):
-                raise ResultsError(f"{_at(where)}: keys must be strings, got {show(k)}")
-            out[k] = _build(value_tp, v, _key(where, k), inner)
-        return out
+        if bad := [k for k in data if not isinstance(k, str)]:
+            raise ResultsError(f"{_at(where)}: keys must be strings, got {show(bad[0])}")
+        return {k: from_jsonable(value_tp, v, _key(where, k), inner) for k, v in data.items()}
     if dataclasses.is_dataclass(tp):
         return _dataclass(tp, data, where)
-    if tp is float:
-        return _float(data, where, constraint)
-    if tp is int:
-        if isinstance(data, bool) or not isinstance(data, int):
-            raise ResultsError(f"{_at(where)}: expected an integer, got {show(data)}")
-        check_int64(data, _at(where))
-        if constraint is not None:
-            constraint.check_number(data, _at(where))
-        return data
-    if tp is str:
-        if not isinstance(data, str):
-            raise ResultsError(f"{_at(where)}: expected a string, got {show(data)}")
-        if constraint is not None:
-            constraint.check_length(data, _at(where))
-        return data
-    if tp is bool:
-        if not isinstance(data, bool):
-            raise ResultsError(f"{_at(where)}: expected true or false, got {show(data)}")
-        return data
+    if tp in _SCALARS:
+        return _scalar(tp, data, _at(where), constraint)
     _check_free(data, where)
     return data
 
@@ -139,27 +109,34 @@ def _union(tp: Any, data: Any, where: str, constraint: Constraint | None) -> Any
         raise ResultsError(f"{_at(where)}: must not be null")
     options = [a for a in args if a is not type(None)]
     if len(options) == 1:  # Optional[X]: X's own error is the clearest
-        return _build(options[0], data, where, constraint)
+        return from_jsonable(options[0], data, where, constraint)
     errors = []
     for option in options:
         try:
-            return _build(option, data, where, constraint)
+            return from_jsonable(option, data, where, constraint)
         except ResultsError as exc:
             errors.append(str(exc))
     raise ResultsError(f"{_at(where)}: {show(data)} matches none of the allowed types ({'; '.join(errors)})")
 
 
-def _float(data: Any, where: str, constraint: Constraint | None) -> float:
-    if isinstance(data, bool) or not isinstance(data, int | float):
-        raise ResultsError(f"{_at(where)}: expected a number, got {show(data)}")
-    try:
-        value = float(data)
-    except OverflowError:
-        raise ResultsError(f"{_at(where)}: must be finite, got {show(data)}") from None
-    check_finite(value, _at(where))
-    if constraint is not None:
-        constraint.check_number(value, _at(where))
-    return value
+_SCALARS = {float: "a number", int: "an integer", str: "a string", bool: "true or false"}
+"""The JSON scalars, as an error names what was expected."""
+
+
+def _scalar(tp: type, data: Any, at: str, constraint: Constraint | None) -> Any:
+    if isinstance(data, bool) != (tp is bool) or not isinstance(data, (int, float) if tp is float else tp):
+        raise ResultsError(f"{at}: expected {_SCALARS[tp]}, got {show(data)}")
+    if tp is float:
+        try:
+            data = float(data)
+        except OverflowError:
+            raise ResultsError(f"{at}: must be finite, got {show(data)}") from None
+        check_finite(data, at)
+    elif tp is int:
+        check_int64(data, at)
+    if constraint is not None and tp is not bool:
+        (constraint.check_length if tp is str else constraint.check_number)(data, at)
+    return data
 
 
 def _dataclass(tp: Any, data: Any, where: str) -> Any:
@@ -170,7 +147,7 @@ def _dataclass(tp: Any, data: Any, where: str) -> Any:
     for f, hint, required in _fields(tp):
         known.add(f.name)
         if f.name in data:
-            kwargs[f.name] = _build(hint, data[f.name], _child(where, f.name), constraints.of(f))
+            kwargs[f.name] = from_jsonable(hint, data[f.name], _child(where, f.name), constraints.of(f))
         elif required:
             raise ResultsError(f"{_at(where)}: missing field {f.name!r} ({tp.__name__})")
     for key, value in data.items():  # ignored, but not a hiding place for NaN or a 1000-digit integer

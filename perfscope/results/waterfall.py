@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from perfscope.results.breakdown import positive, trace_shares
 from perfscope.results.messages import Message, msg
 from perfscope.results.model import Results, Trial, TrialMetrics
 from perfscope.results.roles import baseline_run
@@ -59,6 +60,8 @@ PARTS: dict[str, PartSpec] = {
                          no_fix="belongs to no part: where the sources disagree, it shows here"),
 }
 """Every part, in the chart's order."""
+PART_OF = {key: part for part, spec in PARTS.items() for key in spec.slices}
+"""The part each slice of the step breakdown is in (a kernel category no part names: "non_gemm")."""
 
 PADDING_UNKNOWN = msg("padding_unknown")
 
@@ -97,7 +100,6 @@ class MfuWaterfall:
     end_label: str
     end_points: float
     """The measured MFU in points; without FLOPs, the matmul-class share of the step."""
-    mfu_points: float | None
     parts: list[WaterfallPart] = field(default_factory=list)
     notes: list[Message] = field(default_factory=list)
 
@@ -105,16 +107,8 @@ class MfuWaterfall:
     def available(self) -> list[WaterfallPart]:
         return [p for p in self.parts if p.points is not None]
 
-    @property
-    def residual_points(self) -> float:
-        return next((p.points or 0.0 for p in self.parts if p.key == "residual"), 0.0)
-
     def part(self, key: str) -> WaterfallPart | None:
         return next((p for p in self.parts if p.key == key), None)
-
-
-def _pos(x: object) -> float:
-    return float(x) if isinstance(x, int | float) and math.isfinite(x) and x > 0 else 0.0
 
 
 def _ms(seconds: float) -> str:
@@ -127,49 +121,31 @@ def _exposed_fraction(metrics: TrialMetrics) -> tuple[float | None, str]:
     if dist is None:
         return None, ""
     ranks = sorted((r for r in dist.ranks if r.exposed_collective_s_per_step is not None), key=lambda r: r.rank)
-    if ranks and facts is not None and _pos(facts.step_time_s):
-        return min(_pos(ranks[0].exposed_collective_s_per_step) / facts.step_time_s, 1.0), f"rank {ranks[0].rank}'s trace"
+    if ranks and facts is not None and positive(facts.step_time_s):
+        return min(positive(ranks[0].exposed_collective_s_per_step) / facts.step_time_s, 1.0), f"rank {ranks[0].rank}'s trace"
     comm = dist.communication
-    if comm is not None and _pos(comm.step_s):
-        return min(_pos(comm.exposed_collective_s) / comm.step_s, 1.0), f"rank {comm.rank}'s trace (the slowest traced)"
+    if comm is not None and positive(comm.step_s):
+        return min(positive(comm.exposed_collective_s) / comm.step_s, 1.0), f"rank {comm.rank}'s trace (the slowest traced)"
     return None, ""
 
 
-def _trace_seconds(metrics: TrialMetrics) -> tuple[dict[str, float], list[Message]] | None:
-    """The trace's step minus its data wait, in trace seconds by part key; None without a usable trace."""
+def _trace_shares(metrics: TrialMetrics) -> tuple[dict[str, float], list[Message]] | None:
+    """The trace's step less its data wait by part, shares summing to 1 (the step breakdown's slices, grouped);
+    None without a usable trace."""
     facts = metrics.trace_facts
-    if facts is None or not _pos(facts.step_time_s):
+    if facts is None or not positive(facts.step_time_s):
         return None
-    cats = {k: _pos(v) for k, v in facts.kernels.time_by_category.items()}
     exposed, where = _exposed_fraction(metrics)
-    notes: list[Message] = []
-    sec: dict[str, float] = {}
-    if facts.gpu is not None:
-        idle = facts.gpu.idle
-        sec.update(sync=_pos(idle.sync_s), launch=_pos(idle.host_s), idle=_pos(idle.other_s))
-        work = _pos(facts.gpu.busy_s)
-    else:  # CPU: aten op self time is the work; the rest of the step (no data wait) is the host's own overhead
-        in_step = facts.step_time_s * (1.0 - min(_pos(facts.data_wait_fraction), 1.0))
-        ops = sum(cats.values())
-        work = min(ops, in_step)
-        sec["launch"] = in_step - work
-    if exposed is not None:
-        sec["communication"] = min(exposed * facts.step_time_s, work)
-        cats.pop("communication", None)
-        notes.append(msg("exposed_communication_from", where=where))
-    elif cats.get("communication"):
-        notes.append(msg("communication_counted_exposed"))
-    rest = work - sec.get("communication", 0.0)
-    norm = sum(cats.values())
-    if norm > 0:
-        for k, v in cats.items():
-            key = "communication" if k == "communication" else "gemm" if k in MATMUL else "non_gemm"
-            sec[key] = sec.get(key, 0.0) + rest * v / norm
-    elif rest > 0:
-        sec["unsplit"] = rest
-    if facts.gpu is not None and len(cats) and norm > 0:
+    cats = {k for k, v in facts.kernels.time_by_category.items() if positive(v) and (exposed is None or k != "communication")}
+    notes = [msg("exposed_communication_from", where=where)] if exposed is not None else (
+        [msg("communication_counted_exposed")] if "communication" in cats else [])
+    if facts.gpu is not None and cats:
         notes.append(msg("overlapping_kernels_shared"))
-    return sec, notes
+    shares: dict[str, float] = {}
+    for k, v in trace_shares(facts, exposed * facts.step_time_s if exposed is not None else None).items():
+        part = PART_OF.get(k, "non_gemm")
+        shares[part] = shares.get(part, 0.0) + v
+    return shares, notes
 
 
 def _evidence(share: float, step_s: float, source: str) -> str:
@@ -184,9 +160,9 @@ def trial_waterfall(results: Results, trial: Trial) -> MfuWaterfall | None:
     step = m.mean_step_time_s
     dw = 0.0 if "data_wait_share" in m.unavailable else min(max(m.data_wait_share, 0.0), 1.0)
     facts = m.trace_facts
-    if results.source == "trace" and dw and facts is not None and facts.gpu is not None and _pos(facts.step_time_s):
-        dw = min(_pos(facts.gpu.idle.data_wait_s) / facts.step_time_s, 1.0)  # exposed: the GPU idle while the host waited
-    traced = _trace_seconds(m)
+    if results.source == "trace" and dw and facts is not None and facts.gpu is not None and positive(facts.step_time_s):
+        dw = min(positive(facts.gpu.idle.data_wait_s) / facts.step_time_s, 1.0)  # exposed: the GPU idle while the host waited
+    traced = _trace_shares(m)
     shares: dict[str, float] = {}
     notes: list[Message] = []
     unavailable: dict[str, Message] = {}
@@ -198,11 +174,8 @@ def trial_waterfall(results: Results, trial: Trial) -> MfuWaterfall | None:
         shares["data_wait"] = dw
     no_trace = msg("waterfall_no_trace", traced=m.trace_facts is not None)
     if traced is not None:
-        sec, trace_notes = traced
-        notes += trace_notes
-        total = sum(sec.values())
-        for k, v in sec.items():
-            shares[k] = (1.0 - dw) * v / total if total > 0 else 0.0
+        notes += traced[1]
+        shares.update({k: (1.0 - dw) * v for k, v in traced[0].items()})
         if "communication" not in shares:
             unavailable["communication"] = msg("no_collectives_traced")
     else:
@@ -260,8 +233,7 @@ def trial_waterfall(results: Results, trial: Trial) -> MfuWaterfall | None:
         elif key in unavailable:
             out.append(WaterfallPart(key=key, points=None, unavailable=unavailable[key]))
     return MfuWaterfall(trial=trial.name, basis=basis, denominator=denominator, step_s=step, end_label=end_label,
-                        end_points=end * 100, mfu_points=mfu * 100 if mfu is not None and basis == "peak" else None,
-                        parts=out, notes=notes)
+                        end_points=end * 100, parts=out, notes=notes)
 
 
 def _ceiling_share(results: Results, hfu: float) -> float | None:

@@ -79,13 +79,8 @@ def all_rules() -> list[Rule]:
     return list(REGISTRY)
 
 
-def rule(rule_id: str) -> Rule:
-    for r in REGISTRY:
-        if r.id == rule_id:
-            return r
-    raise KeyError(rule_id)
-
-
+rule = REGISTRY.get
+"""The registered rule of an id (KeyError when none is)."""
 register = REGISTRY.register
 """Add a rule after the built-in ones (a plugin, a test): it runs, is ranked, rendered and documented at once."""
 registered = REGISTRY.registered

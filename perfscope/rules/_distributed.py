@@ -1,5 +1,5 @@
-"""What the parallel rules share: the baseline's distributed facts, the sweep's outcomes they report, and the runs
-that measured tensor or pipeline parallelism.
+"""What the parallel rules share: the baseline's distributed facts, and the runs that measured tensor or pipeline
+parallelism.
 
 A data-parallel baseline carries `TrialMetrics.distributed` (perfscope.results.distributed); a single-process run
 has None there, and every rule that reads it stays silent. A TP or PP run is the baseline itself, the sweep's
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 
-from perfscope.results import DistributedFacts, KnobOutcome, Trial
+from perfscope.results import DistributedFacts, Trial
 from perfscope.rules.engine import RuleContext
 
 
@@ -18,16 +18,6 @@ def distributed_facts(ctx: RuleContext) -> DistributedFacts | None:
     """The baseline's data-parallel facts (None for one process, or a job of one rank)."""
     facts = ctx.metrics.distributed
     return facts if facts is not None and facts.world_size > 1 else None
-
-
-def measured_outcomes(ctx: RuleContext, knobs: tuple[str, ...]) -> list[KnobOutcome]:
-    """The knobs of ``knobs`` the sweep measured (a run with a gain against the baseline), in that order."""
-    out = []
-    for knob_id in knobs:
-        o = ctx.knob(knob_id)
-        if o is not None and o.status == "measured" and o.gain is not None and o.trial and o.trial != ctx.baseline.name:
-            out.append(o)
-    return out
 
 
 def median_of_others(facts: DistributedFacts, rank: int) -> tuple[float | None, str]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfscope.results import MemoryCategories, TrialMetrics
-from perfscope.rules._text import CATEGORY_NAMES, pct, size
+from perfscope.results import MEMORY_CATEGORY_NAMES, MemoryCategories, TrialMetrics
+from perfscope.rules._text import pct, size
 
 HOLDERS = {"activation": ("activation",), "optimizer_state": ("optimizer_state",), "weights": ("parameter", "gradient")}
 """The parts of a peak a memory fix frees: activations (checkpointing), optimizer state (a lean optimizer, ZeRO-1),
@@ -39,8 +39,6 @@ def holder_bytes(held: MemoryCategories, part: str) -> int:
 class PeakAgreement:
     """The profiled step's peak beside the allocator's: ``agrees`` None when there is no allocator peak (CPU)."""
 
-    profiled: int
-    allocator: int | None
     agrees: bool | None
     text: str
 
@@ -51,9 +49,9 @@ def peak_agreement(m: TrialMetrics, *, cuda: bool) -> PeakAgreement | None:
     held = m.memory_categories
     if held is None:
         return None
-    profiled = f"a profiled step's tensors peaked at {size(held.peak_bytes)}, most of it {CATEGORY_NAMES.get(held.peak_category, held.peak_category)}"
+    profiled = f"a profiled step's tensors peaked at {size(held.peak_bytes)}, most of it {MEMORY_CATEGORY_NAMES.get(held.peak_category, held.peak_category)}"
     if not cuda or not m.peak_memory_bytes:
-        return PeakAgreement(held.peak_bytes, None, None, (
+        return PeakAgreement(None, (
             f"{profiled}; no allocator peak to check it against (torch keeps none on a CPU: the run's peak is the "
             "process's RSS), so a peak outside the profiled step would go unseen"))
     ratio = held.peak_bytes / m.peak_memory_bytes
@@ -64,4 +62,4 @@ def peak_agreement(m: TrialMetrics, *, cuda: bool) -> PeakAgreement | None:
                  "batch) or in memory no tensor holds (workspaces, communication buffers), and its largest part may differ"
                  if ratio < AGREES else "; they disagree: the profiled step held more than the peak recorded before it (the profiler's own "
                  "allocations, or a reset of the allocator's peak)")
-    return PeakAgreement(held.peak_bytes, m.peak_memory_bytes, agrees, text)
+    return PeakAgreement(agrees, text)

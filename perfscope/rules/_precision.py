@@ -5,8 +5,6 @@ Design notes (why not just the config; the evidence, in order): docs/rules.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from perfscope.rules._text import pct
 from perfscope.rules.engine import RuleContext
 
@@ -14,33 +12,22 @@ MOSTLY = 0.5
 """fp32 when at least this share of the matmul FLOPs (or GEMM kernel time) is fp32."""
 
 
-@dataclass(frozen=True)
-class MatmulPrecision:
-    fp32: bool
-    evidence: str
-    """Why: one line for a finding's evidence ("" when fp32 is False for want of evidence)."""
-
-
-def fp32_matmul_share(ctx: RuleContext) -> float | None:
-    """Share of the counted step's matmul/conv/attention FLOPs with fp32 inputs; None when none were counted."""
-    fingerprint = ctx.metrics.fingerprint
-    shares = fingerprint.matmul_dtype_shares() if fingerprint is not None else {}
-    return shares.get("fp32", 0.0) if shares else None
-
-
-def matmul_precision(ctx: RuleContext) -> MatmulPrecision:
-    share = fp32_matmul_share(ctx)
+def fp32_matmuls(ctx: RuleContext) -> str | None:
+    """Why the loop's matmuls run in fp32 (one line for a finding's evidence); None when they do not, or nothing says
+    they do."""
+    # The share of the counted step's matmul/conv/attention FLOPs with fp32 inputs; None when none were counted.
+    shares = ctx.metrics.fingerprint.matmul_dtype_shares() if ctx.metrics.fingerprint is not None else {}
+    share = shares.get("fp32", 0.0) if shares else None
     if share is not None and share < MOSTLY:
-        return MatmulPrecision(False, f"{pct(1 - share)} of the matmul FLOPs already run in reduced precision")
+        return None  # most of the matmul FLOPs already run in reduced precision
     if "precision" not in ctx.baseline.unknown_settings:
-        fp32 = ctx.config("precision") == "fp32"
-        return MatmulPrecision(fp32, "the loop runs in fp32 (no autocast)" if fp32 else "")
+        return "the loop runs in fp32 (no autocast)" if ctx.config("precision") == "fp32" else None
     if share is not None:
-        return MatmulPrecision(True, f"{pct(share)} of the counted step's matmul FLOPs have fp32 inputs (no autocast)")
+        return f"{pct(share)} of the counted step's matmul FLOPs have fp32 inputs (no autocast)"
     gemm_fp32 = ctx.facts.kernels.fp32_gemm_fraction if ctx.facts else None
     if gemm_fp32 is not None and gemm_fp32 >= MOSTLY:
-        return MatmulPrecision(True, "the loop's precision was not observed; its GEMM kernels' names say fp32")
-    return MatmulPrecision(False, "")
+        return "the loop's precision was not observed; its GEMM kernels' names say fp32"
+    return None
 
 
 def bf16_capable(compute_capability: str | None) -> bool | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from perfscope.results import MEMORY_CATEGORY_NAMES
+
 if TYPE_CHECKING:
     from perfscope.results import Finding, MemoryCategories
 
@@ -29,18 +31,13 @@ def size(n: float) -> str:
     return gib(n) if n >= 2**30 else mib(n)
 
 
-CATEGORY_NAMES = {"activation": "activations", "parameter": "parameters", "gradient": "gradients", "input": "inputs",
-                  "temporary": "temporaries", "optimizer_state": "optimizer state", "autograd_detail": "autograd detail",
-                  "unknown": "untracked allocations"}
-
-
 def held_at_peak(held: MemoryCategories | None, category: str) -> str | None:
     """The evidence line for ``category``'s measured share of the peak (torch.profiler's memory categories), or None
     when the run was not profiled by category: a rule then says only what the owner counts back."""
     share = held.share(category) if held is not None else None
     if held is None or share is None:
         return None
-    name, top = (f"{CATEGORY_NAMES.get(c, c)} {'holds' if c in ('optimizer_state', 'autograd_detail') else 'hold'}"
+    name, top = (f"{MEMORY_CATEGORY_NAMES.get(c, c)} {'holds' if c in ('optimizer_state', 'autograd_detail') else 'hold'}"
                  for c in (category, held.peak_category))
     most = "the most of any category" if held.peak_category == category else f"{top} the most"
     return (f"{name} {pct(share)} of a profiled step's {size(held.peak_bytes)} peak on {held.device}, {most} "

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from perfscope.results import Finding, KernelStat, KnobOutcome
 from perfscope.rules._text import pct
@@ -21,7 +20,6 @@ def inductor_fused_time(kernels: list[KernelStat]) -> float:
     return sum(k.time_s for k in kernels if k.category in FUSIBLE and INDUCTOR_FUSED.search(k.name))
 
 
-@dataclass
 class CompileFusion(Rule):
     """Much of the step is unfused elementwise/normalization work: try torch.compile.
 
@@ -42,7 +40,7 @@ class CompileFusion(Rule):
     )
     groups = ("compute",)
     knobs = ("compile",)
-    addresses = ("elementwise", "normalization")
+    addresses = FUSIBLE
     threshold: float = 0.25
     """Fire when elementwise + normalization kernels take at least this share of kernel time."""
 
@@ -58,13 +56,13 @@ class CompileFusion(Rule):
         # Inductor's generated kernels are already fused work: never the unfused elementwise work compile would fuse.
         unfused = max(sum(times.get(c, 0.0) for c in FUSIBLE) - fused, 0.0)
         share = unfused / total if total else 0.0
-        outcome = ctx.knob("compile")
-        if share < self.threshold and not (outcome and outcome.status == "measured"):
+        outcome = ctx.measured("compile")
+        if share < self.threshold and not outcome:
             return []
         evidence = [f"elementwise and normalization take {pct(share)} of kernel time"] if total else []
         if unobserved:
             evidence.append("whether the loop uses torch.compile was not observed; its trace shows no inductor kernels")
-        if outcome and outcome.status == "measured" and outcome.trial:
+        if outcome and outcome.trial:
             trial = ctx.results.trial(outcome.trial)
             if trial and trial.metrics and trial.metrics.compile_time_s is not None:
                 evidence.append(f"compilation took {trial.metrics.compile_time_s:.1f} s once (not in the step time)")

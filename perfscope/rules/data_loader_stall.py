@@ -61,9 +61,9 @@ class LoaderEstimate:
     def helps(self) -> bool:
         return self.cores is None or (self.workers >= 1 and self.gain >= MIN_GAIN)
 
-def loader_estimate(ctx: RuleContext, wait_share: float, workers: int | None = None) -> LoaderEstimate:
-    """The model's inputs from the baseline run (and its Dataset profile); ``workers`` fixes the count, else the
-    fewest workers that reach the best step on this machine."""
+def loader_estimate(ctx: RuleContext, wait_share: float) -> LoaderEstimate:
+    """The model's inputs from the baseline run (and its Dataset profile), assuming the fewest workers that reach the
+    best step on this machine (`gain_with` gives any other count's)."""
     env = ctx.results.environment
     step = ctx.metrics.mean_step_time_s
     wait = step * wait_share
@@ -92,8 +92,6 @@ def loader_estimate(ctx: RuleContext, wait_share: float, workers: int | None = N
     threads = (float(profile.threads) if profile is not None and profile.threads else (cores or 1.0)) if cpu else 1.0
     est = LoaderEstimate(step_s=step, compute_s=step - wait, load_s=load, load_source=source, cores=cores,
                          cpu_device=cpu, compute_threads=threads, workers=0)
-    if workers is not None:
-        return replace(est, workers=workers)
     if cores is None:
         return replace(est, workers=max(current, 1))
     limit = min(max(int(cores) if cpu else int(cores) - 1, 0), MAX_WORKERS)
@@ -101,7 +99,7 @@ def loader_estimate(ctx: RuleContext, wait_share: float, workers: int | None = N
     return replace(est, workers=max(best, current) if best else 0)
 
 
-def profile_lines(profile: DatasetProfile, window_batch_s: float | None = None, top: int = 4) -> list[str]:
+def profile_lines(profile: DatasetProfile, window_batch_s: float | None) -> list[str]:
     """The Dataset's cost in words: per sample, per batch (main process and worker), and where the time goes;
     ``window_batch_s``: what a batch took in the timed window, for comparison (a short pass is noisier)."""
     one = f" ({ms(profile.getitem_one_thread_s)} on one thread, as in a worker)" if profile.getitem_one_thread_s is not None else ""
@@ -111,12 +109,11 @@ def profile_lines(profile: DatasetProfile, window_batch_s: float | None = None, 
              f"per sample on {profile.threads} thread(s){one}{collate}: a batch of {profile.batch_size} costs {ms(profile.batch_s)}{worker}"
              + (f" (in the timed window the step waited {ms(window_batch_s)} per batch)" if window_batch_s else "")]
     if profile.top:
-        where = ", ".join(f"{f.label} {pct(f.self_share)}" for f in profile.top[:top])
+        where = ", ".join(f"{f.label} {pct(f.self_share)}" for f in profile.top[:4])
         lines.append(f"where __getitem__ and collate spend their time (cProfile self time): {where}")
     return lines
 
 
-@dataclass
 class DataLoaderStall(Rule):
     """The step waits for data: load batches in DataLoader workers.
 
@@ -181,12 +178,10 @@ class DataLoaderStall(Rule):
         helps = est.helps
         title = ("The step waits for data: add DataLoader workers" if helps
                  else "The step waits for data: the Dataset is too slow for this machine's cores")
-        outcome = ctx.knob("dataloader_workers")
-        won = outcome is not None and outcome.status == "measured" and outcome.gain is not None and outcome.gain.faster
         finding = Finding(
             rule_id=self.id, title=title, severity="high" if wait >= 0.3 else "medium", evidence=evidence, cause_share=wait,
             # Workers are the fix only where they can help (or were measured helping); else the Dataset's own cost is.
-            fix=self.fix_text(ctx, batch, est.workers) if helps or won else self.dataset_fix(profile),
+            fix=self.fix_text(ctx, batch, est.workers) if helps or ctx.won("dataloader_workers") else self.dataset_fix(profile),
             estimated_gain=est.gain if helps else None,
             estimate_method=self.method(est) if helps else None, upper_bound=helps and est.cores is None,
             estimate_bound=self.bound(est, how) if helps else None,
@@ -212,7 +207,7 @@ class DataLoaderStall(Rule):
     @staticmethod
     def method(est: LoaderEstimate) -> str:
         if est.cores is None:
-            return ("upper bound if loading were fully overlapped, 1 / (1 − data-wait share); the run did not record "
+            return ("loading fully overlapped: 1 / (1 − data-wait share); the run did not record "
                     "its usable cores, so the bound ignores them")
         return (f"step / (max(compute, batch cost / workers) × max(1, threads / cores)) with {est.workers} worker(s); batch cost "
                 f"{ms(est.load_s)} ({est.load_source}); assumes each worker builds whole batches on one thread, the compute "
@@ -241,8 +236,8 @@ class DataLoaderStall(Rule):
 
     def fix_text(self, ctx: RuleContext, batch: int, workers: int) -> str:
         """The loader line with this run's batch and worker count; options the sweep measured as no better are left out."""
-        outcome = ctx.knob("dataloader_workers")
-        if outcome is not None and outcome.status == "measured" and outcome.setting and outcome.gain and outcome.gain.faster:
+        outcome = ctx.won("dataloader_workers")
+        if outcome is not None and outcome.setting:
             digits = "".join(ch for ch in outcome.setting if ch.isdigit())
             workers = int(digits) if digits else workers
         options = [f"num_workers={max(workers, 1)}"]

@@ -1,13 +1,12 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from perfscope.results import DistributedFacts, Finding, KnobOutcome, ShardingMemory
-from perfscope.rules._distributed import distributed_facts, measured_outcomes
+from perfscope.rules._distributed import distributed_facts
 from perfscope.rules._text import gib, pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
-from perfscope.rules.memory_headroom import MemoryHeadroom
+from perfscope.rules.memory_headroom import MemoryHeadroom, fitting_micro_batch
 from perfscope.rules.near_oom import NearOom
 from perfscope.snippets import sharding_change
 
@@ -22,7 +21,6 @@ def stage_of(row: ShardingMemory) -> int:
     return int(match.group(1)) if match else 0
 
 
-@dataclass
 class DataParallelMemory(Rule):
     """Memory-bound data parallelism: every DDP rank holds a full copy of the weights, gradients and optimizer state.
 
@@ -83,7 +81,7 @@ class DataParallelMemory(Rule):
         stage = stage_of(pick[0]) if pick else 1
         title = f"Memory-bound data parallelism: shard with ZeRO-{stage}"
         finding = Finding(
-            rule_id=self.id, title=title, severity="high" if near else "medium", evidence=evidence, fix=self.fix_text(stage),
+            rule_id=self.id, title=title, severity="high" if near else "medium", evidence=evidence, fix=sharding_change(stage),
             reference="https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html",
         )
         if pick is not None:
@@ -96,7 +94,11 @@ class DataParallelMemory(Rule):
                                       if cap else f"sharding frees at most the replicated state, {gib(freed)} per rank under {row.strategy}")
         else:
             evidence.append("not estimated: the run has no memory model of the sharding stages")
-        return self.attach(ctx, finding, stage)
+        # One finding per sharding knob the sweep measured (its gain replaces the estimate), else the diagnosis.
+        return [self.measured(ctx, Finding(
+            rule_id=self.id, title=f"Memory-bound data parallelism: {o.title}, measured", severity=finding.severity,
+            evidence=evidence + self.measured_lines(ctx, o), fix=o.code_change or finding.fix, reference=finding.reference),
+            o.knob) for k in SHARDING_KNOBS if (o := ctx.measured(k))] or [finding]
 
     @staticmethod
     def fullest(ctx: RuleContext, facts: DistributedFacts) -> int | None:
@@ -109,40 +111,19 @@ class DataParallelMemory(Rule):
         """(the lightest stage whose freed memory at least doubles the micro-batch, else the one that unlocks the most;
         the micro-batch it unlocks) — None when no stage frees anything."""
         m = ctx.metrics
-        cap, mb = m.device_memory_capacity_bytes, m.micro_batch_size
         sharded = [r for r in rows if stage_of(r) > 0 and r.total < ddp.total]
         if not sharded:
             return None
-        per_sample = (used - ddp.total) / mb if used and mb >= 1 and used > ddp.total else None
 
         def unlocked(row: ShardingMemory) -> int | None:
-            if not cap or per_sample is None:
-                return None
-            return max(int((self.usable * cap - row.total) / per_sample), mb)
+            return fitting_micro_batch(used, ddp.total, m.micro_batch_size, m.device_memory_capacity_bytes, self.usable, row.total)
 
         for row in sharded:
             u = unlocked(row)
-            if u is not None and u >= 2 * mb:
+            if u is not None and u >= 2 * m.micro_batch_size:
                 return row, u
         best = max(sharded, key=lambda r: (unlocked(r) or 0, ddp.total - r.total))
         return best, unlocked(best)
-
-    @staticmethod
-    def fix_text(stage: int) -> str:
-        return sharding_change(stage)
-
-    def attach(self, ctx: RuleContext, finding: Finding, stage: int) -> list[Finding]:
-        """One finding per sharding knob the sweep measured (its gain replaces the estimate), else the diagnosis."""
-        measured = measured_outcomes(ctx, SHARDING_KNOBS)
-        if not measured:
-            return [finding]
-        out = []
-        for o in measured:
-            f = Finding(rule_id=self.id, title=f"Memory-bound data parallelism: {o.title}, measured", severity=finding.severity,
-                        evidence=list(finding.evidence) + self.measured_lines(ctx, o), fix=o.code_change or finding.fix,
-                        reference=finding.reference)
-            out.append(self.measured(ctx, f, o.knob))
-        return out
 
     @staticmethod
     def measured_lines(ctx: RuleContext, o: KnobOutcome) -> list[str]:

@@ -26,7 +26,7 @@ COLUMNS = (("Detects", "detects"), ("Threshold", "threshold"), ("Evidence", "evi
 def listing(rules: list[Rule]) -> str:
     """One line a rule: id, name, the first line of its docstring (what `perfscope rules` prints)."""
     width = max(len(r.name) for r in rules) + 2
-    return "\n".join(f"{r.id}  {r.name:<{width}}{r.summary()}".rstrip() for r in rules)
+    return "\n".join(f"{r.id}  {r.name:<{width}}{inspect.getdoc(r).splitlines()[0]}".rstrip() for r in rules)
 
 
 def rule_page(rule: Rule) -> str:

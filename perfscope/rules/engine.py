@@ -24,7 +24,7 @@ from perfscope.results import (
 )
 from perfscope.results.roles import baseline_run, dataset_profile
 
-__all__ = ["Rule", "RuleContext", "RuleDoc", "partition_findings", "run"]
+__all__ = ["Rule", "RuleContext", "RuleDoc", "partition_findings", "run", "up_to"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,16 @@ class RuleContext:
         sweep = self.results.sweep
         return next((o for o in sweep.knobs if o.knob == knob_id), None) if sweep else None
 
+    def measured(self, knob_id: str) -> KnobOutcome | None:
+        """``knob_id``'s outcome when the sweep measured it: a gain from a run other than the baseline."""
+        o = self.knob(knob_id)
+        return o if o is not None and o.status == "measured" and o.gain is not None and o.trial not in (None, self.baseline.name) else None
+
+    def won(self, knob_id: str) -> KnobOutcome | None:
+        """``knob_id``'s outcome when the sweep measured it decidedly faster."""
+        o = self.measured(knob_id)
+        return o if o is not None and o.gain is not None and o.gain.faster else None
+
 
 @dataclass(frozen=True, kw_only=True)
 class RuleDoc:
@@ -101,15 +111,11 @@ class Rule:
     `addresses` reach (a "step"-wide fix: the parts it shrinks most)."""
 
     def check(self, ctx: RuleContext) -> list[Finding]:
-        raise NotImplementedError
+        return []
 
     def check_after(self, ctx: RuleContext, findings: list[Finding]) -> list[Finding]:
         """Optional second pass that sees the other rules' findings (e.g. to report what they left out)."""
         return []
-
-    @classmethod
-    def summary(cls) -> str:
-        return (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else cls.name
 
     def why_not_here(self, ctx: RuleContext, outcome: KnobOutcome) -> str | None:
         """Why the measured fix did not help on this machine, and whether it would pay on other hardware (None:
@@ -119,8 +125,8 @@ class Rule:
     def measured(self, ctx: RuleContext, finding: Finding, knob_id: str) -> Finding:
         """Attach what the sweep measured for the fix ``knob_id``: the measurement replaces any estimate; one not
         decidedly faster moves the finding to "measured, did not help here" (docs/rules.md)."""
-        outcome = ctx.knob(knob_id)
-        if outcome is None or outcome.status != "measured" or outcome.gain is None or outcome.trial == ctx.baseline.name:
+        outcome = ctx.measured(knob_id)
+        if outcome is None:
             return finding
         finding.trial = outcome.trial
         finding.caveats = list(dict.fromkeys(finding.caveats + outcome.changes_semantics))
@@ -129,6 +135,15 @@ class Rule:
         if finding.measured_no_help:
             finding.why_not_here = self.why_not_here(ctx, outcome)
         return finding
+
+
+def up_to(finding: Finding, share: float, method: str, bound: str) -> Finding:
+    """Estimate the fix as removing a measured ``share`` of the step outright: an upper bound, 1 / (1 − share), worded
+    "up to"; no estimate when the share is not strictly between 0 and 1."""
+    if 0 < share < 1:
+        finding.estimated_gain, finding.cause_share, finding.upper_bound = 1 / (1 - share), share, True
+        finding.estimate_method, finding.estimate_bound = method, bound
+    return finding
 
 
 def run(results: Results, rules: list[Rule]) -> list[Finding]:

@@ -1,12 +1,10 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from perfscope.results import CommunicationFacts, DistributedFacts, Finding, KnobOutcome
-from perfscope.rules._distributed import distributed_facts, measured_outcomes
+from perfscope.rules._distributed import distributed_facts
 from perfscope.rules._precision import bf16_capable
 from perfscope.rules._text import mib, ms, pct
-from perfscope.rules.engine import Rule, RuleContext, RuleDoc
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc, up_to
 from perfscope.wording import words
 
 COMM_KNOBS = ("no_sync_accumulation", "ddp_bucket_cap", "grad_compression")
@@ -53,7 +51,6 @@ KIND_FIX = {
 }
 
 
-@dataclass
 class ExposedCommunication(Rule):
     """Gradient communication is exposed: the step waits for collectives no compute hides.
 
@@ -103,19 +100,16 @@ class ExposedCommunication(Rule):
         if kind in NOT_GRADIENT:  # an all-to-all or a send/recv: DDP's buckets and no_sync do not touch it
             return [self.other_kind(ctx, kind, comm, share, evidence, severity)]
         fsdp = facts.data_parallel == "fsdp"
-        findings = []
-        for o in measured_outcomes(ctx, COMM_KNOBS):
-            f = Finding(rule_id=self.id, title=f"Exposed communication: {o.title}, measured", severity=severity,
-                        evidence=list(evidence), fix=o.code_change or self.fix_text([o.knob], fsdp, bf16=self.bf16(ctx)),
-                        reference="https://pytorch.org/docs/stable/notes/ddp.html")
-            findings.append(self.measured(ctx, f, o.knob))
+        findings = [self.measured(ctx, Finding(
+            rule_id=self.id, title=f"Exposed communication: {o.title}, measured", severity=severity, evidence=list(evidence),
+            fix=o.code_change or self.fix_text(ctx, [o.knob], fsdp), reference="https://pytorch.org/docs/stable/notes/ddp.html"),
+            o.knob) for k in COMM_KNOBS if (o := ctx.measured(k))]
         if any(f.measured_win for f in findings):
             return findings
         # The fixes nobody measured (or all, when none was): an estimate bounded by the exposed share of the step.
-        measured = {o.knob for o in measured_outcomes(ctx, COMM_KNOBS)}
-        left = [k for k in COMM_KNOBS if k not in measured and k not in self.already_on(ctx, fsdp)]
+        left = [k for k in COMM_KNOBS if not ctx.measured(k) and k not in self.already_on(ctx, fsdp)]
         f = Finding(rule_id=self.id, title="Exposed communication: accumulate with no_sync, size the buckets, overlap",
-                    severity=severity, evidence=list(evidence), fix=self.fix_text(left, fsdp, bf16=self.bf16(ctx)),
+                    severity=severity, evidence=list(evidence), fix=self.fix_text(ctx, left, fsdp),
                     reference="https://pytorch.org/docs/stable/notes/ddp.html")
         if "no_sync_accumulation" in left:
             accum = ctx.metrics.grad_accum_steps
@@ -127,22 +121,20 @@ class ExposedCommunication(Rule):
                                   "one micro-batch per optimizer step: no_sync needs accumulation (k micro-batches of 1/k the size keep the "
                                   "global batch), then one all-reduce serves k micro-batches")
         if left:
-            f.estimated_gain = 1 / (1 - share) if share < 1 else None
-            f.cause_share = min(share, 1.0)  # measured in the trace: the exposed collectives' share of the step
-            f.upper_bound = True
-            f.estimate_method = ("upper bound: every exposed collective hidden behind compute or removed, 1 / (1 − exposed share "
-                                 f"of the step); from rank {comm.rank}'s trace ({comm.source or 'profiled steps'}); assumes the "
-                                 "compute keeps its speed and no collective becomes slower")
-            f.estimate_bound = (f"the exposed collective time: {ms(comm.exposed_collective_s)} of the {ms(comm.step_s)} traced step "
-                                f"({pct(share)}): no communication fix can save more")
+            self.estimate(f, comm, share)
         else:
             f.title = "Exposed communication: the measured fixes did not help here"
             f.evidence.append("no_sync accumulation, bucket size and compression were measured on this machine and none was "
                               "decidedly faster (see the knob table)")
-        if f.estimated_gain is None:
-            f.estimate_method = f.estimate_bound = None
-            f.upper_bound = False
         return findings + [f]
+
+    @staticmethod
+    def estimate(f: Finding, comm: CommunicationFacts, share: float) -> Finding:
+        """Up to every exposed collective hidden: the cause measured in the trace, the exposed share of the step."""
+        return up_to(f, share, f"every exposed collective hidden behind compute or removed, 1 / (1 − exposed share of the "
+                     f"step); from rank {comm.rank}'s trace ({comm.source or 'profiled steps'}); assumes the compute keeps "
+                     "its speed and no collective becomes slower", f"the exposed collective time: {ms(comm.exposed_collective_s)} "
+                     f"of the {ms(comm.step_s)} traced step ({pct(share)}): no communication fix can save more")
 
     @staticmethod
     def other_kind(ctx: RuleContext, kind: str, comm: CommunicationFacts, share: float, evidence: list[str],
@@ -152,15 +144,11 @@ class ExposedCommunication(Rule):
         key = ("moe" if kind.startswith("moe_") else "embedding" if kind == "all_to_all" and embedding
                else "all_to_all" if kind == "all_to_all" else "send")
         title, fix, reference = KIND_FIX[key]
-        return Finding(
+        return ExposedCommunication.estimate(Finding(
             rule_id=ExposedCommunication.id, title=title, severity=severity,
             evidence=evidence + [f"the largest collective is {kind.replace('_', ' ')}: not gradient synchronization, so "
                                  "DDP's bucket size, no_sync and gradient compression do not change it"],
-            fix=fix, reference=reference, estimated_gain=1 / (1 - share) if share < 1 else None, upper_bound=share < 1,
-            estimate_method=(f"upper bound: every exposed collective hidden behind compute, 1 / (1 − exposed share of the "
-                             f"step); from rank {comm.rank}'s trace") if share < 1 else None,
-            estimate_bound=(f"the exposed collective time: {ms(comm.exposed_collective_s)} of the {ms(comm.step_s)} traced "
-                            f"step ({pct(share)})") if share < 1 else None)
+            fix=fix, reference=reference), comm, share)
 
     @staticmethod
     def evidence(facts: DistributedFacts, comm: CommunicationFacts, share: float) -> list[str]:
@@ -200,12 +188,9 @@ class ExposedCommunication(Rule):
         return on | ({"ddp_bucket_cap", "grad_compression"} if fsdp else set())
 
     @staticmethod
-    def bf16(ctx: RuleContext) -> bool:
-        """bf16 gradients on the wire where the device has bf16 (compute capability 8.0+, or unknown); fp16 before."""
-        return not (ctx.cuda and bf16_capable(ctx.results.environment.compute_capability) is False)
-
-    @staticmethod
-    def fix_text(knobs: list[str], fsdp: bool, *, bf16: bool = True) -> str:
+    def fix_text(ctx: RuleContext, knobs: list[str], fsdp: bool) -> str:
+        # bf16 gradients on the wire where the device has bf16 (compute capability 8.0+, or unknown); fp16 before.
+        bf16 = not (ctx.cuda and bf16_capable(ctx.results.environment.compute_capability) is False)
         order = ("ddp_bucket_cap", "grad_compression", "no_sync_accumulation")  # the wrapper's lines, then the loop's
         parts = [FSDP_NO_SYNC if fsdp and k == "no_sync_accumulation" else
                  FIXES[k] if bf16 or k != "grad_compression" else COMPRESSION.replace("bf16_compress_hook", "fp16_compress_hook")

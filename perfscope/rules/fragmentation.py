@@ -1,13 +1,10 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from perfscope.results import Finding
 from perfscope.rules._text import gib
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
 
-@dataclass
 class AllocatorFragmentation(Rule):
     """The caching allocator reserves far more than it allocates: fragmentation.
 

@@ -1,13 +1,10 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from perfscope.results import Finding
 from perfscope.rules._text import ms, pct
-from perfscope.rules.engine import Rule, RuleContext, RuleDoc
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc, up_to
 
 
-@dataclass
 class GcPauses(Rule):
     """Step times have a long tail and the garbage collector's measured pauses explain it.
 
@@ -46,8 +43,7 @@ class GcPauses(Rule):
         m, st = ctx.metrics, ctx.metrics.typical_step
         if st is None:
             return []
-        outcome = ctx.knob("gc_freeze")
-        won = outcome is not None and outcome.gain is not None and outcome.gain.faster
+        won = ctx.won("gc_freeze") is not None
         has_tail = st.max >= self.spread * st.median or st.p90 >= self.tail * st.median
         pauses = m.step_gc_pause_s if len(m.step_gc_pause_s) == len(m.step_times_s) else []
         tail = [(t - st.median, p) for t, p in zip(m.step_times_s, pauses) if t >= st.p90 and t > st.median]
@@ -65,12 +61,8 @@ class GcPauses(Rule):
             fix="+import gc\n+gc.collect(); gc.freeze()   # after the model, optimizer and loader are built",
             reference="https://docs.python.org/3/library/gc.html#gc.freeze",
         )
-        if m.gc_pause_s and m.wall_s > m.gc_pause_s:
-            finding.cause_share = m.gc_pause_s / m.wall_s
-            finding.estimated_gain = m.wall_s / (m.wall_s - m.gc_pause_s)
-            finding.upper_bound = True
-            finding.estimate_method = ("upper bound: the window without the collector's measured pauses (window / (window − "
-                                       "pauses)); gc.freeze() spares only the objects alive when it is called")
-            finding.estimate_bound = (f"the collector's measured pauses: {ms(m.gc_pause_s)} of a {ms(m.wall_s)} window; "
-                                      "freezing cannot win more than them")
+        if m.gc_pause_s and m.wall_s:
+            up_to(finding, m.gc_pause_s / m.wall_s, "the window without the collector's measured pauses (window / "
+                  "(window − pauses)); gc.freeze() spares only the objects alive when it is called",
+                  f"the collector's measured pauses: {ms(m.gc_pause_s)} of a {ms(m.wall_s)} window; freezing cannot win more than them")
         return [self.measured(ctx, finding, "gc_freeze")]

@@ -1,12 +1,9 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from perfscope.results import Finding
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
 
-@dataclass
 class HostCpuSaturation(Rule):
     """The host CPU is saturated during training.
 

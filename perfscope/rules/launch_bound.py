@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from perfscope.results import Finding
 from perfscope.rules._text import pct
-from perfscope.rules.engine import Rule, RuleContext, RuleDoc
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc, up_to
 from perfscope.snippets import compile_change
 
 
@@ -57,16 +57,12 @@ class LaunchBound(Rule):
             fix=compile_change(ctx.device, "reduce-overhead"),
             reference="https://pytorch.org/docs/stable/torch.compiler_cudagraph_trees.html",
         )
-        starved = launch.starved_fraction or 0.0
-        if 0.0 < starved < 1.0:
-            busy = facts.gpu.busy_fraction if facts.gpu else None
-            finding.estimated_gain = 1.0 / (1.0 - starved)
-            finding.cause_share = starved  # measured in the trace: the GPU idle waiting on the host's launches
-            finding.upper_bound = True
-            finding.estimate_method = ("upper bound: step / (step − launch idle): CUDA graphs replay the step's kernels without host launches, "
-                                       "so the GPU's idle time waiting on them goes; assumes the kernels keep their durations and "
-                                       "the step can be captured (static shapes, no host sync inside)")
-            finding.estimate_bound = (f"the GPU's own time: {pct(1.0 - starved)} of the step is not launch idle"
-                                      + (f" (kernels busy {pct(busy)})" if busy is not None else "")
-                                      + "; the step cannot be shorter than its kernels and the idle the launches do not cause")
+        starved, busy = launch.starved_fraction or 0.0, facts.gpu.busy_fraction if facts.gpu else None
+        up_to(finding, starved,  # the cause measured in the trace: the GPU idle waiting on the host's launches
+              "step / (step − launch idle): CUDA graphs replay the step's kernels without host launches, so the "
+              "GPU's idle time waiting on them goes; assumes the kernels keep their durations and the step can be captured "
+              "(static shapes, no host sync inside)",
+              f"the GPU's own time: {pct(1.0 - starved)} of the step is not launch idle"
+              + (f" (kernels busy {pct(busy)})" if busy is not None else "")
+              + "; the step cannot be shorter than its kernels and the idle the launches do not cause")
         return [self.measured(ctx, finding, "compile_reduce_overhead")]

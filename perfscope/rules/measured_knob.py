@@ -6,12 +6,6 @@ from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.stats import confidence_text
 
 
-def knob_addresses(knob_id: str) -> list[str]:
-    """The slices of the step-time breakdown (perfscope.results.breakdown) a knob acts on, as the knob declares
-    them (`Knob.addresses`); none for memory knobs, or a knob this version does not know (an older results file)."""
-    return next((list(k.addresses) for k in knobs.REGISTRY if k.id == knob_id), [])
-
-
 class MeasuredKnob(Rule):
     """A knob the sweep measured that no diagnosis explains: report its measured effect as it is.
 
@@ -31,17 +25,11 @@ class MeasuredKnob(Rule):
     )
     groups = ("sweep",)
 
-    def check(self, ctx: RuleContext) -> list[Finding]:
-        return []
-
     def check_after(self, ctx: RuleContext, findings: list[Finding]) -> list[Finding]:
-        sweep = ctx.results.sweep
-        if sweep is None:
-            return []
         explained = {f.trial for f in findings if f.trial}
         out = []
-        for o in sweep.knobs:
-            if o.status != "measured" or o.gain is None or o.trial in explained or o.trial == ctx.baseline.name:
+        for o in ctx.results.sweep.knobs if ctx.results.sweep else []:
+            if ctx.measured(o.knob) is not o or o.trial in explained:  # measured, and no diagnosis reported it
                 continue
             g = o.gain
             setting = f" ({o.setting})" if o.setting and o.setting not in o.title else ""
@@ -53,6 +41,7 @@ class MeasuredKnob(Rule):
                 evidence=[f"measured {g.ratio:.3f}× per sample vs the baseline ({confidence_text(g.confidence)} CI {g.low:.3f}–{g.high:.3f})"]
                 + ([o.reason] if o.reason else []),
                 fix=o.code_change or "", gain=g, trial=o.trial, caveats=list(o.changes_semantics),
-                addresses=knob_addresses(o.knob),
+                # The slices the knob declares it acts on (none for a knob this version does not know: an older file).
+                addresses=next((list(k.addresses) for k in knobs.REGISTRY if k.id == o.knob), []),
             ))
         return out

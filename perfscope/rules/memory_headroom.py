@@ -1,13 +1,10 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from perfscope.results import Finding, TrialMetrics
+from perfscope.results import Finding
 from perfscope.rules._text import gib, pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
 
-@dataclass
 class MemoryHeadroom(Rule):
     """Most of the device memory is unused: a larger micro-batch would fill the GPU better.
 
@@ -49,7 +46,9 @@ class MemoryHeadroom(Rule):
             fix="-loader = DataLoader(ds, batch_size=B)\n+loader = DataLoader(ds, batch_size=2 * B)   # and halve the accumulation steps",
             reference="https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html",
         )
-        fits = fitting_micro_batch(m, self.usable)
+        b = m.memory_breakdown
+        fits = fitting_micro_batch(m.peak_memory_bytes, b.parameters + b.gradients + b.optimizer_state, m.micro_batch_size,
+                                   m.device_memory_capacity_bytes, self.usable) if b is not None else None
         if fits is not None:
             finding.evidence.append(f"about {fits} samples per micro-batch would fit in {pct(self.usable)} of the device memory "
                                     "(activations scale with the micro-batch; weights, gradients and optimizer state do not)")
@@ -58,14 +57,12 @@ class MemoryHeadroom(Rule):
         return [self.measured(ctx, finding, "micro_batch")]
 
 
-def fitting_micro_batch(m: TrialMetrics, usable: float) -> int | None:
-    """The micro-batch that fills ``usable`` of device memory: the memory that does not grow with the batch
-    (weights, gradients, optimizer state) stays, the rest grows linearly. None without the breakdown."""
-    b = m.memory_breakdown
-    if b is None or not m.peak_memory_bytes or not m.device_memory_capacity_bytes or m.micro_batch_size < 1:
+def fitting_micro_batch(peak: int | None, fixed: int, micro_batch: int, capacity: int | None, usable: float,
+                        kept: int | None = None) -> int | None:
+    """The micro-batch that fills ``usable`` of ``capacity``: the ``fixed`` bytes that do not grow with the batch
+    (weights, gradients, optimizer state; ``kept`` of them after a change such as sharding) stay, the rest of the
+    ``peak`` grows linearly. None when the peak holds nothing beyond them."""
+    if not peak or not capacity or micro_batch < 1 or peak <= fixed:
         return None
-    fixed = b.parameters + b.gradients + b.optimizer_state
-    per_sample = (m.peak_memory_bytes - fixed) / m.micro_batch_size
-    if per_sample <= 0:
-        return None
-    return max(int((usable * m.device_memory_capacity_bytes - fixed) / per_sample), m.micro_batch_size)
+    per_sample = (peak - fixed) / micro_batch
+    return max(int((usable * capacity - (fixed if kept is None else kept)) / per_sample), micro_batch)

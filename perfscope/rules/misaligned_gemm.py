@@ -1,13 +1,10 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from perfscope.results import Finding, GemmAlignment, GemmShape, msg
 from perfscope.rules._text import pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
 
-@dataclass
 class MisalignedGemm(Rule):
     """Hot matmuls with dimensions that are not multiples of 8 (16-bit) / 64: pad them.
 

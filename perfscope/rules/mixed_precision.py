@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from perfscope.results import Finding, KnobOutcome, msg
-from perfscope.rules._precision import bf16_capable, matmul_precision
+from perfscope.rules._precision import bf16_capable, fp32_matmuls
 from perfscope.rules._text import pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.snippets import autocast_change, fp16_scaler_change
@@ -32,15 +32,14 @@ class MixedPrecision(Rule):
     addresses = ("gemm", "conv", "attention")
 
     def check(self, ctx: RuleContext) -> list[Finding]:
-        precision = matmul_precision(ctx)  # not observed (a hooks loop) is not fp32: no finding rests on a default
-        if not precision.fp32:
+        why = fp32_matmuls(ctx)  # not observed (a hooks loop) is not fp32: no finding rests on a default
+        if why is None:
             return []
-        measured = [ctx.knob(k) for k in self.knobs]
-        measured = [o for o in measured if o is not None and o.status == "measured" and o.gain is not None]
+        measured = [o for k in self.knobs if (o := ctx.measured(k))]
         fp32_share = ctx.facts.kernels.fp32_gemm_fraction if ctx.facts else None
         if not ctx.cuda and not measured:
             return []
-        evidence = [precision.evidence]
+        evidence = [why]
         if fp32_share is not None:
             evidence.append(f"{pct(fp32_share)} of GEMM kernel time is in fp32 (non-tensor-core) kernels")
         env = ctx.results.environment

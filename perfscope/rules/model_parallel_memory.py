@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from perfscope.results import Finding
 from perfscope.rules._distributed import distributed_facts
 from perfscope.rules._text import gib, pct
@@ -20,7 +18,6 @@ TP_PP_FIX = ("+from torch.distributed.device_mesh import init_device_mesh\n"
              "+#   ScheduleGPipe / Schedule1F1B with n_microbatches ≥ 4 × stages")
 
 
-@dataclass
 class ModelParallelMemory(Rule):
     """The model's state does not fit one rank even fully sharded: tensor or pipeline parallelism is the fix.
 

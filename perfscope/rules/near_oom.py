@@ -1,15 +1,12 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from perfscope.results import Finding, TrialMetrics, msg
-from perfscope.rules._memory import holder_bytes, peak_agreement, peak_holder
+from perfscope.rules._memory import HOLDERS, holder_bytes, peak_agreement, peak_holder
 from perfscope.rules._text import gib, held_at_peak, pct, size
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.snippets import checkpoint_change, lean_optimizer_change, sharding_change
 
 
-@dataclass
 class NearOom(Rule):
     """Memory is nearly full: one longer sequence away from an OOM.
 
@@ -49,12 +46,7 @@ class NearOom(Rule):
             return []
         reserved = f"reserved {gib(used)} of {gib(m.device_memory_capacity_bytes)} ({pct(share)})"
         holder = peak_holder(m.memory_categories)
-        if holder == "optimizer_state":
-            finding = self._optimizer_state(m, reserved)
-        elif holder == "weights":
-            finding = self._weights(m, reserved)
-        else:
-            finding = self._activations(m, reserved, used)
+        finding = self._activations(m, reserved, used) if holder in (None, "activation") else self._held(m, reserved, holder)
         agreement = peak_agreement(m, cuda=True)
         if agreement is not None and agreement.agrees is False:
             finding.caveats.append(msg("text", text=agreement.text))
@@ -83,32 +75,27 @@ class NearOom(Rule):
         return finding
 
     @staticmethod
-    def _optimizer_state(m: TrialMetrics, reserved: str) -> Finding:
+    def _held(m: TrialMetrics, reserved: str, holder: str) -> Finding:
+        """Optimizer state or weights hold the profiled peak: the fix that frees that part, bounded by its size."""
         held = m.memory_categories
         assert held is not None
-        state = holder_bytes(held, "optimizer_state")
+        title, fix, caveat, bound, reference = HOLDER_FIXES[holder]
         return Finding(
-            rule_id=NearOom.id, title="Near OOM: optimizer state holds the peak — 8-bit optimizer, Adafactor or ZeRO-1",
-            severity="high", evidence=[line for line in (reserved, held_at_peak(held, "optimizer_state")) if line],
-            fix=lean_optimizer_change() + "\n# several data-parallel ranks: shard the state instead (ZeRO-1)\n" + sharding_change(1),
-            caveats=[msg("lean_optimizer_state"), msg("checkpointing_would_not_help")],
-            estimate_bound=(f"the optimizer state itself, {size(state)} at the profiled peak: 8-bit state frees at most 3/4 "
-                            "of it, Adafactor nearly all, ZeRO-1 over N ranks (N−1)/N"),
-            reference="https://pytorch.org/docs/stable/distributed.optim.html",
+            rule_id=NearOom.id, title=f"Near OOM: {title}", severity="high",
+            evidence=[reserved] + [line for c in HOLDERS[holder] if (line := held_at_peak(held, c))], fix=fix(),
+            caveats=[caveat, msg("checkpointing_would_not_help")],
+            estimate_bound=bound.format(size=size(holder_bytes(held, holder))), reference=reference,
         )
 
-    @staticmethod
-    def _weights(m: TrialMetrics, reserved: str) -> Finding:
-        held = m.memory_categories
-        assert held is not None
-        weights = holder_bytes(held, "weights")
-        lines = [held_at_peak(held, c) for c in ("parameter", "gradient")]
-        return Finding(
-            rule_id=NearOom.id, title="Near OOM: weights and gradients hold the peak — shard them (FSDP / ZeRO-3)",
-            severity="high", evidence=[reserved] + [line for line in lines if line],
-            fix=sharding_change(3),
-            caveats=[msg("sharding_needs_ranks"), msg("checkpointing_would_not_help")],
-            estimate_bound=(f"parameters and gradients, {size(weights)} at the profiled peak: sharded over N ranks, each "
-                            "keeps 1/N of them"),
-            reference="https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html",
-        )
+
+HOLDER_FIXES = {
+    "optimizer_state": ("optimizer state holds the peak — 8-bit optimizer, Adafactor or ZeRO-1",
+                        lambda: lean_optimizer_change() + "\n# several data-parallel ranks: shard the state instead (ZeRO-1)\n"
+                        + sharding_change(1), msg("lean_optimizer_state"),
+                        "the optimizer state itself, {size} at the profiled peak: 8-bit state frees at most 3/4 of it, "
+                        "Adafactor nearly all, ZeRO-1 over N ranks (N−1)/N", "https://pytorch.org/docs/stable/distributed.optim.html"),
+    "weights": ("weights and gradients hold the peak — shard them (FSDP / ZeRO-3)", lambda: sharding_change(3),
+                msg("sharding_needs_ranks"), "parameters and gradients, {size} at the profiled peak: sharded over N ranks, each "
+                "keeps 1/N of them", "https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html"),
+}
+"""A holder other than activations: (title, fix, caveat, the bound on what the fix frees, reference)."""

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from perfscope.results import Finding
 from perfscope.rules._distributed import distributed_facts
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
@@ -11,7 +9,6 @@ TORCHRUN_BINDING = (2, 9)
 """torchrun --numa-binding appeared in PyTorch 2.9."""
 
 
-@dataclass
 class NumaBinding(Rule):
     """The machine has several NUMA nodes and the ranks are not bound to theirs.
 

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from perfscope.results import Finding, KnobOutcome, Trial, msg
 from perfscope.rules._text import gib, held_at_peak, pct
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
@@ -12,7 +10,6 @@ EIGHT_BIT_FREES = 0.75
 """8-bit moments: 2 B of state per parameter instead of AdamW's 8 (block scales aside)."""
 
 
-@dataclass
 class OptimizerState(Rule):
     """Optimizer state is a large share of memory: shard it or shrink it.
 

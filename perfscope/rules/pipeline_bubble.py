@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from perfscope.results import Finding
 from perfscope.results.layout import bubble_formula
 from perfscope.rules._distributed import model_parallel_runs
@@ -10,7 +8,6 @@ from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.wording import words
 
 
-@dataclass
 class PipelineBubble(Rule):
     """The pipeline idles in its bubble: too few micro-batches for its stages.
 
@@ -67,16 +64,12 @@ class PipelineBubble(Rule):
                 evidence.append(f"the stages are unequal: the busiest rank computes {pct(facts.stage_imbalance)} more than the mean")
             evidence.append(f"{target} micro-batches bring the formula to {pct(bubble_formula(p, target))}")
             batch = trial.config.micro_batch_size * m
-            fix = (f"-schedule = {_cls(facts.schedule)}(stage, n_microbatches={m}, loss_fn=loss_fn)\n"
+            cls = {"1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B"}.get(facts.schedule or "", "ScheduleGPipe")
+            fix = (f"-schedule = {cls}(stage, n_microbatches={m}, loss_fn=loss_fn)\n"
                    f"+schedule = Schedule1F1B(stage, n_microbatches={target}, loss_fn=loss_fn)   # {batch} samples as {target} "
                    f"micro-batches of {max(batch // target, 1)}; 1F1B holds only {p} in flight\n"
                    "+# or ScheduleInterleaved1F1B(stages, ...) with 2 stages per rank: the bubble ÷ 2")
             return [Finding(rule_id=self.id, title=f"The pipeline idles {pct(bubble)} of its step: {m} micro-batches for {p} stages",
                             severity="high" if bubble >= 0.3 else "medium", evidence=evidence, fix=fix,
-                            addresses=list(self.addresses),
                             reference="https://pytorch.org/docs/stable/distributed.pipelining.html")]
         return []
-
-
-def _cls(schedule: str | None) -> str:
-    return {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B"}.get(schedule or "", "ScheduleGPipe")

@@ -1,11 +1,9 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from perfscope.results import DistributedFacts, Finding, Straggler
 from perfscope.rules._distributed import distributed_facts, median_of_others
 from perfscope.rules._text import ms, pct
-from perfscope.rules.engine import Rule, RuleContext, RuleDoc
+from perfscope.rules.engine import Rule, RuleContext, RuleDoc, up_to
 
 PERSISTENT = 0.8
 """Slowest in at least this share of the steps: the same rank every step (a device, a shard, a host), not chance."""
@@ -32,7 +30,6 @@ CPU_FIX = ("# on {node}: is the host slow? its CPU frequency, thermal throttling
 UNKNOWN_FIX = "# profile rank {rank} alone: its trace is trace/rank{rank}.json.gz; compare it with a peer's"
 
 
-@dataclass
 class Stragglers(Rule):
     """A rank is slower than its peers: in synchronous data parallelism the slowest rank sets every rank's pace.
 
@@ -125,20 +122,14 @@ class Stragglers(Rule):
     def estimate(f: Finding, facts: DistributedFacts, s: Straggler) -> None:
         """Upper bound: the straggler computing at its peers' median pace shortens the job's step by its excess."""
         rank = facts.rank(s.rank)
-        steps = [r.mean_step_time_s for r in facts.ranks if r.mean_step_time_s is not None]
+        steps = [r.mean_step_time_s for r in facts.ranks if r.mean_step_time_s]
         peers, what = median_of_others(facts, s.rank)
         if rank is None or not steps or peers is None:
             return
         own = rank.mean_local_step_time_s
         excess = (own - peers) if own is not None else s.slower_by * peers
-        job = max(steps)
-        if excess <= 0 or excess >= job:
-            return
-        f.estimated_gain = job / (job - excess)
-        f.cause_share = excess / job  # measured: the straggler's excess compute, a share of the job's step
-        f.upper_bound = True
-        f.estimate_method = (f"upper bound: rank {s.rank} computing at the other ranks' median pace ({what}): the job's step "
-                             f"({ms(job)}, the slowest rank's wall / steps) less its excess of {ms(excess)}; assumes the next "
-                             "slowest rank does not take its place")
-        f.estimate_bound = (f"rank {s.rank}'s excess compute, {ms(excess)} per step: the job cannot run faster than its next "
-                            "slowest rank")
+        job = max(steps)  # the cause, measured: the straggler's excess compute, a share of the job's step
+        up_to(f, excess / job, f"rank {s.rank} computing at the other ranks' median pace ({what}): the job's step "
+              f"({ms(job)}, the slowest rank's wall / steps) less its excess of {ms(excess)}; assumes the next slowest rank "
+              "does not take its place",
+              f"rank {s.rank}'s excess compute, {ms(excess)} per step: the job cannot run faster than its next slowest rank")

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from perfscope.results import Finding
 from perfscope.rules._distributed import model_parallel_runs
 from perfscope.rules._text import ms, pct
@@ -15,7 +13,6 @@ FIX = ("-mesh = init_device_mesh(device, (world,), mesh_dim_names=(\"tp\",))    
        "+# or fewer TP ranks, or pipeline stages across the slow link (one activation per micro-batch crosses it)")
 
 
-@dataclass
 class TensorParallelCommunication(Rule):
     """Tensor parallelism's all-reduces are exposed: the step waits for them on a slow interconnect.
 
@@ -45,7 +42,6 @@ class TensorParallelCommunication(Rule):
     """Fire when the TP run's exposed collective time is at least this share of its step."""
 
     def check(self, ctx: RuleContext) -> list[Finding]:
-        out = []
         for trial in model_parallel_runs(ctx, tp=True):
             facts = trial.metrics.distributed if trial.metrics else None
             comm = facts.communication if facts else None
@@ -63,8 +59,7 @@ class TensorParallelCommunication(Rule):
                 bw = f", {stat.bus_gbps:.1f} GB/s bus bandwidth" if stat.bus_gbps is not None else ""
                 evidence.append(f"{stat.op}: {stat.calls_per_step:g} calls per step, {ms(stat.time_s_per_step)}{bw}")
             evidence.append("TP's all-reduces sit between a block's matmuls: no compute overlaps them")
-            out.append(Finding(rule_id=self.id, title=f"Tensor parallelism waits {pct(share)} of its step on exposed all-reduces",
-                               severity="high" if share >= 0.3 else "medium", evidence=evidence, fix=FIX,
-                               addresses=list(self.addresses), trial=None,
-                               reference="https://pytorch.org/docs/stable/distributed.tensor.parallel.html"))
-        return out[:1]
+            return [Finding(rule_id=self.id, title=f"Tensor parallelism waits {pct(share)} of its step on exposed all-reduces",
+                            severity="high" if share >= 0.3 else "medium", evidence=evidence, fix=FIX,
+                            reference="https://pytorch.org/docs/stable/distributed.tensor.parallel.html")]
+        return []

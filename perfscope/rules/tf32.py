@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from perfscope.results import Finding, msg
-from perfscope.rules._precision import matmul_precision
+from perfscope.rules._precision import fp32_matmuls
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 from perfscope.snippets import tf32_change
 from perfscope.tf32_api import tf32_api
@@ -38,7 +38,7 @@ class Tf32Matmul(Rule):
         configured = ctx.config("tf32")
         tf32_on = configured if configured is not None else ctx.metrics.matmul_tf32
         # TF32 concerns fp32 matmuls only: none when they run in bf16/fp16, or the precision was not observed.
-        if not ctx.cuda or tf32_on or not matmul_precision(ctx).fp32 or not cc or float(cc) < 8.0:
+        if not ctx.cuda or tf32_on or fp32_matmuls(ctx) is None or not cc or float(cc) < 8.0:
             return []
         finding = Finding(
             rule_id=self.id, title="fp32 matmuls without TF32", severity="medium",

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from perfscope.results import Finding
 from perfscope.rules.engine import Rule, RuleContext, RuleDoc
 
@@ -12,7 +10,6 @@ SLOWDOWN_REASONS = ("HW slowdown", "HW thermal slowdown", "HW power brake", "SW 
 POWER_CAP = "SW power cap"
 
 
-@dataclass
 class Throttling(Rule):
     """The GPU throttled its clocks (temperature, a hardware slowdown or the power brake) during the measured steps.
 

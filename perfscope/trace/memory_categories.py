@@ -11,10 +11,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfscope.results import MemoryBreakdown, MemoryCategories
+from perfscope.results import MEMORY_CATEGORY_NAMES, MemoryBreakdown, MemoryCategories
 
-CATEGORIES = ("parameter", "gradient", "optimizer_state", "activation", "input", "temporary", "autograd_detail",
-              "unknown")
+CATEGORIES = tuple(MEMORY_CATEGORY_NAMES)
 PERSISTENT = ("parameter", "optimizer_state")
 """Categories of tensors that outlive a step: one born and freed inside the window is a temporary."""
 

@@ -149,7 +149,7 @@ class Session:
                 return trial
             why = list(dict.fromkeys(trial.metrics.contention))
             if not self.may_retry():
-                trial.excluded = msg("contended_budget", why=why)
+                trial.excluded = msg("contended", why=why, budget=True)
                 self.progress.note(f"{trial.name} was measured under load ({words(trial.excluded)})")
                 return trial
             trial.excluded = msg("contended", why=why)
@@ -159,9 +159,9 @@ class Session:
         if trial.ok and trial.metrics and trial.metrics.contention:
             why = list(dict.fromkeys(trial.metrics.contention))
             if given_up:
-                trial.excluded = msg("contended_given_up", why=why, measurements=PERSISTENT_AFTER)
+                trial.excluded = msg("contended", why=why, gave_up_after=PERSISTENT_AFTER)
             elif self.contention_retries:
-                trial.excluded = msg("contended_persisted", why=why, runs=self.contention_retries + 1)
+                trial.excluded = msg("contended", why=why, runs=self.contention_retries + 1)
             else:
                 trial.excluded = msg("contended", why=why)
             self._warn_persistent_load(configuration, why)

@@ -535,7 +535,8 @@ def test_optimizer_state_stays_silent_when_small_and_the_measured_knob_is_report
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_every_estimate_states_its_method_and_the_machine_limit_that_bounds_it(device):
-    """Over every rule's firing fixture: an estimated gain never comes alone."""
+    """Over every rule's firing fixture: an estimated gain never comes alone. A bound says so once, by its flag
+    (Finding.upper_bound: the report's "up to"), not again in the method's words."""
     estimated = 0
     for make_case, _ in CASES.values():
         case = make_case()
@@ -544,6 +545,7 @@ def test_every_estimate_states_its_method_and_the_machine_limit_that_bounds_it(d
             if f.estimated_gain is not None:
                 estimated += 1
                 assert f.estimate_method and f.estimate_bound, (f.rule_id, f.estimate_method, f.estimate_bound)
+                assert "upper bound" not in f.estimate_method, f.rule_id
                 assert f.gain is None  # measured beats believed: a measurement replaces the estimate
     assert estimated >= 3
 

@@ -9,7 +9,7 @@ from typing import Any
 from perfscope.ranking import GainRow
 from perfscope.report.charts.base import GREEN, GREY, RED, Chart, axis_spec, bar_height, layout_spec
 from perfscope.report.escaping import plotly_text
-from perfscope.report.story import gain_words
+from perfscope.report.format import gain_text
 
 
 def gain_chart(gains: list[GainRow]) -> Chart | None:
@@ -38,7 +38,7 @@ def gain_chart(gains: list[GainRow]) -> Chart | None:
                 "error_x": {"type": "data", "symmetric": False, "array": [g.high - g.ratio for _, g, _ in rows],
                             "arrayminus": [g.ratio - g.low for _, g, _ in rows], "color": "#6b7280", "thickness": 1.5},
                 "marker": {"color": colors, "size": 10},
-                "text": [f"{gain_words(g)}{verdict(g, rej)}" for _, g, rej in rows],
+                "text": [f"{gain_text(g.ratio)}{verdict(g, rej)}" for _, g, rej in rows],
                 "textposition": "top center",
                 "hovertemplate": "%{y}<br>%{x:.2f}× the baseline's samples/s<extra></extra>",
                 "cliponaxis": False,

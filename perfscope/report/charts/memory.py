@@ -6,9 +6,8 @@ Design notes: docs/report.md.
 from __future__ import annotations
 
 from perfscope.report.charts.base import GIB, MIB, PALETTE, Chart, Roles, axis_spec, bar_height, hbar, layout_spec
-from perfscope.results import Results
+from perfscope.results import MEMORY_CATEGORY_NAMES, Results
 from perfscope.rules._memory import peak_agreement
-from perfscope.rules._text import CATEGORY_NAMES
 
 
 def memory_categories_chart(results: Results, roles: Roles) -> Chart | None:
@@ -17,10 +16,10 @@ def memory_categories_chart(results: Results, roles: Roles) -> Chart | None:
         return None
     held = [t.metrics.memory_categories for t in trials]  # type: ignore[union-attr]
     unit, scale = ("GiB", GIB) if max(h.peak_bytes for h in held) >= GIB else ("MiB", MIB)  # type: ignore[union-attr]
-    categories = [c for c in CATEGORY_NAMES if any(h.at_peak.get(c) for h in held)]  # type: ignore[union-attr]
+    categories = [c for c in MEMORY_CATEGORY_NAMES if any(h.at_peak.get(c) for h in held)]  # type: ignore[union-attr]
     labels = [roles.names[t.name] for t in trials]
     data = [hbar(labels, [h.at_peak.get(c, 0) / scale for h in held], PALETTE[i % len(PALETTE)],  # type: ignore[union-attr]
-                 "%{y}<br>" + CATEGORY_NAMES[c] + ": %{x:.2f} " + unit + "<extra></extra>", name=CATEGORY_NAMES[c])
+                 "%{y}<br>" + MEMORY_CATEGORY_NAMES[c] + ": %{x:.2f} " + unit + "<extra></extra>", name=MEMORY_CATEGORY_NAMES[c])
             for i, c in enumerate(categories)]
     figure = {"data": data, "layout": layout_spec(f"Memory at a profiled step's peak ({unit})", "", height=bar_height(len(trials)) + 30,
                                                   barmode="stack", yaxis=axis_spec("", autorange="reversed"))}
