@@ -13,6 +13,7 @@ from perfscope.trace.events import Trace, TraceBuilder
 from perfscope.trace.intervals import Span, SpanArray, clip, gaps, length, merge, overlap, overlaps, subtract, touches
 from perfscope.trace.steps import find_steps
 from perfscope.trace.sync import _stack_walk, enclosing
+from perfscope.trace.table import NONE
 
 
 def build_trace(raw: list[dict]) -> Trace:
@@ -159,6 +160,7 @@ def test_columns_and_event_views_agree() -> None:
     assert [e.name for e in trace.events("device")] == ["early", "gemm"]
     assert device.names[device.launch_name[1]] == "cudaLaunchKernel" and device.launch_name[0] == -1
     (op,) = trace.events("cpu_ops")
-    assert op.args["Input Dims"] == [[4, 8], [8, 2]] and op.external_id == 3
-    assert op.tid == "main" and op.correlation is None
+    assert op.args["Input Dims"] == [[4, 8], [8, 2]] and op.tid == "main"
+    ops = trace.columns("cpu_ops")
+    assert ops.ext.tolist() == [3] and ops.corr.tolist() == [NONE]
     assert trace.kernel_devices == {0: 2 - 1} and trace.complete_events == 4

@@ -16,7 +16,7 @@ import json
 import tracemalloc
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -36,6 +36,14 @@ OWN = sorted(TRACES.glob("*/**/*.json.gz"))
 PUBLIC = ["nccl_parser_config/nccl_data", "trace_filter/sampled_rank-0", "amd_trace/mi250_minitoy_train_ROCm6_2_kineto"]
 
 
+class Raw(NamedTuple):
+    """An event as the whole-file reader kept it: with its correlation and External id args."""
+
+    event: Event
+    correlation: int | None
+    external_id: Any
+
+
 KIND_OF = {"user_annotation": "annotations", "cpu_op": "cpu_ops", PYTHON: "python", **dict.fromkeys(RUNTIME, "runtime"),
            **dict.fromkeys(DEVICE_WORK, "device")}
 
@@ -46,7 +54,7 @@ def whole_file_trace(path: Path) -> Trace:
     with opener(path, "rt", encoding="utf-8") as fh:  # type: ignore[operator]
         data = json.load(fh)
     raw = data.get("traceEvents", []) if isinstance(data, dict) else data
-    lists: dict[str, list[Event]] = {kind: [] for kind in KINDS}
+    lists: dict[str, list[Raw]] = {kind: [] for kind in KINDS}
     trace, flows, steps = Trace({}), {}, {}
     for e in raw:
         ph = e.get("ph")
@@ -58,40 +66,41 @@ def whole_file_trace(path: Path) -> Trace:
         args = e.get("args") or {}
         corr = args.get("correlation")
         event = Event(str(e.get("name", "")), str(e.get("cat", "")), float(e["ts"]), float(e["dur"]), e.get("pid"),
-                      e.get("tid"), args, corr if isinstance(corr, int) and not isinstance(corr, bool) else None,
-                      args.get("External id"))
+                      e.get("tid"), args)
         if event.cat in HOST_ANNOTATIONS and event.name.startswith(STEP_PREFIX):
             steps.setdefault(event.name, event.span)
             continue
         kind = KIND_OF.get(event.cat)
         if kind is not None:
-            lists[kind].append(event)
+            lists[kind].append(Raw(event, corr if isinstance(corr, int) and not isinstance(corr, bool) else None,
+                                   args.get("External id")))
         if event.cat == "kernel" and type(args.get("device")) is int and args["device"] >= 0:
             trace.kernel_devices[args["device"]] += 1
 
-    def correlation(e: Event) -> Any:
-        return e.correlation if e.correlation is not None else flows.get((e.pid, e.tid, e.ts))
+    def correlation(raw: Raw) -> Any:
+        e = raw.event
+        return raw.correlation if raw.correlation is not None else flows.get((e.pid, e.tid, e.ts))
 
     trace.steps = sorted(steps.values())
-    launches = {c: e for e in lists["runtime"] if (c := correlation(e)) is not None}
-    device = sorted(lists.pop("device"), key=lambda e: e.ts)
+    launches = {c: raw.event for raw in lists["runtime"] if (c := correlation(raw)) is not None}
+    device = sorted(lists.pop("device"), key=lambda raw: raw.event.ts)
     strings = (Strings(), Strings(), Strings(), Strings(), Strings())
     trace.tables = {kind: _columns(events, strings) for kind, events in lists.items()}
     trace.tables["device"] = _columns(device, strings, [launches.get(correlation(e)) for e in device])
     return trace
 
 
-def _columns(events: list[Event], strings: tuple[Strings, ...], launches: list[Event | None] | None = None) -> EventColumns:
+def _columns(events: list[Raw], strings: tuple[Strings, ...], launches: list[Event | None] | None = None) -> EventColumns:
     """A kind's events as the columns the analyzers read (``launches``: device work's launch calls)."""
     names, cats, values, args, exts = strings
     grower = Grower()
-    for e in events:
+    for e, correlation, external_id in events:
         a = -1
         if e.args:
             a = len(args.values)
             args.values.append(e.args)
         grower.rows.append((e.ts, e.dur, names.id(e.name), cats.id(e.cat), values.id(e.pid), values.id(e.tid),
-                            NONE if e.correlation is None else e.correlation, ext_code(e.external_id, exts), a))
+                            NONE if correlation is None else correlation, ext_code(external_id, exts), a))
     cols = grower.columns()
     if launches is not None:
         cols["launch_ts"] = np.array([np.nan if x is None else x.ts for x in launches], np.float64)
@@ -99,8 +108,7 @@ def _columns(events: list[Event], strings: tuple[Strings, ...], launches: list[E
         cols["launch_pid"] = np.array([-1 if x is None else values.id(x.pid) for x in launches], np.int32)
         cols["launch_tid"] = np.array([-1 if x is None else values.id(x.tid) for x in launches], np.int32)
         cols["launch_name"] = np.array([-1 if x is None else names.id(x.name) for x in launches], np.int32)
-    return EventColumns(cols, names=names.values, cats=cats.values, values=values.values, args=args.values,
-                        exts=exts.values)
+    return EventColumns(cols, names=names.values, cats=cats.values, values=values.values, args=args.values)
 
 
 def all_facts(path: Path, trace: Trace) -> list[Any]:

@@ -4,10 +4,12 @@ Design notes: docs/parallel.md."""
 
 from __future__ import annotations
 
+import importlib
 import threading
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+from perfscope.errors import UserError
 from perfscope.lanes.plan import Lane
 from perfscope.trial.runner import Outcome, TrialRunner, run_in_fresh_interpreter, timed_out
 from perfscope.trial.session import LaneRunner
@@ -80,6 +82,14 @@ def read_back(returncode: int | None, spec_path: Path, timeout_s: float, wall_s:
     if returncode is None:
         return timed_out(timeout_s, folder / "trial.log", wall_s)
     return TrialRunner.classify(returncode, folder / "result.json", folder / "trial.log", wall_s)
+
+
+def extra(module: str, executor: str, what: str) -> Any:
+    """The module of an executor's optional extra; UserError saying how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise UserError(f"--executor {executor} needs {what}: pip install 'perfscope[{executor}]'") from None
 
 
 def first_line(exc: BaseException) -> str:

@@ -12,18 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from perfscope.errors import UserError
-from perfscope.lanes.executors import LaneFailure, first_line, read_back, run_trial_job
+from perfscope.lanes.executors import LaneFailure, extra, first_line, read_back, run_trial_job
 from perfscope.lanes.plan import Lane
 from perfscope.trial.runner import Outcome, prepare_trial
 from perfscope.trial.spec import ChildSpec
 
 
 def _ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise UserError("--executor ray needs Ray: pip install 'perfscope[ray]'") from None
-    return ray
+    return extra("ray", "ray", "Ray")
 
 
 START_TRIES = 3

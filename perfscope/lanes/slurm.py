@@ -12,8 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perfscope.errors import UserError
-from perfscope.lanes.executors import LaneFailure, first_line, read_back, run_trial_job
+from perfscope.lanes.executors import LaneFailure, extra, first_line, read_back, run_trial_job
 from perfscope.lanes.plan import Lane
 from perfscope.trial.runner import Outcome, prepare_trial
 from perfscope.trial.spec import ChildSpec
@@ -26,11 +25,7 @@ JOB_OVERHEAD_S = 300.0
 
 
 def _submitit() -> Any:
-    try:
-        import submitit
-    except ImportError:
-        raise UserError("--executor slurm needs submitit: pip install 'perfscope[slurm]'") from None
-    return submitit
+    return extra("submitit", "slurm", "submitit")
 
 
 CHECK_EVERY_S = 10.0

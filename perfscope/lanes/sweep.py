@@ -344,8 +344,7 @@ def parallel_sweep(options: LaneOptions | None, work_dir: Path, *, timeout_s: fl
         yield None
         return
     lanes = plan_lanes(options.lanes, options.devices, ranks=options.ranks)
-    executor = make_executor(options.executor, work_dir, partition=options.slurm_partition,
-                             gpus_per_node=options.slurm_gpus_per_node, timeout_s=timeout_s)
+    executor = _executor(options, work_dir, timeout_s)
     group = ""
     if options.ranks > 1:
         group = f"; each trial is a {options.ranks}-rank torchrun job on its lane's devices and cores, which no other trial uses"
@@ -360,17 +359,15 @@ def parallel_sweep(options: LaneOptions | None, work_dir: Path, *, timeout_s: fl
         executor.close()
 
 
-def make_executor(name: str, work_dir: Path, *, partition: str | None = None, gpus_per_node: int | None = None,
-                  timeout_s: float = 600.0) -> Executor:
-    """The executor ``name`` (local | ray | slurm); ray and slurm need their extra installed."""
-    if name == "local":
-        return LocalExecutor(work_dir)
-    if name == "ray":
+def _executor(options: LaneOptions, work_dir: Path, timeout_s: float) -> Executor:
+    """The executor the options name (LaneOptions checked it); ray and slurm need their extra installed."""
+    if options.executor == "ray":
         from perfscope.lanes.ray import RayExecutor
 
         return RayExecutor(work_dir)
-    if name == "slurm":
+    if options.executor == "slurm":
         from perfscope.lanes.slurm import SlurmExecutor
 
-        return SlurmExecutor(work_dir, partition=partition, gpus_per_node=gpus_per_node, timeout_s=timeout_s)
-    raise UserError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")
+        return SlurmExecutor(work_dir, partition=options.slurm_partition, gpus_per_node=options.slurm_gpus_per_node,
+                             timeout_s=timeout_s)
+    return LocalExecutor(work_dir)

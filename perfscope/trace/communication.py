@@ -4,6 +4,7 @@ Design notes: docs/trace.md."""
 
 from __future__ import annotations
 
+import math
 import re
 from bisect import bisect_right
 from collections import defaultdict
@@ -76,10 +77,7 @@ def _elements(dims: object) -> int:
     if not isinstance(dims, list) or not dims:
         return 0
     if all(isinstance(d, int) for d in dims):
-        n = 1
-        for d in dims:
-            n *= d
-        return n
+        return math.prod(dims)
     return sum(_elements(d) for d in dims)
 
 

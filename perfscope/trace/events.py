@@ -63,11 +63,7 @@ class Event:
     pid: Any
     tid: Any
     args: dict[str, Any]
-    """Only the args some fact reads (KEPT_ARGS, _host_args)."""
-    correlation: int | None = None
-    """The "correlation" arg (runtime calls and device work), when the trace writes it."""
-    external_id: Any = None
-    """The "External id" arg of device work and matmul ops (it links work to the op when the launch is missing)."""
+    """Only the args some fact reads (KEPT_ARGS, _host_args); the correlation and External id are columns."""
 
     @property
     def end(self) -> float:
@@ -79,9 +75,8 @@ class Event:
 
 
 KINDS = ("cpu_ops", "annotations", "runtime", "python", "device")
-"""The tables of a Trace (perfscope.trace.table): host ops, host record_function spans (ProfilerStep#N excluded),
-runtime calls, the user's own Python frames (is_user_frame, when recorded with stacks), device work (sorted by start,
-with its launch call's columns)."""
+"""The tables of a Trace: host ops, host record_function spans (ProfilerStep#N excluded), runtime calls, the user's
+own Python frames (is_user_frame), device work (sorted by start, with its launch call's columns)."""
 
 
 @dataclass(eq=False)
@@ -116,10 +111,9 @@ class Trace:
 
 def event_at(t: EventColumns, i: int) -> Event:
     """Row ``i`` of a table as an Event."""
-    corr, a = int(t.corr[i]), int(t.args[i])
+    a = int(t.args[i])
     return Event(t.names[t.name[i]], t.cats[t.cat[i]], float(t.ts[i]), float(t.dur[i]), t.values[t.pid[i]],
-                 t.values[t.tid[i]], t.arg_table[a] if a >= 0 else _NO_ARGS, None if corr == NONE else corr,
-                 t.ext_value(i))
+                 t.values[t.tid[i]], t.arg_table[a] if a >= 0 else _NO_ARGS)
 
 
 @contextmanager
@@ -274,8 +268,8 @@ class TraceBuilder:
             self._flows.flush()
 
     def finish(self) -> Trace:
-        names, cats, values, args, exts = self._strings
-        shared = dict(names=names.values, cats=cats.values, values=values.values, args=args.values, exts=exts.values)
+        names, cats, values, args, _ = self._strings
+        shared = dict(names=names.values, cats=cats.values, values=values.values, args=args.values)
         growers = dict(zip(KINDS, self._growers))
         order = np.argsort(growers["device"].ts(), kind="stable")  # device work by start time
         tables = {kind: EventColumns(g.columns(order if kind == "device" else None), **shared)  # type: ignore[arg-type]

@@ -4,6 +4,7 @@ Design notes: docs/trace.md."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from typing import Any
@@ -167,7 +168,4 @@ def _mkn(name: str, args: dict[str, Any]) -> tuple[tuple[int, int, int], str] | 
     a, b = dims[first], dims[first + 1]
     if not (isinstance(a, list) and isinstance(b, list) and len(a) >= 2 and len(b) >= 2):
         return None
-    m = 1
-    for v in a[:-1]:
-        m *= int(v)
-    return (m, int(a[-1]), int(b[-1])), str(types[first])
+    return (math.prod(int(v) for v in a[:-1]), int(a[-1]), int(b[-1])), str(types[first])

@@ -4,6 +4,7 @@ Design notes: docs/trace.md."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -122,7 +123,7 @@ def breakdown_of(timeline: Any, category_of: Any, device: str) -> MemoryByCatego
     levels = dict.fromkeys(CATEGORIES, 0)
     best = dict(levels)
     maxima = dict(levels)
-    peak, reclassified, points, t_last = 0, 0, 0, None
+    peak, reclassified, points = 0, 0, 0
 
     def update(key: Any, version: int, delta: int) -> bool:
         """Book ``delta`` bytes; True when torch's persistent category was corrected to temporary."""
@@ -132,32 +133,22 @@ def breakdown_of(timeline: Any, category_of: Any, device: str) -> MemoryByCatego
         levels["temporary" if moved else category] += int(delta)
         return moved
 
-    def close_instant() -> None:
-        nonlocal peak, best
-        total = sum(levels.values())
-        for c, b in levels.items():
-            maxima[c] = max(maxima[c], b)
-        if total > peak:
-            peak, best = total, dict(levels)
-
-    for t, action, (key, version), numbytes in events:
-        if t_last is not None and t != t_last:
-            close_instant()
-            points += 1
-        t_last = t
-        if action in (Action.PREEXISTING, Action.CREATE):
-            if update(key, version, numbytes):
-                reclassified += numbytes
-        elif action == Action.INCREMENT_VERSION:
-            update(key, version, -numbytes)
-            update(key, version + 1, numbytes)
-        elif action == Action.DESTROY:
-            update(key, version, -numbytes)
-        else:
-            raise ValueError(f"unknown memory timeline action {action!r}")
-    if t_last is not None:
-        close_instant()
+    for _, instant in itertools.groupby(events, key=lambda e: e[0]):  # the events of one timestamp
+        for _, action, (key, version), numbytes in instant:
+            if action in (Action.PREEXISTING, Action.CREATE):
+                if update(key, version, numbytes):
+                    reclassified += numbytes
+            elif action == Action.INCREMENT_VERSION:
+                update(key, version, -numbytes)
+                update(key, version + 1, numbytes)
+            elif action == Action.DESTROY:
+                update(key, version, -numbytes)
+            else:
+                raise ValueError(f"unknown memory timeline action {action!r}")
         points += 1
+        maxima = {c: max(maxima[c], b) for c, b in levels.items()}
+        if (total := sum(levels.values())) > peak:
+            peak, best = total, dict(levels)
     held = max(best, key=best.__getitem__) if peak else "unknown"
     return MemoryByCategory(device=str(dev), peak_bytes=peak, peak_category=held, at_peak=best, max_bytes=maxima,
                            reclassified_bytes=reclassified, points=points)

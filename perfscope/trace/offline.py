@@ -54,7 +54,6 @@ def trace_results(path: Path, *, steps: int | None = None, command: list[str] | 
         rank = load_rank(file)
         analysed.append(_analyse(rank, device_type=_device_type([a.source for a in analysed] + [rank]),
                                  steps=steps or 1, world_size=_world_size(len(files), [a.source for a in analysed] + [rank])))
-        rank.trace = None  # released: only the summaries are kept across ranks
     ranks = assign_ranks(path, [a.source for a in analysed])
     device_type, world_size = _device_type(ranks), _world_size(len(files), ranks)
     for i, a in enumerate(analysed):
@@ -62,7 +61,6 @@ def trace_results(path: Path, *, steps: int | None = None, command: list[str] | 
             again = load_rank(a.source.path)
             again.rank, again.rank_from = a.source.rank, a.source.rank_from
             analysed[i] = _analyse(again, device_type=device_type, steps=steps or 1, world_size=world_size)
-            again.trace = None
         if analysed[i].communication is not None:
             analysed[i].communication.rank = analysed[i].source.rank  # type: ignore[union-attr]
     analysed.sort(key=lambda a: a.source.rank)
@@ -110,6 +108,7 @@ def _analyse(r: RankTrace, *, device_type: str, steps: int, world_size: int) -> 
                 own = [max(0.0, step - wait) for step, wait in zip(r.step_times_s, exposed)]
     except ValueError as exc:  # the window the analyzers read has no duration, no events
         raise UserError(f"{r.path}: not a usable trace: {exc}") from None
+    r.trace = None  # released: only the summaries are kept across ranks
     return RankAnalysis(source=r, facts=facts, communication=comm, own_work_s=own, device_type=device_type,
                         world_size=world_size, data_labelled=bool(labelled(trace, DATA_LABEL) or loader_spans(trace)))
 

@@ -25,7 +25,6 @@ ERROR_MARGIN = 4 << 20
 (the longest token of a trace, a kernel name or a call stack, is far shorter)."""
 ENDS_EARLY = "the file ends before the JSON does: cut short?"
 _SPACE = re.compile(r"[ \t\n\r]*")
-_COMMA = re.compile(r"[ \t\n\r]*,[ \t\n\r]*")
 _SCAN = json.JSONDecoder().scan_once
 """The C scanner behind json.loads and raw_decode, called directly: one call per event."""
 try:
@@ -208,10 +207,6 @@ def _events(path: Path, reader: _Buffer, on_batch: Callable[[list[Any]], None]) 
                 continue
             failures += cut >= 0
         _deliver(path, reader, [reader.value()], on_batch)
-        comma = _COMMA.match(reader.buf, reader.i)
-        if comma is not None and comma.end() < len(reader.buf):  # the next event follows in the buffer
-            reader.i = comma.end()
-            continue
         char = reader.peek()
         if char == ",":
             reader.i += 1

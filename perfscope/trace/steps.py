@@ -42,9 +42,8 @@ def _optimizer_steps(trace: Trace) -> tuple[list[Span], str] | None:
         rows = np.flatnonzero(t.by_name(lambda n: n.startswith(OPTIMIZER_STEP)))
         if len(rows) < 2:
             continue
-        names = Counter(t.names[i] for i in t.name[rows].tolist())
-        name = names.most_common(1)[0][0]
-        rows = rows[np.array([t.names[t.name[i]] == name for i in rows.tolist()])]
+        nid = Counter(t.name[rows].tolist()).most_common(1)[0][0]  # names are interned: one id each
+        rows, name = rows[t.name[rows] == nid], t.names[nid]
         ends = sorted(t.end[rows].tolist())
         steps = [(a, b) for a, b in pairwise(ends) if b > a]
         if steps:

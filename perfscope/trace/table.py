@@ -78,7 +78,7 @@ class EventColumns:
     the id columns index."""
 
     def __init__(self, cols: dict[str, np.ndarray], *, names: list[str], cats: list[str], values: list[Any],
-                 args: list[dict[str, Any]], exts: list[Any]) -> None:
+                 args: list[dict[str, Any]]) -> None:
         self.ts: np.ndarray = cols["ts"]
         self.dur: np.ndarray = cols["dur"]
         self.name: np.ndarray = cols["name"]
@@ -88,7 +88,7 @@ class EventColumns:
         self.corr: np.ndarray = cols["corr"]
         self.ext: np.ndarray = cols["ext"]
         self.args: np.ndarray = cols["args"]
-        self.names, self.cats, self.values, self.arg_table, self.exts = names, cats, values, args, exts
+        self.names, self.cats, self.values, self.arg_table = names, cats, values, args
         n = len(self.ts)
 
         def absent(key: str, value: Any, dtype: Any) -> np.ndarray:  # host tables: a constant view, no memory
@@ -131,12 +131,6 @@ class EventColumns:
     def by_cat(self, *cats: str) -> np.ndarray:
         ids = [i for i, c in enumerate(self.cats) if c in cats]
         return np.isin(self.cat, ids)
-
-    def ext_value(self, i: int) -> Any:
-        code = int(self.ext[i])
-        if code == NONE:
-            return None
-        return self.exts[code - NONE - 1] if code < NONE + 1 + (1 << 40) else code
 
 
 def ext_code(value: Any, exts: Strings) -> int:
