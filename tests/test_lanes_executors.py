@@ -268,22 +268,19 @@ def test_the_slurm_executor_reaches_the_same_recommendation_when_a_job_is_cancel
         check_sweep(_analyze(tmp_path / "out", "slurm"), "slurm")
         return
 
-    out, steady = tmp_path / "out", {"since": 0.0, "jobs": (), "results": -1}
+    out, hold = tmp_path / "out", tmp_path / "hold"
 
     def cancel_one() -> str | None:
-        """A held job, cancelled from outside: the same jobs running for 3 s with no result written meanwhile are
-        held ones (a job that finished its trial leaves the queue in well under that). One lane may be idle then (a
-        wave with one run: a contended run measured again), so one held job is enough."""
-        jobs, results = tuple(sorted(_jobs(), key=int)), len(list(out.glob("trials/*/result.json")))
-        if not jobs or (jobs, results) != (steady["jobs"], steady["results"]):
-            steady.update(since=time.monotonic(), jobs=jobs, results=results)
-            return None
-        if time.monotonic() - steady["since"] < 3.0:
-            return None
-        subprocess.run(["scancel", jobs[-1]], check=True)
-        return jobs[-1]
+        """A job whose trial is held before its timed window (step_pause.py names the job in its held marker): one
+        whose trial surely has not finished, whatever the machine's load. One held job is enough (a lane may be
+        idle then: a wave with one run, a contended run measured again)."""
+        running = set(_jobs())
+        for marker in sorted(tmp_path.glob("hold.held-*")):
+            if (job := marker.read_text().strip()) in running:
+                subprocess.run(["scancel", job], check=True)
+                return job
+        return None
 
-    hold = tmp_path / "hold"
     monkeypatch.setenv(HOLD_ENV, str(hold))  # sbatch exports it to the jobs
     results, job, dropped = sweep_losing_a_lane(out, "slurm", cancel_one, hold)
     assert f"slurm job {job} CANCELLED" in dropped.dropped, dropped

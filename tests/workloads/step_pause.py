@@ -5,8 +5,8 @@ the sweep's grad_accum knob finds on any machine, on a lane of one core as on a 
 
 A test may hold a lane's trial in flight before its timed window: while the file named by
 `PERFSCOPE_TEST_HOLD_FILE` exists, building the model on a lane of a parallel sweep waits (runs outside the lanes,
-the probe and the sequential baseline, go on), and says so in `<hold file>.held-<pid>` (the lanes' tests end a Slurm
-job, or press Ctrl-C, while both lanes' trials are surely still running)."""
+the probe and the sequential baseline, go on), and says so in `<hold file>.held-<pid>`, which holds its Slurm job's id under Slurm (the lanes' tests end
+that job, or press Ctrl-C, while both lanes' trials are surely still running)."""
 
 import os
 import runpy
@@ -26,7 +26,7 @@ HOLD_ENV = "PERFSCOPE_TEST_HOLD_FILE"
 def make_model():
     hold = os.environ.get(HOLD_ENV)
     if hold and os.environ.get(SWEEP_ROOT_ENV) and Path(hold).exists():  # a lane's trial, held
-        Path(f"{hold}.held-{os.getpid()}").touch()
+        Path(f"{hold}.held-{os.getpid()}").write_text(os.environ.get("SLURM_JOB_ID", ""))  # the job holding it
         while Path(hold).exists():
             time.sleep(0.05)
     return _MLP["make_model"]()
