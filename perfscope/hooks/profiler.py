@@ -273,7 +273,7 @@ class Profiler(Stepping, FrameworkCalls, Pausing, Handover):
         try:
             from perfscope.hooks.results import build_results
 
-            self._environment = (results := build_results(self._state(), ratios=ratios)).environment  # probed once
+            self._environment = (results := build_results(self, ratios=ratios)).environment  # probed once
             return results
         except Exception as exc:  # noqa: BLE001
             self._fail("results()", exc)
