@@ -52,13 +52,8 @@ def mssd_df(n: int) -> float:
     return 2 * (n - 1) ** 2 / (3 * n - 4) if n >= 2 else 0.0
 
 
-def reference_variance(reference_runs: Sequence[Trial]) -> tuple[float | None, int]:
-    """(variance of log throughput between runs, successive differences used) from successive differences."""
-    return ReferenceSeries(reference_runs).variance()
-
-
 def run_noise(reference_runs: Sequence[Trial]) -> RunNoise:
-    var, n_diffs = reference_variance(reference_runs)
+    var, n_diffs = ReferenceSeries(reference_runs).variance()
     if var is None:
         return RunNoise(runs=len(_usable(reference_runs)), sigma=None)
     se = math.sqrt(var * 1.5)  # one candidate run (varying alike) against two neighbouring reference runs
@@ -163,10 +158,6 @@ class PairedTest:
     @functools.cached_property
     def p(self) -> float:
         """Two-sided p of "no change"; 1 when the look cannot decide (cached: the family asks often)."""
-        return self.p_value()
-
-    def p_value(self) -> float:
-        """Two-sided p of "no change"; 1 when the look cannot decide."""
         if not self.decidable:
             return 1.0
         if self.se == 0:
@@ -244,23 +235,10 @@ def verdict(low: float, high: float) -> str:
     return "undecided"
 
 
-def compare_gains(better: Gain, worse: Gain) -> tuple[float, bool]:
-    """(ratio of two gains against the same reference, whether ``better`` is faster than ``worse``).
-
-    Their log-intervals are combined as independent (each from its own runs), at the same confidence.
-    """
-    if not all(math.isfinite(v) and v > 0 for v in (better.low, better.high, worse.low, worse.high)):
-        return better.ratio / worse.ratio, False
-    half_b = (math.log(better.high) - math.log(better.low)) / 2
-    half_w = (math.log(worse.high) - math.log(worse.low)) / 2
-    diff = math.log(better.ratio) - math.log(worse.ratio)
-    return math.exp(diff), diff - math.hypot(half_b, half_w) > 0
-
-
 def relative_gain(better: Gain, worse: Gain, *, reference: str) -> Gain:
     """``better`` over ``worse`` (two gains against the same reference) as a Gain whose reference is ``worse``'s
-    configuration: what a knob measured on top of another adds to it. The interval is `compare_gains`' (the two
-    log-intervals combined as independent), so its verdict is "faster" exactly when `compare_gains` decides."""
+    configuration: what a knob measured on top of another adds to it (the two log-intervals combined as
+    independent, at the same confidence)."""
     ratio = better.ratio / worse.ratio
     common = dict(confidence=better.confidence, runs=better.runs, reference=reference, reference_runs=worse.runs,
                   method="ratio of two gains against the same baseline; their intervals combined as independent")

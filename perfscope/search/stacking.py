@@ -14,7 +14,7 @@ from perfscope.results import Gain, KnobOutcome, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
 from perfscope.results.messages import Message, msg
 from perfscope.search.candidate import BASELINE, CONFIRMATION_RUNS, Candidate, SweepOptions, run_failed
-from perfscope.search.compare import MIN_DECIDING_RUNS, compare_gains, paired_test
+from perfscope.search.compare import MIN_DECIDING_RUNS, paired_test, relative_gain
 from perfscope.search.decided import left_over, recommend_decided
 from perfscope.search.family import Family
 from perfscope.search.microbatch import MicroBatchResult, search_micro_batch
@@ -119,8 +119,7 @@ class Stacking:
             stacked.gain, current.gain = self.gain(name), self.gain(current.name)
             if stacked.gain is None or current.gain is None:
                 return None
-            ratio, decided = compare_gains(stacked.gain, current.gain)
-            if decided and ratio >= 1 + self.options.min_gain:
+            if self._adds(stacked.gain, current):
                 return stacked
             if stacked.gain.high < current.gain.low or len(self.runs(name)) >= self.options.max_runs:
                 return None
@@ -129,6 +128,10 @@ class Stacking:
                 return None
             self.measure(name, config, knobs)
         return None
+
+    def _adds(self, gain: Gain, current: Candidate) -> bool:
+        """``gain`` (against the baseline) `worthwhile` over ``current``'s."""
+        return self.worthwhile(relative_gain(gain, current.gain, reference=current.name))  # type: ignore[arg-type]
 
     def _stack_micro_batch(self, micro: MicroBatchResult, current: Candidate | None, knob: Knob) -> Candidate | None:
         """The fastest micro-batch with the user's global batch, joined to the stack last."""
@@ -152,8 +155,7 @@ class Stacking:
             cand.gain = self.gain(cand.name)
             if not cand.usable or cand.gain is None or current.gain is None:
                 return current
-            ratio, decided = compare_gains(cand.gain, current.gain)
-            return cand if decided and ratio >= 1 + self.options.min_gain else current
+            return cand if self._adds(cand.gain, current) else current
         point = micro.best(preserve_global=global_batch)
         if point is None or point.configuration == BASELINE:
             return current
