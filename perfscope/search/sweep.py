@@ -21,7 +21,7 @@ from perfscope.search.candidate import BASELINE, Candidate, Measures, SweepOptio
 from perfscope.search.compare import ReferenceSeries, compare, paired_test, relative_gain, run_noise
 from perfscope.search.decided import STOPPED_BY_USER, recommend_decided, record_unreached
 from perfscope.search.family import Family
-from perfscope.search.microbatch import BUDGET_EXHAUSTED, MicroBatchResult, search_micro_batch
+from perfscope.search.microbatch import BUDGET_EXHAUSTED, MicroBatchResult, micro_config, search_micro_batch
 from perfscope.search.numerics import compare_numerics
 from perfscope.search.plan import CPU_MICRO_FACTOR, GPU_MICRO_FACTOR
 from perfscope.search.stacking import Stacking, knobs_as, micro_changes
@@ -220,10 +220,7 @@ class Sweeper(Allocation, Stacking):
         micro = largest * 2 if knob.frees == "activations" else oom
         alone = self._best([c for c in self.candidates if c.knob is knob])
         changes = dict(alone.changes) if alone is not None else knob.variants(self.ctx)[0]
-        config = knob.apply(self.reference, changes).replace(micro_batch_size=micro, grad_accum_steps=1)
-        base = self.ctx.base.samples_per_step
-        if micro <= base and base % micro == 0:
-            config = config.replace(grad_accum_steps=base // micro)
+        config = micro_config(knob.apply(self.reference, changes), micro)
         if not self.may_continue():
             return
         name = f"{knob.id}-mb{micro}"
