@@ -162,13 +162,8 @@ def workload_info(prof: ProfilerState) -> WorkloadInfo:
     if script is not None and script.is_file():
         path, sha = str(script.resolve()), file_sha256(script)
     params = sum(p.numel() for p in prof.model.parameters()) if prof.model is not None else None
-    declared: dict[str, Any] = {"source": "hooks"}
-    if prof.tokens_per_sample is not None:
-        declared["tokens_per_sample"] = prof.tokens_per_sample
-    if prof.precision is not None:
-        declared["precision"] = prof.precision
-    if prof.samples_per_step is not None:
-        declared["samples_per_step"] = prof.samples_per_step
+    declared: dict[str, Any] = {"source": "hooks", "tokens_per_sample": prof.tokens_per_sample,
+                                "precision": prof.precision, "samples_per_step": prof.samples_per_step}
     declared.update(prof._loader_config)
     compiled = observe.compile_state(prof.model, prof._graphs_at_start)
     declared.update(observe.observed_words(prof._flop.precision_seen, compiled))
@@ -179,14 +174,12 @@ def workload_info(prof: ProfilerState) -> WorkloadInfo:
 
 def trial_config(prof: ProfilerState, micro_batch: int, accum: int) -> tuple[TrialConfig, list[str]]:
     """What is known about the user's loop as a TrialConfig, and the fields that were not observed."""
-    unknown = []
     known: dict[str, Any] = {"device": prof.device.type, "warmup_steps": prof.warmup_steps,
                              "micro_batch_size": max(1, micro_batch), "grad_accum_steps": max(1, accum),
                              "tf32": matmul_tf32_enabled()}  # never raises, whichever TF32 API the loop used
     compiled = observe.compile_state(prof.model, prof._graphs_at_start)
-    settings = observe.observed_settings(prof.precision, prof._flop.precision_seen, compiled)
-    known.update(settings.known)
-    unknown += settings.unknown
+    seen, unknown = observe.observed_settings(prof.precision, prof._flop.precision_seen, compiled)
+    known.update(seen)
     if prof._loader_config:
         known.update({k: v for k, v in prof._loader_config.items() if v is not None and k != "prefetch_factor"})
         if prof._loader_config.get("num_workers"):
