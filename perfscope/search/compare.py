@@ -21,9 +21,7 @@ SINGLE_RUN_INFLATION = 3.0
 """With one candidate run its own spread is unknown: assumed this many times the reference's (a no-effect knob
 with 3× the baseline's spread was called "faster" ~12% of the time when assumed alike), and never a verdict."""
 MIN_DECIDING_RUNS = 3
-"""Verdicts start at this many candidate runs. With two, the candidate's own variance has one degree of freedom:
-it is tiny by chance often enough that Welch's interval at the family's small levels is far too narrow (in the
-simulation, no-effect knobs were called faster or slower in ~10% of 20-knob sweeps); with three it holds."""
+"""Verdicts start at this many candidate runs (why not two: docs/sweep.md, "two guards")."""
 METHOD = (
     "fresh-process runs, each paired with the reference runs measured just before and after it; "
     "Welch t-interval on log throughput (candidate and reference run-to-run variances, Welch–Satterthwaite df, at most k−1)"
@@ -198,22 +196,14 @@ def paired_test(candidate_runs: Sequence[Trial], reference_runs: Sequence[Trial]
     if ref_var is None:  # no reference spread: the pairs' own spread holds both parts (paired t, k−1 df)
         return PairedTest(mean, math.sqrt(statistics.variance(diffs) / k), k - 1, k, len(references.runs))
     own_var = statistics.variance([log_rate(c) - references.level(c) for c, _ in paired])
-    # Never quieter than the reference: with a few runs the candidate's variance is tiny by chance often enough
-    # that Welch's interval, at the family's small levels, would be far too narrow. The floor is the reference's
-    # variance, but it keeps the candidate's own k − 1 degrees of freedom: a candidate 3× noisier than the
-    # baseline shows a sample variance below the baseline's in ~10% of 3-run looks, and giving the floor the
-    # baseline's many degrees of freedom then called 25% of 20-knob no-effect sweeps faster or slower
-    # (benchmarks/stat_simulation.py, model "unequal").
+    # Never quieter than the reference, with the candidate's own k − 1 df (why: docs/sweep.md, "two guards").
     own, own_df = max(own_var, ref_var) / k, k - 1
     theirs = share * ref_var / k
     total = own + theirs
     if total == 0:
         return PairedTest(mean, 0.0, k - 1, k, len(references.runs))
     df = total ** 2 / (own ** 2 / own_df + (theirs ** 2 / ref_df if ref_df > 0 else 0.0))
-    # Never more df than the candidate's own k − 1. Welch's df come from the candidate's sample variance: when a noisy
-    # candidate's runs land close together by chance (the floor above then engages) they rose from 2 to ~4.5 in
-    # exactly the looks whose t is large — 8× noisier, p < 0.002 came 2.7× as often as it should, and 20-knob sweeps
-    # of such candidates broke the family-wise bound (tests/test_stat_simulation.py, benchmarks/stat_simulation.py).
+    # Never more df than the candidate's own k − 1 (docs/sweep.md, "two guards").
     return PairedTest(mean, math.sqrt(total), min(df, own_df), k, len(references.runs))
 
 
