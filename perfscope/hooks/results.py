@@ -74,9 +74,8 @@ def cuda_index(device: torch.device) -> int:
 
 def observation(prof: ProfilerState, windows: list[Any], peaks: MemoryPeaks, micro_batch: int) -> RunObservation:
     """What the profiler saw, in the measurement core's terms."""
-    tally = prof._tally
     records = prof._reservoir.in_order()
-    typical_samples = most_common(tally.per_step_samples)
+    typical_samples = most_common(prof._tally.per_step_samples)
     flops = prof._flop.count(typical_samples)
     first_step: FirstStep | Unavailable
     if len(prof._first_marks) == 2:
@@ -92,7 +91,7 @@ def observation(prof: ProfilerState, windows: list[Any], peaks: MemoryPeaks, mic
         owners = Unavailable(msg("hooks_owners_need_optimizer"))
     return RunObservation(
         device_type=prof.device.type, windows=windows, records=records, micro_batch_size=micro_batch,
-        grad_accum_steps=most_common(tally.per_step_micro) or 1, warmup_steps=prof.warmup_steps,
+        grad_accum_steps=most_common(prof._tally.per_step_micro) or 1, warmup_steps=prof.warmup_steps,
         samples_per_step=typical_samples or 0, tokens_per_sample=prof.tokens_per_sample,
         step_times_sampled=prof._reservoir.seen > len(records), memory=peaks, owners=owners, flops=flops,
         fingerprint=prof._flop.structure(flops), window_syncs=Unavailable(WINDOW_SYNCS_NOT_COUNTED),
@@ -116,18 +115,16 @@ def build_results(prof: ProfilerState, *, ratios: bool = True) -> Results:
     elapsed = prof._clock.now() - prof._t0
     tally = prof._tally
     timed = sum(w.steps for w in windows)
-    micro_batch = most_common(tally.micro_batch)
     typical_micro = most_common(tally.per_step_micro) or 1
     typical_samples = most_common(tally.per_step_samples)
-    micro_batch = micro_batch or (typical_samples // typical_micro if typical_samples else 1)
+    micro_batch = most_common(tally.micro_batch) or (typical_samples // typical_micro if typical_samples else 1)
     config, unknown = trial_config(prof, micro_batch, typical_micro)
     common = dict(name="baseline", configuration="baseline", sequence=1, config=config, unknown_settings=unknown,
                   wall_time_s=elapsed, started_at=prof._started_at)
     head = dict(perfscope_version=__version__, created_at=_now(), source="hooks", command=_command(),
                 environment=env, workload=workload_info(prof), peak=peak)
     if timed == 0:
-        excluded = prof._excluded
-        why = msg("hooks_no_timed_step", seen=prof._step_index, warmup=prof.warmup_steps, excluded=dict(excluded))
+        why = msg("hooks_no_timed_step", seen=prof._step_index, warmup=prof.warmup_steps, excluded=dict(prof._excluded))
         trial = Trial(status="skipped", error=words(why), **common)  # type: ignore[arg-type]
         return Results(**head, trials=[trial], notes=[*notes, why])  # type: ignore[arg-type]
     metrics = build_trial_metrics(observation(prof, windows, peaks, config.micro_batch_size))
