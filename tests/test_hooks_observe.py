@@ -179,11 +179,10 @@ def test_precision_from_matmul_dtypes_and_autocast() -> None:
 
 
 def test_observed_settings_never_default_what_was_not_seen() -> None:
-    unseen = observed_settings(None, None, Observation(None, "?", known=False))
-    assert unseen.unknown == ["precision", "compile"] and unseen.known == {}
-    seen = observed_settings(None, Observation("bf16", "x"), Observation(None, "eager"))
-    assert seen.known == {"precision": "bf16", "compile": None} and seen.unknown == []
-    assert observed_settings("fp16", Observation("bf16", "x"), Observation(None, "e")).known["precision"] == "fp16"
+    assert observed_settings(None, None, Observation(None, "?", known=False)) == ({}, ["precision", "compile"])
+    assert observed_settings(None, Observation("bf16", "x"), Observation(None, "eager")) == (
+        {"precision": "bf16", "compile": None}, [])
+    assert observed_settings("fp16", Observation("bf16", "x"), Observation(None, "e"))[0]["precision"] == "fp16"
 
 
 def test_compile_state_from_the_model_and_dynamos_graphs(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -36,7 +36,7 @@ def test_one_run_never_decides_and_two_do_not_either():
     cands, base = _series(NOISE_MODELS["cpu"], 0.5, pairs=2, seed=1)
     for k in (1, 2):
         test = paired_test(cands[:k], base)
-        assert test is not None and not test.decidable and test.p_value() == 1.0
+        assert test is not None and not test.decidable and test.p == 1.0
         assert test.gain(0.99).verdict == "undecided"  # 50% faster, and still no verdict from so few runs
 
 

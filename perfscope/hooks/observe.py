@@ -203,18 +203,11 @@ EAGER_COUNT_NOTE = ("torch.compile'd code ran eagerly for the counted step (torc
                     "FLOPs and ops are those of the eager module underneath, as analyze counts them")
 
 
-@dataclass(frozen=True)
-class LoopSettings:
-    """TrialConfig fields the observations settle, and those left unknown (Trial.unknown_settings)."""
-
-    known: dict[str, Any]
-    unknown: list[str]
-
-
 def observed_settings(declared_precision: str | None, precision: Observation | None,
-                      compile: Observation) -> LoopSettings:
-    """A precision the user passed wins over the observed one (it is their statement of the loop); a setting
-    neither passed nor observed is unknown, never the default."""
+                      compile: Observation) -> tuple[dict[str, Any], list[str]]:
+    """The TrialConfig fields the observations settle, and those left unknown (Trial.unknown_settings). A precision
+    the user passed wins over the observed one (it is their statement of the loop); a setting neither passed nor
+    observed is unknown, never the default."""
     known: dict[str, Any] = {}
     unknown: list[str] = []
     if declared_precision is not None:
@@ -227,7 +220,7 @@ def observed_settings(declared_precision: str | None, precision: Observation | N
         known["compile"] = compile.value
     else:
         unknown.append("compile")
-    return LoopSettings(known=known, unknown=unknown)
+    return known, unknown
 
 
 def observed_words(precision: Observation | None, compile: Observation) -> dict[str, str]:

@@ -15,6 +15,7 @@ import warnings
 import weakref
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from perfscope.hooks.capture import CaptureWindow
 from perfscope.live import protocol as p
@@ -212,28 +213,26 @@ class LiveControl:
         self.window, self.request, self._requested_step = window, request, k
 
     def _finished(self, window: CaptureWindow) -> None:
-        if self.request is not None:
-            start, stop = window.capture_steps
-            trace = window.trace_path  # the steps recorded: all of them, or those before the loop ended (close())
-            self._write_answer(p.Answer(id=self.request.id, pid=self.pid, host=self.host, rank=self.rank,
-                                        requested_step=self._requested_step, first_step=start,
-                                        last_step=min(stop - 1, self._last_ended),
-                                        trace=str(trace) if trace is not None else None,
-                                        error=None if trace is not None else words(window.missing()),
-                                        memory=str(window.memory_path) if window.memory_path else None))
-        self.window, self.request, self.flag = None, None, False
+        start, stop = window.capture_steps
+        trace = window.trace_path  # the steps recorded: all of them, or those before the loop ended (close())
+        self._answer(first_step=start, last_step=min(stop - 1, self._last_ended),
+                     trace=str(trace) if trace is not None else None,
+                     error=None if trace is not None else words(window.missing()),
+                     memory=str(window.memory_path) if window.memory_path else None)
 
     def _fail(self, exc: BaseException) -> None:
         if self.window is not None:
             self.window.teardown()
-        if self.request is not None:
-            self._write_answer(p.Answer(id=self.request.id, pid=self.pid, host=self.host, rank=self.rank,
-                                        requested_step=self._requested_step, error=f"{type(exc).__name__}: {exc}"))
-        self.window, self.request, self.flag = None, None, False
+        self._answer(error=f"{type(exc).__name__}: {exc}")
 
-    def _write_answer(self, answer: p.Answer) -> None:
-        with contextlib.suppress(OSError):  # disk full, folder gone: the command times out, having heard nothing back
-            p.write_json(self.control / f"done-{answer.id}-{p.member(self.pid, self.host)}.json", answer)
+    def _answer(self, **fields: Any) -> None:
+        """Answer the request this capture was for (none: the watch's), and wait for the next."""
+        if self.request is not None:
+            answer = p.Answer(id=self.request.id, pid=self.pid, host=self.host, rank=self.rank,
+                              requested_step=self._requested_step, **fields)
+            with contextlib.suppress(OSError):  # disk full, folder gone: the command times out, having heard nothing
+                p.write_json(self.control / f"done-{answer.id}-{p.member(self.pid, self.host)}.json", answer)
+        self.window, self.request, self.flag = None, None, False
 
     # ------------------------------------------------------------------------------------ the poller
 

@@ -146,10 +146,6 @@ class Profiler(Stepping, FrameworkCalls, Pausing, Handover):
         self.samples_per_step, self.tokens_per_sample = samples_per_step, tokens_per_sample
         self.name, self.precision = name, precision
         self.warmup_steps, self.flush_every = warmup_steps, flush_every
-        self.count_flops, self.user_flops_per_step = count_flops, flops_per_step
-        self.sample_utilization = sample_utilization
-        self.utilization_interval_s, self.utilization_max_s = utilization_interval_s, utilization_max_s
-        self.capture_steps = capture_steps
         self.trace_dir = Path(trace_dir) if trace_dir is not None else None
         self.peak_tflops, self.measure_ceiling = peak_tflops, measure_ceiling
         self.gather_timeout_s = float(gather_timeout_s)
@@ -203,7 +199,7 @@ class Profiler(Stepping, FrameworkCalls, Pausing, Handover):
         self._watch = as_watch(watch, capture=self._live.capture_now, graphs=observe.graphs_compiled, notes=self._results_notes,
                                clocks=clock_reader(self.device))
         self._loggers = as_loggers(loggers, device=self.device, peak_tflops=peak_tflops,
-                                   flops_per_step=lambda: self.user_flops_per_step or (self._flop.flops or (None,))[0])
+                                   flops_per_step=lambda: flops_per_step or (self._flop.flops or (None,))[0])
         feeds = [c.add for c in (self._reservoir, self._loggers, self._watch) if c is not None]  # each timed step, as read
         self._on_record = feeds[0] if len(feeds) == 1 else _fan_out(feeds)
         self._poll_every = flush_every if len(feeds) == 1 else 1  # the watch and loggers read each step at its end
@@ -273,7 +269,7 @@ class Profiler(Stepping, FrameworkCalls, Pausing, Handover):
         try:
             from perfscope.hooks.results import build_results
 
-            self._environment = (results := build_results(self._state(), ratios=ratios)).environment  # probed once
+            self._environment = (results := build_results(self, ratios=ratios)).environment  # probed once
             return results
         except Exception as exc:  # noqa: BLE001
             self._fail("results()", exc)

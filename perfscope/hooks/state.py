@@ -1,21 +1,19 @@
-"""What the Profiler hands the modules that build and save its results: typed here, below all three, so neither
-perfscope.hooks.results nor perfscope.hooks.save imports the Profiler (perfscope.hooks.profiler) back.
+"""The Profiler's state, typed here, below the modules that read it, so none imports the Profiler
+(perfscope.hooks.profiler) back.
 
-    build_results(prof._state(), ratios=True)      # RunState: a snapshot, read once at results time
+    build_results(prof, ratios=True)                # perfscope.hooks.results reads the ProfilerState as it stands
     save_alone(prof._saving(), out_dir, final)      # Saving: the profiler's calls save() sequences
 
-`ProfilerState` declares the Profiler's attributes once for all its mixins; these are the only views of them the
-other modules get. `Handover`, a mixin of the Profiler, makes them.
+`ProfilerState` declares the Profiler's attributes once for all its mixins and perfscope.hooks.results.
+`Handover`, a mixin of the Profiler, makes the Saving.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import perfscope.hooks.observe as observe
 
 if TYPE_CHECKING:
     from collections import Counter
@@ -33,51 +31,6 @@ if TYPE_CHECKING:
     from perfscope.measure.window import WindowRecorder
     from perfscope.results import Environment, Results, Window
     from perfscope.results.messages import Message
-
-
-@dataclass(frozen=True)
-class RunState:
-    """The Profiler at results time (perfscope.hooks.results reads nothing else).
-
-    The counters, tally and FLOP step are the profiler's own objects (read, never driven); ``windows`` holds the
-    open window's snapshot too."""
-
-    # What the user passed.
-    device: torch.device
-    model: torch.nn.Module | None
-    optimizer: torch.optim.Optimizer | None
-    name: str
-    precision: str | None
-    samples_per_step: int | None
-    tokens_per_sample: int | None
-    warmup_steps: int
-    peak_tflops: float | None
-    measure_ceiling: bool
-    place: RankPlace | None
-    # What it measured.
-    clock: Clock
-    t0: float
-    """The profiler's start on ``clock.now()``: the run's wall time counts from it."""
-    started_at: str
-    steps_seen: int
-    windows: list[Window]
-    tally: StepTally
-    reservoir: Reservoir
-    flop: FlopStep
-    first_marks: list[Any]
-    sampler: BoundedSampler | None
-    excluded: Mapping[str, int]
-    excluded_s: Mapping[str, float]
-    data_wait_measured: bool
-    """wrap() or a framework's data_begin()/data_end() saw the fetches."""
-    capture: CaptureWindow | None
-    compile_seen: observe.Observation
-    loader_config: Mapping[str, Any]
-    described_config: Mapping[str, Any]
-    declared: Mapping[str, Any]
-    notes: list[Message]
-    environment: Environment | None
-    """Read by an earlier results() (the ceiling probe runs once); None the first time."""
 
 
 @dataclass(frozen=True)
@@ -175,25 +128,7 @@ class ProfilerState:
 
 
 class Handover(ProfilerState):
-    """The Profiler's RunState and Saving (a mixin)."""
-
-    def _state(self) -> RunState:
-        """The profiler as perfscope.hooks.results reads it: the open window as a snapshot (it waits for the pending
-        events once; the window stays open), the rest as it stands."""
-        windows = list(self._windows)
-        if self._recorder is not None and self._recorder.started and (snapshot := self._recorder.finish()).steps:
-            windows.append(snapshot)
-        return RunState(
-            device=self.device, model=self.model, optimizer=self.optimizer, name=self.name, precision=self.precision,
-            samples_per_step=self.samples_per_step, tokens_per_sample=self.tokens_per_sample,
-            warmup_steps=self.warmup_steps, peak_tflops=self.peak_tflops, measure_ceiling=self.measure_ceiling,
-            place=self._place, clock=self._clock, t0=self._t0, started_at=self._started_at, steps_seen=self._step_index,
-            windows=windows, tally=self._tally, reservoir=self._reservoir, flop=self._flop, first_marks=self._first_marks,
-            sampler=self._sampler, excluded=dict(self._excluded), excluded_s=dict(self._excluded_s),
-            data_wait_measured=self._wrap_used or self._data_hooked, capture=self._capture,
-            compile_seen=observe.compile_state(self.model, self._graphs_at_start), loader_config=self._loader_config,
-            described_config=self._described_config, declared=self._declared, notes=self._results_notes,
-            environment=self._environment)
+    """The Profiler's Saving (a mixin)."""
 
     def _saving(self) -> Saving:
         """What perfscope.hooks.save needs of this profiler; each call is one more save() (its rank summaries' key)."""

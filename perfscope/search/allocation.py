@@ -62,9 +62,8 @@ class Allocation:
             self.measure(best.name, best.config, best.knobs)
 
     def affordable(self, open_: list[Candidate]) -> list[Candidate]:
-        """The candidates whose next measurement fits what the budget leaves beyond the runs held back, at that
-        configuration's own cost (its latest measurement): a torch.compile run took 44 s where the others took 6-10 s,
-        so the median measurement, which `may_continue` assumes, let one start 40 s before the budget's end."""
+        """The candidates whose next measurement, at its own latest cost (not the median `may_continue` assumes),
+        fits what the budget leaves beyond the runs held back (docs/sweep.md)."""
         if self.options.budget_s is None:
             return open_
         keep = max(self.held_back(), self.reserve)
@@ -82,10 +81,8 @@ class Allocation:
 
     def _promise(self, cand: Candidate) -> tuple[bool, float]:
         """Which undecided candidate gets the next run. Unbounded: the highest upper bound (the one that could win
-        most). Under a budget, runs go where they change the recommendation: first the candidates that could join it
-        (never a recipe or global-batch change, which are only reported), then the best point estimate per second of
-        its measurement — a likely win decided beats a long shot measured again, and a 1.08× torch.compile whose run
-        takes 44 s waits behind a 1.3× bf16 whose run takes 6 s (equal costs: the best estimate)."""
+        most). Under a budget: first those that could join the recommendation, then the best point estimate per
+        second of its measurement (docs/sweep.md, "the likeliest win, at its cost")."""
         if self.options.budget_s is None:
             return True, cand.gain.high if cand.gain else 0.0
         could_join = not cand.knob.changes_recipe and cand.config.samples_per_step == self.ctx.base.samples_per_step

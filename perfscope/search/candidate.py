@@ -46,10 +46,7 @@ class SweepOptions:
     min_gain: float = 0.02
     """A speed-up below this (2%) is not worth a code change: no extra runs to resolve it, no stacking for it."""
     max_runs: int = 10
-    """Runs of one candidate at most (each with its baseline neighbour). 10, not 4: on the CPU noise model a +10%
-    knob is found 96% [94, 97] of the time with 10, 83% [80, 86] with 8 and under half with 4, for ~10% more
-    runs per 8 → 10 in a sweep with no effect (the futility stop ends hopeless candidates early);
-    benchmarks/results/stat_simulation.txt."""
+    """Runs of one candidate at most (each with its baseline neighbour); why 10: docs/sweep.md."""
     family_alpha: float = FAMILY_ALPHA
     """Family-wise error rate of the sweep's faster/slower verdicts (perfscope.search.family)."""
     order_seed: int | None = None

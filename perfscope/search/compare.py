@@ -21,9 +21,7 @@ SINGLE_RUN_INFLATION = 3.0
 """With one candidate run its own spread is unknown: assumed this many times the reference's (a no-effect knob
 with 3× the baseline's spread was called "faster" ~12% of the time when assumed alike), and never a verdict."""
 MIN_DECIDING_RUNS = 3
-"""Verdicts start at this many candidate runs. With two, the candidate's own variance has one degree of freedom:
-it is tiny by chance often enough that Welch's interval at the family's small levels is far too narrow (in the
-simulation, no-effect knobs were called faster or slower in ~10% of 20-knob sweeps); with three it holds."""
+"""Verdicts start at this many candidate runs (why not two: docs/sweep.md, "two guards")."""
 METHOD = (
     "fresh-process runs, each paired with the reference runs measured just before and after it; "
     "Welch t-interval on log throughput (candidate and reference run-to-run variances, Welch–Satterthwaite df, at most k−1)"
@@ -52,13 +50,8 @@ def mssd_df(n: int) -> float:
     return 2 * (n - 1) ** 2 / (3 * n - 4) if n >= 2 else 0.0
 
 
-def reference_variance(reference_runs: Sequence[Trial]) -> tuple[float | None, int]:
-    """(variance of log throughput between runs, successive differences used) from successive differences."""
-    return ReferenceSeries(reference_runs).variance()
-
-
 def run_noise(reference_runs: Sequence[Trial]) -> RunNoise:
-    var, n_diffs = reference_variance(reference_runs)
+    var, n_diffs = ReferenceSeries(reference_runs).variance()
     if var is None:
         return RunNoise(runs=len(_usable(reference_runs)), sigma=None)
     se = math.sqrt(var * 1.5)  # one candidate run (varying alike) against two neighbouring reference runs
@@ -163,10 +156,6 @@ class PairedTest:
     @functools.cached_property
     def p(self) -> float:
         """Two-sided p of "no change"; 1 when the look cannot decide (cached: the family asks often)."""
-        return self.p_value()
-
-    def p_value(self) -> float:
-        """Two-sided p of "no change"; 1 when the look cannot decide."""
         if not self.decidable:
             return 1.0
         if self.se == 0:
@@ -207,22 +196,14 @@ def paired_test(candidate_runs: Sequence[Trial], reference_runs: Sequence[Trial]
     if ref_var is None:  # no reference spread: the pairs' own spread holds both parts (paired t, k−1 df)
         return PairedTest(mean, math.sqrt(statistics.variance(diffs) / k), k - 1, k, len(references.runs))
     own_var = statistics.variance([log_rate(c) - references.level(c) for c, _ in paired])
-    # Never quieter than the reference: with a few runs the candidate's variance is tiny by chance often enough
-    # that Welch's interval, at the family's small levels, would be far too narrow. The floor is the reference's
-    # variance, but it keeps the candidate's own k − 1 degrees of freedom: a candidate 3× noisier than the
-    # baseline shows a sample variance below the baseline's in ~10% of 3-run looks, and giving the floor the
-    # baseline's many degrees of freedom then called 25% of 20-knob no-effect sweeps faster or slower
-    # (benchmarks/stat_simulation.py, model "unequal").
+    # Never quieter than the reference, with the candidate's own k − 1 df (why: docs/sweep.md, "two guards").
     own, own_df = max(own_var, ref_var) / k, k - 1
     theirs = share * ref_var / k
     total = own + theirs
     if total == 0:
         return PairedTest(mean, 0.0, k - 1, k, len(references.runs))
     df = total ** 2 / (own ** 2 / own_df + (theirs ** 2 / ref_df if ref_df > 0 else 0.0))
-    # Never more df than the candidate's own k − 1. Welch's df come from the candidate's sample variance: when a noisy
-    # candidate's runs land close together by chance (the floor above then engages) they rose from 2 to ~4.5 in
-    # exactly the looks whose t is large — 8× noisier, p < 0.002 came 2.7× as often as it should, and 20-knob sweeps
-    # of such candidates broke the family-wise bound (tests/test_stat_simulation.py, benchmarks/stat_simulation.py).
+    # Never more df than the candidate's own k − 1 (docs/sweep.md, "two guards").
     return PairedTest(mean, math.sqrt(total), min(df, own_df), k, len(references.runs))
 
 
@@ -244,23 +225,10 @@ def verdict(low: float, high: float) -> str:
     return "undecided"
 
 
-def compare_gains(better: Gain, worse: Gain) -> tuple[float, bool]:
-    """(ratio of two gains against the same reference, whether ``better`` is faster than ``worse``).
-
-    Their log-intervals are combined as independent (each from its own runs), at the same confidence.
-    """
-    if not all(math.isfinite(v) and v > 0 for v in (better.low, better.high, worse.low, worse.high)):
-        return better.ratio / worse.ratio, False
-    half_b = (math.log(better.high) - math.log(better.low)) / 2
-    half_w = (math.log(worse.high) - math.log(worse.low)) / 2
-    diff = math.log(better.ratio) - math.log(worse.ratio)
-    return math.exp(diff), diff - math.hypot(half_b, half_w) > 0
-
-
 def relative_gain(better: Gain, worse: Gain, *, reference: str) -> Gain:
     """``better`` over ``worse`` (two gains against the same reference) as a Gain whose reference is ``worse``'s
-    configuration: what a knob measured on top of another adds to it. The interval is `compare_gains`' (the two
-    log-intervals combined as independent), so its verdict is "faster" exactly when `compare_gains` decides."""
+    configuration: what a knob measured on top of another adds to it (the two log-intervals combined as
+    independent, at the same confidence)."""
     ratio = better.ratio / worse.ratio
     common = dict(confidence=better.confidence, runs=better.runs, reference=reference, reference_runs=worse.runs,
                   method="ratio of two gains against the same baseline; their intervals combined as independent")

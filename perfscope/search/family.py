@@ -37,14 +37,14 @@ class Family:
         if test is not None:
             looks[test.runs] = test
 
-    def futile(self, name: str, min_runs: int = 3) -> bool:
+    def futile(self, name: str) -> bool:
         """Futility stop (as in sequential trials): with the estimate held one standard error above where it is, would the last look
         (max_runs runs: the standard error shrunk by √(k/max_runs), the k − 1 degrees of freedom grown alike, the most
         stringent Holm level) still not decide? Then the remaining runs most likely end "cannot tell" too, and
         they cost as much as runs that find something: the sweep spends them elsewhere. Stopping early only
         ever removes chances to reject, so it cannot raise the family's error rate."""
         looks = self.looks.get(name) or {}
-        if not looks or max(looks) < min_runs or max(looks) >= self.max_runs:
+        if not looks or max(looks) < MIN_DECIDING_RUNS or max(looks) >= self.max_runs:
             return False
         test = looks[max(looks)]
         if not test.decidable or test.se == 0:

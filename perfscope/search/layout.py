@@ -178,13 +178,10 @@ def _bytes_per_parameter(baseline: Trial, model: ModelFacts) -> float:
     facts = baseline.metrics.distributed if baseline.metrics else None
     if facts is None or not facts.ranks or not model.parameter_count:
         return 16.0  # fp32 AdamW: 4 + 4 + 8
-    sharded = facts.data_parallel == "fsdp"
-    ranks = facts.ranks
-    params = sum(r.parameter_bytes or 0 for r in ranks) if sharded else max(r.parameter_bytes or 0 for r in ranks)
-    grads = sum(r.gradient_bytes or 0 for r in ranks) if sharded else max(r.gradient_bytes or 0 for r in ranks)
-    state = (sum(r.optimizer_state_bytes or 0 for r in ranks) if facts.data_parallel in ("fsdp", "zero1")
-             else max(r.optimizer_state_bytes or 0 for r in ranks))
-    return (params + grads + state) / model.parameter_count or 16.0
+    sharded = {"parameter_bytes": ("fsdp",), "gradient_bytes": ("fsdp",), "optimizer_state_bytes": ("fsdp", "zero1")}
+    held = sum((sum if facts.data_parallel in by else max)(getattr(r, what) or 0 for r in facts.ranks)
+               for what, by in sharded.items())
+    return held / model.parameter_count or 16.0
 
 
 def run_layout_search(session: Any, workload: Any, base: TrialConfig, *, max_trials: int = 8,

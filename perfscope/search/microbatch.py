@@ -55,7 +55,7 @@ def _has_margin(trial: Trial) -> bool:
     return m.peak_reserved_bytes <= MEMORY_MARGIN * m.device_memory_capacity_bytes
 
 
-def _config_for(base: TrialConfig, micro: int) -> TrialConfig:
+def micro_config(base: TrialConfig, micro: int) -> TrialConfig:
     """Keep the global batch when ``micro`` divides it; otherwise one micro-batch per step."""
     global_batch = base.samples_per_step
     if micro <= global_batch and global_batch % micro == 0:
@@ -99,7 +99,7 @@ def search_micro_batch(
         if not may_continue():
             result.stopped = BUDGET_EXHAUSTED
             break
-        trial = measure(f"{name_prefix}{micro}", _config_for(base_config, micro), list(knobs or []) + ["micro_batch"])
+        trial = measure(f"{name_prefix}{micro}", micro_config(base_config, micro), list(knobs or []) + ["micro_batch"])
         result.trials[micro] = trial
         result.points.append(_point(micro, trial))
         if trial.status == "oom":
@@ -124,7 +124,7 @@ def search_micro_batch(
         if mid >= 16:
             mid -= mid % 8  # tile-friendly sizes
         if lo < mid < oom_at:
-            trial = measure(f"{name_prefix}{mid}", _config_for(base_config, mid), list(knobs or []) + ["micro_batch"])
+            trial = measure(f"{name_prefix}{mid}", micro_config(base_config, mid), list(knobs or []) + ["micro_batch"])
             result.trials[mid] = trial
             result.points.append(_point(mid, trial))
     result.points.sort(key=lambda p: p.micro_batch_size)

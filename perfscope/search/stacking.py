@@ -5,16 +5,14 @@ Design notes: docs/sweep.md."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from perfscope import knobs
-from perfscope.knobs import Knob, KnobContext
-from perfscope.results import Gain, KnobOutcome, Results, Sweep, Trial
+from perfscope.knobs import REGISTRY, Knob, KnobContext
+from perfscope.results import Gain, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
 from perfscope.results.messages import Message, msg
 from perfscope.search.candidate import BASELINE, CONFIRMATION_RUNS, Candidate, SweepOptions, run_failed
-from perfscope.search.compare import MIN_DECIDING_RUNS, compare_gains, paired_test
+from perfscope.search.compare import MIN_DECIDING_RUNS, paired_test, relative_gain
 from perfscope.search.decided import left_over, recommend_decided
 from perfscope.search.family import Family
 from perfscope.search.microbatch import MicroBatchResult, search_micro_batch
@@ -111,16 +109,13 @@ class Stacking:
         stacked = Candidate(knob, changes, name, config, knobs)
         stacked.first = self.measure(name, config, knobs)
         self._check_numerics(stacked)
-        failure = stack_failure(name, knobs, stacked.first, stacked.rejected, stacked.not_applied)
-        if failure is not None:  # never a knob silently missing from the recommendation
-            record_stack_failure(failure, self.sweep, self.results)
+        if self._failed_join(stacked):  # never a knob silently missing from the recommendation
             return None
         for _ in range(self.options.max_runs):
             stacked.gain, current.gain = self.gain(name), self.gain(current.name)
             if stacked.gain is None or current.gain is None:
                 return None
-            ratio, decided = compare_gains(stacked.gain, current.gain)
-            if decided and ratio >= 1 + self.options.min_gain:
+            if self._adds(stacked.gain, current):
                 return stacked
             if stacked.gain.high < current.gain.low or len(self.runs(name)) >= self.options.max_runs:
                 return None
@@ -129,6 +124,32 @@ class Stacking:
                 return None
             self.measure(name, config, knobs)
         return None
+
+    def _failed_join(self, stacked: Candidate) -> bool:
+        """True when the stack's first run is unusable: then the note on the sweep, the reason on the joining knob's
+        outcome, and a warning when the run failed (a crash, OOM, timeout ...; not one that ran but is unusable)."""
+        first, name, knobs = stacked.first, stacked.name, stacked.knobs
+        if first is None or not first.ok:
+            reason, failed = run_failed(first), True
+        elif stacked.rejected is not None:
+            reason, failed = stacked.rejected, False
+        elif stacked.not_applied is not None:
+            reason, failed = msg("stack_not_applied", why=stacked.not_applied), False
+        else:
+            return False
+        joining = knobs[-1]
+        self.sweep.notes.append(msg("stack_not_joined", knobs=list(knobs), name=name, failed=failed, reason=reason,
+                                    joining=joining))
+        outcome = next((o for o in self.sweep.knobs if o.knob == joining), None)
+        if outcome is not None:
+            outcome.reason.append(msg("did_not_join_stack", name=name, failed=failed, reason=reason))
+        if failed:
+            self.results.warnings.append(msg("stack_failed", knobs=list(knobs), reason=reason, joining=joining, trial=name))
+        return True
+
+    def _adds(self, gain: Gain, current: Candidate) -> bool:
+        """``gain`` (against the baseline) `worthwhile` over ``current``'s."""
+        return self.worthwhile(relative_gain(gain, current.gain, reference=current.name))  # type: ignore[arg-type]
 
     def _stack_micro_batch(self, micro: MicroBatchResult, current: Candidate | None, knob: Knob) -> Candidate | None:
         """The fastest micro-batch with the user's global batch, joined to the stack last."""
@@ -152,8 +173,7 @@ class Stacking:
             cand.gain = self.gain(cand.name)
             if not cand.usable or cand.gain is None or current.gain is None:
                 return current
-            ratio, decided = compare_gains(cand.gain, current.gain)
-            return cand if decided and ratio >= 1 + self.options.min_gain else current
+            return cand if self._adds(cand.gain, current) else current
         point = micro.best(preserve_global=global_batch)
         if point is None or point.configuration == BASELINE:
             return current
@@ -183,62 +203,16 @@ class Stacking:
         return [by_knob[k] for k in cand.knobs if k in by_knob] or [cand]
 
 
-def micro_search_ids() -> set[str]:
-    """The knobs measured by the micro-batch search (`Knob.search`): their points are the search's runs."""
-    return {k.id for k in knobs.REGISTRY if k.search == "micro_batch"}
-
-
 def knobs_as(knobs: list[str], knob_id: str) -> list[str]:
     """A micro-batch search point's knobs, naming the knob that chose it: the search tags its runs "micro_batch",
     but a point chosen for ``grad_accum`` keeps the global batch, and the recommendation must say so (the
     "micro_batch" knob is the one that changes the global batch)."""
-    return [k for k in knobs if k not in micro_search_ids()] + [knob_id]
+    searched = {k.id for k in REGISTRY if k.search == "micro_batch"}  # the knobs the search measures (`Knob.search`)
+    return [k for k in knobs if k not in searched] + [knob_id]
 
 
 def micro_changes(config: TrialConfig) -> dict[str, Any]:
     return {"micro_batch_size": config.micro_batch_size, "grad_accum_steps": config.grad_accum_steps}
-
-
-@dataclass(frozen=True)
-class StackFailure:
-    """Why the stack ``knobs`` (configuration ``name``) produced no usable run."""
-
-    name: str
-    knobs: list[str]
-    reason: Message
-    failed: bool
-    """True when its run failed (a crash, OOM, timeout ...), False when it ran but could not be used."""
-
-    @property
-    def joining(self) -> str:
-        return self.knobs[-1]
-
-    def note(self) -> Message:
-        return msg("stack_not_joined", knobs=list(self.knobs), name=self.name, failed=self.failed, reason=self.reason,
-                   joining=self.joining)
-
-
-def stack_failure(name: str, knobs: list[str], first: Trial | None, rejected: Message | None,
-                  not_applied: str | None) -> StackFailure | None:
-    """The failure of a stack's first run, or None when the run is usable."""
-    if first is None or not first.ok:
-        return StackFailure(name, knobs, run_failed(first), failed=True)
-    if rejected is not None:
-        return StackFailure(name, knobs, rejected, failed=False)
-    if not_applied is not None:
-        return StackFailure(name, knobs, msg("stack_not_applied", why=not_applied), failed=False)
-    return None
-
-
-def record_stack_failure(failure: StackFailure, sweep: Sweep, results: Results) -> None:
-    """The note on the sweep, the reason on the joining knob's outcome, and a warning when the run failed."""
-    sweep.notes.append(failure.note())
-    outcome: KnobOutcome | None = next((o for o in sweep.knobs if o.knob == failure.joining), None)
-    if outcome is not None:
-        outcome.reason.append(msg("did_not_join_stack", name=failure.name, failed=failure.failed, reason=failure.reason))
-    if failure.failed:
-        results.warnings.append(msg("stack_failed", knobs=list(failure.knobs), reason=failure.reason,
-                                    joining=failure.joining, trial=failure.name))
 
 
 CONFIRMATION = "confirmation"

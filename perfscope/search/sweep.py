@@ -21,13 +21,13 @@ from perfscope.search.candidate import BASELINE, Candidate, Measures, SweepOptio
 from perfscope.search.compare import ReferenceSeries, compare, paired_test, relative_gain, run_noise
 from perfscope.search.decided import STOPPED_BY_USER, recommend_decided, record_unreached
 from perfscope.search.family import Family
-from perfscope.search.microbatch import BUDGET_EXHAUSTED, MicroBatchResult, search_micro_batch
+from perfscope.search.microbatch import BUDGET_EXHAUSTED, MicroBatchResult, micro_config, search_micro_batch
 from perfscope.search.numerics import compare_numerics
 from perfscope.search.plan import CPU_MICRO_FACTOR, GPU_MICRO_FACTOR
 from perfscope.search.stacking import Stacking, knobs_as, micro_changes
 from perfscope.workload import Workload
 
-__all__ = ["BASELINE", "Candidate", "Measures", "SweepOptions", "Sweeper", "cannot_tell", "knob_context", "run_sweep"]
+__all__ = ["BASELINE", "Candidate", "Measures", "SweepOptions", "Sweeper", "knob_context", "run_sweep"]
 
 
 class Sweeper(Allocation, Stacking):
@@ -212,18 +212,14 @@ class Sweeper(Allocation, Stacking):
         return result
 
     def memory_pair(self, knob: Knob, result: MicroBatchResult) -> None:
-        """A knob that frees memory, at the micro-batch that memory is for (it pays only through it): twice the
-        largest that fit without it when it frees activations (they grow with the micro-batch), the smallest
-        that ran out of memory without it when it frees optimizer state (a fixed amount)."""
+        """A knob that frees memory, at the micro-batch that memory is for (it pays only through it; which one:
+        docs/sweep.md, "knobs that free memory")."""
         largest = result.largest_fitting() or self.ctx.base.micro_batch_size
         oom = min((m for m, t in result.trials.items() if t.status == "oom"), default=largest * 2)
         micro = largest * 2 if knob.frees == "activations" else oom
         alone = self._best([c for c in self.candidates if c.knob is knob])
         changes = dict(alone.changes) if alone is not None else knob.variants(self.ctx)[0]
-        config = knob.apply(self.reference, changes).replace(micro_batch_size=micro, grad_accum_steps=1)
-        base = self.ctx.base.samples_per_step
-        if micro <= base and base % micro == 0:
-            config = config.replace(grad_accum_steps=base // micro)
+        config = micro_config(knob.apply(self.reference, changes), micro)
         if not self.may_continue():
             return
         name = f"{knob.id}-mb{micro}"
@@ -261,8 +257,9 @@ class Sweeper(Allocation, Stacking):
         notes += cand.notes + [msg("knob_note", note=n) for n in knob.measured_notes(self.ctx, self.baseline, first)]
         if knob.changes_recipe:
             notes.append(msg("recipe_not_stacked"))
-        if gain is not None and gain.verdict == "undecided":
-            notes.append(cannot_tell(gain))
+        if gain is not None and gain.verdict == "undecided":  # an unbounded end is None, as the file stores it
+            high = gain.high if gain.high is not None and math.isfinite(gain.high) else None
+            notes.append(msg("cannot_tell", confidence=gain.confidence, low=gain.low, high=high, runs=gain.runs, mde=gain.mde))
         mfu = first.metrics.mfu if first.metrics else None
         if cand.rejected:
             return KnobOutcome(status="rejected", reason=[cand.rejected, *notes], gain=gain, mfu=mfu, **common)
@@ -398,14 +395,6 @@ class Sweeper(Allocation, Stacking):
             self.outcomes[id(best)] = outcome
             self.sweep.knobs.append(outcome)
         self.recorded = True
-
-
-def cannot_tell(gain: Gain) -> Message:
-    """An undecided gain's interval, and the smallest change these runs would detect (``high`` None: unbounded, as
-    the file would store it)."""
-    high = gain.high if gain.high is not None and math.isfinite(gain.high) else None
-    return msg("cannot_tell", confidence=gain.confidence, low=gain.low, high=high, runs=gain.runs, mde=gain.mde)
-
 
 
 def knob_context(results: Results, workload: Workload, base_config: TrialConfig) -> KnobContext:
