@@ -17,6 +17,7 @@ from torch.cuda import _memory_viz
 
 from perfscope.measure.allocator_snapshot import OomSnapshot, load_snapshot, summarize
 from perfscope.results.messages import Message, msg
+from perfscope.wording import words
 
 MiB = 1 << 20
 USER = [{"filename": "??", "line": 0, "name": "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc"},
@@ -121,8 +122,8 @@ def test_the_hooks_observer_logs_one_warning_and_notes_the_snapshot(tmp_path: Pa
     assert oom.start()
     with caplog.at_level("WARNING", logger="perfscope"):
         oom.observe(0, 64 * MiB, 0, 0)
-    assert [r.getMessage() for r in caplog.records] == [f"perfscope: CUDA out of memory on device 0, {oom.summary.text()}"]
     assert notes == [msg("cuda_oom", device=0, held=oom.summary.message())]
+    assert [r.getMessage() for r in caplog.records] == [f"perfscope: {words(notes[0])}"]  # the log says the note
     assert notes[0].params["held"].params["sites"] == [["train.py:41 step", 12 * MiB], ["train.py:44 step", 2 * MiB]]
     assert on_oom_snapshot(torch.device("cpu"), tmp_path, notes) is None  # CPU: nothing attached
 

@@ -10,7 +10,8 @@ import pytest
 from perfscope import cli
 from perfscope.check.baseline import BaselineHistory
 from perfscope.cli import main
-from perfscope.results import SCHEMA_VERSION, Results
+from perfscope.results import SCHEMA_VERSION, Results, msg
+from perfscope.wording import words
 from tests.factories import contended, make_results, make_runs, make_trial
 
 
@@ -330,7 +331,7 @@ def test_baseline_save_refuses_files_of_other_workloads(files, tmp_path, capsys)
 
 def test_baseline_save_of_a_single_run_warns_that_the_gate_needs_more(files, tmp_path, capsys):
     assert main(["baseline", "save", files("one.json", seed=1, runs=1), "--to", str(tmp_path / "b.json")]) == 0
-    assert "needs at least 3 runs" in capsys.readouterr().err
+    assert words(msg("few_baseline_runs", runs=1)) in capsys.readouterr().err
 
 
 def _no_timed_window(results):

@@ -23,7 +23,7 @@ from perfscope.knobs import Knob, KnobContext, registered
 from perfscope.pipeline import finish
 from perfscope.results import ModelFacts, Results, Trial, TrialMetrics
 from perfscope.results.config import TrialConfig
-from perfscope.results.messages import Message
+from perfscope.results.messages import Message, msg
 from perfscope.search.numerics import TOLERANCE, compare_numerics
 from perfscope.search.sweep import BASELINE, Sweeper, SweepOptions
 from perfscope.wording import words
@@ -117,6 +117,7 @@ def test_worker_options_pass_the_guard_at_the_same_global_steps_and_workers_are_
     finish(session.results, tmp_path)  # rules and report, as `perfscope analyze` ends
     baseline = session.results.trials[0]
     outcomes = {o.knob: o for o in sweeper.sweep.knobs}
+    shown = []
     for knob in WORKER_KNOBS:
         outcome = outcomes[knob]
         assert outcome.status == "measured" and outcome.gain is not None, outcome
@@ -127,6 +128,7 @@ def test_worker_options_pass_the_guard_at_the_same_global_steps_and_workers_are_
         last = WARMUP + min(len(baseline.metrics.losses), len(run.metrics.losses_before_window) + len(run.metrics.losses) - WARMUP) - 1
         assert (check.first_step, check.last_step, check.samples_per_step) == (WARMUP, last, 16)
         assert check.message in outcome.reason  # the knob table shows what the guard compared
+        shown.append(check.message)
         # the run drained its prefetch queue first: its window opened later than the baseline's, and comparing
         # measured step n with measured step n (what the guard did before) would have compared other batches
         assert len(run.metrics.losses_before_window) > WARMUP
@@ -134,7 +136,8 @@ def test_worker_options_pass_the_guard_at_the_same_global_steps_and_workers_are_
         assert max(index_diffs) > 5 * TOLERANCE["fp32"], index_diffs
     # no configuration trained differently: no "non-finite or diverging loss" finding; the report says what was compared
     assert "PS601" not in {f.rule_id for f in session.results.findings}
-    assert f"global steps {WARMUP}–" in (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert all(words(said) in report for said in shown)  # the numerics verdict's words reach the page
     assert "dataloader_workers" in sweeper.sweep.recommended_knobs, [(o.knob, o.gain) for o in sweeper.sweep.knobs]
 
 
@@ -177,13 +180,17 @@ def test_a_run_whose_window_opens_later_is_compared_at_the_same_global_steps(tmp
     assert verdict.ok and verdict.max_relative_loss_diff == 0.0
     check = verdict.check
     assert check is not None and (check.first_step, check.last_step, check.global_steps) == (2, 7, True)
-    assert words(check.message) == ("numerics guard: losses at global steps 2–7 (samples 32–127 of the data stream, after the "
-                           "same updates) within 0.0% of the baseline's (tolerance 2%)")
+    said = check.message
+    assert said.code == "numerics_within" and said.params["method"] == "step by step" and said.params["diff"] == 0.0
+    assert said.params["tolerance"] == 0.02 and said.params["steps"] == msg("numerics_steps", first=2, last=7,
+                                                                            global_steps=True, samples_per_step=16)
     # another data order: the same steps, other batches
     other = _trial("shuffled", _metrics([SERIES[3], SERIES[2], *SERIES[4:8]], SERIES[:2]))
     rejected = compare_numerics(base, other)
     assert not rejected.ok and rejected.reason is not None and rejected.reason.code == "numerics_step_loss"
-    assert words(rejected.reason).startswith("loss at global step 2 is 2.12 vs baseline 1.12 (89.3% apart")
+    assert rejected.reason.params["step"] == 2 and rejected.reason.params["global_steps"]
+    assert (round(rejected.reason.params["loss"], 2), round(rejected.reason.params["baseline"], 2)) == (2.12, 1.12)
+    assert round(rejected.reason.params["diff"], 3) == 0.893
     # the record travels with the run
     drained.numerics = check
     results = make_results([base, drained])
@@ -199,12 +206,14 @@ def test_another_micro_batch_is_compared_on_the_mean_loss_over_the_same_global_s
     larger.micro_batch_size = larger.samples_per_step = 32
     check = compare_numerics(base, _trial("micro_batch", larger)).check
     assert check is not None and check.ok and check.method == "loss level" and (check.first_step, check.last_step) == (2, 7)
-    assert words(check.message).endswith("(after the same number of updates; other samples per step) within 1.0% of the baseline's "
-                                "(tolerance 4%)")
+    said = check.message
+    assert said.code == "numerics_within" and said.params["method"] == "loss level" and said.params["tolerance"] == 0.04
+    assert round(said.params["diff"], 3) == 0.01 and said.params["steps"].params["samples_per_step"] is None
 
 
 def test_runs_recorded_before_global_steps_are_compared_on_their_measured_steps():
     base = _trial(BASELINE, _metrics(SERIES[2:8], None))
     same = _trial("old", _metrics(SERIES[2:8], None))
     check = compare_numerics(base, same).check
-    assert check is not None and not check.global_steps and words(check.message.params["steps"]).startswith("measured steps 0–5")
+    assert check is not None and not check.global_steps and check.message.params["steps"] == msg(
+        "numerics_steps", first=0, last=5, global_steps=False, samples_per_step=16)

@@ -11,9 +11,8 @@ import pytest
 import torch
 
 from perfscope.hooks.profiler import Profiler
-from perfscope.results import TrialMetrics
+from perfscope.results import TrialMetrics, msg
 from perfscope.trace import memory_categories
-from perfscope.wording import words
 from tests.test_memory_categories import _Encoder as Encoder  # the same two-layer encoder, profiled directly there
 
 STEPS = 6
@@ -64,4 +63,5 @@ def test_a_failed_memory_window_is_a_reason_not_a_broken_loop(monkeypatch: pytes
     m = hooked_loop()
     assert m.memory_categories is None and m.trace_path is not None  # the trace and the timed steps are kept
     why = m.unavailable["memory_categories"]
-    assert why.code == "memory_categories_failed" and "no memory profile here" in words(why)
+    assert why.code == "memory_categories_failed" and why.params["error"] == msg(
+        "exception", error="RuntimeError: no memory profile here")

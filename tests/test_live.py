@@ -118,7 +118,7 @@ def test_a_running_loop_is_captured_twice_and_keeps_training(job: Job, tmp_path:
         assert "PS201" in {f.rule_id for f in results.findings}  # the loader's injected wait, named
         assert any(n.code == "captured_on_demand" and (n.params["first"], n.params["last"], n.params["pid"])
                    == (steps[0], steps[-1], job.pid) for n in results.notes), results.notes
-        assert "data wait" in out and f"captured on demand: steps {steps[0]}-{steps[-1]}" in out
+        assert "data wait" in out  # the top finding, printed (the note's words: test_a_job_that_ends_mid_capture...)
         job.wait_steps(previous_last + 5)  # it keeps training after the capture
     assert job.stop() == 0
     assert Results.load(job.work / "out" / "results.json").trials[0].ok  # the job's own results, saved at its end
@@ -201,7 +201,7 @@ def test_ranks_sharing_a_control_folder_capture_the_same_steps(tmp_path: Path, r
         for job in ranks:
             job.wait_registered(control / f"status-{protocol.member(job.pid, protocol.host())}.json")
         rc, out, err = capture(capsys, "--dir", control, "--steps", "2", "--out", tmp_path / "out")
-        assert rc == 0 and "captured on demand" in out, err
+        assert rc == 0, err
         traced = [traced_steps(tmp_path / "out" / "trace" / f"rank{r}.json.gz") for r in (0, 1)]
         assert traced[0] == traced[1] and len(traced[0]) == 2
         notes = {n.params["rank"]: n.params for n in Results.load(tmp_path / "out" / "results.json").notes

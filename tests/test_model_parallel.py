@@ -26,6 +26,7 @@ from perfscope.results.messages import msg
 from perfscope.search.layout import layout_candidates, state_per_rank
 from perfscope.trial.pipeline_parallel import concat, model_inputs, rows, split_points
 from perfscope.trial.tensor_parallel import derive_plan
+from perfscope.wording import words
 from perfscope.workload import Workload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -307,7 +308,9 @@ def test_the_search_reuses_runs_measures_the_rest_and_ranks_per_rank():
     from perfscope.report.markdown import layout_markdown
 
     text = "\n".join(layout_markdown(layout_view(results)))
-    assert "## Layouts" in text and "pp2 1f1b m4 **best**" in text and "bubble: (p − 1) / (m + p − 1) = 33% idle" in text
+    idle = next(r for r in table.rows if r.prune_reason == "bubble" and r.reason.params["bubble"] < 0.34)
+    assert idle.reason is not None and idle.reason.code == "layout_bubble" and round(idle.reason.params["bubble"], 2) == 0.33
+    assert "## Layouts" in text and "pp2 1f1b m4 **best**" in text and f"bubble: {words(idle.reason)}" in text  # its words
     from perfscope.report.html import render_html
 
     html = render_html(results)

@@ -73,7 +73,7 @@ def test_missing_mfu_shows_na_with_its_reason():
     results.peak = None
     view = build_view(results)
     mfu = view.headline.rows[0].values[0]
-    assert mfu.text == "n/a" and "pass --peak-tflops" in mfu.note
+    assert mfu.text == "n/a" and words(msg("no_peak")) in mfu.note  # the reason, worded
     assert view.peak == "not measured"
     assert "mfu" not in [c.id for c in view.charts]
     assert "n/a" in render_markdown(results)

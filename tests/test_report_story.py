@@ -12,6 +12,7 @@ from perfscope.report.view import build_view
 from perfscope.results import Gain, KnobOutcome, Results, RunNoise, Sweep
 from perfscope.results.messages import msg
 from perfscope.rules import run_rules
+from perfscope.wording import words
 from tests.factories import make_full_results, make_results, make_trial
 
 
@@ -51,10 +52,13 @@ def one_knob_recommended() -> Results:
 
 
 def test_the_headline_names_keep_and_the_faster_option_that_changes_semantics():
-    view = build_view(cpu_quick_start())
+    results = cpu_quick_start()
+    view = build_view(results)
     h = view.headline
     assert h.recommendation.startswith("Keep your configuration")
-    assert "micro-batch 32 × accumulation 1" in h.alternative and "1.37× faster" in h.alternative and "global batch 8 → 32" in h.alternative
+    assert "micro-batch 32 × accumulation 1" in h.alternative and "1.37× faster" in h.alternative
+    (caveat,) = next(o for o in results.sweep.knobs if o.trial == "mb32").changes_semantics
+    assert caveat == msg("global_batch", before=8, after=32) and f"caveat: {words(caveat)}" in h.alternative
     # The ranked list starts with exactly that option, with the same numbers.
     first = view.findings[0]
     assert first.trial == "mb32" and first.gain_text == "1.37× faster" and first.interval in h.alternative

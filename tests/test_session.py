@@ -25,7 +25,6 @@ from perfscope.results.messages import legacy, msg
 from perfscope.trial.runner import Outcome
 from perfscope.trial.session import CONTENTION_RETRIES, PERSISTENT_AFTER, Progress, Session
 from perfscope.trial.spec import ChildSpec
-from perfscope.wording import words
 from tests.factories import make_trial
 from tests.waiting import wait_for, wait_gone
 
@@ -205,14 +204,3 @@ def test_a_dropped_runner_does_not_leave_its_zygote_behind(tmp_path: Path) -> No
     except psutil.NoSuchProcess:
         pass
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-
-
-def test_the_one_contended_code_says_how_each_run_ended() -> None:
-    """One code, `contended`: whether the run was measured again is in its parameters (results.CONTENDED holds one
-    code, so a new ending cannot slip out of Trial.contended)."""
-    why = [msg("other_processes_busy", cores=1.0, cpus=2, beyond_quota=0)]
-    load = "contended: other processes used 1.00 cores of the 2 CPUs this run may use"
-    assert words(msg("contended", why=why)) == load
-    assert words(msg("contended", why=why, runs=3)) == f"{load} (persisted through 3 runs)"
-    assert words(msg("contended", why=why, gave_up_after=3)) == f"{load} (persisted through 3 measurements: not measured again)"
-    assert words(msg("contended", why=why, budget=True)) == f"{load}; not measured again: the budget would not allow it"

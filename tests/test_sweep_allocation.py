@@ -72,7 +72,8 @@ def test_the_default_budget_decides_bf16_on_the_issues_gpt2_figures():
             assert sweep.recommended_gain is not None and sweep.recommended_gain.faster
             if len(recommended) == 1:
                 text = answer_lines(session.results, None)
-                assert "recommendation: bf16 autocast (AMP)" in text and "\n  changes: numerics" in text
+                assert "recommendation: bf16 autocast (AMP)" in text and "\n  changes: " in text
+                assert [m.code for m in bf16.changes_semantics] == ["numerics"]  # its words: test_sweep_stopped
     assert len(recommended) >= 13, recommended
 
 

@@ -61,7 +61,8 @@ def test_a_sweep_stopped_mid_stack_recommends_the_part_of_the_stack_already_meas
     assert rank_results(session.results).fixes[0].recommended
     text = answer_lines(session.results, None)  # the terminal's last lines after `analyze` was stopped
     assert "recommendation: bf16 autocast (AMP)" in text and "decided before the sweep stopped" in text
-    assert "\n  changes: numerics: matmuls/convolutions in bf16" in text and "accept a change in semantics" not in text
+    bf16 = words(msg("numerics", change=msg("bf16_matmuls")))
+    assert f"\n  changes: {bf16}" in text and "accept a change in semantics" not in text
 
 
 def test_a_sweep_stopped_before_stacking_recommends_its_best_decided_knob_and_names_the_others():

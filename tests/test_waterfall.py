@@ -31,6 +31,7 @@ from perfscope.results.messages import msg
 from perfscope.results.waterfall import PARTS, TOLERANCE_POINTS, MfuWaterfall, mfu_waterfall
 from perfscope.rules import all_rules, run_rules
 from perfscope.trace.offline import trace_results
+from perfscope.wording import words
 from tests.distributed_factories import make_distributed_results
 from tests.factories import make_full_results, make_results, make_trial
 from tests.public_traces import public_folder, public_trace
@@ -296,7 +297,7 @@ def test_perfscope_trace_prints_the_parts(tmp_path, capsys):
 
 def test_terminal_lines_say_why_a_part_is_missing():
     lines = waterfall_lines(_run(facts=None))
-    assert any("n/a: no profiler trace" in line for line in lines)
+    assert any(f"n/a: {words(msg('waterfall_no_trace', traced=False))}" in line for line in lines)  # the reason, worded
 
 
 def test_the_accounting_reads_only_the_typed_results():

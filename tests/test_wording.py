@@ -180,3 +180,14 @@ def test_a_global_batch_change_words_its_learning_rate_factors() -> None:
     ranks = words(msg("global_batch", before=16, after=64, parts_before="8 × 1 × 2", parts_after="8 × 4 × 2"))
     assert ranks.startswith("global batch 16 → 64 (micro-batch × accumulation × ranks: 8 × 1 × 2 → 8 × 4 × 2): ")
     assert words(msg("numerics", change=msg("tf32_matmuls"))) == "numerics: fp32 matmuls with a 10-bit mantissa (TF32)"
+
+
+def test_the_one_contended_code_says_how_each_run_ended() -> None:
+    """One code, `contended`: whether the run was measured again is in its parameters (results.CONTENDED holds one
+    code, so a new ending cannot slip out of Trial.contended)."""
+    why = [msg("other_processes_busy", cores=1.0, cpus=2, beyond_quota=0)]
+    load = "contended: other processes used 1.00 cores of the 2 CPUs this run may use"
+    assert words(msg("contended", why=why)) == load
+    assert words(msg("contended", why=why, runs=3)) == f"{load} (persisted through 3 runs)"
+    assert words(msg("contended", why=why, gave_up_after=3)) == f"{load} (persisted through 3 measurements: not measured again)"
+    assert words(msg("contended", why=why, budget=True)) == f"{load}; not measured again: the budget would not allow it"
