@@ -5,17 +5,32 @@ Design notes: docs/sweep.md."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from perfscope.knobs import REGISTRY
-from perfscope.results import Gain, KnobOutcome
+from perfscope.knobs import REGISTRY, KnobContext
+from perfscope.results import Gain, KnobOutcome, Sweep
 from perfscope.results.messages import msg
-from perfscope.search.candidate import Candidate
-
-if TYPE_CHECKING:  # the sweep's stacking phase imports this module: typed against it, never imported back
-    from perfscope.search.stacking import Stacking
+from perfscope.search.candidate import Candidate, SweepOptions
 
 STOPPED_BY_USER = "stopped by the user (Ctrl-C or SIGTERM)"
+
+
+class Deciding(Protocol):
+    """What this module needs of the sweep (perfscope.search.sweep.Sweeper): typed here, never imported back."""
+
+    ctx: KnobContext
+    options: SweepOptions
+    sweep: Sweep
+    candidates: list[Candidate]
+    stacked: Candidate | None
+    unstacked: list[Candidate]
+    out_of_time: list[str]
+
+    def gain(self, name: str) -> Gain | None: ...
+
+    def worthwhile(self, gain: Gain | None) -> bool: ...
+
+    def _winners(self) -> list[Candidate]: ...
 
 
 def _words(cand: Candidate) -> str:
@@ -23,7 +38,7 @@ def _words(cand: Candidate) -> str:
     return f"{cand.knob.title}{gain}"
 
 
-def decided(sweeper: Stacking) -> tuple[Candidate, Gain] | None:
+def decided(sweeper: Deciding) -> tuple[Candidate, Gain] | None:
     """The part of the stack already measured when it is worthwhile, else the best winner alone; None: nothing."""
     stacked = sweeper.stacked
     if stacked is not None:
@@ -40,7 +55,7 @@ def decided(sweeper: Stacking) -> tuple[Candidate, Gain] | None:
     return (best, best.gain) if best is not None and best.gain is not None else None
 
 
-def not_stacked(sweeper: Stacking, chosen: Candidate) -> list[Candidate]:
+def not_stacked(sweeper: Deciding, chosen: Candidate) -> list[Candidate]:
     """Winners measured decidedly faster alone that the stack has not tried: in flight, pending or left out for
     the budget (`Stacking.unstacked`), or all of them when the stacking did not start."""
     inside = set(chosen.knobs)
@@ -54,14 +69,14 @@ def not_stacked(sweeper: Stacking, chosen: Candidate) -> list[Candidate]:
     return out
 
 
-def not_measured(sweeper: Stacking) -> list[str]:
+def not_measured(sweeper: Deciding) -> list[str]:
     """Knobs the sweep skipped for lack of time (the budget, or a stop): their titles, as they were skipped (decided
     where they were, never read back from the words of their reasons)."""
     skipped = {o.knob: o.title for o in sweeper.sweep.knobs if o.status == "skipped"}
     return [skipped[k] for k in dict.fromkeys(sweeper.out_of_time) if k in skipped]
 
 
-def record_unreached(sweeper: Stacking, known: set[str]) -> None:
+def record_unreached(sweeper: Deciding, known: set[str]) -> None:
     """One outcome for every knob the stop came before (``known``: the ids with an outcome or a candidate)."""
     for knob in REGISTRY:
         if knob.id in known:
@@ -75,7 +90,7 @@ def record_unreached(sweeper: Stacking, known: set[str]) -> None:
             sweeper.out_of_time.append(knob.id)
 
 
-def left_over(sweeper: Stacking, chosen: Candidate | None) -> list[str]:
+def left_over(sweeper: Deciding, chosen: Candidate | None) -> list[str]:
     """What the budget or a stop left undone around ``chosen``, in words: winners not stacked onto it, knobs not
     measured. Empty when nothing was."""
     waiting = not_stacked(sweeper, chosen) if chosen is not None else []
@@ -84,7 +99,7 @@ def left_over(sweeper: Stacking, chosen: Candidate | None) -> list[str]:
             + ([f"measuring {', '.join(knobs_left)}"] if knobs_left else []))
 
 
-def recommend_decided(sweeper: Stacking, unfinished: list[str]) -> None:
+def recommend_decided(sweeper: Deciding, unfinished: list[str]) -> None:
     """Recommend the decided configuration, naming ``unfinished`` (what the sweep did not get to) and the winners
     not stacked; the baseline when nothing was decided faster."""
     sweep = sweeper.sweep
