@@ -98,6 +98,47 @@ CASES: list[tuple[Message, str]] = [
       'state --between-session, or use `perfscope ab`')),
     (msg("decide_more_sessions"),
      'more stored sessions (`perfscope baseline update`), more runs, or `perfscope ab` would decide it'),
+    (msg("difference", what="device name", baseline="'A100'", current="'H100'", hint=None),
+     "device name: baseline 'A100', current 'H100'"),
+    (msg("difference", what="torch version", baseline="'2.4.0'", current="'2.5.1'", hint=msg("hint_torch")),
+     ("torch version: baseline '2.4.0', current '2.5.1' (a torch upgrade moves performance by itself: re-record the "
+      'baseline (`perfscope baseline update --replace`))')),
+    (msg("difference_change", what="usable CPU cores (affinity, cgroup quota)", baseline="2.0", current="4.0"),
+     'usable CPU cores (affinity, cgroup quota) 2.0 → 4.0'),
+    (msg("not_comparable", changes=[msg("difference_change", what="device name", baseline="'A'", current="'B'")]),
+     ("not comparable: device name 'A' → 'B': the baseline's history cannot judge this change of machine; gate with "
+      '`perfscope ab` on this runner, record a baseline here (`perfscope baseline update --replace`), or pass '
+      '--allow-mismatch')),
+    (msg("runs_not_comparable"),
+     'the runs are not comparable (pass --allow-mismatch to compare anyway):'),
+    (msg("hint_not_recorded"),
+     'not recorded in one file'),
+    (msg("hint_workload_changed"),
+     'the workload file changed; gate a fixed benchmark workload, or pass --allow-mismatch'),
+    (msg("hint_world_size"),
+     ("a job's throughput is every rank's samples: compare runs of the same torchrun --nnodes × --nproc-per-node, or pass "
+      '--allow-mismatch')),
+    (msg("hint_batch_size"),
+     'another batch size changes every per-step number'),
+    (msg("hint_peak"),
+     ('a measured ceiling varies run to run: pass the same --peak-tflops to both analyze runs, or gate on --metric '
+      'samples_per_s')),
+    (msg("hint_flops"),
+     'MFU is not proportional to throughput across different FLOP counts'),
+    (msg("hint_cpu_cores"),
+     'fewer cores slow the data path, the host side and CPU ops: gate on runners of one size'),
+    (msg("hint_cpu_model"),
+     'the host CPU feeds the device and runs the data path'),
+    (msg("hint_torch"),
+     'a torch upgrade moves performance by itself: re-record the baseline (`perfscope baseline update --replace`)'),
+    (msg("hint_cuda"),
+     'another CUDA build of torch picks other kernels'),
+    (msg("hint_driver"),
+     'drivers change clocks, power management and kernels'),
+    (msg("hint_host"),
+     'another machine of the same kind: its offset is what the between-session spread covers'),
+    (msg("hint_gpu_uuid"),
+     'another physical GPU of the same model (power cap, clocks): covered by the between-session spread'),
 ]
 
 
@@ -119,3 +160,16 @@ def test_each_output_shows_the_verdicts_and_the_errors_words(render) -> None:
     missing = run_gate(base, base, GateOptions(trial="amp_bf16"))
     said = words(msg("gate_no_run", role="baseline", configuration="amp_bf16", known=["baseline"]))
     assert missing.errors[0].message.code == "gate_no_run" and said in render(missing)
+
+
+@pytest.mark.parametrize("render", [render_table, render_markdown, render_junit])
+def test_each_output_shows_a_refusing_differences_words(render) -> None:
+    base = make_results(make_runs(runs=5, seed=1))
+    cur = make_results(make_runs(runs=5, seed=2))
+    cur.environment.torch_version = "9.9.9"
+    report = run_gate(cur, base, GateOptions(between_session=0.0))
+    (difference,) = report.blocking_differences
+    assert report.outcome == "not_comparable" and difference.hint == msg("hint_torch")
+    shown = render(report)
+    assert words(msg("not_comparable", changes=[difference.change])) in shown.replace("&gt;", ">")
+    assert words(difference.message) in shown

@@ -115,8 +115,8 @@ class GateReport:
         --allow-mismatch), the notes and the verdicts' warnings."""
         said = [words(m) for m in self.notes] + [words(w) for v in self.verdicts for w in v.warnings]
         if self.blocking_differences and not self.options.allow_mismatch:
-            return [str(d) for d in self.differences if not d.blocking] + said
-        return [str(d) for d in self.differences] + said
+            return [words(d.message) for d in self.differences if not d.blocking] + said
+        return [words(d.message) for d in self.differences] + said
 
     @property
     def structure_failed(self) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from perfscope.check.decision import Verdict
 from perfscope.check.gate import GateReport
 from perfscope.results.io import write_text  # noqa: F401 - re-exported for the CLI
+from perfscope.results.messages import msg
 from perfscope.wording import words
 
 HEADLINE = {
@@ -62,17 +63,15 @@ class Problem:
 def _problems(report: GateReport) -> list[Problem]:
     """Why nothing was compared: input errors, then the differences that refused the comparison."""
     if report.outcome == "not_comparable":
-        changes = "; ".join(d.change for d in report.blocking_differences)
-        return [Problem(text=f"not comparable: {changes}: the baseline's history cannot judge this change of machine; "
-                             "gate with `perfscope ab` on this runner, record a baseline here (`perfscope baseline update "
-                             "--replace`), or pass --allow-mismatch"),
-                *(Problem(text=str(d), detail=True) for d in report.blocking_differences)]
+        said = msg("not_comparable", changes=[d.change for d in report.blocking_differences])
+        return [Problem(text=words(said)),
+                *(Problem(text=words(d.message), detail=True) for d in report.blocking_differences)]
     if report.outcome != "unusable":
         return []
     lines = [Problem(text=words(e.message)) for e in report.errors]
     if report.blocking_differences and not report.options.allow_mismatch:
-        lines.append(Problem(text="the runs are not comparable (pass --allow-mismatch to compare anyway):"))
-        lines += [Problem(text=str(d), detail=True) for d in report.blocking_differences]
+        lines.append(Problem(text=words(msg("runs_not_comparable"))))
+        lines += [Problem(text=words(d.message), detail=True) for d in report.blocking_differences]
     return lines
 
 

@@ -45,6 +45,11 @@ def _runs_compared(*, current: int, baseline: int, basis: str | None = None) -> 
     return f"{current} vs {baseline} runs" + (f"; {basis}" if basis else "")
 
 
+def _difference(*, what: str, baseline: str, current: str, hint: str | None = None) -> str:
+    text = f"{what}: baseline {baseline}, current {current}"
+    return f"{text} ({hint})" if hint else text
+
+
 def _power(*, max_drop: float, power: float, needed: int | None = None, target: float = 0.8) -> str:
     text = f"power at the {max_drop:.0%} tolerance {power:.0%}"
     return text + (f"; --rounds {needed} would reach {target:.0%} at this noise" if needed is not None else "")
@@ -85,4 +90,27 @@ CHECK: dict[str, str | Callable[..., Any]] = {
     "decide_assumed_spread": ("{sessions} stored session(s) cannot estimate the spread between days: store {needed} "
                               "(`perfscope baseline update`), state --between-session, or use `perfscope ab`"),
     "decide_more_sessions": "more stored sessions (`perfscope baseline update`), more runs, or `perfscope ab` would decide it",
+    # a property the two sides do not share (perfscope.check.compat.Difference), and what it does
+    "difference": _difference,
+    "difference_change": "{what} {baseline} → {current}",
+    "not_comparable": lambda *, changes: (
+        f"not comparable: {'; '.join(changes)}: the baseline's history cannot judge this change of machine; gate with "
+        "`perfscope ab` on this runner, record a baseline here (`perfscope baseline update --replace`), or pass "
+        "--allow-mismatch"),
+    "runs_not_comparable": "the runs are not comparable (pass --allow-mismatch to compare anyway):",
+    "hint_not_recorded": "not recorded in one file",
+    "hint_workload_changed": "the workload file changed; gate a fixed benchmark workload, or pass --allow-mismatch",
+    "hint_world_size": ("a job's throughput is every rank's samples: compare runs of the same torchrun --nnodes × "
+                        "--nproc-per-node, or pass --allow-mismatch"),
+    "hint_batch_size": "another batch size changes every per-step number",
+    "hint_peak": ("a measured ceiling varies run to run: pass the same --peak-tflops to both analyze runs, or gate on "
+                  "--metric samples_per_s"),
+    "hint_flops": "MFU is not proportional to throughput across different FLOP counts",
+    "hint_cpu_cores": "fewer cores slow the data path, the host side and CPU ops: gate on runners of one size",
+    "hint_cpu_model": "the host CPU feeds the device and runs the data path",
+    "hint_torch": "a torch upgrade moves performance by itself: re-record the baseline (`perfscope baseline update --replace`)",
+    "hint_cuda": "another CUDA build of torch picks other kernels",
+    "hint_driver": "drivers change clocks, power management and kernels",
+    "hint_host": "another machine of the same kind: its offset is what the between-session spread covers",
+    "hint_gpu_uuid": "another physical GPU of the same model (power cap, clocks): covered by the between-session spread",
 }
