@@ -138,18 +138,21 @@ def _decide(base: Results, cand: Results, options: ABOptions) -> GateReport:
         return report
     if base.trials and not any(t.ok for t in base.trials):
         first = base.trials[0]
-        report.error(ErrorCode.BASELINE_FAILED, f"the baseline revision's run {first.name!r} ended {first.status}: {first.error}")
+        report.error(ErrorCode.BASELINE_FAILED, msg("ab_baseline_failed", name=first.name, status=first.status,
+                                                    error=first.error))
         return report
     failed = [t for t in cand.trials if not t.ok]
     if failed and not cand_runs:
         report.failed_current = failed[0]
         report.verdicts.append(dataclasses.replace(decide_paired(None, max_drop=options.max_drop), status="regression",
-                               message=f"samples/s: candidate run {failed[0].name!r} ended {failed[0].status}: {failed[0].error}"))
+                               message=msg("verdict_run_failed", title="samples/s", role="candidate", name=failed[0].name,
+                                           status=failed[0].status, error=failed[0].error)))
         return report
     base_rate, cand_rate = configuration_rate(base, "baseline"), configuration_rate(cand, "candidate")  # geometric means
     verdict = decide_paired(paired_test(cand_runs, base_runs), max_drop=options.max_drop, n_baseline=len(base_runs),
                             baseline=base_rate and base_rate[0], current=cand_rate and cand_rate[0])
     if report.structure is not None and verdict.status != "pass":
-        verdict = dataclasses.replace(verdict, message=f"{verdict.message}; {report.structure.summary()}")
+        verdict = dataclasses.replace(verdict, message=msg("verdict_with_structure", verdict=verdict.message,
+                                                           structure=report.structure.summary()))
     report.verdicts.append(verdict)
     return report

@@ -64,7 +64,7 @@ def test_identical_code_passes_only_when_the_interval_excludes_the_tolerated_dro
     if verdict.status == "pass":
         assert verdict.low > -0.05
     else:
-        assert verdict.low <= -0.05 and "runs per side would decide it" in verdict.message
+        assert verdict.low <= -0.05 and verdict.message.params["decides"].code == "runs_per_side_decide"
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -164,7 +164,7 @@ def test_too_few_runs_is_inconclusive_never_a_pass(runs):
     verdict = MetricCheck(metric=MFU, max_drop=0.05).evaluate(
         Side(results=make_results(cur or base), runs=cur), Side(results=make_results(base or cur), runs=base))
     assert verdict.status == "inconclusive"
-    assert "run" in verdict.message and verdict.change is None
+    assert verdict.message.code in ("verdict_no_runs", "verdict_too_few_runs") and verdict.change is None
 
 
 def test_one_current_run_is_judged_against_the_baselines_run_noise():
@@ -183,7 +183,9 @@ def test_a_drop_within_the_run_noise_is_inconclusive():
     verdict = evaluate(base, cur)
     assert verdict.status == "inconclusive", verdict.message
     assert verdict.change == pytest.approx(-0.10, abs=0.01) and verdict.high > 0
-    assert "run-to-run noise" in verdict.message and "runs per side would decide it" in verdict.message
+    said = verdict.message.params
+    assert (verdict.message.code, said["outcome"], said["across_sessions"]) == ("verdict", "within_noise", False)
+    assert said["decides"].code == "runs_per_side_decide"
 
 
 def test_the_per_step_test_is_reported_but_never_decides():
@@ -203,7 +205,7 @@ def test_runs_that_cannot_see_the_tolerance_never_pass():
     assert all(v.mde > 0.05 and v.status != "regression" for v in verdicts)
     assert all(v.low > -0.05 for v in verdicts if v.status == "pass")
     shrugs = [v for v in verdicts if v.status == "inconclusive"]
-    assert len(shrugs) >= 4 and all("runs per side would decide it" in v.message for v in shrugs)
+    assert len(shrugs) >= 4 and all(v.message.params["decides"].code == "runs_per_side_decide" for v in shrugs)
     quiet = evaluate(*pair(0.1, seed=0, runs=5, run_cv=0.01))
     assert quiet.status == "pass" and quiet.mde < 0.05
     assert quiet.warnings == ()
@@ -219,8 +221,9 @@ def test_runs_measured_under_load_are_named():
 def test_messages_state_the_tolerance():
     base, slow = pair(0.1 / 0.9, seed=0)
     _, same = pair(0.1, seed=0)
-    assert "worse than the 5.0% tolerance" in evaluate(base, slow).message
-    assert "within the 5.0% tolerance" in evaluate(base, same).message
+    for verdict, outcome in ((evaluate(base, slow), "regression"), (evaluate(base, same), "pass")):
+        assert verdict.message.code == "verdict"
+        assert (verdict.message.params["outcome"], verdict.message.params["max_drop"]) == (outcome, 0.05)
 
 
 def test_verdicts_are_reproducible():
@@ -271,7 +274,7 @@ def test_torch_version_refuses():
     current, baseline = sides(lambda r: setattr(r.environment, "torch_version", "2.4.0"))
     (difference,) = find_differences(current, baseline, metric_ids={"mfu"})
     assert difference.what == "torch version" and difference.blocking
-    assert "current '2.4.0'" in str(difference)
+    assert difference.current == "'2.4.0'" and difference.hint == msg("hint_torch")
 
 
 def test_peak_and_flops_only_matter_for_mfu():
@@ -311,7 +314,7 @@ def test_another_world_size_is_refused(base_world, cur_world):
     (difference,) = find_differences(current, baseline, metric_ids={"samples_per_s"})
     assert difference.blocking and difference.what.startswith("world size")
     assert (difference.baseline, difference.current) == (str(base_world), str(cur_world))
-    assert "--nproc-per-node" in str(difference)
+    assert difference.hint == msg("hint_world_size")
     report = run_gate(current.results, baseline.results, GateOptions(between_session=0.0, metrics=("samples_per_s",)))
     assert report.outcome == "unusable" and report.verdicts == []
 
@@ -404,20 +407,23 @@ def test_a_failed_current_trial_is_a_regression():
     cur = make_results([make_trial(status="oom")])
     report = run_gate(cur, base, GateOptions(between_session=0.0, metrics=("mfu", "step_time")))
     assert report.outcome == "regression"
-    assert all("oom" in v.message for v in report.verdicts) and len(report.verdicts) == 2
+    assert len(report.verdicts) == 2
+    assert all((v.message.code, v.message.params["status"]) == ("verdict_run_failed", "oom") for v in report.verdicts)
 
 
 def test_a_failed_baseline_trial_is_unusable():
     report = run_gate(runs_file(seed=2), make_results([make_trial(status="crashed")]), GateOptions(between_session=0.0))
     assert report.outcome == "unusable"
-    assert report.errors[0].code is ErrorCode.BASELINE_FAILED and "baseline update" in report.errors[0].text
+    assert report.errors[0].code is ErrorCode.BASELINE_FAILED
+    assert report.errors[0].message == msg("gate_baseline_failed", name="baseline", status="crashed",
+                                              error="crashed in test")
 
 
 def test_a_missing_trial_is_unusable_and_named():
     report = run_gate(runs_file(seed=2), runs_file(seed=1), GateOptions(between_session=0.0, trial="amp_bf16"))
     assert report.outcome == "unusable"
     assert [e.code for e in report.errors] == [ErrorCode.NO_RUN, ErrorCode.NO_RUN]
-    assert "no run of 'amp_bf16'" in report.errors[0].text and "baseline" in report.errors[0].text
+    assert report.errors[0].message == msg("gate_no_run", role="baseline", configuration="amp_bf16", known=["baseline"])
 
 
 def test_a_trial_name_selects_its_configuration():
@@ -437,7 +443,9 @@ def test_unavailable_mfu_is_unusable_with_the_alternative():
     report = run_gate(cur, base, GateOptions(between_session=0.0))
     assert report.outcome == "unusable"
     assert report.errors[0].code is ErrorCode.METRIC_UNAVAILABLE
-    assert "FlopCounterMode failed" in report.errors[0].text and "samples_per_s" in report.errors[0].text
+    said = report.errors[0].message
+    assert said.code == "gate_metric_unavailable" and said.params["metric"] == "mfu"
+    assert "FlopCounterMode failed" in said.params["error"] and "samples_per_s" in said.params["error"]
     assert run_gate(cur, base, GateOptions(between_session=0.0, metrics=("samples_per_s",))).outcome == "pass"
 
 
@@ -474,7 +482,8 @@ def test_several_current_files_are_checked_on_the_gated_configuration():
 def test_recommended_without_a_sweep_is_unusable():
     report = run_gate(runs_file(seed=2), runs_file(seed=1), GateOptions(between_session=0.0, trial="recommended"))
     assert report.outcome == "unusable"
-    assert report.errors[0].code is ErrorCode.NO_RECOMMENDATION and "no sweep-recommended configuration" in report.errors[0].text
+    assert report.errors[0].code is ErrorCode.NO_RECOMMENDATION
+    assert report.errors[0].message == msg("gate_no_recommendation", role="baseline")
 
 
 def test_every_verdict_is_collected_before_the_outcome():

@@ -13,7 +13,7 @@ import pytest
 from perfscope.ab import WARMUP, measurement_order
 from perfscope.check.paired import decide_paired, rounds_for_power
 from perfscope.cli import main
-from perfscope.results import Results
+from perfscope.results import Results, msg
 from perfscope.search.compare import PairedTest, paired_test
 
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
@@ -47,9 +47,10 @@ def test_the_verdict_states_its_power_and_the_rounds_that_reach_80_percent():
     assert verdict.power is not None and 0.2 < verdict.power < 0.6
     needed = rounds_for_power(test, 0.05)
     assert needed == math.ceil(5 * (0.025 * (1.959964 + 0.841621) / -math.log(0.95)) ** 2)
-    assert f"--rounds {needed} would reach 80%" in verdict.message
+    power = verdict.message.params["runs"].params["power"]
+    assert power == msg("power_at_tolerance", max_drop=0.05, power=verdict.power, needed=needed, target=0.8)
     quiet = decide_paired(paired(1.0, 0.005, runs=5, df=8.0), max_drop=0.05)
-    assert quiet.power > 0.99 and "would reach" not in quiet.message
+    assert quiet.power > 0.99 and quiet.message.params["runs"].params["power"].params["needed"] is None
 
 
 def test_each_round_runs_both_revisions_in_a_random_order_after_a_discarded_warmup():

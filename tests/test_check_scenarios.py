@@ -51,7 +51,7 @@ def test_a_real_regression_hidden_by_a_faster_runner_never_passes():
     counts = simulate(ROW["real 10% regression on a runner 10% faster, 10 sessions"], 100)
     assert counts["pass"] == 0 and counts["regression"] == 0, counts  # the gate cannot judge across hosts: it says so
     report, _, _ = _draw("real 10% regression on a runner 10% faster, 10 sessions")
-    assert "the history has not seen this host" in report.verdicts[0].message
+    assert report.verdicts[0].message.params["decides"] == msg("decide_new_host", hosts=MIN_SPREAD_DF + 1)
 
 
 def test_identical_code_on_a_slower_host_is_no_false_alarm():
@@ -63,9 +63,9 @@ def test_a_one_session_baseline_says_what_would_decide_and_fails_a_29_percent_dr
     same = simulate(ROW["one-session baseline, identical code"], 200)
     assert wilson(same["regression"], 200)[1] <= 0.05 and same["pass"] <= 10, same
     report, _, _ = _draw("one-session baseline, identical code")
-    message = report.verdicts[0].message
-    assert "between-session spread assumed 5%" in message and "store 5" in message
-    assert "--between-session" in message and "perfscope ab" in message
+    said = report.verdicts[0].message.params
+    assert "between-session spread assumed 5%" in said["runs"].params["basis"]
+    assert said["decides"] == msg("decide_assumed_spread", sessions=1, needed=MIN_SPREAD_DF + 1)
     drop = simulate(ROW["one-session baseline, 29% drop"], 100)
     assert drop["regression"] >= 98, drop
     from tests.factories import make_results, make_runs
@@ -80,7 +80,8 @@ def test_a_real_5_percent_regression_against_3_sessions_does_not_pass():
     counts = simulate(ROW["real 5% regression, 3 stored sessions"], 200)
     assert wilson(counts["pass"], 200)[1] <= 0.05, counts
     report, _, _ = _draw("real 5% regression, 3 stored sessions")
-    assert report.outcome == "inconclusive" and "3 stored session(s) cannot estimate the spread" in report.verdicts[0].message
+    assert report.outcome == "inconclusive"
+    assert report.verdicts[0].message.params["decides"] == msg("decide_assumed_spread", sessions=3, needed=MIN_SPREAD_DF + 1)
 
 
 @pytest.mark.parametrize("sessions", [3, 10])
@@ -98,5 +99,5 @@ def test_a_stated_between_session_spread_is_used_as_known():
     report, history, current = _draw("one-session baseline, identical code")
     stated = run_gate(current, BaselineHistory(sessions=history),
                       GateOptions(metrics=("samples_per_s",), between_session=0.01))
-    assert "between-session 1.0% (stated)" in stated.verdicts[0].message
+    assert stated.verdicts[0].message.params["runs"].params["basis"] == "between-session 1.0% (stated)"
     assert stated.verdicts[0].high - stated.verdicts[0].low < report.verdicts[0].high - report.verdicts[0].low

@@ -125,9 +125,10 @@ def test_a_timing_regression_says_its_structural_cause_or_that_none_was_found():
     base = _results(fingerprint("base"))
     slower_same = run_gate(_results(fingerprint("base"), median_s=0.15, seed=2), base, GateOptions(between_session=0.0, metrics=("samples_per_s",)))
     (verdict,) = slower_same.verdicts
-    assert verdict.status == "regression" and "no structural change found" in verdict.message
+    assert verdict.status == "regression" and verdict.message.code == "verdict_with_structure"
+    assert verdict.message.params["structure"].startswith("no structural change found")
     slower_item = run_gate(_results(fingerprint("item"), median_s=0.15, seed=2), base, GateOptions(between_session=0.0, metrics=("samples_per_s",)))
-    assert "structural changes: +1 host sync per step" in slower_item.verdicts[0].message
+    assert slower_item.verdicts[0].message.params["structure"].startswith("structural changes: +1 host sync per step")
     # every output carries the explanation with the verdict, not only the structure list
     words = "structural changes: +1 host sync per step: aten::_local_scalar_dense (.item())"
     for rendered in (render_table(slower_item), render_markdown(slower_item), render_junit(slower_item)):
@@ -145,9 +146,10 @@ def test_a_slowdown_the_noise_cannot_confirm_also_gets_its_explanation():
         run.metrics.fingerprint = copy.deepcopy(fingerprint("item"))
     (verdict,) = run_gate(cur, base, GateOptions(between_session=0.0, metrics=("samples_per_s",))).verdicts
     assert verdict.status == "inconclusive" and verdict.change < -0.05
-    assert "structural changes: +1 host sync per step" in verdict.message
+    assert verdict.message.code == "verdict_with_structure"
+    assert verdict.message.params["structure"].startswith("structural changes: +1 host sync per step")
     (faster,) = run_gate(base, cur, GateOptions(between_session=0.0, metrics=("samples_per_s",))).verdicts
-    assert "structur" not in faster.message  # a faster run needs no explanation
+    assert faster.message.code == "verdict"  # a faster run needs no explanation
 
 
 def test_a_structural_gate_without_a_fingerprint_is_unusable_not_a_pass():

@@ -86,9 +86,10 @@ def test_a_baseline_without_evidence_is_unusable_by_code():
 
 def test_the_outcome_depends_on_the_codes_not_the_words():
     report = GateReport(options=GateOptions())
-    report.error(ErrorCode.NO_RUN, "")
+    report.error(ErrorCode.NO_RUN, msg("text", text=""))
     assert report.outcome == "unusable"
-    assert GateError(code=ErrorCode.NO_RUN, text="any words") != GateError(code=ErrorCode.NO_EVIDENCE, text="any words")
+    same = msg("text", text="any words")
+    assert GateError(code=ErrorCode.NO_RUN, message=same) != GateError(code=ErrorCode.NO_EVIDENCE, message=same)
 
 
 # ----------------------------------------------------------------------------- rendering "not compared"
@@ -96,7 +97,7 @@ def test_the_outcome_depends_on_the_codes_not_the_words():
 
 def test_refusing_differences_nest_under_their_line_by_type_not_by_leading_spaces():
     report = GateReport(options=GateOptions())
-    report.error(ErrorCode.METRIC_UNAVAILABLE, "  mfu: indented words are still a top-level error")
+    report.error(ErrorCode.METRIC_UNAVAILABLE, msg("text", text="  mfu: indented words are still a top-level error"))
     report.differences = [Difference(what="device name", baseline="'A'", current="'B'", blocking=True)]
     md = render_markdown(report)
     assert re.search(r"^- +mfu: indented words are still a top-level error", md, flags=re.M)  # not nested under a line

@@ -1,6 +1,6 @@
 """Comparability: whether two runs may be compared at all, before any statistics.
 
-    >>> [str(d) for d in find_differences(current_side, baseline_side, metric_ids={"mfu"})]
+    >>> [words(d.message) for d in find_differences(current_side, baseline_side, metric_ids={"mfu"})]
     ["device name: baseline 'NVIDIA A100-SXM4-80GB', current 'NVIDIA H100 80GB HBM3'"]
 
 Design notes: docs/ci-gate.md.
@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from perfscope.check.metrics import Side
+from perfscope.results.messages import Message, msg
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,17 +24,18 @@ class Difference:
     baseline: str
     current: str
     blocking: bool  # False: worth a warning, never refuses the comparison (e.g. torch version)
-    hint: str = ""
+    hint: Message | None = None  # what the difference does, or what to do about it
     host: bool = False  # the machine or its software changed (not comparable), not the input (unusable)
 
     @property
-    def change(self) -> str:
+    def change(self) -> Message:
         """"cores 2.0 → 4.0": the short form of a not-comparable headline."""
-        return f"{self.what} {self.baseline} → {self.current}"
+        return msg("difference_change", what=self.what, baseline=self.baseline, current=self.current)
 
-    def __str__(self) -> str:
-        text = f"{self.what}: baseline {self.baseline}, current {self.current}"
-        return f"{text} ({self.hint})" if self.hint else text
+    @property
+    def message(self) -> Message:
+        """The difference's line (worded by perfscope.check.render and GateReport.warnings)."""
+        return msg("difference", what=self.what, baseline=self.baseline, current=self.current, hint=self.hint)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,7 +46,7 @@ class Attribute:
     get: Callable[[Side], object]
     blocking: bool = True
     only_for: frozenset[str] | None = None  # metric ids whose values depend on it; None: all metrics
-    hint: str = ""
+    hint: Message | None = None
     needs_metrics: bool = False  # read from TrialMetrics: skipped when a trial failed and has none
     unknown_blocks: bool = True  # False: a value missing from one file (older writer, hooks) only warns
     host: bool = False  # a property of the machine or its software stack, not of the input
@@ -59,7 +61,7 @@ class Attribute:
             return None
         unknown = cur is None or base is None
         blocking = self.blocking and (self.unknown_blocks or not unknown)
-        hint = "not recorded in one file" if unknown and not self.unknown_blocks else self.hint
+        hint = msg("hint_not_recorded") if unknown and not self.unknown_blocks else self.hint
         return Difference(what=self.what, baseline=repr(base), current=repr(cur), blocking=blocking, hint=hint,
                           host=self.host)
 
@@ -88,34 +90,32 @@ ATTRIBUTES: list[Attribute] = [
               unknown_blocks=False),
     Attribute(what="workload name", get=lambda s: s.results.workload.name),
     Attribute(what="workload sha256", get=lambda s: s.results.workload.sha256,
-              hint="the workload file changed; gate a fixed benchmark workload, or pass --allow-mismatch"),
+              hint=msg("hint_workload_changed")),
     Attribute(what="world size (data-parallel ranks)", get=_world_size,
-              hint="a job's throughput is every rank's samples: compare runs of the same torchrun --nnodes × "
-                   "--nproc-per-node, or pass --allow-mismatch"),
+              hint=msg("hint_world_size")),
     Attribute(what="samples per step", get=lambda s: _metric(s, "samples_per_step"), needs_metrics=True,
-              hint="another batch size changes every per-step number"),
+              hint=msg("hint_batch_size")),
     Attribute(what="peak TFLOP/s (MFU denominator)", get=lambda s: s.mfu_peak.tflops if s.mfu_peak else None,
               only_for=frozenset({"mfu"}),
-              hint="a measured ceiling varies run to run: pass the same --peak-tflops to both analyze runs, "
-                   "or gate on --metric samples_per_s"),
+              hint=msg("hint_peak")),
     Attribute(what="model FLOPs per step", get=lambda s: _metric(s, "flops_per_step"), only_for=frozenset({"mfu"}),
-              needs_metrics=True, hint="MFU is not proportional to throughput across different FLOP counts"),
+              needs_metrics=True, hint=msg("hint_flops")),
     Attribute(what="usable CPU cores (affinity, cgroup quota)", get=lambda s: s.results.environment.cpu_cores_usable,
               unknown_blocks=False, host=True,
-              hint="fewer cores slow the data path, the host side and CPU ops: gate on runners of one size"),
+              hint=msg("hint_cpu_cores")),
     Attribute(what="CPU model", get=lambda s: s.results.environment.cpu_model, unknown_blocks=False, host=True,
-              hint="the host CPU feeds the device and runs the data path"),
+              hint=msg("hint_cpu_model")),
     Attribute(what="torch version", get=lambda s: s.results.environment.torch_version or None, unknown_blocks=False,
               host=True,
-              hint="a torch upgrade moves performance by itself: re-record the baseline (`perfscope baseline update --replace`)"),
+              hint=msg("hint_torch")),
     Attribute(what="CUDA version", get=lambda s: s.results.environment.cuda_version, unknown_blocks=False, host=True,
-              hint="another CUDA build of torch picks other kernels"),
+              hint=msg("hint_cuda")),
     Attribute(what="GPU driver version", get=lambda s: s.results.environment.driver_version, unknown_blocks=False, host=True,
-              hint="drivers change clocks, power management and kernels"),
+              hint=msg("hint_driver")),
     Attribute(what="host", get=lambda s: s.results.environment.hostname or None, blocking=False,
-              hint="another machine of the same kind: its offset is what the between-session spread covers"),
+              hint=msg("hint_host")),
     Attribute(what="GPU UUID", get=lambda s: s.results.environment.device_uuid, blocking=False,
-              hint="another physical GPU of the same model (power cap, clocks): covered by the between-session spread"),
+              hint=msg("hint_gpu_uuid")),
     Attribute(what="applied knobs", get=lambda s: sorted(s.trial.knobs), blocking=False),
 ]
 

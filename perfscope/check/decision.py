@@ -16,7 +16,7 @@ from typing import Any, Literal
 from perfscope.check.metrics import Metric, MetricUnavailable, Side
 from perfscope.check.sessions import MIN_SPREAD_DF, SessionSpread, StoredSession, session_spread
 from perfscope.results.messages import Message, msg
-from perfscope.stats import confidence_text, detectable_change, exp_or_inf, mann_whitney_p, t_quantile
+from perfscope.stats import detectable_change, exp_or_inf, mann_whitney_p, t_quantile
 
 Status = Literal["pass", "regression", "inconclusive"]
 CONFIDENCE = 0.95
@@ -30,7 +30,7 @@ class Verdict:
 
     metric: Metric
     status: Status
-    message: str
+    message: Message  # worded by perfscope.check.render
     max_drop: float
     baseline: float | None = None  # geometric mean of the baseline runs' values
     current: float | None = None
@@ -85,14 +85,12 @@ class MetricCheck:
         if bad:
             raise MetricUnavailable(f"{title}: non-positive or non-finite run values {bad[:3]}")
         if not base or not cur:
-            return Verdict(status="inconclusive", message=f"{title}: no runs to compare", **common)
+            return Verdict(status="inconclusive", message=msg("verdict_no_runs", title=title), **common)
         lb, lc = [math.log(v) for v in base], [math.log(v) for v in cur]
         common |= dict(baseline=math.exp(statistics.fmean(lb)), current=math.exp(statistics.fmean(lc)))
         if len(base) + len(cur) < MIN_RUNS:
-            return Verdict(status="inconclusive", **common, message=(
-                f"{title}: {len(base)} baseline run(s) and {len(cur)} current run(s) cannot separate a regression "
-                "from this machine's run-to-run noise; save a baseline of several runs (`perfscope analyze --repeat 5`, "
-                "then `perfscope baseline save`) and check current runs from `--repeat 3`"))
+            return Verdict(status="inconclusive", **common, message=msg("verdict_too_few_runs", title=title,
+                                                                         baseline=len(base), current=len(cur)))
         one_job = sessions is None
         stored = sessions if sessions is not None else [StoredSession(values=lb)]
         spread = session_spread(stored, lc, current_host=current_host,
@@ -103,7 +101,7 @@ class MetricCheck:
                            new_host=spread.new_host)
         if spread.variance is None:
             return Verdict(status="inconclusive", change=math.exp(spread.current_level - spread.baseline_level) - 1,
-                           **common, message=f"{title}: no interval: {spread.refusal}")
+                           **common, message=msg("verdict_no_interval", title=title, why=spread.refusal))
         if one_job:
             decides = _runs_needed((spread.within_sd or 0.0) ** 2, self.max_drop)
         else:
@@ -111,18 +109,16 @@ class MetricCheck:
         return self._decide(spread.current_level - spread.baseline_level, math.sqrt(spread.variance), spread.df,
                             common, decides=decides, basis="" if one_job else spread.how)
 
-    def _decide(self, diff: float, se: float, df: float, common: dict[str, Any], *, decides: str,
+    def _decide(self, diff: float, se: float, df: float, common: dict[str, Any], *, decides: Message,
                 basis: str = "") -> Verdict:
         """Regression, pass or inconclusive from the log difference, its standard error and degrees of freedom."""
         half = t_quantile(1 - (1 - self.confidence) / 2, df) * se
         q, lo, hi = exp_or_inf(diff), exp_or_inf(diff - half), exp_or_inf(diff + half)
         mde = detectable_change(se, df, self.confidence, POWER)
         common |= dict(mde=mde)
-        runs = f"{common['n_current']} vs {common['n_baseline']} runs" + (f"; {basis}" if basis else "")
-        noise = "the noise between sessions" if basis else "this machine's run-to-run noise"
-        mde_text = f" (it resolves changes of about {mde:.0%})" if mde is not None else ""
-        return judge(self.metric, self.max_drop, q, lo, hi, common, runs=runs, noise=noise,
-                     tail=f"{mde_text}; {decides}", confidence=self.confidence)
+        runs = msg("runs_compared", current=common["n_current"], baseline=common["n_baseline"], basis=basis or None)
+        return judge(self.metric, self.max_drop, q, lo, hi, common, runs=runs, across_sessions=bool(basis),
+                     resolves=mde, decides=decides, confidence=self.confidence)
 
     def _step_test(self, current: Side, baseline: Side) -> float | None:
         try:
@@ -134,47 +130,43 @@ class MetricCheck:
         return mann_whitney_p(a[:20_000], b[:20_000])
 
 
-def judge(metric: Metric, max_drop: float, q: float, lo: float, hi: float, common: dict[str, Any], *, runs: str,
-          noise: str, confidence: float, tail: str = "") -> Verdict:
+def judge(metric: Metric, max_drop: float, q: float, lo: float, hi: float, common: dict[str, Any], *,
+          runs: Message, confidence: float, across_sessions: bool = False, resolves: float | None = None,
+          decides: Message | None = None) -> Verdict:
     """The one decision rule of `check` and `ab`: regression when the ratio ``q`` (current / baseline) is past the
     tolerance and its interval [lo, hi] excludes no change; pass when the interval excludes a drop past it;
-    otherwise inconclusive, saying why (``tail``: what would decide it)."""
+    otherwise inconclusive, saying why (``decides``: what would decide it; ``resolves``: the detectable change)."""
     limit = 1 - max_drop if metric.higher_is_better else 1 + max_drop
     sign = 1 if metric.higher_is_better else -1
     beyond = sign * (q - limit) < 0
     significant = (hi < 1) if sign > 0 else (lo > 1)
     excluded = (lo > limit) if sign > 0 else (hi < limit)  # no drop beyond the tolerance inside the interval
     common = common | dict(change=q - 1, low=lo - 1, high=hi - 1, confidence=confidence)
-    head = (f"{metric.title} {q - 1:+.1%} ({confidence_text(confidence)} interval {lo - 1:+.1%} .. {hi - 1:+.1%}; "
-            f"{runs})")
-    tolerance = f"{max_drop:.1%} tolerance"
-    if beyond and significant:
-        return Verdict(status="regression", message=f"{head}: worse than the {tolerance}", **common)
-    if excluded:
-        return Verdict(status="pass", message=f"{head}: within the {tolerance}", **common)
-    why = (f"past the {tolerance}, but within {noise}" if beyond else
-           f"the interval reaches past the {tolerance}: a drop larger than it is not excluded")
-    return Verdict(status="inconclusive", message=f"{head}: {why}{tail}", **common)
+    status: Status = "regression" if beyond and significant else "pass" if excluded else "inconclusive"
+    outcome = status if status != "inconclusive" else "within_noise" if beyond else "drop_not_excluded"
+    decided = status != "inconclusive"  # what would decide it: only while undecided
+    message = msg("verdict", outcome=outcome, title=metric.title, change=q - 1, low=lo - 1, high=hi - 1,
+                  confidence=confidence, runs=runs, max_drop=max_drop, resolves=None if decided else resolves,
+                  decides=None if decided else decides, across_sessions=across_sessions)
+    return Verdict(status=status, message=message, **common)
 
 
-def _runs_needed(pooled_var: float, max_drop: float) -> str:
+def _runs_needed(pooled_var: float, max_drop: float) -> Message:
     """Runs per side that would exclude a drop of ``max_drop`` on identical code with 80% power (normal approx.)."""
     if pooled_var <= 0:
-        return "more runs on both sides would decide it"
+        return msg("more_runs_decide")
     z = 1.96 + 0.84
     n = math.ceil(2 * (z * math.sqrt(pooled_var) / math.log(1 / (1 - max_drop))) ** 2)
-    return f"about {max(n, 2)} runs per side would decide it at this noise"
+    return msg("runs_per_side_decide", runs=max(n, 2))
 
 
-def _what_decides(spread: SessionSpread) -> str:
+def _what_decides(spread: SessionSpread) -> Message:
     """What would narrow an interval across sessions: the term that dominates it is the spread between days or hosts."""
     if spread.new_host and spread.host_sd is not None:
-        return (f"the history has not seen this host: store sessions from {MIN_SPREAD_DF + 1} hosts, state "
-                "--between-host, or use `perfscope ab` (both revisions on this runner)")
+        return msg("decide_new_host", hosts=MIN_SPREAD_DF + 1)
     if spread.assumed:
-        return (f"{spread.sessions} stored session(s) cannot estimate the spread between days: store "
-                f"{MIN_SPREAD_DF + 1} (`perfscope baseline update`), state --between-session, or use `perfscope ab`")
-    return "more stored sessions (`perfscope baseline update`), more runs, or `perfscope ab` would decide it"
+        return msg("decide_assumed_spread", sessions=spread.sessions, needed=MIN_SPREAD_DF + 1)
+    return msg("decide_more_sessions")
 
 
 __all__ = ["MetricCheck", "MetricUnavailable", "Status", "Verdict", "judge"]

@@ -32,7 +32,7 @@ RECOMMENDED = "recommended"
 
 
 class ErrorCode(str, Enum):
-    """Why nothing was compared, for code and tests to act on; the words are GateError.text's."""
+    """Why nothing was compared, for code and tests to act on; the words are GateError.message's."""
 
     NO_RECOMMENDATION = "no-recommendation"
     """--trial recommended, and a file has no sweep-recommended configuration."""
@@ -50,13 +50,10 @@ class ErrorCode(str, Enum):
 
 @dataclass(frozen=True, kw_only=True)
 class GateError:
-    """Unusable input: a code to branch on and the line a user reads."""
+    """Unusable input: a code to branch on and the message a user reads (worded by perfscope.check.render)."""
 
     code: ErrorCode
-    text: str
-
-    def __str__(self) -> str:
-        return self.text
+    message: Message
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,8 +102,8 @@ class GateReport:
     failed_current: Trial | None = None  # the current configuration's run failed outright
     structure: StructureDiff | None = None  # the fingerprints' diff (None: no run on a side to take one from)
 
-    def error(self, code: ErrorCode, text: str) -> None:
-        self.errors.append(GateError(code=code, text=text))
+    def error(self, code: ErrorCode, message: Message) -> None:
+        self.errors.append(GateError(code=code, message=message))
 
     @property
     def blocking_differences(self) -> list[Difference]:
@@ -118,8 +115,8 @@ class GateReport:
         --allow-mismatch), the notes and the verdicts' warnings."""
         said = [words(m) for m in self.notes] + [words(w) for v in self.verdicts for w in v.warnings]
         if self.blocking_differences and not self.options.allow_mismatch:
-            return [str(d) for d in self.differences if not d.blocking] + said
-        return [str(d) for d in self.differences] + said
+            return [words(d.message) for d in self.differences if not d.blocking] + said
+        return [words(d.message) for d in self.differences] + said
 
     @property
     def structure_failed(self) -> bool:
@@ -151,15 +148,15 @@ def _pick_runs(results: Results, name: str, role: str) -> tuple[str | None, list
         configuration = recommended_configuration(results)
         if configuration is None:
             return None, [], GateError(code=ErrorCode.NO_RECOMMENDATION,
-                                       text=f"the {role} results have no sweep-recommended configuration (--trial {RECOMMENDED})")
+                                       message=msg("gate_no_recommendation", role=role))
     else:
         trial = results.trial(name)
         configuration = trial.configuration if trial is not None else name
     runs = [t for t in results.trials if t.configuration == configuration]
     if not runs:
-        known = ", ".join(dict.fromkeys(t.configuration for t in results.trials)) or "none"
-        return configuration, [], GateError(code=ErrorCode.NO_RUN,
-                                            text=f"the {role} results have no run of {configuration!r} (configurations: {known})")
+        known = list(dict.fromkeys(t.configuration for t in results.trials))
+        return configuration, [], GateError(code=ErrorCode.NO_RUN, message=msg(
+            "gate_no_run", role=role, configuration=configuration, known=known))
     return configuration, runs, None
 
 
@@ -212,9 +209,8 @@ def _side(files: list[Results], options: GateOptions, role: str, source: str, re
         failed = [t for t in found if not t.ok]
         if role == "baseline" and failed and not any(t.ok for t in found):
             first = failed[0]
-            report.error(ErrorCode.BASELINE_FAILED,
-                         f"baseline run {first.name!r} did not succeed (status {first.status}: {first.error}); "
-                         "record a new baseline with `perfscope baseline update`")
+            report.error(ErrorCode.BASELINE_FAILED, msg("gate_baseline_failed", name=first.name, status=first.status,
+                                                        error=first.error))
             continue
         if role == "current" and failed and not any(t.ok for t in found):
             report.failed_current = failed[0]
@@ -269,9 +265,10 @@ def run_gate(
                      for files, role in ((history.sessions, "baseline"), (current_files, "current")))
         report.structure = diff_sides(base, cur, options.fail_on_structure)
         if options.fail_on_structure and not report.structure.compared:
-            report.error(ErrorCode.STRUCTURE_NOT_COMPARED, "--fail-on-structure: " + "; ".join(str(n) for n in report.structure.notes))
+            report.error(ErrorCode.STRUCTURE_NOT_COMPARED,
+                         msg("gate_structure_not_compared", notes=[n.message for n in report.structure.notes]))
     if not base_side.runs:
-        report.error(ErrorCode.NO_EVIDENCE, "the baseline has no run usable as evidence (all excluded or failed)")
+        report.error(ErrorCode.NO_EVIDENCE, msg("gate_no_evidence"))
         return report
     same_device = current_files[0].environment.device_name == baseline.environment.device_name
     if same_device and peak_kind(current_files[0]) is peak_kind(baseline) is PeakKind.MEASURED_CEILING:
@@ -308,8 +305,8 @@ def run_gate(
             failed = report.failed_current
             report.verdicts.append(Verdict(
                 metric=check.metric, status="regression", max_drop=options.max_drop,
-                message=f"{check.metric.title}: current run {failed.name!r} ended {failed.status}"
-                + (f": {failed.error}" if failed.error else ""),
+                message=msg("verdict_run_failed", title=check.metric.title, role="current", name=failed.name,
+                            status=failed.status, error=failed.error),
             ))
             continue
         try:
@@ -317,10 +314,11 @@ def run_gate(
                                      current_host=cur_side.results.environment.hostname or "",
                                      between_session=options.between_session, between_host=options.between_host)
         except MetricUnavailable as exc:
-            report.error(ErrorCode.METRIC_UNAVAILABLE, f"{metric_id}: {exc}")
+            report.error(ErrorCode.METRIC_UNAVAILABLE, msg("gate_metric_unavailable", metric=metric_id, error=str(exc)))
             continue
         if report.structure is not None and _slower(verdict):
             # A timing verdict can only say "slower"; the fingerprint diff says why, or that nothing counted changed.
-            verdict = replace(verdict, message=f"{verdict.message}; {report.structure.summary()}")
+            verdict = replace(verdict, message=msg("verdict_with_structure", verdict=verdict.message,
+                                                   structure=report.structure.summary()))
         report.verdicts.append(verdict)
     return report

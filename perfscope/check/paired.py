@@ -13,6 +13,7 @@ from typing import Protocol
 from perfscope.check.decision import CONFIDENCE, POWER, Verdict, judge
 from perfscope.check.metrics import SAMPLES_PER_S
 from perfscope.results import Gain
+from perfscope.results.messages import Message, msg
 from perfscope.stats import power_at
 
 
@@ -39,16 +40,14 @@ def rounds_for_power(test: PairedTest, max_drop: float) -> int | None:
     return max(2, math.ceil(test.runs * (test.se * (Z_CONFIDENCE + Z_POWER) / effect) ** 2))
 
 
-def power_text(test: PairedTest, max_drop: float) -> tuple[float | None, str]:
+def power_text(test: PairedTest, max_drop: float) -> tuple[float | None, Message]:
     """(power at the tolerance, the sentence a verdict carries)."""
     power = power_at(test.se, test.df, math.log1p(-max_drop), CONFIDENCE) if test.decidable else None
     needed = rounds_for_power(test, max_drop)
     if power is None:
-        return None, "power at the tolerance unknown (no interval); use more --rounds"
-    text = f"power at the {max_drop:.0%} tolerance {power:.0%}"
-    if power < POWER and needed is not None:
-        text += f"; --rounds {needed} would reach {POWER:.0%} at this noise"
-    return power, text
+        return None, msg("power_unknown")
+    return power, msg("power_at_tolerance", max_drop=max_drop, power=power,
+                      needed=needed if power < POWER else None, target=POWER)
 
 
 def decide_paired(test: PairedTest | None, *, max_drop: float, baseline: float | None = None,
@@ -57,19 +56,17 @@ def decide_paired(test: PairedTest | None, *, max_drop: float, baseline: float |
     title = SAMPLES_PER_S.title
     common = dict(metric=SAMPLES_PER_S, max_drop=max_drop, baseline=baseline, current=current, n_baseline=n_baseline)
     if test is None:
-        return Verdict(status="inconclusive", **common, message=(
-            f"{title}: no run of one side counts as evidence (each was failed or measured under load, see the notes): "
-            "nothing to decide on; run on a quiet machine"))
+        return Verdict(status="inconclusive", **common, message=msg("ab_no_evidence", title=title))
     gain = test.gain(CONFIDENCE)
     power, powered = power_text(test, max_drop)
     common |= dict(n_current=gain.runs, n_baseline=gain.reference_runs, change=gain.ratio - 1, power=power)
     if not test.decidable or not (0 < gain.low <= gain.high < math.inf):
-        return Verdict(status="inconclusive", **common, message=(
-            f"{title} {gain.ratio - 1:+.1%}: no interval from {gain.runs} candidate run(s); {powered}"))
+        return Verdict(status="inconclusive", **common, message=msg(
+            "ab_no_interval", title=title, change=gain.ratio - 1, runs=gain.runs, power=powered))
     common |= dict(mde=gain.mde)
-    runs = f"{gain.runs} candidate runs interleaved with {gain.reference_runs} baseline runs; {powered}"
+    runs = msg("runs_interleaved", candidate=gain.runs, baseline=gain.reference_runs, power=powered)
     return judge(SAMPLES_PER_S, max_drop, gain.ratio, gain.low, gain.high, common, runs=runs,
-                 noise="this machine's run-to-run noise", confidence=gain.confidence)
+                 confidence=gain.confidence)
 
 
 __all__ = ["decide_paired", "power_text", "rounds_for_power"]

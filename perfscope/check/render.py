@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from perfscope.check.decision import Verdict
 from perfscope.check.gate import GateReport
 from perfscope.results.io import write_text  # noqa: F401 - re-exported for the CLI
+from perfscope.results.messages import msg
+from perfscope.wording import words
 
 HEADLINE = {
     "pass": "PASS: no regression",
@@ -61,17 +63,15 @@ class Problem:
 def _problems(report: GateReport) -> list[Problem]:
     """Why nothing was compared: input errors, then the differences that refused the comparison."""
     if report.outcome == "not_comparable":
-        changes = "; ".join(d.change for d in report.blocking_differences)
-        return [Problem(text=f"not comparable: {changes}: the baseline's history cannot judge this change of machine; "
-                             "gate with `perfscope ab` on this runner, record a baseline here (`perfscope baseline update "
-                             "--replace`), or pass --allow-mismatch"),
-                *(Problem(text=str(d), detail=True) for d in report.blocking_differences)]
+        said = msg("not_comparable", changes=[d.change for d in report.blocking_differences])
+        return [Problem(text=words(said)),
+                *(Problem(text=words(d.message), detail=True) for d in report.blocking_differences)]
     if report.outcome != "unusable":
         return []
-    lines = [Problem(text=e.text) for e in report.errors]
+    lines = [Problem(text=words(e.message)) for e in report.errors]
     if report.blocking_differences and not report.options.allow_mismatch:
-        lines.append(Problem(text="the runs are not comparable (pass --allow-mismatch to compare anyway):"))
-        lines += [Problem(text=str(d), detail=True) for d in report.blocking_differences]
+        lines.append(Problem(text=words(msg("runs_not_comparable"))))
+        lines += [Problem(text=words(d.message), detail=True) for d in report.blocking_differences]
     return lines
 
 
@@ -106,7 +106,7 @@ def render_table(report: GateReport) -> str:
             lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
             if i == 0:
                 lines.append("  ".join("-" * w for w in widths))
-        lines += [f"  {v.message}" for v in report.verdicts]
+        lines += [f"  {words(v.message)}" for v in report.verdicts]
         lines += [f"  (secondary, not deciding: per-step Mann-Whitney p = {v.step_p_value:.2g} for {v.metric.title})"
                   for v in report.verdicts if v.step_p_value is not None]
     lines += _structure_lines(report)
@@ -128,7 +128,7 @@ def render_markdown(report: GateReport) -> str:
         lines.append("|" + "---|" * len(COLUMNS))
         lines += ["| " + " | ".join(_md(c) for c in _cells(v)) + " |" for v in report.verdicts]
         lines.append("")
-        lines += [f"- {_md(v.message)}" for v in report.verdicts]
+        lines += [f"- {_md(words(v.message))}" for v in report.verdicts]
     structure = _structure_lines(report)
     if structure:
         lines += ["", f"**{_md(structure[0].rstrip(':'))}:**", ""]
@@ -162,12 +162,13 @@ def render_junit(report: GateReport) -> str:
         error.text = _xml("\n".join(_problem_lines(report)))
     for v in report.verdicts:
         case = ET.SubElement(suite, "testcase", classname=classname, name=v.metric.id, time="0")
+        said = _xml(words(v.message))
         if v.status == "regression":
-            ET.SubElement(case, "failure", type="regression", message=_xml(v.message)).text = _xml(v.message)
+            ET.SubElement(case, "failure", type="regression", message=said).text = said
         elif v.status == "inconclusive":
-            ET.SubElement(case, "error", type="inconclusive", message=_xml(v.message)).text = _xml(v.message)
+            ET.SubElement(case, "error", type="inconclusive", message=said).text = said
         else:
-            ET.SubElement(case, "system-out").text = _xml(v.message)
+            ET.SubElement(case, "system-out").text = said
     structure = _structure_lines(report)
     compared = report.structure is not None and report.structure.compared
     if structure and compared and report.outcome not in ("unusable", "not_comparable"):

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from perfscope.results.messages import Message
+from perfscope.wording.check import CHECK
 from perfscope.wording.hooks import HOOKS
 from perfscope.wording.search import SEARCH
 
@@ -455,6 +456,7 @@ WORDING: dict[str, Wording] = {
                             "disagree"),
     **SEMANTICS,
     **SEARCH,
+    **CHECK,  # the CI gate's: why nothing was compared, each metric's verdict
 }
 
 
