@@ -72,6 +72,31 @@ CASES: list[tuple[Message, str]] = [
       "did not join the stack: stack2-compile failed (crashed: E)")),
     (msg("stack_not_applied", why="autocast off"),
      "not applied: autocast off"),
+    (msg("stack_not_applied", why=[msg("compile_no_dynamo"), msg("gc_enabled_again")]),
+     ("not applied: torch.compile never ran dynamo (the model was not called through the compiled module); the "
+      "garbage collector was enabled again during the timed steps (the workload called gc.enable())")),
+    (msg("tf32_set_back", trial=True, ran=False),
+     "the trial set matmul TF32 on but it was off at the end of the timed steps: the workload's code set it back"),
+    (msg("autocast_no_matmul", dtype="bf16", ran=["fp16", "fp32"]),
+     ("autocast(bf16) changed no matmul: every matmul ran in fp16, fp32 (the workload's forward disables autocast or "
+      "casts its inputs back)")),
+    (msg("gc_freeze_undone"),
+     "gc.freeze() was undone during the timed steps (no frozen objects left: the workload called gc.unfreeze())"),
+    (msg("gc_enabled_again"),
+     "the garbage collector was enabled again during the timed steps (the workload called gc.enable())"),
+    (msg("compile_no_dynamo"),
+     "torch.compile never ran dynamo (the model was not called through the compiled module)"),
+    (msg("compile_no_graph"),
+     ("torch.compile compiled no graph (dynamo fell back to eager: a backend error suppressed, or every frame "
+      "skipped)")),
+    (msg("knob_unregistered", knobs=["host_pause"]),
+     ("no knob host_pause is registered in the trial process: its setting was not applied (add the knob to "
+      "perfscope/knobs/__init__.py's REGISTRY)")),
+    (msg("env_set_back", changed={"A": ["x", "y"], "B": [None, "z"]}),
+     ("A was 'x' in the trial, not 'y': the workload's code set it; B was None in the trial, not 'z': the workload's "
+      "code set it")),
+    (msg("knob_set_back", why="cudnn.benchmark was off"),
+     "cudnn.benchmark was off"),
     (msg("micro_batch_ended", micro=64, status="timeout"),
      "micro-batch 64 ended timeout"),
     (msg("micro_batch_memory_margin", micro=64, margin=0.9),

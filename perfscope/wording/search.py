@@ -47,6 +47,22 @@ def _step_loss(*, step: int, global_steps: bool, loss: float, baseline: float, d
             f"({diff:.1%} apart; tolerance {tolerance:.0%})")
 
 
+def _joined(why: str | list[str]) -> str:
+    """A list parameter's words, "; "-joined (a str: a reason recorded before it was a list of messages)."""
+    return why if isinstance(why, str) else "; ".join(why)
+
+
+def _tf32_set_back(*, trial: bool, ran: bool) -> str:
+    return (f"the trial set matmul TF32 {'on' if trial else 'off'} but it was {'on' if ran else 'off'} at the end of "
+            "the timed steps: the workload's code set it back")
+
+
+def _env_set_back(*, changed: dict[str, list[str | None]]) -> str:
+    """``changed``: variable -> [its value in the trial, the value the config set]."""
+    return "; ".join(f"{k} was {seen!r} in the trial, not {wanted!r}: the workload's code set it"
+                     for k, (seen, wanted) in changed.items())
+
+
 def _gib(n: float) -> str:
     return f"{n / 2**30:.1f} GiB"
 
@@ -59,7 +75,7 @@ SEARCH: dict[str, str | Callable[..., Any]] = {
     "knob_note": "{note}",  # the knob's own words about a run of it (Knob.measured_notes)
     "not_run": "not run",
     "run_failed": _run_failed,
-    "knob_not_applied": "not applied: {why}; the run did not measure this knob",
+    "knob_not_applied": lambda *, why: f"not applied: {_joined(why)}; the run did not measure this knob",
     "measured_on_top": "measured on top of {reference}: {ratio:.2f}× over it ({both:.2f}× over the baseline with both)",
     "paired_micro_batch": "paired with micro-batch {micro} (without it: fits up to {largest}, out of memory at {oom})",
     "recipe_not_stacked": "it changes the training recipe: reported, never stacked into the recommendation",
@@ -78,7 +94,24 @@ SEARCH: dict[str, str | Callable[..., Any]] = {
     "not_reached": "not reached: the sweep was {why}",
     "did_not_join_stack": lambda *, name, failed, reason: (
         f"did not join the stack: {name} {'failed' if failed else 'was not usable'} ({reason})"),
-    "stack_not_applied": "not applied: {why}",
+    "stack_not_applied": lambda *, why: f"not applied: {_joined(why)}",
+    # why a run did not run with a setting of its config (TrialMetrics.not_applied; Knob.not_applied)
+    "tf32_set_back": _tf32_set_back,
+    "autocast_no_matmul": lambda *, dtype, ran: (
+        f"autocast({dtype}) changed no matmul: every matmul ran in {', '.join(ran)} (the workload's forward disables "
+        "autocast or casts its inputs back)"),
+    "gc_freeze_undone": ("gc.freeze() was undone during the timed steps (no frozen objects left: the workload called "
+                         "gc.unfreeze())"),
+    "gc_enabled_again": ("the garbage collector was enabled again during the timed steps (the workload called "
+                         "gc.enable())"),
+    "compile_no_dynamo": "torch.compile never ran dynamo (the model was not called through the compiled module)",
+    "compile_no_graph": ("torch.compile compiled no graph (dynamo fell back to eager: a backend error suppressed, or "
+                         "every frame skipped)"),
+    "knob_unregistered": lambda *, knobs: (
+        f"no knob {', '.join(knobs)} is registered in the trial process: its setting was not applied (add the knob to "
+        "perfscope/knobs/__init__.py's REGISTRY)"),
+    "env_set_back": _env_set_back,
+    "knob_set_back": "{why}",  # a knob's own words (the Knob.not_applied of a knob registered outside perfscope)
     # why the micro-batch search stopped (perfscope.search.microbatch)
     "micro_batch_ended": "micro-batch {micro} ended {status}",
     "micro_batch_memory_margin": "micro-batch {micro} uses more than {margin:.0%} of device memory",
