@@ -52,8 +52,18 @@ CASES: list[tuple[Message, str]] = [
      "memory did not limit the micro-batch (fits up to 64): activation offloading would only add host↔device copies"),
     (msg("needs_micro_batch_search"),
      "needs the micro-batch search, which did not run"),
-    (msg("sweep_stopped", why="budget of 300 s exhausted"),
+    (msg("sweep_stopped", why=msg("budget_of_exhausted", budget_s=300.0)),
      "budget of 300 s exhausted"),
+    (msg("budget_of_exhausted", budget_s=1.5),
+     "budget of 1.5 s exhausted"),
+    (msg("stopped_by_user"),
+     "stopped by the user (Ctrl-C or SIGTERM)"),
+    (msg("sweep_stopped_early"),
+     "the sweep stopped early"),
+    (msg("lanes_aa_all_dropped"),
+     "every lane failed or was dropped in the A/A check"),
+    (msg("lanes_all_lost", dropped={"0": "slurm job 12 CANCELLED before its trial finished", "1": "ray task died"}),
+     "every lane was lost: lane 0: slurm job 12 CANCELLED before its trial finished; lane 1: ray task died"),
     (msg("budget_reserved", runs=6),
      (
       "budget: its last 6 run(s) went to the stacking and the confirmation (this knob could only be "
@@ -64,7 +74,7 @@ CASES: list[tuple[Message, str]] = [
      (
       "the fastest of 2 variants (2 workers, 4 workers): its gain is the selected variant's, which may "
       "overstate the true gain (winner's curse)")),
-    (msg("not_reached", why="stopped by the user (Ctrl-C or SIGTERM)"),
+    (msg("not_reached", why=msg("stopped_by_user")),
      "not reached: the sweep was stopped by the user (Ctrl-C or SIGTERM)"),
     (msg("did_not_join_stack", name="stack2-compile", failed=True,
          reason=msg("run_failed", status="crashed", error="E")),

@@ -15,7 +15,7 @@ from perfscope.search.candidate import Candidate
 if TYPE_CHECKING:  # the sweep's stacking phase imports this module: typed against it, never imported back
     from perfscope.search.stacking import Stacking
 
-STOPPED_BY_USER = "stopped by the user (Ctrl-C or SIGTERM)"
+STOPPED_BY_USER = msg("stopped_by_user")
 
 
 def _words(cand: Candidate) -> str:
@@ -91,7 +91,7 @@ def recommend_decided(sweeper: Stacking, unfinished: list[str]) -> None:
     choice = decided(sweeper)
     left = left_over(sweeper, choice[0] if choice else None) + unfinished
     sweep.unfinished = left
-    why = sweep.stopped_early or "the sweep stopped early"
+    why = sweep.stopped_early or msg("sweep_stopped_early")
     if choice is None:
         sweep.recommended_trial, sweep.recommended_knobs, sweep.recommended_gain = sweep.baseline_trial, [], None
         sweep.notes.append(msg("stopped_nothing_decided", why=why, min_gain=sweeper.options.min_gain))

@@ -84,7 +84,14 @@ SEARCH: dict[str, str | Callable[..., Any]] = {
     "needs_prerequisite": "needs {prerequisite}, which produced no acceptable run to build on",
     "memory_not_limiting": "memory did not limit the micro-batch (fits up to {largest}): {title} would only add {cost}",
     "needs_micro_batch_search": "needs the micro-batch search, which did not run",
-    "sweep_stopped": "{why}",  # Sweep.stopped_early
+    "sweep_stopped": "{why}",  # Sweep.stopped_early, worded
+    # why the sweep stopped before its end (Sweep.stopped_early)
+    "budget_of_exhausted": "budget of {budget_s:g} s exhausted",
+    "stopped_by_user": "stopped by the user (Ctrl-C or SIGTERM)",
+    "sweep_stopped_early": "the sweep stopped early",
+    "lanes_aa_all_dropped": "every lane failed or was dropped in the A/A check",
+    "lanes_all_lost": lambda *, dropped: "every lane was lost: " + "; ".join(
+        f"lane {lane}: {why}" for lane, why in dropped.items()),
     "budget_reserved": ("budget: its last {runs} run(s) went to the stacking and the confirmation (this knob could only "
                         "be reported, not recommended)"),
     "budget_exhausted": "budget exhausted",
