@@ -141,7 +141,7 @@ def _holds_messages(node: dict[str, Any], key: str) -> bool:
 
 def _v3(data: dict[str, Any]) -> dict[str, Any]:
     """Schema 3 still wrote a knob's outcome reason (one "; "-joined string), a layout row's reason, the numerics
-    guard's reason, a run's FLOP notes, why a setting was not applied and why the sweep stopped early as prose; schema 4 as messages (a knob's reason: a list of them). Each old
+    guard's reason, a run's FLOP notes, why a setting was not applied, why the sweep stopped early and why TP does not apply as prose; schema 4 as messages (a knob's reason: a list of them). Each old
     string is kept verbatim under the code "legacy"."""
     out = copy.deepcopy(data)
     out["schema_version"] = LATEST
@@ -167,10 +167,11 @@ def _reasons_to_messages(node: Any) -> None:
         node["flop_notes"] = [_message(n) for n in node["flop_notes"]]
     if "recommended_trial" in node and isinstance(node.get("stopped_early"), str):  # Sweep.stopped_early
         node["stopped_early"] = _message(node["stopped_early"])
-    if isinstance(node.get("not_applied"), dict):  # TrialMetrics.not_applied: setting -> why
-        node["not_applied"] = {k: _message(v) for k, v in node["not_applied"].items()}
+    for key in ("not_applied", "tp_inapplicable"):  # TrialMetrics.not_applied, ModelLayout.tp_inapplicable: -> why
+        if isinstance(node.get(key), dict):
+            node[key] = {k: _message(v) for k, v in node[key].items()}
     for key, value in node.items():
-        if key not in ("reason", "flop_notes", "not_applied"):
+        if key not in ("reason", "flop_notes", "not_applied", "tp_inapplicable"):
             _reasons_to_messages(value)
 
 

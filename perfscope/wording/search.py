@@ -148,7 +148,20 @@ SEARCH: dict[str, str | Callable[..., Any]] = {
     "layout_3d": "TP × PP together (3-D) is not run by perfscope",
     "layout_dp_pp": "pipeline stages replicated across data-parallel ranks (DP × PP) are not run by perfscope",
     "layout_split_unknown": "the probe could not read how the model splits",
-    "layout_tp_inapplicable": "{why}",  # the probe's words (ModelLayout.tp_inapplicable)
+    "layout_tp_inapplicable": "{why}",  # ModelLayout.tp_inapplicable's message, worded
+    # why no correct TP plan exists for a model and degree (perfscope.trial.tensor_parallel; TpPlan.reason)
+    "tp_unknown_styles": lambda *, bad, styles: (
+        f"Workload.tensor_parallel_plan: unknown style(s) {bad}; use one of {tuple(styles)}"),
+    "tp_no_repeated_blocks": "no repeated blocks (an nn.ModuleList of same-type layers) to split",
+    "tp_heads_indivisible": "{attr} = {heads} heads is not divisible by tp = {tp}",
+    "tp_packed_qkv": ("packed q/k/v projection '{name}' ({fan_in} → {fan_out}): its rows are [q; k; v], so a column "
+                      "split would give rank 0 all of q and half of k; use separate q/k/v Linears or give "
+                      "Workload.tensor_parallel_plan"),
+    "tp_no_projections": ("no attention (q/k/v + output) or MLP (up + down) projections recognised in the repeated "
+                          "block {block}; give Workload.tensor_parallel_plan"),
+    "tp_features_indivisible": "'{name}' has {width} features to split, not divisible by tp = {tp}",
+    "tp_head_features_indivisible": lambda *, name, width, head_dim, tp: (
+        f"'{name}': {width} features = {width // head_dim} heads of {head_dim}, not divisible by tp = {tp}"),
     "layout_no_tp_plan": "no TP plan was derived for tp = {tp}",
     "layout_layers_indivisible": "{layers} layers are not divisible by pp = {pp}",
     "layout_tp_spans_nodes": ("tp = {tp} spans nodes ({per_node} ranks per node): a TP all-reduce per block in forward "
