@@ -209,7 +209,7 @@ def capture_trace(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) ->
                 run.step()
                 cap.step()
         if cap.path is None:
-            metrics.unavailable["trace"] = msg("trace_not_captured", notes=[cap.note or "trace unavailable"])
+            metrics.unavailable["trace"] = msg("trace_not_captured", notes=[cap.note or msg("trace_unavailable")])
         else:
             attach_trace(metrics, cap.path, device_type=config.device, steps=cap.active_steps,
                          alignment_precision=config.precision)
