@@ -23,11 +23,12 @@ from torch import nn
 
 from perfscope.hooks.profiler import Profiler
 from perfscope.knobs import Knob, KnobContext, Loop, Observed, active_knobs, observe_loop, registered
+from perfscope.knobs.base import set_back
 from perfscope.pipeline import finish
 from perfscope.report.waterfall_chart import part_fixes
 from perfscope.results import Finding, ModelFacts
 from perfscope.results.config import TrialConfig
-from perfscope.results.messages import Message
+from perfscope.results.messages import Message, msg
 from perfscope.search.candidate import Candidate
 from perfscope.search.sweep import BASELINE, Sweeper, SweepOptions
 from perfscope.trial.loop import not_applied, record, run_trial
@@ -73,8 +74,8 @@ class HostPause(Knob):
     def record(self, config: TrialConfig) -> Any:
         return self.entered  # at the end of the timed window
 
-    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
-        return "no micro-batch paused" if seen.recorded.get(self.id) == 0 else None
+    def not_applied(self, config: TrialConfig, seen: Observed) -> Message | None:
+        return set_back("no micro-batch paused") if seen.recorded.get(self.id) == 0 else None
 
 
 class CudnnBenchmark(Knob):
@@ -97,10 +98,10 @@ class CudnnBenchmark(Knob):
     def record(self, config: TrialConfig) -> Any:
         return torch.backends.cudnn.benchmark
 
-    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+    def not_applied(self, config: TrialConfig, seen: Observed) -> Message | None:
         if seen.recorded.get(self.id, True):
             return None
-        return "cudnn.benchmark was off at the end of the timed steps: the workload's code set it back"
+        return set_back("cudnn.benchmark was off at the end of the timed steps")
 
     def observe(self, loop: Loop) -> dict[str, Any] | None:
         return {"knob_settings": {self.id: True}} if torch.backends.cudnn.benchmark else {}
@@ -155,7 +156,7 @@ def test_a_knob_the_trial_process_does_not_know_is_not_applied_never_measured():
     """`register` reaches trials run in its own process (or forked from it); a trial process started afresh only
     knows the registry's built-in knobs, and its run must not pass for a measurement of the knob."""
     config = TrialConfig(micro_batch_size=8, knob_settings={"host_pause": PAUSE_S})
-    assert "no knob host_pause is registered" in not_applied(config, Observed())["knob_settings"]
+    assert not_applied(config, Observed())["knob_settings"] == msg("knob_unregistered", knobs=["host_pause"])
     with registered(HostPause()):
         assert not_applied(config, Observed()) == {}
 
@@ -224,7 +225,7 @@ def test_a_trial_records_what_the_knob_needs_and_names_its_setting_not_applied(t
     with registered(CudnnBenchmark()):
         found = run_trial(workload, config).metrics.not_applied
         assert run_trial(load_workload(WORKLOAD), config).metrics.not_applied == {}  # kept on: applied
-    assert list(found) == ["knob_settings.cudnn_benchmark"] and "set it back" in found["knob_settings.cudnn_benchmark"]
+    assert list(found) == ["knob_settings.cudnn_benchmark"] and found["knob_settings.cudnn_benchmark"].code == "knob_set_back"
 
 
 def test_a_setting_the_workload_switched_back_is_not_applied_and_its_run_not_a_measurement(cudnn_benchmark_restored):
@@ -235,7 +236,7 @@ def test_a_setting_the_workload_switched_back_is_not_applied_and_its_run_not_a_m
         assert not_applied(config, Observed(recorded=record(active_knobs(config), config))) == {}
         torch.backends.cudnn.benchmark = False  # the workload's loss, say, switched it back during the steps
         found = not_applied(config, Observed(recorded=record(active_knobs(config), config)))
-        assert list(found) == ["knob_settings.cudnn_benchmark"] and "set it back" in found["knob_settings.cudnn_benchmark"]
+        assert list(found) == ["knob_settings.cudnn_benchmark"] and found["knob_settings.cudnn_benchmark"].code == "knob_set_back"
         trial = make_trial("cudnn_benchmark-1")
         trial.metrics.not_applied = found
         cand = Candidate(knob=knob, changes=knob.variants(None)[0], name="cudnn_benchmark", config=config,  # type: ignore[arg-type]

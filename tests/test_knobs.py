@@ -200,7 +200,8 @@ CASES = [
     ("tensor_parallel", split(dp()), None),
     ("tensor_parallel", split(dp(nproc_per_node=4)), None),  # and 2-D: FSDP2 × TP
     ("tensor_parallel", dp(), "could not read how the model splits"),
-    ("tensor_parallel", split(dp(), tp_inapplicable={"2": "packed q/k/v projection 'qkv'"}), "tp = 2: packed q/k/v"),
+    ("tensor_parallel", split(dp(), tp_inapplicable={"2": msg("tp_packed_qkv", name="qkv", fan_in=4, fan_out=12)}),
+     "tp = 2: packed q/k/v"),
     ("tensor_parallel", split(wrapped()), "wraps its own model"),
     ("pipeline_parallel", split(dp()), None),  # 4 blocks: interleaved too
     ("pipeline_parallel", split(dp(), blocks=2), None),

@@ -51,9 +51,9 @@ def test_the_plan_splits_attention_and_mlp_projections_megatron_style():
 
 def test_a_packed_qkv_projection_or_indivisible_heads_have_no_correct_plan():
     packed = derive_plan(tiny_transformer.TinyGPT(), 2)
-    assert packed.styles == {} and "packed q/k/v projection 'qkv' (128 → 384)" in packed.reason
-    assert derive_plan(ddp_tiny_transformer.TinyGPT(), 8).reason == "n_heads = 4 heads is not divisible by tp = 8"
-    assert "no repeated blocks" in derive_plan(nn.Linear(4, 4), 2).reason
+    assert packed.styles == {} and packed.reason == msg("tp_packed_qkv", name="qkv", fan_in=128, fan_out=384)
+    assert derive_plan(ddp_tiny_transformer.TinyGPT(), 8).reason == msg("tp_heads_indivisible", attr="n_heads", heads=4, tp=8)
+    assert derive_plan(nn.Linear(4, 4), 2).reason == msg("tp_no_repeated_blocks")
 
 
 def test_the_workload_can_give_its_own_plan():
@@ -62,7 +62,8 @@ def test_the_workload_can_give_its_own_plan():
     plan = derive_plan(tiny_transformer.TinyGPT(), 2, w)
     assert plan.reason is None and plan.source == "the workload's tensor_parallel_plan" and len(plan.styles) == 2
     bad = dataclasses.replace(w, tensor_parallel_plan=lambda model: {"blocks.0.qkv": "diagonal"})
-    assert "unknown style(s) {'blocks.0.qkv': 'diagonal'}" in derive_plan(tiny_transformer.TinyGPT(), 2, bad).reason
+    assert derive_plan(tiny_transformer.TinyGPT(), 2, bad).reason == msg(
+        "tp_unknown_styles", bad={"blocks.0.qkv": "diagonal"}, styles=["colwise", "rowwise", "sequence", "colwise_dtensor"])
 
 
 # ------------------------------------------------------------------------------------------ pipeline helpers
@@ -178,7 +179,7 @@ def test_the_config_knows_which_layouts_it_can_run():
 # ------------------------------------------------------------------------------------------ knobs
 
 
-LAYOUT = ModelLayout(blocks=4, block_parameter_count=800, tp_parameter_count=700, tp_inapplicable={"8": "8 heads? no: 4"})
+LAYOUT = ModelLayout(blocks=4, block_parameter_count=800, tp_parameter_count=700, tp_inapplicable={"8": msg("tp_heads_indivisible", attr="n_heads", heads=4, tp=8)})
 
 
 def _ctx(layout: ModelLayout | None = LAYOUT, **base: object) -> KnobContext:
@@ -207,7 +208,8 @@ def test_the_layout_knobs_keep_the_global_batch_and_build_valid_configs():
 
 
 def test_the_layout_knobs_say_why_they_do_not_apply():
-    assert "packed" in knob("tensor_parallel").applies(_ctx(dataclasses.replace(LAYOUT, tp_inapplicable={"2": "packed q/k/v"})))
+    packed = msg("tp_packed_qkv", name="qkv", fan_in=128, fan_out=384)
+    assert "packed" in knob("tensor_parallel").applies(_ctx(dataclasses.replace(LAYOUT, tp_inapplicable={"2": packed})))
     assert "spans nodes" in knob("tensor_parallel").applies(_ctx(nproc_per_node=1, nnodes=2))
     assert "3 layers are not divisible by pp = 2" in knob("pipeline_parallel").applies(_ctx(dataclasses.replace(LAYOUT, blocks=3)))
     assert "world size 1" in knob("tensor_parallel").applies(_ctx(nproc_per_node=1, data_parallel="none"))
@@ -242,9 +244,10 @@ def test_memory_heads_layers_and_the_interconnect_prune():
     rows = _rows(memory_limit=12000)
     assert rows["dp2"].row.prune_reason == "would not fit" and rows["tp2"].config is not None  # 10400 B < 90% of 12000
     assert rows["pp2 gpipe m4"].config is not None  # (400 + 200) × 16 = 9600 B
-    odd = _rows(layout=dataclasses.replace(LAYOUT, blocks=3, tp_inapplicable={"2": "4 heads? fine; 6 features: not divisible"}))
+    features = msg("tp_features_indivisible", name="mlp.0", width=6, tp=2)
+    odd = _rows(layout=dataclasses.replace(LAYOUT, blocks=3, tp_inapplicable={"2": features}))
     assert odd["tp2"].row.prune_reason == "inapplicable"
-    assert odd["tp2"].row.reason == msg("layout_tp_inapplicable", why="4 heads? fine; 6 features: not divisible")
+    assert odd["tp2"].row.reason == msg("layout_tp_inapplicable", why=features)
     assert odd["pp2 gpipe m4"].row.reason == msg("layout_layers_indivisible", layers=3, pp=2)
     nodes = _rows(world=4, nproc_per_node=2, nnodes=2)
     assert nodes["tp4"].row.prune_reason == "communication bound"

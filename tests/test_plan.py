@@ -78,6 +78,6 @@ def test_analyze_announces_its_time_before_the_first_run_and_the_budget_ends_the
     results = Results.load(tmp_path / "results.json")
     assert [t.configuration for t in results.trials] == ["baseline"]  # no retry, no candidate: the budget ended it
     sweep = results.sweep
-    assert sweep is not None and sweep.stopped_early and "budget" in sweep.stopped_early
+    assert sweep is not None and sweep.stopped_early is not None and sweep.stopped_early.code == "budget_of_exhausted"
     assert sweep.recommended_trial == "baseline" and any(u.startswith("measuring") for u in sweep.unfinished)
     assert "not finished: measuring" in proc.stdout

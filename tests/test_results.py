@@ -14,7 +14,7 @@ from perfscope.results import (
     migrate,
     write_json,
 )
-from perfscope.results.messages import legacy
+from perfscope.results.messages import legacy, msg
 from perfscope.results.migrate import NOTE_V1
 from tests.factories import make_full_results, make_results, make_trial
 
@@ -109,7 +109,8 @@ def test_a_current_file_is_returned_as_it_is_without_a_walk(monkeypatch):
 
 
 def test_a_schema3_file_keeps_its_prose_reasons_and_flop_notes_as_legacy_messages():
-    """Schema 3 wrote a knob's reason ("; "-joined), a layout row's, the numerics guard's and the FLOP notes as prose."""
+    """Schema 3 wrote a knob's reason ("; "-joined), a layout row's, the numerics guard's, the FLOP notes, why a
+    setting was not applied, why the sweep stopped early and why TP does not apply and a trace capture's note as prose."""
     results = make_full_results()
     results.layouts = LayoutTable(world_size=2, rows=[LayoutRow(layout="dp2", status="pruned", prune_reason="bubble")])
     results.trials[0].numerics = NumericsCheck(reference="baseline", method="step by step", first_step=0, last_step=3)
@@ -120,6 +121,13 @@ def test_a_schema3_file_keeps_its_prose_reasons_and_flop_notes_as_legacy_message
     old["layouts"]["rows"][0]["reason"] = "(p − 1) / (m + p − 1) = 50% idle"
     old["trials"][0]["numerics"].update(ok=False, reason="the loss became non-finite")
     old["trials"][0]["metrics"]["flop_notes"] = ["counted on fake tensors"]
+    old["trials"][0]["metrics"]["not_applied"] = {"compile": "torch.compile compiled no graph"}
+    old["sweep"]["stopped_early"] = "budget of 300 s exhausted"
+    old["workload"]["model"] = {"parameter_count": 1, "has_conv2d": False, "repeated_blocks": 4, "optimizer_class": "SGD",
+                                "layout": {"blocks": 4, "tp_inapplicable": {"8": "n_heads = 4 heads is not divisible by tp = 8"}}}
+    old["trials"][0]["metrics"]["unavailable"]["trace"] = {"code": "trace_not_captured", "params": {"notes": ["cap"]}}
+    old["trials"][1]["metrics"]["unavailable"]["trace"] = {
+        "code": "trace_not_captured", "params": {"notes": [{"code": "capture_said", "params": {"note": "said"}}]}}
     kept = json.dumps(old, sort_keys=True)
     loaded = Results.from_dict(old)
     assert loaded.sweep.knobs[0].reason == [legacy("numerics guard: loss 2.1 vs 1.1; the fastest of 2 variants")]
@@ -127,5 +135,10 @@ def test_a_schema3_file_keeps_its_prose_reasons_and_flop_notes_as_legacy_message
     assert loaded.layouts.rows[0].reason == legacy("(p − 1) / (m + p − 1) = 50% idle")
     assert loaded.trials[0].numerics.reason == legacy("the loss became non-finite")
     assert loaded.trials[0].metrics.flop_notes == [legacy("counted on fake tensors")]
+    assert loaded.trials[0].metrics.not_applied == {"compile": legacy("torch.compile compiled no graph")}
+    assert loaded.sweep.stopped_early == legacy("budget of 300 s exhausted")
+    assert loaded.workload.model.layout.tp_inapplicable == {"8": legacy("n_heads = 4 heads is not divisible by tp = 8")}
+    assert [t.metrics.unavailable["trace"] for t in loaded.trials[:2]] == [
+        msg("trace_not_captured", notes=[legacy("cap")]), msg("trace_not_captured", notes=[legacy("said")])]
     assert json.dumps(old, sort_keys=True) == kept  # upgraded on a copy
     assert Results.from_dict(loaded.to_dict()) == loaded  # and written back at schema 4

@@ -280,8 +280,8 @@ def test_budget_stops_new_trials():
     clock = iter(range(0, 10_000, 10))
     sweeper = Sweeper(session=session, ctx=ctx, options=SweepOptions(budget_s=25), elapsed=lambda: next(clock))
     sweep = sweeper.run()
-    assert sweep.stopped_early and "budget" in sweep.stopped_early
-    assert any(o.status == "skipped" and _codes(o) == ["sweep_stopped"] and "budget" in o.reason[0].params["why"]
+    assert sweep.stopped_early == msg("budget_of_exhausted", budget_s=25)
+    assert any(o.status == "skipped" and o.reason == [msg("sweep_stopped", why=sweep.stopped_early)]
                for o in sweep.knobs)
     assert len(session.calls) < 5
     _interleaved(session)  # the budget never splits a candidate run from its baseline neighbour

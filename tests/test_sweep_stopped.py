@@ -42,7 +42,7 @@ def _stopped_sweep(name: str) -> tuple[Sweeper, FakeSession]:
 def test_a_sweep_stopped_mid_stack_recommends_the_part_of_the_stack_already_measured():
     sweeper, session = _stopped_sweep("stack3-fused_optimizer")
     sweep = sweeper.sweep
-    assert sweep.stopped_early and "stopped by the user" in sweep.stopped_early
+    assert sweep.stopped_early == msg("stopped_by_user")
     assert sweep.recommended_trial == "stack2-compile" and sweep.recommended_knobs == ["amp_bf16", "compile"]
     gain = sweep.recommended_gain
     assert gain is not None and gain.faster and gain.ratio == pytest.approx(1.8 * 1.3, rel=0.05)
@@ -104,7 +104,7 @@ def test_a_budget_that_ends_during_stacking_recommends_the_decided_stack():
     sweeper = Sweeper(session=session, ctx=ctx, elapsed=elapsed,
                       options=SweepOptions(skip=["micro_batch", "grad_accum"], order_seed=0, budget_s=1000))
     sweep = sweeper.run()
-    assert sweep.stopped_early and "budget" in sweep.stopped_early
+    assert sweep.stopped_early == msg("budget_of_exhausted", budget_s=1000)
     assert sweep.recommended_trial == "stack2-compile" and sweep.recommended_knobs == ["amp_bf16", "compile"]
     assert any("fused" in u.lower() and u.startswith("stacking") for u in sweep.unfinished)
     assert any("confirmation" in u for u in sweep.unfinished)

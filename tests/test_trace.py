@@ -13,6 +13,7 @@ from torch import nn
 
 from perfscope.measure.peaks import alignment_dtypes, benchmark_alignment, benchmark_alignment_for
 from perfscope.results import GemmShape
+from perfscope.results.messages import msg
 from perfscope.trace.capture import TraceCapture
 from perfscope.trace.facts import trace_facts
 from tests.kineto import ADD_BF16, KinetoTrace
@@ -60,12 +61,13 @@ def test_committed_cpu_fixture_still_parses():
 def test_a_running_profiler_is_left_alone(tmp_path):
     with torch.profiler.profile():
         cap = _train_with_capture(tmp_path / "trace", sleep_s=0)
-    assert cap.path is None and "already running" in cap.note
+    assert cap.path is None and cap.note == msg("capture_profiler_running")
 
 
 def test_size_cap_drops_the_trace_with_a_note(tmp_path):
     cap = _train_with_capture(tmp_path / "trace", sleep_s=0, max_bytes=100)
-    assert cap.path is None and "cap" in cap.note
+    assert cap.path is None and cap.note is not None and cap.note.code == "trace_too_large"
+    assert cap.note.params["max_bytes"] == 100 and cap.note.params["size"] > 100
     assert not list((tmp_path / "trace").iterdir())  # nor a temp file of the atomic write
 
 

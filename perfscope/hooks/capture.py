@@ -144,7 +144,7 @@ class CaptureWindow:
         self.active_steps = getattr(capture, "active_steps", None)
         if capture.path is None:
             note = getattr(capture, "note", None)
-            self.notes.append(msg("capture_said", note=note) if note else msg("trace_unavailable"))
+            self.notes.append(note or msg("trace_unavailable"))
 
     def teardown(self) -> None:
         if self._memory is not None:

@@ -27,7 +27,7 @@ class _Autocast(Knob):
     def loss_context(self, config: TrialConfig) -> AbstractContextManager[Any] | None:
         return autocast(config, self.torch_dtype)
 
-    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+    def not_applied(self, config: TrialConfig, seen: Observed) -> Message | None:
         return autocast_not_applied(config, seen)
 
 
@@ -88,12 +88,10 @@ def autocast(config: TrialConfig, dtype: str) -> AbstractContextManager[Any]:
     return torch.autocast(device_type=config.device, dtype=getattr(torch, dtype))
 
 
-def autocast_not_applied(config: TrialConfig, seen: Observed) -> str | None:
+def autocast_not_applied(config: TrialConfig, seen: Observed) -> Message | None:
     """Autocast that changed no matmul: the fingerprint's matmul FLOPs by dtype have none in the autocast dtype."""
     dtype = config.precision  # named as the fingerprint names it
     flops = seen.matmul_flops_by_dtype
     if not flops or sum(flops.values()) <= 0 or flops.get(dtype):
         return None
-    ran = ", ".join(sorted(d for d, v in flops.items() if v))
-    return (f"autocast({dtype}) changed no matmul: every matmul ran in {ran} (the workload's forward disables "
-            "autocast or casts its inputs back)")
+    return msg("autocast_no_matmul", dtype=dtype, ran=sorted(d for d, v in flops.items() if v))

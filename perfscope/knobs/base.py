@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal
 
 from perfscope.results import Environment, ModelFacts, Trial
 from perfscope.results.config import TrialConfig
-from perfscope.results.messages import Message
+from perfscope.results.messages import Message, msg
 from perfscope.snippets import ddp_option_change
 from perfscope.workload import Workload
 
@@ -77,6 +77,12 @@ class KnobContext:
         """This machine's cores shared by its ranks: each local rank runs its own loop (and its own DataLoader
         workers), so per-process advice divides the machine by ``nproc_per_node``."""
         return max(1, self.cores // self.base.nproc_per_node)
+
+
+def set_back(why: str) -> Message:
+    """A `Knob.not_applied` in the knob's own words: for a knob registered outside perfscope, whose words have no
+    template in perfscope.wording (perfscope's own knobs return a message of their own code)."""
+    return msg("knob_set_back", why=why)
 
 
 class Knob:
@@ -232,7 +238,7 @@ class Knob:
         """What `not_applied` needs, read at the end of the timed window inside its contexts (``Observed.recorded``)."""
         return None
 
-    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+    def not_applied(self, config: TrialConfig, seen: Observed) -> Message | None:
         """Why the run did not run with it after all (the user's code switched it back); None: it did, or unknown."""
         return None
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from perfscope.knobs.base import Knob, KnobContext
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import Message, msg
 from perfscope.snippets import compile_change
 
 if TYPE_CHECKING:
@@ -52,17 +53,17 @@ class Compile(Knob):
     def apply_to_step_module(self, module: Any, config: TrialConfig) -> Any:
         return compiled(module, config)
 
-    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+    def not_applied(self, config: TrialConfig, seen: Observed) -> Message | None:
         return compile_not_applied(seen.compiled_graphs)
 
 
-def compile_not_applied(graphs: int | None) -> str | None:
+def compile_not_applied(graphs: int | None) -> Message | None:
     """Why a compiled trial did not compile (None: it did). Dynamo can enter frames and still compile no graph:
     a backend error under `torch._dynamo.config.suppress_errors` falls back to eager with frames counted."""
     if graphs is None:
-        return "torch.compile never ran dynamo (the model was not called through the compiled module)"
+        return msg("compile_no_dynamo")
     if graphs == 0:
-        return "torch.compile compiled no graph (dynamo fell back to eager: a backend error suppressed, or every frame skipped)"
+        return msg("compile_no_graph")
     return None
 
 
@@ -101,5 +102,5 @@ class CompileReduceOverhead(Knob):
     def apply_to_step_module(self, module: Any, config: TrialConfig) -> Any:
         return compiled(module, config)
 
-    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+    def not_applied(self, config: TrialConfig, seen: Observed) -> Message | None:
         return compile_not_applied(seen.compiled_graphs)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from perfscope.knobs.base import Knob, KnobContext
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import Message, msg
 
 if TYPE_CHECKING:
     from perfscope.knobs.base import Observed
@@ -43,14 +44,14 @@ class GcFreeze(Knob):
 
         return {"enabled": gc.isenabled(), "frozen_objects": gc.get_freeze_count()}  # inside the GC mode's context
 
-    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+    def not_applied(self, config: TrialConfig, seen: Observed) -> Message | None:
         state = seen.recorded.get(self.id)
         if state is None:
             return None
         if config.gc_mode == "freeze" and state["frozen_objects"] == 0:
-            return "gc.freeze() was undone during the timed steps (no frozen objects left: the workload called gc.unfreeze())"
+            return msg("gc_freeze_undone")
         if config.gc_mode == "disable" and state["enabled"]:
-            return "the garbage collector was enabled again during the timed steps (the workload called gc.enable())"
+            return msg("gc_enabled_again")
         return None
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from perfscope.knobs.base import Knob, KnobContext, data_parallel_reason, size
 from perfscope.results import Trial
-from perfscope.wording import reason
+from perfscope.wording import reason, words
 
 
 def tp_reason(ctx: KnobContext, tp: int) -> str | None:
@@ -20,7 +20,7 @@ def tp_reason(ctx: KnobContext, tp: int) -> str | None:
     if layout is None:
         return "the probe could not read how the model splits (ModelFacts.layout)"
     if str(tp) in layout.tp_inapplicable:
-        return f"tp = {tp}: {layout.tp_inapplicable[str(tp)]}"
+        return f"tp = {tp}: {words(layout.tp_inapplicable[str(tp)])}"
     if tp > ctx.base.nproc_per_node:
         return (f"tp = {tp} spans nodes ({ctx.base.nproc_per_node} ranks per node): its per-block all-reduces would "
                 "cross the inter-node network; TP stays inside a node")

@@ -52,9 +52,8 @@ class Tf32(Knob):
     def record(self, config: TrialConfig) -> Any:
         return matmul_tf32().enabled  # None: torch cannot tell
 
-    def not_applied(self, config: TrialConfig, seen: Observed) -> str | None:
+    def not_applied(self, config: TrialConfig, seen: Observed) -> Message | None:
         enabled = seen.recorded.get(self.id)
         if enabled is None or enabled == config.tf32:
             return None
-        return (f"the trial set matmul TF32 {'on' if config.tf32 else 'off'} but it was "
-                f"{'on' if enabled else 'off'} at the end of the timed steps: the workload's code set it back")
+        return msg("tf32_set_back", trial=bool(config.tf32), ran=bool(enabled))

@@ -22,7 +22,7 @@ from perfscope.lanes.executors import EXECUTORS, Executor, LaneFailure, LocalExe
 from perfscope.lanes.plan import plan_lanes
 from perfscope.results import Trial
 from perfscope.results.config import TrialConfig
-from perfscope.results.messages import msg
+from perfscope.results.messages import Message, msg
 from perfscope.results.verdicts import LaneRecord, ParallelSweep
 from perfscope.search.candidate import BASELINE, Candidate
 from perfscope.search.compare import log_rate
@@ -38,7 +38,11 @@ WAIT_TICK_S = 0.5
 
 
 class AllLanesLost(LaneFailure):
-    """No lane is left to measure on: the sweep stops with what it has."""
+    """No lane is left to measure on: the sweep stops with what it has (``why``: Sweep.stopped_early)."""
+
+    def __init__(self, why: Message) -> None:
+        super().__init__(why.code)
+        self.why = why
 
 
 class LaneSweeper(Sweeper):
@@ -73,7 +77,7 @@ class LaneSweeper(Sweeper):
             self.aa_check()
             return super().run()
         except AllLanesLost as exc:
-            self.sweep.stopped_early = str(exc)
+            self.sweep.stopped_early = exc.why
             return self.sweep
         finally:
             self._finish()
@@ -150,7 +154,7 @@ class LaneSweeper(Sweeper):
             self._drop(next(lane for lane in self.active if lane.index == index), why)
         parallel.notes.append(msg("aa_check", runs=AA_RUNS, spread=check.spread, dropped=len(check.outliers)))
         if not self.active:
-            raise AllLanesLost("every lane failed or was dropped in the A/A check")
+            raise AllLanesLost(msg("lanes_aa_all_dropped"))
 
     def measure_many(self, requests: Sequence[Request]) -> list[Trial]:
         """One pair per request (a random order within each, drawn here in the driver), at most one per lane at a
@@ -162,8 +166,8 @@ class LaneSweeper(Sweeper):
         pending = list(range(len(requests)))
         while pending:
             if not self.active:
-                raise AllLanesLost("every lane was lost: " + "; ".join(
-                    f"lane {r.index}: {r.dropped}" for r in self.records.values() if r.dropped))
+                raise AllLanesLost(msg("lanes_all_lost", dropped={
+                    str(r.index): r.dropped for r in self.records.values() if r.dropped}))
             free, wave = list(self.active), []
             for i in list(pending):
                 if not free:

@@ -149,7 +149,7 @@ def build_view(results: Results, *, report_dir: Path | None = None) -> ReportVie
     sweep = results.sweep
     sweep_notes = [words(n) for n in sweep.notes] if sweep else []
     if sweep and sweep.stopped_early:
-        sweep_notes.insert(0, f"The search stopped early: {sweep.stopped_early}.")
+        sweep_notes.insert(0, f"The search stopped early: {words(sweep.stopped_early)}.")
     if sweep and sweep.elapsed_s is not None:
         budget = f" of a {fmt_seconds(sweep.budget_s)} budget" if sweep.budget_s else ""
         sweep_notes.append(f"Search time {fmt_seconds(sweep.elapsed_s)}{budget}.")

@@ -29,7 +29,7 @@ class ModelLayout:
     block_parameter_count: int = field(default=0, metadata=NON_NEGATIVE)
     tp_parameter_count: int = field(default=0, metadata=NON_NEGATIVE)
     """Parameters in the Linears the TP plan splits (the rest, embeddings, norms and head, stay replicated)."""
-    tp_inapplicable: dict[str, str] = field(default_factory=dict)
+    tp_inapplicable: dict[str, Message] = field(default_factory=dict)
     """TP degree → why no correct plan exists for it (absent: the plan applies)."""
     tp_plan_source: str = field(default="", metadata=NAME)
 

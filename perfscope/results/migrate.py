@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from perfscope.results.config import TrialConfig
-from perfscope.results.messages import NUMERICS, legacy, msg
+from perfscope.results.messages import LEGACY, NUMERICS, legacy, msg
 
 LATEST = 4
 """The schema upgrade() ends at: perfscope.results.model.SCHEMA_VERSION (tests/test_results.py holds them equal)."""
@@ -141,7 +141,7 @@ def _holds_messages(node: dict[str, Any], key: str) -> bool:
 
 def _v3(data: dict[str, Any]) -> dict[str, Any]:
     """Schema 3 still wrote a knob's outcome reason (one "; "-joined string), a layout row's reason, the numerics
-    guard's reason and a run's FLOP notes as prose; schema 4 as messages (a knob's reason: a list of them). Each old
+    guard's reason, a run's FLOP notes, why a setting was not applied, why the sweep stopped early, why TP does not apply and a trace capture's note as prose; schema 4 as messages (a knob's reason: a list of them). Each old
     string is kept verbatim under the code "legacy"."""
     out = copy.deepcopy(data)
     out["schema_version"] = LATEST
@@ -165,9 +165,27 @@ def _reasons_to_messages(node: Any) -> None:
         node["reason"] = _message(reason)
     if isinstance(node.get("flop_notes"), list):
         node["flop_notes"] = [_message(n) for n in node["flop_notes"]]
+    if "recommended_trial" in node and isinstance(node.get("stopped_early"), str):  # Sweep.stopped_early
+        node["stopped_early"] = _message(node["stopped_early"])
+    _capture_notes(node)
+    for key in ("not_applied", "tp_inapplicable"):  # TrialMetrics.not_applied, ModelLayout.tp_inapplicable: -> why
+        if isinstance(node.get(key), dict):
+            node[key] = {k: _message(v) for k, v in node[key].items()}
     for key, value in node.items():
-        if key not in ("reason", "flop_notes"):
+        if key not in ("reason", "flop_notes", "not_applied", "tp_inapplicable"):
             _reasons_to_messages(value)
+
+
+def _capture_notes(node: dict[str, Any]) -> None:
+    """A trace capture's note, in place: schema 3 wrote it as prose, in a trial's "trace_not_captured" notes or as
+    the hooks' "capture_said" message."""
+    params = node.get("params")
+    if not isinstance(params, dict):
+        return
+    if node.get("code") == "capture_said" and isinstance(params.get("note"), str):
+        node["code"], node["params"] = LEGACY, {"text": params["note"]}
+    elif node.get("code") == "trace_not_captured" and isinstance(params.get("notes"), list):
+        params["notes"] = [_message(n) for n in params["notes"]]
 
 
 def _v1(data: dict[str, Any]) -> dict[str, Any]:

@@ -344,7 +344,7 @@ class TrialMetrics:
     """Every rank, the job, communication, stragglers and per-rank memory of a data-parallel run
     (perfscope.results.distributed); None for one process. The fields above are the job's: throughput is all ranks'
     samples over the slowest rank's window, the rest are rank 0's."""
-    not_applied: dict[str, str] = field(default_factory=dict)
+    not_applied: dict[str, Message] = field(default_factory=dict)
     """Settings of the config this run did not actually run with (TrialConfig field -> why): e.g. compile that
     fell back to eager, TF32 or GC the user's code set back during the run. A knob whose own setting is here was
     not measured (perfscope.trial.loop.not_applied)."""

@@ -235,7 +235,8 @@ class Sweep:
     noise: RunNoise | None = None
     budget_s: float | None = field(default=None, metadata=SECONDS)
     elapsed_s: float | None = field(default=None, metadata=SECONDS)
-    stopped_early: str | None = None  # e.g. "budget exhausted", "interrupted"
+    stopped_early: Message | None = None
+    """Why the sweep stopped before its end (its budget, the user, every lane lost); None: it ran to its end."""
     unfinished: list[str] = field(default_factory=list)
     """What a sweep that stopped early did not finish (knobs not measured, winners not stacked, the confirmation
     runs): its recommendation is the configuration decided before it (perfscope.search.decided)."""

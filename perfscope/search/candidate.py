@@ -84,12 +84,12 @@ class Candidate:
     after them, its gain leaves them out, so the selection's luck (winner's curse) does not inflate it."""
 
     @property
-    def not_applied(self) -> str | None:
+    def not_applied(self) -> list[Message] | None:
         """Why its run did not run with the knob's own setting (perfscope.trial.loop.not_applied); None when it did."""
         metrics = self.first.metrics if self.first is not None else None
         own = {*self.changes, *(f"knob_settings.{k}" for k in self.changes.get("knob_settings", {}))}
         hits = [why for key, why in (metrics.not_applied.items() if metrics is not None else ()) if key in own]
-        return "; ".join(hits) or None
+        return hits or None
 
     @property
     def usable(self) -> bool:

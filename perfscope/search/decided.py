@@ -12,7 +12,7 @@ from perfscope.results import Gain, KnobOutcome, Sweep
 from perfscope.results.messages import msg
 from perfscope.search.candidate import Candidate, SweepOptions
 
-STOPPED_BY_USER = "stopped by the user (Ctrl-C or SIGTERM)"
+STOPPED_BY_USER = msg("stopped_by_user")
 
 
 class Deciding(Protocol):
@@ -106,7 +106,7 @@ def recommend_decided(sweeper: Deciding, unfinished: list[str]) -> None:
     choice = decided(sweeper)
     left = left_over(sweeper, choice[0] if choice else None) + unfinished
     sweep.unfinished = left
-    why = sweep.stopped_early or "the sweep stopped early"
+    why = sweep.stopped_early or msg("sweep_stopped_early")
     if choice is None:
         sweep.recommended_trial, sweep.recommended_knobs, sweep.recommended_gain = sweep.baseline_trial, [], None
         sweep.notes.append(msg("stopped_nothing_decided", why=why, min_gain=sweeper.options.min_gain))

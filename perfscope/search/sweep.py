@@ -100,7 +100,7 @@ class Sweeper(Allocation, Stacking):
             return True
         if keep and (runs + 1) * run_s <= left:
             return False
-        self.sweep.stopped_early = self.sweep.stopped_early or f"budget of {self.options.budget_s:g} s exhausted"
+        self.sweep.stopped_early = self.sweep.stopped_early or msg("budget_of_exhausted", budget_s=self.options.budget_s)
         return False
 
     def measure(self, name: str, config: TrialConfig, knobs: list[str]) -> Trial:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from perfscope.results.messages import Message, error, msg
 from perfscope.trace.export import distributed_info, trace_file_name, write_trace
 
 if TYPE_CHECKING:
@@ -41,7 +42,8 @@ class TraceCapture:
         self.memory: MemoryByCategory | None = None
         self.memory_path: Path | None = None
         self.path: Path | None = None
-        self.note: str | None = None
+        self.note: Message | None = None
+        """Why the window left no trace (or no memory breakdown); None: it did."""
         self._prof: Any = None
 
     @property
@@ -67,7 +69,7 @@ class TraceCapture:
                 raw = Path(tmp) / "trace.json"
                 prof.export_chrome_trace(str(raw))
                 if raw.stat().st_size == 0:
-                    self.note = "the profiler produced an empty trace"
+                    self.note = msg("trace_empty")
                     return
                 info = distributed_info()
                 out_path = self.trace_dir / trace_file_name(info)
@@ -75,11 +77,11 @@ class TraceCapture:
             size = out_path.stat().st_size
             if size > self.max_bytes:
                 out_path.unlink()
-                self.note = f"trace of {size / 1e6:.0f} MB (gzipped) exceeds the {self.max_bytes / 1e6:.0f} MB cap: shorten the window"
+                self.note = msg("trace_too_large", size=size, max_bytes=self.max_bytes)
                 return
             self.path = out_path
         except Exception as exc:  # noqa: BLE001 - a failed export is a note, not a crash
-            self.note = f"trace export failed: {type(exc).__name__}: {exc}"
+            self.note = msg("trace_export_failed", error=error(exc))
 
     def _memory(self, prof: Any) -> None:
         """The window's memory by category into memory-rank<R>.json; a failure is a note, the trace goes on."""
@@ -93,11 +95,11 @@ class TraceCapture:
             self.memory.write(path)
             self.memory_path = path
         except Exception as exc:  # noqa: BLE001 - a failed breakdown is a note, not a crash
-            self.note = f"memory breakdown failed: {type(exc).__name__}: {exc}"
+            self.note = msg("memory_breakdown_failed", error=error(exc))
 
     def __enter__(self) -> TraceCapture:
         if torch.autograd.profiler._is_profiler_enabled:
-            self.note = "a profiler is already running on this thread: capture skipped (yours is left alone)"
+            self.note = msg("capture_profiler_running")
             return self
         activities = [ProfilerActivity.CPU]
         if self.device == "cuda":
@@ -119,7 +121,7 @@ class TraceCapture:
             self._prof.__enter__()
         except Exception as exc:  # noqa: BLE001
             self._prof = None
-            self.note = f"the profiler could not start: {type(exc).__name__}: {exc}"
+            self.note = msg("profiler_start_failed", error=error(exc))
         return self
 
     def step(self) -> None:
@@ -128,7 +130,7 @@ class TraceCapture:
         try:
             self._prof.step()
         except Exception as exc:  # noqa: BLE001
-            self.note = f"profiler step failed: {type(exc).__name__}: {exc}"
+            self.note = msg("profiler_step_failed", error=error(exc))
             self._stop()
 
     def _stop(self) -> None:
@@ -137,9 +139,9 @@ class TraceCapture:
             try:
                 prof.__exit__(None, None, None)
             except Exception as exc:  # noqa: BLE001 - e.g. a double stop
-                self.note = self.note or f"profiler stop failed: {type(exc).__name__}: {exc}"
+                self.note = self.note or msg("profiler_stop_failed", error=error(exc))
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._stop()
         if self.path is None and self.note is None:
-            self.note = "no trace was produced (the window did not complete)"
+            self.note = msg("trace_window_incomplete")

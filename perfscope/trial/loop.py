@@ -28,12 +28,13 @@ from perfscope.measure.window import GcPauses, WindowRecorder
 from perfscope.results import TrialMetrics
 from perfscope.results.config import TrialConfig
 from perfscope.results.fingerprint import Fingerprint
-from perfscope.results.messages import error, msg
+from perfscope.results.messages import Message, error, msg
 from perfscope.tf32_api import matmul_tf32 as matmul_tf32_state
 from perfscope.trace.memory_categories import profile_step_memory
 from perfscope.trial.data_parallel import local_optimizer, max_over_ranks
 from perfscope.trial.pipeline_parallel import PipelineStep
 from perfscope.trial.step import TrainStep, optimizer_name
+from perfscope.wording import words
 from perfscope.workload import Workload
 
 
@@ -111,7 +112,7 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     if (agreed := max_over_ranks(steps, device)) != steps:
         steps, calibration = agreed, f"{agreed} steps: the most any rank calibrated (this rank: {calibration})"
     if config.compile is not None and (why := compile_not_applied(_compiled_graphs(compile_counters))):
-        raise CompileNotApplied(f"{why}, during warm-up")
+        raise CompileNotApplied(f"{words(why)}, during warm-up")
 
     memory.reset_peak(device)
     frames_before = _compiled_frames()
@@ -208,7 +209,7 @@ def capture_trace(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) ->
                 run.step()
                 cap.step()
         if cap.path is None:
-            metrics.unavailable["trace"] = msg("trace_not_captured", notes=[cap.note or "trace unavailable"])
+            metrics.unavailable["trace"] = msg("trace_not_captured", notes=[cap.note or msg("trace_unavailable")])
         else:
             attach_trace(metrics, cap.path, device_type=config.device, steps=cap.active_steps,
                          alignment_precision=config.precision)
@@ -238,23 +239,22 @@ def record(knobs: list[Knob], config: TrialConfig) -> dict[str, Any]:
     return {k.id: value for k in knobs if (value := k.record(config)) is not None}
 
 
-def not_applied(config: TrialConfig, seen: Observed) -> dict[str, str]:
+def not_applied(config: TrialConfig, seen: Observed) -> dict[str, Message]:
     """TrialConfig field -> why this run did not run with it (empty: it did everything its config says).
 
     Each active knob judges its own setting (`Knob.not_applied`), keyed by its first setting (``knob_settings.<id>``
     for a knob with no field); the environment is checked here, whoever set it (a knob or the user)."""
-    out: dict[str, str] = {}
+    out: dict[str, Message] = {}
     knobs = active_knobs(config)
     for knob in knobs:
         if (why := knob.not_applied(config, seen)) is not None:
             out[knob.settings[0]] = why
     if orphans := sorted(set(config.knob_settings) - {k.id for k in knobs}):
         # A knob registered at run time in the analyze process is unknown to a trial process started afresh.
-        out["knob_settings"] = (f"no knob {', '.join(orphans)} is registered in the trial process: its setting was "
-                                "not applied (add the knob to perfscope/knobs/__init__.py's REGISTRY)")
-    changed = {k: v for k, v in config.env.items() if seen.env.get(k, v) != v}
+        out["knob_settings"] = msg("knob_unregistered", knobs=orphans)
+    changed = {k: [seen.env.get(k), v] for k, v in config.env.items() if seen.env.get(k, v) != v}
     if changed:
-        out["env"] = "; ".join(f"{k} was {seen.env.get(k)!r} in the trial, not {v!r}: the workload's code set it" for k, v in changed.items())
+        out["env"] = msg("env_set_back", changed=changed)
     return out
 
 

@@ -13,6 +13,8 @@ from torch import nn
 
 from perfscope.knobs.apply.checkpointing import find_repeated_blocks, unwrapped
 from perfscope.results.config import TrialConfig
+from perfscope.results.messages import Message, msg
+from perfscope.wording import words
 
 QKV = re.compile(r"(^|[._])(q|k|v|wq|wk|wv|q_proj|k_proj|v_proj|query|key|value|to_q|to_k|to_v)$")
 OUT = re.compile(r"(^|[._])(o|wo|o_proj|out_proj|proj|attn_proj|to_out|dense)$")
@@ -31,7 +33,7 @@ class TpPlan:
 
     styles: dict[str, str] = field(default_factory=dict)
     source: str = ""
-    reason: str | None = None
+    reason: Message | None = None
 
 
 def _heads_of(block: nn.Module) -> list[tuple[str, int]]:
@@ -59,26 +61,23 @@ def _mlp_pair(block: nn.Module) -> dict[str, str]:
     return out
 
 
-def block_plan(block: nn.Module, tp: int) -> tuple[dict[str, str], str | None]:
+def block_plan(block: nn.Module, tp: int) -> tuple[dict[str, str], Message | None]:
     """The styles for one block's Linears (names relative to the block), or the reason there is no correct one."""
     styles = _mlp_pair(block)
     for name, module in block.named_modules():
         if not isinstance(module, nn.Linear) or name in styles:
             continue
         if PACKED.search(name):
-            return {}, (f"packed q/k/v projection '{name}' ({module.in_features} → {module.out_features}): its rows are "
-                        "[q; k; v], so a column split would give rank 0 all of q and half of k; use separate q/k/v "
-                        "Linears or give Workload.tensor_parallel_plan")
+            return {}, msg("tp_packed_qkv", name=name, fan_in=module.in_features, fan_out=module.out_features)
         if QKV.search(name) or UP.search(name):
             styles[name] = "colwise"
         elif OUT.search(name) or DOWN.search(name):
             styles[name] = "rowwise"
     if not any(s == "rowwise" for s in styles.values()) or not any(s == "colwise" for s in styles.values()):
-        return {}, ("no attention (q/k/v + output) or MLP (up + down) projections recognised in the repeated block "
-                    f"{type(block).__name__}; give Workload.tensor_parallel_plan")
+        return {}, msg("tp_no_projections", block=type(block).__name__)
     for attr, heads in _heads_of(block):
         if heads % tp:
-            return {}, f"{attr} = {heads} heads is not divisible by tp = {tp}"
+            return {}, msg("tp_heads_indivisible", attr=attr, heads=heads, tp=tp)
     modules = dict(block.named_modules())
     head_dims = [v for m in modules.values() for a in HEAD_DIM_ATTRS
                  if isinstance(v := getattr(m, a, None), int) and not isinstance(v, bool) and v > 0]
@@ -86,10 +85,9 @@ def block_plan(block: nn.Module, tp: int) -> tuple[dict[str, str], str | None]:
         linear = modules[name]
         width = linear.out_features if style == "colwise" else linear.in_features
         if width % tp:
-            return {}, f"'{name}' has {width} features to split, not divisible by tp = {tp}"
+            return {}, msg("tp_features_indivisible", name=name, width=width, tp=tp)
         if QKV.search(name) and head_dims and (width // tp) % head_dims[0]:
-            return {}, (f"'{name}': {width} features = {width // head_dims[0]} heads of {head_dims[0]}, "
-                        f"not divisible by tp = {tp}")
+            return {}, msg("tp_head_features_indivisible", name=name, width=width, head_dim=head_dims[0], tp=tp)
     return styles, None
 
 
@@ -99,14 +97,14 @@ def derive_plan(model: nn.Module, tp: int, workload: Any | None = None) -> TpPla
         styles = dict(workload.tensor_parallel_plan(model))
         bad = {k: v for k, v in styles.items() if v not in STYLES}
         if bad:
-            return TpPlan(reason=f"Workload.tensor_parallel_plan: unknown style(s) {bad}; use one of {STYLES}")
+            return TpPlan(reason=msg("tp_unknown_styles", bad=bad, styles=list(STYLES)))
         return TpPlan(styles=styles, source="the workload's tensor_parallel_plan")
     blocks = find_repeated_blocks(model)
     if not blocks:
-        return TpPlan(reason="no repeated blocks (an nn.ModuleList of same-type layers) to split")
+        return TpPlan(reason=msg("tp_no_repeated_blocks"))
     for attr, heads in _heads_of(model):
         if heads % tp:
-            return TpPlan(reason=f"{attr} = {heads} heads is not divisible by tp = {tp}")
+            return TpPlan(reason=msg("tp_heads_indivisible", attr=attr, heads=heads, tp=tp))
     names = {id(m): n for n, m in model.named_modules()}
     styles: dict[str, str] = {}
     for block in blocks:
@@ -146,7 +144,7 @@ def apply_tensor_parallel(model: nn.Module, config: TrialConfig, workload: Any |
 
     plan = derive_plan(model, config.tensor_parallel, workload)
     if plan.reason is not None:
-        raise ValueError(f"tensor parallelism inapplicable: {plan.reason}")
+        raise ValueError(f"tensor parallelism inapplicable: {words(plan.reason)}")
     tp, dp = config.tensor_parallel, config.data_parallel_size
     shape, names = ((tp,), ("tp",)) if dp == 1 else ((dp, tp), ("dp", "tp"))
     mesh = init_device_mesh(config.device, shape, mesh_dim_names=names)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from perfscope.results.messages import Message
+from perfscope.wording.capture import CAPTURE
 from perfscope.wording.check import CHECK
 from perfscope.wording.hooks import HOOKS
 from perfscope.wording.search import SEARCH
@@ -43,6 +44,7 @@ def _against_peak(*, tflops: float, source: str | None = None) -> str:
 
 
 def _trace_not_captured(*, notes: list[str]) -> str:
+    """``notes``: worded messages (a str in a file written before they were: kept as written)."""
     return "; ".join(notes) or "the capture window was not reached"
 
 
@@ -363,7 +365,6 @@ WORDING: dict[str, Wording] = {
     # why the hooks captured no trace (the notes of trace_not_captured)
     "profiler_already_running": "a torch.profiler was already running on this thread: it was left alone, no capture",
     "trace_unavailable": "trace unavailable",
-    "capture_said": "{note}",  # perfscope.trace.capture's own words (its TraceCapture.note)
     # notes on a FLOP count (TrialMetrics.flop_notes; perfscope.measure.flops)
     "cpu_sdpa_formula": "CPU SDPA has no torch FLOP formula: counted with torch's SDPA formulas by perfscope",
     "attention_recompute_excluded": ("attention backward's QKᵀ recompute ({share:.1%} of the FLOPs counted) is hardware "
@@ -457,6 +458,7 @@ WORDING: dict[str, Wording] = {
     **SEMANTICS,
     **SEARCH,
     **CHECK,  # the CI gate's: why nothing was compared, each metric's verdict
+    **CAPTURE,  # a trace capture's note
 }
 
 

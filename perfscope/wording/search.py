@@ -47,6 +47,22 @@ def _step_loss(*, step: int, global_steps: bool, loss: float, baseline: float, d
             f"({diff:.1%} apart; tolerance {tolerance:.0%})")
 
 
+def _joined(why: str | list[str]) -> str:
+    """A list parameter's words, "; "-joined (a str: a reason recorded before it was a list of messages)."""
+    return why if isinstance(why, str) else "; ".join(why)
+
+
+def _tf32_set_back(*, trial: bool, ran: bool) -> str:
+    return (f"the trial set matmul TF32 {'on' if trial else 'off'} but it was {'on' if ran else 'off'} at the end of "
+            "the timed steps: the workload's code set it back")
+
+
+def _env_set_back(*, changed: dict[str, list[str | None]]) -> str:
+    """``changed``: variable -> [its value in the trial, the value the config set]."""
+    return "; ".join(f"{k} was {seen!r} in the trial, not {wanted!r}: the workload's code set it"
+                     for k, (seen, wanted) in changed.items())
+
+
 def _gib(n: float) -> str:
     return f"{n / 2**30:.1f} GiB"
 
@@ -59,7 +75,7 @@ SEARCH: dict[str, str | Callable[..., Any]] = {
     "knob_note": "{note}",  # the knob's own words about a run of it (Knob.measured_notes)
     "not_run": "not run",
     "run_failed": _run_failed,
-    "knob_not_applied": "not applied: {why}; the run did not measure this knob",
+    "knob_not_applied": lambda *, why: f"not applied: {_joined(why)}; the run did not measure this knob",
     "measured_on_top": "measured on top of {reference}: {ratio:.2f}× over it ({both:.2f}× over the baseline with both)",
     "paired_micro_batch": "paired with micro-batch {micro} (without it: fits up to {largest}, out of memory at {oom})",
     "recipe_not_stacked": "it changes the training recipe: reported, never stacked into the recommendation",
@@ -68,7 +84,14 @@ SEARCH: dict[str, str | Callable[..., Any]] = {
     "needs_prerequisite": "needs {prerequisite}, which produced no acceptable run to build on",
     "memory_not_limiting": "memory did not limit the micro-batch (fits up to {largest}): {title} would only add {cost}",
     "needs_micro_batch_search": "needs the micro-batch search, which did not run",
-    "sweep_stopped": "{why}",  # Sweep.stopped_early
+    "sweep_stopped": "{why}",  # Sweep.stopped_early, worded
+    # why the sweep stopped before its end (Sweep.stopped_early)
+    "budget_of_exhausted": "budget of {budget_s:g} s exhausted",
+    "stopped_by_user": "stopped by the user (Ctrl-C or SIGTERM)",
+    "sweep_stopped_early": "the sweep stopped early",
+    "lanes_aa_all_dropped": "every lane failed or was dropped in the A/A check",
+    "lanes_all_lost": lambda *, dropped: "every lane was lost: " + "; ".join(
+        f"lane {lane}: {why}" for lane, why in dropped.items()),
     "budget_reserved": ("budget: its last {runs} run(s) went to the stacking and the confirmation (this knob could only "
                         "be reported, not recommended)"),
     "budget_exhausted": "budget exhausted",
@@ -78,7 +101,24 @@ SEARCH: dict[str, str | Callable[..., Any]] = {
     "not_reached": "not reached: the sweep was {why}",
     "did_not_join_stack": lambda *, name, failed, reason: (
         f"did not join the stack: {name} {'failed' if failed else 'was not usable'} ({reason})"),
-    "stack_not_applied": "not applied: {why}",
+    "stack_not_applied": lambda *, why: f"not applied: {_joined(why)}",
+    # why a run did not run with a setting of its config (TrialMetrics.not_applied; Knob.not_applied)
+    "tf32_set_back": _tf32_set_back,
+    "autocast_no_matmul": lambda *, dtype, ran: (
+        f"autocast({dtype}) changed no matmul: every matmul ran in {', '.join(ran)} (the workload's forward disables "
+        "autocast or casts its inputs back)"),
+    "gc_freeze_undone": ("gc.freeze() was undone during the timed steps (no frozen objects left: the workload called "
+                         "gc.unfreeze())"),
+    "gc_enabled_again": ("the garbage collector was enabled again during the timed steps (the workload called "
+                         "gc.enable())"),
+    "compile_no_dynamo": "torch.compile never ran dynamo (the model was not called through the compiled module)",
+    "compile_no_graph": ("torch.compile compiled no graph (dynamo fell back to eager: a backend error suppressed, or "
+                         "every frame skipped)"),
+    "knob_unregistered": lambda *, knobs: (
+        f"no knob {', '.join(knobs)} is registered in the trial process: its setting was not applied (add the knob to "
+        "perfscope/knobs/__init__.py's REGISTRY)"),
+    "env_set_back": _env_set_back,
+    "knob_set_back": "{why}",  # a knob's own words (the Knob.not_applied of a knob registered outside perfscope)
     # why the micro-batch search stopped (perfscope.search.microbatch)
     "micro_batch_ended": "micro-batch {micro} ended {status}",
     "micro_batch_memory_margin": "micro-batch {micro} uses more than {margin:.0%} of device memory",
@@ -108,7 +148,20 @@ SEARCH: dict[str, str | Callable[..., Any]] = {
     "layout_3d": "TP × PP together (3-D) is not run by perfscope",
     "layout_dp_pp": "pipeline stages replicated across data-parallel ranks (DP × PP) are not run by perfscope",
     "layout_split_unknown": "the probe could not read how the model splits",
-    "layout_tp_inapplicable": "{why}",  # the probe's words (ModelLayout.tp_inapplicable)
+    "layout_tp_inapplicable": "{why}",  # ModelLayout.tp_inapplicable's message, worded
+    # why no correct TP plan exists for a model and degree (perfscope.trial.tensor_parallel; TpPlan.reason)
+    "tp_unknown_styles": lambda *, bad, styles: (
+        f"Workload.tensor_parallel_plan: unknown style(s) {bad}; use one of {tuple(styles)}"),
+    "tp_no_repeated_blocks": "no repeated blocks (an nn.ModuleList of same-type layers) to split",
+    "tp_heads_indivisible": "{attr} = {heads} heads is not divisible by tp = {tp}",
+    "tp_packed_qkv": ("packed q/k/v projection '{name}' ({fan_in} → {fan_out}): its rows are [q; k; v], so a column "
+                      "split would give rank 0 all of q and half of k; use separate q/k/v Linears or give "
+                      "Workload.tensor_parallel_plan"),
+    "tp_no_projections": ("no attention (q/k/v + output) or MLP (up + down) projections recognised in the repeated "
+                          "block {block}; give Workload.tensor_parallel_plan"),
+    "tp_features_indivisible": "'{name}' has {width} features to split, not divisible by tp = {tp}",
+    "tp_head_features_indivisible": lambda *, name, width, head_dim, tp: (
+        f"'{name}': {width} features = {width // head_dim} heads of {head_dim}, not divisible by tp = {tp}"),
     "layout_no_tp_plan": "no TP plan was derived for tp = {tp}",
     "layout_layers_indivisible": "{layers} layers are not divisible by pp = {pp}",
     "layout_tp_spans_nodes": ("tp = {tp} spans nodes ({per_node} ranks per node): a TP all-reduce per block in forward "
