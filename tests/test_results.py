@@ -142,3 +142,17 @@ def test_a_schema3_file_keeps_its_prose_reasons_and_flop_notes_as_legacy_message
         msg("trace_not_captured", notes=[legacy("cap")]), msg("trace_not_captured", notes=[legacy("said")])]
     assert json.dumps(old, sort_keys=True) == kept  # upgraded on a copy
     assert Results.from_dict(loaded.to_dict()) == loaded  # and written back at schema 4
+
+
+@pytest.mark.parametrize(("code", "params", "now"), [
+    ("contended_budget", {}, {"budget": True}),
+    ("contended_persisted", {"runs": 3}, {"runs": 3}),
+    ("contended_given_up", {"measurements": 4}, {"gave_up_after": 4}),
+])
+def test_a_schema3_exclusion_under_an_old_contended_code_is_one_contended_run(code, params, now):
+    """Schema 3 said how a contended run ended by its code; schema 4 by `contended`'s parameters: still contended."""
+    old = make_results([make_trial("a"), make_trial("a-r2", seed=1)]).to_dict()
+    old["schema_version"] = 3
+    old["trials"][0]["excluded"] = {"code": code, "params": {"why": ["other processes used 1.4 cores"], **params}}
+    trial = Results.from_dict(old).trials[0]
+    assert trial.excluded == msg("contended", why=["other processes used 1.4 cores"], **now) and trial.contended

@@ -9,10 +9,14 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
-from perfscope.results.messages import Message, msg
+from perfscope.measure.lazy_msg import msg  # a lane's trial imports this module first (perfscope.trial.pin)
+
+if TYPE_CHECKING:
+    from perfscope.results.messages import Message
 
 LANE_CPUS_ENV = "PERFSCOPE_LANE_CPUS"
 """The cores of a parallel sweep's lane, set on its trials (applied by perfscope.trial.pin; read by the

@@ -58,14 +58,13 @@ def _nvml_facts(env: Environment, index: int) -> bool:
         close_nvml(pynvml)
 
 
-def _uuid(index: int) -> str:
-    """CUDA's UUID in NVML's spelling, without asking NVML (a MIG instance's CUDA UUID is its MIG UUID); "uuid
-    unknown" where the driver will not say: describing the machine must not cost the run (this path has not yet run
-    on a GPU)."""
+def _uuid(index: int) -> str | None:
+    """CUDA's UUID in NVML's spelling, without asking NVML (a MIG instance's CUDA UUID is its MIG UUID); None where
+    the driver will not say: describing the machine must not cost the run (this path has not yet run on a GPU)."""
     try:
         return ("MIG-" if is_mig_name(torch.cuda.get_device_name(index)) else "GPU-") + cuda_uuid(index)
     except Exception:  # noqa: BLE001 - an old torch without props.uuid, a driver that refuses
-        return "uuid unknown"
+        return None
 
 
 def _datasheet(env: Environment, sm_count: int | None, mig: bool) -> None:
@@ -112,7 +111,8 @@ def collect_environment(device: str, *, device_index: int = 0, measure_ceiling: 
         props = torch.cuda.get_device_properties(device_index)
         env.device_count = torch.cuda.device_count()
         env.device_index = device_index
-        env.visible_devices = [f"{torch.cuda.get_device_name(i)} ({_uuid(i)})" for i in range(env.device_count)]
+        env.visible_devices = [f"{torch.cuda.get_device_name(i)} ({_uuid(i) or 'uuid unknown'})"
+                               for i in range(env.device_count)]
         env.compute_capability = f"{props.major}.{props.minor}"
         env.device_memory_bytes = int(props.total_memory)
         env.multiprocessor_count = getattr(props, "multi_processor_count", None)

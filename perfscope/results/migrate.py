@@ -141,8 +141,9 @@ def _holds_messages(node: dict[str, Any], key: str) -> bool:
 
 def _v3(data: dict[str, Any]) -> dict[str, Any]:
     """Schema 3 still wrote a knob's outcome reason (one "; "-joined string), a layout row's reason, the numerics
-    guard's reason, a run's FLOP notes, why a setting was not applied, why the sweep stopped early, why TP does not apply and a trace capture's note as prose; schema 4 as messages (a knob's reason: a list of them). Each old
-    string is kept verbatim under the code "legacy"."""
+    guard's reason, a run's FLOP notes, why a setting was not applied, why the sweep stopped early, why TP does not
+    apply and a trace capture's note as prose; schema 4 as messages (a knob's reason: a list of them). Each old
+    string is kept verbatim under the code "legacy"; schema 3's three contended codes are one now."""
     out = copy.deepcopy(data)
     out["schema_version"] = LATEST
     _reasons_to_messages(out)
@@ -176,13 +177,22 @@ def _reasons_to_messages(node: Any) -> None:
             _reasons_to_messages(value)
 
 
+_CONTENDED_V3 = {"contended_budget": ("budget", None), "contended_persisted": ("runs", "runs"),
+                 "contended_given_up": ("gave_up_after", "measurements")}
+"""Schema 3's ways a contended run ended, each its own code: schema 4's `contended` parameter, and its source."""
+
+
 def _capture_notes(node: dict[str, Any]) -> None:
     """A trace capture's note, in place: schema 3 wrote it as prose, in a trial's "trace_not_captured" notes or as
-    the hooks' "capture_said" message."""
+    the hooks' "capture_said" message. Also a run's exclusion under one of schema 3's contended codes."""
     params = node.get("params")
     if not isinstance(params, dict):
         return
-    if node.get("code") == "capture_said" and isinstance(params.get("note"), str):
+    if node.get("code") in _CONTENDED_V3:
+        new, old = _CONTENDED_V3[node["code"]]
+        node["code"], node["params"] = "contended", {"why": params.get("why", []),
+                                                     new: True if old is None else params.get(old)}
+    elif node.get("code") == "capture_said" and isinstance(params.get("note"), str):
         node["code"], node["params"] = LEGACY, {"text": params["note"]}
     elif node.get("code") == "trace_not_captured" and isinstance(params.get("notes"), list):
         params["notes"] = [_message(n) for n in params["notes"]]
