@@ -22,6 +22,10 @@ HOW_TO_ENABLE = ("add `prof = perfscope.Profiler(model, optimizer)` and `prof.st
                  "(perfscope.hooks.integrations); a job accepts requests once its warm-up steps are done")
 START_MARGIN_STEPS = 2
 """Steps of slack, beyond the pollers' delay, before the first step every rank is asked to record."""
+ALIGN_ATTEMPTS = 3
+"""Requests before giving up on ranks recording the same steps. The start step is a forecast from heartbeats; a rank
+that reads the request after passing it (a loaded host, a loop still speeding up) records later steps, so the traces
+are compared and, if they differ, discarded and asked again with twice the slack."""
 
 
 @dataclass(frozen=True)
@@ -59,18 +63,31 @@ def members(target: Target) -> tuple[Path, list[p.Status]]:
     return control, found
 
 
-def start_step(found: list[p.Status], now: float) -> int | None:
+def start_step(found: list[p.Status], now: float, slack: float = 1.0) -> int | None:
     """For more than one process: a step every rank reaches after it has read the request (by its last heartbeat's
-    step and rate, plus its polling delay and START_MARGIN_STEPS); one process starts at its next step."""
+    step and rate, plus ``slack`` × (its polling delay + 1 s, and START_MARGIN_STEPS)); one process starts at its
+    next step."""
     if len(found) < 2:
         return None
-    ahead = [s.step + s.steps_per_s * (now - s.updated + 2 * (s.poll_s or 0) + 1) for s in found]
-    return int(max(ahead)) + START_MARGIN_STEPS
+    ahead = [s.step + s.steps_per_s * (now - s.updated + slack * (2 * (s.poll_s or 0) + 1)) for s in found]
+    return int(max(ahead) + slack * START_MARGIN_STEPS)
 
 
-def ask(control: Path, found: list[p.Status], steps: int, *, memory: bool = False) -> p.Request:
+def refreshed(control: Path, found: list[p.Status], *, until_rated: bool = False) -> list[p.Status]:
+    """The members' newest heartbeats; ``until_rated``: waiting (up to a few heartbeats) until each has a step rate,
+    which a process registered moments ago has not, for start_step's forecast."""
+    deadline = time.monotonic() + max(4 * (s.poll_s or 0) for s in found) * 2 + 1
+    while True:
+        newest = {(s.pid, s.host): s for s in p.statuses(control)}
+        current = [newest.get((s.pid, s.host), s) for s in found]
+        if not until_rated or all(s.steps_per_s > 0 for s in current) or time.monotonic() > deadline:
+            return current
+        time.sleep(0.1)
+
+
+def ask(control: Path, found: list[p.Status], steps: int, *, memory: bool = False, slack: float = 1.0) -> p.Request:
     """Write the request, then signal the processes of this host that listen for one."""
-    request = p.new_request(steps, start_step(found, time.time()), memory=memory)
+    request = p.new_request(steps, start_step(found, time.time(), slack), memory=memory)
     p.write_json(control / p.REQUEST, request)
     for status in found:
         if status.signal and status.host == p.host():
@@ -111,20 +128,14 @@ def capture(target: Target, *, steps: int, out: Path, timeout_s: float, command:
     from perfscope.trace.offline import trace_results
 
     control, found = members(target)
-    request = ask(control, found, steps, memory=memory)
-    answers = wait(control, request, found, timeout_s)
-    failed = [a for a in answers if a.trace is None]
-    if failed:
-        raise UserError("; ".join(f"process {a.pid} (rank {a.rank}) could not capture: {a.error}" for a in failed))
+    request, answers, attempts = aligned_answers(control, found, steps, memory=memory, timeout_s=timeout_s)
     (out / "trace").mkdir(parents=True, exist_ok=True)
     ranks = [a.rank for a in answers] if len({a.rank for a in answers}) == len(answers) else range(len(answers))
     for answer, rank in zip(answers, ranks):
         copy_file(Path(answer.trace), out / "trace" / f"rank{rank}.json.gz")  # type: ignore[arg-type]
         if answer.memory:
             copy_file(Path(answer.memory), out / f"memory-rank{rank}.json")
-    shutil.rmtree(control / "captures" / request.id, ignore_errors=True)  # the job's folder keeps no copy
-    for status in found:
-        p.answer_path(control, request.id, status).unlink(missing_ok=True)
+    _discard(control, request, found)  # the job's folder keeps no copy
     for folder in (control / "captures", control):  # emptied: a process's own folder when it ended meanwhile
         if folder.parent != control.parent or control.parent == p.registry_root():  # never a folder the user made
             with contextlib.suppress(OSError):
@@ -133,10 +144,39 @@ def capture(target: Target, *, steps: int, out: Path, timeout_s: float, command:
     results.workload.name = f"capture of process {target.pid}" if target.pid is not None else f"capture of {control.name}"
     for a in answers:
         results.notes.append(msg("captured_on_demand", first=a.first_step, last=a.last_step, pid=a.pid, host=a.host,
-                                 rank=a.rank, requested=a.requested_step, steps=steps))
+                                 rank=a.rank, requested=a.requested_step, steps=steps, attempts=attempts))
     if memory:
         _add_memory(results, out, sorted(ranks))
     return results, answers
+
+
+def aligned_answers(control: Path, found: list[p.Status], steps: int, *, memory: bool,
+                     timeout_s: float) -> tuple[p.Request, list[p.Answer], int]:
+    """Every process's answer to one request whose traces cover the same steps (one process: its first answer),
+    the request and how many were made; UserError when a process could not capture, or after ALIGN_ATTEMPTS."""
+    if len(found) > 1:
+        found = refreshed(control, found, until_rated=True)
+    windows: list[str] = []
+    for attempt in range(ALIGN_ATTEMPTS):
+        request = ask(control, found, steps, memory=memory, slack=2.0 ** attempt)
+        answers = wait(control, request, found, timeout_s)
+        failed = [a for a in answers if a.trace is None]
+        if failed:
+            raise UserError("; ".join(f"process {a.pid} (rank {a.rank}) could not capture: {a.error}" for a in failed))
+        if len({(a.first_step, a.last_step) for a in answers}) == 1:
+            return request, answers, attempt + 1
+        windows.append(", ".join(f"rank {a.rank} {a.first_step}-{a.last_step}" for a in answers))
+        _discard(control, request, found)
+        found = refreshed(control, found)
+    raise UserError(f"the processes recorded different steps in each of {ALIGN_ATTEMPTS} requests "
+                    f"({'; '.join(windows)}): is one of them stalled, or are they not one job?")
+
+
+def _discard(control: Path, request: p.Request, found: list[p.Status]) -> None:
+    """A request's copies of the traces and its answers, from the job's control folder."""
+    shutil.rmtree(control / "captures" / request.id, ignore_errors=True)
+    for status in found:
+        p.answer_path(control, request.id, status).unlink(missing_ok=True)
 
 
 def _add_memory(results: Results, out: Path, ranks: list[int]) -> None:

@@ -63,11 +63,13 @@ def _other_processes_busy(*, cores: float, cpus: int, beyond_quota: float) -> st
     return f"other processes used {cores:.2f} cores of the {cpus} CPUs this run may use{spare}"
 
 
-def _captured_on_demand(*, first: int, last: int, pid: int, host: str, rank: int, requested: int, steps: int) -> str:
+def _captured_on_demand(*, first: int, last: int, pid: int, host: str, rank: int, requested: int, steps: int,
+                        attempts: int = 1) -> str:
     ran = last - first + 1
     ended = f" (the job ended after {ran} of the {steps} steps)" if ran < steps else ""
+    asked = f"; the ranks' first {attempts - 1} request(s) recorded different steps and were discarded" if attempts > 1 else ""
     return (f"captured on demand: steps {first}-{last} of process {pid} on {host} (rank {rank}), "
-            f"requested while it ran step {requested}{ended}")
+            f"requested while it ran step {requested}{ended}{asked}")
 
 
 def _ranks_traced(*, traced: int, world: int) -> str:
