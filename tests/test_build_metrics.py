@@ -31,7 +31,7 @@ def observation(**changes: object) -> RunObservation:
         device_type="cuda", windows=[Window(steps=4, samples=32, wall_s=2.0, data_wait_s=0.4, host_data_wait_s=0.4)],
         records=records, micro_batch_size=8, grad_accum_steps=1, warmup_steps=3, tokens_per_sample=16,
         memory=MemoryPeaks(device_type="cuda", allocated=1000, reserved=1500, capacity=8000, host_rss=50),
-        owners=OWNERS, flops=FlopCount(model=1e9, hardware=1.5e9, notes=["counted"]),
+        owners=OWNERS, flops=FlopCount(model=1e9, hardware=1.5e9, notes=[msg("flops_fake_tensors", micro=8)]),
         fingerprint=Fingerprint(method="test"), first_step=FirstStep(seconds=1.5, compiled=True),
         losses=[2.0, 1.9, 1.8, 1.7], optimizer="torch.optim.sgd.SGD", calibration="4 steps as asked",
         recompiles_in_window=0, matmul_tf32=True,

@@ -7,6 +7,7 @@ runs, --max-drop 5%). The seeded counts are small; benchmarks/results/gate_simul
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -64,7 +65,8 @@ def test_a_one_session_baseline_says_what_would_decide_and_fails_a_29_percent_dr
     assert wilson(same["regression"], 200)[1] <= 0.05 and same["pass"] <= 10, same
     report, _, _ = _draw("one-session baseline, identical code")
     said = report.verdicts[0].message.params
-    assert "between-session spread assumed 5%" in said["runs"].params["basis"]
+    (basis,) = said["runs"].params["basis"]
+    assert basis.code == "session_spread_assumed" and basis.params["sd"] == pytest.approx(math.log1p(DEFAULT_BETWEEN_SESSION))
     assert said["decides"] == msg("decide_assumed_spread", sessions=1, needed=MIN_SPREAD_DF + 1)
     drop = simulate(ROW["one-session baseline, 29% drop"], 100)
     assert drop["regression"] >= 98, drop
@@ -99,5 +101,5 @@ def test_a_stated_between_session_spread_is_used_as_known():
     report, history, current = _draw("one-session baseline, identical code")
     stated = run_gate(current, BaselineHistory(sessions=history),
                       GateOptions(metrics=("samples_per_s",), between_session=0.01))
-    assert stated.verdicts[0].message.params["runs"].params["basis"] == "between-session 1.0% (stated)"
+    assert stated.verdicts[0].message.params["runs"].params["basis"] == [msg("spread_stated", unit="session", value=0.01)]
     assert stated.verdicts[0].high - stated.verdicts[0].low < report.verdicts[0].high - report.verdicts[0].low

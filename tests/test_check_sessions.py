@@ -95,7 +95,9 @@ def test_a_real_6_percent_regression_fails_against_sessions_that_agree(seed):
     report = gate(current, history, max_drop=0.03)
     verdict = report.verdicts[0]
     assert report.outcome == "regression", verdict.message
-    assert verdict.sessions == 5 and "between-host spread from 5 hosts (4 df)" in said(verdict)["runs"].params["basis"]
+    (basis,) = said(verdict)["runs"].params["basis"]  # one session per host: the host spread holds the days' too
+    assert verdict.sessions == 5 and (basis.code, basis.params["unit"], basis.params["units"], basis.params["df"]) == (
+        "spread_estimated", "host", 5, 4)
 
 
 def test_the_between_session_spread_widens_the_interval():

@@ -1,5 +1,6 @@
-"""The structural gate: each variant of tests/workloads/structure_variants.py is named in words and fails under
-its own --fail-on-structure kind only; identical fingerprints name nothing; the gate's outputs carry the diff."""
+"""The structural gate: each variant of tests/workloads/structure_variants.py is named by its change's code and fails
+under its own --fail-on-structure kind only; identical fingerprints name nothing; the gate's outputs carry the diff
+(the changes' words: tests/test_wording_catalogues.py)."""
 
 from __future__ import annotations
 
@@ -14,27 +15,30 @@ from perfscope.check.render import render_junit, render_markdown, render_table
 from perfscope.check.structure import KINDS, NoteCode, diff_fingerprints, parse_structure_gates
 from perfscope.results.fingerprint import CopyStat, Fingerprint, MemoryPeak
 from perfscope.results.messages import msg
+from perfscope.wording import words
 from tests.factories import make_results, make_runs
 from tests.test_fingerprint import ITEM_LINE
 from tests.test_fingerprint import _fingerprint as fingerprint
 
+ITEM = "aten::_local_scalar_dense (.item())"
 VARIANTS = {
-    # variant: (precision, compile, kind it must fail, words it must say)
-    "item": ("fp32", None, "sync", f"+1 host sync per step: aten::_local_scalar_dense (.item()) at "
-                                   f"tests/workloads/structure_variants.py:{ITEM_LINE}"),
-    "extra_matmul": ("fp32", None, "flops", "FLOPs per step +67% (aten::mm +71%, aten::addmm +60%)"),
-    "fp32_head": ("bf16", None, "dtype", "matmul FLOPs in bf16 100% → 90% (fp32 0% → 10%)"),
-    "graph_break": ("fp32", "default", "graph-breaks", "graph breaks 0 → 1 (reason: Call to `torch._dynamo.graph_break()`)"),
+    # variant: (precision, compile, kind it must fail, the code and parameters it must say)
+    "item": ("fp32", None, "sync", "structure_syncs",
+             {"op": ITEM, "sites": [f"tests/workloads/structure_variants.py:{ITEM_LINE}"], "before": 0, "after": 1}),
+    "extra_matmul": ("fp32", None, "flops", "structure_flops", {"before": 292864.0, "after": 489472.0}),
+    "fp32_head": ("bf16", None, "dtype", "structure_dtypes", {"before": {"bf16": 1.0}, "moved": ["bf16", "fp32"]}),
+    "graph_break": ("fp32", "default", "graph-breaks", "structure_graph_breaks",
+                    {"before": 0, "after": 1, "reasons": {"Call to `torch._dynamo.graph_break()`": 1}}),
 }
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_each_variant_is_named_and_fails_under_its_kind_only(variant):
-    precision, compile, kind, words = VARIANTS[variant]
+    precision, compile, kind, code, params = VARIANTS[variant]
     base, cur = fingerprint("base", precision, compile), fingerprint(variant, precision, compile)
     diff = diff_fingerprints(base, cur, parse_structure_gates(kind))
     messages = [c.message for c in diff.changes]
-    assert any(m.startswith(words) for m in messages), messages
+    assert any(m.code == code and all(m.params[k] == v for k, v in params.items()) for m in messages), messages
     assert [c.kind for c in diff.failed] == [kind], messages
     others = ",".join(k for k in KINDS if k not in (kind, "ops", "flops"))  # an extra matmul also adds ops
     assert not diff_fingerprints(base, cur, parse_structure_gates(others)).failed
@@ -43,14 +47,14 @@ def test_each_variant_is_named_and_fails_under_its_kind_only(variant):
 def test_an_extra_matmul_names_its_op_calls_too():
     diff = diff_fingerprints(fingerprint("base"), fingerprint("extra_matmul"), parse_structure_gates("ops"))
     (ops,) = [c for c in diff.changes if c.kind == "ops"]
-    assert ops.failed and ops.message.startswith("op calls per step ") and "aten::t +5" in ops.message  # the largest moves first
+    assert ops.failed and ops.message.code == "structure_op_calls" and ops.message.params["delta"]["aten::t"] == 5
 
 
 def test_identical_code_names_nothing_and_passes_every_gate():
     base, same = fingerprint("base"), fingerprint("base", repeat=1)
     diff = diff_fingerprints(base, same, parse_structure_gates(",".join(KINDS)))
     assert diff.changes == [] and diff.failed == [] and diff.compared
-    assert diff.summary().startswith("no structural change found")
+    assert diff.summary() == msg("no_structural_change_found")
 
 
 def test_thresholds_tolerate_amounts():
@@ -64,7 +68,7 @@ def test_thresholds_tolerate_amounts():
 
 def test_improvements_are_named_but_never_fail():
     diff = diff_fingerprints(fingerprint("item"), fingerprint("base"), parse_structure_gates(",".join(KINDS)))
-    assert [c.message.split(":")[0] for c in diff.changes] == ["-1 host sync per step"] and not diff.failed
+    assert [(c.message.code, c.message.params["after"]) for c in diff.changes] == [("structure_syncs", 0)] and not diff.failed
 
 
 def test_bad_gate_specs_are_refused_with_the_known_kinds():
@@ -81,7 +85,7 @@ def test_memory_changes_within_the_recorded_tolerance_are_not_changes():
     within.memory.bytes, beyond.memory.bytes = 1015 * 2**20, 1100 * 2**20
     assert diff_fingerprints(base, within, parse_structure_gates("memory")).changes == []
     (change,) = diff_fingerprints(base, beyond, parse_structure_gates("memory")).failed
-    assert change.message.startswith("allocator peak 1000.0 MiB → 1.1 GiB (+10%")
+    assert change.message == msg("structure_memory", before=1000 * 2**20, after=1100 * 2**20, tolerance=0.02)
     assert not diff_fingerprints(base, beyond, parse_structure_gates("memory:15%")).failed
 
 
@@ -89,14 +93,14 @@ def test_a_new_pageable_copy_is_named_with_its_bytes():
     base = Fingerprint(method="t", copies={"h2d pinned": CopyStat(count=2, bytes=4096)})
     cur = Fingerprint(method="t", copies={"h2d pinned": CopyStat(count=2, bytes=4096), "h2d pageable": CopyStat(count=1, bytes=3 * 2**20)})
     (change,) = diff_fingerprints(base, cur, parse_structure_gates("copies")).failed
-    assert change.message == "H2D pageable copies per step 0 → 1 (0 B → 3.0 MiB)"
+    assert change.message == msg("structure_copies", kind="h2d pageable", counts=[0, 1], sizes=[0, 3 * 2**20])
 
 
 def test_kernel_launches_are_an_ops_change():
     base = Fingerprint(method="t", kernel_launches={"compute kernels": 312})
     cur = Fingerprint(method="t", kernel_launches={"compute kernels": 655})
     (change,) = diff_fingerprints(base, cur, parse_structure_gates("ops")).failed
-    assert change.message == "kernel launches per step 312 → 655"
+    assert change.message == msg("structure_launches", name="compute kernels", before=312, after=655)
 
 
 # ------------------------------------------------------------------------------------- the gate
@@ -116,9 +120,9 @@ def test_the_gate_fails_on_structure_alone_and_every_output_carries_the_diff():
     report = run_gate(cur, base, GateOptions(between_session=0.0, max_drop=0.5, fail_on_structure=parse_structure_gates("sync")))
     assert report.outcome == "regression"
     table, markdown, junit = render_table(report), render_markdown(report), render_junit(report)
-    words = "+1 host sync per step: aten::_local_scalar_dense (.item()) at tests/workloads/structure_variants.py"
-    assert f"[FAIL] {words}" in table and words in markdown
-    assert 'name="structure"' in junit and '<failure type="structure"' in junit and words in junit
+    said = words(report.structure.changes[0].message)
+    assert f"[FAIL] {said}" in table and said in markdown
+    assert 'name="structure"' in junit and '<failure type="structure"' in junit and said in junit
 
 
 def test_a_timing_regression_says_its_structural_cause_or_that_none_was_found():
@@ -126,13 +130,13 @@ def test_a_timing_regression_says_its_structural_cause_or_that_none_was_found():
     slower_same = run_gate(_results(fingerprint("base"), median_s=0.15, seed=2), base, GateOptions(between_session=0.0, metrics=("samples_per_s",)))
     (verdict,) = slower_same.verdicts
     assert verdict.status == "regression" and verdict.message.code == "verdict_with_structure"
-    assert verdict.message.params["structure"].startswith("no structural change found")
+    assert verdict.message.params["structure"] == msg("no_structural_change_found")
     slower_item = run_gate(_results(fingerprint("item"), median_s=0.15, seed=2), base, GateOptions(between_session=0.0, metrics=("samples_per_s",)))
-    assert slower_item.verdicts[0].message.params["structure"].startswith("structural changes: +1 host sync per step")
+    structure = slower_item.verdicts[0].message.params["structure"]
+    assert structure.code == "structural_changes" and [c.code for c in structure.params["changes"]] == ["structure_syncs"]
     # every output carries the explanation with the verdict, not only the structure list
-    words = "structural changes: +1 host sync per step: aten::_local_scalar_dense (.item())"
     for rendered in (render_table(slower_item), render_markdown(slower_item), render_junit(slower_item)):
-        assert words in rendered
+        assert words(structure) in rendered
     assert '<failure type="regression" message="samples/s' in render_junit(slower_item)
 
 
@@ -147,7 +151,7 @@ def test_a_slowdown_the_noise_cannot_confirm_also_gets_its_explanation():
     (verdict,) = run_gate(cur, base, GateOptions(between_session=0.0, metrics=("samples_per_s",))).verdicts
     assert verdict.status == "inconclusive" and verdict.change < -0.05
     assert verdict.message.code == "verdict_with_structure"
-    assert verdict.message.params["structure"].startswith("structural changes: +1 host sync per step")
+    assert verdict.message.params["structure"].params["changes"][0].params["op"] == ITEM
     (faster,) = run_gate(base, cur, GateOptions(between_session=0.0, metrics=("samples_per_s",))).verdicts
     assert faster.message.code == "verdict"  # a faster run needs no explanation
 
@@ -187,8 +191,8 @@ def test_a_sync_every_n_steps_is_named_from_the_window_and_periodic_phase_is_no_
     base = Fingerprint(method="t", window_syncs=WindowSyncs(steps=40, sites={}))
     every10 = Fingerprint(method="t", window_syncs=WindowSyncs(steps=40, sites={"train.py:42": 4}))
     (change,) = diff_fingerprints(base, every10, parse_structure_gates("sync")).failed
-    assert change.message == ("+0.1 host syncs per step over the timed window (about 1 every 10 steps): a synchronizing "
-                              "CUDA call at train.py:42 (0 in 40 steps → 4 in 40 steps)")
+    assert change.message == msg("structure_window_syncs", site="train.py:42", before=0.0, after=0.1,
+                                 counts=[[0, 40], [4, 40]])
     assert not diff_fingerprints(base, every10, parse_structure_gates("sync:1")).failed
     # identical code: windows of other lengths and phases hold one occurrence more or less: no change
     same = Fingerprint(method="t", window_syncs=WindowSyncs(steps=43, sites={"train.py:42": 5}))
@@ -197,7 +201,7 @@ def test_a_sync_every_n_steps_is_named_from_the_window_and_periodic_phase_is_no_
     step_base = copy.deepcopy(base)
     per_step = Fingerprint(method="t", syncs=[SyncSite(op="aten::_local_scalar_dense (.item())", site="train.py:42", count=1)],
                            op_calls=1, ops={"aten::_local_scalar_dense": 1}, window_syncs=WindowSyncs(steps=40, sites={"train.py:42": 40}))
-    assert [c.message.split(":")[0] for c in diff_fingerprints(step_base, per_step).changes] == ["+1 host sync per step"]
+    assert [c.message.code for c in diff_fingerprints(step_base, per_step).changes] == ["structure_syncs"]
     # runs pool their windows: more steps resolve rarer syncs
     picked = consensus([every10, same])
     pooled = picked.fingerprint

@@ -218,7 +218,7 @@ def test_flops_are_counted_without_the_memory_of_the_micro_batch():
     step = TrainStep(_capped_mlp(fits=4), TrialConfig(micro_batch_size=64))
     model_flops, hardware_flops, notes = step.count_flops()  # before: torch.OutOfMemoryError at 64 samples
     assert model_flops == hardware_flops == _mlp_flops(64)
-    assert "fake tensors" in notes[0]  # the counting method, still in words
+    assert notes[0] == msg("flops_fake_tensors", micro=64)  # the counting method
     assert all(p.grad is None for p in step.model.parameters())  # the real model was not touched
 
 
@@ -268,7 +268,6 @@ def test_where_fake_tensors_fail_a_small_real_step_is_counted_and_scaled():
     step = TrainStep(_capped_mlp(fits=4, data_dependent_loss=True), TrialConfig(micro_batch_size=64))
     model_flops, _, notes = step.count_flops()
     assert model_flops == _mlp_flops(64)  # exact: these FLOPs are linear in the batch
-    method = notes[0]  # the counting method, still in words
-    assert isinstance(method, str) and "fake-tensor FLOP counting failed" in method, notes
-    assert "micro-batch 2" in method and "×32" in method
+    method = notes[0]  # the counting method
+    assert method.code == "flops_fake_failed" and (method.params["small"], method.params["scale"]) == (2, 32), notes
     assert all(p.grad is None for p in step.model.parameters())

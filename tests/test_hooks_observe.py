@@ -22,6 +22,7 @@ import perfscope.hooks.observe as observe
 from perfscope.hooks.observe import Observation, compile_mode, compile_state, observed_settings, precision_from
 from perfscope.hooks.profiler import DATA_SPAN, Profiler
 from perfscope.results import KernelStat, Results
+from perfscope.results.messages import msg
 from perfscope.rules import run_rules
 from perfscope.trace.categories import categorize
 from perfscope.trace.facts import DATA_LABEL
@@ -218,6 +219,8 @@ def test_compiled_model_flops_depend_on_eager_counting(monkeypatch: pytest.Monke
     m = prof.results().trials[0].metrics
     if set_stance:
         assert m.flops_per_step and m.flops_per_step > 0
+        assert "flops_counted_eagerly" in [n.code for n in m.flop_notes]  # and the fingerprint's method says so
+        assert m.fingerprint is not None and words(msg("flops_counted_eagerly")) in m.fingerprint.method
     else:
         assert m.flops_per_step is None and m.unavailable["flops_per_step"].code == "compiled_flops_unseen"
 

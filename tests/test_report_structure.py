@@ -44,10 +44,13 @@ def test_a_knobs_structural_change_is_the_ci_gates_diff_in_its_words():
     effects = knob_effects(results)
     expected = [c.message for c in diff_fingerprints(BASE, _bf16()).changes]
     assert effects["amp_bf16"].counted == expected
-    assert expected == ["matmul FLOPs in bf16 0% → 100% (fp32 100% → 0%)", "op calls per step 100 → 120 (aten::_to_copy +20)"]
-    assert effects["channels_last"].lines() == [NO_CHANGE]
+    assert [m.code for m in expected] == ["structure_dtypes", "structure_op_calls"]
+    assert effects["amp_bf16"].lines() == [words(m) for m in expected]
+    assert effects["channels_last"].lines() == [words(NO_CHANGE)]
     # workers change nothing in the step: what they remove is the data wait, timed and marked so
-    assert effects["dataloader_workers"].lines() == ["exposed data wait 18% → 2% of wall time (measured)"]
+    (moved,) = effects["dataloader_workers"].measured
+    assert moved.code == "data_wait_moved" and moved.params["before"] > moved.params["after"]
+    assert effects["dataloader_workers"].lines() == [words(msg("measured_change", change=moved))]
     assert structural_effect(results, "baseline") is None and "torch_compile" not in effects  # crashed: no run
 
 
@@ -56,7 +59,8 @@ def test_what_torch_compile_made_is_said_and_the_eager_count_explained():
     compiled.compile = CompileFacts(graphs=2, graph_breaks=1, break_reasons={"Call to `torch._dynamo.graph_break()`": 1})
     results = _results({"baseline": BASE, "amp_bf16": compiled})
     effect = knob_effects(results)["amp_bf16"]
-    assert effect.counted == ["torch.compile: 2 graphs, 1 graph break (reason: Call to `torch._dynamo.graph_break()`), 0 recompiles"]
+    assert effect.counted == [msg("compile_facts", graphs=2, graph_breaks=1, reasons=["Call to `torch._dynamo.graph_break()`"],
+                                  recompiles=0)]
     assert effect.notes == [EAGER_COUNT_NOTE]  # not "the baseline is not compiled": it need not be
 
 

@@ -112,7 +112,7 @@ def test_structure_notes_render_as_their_words():
     note = StructureNote(code=NoteCode.NO_FINGERPRINT, message=msg("text", text="no print"))
     report.structure = check_structure.StructureDiff(compared=False, notes=[note])
     assert "  not compared: no print" in render_table(report)
-    assert report.structure.summary() == "structure not compared (no print)"
+    assert report.structure.summary() == msg("structure_not_compared", notes=[note.message])
 
 
 # ----------------------------------------------------------------------------- the MFU peak's kind

@@ -107,10 +107,10 @@ class MetricCheck:
         else:
             decides = _what_decides(spread)
         return self._decide(spread.current_level - spread.baseline_level, math.sqrt(spread.variance), spread.df,
-                            common, decides=decides, basis="" if one_job else spread.how)
+                            common, decides=decides, basis=None if one_job else spread.how)
 
     def _decide(self, diff: float, se: float, df: float, common: dict[str, Any], *, decides: Message,
-                basis: str = "") -> Verdict:
+                basis: list[Message] | None = None) -> Verdict:
         """Regression, pass or inconclusive from the log difference, its standard error and degrees of freedom."""
         half = t_quantile(1 - (1 - self.confidence) / 2, df) * se
         q, lo, hi = exp_or_inf(diff), exp_or_inf(diff - half), exp_or_inf(diff + half)

@@ -89,7 +89,7 @@ def _structure_lines(report: GateReport) -> list[str]:
     if not diff.compared:
         return [head, *(f"  not compared: {n}" for n in diff.notes)]
     lines = [head]
-    lines += [f"  {'[FAIL] ' if c.failed else ''}{c.message}" for c in diff.changes]
+    lines += [f"  {'[FAIL] ' if c.failed else ''}{words(c.message)}" for c in diff.changes]
     if not diff.changes:
         lines.append("  no structural change")
     lines += [f"  note: {n}" for n in diff.notes]
@@ -175,7 +175,7 @@ def render_junit(report: GateReport) -> str:
         case = ET.SubElement(suite, "testcase", classname=classname, name="structure", time="0")
         text = _xml("\n".join(structure))
         if report.structure_failed:
-            failed = "; ".join(c.message for c in report.structure.failed) if report.structure else ""
+            failed = "; ".join(words(c.message) for c in report.structure.failed) if report.structure else ""
             ET.SubElement(case, "failure", type="structure", message=_xml(failed)).text = text
         else:
             ET.SubElement(case, "system-out").text = text

@@ -12,6 +12,8 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from perfscope.results.messages import Message, msg
+
 DEFAULT_BETWEEN_SESSION = 0.05
 """Assumed sd of day-to-day offsets on one host when the history cannot estimate it: above the 1-4% seen between
 jobs on one CI runner (issue 25, 35), so that identical code rarely fails while a 29% drop does."""
@@ -41,9 +43,9 @@ class SessionSpread:
     between_sd: float | None  # sd of session offsets used (tau), log units
     host_sd: float | None  # sd of host offsets used (eta); None: not part of this comparison
     within_sd: float | None  # pooled run-to-run sd (sigma)
-    how: str
+    how: list[Message]  # what the spread rests on, "; "-joined in the verdict's runs_compared
     assumed: bool = False  # a default stood in for a spread the history cannot estimate
-    refusal: str = ""  # why variance is None
+    refusal: Message | None = None  # why variance is None
 
 
 def _var(values: list[float]) -> float:
@@ -74,23 +76,18 @@ def _run_noise(groups: list[list[float]], current: list[float]) -> tuple[list[tu
     return [(pooled * (1 / m + h / j), df_all)], math.sqrt(pooled), df_all
 
 
-def _spread(means: list[float], stated: float | None, default: float, what: str) -> tuple[float, float, str, bool]:
-    """(variance of the offsets, its df, how, assumed) from the means of the units (sessions or hosts)."""
+def _host_spread(means: list[float], stated: float | None, default: float) -> tuple[float, float, Message, bool]:
+    """(variance of the host offsets, its df, how, assumed) from the hosts' means."""
     if stated is not None:
-        return math.log1p(stated) ** 2, math.inf, f"{what} {stated:.1%} (stated)", False
+        return math.log1p(stated) ** 2, math.inf, msg("spread_stated", unit="host", value=stated), False
     df = len(means) - 1
     observed = _var(means)
     if df >= MIN_SPREAD_DF:
-        return observed, df, f"{what} from {len(means)} {_units(what)} ({df} df): about {math.sqrt(observed):.1%}", False
+        return observed, df, msg("spread_estimated", unit="host", units=len(means), df=df, sd=math.sqrt(observed)), False
     guess = math.log1p(default) ** 2
     if observed > guess:
-        return observed, math.inf, f"{what} {math.sqrt(observed):.1%} observed, above the default", True
-    return guess, math.inf, (f"{what} assumed {default:.0%} (default: {len(means)} {_units(what)} cannot estimate it; "
-                             f"{MIN_SPREAD_DF + 1} can)"), True
-
-
-def _units(what: str) -> str:
-    return "hosts" if "host" in what else "sessions"
+        return observed, math.inf, msg("host_spread_above_default", sd=math.sqrt(observed)), True
+    return guess, math.inf, msg("host_spread_assumed", default=default, hosts=len(means), needed=MIN_SPREAD_DF + 1), True
 
 
 def session_spread(baseline_sessions: list[StoredSession], current: list[float], *, current_host: str = "",
@@ -113,21 +110,21 @@ def session_spread(baseline_sessions: list[StoredSession], current: list[float],
     df_tau = len(groups) - len(hosts)
     estimated = between_session is None and df_tau >= MIN_SPREAD_DF
     if between_session is not None:
-        tau2, tau_df, how, assumed = math.log1p(between_session) ** 2, math.inf, f"between-session {between_session:.1%} (stated)", False
+        tau2, tau_df, assumed = math.log1p(between_session) ** 2, math.inf, False
+        how = [msg("spread_stated", unit="session", value=between_session)]
     elif estimated:
         tau2 = sum(d * d for d in deviations) / df_tau
         tau_df, assumed = df_tau, False
-        how = f"between-session spread from {len(groups)} stored sessions ({df_tau} df): about {math.sqrt(tau2):.1%}"
+        how = [msg("spread_estimated", unit="session", units=len(groups), df=df_tau, sd=math.sqrt(tau2))]
     else:
         observed = sum(d * d for d in deviations) / df_tau if df_tau else 0.0
         tau2, tau_df, assumed = max(math.log1p(DEFAULT_BETWEEN_SESSION) ** 2, observed), math.inf, True
-        how = (f"between-session spread assumed {math.sqrt(tau2):.0%} ({len(groups)} stored session(s) cannot estimate it: "
-               f"{MIN_SPREAD_DF + 1} on one host can, or state --between-session)")
+        how = [msg("session_spread_assumed", sd=math.sqrt(tau2), sessions=len(groups), needed=MIN_SPREAD_DF + 1)]
     if sigma is None:
         return SessionSpread(baseline_level=statistics.fmean(statistics.fmean(g) for g in groups), current_level=cur,
                              sessions=len(groups), hosts=len(hosts), new_host=new_host, variance=None, df=0,
-                             between_sd=math.sqrt(tau2), host_sd=None, within_sd=None, how="",
-                             refusal="no session has two runs: the run-to-run noise is unknown")
+                             between_sd=math.sqrt(tau2), host_sd=None, within_sd=None, how=[],
+                             refusal=msg("run_noise_unknown"))
     eta = None
     if not new_host:
         mine = hosts[current_host]
@@ -152,13 +149,13 @@ def session_spread(baseline_sessions: list[StoredSession], current: list[float],
             terms = [(s_h2 * (1 + 1 / k), k - 1), (tau2 * (1 - share), tau_df), *noise]
             eta = math.sqrt(max(0.0, s_h2 - tau2 * share))
             if share == 1:  # one session per host (hosted runners): the host spread holds the days' too
-                how, assumed = "", False
-            how = f"between-host spread from {k} hosts ({k - 1} df): about {math.sqrt(s_h2):.1%}" + (f"; {how}" if how else "")
+                how, assumed = [], False
+            how = [msg("spread_estimated", unit="host", units=k, df=k - 1, sd=math.sqrt(s_h2)), *how]
         else:
-            eta2, eta_df, host_how, host_assumed = _spread(host_means, between_host, DEFAULT_BETWEEN_HOST, "between-host spread")
+            eta2, eta_df, host_how, host_assumed = _host_spread(host_means, between_host, DEFAULT_BETWEEN_HOST)
             terms = [(eta2 * (1 + 1 / k), eta_df), (tau2 * (1 + 1 / len(groups)), tau_df), *noise]
             eta, assumed = math.sqrt(eta2), assumed or host_assumed
-            how = f"{current_host or 'this host'} is not in the history ({k} host(s)): {host_how}; {how}"
+            how = [msg("host_not_in_history", host=current_host, hosts=k, spread=host_how), *how]
     variance = sum(v for v, _ in terms)
     return SessionSpread(baseline_level=base, current_level=cur, sessions=len(groups), hosts=len(hosts),
                          new_host=new_host, variance=variance, df=_satterthwaite(terms), between_sd=math.sqrt(tau2),

@@ -2,7 +2,7 @@
 
     gates = parse_structure_gates("sync,flops:5%")
     diff = diff_sides(runs_consensus(baseline_runs), runs_consensus(current_runs), gates)
-    [c.message for c in diff.changes]     # "+1 host sync per step: aten::_local_scalar_dense (.item()) at m.py:42"
+    [words(c.message) for c in diff.changes]   # "+1 host sync per step: aten::_local_scalar_dense (.item()) at m.py:42"
     diff.failed                            # the changes a chosen gate fails on
 
 Design notes: docs/ci-gate.md.
@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal
 
-from perfscope.knobs.base import size
 from perfscope.results import Trial
 from perfscope.results.fingerprint import Consensus, Fingerprint, consensus
 from perfscope.results.messages import Message, msg
@@ -119,7 +118,7 @@ class StructureNote:
 @dataclass(kw_only=True)
 class StructuralChange:
     kind: str
-    message: str
+    message: Message
     before: float
     after: float
     worse: bool
@@ -143,25 +142,12 @@ class StructureDiff:
     def failed(self) -> list[StructuralChange]:
         return [c for c in self.changes if c.failed]
 
-    def summary(self) -> str:
+    def summary(self) -> Message:
         """One line for a timing verdict's message: the structural explanation, or that none was found."""
         if not self.compared:
-            return "structure not compared (" + "; ".join(str(n) for n in self.notes) + ")"
+            return msg("structure_not_compared", notes=[n.message for n in self.notes])
         worse = [c.message for c in self.changes if c.worse]
-        if not worse:
-            return ("no structural change found (syncs, FLOPs, dtypes, compile, op calls, copies and memory as in "
-                    "the baseline): look at the data path, the trace or the machine")
-        return "structural changes: " + "; ".join(worse)
-
-
-def _pct(before: float, after: float) -> str:
-    return f"{(after - before) / before:+.0%}" if before else "new"
-
-
-def _top(delta: Counter[str] | dict[str, float], fmt: str = "{:+g}", n: int = 3) -> str:
-    items = sorted(((k, v) for k, v in delta.items() if v), key=lambda kv: (-abs(kv[1]), kv[0]))
-    shown = ", ".join(f"{k} {fmt.format(v)}" for k, v in items[:n])
-    return shown + (f", {len(items) - n} more" if len(items) > n else "")
+        return msg("structural_changes", changes=worse) if worse else msg("no_structural_change_found")
 
 
 def _syncs(base: Fingerprint, cur: Fingerprint) -> tuple[list[StructuralChange], list[StructureNote]]:
@@ -180,10 +166,8 @@ def _syncs(base: Fingerprint, cur: Fingerprint) -> tuple[list[StructuralChange],
         sites = sorted((site for site in after if after[site] > before.get(site, 0)), key=lambda s: (-after[s], s))
         if a < b:
             sites = sorted((site for site in before if before[site] > after.get(site, 0)), key=lambda s: (-before[s], s))
-        where = ", ".join(sites) or "an unknown site"
-        noun = "host sync" if abs(a - b) == 1 else "host syncs"
         changes.append(StructuralChange(kind="sync", before=b, after=a, worse=a > b,
-                                        message=f"{a - b:+d} {noun} per step: {op} at {where} ({b} → {a})"))
+                                        message=msg("structure_syncs", op=op, sites=sites, before=b, after=a)))
     return changes, notes
 
 
@@ -201,12 +185,9 @@ def _window_syncs(base: Fingerprint, cur: Fingerprint, named: set[str]) -> list[
         before, after = b.per_step(site), c.per_step(site)
         if site in named or abs(after - before) <= resolution:
             continue
-        every = f" (about 1 every {1 / (after - before):.0f} steps)" if after - before > 0 else ""
-        changes.append(StructuralChange(
-            kind="sync", before=before, after=after, worse=after > before,
-            message=f"{after - before:+.2g} host syncs per step over the timed window{every}: a synchronizing CUDA call at "
-            f"{site or 'an unknown site'} ({b.sites.get(site, 0)} in {b.steps} steps → {c.sites.get(site, 0)} in {c.steps} steps)",
-        ))
+        counts = [[b.sites.get(site, 0), b.steps], [c.sites.get(site, 0), c.steps]]
+        changes.append(StructuralChange(kind="sync", before=before, after=after, worse=after > before, message=msg(
+            "structure_window_syncs", site=site, before=before, after=after, counts=counts)))
     return changes
 
 
@@ -215,11 +196,9 @@ def _flops(base: Fingerprint, cur: Fingerprint) -> list[StructuralChange]:
         return []
     delta = {op: cur.flops_by_op.get(op, 0.0) - base.flops_by_op.get(op, 0.0)
              for op in set(base.flops_by_op) | set(cur.flops_by_op)}
-    per_op = _top({op: (d / base.flops_by_op[op] if base.flops_by_op.get(op) else float("inf")) for op, d in delta.items() if d},
-                  fmt="{:+.0%}")
+    by_op = {op: (d / base.flops_by_op[op] if base.flops_by_op.get(op) else float("inf")) for op, d in delta.items() if d}
     return [StructuralChange(kind="flops", before=base.flops, after=cur.flops, worse=cur.flops > base.flops,
-                             message=f"FLOPs per step {_pct(base.flops, cur.flops)} ({per_op})"
-                             f": {base.flops:.4g} → {cur.flops:.4g}")]
+                             message=msg("structure_flops", before=base.flops, after=cur.flops, by_op=by_op))]
 
 
 def _low_precision_share(fp: Fingerprint) -> float:
@@ -234,10 +213,9 @@ def _dtypes(base: Fingerprint, cur: Fingerprint) -> list[StructuralChange]:
     if not before or not after or not moved:
         return []
     moved.sort(key=lambda d: (d not in ("bf16", "fp16"), d))
-    parts = [f"{d} {before.get(d, 0.0):.0%} → {after.get(d, 0.0):.0%}" for d in moved]
     low_before, low_after = _low_precision_share(base), _low_precision_share(cur)
     return [StructuralChange(kind="dtype", before=low_before, after=low_after, worse=low_after < low_before - 1e-9,
-                             message=f"matmul FLOPs in {parts[0]}" + (f" ({', '.join(parts[1:])})" if parts[1:] else ""))]
+                             message=msg("structure_dtypes", before=before, after=after, moved=moved))]
 
 
 def _compile(base: Fingerprint, cur: Fingerprint) -> tuple[list[StructuralChange], list[StructureNote]]:
@@ -250,16 +228,14 @@ def _compile(base: Fingerprint, cur: Fingerprint) -> tuple[list[StructuralChange
     changes = []
     if c.graph_breaks != b.graph_breaks or c.break_reasons != b.break_reasons:
         new = {r: n - b.break_reasons.get(r, 0) for r, n in c.break_reasons.items() if n > b.break_reasons.get(r, 0)}
-        reasons = "; ".join(f"{r}" + (f" ×{n}" if n > 1 else "") for r, n in sorted(new.items()))
         changes.append(StructuralChange(
             kind="graph-breaks", before=b.graph_breaks, after=c.graph_breaks, worse=c.graph_breaks > b.graph_breaks,
-            message=f"graph breaks {b.graph_breaks} → {c.graph_breaks}" + (f" (reason: {reasons})" if reasons else "")
-            + (f", graphs {b.graphs} → {c.graphs}" if b.graphs != c.graphs else ""),
-        ))
+            message=msg("structure_graph_breaks", before=b.graph_breaks, after=c.graph_breaks, reasons=new,
+                        graphs=[b.graphs, c.graphs])))
     if c.recompiles != b.recompiles:
         changes.append(StructuralChange(kind="recompiles", before=b.recompiles, after=c.recompiles,
                                         worse=c.recompiles > b.recompiles,
-                                        message=f"recompiles {b.recompiles} → {c.recompiles}"))
+                                        message=msg("structure_recompiles", before=b.recompiles, after=c.recompiles)))
     return changes, []
 
 
@@ -275,15 +251,14 @@ def _ops(base: Fingerprint, cur: Fingerprint) -> list[StructuralChange]:
     if any(delta.values()):
         changes.append(StructuralChange(
             kind="ops", before=base.op_calls, after=base.op_calls + rise, worse=rise > 0,
-            message=f"op calls per step {base.op_calls} → {cur.op_calls} ({_top(delta)})",
-        ))
+            message=msg("structure_op_calls", before=base.op_calls, after=cur.op_calls,
+                        delta={op: n for op, n in delta.items() if n})))
     if base.kernel_launches and cur.kernel_launches:
         for name in sorted(set(base.kernel_launches) | set(cur.kernel_launches)):
             b, a = base.kernel_launches.get(name, 0), cur.kernel_launches.get(name, 0)
             if a != b:
-                what = "kernel launches" if name == "compute kernels" else name
                 changes.append(StructuralChange(kind="ops", before=b, after=a, worse=a > b,
-                                                message=f"{what} per step {b} → {a}"))
+                                                message=msg("structure_launches", name=name, before=b, after=a)))
     return changes
 
 
@@ -297,9 +272,7 @@ def _copies(base: Fingerprint, cur: Fingerprint) -> list[StructuralChange]:
             continue
         changes.append(StructuralChange(
             kind="copies", before=bb, after=ab, worse=ac > bc or ab > bb,
-            message=f"{kind.replace('h2d', 'H2D').replace('d2h', 'D2H')} copies per step {bc} → {ac} "
-            f"({size(bb)} → {size(ab)})",
-        ))
+            message=msg("structure_copies", kind=kind, counts=[bc, ac], sizes=[bb, ab])))
     return changes
 
 
@@ -311,8 +284,7 @@ def _memory(base: Fingerprint, cur: Fingerprint) -> list[StructuralChange]:
     if abs(a - b) <= tolerance * b:
         return []
     return [StructuralChange(kind="memory", before=b, after=a, worse=a > b,
-                             message=f"allocator peak {size(b)} → {size(a)} ({_pct(b, a)}, beyond its ±{tolerance:.0%} "
-                             "run-to-run tolerance)")]
+                             message=msg("structure_memory", before=b, after=a, tolerance=tolerance))]
 
 
 def _fails(change: StructuralChange, gate: StructureGate) -> bool:

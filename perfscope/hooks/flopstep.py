@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 import perfscope.hooks.observe as observe
-from perfscope.measure.lazy_msg import msg
+from perfscope.measure.lazy_msg import msg, words
 
 if TYPE_CHECKING:  # imported when counted: `import perfscope.hooks` stays light (no results model)
     from perfscope.measure.observation import FlopCount, Unavailable
@@ -36,7 +36,7 @@ class FlopStep:
         """(model FLOPs, samples in the counted step, notes)."""
         self.hardware_per_model = 1.0
         self.unavailable: Message | None = None
-        self.restarts: list[str] = []
+        self.restarts: list[Message] = []
         self.fingerprint: Any = None
         self.precision_seen: observe.Observation | None = None
 
@@ -81,7 +81,7 @@ class FlopStep:
         counter, self.counter = self.counter, None
         counter.__exit__(None, None, None)
         self.stop_observer()
-        self.restarts.append(f"step {step_index} ({reason} inside it)")
+        self.restarts.append(msg("flop_step_discarded", step=step_index, reason=reason))
         if len(self.restarts) >= MAX_FLOP_RESTARTS:
             self.unavailable = msg("flop_count_paused", reason=reason, tries=len(self.restarts))
         else:
@@ -96,8 +96,8 @@ class FlopStep:
         if observer is not None:
             self.precision_seen = observer.precision(dict(counter.flops_by_dtype))
             if observer.forced_eager and observe.graphs_compiled():
-                notes.append(observe.EAGER_COUNT_NOTE)
-                method += "; " + observe.EAGER_COUNT_NOTE
+                notes.append(msg("flops_counted_eagerly"))
+                method += "; " + words(notes[-1])
         flops = counter.flop_counter
         self.hardware_per_model = flops.total / flops.model_total if flops.model_total else 1.0
         self.flops = (flops.model_total, None, notes)

@@ -199,10 +199,6 @@ def compile_state(model: Any, graphs_at_start: int | None) -> Observation:
                              "started: whether the loop runs them cannot be told", known=False)
 
 
-EAGER_COUNT_NOTE = ("torch.compile'd code ran eagerly for the counted step (torch.compiler.set_stance('force_eager')): "
-                    "FLOPs and ops are those of the eager module underneath, as analyze counts them")
-
-
 def observed_settings(declared_precision: str | None, precision: Observation | None,
                       compile: Observation) -> tuple[dict[str, Any], list[str]]:
     """The TrialConfig fields the observations settle, and those left unknown (Trial.unknown_settings). A precision

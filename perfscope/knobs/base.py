@@ -13,6 +13,7 @@ from perfscope.results import Environment, ModelFacts, Trial
 from perfscope.results.config import TrialConfig
 from perfscope.results.messages import Message, msg
 from perfscope.snippets import ddp_option_change
+from perfscope.wording.structure import size
 from perfscope.workload import Workload
 
 
@@ -259,15 +260,6 @@ def field_default(name: str) -> Any:
                 return f.default_factory()
             raise ValueError(f"TrialConfig.{name} has no default: a knob cannot be off there")
     raise KeyError(f"TrialConfig has no field {name!r}")
-
-
-def size(n: float) -> str:
-    """Bytes in binary units, for the knobs' notes ("1.5 MiB")."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def freed(before: int, after: int) -> str:

@@ -30,6 +30,7 @@ from perfscope.search.microbatch import MicroBatchResult
 from perfscope.search.sweep import Sweeper
 from perfscope.stats import robust_sigma
 from perfscope.trial.session import IN_FLIGHT, LaneRunner
+from perfscope.wording import words
 
 T = TypeVar("T")
 Request = tuple[str, TrialConfig, list[str]]
@@ -55,7 +56,7 @@ class LaneSweeper(Sweeper):
             env = ctx.environment
             kw["ctx"] = dataclasses.replace(ctx, environment=dataclasses.replace(
                 env, cpu_cores_logical=min(cores), numa_nodes=None,
-                unavailable={**env.unavailable, "numa_nodes": "the lanes fix each run's cores, NUMA node by node"}))
+                unavailable={**env.unavailable, "numa_nodes": msg("lanes_fix_numa")}))
         super().__init__(**kw)
         self.lanes, self.active = list(lanes), list(lanes)
         self.cancel = cancel
@@ -150,8 +151,8 @@ class LaneSweeper(Sweeper):
         parallel.aa_spread = check.spread
         for index, level in check.levels.items():
             self.records[index].level = round(math.exp(level), 4)
-        for index, why in check.outliers.items():
-            self._drop(next(lane for lane in self.active if lane.index == index), why)
+        for index, why in check.outliers.items():  # LaneRecord.dropped holds words (a str in schema 4)
+            self._drop(next(lane for lane in self.active if lane.index == index), words(why))
         parallel.notes.append(msg("aa_check", runs=AA_RUNS, spread=check.spread, dropped=len(check.outliers)))
         if not self.active:
             raise AllLanesLost(msg("lanes_aa_all_dropped"))
@@ -289,7 +290,7 @@ class AACheck:
     """Lane -> its mean log baseline throughput over the median lane's (0 = the median lane)."""
     spread: float | None
     """Standard deviation of the kept lanes' levels (log): the lane-to-lane spread."""
-    outliers: dict[int, str] = field(default_factory=dict)
+    outliers: dict[int, Message] = field(default_factory=dict)
     """Lane -> why it was dropped."""
 
 
@@ -300,13 +301,12 @@ def check_lanes(rates: dict[int, list[float]]) -> AACheck:
         return AACheck({}, None)
     middle = statistics.median(means.values())
     levels = {lane: m - middle for lane, m in means.items()}
-    outliers: dict[int, str] = {}
+    outliers: dict[int, Message] = {}
     if len(means) >= MIN_LANES_FOR_OUTLIERS:
         limit = max(math.log(OUTLIER_RATIO), MAD_LIMIT * robust_sigma(list(levels.values()), 0.0))
         for lane, level in levels.items():
             if abs(level) > limit:
-                outliers[lane] = (f"A/A outlier: its baseline ran at {math.exp(level):.2f}× the median lane's "
-                                  f"(the limit is {math.exp(limit):.2f}×): dropped before the sweep")
+                outliers[lane] = msg("lane_aa_outlier", level=math.exp(level), limit=math.exp(limit))
     kept = [v for lane, v in levels.items() if lane not in outliers]
     spread = statistics.stdev(kept) if len(kept) >= 2 else None
     return AACheck(levels, spread, outliers)

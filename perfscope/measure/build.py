@@ -15,7 +15,7 @@ from perfscope.measure.structure import fill_kernel_launches
 from perfscope.measure.window import assemble_metrics
 from perfscope.results import TrialMetrics
 from perfscope.results.fingerprint import Fingerprint, MemoryPeak
-from perfscope.results.messages import Message, error, msg
+from perfscope.results.messages import error, msg
 from perfscope.trace.facts import trace_facts
 
 MEMORY_PEAK_TOLERANCE = 0.02
@@ -105,7 +105,7 @@ def _flops(metrics: TrialMetrics, flops: FlopCount | Unavailable) -> None:
         return
     metrics.flops_per_step = flops.model
     metrics.hardware_flops_per_step = flops.hardware
-    metrics.flop_notes = [n if isinstance(n, Message) else msg("text", text=n) for n in flops.notes]
+    metrics.flop_notes = list(flops.notes)
 
 
 def _fingerprint(metrics: TrialMetrics, obs: RunObservation) -> None:

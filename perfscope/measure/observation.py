@@ -44,8 +44,7 @@ class FlopCount:
 
     model: float
     hardware: float | None = None
-    notes: list[Message | str] = field(default_factory=list)
-    """Message records; a str is a note still worded where it arises (the trial's and the hooks' own)."""
+    notes: list[Message] = field(default_factory=list)
     convention: str = FLOP_CONVENTION
 
 

@@ -6,10 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils._pytree import tree_leaves
+
+from perfscope.measure.lazy_msg import msg
+
+if TYPE_CHECKING:
+    from perfscope.results.messages import Message
 
 
 def batch_tokens(batch: Any) -> int | None:
@@ -46,7 +51,8 @@ class TokenTally:
 class TokenScale:
     factor: float
     """Multiplies the counted batch's FLOPs: the window's mean tokens per micro-batch / the counted batch's."""
-    note: str
+    note: Message
+    """How the count was scaled (a FLOP note)."""
 
 
 def per_token_scale(counted_batch: Any, tally: TokenTally | None) -> TokenScale | None:
@@ -57,11 +63,8 @@ def per_token_scale(counted_batch: Any, tally: TokenTally | None) -> TokenScale 
         return None
     known = [n for n in tally.per_batch if n is not None]
     factor = tally.mean / counted
-    return TokenScale(factor=factor, note=(
-        f"sequence length varied in the window (dynamic padding: {min(known)}–{max(known)} token positions per "
-        f"micro-batch, mean {tally.mean:.1f}): FLOPs counted per token on a batch of {counted} and multiplied by the "
-        f"window's {sum(known)} tokens over {len(known)} micro-batches (exact for weight matmuls; attention's "
-        "T² term is approximated linearly)"))
+    return TokenScale(factor=factor, note=msg("flops_per_token", low=min(known), high=max(known), mean=tally.mean,
+                                              counted=counted, tokens=sum(known), batches=len(known)))
 
 
 def leading_dim(batch: Any, _depth: int = 0) -> int | None:

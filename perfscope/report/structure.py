@@ -17,12 +17,13 @@ from perfscope.results import Results, Trial
 from perfscope.results.fingerprint import CompileFacts, Consensus
 from perfscope.results.messages import Message, msg
 from perfscope.results.roles import baseline_configuration
+from perfscope.wording import words
 
 DATA_WAIT_SHOWN = 0.05
 """The exposed data wait is named when it moved by at least 5 points of wall time: it is timed, and smaller
 moves are within run-to-run noise (and below 5% of the step it is no data bottleneck anyway)."""
 
-NO_CHANGE = "no structural change counted (same syncs, FLOPs, dtypes, op calls and copies as the baseline)"
+NO_CHANGE = msg("no_structural_change_counted")
 
 EAGER_COUNT_NOTE = msg("eager_op_count")
 
@@ -31,9 +32,9 @@ EAGER_COUNT_NOTE = msg("eager_op_count")
 class StructuralEffect:
     """What one configuration changed in the step against the baseline configuration."""
 
-    counted: list[str] = field(default_factory=list)
-    """Structural changes in the CI gate's words, then what torch.compile made of the step."""
-    measured: list[str] = field(default_factory=list)
+    counted: list[Message] = field(default_factory=list)
+    """Structural changes as the CI gate says them, then what torch.compile made of the step."""
+    measured: list[Message] = field(default_factory=list)
     """Timed changes that explain a gain (the exposed data wait), apart from the counted ones."""
     notes: list[Message] = field(default_factory=list)
     """How the comparison was made, or why it could not be (worded by the view)."""
@@ -42,10 +43,10 @@ class StructuralEffect:
 
     def lines(self) -> list[str]:
         """One line per change for a report cell; says so when nothing changed."""
-        measured = [f"{m} (measured)" for m in self.measured]
-        if not self.compared:
-            return measured  # why not: in `notes`, said once for the whole table (perfscope.report.view)
-        return [*self.counted, *measured] or [NO_CHANGE]
+        measured = [msg("measured_change", change=m) for m in self.measured]
+        if not self.compared:  # why not: in `notes`, said once for the whole table (perfscope.report.view)
+            return [words(m) for m in measured]
+        return [words(m) for m in [*self.counted, *measured] or [NO_CHANGE]]
 
 
 def configuration_fingerprint(results: Results, configuration: str) -> Consensus:
@@ -53,15 +54,10 @@ def configuration_fingerprint(results: Results, configuration: str) -> Consensus
     return runs_consensus(t for t in results.trials if t.configuration == configuration)
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
-def compile_words(facts: CompileFacts) -> str:
+def compile_facts(facts: CompileFacts) -> Message:
     """"torch.compile: 2 graphs, 1 graph break (reason: ...), 0 recompiles"."""
-    reasons = "; ".join(facts.break_reasons)
-    breaks = _plural(facts.graph_breaks, "graph break") + (f" (reason: {reasons})" if reasons else "")
-    return f"torch.compile: {_plural(facts.graphs, 'graph')}, {breaks}, {_plural(facts.recompiles, 'recompile')}"
+    return msg("compile_facts", graphs=facts.graphs, graph_breaks=facts.graph_breaks, reasons=list(facts.break_reasons),
+               recompiles=facts.recompiles)
 
 
 def _data_wait(runs: list[Trial]) -> float | None:
@@ -93,7 +89,7 @@ def structural_effect(results: Results, configuration: str, baseline: Consensus 
     notes = [n.message for n in diff.notes if not (n.code is NoteCode.NOT_COMPILED and n.side == "baseline")]
     counted = [c.message for c in diff.changes]
     if cur.fingerprint.compile is not None and base.fingerprint.compile is None:
-        counted.append(compile_words(cur.fingerprint.compile))
+        counted.append(compile_facts(cur.fingerprint.compile))
         notes.append(EAGER_COUNT_NOTE)
     base_batch = base_runs[0].metrics.samples_per_step if base_runs and base_runs[0].metrics else None
     batch = runs[0].metrics.samples_per_step if runs[0].metrics else None
@@ -102,11 +98,11 @@ def structural_effect(results: Results, configuration: str, baseline: Consensus 
     return StructuralEffect(counted=counted, measured=measured, notes=notes)
 
 
-def _data_wait_moved(base_runs: list[Trial], runs: list[Trial]) -> list[str]:
+def _data_wait_moved(base_runs: list[Trial], runs: list[Trial]) -> list[Message]:
     """The exposed data wait's move, when it moved enough to show (timed, not counted: marked measured)."""
     before, after = _data_wait(base_runs), _data_wait(runs)
     if before is not None and after is not None and abs(after - before) >= DATA_WAIT_SHOWN:
-        return [f"exposed data wait {before:.0%} → {after:.0%} of wall time"]
+        return [msg("data_wait_moved", before=before, after=after)]
     return []
 
 

@@ -208,7 +208,7 @@ class PipelineStep(TrainStep):
         self.steps_done += 1
         return loss, norm
 
-    def count_flops(self, tokens: Any = None) -> tuple[float, float, list[Message | str]]:
+    def count_flops(self, tokens: Any = None) -> tuple[float, float, list[Message]]:
         """The whole model's step (on a fresh, unsplit copy) ÷ stages: each rank computes its stages' share."""
         staged, micro = self.model, self.config.micro_batch_size
         self.model = self.workload.model().to(self.device)

@@ -126,7 +126,7 @@ class TrainStep:
             total += loss.detach().float()
         return total
 
-    def count_flops(self, tokens: TokenTally | None = None) -> tuple[float, float, list[Message | str]]:
+    def count_flops(self, tokens: TokenTally | None = None) -> tuple[float, float, list[Message]]:
         """(model FLOPs, hardware FLOPs, notes) per optimizer step, on the eager model: one micro-batch × accum.
         On fake tensors, so the count cannot OOM where the trial fit; else one small real step, scaled linearly."""
         micro, accum = self.config.micro_batch_size, self.config.grad_accum_steps
@@ -152,7 +152,7 @@ class TrainStep:
             as_run = (count_step_on_fake_tensors(model, fake_batch, self.micro_loss, prepare=on_device)
                       if self.checkpointed else counter)
             scale = 1.0
-            method = f"FLOPs counted on fake tensors (FakeTensorMode: shapes only, no memory or compute) at micro-batch {micro}"
+            how = [msg("flops_fake_tensors", micro=micro)]
         except Exception as exc:  # noqa: BLE001 - an op without a fake kernel, a data-dependent shape, ...
             small = min(micro, FALLBACK_COUNT_MICRO_BATCH)
             loader_config = self.config.replace(micro_batch_size=small, num_workers=0, persistent_workers=False,
@@ -164,13 +164,13 @@ class TrainStep:
             scale = micro / small
             first_line = str(exc).splitlines()[0][:160] if str(exc) else ""
             why = f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
-            method = (f"fake-tensor FLOP counting failed ({why}): counted one real micro-step at micro-batch {small} "
-                      f"and scaled ×{scale:g} to micro-batch {micro} (matmul/conv/attention FLOPs are linear in the batch)")
+            how = [msg("flops_fake_failed", error=why, small=small, scale=scale, micro=micro)]
         if (per_token := per_token_scale(counted_batch, tokens)) is not None:
-            scale, method = per_token.factor, f"{method}; {per_token.note}"
+            scale = per_token.factor
+            how.append(per_token.note)
         model_flops = counter.model_total * scale * accum
         hardware_flops = as_run.total * scale * accum
-        notes: list[Message | str] = [method, *counter.notes]
+        notes: list[Message] = [*how, *counter.notes]
         if (tp := self.config.tensor_parallel) > 1:  # each rank of a TP group computes its share of one replica's step
             model_flops, hardware_flops = model_flops / tp, hardware_flops / tp
             notes.append(msg("flops_tp_share", tp=tp))

@@ -17,8 +17,10 @@ from typing import Any
 from perfscope.results.messages import Message
 from perfscope.wording.capture import CAPTURE
 from perfscope.wording.check import CHECK
+from perfscope.wording.flops import FLOPS
 from perfscope.wording.hooks import HOOKS
 from perfscope.wording.search import SEARCH
+from perfscope.wording.structure import STRUCTURE
 
 
 def _joined(parts: str | list[str]) -> str:
@@ -272,24 +274,6 @@ WORDING: dict[str, Wording] = {
     "gloo_shares_cores": ("gloo runs collectives on CPU threads that share the cores with the compute: overlapped "
                           "time still competes for them"),
     "no_collectives_in_steps": "no collectives in the traced steps",
-    # the structural diff's notes (perfscope.check.structure.StructureNote)
-    "moved_sync_sites": lambda *, op, count, sites: f"{op}: {count} per step as before, at moved call sites ({', '.join(sites)})",
-    "side_not_compiled": lambda *, side: (f"the {'baseline' if side == 'baseline' else 'current run'} is not compiled: "
-                                          "graph breaks and recompiles not compared"),
-    "no_fingerprint": lambda *, side: (f"{'the baseline' if side == 'baseline' else 'the current run'} has no structural "
-                                       "fingerprint (recorded by an older perfscope, or counting failed)"),
-    "memory_not_gated": lambda *, both: (f"memory: no allocator peak on {'both sides' if both else 'one side'} "
-                                         "(CUDA only): not gated"),
-    "fingerprints_differ": ("{role}: the structural fingerprints of its {runs} runs differ ({variants} variants): the "
-                            "most common one is compared"),
-    # the notes of what a knob changed in the step (perfscope.report.structure.StructuralEffect)
-    "configuration_no_fingerprint": lambda *, name, baseline: (
-        f"{f'the baseline ({name})' if baseline else name} has no structural fingerprint (recorded by an older perfscope, "
-        "or counting failed)"),
-    "eager_op_count": ("op calls are counted on the eager step (torch.compile does not trace under the counting "
-                       "dispatch mode); what compiling removed shows as kernel launches of traced CUDA runs"),
-    "per_step_batch_differs": ("per step of {batch} samples against the baseline's {baseline}: per-step counts scale "
-                               "with the batch"),
     # perfscope check / ab / baseline: how the comparison was made, and what to beware of
     "runs_not_used": lambda *, role, runs, why: f"{role}: {runs} run(s) not used ({_joined(why)})",
     "shared_measured_ceiling": "both peaks are measured matmul ceilings: MFU uses the baseline's for both runs",
@@ -367,23 +351,6 @@ WORDING: dict[str, Wording] = {
     # why the hooks captured no trace (the notes of trace_not_captured)
     "profiler_already_running": "a torch.profiler was already running on this thread: it was left alone, no capture",
     "trace_unavailable": "trace unavailable",
-    # notes on a FLOP count (TrialMetrics.flop_notes; perfscope.measure.flops)
-    "cpu_sdpa_formula": "CPU SDPA has no torch FLOP formula: counted with torch's SDPA formulas by perfscope",
-    "attention_recompute_excluded": ("attention backward's QKᵀ recompute ({share:.1%} of the FLOPs counted) is hardware "
-                                     "FLOPs only: excluded from model FLOPs (MFU), kept in HFU"),
-    "no_matmul_counted": "the FLOP counter saw no matmul/conv/attention: MFU is not meaningful for this model",
-    "flops_tp_share": ("the replica's step ÷ tp = {tp} (embeddings, norms and the head, replicated, are computed on every "
-                       "rank: a slight undercount per rank)"),
-    "flops_checkpointing": ("activation checkpointing of {blocks} blocks: the step as run recomputes {extra:+.0%} FLOPs "
-                            "(counted with checkpointing on: HFU > MFU)"),
-    "flops_pipeline_share": ("the unsplit model's step at micro-batch {micro} × {accumulation} ÷ {stages} stages (equal "
-                             "blocks per stage)"),
-    "flops_scaled": "the counted step had {counted} samples: scaled to {per_step} per step",
-    "flops_counted_again": lambda *, discarded: (f"counted again on a later step, the count of {', '.join(discarded)} "
-                                                 "being discarded: it was not a training step alone"),
-    "flops_counted_in_loop": ("counted on one optimizer step of the loop as it ran: with activation checkpointing the "
-                              "recomputed forward is included, and this MFU is then a hardware-FLOP figure (pass "
-                              "Profiler(flops_per_step=...))"),
     # unavailable: FLOPs
     "flops_disabled": "FLOP counting disabled for this trial",
     "flops_failed": "FLOP counting failed: {error}",
@@ -461,6 +428,8 @@ WORDING: dict[str, Wording] = {
     **SEARCH,
     **CHECK,  # the CI gate's: why nothing was compared, each metric's verdict
     **CAPTURE,  # a trace capture's note
+    **FLOPS,  # a FLOP count's notes
+    **STRUCTURE,  # the structural diff: each change, its notes, what a knob changed in the step
 }
 
 

@@ -41,8 +41,14 @@ def _verdict(*, outcome: str, title: str, change: float, low: float, high: float
     return f"{head}: {_WHY[outcome].format(tolerance=f'{max_drop:.1%} tolerance', noise=noise)}{tail}"
 
 
-def _runs_compared(*, current: int, baseline: int, basis: str | None = None) -> str:
-    return f"{current} vs {baseline} runs" + (f"; {basis}" if basis else "")
+def _runs_compared(*, current: int, baseline: int, basis: str | list[str] | None = None) -> str:
+    """``basis``: what the spread between sessions rests on (perfscope.check.sessions.SessionSpread.how)."""
+    said = basis if isinstance(basis, str) or basis is None else "; ".join(basis)
+    return f"{current} vs {baseline} runs" + (f"; {said}" if said else "")
+
+
+_SPREAD = {"session": ("between-session", "stored sessions"), "host": ("between-host spread", "hosts")}
+"""A spread's ``unit`` in words: how it is named when stated, what its estimate is counted over."""
 
 
 def _difference(*, what: str, baseline: str, current: str, hint: str | None = None) -> str:
@@ -90,6 +96,16 @@ CHECK: dict[str, str | Callable[..., Any]] = {
     "decide_assumed_spread": ("{sessions} stored session(s) cannot estimate the spread between days: store {needed} "
                               "(`perfscope baseline update`), state --between-session, or use `perfscope ab`"),
     "decide_more_sessions": "more stored sessions (`perfscope baseline update`), more runs, or `perfscope ab` would decide it",
+    # what the spread between sessions and hosts rests on (perfscope.check.sessions.SessionSpread.how, .refusal)
+    "spread_stated": lambda *, unit, value: f"{_SPREAD[unit][0]} {value:.1%} (stated)",
+    "spread_estimated": lambda *, unit, units, df, sd: (
+        f"between-{unit} spread from {units} {_SPREAD[unit][1]} ({df} df): about {sd:.1%}"),
+    "host_spread_above_default": "between-host spread {sd:.1%} observed, above the default",
+    "host_spread_assumed": "between-host spread assumed {default:.0%} (default: {hosts} hosts cannot estimate it; {needed} can)",
+    "session_spread_assumed": ("between-session spread assumed {sd:.0%} ({sessions} stored session(s) cannot estimate it: "
+                               "{needed} on one host can, or state --between-session)"),
+    "host_not_in_history": lambda *, host, hosts, spread: f"{host or 'this host'} is not in the history ({hosts} host(s)): {spread}",
+    "run_noise_unknown": "no session has two runs: the run-to-run noise is unknown",
     # a property the two sides do not share (perfscope.check.compat.Difference), and what it does
     "difference": _difference,
     "difference_change": "{what} {baseline} → {current}",

@@ -92,6 +92,9 @@ SEARCH: dict[str, str | Callable[..., Any]] = {
     "lanes_aa_all_dropped": "every lane failed or was dropped in the A/A check",
     "lanes_all_lost": lambda *, dropped: "every lane was lost: " + "; ".join(
         f"lane {lane}: {why}" for lane, why in dropped.items()),
+    "lane_aa_outlier": ("A/A outlier: its baseline ran at {level:.2f}× the median lane's (the limit is {limit:.2f}×): "
+                        "dropped before the sweep"),
+    "lanes_fix_numa": "the lanes fix each run's cores, NUMA node by node",
     "budget_reserved": ("budget: its last {runs} run(s) went to the stacking and the confirmation (this knob could only "
                         "be reported, not recommended)"),
     "budget_exhausted": "budget exhausted",
