@@ -83,7 +83,7 @@ class MetricCheck:
                       warnings=warnings, step_p_value=self._step_test(current, baseline))
         bad = [v for v in base + cur if not (math.isfinite(v) and v > 0)]
         if bad:
-            raise MetricUnavailable(f"{title}: non-positive or non-finite run values {bad[:3]}")
+            raise MetricUnavailable(msg("metric_values_invalid", title=title, values=bad[:3]))
         if not base or not cur:
             return Verdict(status="inconclusive", message=msg("verdict_no_runs", title=title), **common)
         lb, lc = [math.log(v) for v in base], [math.log(v) for v in cur]

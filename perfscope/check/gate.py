@@ -314,7 +314,7 @@ def run_gate(
                                      current_host=cur_side.results.environment.hostname or "",
                                      between_session=options.between_session, between_host=options.between_host)
         except MetricUnavailable as exc:
-            report.error(ErrorCode.METRIC_UNAVAILABLE, msg("gate_metric_unavailable", metric=metric_id, error=str(exc)))
+            report.error(ErrorCode.METRIC_UNAVAILABLE, msg("gate_metric_unavailable", metric=metric_id, error=exc.why))
             continue
         if report.structure is not None and _slower(verdict):
             # A timing verdict can only say "slower"; the fingerprint diff says why, or that nothing counted changed.

@@ -13,11 +13,15 @@ from dataclasses import dataclass, field
 
 from perfscope.results import Peak, Results, Trial, TrialMetrics
 from perfscope.results.job import flop_utilization, job_steps_per_s, rank_peak
-from perfscope.wording import reason
+from perfscope.results.messages import Message, msg
 
 
 class MetricUnavailable(ValueError):
-    """The metric cannot be computed from this results file (the reason says why and what to do)."""
+    """The metric cannot be computed from this results file (``why``: a message saying why and what to do)."""
+
+    def __init__(self, why: Message) -> None:
+        super().__init__(why.code)
+        self.why = why
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,22 +71,20 @@ class Metric:
 def _checked(run: Trial) -> TrialMetrics:
     m = run.metrics
     if m is None:
-        raise MetricUnavailable(f"run {run.name!r} has no metrics (status {run.status})")
+        raise MetricUnavailable(msg("metric_run_no_metrics", name=run.name, status=run.status))
     if not (math.isfinite(m.wall_s) and m.wall_s > 0 and m.steps > 0):
-        raise MetricUnavailable(f"run {run.name!r} has no timed window (wall {m.wall_s!r} s, {m.steps} steps)")
+        raise MetricUnavailable(msg("metric_run_no_window", name=run.name, wall_s=m.wall_s, steps=m.steps))
     return m
 
 
 def _mfu_factor(side: Side, m: TrialMetrics) -> float:
     if m.flops_per_step is None:
-        why = reason(m.unavailable, "flops_per_step") or reason(m.unavailable, "mfu") or "no FLOP count recorded"
-        raise MetricUnavailable(f"MFU unavailable ({why}); gate on --metric samples_per_s or step_time instead")
+        raise MetricUnavailable(msg("mfu_no_flop_count", why=m.unavailable.get("flops_per_step") or m.unavailable.get("mfu")))
     peak = side.mfu_peak
     if peak is not None and m.distributed is not None:  # the report's denominator: one rank's share on CPU
         peak = rank_peak(peak, side.results.environment, m.distributed.nproc_per_node)
     if peak is None:
-        raise MetricUnavailable("MFU unavailable (no peak FLOP/s recorded); re-run analyze with --peak-tflops, "
-                                "or gate on --metric samples_per_s")
+        raise MetricUnavailable(msg("mfu_no_peak"))
     return flop_utilization(m.flops_per_step, 1.0, peak.tflops)  # per optimizer step per second
 
 
@@ -92,8 +94,7 @@ def _steps_per_s(m: TrialMetrics) -> float:
     if m.distributed is not None:
         rate = job_steps_per_s(m.distributed)
         if rate is None:
-            why = reason(m.distributed.unavailable, "job_samples_per_s", "a rank's window is missing")
-            raise MetricUnavailable(f"the job's step rate is unknown ({why})")
+            raise MetricUnavailable(msg("job_step_rate_unknown", why=m.distributed.unavailable.get("job_samples_per_s")))
         return rate
     return m.steps / m.wall_s
 
@@ -120,8 +121,7 @@ STEP_TIME = Metric(
 
 def _samples_per_s(m: TrialMetrics) -> float:
     if m.samples_per_s is None:
-        raise MetricUnavailable(f"samples/s unavailable ({reason(m.unavailable, 'samples_per_s', 'not recorded')}); "
-                                "gate on --metric step_time instead")
+        raise MetricUnavailable(msg("samples_per_s_unavailable", why=m.unavailable.get("samples_per_s")))
     return m.samples_per_s
 
 

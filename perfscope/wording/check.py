@@ -70,6 +70,17 @@ CHECK: dict[str, str | Callable[..., Any]] = {
     "gate_structure_not_compared": lambda *, notes: "--fail-on-structure: " + "; ".join(notes),
     "gate_no_evidence": "the baseline has no run usable as evidence (all excluded or failed)",
     "gate_metric_unavailable": "{metric}: {error}",
+    # why a metric cannot be gated (the error of gate_metric_unavailable; perfscope.check.metrics.MetricUnavailable)
+    "metric_run_no_metrics": "run {name!r} has no metrics (status {status})",
+    "metric_run_no_window": "run {name!r} has no timed window (wall {wall_s!r} s, {steps} steps)",
+    "metric_values_invalid": "{title}: non-positive or non-finite run values {values}",
+    "mfu_no_flop_count": lambda *, why=None: (
+        f"MFU unavailable ({why or 'no FLOP count recorded'}); gate on --metric samples_per_s or step_time instead"),
+    "mfu_no_peak": ("MFU unavailable (no peak FLOP/s recorded); re-run analyze with --peak-tflops, or gate on --metric "
+                    "samples_per_s"),
+    "job_step_rate_unknown": lambda *, why=None: "the job's step rate is unknown (" + (why or "a rank's window is missing") + ")",
+    "samples_per_s_unavailable": lambda *, why=None: (
+        f"samples/s unavailable ({why or 'not recorded'}); gate on --metric step_time instead"),
     "ab_baseline_failed": "the baseline revision's run {name!r} ended {status}: {error}",
     # a metric's verdict (Verdict.message; perfscope.check.decision, perfscope.check.paired)
     "verdict": _verdict,
