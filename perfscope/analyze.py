@@ -118,19 +118,11 @@ def probe(runner: TrialRunner, device: str, out_dir: Path, timeout_s: float, wor
 
 def baseline_config(workload: Workload, options: AnalyzeOptions, device: str) -> TrialConfig:
     """The user's loop as it is today: their batch, precision, accumulation and loader settings."""
-    return TrialConfig(
-        device=device,  # type: ignore[arg-type]
-        micro_batch_size=options.batch_size or workload.batch_size,
-        grad_accum_steps=workload.grad_accum_steps,
-        steps=options.steps,
-        warmup_steps=options.warmup_steps,
-        min_window_s=options.min_window_s,
-        precision=workload.precision,
-        num_workers=workload.num_workers if workload.dataset is not None else 0,
-        pin_memory=workload.pin_memory,
-        capture_trace=options.capture_trace,
-        **distributed_settings(workload, options.launch),
-    )
+    return TrialConfig(device=device, micro_batch_size=options.batch_size or workload.batch_size,  # type: ignore[arg-type]
+                       grad_accum_steps=workload.grad_accum_steps, steps=options.steps, warmup_steps=options.warmup_steps,
+                       min_window_s=options.min_window_s, precision=workload.precision, pin_memory=workload.pin_memory,
+                       num_workers=workload.num_workers if workload.dataset is not None else 0,
+                       capture_trace=options.capture_trace, **distributed_settings(workload, options.launch))
 
 
 def distributed_settings(workload: Workload, launch: Launch | None) -> dict[str, Any]:

@@ -42,27 +42,12 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
     check_output_dir(args.out)  # Path("") would be the current folder
     options = AnalyzeOptions(
-        workload_path=Path(args.file),
-        out_dir=Path(args.out),
-        device=args.device,
-        steps=args.steps,
-        warmup_steps=args.warmup,
-        min_window_s=args.min_window,
-        repeat=args.repeat,
-        max_runs=args.max_runs,
-        batch_size=args.batch_size,
-        trial_timeout_s=args.trial_timeout,
-        peak_tflops=args.peak_tflops,
-        resume=args.resume,
-        sweep=not args.no_sweep,
-        budget_s=None if args.no_budget else args.budget or DEFAULT_BUDGET_S,
-        only=_knob_list(args.only),
-        skip=_knob_list(args.skip),
-        capture_trace=not args.no_trace,
-        launch=_launch(args),
-        command=["perfscope", *sys.argv[1:]],
-        parallel=_lanes(args),
-    )
+        workload_path=Path(args.file), out_dir=Path(args.out), device=args.device, steps=args.steps,
+        warmup_steps=args.warmup, min_window_s=args.min_window, repeat=args.repeat, max_runs=args.max_runs,
+        batch_size=args.batch_size, trial_timeout_s=args.trial_timeout, peak_tflops=args.peak_tflops, resume=args.resume,
+        sweep=not args.no_sweep, budget_s=None if args.no_budget else args.budget or DEFAULT_BUDGET_S,
+        only=_knob_list(args.only), skip=_knob_list(args.skip), capture_trace=not args.no_trace, launch=_launch(args),
+        command=["perfscope", *sys.argv[1:]], parallel=_lanes(args))
     return analyze(options)
 
 
@@ -183,15 +168,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from perfscope.results import Results
 
     _check_gate_outputs(args)
-    options = GateOptions(
-        metrics=tuple(dict.fromkeys(args.metric or ["mfu"])),
-        max_drop=args.max_drop,
-        trial=args.trial,
-        allow_mismatch=args.allow_mismatch,
-        fail_on_structure=args.fail_on_structure or (),
-        between_session=args.between_session,
-        between_host=args.between_host,
-    )
+    options = GateOptions(metrics=tuple(dict.fromkeys(args.metric or ["mfu"])), max_drop=args.max_drop, trial=args.trial,
+                          allow_mismatch=args.allow_mismatch, fail_on_structure=args.fail_on_structure or (),
+                          between_session=args.between_session, between_host=args.between_host)
     baseline = BaselineHistory.load(args.baseline)
     current = [Results.load(path) for path in args.current]
     report = run_gate(current, baseline, options, current_source=", ".join(args.current), baseline_source=args.baseline)
@@ -260,8 +239,8 @@ def _cmd_rules(args: argparse.Namespace) -> int:
             print(rule_page(rule(args.rule_id.upper())))
         except KeyError:
             raise UserError(f"no rule {args.rule_id!r}; known: {', '.join(r.id for r in rules)}") from None
-        return EXIT_OK
-    print(listing(rules))
+    else:
+        print(listing(rules))
     return EXIT_OK
 
 

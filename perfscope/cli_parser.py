@@ -29,25 +29,23 @@ def _int_at_least(low: int) -> Callable[[str], int]:
 _positive_int, _non_negative_int = _int_at_least(1), _int_at_least(0)
 
 
-def _positive_float(text: str, *, at_most: float | None = None) -> float:
-    """A finite number > 0: inf, nan, 0 and negatives are refused (exit 2), never carried into a run."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    if at_most is not None and value > at_most:
-        raise argparse.ArgumentTypeError(f"must be at most {at_most:g}, got {text}")
-    return value
+def _float_up_to(at_most: float) -> Callable[[str], float]:
+    """A finite number in (0, at_most]: inf, nan, 0 and negatives are refused (exit 2), never carried into a run."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+        if value > at_most:
+            raise argparse.ArgumentTypeError(f"must be at most {at_most:g}, got {text}")
+        return value
+
+    return parse
 
 
-def _seconds(text: str) -> float:
-    return _positive_float(text, at_most=MAX_SECONDS)
-
-
-def _tflops(text: str) -> float:
-    return _positive_float(text, at_most=MAX_TFLOPS)
+_seconds, _tflops = _float_up_to(MAX_SECONDS), _float_up_to(MAX_TFLOPS)
 
 
 def _max_drop(text: str) -> float:

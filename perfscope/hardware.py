@@ -107,13 +107,10 @@ def slice_peak(peak: DevicePeak, device_sms: int | None, *, mig: bool) -> tuple[
     if not device_sms or not peak.sm_count:
         return None, msg("slice_share_unknown", what=what, gpu=peak.name)
     share = device_sms / peak.sm_count
-    return DevicePeak(
-        name=f"{peak.name}, {what} ({device_sms}/{peak.sm_count} SMs)",
-        tflops={k: round(v * share, 2) for k, v in peak.tflops.items()},
-        source=f"{peak.source}; scaled by the SM share {device_sms}/{peak.sm_count} (full-GPU SMs: {peak.sm_source})",
-        sm_count=device_sms,
-        sm_source=f"CUDA multi_processor_count of this device; full GPU: {peak.sm_source}",
-    ), None
+    return DevicePeak(name=f"{peak.name}, {what} ({device_sms}/{peak.sm_count} SMs)", sm_count=device_sms,
+                      tflops={k: round(v * share, 2) for k, v in peak.tflops.items()},
+                      source=f"{peak.source}; scaled by the SM share {device_sms}/{peak.sm_count} (full-GPU SMs: {peak.sm_source})",
+                      sm_source=f"CUDA multi_processor_count of this device; full GPU: {peak.sm_source}"), None
 
 
 # ---- bus bandwidth: the convention of NCCL-tests, one formula for a collective measured alone and one in a trace -----

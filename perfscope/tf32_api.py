@@ -195,8 +195,3 @@ def matmul_tf32() -> MatmulTf32:
         first = str(exc).split(",")[0]
         return MatmulTf32(None, "torch.backends.cuda.matmul.allow_tf32", reason=f"torch cannot tell: {first}")
     return MatmulTf32(enabled, "torch.backends.cuda.matmul.allow_tf32")
-
-
-def matmul_tf32_enabled() -> bool | None:
-    """Shorthand: True, False, or None when unknown."""
-    return matmul_tf32().enabled

@@ -100,19 +100,10 @@ class Workload:
 
     def declared(self) -> dict[str, Any]:
         """The plain settings, for the results file."""
-        return {
-            "batch_size": self.batch_size,
-            "grad_accum_steps": self.grad_accum_steps,
-            "tokens_per_sample": self.tokens_per_sample,
-            "precision": self.precision,
-            "num_workers": self.num_workers,
-            "pin_memory": self.pin_memory,
-            "data": "dataset" if self.dataset is not None else "batches",
-            "wraps_model": self.wraps_model,
-            "data_parallel": self.data_parallel,
-            "no_sync": self.no_sync,
-            "extra": {k: repr(v) for k, v in self.extra.items()},
-        }
+        plain = ("batch_size", "grad_accum_steps", "tokens_per_sample", "precision", "num_workers", "pin_memory")
+        return {**{name: getattr(self, name) for name in plain}, "data": "dataset" if self.dataset is not None else "batches",
+                "wraps_model": self.wraps_model, "data_parallel": self.data_parallel, "no_sync": self.no_sync,
+                "extra": {k: repr(v) for k, v in self.extra.items()}}
 
 
 # ------------------------------------------------------------------------------------------ loading
@@ -125,15 +116,12 @@ def file_sha256(path: str | Path) -> str:
 def _user_frame(exc: BaseException, path: Path) -> str:
     """'file:line' of the deepest traceback frame inside the user's file, or just the file."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == path]
-    if frames:
-        return f"{path}:{frames[-1].lineno}"
-    return str(path)
+    return f"{path}:{frames[-1].lineno}" if frames else str(path)
 
 
 def describe_user_exception(exc: BaseException, path: Path, during: str) -> str:
     """A one-paragraph message: where in the user's file, while doing what, and the exception itself."""
-    location = _user_frame(exc, path)
-    return f"{location}: {during} raised {type(exc).__name__}: {exc}"
+    return f"{_user_frame(exc, path)}: {during} raised {type(exc).__name__}: {exc}"
 
 
 def load_workload(path: str | Path) -> Workload:
@@ -171,9 +159,7 @@ def load_workload(path: str | Path) -> Workload:
     except Exception as exc:  # noqa: BLE001
         raise WorkloadError(describe_user_exception(exc, path, "workload()")) from exc
     if not isinstance(result, Workload):
-        raise WorkloadError(
-            f"{path}: workload() returned {type(result).__name__}, expected perfscope.Workload(...)"
-        )
+        raise WorkloadError(f"{path}: workload() returned {type(result).__name__}, expected perfscope.Workload(...)")
     if result.name is None:
         result.name = path.stem
     return result

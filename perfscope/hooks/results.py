@@ -28,7 +28,7 @@ from perfscope.measure.observation import FirstStep, MemoryPeaks, RunObservation
 from perfscope.measure.utilization import current_cuda_index
 from perfscope.results import Results, Trial, TrialConfig, WorkloadInfo
 from perfscope.results.messages import msg
-from perfscope.tf32_api import matmul_tf32_enabled
+from perfscope.tf32_api import matmul_tf32
 from perfscope.wording import words
 from perfscope.workload import file_sha256
 
@@ -173,7 +173,7 @@ def trial_config(prof: ProfilerState, micro_batch: int, accum: int) -> tuple[Tri
     """What is known about the user's loop as a TrialConfig, and the fields that were not observed."""
     known: dict[str, Any] = {"device": prof.device.type, "warmup_steps": prof.warmup_steps,
                              "micro_batch_size": max(1, micro_batch), "grad_accum_steps": max(1, accum),
-                             "tf32": matmul_tf32_enabled()}  # never raises, whichever TF32 API the loop used
+                             "tf32": matmul_tf32().enabled}  # never raises, whichever TF32 API the loop used
     compiled = observe.compile_state(prof.model, prof._graphs_at_start)
     seen, unknown = observe.observed_settings(prof.precision, prof._flop.precision_seen, compiled)
     known.update(seen)

@@ -65,30 +65,18 @@ def micro_config(base: TrialConfig, micro: int) -> TrialConfig:
 
 def _point(micro: int, trial: Trial) -> MicroBatchPoint:
     m = trial.metrics
-    return MicroBatchPoint(
-        micro_batch_size=micro,
-        grad_accum_steps=trial.config.grad_accum_steps,
-        trial=trial.name,
-        status=trial.status,
-        samples_per_s=m.samples_per_s if m is not None and trial.ok else None,
-        peak_memory_bytes=m.peak_memory_bytes if m is not None else None,
-    )
+    return MicroBatchPoint(micro_batch_size=micro, grad_accum_steps=trial.config.grad_accum_steps, trial=trial.name,
+                           status=trial.status, samples_per_s=m.samples_per_s if m is not None and trial.ok else None,
+                           peak_memory_bytes=m.peak_memory_bytes if m is not None else None)
 
 
 def _throughput(trial: Trial) -> float:
     return (trial.metrics.samples_per_s or 0.0) if trial.ok and trial.metrics else 0.0
 
 
-def search_micro_batch(
-    measure: Measure,
-    base_config: TrialConfig,
-    base_trial: Trial,
-    *,
-    name_prefix: str = "mb",
-    knobs: list[str] | None = None,
-    max_factor: int = 64,
-    may_continue: Callable[[], bool] = lambda: True,
-) -> MicroBatchResult:
+def search_micro_batch(measure: Measure, base_config: TrialConfig, base_trial: Trial, *, name_prefix: str = "mb",
+                       knobs: list[str] | None = None, max_factor: int = 64,
+                       may_continue: Callable[[], bool] = lambda: True) -> MicroBatchResult:
     result = MicroBatchResult()
     start = base_config.micro_batch_size
     result.trials[start] = base_trial

@@ -31,16 +31,8 @@ __all__ = ["BASELINE", "Candidate", "Measures", "SweepOptions", "Sweeper", "knob
 
 
 class Sweeper(Allocation, Stacking):
-    def __init__(
-        self,
-        *,
-        session: Measures,
-        ctx: KnobContext,
-        options: SweepOptions,
-        elapsed: Callable[[], float] = lambda: 0.0,
-        sweep: Sweep | None = None,
-        start: float | None = None,
-    ) -> None:
+    def __init__(self, *, session: Measures, ctx: KnobContext, options: SweepOptions,
+                 elapsed: Callable[[], float] = lambda: 0.0, sweep: Sweep | None = None, start: float | None = None) -> None:
         self.session, self.ctx, self.options, self.elapsed = session, ctx, options, elapsed
         self.start = elapsed() if start is None else start
         """Where the budget's clock starts (`analyze`: its first run, so the announced time is the one kept)."""
@@ -363,16 +355,11 @@ class Sweeper(Allocation, Stacking):
 
     def _skip_for_time(self, knob: Knob) -> None:
         """Record that ``knob`` got no run for lack of time (perfscope.search.decided names it as not measured)."""
-        self._outcome(knob, "skipped", self._unmeasured())
+        # Why no run: the sweep stopped, or the budget's last runs went to the recommendation.
+        why = (msg("sweep_stopped", why=self.sweep.stopped_early) if self.sweep.stopped_early
+               else msg("budget_reserved", runs=self.reserve) if self.reserve else BUDGET_EXHAUSTED)
+        self._outcome(knob, "skipped", why)
         self.out_of_time.append(knob.id)
-
-    def _unmeasured(self) -> Message:
-        """Why a knob got no run: the sweep stopped, or the budget's last runs went to the recommendation."""
-        if self.sweep.stopped_early:
-            return msg("sweep_stopped", why=self.sweep.stopped_early)
-        if self.reserve:
-            return msg("budget_reserved", runs=self.reserve)
-        return BUDGET_EXHAUSTED
 
     def _best(self, cands: list[Candidate]) -> Candidate | None:
         """The fastest usable variant of a knob (by its gain's point estimate)."""

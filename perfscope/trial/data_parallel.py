@@ -123,11 +123,15 @@ def shard_optimizer(optimizer: torch.optim.Optimizer, config: TrialConfig) -> to
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    # The user's settings, only those the constructor takes (defaults also hold derived keys, e.g. AdamW's
-    # decoupled_weight_decay).
-    accepted = set(inspect.signature(type(optimizer).__init__).parameters) - {"self", "params"}
-    defaults = {k: v for k, v in optimizer.defaults.items() if k in accepted}
-    return ZeroRedundancyOptimizer(params, optimizer_class=type(optimizer), **defaults)
+    accepted = constructor_keys(optimizer)
+    return ZeroRedundancyOptimizer(params, optimizer_class=type(optimizer),
+                                   **{k: v for k, v in optimizer.defaults.items() if k in accepted})
+
+
+def constructor_keys(optimizer: torch.optim.Optimizer, drop: frozenset[str] = frozenset()) -> set[str]:
+    """The settings the optimizer's constructor takes, less ``drop``: its defaults also hold derived keys (AdamW's
+    decoupled_weight_decay) that a rebuilt optimizer must not be given."""
+    return set(inspect.signature(type(optimizer).__init__).parameters) - {"self", "params", *drop}
 
 
 def local_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:

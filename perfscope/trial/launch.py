@@ -189,9 +189,7 @@ def classify_job(result_path: Path, log_path: Path, *, launch: Launch, timed_out
                     if p is not None and p.get("status") not in ("ok", None) and not _victim(p)]
     if own_failures:
         rank, payload = own_failures[0]
-        error = payload.get("error") or payload.get("status")
-        if payload.get("traceback"):
-            error = f"{error}\n{payload['traceback']}"
+        error = payload_error({**payload, "error": payload.get("error") or payload.get("status")})
         return Outcome(str(payload["status"]), f"rank {rank}: {error}", _rank_payload(payload), wall)
     root = ROOT_CAUSE.search(agent_log)
     if root is not None and ranks.get(int(root.group(1))) is None:
@@ -215,6 +213,12 @@ def classify_job(result_path: Path, log_path: Path, *, launch: Launch, timed_out
         rank = victims[0]
         return Outcome("error", f"rank {rank}: {ranks[rank].get('error')}", {}, wall)  # type: ignore[union-attr]
     return Outcome("crashed", f"the torchrun job ended without a result\n{agent_log[-1500:]}", {}, wall)
+
+
+def payload_error(payload: dict[str, Any]) -> str | None:
+    """A child's error, with its traceback's last lines when it wrote them (perfscope.trial.child.failure)."""
+    error = payload.get("error")
+    return f"{error}\n{payload['traceback']}" if payload.get("traceback") else error
 
 
 def _victim(payload: dict[str, Any]) -> bool:

@@ -104,12 +104,8 @@ class PipelineStep(TrainStep):
         self.virtual = 2 if config.pipeline_schedule == "interleaved_1f1b" else 1
         torch.manual_seed(config.seed)
         full = workload.model()
-        self.checkpointed = []
-        self.batches = endless_batches(workload, config)
-        self.non_blocking = False
-        self.scaler = None
-        self.steps_done = 0
-        self.window_tokens = None
+        self.checkpointed, self.batches = [], endless_batches(workload, config)
+        self.non_blocking, self.scaler, self.steps_done, self.window_tokens = False, None, 0, None
         example = self.next_batch(None)
         args, kwargs = model_inputs(workload.loss, example)
         stages = self.world * self.virtual
@@ -154,14 +150,9 @@ class PipelineStep(TrainStep):
             elapsed, compute = time.perf_counter() - start, clock() - compute_start
             record = self._current
             record.compute_clock = clock_name
-            if kind == "forward":
-                record.forward_s += elapsed
-                record.forward_calls += 1
-                record.forward_calls_s.append(compute)
-            else:
-                record.backward_s += elapsed
-                record.backward_calls += 1
-                record.backward_calls_s.append(compute)
+            setattr(record, f"{kind}_s", getattr(record, f"{kind}_s") + elapsed)
+            setattr(record, f"{kind}_calls", getattr(record, f"{kind}_calls") + 1)
+            getattr(record, f"{kind}_calls_s").append(compute)
             return out
         return timed
 

@@ -22,7 +22,7 @@ from perfscope.measure.contention import SWEEP_ROOT_ENV
 from perfscope.results.io import log_tail, open_log, read_json
 from perfscope.results.messages import msg
 from perfscope.results.serde import to_jsonable
-from perfscope.trial.launch import Outcome, how_it_ended, killpg, run_in_session, run_job
+from perfscope.trial.launch import Outcome, how_it_ended, killpg, payload_error, run_in_session, run_job
 from perfscope.trial.pin import LANE_CPUS_ENV, born_on
 from perfscope.trial.spec import ChildSpec, TrialSpec, write_spec
 from perfscope.trial.zygote import ForkRequest
@@ -209,9 +209,7 @@ class TrialRunner:
                 return Outcome("crashed", f"unreadable trial result: {exc}", {}, wall)
             if not isinstance(payload, dict):
                 return Outcome("crashed", "unreadable trial result: not a JSON object", {}, wall)
-            error = payload.get("error")
-            if payload.get("traceback"):
-                error = f"{error}\n{payload['traceback']}"
+            error = payload_error(payload)
             if payload.get("phase") == "timed" and "metrics" in payload:
                 # Died after the timing was written: the measurement stands, the trace is what was lost.
                 died = f"trial process {how_it_ended(returncode)}" if returncode != 0 else "ended"

@@ -82,19 +82,9 @@ class Progress:
 
 
 class Session:
-    def __init__(
-        self,
-        results: Results,
-        *,
-        out_dir: Path,
-        workload_path: Path,
-        timeout_s: float,
-        resume: bool = False,
-        progress: Progress | None = None,
-        runner: TrialRunner | None = None,
-        contention_retries: int = CONTENTION_RETRIES,
-        launch: Launch | None = None,
-    ) -> None:
+    def __init__(self, results: Results, *, out_dir: Path, workload_path: Path, timeout_s: float, resume: bool = False,
+                 progress: Progress | None = None, runner: TrialRunner | None = None,
+                 contention_retries: int = CONTENTION_RETRIES, launch: Launch | None = None) -> None:
         self.results = results
         self.out_dir = out_dir
         self.workload_path = workload_path
@@ -171,20 +161,17 @@ class Session:
         """One warning for every measurement the load spoiled, rewritten in place as they come: on a busy machine a
         sweep meets it dozens of times, and one line per time buried the report's summary under them."""
         with self._lock:
-            self._record_spoiled(configuration, why)
-
-    def _record_spoiled(self, configuration: str, why: list[Message]) -> None:
-        self._spoiled[configuration] = self._spoiled.get(configuration, 0) + 1
-        gave_up = sum(self._spoiled.values()) > PERSISTENT_AFTER and self.contention_retries
-        warning = msg("persistent_load", runs=self.contention_retries + 1, spoiled=dict(self._spoiled), last=why,
-                      gave_up_after=PERSISTENT_AFTER if gave_up else None)
-        warnings = self.results.warnings
-        if self._load_warning is not None and self._load_warning in warnings:
-            warnings[warnings.index(self._load_warning)] = warning
-        else:
-            warnings.append(warning)
-        self._load_warning = warning
-        self.save()
+            self._spoiled[configuration] = self._spoiled.get(configuration, 0) + 1
+            gave_up = sum(self._spoiled.values()) > PERSISTENT_AFTER and self.contention_retries
+            warning = msg("persistent_load", runs=self.contention_retries + 1, spoiled=dict(self._spoiled), last=why,
+                          gave_up_after=PERSISTENT_AFTER if gave_up else None)
+            warnings = self.results.warnings
+            if self._load_warning is not None and self._load_warning in warnings:
+                warnings[warnings.index(self._load_warning)] = warning
+            else:
+                warnings.append(warning)
+            self._load_warning = warning
+            self.save()
 
     def _measure_once(self, configuration: str, config: TrialConfig, knobs: list[str] | None,
                       lane: LaneRunner | None = None) -> Trial:
@@ -226,20 +213,9 @@ class Session:
                 apply_utilization_ratios(metrics, self.results.peak, self.results.environment)
             if metrics.trace_path:  # relative to results.json, so the output folder can be moved
                 metrics.trace_path = str(Path(metrics.trace_path).resolve().relative_to(self.out_dir.resolve()))
-        trial = Trial(
-            name=name,
-            configuration=configuration,
-            repeat=repeat,
-            sequence=sequence,
-            config=config,
-            status=status,  # type: ignore[arg-type]
-            knobs=list(knobs or []),
-            error=error,
-            metrics=metrics,
-            wall_time_s=outcome.wall_time_s,
-            started_at=started_at,
-            lane=lane.index if lane is not None else None,
-        )
+        trial = Trial(name=name, configuration=configuration, repeat=repeat, sequence=sequence, config=config,
+                      status=status, knobs=list(knobs or []), error=error, metrics=metrics,  # type: ignore[arg-type]
+                      wall_time_s=outcome.wall_time_s, started_at=started_at, lane=lane.index if lane is not None else None)
         with self._lock:
             self.results.upsert(trial)
             self.save()

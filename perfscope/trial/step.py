@@ -6,8 +6,7 @@ Design notes: docs/measurement.md."""
 from __future__ import annotations
 
 import importlib
-import inspect
-from contextlib import AbstractContextManager, ExitStack, nullcontext
+from contextlib import AbstractContextManager, ExitStack
 from typing import Any
 
 import torch
@@ -23,7 +22,7 @@ from perfscope.results.config import TrialConfig
 from perfscope.results.fingerprint import Fingerprint
 from perfscope.results.messages import Message, msg
 from perfscope.trial.data import endless_batches, to_device
-from perfscope.trial.data_parallel import gradient_sync, shard_optimizer, wrap_model
+from perfscope.trial.data_parallel import constructor_keys, gradient_sync, shard_optimizer, wrap_model
 from perfscope.workload import Workload
 
 
@@ -67,11 +66,8 @@ class TrainStep:
 
     def contexts(self, which: str) -> AbstractContextManager[Any]:
         """The active knobs' contexts of one kind ("loss_context", "step_context", "window_context"), entered in order."""
-        contexts = [c for k in self.knobs if (c := getattr(k, which)(self.config)) is not None]
-        if not contexts:
-            return nullcontext()
         stack = ExitStack()
-        for context in contexts:
+        for context in [c for k in self.knobs if (c := getattr(k, which)(self.config)) is not None]:
             stack.enter_context(context)
         return stack
 
@@ -213,9 +209,7 @@ def build_optimizer(workload: Workload, model: nn.Module, config: TrialConfig) -
         return _eight_bit(user, config.optimizer, config.optimizer_impl)
     if config.optimizer_impl == "default":
         return user
-    # Rebuild from the user's settings, keeping only what the constructor accepts (defaults can hold
-    # derived keys, e.g. AdamW's decoupled_weight_decay) and dropping the implementation flags.
-    accepted = set(inspect.signature(type(user).__init__).parameters) - {"self", "params", "foreach", "fused"}
+    accepted = constructor_keys(user, frozenset({"foreach", "fused"}))  # rebuilt without the implementation flags
     groups = [{k: v for k, v in g.items() if k == "params" or k in accepted} for g in user.param_groups]
     defaults = {k: v for k, v in user.defaults.items() if k in accepted}
     return type(user)(groups, **defaults, **{config.optimizer_impl: True})

@@ -36,14 +36,17 @@ class TpPlan:
     reason: Message | None = None
 
 
-def _heads_of(block: nn.Module) -> list[tuple[str, int]]:
-    found = []
-    for name, module in block.named_modules():
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _heads_indivisible(module: nn.Module, tp: int) -> Message | None:
+    """The first head count (any of HEAD_ATTRS, anywhere inside ``module``) that ``tp`` does not divide."""
+    for name, sub in module.named_modules():
         for attr in HEAD_ATTRS:
-            value = getattr(module, attr, None)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                found.append((f"{name}.{attr}" if name else attr, value))
-    return found
+            if _count(heads := getattr(sub, attr, None)) and heads % tp:
+                return msg("tp_heads_indivisible", attr=f"{name}.{attr}" if name else attr, heads=heads, tp=tp)
+    return None
 
 
 def _mlp_pair(block: nn.Module) -> dict[str, str]:
@@ -75,12 +78,10 @@ def block_plan(block: nn.Module, tp: int) -> tuple[dict[str, str], Message | Non
             styles[name] = "rowwise"
     if not any(s == "rowwise" for s in styles.values()) or not any(s == "colwise" for s in styles.values()):
         return {}, msg("tp_no_projections", block=type(block).__name__)
-    for attr, heads in _heads_of(block):
-        if heads % tp:
-            return {}, msg("tp_heads_indivisible", attr=attr, heads=heads, tp=tp)
+    if (why := _heads_indivisible(block, tp)) is not None:
+        return {}, why
     modules = dict(block.named_modules())
-    head_dims = [v for m in modules.values() for a in HEAD_DIM_ATTRS
-                 if isinstance(v := getattr(m, a, None), int) and not isinstance(v, bool) and v > 0]
+    head_dims = [v for m in modules.values() for a in HEAD_DIM_ATTRS if _count(v := getattr(m, a, None))]
     for name, style in styles.items():
         linear = modules[name]
         width = linear.out_features if style == "colwise" else linear.in_features
@@ -102,9 +103,8 @@ def derive_plan(model: nn.Module, tp: int, workload: Any | None = None) -> TpPla
     blocks = find_repeated_blocks(model)
     if not blocks:
         return TpPlan(reason=msg("tp_no_repeated_blocks"))
-    for attr, heads in _heads_of(model):
-        if heads % tp:
-            return TpPlan(reason=msg("tp_heads_indivisible", attr=attr, heads=heads, tp=tp))
+    if (why := _heads_indivisible(model, tp)) is not None:
+        return TpPlan(reason=why)
     names = {id(m): n for n, m in model.named_modules()}
     styles: dict[str, str] = {}
     for block in blocks:

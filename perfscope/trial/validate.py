@@ -17,7 +17,7 @@ from perfscope.knobs.apply.checkpointing import find_repeated_blocks
 from perfscope.measure.clock import synchronize
 from perfscope.results.layout import ModelLayout
 from perfscope.results.model import ModelFacts
-from perfscope.tf32_api import matmul_tf32_enabled
+from perfscope.tf32_api import matmul_tf32
 from perfscope.trial.data import to_device
 from perfscope.trial.tensor_parallel import derive_plan, model_on_meta
 from perfscope.workload import Workload, describe_user_exception
@@ -121,14 +121,9 @@ def inspect_model(workload: Workload) -> ModelFacts:
         optimizer_class = type(workload.optimizer([nn.Parameter(torch.zeros(1))])).__name__
     except Exception:  # noqa: BLE001
         optimizer_class = "unknown"
-    return ModelFacts(
-        parameter_count=sum(p.numel() for p in params),
-        has_conv2d=any(isinstance(m, nn.Conv2d) for m in model.modules()),
-        repeated_blocks=len(blocks),
-        optimizer_class=optimizer_class,
-        matmul_tf32=matmul_tf32_enabled(),
-        layout=model_layout(model, workload, blocks),
-    )
+    return ModelFacts(parameter_count=sum(p.numel() for p in params), repeated_blocks=len(blocks),
+                      has_conv2d=any(isinstance(m, nn.Conv2d) for m in model.modules()), optimizer_class=optimizer_class,
+                      matmul_tf32=matmul_tf32().enabled, layout=model_layout(model, workload, blocks))
 
 
 TP_DEGREES = (2, 4, 8)
