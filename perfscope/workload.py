@@ -8,7 +8,8 @@ import hashlib
 import importlib.util
 import sys
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -122,6 +123,15 @@ def _user_frame(exc: BaseException, path: Path) -> str:
 def describe_user_exception(exc: BaseException, path: Path, during: str) -> str:
     """A one-paragraph message: where in the user's file, while doing what, and the exception itself."""
     return f"{_user_frame(exc, path)}: {during} raised {type(exc).__name__}: {exc}"
+
+
+@contextmanager
+def user_code(path: Path, during: str) -> Iterator[None]:
+    """Any error the user's code raises inside, as a WorkloadError naming where in their file and while doing what."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - any error in user code is the user's to see
+        raise WorkloadError(describe_user_exception(exc, path, during)) from exc
 
 
 def load_workload(path: str | Path) -> Workload:

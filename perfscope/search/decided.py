@@ -60,13 +60,11 @@ def not_stacked(sweeper: Deciding, chosen: Candidate) -> list[Candidate]:
     the budget (`Stacking.unstacked`), or all of them when the stacking did not start."""
     inside = set(chosen.knobs)
     left = list(sweeper.unstacked) if sweeper.stacked is not None else sweeper._winners()
-    seen: set[str] = set()
-    out = []
+    out: dict[str, Candidate] = {}  # the first of each knob
     for cand in left:
-        if cand.knob.id not in inside and cand.knob.id not in seen:
-            seen.add(cand.knob.id)
-            out.append(cand)
-    return out
+        if cand.knob.id not in inside:
+            out.setdefault(cand.knob.id, cand)
+    return list(out.values())
 
 
 def not_measured(sweeper: Deciding) -> list[str]:

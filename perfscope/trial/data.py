@@ -37,17 +37,11 @@ def endless_batches(workload: Workload, config: TrialConfig) -> Iterator[Any]:
     else:
         dataset = workload.dataset()  # type: ignore[misc]
         is_iterable = isinstance(dataset, torch.utils.data.IterableDataset)
-        kwargs: dict[str, Any] = {
-            "batch_size": size,
-            "shuffle": False,  # same batches in every trial: the numerics guard compares losses
-            "drop_last": not is_iterable,
-            **loader_options(config),  # workers, pin_memory, prefetch: the knobs' (perfscope.knobs)
-        }
-        if workload.collate_fn is not None:
-            kwargs["collate_fn"] = workload.collate_fn
         sampler = shard_sampler(dataset, rank) if rank is not None else None
-        if sampler is not None:
-            kwargs["sampler"] = sampler
+        # No shuffle: the same batches in every trial (the numerics guard compares losses); workers, pin_memory and
+        # prefetch are the knobs' (perfscope.knobs).
+        kwargs: dict[str, Any] = {"batch_size": size, "shuffle": False, "drop_last": not is_iterable, **loader_options(config),
+                                  **{k: v for k, v in (("collate_fn", workload.collate_fn), ("sampler", sampler)) if v is not None}}
         loader = torch.utils.data.DataLoader(dataset, **kwargs)
         if rank is not None and sampler is None and is_iterable:
             stride, offset = rank.world_size, rank.rank

@@ -53,6 +53,15 @@ def calibrate_steps(config: TrialConfig, warmup_times: list[float]) -> tuple[int
     return steps, f"{steps} steps: ≥ {config.min_window_s:g} s at ~{estimate * 1e3:.3g} ms/step (min {config.min_steps}, max {config.max_steps})"
 
 
+def timed_call(device: str, call: Callable[[], Any]) -> tuple[Any, float]:
+    """``call()``'s result and its wall seconds, the device idle at both ends (a step, not its queued kernels)."""
+    synchronize(device)
+    start = time.perf_counter()
+    out = call()
+    synchronize(device)
+    return out, time.perf_counter() - start
+
+
 def _compiled_graphs(counters: CompileCounters) -> int | None:
     """Graphs dynamo compiled in this trial so far (None: dynamo never ran)."""
     facts = counters.facts()
@@ -95,11 +104,8 @@ def run_trial(workload: Workload, config: TrialConfig) -> MeasuredRun:
     before: list[torch.Tensor] = []  # every step's loss before the window: the guard compares global steps
     first_grad_norm = None
     for i in range(config.effective_warmup_steps):
-        synchronize(device)
-        start = time.perf_counter()
-        loss, norm = step(grad_norm=i == 0)
-        synchronize(device)
-        warmup_times.append(time.perf_counter() - start)
+        (loss, norm), seconds = timed_call(device, lambda: step(grad_norm=i == 0))  # noqa: B023 - called at once
+        warmup_times.append(seconds)
         before.append(loss)
         if i == 0:
             first_grad_norm = norm
@@ -317,11 +323,8 @@ def drain_prefetch(step: Callable[[Any], tuple[torch.Tensor, Any]], config: Tria
     ready: list[float] = []
     for i in range(math.ceil(DRAIN_DEPTHS * depth / config.grad_accum_steps)):
         waits = DataWaits()
-        synchronize(config.device)
-        start = time.perf_counter()
-        loss, _ = step(waits)
-        synchronize(config.device)
-        drain.times.append(time.perf_counter() - start)
+        (loss, _), seconds = timed_call(config.device, lambda: step(waits))  # noqa: B023 - called at once
+        drain.times.append(seconds)
         drain.losses.append(loss)
         if i < first_depth:  # the warm-up's backlog: what taking a ready batch costs
             ready += waits.waits

@@ -20,7 +20,7 @@ from perfscope.results.model import ModelFacts
 from perfscope.tf32_api import matmul_tf32
 from perfscope.trial.data import to_device
 from perfscope.trial.tensor_parallel import derive_plan, model_on_meta
-from perfscope.workload import Workload, describe_user_exception
+from perfscope.workload import Workload, describe_user_exception, user_code
 
 
 def _first_samples(workload: Workload, path: Path, count: int) -> Any:
@@ -33,10 +33,8 @@ def _first_samples(workload: Workload, path: Path, count: int) -> Any:
             raise WorkloadError(f"{path}: batches({count}) yielded no batch") from None
         except Exception as exc:  # noqa: BLE001
             raise WorkloadError(describe_user_exception(exc, path, f"batches({count})")) from exc
-    try:
+    with user_code(path, "dataset()"):
         dataset = workload.dataset()  # type: ignore[misc]
-    except Exception as exc:  # noqa: BLE001
-        raise WorkloadError(describe_user_exception(exc, path, "dataset()")) from exc
     collate = workload.collate_fn or torch.utils.data.default_collate
     samples: list[Any] = []
     if isinstance(dataset, torch.utils.data.IterableDataset):
@@ -55,16 +53,12 @@ def _first_samples(workload: Workload, path: Path, count: int) -> Any:
         if length is not None and length < count:
             raise WorkloadError(f"{path}: the dataset has {length} samples, fewer than batch_size={count}")
         for i in range(count):
-            try:
+            with user_code(path, f"dataset[{i}]"):
                 samples.append(dataset[i])
-            except Exception as exc:  # noqa: BLE001
-                raise WorkloadError(describe_user_exception(exc, path, f"dataset[{i}]")) from exc
     if not samples:
         raise WorkloadError(f"{path}: the dataset yielded no samples")
-    try:
+    with user_code(path, "collating a batch"):
         return collate(samples)
-    except Exception as exc:  # noqa: BLE001
-        raise WorkloadError(describe_user_exception(exc, path, "collating a batch")) from exc
 
 
 def validate_workload(workload: Workload, path: str | Path, *, dry_run_batch: int = 2, device: str = "cpu") -> float:
@@ -75,40 +69,32 @@ def validate_workload(workload: Workload, path: str | Path, *, dry_run_batch: in
         _first_samples(workload, path, workload.batch_size)
     batch = to_device(_first_samples(workload, path, min(dry_run_batch, workload.batch_size)), device, non_blocking=False)
     torch.manual_seed(0)
-    try:
+    with user_code(path, "model()"):
         model = workload.model()
-    except Exception as exc:  # noqa: BLE001
-        raise WorkloadError(describe_user_exception(exc, path, "model()")) from exc
     if not isinstance(model, nn.Module):
         raise WorkloadError(f"{path}: model() returned {type(model).__name__}, expected a torch.nn.Module")
     model.to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise WorkloadError(f"{path}: the model has no trainable parameters")
-    try:
+    with user_code(path, "optimizer(params)"):
         optimizer = workload.optimizer(params)
-    except Exception as exc:  # noqa: BLE001
-        raise WorkloadError(describe_user_exception(exc, path, "optimizer(params)")) from exc
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise WorkloadError(f"{path}: optimizer(params) returned {type(optimizer).__name__}, expected a torch.optim.Optimizer")
     synchronize(device)
     start = time.perf_counter()
-    try:
+    with user_code(path, "loss(model, batch)"):
         loss = workload.loss(model, batch)
-    except Exception as exc:  # noqa: BLE001
-        raise WorkloadError(describe_user_exception(exc, path, "loss(model, batch)")) from exc
     if not isinstance(loss, torch.Tensor):
         raise WorkloadError(f"{path}: loss(model, batch) returned {type(loss).__name__}, expected a scalar tensor")
     if loss.numel() != 1:
         raise WorkloadError(f"{path}: loss(model, batch) returned a tensor of shape {tuple(loss.shape)}, expected a scalar")
     if not loss.requires_grad:
         raise WorkloadError(f"{path}: the loss does not require grad: it is not connected to the model's parameters")
-    try:
+    with user_code(path, "backward/optimizer step"):
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-    except Exception as exc:  # noqa: BLE001
-        raise WorkloadError(describe_user_exception(exc, path, "backward/optimizer step")) from exc
     synchronize(device)  # a CUDA step is asynchronous
     return (time.perf_counter() - start) * workload.batch_size / min(dry_run_batch, workload.batch_size)
 
