@@ -7,12 +7,14 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
 
 from perfscope.measure import memory
+from perfscope.measure.clock import synchronize
 from perfscope.measure.contention import JOB_ROOT_ENV
 from perfscope.measure.cores import numa_node_count
 from perfscope.measure.memory import sharding_memory, strategy_of
@@ -25,7 +27,7 @@ from perfscope.results.messages import error, msg
 from perfscope.trace.communication import communication_facts
 from perfscope.trial.data_parallel import RankInfo, can_skip_all_communication, init_process_group
 from perfscope.trial.launch import Launch, rank_result_path
-from perfscope.trial.loop import MeasuredRun, capture_trace, nonfinite_loss, run_trial, timed_call
+from perfscope.trial.loop import MeasuredRun, capture_trace, nonfinite_loss, run_trial
 from perfscope.trial.model_parallel import parallel_facts, rank_stage_timing
 from perfscope.trial.spec import ChildSpec, FollowSpec, ProbeSpec, SpecError, StopSpec, TrialSpec, spec_from_dict, spec_to_dict
 from perfscope.workload import load_workload
@@ -119,8 +121,12 @@ def local_compute_window(run: MeasuredRun, steps: int) -> list[float]:
     times = []
     dist.barrier()  # start together, so a slow rank's window does not overlap a fast one's tail
     for _ in range(steps):
-        times.append(timed_call(step.device, lambda: (step.accumulate(None, sync=False),
-                                                      step.optimizer.zero_grad(set_to_none=True)))[1])
+        synchronize(step.device)
+        start = time.perf_counter()
+        step.accumulate(None, sync=False)
+        step.optimizer.zero_grad(set_to_none=True)
+        synchronize(step.device)
+        times.append(time.perf_counter() - start)
     dist.barrier()
     return times
 
