@@ -51,12 +51,7 @@ from perfscope.report.tables import (
 from perfscope.report.waterfall_chart import WaterfallView, waterfall_view
 from perfscope.results import Environment, Results
 from perfscope.results.breakdown import step_breakdown
-from perfscope.results.roles import (
-    baseline_configuration,
-    baseline_run,
-    recommended_configuration,
-    recommended_run,
-)
+from perfscope.results.roles import baseline_configuration, baseline_run, recommended_configuration, recommended_run
 from perfscope.wording import reason, words
 
 __all__ = ["DiffLine", "FindingView", "ReportView", "baseline_name", "build_view", "diff_lines", "recommended_name", "trace_href"]

@@ -37,16 +37,7 @@ from perfscope.results.messages import Message
 from perfscope.results.migrate import upgrade
 from perfscope.results.serde import from_jsonable, to_jsonable
 from perfscope.results.trace_facts import TraceFacts
-from perfscope.results.verdicts import (
-    Finding,
-    Gain,
-    KnobOutcome,
-    MicroBatchPoint,
-    NumericsCheck,
-    RunNoise,
-    Sweep,
-    Verdict,
-)
+from perfscope.results.verdicts import Finding, Gain, KnobOutcome, MicroBatchPoint, NumericsCheck, RunNoise, Sweep, Verdict
 from perfscope.stats import Summary
 
 __all__ = [

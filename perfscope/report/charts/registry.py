@@ -13,12 +13,7 @@ from perfscope.report.charts.kernels import kernel_category_chart
 from perfscope.report.charts.memory import memory_categories_chart
 from perfscope.report.charts.micro_batch import micro_batch_charts
 from perfscope.report.charts.timeline import utilization_chart
-from perfscope.report.charts.trials import (
-    memory_breakdown_chart,
-    mfu_chart,
-    step_breakdown_chart,
-    throughput_chart,
-)
+from perfscope.report.charts.trials import memory_breakdown_chart, mfu_chart, step_breakdown_chart, throughput_chart
 from perfscope.report.escaping import plotly_text
 from perfscope.results import Results
 
