@@ -65,7 +65,7 @@ CHECK: dict[str, str | Callable[..., Any]] = {
     "gate_no_evidence": "the baseline has no run usable as evidence (all excluded or failed)",
     "gate_metric_unavailable": "{metric}: {error}",
     "ab_baseline_failed": "the baseline revision's run {name!r} ended {status}: {error}",
-    # a metric's verdict (Verdict.message; perfscope.check.decision, perfscope.check.paired)
+    # a metric's verdict (Verdict.message; perfscope.check.decision: check's and ab's)
     "verdict": _verdict,
     "verdict_run_failed": _run_failed,
     "verdict_no_runs": "{title}: no runs to compare",
