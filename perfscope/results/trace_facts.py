@@ -18,7 +18,7 @@ from perfscope.results.messages import Message
 
 __all__ = [
     "GemmAlignment", "GemmShape", "GpuTimeline", "IdleBreakdown", "KernelFacts", "KernelStat", "LaunchFacts",
-    "HostTransfers", "PageableCopies", "SyncFacts", "TraceFacts", "SCALARS", "Change", "TraceDiff", "diff_facts",
+    "HostTransfers", "PageableCopies", "SyncFacts", "TraceFacts",
 ]
 
 
