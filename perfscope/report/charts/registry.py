@@ -9,11 +9,16 @@ from collections.abc import Callable
 
 from perfscope.registry import Registry
 from perfscope.report.charts.base import PLOTLY_TRACE_TYPES, Chart, Roles
-from perfscope.report.charts.kernels import kernel_category_chart
-from perfscope.report.charts.memory import memory_categories_chart
 from perfscope.report.charts.micro_batch import micro_batch_charts
 from perfscope.report.charts.timeline import utilization_chart
-from perfscope.report.charts.trials import memory_breakdown_chart, mfu_chart, step_breakdown_chart, throughput_chart
+from perfscope.report.charts.trials import (
+    kernel_category_chart,
+    memory_breakdown_chart,
+    memory_categories_chart,
+    mfu_chart,
+    step_breakdown_chart,
+    throughput_chart,
+)
 from perfscope.report.escaping import plotly_text
 from perfscope.results import Results
 
