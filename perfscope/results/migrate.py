@@ -8,10 +8,10 @@ Design notes: docs/results.md.
 from __future__ import annotations
 
 import copy
-import math
 from typing import Any
 
 from perfscope.results.config import TrialConfig
+from perfscope.results.constraints import finite
 from perfscope.results.messages import LEGACY, NUMERICS, legacy, msg
 
 LATEST = 4
@@ -270,7 +270,7 @@ def _typed_trace_facts(data: dict[str, Any]) -> None:
 def trace_facts_from_dict(old: dict[str, Any]) -> dict[str, Any]:
     """The typed shape (as JSON) of a free-form trace-facts dict; what it lacks gets the typed defaults."""
     def num(key: str) -> float | None:
-        return _float(old.get(key))
+        return finite(old.get(key))
 
     cuda = old.get("device_type") == "cuda" or num("gpu_idle_fraction") is not None
     out: dict[str, Any] = {
@@ -282,9 +282,9 @@ def trace_facts_from_dict(old: dict[str, Any]) -> dict[str, Any]:
             "source": "kernels" if cuda else "cpu ops",
             "time_by_category": _number_map(old.get("kernel_time_by_category")),
             "top": [
-                {"name": str(k["name"]), "time_s": float(k["time_s"]), "count": _float(k.get("count")) or 0.0,
+                {"name": str(k["name"]), "time_s": float(k["time_s"]), "count": finite(k.get("count")) or 0.0,
                  "category": str(k.get("category") or "other")}
-                for k in _rows(old.get("top_kernels")) if "name" in k and _float(k.get("time_s")) is not None
+                for k in _rows(old.get("top_kernels")) if "name" in k and finite(k.get("time_s")) is not None
             ],
             "fp32_gemm_fraction": num("fp32_matmul_fraction"),
         },
@@ -303,7 +303,7 @@ def trace_facts_from_dict(old: dict[str, Any]) -> dict[str, Any]:
         },
         "gemm_shapes": [
             {"op": str(g.get("op", "")), "shape": [int(v) for v in g["shape"]], "dtype": str(g.get("dtype", "")),
-             "count": _float(g.get("count")) or 0.0, "time_s": _float(g.get("time_s")) or 0.0, "time_source": "cpu op",
+             "count": finite(g.get("count")) or 0.0, "time_s": finite(g.get("time_s")) or 0.0, "time_source": "cpu op",
              "misaligned": [str(d) for d in g.get("misaligned") or []]}
             for g in _rows(old.get("gemm_shapes")) if _int_list(g.get("shape"))
         ],
@@ -312,7 +312,7 @@ def trace_facts_from_dict(old: dict[str, Any]) -> dict[str, Any]:
              "time_s": float(r["time_s"]), "padded_time_s": float(r["padded_time_s"]), "speedup_per_flop": float(r["speedup_per_flop"])}
             for r in _rows(old.get("gemm_alignment"))
             if _int_list(r.get("shape")) and _int_list(r.get("padded"))
-            and all(_float(r.get(k)) is not None for k in ("time_s", "padded_time_s", "speedup_per_flop"))
+            and all(finite(r.get(k)) is not None for k in ("time_s", "padded_time_s", "speedup_per_flop"))
         ],
         "trace_bytes": int(num("trace_bytes")) if num("trace_bytes") is not None else None,
         "notes": [{"code": NOTE_TRACE_FACTS.code, "params": {}}],
@@ -333,16 +333,10 @@ def trace_facts_from_dict(old: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _float(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def _number_map(value: Any) -> dict[str, float]:
     if not isinstance(value, dict):
         return {}
-    return {str(k): f for k, v in value.items() if (f := _float(v)) is not None and f >= 0}
+    return {str(k): f for k, v in value.items() if (f := finite(v)) is not None and f >= 0}
 
 
 def _rows(value: Any) -> list[dict[str, Any]]:
