@@ -25,8 +25,6 @@ from perfscope.hooks.flopstep import FlopStep
 from perfscope.hooks.framework import DATA_SPAN, FrameworkCalls
 from perfscope.hooks.loggers import Loggers, as_loggers
 from perfscope.hooks.ondemand import LiveControl
-from perfscope.hooks.pausing import Pausing
-from perfscope.hooks.state import Handover
 from perfscope.hooks.stepping import Stepping
 from perfscope.hooks.tally import Reservoir, StepTally
 from perfscope.hooks.watch import WatchConfig, as_watch
@@ -58,7 +56,7 @@ def _fan_out(feeds: list[Callable[[Any], None]]) -> Callable[[Any], None]:
     return on_record
 
 
-class Profiler(Stepping, FrameworkCalls, Pausing, Handover):
+class Profiler(Stepping, FrameworkCalls):
     """Measure a training loop you already have; see the module docstring for what and how.
 
     Args:
@@ -295,8 +293,8 @@ class Profiler(Stepping, FrameworkCalls, Pausing, Handover):
     def _save(self, out_dir: Path, final: bool) -> Path | None:
         from perfscope.hooks.save import save_alone, save_job
 
-        saving = self._saving()
-        return save_job(saving, self._place, out_dir, final) if self._place is not None else save_alone(saving, out_dir, final)
+        self._saves += 1  # with the instance, the key a job's rank summaries of this save() travel under
+        return save_job(self, self._place, out_dir, final) if self._place is not None else save_alone(self, out_dir, final)
 
     def __enter__(self) -> Profiler:
         return self
