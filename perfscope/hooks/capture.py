@@ -1,13 +1,5 @@
 """The hooks' torch.profiler window over ``capture_steps`` of the user's loop (perfscope.trace.capture).
-
-    window = CaptureWindow((10, 13), trace_dir=None)
-    window.first                    # 9: one profiler warm-up step before the recorded ones
-    window.start(); window.step(); ...; window.stop()
-    window.trace_path               # <trace_dir>/rank<R>.json.gz, or None and `notes` say why
-    CaptureWindow((10, 13), None, categories=True).categories   # then two more steps: memory by category
-
-Design notes: docs/hooks.md.
-"""
+Design notes: docs/hooks.md."""
 
 from __future__ import annotations
 
