@@ -651,7 +651,7 @@ class FakeTraceCapture:
         self.window = window
         self.path: Path | None = None
         self.note: str | None = None
-        self.active_steps = 2
+        self.active = 2
         FakeTraceCapture.instances.append(self)
 
     def __enter__(self) -> FakeTraceCapture:
