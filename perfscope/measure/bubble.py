@@ -20,8 +20,6 @@ class StepRecord:
     loss_s: float = 0.0
     loss_compute_s: float = 0.0
     step_s: float = 0.0
-    forward_calls: int = 0
-    backward_calls: int = 0
     in_window: bool = False
     """A step of the timed window (not warm-up, not the trace's)."""
     forward_calls_s: list[float] = field(default_factory=list)

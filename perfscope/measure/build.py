@@ -139,7 +139,6 @@ def attach_trace(metrics: TrialMetrics, trace: Path, *, device_type: str, steps:
     device; the hooks leave the user's device alone)."""
     metrics.trace_path = str(trace)
     try:
-
         facts = trace_facts(trace, device_type=device_type, steps=steps)
         if alignment_precision is not None:
             facts.gemm_alignment = benchmark_alignment_for(facts.gemm_shapes, device=device_type,

@@ -58,14 +58,23 @@ def resolution_cores(budget: CpuBudget, wall_s: float) -> float:
     return (budget.schedulable + 1) * _TICK_S / max(wall_s, 1e-9)
 
 
-def _job_root() -> psutil.Process | None:
-    pid = os.environ.get(JOB_ROOT_ENV)
-    if not pid:
-        return None
+def _process(pid: str) -> psutil.Process | None:
     try:
-        return psutil.Process(int(pid))
+        return psutil.Process(int(pid)) if pid else None
     except (ValueError, psutil.Error):
         return None
+
+
+def _family(root: psutil.Process) -> list[psutil.Process]:
+    """``root`` and its live descendants (``root`` alone when they cannot be listed)."""
+    try:
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return [root]
+
+
+def _job_root() -> psutil.Process | None:
+    return _process(os.environ.get(JOB_ROOT_ENV, ""))
 
 
 def own_cpu_seconds() -> float:
@@ -76,11 +85,7 @@ def own_cpu_seconds() -> float:
         return _tree_cpu_seconds(root)
     t = os.times()
     total = t.user + t.system + t.children_user + t.children_system
-    try:
-        children = psutil.Process().children(recursive=True)
-    except psutil.Error:
-        children = []
-    for child in children:
+    for child in _family(psutil.Process())[1:]:
         try:
             ct = child.cpu_times()
             total += ct.user + ct.system
@@ -92,11 +97,7 @@ def own_cpu_seconds() -> float:
 def _tree_cpu_seconds(root: psutil.Process) -> float:
     """CPU seconds of ``root`` and its live descendants, each with its own reaped children's time."""
     total = 0.0
-    try:
-        family = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        family = [root]
-    for proc in family:
+    for proc in _family(root):
         try:
             ct = proc.cpu_times()
             total += ct.user + ct.system + ct.children_user + ct.children_system
@@ -113,23 +114,14 @@ def sweep_env() -> dict[str, str]:
 def _sweep_root() -> psutil.Process | None:
     """The sweep's driver when this trial runs on its host (a Slurm or Ray node elsewhere has other pids)."""
     pid, _, host = os.environ.get(SWEEP_ROOT_ENV, "").partition("@")
-    if not pid or host != socket.gethostname():
-        return None
-    try:
-        return psutil.Process(int(pid))
-    except (ValueError, psutil.Error):
-        return None
+    return _process(pid) if host == socket.gethostname() else None
 
 
 def sweep_cpu_seconds(root: psutil.Process, cpus: frozenset[int] | None, mine: set[int]) -> dict[int, float]:
     """CPU seconds so far of each of the sweep's processes (``root`` and its descendants, ``mine`` left out: this
     trial's own) that may run on ``cpus``: one pinned to other cores (another lane's) cannot have used them."""
-    try:
-        family = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        family = [root]
     seconds: dict[int, float] = {}
-    for proc in family:
+    for proc in _family(root):
         if proc.pid in mine:
             continue
         try:
@@ -196,11 +188,7 @@ class ContentionProbe:
         if self._sweep is None:
             return {}
         me = _job_root() or psutil.Process()  # a rank's own time is its whole job's (own_cpu_seconds)
-        try:
-            mine = {me.pid, *(c.pid for c in me.children(recursive=True))}
-        except psutil.Error:
-            mine = {me.pid}
-        return sweep_cpu_seconds(self._sweep, self._cpus, mine)
+        return sweep_cpu_seconds(self._sweep, self._cpus, {p.pid for p in _family(me)})
 
     def _device_others(self) -> list[str]:
         if self._nvml_handle is None:
@@ -211,7 +199,6 @@ class ContentionProbe:
             procs = pynvml.nvmlDeviceGetComputeRunningProcesses(self._nvml_handle)
         except Exception:  # noqa: BLE001 - NVML absent or unsupported (MIG, containers): nothing to report
             return []
-        root = _job_root() or psutil.Process()
-        mine = {os.getpid(), root.pid, *(c.pid for c in root.children(recursive=True))}
+        mine = {os.getpid(), *(p.pid for p in _family(_job_root() or psutil.Process()))}
         # In a container NVML may list host PIDs, ours among them: only processes visible here are counted.
         return [str(p.pid) for p in procs if p.pid not in mine and psutil.pid_exists(p.pid)]

@@ -85,7 +85,7 @@ class Trace:
 
     tables: dict[str, EventColumns]
     steps: list[Span] = field(default_factory=list)
-    """Host-side ProfilerStep#N spans, sorted; else the steps perfscope.trace.steps found (``steps_from`` says how)."""
+    """Host-side ProfilerStep#N spans, sorted; else the steps perfscope.trace.window.find_steps found (``steps_from`` says how)."""
     steps_from: str = ""
     complete_events: int = 0
     """Complete ("X") events with a usable start and duration in the file, kept or not."""
