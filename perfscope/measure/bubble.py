@@ -23,7 +23,7 @@ class StepRecord:
     in_window: bool = False
     """A step of the timed window (not warm-up, not the trace's)."""
     forward_calls_s: list[float] = field(default_factory=list)
-    """Each call's compute (see the module docstring: CPU time on CPU, synchronized wall time on CUDA)."""
+    """Each call's compute (docs/measurement.md: CPU time on CPU, synchronized wall time on CUDA)."""
     backward_calls_s: list[float] = field(default_factory=list)
     compute_clock: str = "wall"
     """How the calls' compute was timed: "thread CPU" | "process CPU" | "wall"."""

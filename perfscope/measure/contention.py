@@ -141,7 +141,7 @@ def sweep_delta(before: dict[int, float], after: dict[int, float]) -> float:
 
 
 def judge(reading: Contention, budget: CpuBudget, *, wall_s: float | None = None) -> Contention:
-    """Fill ``contended`` and ``reason`` (see the module docstring): the same neighbour gives the same verdict
+    """Fill ``contended`` and ``reason`` (docs/measurement.md): the same neighbour gives the same verdict
     whatever the run's own load."""
     other, steal = reading.other_cpu_cores or 0.0, reading.steal_cores or 0.0
     floor = max(MIN_OTHER_CORES, resolution_cores(budget, wall_s) if wall_s is not None else 0.0)
