@@ -78,20 +78,9 @@ def _job_root() -> psutil.Process | None:
 
 
 def own_cpu_seconds() -> float:
-    """CPU seconds of this process, its reaped children, and its live descendants (DataLoader workers); in a
-    distributed trial, of the whole job (the agent and every rank with their descendants)."""
-    root = _job_root()
-    if root is not None:
-        return _tree_cpu_seconds(root)
-    t = os.times()
-    total = t.user + t.system + t.children_user + t.children_system
-    for child in _family(psutil.Process())[1:]:
-        try:
-            ct = child.cpu_times()
-            total += ct.user + ct.system
-        except psutil.Error:  # exited between listing and reading: its time lands in children_* once reaped
-            pass
-    return total
+    """CPU seconds of this process and its live descendants (DataLoader workers), each with its reaped children's; in
+    a distributed trial, of the whole job (the agent and every rank with their descendants)."""
+    return _tree_cpu_seconds(_job_root() or psutil.Process())
 
 
 def _tree_cpu_seconds(root: psutil.Process) -> float:
