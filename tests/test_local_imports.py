@@ -28,7 +28,6 @@ ALLOWED: dict[str, tuple[int, str]] = {
     "measure/lazy_msg.py": (2, "msg() and words() for the modules a disabled Profiler imports: the results model loads at the first message"),
     "lanes/sweep.py": (2, "ray and slurm are optional extras, imported only when chosen"),
     "live/client.py": (3, "`perfscope capture` starts without torch; the trace readers load once a trace came back"),
-    "trace/capture.py": (1, "torch's memory profiler loads only when a memory breakdown is asked for"),
     "hooks/loggers.py": (1, "owned by the loggers' work in flight (issue 36 left it alone)"),
 }
 """Per module (relative to perfscope/): how many function-local imports of perfscope modules, and why."""

@@ -13,8 +13,8 @@ import torch
 from perfscope.measure.lazy_msg import msg
 
 if TYPE_CHECKING:
+    from perfscope.results import MemoryCategories
     from perfscope.results.messages import Message
-    from perfscope.trace.memory_categories import MemoryByCategory
 
 
 class CaptureWindow:
@@ -36,11 +36,11 @@ class CaptureWindow:
             self.extra = MEMORY_STEPS
         self.end = -1
         """The step the running capture ends at (its own count of steps may be longer than asked), memory window included."""
-        self.categories: MemoryByCategory | None = None
+        self.categories: MemoryCategories | None = None
         """The memory window's breakdown once it ended (``categories``); else None and `categories_error` says why."""
         self.categories_error: Message | None = None
         self._memory: Any = None  # the memory window's profiler while it runs
-        self._seen: list[MemoryByCategory] = []
+        self._seen: list[MemoryCategories] = []
         self.capture: Any = None
         self.trace_path: Path | None = None
         self.notes: list[Message] = []
@@ -133,7 +133,7 @@ class CaptureWindow:
         capture, self.capture = self.capture, None
         capture.__exit__(None, None, None)
         self.trace_path, self.memory_path = capture.path, getattr(capture, "memory_path", None)
-        self.active_steps = getattr(capture, "active_steps", None)
+        self.active_steps = getattr(capture, "active", None)
         if capture.path is None:
             note = getattr(capture, "note", None)
             self.notes.append(note or msg("trace_unavailable"))

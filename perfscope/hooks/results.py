@@ -145,7 +145,7 @@ def build_results(prof: ProfilerState, *, ratios: bool = True) -> Results:
         else:
             attach_trace(metrics, capture.trace_path, device_type=prof.device.type, steps=capture.active_steps)
         if capture.extra and capture.categories is not None:  # the memory window after the trace (Profiler(memory=))
-            metrics.memory_categories = capture.categories.categories()
+            metrics.memory_categories = capture.categories
         elif capture.extra:
             metrics.unavailable["memory_categories"] = msg("memory_categories_failed",
                                                            error=capture.categories_error or capture.missing())

@@ -163,6 +163,10 @@ class MemoryCategories:
     peak_category: str
     """The category holding the most bytes at that peak."""
     at_peak: dict[str, int] = field(default_factory=dict, metadata=NON_NEGATIVE)
+    max_bytes: dict[str, int] = field(default_factory=dict, metadata=NON_NEGATIVE)
+    """Each category's own maximum over the step (not at one instant: they need not add up)."""
+    reclassified_bytes: int = field(default=0, metadata=NON_NEGATIVE)
+    """Bytes torch named parameter / optimizer state that were born and freed in the step (booked temporary)."""
 
     def share(self, category: str) -> float | None:
         """``category``'s share of the peak; None when nothing was seen."""

@@ -156,11 +156,9 @@ class PipelineStep(TrainStep):
             record.compute_clock = clock_name
             if kind == "forward":
                 record.forward_s += elapsed
-                record.forward_calls += 1
                 record.forward_calls_s.append(compute)
             else:
                 record.backward_s += elapsed
-                record.backward_calls += 1
                 record.backward_calls_s.append(compute)
             return out
         return timed
