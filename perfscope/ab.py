@@ -12,9 +12,9 @@ from pathlib import Path
 
 from perfscope.analyze import AnalyzeOptions, baseline_config, new_results, probe
 from perfscope.check.compat import find_differences
+from perfscope.check.decision import decide_paired
 from perfscope.check.gate import ErrorCode, GateOptions, GateReport
 from perfscope.check.metrics import Side
-from perfscope.check.paired import decide_paired
 from perfscope.check.structure import diff_sides, runs_consensus
 from perfscope.errors import UserError
 from perfscope.measure.mfu import choose_peak

@@ -203,17 +203,14 @@ def _fixes(results: Results, ranked: list[Finding], rec: Recommendation | None, 
     return out
 
 
-def _label(outcome: KnobOutcome) -> str:
-    return outcome.title + (f" · {outcome.setting}" if outcome.setting and outcome.setting not in outcome.title else "")
-
-
 def _gains(results: Results, knobs: list[KnobOutcome], gain: GainOf) -> list[GainRow]:
     sweep = results.sweep
     keyed: list[tuple[tuple[int, float], GainRow]] = []
     for o in knobs:
         g = gain(o)
         if o.status in ("measured", "rejected") and g is not None:
-            keyed.append((knob_key(o, g), GainRow(label=_label(o), gain=g, rejected=o.status == "rejected", knob=o.knob)))
+            label = o.title + (f" · {o.setting}" if o.setting and o.setting not in o.title else "")
+            keyed.append((knob_key(o, g), GainRow(label=label, gain=g, rejected=o.status == "rejected", knob=o.knob)))
     if sweep is not None and sweep.recommended_gain is not None and len(sweep.recommended_knobs) > 1:
         g = sweep.recommended_gain
         stack = KnobOutcome(knob="", title="", status="measured", gain=g)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 
 @dataclass(kw_only=True)
@@ -142,6 +142,10 @@ class SlowerThanPeers:
     """The t critical value the gap had to exceed, in standard errors."""
     se: float
     """The standard error of the gap (seconds)."""
+    slowest_in: int = 0
+    """The steps (of the ``compared``: the shortest window's) in which it was the slowest of the ``ranks`` tested."""
+    compared: int = 0
+    ranks: int = 0
 
     @property
     def slower_by(self) -> float:
@@ -150,6 +154,21 @@ class SlowerThanPeers:
     @property
     def gap(self) -> float:
         return self.mean - self.reference
+
+    def evidence(self, rank: int, what: str, steps: str) -> list[str]:
+        """The test in words: ``what`` the times are ("own compute step"), ``steps`` what they were ("traced steps")."""
+        return [f"rank {rank}'s {what} averaged {_ms(self.mean)} over {self.n} {steps}, {self.slower_by:.0%} above the "
+                f"{_ms(self.reference)} median of the other ranks; the step-to-step noise allows "
+                f"{_ms(self.critical * self.se)} ({self.critical:.1f} standard errors)",
+                f"it was the slowest rank in {self.slowest_in} of {self.compared} {steps} (chance alone: 1 in {self.ranks})"]
+
+
+STRAGGLER_TEST = (f"against the median of the other ranks' means: a straggler is over {STRAGGLER_MIN_SLOWER:.0%} slower "
+                  "and slower beyond the step-to-step noise (one-sided Welch t-test, p < 0.0001)")
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms"
 
 
 def slower_than_peers(times: Sequence[float], others: Sequence[Sequence[float]], *,
@@ -168,3 +187,14 @@ def slower_than_peers(times: Sequence[float], others: Sequence[Sequence[float]],
     if mean - reference <= critical * se:
         return None
     return SlowerThanPeers(mean=mean, n=n, reference=reference, critical=critical, se=se)
+
+
+def slower_ranks(times: Mapping[int, Sequence[float]]) -> dict[int, SlowerThanPeers]:
+    """Each rank of ``times`` (two or more, each with STRAGGLER_MIN_STEPS steps or more) found slower than the
+    others, the most slower first."""
+    compared = min(len(t) for t in times.values())
+    slowest = [max(times, key=lambda r: times[r][i]) for i in range(compared)]
+    found = {rank: replace(test, slowest_in=slowest.count(rank), compared=compared, ranks=len(times))
+             for rank, own in times.items()
+             if (test := slower_than_peers(own, [t for r, t in times.items() if r != rank])) is not None}
+    return dict(sorted(found.items(), key=lambda item: -item[1].slower_by))

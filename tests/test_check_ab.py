@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from perfscope.ab import WARMUP, measurement_order
-from perfscope.check.paired import decide_paired, rounds_for_power
+from perfscope.check.decision import decide_paired, rounds_for_power
 from perfscope.cli import main
 from perfscope.results import Results, msg
 from perfscope.search.compare import PairedTest, paired_test

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from perfscope.check.paired import decide_paired
+from perfscope.check.decision import decide_paired
 from perfscope.results import Results
 from perfscope.search.compare import paired_test
 

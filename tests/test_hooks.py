@@ -17,6 +17,7 @@ from torch import nn
 import perfscope
 from perfscope.hooks.profiler import Profiler, leading_dim
 from perfscope.hooks.tally import Reservoir
+from perfscope.measure import build
 from perfscope.measure.window import StepRecord, WindowRecorder
 from perfscope.results import Results
 from perfscope.wording import words
@@ -651,7 +652,7 @@ class FakeTraceCapture:
         self.window = window
         self.path: Path | None = None
         self.note: str | None = None
-        self.active_steps = 2
+        self.active = 2
         FakeTraceCapture.instances.append(self)
 
     def __enter__(self) -> FakeTraceCapture:
@@ -669,7 +670,7 @@ class FakeTraceCapture:
 def test_capture_window_is_profiled_untimed_and_saved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     FakeTraceCapture.instances.clear()
     _fake_module(monkeypatch, "perfscope.trace.capture", TraceCapture=FakeTraceCapture)
-    _fake_module(monkeypatch, "perfscope.trace.facts")  # no trace_facts: the fake trace cannot be analysed
+    monkeypatch.setattr(build, "trace_facts", lambda *a, **k: 1 / 0)  # the fake trace cannot be analysed
     prof = Profiler(device="cpu", warmup_steps=2, capture_steps=(2, 5), memory=True, trace_dir=tmp_path / "tmp", **quiet())
     for _ in prof.wrap([torch.zeros(4)] * 12):
         prof.step()
@@ -683,7 +684,7 @@ def test_capture_window_is_profiled_untimed_and_saved(tmp_path: Path, monkeypatc
     assert m.steps == 12 - 2 - 3 - 2 - 1 and m.memory_categories is not None
     trace = tmp_path / "run" / m.trace_path  # stored relative to the results file: the folder can move
     assert not Path(m.trace_path).is_absolute() and trace.read_bytes() == b"trace"
-    assert "trace_facts" in m.unavailable  # no perfscope.trace.facts in this fake
+    assert "trace_facts" in m.unavailable  # its analysis failed: the facts only are lost
 
 
 def test_memory_peaks_are_read_before_the_ceiling_probe_allocates(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,14 +21,13 @@ ALLOWED: dict[str, tuple[int, str]] = {
     "hooks/profiler.py": (4, "a disabled Profiler imports nothing heavy (test_disabled_profiler_imports_nothing_heavy)"),
     "hooks/stepping.py": (2, "as above: the Profiler's step machine, split from it"),
     "hooks/flopstep.py": (3, "as above: the Profiler imports it at start; its FLOP count needs the results model"),
-    "hooks/clocks.py": (3, "NVML and its throttle names load only where a GPU's clock is read; the sampler's only once started"),
+    "hooks/clocks.py": (2, "NVML and its throttle names load only where a GPU's clock is read; the sampler's only once started"),
     "hooks/watch.py": (2, "the trace readers load only once a capture is compared"),
-    "hooks/arguments.py": (1, "as above"),
+    "hooks/framework.py": (1, "as above: describe() checks its settings against the results model's TrialConfig"),
     "hooks/capture.py": (3, "as above"),
     "measure/lazy_msg.py": (2, "msg() and words() for the modules a disabled Profiler imports: the results model loads at the first message"),
     "lanes/sweep.py": (2, "ray and slurm are optional extras, imported only when chosen"),
     "live/client.py": (3, "`perfscope capture` starts without torch; the trace readers load once a trace came back"),
-    "trace/capture.py": (1, "torch's memory profiler loads only when a memory breakdown is asked for"),
     "hooks/loggers.py": (1, "owned by the loggers' work in flight (issue 36 left it alone)"),
 }
 """Per module (relative to perfscope/): how many function-local imports of perfscope modules, and why."""

@@ -14,12 +14,12 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 from torch.utils.checkpoint import checkpoint
 
-from perfscope.results import Finding, MemoryBreakdown, TrialMetrics, from_jsonable, to_jsonable
+from perfscope.results import Finding, MemoryBreakdown, MemoryCategories, TrialMetrics, from_jsonable, to_jsonable
 from perfscope.results.config import TrialConfig
 from perfscope.rules import run_rules
 from perfscope.rules._text import pct
 from perfscope.trace.capture import TraceCapture
-from perfscope.trace.memory_categories import MemoryByCategory, memory_breakdown, profile_step_memory
+from perfscope.trace.memory_categories import memory_breakdown, memory_text, owners, profile_step_memory, read_memory
 from perfscope.trial.loop import capture_trace, run_trial
 from perfscope.workload import load_workload
 from tests.factories import make_results, make_trial
@@ -27,7 +27,7 @@ from tests.factories import make_results, make_trial
 GiB = 2**30
 
 
-def _profile(model: torch.nn.Module, x: torch.Tensor, *, foreach: bool = True, active: int = 1) -> MemoryByCategory:
+def _profile(model: torch.nn.Module, x: torch.Tensor, *, foreach: bool = True, active: int = 1) -> MemoryCategories:
     """One untraced step (AdamW's state exists from then on), one warm-up step, ``active`` profiled steps."""
     opt = torch.optim.AdamW(model.parameters(), foreach=foreach)
 
@@ -37,7 +37,7 @@ def _profile(model: torch.nn.Module, x: torch.Tensor, *, foreach: bool = True, a
         opt.zero_grad()
 
     step()
-    seen: list[MemoryByCategory] = []
+    seen: list[MemoryCategories] = []
     with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=active),
                  profile_memory=True, record_shapes=True, with_stack=True,
                  on_trace_ready=lambda prof: seen.append(memory_breakdown(prof, "cpu"))) as prof:
@@ -58,10 +58,10 @@ def test_parameters_gradients_and_adamw_state_are_the_bytes_they_must_be(foreach
     assert mem.max_bytes["optimizer_state"] == 8 * n + 4 * tensors
     assert mem.at_peak["parameter"] == 4 * n and mem.at_peak["optimizer_state"] == 8 * n + 4 * tensors
     assert mem.peak_bytes == sum(mem.at_peak.values())
-    owners = mem.owners()  # the results' breakdown by owner at the peak: the rest is activations and temporaries
-    assert (owners.parameters, owners.gradients, owners.optimizer_state) == (mem.at_peak["parameter"],
-                                                                            mem.at_peak["gradient"], 8 * n + 4 * tensors)
-    assert owners.activations_and_temporaries == mem.peak_bytes - 4 * n - mem.at_peak["gradient"] - (8 * n + 4 * tensors)
+    held = owners(mem)  # the results' breakdown by owner at the peak: the rest is activations and temporaries
+    grads = mem.at_peak.get("gradient", 0)
+    assert (held.parameters, held.gradients, held.optimizer_state) == (mem.at_peak["parameter"], grads, 8 * n + 4 * tensors)
+    assert held.activations_and_temporaries == mem.peak_bytes - 4 * n - grads - (8 * n + 4 * tensors)
     if not foreach:
         # torch names the single-tensor AdamW's exp_avg_sq.sqrt() a parameter; born and freed in the window, it is
         # booked as a temporary (one per parameter tensor, in the first profiled step).
@@ -94,7 +94,7 @@ def test_a_small_transformer_peaks_on_activations_and_checkpointing_moves_the_pe
     assert ckpt.peak_category != "activation"
     assert ckpt.at_peak["activation"] < plain.at_peak["activation"] / 4
     assert ckpt.peak_bytes < plain.peak_bytes
-    assert "activation" in plain.text() and plain.device == "cpu"
+    assert "activation" in memory_text(plain) and plain.device == "cpu"
 
 
 def test_a_capture_window_with_memory_writes_the_breakdown_beside_its_trace(tmp_path) -> None:
@@ -109,10 +109,10 @@ def test_a_capture_window_with_memory_writes_the_breakdown_beside_its_trace(tmp_
             cap.step()
     assert cap.path is not None and cap.memory_path is not None, cap.note
     assert cap.memory is not None and cap.memory.max_bytes["parameter"] == 4 * (32 * 32 + 32)
-    assert cap.memory_path.name == "memory-rank0.json" and MemoryByCategory.read(cap.memory_path) == cap.memory
+    assert cap.memory_path.name == "memory-rank0.json" and read_memory(cap.memory_path) == cap.memory
     (tmp_path / "bad.json").write_text('{"peak": 1}')
     with pytest.raises(ValueError, match=r"bad\.json: not a memory breakdown"):
-        MemoryByCategory.read(tmp_path / "bad.json")
+        read_memory(tmp_path / "bad.json")
 
 
 def test_a_breakdown_needs_the_profilers_memory_options() -> None:
@@ -122,14 +122,14 @@ def test_a_breakdown_needs_the_profilers_memory_options() -> None:
         memory_breakdown(prof, "cpu")
 
 
-def _near_oom(held: MemoryByCategory | None) -> dict[str, Finding]:
+def _near_oom(held: MemoryCategories | None) -> dict[str, Finding]:
     """A CUDA run at 96 % of its device's memory (PS502 fires), AdamW state 40 % of its peak (PS503 fires)."""
     results = make_results([make_trial(median_s=0.1)], device_type="cuda")
     m = results.trials[0].metrics
     m.peak_memory_bytes, m.peak_reserved_bytes, m.device_memory_capacity_bytes = 74 * GiB, 77 * GiB, 80 * GiB
     m.memory_breakdown = MemoryBreakdown(parameters=8 * GiB, gradients=8 * GiB, optimizer_state=30 * GiB,
                                          activations_and_temporaries=28 * GiB)
-    m.memory_categories = held.categories() if held is not None else None
+    m.memory_categories = held
     return {f.rule_id: f for f in run_rules(results)}
 
 

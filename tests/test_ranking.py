@@ -14,9 +14,9 @@ import pytest
 
 from perfscope.ranking import Evidence, Tier, gain_of, knob_key, rank_results
 from perfscope.report.charts import gain_chart
+from perfscope.report.headline import build_story
 from perfscope.report.html import render_html
 from perfscope.report.markdown import render_markdown
-from perfscope.report.story import build_story
 from perfscope.report.view import build_view
 from perfscope.results import Finding, Gain, KnobOutcome, Results, Sweep
 from perfscope.results.messages import Message

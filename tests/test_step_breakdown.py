@@ -77,7 +77,7 @@ def test_cpu_trace_facts_leave_the_datasets_ops_to_the_data_wait(tmp_path):
                 x = torch.randn(32, 64)
             model(x).sum().backward()
             cap.step()
-    facts = trace_facts(cap.path, device_type="cpu", steps=cap.active_steps)
+    facts = trace_facts(cap.path, device_type="cpu", steps=cap.active)
     assert facts.data_wait_fraction > 0.2
     assert not any("fft" in k.name for k in facts.kernels.top), [k.name for k in facts.kernels.top]
     assert facts.kernels.time_by_category.get("gemm", 0) > 0

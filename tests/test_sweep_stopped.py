@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from perfscope.ranking import rank_results
+from perfscope.report.headline import build_story, recommendation_line
 from perfscope.report.markdown import answer_lines
-from perfscope.report.story import build_story, recommendation_line
 from perfscope.results import Trial
 from perfscope.results.messages import msg
 from perfscope.search.sweep import BASELINE, Sweeper, SweepOptions

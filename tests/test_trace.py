@@ -41,7 +41,7 @@ def test_capture_writes_a_gzipped_chrome_trace_and_facts_see_the_data_wait(tmp_p
     assert cap.path == tmp_path / "trace" / "rank0.json.gz" and cap.note is None
     events = json.load(gzip.open(cap.path))["traceEvents"]
     assert any(e.get("name", "").startswith("ProfilerStep#") for e in events)
-    facts = trace_facts(cap.path, device_type="cpu", steps=cap.active_steps)
+    facts = trace_facts(cap.path, device_type="cpu", steps=cap.active)
     assert facts.steps == 3
     # 40 ms of sleep per step: at least that much data wait, whatever the load does to the compute (a fraction of
     # the step would depend on how slow a loaded machine makes the rest of it)

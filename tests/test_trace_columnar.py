@@ -11,9 +11,9 @@ import pytest
 
 from perfscope.trace.events import Trace, TraceBuilder
 from perfscope.trace.intervals import Span, SpanArray, clip, gaps, length, merge, overlap, overlaps, subtract, touches
-from perfscope.trace.steps import find_steps
 from perfscope.trace.sync import _stack_walk, enclosing
 from perfscope.trace.table import NONE
+from perfscope.trace.window import find_steps
 
 
 def build_trace(raw: list[dict]) -> Trace:

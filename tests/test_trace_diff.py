@@ -1,10 +1,10 @@
-"""The diff of two runs' trace facts (perfscope.results.trace_diff): a pure function of typed results."""
+"""The diff of two runs' trace facts (perfscope.results.trace_facts): a pure function of typed results."""
 
 from __future__ import annotations
 
 import pytest
 
-from perfscope.results.trace_diff import Change, diff_facts
+from perfscope.results.trace_facts import Change, diff_facts
 from tests.factories import make_trace_facts
 
 

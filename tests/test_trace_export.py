@@ -53,7 +53,7 @@ def test_steps_are_labelled_by_training_step_and_the_header_says_rank_0_of_1(tmp
     assert doc["distributedInfo"] == {"backend": None, "rank": 0, "world_size": 1}
     assert HTA_RANK.search(text).group(1) == "0"
     assert text.index('"distributedInfo"') < text.index('"traceEvents"')
-    facts = trace_facts(cap.path, device_type="cpu", steps=cap.active_steps)  # perfscope's own reading
+    facts = trace_facts(cap.path, device_type="cpu", steps=cap.active)  # perfscope's own reading
     assert facts.steps == 3 and len(read_trace(cap.path).steps) == 3
     assert facts.kernels.time_by_category.get("gemm", 0) > 0
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from perfscope.results import Results, ResultsError
-from perfscope.results.limits import MAX_FILE_BYTES
+from perfscope.results.io import MAX_FILE_BYTES
 from tests.factories import make_results, make_trial
 
 

@@ -111,10 +111,6 @@ def check_sessions_agree(sessions: list[tuple[Results, str]]) -> None:
                             + " (start a new history with `perfscope baseline update --replace`)")
 
 
-def _runs_per_session(history: BaselineHistory) -> list[int]:
-    return [sum(1 for t in s.trials if t.evidence and t.metrics and t.metrics.steps > 0) for s in history.sessions]
-
-
 def save_baseline(results_paths: list[str | os.PathLike[str]] | str | os.PathLike[str],
                   to: str | os.PathLike[str] = DEFAULT_BASELINE, *, mode: Mode = "save",
                   keep: int = DEFAULT_KEEP) -> SavedBaseline:
@@ -140,7 +136,7 @@ def save_baseline(results_paths: list[str | os.PathLike[str]] | str | os.PathLik
     history = previous.appended([r for r, _ in loaded], keep=keep)
     stored = [(s, f"{dest} session {i + 1}") for i, s in enumerate(previous.sessions)]
     check_sessions_agree(stored + loaded)
-    counts = _runs_per_session(history)
+    counts = [sum(1 for t in s.trials if t.evidence and t.metrics and t.metrics.steps > 0) for s in history.sessions]
     if len(history.sessions) < MIN_SPREAD_DF + 1:
         warnings.append(msg("few_sessions", sessions=len(history.sessions), assumed=DEFAULT_BETWEEN_SESSION,
                             needed=MIN_SPREAD_DF + 1))

@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from perfscope.check.metrics import Metric, MetricUnavailable, Side
+from perfscope.check.metrics import SAMPLES_PER_S, Metric, MetricUnavailable, Side
 from perfscope.check.sessions import MIN_SPREAD_DF, SessionSpread, StoredSession, session_spread
+from perfscope.results import Gain
 from perfscope.results.messages import Message, msg
-from perfscope.stats import detectable_change, exp_or_inf, mann_whitney_p, t_quantile
+from perfscope.stats import detectable_change, exp_or_inf, mann_whitney_p, power_at, t_quantile
 
 Status = Literal["pass", "regression", "inconclusive"]
 CONFIDENCE = 0.95
@@ -151,13 +152,19 @@ def judge(metric: Metric, max_drop: float, q: float, lo: float, hi: float, commo
     return Verdict(status=status, message=message, **common)
 
 
+Z_CONFIDENCE, Z_POWER = 1.959964, 0.841621
+
+
+def _runs_for_power(sd: float, max_drop: float, runs: float) -> int:
+    """Runs that detect a log change of ``max_drop`` with 80% power, for ``sd`` at ``runs`` runs (normal approx.)."""
+    return max(2, math.ceil(runs * (sd * (Z_CONFIDENCE + Z_POWER) / -math.log1p(-max_drop)) ** 2))
+
+
 def _runs_needed(pooled_var: float, max_drop: float) -> Message:
-    """Runs per side that would exclude a drop of ``max_drop`` on identical code with 80% power (normal approx.)."""
+    """Runs per side that would exclude a drop of ``max_drop`` on identical code with 80% power."""
     if pooled_var <= 0:
         return msg("more_runs_decide")
-    z = 1.96 + 0.84
-    n = math.ceil(2 * (z * math.sqrt(pooled_var) / math.log(1 / (1 - max_drop))) ** 2)
-    return msg("runs_per_side_decide", runs=max(n, 2))
+    return msg("runs_per_side_decide", runs=_runs_for_power(math.sqrt(pooled_var), max_drop, 2))
 
 
 def _what_decides(spread: SessionSpread) -> Message:
@@ -169,4 +176,55 @@ def _what_decides(spread: SessionSpread) -> Message:
     return msg("decide_more_sessions")
 
 
-__all__ = ["MetricCheck", "MetricUnavailable", "Status", "Verdict", "judge"]
+# ------------------------------------------------------------------------------ `ab`: the paired A/B decision
+# A candidate's runs interleaved with the baseline revision's, in one job on one machine (docs/ci-gate.md).
+
+class PairedTest(Protocol):
+    """perfscope.search.compare.PairedTest's shape (the gate reads results, it never imports how they are measured)."""
+
+    se: float
+    df: float
+    runs: int
+
+    @property
+    def decidable(self) -> bool: ...
+
+    def gain(self, confidence: float) -> Gain: ...
+
+def rounds_for_power(test: PairedTest, max_drop: float) -> int | None:
+    """--rounds that give 80% power at ``max_drop`` at this noise (se ∝ 1/sqrt(rounds))."""
+    if not (math.isfinite(test.se) and test.se > 0 and test.runs > 0):
+        return None
+    return _runs_for_power(test.se, max_drop, test.runs)
+
+
+def power_text(test: PairedTest, max_drop: float) -> tuple[float | None, Message]:
+    """(power at the tolerance, the sentence a verdict carries)."""
+    power = power_at(test.se, test.df, math.log1p(-max_drop), CONFIDENCE) if test.decidable else None
+    needed = rounds_for_power(test, max_drop)
+    if power is None:
+        return None, msg("power_unknown")
+    return power, msg("power_at_tolerance", max_drop=max_drop, power=power,
+                      needed=needed if power < POWER else None, target=POWER)
+
+
+def decide_paired(test: PairedTest | None, *, max_drop: float, baseline: float | None = None,
+                  current: float | None = None, n_baseline: int = 0) -> Verdict:
+    """Pass, regression or inconclusive for samples/s from the paired comparison (candidate / baseline)."""
+    title = SAMPLES_PER_S.title
+    common = dict(metric=SAMPLES_PER_S, max_drop=max_drop, baseline=baseline, current=current, n_baseline=n_baseline)
+    if test is None:
+        return Verdict(status="inconclusive", **common, message=msg("ab_no_evidence", title=title))
+    gain = test.gain(CONFIDENCE)
+    power, powered = power_text(test, max_drop)
+    common |= dict(n_current=gain.runs, n_baseline=gain.reference_runs, change=gain.ratio - 1, power=power)
+    if not test.decidable or not (0 < gain.low <= gain.high < math.inf):
+        return Verdict(status="inconclusive", **common, message=msg(
+            "ab_no_interval", title=title, change=gain.ratio - 1, runs=gain.runs, power=powered))
+    common |= dict(mde=gain.mde)
+    runs = msg("runs_interleaved", candidate=gain.runs, baseline=gain.reference_runs, power=powered)
+    return judge(SAMPLES_PER_S, max_drop, gain.ratio, gain.low, gain.high, common, runs=runs,
+                 confidence=gain.confidence)
+
+
+__all__ = ["MetricCheck", "MetricUnavailable", "Status", "Verdict", "decide_paired", "judge", "power_text", "rounds_for_power"]

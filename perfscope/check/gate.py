@@ -233,12 +233,6 @@ def _stored(sessions: list[Side], metric: Metric) -> list[StoredSession]:
                           host=s.results.environment.hostname or "") for s in sessions]
 
 
-def _session_sides(history: BaselineHistory, options: GateOptions, base_side: Side) -> list[Side]:
-    """One Side per stored session: its evidence runs of the gated configuration, the baseline's MFU peak."""
-    return [Side(results=s, runs=[t for t in _pick_runs(s, options.trial, "baseline")[1] if t.evidence],
-                 peak=base_side.mfu_peak, files=[s]) for s in history.sessions]
-
-
 def run_gate(
     current: Results | list[Results],
     baseline: Results | BaselineHistory,
@@ -279,7 +273,8 @@ def run_gate(
         report.notes.append(msg("shared_measured_ceiling"))
     base_side = Side(results=baseline, runs=base_side.runs, source=base_side.source, peak=baseline.peak,
                      files=base_side.files)
-    sessions = _session_sides(history, options, base_side)
+    sessions = [Side(results=s, runs=[t for t in _pick_runs(s, options.trial, "baseline")[1] if t.evidence],
+                     peak=base_side.mfu_peak, files=[s]) for s in history.sessions]  # one per stored session
     hosts = sorted({s.environment.hostname for s in history.sessions if s.environment.hostname})
     report.notes.append(msg("baseline_sessions", runs=[len(s.runs) for s in sessions], hosts=hosts))
     if cur_side.runs:

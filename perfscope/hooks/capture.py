@@ -1,13 +1,5 @@
 """The hooks' torch.profiler window over ``capture_steps`` of the user's loop (perfscope.trace.capture).
-
-    window = CaptureWindow((10, 13), trace_dir=None)
-    window.first                    # 9: one profiler warm-up step before the recorded ones
-    window.start(); window.step(); ...; window.stop()
-    window.trace_path               # <trace_dir>/rank<R>.json.gz, or None and `notes` say why
-    CaptureWindow((10, 13), None, categories=True).categories   # then two more steps: memory by category
-
-Design notes: docs/hooks.md.
-"""
+Design notes: docs/hooks.md."""
 
 from __future__ import annotations
 
@@ -21,8 +13,8 @@ import torch
 from perfscope.measure.lazy_msg import msg
 
 if TYPE_CHECKING:
+    from perfscope.results import MemoryCategories
     from perfscope.results.messages import Message
-    from perfscope.trace.memory_categories import MemoryByCategory
 
 
 class CaptureWindow:
@@ -44,11 +36,11 @@ class CaptureWindow:
             self.extra = MEMORY_STEPS
         self.end = -1
         """The step the running capture ends at (its own count of steps may be longer than asked), memory window included."""
-        self.categories: MemoryByCategory | None = None
+        self.categories: MemoryCategories | None = None
         """The memory window's breakdown once it ended (``categories``); else None and `categories_error` says why."""
         self.categories_error: Message | None = None
         self._memory: Any = None  # the memory window's profiler while it runs
-        self._seen: list[MemoryByCategory] = []
+        self._seen: list[MemoryCategories] = []
         self.capture: Any = None
         self.trace_path: Path | None = None
         self.notes: list[Message] = []
@@ -141,7 +133,7 @@ class CaptureWindow:
         capture, self.capture = self.capture, None
         capture.__exit__(None, None, None)
         self.trace_path, self.memory_path = capture.path, getattr(capture, "memory_path", None)
-        self.active_steps = getattr(capture, "active_steps", None)
+        self.active_steps = getattr(capture, "active", None)
         if capture.path is None:
             note = getattr(capture, "note", None)
             self.notes.append(note or msg("trace_unavailable"))

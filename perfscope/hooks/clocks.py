@@ -1,14 +1,5 @@
-"""What the hooks read of the device beside the steps: its utilization, sampled for a bounded time after warm-up,
-and the watch's clock readings (did the device, or the CPU, slow its clock when the step time shifted?).
-
-    sampler = BoundedSampler("cuda", 0, interval_s=0.1, max_s=600)   # stopped after max_s: a week-long run keeps
-    sampler.start(); ...; sampler.check(); ...; sampler.stop()       # the first max_s seconds, not a week of samples
-
-    read = clock_reader(torch.device("cuda"))    # NVML's SM clock and throttle reasons; psutil's CPU clock on CPU
-    throttled(read_at_reference, read_at_alarm)  # msg("clock_throttled", ...): "GPU SM clock 1980 → 1410 MHz (-29%); ..."
-
-Design notes: docs/hooks.md.
-"""
+"""What the hooks read of the device beside the steps: its utilization, sampled for a bounded time after warm-up
+(BoundedSampler), and the watch's clock readings (clock_reader, throttled). Design notes: docs/hooks.md."""
 
 from __future__ import annotations
 
@@ -51,8 +42,7 @@ def throttled(before: ClockReading | None, after: ClockReading | None) -> Messag
 
 
 def clock_reader(device: torch.device) -> Callable[[], ClockReading | None]:
-    """A reader for ``device``'s clock; it returns None where nothing can be read (no NVML, no cpufreq) and never
-    raises. NVML is opened at the first reading (the watch's reference), not when the profiler is made."""
+    """A reader for ``device``'s clock; it returns None where nothing can be read (no NVML, no cpufreq), never raises."""
     return _NvmlClock(device.index) if device.type == "cuda" else _cpu_clock
 
 
@@ -67,39 +57,33 @@ def _cpu_clock() -> ClockReading | None:
 
 
 class _NvmlClock:
+    """NVML is opened at the first reading (the watch's reference), not when the Profiler is made."""
+
     def __init__(self, index: int | None) -> None:
-        self.index = index
-        self._nvml: Any = None
-        self._handle: Any = None
-        self._failed = False
+        self.index, self._nvml, self._handle, self._failed = index, None, None, False
 
     def __call__(self) -> ClockReading | None:
         if self._failed:
             return None
         try:
+            from perfscope.measure.utilization import current_cuda_index, nvml_handle, open_nvml, throttle_names
+
             if self._handle is None:
-                import pynvml
-
-                from perfscope.measure.utilization import current_cuda_index, nvml_handle
-
-                pynvml.nvmlInit()
-                self._nvml = pynvml
-                self._handle, _ = nvml_handle(pynvml, current_cuda_index() if self.index is None else self.index)
-            return self._read()
+                self._nvml = nv = open_nvml()
+                self._handle, _ = nvml_handle(nv, current_cuda_index() if self.index is None else self.index)
+            nv, h = self._nvml, self._handle
+            reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+            return ClockReading("GPU SM clock", float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+                                tuple(throttle_names(nv, reasons(h))))
         except Exception:  # noqa: BLE001 - no NVML (MIG, no driver): the watch names what else changed
             self._failed = True
             return None
 
-    def _read(self) -> ClockReading:
-        from perfscope.measure.utilization import throttle_names
-
-        nv, h = self._nvml, self._handle
-        reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
-        return ClockReading("GPU SM clock", float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
-                            tuple(throttle_names(nv, reasons(h))))
-
 
 class BoundedSampler:
+    """perfscope.measure.utilization's sampler, stopped after ``max_s``: a week-long run keeps its first ``max_s``
+    seconds of samples, not a week of them."""
+
     def __init__(self, device_type: str, device_index: int | None, *, interval_s: float, max_s: float) -> None:
         self.device_type, self.device_index = device_type, device_index
         self.interval_s, self.max_s = interval_s, max_s
@@ -115,12 +99,10 @@ class BoundedSampler:
         from perfscope.measure.utilization import UtilizationSampler
 
         self.sampler = UtilizationSampler(device=self.device_type, device_index=self.device_index,
-                                          interval_s=self.interval_s)
-        self.sampler.__enter__()
+                                          interval_s=self.interval_s).__enter__()
         self.started = time.perf_counter()
 
     def check(self) -> None:
-        """Stop after ``max_s`` and keep the result."""
         if self.sampler is not None and time.perf_counter() - self.started > self.max_s:
             self.stop()
 

@@ -178,11 +178,8 @@ def _gather(place: RankPlace, payload: str, device: torch.device) -> list[RankRe
     import torch.distributed as dist
 
     gathered: list[Any] | None = [None] * place.world_size if place.rank == 0 else None
-    if place.backend == "nccl" and torch.cuda.is_available():
-        index = device.index if device.type == "cuda" and device.index is not None else place.local_rank
-        with torch.cuda.device(index):
-            dist.gather_object(payload, gathered, dst=0)
-    else:
+    index = device.index if device.type == "cuda" and device.index is not None else place.local_rank
+    with torch.cuda.device(index) if place.backend == "nccl" and torch.cuda.is_available() else contextlib.nullcontext():
         dist.gather_object(payload, gathered, dst=0)
     if gathered is None:
         return None

@@ -9,11 +9,24 @@ from typing import Any
 import torch
 
 import perfscope.hooks.observe as observe
-from perfscope.hooks.arguments import check_described, loader_settings
 from perfscope.hooks.state import ProfilerState
 
 DATA_SPAN = "perfscope::data"
 """perfscope.trace.facts.DATA_LABEL (not imported: it loads the results model): the span trace facts book as data wait."""
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def check_precision(precision: str | None) -> None:
+    if precision is not None and precision not in PRECISIONS:
+        raise ValueError(f"Profiler(precision=...) must be 'fp32', 'bf16', 'fp16' or None, got {precision!r}")
+
+
+def loader_settings(loader: Any) -> dict[str, Any] | None:
+    """A DataLoader's settings as TrialConfig names them; None for anything else."""
+    if not isinstance(loader, torch.utils.data.DataLoader):
+        return None
+    return {"num_workers": loader.num_workers, "pin_memory": loader.pin_memory,
+            "prefetch_factor": loader.prefetch_factor, "persistent_workers": loader.persistent_workers}
 
 
 class FrameworkCalls(ProfilerState):
@@ -75,8 +88,14 @@ class FrameworkCalls(ProfilerState):
         free-form ``declared`` settings (strategy, devices, the framework's own precision name) shown in the report."""
         if not self.enabled:
             return
-        check_described(config)
+        from dataclasses import fields
+
+        from perfscope.results import TrialConfig  # here: a disabled Profiler never loads the results model
+
+        if unknown := sorted(set(config) - {f.name for f in fields(TrialConfig)}):  # a typo would describe nothing
+            raise ValueError(f"Profiler.describe(): not TrialConfig fields: {', '.join(unknown)}")
         if "precision" in config:
+            check_precision(config["precision"])
             self.precision = config["precision"]
         self._described_config.update({k: v for k, v in config.items() if v is not None and k != "precision"})
         self._declared.update(declared or {})

@@ -109,19 +109,14 @@ class StepObserver:
         else:
             self.forwards["off"] += 1
 
-    def autocast_words(self) -> str:
-        """"autocast bf16 at 2 of 2 forwards", "no autocast at the model's forward", or "" when none was seen."""
-        total = sum(self.forwards.values())
-        if not total:
-            return ""
-        on = {k: n for k, n in self.forwards.items() if k != "off"}
-        if not on:
-            return "no autocast at the model's forward"
-        return ", ".join(f"autocast {k} at {n} of {total} forwards" for k, n in sorted(on.items()))
-
     def precision(self, matmul_flops_by_dtype: dict[str, float]) -> Observation:
-        """The loop's precision from the counted step: the dtype most matmul FLOPs ran in, else autocast's."""
-        return precision_from(matmul_flops_by_dtype, self.forwards, self.autocast_words())
+        """The loop's precision from the counted step: the dtype most matmul FLOPs ran in, else autocast's (in
+        words: "autocast bf16 at 2 of 2 forwards", "no autocast at the model's forward", "" when none was seen)."""
+        total = sum(self.forwards.values())
+        on = {k: n for k, n in self.forwards.items() if k != "off"}
+        autocast = ", ".join(f"autocast {k} at {n} of {total} forwards" for k, n in sorted(on.items())) if on else \
+            "no autocast at the model's forward" if total else ""
+        return precision_from(matmul_flops_by_dtype, self.forwards, autocast)
 
 
 def precision_from(matmul_flops_by_dtype: dict[str, float], forwards: Counter[str] | dict[str, int],
@@ -146,16 +141,6 @@ def precision_from(matmul_flops_by_dtype: dict[str, float], forwards: Counter[st
         if dtype in _REDUCED:
             return Observation(dtype, f"the counted step ran no matmul/conv/attention{suffix}")
     return Observation(None, "the counted step ran no matmul, convolution or attention", known=False)
-
-
-def _is_compiled_module(obj: Any) -> bool:
-    if obj is None:
-        return False
-    if hasattr(obj, "_orig_mod"):  # torch._dynamo.eval_frame.OptimizedModule
-        return True
-    if getattr(obj, "_compiled_call_impl", None) is not None:  # nn.Module.compile() (in place)
-        return True
-    return hasattr(getattr(obj, "forward", None), "_torchdynamo_orig_callable")  # model.forward = torch.compile(...)
 
 
 def compile_mode(model: Any) -> tuple[CompileMode, str]:
@@ -186,7 +171,10 @@ def compile_state(model: Any, graphs_at_start: int | None) -> Observation:
     started, with a model that is not compiled itself, may belong to the loop (a compiled train step): unknown.
     """
     for candidate in (model, getattr(model, "module", None)):  # DDP(torch.compile(model)) keeps it in .module
-        if _is_compiled_module(candidate):
+        if candidate is not None and (
+                hasattr(candidate, "_orig_mod")  # torch._dynamo.eval_frame.OptimizedModule
+                or getattr(candidate, "_compiled_call_impl", None) is not None  # nn.Module.compile() (in place)
+                or hasattr(getattr(candidate, "forward", None), "_torchdynamo_orig_callable")):  # forward = torch.compile(...)
             mode, backend = compile_mode(candidate)
             return Observation(mode, f"the model is torch.compile'd ({backend}, mode {mode})")
     now = graphs_compiled()

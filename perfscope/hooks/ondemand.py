@@ -98,27 +98,23 @@ class LiveControl:
         if not self.enabled or self._status is not None:
             return
         try:
-            self._start()
+            sig = _install(name) if (name := signal_name()) else None
+            polling = self.shared or sig is None
+            self._status = p.Status(pid=self.pid, host=self.host, rank=self.rank, control=str(self.control),
+                                    signal=sig, poll_s=self.poll_s if polling else None, step=self._steps(),
+                                    updated=time.time(), proc_start=p.proc_start(self.pid))
+            self._done = {r.id} if (r := p.read_json(self.control / p.REQUEST, p.Request)) is not None else set()
+            self._write_status()
+            p.prune(p.registry_root())
+            p.write_json(self._registration(), self._status)
+            _CONTROLS.add(self)
+            if polling:
+                self._thread = threading.Thread(target=self._poll, name="perfscope-live", daemon=True)
+                self._thread.start()
         except Exception as exc:  # noqa: BLE001 - capture on demand is a convenience, never the job's problem
             self.enabled = False
             warnings.warn(f"perfscope: on-demand capture unavailable ({type(exc).__name__}: {exc})", RuntimeWarning,
                           stacklevel=4)
-
-    def _start(self) -> None:
-        steps = self._steps
-        sig = _install(name) if (name := signal_name()) else None
-        polling = self.shared or sig is None
-        self._status = p.Status(pid=self.pid, host=self.host, rank=self.rank, control=str(self.control), signal=sig,
-                                poll_s=self.poll_s if polling else None, step=steps(), updated=time.time(),
-                                proc_start=p.proc_start(self.pid))
-        self._done = {r.id} if (r := p.read_json(self.control / p.REQUEST, p.Request)) is not None else set()
-        self._write_status()
-        p.prune(p.registry_root())
-        p.write_json(self._registration(), self._status)
-        _CONTROLS.add(self)
-        if polling:
-            self._thread = threading.Thread(target=self._poll, name="perfscope-live", daemon=True)
-            self._thread.start()
 
     def close(self) -> None:
         """Unregister (idempotent); a capture still running ends with its steps so far."""

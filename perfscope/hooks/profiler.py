@@ -9,7 +9,7 @@ import itertools
 import os
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,15 +18,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 import perfscope.hooks.observe as observe
-from perfscope.hooks.arguments import check_arguments, resolve_device
 from perfscope.hooks.capture import CaptureWindow
 from perfscope.hooks.clocks import BoundedSampler, clock_reader
 from perfscope.hooks.flopstep import FlopStep
-from perfscope.hooks.framework import DATA_SPAN, FrameworkCalls
+from perfscope.hooks.framework import DATA_SPAN, FrameworkCalls, check_precision
 from perfscope.hooks.loggers import Loggers, as_loggers
 from perfscope.hooks.ondemand import LiveControl
-from perfscope.hooks.pausing import Pausing
-from perfscope.hooks.state import Handover
 from perfscope.hooks.stepping import Stepping
 from perfscope.hooks.tally import Reservoir, StepTally
 from perfscope.hooks.watch import WatchConfig, as_watch
@@ -40,7 +37,6 @@ if TYPE_CHECKING:
     from perfscope.results import Results
 
 DISABLE_ENV = "PERFSCOPE_DISABLE"
-_TRUTHY = {"1", "true", "yes", "on"}
 _INSTANCES = itertools.count()
 """Profilers made in this process: with the save count, the key a rank's summary travels under (ranks make their
 profilers in the same order, so rank 0 asks for the keys the others wrote)."""
@@ -48,17 +44,43 @@ __all__ = ["DATA_SPAN", "DISABLE_ENV", "Profiler", "disabled_by_env", "leading_d
 
 
 def disabled_by_env() -> bool:
-    return os.environ.get(DISABLE_ENV, "").strip().lower() in _TRUTHY
+    return os.environ.get(DISABLE_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-def _fan_out(feeds: list[Callable[[Any], None]]) -> Callable[[Any], None]:
-    def on_record(record: Any) -> None:
-        for feed in feeds:
-            feed(record)
-    return on_record
+def check_arguments(*, warmup_steps: Any, max_step_samples: Any, flush_every: Any, samples_per_step: Any,
+                    tokens_per_sample: Any, precision: Any, gather_timeout_s: Any, capture_steps: Any) -> None:
+    """A wrong argument is the caller's error, raised at once, naming the argument and what it must be (after
+    construction an internal error never reaches the user's loop: the Profiler warns once and disables itself)."""
+    for arg, value in (("warmup_steps", warmup_steps), ("max_step_samples", max_step_samples),
+                       ("flush_every", flush_every)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"Profiler({arg}=...) must be an int >= 1, got {value!r}")
+    for arg, value in (("samples_per_step", samples_per_step), ("tokens_per_sample", tokens_per_sample)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"Profiler({arg}=...) must be a positive int or None, got {value!r}")
+    check_precision(precision)
+    if isinstance(gather_timeout_s, bool) or not isinstance(gather_timeout_s, int | float) or not gather_timeout_s > 0:
+        raise ValueError(f"Profiler(gather_timeout_s=...) must be a number > 0, got {gather_timeout_s!r}")
+    if capture_steps is not None:
+        start, stop = capture_steps
+        if not (isinstance(start, int) and isinstance(stop, int) and 1 <= start < stop):
+            raise ValueError(f"Profiler(capture_steps=(start, stop)) needs 1 <= start < stop, got {capture_steps!r}")
 
 
-class Profiler(Stepping, FrameworkCalls, Pausing, Handover):
+def resolve_device(device: str | torch.device | None, model: torch.nn.Module | None) -> torch.device:
+    """"auto": the model's device, else CUDA when available; plain "cuda" is the current device."""
+    if device in (None, "auto"):
+        param = next(model.parameters(), None) if model is not None else None
+        if param is not None:
+            return param.device
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and resolved.index is None:
+        resolved = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
+    return resolved
+
+
+class Profiler(Stepping, FrameworkCalls):
     """Measure a training loop you already have; see the module docstring for what and how.
 
     Args:
@@ -201,7 +223,7 @@ class Profiler(Stepping, FrameworkCalls, Pausing, Handover):
         self._loggers = as_loggers(loggers, device=self.device, peak_tflops=peak_tflops,
                                    flops_per_step=lambda: flops_per_step or (self._flop.flops or (None,))[0])
         feeds = [c.add for c in (self._reservoir, self._loggers, self._watch) if c is not None]  # each timed step, as read
-        self._on_record = feeds[0] if len(feeds) == 1 else _fan_out(feeds)
+        self._on_record = feeds[0] if len(feeds) == 1 else lambda record: [feed(record) for feed in feeds]
         self._poll_every = flush_every if len(feeds) == 1 else 1  # the watch and loggers read each step at its end
 
     # ----------------------------------------------------------------------------- public, hot path
@@ -295,8 +317,8 @@ class Profiler(Stepping, FrameworkCalls, Pausing, Handover):
     def _save(self, out_dir: Path, final: bool) -> Path | None:
         from perfscope.hooks.save import save_alone, save_job
 
-        saving = self._saving()
-        return save_job(saving, self._place, out_dir, final) if self._place is not None else save_alone(saving, out_dir, final)
+        self._saves += 1  # with the instance, the key a job's rank summaries of this save() travel under
+        return save_job(self, self._place, out_dir, final) if self._place is not None else save_alone(self, out_dir, final)
 
     def __enter__(self) -> Profiler:
         return self

@@ -121,7 +121,9 @@ def build_results(prof: ProfilerState, *, ratios: bool = True) -> Results:
     config, unknown = trial_config(prof, micro_batch, typical_micro)
     common = dict(name="baseline", configuration="baseline", sequence=1, config=config, unknown_settings=unknown,
                   wall_time_s=elapsed, started_at=prof._started_at)
-    head = dict(perfscope_version=__version__, created_at=_now(), source="hooks", command=_command(),
+    argv = list(sys.argv)  # the command that reruns this loop, as the report's "Reproduce" shows it
+    head = dict(perfscope_version=__version__, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                source="hooks", command=["python", *argv] if argv and argv[0].endswith(".py") else argv,
                 environment=env, workload=workload_info(prof), peak=peak)
     if timed == 0:
         why = msg("hooks_no_timed_step", seen=prof._step_index, warmup=prof.warmup_steps, excluded=dict(prof._excluded))
@@ -143,7 +145,7 @@ def build_results(prof: ProfilerState, *, ratios: bool = True) -> Results:
         else:
             attach_trace(metrics, capture.trace_path, device_type=prof.device.type, steps=capture.active_steps)
         if capture.extra and capture.categories is not None:  # the memory window after the trace (Profiler(memory=))
-            metrics.memory_categories = capture.categories.categories()
+            metrics.memory_categories = capture.categories
         elif capture.extra:
             metrics.unavailable["memory_categories"] = msg("memory_categories_failed",
                                                            error=capture.categories_error or capture.missing())
@@ -197,13 +199,3 @@ def trial_config(prof: ProfilerState, micro_batch: int, accum: int) -> tuple[Tri
     known.update(prof._described_config)  # what a framework adapter read from its trainer
     unknown = [name for name in unknown if name not in prof._described_config]
     return TrialConfig(**known), unknown
-
-
-def _command() -> list[str]:
-    """The command that reran this loop, as the report's "Reproduce" shows it."""
-    argv = list(sys.argv)
-    return ["python", *argv] if argv and argv[0].endswith(".py") else argv
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -24,50 +24,55 @@ from perfscope.results.io import copy_file
 from perfscope.results.messages import msg
 
 if TYPE_CHECKING:
-    from perfscope.hooks.state import Saving
+    from perfscope.hooks.state import ProfilerState
     from perfscope.results import Results
 
 
-def save_alone(prof: Saving, out_dir: Path, final: bool, results: Results | None = None) -> Path | None:
+def _trace(prof: ProfilerState) -> Path | None:
+    return prof._capture.trace_path if prof._capture is not None else None
+
+
+def save_alone(prof: ProfilerState, out_dir: Path, final: bool, results: Results | None = None) -> Path | None:
     """results.json, the findings and the report (perfscope.pipeline.finish); a failure is a warning, never raised."""
-    if prof.failure() is not None:
+    if prof._failed is not None:
         return None
     if final:
         prof.close()
-    results = results if results is not None else prof.results(True)
+    results = results if results is not None else prof._results(ratios=True)
     if results is None:
         return None
-
     try:
-        path = finish(results, out_dir, trace_source=prof.trace())
+        path = finish(results, out_dir, trace_source=_trace(prof))
     except Exception as exc:  # noqa: BLE001
         warnings.warn(f"perfscope: could not save results to {out_dir}: {type(exc).__name__}: {exc}", RuntimeWarning,
                       stacklevel=4)
         return None
-    prof.saved(results)
+    if prof._loggers is not None:  # the user's loggers get the run's figures
+        prof._loggers.final(results, prof._step_index)
     return path
 
 
-def save_job(prof: Saving, place: RankPlace, out_dir: Path, final: bool) -> Path | None:
-    """Every rank: its summary to rank 0 (even a failed profiler's, saying why); rank 0: the job's results."""
+def save_job(prof: ProfilerState, place: RankPlace, out_dir: Path, final: bool) -> Path | None:
+    """Every rank: its summary to rank 0 (even a failed profiler's, saying why); rank 0: the job's results. The
+    summaries travel under a key that is the same on every rank: the Profiler's and the save()'s count."""
     if find_place() is None:
         alone = out_dir / f"rank{place.rank}"
         warnings.warn(f"perfscope: the process group was gone at save(): rank {place.rank} saves its own results to "
                       f"{alone} (call prof.save() before destroy_process_group())", RuntimeWarning, stacklevel=4)
         return save_alone(prof, alone, final)
-    if final and prof.failure() is None:
+    if final and prof._failed is None:
         prof.close()
-    results = prof.results(False) if prof.failure() is None else None
+    results = prof._results(ratios=False) if prof._failed is None else None
     metrics = results.trials[0].metrics if results is not None else None
-    trace = prof.trace()
-    failed = prof.failure()
+    trace, failed = _trace(prof), prof._failed
     try:
         why = results.trials[0].error if results is not None else None
         own = window_mean(metrics.windows, "own_cpu_cores") if metrics is not None else None  # the peers' load
         report = RankReport(rank=place.rank, error=failed, own_cpu_cores=own,
                             trace=str(trace) if trace is not None else None,
                             metrics=rank_metrics(place, metrics, prof.model, prof.optimizer, why or failed or ""))
-        reports = exchange(place, report, key=prof.key, timeout_s=prof.gather_timeout_s, device=prof.device)
+        reports = exchange(place, report, key=f"perfscope/hooks/{prof._instance}/{prof._saves}",
+                           timeout_s=prof.gather_timeout_s, device=prof.device)
     except Exception as exc:  # noqa: BLE001
         warnings.warn(f"perfscope: rank {place.rank} could not exchange its summary at save(): {type(exc).__name__}: "
                       f"{exc}" + (" (rank 0 saves its own results alone)" if place.rank == 0 else ""),
@@ -119,7 +124,6 @@ def make_job(place: RankPlace, results: Results, reports: list[RankReport | None
             continue
         source = Path(report.trace)
         if source.is_file():  # the same node, or a trace_dir on a shared filesystem
-
             (out_dir / "trace").mkdir(parents=True, exist_ok=True)
             copy_file(source, out_dir / "trace" / source.name)
         else:

@@ -1,10 +1,12 @@
 """The Profiler's step/window state machine (a mixin; the public API is perfscope.hooks.profiler): each step
 boundary decides whether the step it starts is timed — not during warm-up, a capture window, the FLOP-counting
-step or a pause — and opens, keeps or closes the timed window. Design notes: docs/hooks.md."""
+step or a pause — and opens, keeps or closes the timed window; pause() / resume() take work between steps out of
+it, reported apart by reason. Design notes: docs/hooks.md."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -14,7 +16,7 @@ from perfscope.hooks.state import ProfilerState
 
 
 class Stepping(ProfilerState):
-    """_wrapped(), _end_step() and the timed windows they open and close."""
+    """_wrapped(), _end_step(), pause(), resume() and the timed windows they open and close."""
 
     def _step_begun(self) -> bool:
         """The step in progress has started its compute: timing it from now would count part of it."""
@@ -129,3 +131,54 @@ class Stepping(ProfilerState):
             window = recorder.finish()
             if window.steps:
                 self._windows.append(window)
+
+    def pause(self, reason: str = "paused") -> None:
+        """Stop timing until `resume()`: evaluation, checkpoint saving, logging — work that is not a training step.
+
+        The open window ends at the last step boundary, and the paused time, reported apart by reason, counts
+        from there (or from the last resume) when the step in progress had not begun its compute: what a
+        framework does between a step's end and its evaluation is the evaluation's. A pause for another reason
+        while paused (evaluation, then the checkpoint it triggers) ends the first reason's share there.
+        """
+        if not self._on or self._pause_reason == reason:
+            return
+        try:
+            if self._pause_reason is not None:
+                self._pause_t0 = self._count_pause()
+            else:
+                self._close_window()
+                if self._flop.running:
+                    self._flop.discard(self._step_index, reason)
+                self._pause_t0 = self._clock.now() if self._step_begun() else self._since_t
+            self._pause_reason = reason
+        except Exception as exc:  # noqa: BLE001
+            self._fail("pause()", exc)
+
+    def resume(self) -> None:
+        """Timing restarts with the step in progress (its start is this call), or with the next one when the
+        step in progress had already begun its compute before the pause (a step timed in part is no step)."""
+        if not self._on or self._pause_reason is None:
+            return
+        try:
+            self._since_t = self._count_pause()
+            self._pause_reason = None
+            if self._step_index >= self.warmup_steps and not self._excluded_step(self._step_index) and not self._step_begun():
+                self._open_window()
+        except Exception as exc:  # noqa: BLE001
+            self._fail("resume()", exc)
+
+    def _count_pause(self) -> float:
+        """The pause so far reported apart under its reason; returns now."""
+        now = self._clock.now()
+        self._excluded_s[self._pause_reason] += now - self._pause_t0  # type: ignore[index]
+        self._excluded[self._pause_reason] += 1  # type: ignore[index]
+        return now
+
+    @contextmanager
+    def paused(self, reason: str = "paused") -> Iterator[None]:
+        """``with prof.paused("evaluation"): evaluate()``."""
+        self.pause(reason)
+        try:
+            yield
+        finally:
+            self.resume()

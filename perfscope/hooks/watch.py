@@ -182,10 +182,7 @@ class Watch:
         if finding is None or before is None or syncs is None or not (changes := new_syncs(before, syncs)):
             return
         finding.changes.extend(changes)
-        path = self.out / f"watch-step{finding.detected_step}.json"
-        tmp = path.with_suffix(".tmp")  # the job may end meanwhile (a daemon thread): the file is whole or as it was
-        tmp.write_text(json.dumps(asdict(finding), indent=2) + "\n")
-        tmp.replace(path)
+        self._write(finding)
         note = msg("watch_new_syncs", step=finding.detected_step, changes=list(changes))
         LOG.warning("perfscope %s", words(note))
         self._notes.append(note)
@@ -218,13 +215,19 @@ class Watch:
         captured = self._request(capture_dir, finding, index)
         finding.capture = str(capture_dir) if captured else None
         self.findings.append(finding)
-        self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / f"watch-step{index}.json").write_text(json.dumps(asdict(finding), indent=2) + "\n")
+        self._write(finding)
         where = (f"; its next {self.config.capture_steps} steps are traced into {capture_dir} (`perfscope trace` "
                  "reads them)") if captured else ""
         LOG.warning("perfscope %s%s", words(note), where)
         self._notes.append(note)
         self._reference = []  # a new reference from here: a later change is caught against the new regime
+
+    def _write(self, finding: WatchFinding) -> None:
+        """watch-step<N>.json, whole or as it was (the job may end while the comparison's daemon thread writes)."""
+        path = self.out / f"watch-step{finding.detected_step}.json"
+        self.out.mkdir(parents=True, exist_ok=True)
+        path.with_suffix(".tmp").write_text(json.dumps(asdict(finding), indent=2) + "\n")
+        path.with_suffix(".tmp").replace(path)
 
 
 def _iso(at: float) -> str:
@@ -235,5 +238,5 @@ def as_watch(watch: bool | WatchConfig | dict[str, Any], **kwargs: Any) -> Watch
     """The Profiler's `watch=` argument as a Watch (None when off)."""
     if watch is False or watch is None:
         return None
-    config = watch if isinstance(watch, WatchConfig) else WatchConfig(**watch) if isinstance(watch, dict) else WatchConfig()
-    return Watch(config, **kwargs)
+    return Watch(watch if isinstance(watch, WatchConfig) else WatchConfig(**(watch if isinstance(watch, dict) else {})),
+                 **kwargs)

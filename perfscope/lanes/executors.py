@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import importlib
 import threading
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
 from perfscope.errors import UserError
 from perfscope.lanes.plan import Lane
-from perfscope.trial.runner import Outcome, TrialRunner, run_in_fresh_interpreter, timed_out
+from perfscope.trial.runner import Outcome, TrialRunner, prepare_trial, run_in_fresh_interpreter, timed_out
 from perfscope.trial.session import LaneRunner
 from perfscope.trial.spec import ChildSpec
 
@@ -71,17 +72,51 @@ class LocalExecutor:
             runner.close()
 
 
+class JobExecutor:
+    """What the Ray and Slurm executors share: `job` runs a trial as one of the engine's jobs and waits for its
+    return code (LaneFailure when the engine lost it); the jobs in flight are tracked for `cancel`."""
+
+    name: str
+
+    def __init__(self) -> None:
+        self._jobs: set[Any] = set()
+        self._lock = threading.Lock()
+
+    def job(self, lane: Lane, spec_path: str, log_path: str, env: dict[str, str], timeout_s: float) -> int | None:
+        raise NotImplementedError
+
+    def track(self, job: Any, running: bool) -> None:
+        with self._lock:
+            (self._jobs.add if running else self._jobs.discard)(job)
+
+    def in_flight(self) -> list[Any]:
+        with self._lock:
+            return list(self._jobs)
+
+    def close(self) -> None:
+        pass
+
+
+class JobRunner:
+    """A lane of a JobExecutor: the trial prepared here, run as the engine's job, its outcome read back from its
+    folder as the local runner classifies it."""
+
+    def __init__(self, executor: JobExecutor, lane: Lane) -> None:
+        self.executor, self.lane, self.index = executor, lane, lane.index
+
+    def run(self, spec: ChildSpec, work_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None) -> Outcome:
+        spec_path, _, log_path = prepare_trial(spec, work_dir)
+        start = time.perf_counter()
+        returncode = self.executor.job(self.lane, str(spec_path), str(log_path), env or {}, timeout_s)
+        wall_s, folder = time.perf_counter() - start, spec_path.parent
+        if returncode is None:
+            return timed_out(timeout_s, folder / "trial.log", wall_s)
+        return TrialRunner.classify(returncode, folder / "result.json", folder / "trial.log", wall_s)
+
+
 def run_trial_job(spec_path: str, log_path: str, env: dict[str, str], timeout_s: float) -> int | None:
     """The job's body: the trial in a fresh interpreter; its return code, or None when it timed out."""
     return run_in_fresh_interpreter(Path(spec_path), Path(log_path), env, timeout_s)
-
-
-def read_back(returncode: int | None, spec_path: Path, timeout_s: float, wall_s: float) -> Outcome:
-    """The trial's outcome from its folder, as the local runner classifies it."""
-    folder = spec_path.parent
-    if returncode is None:
-        return timed_out(timeout_s, folder / "trial.log", wall_s)
-    return TrialRunner.classify(returncode, folder / "result.json", folder / "trial.log", wall_s)
 
 
 def extra(module: str, executor: str, what: str) -> Any:

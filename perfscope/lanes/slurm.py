@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import math
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from perfscope.lanes.executors import LaneFailure, extra, first_line, read_back, run_trial_job
+from perfscope.lanes.executors import JobExecutor, JobRunner, LaneFailure, extra, first_line, run_trial_job
 from perfscope.lanes.plan import Lane
-from perfscope.trial.runner import Outcome, prepare_trial
-from perfscope.trial.spec import ChildSpec
 
 CLUSTER = "slurm"
 """submitit's cluster: always Slurm (a login node without Slurm must fail, not run the trials where it stands);
@@ -82,32 +79,12 @@ def _raise_if_ended(job_id: str, settle_s: float = 5.0) -> None:
         time.sleep(0.5)
 
 
-class SlurmRunner:
-    def __init__(self, executor: SlurmExecutor, lane: Lane, cpus: int) -> None:
-        self.executor, self.lane, self.cpus, self.index = executor, lane, cpus, lane.index
-
-    def run(self, spec: ChildSpec, work_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None) -> Outcome:
-        submitit = _submitit()
-        spec_path, _, log_path = prepare_trial(spec, work_dir)
-        start = time.perf_counter()
-        job = self.executor.submit(self.cpus, str(spec_path), str(log_path), {**(env or {}), **self.lane.env()}, timeout_s)
-        try:
-            _wait(job)
-            returncode = job.result()
-            if returncode:
-                _raise_if_ended(job.job_id)
-        except (submitit.core.utils.UncompletedJobError, submitit.core.utils.FailedJobError) as exc:
-            raise LaneFailure(f"slurm job {job.job_id} {job.state}: {first_line(exc)}") from None
-        finally:
-            self.executor.track(job, False)
-        return read_back(returncode, spec_path, timeout_s, time.perf_counter() - start)
-
-
-class SlurmExecutor:
+class SlurmExecutor(JobExecutor):
     name = "slurm"
 
     def __init__(self, work_dir: Path, *, partition: str | None = None, gpus_per_node: int | None = None,
                  timeout_s: float = 600.0) -> None:
+        super().__init__()
         submitit = _submitit()
         self.folder = work_dir / "_slurm"
         self.executor = submitit.AutoExecutor(folder=self.folder / "%j", cluster=CLUSTER)
@@ -118,30 +95,32 @@ class SlurmExecutor:
         if gpus_per_node:
             parameters["gpus_per_node"] = gpus_per_node
         self.executor.update_parameters(**parameters)
-        self._jobs: set[Any] = set()
-        self._lock = threading.Lock()
+        self.cpus: dict[int, int] = {}
 
-    def runner(self, lane: Lane) -> SlurmRunner:
+    def runner(self, lane: Lane) -> JobRunner:
         # Slurm pins the job to its allocation and assigns its GPUs: the driver's core numbers mean nothing there.
-        return SlurmRunner(self, Lane(lane.index), max(1, len(lane.cpus)))
+        self.cpus[lane.index] = max(1, len(lane.cpus))
+        return JobRunner(self, Lane(lane.index))
 
-    def submit(self, cpus: int, *args: Any) -> Any:
+    def job(self, lane: Lane, spec_path: str, log_path: str, env: dict[str, str], timeout_s: float) -> int | None:
+        submitit = _submitit()
         with self._lock:  # update_parameters and submit on one executor object: one lane at a time
-            self.executor.update_parameters(cpus_per_task=cpus)
-            job = self.executor.submit(run_trial_job, *args)
+            self.executor.update_parameters(cpus_per_task=self.cpus[lane.index])
+            job = self.executor.submit(run_trial_job, spec_path, log_path, {**env, **lane.env()}, timeout_s)
             self._jobs.add(job)
-        return job
-
-    def track(self, job: Any, running: bool) -> None:
-        with self._lock:
-            (self._jobs.add if running else self._jobs.discard)(job)
+        try:
+            _wait(job)
+            returncode = job.result()
+            if returncode:
+                _raise_if_ended(job.job_id)
+            return returncode
+        except (submitit.core.utils.UncompletedJobError, submitit.core.utils.FailedJobError) as exc:
+            raise LaneFailure(f"slurm job {job.job_id} {job.state}: {first_line(exc)}") from None
+        finally:
+            self.track(job, False)
 
     def cancel(self) -> str:
-        with self._lock:
-            jobs = list(self._jobs)
+        jobs = self.in_flight()
         for job in jobs:
             job.cancel(check=False)
         return f"{len(jobs)} Slurm job(s) cancelled (scancel {' '.join(str(j.job_id) for j in jobs)})".replace(" ()", "")
-
-    def close(self) -> None:
-        pass

@@ -182,15 +182,15 @@ def _discard(control: Path, request: p.Request, found: list[p.Status]) -> None:
 def _add_memory(results: Results, out: Path, ranks: list[int]) -> None:
     """Each rank's memory by category as a note; the lowest rank's (the trial's rank, as `perfscope trace` takes
     it) as the trial's categories and breakdown by owner at the peak."""
-    from perfscope.trace.memory_categories import MemoryByCategory
+    from perfscope.trace.memory_categories import memory_text, owners, read_memory
 
     for rank in ranks:
         path = out / f"memory-rank{rank}.json"
         if not path.is_file():
             results.notes.append(msg("rank_memory_not_written", rank=rank))
             continue
-        memory = MemoryByCategory.read(path)
-        results.notes.append(msg("rank_memory", rank=rank, memory=memory.text(), file=path.name))
+        memory = read_memory(path)
+        results.notes.append(msg("rank_memory", rank=rank, memory=memory_text(memory), file=path.name))
         if rank == ranks[0] and results.trials:
-            results.trials[0].metrics.memory_breakdown = memory.owners()
-            results.trials[0].metrics.memory_categories = memory.categories()
+            results.trials[0].metrics.memory_breakdown = owners(memory)
+            results.trials[0].metrics.memory_categories = memory

@@ -20,12 +20,10 @@ class StepRecord:
     loss_s: float = 0.0
     loss_compute_s: float = 0.0
     step_s: float = 0.0
-    forward_calls: int = 0
-    backward_calls: int = 0
     in_window: bool = False
     """A step of the timed window (not warm-up, not the trace's)."""
     forward_calls_s: list[float] = field(default_factory=list)
-    """Each call's compute (see the module docstring: CPU time on CPU, synchronized wall time on CUDA)."""
+    """Each call's compute (docs/measurement.md: CPU time on CPU, synchronized wall time on CUDA)."""
     backward_calls_s: list[float] = field(default_factory=list)
     compute_clock: str = "wall"
     """How the calls' compute was timed: "thread CPU" | "process CPU" | "wall"."""

@@ -22,10 +22,6 @@ MEMORY_PEAK_TOLERANCE = 0.02
 """The CUDA allocator peak of identical code moves a little (cuBLAS workspaces, allocator rounding): 2%."""
 
 CPU_PEAK_IS_RSS = msg("cpu_peak_is_rss")
-CPU_NO_RESERVED = msg("cpu_no_reserved")
-ACTIVATIONS_NEED_PEAK = msg("activations_need_peak")
-CPU_NO_FINGERPRINT_MEMORY = msg("cpu_no_fingerprint_memory")
-KERNEL_LAUNCHES_FROM_TRACE = msg("kernel_launches_from_trace")
 
 
 def build_trial_metrics(obs: RunObservation) -> TrialMetrics:
@@ -84,7 +80,7 @@ def _memory(metrics: TrialMetrics, obs: RunObservation) -> None:
     else:
         metrics.peak_memory_bytes = peaks.host_rss
         metrics.unavailable["peak_memory_bytes"] = CPU_PEAK_IS_RSS
-        metrics.unavailable["peak_reserved_bytes"] = CPU_NO_RESERVED
+        metrics.unavailable["peak_reserved_bytes"] = msg("cpu_no_reserved")
     owners = obs.owners
     if isinstance(owners, Unavailable):
         metrics.unavailable["memory_breakdown"] = owners.reason
@@ -94,7 +90,7 @@ def _memory(metrics: TrialMetrics, obs: RunObservation) -> None:
         assert peaks.allocated is not None
         rest = max(peaks.allocated - owners.parameters - owners.gradients - owners.optimizer_state, 0)
     else:
-        metrics.unavailable["memory_breakdown.activations_and_temporaries"] = ACTIVATIONS_NEED_PEAK
+        metrics.unavailable["memory_breakdown.activations_and_temporaries"] = msg("activations_need_peak")
     metrics.memory_breakdown = dataclasses.replace(owners, activations_and_temporaries=rest)
 
 
@@ -121,9 +117,9 @@ def _fingerprint(metrics: TrialMetrics, obs: RunObservation) -> None:
         fingerprint.memory = MemoryPeak(bytes=int(peaks.allocated), tolerance=MEMORY_PEAK_TOLERANCE,
                                         source=f"torch.cuda.max_memory_allocated {peaks.scope}")
     else:
-        fingerprint.unavailable["memory"] = CPU_NO_FINGERPRINT_MEMORY
+        fingerprint.unavailable["memory"] = msg("cpu_no_fingerprint_memory")
     if fingerprint.kernel_launches is None:
-        fingerprint.unavailable.setdefault("kernel_launches", KERNEL_LAUNCHES_FROM_TRACE)
+        fingerprint.unavailable.setdefault("kernel_launches", msg("kernel_launches_from_trace"))
     if isinstance(obs.window_syncs, Unavailable):
         fingerprint.unavailable["window_syncs"] = obs.window_syncs.reason
     elif obs.window_syncs is not None:
@@ -139,7 +135,6 @@ def attach_trace(metrics: TrialMetrics, trace: Path, *, device_type: str, steps:
     device; the hooks leave the user's device alone)."""
     metrics.trace_path = str(trace)
     try:
-
         facts = trace_facts(trace, device_type=device_type, steps=steps)
         if alignment_precision is not None:
             facts.gemm_alignment = benchmark_alignment_for(facts.gemm_shapes, device=device_type,

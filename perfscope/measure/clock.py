@@ -96,7 +96,7 @@ def fastest_seconds(fn: Callable[[], object], device: str | torch.device, *, war
 
 
 def call_seconds(fn: Callable[[], object], device: str | torch.device, *, warmup: int = 3, repeats: int = MIN_REPEATS) -> list[float]:
-    """Seconds of each of ``repeats`` calls of ``fn()`` after ``warmup`` untimed ones (see the module docstring)."""
+    """Seconds of each of ``repeats`` calls of ``fn()`` after ``warmup`` untimed ones (docs/measurement.md)."""
     if repeats < 1:
         raise ValueError("repeats must be at least 1")
     clock = clock_for(device)

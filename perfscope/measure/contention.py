@@ -58,45 +58,35 @@ def resolution_cores(budget: CpuBudget, wall_s: float) -> float:
     return (budget.schedulable + 1) * _TICK_S / max(wall_s, 1e-9)
 
 
-def _job_root() -> psutil.Process | None:
-    pid = os.environ.get(JOB_ROOT_ENV)
-    if not pid:
-        return None
+def _process(pid: str) -> psutil.Process | None:
     try:
-        return psutil.Process(int(pid))
+        return psutil.Process(int(pid)) if pid else None
     except (ValueError, psutil.Error):
         return None
 
 
-def own_cpu_seconds() -> float:
-    """CPU seconds of this process, its reaped children, and its live descendants (DataLoader workers); in a
-    distributed trial, of the whole job (the agent and every rank with their descendants)."""
-    root = _job_root()
-    if root is not None:
-        return _tree_cpu_seconds(root)
-    t = os.times()
-    total = t.user + t.system + t.children_user + t.children_system
+def _family(root: psutil.Process) -> list[psutil.Process]:
+    """``root`` and its live descendants (``root`` alone when they cannot be listed)."""
     try:
-        children = psutil.Process().children(recursive=True)
+        return [root, *root.children(recursive=True)]
     except psutil.Error:
-        children = []
-    for child in children:
-        try:
-            ct = child.cpu_times()
-            total += ct.user + ct.system
-        except psutil.Error:  # exited between listing and reading: its time lands in children_* once reaped
-            pass
-    return total
+        return [root]
+
+
+def _job_root() -> psutil.Process | None:
+    return _process(os.environ.get(JOB_ROOT_ENV, ""))
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds of this process and its live descendants (DataLoader workers), each with its reaped children's; in
+    a distributed trial, of the whole job (the agent and every rank with their descendants)."""
+    return _tree_cpu_seconds(_job_root() or psutil.Process())
 
 
 def _tree_cpu_seconds(root: psutil.Process) -> float:
     """CPU seconds of ``root`` and its live descendants, each with its own reaped children's time."""
     total = 0.0
-    try:
-        family = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        family = [root]
-    for proc in family:
+    for proc in _family(root):
         try:
             ct = proc.cpu_times()
             total += ct.user + ct.system + ct.children_user + ct.children_system
@@ -113,23 +103,14 @@ def sweep_env() -> dict[str, str]:
 def _sweep_root() -> psutil.Process | None:
     """The sweep's driver when this trial runs on its host (a Slurm or Ray node elsewhere has other pids)."""
     pid, _, host = os.environ.get(SWEEP_ROOT_ENV, "").partition("@")
-    if not pid or host != socket.gethostname():
-        return None
-    try:
-        return psutil.Process(int(pid))
-    except (ValueError, psutil.Error):
-        return None
+    return _process(pid) if host == socket.gethostname() else None
 
 
 def sweep_cpu_seconds(root: psutil.Process, cpus: frozenset[int] | None, mine: set[int]) -> dict[int, float]:
     """CPU seconds so far of each of the sweep's processes (``root`` and its descendants, ``mine`` left out: this
     trial's own) that may run on ``cpus``: one pinned to other cores (another lane's) cannot have used them."""
-    try:
-        family = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        family = [root]
     seconds: dict[int, float] = {}
-    for proc in family:
+    for proc in _family(root):
         if proc.pid in mine:
             continue
         try:
@@ -149,7 +130,7 @@ def sweep_delta(before: dict[int, float], after: dict[int, float]) -> float:
 
 
 def judge(reading: Contention, budget: CpuBudget, *, wall_s: float | None = None) -> Contention:
-    """Fill ``contended`` and ``reason`` (see the module docstring): the same neighbour gives the same verdict
+    """Fill ``contended`` and ``reason`` (docs/measurement.md): the same neighbour gives the same verdict
     whatever the run's own load."""
     other, steal = reading.other_cpu_cores or 0.0, reading.steal_cores or 0.0
     floor = max(MIN_OTHER_CORES, resolution_cores(budget, wall_s) if wall_s is not None else 0.0)
@@ -196,11 +177,7 @@ class ContentionProbe:
         if self._sweep is None:
             return {}
         me = _job_root() or psutil.Process()  # a rank's own time is its whole job's (own_cpu_seconds)
-        try:
-            mine = {me.pid, *(c.pid for c in me.children(recursive=True))}
-        except psutil.Error:
-            mine = {me.pid}
-        return sweep_cpu_seconds(self._sweep, self._cpus, mine)
+        return sweep_cpu_seconds(self._sweep, self._cpus, {p.pid for p in _family(me)})
 
     def _device_others(self) -> list[str]:
         if self._nvml_handle is None:
@@ -211,7 +188,6 @@ class ContentionProbe:
             procs = pynvml.nvmlDeviceGetComputeRunningProcesses(self._nvml_handle)
         except Exception:  # noqa: BLE001 - NVML absent or unsupported (MIG, containers): nothing to report
             return []
-        root = _job_root() or psutil.Process()
-        mine = {os.getpid(), root.pid, *(c.pid for c in root.children(recursive=True))}
+        mine = {os.getpid(), *(p.pid for p in _family(_job_root() or psutil.Process()))}
         # In a container NVML may list host PIDs, ours among them: only processes visible here are counted.
         return [str(p.pid) for p in procs if p.pid not in mine and psutil.pid_exists(p.pid)]

@@ -111,7 +111,7 @@ def _top(stats: pstats.Stats, top: int) -> list[ProfiledFunction]:
 
 def profile_dataset(dataset: Any, *, batch_size: int, collate_fn: Callable[[list[Any]], Any] | None = None,
                     samples: int = SAMPLES, budget_s: float = BUDGET_S, top: int = TOP) -> DatasetProfile:
-    """The three passes of the module docstring over the first ``samples`` samples of ``dataset``."""
+    """The three passes of docs/measurement.md over the first ``samples`` samples of ``dataset``."""
     kind = "iterable" if isinstance(dataset, torch.utils.data.IterableDataset) else "map"
     collate = collate_fn or torch.utils.data.default_collate
     source = _samples(dataset, samples)

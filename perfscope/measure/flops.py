@@ -22,16 +22,6 @@ FLOP_CONVENTION = (
 )
 
 
-def _cpu_sdpa_forward(query_shape: Any, key_shape: Any, value_shape: Any, *args: Any, **kwargs: Any) -> int:
-    return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
-
-
-def _cpu_sdpa_backward(
-    grad_out_shape: Any, query_shape: Any, key_shape: Any, value_shape: Any, *args: Any, **kwargs: Any
-) -> int:
-    return flop_counter.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
-
-
 def _gap_fillers() -> tuple[dict[Any, Any], dict[str, Message]]:
     """Formulas for ops torch's registry lacks, and the note each one earns when it was actually used
     (keyed by op name: a CUDA run counts flash/efficient attention with torch's own formulas, no note)."""
@@ -41,11 +31,11 @@ def _gap_fillers() -> tuple[dict[Any, Any], dict[str, Message]]:
     fwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
     bwd = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
     if fwd is not None and fwd not in flop_counter.flop_registry:
-        mapping[fwd] = _cpu_sdpa_forward
+        mapping[fwd] = lambda q, k, v, *_, **__: flop_counter.sdpa_flop_count(q, k, v)
         note = msg("cpu_sdpa_formula")
         notes[str(fwd)] = note
         if bwd is not None:
-            mapping[bwd] = _cpu_sdpa_backward
+            mapping[bwd] = lambda g, q, k, v, *_, **__: flop_counter.sdpa_backward_flop_count(g, q, k, v)
             notes[str(bwd)] = note
     return mapping, notes
 
@@ -112,9 +102,13 @@ def _no_context(counter: StepFlopCounter) -> AbstractContextManager[Any]:
 def count_step(model: nn.Module, batch: Any, loss_fn: LossFn, *, around: Around = _no_context) -> StepFlopCounter:
     """One real forward + backward of loss_fn(model, batch) under a StepFlopCounter. ``around(counter)`` wraps the
     step (e.g. to measure the checkpointed blocks' forward). Leaves gradients on the model: zero them after."""
+    return _counted(lambda: loss_fn(model, batch), around)
+
+
+def _counted(loss_of: Callable[[], torch.Tensor], around: Around) -> StepFlopCounter:
     counter = StepFlopCounter()
     with counter, around(counter):
-        loss = loss_fn(model, batch)
+        loss = loss_of()
         counter.mark_forward()
         loss.backward()
     return counter
@@ -153,14 +147,9 @@ def count_step_on_fake_tensors(
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     state = {f"model.{name}": mode.from_tensor(t) for name, t in (*model.named_parameters(), *model.named_buffers())}
     fake_batch = tree_map(lambda x: mode.from_tensor(x) if isinstance(x, torch.Tensor) else x, batch)
-    counter = StepFlopCounter()
     with mode:
         step = _LossOf(model, loss_fn, prepare(fake_batch))
-        with counter, around(counter):
-            loss = functional_call(step, state, ())
-            counter.mark_forward()
-            loss.backward()
-    return counter
+        return _counted(lambda: functional_call(step, state, ()), around)
 
 
 def _shape(x: Any) -> tuple[int, ...]:
@@ -188,16 +177,12 @@ def _flash_or_efficient(unpack_name: str, seq_names: tuple[str, str, str, str]) 
     return recompute
 
 
-def _shape_op(grad_out: Any, query: Any, key: Any, *args: Any, **kwargs: Any) -> int:
-    return qk_recompute_flops(query, key)
-
-
 def _recompute_formulas() -> dict[str, Callable[..., int]]:
     """Op name (as the flop registry's packets print) → recompute FLOPs from the op's raw arguments."""
     shape_ops = ["aten._scaled_dot_product_efficient_attention_backward", "aten._scaled_dot_product_flash_attention_backward",
                  "aten._scaled_dot_product_cudnn_attention_backward",
                  "aten._scaled_dot_product_flash_attention_for_cpu_backward"]
-    formulas: dict[str, Callable[..., int]] = {name: _shape_op for name in shape_ops}
+    formulas: dict[str, Callable[..., int]] = dict.fromkeys(shape_ops, lambda _g, q, k, *_, **__: qk_recompute_flops(q, k))
     formulas["aten._flash_attention_backward"] = _flash_or_efficient(
         "_unpack_flash_attention_nested_shapes", ("cum_seq_q", "cum_seq_k", "max_q", "max_k"))
     formulas["aten._efficient_attention_backward"] = _flash_or_efficient(

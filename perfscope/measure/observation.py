@@ -58,7 +58,7 @@ class FirstStep:
 
 @dataclass(kw_only=True)
 class RunObservation:
-    """Everything a run observed that its TrialMetrics are made of (see the module docstring)."""
+    """Everything a run observed that its TrialMetrics are made of (docs/measurement.md)."""
 
     device_type: str
     windows: list[Window]

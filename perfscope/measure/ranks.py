@@ -13,9 +13,8 @@ from perfscope.results import Environment, MemoryBreakdown, Peak, TrialMetrics, 
 from perfscope.results.distributed import DistributedFacts, RankMetrics, Straggler
 from perfscope.results.job import job_samples_per_s, job_steps_per_s, rank_peak
 from perfscope.results.messages import Message, msg
-from perfscope.stats import STRAGGLER_MIN_SLOWER as MIN_SLOWER
 from perfscope.stats import STRAGGLER_MIN_STEPS as MIN_STEPS
-from perfscope.stats import slower_than_peers
+from perfscope.stats import STRAGGLER_TEST, slower_ranks
 
 
 def window_mean(windows: Sequence[Window], reading: str) -> float | None:
@@ -98,42 +97,25 @@ MIN_EXTRA_CORES = 0.5
 
 def find_stragglers(ranks: list[RankMetrics]) -> tuple[list[Straggler], str]:
     """(stragglers, method in words); no stragglers when fewer than two ranks have a local window."""
-    tested = [r for r in ranks if len(r.local_step_times_s) >= MIN_STEPS]
+    tested = {r.rank: r for r in ranks if len(r.local_step_times_s) >= MIN_STEPS}
     if len(tested) < 2:
         return [], (f"not tested: {len(tested)} rank(s) measured a local window (compute without gradient "
                     f"communication) of at least {MIN_STEPS} steps; it takes two")
-    slowest = _slowest_counts(tested)
-    found = [s for r in tested if (s := _test(r, [o for o in tested if o is not r], slowest)) is not None]
-    steps = sorted({len(r.local_step_times_s) for r in tested})
-    left_out = [r.rank for r in ranks if r not in tested]
+    found = slower_ranks({rank: r.local_step_times_s for rank, r in tested.items()})
+    steps = sorted({len(r.local_step_times_s) for r in tested.values()})
+    left_out = [r.rank for r in ranks if r.rank not in tested]
     method = (
-        "each rank's mean local step (its own compute, without gradient communication) against the median of the "
-        f"other ranks' means: a straggler is over {MIN_SLOWER:.0%} slower and slower beyond the step-to-step noise "
-        f"(one-sided Welch t-test, p < 0.0001); {len(tested)} ranks, "
-        f"{steps[0] if len(steps) == 1 else f'{steps[0]}–{steps[-1]}'} local steps each"
+        f"each rank's mean local step (its own compute, without gradient communication) {STRAGGLER_TEST}; "
+        f"{len(tested)} ranks, {steps[0] if len(steps) == 1 else f'{steps[0]}–{steps[-1]}'} local steps each"
         + (f"; ranks {', '.join(map(str, left_out))} not tested (no local window)" if left_out else "")
     )
-    return sorted(found, key=lambda s: -s.slower_by), method
-
-
-def _test(r: RankMetrics, others: list[RankMetrics], slowest: tuple[dict[int, int], int]) -> Straggler | None:
-    test = slower_than_peers(r.local_step_times_s, [o.local_step_times_s for o in others])  # perfscope.stats
-    if test is None:
-        return None
-    mean, n, reference, critical, se, gap = test.mean, test.n, test.reference, test.critical, test.se, test.gap
-    counts, steps = slowest
-    cause, why = _cause(r, others, gap)
-    return Straggler(
-        rank=r.rank, slower_by=mean / reference - 1, slowest_share=counts.get(r.rank, 0) / steps if steps else 0.0,
-        cause=cause,
-        evidence=[
-            f"rank {r.rank}'s own compute step (no gradient communication) averaged {_ms(mean)} over {n} steps, "
-            f"{mean / reference - 1:.0%} above the {_ms(reference)} median of the other ranks; the step-to-step noise "
-            f"allows {_ms(critical * se)} ({critical:.1f} standard errors)",
-            f"it was the slowest rank in {counts.get(r.rank, 0)} of {steps} steps (chance alone: 1 in {len(others) + 1})",
-            *why,
-        ],
-    )
+    stragglers = []
+    for rank, test in found.items():
+        cause, why = _cause(tested[rank], [o for o in tested.values() if o.rank != rank], test.gap)
+        stragglers.append(Straggler(
+            rank=rank, slower_by=test.slower_by, slowest_share=test.slowest_in / test.compared, cause=cause,
+            evidence=[*test.evidence(rank, "own compute step (no gradient communication)", "steps"), *why]))
+    return stragglers, method
 
 
 def _cause(r: RankMetrics, others: list[RankMetrics], gap: float) -> tuple[str, list[str]]:
@@ -162,16 +144,6 @@ def _cause(r: RankMetrics, others: list[RankMetrics], gap: float) -> tuple[str, 
     listed = checked[0] if len(checked) == 1 else f"{', '.join(checked[:-1])} or {checked[-1]}"
     return "compute", [f"no difference in {listed} accounts for the gap: its own compute is slower "
                        "(a slower or throttled device, a larger shard, different work)"]
-
-
-def _slowest_counts(ranks: list[RankMetrics]) -> tuple[dict[int, int], int]:
-    """{rank: steps in which it was the slowest}, and the steps compared (the shortest window's)."""
-    steps = min(len(r.local_step_times_s) for r in ranks)
-    counts: dict[int, int] = {}
-    for i in range(steps):
-        rank = max(ranks, key=lambda r: r.local_step_times_s[i]).rank
-        counts[rank] = counts.get(rank, 0) + 1
-    return counts, steps
 
 
 def _gc_per_step(r: RankMetrics) -> float | None:

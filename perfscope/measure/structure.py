@@ -63,10 +63,6 @@ _DISPATCH_INFRA = ("utils/_python_dispatch.py", "_ops.py", "utils/flop_counter.p
                    "_dynamo/eval_frame.py", "torch/_compile.py")
 
 
-def dtype_name(dtype: torch.dtype) -> str:
-    return _DTYPES.get(dtype, str(dtype).removeprefix("torch."))
-
-
 def op_name(func: Any) -> str:
     """"aten::mm" for aten.mm.default: the op without its overload (one family per op)."""
     name = func._overloadpacket._qualified_op_name if hasattr(func, "_overloadpacket") else str(func)
@@ -160,7 +156,8 @@ class StructureCounter(TorchDispatchMode):
         if flops:
             self.flops_by_op[name] += flops
             first = _first_tensor(args)
-            self.flops_by_dtype[dtype_name(first.dtype) if first is not None else "unknown"] += flops
+            dtype = "unknown" if first is None else _DTYPES.get(first.dtype, str(first.dtype).removeprefix("torch."))
+            self.flops_by_dtype[dtype] += flops
         if name in _COPY_OPS:
             self.count_copy(name, args, kwargs, out)
         return out

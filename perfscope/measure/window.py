@@ -25,7 +25,7 @@ class StepRecord:
     index: int
     time_s: float
     data_wait_s: float
-    """Exposed data wait (see the module docstring)."""
+    """Exposed data wait (docs/measurement.md)."""
     host_data_wait_s: float
     samples: int | None
     micro_steps: int
@@ -43,7 +43,7 @@ class _Pending:
 
 
 class WindowRecorder:
-    """Records one window of contiguous timed steps; see the module docstring.
+    """Records one window of contiguous timed steps (docs/measurement.md).
 
     Args:
         clock: HostClock or CudaClock (perfscope.measure.clock).

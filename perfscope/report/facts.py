@@ -8,9 +8,9 @@ Design notes: docs/report.md.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from perfscope.results.constraints import finite
 from perfscope.results.trace_facts import TraceFacts
 
 
@@ -22,14 +22,8 @@ class KernelFact:
     """Launches per step."""
 
 
-def _finite(value: float | None) -> float | None:
-    if value is None or isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def _fraction(value: float | None) -> float | None:
-    value = _finite(value)
+    value = finite(value)
     return None if value is None else min(max(value, 0.0), 1.0)
 
 
@@ -47,7 +41,7 @@ def kernel_time_by_category(facts: TraceFacts | None) -> dict[str, float]:
     """{category: seconds per step}, dropping entries that are not finite non-negative numbers."""
     if facts is None:
         return {}
-    return {str(k): s for k, v in facts.kernels.time_by_category.items() if (s := _finite(v)) is not None and s >= 0}
+    return {str(k): s for k, v in facts.kernels.time_by_category.items() if (s := finite(v)) is not None and s >= 0}
 
 
 def top_kernels(facts: TraceFacts | None) -> list[KernelFact]:
@@ -55,8 +49,8 @@ def top_kernels(facts: TraceFacts | None) -> list[KernelFact]:
     if facts is None:
         return []
     rows = [
-        KernelFact(name=k.name, time_s=seconds, count=_finite(k.count))
+        KernelFact(name=k.name, time_s=seconds, count=finite(k.count))
         for k in facts.kernels.top
-        if (seconds := _finite(k.time_s)) is not None
+        if (seconds := finite(k.time_s)) is not None
     ]
     return sorted(rows, key=lambda k: k.time_s, reverse=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from perfscope.ranking import Evidence, RankedFix
 from perfscope.report.format import Cell, Table, fmt_percent, fmt_seconds, gain_text
-from perfscope.report.story import Story, interval_words
+from perfscope.report.headline import Story, interval_words
 from perfscope.results import Finding, Gain, Results, Trial
 from perfscope.results.breakdown import WHOLE_STEP, StepSlice, addressed
 from perfscope.results.roles import dataset_profile

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from perfscope.report.distributed import DistributedView
 from perfscope.report.format import Cell, Table, fmt_bytes
+from perfscope.report.headline import interval_words
 from perfscope.report.lanes import LanesView
 from perfscope.report.layout import LayoutView
-from perfscope.report.story import interval_words
 from perfscope.report.view import FindingView, ReportView, build_view
 from perfscope.report.waterfall_chart import WaterfallView
 from perfscope.results import Results
@@ -296,7 +296,7 @@ def summary_table(results: Results) -> str:
 
 
 def answer_lines(results: Results, report_path: Path | None) -> str:
-    """What to do, in the headline's words and numbers (perfscope.report.story), then where to read more."""
+    """What to do, in the headline's words and numbers (perfscope.report.headline), then where to read more."""
     lines = [""]
     lines += [f"warning: {words(w)}" for w in results.warnings]
     view = build_view(results)

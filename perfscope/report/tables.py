@@ -27,7 +27,7 @@ from perfscope.report.format import (
 from perfscope.report.headline import step_cell
 from perfscope.report.structure import StructuralEffect
 from perfscope.results import FAILED_STATUSES, KnobOutcome, Results, Trial, TrialMetrics
-from perfscope.results.trace_diff import diff_facts
+from perfscope.results.trace_facts import diff_facts
 from perfscope.wording import joined, words
 
 MAX_KERNEL_ROWS = 15

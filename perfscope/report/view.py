@@ -27,10 +27,9 @@ from perfscope.report.findings import (
     why_line,
 )
 from perfscope.report.format import NA, Table, fmt_seconds
-from perfscope.report.headline import Headline, headline_view, tell
+from perfscope.report.headline import Headline, Story, build_story, headline_view, tell
 from perfscope.report.lanes import LanesView, lanes_view
 from perfscope.report.layout import LayoutView, layout_view
-from perfscope.report.story import Story, build_story
 from perfscope.report.structure import knob_effects
 from perfscope.report.tables import (
     FailureView,
@@ -51,12 +50,7 @@ from perfscope.report.tables import (
 from perfscope.report.waterfall_chart import WaterfallView, waterfall_view
 from perfscope.results import Environment, Results
 from perfscope.results.breakdown import step_breakdown
-from perfscope.results.roles import (
-    baseline_configuration,
-    baseline_run,
-    recommended_configuration,
-    recommended_run,
-)
+from perfscope.results.roles import baseline_configuration, baseline_run, recommended_configuration, recommended_run
 from perfscope.wording import reason, words
 
 __all__ = ["DiffLine", "FindingView", "ReportView", "baseline_name", "build_view", "diff_lines", "recommended_name", "trace_href"]
@@ -72,7 +66,7 @@ class ReportView:
     peak: str  # "989.4 TFLOP/s (bf16)" or "not measured"
     peak_source: str
     headline: Headline
-    story: Story | None  # the answer in words (perfscope.report.story), for the terminal's lines
+    story: Story | None  # the answer in words (perfscope.report.headline), for the terminal's lines
     findings_state: str  # "not run" | "none" | "present"
     findings: list[FindingView]
     no_change: list[FindingView]

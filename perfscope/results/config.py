@@ -36,8 +36,7 @@ class TrialConfig:
     """Untimed optimizer steps before timing (allocator, cuDNN autotune, compile). At least 1 is run under
     torch.compile and 3 under CUDA graphs (reduce-overhead), whatever is asked: see `effective_warmup_steps`."""
     min_window_s: float = 0.5
-    """Calibration: the timed window lasts at least this long (pyperf-style), so the timer's resolution,
-    GC pauses and the data pipeline's fill-and-drain cycles are inside it."""
+    """Calibration: the timed window lasts at least this long (pyperf-style; docs/measurement.md)."""
     min_steps: int = 10
     """Calibration: at least this many timed steps."""
     max_steps: int = 2000
@@ -45,8 +44,7 @@ class TrialConfig:
     precision: Precision = "fp32"
     """fp32, or autocast bf16 / fp16 (fp16 adds a GradScaler)."""
     tf32: bool | None = None
-    """Matmul TF32 (perfscope.tf32_api): True/False set it; None leaves the user's (or torch's) setting, so the
-    baseline runs with whatever the user's file sets. cuDNN's TF32 (on by default) is never touched."""
+    """Matmul TF32 (perfscope.tf32_api); None leaves the user's setting (the baseline's). cuDNN's is never touched."""
     activation_checkpointing: bool = False
     """Non-reentrant checkpointing of the repeated blocks."""
     num_workers: int = 0
@@ -61,9 +59,8 @@ class TrialConfig:
     optimizer_impl: OptimizerImpl = "default"
     """Rebuild the user's optimizer with foreach=True or fused=True."""
     optimizer: OptimizerChoice = "user"
-    """The user's optimizer, or a memory-lean replacement built from its parameter groups (perfscope.trial.step.build_optimizer):
-    torch.optim.Adafactor, or the 8-bit Adam/AdamW of torchao or bitsandbytes. A replacement changes the training
-    recipe."""
+    """The user's optimizer, or a memory-lean replacement built from its parameter groups (Adafactor, torchao's or
+    bitsandbytes' 8-bit Adam: perfscope.trial.step.build_optimizer); a replacement changes the training recipe."""
     offload_activations: bool = False
     """Saved activations wait in pinned host memory between forward and backward
     (torch.autograd.graph.save_on_cpu(pin_memory=True))."""
@@ -74,11 +71,9 @@ class TrialConfig:
     env: dict[str, str] = field(default_factory=dict)
     """Environment variables for the trial process (e.g. PYTORCH_CUDA_ALLOC_CONF)."""
     knob_settings: dict[str, bool | int | float | str] = field(default_factory=dict)
-    """Settings of knobs that own no field here, by knob id (perfscope.knobs: a knob added in one file
-    keeps its value here, so adding it needs no edit of this class)."""
+    """Settings of knobs that own no field here, by knob id: a knob added in one file needs no edit of this class."""
     nproc_per_node: int = 1
-    """Ranks per node: above 1 (or with nnodes above 1) the run is a torchrun job, every rank measured
-    (perfscope.trial.launch); the launch's rendezvous settings travel beside the config, not in it."""
+    """Ranks per node: more than one rank in all is a torchrun job, every rank measured (perfscope.trial.launch)."""
     nnodes: int = 1
     data_parallel: DataParallel = "none"
     """How the harness wraps the model on every rank: DDP, FSDP2 (`fully_shard`), DDP + ZeroRedundancyOptimizer

@@ -82,6 +82,11 @@ def show(value: Any, limit: int = 60) -> str:
     return type(value).__name__
 
 
+def finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number (not a bool), else None: for readers of untrusted values."""
+    return None if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) else float(value)
+
+
 def check_finite(value: float, where: str) -> None:
     if not math.isfinite(value):
         raise ResultsError(f"{where}: must be finite, got {show(value)}")

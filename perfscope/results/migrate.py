@@ -8,10 +8,10 @@ Design notes: docs/results.md.
 from __future__ import annotations
 
 import copy
-import math
 from typing import Any
 
 from perfscope.results.config import TrialConfig
+from perfscope.results.constraints import finite
 from perfscope.results.messages import LEGACY, NUMERICS, legacy, msg
 
 LATEST = 4
@@ -21,18 +21,23 @@ NOTE_V1 = msg("read_from_schema_1")
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     """A schema-4 document from a schema-1, 2, 3 or 4 one (others are returned untouched for the caller to refuse).
-    A document already at schema 4 is returned as it is: only older ones are walked, each step on a copy."""
-    if data.get("schema_version") == LATEST:
+    A document already at schema 4 is returned as it is: only older ones are walked, on one copy."""
+    if data.get("schema_version") not in (1, 2, 3):
         return data
-    if data.get("schema_version") == 1:
-        data = _v1(data)
-    if data.get("schema_version") == 2:
-        data = _v2(data)
-    elif data.get("schema_version") == 3 and _prose_to_messages(data, fix=False):
-        data = copy.deepcopy(data)  # an early schema-3 file: exclusions and notes were still prose
+    data = copy.deepcopy(data)  # every step below works in place on this copy
+    if data["schema_version"] == 1:
+        _v1(data)
+    if data["schema_version"] in (2, 3):
+        # Schema 2 (and an early schema-3 file) wrote messages as prose: each becomes a "legacy" message, verbatim.
         _prose_to_messages(data)
-    if data.get("schema_version") == 3:
-        data = _v3(_typed_trace_facts(_upper_bounds(data)))
+        if data["schema_version"] == 2 and isinstance(data.get("warnings"), list):
+            data["warnings"] = [_message(w, load=True) for w in data["warnings"]]
+        # Schema 3 still wrote a knob's reason, a layout row's, the numerics guard's, FLOP notes, not_applied,
+        # stopped_early, tp_inapplicable and a capture's note as prose; its three contended codes are one now.
+        _upper_bounds(data)
+        _typed_trace_facts(data)
+        _reasons_to_messages(data)
+        data["schema_version"] = LATEST
     return data
 
 
@@ -40,16 +45,11 @@ UPPER_BOUND_V2 = "upper bound"
 """How an upper-bound estimate's method began in prose, before Finding.upper_bound said so."""
 
 
-def _upper_bounds(data: dict[str, Any]) -> dict[str, Any]:
-    """Findings written before Finding.upper_bound: a bound by the words of their estimate_method."""
-    findings = data.get("findings")
-    if not isinstance(findings, list) or all(not isinstance(f, dict) or "upper_bound" in f for f in findings):
-        return data
-    data = {**data, "findings": [dict(f) if isinstance(f, dict) else f for f in findings]}
-    for f in data["findings"]:
+def _upper_bounds(data: dict[str, Any]) -> None:
+    """Findings written before Finding.upper_bound: a bound by the words of their estimate_method, in place."""
+    for f in data["findings"] if isinstance(data.get("findings"), list) else []:
         if isinstance(f, dict) and "upper_bound" not in f:
             f["upper_bound"] = isinstance(f.get("estimate_method"), str) and f["estimate_method"].startswith(UPPER_BOUND_V2)
-    return data
 
 
 # ------------------------------------------------------------------------------ schema 2: prose messages
@@ -59,17 +59,6 @@ LOAD_WARNING_V2 = "other load on this machine persisted through"
 which a resumed session replaces like its own (perfscope.trial.session)."""
 CONTENDED_V2 = "contended"
 """How every exclusion of a contended run began in prose: read back as the code "contended_v2" (results.CONTENDED)."""
-
-
-def _v2(data: dict[str, Any]) -> dict[str, Any]:
-    """Schema 2 wrote warnings, `unavailable` reasons, flags, exclusions and notes as prose; schema 3 as messages
-    (code + params). Old prose cannot be parsed back into parameters, so it is kept verbatim under the code "legacy"."""
-    out = copy.deepcopy(data)
-    out["schema_version"] = 3
-    _prose_to_messages(out)
-    if isinstance(out.get("warnings"), list):
-        out["warnings"] = [_message(w, load=True) for w in out["warnings"]]
-    return out
 
 
 NUMERICS_V2 = "numerics: "
@@ -93,36 +82,26 @@ def _message(text: Any, load: bool = False, excluded: bool = False, semantics: b
     return {"code": m.code, "params": dict(m.params)}
 
 
-def _prose_to_messages(node: Any, fix: bool = True) -> bool:
+def _prose_to_messages(node: Any) -> None:
     """Every `unavailable` map's reasons, every TrialMetrics' flags, a trial's exclusion, a window's contention, the
-    semantics changes of a knob's outcome and a finding, and every list of notes that holds messages (_holds_messages), at any depth, in place (``fix=False``: only whether
-    any is prose)."""
-    found = False
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "unavailable" and isinstance(value, dict):
-                prose = any(isinstance(v, str) for v in value.values())
-                if fix:
-                    node[key] = {k: _message(v) for k, v in value.items()}
-            elif key in ("flags", "notes") and isinstance(value, list) and _holds_messages(node, key):
-                prose = any(isinstance(v, str) for v in value)
-                if fix:
-                    node[key] = [_message(v) for v in value]
-            elif key in ("changes_semantics", "caveats") and isinstance(value, list) and ("knob" in node or "rule_id" in node):
-                prose = any(isinstance(v, str) for v in value)
-                if fix:
-                    node[key] = [_message(v, semantics=True) for v in value]
-            elif (key == "excluded" and "status" in node) or (key == "reason" and "contended" in node):
-                prose = isinstance(value, str)
-                if fix:
-                    node[key] = _message(value, excluded=key == "excluded")
-            else:
-                prose = _prose_to_messages(value, fix)
-            found = found or prose
-    elif isinstance(node, list):
+    semantics changes of a knob's outcome and a finding, and every list of notes that holds messages
+    (_holds_messages), at any depth, in place; a value already a message is left as it is."""
+    if isinstance(node, list):
         for value in node:
-            found = _prose_to_messages(value, fix) or found
-    return found
+            _prose_to_messages(value)
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        if key == "unavailable" and isinstance(value, dict):
+            node[key] = {k: _message(v) for k, v in value.items()}
+        elif key in ("flags", "notes") and isinstance(value, list) and _holds_messages(node, key):
+            node[key] = [_message(v) for v in value]
+        elif key in ("changes_semantics", "caveats") and isinstance(value, list) and ("knob" in node or "rule_id" in node):
+            node[key] = [_message(v, semantics=True) for v in value]
+        elif (key == "excluded" and "status" in node) or (key == "reason" and "contended" in node):
+            node[key] = _message(value, excluded=key == "excluded")
+        else:
+            _prose_to_messages(value)
 
 
 def _holds_messages(node: dict[str, Any], key: str) -> bool:
@@ -137,17 +116,6 @@ def _holds_messages(node: dict[str, Any], key: str) -> bool:
 
 
 # ------------------------------------------------------------------------------ schema 3: prose reasons
-
-
-def _v3(data: dict[str, Any]) -> dict[str, Any]:
-    """Schema 3 still wrote a knob's outcome reason (one "; "-joined string), a layout row's reason, the numerics
-    guard's reason, a run's FLOP notes, why a setting was not applied, why the sweep stopped early, why TP does not
-    apply and a trace capture's note as prose; schema 4 as messages (a knob's reason: a list of them). Each old
-    string is kept verbatim under the code "legacy"; schema 3's three contended codes are one now."""
-    out = copy.deepcopy(data)
-    out["schema_version"] = LATEST
-    _reasons_to_messages(out)
-    return out
 
 
 def _reasons_to_messages(node: Any) -> None:
@@ -198,8 +166,7 @@ def _capture_notes(node: dict[str, Any]) -> None:
         params["notes"] = [_message(n) for n in params["notes"]]
 
 
-def _v1(data: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(data)
+def _v1(out: dict[str, Any]) -> None:
     out["schema_version"] = 2
     peak = (out.get("peak") or {}).get("tflops")
     for i, trial in enumerate(out.get("trials") or []):
@@ -223,7 +190,6 @@ def _v1(data: dict[str, Any]) -> dict[str, Any]:
         if isinstance(finding, dict) and isinstance(finding.get("gain"), dict):
             finding["gain"] = _gain_v1(finding["gain"])
     out.setdefault("notes", []).append({"code": NOTE_V1.code, "params": {}})
-    return out
 
 
 def _config_v1(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -293,25 +259,18 @@ def _gain_v1(g: dict[str, Any]) -> dict[str, Any]:
 NOTE_TRACE_FACTS = msg("read_from_untyped_facts")
 
 
-def _typed_trace_facts(data: dict[str, Any]) -> dict[str, Any]:
-    if not _legacy_facts(data):
-        return data
-    out = copy.deepcopy(data)
-    for metrics in _legacy_facts(out):
-        metrics["trace_facts"] = trace_facts_from_dict(metrics["trace_facts"])
-    return out
-
-
-def _legacy_facts(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """The metrics of every trial whose trace facts are a free-form dict (not the typed shape, with "kernels")."""
-    metrics = [t["metrics"] for t in data.get("trials") or [] if isinstance(t, dict) and isinstance(t.get("metrics"), dict)]
-    return [m for m in metrics if isinstance(m.get("trace_facts"), dict) and not isinstance(m["trace_facts"].get("kernels"), dict)]
+def _typed_trace_facts(data: dict[str, Any]) -> None:
+    """Every trial's trace facts written as a free-form dict (not the typed shape, with "kernels"), typed in place."""
+    for t in data.get("trials") or []:
+        facts = t.get("metrics").get("trace_facts") if isinstance(t, dict) and isinstance(t.get("metrics"), dict) else None
+        if isinstance(facts, dict) and not isinstance(facts.get("kernels"), dict):
+            t["metrics"]["trace_facts"] = trace_facts_from_dict(facts)
 
 
 def trace_facts_from_dict(old: dict[str, Any]) -> dict[str, Any]:
     """The typed shape (as JSON) of a free-form trace-facts dict; what it lacks gets the typed defaults."""
     def num(key: str) -> float | None:
-        return _float(old.get(key))
+        return finite(old.get(key))
 
     cuda = old.get("device_type") == "cuda" or num("gpu_idle_fraction") is not None
     out: dict[str, Any] = {
@@ -323,9 +282,9 @@ def trace_facts_from_dict(old: dict[str, Any]) -> dict[str, Any]:
             "source": "kernels" if cuda else "cpu ops",
             "time_by_category": _number_map(old.get("kernel_time_by_category")),
             "top": [
-                {"name": str(k["name"]), "time_s": float(k["time_s"]), "count": _float(k.get("count")) or 0.0,
+                {"name": str(k["name"]), "time_s": float(k["time_s"]), "count": finite(k.get("count")) or 0.0,
                  "category": str(k.get("category") or "other")}
-                for k in _rows(old.get("top_kernels")) if "name" in k and _float(k.get("time_s")) is not None
+                for k in _rows(old.get("top_kernels")) if "name" in k and finite(k.get("time_s")) is not None
             ],
             "fp32_gemm_fraction": num("fp32_matmul_fraction"),
         },
@@ -344,7 +303,7 @@ def trace_facts_from_dict(old: dict[str, Any]) -> dict[str, Any]:
         },
         "gemm_shapes": [
             {"op": str(g.get("op", "")), "shape": [int(v) for v in g["shape"]], "dtype": str(g.get("dtype", "")),
-             "count": _float(g.get("count")) or 0.0, "time_s": _float(g.get("time_s")) or 0.0, "time_source": "cpu op",
+             "count": finite(g.get("count")) or 0.0, "time_s": finite(g.get("time_s")) or 0.0, "time_source": "cpu op",
              "misaligned": [str(d) for d in g.get("misaligned") or []]}
             for g in _rows(old.get("gemm_shapes")) if _int_list(g.get("shape"))
         ],
@@ -353,7 +312,7 @@ def trace_facts_from_dict(old: dict[str, Any]) -> dict[str, Any]:
              "time_s": float(r["time_s"]), "padded_time_s": float(r["padded_time_s"]), "speedup_per_flop": float(r["speedup_per_flop"])}
             for r in _rows(old.get("gemm_alignment"))
             if _int_list(r.get("shape")) and _int_list(r.get("padded"))
-            and all(_float(r.get(k)) is not None for k in ("time_s", "padded_time_s", "speedup_per_flop"))
+            and all(finite(r.get(k)) is not None for k in ("time_s", "padded_time_s", "speedup_per_flop"))
         ],
         "trace_bytes": int(num("trace_bytes")) if num("trace_bytes") is not None else None,
         "notes": [{"code": NOTE_TRACE_FACTS.code, "params": {}}],
@@ -374,16 +333,10 @@ def trace_facts_from_dict(old: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _float(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def _number_map(value: Any) -> dict[str, float]:
     if not isinstance(value, dict):
         return {}
-    return {str(k): f for k, v in value.items() if (f := _float(v)) is not None and f >= 0}
+    return {str(k): f for k, v in value.items() if (f := finite(v)) is not None and f >= 0}
 
 
 def _rows(value: Any) -> list[dict[str, Any]]:

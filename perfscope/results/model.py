@@ -37,16 +37,7 @@ from perfscope.results.messages import Message
 from perfscope.results.migrate import upgrade
 from perfscope.results.serde import from_jsonable, to_jsonable
 from perfscope.results.trace_facts import TraceFacts
-from perfscope.results.verdicts import (
-    Finding,
-    Gain,
-    KnobOutcome,
-    MicroBatchPoint,
-    NumericsCheck,
-    RunNoise,
-    Sweep,
-    Verdict,
-)
+from perfscope.results.verdicts import Finding, Gain, KnobOutcome, MicroBatchPoint, NumericsCheck, RunNoise, Sweep, Verdict
 from perfscope.stats import Summary
 
 __all__ = [
@@ -172,6 +163,10 @@ class MemoryCategories:
     peak_category: str
     """The category holding the most bytes at that peak."""
     at_peak: dict[str, int] = field(default_factory=dict, metadata=NON_NEGATIVE)
+    max_bytes: dict[str, int] = field(default_factory=dict, metadata=NON_NEGATIVE)
+    """Each category's own maximum over the step (not at one instant: they need not add up)."""
+    reclassified_bytes: int = field(default=0, metadata=NON_NEGATIVE)
+    """Bytes torch named parameter / optimizer state that were born and freed in the step (booked temporary)."""
 
     def share(self, category: str) -> float | None:
         """``category``'s share of the peak; None when nothing was seen."""
@@ -230,11 +225,8 @@ class Contention:
 
 @dataclass(kw_only=True)
 class Window:
-    """Contiguous timed optimizer steps in one process: the unit every throughput is computed from.
-
-    Throughput is work over wall time — samples / ``wall_s`` — never derived from a median step: the data
-    stalls, GC pauses and allocator hiccups a profiler exists to count live in the tail a median hides.
-    """
+    """Contiguous timed optimizer steps in one process: every throughput is its work / ``wall_s``, never a median
+    step's (the tail a median hides is what a profiler counts: docs/measurement.md)."""
 
     steps: int = field(metadata=NON_NEGATIVE)
     samples: int | None = field(metadata=NON_NEGATIVE)
@@ -242,9 +234,7 @@ class Window:
     wall_s: float = field(metadata=SECONDS)
     """First to last step boundary: device-timeline time on CUDA (idle gaps included), host clock on CPU."""
     data_wait_s: float = field(default=0.0, metadata=SECONDS)
-    """Exposed data wait: time the device sat idle while the host was blocked on the data iterator (on a
-    GPU measured with CUDA events around `next()`, so waits hidden behind queued GPU work do not count; on
-    CPU, where work is synchronous, all host wait is exposed)."""
+    """Exposed data wait: the device idle while the host was blocked on the data iterator (docs/measurement.md)."""
     host_data_wait_s: float = field(default=0.0, metadata=SECONDS)
     """Host time blocked on the data iterator (exposed or hidden)."""
     contention: Contention | None = None
@@ -252,11 +242,8 @@ class Window:
 
 @dataclass(kw_only=True)
 class TrialMetrics:
-    """What one run (one process) of a configuration measured.
-
-    ``samples_per_s``, ``achieved_tflops``, ``mfu`` and ``hfu`` are work / wall time of the windows.
-    ``step_times_s`` and ``typical_step`` describe a typical step and its tail, nothing more.
-    """
+    """What one run (one process) of a configuration measured: the rates are work / wall time of the windows;
+    ``step_times_s`` and ``typical_step`` describe a typical step and its tail, nothing more."""
 
     steps: int = field(metadata=NON_NEGATIVE)
     """Timed optimizer steps, all windows."""
@@ -290,10 +277,8 @@ class TrialMetrics:
     losses: list[float | None] = field(default_factory=list, metadata=SERIES)
     """Loss per measured step (None = non-finite); read after the window, never inside it."""
     losses_before_window: list[float | None] | None = field(default=None, metadata=SERIES)
-    """Loss of every untimed step the run took before its window (warm-up, then the prefetch drain), in order:
-    with ``losses`` the loss at every optimizer step from the first, so ``losses[0]`` is global step
-    ``len(losses_before_window)``. Runs differ in how many steps precede their window (the drain runs only with
-    DataLoader workers): the numerics guard compares the same global step. None in results written before it."""
+    """Loss of every untimed step before the window (warm-up, prefetch drain): ``losses[0]`` is global step
+    ``len(losses_before_window)``, so the numerics guard compares the same global step (docs/sweep.md)."""
     first_grad_norm: float | None = field(default=None, metadata=NON_NEGATIVE)
     optimizer: str | None = None
     """The optimizer class the trial stepped, module-qualified ("torch.optim._adafactor.Adafactor"): what a knob
@@ -338,16 +323,13 @@ class TrialMetrics:
     fingerprint: Fingerprint | None = None
     """The step's structure, counted (perfscope.results.fingerprint): what `perfscope check` diffs exactly."""
     dataset_profile: DatasetProfile | None = None
-    """Where the user's Dataset spends its time (perfscope.results.dataset_profile): profiled in the trial process
-    after the window when the step waited for data; None otherwise (and in results written before it existed)."""
+    """Where the user's Dataset spends its time (perfscope.results.dataset_profile); None unless the step waited for data."""
     distributed: DistributedFacts | None = None
-    """Every rank, the job, communication, stragglers and per-rank memory of a data-parallel run
-    (perfscope.results.distributed); None for one process. The fields above are the job's: throughput is all ranks'
-    samples over the slowest rank's window, the rest are rank 0's."""
+    """A data-parallel run's ranks, communication and stragglers (perfscope.results.distributed); the fields above
+    are the job's: all ranks' samples over the slowest rank's window, the rest rank 0's."""
     not_applied: dict[str, Message] = field(default_factory=dict)
-    """Settings of the config this run did not actually run with (TrialConfig field -> why): e.g. compile that
-    fell back to eager, TF32 or GC the user's code set back during the run. A knob whose own setting is here was
-    not measured (perfscope.trial.loop.not_applied)."""
+    """Settings of the config this run did not actually run with (TrialConfig field -> why): a knob whose own
+    setting is here was not measured (docs/sweep.md, "Honest statuses")."""
     flags: list[Message] = field(default_factory=list)
     """Figures that cannot be true as measured (e.g. MFU above 100%), with why; the report shows them."""
     unavailable: dict[str, Message] = field(default_factory=dict)

@@ -10,6 +10,7 @@ Design notes: docs/results.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -198,3 +199,55 @@ class TraceFacts:
     trace_bytes: int | None = None
     notes: list[Message] = field(default_factory=list)
     """What the reader should know about how these were derived (e.g. read from an older results file)."""
+
+
+# ------------------------------------------------------------------------------ two runs' facts side by side
+# A pure function of two typed facts, so the report's "Where the time went" reads it without the trace layer.
+
+SCALARS: dict[str, Callable[[TraceFacts], float | None]] = {
+    "step_time_s": lambda f: f.step_time_s,
+    "gpu_idle_fraction": lambda f: f.gpu.idle_fraction if f.gpu else None,
+    "kernel_count_per_step": lambda f: f.launch.kernels_per_step,
+    "data_wait_fraction": lambda f: f.data_wait_fraction,
+    "sync_fraction": lambda f: f.sync.blocked_fraction,
+    "fp32_matmul_fraction": lambda f: f.kernels.fp32_gemm_fraction,
+}
+"""The scalar facts compared, by name: how each is read from one trace's facts (None: that trace lacks it)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Change:
+    """One figure in both traces."""
+
+    baseline: float
+    other: float
+
+    @property
+    def delta(self) -> float:
+        """other − baseline."""
+        return self.other - self.baseline
+
+
+@dataclass(frozen=True, kw_only=True)
+class TraceDiff:
+    kernel_time_by_category: dict[str, Change]
+    """Seconds per step by kernel category (perfscope.trace.categories), the largest in either trace first; a
+    category one trace lacks counts 0 there."""
+    scalars: dict[str, Change]
+    """The SCALARS both traces have, by name."""
+
+
+def diff_facts(baseline: TraceFacts, other: TraceFacts) -> TraceDiff:
+    """Per-step seconds by kernel category and the scalar facts of two traces, with their deltas."""
+    base_cats = baseline.kernels.time_by_category
+    other_cats = other.kernels.time_by_category
+    categories = sorted(set(base_cats) | set(other_cats), key=lambda c: -max(base_cats.get(c, 0.0), other_cats.get(c, 0.0)))
+    scalars = {}
+    for key, read in SCALARS.items():
+        a, b = read(baseline), read(other)
+        if a is not None and b is not None:
+            scalars[key] = Change(baseline=a, other=b)
+    return TraceDiff(
+        kernel_time_by_category={c: Change(baseline=base_cats.get(c, 0.0), other=other_cats.get(c, 0.0)) for c in categories},
+        scalars=scalars,
+    )

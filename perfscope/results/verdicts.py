@@ -24,10 +24,8 @@ Verdict = Literal["faster", "slower", "same", "undecided"]
 
 @dataclass(kw_only=True)
 class Gain:
-    """A measured change in throughput of one configuration against a reference, from fresh-process runs.
-
-    ``ratio`` > 1 is faster; [low, high] is its ``confidence`` interval; ``verdict`` and ``mde``: docs/results.md.
-    """
+    """A measured change in throughput against a reference, from fresh-process runs (``ratio`` > 1 is faster;
+    [low, high] its ``confidence`` interval; ``verdict`` and ``mde``: docs/results.md)."""
 
     ratio: float = field(metadata=NON_NEGATIVE)
     low: float = field(metadata=NON_NEGATIVE)
@@ -82,10 +80,8 @@ class Finding:
     """The limit of this machine that bounds the estimate (e.g. the cores left for DataLoader workers, the device
     memory a larger micro-batch must fit in, the share of the step the fix can shrink)."""
     cause_share: float | None = field(default=None, metadata=FRACTION)
-    """The share of the baseline's measured time that the cause this finding names took, as the run measured it (the
-    data wait, the collector's pauses, the GPU idle on launches, exposed collectives, a straggler's excess); None where
-    the run saw only the symptom. A finding whose cause was measured
-    ranks before any estimate whose cause was not (perfscope.ranking)."""
+    """The share of the baseline's measured time the named cause took (data wait, GC pauses, exposed collectives, ...);
+    None where the run saw only the symptom. A measured cause ranks before any estimate (perfscope.ranking)."""
     addresses: list[str] = field(default_factory=list)
     """Slices of the baseline's step-time breakdown the fix acts on (keys of perfscope.results.breakdown.SLICES;
     "step" for every slice); empty when it acts on memory or numerics, not on step time."""
@@ -109,9 +105,7 @@ class Finding:
 
 @dataclass(kw_only=True)
 class NumericsCheck:
-    """What the numerics guard compared between a run and the baseline's run (perfscope.search.numerics), and its
-    verdict: recorded on the run, so the results say which steps and samples a verdict rests on.
-    """
+    """What the numerics guard compared between a run and the baseline's run, and its verdict (docs/sweep.md)."""
 
     reference: str = field(metadata=NAME)
     """The run compared against (the baseline's first run)."""

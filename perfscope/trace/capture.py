@@ -7,17 +7,15 @@ from __future__ import annotations
 import tempfile
 import warnings
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from perfscope.results import MemoryCategories, write_json
 from perfscope.results.messages import Message, error, msg
 from perfscope.trace.export import distributed_info, trace_file_name, write_trace
-
-if TYPE_CHECKING:
-    from perfscope.trace.memory_categories import MemoryByCategory
+from perfscope.trace.memory_categories import memory_breakdown
 
 
 class TraceCapture:
@@ -39,7 +37,7 @@ class TraceCapture:
         self.max_bytes = max_bytes
         self.memory_wanted = memory
         """Profile memory too (with_stack, which torch's categorisation needs: a larger trace) and break it down."""
-        self.memory: MemoryByCategory | None = None
+        self.memory: MemoryCategories | None = None
         self.memory_path: Path | None = None
         self.path: Path | None = None
         self.note: Message | None = None
@@ -49,10 +47,6 @@ class TraceCapture:
     @property
     def total_steps(self) -> int:
         return self.wait + self.warmup + self.active
-
-    @property
-    def active_steps(self) -> int:
-        return self.active
 
     @property
     def steps(self) -> list[int]:
@@ -86,13 +80,10 @@ class TraceCapture:
     def _memory(self, prof: Any) -> None:
         """The window's memory by category into memory-rank<R>.json; a failure is a note, the trace goes on."""
         try:
-            from perfscope.trace.memory_categories import memory_breakdown
-
-            device = f"cuda:{torch.cuda.current_device()}" if self.device == "cuda" else self.device
-            self.memory = memory_breakdown(prof, device)
+            self.memory = memory_breakdown(prof, self.device)
             self.trace_dir.mkdir(parents=True, exist_ok=True)
             path = self.trace_dir / f"memory-{trace_file_name(distributed_info()).split('.')[0]}.json"
-            self.memory.write(path)
+            write_json(path, self.memory)
             self.memory_path = path
         except Exception as exc:  # noqa: BLE001 - a failed breakdown is a note, not a crash
             self.note = msg("memory_breakdown_failed", error=error(exc))
@@ -141,7 +132,7 @@ class TraceCapture:
             except Exception as exc:  # noqa: BLE001 - e.g. a double stop
                 self.note = self.note or msg("profiler_stop_failed", error=error(exc))
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop()
         if self.path is None and self.note is None:
             self.note = msg("trace_window_incomplete")

@@ -16,7 +16,7 @@ import numpy as np
 
 from perfscope.trace.intervals import Span
 from perfscope.trace.reader import MAX_DURATION_US, BadEvent, why_broken
-from perfscope.trace.table import FLUSH, NONE, EventColumns, Grower, Strings, ext_code
+from perfscope.trace.table import FLUSH, NONE, EventColumns, Grower, Strings, ext_code, last_match
 
 HOST_ANNOTATIONS = ("user_annotation", "cpu_op")
 """Categories a ProfilerStep#N or record_function span is read from (cpu_op: torch versions before ~1.13)."""
@@ -85,7 +85,7 @@ class Trace:
 
     tables: dict[str, EventColumns]
     steps: list[Span] = field(default_factory=list)
-    """Host-side ProfilerStep#N spans, sorted; else the steps perfscope.trace.steps found (``steps_from`` says how)."""
+    """Host-side ProfilerStep#N spans, sorted; else the steps perfscope.trace.window.find_steps found (``steps_from`` says how)."""
     steps_from: str = ""
     complete_events: int = 0
     """Complete ("X") events with a usable start and duration in the file, kept or not."""
@@ -283,7 +283,7 @@ class TraceBuilder:
                 for i in np.flatnonzero(t.corr == NONE).tolist():
                     t.corr[i] = ends.get((int(t.pid[i]), int(t.tid[i]), float(t.ts[i])), NONE)
         self._flows = Grower(Grower.FLOWS)
-        launch = _launch_rows(runtime.corr, device.corr)
+        launch = last_match(runtime.corr, device.corr)  # each device row's launch: the runtime row of its correlation
         found = launch >= 0
         pick = np.where(found, launch, 0)
         for key, column, absent in (("launch_ts", runtime.ts, np.nan), ("launch_dur", runtime.dur, np.nan),
@@ -305,23 +305,6 @@ def _intern_args(table: Strings, small: dict[str, Any]) -> int:
         i = table.id(key)
         table.values[i] = small
     return i
-
-
-def _launch_rows(runtime_corr: np.ndarray, device_corr: np.ndarray) -> np.ndarray:
-    """For each device row, the runtime row with its correlation id (the last one, as a dict keeps it); -1: none."""
-    out = np.full(len(device_corr), -1, np.int64)
-    known = np.flatnonzero(runtime_corr != NONE)
-    if not len(known) or not len(device_corr):
-        return out
-    order = known[np.argsort(runtime_corr[known], kind="stable")]
-    keys = runtime_corr[order]
-    last = np.r_[keys[1:] != keys[:-1], True]  # the last of each run of equal ids: the latest in file order
-    keys, rows = keys[last], order[last]
-    j = np.searchsorted(keys, device_corr)
-    j = np.minimum(j, len(keys) - 1)
-    hit = (keys[j] == device_corr) & (device_corr != NONE)
-    out[hit] = rows[j[hit]]
-    return out
 
 
 def _host_args(name: str) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from perfscope.trace.events import GEMM_OPS, Trace
 from perfscope.trace.gpu import LAUNCH_BOUND_KERNELS, LAUNCH_BOUND_MEDIAN_US
 from perfscope.trace.intervals import Span
 from perfscope.trace.kernels import first_seen_sums, per_step, top_names
-from perfscope.trace.table import NONE, EventColumns
+from perfscope.trace.table import NONE, EventColumns, last_match
 from perfscope.trace.window import Window
 
 
@@ -141,17 +141,8 @@ def _device_time_by_op(trace: Trace, ops: np.ndarray) -> np.ndarray:
         j = np.searchsorted(s, device.launch_ts[work], side="right") - 1
         ok = (j >= 0) & (e[np.maximum(j, 0)] >= device.launch_ts[work])
         target[work[ok]] = mine[j[ok]]
-    ext = t.ext[ops]
-    has = np.flatnonzero(ext != NONE)
-    if len(has):
-        order = has[np.argsort(ext[has], kind="stable")]
-        keys = ext[order]
-        last = np.r_[keys[1:] != keys[:-1], True]  # the last op with an id, as a dict keeps it
-        keys, rows = keys[last], order[last]
-        work = np.flatnonzero(~linked & (device.ext != NONE))
-        j = np.minimum(np.searchsorted(keys, device.ext[work]), len(keys) - 1)
-        hit = keys[j] == device.ext[work]
-        target[work[hit]] = rows[j[hit]]
+    work = np.flatnonzero(~linked & (device.ext != NONE))
+    target[work] = last_match(t.ext[ops], device.ext[work])
     found = target >= 0
     return np.bincount(target[found], weights=device.dur[found], minlength=len(ops))
 

@@ -12,7 +12,7 @@ from perfscope.errors import UserError
 from perfscope.trace.events import Trace, TraceBuilder, paused_gc
 from perfscope.trace.intervals import Span
 from perfscope.trace.reader import stream_trace, unusable_note
-from perfscope.trace.steps import find_steps
+from perfscope.trace.window import find_steps
 from perfscope.wording import words
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -42,7 +42,7 @@ class RankTrace:
     declared_rank: int | None = None
     """distributedInfo.rank; None when the trace does not say (then ``rank`` comes from the file order)."""
     steps: list[Span] = field(default_factory=list)
-    """The ProfilerStep#N spans (else the steps the trace marks otherwise, perfscope.trace.steps), kept when the
+    """The ProfilerStep#N spans (else the steps the trace marks otherwise, perfscope.trace.window.find_steps), kept when the
     events are released."""
     steps_from: str = ""
     """How the steps were found ("" when they were not: the whole trace is the window)."""

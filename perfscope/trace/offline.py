@@ -16,9 +16,8 @@ from perfscope.results import Environment, Results, Trial, TrialConfig, TrialMet
 from perfscope.results.distributed import CommunicationFacts, DistributedFacts, RankMetrics, Straggler
 from perfscope.results.messages import Message, msg
 from perfscope.results.trace_facts import TraceFacts
-from perfscope.stats import STRAGGLER_MIN_SLOWER as MIN_SLOWER
 from perfscope.stats import STRAGGLER_MIN_STEPS as MIN_STEPS
-from perfscope.stats import slower_than_peers, summarize
+from perfscope.stats import STRAGGLER_TEST, slower_ranks, summarize
 from perfscope.trace.communication import communication_facts, exposed_collective_by_step
 from perfscope.trace.events import paused_gc
 from perfscope.trace.facts import DATA_LABEL, trace_facts
@@ -218,37 +217,14 @@ def trace_stragglers(own_work_s: dict[int, list[float]]) -> tuple[list[Straggler
         counts = ", ".join(f"rank {r}: {len(t)}" for r, t in sorted(own_work_s.items()))
         return [], (f"not tested: it takes two ranks with at least {MIN_STEPS} traced steps each (ProfilerStep#N spans; "
                     f"{counts or 'no rank'})")
+    found = slower_ranks(tested)
     steps = min(len(t) for t in tested.values())
-    slowest = [max(tested, key=lambda r: tested[r][i]) for i in range(steps)]
-    found = [s for rank in tested if (s := _test(rank, tested, slowest)) is not None]
-    method = (f"each rank's mean {OWN_WORK} against the median of the other ranks' means: a straggler is over "
-              f"{MIN_SLOWER:.0%} slower and slower beyond the step-to-step noise (one-sided Welch t-test, p < 0.0001); "
-              f"{len(tested)} ranks, {steps} traced steps each — few steps, so only a large, steady gap is named")
-    return sorted(found, key=lambda s: -s.slower_by), method
-
-
-def _test(rank: int, tested: dict[int, list[float]], slowest: list[int]) -> Straggler | None:
-    others = [t for r, t in tested.items() if r != rank]
-    test = slower_than_peers(tested[rank], others)
-    if test is None:
-        return None
-    mean, n, reference, critical, se = test.mean, test.n, test.reference, test.critical, test.se
-    times_slowest = slowest.count(rank)
-    return Straggler(
-        rank=rank, slower_by=mean / reference - 1, slowest_share=times_slowest / len(slowest), cause="unknown",
-        evidence=[
-            f"rank {rank}'s {OWN_WORK} averaged {_ms(mean)} over {n} traced steps, {mean / reference - 1:.0%} above the "
-            f"{_ms(reference)} median of the other ranks; the step-to-step noise allows {_ms(critical * se)} "
-            f"({critical:.1f} standard errors)",
-            f"it was the slowest rank in {times_slowest} of {len(slowest)} traced steps (chance alone: 1 in {len(tested)})",
-            "from a trace alone the cause cannot be told (no GC, data-loader or host-load measurement): "
-            "`perfscope analyze` measures them",
-        ],
-    )
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3g} ms"
+    method = (f"each rank's mean {OWN_WORK} {STRAGGLER_TEST}; {len(tested)} ranks, {steps} traced steps each — few "
+              "steps, so only a large, steady gap is named")
+    unknown = ("from a trace alone the cause cannot be told (no GC, data-loader or host-load measurement): "
+               "`perfscope analyze` measures them")
+    return [Straggler(rank=rank, slower_by=t.slower_by, slowest_share=t.slowest_in / t.compared, cause="unknown",
+                      evidence=[*t.evidence(rank, OWN_WORK, "traced steps"), unknown]) for rank, t in found.items()], method
 
 
 __all__ = ["trace_results", "trace_stragglers"]

@@ -133,6 +133,23 @@ class EventColumns:
         return np.isin(self.cat, ids)
 
 
+def last_match(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """For each of ``wanted``, the index of the last of ``ids`` equal to it (the latest in file order, as a dict keeps
+    it); -1 for none and for NONE."""
+    out = np.full(len(wanted), -1, np.int64)
+    known = np.flatnonzero(ids != NONE)
+    if not len(known) or not len(wanted):
+        return out
+    order = known[np.argsort(ids[known], kind="stable")]
+    keys = ids[order]
+    last = np.r_[keys[1:] != keys[:-1], True]  # the last of each run of equal ids
+    keys, rows = keys[last], order[last]
+    j = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+    hit = (keys[j] == wanted) & (wanted != NONE)
+    out[hit] = rows[j[hit]]
+    return out
+
+
 def ext_code(value: Any, exts: Strings) -> int:
     """An External id as an int64: ints as they are, anything else interned (codes just above NONE)."""
     if value is None:

@@ -217,7 +217,7 @@ def capture_trace(run: MeasuredRun, config: TrialConfig, artifacts_dir: Path) ->
         if cap.path is None:
             metrics.unavailable["trace"] = msg("trace_not_captured", notes=[cap.note or msg("trace_unavailable")])
         else:
-            attach_trace(metrics, cap.path, device_type=config.device, steps=cap.active_steps,
+            attach_trace(metrics, cap.path, device_type=config.device, steps=cap.active,
                          alignment_precision=config.precision)
     except Exception as exc:  # noqa: BLE001 - the trace is optional, the measurement is not
         metrics.unavailable["trace"] = msg("trace_capture_failed", error=error(exc))
@@ -229,7 +229,7 @@ def capture_memory_categories(run: MeasuredRun, config: TrialConfig) -> None:
     """Two more steps under torch.profiler's memory profile: the category that holds the peak, for the memory rules.
     A failure (a profiler already running, an OOM) costs the record, in ``unavailable``, never the run."""
     try:
-        run.metrics.memory_categories = profile_step_memory(run.step, config.device).categories()
+        run.metrics.memory_categories = profile_step_memory(run.step, config.device)
     except Exception as exc:  # noqa: BLE001 - the record is optional, the measurement is not
         run.metrics.unavailable["memory_categories"] = msg("memory_categories_failed", error=error(exc))
 

@@ -151,7 +151,6 @@ class PipelineStep(TrainStep):
             record = self._current
             record.compute_clock = clock_name
             setattr(record, f"{kind}_s", getattr(record, f"{kind}_s") + elapsed)
-            setattr(record, f"{kind}_calls", getattr(record, f"{kind}_calls") + 1)
             getattr(record, f"{kind}_calls_s").append(compute)
             return out
         return timed

@@ -82,7 +82,7 @@ CHECK: dict[str, str | Callable[..., Any]] = {
     "samples_per_s_unavailable": lambda *, why=None: (
         f"samples/s unavailable ({why or 'not recorded'}); gate on --metric step_time instead"),
     "ab_baseline_failed": "the baseline revision's run {name!r} ended {status}: {error}",
-    # a metric's verdict (Verdict.message; perfscope.check.decision, perfscope.check.paired)
+    # a metric's verdict (Verdict.message; perfscope.check.decision: check's and ab's)
     "verdict": _verdict,
     "verdict_run_failed": _run_failed,
     "verdict_no_runs": "{title}: no runs to compare",

@@ -44,12 +44,9 @@ def args_settings(args: Any, model: Any) -> tuple[str | None, dict[str, Any], di
     }
     mode = getattr(args, "parallel_mode", None)
     declared: dict[str, Any] = {
-        "framework": f"transformers {transformers.__version__}",
-        "hf_precision": meaning,
-        "gradient_accumulation_steps": getattr(args, "gradient_accumulation_steps", None),
-        "per_device_train_batch_size": getattr(args, "per_device_train_batch_size", None),
-        "world_size": getattr(args, "world_size", None),
-        "n_gpu": getattr(args, "n_gpu", None),
+        "framework": f"transformers {transformers.__version__}", "hf_precision": meaning,
+        **{name: getattr(args, name, None) for name in ("gradient_accumulation_steps", "per_device_train_batch_size",
+                                                        "world_size", "n_gpu")},
         "parallel_mode": getattr(mode, "value", mode),
     }
     if getattr(args, "fsdp", None):

@@ -5,17 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfscope.report.charts.base import (
-    BLUE,
-    GIB,
-    MIB,
-    PURPLE,
-    RED,
-    Chart,
-    Roles,
-    axis_spec,
-    layout_spec,
-)
+from perfscope.report.charts.base import BLUE, GIB, MIB, PURPLE, RED, Chart, Roles, axis_spec, layout_spec
 from perfscope.report.escaping import plotly_text
 from perfscope.results import Results
 

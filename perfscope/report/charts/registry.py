@@ -9,12 +9,12 @@ from collections.abc import Callable
 
 from perfscope.registry import Registry
 from perfscope.report.charts.base import PLOTLY_TRACE_TYPES, Chart, Roles
-from perfscope.report.charts.kernels import kernel_category_chart
-from perfscope.report.charts.memory import memory_categories_chart
 from perfscope.report.charts.micro_batch import micro_batch_charts
 from perfscope.report.charts.timeline import utilization_chart
 from perfscope.report.charts.trials import (
+    kernel_category_chart,
     memory_breakdown_chart,
+    memory_categories_chart,
     mfu_chart,
     step_breakdown_chart,
     throughput_chart,
@@ -43,11 +43,6 @@ registered = CHARTS.registered
 """`register` for the length of a block (tests)."""
 
 
-def _empty(chart: Chart) -> bool:
-    """No trace has a single value to draw."""
-    return not any(v is not None for t in chart.figure.get("data", []) for v in (t.get("x") or []) + (t.get("y") or []))
-
-
 def build_charts(results: Results, *, baseline: str | None, recommended: str | None) -> tuple[list[Chart], list[str]]:
     """(every chart the results have data for, in page order; one line per chart left out, saying why).
 
@@ -64,7 +59,7 @@ def build_charts(results: Results, *, baseline: str | None, recommended: str | N
                       + (" (the host CPU load is in the utilization timeline)." if any(c.id == "utilization" for c in charts) else "."))
     shown = []
     for c in charts:
-        if _empty(c):
+        if not any(v is not None for t in c.figure.get("data", []) for v in (t.get("x") or []) + (t.get("y") or [])):
             absent.append(f"{c.title}: not drawn, this run recorded no data for it.")
             continue
         unknown = sorted({str(t.get("type", "scatter")) for t in c.figure.get("data", [])} - PLOTLY_TRACE_TYPES)

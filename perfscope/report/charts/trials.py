@@ -1,5 +1,7 @@
-"""Per-trial bars: MFU, throughput, the step's data wait and the rest, memory by owner; grey the baseline, green
-the recommendation.
+"""Per-trial bars: MFU, throughput, the step's data wait and the rest, memory by owner and by category, kernel time
+by category; grey the baseline, green the recommendation.
+
+Design notes: docs/report.md.
 """
 
 from __future__ import annotations
@@ -8,7 +10,9 @@ from perfscope.report import facts
 from perfscope.report.charts.base import (
     BLUE,
     GIB,
+    MIB,
     ORANGE,
+    PALETTE,
     PURPLE,
     RED,
     TEAL,
@@ -20,7 +24,9 @@ from perfscope.report.charts.base import (
     layout_spec,
     trial_color,
 )
-from perfscope.results import Results
+from perfscope.report.escaping import plotly_text
+from perfscope.results import MEMORY_CATEGORY_NAMES, Results
+from perfscope.rules._memory import peak_agreement
 
 
 def mfu_chart(results: Results, roles: Roles) -> Chart | None:
@@ -105,3 +111,37 @@ def memory_breakdown_chart(results: Results, roles: Roles) -> Chart | None:
     figure = {"data": data, "layout": layout_spec("Memory at the step's peak (GiB)", "", height=bar_height(len(trials)) + 30, barmode="stack", yaxis=axis_spec("", autorange="reversed"))}
     return Chart(id="memory-breakdown", title="Memory breakdown", caption="Bytes by owner at the step's peak. Activations are the remainder and are missing where the peak was not measured.", figure=figure)
 
+
+def memory_categories_chart(results: Results, roles: Roles) -> Chart | None:
+    trials = [t for t in results.ok_trials() if t.metrics and t.metrics.memory_categories]
+    if not trials:
+        return None
+    held = [t.metrics.memory_categories for t in trials]  # type: ignore[union-attr]
+    unit, scale = ("GiB", GIB) if max(h.peak_bytes for h in held) >= GIB else ("MiB", MIB)  # type: ignore[union-attr]
+    categories = [c for c in MEMORY_CATEGORY_NAMES if any(h.at_peak.get(c) for h in held)]  # type: ignore[union-attr]
+    labels = [roles.names[t.name] for t in trials]
+    data = [hbar(labels, [h.at_peak.get(c, 0) / scale for h in held], PALETTE[i % len(PALETTE)],  # type: ignore[union-attr]
+                 "%{y}<br>" + MEMORY_CATEGORY_NAMES[c] + ": %{x:.2f} " + unit + "<extra></extra>", name=MEMORY_CATEGORY_NAMES[c])
+            for i, c in enumerate(categories)]
+    figure = {"data": data, "layout": layout_spec(f"Memory at a profiled step's peak ({unit})", "", height=bar_height(len(trials)) + 30,
+                                                  barmode="stack", yaxis=axis_spec("", autorange="reversed"))}
+    cuda = results.environment.device_type == "cuda"
+    said = [(t, a) for t in trials if (a := peak_agreement(t.metrics, cuda=cuda)) is not None]  # type: ignore[arg-type]
+    shown = [(t, a) for t, a in said if a.agrees is not True] or said[:1]  # the disagreements, else one that agrees
+    caption = "Bytes by what holds them at a profiled step's peak (torch.profiler's memory categories). " + " ".join(
+        (f"{t.name}: " if len(trials) > 1 else "") + a.text[0].upper() + a.text[1:] + "." for t, a in shown)
+    return Chart(id="memory-categories", title="Memory by category", caption=caption, figure=figure)
+
+
+def kernel_category_chart(results: Results, roles: Roles) -> Chart | None:
+    trials = [(n, results.trial(n)) for n in (roles.baseline, roles.recommended) if n]
+    series = [(n, by_cat) for n, t in trials if t and t.metrics and (by_cat := facts.kernel_time_by_category(t.metrics.trace_facts))]
+    if not series:
+        return None
+    categories = sorted({c for _, d in series for c in d}, key=lambda c: -max(d.get(c, 0.0) for _, d in series))
+    data = [hbar([plotly_text(c) for c in categories], [d.get(c, 0.0) * 1e3 for c in categories],
+                 trial_color(n, roles) if len(series) > 1 else BLUE, "%{y}: %{x:.2f} ms<extra>" + roles.names[n] + "</extra>",
+                 name=roles.names[n])
+            for n, d in series]
+    figure = {"data": data, "layout": layout_spec("Device time in the traced steps (ms)", "", height=bar_height(len(categories)), barmode="group", yaxis=axis_spec("", autorange="reversed"), showlegend=len(series) > 1)}
+    return Chart(id="kernel-categories", title="Kernel time by category", caption="Device time per kernel category over the profiled steps, from the trace.", figure=figure)
