@@ -3,6 +3,8 @@ may use, the same for any own load, small neighbours counted."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -184,3 +186,12 @@ def test_a_sweep_on_another_host_names_no_process_here(monkeypatch: pytest.Monke
     assert contention._sweep_root() is None
     monkeypatch.setenv(contention.SWEEP_ROOT_ENV, contention.sweep_env()[contention.SWEEP_ROOT_ENV])
     assert contention._sweep_root().pid == os.getpid()
+
+
+def test_a_reaped_childs_cpu_time_counts_as_the_runs_own() -> None:
+    """A DataLoader worker that exits inside the window (an epoch end without persistent workers) is still the run's
+    own CPU time, not another process's load (os.times() for this process: psutil's children_* are 0 on macOS)."""
+    before = contention.own_cpu_seconds()
+    subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"],
+                   check=True)
+    assert contention.own_cpu_seconds() - before >= 0.3

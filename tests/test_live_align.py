@@ -32,6 +32,8 @@ class Ranks:
         self.control, self.lag = control, lag
         self.members = [member(0), member(1)]
         self.requests: list[p.Request] = []
+        self.delay_s = 0.0
+        """Seconds a rank takes to answer a request."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._answer, daemon=True)
 
@@ -56,6 +58,8 @@ class Ranks:
             if request is None or any(r.id == request.id for r in self.requests):
                 continue
             self.requests.append(request)
+            if self._stop.wait(self.delay_s):
+                return
             assert request.start_step is not None  # several processes: one start step for all
             for s in self.members:
                 first = request.start_step + s.rank * self.lag(len(self.requests))
@@ -91,7 +95,7 @@ def test_ranks_that_never_agree_are_an_error_naming_each_requests_steps(control:
     assert len(ranks.requests) == client.ALIGN_ATTEMPTS
     starts = [r.start_step for r in ranks.requests]
     assert starts == sorted(starts) and all(f"rank 1 {s + 1}-{s + 2}" in str(error.value) for s in starts)
-    assert not list(control.glob("done-*")) and not list((control / "captures").iterdir())
+    assert not list(control.glob("done-*")) and not list(control.glob("captures/*"))
 
 
 def test_ranks_that_agree_at_once_are_asked_once(control: Path) -> None:
@@ -108,3 +112,17 @@ def test_the_start_step_is_forecast_from_each_ranks_rate_and_doubles_its_slack()
     assert client.start_step([slow, fast], now) == 80 + client.START_MARGIN_STEPS
     assert client.start_step([slow, fast], now, slack=2.0) == 40 + 20 * 4 + 2 * client.START_MARGIN_STEPS
     assert client.start_step([fast], now) is None  # one process: its next step
+
+
+def test_one_timeout_bounds_every_request_and_a_failure_leaves_nothing_in_the_jobs_folder(control: Path) -> None:
+    """Ranks that never agree, answering each request later than the last: the second request's wait ends at the
+    --timeout counted from the first, and its traces and answers are gone with the error."""
+    with Ranks(control, lag=lambda n: 1) as ranks:
+        ranks.delay_s = 2.0  # the first request answered at 2 s (apart), the second would be at 4 s
+        start = time.monotonic()
+        with pytest.raises(UserError) as error:
+            client.aligned_answers(control, ranks.members, 2, memory=False, timeout_s=3.0)
+        waited = time.monotonic() - start
+    assert "no answer" in str(error.value) and len(ranks.requests) == 2
+    assert waited < 4.0  # 3 s in all; a new 3 s for the second request would have waited 5 s
+    assert not list(control.glob("done-*")) and not list(control.glob("captures/*"))

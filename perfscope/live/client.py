@@ -98,9 +98,11 @@ def ask(control: Path, found: list[p.Status], steps: int, *, memory: bool = Fals
     return request
 
 
-def wait(control: Path, request: p.Request, found: list[p.Status], timeout_s: float) -> list[p.Answer]:
-    """Every process's answer; UserError naming the processes that exited or never answered."""
-    deadline = time.monotonic() + timeout_s
+def wait(control: Path, request: p.Request, found: list[p.Status], timeout_s: float, *,
+         deadline: float | None = None) -> list[p.Answer]:
+    """Every process's answer by ``deadline`` (time.monotonic(); default: ``timeout_s`` from now); UserError naming
+    the processes that exited or never answered."""
+    deadline = time.monotonic() + timeout_s if deadline is None else deadline
     answers: dict[int, p.Answer] = {}
     while True:
         for i, status in enumerate(found):
@@ -129,17 +131,15 @@ def capture(target: Target, *, steps: int, out: Path, timeout_s: float, command:
 
     control, found = members(target)
     request, answers, attempts = aligned_answers(control, found, steps, memory=memory, timeout_s=timeout_s)
-    (out / "trace").mkdir(parents=True, exist_ok=True)
     ranks = [a.rank for a in answers] if len({a.rank for a in answers}) == len(answers) else range(len(answers))
-    for answer, rank in zip(answers, ranks):
-        copy_file(Path(answer.trace), out / "trace" / f"rank{rank}.json.gz")  # type: ignore[arg-type]
-        if answer.memory:
-            copy_file(Path(answer.memory), out / f"memory-rank{rank}.json")
-    _discard(control, request, found)  # the job's folder keeps no copy
-    for folder in (control / "captures", control):  # emptied: a process's own folder when it ended meanwhile
-        if folder.parent != control.parent or control.parent == p.registry_root():  # never a folder the user made
-            with contextlib.suppress(OSError):
-                folder.rmdir()
+    try:
+        (out / "trace").mkdir(parents=True, exist_ok=True)
+        for answer, rank in zip(answers, ranks):
+            copy_file(Path(answer.trace), out / "trace" / f"rank{rank}.json.gz")  # type: ignore[arg-type]
+            if answer.memory:
+                copy_file(Path(answer.memory), out / f"memory-rank{rank}.json")
+    finally:
+        _discard(control, request, found)  # the job's folder keeps no copy
     results = trace_results(out / "trace", command=command)
     results.workload.name = f"capture of process {target.pid}" if target.pid is not None else f"capture of {control.name}"
     for a in answers:
@@ -154,15 +154,20 @@ def aligned_answers(control: Path, found: list[p.Status], steps: int, *, memory:
                      timeout_s: float) -> tuple[p.Request, list[p.Answer], int]:
     """Every process's answer to one request whose traces cover the same steps (one process: its first answer),
     the request and how many were made; UserError when a process could not capture, or after ALIGN_ATTEMPTS."""
+    deadline = time.monotonic() + timeout_s  # one --timeout for every request
     if len(found) > 1:
         found = refreshed(control, found, until_rated=True)
     windows: list[str] = []
     for attempt in range(ALIGN_ATTEMPTS):
         request = ask(control, found, steps, memory=memory, slack=2.0 ** attempt)
-        answers = wait(control, request, found, timeout_s)
-        failed = [a for a in answers if a.trace is None]
-        if failed:
-            raise UserError("; ".join(f"process {a.pid} (rank {a.rank}) could not capture: {a.error}" for a in failed))
+        try:
+            answers = wait(control, request, found, timeout_s, deadline=deadline)
+            if failed := [a for a in answers if a.trace is None]:
+                raise UserError("; ".join(f"process {a.pid} (rank {a.rank}) could not capture: {a.error}"
+                                          for a in failed))
+        except BaseException:  # the others' traces and answers leave the job's folder too
+            _discard(control, request, found)
+            raise
         if len({(a.first_step, a.last_step) for a in answers}) == 1:
             return request, answers, attempt + 1
         windows.append(", ".join(f"rank {a.rank} {a.first_step}-{a.last_step}" for a in answers))
@@ -173,10 +178,15 @@ def aligned_answers(control: Path, found: list[p.Status], steps: int, *, memory:
 
 
 def _discard(control: Path, request: p.Request, found: list[p.Status]) -> None:
-    """A request's copies of the traces and its answers, from the job's control folder."""
+    """A request's copies of the traces and its answers, from the job's control folder; the folders emptied (a
+    process's own folder when it ended meanwhile), never one the user made."""
     shutil.rmtree(control / "captures" / request.id, ignore_errors=True)
     for status in found:
         p.answer_path(control, request.id, status).unlink(missing_ok=True)
+    for folder in (control / "captures", control):
+        if folder.parent != control.parent or control.parent == p.registry_root():
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def _add_memory(results: Results, out: Path, ranks: list[int]) -> None:

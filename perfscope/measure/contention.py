@@ -87,8 +87,8 @@ def _tree_cpu_seconds(root: psutil.Process) -> float:
     """CPU seconds of ``root`` and its live descendants, each with its own reaped children's time."""
     total = 0.0
     for proc in _family(root):
-        try:
-            ct = proc.cpu_times()
+        try:  # this process by os.times(): psutil's children_* are always 0 on macOS, os.times() counts them there
+            ct = os.times() if proc.pid == os.getpid() else proc.cpu_times()
             total += ct.user + ct.system + ct.children_user + ct.children_system
         except psutil.Error:
             pass
