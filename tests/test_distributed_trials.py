@@ -171,13 +171,15 @@ def test_two_local_nodes_run_one_job_and_the_worker_stops(tmp_path, monkeypatch)
 
 def test_communication_heavy_training_gets_no_sync_measured_and_ranked(tmp_path, monkeypatch):
     """Large gradients, little compute, 4 micro-batches that each all-reduce: `no_sync` accumulation (same global
-    batch) is measured against the baseline, run for run, and when it is decidedly faster it is the ranked fix."""
+    batch) is measured against the baseline, run for run. One run of it (--max-runs 1: each run is a torchrun job of
+    fresh interpreters): fewer than MIN_DECIDING_RUNS never decide, so the sweep must not recommend it, and the
+    report ranks the findings. (Whether it is decidedly faster is a timing question: benchmarks/distributed_cpu.py.)"""
     from perfscope.cli import main
     from perfscope.rules import partition_findings
 
     monkeypatch.delenv("PERFSCOPE_TEST_RANK_MODE", raising=False)
     code = main(["analyze", str(WORKLOADS / "ddp_comm_heavy.py"), "--device", "cpu", "--nproc-per-node", "2",
-                 "--out", str(tmp_path), "--only", "no_sync_accumulation", "--warmup", "2", "--steps", "8", "--max-runs", "2",
+                 "--out", str(tmp_path), "--only", "no_sync_accumulation", "--warmup", "2", "--steps", "8", "--max-runs", "1",
                  "--no-budget"])
     assert code == 0
     results = Results.load(tmp_path / "results.json")
@@ -196,11 +198,10 @@ def test_communication_heavy_training_gets_no_sync_measured_and_ranked(tmp_path,
         assert any(w.code == "persistent_load" for w in results.warnings), results.warnings
         assert "no_sync_accumulation" not in results.sweep.recommended_knobs
         return
-    assert outcome.gain is not None and outcome.gain.runs >= 1
+    assert outcome.gain is not None and outcome.gain.runs == 1
+    assert outcome.gain.verdict == "undecided" and "no_sync_accumulation" not in results.sweep.recommended_knobs
     ranked, _ = partition_findings(results.findings)
-    if outcome.gain.faster:
-        assert "no_sync_accumulation" in results.sweep.recommended_knobs
-        assert any(f.trial == outcome.trial and f.measured_win for f in ranked)
+    assert not any(f.trial == outcome.trial and f.measured_win for f in ranked)  # no win credited to one run
     assert (tmp_path / "report.html").read_text().count("rank") > 2
 
 

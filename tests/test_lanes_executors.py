@@ -38,8 +38,11 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD = ROOT / "tests" / "workloads" / "step_pause.py"
 HOLD_ENV = "PERFSCOPE_TEST_HOLD_FILE"
 """step_pause.py's hold: while the file it names exists, a lane's trial waits in its model's construction."""
-ARGS = ["--device", "cpu", "--only", "grad_accum", "--max-runs", "5", "--no-trace", "--steps", "6", "--warmup", "2",
+ARGS = ["--device", "cpu", "--only", "grad_accum", "--max-runs", "4", "--no-trace", "--steps", "6", "--warmup", "2",
         "--lanes", "2"]
+"""4 runs a candidate at most: the best variant's first run only selected it, the other 3 (MIN_DECIDING_RUNS) judge
+it, and the pause-bound gain (4 pauses against 1) decides at that look; 4 confirmation runs. (3 left it 2 judging
+runs, never decidable; each run more through Slurm or Ray is a job's start-up.)"""
 TWO_CORES = len(os.sched_getaffinity(0)) >= 2
 AFTER_RUNS = 6
 """Finished runs before a lane's job is ended from outside: the probe, the sequential baseline and the A/A check."""
