@@ -243,7 +243,7 @@ class LiveControl:
                     self.flag = True
             except OSError:
                 pass
-            if time.monotonic() - last_beat >= min(p.HEARTBEAT_S, 4 * self.poll_s):
+            if time.monotonic() - last_beat >= p.heartbeat_s(self.poll_s):
                 last_beat = time.monotonic()
                 self._write_status()
 

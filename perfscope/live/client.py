@@ -76,7 +76,7 @@ def start_step(found: list[p.Status], now: float, slack: float = 1.0) -> int | N
 def refreshed(control: Path, found: list[p.Status], *, until_rated: bool = False) -> list[p.Status]:
     """The members' newest heartbeats; ``until_rated``: waiting (up to a few heartbeats) until each has a step rate,
     which a process registered moments ago has not, for start_step's forecast."""
-    deadline = time.monotonic() + max(4 * (s.poll_s or 0) for s in found) * 2 + 1
+    deadline = time.monotonic() + 2 * max(p.heartbeat_s(s.poll_s or 0) for s in found) + 1
     while True:
         newest = {(s.pid, s.host): s for s in p.statuses(control)}
         current = [newest.get((s.pid, s.host), s) for s in found]
@@ -98,11 +98,9 @@ def ask(control: Path, found: list[p.Status], steps: int, *, memory: bool = Fals
     return request
 
 
-def wait(control: Path, request: p.Request, found: list[p.Status], timeout_s: float, *,
-         deadline: float | None = None) -> list[p.Answer]:
-    """Every process's answer by ``deadline`` (time.monotonic(); default: ``timeout_s`` from now); UserError naming
-    the processes that exited or never answered."""
-    deadline = time.monotonic() + timeout_s if deadline is None else deadline
+def wait(control: Path, request: p.Request, found: list[p.Status], deadline: float, timeout_s: float) -> list[p.Answer]:
+    """Every process's answer by ``deadline`` (time.monotonic(), the end of the command's ``timeout_s``); UserError
+    naming the processes that exited or never answered."""
     answers: dict[int, p.Answer] = {}
     while True:
         for i, status in enumerate(found):
@@ -161,7 +159,7 @@ def aligned_answers(control: Path, found: list[p.Status], steps: int, *, memory:
     for attempt in range(ALIGN_ATTEMPTS):
         request = ask(control, found, steps, memory=memory, slack=2.0 ** attempt)
         try:
-            answers = wait(control, request, found, timeout_s, deadline=deadline)
+            answers = wait(control, request, found, deadline, timeout_s)
             if failed := [a for a in answers if a.trace is None]:
                 raise UserError("; ".join(f"process {a.pid} (rank {a.rank}) could not capture: {a.error}"
                                           for a in failed))

@@ -23,6 +23,11 @@ REQUEST = "request.json"
 HEARTBEAT_S = 10.0
 """A polling process rewrites its status at least this often: a status older than 3× this is a process gone."""
 
+
+def heartbeat_s(poll_s: float) -> float:
+    """How often a process polling every ``poll_s`` rewrites its status (its step and rate)."""
+    return min(HEARTBEAT_S, 4 * poll_s)
+
 T = TypeVar("T")
 
 
