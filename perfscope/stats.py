@@ -157,9 +157,9 @@ class SlowerThanPeers:
 
     def evidence(self, rank: int, what: str, steps: str) -> list[str]:
         """The test in words: ``what`` the times are ("own compute step"), ``steps`` what they were ("traced steps")."""
-        return [f"rank {rank}'s {what} averaged {_ms(self.mean)} over {self.n} {steps}, {self.slower_by:.0%} above the "
-                f"{_ms(self.reference)} median of the other ranks; the step-to-step noise allows "
-                f"{_ms(self.critical * self.se)} ({self.critical:.1f} standard errors)",
+        return [f"rank {rank}'s {what} averaged {fmt_ms(self.mean)} over {self.n} {steps}, {self.slower_by:.0%} above the "
+                f"{fmt_ms(self.reference)} median of the other ranks; the step-to-step noise allows "
+                f"{fmt_ms(self.critical * self.se)} ({self.critical:.1f} standard errors)",
                 f"it was the slowest rank in {self.slowest_in} of {self.compared} {steps} (chance alone: 1 in {self.ranks})"]
 
 
@@ -167,7 +167,8 @@ STRAGGLER_TEST = (f"against the median of the other ranks' means: a straggler is
                   "and slower beyond the step-to-step noise (one-sided Welch t-test, p < 0.0001)")
 
 
-def _ms(seconds: float) -> str:
+def fmt_ms(seconds: float) -> str:
+    """Seconds in milliseconds, three significant digits: a step time in a straggler's evidence or a watch alarm."""
     return f"{seconds * 1e3:.3g} ms"
 
 

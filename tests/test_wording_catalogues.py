@@ -455,7 +455,8 @@ CASES: dict[str, list[tuple[Message, str]]] = {
 """Catalogue -> (message, its words); "wording": templates of WORDING's own (perfscope/wording/__init__.py)."""
 
 CATALOGUES = {name: getattr(importlib.import_module(f"perfscope.wording.{name}"), name.upper())
-              for _, name, _ in pkgutil.iter_modules(perfscope.wording.__path__)}
+              for _, name, _ in pkgutil.iter_modules(perfscope.wording.__path__) if not name.startswith("_")}
+"""Every catalogue module (a private one, e.g. _text.py, holds helpers the catalogues share)."""
 ALL = [(name, message, said) for name, cases in CASES.items() for message, said in cases]
 
 

@@ -14,7 +14,7 @@ from perfscope.results.distributed import DistributedFacts, RankMetrics, Straggl
 from perfscope.results.job import job_samples_per_s, job_steps_per_s, rank_peak
 from perfscope.results.messages import Message, msg
 from perfscope.stats import STRAGGLER_MIN_STEPS as MIN_STEPS
-from perfscope.stats import STRAGGLER_TEST, slower_ranks
+from perfscope.stats import STRAGGLER_TEST, fmt_ms, slower_ranks
 
 
 def window_mean(windows: Sequence[Window], reading: str) -> float | None:
@@ -133,9 +133,9 @@ def _cause(r: RankMetrics, others: list[RankMetrics], gap: float) -> tuple[str, 
     if extra >= EXPLAINS * gap:
         if cause == "data":
             return "data", [f"it waited for data {r.data_wait_share:.0%} of its steps against {data_ref:.0%} on the "
-                            f"others: {_ms(extra)} more a step, {min(extra / gap, 1):.0%} of the gap"]
-        return "gc", [f"Python's garbage collector paused it {_ms(gc_own or 0)} a step against {_ms(gc_ref or 0)} on "
-                      f"the others: {_ms(extra)} more a step, {min(extra / gap, 1):.0%} of the gap"]
+                            f"others: {fmt_ms(extra)} more a step, {min(extra / gap, 1):.0%} of the gap"]
+        return "gc", [f"Python's garbage collector paused it {fmt_ms(gc_own or 0)} a step against {fmt_ms(gc_ref or 0)} on "
+                      f"the others: {fmt_ms(extra)} more a step, {min(extra / gap, 1):.0%} of the gap"]
     if extra_cores is not None and extra_cores >= MIN_EXTRA_CORES:
         return "host contention", [f"other processes used {r.other_cpu_cores:.1f} cores on its machine during its "
                                    f"window against {cores_ref:.1f} on the others'"]
@@ -154,6 +154,3 @@ def _median(values: list[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return statistics.median(known) if known else None
 
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3g} ms"

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from perfscope.results.messages import Message
+from perfscope.wording._text import join_parts
 from perfscope.wording.capture import CAPTURE
 from perfscope.wording.check import CHECK
 from perfscope.wording.flops import FLOPS
@@ -23,15 +24,10 @@ from perfscope.wording.search import SEARCH
 from perfscope.wording.structure import STRUCTURE
 
 
-def _joined(parts: str | list[str]) -> str:
-    """A list parameter's words, "; "-joined (a str: an older file's single reason)."""
-    return parts if isinstance(parts, str) else "; ".join(parts)
-
-
 def _persistent_load(*, runs: int, spoiled: dict[str, int], last: str | list[str], gave_up_after: int | None = None) -> str:
     listed = ", ".join(f"{name} (×{count})" for name, count in spoiled.items())
     return (f"other load on this machine persisted through {runs} run(s) of a measurement, "
-            f"{sum(spoiled.values())} time(s): {listed} (the last: {_joined(last)}): those runs are not used as evidence"
+            f"{sum(spoiled.values())} time(s): {listed} (the last: {join_parts(last)}): those runs are not used as evidence"
             + (f"; after {gave_up_after} times a contended run was no longer measured again" if gave_up_after else "")
             + "; measure on a quiet machine")
 
@@ -131,7 +127,7 @@ def _contended(*, why: str | list[str], runs: int | None = None, gave_up_after: 
         tail = f" (persisted through {gave_up_after} measurements: not measured again)"
     else:
         tail = f" (persisted through {runs} runs)" if runs else ""
-    return f"contended: {_joined(why)}{tail}"
+    return f"contended: {join_parts(why)}{tail}"
 
 
 Wording = str | Callable[..., str]
@@ -195,7 +191,7 @@ WORDING: dict[str, Wording] = {
     "persistent_load": _persistent_load,
     "stack_failed": _stack_failed,
     # a window's contention (perfscope.measure.contention)
-    "contention": lambda *, parts: _joined(parts),
+    "contention": lambda *, parts: join_parts(parts),
     "other_processes_busy": _other_processes_busy,
     "hypervisor_stole": "the hypervisor stole {cores:.2f} cores",
     "gpu_neighbours": "{count} other process(es) on the GPU",
@@ -275,10 +271,10 @@ WORDING: dict[str, Wording] = {
                           "time still competes for them"),
     "no_collectives_in_steps": "no collectives in the traced steps",
     # perfscope check / ab / baseline: how the comparison was made, and what to beware of
-    "runs_not_used": lambda *, role, runs, why: f"{role}: {runs} run(s) not used ({_joined(why)})",
+    "runs_not_used": lambda *, role, runs, why: f"{role}: {runs} run(s) not used ({join_parts(why)})",
     "shared_measured_ceiling": "both peaks are measured matmul ceilings: MFU uses the baseline's for both runs",
     "baseline_sessions": _baseline_sessions,
-    "run_under_load": lambda *, role, name, load: f"{role} run {name} was measured under load ({_joined(load)})",
+    "run_under_load": lambda *, role, name, load: f"{role} run {name} was measured under load ({join_parts(load)})",
     "ab_order": "order (warm-up first, discarded): {rounds} (--seed {seed})",
     "ab_one_job": lambda *, host, candidate, baseline: (
         f"A/B in one job on {host or 'this machine'}: {candidate} candidate run(s) interleaved with {baseline} baseline "

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from perfscope.stats import confidence_text
+from perfscope.wording._text import join_parts
 
 
 def _no_run(*, role: str, configuration: str, known: list[str]) -> str:
@@ -43,8 +44,7 @@ def _verdict(*, outcome: str, title: str, change: float, low: float, high: float
 
 def _runs_compared(*, current: int, baseline: int, basis: str | list[str] | None = None) -> str:
     """``basis``: what the spread between sessions rests on (perfscope.check.sessions.SessionSpread.how)."""
-    said = basis if isinstance(basis, str) or basis is None else "; ".join(basis)
-    return f"{current} vs {baseline} runs" + (f"; {said}" if said else "")
+    return f"{current} vs {baseline} runs" + (f"; {join_parts(basis)}" if basis else "")
 
 
 _SPREAD = {"session": ("between-session", "stored sessions"), "host": ("between-host spread", "hosts")}

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from perfscope.stats import fmt_ms
+
 
 def _bytes(n: int) -> str:
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
@@ -31,16 +33,13 @@ def _clock_throttled(*, source: str, before: float | None, after: float | None, 
     return "; ".join(parts + ([f"throttling: {', '.join(reasons)} (NVML)"] if reasons else []))
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3g} ms"
-
 
 HOOKS: dict[str, str | Callable[..., str]] = {
     # what a watch alarm saw change (the changes of "watch_step_time_shifted"; perfscope.hooks.watch, hooks.clocks)
-    "watch_step_time": lambda *, before, after: f"step time {_ms(before)} → {_ms(after)} ({after / before - 1:+.0%})",
+    "watch_step_time": lambda *, before, after: f"step time {fmt_ms(before)} → {fmt_ms(after)} ({after / before - 1:+.0%})",
     "watch_data_wait": "data wait {before:.0%} → {after:.0%} of the step",
     "watch_recompiles": "{graphs} torch.compile graph(s) compiled since the reference",
-    "watch_data_wait_added": lambda *, wait, added: f"the wait for data is {wait / added:.0%} of the {_ms(added)} added per step",
+    "watch_data_wait_added": lambda *, wait, added: f"the wait for data is {wait / added:.0%} of the {fmt_ms(added)} added per step",
     "clock_throttled": _clock_throttled,
     # a CUDA out-of-memory (perfscope.measure.allocator_snapshot): the note, the summary, why there is none
     "cuda_oom": "CUDA out of memory on device {device}, {held}",

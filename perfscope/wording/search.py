@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from perfscope.stats import confidence_text
+from perfscope.wording._text import join_parts
 
 
 def _run_failed(*, status: str, error: str | None = None) -> str:
@@ -47,11 +48,6 @@ def _step_loss(*, step: int, global_steps: bool, loss: float, baseline: float, d
             f"({diff:.1%} apart; tolerance {tolerance:.0%})")
 
 
-def _joined(why: str | list[str]) -> str:
-    """A list parameter's words, "; "-joined (a str: a reason recorded before it was a list of messages)."""
-    return why if isinstance(why, str) else "; ".join(why)
-
-
 def _tf32_set_back(*, trial: bool, ran: bool) -> str:
     return (f"the trial set matmul TF32 {'on' if trial else 'off'} but it was {'on' if ran else 'off'} at the end of "
             "the timed steps: the workload's code set it back")
@@ -75,7 +71,7 @@ SEARCH: dict[str, str | Callable[..., Any]] = {
     "knob_note": "{note}",  # the knob's own words about a run of it (Knob.measured_notes)
     "not_run": "not run",
     "run_failed": _run_failed,
-    "knob_not_applied": lambda *, why: f"not applied: {_joined(why)}; the run did not measure this knob",
+    "knob_not_applied": lambda *, why: f"not applied: {join_parts(why)}; the run did not measure this knob",
     "measured_on_top": "measured on top of {reference}: {ratio:.2f}× over it ({both:.2f}× over the baseline with both)",
     "paired_micro_batch": "paired with micro-batch {micro} (without it: fits up to {largest}, out of memory at {oom})",
     "recipe_not_stacked": "it changes the training recipe: reported, never stacked into the recommendation",
@@ -104,7 +100,7 @@ SEARCH: dict[str, str | Callable[..., Any]] = {
     "not_reached": "not reached: the sweep was {why}",
     "did_not_join_stack": lambda *, name, failed, reason: (
         f"did not join the stack: {name} {'failed' if failed else 'was not usable'} ({reason})"),
-    "stack_not_applied": lambda *, why: f"not applied: {_joined(why)}",
+    "stack_not_applied": lambda *, why: f"not applied: {join_parts(why)}",
     # why a run did not run with a setting of its config (TrialMetrics.not_applied; Knob.not_applied)
     "tf32_set_back": _tf32_set_back,
     "autocast_no_matmul": lambda *, dtype, ran: (
