@@ -152,6 +152,11 @@ class SlowerThanPeers:
         return self.mean / self.reference - 1
 
     @property
+    def slowest_share(self) -> float:
+        """The share of the compared steps in which it was the slowest rank."""
+        return self.slowest_in / self.compared
+
+    @property
     def gap(self) -> float:
         return self.mean - self.reference
 

@@ -118,13 +118,14 @@ def build_results(prof: ProfilerState, *, ratios: bool = True) -> Results:
     typical_micro = most_common(tally.per_step_micro) or 1
     typical_samples = most_common(tally.per_step_samples)
     micro_batch = most_common(tally.micro_batch) or (typical_samples // typical_micro if typical_samples else 1)
-    config, unknown = trial_config(prof, micro_batch, typical_micro)
+    compiled = observe.compile_state(prof.model, prof._graphs_at_start)  # once: the config and the words agree
+    config, unknown = trial_config(prof, micro_batch, typical_micro, compiled)
     common = dict(name="baseline", configuration="baseline", sequence=1, config=config, unknown_settings=unknown,
                   wall_time_s=elapsed, started_at=prof._started_at)
     argv = list(sys.argv)  # the command that reruns this loop, as the report's "Reproduce" shows it
     head = dict(perfscope_version=__version__, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 source="hooks", command=["python", *argv] if argv and argv[0].endswith(".py") else argv,
-                environment=env, workload=workload_info(prof), peak=peak)
+                environment=env, workload=workload_info(prof, compiled), peak=peak)
     if timed == 0:
         why = msg("hooks_no_timed_step", seen=prof._step_index, warmup=prof.warmup_steps, excluded=dict(prof._excluded))
         trial = Trial(status="skipped", error=words(why), **common)  # type: ignore[arg-type]
@@ -155,7 +156,7 @@ def build_results(prof: ProfilerState, *, ratios: bool = True) -> Results:
     return Results(**head, trials=[trial], notes=notes)  # type: ignore[arg-type]
 
 
-def workload_info(prof: ProfilerState) -> WorkloadInfo:
+def workload_info(prof: ProfilerState, compiled: observe.Observation) -> WorkloadInfo:
     script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
     path, sha = "<interactive>", ""
     if script is not None and script.is_file():
@@ -164,19 +165,17 @@ def workload_info(prof: ProfilerState) -> WorkloadInfo:
     declared: dict[str, Any] = {"source": "hooks", "tokens_per_sample": prof.tokens_per_sample,
                                 "precision": prof.precision, "samples_per_step": prof.samples_per_step}
     declared.update(prof._loader_config)
-    compiled = observe.compile_state(prof.model, prof._graphs_at_start)
     declared.update(observe.observed_words(prof._flop.precision_seen, compiled))
     declared.update(prof._declared)
     declared = {k: v for k, v in declared.items() if v is not None}  # absent is absent, never "None" in the report
     return WorkloadInfo(path=path, sha256=sha, name=prof.name, declared=declared, parameter_count=params)
 
 
-def trial_config(prof: ProfilerState, micro_batch: int, accum: int) -> tuple[TrialConfig, list[str]]:
+def trial_config(prof: ProfilerState, micro_batch: int, accum: int, compiled: observe.Observation) -> tuple[TrialConfig, list[str]]:
     """What is known about the user's loop as a TrialConfig, and the fields that were not observed."""
     known: dict[str, Any] = {"device": prof.device.type, "warmup_steps": prof.warmup_steps,
                              "micro_batch_size": max(1, micro_batch), "grad_accum_steps": max(1, accum),
                              "tf32": matmul_tf32().enabled}  # never raises, whichever TF32 API the loop used
-    compiled = observe.compile_state(prof.model, prof._graphs_at_start)
     seen, unknown = observe.observed_settings(prof.precision, prof._flop.precision_seen, compiled)
     known.update(seen)
     if prof._loader_config:

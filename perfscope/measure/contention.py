@@ -80,7 +80,12 @@ def _job_root() -> psutil.Process | None:
 def own_cpu_seconds() -> float:
     """CPU seconds of this process and its live descendants (DataLoader workers), each with its reaped children's; in
     a distributed trial, of the whole job (the agent and every rank with their descendants)."""
-    return _tree_cpu_seconds(_job_root() or psutil.Process())
+    return _tree_cpu_seconds(_own_root())
+
+
+def _own_root() -> psutil.Process:
+    """This process, or in a distributed trial its whole job's root: whose CPU time is the run's own."""
+    return _job_root() or psutil.Process()
 
 
 def _tree_cpu_seconds(root: psutil.Process) -> float:
@@ -176,8 +181,7 @@ class ContentionProbe:
     def _sweep_seconds(self) -> dict[int, float]:
         if self._sweep is None:
             return {}
-        me = _job_root() or psutil.Process()  # a rank's own time is its whole job's (own_cpu_seconds)
-        return sweep_cpu_seconds(self._sweep, self._cpus, {p.pid for p in _family(me)})
+        return sweep_cpu_seconds(self._sweep, self._cpus, {p.pid for p in _family(_own_root())})
 
     def _device_others(self) -> list[str]:
         if self._nvml_handle is None:
@@ -188,6 +192,6 @@ class ContentionProbe:
             procs = pynvml.nvmlDeviceGetComputeRunningProcesses(self._nvml_handle)
         except Exception:  # noqa: BLE001 - NVML absent or unsupported (MIG, containers): nothing to report
             return []
-        mine = {os.getpid(), *(p.pid for p in _family(_job_root() or psutil.Process()))}
+        mine = {os.getpid(), *(p.pid for p in _family(_own_root()))}
         # In a container NVML may list host PIDs, ours among them: only processes visible here are counted.
         return [str(p.pid) for p in procs if p.pid not in mine and psutil.pid_exists(p.pid)]

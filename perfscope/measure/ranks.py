@@ -113,7 +113,7 @@ def find_stragglers(ranks: list[RankMetrics]) -> tuple[list[Straggler], str]:
     for rank, test in found.items():
         cause, why = _cause(tested[rank], [o for o in tested.values() if o.rank != rank], test.gap)
         stragglers.append(Straggler(
-            rank=rank, slower_by=test.slower_by, slowest_share=test.slowest_in / test.compared, cause=cause,
+            rank=rank, slower_by=test.slower_by, slowest_share=test.slowest_share, cause=cause,
             evidence=[*test.evidence(rank, "own compute step (no gradient communication)", "steps"), *why]))
     return stragglers, method
 

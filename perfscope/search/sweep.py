@@ -4,7 +4,6 @@ Design notes: docs/sweep.md."""
 
 from __future__ import annotations
 
-import math
 import random
 import statistics
 from collections import Counter
@@ -15,6 +14,7 @@ from perfscope.knobs import REGISTRY, Knob, KnobContext
 from perfscope.ranking import knob_key
 from perfscope.results import Gain, KnobOutcome, Results, Sweep, Trial
 from perfscope.results.config import TrialConfig
+from perfscope.results.constraints import finite
 from perfscope.results.messages import Message, msg
 from perfscope.search.allocation import Allocation
 from perfscope.search.candidate import BASELINE, Candidate, Measures, SweepOptions, run_failed
@@ -250,8 +250,8 @@ class Sweeper(Allocation, Stacking):
         if knob.changes_recipe:
             notes.append(msg("recipe_not_stacked"))
         if gain is not None and gain.verdict == "undecided":  # an unbounded end is None, as the file stores it
-            high = gain.high if gain.high is not None and math.isfinite(gain.high) else None
-            notes.append(msg("cannot_tell", confidence=gain.confidence, low=gain.low, high=high, runs=gain.runs, mde=gain.mde))
+            notes.append(msg("cannot_tell", confidence=gain.confidence, low=gain.low, high=finite(gain.high), runs=gain.runs,
+                             mde=gain.mde))
         mfu = first.metrics.mfu if first.metrics else None
         if cand.rejected:
             return KnobOutcome(status="rejected", reason=[cand.rejected, *notes], gain=gain, mfu=mfu, **common)

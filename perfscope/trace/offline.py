@@ -223,7 +223,7 @@ def trace_stragglers(own_work_s: dict[int, list[float]]) -> tuple[list[Straggler
               "steps, so only a large, steady gap is named")
     unknown = ("from a trace alone the cause cannot be told (no GC, data-loader or host-load measurement): "
                "`perfscope analyze` measures them")
-    return [Straggler(rank=rank, slower_by=t.slower_by, slowest_share=t.slowest_in / t.compared, cause="unknown",
+    return [Straggler(rank=rank, slower_by=t.slower_by, slowest_share=t.slowest_share, cause="unknown",
                       evidence=[*t.evidence(rank, OWN_WORK, "traced steps"), unknown]) for rank, t in found.items()], method
 
 
