@@ -97,7 +97,8 @@ class Knob:
     fields: ClassVar[tuple[str, ...]] = ()
     """The TrialConfig fields its variants set; empty: its setting lives in ``TrialConfig.knob_settings[id]``."""
     value: ClassVar[Any] = None
-    """The value of ``fields[0]`` in the knob's one variant (None: the knob overrides `variants`)."""
+    """The value of ``fields[0]`` in the knob's one variant, and what `shares_field` compares (None, or a knob that
+    overrides `variants`: its variants set the fields)."""
     shares_field: ClassVar[bool] = False
     """Other knobs set ``fields[0]`` too (precision, compile, optimizer): this one is active only at its `value`."""
     addresses: ClassVar[tuple[str, ...]] = ()

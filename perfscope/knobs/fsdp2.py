@@ -17,9 +17,8 @@ class Fsdp2(Knob):
     title = "FSDP2 fully_shard (reshard after forward ≈ ZeRO-3, without ≈ ZeRO-2)"
     reference = "https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html"
     fields = ("data_parallel", "reshard_after_forward")
-
-    def active(self, config: TrialConfig) -> bool:
-        return config.data_parallel == "fsdp"  # applied by perfscope.trial.data_parallel.wrap_model
+    value = "fsdp"  # applied by perfscope.trial.data_parallel.wrap_model; its variants() set reshard_after_forward too
+    shares_field = True
     frees = "optimizer state"
     cost = "parameter all-gathers"
 
